@@ -1,0 +1,68 @@
+package capgate
+
+import (
+	"context"
+	"time"
+)
+
+// LaneStore keeps the leases of the lanes. A lane is a set of leases, each a
+// token with an expiry measured by the store's own clock, so gateway clocks
+// don't matter. Every method is safe for concurrent use. Any error returned
+// is a store failure: the gate fails open and skips the store for a while.
+type LaneStore interface {
+	// Acquire is atomic across req.Keys: it drops leases that have expired,
+	// counts the rest into counts (len(req.Keys); the count before this
+	// call), and a lane is full when its count >= its limit. If req.Force
+	// is set or no lane is full, it adds req.Token to every lane with expiry
+	// now+req.Lease and raises each lane's TTL to 2×req.Lease, never
+	// shortening it, and reports taken = true.
+	//
+	// If the store runs the acquire after req.NotAfter (non-zero), it takes
+	// nothing and returns an error wrapping ErrLateAcquire.
+	Acquire(ctx context.Context, req AcquireRequest, counts []int) (taken bool, err error)
+
+	// Renew is all or nothing: only if token holds an unexpired lease in
+	// every one of keys does it set each to now+lease (TTL rule as in
+	// Acquire). It returns how many keys held the token unexpired; fewer
+	// than len(keys) means the call lost its lease, and nothing was renewed.
+	// An expired lease is never revived and a deleted key never re-created.
+	Renew(ctx context.Context, token string, keys []string, lease time.Duration) (held int, err error)
+
+	// Release removes token from every one of keys.
+	Release(ctx context.Context, token string, keys []string) error
+
+	// Count fills counts (len(keys)) with the number of unexpired leases
+	// in each key.
+	Count(ctx context.Context, keys []string, counts []int) error
+
+	// Keys returns the lane keys that start with prefix, sorted. The Redis
+	// store uses SCAN, never KEYS.
+	Keys(ctx context.Context, prefix string) ([]string, error)
+
+	// Ping reports whether the store answers.
+	Ping(ctx context.Context) error
+}
+
+// AcquireRequest is one call's acquire across its lanes.
+type AcquireRequest struct {
+	Token    string        // the call's lease token: 32 lowercase hex characters
+	Keys     []string      // the lane keys, in lane order
+	Limits   []int         // the limit of each lane; 0 means paused (always full)
+	Lease    time.Duration // how long a lease lives unless renewed
+	Force    bool          // take the lease even when a lane is full (not enforced)
+	NotAfter time.Time     // take nothing if the store runs the acquire later than this; zero: no guard
+}
+
+// ConfigSource gives the gate the config in force. Config never fails: a
+// source that cannot read its store returns its last known config (or the
+// defaults) with enforce turned into shadow.
+type ConfigSource interface {
+	Config(ctx context.Context) Config
+}
+
+// Sink takes the JSON log lines of gated calls and config changes. Emit
+// must never block; line is a compact JSON object, which the sink may extend
+// (log_dropped). An error means the line was not accepted.
+type Sink interface {
+	Emit(line []byte) error
+}
