@@ -1,0 +1,48 @@
+// Command capgate is the capacity gate: a gateway in front of an HTTP API
+// (serve), its runtime config (capacity), and a demo.
+package main
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"os"
+	"os/signal"
+	"syscall"
+)
+
+func main() {
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	code := Run(ctx, os.Args[1:], os.Stdin, os.Stdout, os.Stderr)
+	stop()
+	os.Exit(code)
+}
+
+const usage = `capgate caps how many heavy calls of an HTTP API run at once.
+
+Usage:
+  capgate <command> [flags]
+
+Commands:
+  serve      run the gateway in front of an API
+  capacity   show and change the runtime config: show|set|reset|history|status
+  demo       run a simulated API, the gateway and simulated users for ~30 s
+
+Run "capgate <command> -h" for a command's flags.
+`
+
+// Run runs one capgate command with args (without the program name) and
+// returns the process exit code. Tests call it with real arguments.
+func Run(ctx context.Context, args []string, stdin io.Reader, stdout, stderr io.Writer) int {
+	if len(args) == 0 {
+		fmt.Fprint(stderr, usage)
+		return 2
+	}
+	switch args[0] {
+	case "-h", "--help", "help":
+		fmt.Fprint(stdout, usage)
+		return 0
+	}
+	fmt.Fprintf(stderr, "capgate: unknown command %q\n\n%s", args[0], usage)
+	return 2
+}
