@@ -1,0 +1,160 @@
+package capgate
+
+import (
+	"strconv"
+	"time"
+	"unicode/utf8"
+)
+
+// Record is the log line of one gated call (SPEC §8). Zero or unset
+// values are left out of the line; the pointer fields distinguish "0" from
+// "unknown".
+type Record struct {
+	Decision       Decision
+	Mode           Mode
+	Enforced       bool
+	Endpoint       string
+	Semantic       bool
+	Reranker       bool
+	Rows           int
+	SingleRow      bool
+	Tier           Tier
+	UserID         string
+	Scope          string
+	Full           []string
+	InFlight       *int // api_heavy
+	Limit          *int
+	TaskInFlight   *int
+	TaskLimit      *int
+	ES2KNNInFlight *int
+	ES2KNNLimit    *int
+	TierInFlight   *int
+	TierLimit      *int
+	UserInFlight   *int
+	UserLimit      *int
+	Suggested      *int
+	RetryAfter     *int
+	HeldMS         *int64
+	QueueMS        *int64
+	LeaseLost      bool
+	Error          string
+	Task           string
+	RequestSource  string
+	AlgorithmID    string
+	AutomatchRunID string
+	CID            string
+	TS             time.Time // when the call finished
+}
+
+// AppendJSON appends the record as one compact JSON object, fields in the
+// order of SPEC §8, nulls and empty strings left out.
+func (r *Record) AppendJSON(b []byte) []byte {
+	b = append(b, `{"event":"ocl_capacity"`...)
+	b = appendStr(b, "decision", string(r.Decision))
+	b = appendStr(b, "mode", string(r.Mode))
+	b = appendBool(b, "enforced", r.Enforced)
+	b = appendStr(b, "endpoint", r.Endpoint)
+	b = appendBool(b, "semantic", r.Semantic)
+	b = appendBool(b, "reranker", r.Reranker)
+	b = appendInt(b, "rows", int64(r.Rows))
+	b = appendBool(b, "single_row", r.SingleRow)
+	b = appendStr(b, "tier", string(r.Tier))
+	b = appendStr(b, "user_id", r.UserID)
+	b = appendStr(b, "scope", r.Scope)
+	if len(r.Full) > 0 {
+		b = append(b, `,"full":[`...)
+		for i, f := range r.Full {
+			if i > 0 {
+				b = append(b, ',')
+			}
+			b = strconv.AppendQuote(b, f) // lane names are ASCII identifiers
+		}
+		b = append(b, ']')
+	}
+	b = appendIntP(b, "in_flight", r.InFlight)
+	b = appendIntP(b, "limit", r.Limit)
+	b = appendIntP(b, "task_in_flight", r.TaskInFlight)
+	b = appendIntP(b, "task_limit", r.TaskLimit)
+	b = appendIntP(b, "es2_knn_in_flight", r.ES2KNNInFlight)
+	b = appendIntP(b, "es2_knn_limit", r.ES2KNNLimit)
+	b = appendIntP(b, "tier_in_flight", r.TierInFlight)
+	b = appendIntP(b, "tier_limit", r.TierLimit)
+	b = appendIntP(b, "user_in_flight", r.UserInFlight)
+	b = appendIntP(b, "user_limit", r.UserLimit)
+	b = appendIntP(b, "suggested", r.Suggested)
+	b = appendIntP(b, "retry_after", r.RetryAfter)
+	if r.HeldMS != nil {
+		b = appendInt(b, "held_ms", *r.HeldMS)
+	}
+	if r.QueueMS != nil {
+		b = appendInt(b, "queue_ms", *r.QueueMS)
+	}
+	if r.LeaseLost {
+		b = append(b, `,"lease_lost":true`...)
+	}
+	b = appendStr(b, "error", r.Error)
+	b = appendStr(b, "task", r.Task)
+	b = appendStr(b, "request_source", r.RequestSource)
+	b = appendStr(b, "algorithm_id", r.AlgorithmID)
+	b = appendStr(b, "automatch_run_id", r.AutomatchRunID)
+	b = appendStr(b, "cid", r.CID)
+	if !r.TS.IsZero() {
+		b = append(b, `,"ts":"`...)
+		b = r.TS.UTC().AppendFormat(b, "2006-01-02T15:04:05.000Z07:00")
+		b = append(b, '"')
+	}
+	return append(b, '}')
+}
+
+func appendKey(b []byte, k string) []byte {
+	b = append(b, ',', '"')
+	b = append(b, k...)
+	return append(b, '"', ':')
+}
+
+func appendStr(b []byte, k, v string) []byte {
+	if v == "" {
+		return b
+	}
+	return appendJSONString(appendKey(b, k), v)
+}
+
+func appendBool(b []byte, k string, v bool) []byte {
+	return strconv.AppendBool(appendKey(b, k), v)
+}
+
+func appendInt(b []byte, k string, v int64) []byte {
+	return strconv.AppendInt(appendKey(b, k), v, 10)
+}
+
+func appendIntP(b []byte, k string, v *int) []byte {
+	if v == nil {
+		return b
+	}
+	return appendInt(b, k, int64(*v))
+}
+
+const hexDigits = "0123456789abcdef"
+
+// appendJSONString appends s as a JSON string. Invalid UTF-8 is replaced by
+// U+FFFD, as encoding/json does, so a hostile header can't break the line.
+func appendJSONString(b []byte, s string) []byte {
+	b = append(b, '"')
+	for _, r := range s {
+		switch {
+		case r == '"' || r == '\\':
+			b = append(b, '\\', byte(r))
+		case r == '\n':
+			b = append(b, '\\', 'n')
+		case r == '\r':
+			b = append(b, '\\', 'r')
+		case r == '\t':
+			b = append(b, '\\', 't')
+		case r < 0x20 || r == '<' || r == '>' || r == '&' || r == '\u2028' || r == '\u2029':
+			b = append(b, '\\', 'u', hexDigits[r>>12&0xf], hexDigits[r>>8&0xf], hexDigits[r>>4&0xf], hexDigits[r&0xf])
+		default:
+			b = utf8.AppendRune(b, r)
+		}
+	}
+	return append(b, '"')
+}
