@@ -1,8 +1,16 @@
 package capgate
 
 import (
+	"bytes"
 	"encoding/json"
 	"errors"
+	"fmt"
+	"io"
+	"math"
+	"slices"
+	"sort"
+	"strconv"
+	"strings"
 )
 
 // Config is the runtime config (SPEC §6). Its JSON form is the one stored,
@@ -82,50 +90,420 @@ func (c Config) BulkLimit() int {
 	return max(c.APIHeavy.Cluster-c.ReserveSingleRow, 0)
 }
 
+// MaxNumber is the largest number a config accepts; the smallest is 0.
+const MaxNumber = 100000
+
+// setting is one key of the config schema: an object of kids, a string
+// choice (oneOf, held in text), or a whole number (held in num).
+type setting struct {
+	key   string
+	kids  []setting
+	oneOf []string
+	text  func(c *Config) *string
+	num   func(c *Config) *int
+}
+
+func numSetting(key string, num func(c *Config) *int) setting {
+	return setting{key: key, num: num}
+}
+
+func tierSettings(limits func(c *Config) *TierLimits) []setting {
+	return []setting{
+		numSetting("staff", func(c *Config) *int { return &limits(c).Staff }),
+		numSetting("core", func(c *Config) *int { return &limits(c).Core }),
+		numSetting("early_access", func(c *Config) *int { return &limits(c).EarlyAccess }),
+		numSetting("preview", func(c *Config) *int { return &limits(c).Preview }),
+	}
+}
+
+// schema lists the settings in the order Validate reports them.
+var schema = []setting{
+	{key: "mode", oneOf: []string{"off", "shadow", "enforce"},
+		text: func(c *Config) *string { return (*string)(&c.Mode) }},
+	{key: "enforce_for", oneOf: []string{"aware", "all"},
+		text: func(c *Config) *string { return (*string)(&c.EnforceFor) }},
+	{key: "api_heavy", kids: []setting{
+		numSetting("cluster", func(c *Config) *int { return &c.APIHeavy.Cluster }),
+		numSetting("per_task", func(c *Config) *int { return &c.APIHeavy.PerTask }),
+	}},
+	numSetting("es2_knn", func(c *Config) *int { return &c.ES2KNN }),
+	numSetting("reserve_single_row", func(c *Config) *int { return &c.ReserveSingleRow }),
+	{key: "tiers", kids: tierSettings(func(c *Config) *TierLimits { return &c.Tiers })},
+	{key: "per_user", kids: tierSettings(func(c *Config) *TierLimits { return &c.PerUser })},
+	numSetting("lease_seconds", func(c *Config) *int { return &c.LeaseSeconds }),
+	numSetting("renew_seconds", func(c *Config) *int { return &c.RenewSeconds }),
+	numSetting("max_hold_seconds", func(c *Config) *int { return &c.MaxHoldSeconds }),
+	{key: "retry_after", kids: []setting{
+		numSetting("base", func(c *Config) *int { return &c.RetryAfter.Base }),
+		numSetting("max", func(c *Config) *int { return &c.RetryAfter.Max }),
+		numSetting("paused", func(c *Config) *int { return &c.RetryAfter.Paused }),
+	}},
+}
+
 // Doc returns c as a JSON object tree (numbers as json.Number), the form
 // that Merge, Diff and Validate work on.
 func (c Config) Doc() map[string]any {
-	b, err := json.Marshal(c)
-	if err != nil {
-		panic(err) // Config holds only strings and ints
-	}
-	doc, err := ParseDoc(b)
-	if err != nil {
-		panic(err)
-	}
-	return doc.(map[string]any)
+	return docOf(&c, schema)
 }
 
-// ParseDoc decodes JSON keeping numbers as json.Number, so validation can
-// tell 3 from 3.0 and 1e2.
+func docOf(c *Config, settings []setting) map[string]any {
+	doc := make(map[string]any, len(settings))
+	for _, s := range settings {
+		switch {
+		case s.kids != nil:
+			doc[s.key] = docOf(c, s.kids)
+		case s.text != nil:
+			doc[s.key] = *s.text(c)
+		default:
+			doc[s.key] = json.Number(strconv.Itoa(*s.num(c)))
+		}
+	}
+	return doc
+}
+
+// ParseDoc decodes one JSON value keeping numbers as json.Number, so
+// validation can tell 3 from 3.0 and 1e2. It fails on invalid JSON and on
+// anything after the value but white space.
 func ParseDoc(b []byte) (any, error) {
-	// TODO(config model): implemented in the config model change.
+	dec := json.NewDecoder(bytes.NewReader(b))
+	dec.UseNumber()
 	var v any
-	return v, json.Unmarshal(b, &v)
+	if err := dec.Decode(&v); err != nil {
+		return nil, fmt.Errorf("parse config: %w", err)
+	}
+	if _, err := dec.Token(); err != io.EOF {
+		return nil, errors.New("parse config: data after the JSON value")
+	}
+	return v, nil
 }
 
 // Validate checks a config document (SPEC §6) and returns every problem
-// found, as messages; none means the document is a valid config.
+// found, as messages; none means the document is a valid config. Problems
+// with known settings come first, in schema order, then unknown settings,
+// sorted. The cross-field checks (reserve_single_row, lease_seconds,
+// renew_seconds, max_hold_seconds, retry_after) run only when the shape is
+// clean.
 func Validate(doc any) []string {
-	return nil // TODO(config model)
+	top, ok := doc.(map[string]any)
+	if !ok {
+		return []string{"config must be an object."}
+	}
+	var errs, unknown []string
+	checkShape(top, schema, "", &errs, &unknown)
+	sort.Strings(unknown)
+	errs = append(errs, unknown...)
+	if len(errs) > 0 {
+		return errs
+	}
+	var c Config
+	fill(&c, top, schema)
+	return checkCross(c)
 }
 
-// ConfigFromDoc validates doc and converts it to a Config.
+// checkShape appends the problems of one object to errs (known settings)
+// and unknown (messages for keys not in settings).
+func checkShape(obj map[string]any, settings []setting, prefix string, errs, unknown *[]string) {
+	for _, s := range settings {
+		path := prefix + s.key
+		v, ok := obj[s.key]
+		switch {
+		case !ok:
+			*errs = append(*errs, fmt.Sprintf("%q is required.", path))
+		case s.kids != nil:
+			kid, isObj := v.(map[string]any)
+			if !isObj {
+				*errs = append(*errs, path+" must be an object.")
+				continue
+			}
+			checkShape(kid, s.kids, path+".", errs, unknown)
+		case s.oneOf != nil:
+			if str, isStr := v.(string); !isStr || !slices.Contains(s.oneOf, str) {
+				*errs = append(*errs, fmt.Sprintf("%q must be one of %s.", path, strings.Join(s.oneOf, ", ")))
+			}
+		default:
+			if n, isInt := wholeNumber(v); !isInt || n < 0 || n > MaxNumber {
+				*errs = append(*errs, fmt.Sprintf("%q must be a whole number from 0 to %d.", path, MaxNumber))
+			}
+		}
+	}
+	for k := range obj {
+		if !slices.ContainsFunc(settings, func(s setting) bool { return s.key == k }) {
+			*unknown = append(*unknown, fmt.Sprintf("Unknown setting %q.", prefix+k))
+		}
+	}
+}
+
+// checkCross returns the problems between settings of a well-shaped config.
+func checkCross(c Config) []string {
+	var errs []string
+	if c.ReserveSingleRow > c.APIHeavy.Cluster {
+		errs = append(errs, `"reserve_single_row" can't be more than "api_heavy.cluster".`)
+	}
+	if c.LeaseSeconds < 15 {
+		errs = append(errs, `"lease_seconds" must be at least 15.`)
+	}
+	if c.RenewSeconds < 1 || c.RenewSeconds > c.LeaseSeconds/3 {
+		errs = append(errs, `"renew_seconds" must be at least 1 and at most a third of "lease_seconds".`)
+	}
+	if c.MaxHoldSeconds < c.LeaseSeconds {
+		errs = append(errs, `"max_hold_seconds" can't be less than "lease_seconds".`)
+	}
+	ra := c.RetryAfter
+	if ra.Base < 1 || ra.Paused < 1 || ra.Max < ra.Base {
+		errs = append(errs, `"retry_after" needs "base" and "paused" of at least 1, and "max" of at least "base".`)
+	}
+	return errs
+}
+
+// fill copies the settings of a well-shaped doc into c.
+func fill(c *Config, obj map[string]any, settings []setting) {
+	for _, s := range settings {
+		switch {
+		case s.kids != nil:
+			fill(c, obj[s.key].(map[string]any), s.kids)
+		case s.text != nil:
+			*s.text(c) = obj[s.key].(string)
+		default:
+			n, _ := wholeNumber(obj[s.key])
+			*s.num(c) = int(n)
+		}
+	}
+}
+
+// wholeNumber returns v as an integer when v is a JSON integer (a
+// json.Number written without fraction or exponent) or a Go integer.
+// Booleans, strings, floats and integers beyond int64 are not.
+func wholeNumber(v any) (int64, bool) {
+	switch n := v.(type) {
+	case json.Number:
+		if !isIntText(string(n)) {
+			return 0, false
+		}
+		i, err := strconv.ParseInt(string(n), 10, 64)
+		return i, err == nil
+	case int:
+		return int64(n), true
+	case int8:
+		return int64(n), true
+	case int16:
+		return int64(n), true
+	case int32:
+		return int64(n), true
+	case int64:
+		return n, true
+	case uint8:
+		return int64(n), true
+	case uint16:
+		return int64(n), true
+	case uint32:
+		return int64(n), true
+	case uint:
+		return int64(n), n <= math.MaxInt64
+	case uint64:
+		return int64(n), n <= math.MaxInt64
+	}
+	return 0, false
+}
+
+// isIntText reports whether s matches -?(0|[1-9][0-9]*): a JSON integer.
+func isIntText(s string) bool {
+	s = strings.TrimPrefix(s, "-")
+	if s == "" || (s[0] == '0' && len(s) > 1) {
+		return false
+	}
+	for i := 0; i < len(s); i++ {
+		if s[i] < '0' || s[i] > '9' {
+			return false
+		}
+	}
+	return true
+}
+
+// ConfigFromDoc validates doc and converts it to a Config. When doc is
+// invalid it returns the zero Config and Validate's messages.
 func ConfigFromDoc(doc any) (Config, []string) {
-	return Config{}, []string{"not implemented"} // TODO(config model)
+	if errs := Validate(doc); len(errs) > 0 {
+		return Config{}, errs
+	}
+	var c Config
+	fill(&c, doc.(map[string]any), schema)
+	return c, nil
 }
 
-// Merge returns base deep-merged with change: nested objects are merged,
-// other values replaced. With knownOnly, keys base lacks are dropped. Neither
-// input is modified.
+// Merge returns a deep copy of base deep-merged with change: a key whose
+// value is an object on both sides is merged, any other value of change
+// replaces base's. With knownOnly, keys of change that base lacks are
+// dropped, at every level. Neither input is modified; a nil base is empty.
 func Merge(base, change map[string]any, knownOnly bool) map[string]any {
-	return nil // TODO(config model)
+	out := deepCopy(base).(map[string]any)
+	if out == nil {
+		out = map[string]any{}
+	}
+	mergeInto(out, change, knownOnly)
+	return out
+}
+
+// mergeInto merges change into dst, which it owns.
+func mergeInto(dst, change map[string]any, knownOnly bool) {
+	for k, cv := range change {
+		bv, ok := dst[k]
+		if knownOnly && !ok {
+			continue
+		}
+		// A nil map is JSON null, not an object.
+		bm, bObj := bv.(map[string]any)
+		cm, cObj := cv.(map[string]any)
+		if bObj && cObj && bm != nil && cm != nil {
+			mergeInto(bm, cm, knownOnly)
+			continue
+		}
+		dst[k] = deepCopy(cv)
+	}
+}
+
+// deepCopy copies the objects and arrays of a JSON tree; other values are
+// immutable and shared.
+func deepCopy(v any) any {
+	switch t := v.(type) {
+	case map[string]any:
+		if t == nil {
+			return t
+		}
+		m := make(map[string]any, len(t))
+		for k, x := range t {
+			m[k] = deepCopy(x)
+		}
+		return m
+	case []any:
+		if t == nil {
+			return t
+		}
+		s := make([]any, len(t))
+		for i, x := range t {
+			s[i] = deepCopy(x)
+		}
+		return s
+	}
+	return v
 }
 
 // Diff returns {"dotted.path": [old, new]} for every value that differs
-// between old and new (either may be nil).
+// between old and new. It recurses only where both sides are objects; a
+// missing side is nil, and a nil old or new at the top counts as {}.
+// Numbers are compared by value (json.Number "3" equals int 3). Equal
+// inputs give an empty, non-nil map. The values are copies.
 func Diff(old, new any) map[string][2]any {
-	return nil // TODO(config model)
+	out := map[string][2]any{}
+	if old == nil {
+		old = map[string]any{}
+	}
+	if new == nil {
+		new = map[string]any{}
+	}
+	diffInto(out, "", old, new)
+	return out
+}
+
+func diffInto(out map[string][2]any, path string, old, new any) {
+	om, oObj := old.(map[string]any)
+	nm, nObj := new.(map[string]any)
+	if !oObj || !nObj {
+		if !jsonEqual(old, new) {
+			out[path] = [2]any{deepCopy(old), deepCopy(new)}
+		}
+		return
+	}
+	prefix := path
+	if prefix != "" {
+		prefix += "."
+	}
+	for k, ov := range om {
+		diffInto(out, prefix+k, ov, nm[k]) // a key new lacks gives nil
+	}
+	for k, nv := range nm {
+		if _, ok := om[k]; !ok {
+			diffInto(out, prefix+k, nil, nv)
+		}
+	}
+}
+
+// jsonEqual compares two JSON trees; numbers compare by value.
+func jsonEqual(a, b any) bool {
+	switch x := a.(type) {
+	case map[string]any:
+		y, ok := b.(map[string]any)
+		if !ok || len(x) != len(y) || (x == nil) != (y == nil) {
+			return false
+		}
+		for k, xv := range x {
+			yv, ok := y[k]
+			if !ok || !jsonEqual(xv, yv) {
+				return false
+			}
+		}
+		return true
+	case []any:
+		y, ok := b.([]any)
+		if !ok || len(x) != len(y) || (x == nil) != (y == nil) {
+			return false
+		}
+		for i := range x {
+			if !jsonEqual(x[i], y[i]) {
+				return false
+			}
+		}
+		return true
+	}
+	if xn, ok := numberText(a); ok {
+		yn, ok := numberText(b)
+		return ok && numbersEqual(xn, yn)
+	}
+	if _, ok := numberText(b); ok {
+		return false
+	}
+	switch a.(type) {
+	case nil, bool, string:
+		return a == b
+	}
+	return false // a type that is not JSON: never equal, so it shows in a diff
+}
+
+// numberText returns a number's decimal text.
+func numberText(v any) (string, bool) {
+	switch n := v.(type) {
+	case json.Number:
+		return string(n), true
+	case float64:
+		return strconv.FormatFloat(n, 'g', -1, 64), true
+	case float32:
+		return strconv.FormatFloat(float64(n), 'g', -1, 32), true
+	}
+	if i, ok := wholeNumber(v); ok {
+		return strconv.FormatInt(i, 10), true
+	}
+	if u, ok := v.(uint64); ok {
+		return strconv.FormatUint(u, 10), true
+	}
+	if u, ok := v.(uint); ok {
+		return strconv.FormatUint(uint64(u), 10), true
+	}
+	return "", false
+}
+
+// numbersEqual compares two decimal texts by value: exactly as integers
+// when both are, else as float64.
+func numbersEqual(a, b string) bool {
+	if a == b {
+		return true
+	}
+	ai, aErr := strconv.ParseInt(a, 10, 64)
+	bi, bErr := strconv.ParseInt(b, 10, 64)
+	if aErr == nil && bErr == nil {
+		return ai == bi
+	}
+	af, aErr := strconv.ParseFloat(a, 64)
+	bf, bErr := strconv.ParseFloat(b, 64)
+	return aErr == nil && bErr == nil && af == bf
 }
 
 // ErrInvalidConfig is wrapped by Resolve's error when a stored config is
@@ -133,8 +511,67 @@ func Diff(old, new any) map[string][2]any {
 var ErrInvalidConfig = errors.New("capacity config is invalid")
 
 // Resolve reads a stored config: defaults overlaid with the keys stored
-// that are still known. An invalid result returns the defaults and an error
-// wrapping ErrInvalidConfig, which the caller logs.
+// that are still known (Merge with knownOnly), so retired keys are ignored
+// and new ones take their defaults. A nil stored gives the defaults. An
+// invalid result returns the defaults and an error wrapping
+// ErrInvalidConfig, "capacity config is invalid (<messages>); using the
+// defaults", which the caller logs.
 func Resolve(stored map[string]any, defaults Config) (Config, error) {
-	return defaults, nil // TODO(config model)
+	if stored == nil {
+		return defaults, nil
+	}
+	c, errs := ConfigFromDoc(Merge(defaults.Doc(), stored, true))
+	if len(errs) > 0 {
+		return defaults, fmt.Errorf("%w (%s); using the defaults", ErrInvalidConfig, strings.Join(errs, " "))
+	}
+	return c, nil
+}
+
+// ParseAssignments builds a config change from command-line assignments
+// such as "tiers.preview=1" and "mode=enforce": a dotted setting builds
+// nested objects, and the assignments are deep-merged in order. A value of
+// digits with an optional leading "-" becomes an integer (json.Number);
+// any other value is a string. It fails with `Give at least one
+// <setting>=<value>.` when args is empty, and with `Expected
+// <setting>=<value>, got "<arg>".` for an argument without a setting
+// before its "=".
+func ParseAssignments(args []string) (map[string]any, error) {
+	if len(args) == 0 {
+		return nil, errors.New("Give at least one <setting>=<value>.")
+	}
+	change := map[string]any{}
+	for _, arg := range args {
+		name, value, ok := strings.Cut(arg, "=")
+		keys := strings.Split(name, ".")
+		if !ok || slices.Contains(keys, "") {
+			return nil, fmt.Errorf("Expected <setting>=<value>, got %q.", arg)
+		}
+		var v any = value
+		if n, isInt := intFromDigits(value); isInt {
+			v = n
+		}
+		for i := len(keys) - 1; i > 0; i-- {
+			v = map[string]any{keys[i]: v}
+		}
+		mergeInto(change, map[string]any{keys[0]: v}, false)
+	}
+	return change, nil
+}
+
+// intFromDigits returns s as a JSON integer if it is digits with an
+// optional leading "-"; leading zeros are dropped ("007" is 7, "-0" is 0).
+func intFromDigits(s string) (json.Number, bool) {
+	neg := strings.HasPrefix(s, "-")
+	digits := strings.TrimPrefix(s, "-")
+	if digits == "" || strings.Trim(digits, "0123456789") != "" {
+		return "", false
+	}
+	digits = strings.TrimLeft(digits, "0")
+	if digits == "" {
+		return "0", true
+	}
+	if neg {
+		digits = "-" + digits
+	}
+	return json.Number(digits), true
 }
