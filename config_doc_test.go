@@ -116,3 +116,74 @@ func TestParseAssignments(t *testing.T) {
 		}
 	}
 }
+
+// mutateAll adds a key to every object of a tree and overwrites every
+// array element, to show the tree shares nothing with another.
+func mutateAll(v any) {
+	switch t := v.(type) {
+	case map[string]any:
+		for _, x := range t {
+			mutateAll(x)
+		}
+		t["\x00mutated"] = true
+	case []any:
+		for i, x := range t {
+			mutateAll(x)
+			t[i] = "mutated"
+		}
+	}
+}
+
+// keysWithin reports whether got's keys are all in base's, recursing where
+// both hold an object.
+func keysWithin(got, base map[string]any) bool {
+	for k, gv := range got {
+		bv, ok := base[k]
+		if !ok {
+			return false
+		}
+		gm, gObj := gv.(map[string]any)
+		bm, bObj := bv.(map[string]any)
+		if gObj && bObj && !keysWithin(gm, bm) {
+			return false
+		}
+	}
+	return true
+}
+
+func FuzzMerge(f *testing.F) {
+	f.Add([]byte(`{"a":1,"b":{"c":2,"d":{"e":3}}}`), []byte(`{"b":{"c":5,"d":{"x":9}},"z":1}`), true)
+	f.Add([]byte(`{"a":1,"b":{"c":2}}`), []byte(`{"b":5,"a":{"x":[1,{"y":2}]}}`), false)
+	f.Add([]byte(`{"a":[1,2]}`), []byte(`{"a":{"b":null}}`), true)
+	f.Add([]byte(`{}`), []byte(`{"a":{}}`), false)
+	f.Fuzz(func(t *testing.T, baseJSON, changeJSON []byte, knownOnly bool) {
+		bv, err1 := capgate.ParseDoc(baseJSON)
+		cv, err2 := capgate.ParseDoc(changeJSON)
+		base, ok1 := bv.(map[string]any)
+		change, ok2 := cv.(map[string]any)
+		if err1 != nil || err2 != nil || !ok1 || !ok2 {
+			return
+		}
+		baseText, changeText := jsonText(t, base), jsonText(t, change)
+		got := capgate.Merge(base, change, knownOnly)
+		if knownOnly && !keysWithin(got, base) {
+			t.Fatalf("Merge(%s, %s, knownOnly) = %s has keys base lacks", baseText, changeText, jsonText(t, got))
+		}
+		for k := range change {
+			if _, ok := got[k]; !ok && !knownOnly {
+				t.Fatalf("Merge(%s, %s) = %s lacks %q", baseText, changeText, jsonText(t, got), k)
+			}
+		}
+		if d := capgate.Diff(got, capgate.Merge(got, change, knownOnly)); len(d) > 0 {
+			t.Fatalf("merging %s twice changed %v", changeText, d)
+		}
+		if d := capgate.Diff(got, got); len(d) > 0 {
+			t.Fatalf("Diff(x, x) = %v", d)
+		}
+		mutateAll(got)
+		if jsonText(t, base) != baseText || jsonText(t, change) != changeText {
+			t.Fatalf("Merge shares or modified its inputs: base %s -> %s, change %s -> %s",
+				baseText, jsonText(t, base), changeText, jsonText(t, change))
+		}
+	})
+}

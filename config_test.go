@@ -3,7 +3,9 @@ package capgate_test
 import (
 	"encoding/json"
 	"errors"
+	"fmt"
 	"slices"
+	"strings"
 	"testing"
 
 	"github.com/capgate/capgate"
@@ -142,8 +144,13 @@ func TestValidateAccepts(t *testing.T) {
 			t.Errorf("Validate(defaults + %v) = %q, want none", change, errs)
 		}
 	}
-	if errs := capgate.Validate(capgate.Merge(defaults, map[string]any{"es2_knn": 7.0}, false)); len(errs) != 1 {
-		t.Errorf("Validate with a float64 es2_knn = %q, want one error", errs)
+	// Values a Go caller may build that JSON text can't hold.
+	for _, v := range []any{7.0, json.Number("03"), json.Number("-"), json.Number(""), json.Number("3.0"),
+		json.Number("+3"), uint64(1 << 63), int64(-1), "7"} {
+		errs := capgate.Validate(capgate.Merge(defaults, map[string]any{"es2_knn": v}, false))
+		if !slices.Equal(errs, []string{`"es2_knn" must be a whole number from 0 to 100000.`}) {
+			t.Errorf("Validate with es2_knn %#v = %q, want the whole-number error", v, errs)
+		}
 	}
 }
 
@@ -239,4 +246,103 @@ func TestResolve(t *testing.T) {
 	if err.Error() != wantErr {
 		t.Errorf("Resolve(invalid) error\n got %s\nwant %s", err, wantErr)
 	}
+}
+
+// configProblems checks a Config against SPEC §6 on its own, apart from
+// Validate, so FuzzValidate can catch Validate letting a bad config by.
+func configProblems(c capgate.Config) []string {
+	var p []string
+	numbers := map[string]int{
+		"cluster": c.APIHeavy.Cluster, "per_task": c.APIHeavy.PerTask, "es2_knn": c.ES2KNN,
+		"reserve": c.ReserveSingleRow, "lease": c.LeaseSeconds, "renew": c.RenewSeconds,
+		"max_hold": c.MaxHoldSeconds, "base": c.RetryAfter.Base, "max": c.RetryAfter.Max,
+		"paused": c.RetryAfter.Paused,
+	}
+	for _, tier := range capgate.AllTiers() {
+		numbers["tiers."+string(tier)] = c.Tiers.Of(tier)
+		numbers["per_user."+string(tier)] = c.PerUser.Of(tier)
+	}
+	for name, n := range numbers {
+		if n < 0 || n > 100000 {
+			p = append(p, fmt.Sprintf("%s = %d", name, n))
+		}
+	}
+	if c.ReserveSingleRow > c.APIHeavy.Cluster {
+		p = append(p, "reserve > cluster")
+	}
+	if c.LeaseSeconds < 15 {
+		p = append(p, "lease < 15")
+	}
+	if c.RenewSeconds < 1 || 3*c.RenewSeconds > c.LeaseSeconds {
+		p = append(p, "renew outside 1..lease/3")
+	}
+	if c.MaxHoldSeconds < c.LeaseSeconds {
+		p = append(p, "max_hold < lease")
+	}
+	if c.RetryAfter.Base < 1 || c.RetryAfter.Paused < 1 || c.RetryAfter.Max < c.RetryAfter.Base {
+		p = append(p, "bad retry_after")
+	}
+	if c.Mode != "off" && c.Mode != "shadow" && c.Mode != "enforce" {
+		p = append(p, "bad mode")
+	}
+	if c.EnforceFor != "aware" && c.EnforceFor != "all" {
+		p = append(p, "bad enforce_for")
+	}
+	return p
+}
+
+// badNumbers returns the paths of a doc's leaves, other than mode and
+// enforce_for, that are not JSON integers.
+func badNumbers(v any, path string) []string {
+	if m, ok := v.(map[string]any); ok {
+		var bad []string
+		for k, x := range m {
+			if path == "" && (k == "mode" || k == "enforce_for") {
+				continue
+			}
+			bad = append(bad, badNumbers(x, path+"."+k)...)
+		}
+		return bad
+	}
+	if n, ok := v.(json.Number); !ok || strings.ContainsAny(string(n), ".eE") {
+		return []string{path}
+	}
+	return nil
+}
+
+func FuzzValidate(f *testing.F) {
+	f.Add([]byte(jsonText(f, capgate.DefaultConfig(capgate.ModeShadow).Doc())))
+	f.Add([]byte(`{}`))
+	f.Add([]byte(`[1]`))
+	f.Add([]byte(`{"mode":"enforce","enforce_for":"all","api_heavy":{"cluster":1,"per_task":0},"es2_knn":0,` +
+		`"reserve_single_row":1,"tiers":{"staff":0,"core":0,"early_access":0,"preview":0},` +
+		`"per_user":{"staff":0,"core":0,"early_access":0,"preview":0},"lease_seconds":15,` +
+		`"renew_seconds":5,"max_hold_seconds":15,"retry_after":{"base":1,"max":1,"paused":1}}`))
+	f.Add([]byte(`{"es2_knn":3.0,"tiers":{"gold":1e2},"mode":true}`))
+	f.Fuzz(func(t *testing.T, b []byte) {
+		doc, err := capgate.ParseDoc(b)
+		if err != nil {
+			return
+		}
+		errs := capgate.Validate(doc)
+		if again := capgate.Validate(doc); !slices.Equal(errs, again) {
+			t.Fatalf("Validate is not deterministic: %q then %q", errs, again)
+		}
+		c, fromErrs := capgate.ConfigFromDoc(doc)
+		if !slices.Equal(errs, fromErrs) {
+			t.Fatalf("ConfigFromDoc errors %q, Validate %q", fromErrs, errs)
+		}
+		if len(errs) > 0 {
+			return
+		}
+		if p := configProblems(c); len(p) > 0 {
+			t.Fatalf("Validate accepted %s, but the config has problems: %q", b, p)
+		}
+		if bad := badNumbers(doc, ""); len(bad) > 0 {
+			t.Fatalf("Validate accepted %s with non-integer numbers at %q", b, bad)
+		}
+		if d := capgate.Diff(doc, c.Doc()); len(d) > 0 {
+			t.Fatalf("Doc() of the accepted config differs from its source: %v", d)
+		}
+	})
 }
