@@ -191,8 +191,9 @@ func numbersEqual(a, b string) bool {
 // digits with an optional leading "-" becomes an integer (json.Number);
 // any other value is a string. It fails with `Give at least one
 // <setting>=<value>.` when args is empty, and with `Expected
-// <setting>=<value>, got "<arg>".` for an argument without a setting
-// before its "=".
+// <setting>=<value>, got "<arg>".` for an argument without "=", or with an
+// empty setting or dotted part ("=1", "tiers..core=1"). The messages are
+// shown to operators as they are, hence sentences, not Go error style.
 func ParseAssignments(args []string) (map[string]any, error) {
 	if len(args) == 0 {
 		return nil, errors.New("Give at least one <setting>=<value>.")
