@@ -38,7 +38,9 @@ func (m tokens) Identify(_ context.Context, r *http.Request) (capgate.Caller, bo
 // statusFunc is a StatusReporter.
 type statusFunc func(ctx context.Context, cfg capgate.Config) capgate.Status
 
-func (f statusFunc) Status(ctx context.Context, cfg capgate.Config) capgate.Status { return f(ctx, cfg) }
+func (f statusFunc) Status(ctx context.Context, cfg capgate.Config) capgate.Status {
+	return f(ctx, cfg)
+}
 
 type staffServer struct {
 	*httptest.Server
