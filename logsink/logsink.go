@@ -187,11 +187,12 @@ func (s *Sink) Drain(timeout time.Duration) bool {
 // DefaultDrainTimeout.
 //
 // If ctx ends first, Close returns at once with an error wrapping
-// ctx.Err(): the lines still queued are abandoned, and a Write that is
-// blocked is not waited for. The writer goroutine then returns as soon as
-// that Write does, and never if it blocks forever; this is the one goroutine
-// the Sink cannot stop, and process exit ends it. Close may be called more
-// than once.
+// ctx.Err() that says how many lines were not written, and a Write that is
+// blocked is not waited for. When that Write returns, the writer goroutine
+// throws away the lines still queued (they are not counted as dropped) and
+// returns; if the Write blocks forever, so does the goroutine: it is the one
+// goroutine the Sink cannot stop, and process exit ends it. Close may be
+// called more than once; a later call waits for that goroutine again.
 func (s *Sink) Close(ctx context.Context) error {
 	s.mu.Lock()
 	s.closed = true
@@ -269,11 +270,14 @@ func (s *Sink) run() {
 	for {
 		select {
 		case <-s.stop:
+			s.discard()
 			return
 		case bp := <-s.queue:
 			select {
-			case <-s.stop:
-				return // Close gave up: abandon the rest.
+			case <-s.stop: // Close gave up while a Write was blocked.
+				s.finish(bp)
+				s.discard()
+				return
 			default:
 			}
 			s.write(bp)
@@ -281,29 +285,47 @@ func (s *Sink) run() {
 	}
 }
 
-// write writes one line, counts the outcome and wakes drainers when nothing
-// is left.
+// write writes one line and counts the outcome.
 func (s *Sink) write(bp *[]byte) {
 	defer func() {
 		if recover() != nil {
 			s.writeErrors.Add(1)
 		}
-		s.recycle(bp)
-		s.mu.Lock()
-		s.pending--
-		if s.pending == 0 {
-			for _, c := range s.waiters {
-				close(c)
-			}
-			s.waiters = nil
-		}
-		s.mu.Unlock()
+		s.finish(bp)
 	}()
 	if _, err := s.w.Write(*bp); err != nil {
 		s.writeErrors.Add(1)
 		return
 	}
 	s.written.Add(1)
+}
+
+// discard throws away the lines left in the queue after Close gave up.
+// Emit takes no more lines by then, so the queue ends empty.
+func (s *Sink) discard() {
+	for {
+		select {
+		case bp := <-s.queue:
+			s.finish(bp)
+		default:
+			return
+		}
+	}
+}
+
+// finish ends one line's time in the sink, written or not, and wakes the
+// waiters when nothing is left.
+func (s *Sink) finish(bp *[]byte) {
+	s.recycle(bp)
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.pending--
+	if s.pending == 0 {
+		for _, c := range s.waiters {
+			close(c)
+		}
+		s.waiters = nil
+	}
 }
 
 // buffer returns a line buffer with capacity n or more.
