@@ -58,7 +58,9 @@ const maxPooledLine = 64 << 10
 // Emit puts a line on a FIFO of WithQueueSize lines (default
 // DefaultQueueSize) and returns at once; one writer goroutine writes each
 // line followed by "\n" to w with a single Write call, and counts and
-// swallows write errors. When the queue is full the new line is dropped and
+// swallows write errors (a panic in Write counts as one). A Write that never
+// returns stops the writing but never the callers: lines fill the queue and
+// are then dropped. When the queue is full the new line is dropped and
 // counted, and the next line that gets through carries
 // ,"log_dropped":N (the lines dropped since the previous line that got
 // through) before its closing brace.
