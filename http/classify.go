@@ -201,7 +201,7 @@ func truthy(vals []string) bool {
 // non-empty array and, when needQ, q a non-empty string.
 func parseBody(body []byte, needQ bool) (rows int, ok bool) {
 	var doc struct {
-		Rows []skipValue    `json:"rows"`
+		Rows []skipValue     `json:"rows"`
 		Q    json.RawMessage `json:"q"`
 	}
 	if err := json.Unmarshal(body, &doc); err != nil || len(doc.Rows) == 0 {
