@@ -2,8 +2,12 @@ package capgate
 
 import (
 	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"errors"
+	"fmt"
 	"log/slog"
-	"net/http"
+	"sync"
 	"time"
 )
 
@@ -11,13 +15,28 @@ import (
 // original implementation's.
 const DefaultKeyPrefix = "ocl:capacity"
 
+// The errors recorded on a call when the gate skips the store (SPEC §7).
+const (
+	ErrTextSkipped        = "skipped: Redis failed recently"
+	ErrTextReleaseSkipped = "release skipped: Redis failed recently; the leases will expire"
+)
+
+// maxErrorLen bounds the error text a log line carries.
+const maxErrorLen = 300
+
+// renewerStopWait is how long Release waits for the renewer to end. A
+// renewal still in flight after that does no harm: renewing never revives
+// or adds a lease.
+const renewerStopWait = 100 * time.Millisecond
+
 // Gate admits heavy calls. Admit decides one call and, unless it is
 // refused or the limiter could not count, takes a lease in each of its lanes
 // and renews it in the background; Release ends it and writes its log line.
 //
 // The gate never refuses a call because of its own failure: a store error,
 // a bug or a bad input makes the call "unavailable" and lets it go ahead.
-// A Gate is safe for concurrent use. Create one with NewGate.
+// Only store errors open the skip window. A Gate is safe for concurrent use.
+// Create one with NewGate; its fields may be set before first use.
 type Gate struct {
 	Store  LaneStore    // required
 	Config ConfigSource // required
@@ -41,11 +60,32 @@ type Gate struct {
 	// Observer is told about decisions and store failures (metrics).
 	// Default: nobody.
 	Observer Observer
+
+	hooks *gateHooks // fault injection for tests; nil in production
 }
 
-// Admission is one heavy call's passage through the gate, from Admit to
-// Release. Its methods are safe for concurrent use.
-type Admission struct {
+// gateHooks let white-box tests inject faults where Go code has no natural
+// way to fail.
+type gateHooks struct {
+	retryAfter   func() error            // before Retry-After is computed
+	startRenewer func(func()) error      // replaces `go f()`
+	afterAdmit   func(a *Admission)      // at the end of Admit
+	emit         func(line []byte) error // replaces Sink.Emit
+}
+
+// NewGate returns a gate over store and cfg with the defaults set.
+func NewGate(store LaneStore, cfg ConfigSource, sink Sink, taskID string) *Gate {
+	return &Gate{
+		Store:         store,
+		Config:        cfg,
+		Sink:          sink,
+		TaskID:        taskID,
+		KeyPrefix:     DefaultKeyPrefix,
+		Skip:          NewSkipWindow(DefaultSkipDuration, nil),
+		StoreDeadline: DefaultStoreDeadline,
+		Now:           time.Now,
+		Logger:        slog.Default(),
+	}
 }
 
 // Observer is told what the gate does, for metrics. Its methods must be
@@ -60,27 +100,234 @@ type Observer interface {
 	StoreSkipped(op string)
 }
 
-// Admit decides call. It returns nil when the mode is off: the call passes
-// untouched. Otherwise the caller must call Release when the call ends,
-// however it ends.
-func (g *Gate) Admit(ctx context.Context, call Call) *Admission {
-	return nil // TODO(gate)
+func (g *Gate) now() time.Time {
+	if g.Now != nil {
+		return g.Now()
+	}
+	return time.Now()
 }
 
-// Decision returns the admission's decision.
-func (a *Admission) Decision() Decision { return DecisionNone }
+func (g *Gate) keys() Keys { return Keys{Prefix: g.KeyPrefix, TaskID: g.TaskID} }
 
-// Refused reports whether the call must be answered with the 429 and never
-// reach the API.
-func (a *Admission) Refused() bool { return false }
+func (g *Gate) skipping() bool { return g.Skip != nil && g.Skip.Skipping() }
 
-// SetHeaders sets the capacity headers on h (SPEC §4); Retry-After only on
-// a refusal.
-func (a *Admission) SetHeaders(h http.Header) {}
+// storeFailed opens the skip window after a store error.
+func (g *Gate) storeFailed(op string, err error) {
+	if g.Skip != nil {
+		g.Skip.Fail()
+	}
+	if g.Observer != nil {
+		g.Observer.StoreError(op, err)
+	}
+	g.logger().Warn("capacity lane store failed", "op", op, "error", err)
+}
 
-// RefusalBody returns the JSON body of the 429.
-func (a *Admission) RefusalBody() []byte { return nil }
+func (g *Gate) storeSkipped(op string) {
+	if g.Observer != nil {
+		g.Observer.StoreSkipped(op)
+	}
+}
 
-// Release stops renewing, gives back the leases and writes the log line.
-// It is idempotent and never fails; cleanup runs even when ctx is done.
-func (a *Admission) Release(ctx context.Context) {}
+func (g *Gate) logger() *slog.Logger {
+	if g.Logger != nil {
+		return g.Logger
+	}
+	return slog.Default()
+}
+
+// Admission is one heavy call's passage through the gate, from Admit to
+// Release. Its methods are safe for concurrent use; its decision and counts
+// are fixed when Admit returns.
+type Admission struct {
+	g        *Gate
+	call     Call
+	cfg      Config
+	enforced bool
+	lanes    []Lane
+	counts   []int // per lane: count before, +1 if taken; nil when unknown
+	taken    bool  // holds leases
+	decision Decision
+	full     laneSet
+	scope    int // lane index, -1 none
+	retry    int // Retry-After seconds, 0 none
+	token    string
+	start    time.Time
+
+	mu        sync.Mutex
+	err       string // requires mu held
+	leaseLost bool   // requires mu held
+	released  bool   // requires mu held
+	heldMS    int64  // requires mu held; -1 when no lease was held
+	finished  time.Time
+
+	stop      chan struct{} // closed to stop the renewer; nil without one
+	renewDone chan struct{} // closed when the renewer ends
+}
+
+// Admit decides call. It returns nil when the mode is off: the call passes
+// untouched. Otherwise the caller must call Release when the call ends,
+// however it ends, and must not send a refused call (Refused) on.
+func (g *Gate) Admit(ctx context.Context, call Call) *Admission {
+	cfg := g.Config.Config(ctx)
+	if cfg.Mode == ModeOff {
+		return nil
+	}
+	a := &Admission{g: g, call: call, cfg: cfg, scope: -1, start: g.now()}
+	a.enforced = cfg.Mode == ModeEnforce && (cfg.EnforceFor == EnforceAll || call.Aware)
+	func() {
+		defer func() {
+			if r := recover(); r != nil {
+				a.fail(fmt.Errorf("internal error: %v", r))
+			}
+		}()
+		if err := a.acquire(ctx); err != nil {
+			a.fail(err)
+		}
+	}()
+	if h := g.hooks; h != nil && h.afterAdmit != nil {
+		h.afterAdmit(a)
+	}
+	return a
+}
+
+// Unavailable returns an admission for a call the gate could not decide
+// because of cause (an identity lookup that failed, say): the call goes
+// ahead uncounted and its log line says why. It returns nil when the mode
+// is off. The store's skip window is not touched.
+func (g *Gate) Unavailable(ctx context.Context, call Call, cause error) *Admission {
+	cfg := g.Config.Config(ctx)
+	if cfg.Mode == ModeOff {
+		return nil
+	}
+	a := &Admission{g: g, call: call, cfg: cfg, scope: -1, start: g.now()}
+	a.enforced = cfg.Mode == ModeEnforce && (cfg.EnforceFor == EnforceAll || call.Aware)
+	a.fail(cause)
+	return a
+}
+
+// acquire plans the lanes, takes the leases and decides. An error it
+// returns is not the store's (those are handled here); the caller turns it
+// into "unavailable".
+func (a *Admission) acquire(ctx context.Context) error {
+	g := a.g
+	switch a.call.Tier {
+	case TierStaff, TierCore, TierEarlyAccess, TierPreview:
+	default:
+		return fmt.Errorf("unknown tier %q", a.call.Tier)
+	}
+	if a.call.UserID == "" {
+		return errors.New("no user id")
+	}
+	a.lanes = g.keys().Plan(a.cfg, a.call)
+	if g.skipping() {
+		g.storeSkipped("acquire")
+		a.decision = DecisionUnavailable
+		a.setErr(ErrTextSkipped)
+		return nil
+	}
+	keys := make([]string, len(a.lanes))
+	limits := make([]int, len(a.lanes))
+	for i, l := range a.lanes {
+		keys[i], limits[i] = l.Key, l.Limit
+	}
+	a.token = newToken()
+	before := make([]int, len(a.lanes))
+	deadline := g.StoreDeadline
+	if deadline <= 0 {
+		deadline = DefaultStoreDeadline
+	}
+	taken, err := g.Store.Acquire(ctx, AcquireRequest{
+		Token:    a.token,
+		Keys:     keys,
+		Limits:   limits,
+		Lease:    time.Duration(a.cfg.LeaseSeconds) * time.Second,
+		Force:    !a.enforced,
+		NotAfter: g.now().Add(deadline + 2*time.Second),
+	}, before)
+	if err != nil {
+		g.storeFailed("acquire", err)
+		a.decision = DecisionUnavailable
+		a.setErr(err.Error())
+		return nil
+	}
+	a.taken = taken
+	a.full = fullLanes(a.lanes, before)
+	a.counts = before
+	if taken {
+		for i := range a.counts {
+			a.counts[i]++
+		}
+	}
+	switch {
+	case a.full.empty() && !taken:
+		return errors.New("the store took no lease though no lane was full")
+	case a.full.empty():
+		a.decision = DecisionAdmitted
+	case taken:
+		a.decision = DecisionShadowRefused
+	default:
+		a.decision = DecisionRefused
+	}
+	if !a.full.empty() {
+		if h := g.hooks; h != nil && h.retryAfter != nil {
+			if err := h.retryAfter(); err != nil {
+				return err
+			}
+		}
+		a.scope = scopeOf(a.lanes, a.full)
+		a.retry = retryAfterSeconds(a.cfg.RetryAfter, a.lanes, before0(a.counts, taken), a.full)
+	}
+	if taken {
+		if err := a.startRenewer(ctx); err != nil {
+			a.setErr(fmt.Sprintf("start renewer: %v", err))
+		}
+	}
+	return nil
+}
+
+// before0 returns the counts before the call from the counts after it.
+// Retry-After needs them; it is computed once per refusal, so the small
+// copy is no burden.
+func before0(counts []int, taken bool) []int {
+	if !taken {
+		return counts
+	}
+	b := make([]int, len(counts))
+	for i, c := range counts {
+		b[i] = c - 1
+	}
+	return b
+}
+
+// fail turns the call unavailable because of err, unless it already holds
+// a lease with a decision: the limiter's own failure never refuses.
+func (a *Admission) fail(err error) {
+	a.setErr(err.Error())
+	if a.taken && a.decision != DecisionNone {
+		return
+	}
+	a.decision = DecisionUnavailable
+	a.retry = 0
+}
+
+func (a *Admission) setErr(s string) {
+	s = truncateRunes(s, maxErrorLen)
+	a.mu.Lock()
+	a.err = s
+	a.mu.Unlock()
+}
+
+// newToken returns 32 random hex characters.
+func newToken() string {
+	var b [16]byte
+	_, _ = rand.Read(b[:]) // crypto/rand.Read never fails (Go 1.24+)
+	return hex.EncodeToString(b[:])
+}
+
+func (a *Admission) keyList() []string {
+	keys := make([]string, len(a.lanes))
+	for i, l := range a.lanes {
+		keys[i] = l.Key
+	}
+	return keys
+}

@@ -1,5 +1,12 @@
 package capgate
 
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"strings"
+)
+
 // Status is the live state of the lanes, as served by GET /capacity/status/
 // (SPEC §9). When the lane store fails, only Mode, EnforceFor and Redis are
 // set, Redis holding the error.
@@ -9,9 +16,9 @@ type Status struct {
 	Redis      string                `json:"redis"`
 	APIHeavy   *APIHeavyStatus       `json:"api_heavy,omitempty"`
 	ES2KNN     *LaneStatus           `json:"es2_knn,omitempty"`
-	Tasks      map[string]LaneStatus `json:"tasks,omitempty"`
-	Tiers      map[Tier]LaneStatus   `json:"tiers,omitempty"`
-	Users      map[string]UserStatus `json:"users,omitempty"`
+	Tasks      map[string]LaneStatus `json:"-"`
+	Tiers      map[Tier]LaneStatus   `json:"-"`
+	Users      map[string]UserStatus `json:"-"`
 }
 
 // APIHeavyStatus is the cluster lane: its limit and the bulk limit.
@@ -30,4 +37,96 @@ type LaneStatus struct {
 // UserStatus is one user's calls in flight.
 type UserStatus struct {
 	InFlight int `json:"in_flight"`
+}
+
+// MarshalJSON writes the full status when the store answered, and only
+// mode, enforce_for and the error when it did not.
+func (s Status) MarshalJSON() ([]byte, error) {
+	if s.Redis != StatusOK {
+		return json.Marshal(struct {
+			Mode       Mode       `json:"mode"`
+			EnforceFor EnforceFor `json:"enforce_for"`
+			Redis      string     `json:"redis"`
+		}{s.Mode, s.EnforceFor, s.Redis})
+	}
+	type full Status // without this method
+	f := full(s)
+	if f.Tasks == nil {
+		f.Tasks = map[string]LaneStatus{}
+	}
+	if f.Users == nil {
+		f.Users = map[string]UserStatus{}
+	}
+	if f.Tiers == nil {
+		f.Tiers = map[Tier]LaneStatus{}
+	}
+	return json.Marshal(struct {
+		full
+		Tasks map[string]LaneStatus `json:"tasks"`
+		Tiers map[Tier]LaneStatus   `json:"tiers"`
+		Users map[string]UserStatus `json:"users"`
+	}{f, f.Tasks, f.Tiers, f.Users})
+}
+
+// StatusOK is Status.Redis when the lane store answered.
+const StatusOK = "ok"
+
+// Status reads every lane's calls in flight under cfg's limits. Per-task
+// and per-user lanes are found by listing keys and are reported only where
+// calls are in flight. It does not use the skip window: staff asking for
+// the status want a live read. A store failure is reported in Redis.
+func (g *Gate) Status(ctx context.Context, cfg Config) Status {
+	st := Status{Mode: cfg.Mode, EnforceFor: cfg.EnforceFor}
+	if err := g.status(ctx, cfg, &st); err != nil {
+		return Status{Mode: cfg.Mode, EnforceFor: cfg.EnforceFor, Redis: err.Error()}
+	}
+	st.Redis = StatusOK
+	return st
+}
+
+func (g *Gate) status(ctx context.Context, cfg Config, st *Status) error {
+	k := g.keys()
+	taskPrefix := k.Lane(LaneTask, "") + ":"
+	userPrefix := k.Lane(LaneUser, "") + ":"
+	tasks, err := g.Store.Keys(ctx, taskPrefix)
+	if err != nil {
+		return fmt.Errorf("list task lanes: %w", err)
+	}
+	users, err := g.Store.Keys(ctx, userPrefix)
+	if err != nil {
+		return fmt.Errorf("list user lanes: %w", err)
+	}
+	tiers := AllTiers()
+	keys := make([]string, 0, 2+len(tiers)+len(tasks)+len(users))
+	keys = append(keys, k.Lane(LaneAPIHeavy, ""), k.Lane(LaneES2KNN, ""))
+	for _, t := range tiers {
+		keys = append(keys, k.Lane(LaneTier, string(t)))
+	}
+	keys = append(keys, tasks...)
+	keys = append(keys, users...)
+	counts := make([]int, len(keys))
+	if err := g.Store.Count(ctx, keys, counts); err != nil {
+		return fmt.Errorf("count lanes: %w", err)
+	}
+	st.APIHeavy = &APIHeavyStatus{InFlight: counts[0], Limit: cfg.APIHeavy.Cluster, BulkLimit: cfg.BulkLimit()}
+	st.ES2KNN = &LaneStatus{InFlight: counts[1], Limit: cfg.ES2KNN}
+	st.Tiers = make(map[Tier]LaneStatus, len(tiers))
+	for i, t := range tiers {
+		st.Tiers[t] = LaneStatus{InFlight: counts[2+i], Limit: cfg.Tiers.Of(t)}
+	}
+	n := 2 + len(tiers)
+	st.Tasks = map[string]LaneStatus{}
+	for i, key := range tasks {
+		if c := counts[n+i]; c > 0 {
+			st.Tasks[strings.TrimPrefix(key, taskPrefix)] = LaneStatus{InFlight: c, Limit: cfg.APIHeavy.PerTask}
+		}
+	}
+	n += len(tasks)
+	st.Users = map[string]UserStatus{}
+	for i, key := range users {
+		if c := counts[n+i]; c > 0 {
+			st.Users[strings.TrimPrefix(key, userPrefix)] = UserStatus{InFlight: c}
+		}
+	}
+	return nil
 }

@@ -1,0 +1,356 @@
+package capgate
+
+import (
+	"context"
+	"net/http"
+	"strconv"
+	"time"
+)
+
+// The capacity headers (SPEC §4).
+const (
+	HeaderDecision            = "X-OCL-Capacity-Decision"
+	HeaderLimit               = "X-OCL-Capacity-Limit"
+	HeaderInFlight            = "X-OCL-Capacity-In-Flight"
+	HeaderTier                = "X-OCL-Capacity-Tier"
+	HeaderTierLimit           = "X-OCL-Capacity-Tier-Limit"
+	HeaderTierInFlight        = "X-OCL-Capacity-Tier-In-Flight"
+	HeaderSuggestedConcurrent = "X-OCL-Capacity-Suggested-Concurrency"
+)
+
+// ExposedHeaders lists the headers a browser must be allowed to read on a
+// gated response: the seven capacity headers and Retry-After.
+func ExposedHeaders() []string {
+	return []string{HeaderDecision, HeaderLimit, HeaderInFlight, HeaderTier,
+		HeaderTierLimit, HeaderTierInFlight, HeaderSuggestedConcurrent, "Retry-After"}
+}
+
+// startRenewer starts the goroutine that renews the call's leases every
+// renew_seconds until Release, a lost lease, or max_hold_seconds.
+func (a *Admission) startRenewer(ctx context.Context) error {
+	a.stop = make(chan struct{})
+	a.renewDone = make(chan struct{})
+	// The renewer outlives the request's cancellation until Release stops
+	// it; each store call is bounded by the store's own deadline.
+	rctx := context.WithoutCancel(ctx)
+	run := func() { a.renew(rctx) }
+	if h := a.g.hooks; h != nil && h.startRenewer != nil {
+		if err := h.startRenewer(run); err != nil {
+			a.stop, a.renewDone = nil, nil
+			return err
+		}
+		return nil
+	}
+	go run()
+	return nil
+}
+
+func (a *Admission) renew(ctx context.Context) {
+	defer close(a.renewDone)
+	g := a.g
+	every := time.Duration(a.cfg.RenewSeconds) * time.Second
+	maxHold := time.Duration(a.cfg.MaxHoldSeconds) * time.Second
+	lease := time.Duration(a.cfg.LeaseSeconds) * time.Second
+	began := time.Now() // the renewer's own clock: it sleeps on real timers
+	keys := a.keyList()
+	t := time.NewTimer(every)
+	defer t.Stop()
+	for {
+		select {
+		case <-a.stop:
+			return
+		case <-t.C:
+		}
+		if time.Since(began) >= maxHold {
+			return // the leases expire lease_seconds later
+		}
+		t.Reset(every)
+		if g.skipping() {
+			g.storeSkipped("renew")
+			continue
+		}
+		held, err := g.Store.Renew(ctx, a.token, keys, lease)
+		if err != nil {
+			g.storeFailed("renew", err)
+			a.setErr(err.Error())
+			continue
+		}
+		if held < len(keys) {
+			a.mu.Lock()
+			a.leaseLost = true
+			a.mu.Unlock()
+			return
+		}
+	}
+}
+
+// Release stops renewing, gives back the leases and writes the log line.
+// It is idempotent and never fails; cleanup runs even when ctx is done
+// (bounded by the store's deadline).
+func (a *Admission) Release(ctx context.Context) {
+	if a == nil {
+		return
+	}
+	a.mu.Lock()
+	if a.released {
+		a.mu.Unlock()
+		return
+	}
+	a.released = true
+	a.finished = a.g.now()
+	a.heldMS = -1
+	if a.taken {
+		a.heldMS = a.finished.Sub(a.start).Milliseconds()
+	}
+	a.mu.Unlock()
+
+	g := a.g
+	// Each step runs whatever happened in the one before it.
+	if a.stop != nil {
+		close(a.stop)
+		t := time.NewTimer(renewerStopWait)
+		select {
+		case <-a.renewDone:
+		case <-t.C:
+		}
+		t.Stop()
+	}
+	if a.taken {
+		a.releaseLeases(ctx)
+	}
+	if a.decision != DecisionNone {
+		a.emit()
+	}
+	if g.Observer != nil {
+		g.Observer.Released(a)
+	}
+}
+
+func (a *Admission) releaseLeases(ctx context.Context) {
+	g := a.g
+	defer func() {
+		if r := recover(); r != nil {
+			a.setErr("release: internal error")
+		}
+	}()
+	if g.skipping() {
+		g.storeSkipped("release")
+		a.mu.Lock()
+		if a.err == "" {
+			a.err = ErrTextReleaseSkipped
+		}
+		a.mu.Unlock()
+		return
+	}
+	deadline := g.StoreDeadline
+	if deadline <= 0 {
+		deadline = DefaultStoreDeadline
+	}
+	// The client may be gone; the leases must still be given back.
+	rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), deadline)
+	defer cancel()
+	if err := g.Store.Release(rctx, a.token, a.keyList()); err != nil {
+		g.storeFailed("release", err)
+		a.setErr(err.Error())
+	}
+}
+
+func (a *Admission) emit() {
+	defer func() { _ = recover() }() // a failing log line never fails the call
+	rec := a.Record()
+	line := rec.AppendJSON(make([]byte, 0, 512))
+	if h := a.g.hooks; h != nil && h.emit != nil {
+		_ = h.emit(line)
+		return
+	}
+	if a.g.Sink != nil {
+		_ = a.g.Sink.Emit(line)
+	}
+}
+
+// Decision returns the admission's decision.
+func (a *Admission) Decision() Decision { return a.decision }
+
+// Refused reports whether the call must be answered with the 429 and never
+// reach the API.
+func (a *Admission) Refused() bool { return a.decision == DecisionRefused }
+
+// Enforced reports whether a full lane would refuse this call.
+func (a *Admission) Enforced() bool { return a.enforced }
+
+// Holding reports whether the call took leases.
+func (a *Admission) Holding() bool { return a.taken }
+
+// Call returns the call as admitted.
+func (a *Admission) Call() Call { return a.call }
+
+// Lanes returns the call's lanes (nil when none were planned).
+func (a *Admission) Lanes() []Lane { return a.lanes }
+
+// Counts returns each lane's count as this call saw it (count before, +1
+// if it took the lease); nil when unknown.
+func (a *Admission) Counts() []int { return a.counts }
+
+// RetryAfter returns the Retry-After seconds for a refused or
+// shadow-refused call; ok is false otherwise.
+func (a *Admission) RetryAfter() (seconds int, ok bool) {
+	return a.retry, a.retry > 0 && (a.decision == DecisionRefused || a.decision == DecisionShadowRefused)
+}
+
+// Scope returns the lane reported for a refusal (SPEC §4); "" when no lane
+// was full.
+func (a *Admission) Scope() LaneName {
+	if a.scope < 0 {
+		return ""
+	}
+	return a.lanes[a.scope].Name
+}
+
+// Suggested returns the suggested concurrency; ok is false when the call
+// has no lanes.
+func (a *Admission) Suggested() (n int, ok bool) {
+	return suggestedConcurrency(a.lanes, a.counts)
+}
+
+// Err returns the error recorded on the call, "" when none.
+func (a *Admission) Err() string {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	return a.err
+}
+
+// LeaseLost reports whether a renewal found a lease gone.
+func (a *Admission) LeaseLost() bool {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	return a.leaseLost
+}
+
+func (a *Admission) lane(name LaneName) int {
+	for i, l := range a.lanes {
+		if l.Name == name {
+			return i
+		}
+	}
+	return -1
+}
+
+// SetHeaders sets the capacity headers on h (SPEC §4): every value that is
+// known, and Retry-After only on a refusal.
+func (a *Admission) SetHeaders(h http.Header) {
+	if a == nil || h == nil {
+		return
+	}
+	h.Set(HeaderDecision, string(a.decision))
+	if i := a.lane(LaneAPIHeavy); i >= 0 {
+		h.Set(HeaderLimit, strconv.Itoa(a.lanes[i].Limit))
+		if a.counts != nil {
+			h.Set(HeaderInFlight, strconv.Itoa(a.counts[i]))
+		}
+	}
+	if a.call.Tier != "" {
+		h.Set(HeaderTier, string(a.call.Tier))
+	}
+	if i := a.lane(LaneTier); i >= 0 {
+		h.Set(HeaderTierLimit, strconv.Itoa(a.lanes[i].Limit))
+		if a.counts != nil {
+			h.Set(HeaderTierInFlight, strconv.Itoa(a.counts[i]))
+		}
+	}
+	if n, ok := a.Suggested(); ok {
+		h.Set(HeaderSuggestedConcurrent, strconv.Itoa(n))
+	}
+	if s, ok := a.RetryAfter(); ok && a.decision == DecisionRefused {
+		h.Set("Retry-After", strconv.Itoa(s))
+	} else {
+		h.Del("Retry-After")
+	}
+}
+
+// RefusalBody returns the JSON body of the 429 (SPEC §4); nil unless the
+// call was refused.
+func (a *Admission) RefusalBody() []byte {
+	if a == nil || a.decision != DecisionRefused {
+		return nil
+	}
+	scope, paused := a.Scope(), false
+	if a.scope >= 0 {
+		paused = a.lanes[a.scope].Limit == 0
+	}
+	return refusalBody(scope, paused, a.retry)
+}
+
+// Record returns the call's log record. Its timestamp and held_ms are set
+// once the call is released.
+func (a *Admission) Record() Record {
+	r := Record{
+		Decision:       a.decision,
+		Mode:           a.cfg.Mode,
+		Enforced:       a.enforced,
+		Endpoint:       a.call.Endpoint,
+		Semantic:       a.call.Semantic,
+		Reranker:       a.call.Reranker,
+		Rows:           a.call.Rows,
+		SingleRow:      a.call.SingleRow(),
+		Tier:           a.call.Tier,
+		UserID:         a.call.UserID,
+		Scope:          string(a.Scope()),
+		Task:           a.g.TaskID,
+		RequestSource:  a.call.RequestSource,
+		AlgorithmID:    a.call.AlgorithmID,
+		AutomatchRunID: a.call.AutomatchRunID,
+		CID:            a.call.CID,
+	}
+	for i, l := range a.lanes {
+		if a.full.has(i) {
+			r.Full = append(r.Full, string(l.Name))
+		}
+		limit := l.Limit
+		var inFlight *int
+		if a.counts != nil {
+			inFlight = &a.counts[i]
+		}
+		switch l.Name {
+		case LaneAPIHeavy:
+			r.InFlight, r.Limit = inFlight, &limit
+		case LaneTask:
+			r.TaskInFlight, r.TaskLimit = inFlight, &limit
+		case LaneES2KNN:
+			r.ES2KNNInFlight, r.ES2KNNLimit = inFlight, &limit
+		case LaneTier:
+			r.TierInFlight, r.TierLimit = inFlight, &limit
+		case LaneUser:
+			r.UserInFlight, r.UserLimit = inFlight, &limit
+		}
+	}
+	if n, ok := a.Suggested(); ok {
+		r.Suggested = &n
+	}
+	if s, ok := a.RetryAfter(); ok {
+		r.RetryAfter = &s
+	}
+	if a.call.HasQueueMS {
+		q := a.call.QueueMS
+		r.QueueMS = &q
+	}
+	a.mu.Lock()
+	r.Error, r.LeaseLost, r.TS = a.err, a.leaseLost, a.finished
+	if a.released && a.heldMS >= 0 {
+		h := a.heldMS
+		r.HeldMS = &h
+	}
+	a.mu.Unlock()
+	return r
+}
+
+// truncateRunes returns the first n runes of s.
+func truncateRunes(s string, n int) string {
+	i := 0
+	for j := range s {
+		if i == n {
+			return s[:j]
+		}
+		i++
+	}
+	return s
+}

@@ -1,0 +1,103 @@
+package capgate
+
+import "strconv"
+
+// The pure part of a decision: which lanes are full, which one is reported,
+// how long to wait and how many calls to keep in flight. No I/O here.
+
+// laneSet is a set of lane indexes; a call has at most five lanes.
+type laneSet uint8
+
+func (s laneSet) has(i int) bool { return s&(1<<i) != 0 }
+func (s laneSet) empty() bool    { return s == 0 }
+
+// fullLanes returns the lanes whose count before the call reached their
+// limit; a limit of 0 is always full.
+func fullLanes(lanes []Lane, before []int) laneSet {
+	var s laneSet
+	for i, l := range lanes {
+		if before[i] >= l.Limit {
+			s |= 1 << i
+		}
+	}
+	return s
+}
+
+// scopeOf returns the lane reported for a refusal: the first full lane
+// whose limit is 0 (a paused lane wins), else the first full lane; -1 when
+// none is full.
+func scopeOf(lanes []Lane, full laneSet) int {
+	first := -1
+	for i, l := range lanes {
+		if !full.has(i) {
+			continue
+		}
+		if l.Limit == 0 {
+			return i
+		}
+		if first < 0 {
+			first = i
+		}
+	}
+	return first
+}
+
+// retryAfterSeconds returns Retry-After for a call that found lanes full:
+// retry_after.paused if any full lane is paused, else base × the most calls
+// ahead in a full lane (count before − limit + 1), capped at max.
+func retryAfterSeconds(ra RetryAfter, lanes []Lane, before []int, full laneSet) int {
+	ahead := 0
+	for i, l := range lanes {
+		if !full.has(i) {
+			continue
+		}
+		if l.Limit == 0 {
+			return ra.Paused
+		}
+		ahead = max(ahead, before[i]-l.Limit+1)
+	}
+	return min(ra.Max, ra.Base*ahead)
+}
+
+// suggestedConcurrency returns how many calls the user should keep in
+// flight now (SPEC §4), given the counts including this call (nil when
+// unknown); ok is false when the call has no lanes.
+func suggestedConcurrency(lanes []Lane, counts []int) (n int, ok bool) {
+	if len(lanes) == 0 {
+		return 0, false
+	}
+	user := lanes[len(lanes)-1] // the user lane is always last
+	for _, l := range lanes {
+		if l.Limit == 0 {
+			return 0, true
+		}
+	}
+	if counts == nil {
+		return user.Limit, true
+	}
+	room, seen := 0, false
+	for i, l := range lanes {
+		if l.Name == LaneTask {
+			continue // the task lane says nothing about what the user may send
+		}
+		if r := l.Limit - counts[i]; !seen || r < room {
+			room, seen = r, true
+		}
+	}
+	return max(1, min(user.Limit, counts[len(lanes)-1]+room)), true
+}
+
+// refusalBody returns the JSON body of the 429 (SPEC §4).
+func refusalBody(scope LaneName, paused bool, retryAfter int) []byte {
+	n := strconv.Itoa(retryAfter)
+	b := make([]byte, 0, 160)
+	b = append(b, `{"detail":"Matching is busy. Please retry in `...)
+	b = append(b, n...)
+	b = append(b, ` seconds.","error_code":"capacity_exceeded","scope":`...)
+	b = appendJSONString(b, string(scope))
+	b = append(b, `,"paused":`...)
+	b = strconv.AppendBool(b, paused)
+	b = append(b, `,"retry_after":`...)
+	b = append(b, n...)
+	return append(b, '}')
+}

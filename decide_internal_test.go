@@ -1,0 +1,93 @@
+package capgate
+
+import (
+	"slices"
+	"testing"
+)
+
+func lanes(limits ...int) []Lane {
+	names := []LaneName{LaneAPIHeavy, LaneTask, LaneES2KNN, LaneTier, LaneUser}
+	out := make([]Lane, len(limits))
+	for i, l := range limits {
+		out[i] = Lane{Name: names[i], Key: string(names[i]), Limit: l}
+	}
+	return out
+}
+
+func TestFullScopeRetryAfter(t *testing.T) {
+	ra := RetryAfter{Base: 5, Max: 30, Paused: 120}
+	cases := []struct {
+		name      string
+		limits    []int
+		before    []int
+		wantFull  []int
+		wantScope int
+		wantRetry int
+	}{
+		{"none full", []int{3, 2, 3, 3, 2}, []int{0, 0, 0, 0, 0}, nil, -1, 0},
+		{"user full", []int{3, 2, 3, 2, 1}, []int{1, 1, 1, 1, 1}, []int{4}, 4, 5},
+		{"paused wins over first full", []int{1, 5, 3, 0, 1}, []int{1, 0, 0, 0, 0}, []int{0, 3}, 3, 120},
+		{"calls ahead grow", []int{9, 10, 10, 10, 10}, []int{11, 11, 11, 11, 11}, []int{0, 1, 2, 3, 4}, 0, 15},
+		{"capped at max", []int{1, 10, 10, 10, 10}, []int{20, 0, 0, 0, 0}, []int{0}, 0, 30},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			ls := lanes(c.limits...)
+			full := fullLanes(ls, c.before)
+			var got []int
+			for i := range ls {
+				if full.has(i) {
+					got = append(got, i)
+				}
+			}
+			if !slices.Equal(got, c.wantFull) {
+				t.Fatalf("full = %v, want %v", got, c.wantFull)
+			}
+			if s := scopeOf(ls, full); s != c.wantScope {
+				t.Fatalf("scope = %d, want %d", s, c.wantScope)
+			}
+			if !full.empty() {
+				if r := retryAfterSeconds(ra, ls, c.before, full); r != c.wantRetry {
+					t.Fatalf("retry after = %d, want %d", r, c.wantRetry)
+				}
+			}
+		})
+	}
+}
+
+func TestSuggestedConcurrency(t *testing.T) {
+	cases := []struct {
+		name   string
+		limits []int
+		counts []int
+		want   int
+		ok     bool
+	}{
+		{"no lanes", nil, nil, 0, false},
+		{"a paused lane", []int{3, 2, 3, 0, 1}, []int{1, 1, 1, 1, 1}, 0, true},
+		{"counts unknown: per-user limit", []int{3, 2, 3, 4, 3}, nil, 3, true},
+		{"alone", []int{3, 2, 3, 4, 3}, []int{1, 1, 1, 1, 1}, 3, true},
+		{"task lane ignored", []int{3, 1, 3, 4, 3}, []int{1, 5, 1, 1, 1}, 3, true},
+		{"over the limit: never below 1", []int{3, 2, 3, 2, 1}, []int{4, 1, 1, 1, 1}, 1, true},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			var ls []Lane
+			if c.limits != nil {
+				ls = lanes(c.limits...)
+			}
+			got, ok := suggestedConcurrency(ls, c.counts)
+			if got != c.want || ok != c.ok {
+				t.Fatalf("suggested = %d %v, want %d %v", got, ok, c.want, c.ok)
+			}
+		})
+	}
+}
+
+func TestRefusalBody(t *testing.T) {
+	got := string(refusalBody(LaneUser, false, 5))
+	want := `{"detail":"Matching is busy. Please retry in 5 seconds.","error_code":"capacity_exceeded","scope":"user","paused":false,"retry_after":5}`
+	if got != want {
+		t.Fatalf("body = %s\nwant   %s", got, want)
+	}
+}

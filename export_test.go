@@ -1,0 +1,20 @@
+package capgate
+
+// Fault hooks for the external tests (package capgate_test), which can use
+// the real stores without an import cycle.
+
+// SetRetryAfterHook makes Retry-After's computation fail with fn's error.
+func SetRetryAfterHook(g *Gate, fn func() error) { g.hooksFor().retryAfter = fn }
+
+// SetStartRenewerHook replaces how the renewer goroutine is started.
+func SetStartRenewerHook(g *Gate, fn func(func()) error) { g.hooksFor().startRenewer = fn }
+
+// SetEmitHook replaces the sink's Emit.
+func SetEmitHook(g *Gate, fn func([]byte) error) { g.hooksFor().emit = fn }
+
+func (g *Gate) hooksFor() *gateHooks {
+	if g.hooks == nil {
+		g.hooks = &gateHooks{}
+	}
+	return g.hooks
+}

@@ -1,0 +1,38 @@
+package capgate
+
+import (
+	"context"
+	"sync"
+)
+
+// FixedConfig is a ConfigSource that holds one config, replaced with Set:
+// for library users without a config store, tests and demos. Safe for
+// concurrent use.
+type FixedConfig struct {
+	mu sync.RWMutex
+	c  Config // requires mu held
+}
+
+// NewFixedConfig returns a source holding c.
+func NewFixedConfig(c Config) *FixedConfig { return &FixedConfig{c: c} }
+
+// Config returns the config held.
+func (f *FixedConfig) Config(context.Context) Config {
+	f.mu.RLock()
+	defer f.mu.RUnlock()
+	return f.c
+}
+
+// Set replaces the config held.
+func (f *FixedConfig) Set(c Config) {
+	f.mu.Lock()
+	f.c = c
+	f.mu.Unlock()
+}
+
+// Update changes the config held with fn.
+func (f *FixedConfig) Update(fn func(c *Config)) {
+	f.mu.Lock()
+	fn(&f.c)
+	f.mu.Unlock()
+}

@@ -1,0 +1,159 @@
+package lanetest
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"encoding/json"
+	"strings"
+	"sync"
+	"testing"
+
+	"github.com/capgate/capgate"
+)
+
+// Env is one gate over a store under test, with a config to change and the
+// log lines it wrote.
+type Env struct {
+	T     testing.TB
+	Store Store
+	Gate  *capgate.Gate
+	Cfg   *capgate.FixedConfig
+	Sink  *Lines
+}
+
+// Lines is a capgate.Sink that keeps every line, for tests.
+type Lines struct {
+	mu    sync.Mutex
+	lines [][]byte
+}
+
+// Emit keeps a copy of line.
+func (l *Lines) Emit(line []byte) error {
+	l.mu.Lock()
+	l.lines = append(l.lines, append([]byte(nil), line...))
+	l.mu.Unlock()
+	return nil
+}
+
+// All returns the lines decoded as JSON objects, in order.
+func (l *Lines) All(t testing.TB) []map[string]any {
+	t.Helper()
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	out := make([]map[string]any, len(l.lines))
+	for i, b := range l.lines {
+		d := json.NewDecoder(strings.NewReader(string(b)))
+		d.UseNumber()
+		if err := d.Decode(&out[i]); err != nil {
+			t.Fatalf("log line %d is not JSON: %v: %s", i, err, b)
+		}
+	}
+	return out
+}
+
+// Raw returns the lines as written.
+func (l *Lines) Raw() []string {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	out := make([]string, len(l.lines))
+	for i, b := range l.lines {
+		out[i] = string(b)
+	}
+	return out
+}
+
+// NewEnv opens a store and a gate over it on task "task-a", with a fresh
+// random key prefix (so runs against a shared Redis don't meet) and the
+// default config in shadow mode. Admissions are the test's to release.
+func NewEnv(t testing.TB, open Factory) *Env {
+	t.Helper()
+	s := open(t)
+	cfg := capgate.NewFixedConfig(capgate.DefaultConfig(capgate.ModeShadow))
+	sink := &Lines{}
+	g := capgate.NewGate(s, cfg, sink, "task-a")
+	g.KeyPrefix = RandomPrefix()
+	return &Env{T: t, Store: s, Gate: g, Cfg: cfg, Sink: sink}
+}
+
+// RandomPrefix returns a lane key prefix no other test uses.
+func RandomPrefix() string {
+	var b [6]byte
+	_, _ = rand.Read(b[:])
+	return "test:" + hex.EncodeToString(b[:]) + ":ocl:capacity"
+}
+
+// Gate returns another gate over the same store, config and sink, on task.
+func (e *Env) TaskGate(task string) *capgate.Gate {
+	g := capgate.NewGate(e.Store, e.Cfg, e.Sink, task)
+	g.KeyPrefix = e.Gate.KeyPrefix
+	return g
+}
+
+// Key returns the key of lane name with id under the env's prefix.
+func (e *Env) Key(name capgate.LaneName, id string) string {
+	return capgate.Keys{Prefix: e.Gate.KeyPrefix}.Lane(name, id)
+}
+
+// Enforce switches the config to enforce for all calls and applies fn.
+func (e *Env) Enforce(fn func(c *capgate.Config)) {
+	e.Cfg.Update(func(c *capgate.Config) {
+		c.Mode, c.EnforceFor = capgate.ModeEnforce, capgate.EnforceAll
+		if fn != nil {
+			fn(c)
+		}
+	})
+}
+
+// Admit admits call on the env's gate and releases it at cleanup.
+func (e *Env) Admit(call capgate.Call) *capgate.Admission {
+	return e.AdmitOn(e.Gate, call)
+}
+
+// AdmitOn admits call on g and releases it at cleanup.
+func (e *Env) AdmitOn(g *capgate.Gate, call capgate.Call) *capgate.Admission {
+	e.T.Helper()
+	a := g.Admit(context.Background(), call)
+	e.T.Cleanup(func() { a.Release(context.Background()) })
+	return a
+}
+
+// Match returns a semantic $match of 10 rows by user of tier.
+func Match(user string, tier capgate.Tier) capgate.Call {
+	return capgate.Call{Endpoint: capgate.EndpointMatch, Rows: 10, Semantic: true,
+		UserID: user, Tier: tier}
+}
+
+// Lexical returns a lexical $match with the reranker.
+func Lexical(user string, tier capgate.Tier) capgate.Call {
+	return capgate.Call{Endpoint: capgate.EndpointMatch, Rows: 10, Reranker: true,
+		UserID: user, Tier: tier}
+}
+
+// LaneCounts returns the admission's counts by lane name.
+func LaneCounts(a *capgate.Admission) map[capgate.LaneName]int {
+	out := map[capgate.LaneName]int{}
+	counts := a.Counts()
+	for i, l := range a.Lanes() {
+		if counts != nil {
+			out[l.Name] = counts[i]
+		}
+	}
+	return out
+}
+
+// LaneLimits returns the admission's limits by lane name.
+func LaneLimits(a *capgate.Admission) map[capgate.LaneName]int {
+	out := map[capgate.LaneName]int{}
+	for _, l := range a.Lanes() {
+		out[l.Name] = l.Limit
+	}
+	return out
+}
+
+// Full returns the admission's full lanes, from its record.
+func Full(a *capgate.Admission) []string {
+	return a.Record().Full
+}
+
+type jsonNumber = json.Number

@@ -1,0 +1,536 @@
+package lanetest
+
+import (
+	"context"
+	"fmt"
+	"net/http"
+	"reflect"
+	"slices"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/capgate/capgate"
+)
+
+// RunGate runs the gate's scenarios (SPEC §3–§4, the original's gate
+// tests) on top of the stores open makes.
+func RunGate(t *testing.T, open Factory) {
+	cases := []struct {
+		name string
+		fn   func(t *testing.T, e *Env)
+	}{
+		{"AdmitsAndCountsInEveryLane", testAdmitsAndCounts},
+		{"SingleRowReserve", testSingleRowReserve},
+		{"PerTaskLanes", testPerTaskLanes},
+		{"TierCeilings", testTierCeilings},
+		{"ES2KNNOnlyForSemantic", testES2KNNOnlySemantic},
+		{"ShadowNeverRefuses", testShadowNeverRefuses},
+		{"EnforceRefusesWithoutLease", testEnforceRefuses},
+		{"EnforceForAware", testEnforceForAware},
+		{"OffModeDoesNothing", testOffMode},
+		{"PausedTier", testPausedTier},
+		{"PausedLaneIsTheScope", testPausedScope},
+		{"RetryAfterGrowsAndCaps", testRetryAfterGrowth},
+		{"SuggestedConcurrency", testSuggested},
+		{"StaleLeaseExpires", testStaleLease},
+		{"ShortLeaseNeverShortensTTL", testTTLNeverShortened},
+		{"LateAcquireTakesNoLease", testLateAcquire},
+		{"Headers", testHeaders},
+		{"LogLine", testLogLine},
+		{"Status", testStatus},
+		{"ConcurrentEnforceNeverExceedsLimit", testConcurrentLimit},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) { c.fn(t, NewEnv(t, open)) })
+	}
+}
+
+func wantDecision(t *testing.T, a *capgate.Admission, want capgate.Decision) {
+	t.Helper()
+	if a == nil {
+		t.Fatalf("admission is nil, want decision %q", want)
+	}
+	if got := a.Decision(); got != want {
+		t.Fatalf("decision = %q, want %q (error %q)", got, want, a.Err())
+	}
+}
+
+func wantFull(t *testing.T, a *capgate.Admission, want ...string) {
+	t.Helper()
+	if got := Full(a); !slices.Equal(got, want) {
+		t.Fatalf("full = %v, want %v", got, want)
+	}
+}
+
+func testAdmitsAndCounts(t *testing.T, e *Env) {
+	a := e.Admit(Match("ea", capgate.TierEarlyAccess))
+	wantDecision(t, a, capgate.DecisionAdmitted)
+	if !a.Holding() {
+		t.Fatal("admitted call holds no lease")
+	}
+	wantLimits := map[capgate.LaneName]int{"api_heavy": 3, "api_heavy_task": 2, "es2_knn": 3, "tier": 3, "user": 2}
+	if got := LaneLimits(a); !reflect.DeepEqual(got, wantLimits) {
+		t.Fatalf("limits = %v, want %v", got, wantLimits)
+	}
+	for _, l := range a.Lanes() {
+		if got := LaneCounts(a)[l.Name]; got != 1 {
+			t.Errorf("count[%s] = %d, want 1", l.Name, got)
+		}
+		if m := e.Store.Members(t, l.Key); len(m) != 1 {
+			t.Errorf("%s holds %v, want one member", l.Key, m)
+		}
+		if ttl := e.Store.TTL(t, l.Key); ttl <= 0 {
+			t.Errorf("%s TTL = %v, want > 0", l.Key, ttl)
+		}
+	}
+	a.Release(context.Background())
+	a.Release(context.Background()) // harmless
+	for _, l := range a.Lanes() {
+		if m := e.Store.Members(t, l.Key); len(m) != 0 {
+			t.Errorf("after release %s holds %v", l.Key, m)
+		}
+	}
+	if n := len(e.Sink.Raw()); n != 1 {
+		t.Fatalf("log lines = %d, want 1", n)
+	}
+}
+
+func testSingleRowReserve(t *testing.T, e *Env) {
+	e.Enforce(func(c *capgate.Config) {
+		c.APIHeavy = capgate.APIHeavy{Cluster: 2, PerTask: 5}
+		c.ReserveSingleRow = 1
+	})
+	bulk1 := e.Admit(Match("c1", capgate.TierCore))
+	wantDecision(t, bulk1, capgate.DecisionAdmitted)
+	if got := LaneLimits(bulk1)["api_heavy"]; got != 1 {
+		t.Fatalf("bulk api_heavy limit = %d, want 1", got)
+	}
+	bulk2 := e.Admit(Match("c2", capgate.TierCore))
+	wantDecision(t, bulk2, capgate.DecisionRefused)
+	wantFull(t, bulk2, "api_heavy")
+
+	single := Match("c3", capgate.TierCore)
+	single.Rows = 1
+	one := e.Admit(single)
+	wantDecision(t, one, capgate.DecisionAdmitted)
+	if got := LaneLimits(one)["api_heavy"]; got != 2 {
+		t.Fatalf("single-row api_heavy limit = %d, want 2", got)
+	}
+	rerank := capgate.Call{Endpoint: capgate.EndpointRerank, Rows: 1, UserID: "c4", Tier: capgate.TierCore}
+	wantDecision(t, e.Admit(rerank), capgate.DecisionRefused)
+}
+
+func testPerTaskLanes(t *testing.T, e *Env) {
+	e.Enforce(func(c *capgate.Config) {
+		c.APIHeavy = capgate.APIHeavy{Cluster: 4, PerTask: 1}
+		c.ReserveSingleRow = 0
+	})
+	wantDecision(t, e.Admit(Match("c1", capgate.TierCore)), capgate.DecisionAdmitted)
+	second := e.Admit(Match("c2", capgate.TierCore))
+	wantDecision(t, second, capgate.DecisionRefused)
+	wantFull(t, second, "api_heavy_task")
+	onB := e.AdmitOn(e.TaskGate("task-b"), Match("c3", capgate.TierCore))
+	wantDecision(t, onB, capgate.DecisionAdmitted)
+	if got := LaneCounts(onB)["api_heavy"]; got != 2 {
+		t.Fatalf("api_heavy count on task-b = %d, want 2", got)
+	}
+}
+
+func bigLimits(c *capgate.Config) {
+	c.APIHeavy = capgate.APIHeavy{Cluster: 10, PerTask: 10}
+	c.ES2KNN = 10
+}
+
+func testTierCeilings(t *testing.T, e *Env) {
+	e.Enforce(bigLimits)
+	wantDecision(t, e.Admit(Match("p1", capgate.TierPreview)), capgate.DecisionAdmitted)
+	wantDecision(t, e.Admit(Match("p2", capgate.TierPreview)), capgate.DecisionAdmitted)
+	third := e.Admit(Match("p3", capgate.TierPreview))
+	wantDecision(t, third, capgate.DecisionRefused)
+	wantFull(t, third, "tier")
+	if got := LaneCounts(third)["tier"]; got != 2 {
+		t.Fatalf("refused call's tier count = %d, want 2 (it doesn't count itself)", got)
+	}
+	ea := e.Admit(Match("ea", capgate.TierEarlyAccess))
+	wantDecision(t, ea, capgate.DecisionAdmitted)
+	if got := LaneCounts(ea)["tier"]; got != 1 {
+		t.Fatalf("early_access tier count = %d, want 1", got)
+	}
+}
+
+func testES2KNNOnlySemantic(t *testing.T, e *Env) {
+	e.Enforce(func(c *capgate.Config) { bigLimits(c); c.ES2KNN = 1 })
+	first := e.Admit(Match("c1", capgate.TierCore))
+	wantDecision(t, first, capgate.DecisionAdmitted)
+	if _, ok := LaneLimits(first)["es2_knn"]; !ok {
+		t.Fatal("semantic call has no es2_knn lane")
+	}
+	second := e.Admit(Match("c2", capgate.TierCore))
+	wantDecision(t, second, capgate.DecisionRefused)
+	wantFull(t, second, "es2_knn")
+	lex := e.Admit(Lexical("c3", capgate.TierCore))
+	wantDecision(t, lex, capgate.DecisionAdmitted)
+	if _, ok := LaneLimits(lex)["es2_knn"]; ok {
+		t.Fatal("lexical call has an es2_knn lane")
+	}
+}
+
+func testShadowNeverRefuses(t *testing.T, e *Env) {
+	e.Admit(Match("p", capgate.TierPreview))
+	a := e.Admit(Match("p", capgate.TierPreview))
+	wantDecision(t, a, capgate.DecisionShadowRefused)
+	if !a.Holding() || a.Refused() {
+		t.Fatalf("shadow-refused call: holding %v refused %v, want true false", a.Holding(), a.Refused())
+	}
+	wantFull(t, a, "user")
+	if got := LaneCounts(a)["user"]; got != 2 {
+		t.Fatalf("user count = %d, want 2", got)
+	}
+	if s, ok := a.RetryAfter(); !ok || s != 5 {
+		t.Fatalf("retry after = %d %v, want 5", s, ok)
+	}
+	h := http.Header{}
+	a.SetHeaders(h)
+	if v := h.Get("Retry-After"); v != "" {
+		t.Fatalf("shadow-refused call sends Retry-After %q", v)
+	}
+}
+
+func testEnforceRefuses(t *testing.T, e *Env) {
+	e.Enforce(nil)
+	first := e.Admit(Match("p", capgate.TierPreview))
+	a := e.Admit(Match("p", capgate.TierPreview))
+	wantDecision(t, a, capgate.DecisionRefused)
+	if a.Holding() {
+		t.Fatal("refused call holds a lease")
+	}
+	if got := LaneCounts(a)["user"]; got != 1 {
+		t.Fatalf("user count = %d, want 1", got)
+	}
+	if m := e.Store.Members(t, e.Key(capgate.LaneUser, "p")); len(m) != 1 {
+		t.Fatalf("user lane holds %v, want the first call only", m)
+	}
+	want := `{"detail":"Matching is busy. Please retry in 5 seconds.","error_code":"capacity_exceeded","scope":"user","paused":false,"retry_after":5}`
+	if got := string(a.RefusalBody()); got != want {
+		t.Fatalf("body = %s\nwant   %s", got, want)
+	}
+	first.Release(context.Background())
+	wantDecision(t, e.Admit(Match("p", capgate.TierPreview)), capgate.DecisionAdmitted)
+}
+
+func testEnforceForAware(t *testing.T, e *Env) {
+	e.Cfg.Update(func(c *capgate.Config) { c.Mode = capgate.ModeEnforce })
+	e.Admit(Match("p", capgate.TierPreview))
+	unaware := e.Admit(Match("p", capgate.TierPreview))
+	wantDecision(t, unaware, capgate.DecisionShadowRefused)
+	if unaware.Enforced() {
+		t.Fatal("unaware call is enforced")
+	}
+	call := Match("p", capgate.TierPreview)
+	call.Aware = true
+	aware := e.Admit(call)
+	wantDecision(t, aware, capgate.DecisionRefused)
+	if !aware.Enforced() {
+		t.Fatal("aware call is not enforced")
+	}
+}
+
+func testOffMode(t *testing.T, e *Env) {
+	e.Cfg.Update(func(c *capgate.Config) { c.Mode = capgate.ModeOff })
+	a := e.Gate.Admit(context.Background(), Match("p", capgate.TierPreview))
+	if a != nil {
+		t.Fatalf("off mode admission = %v, want nil", a.Decision())
+	}
+	h := http.Header{}
+	a.SetHeaders(h)
+	a.Release(context.Background())
+	if len(h) != 0 {
+		t.Fatalf("off mode set headers %v", h)
+	}
+	keys, err := e.Store.Keys(context.Background(), e.Gate.KeyPrefix)
+	if err != nil || len(keys) != 0 {
+		t.Fatalf("off mode touched the store: keys %v, err %v", keys, err)
+	}
+	if n := len(e.Sink.Raw()); n != 0 {
+		t.Fatalf("off mode wrote %d log lines", n)
+	}
+}
+
+func testPausedTier(t *testing.T, e *Env) {
+	e.Enforce(func(c *capgate.Config) { c.Tiers.Preview = 0 })
+	a := e.Admit(Match("p", capgate.TierPreview))
+	wantDecision(t, a, capgate.DecisionRefused)
+	wantFull(t, a, "tier")
+	if s, _ := a.RetryAfter(); s != 120 {
+		t.Fatalf("retry after = %d, want 120", s)
+	}
+	if n, ok := a.Suggested(); !ok || n != 0 {
+		t.Fatalf("suggested = %d %v, want 0", n, ok)
+	}
+	want := `{"detail":"Matching is busy. Please retry in 120 seconds.","error_code":"capacity_exceeded","scope":"tier","paused":true,"retry_after":120}`
+	if got := string(a.RefusalBody()); got != want {
+		t.Fatalf("body = %s\nwant   %s", got, want)
+	}
+}
+
+func testPausedScope(t *testing.T, e *Env) {
+	e.Enforce(func(c *capgate.Config) {
+		c.ReserveSingleRow = 0
+		c.APIHeavy = capgate.APIHeavy{Cluster: 1, PerTask: 5}
+		c.Tiers.Preview = 0
+	})
+	wantDecision(t, e.Admit(Match("c", capgate.TierCore)), capgate.DecisionAdmitted)
+	a := e.Admit(Match("p", capgate.TierPreview))
+	wantDecision(t, a, capgate.DecisionRefused)
+	wantFull(t, a, "api_heavy", "tier")
+	if got := a.Scope(); got != capgate.LaneTier {
+		t.Fatalf("scope = %q, want tier (a paused lane wins)", got)
+	}
+	want := `{"detail":"Matching is busy. Please retry in 120 seconds.","error_code":"capacity_exceeded","scope":"tier","paused":true,"retry_after":120}`
+	if got := string(a.RefusalBody()); got != want {
+		t.Fatalf("body = %s\nwant   %s", got, want)
+	}
+}
+
+func testRetryAfterGrowth(t *testing.T, e *Env) {
+	e.Cfg.Update(func(c *capgate.Config) {
+		c.Tiers.Core, c.PerUser.Core = 10, 10
+		c.APIHeavy = capgate.APIHeavy{Cluster: 10, PerTask: 10}
+	})
+	var got []int
+	for i := 1; i <= 12; i++ {
+		a := e.Admit(Lexical("c", capgate.TierCore))
+		if i >= 9 {
+			s, _ := a.RetryAfter()
+			got = append(got, s)
+		}
+	}
+	if want := []int{0, 5, 10, 15}; !slices.Equal(got, want) {
+		t.Fatalf("retry after of calls 9..12 = %v, want %v (0 = none)", got, want)
+	}
+	e.Cfg.Update(func(c *capgate.Config) { c.RetryAfter = capgate.RetryAfter{Base: 5, Max: 12, Paused: 120} })
+	if s, _ := e.Admit(Lexical("c", capgate.TierCore)).RetryAfter(); s != 12 {
+		t.Fatalf("capped retry after = %d, want 12", s)
+	}
+}
+
+func testSuggested(t *testing.T, e *Env) {
+	suggested := func(a *capgate.Admission) int {
+		t.Helper()
+		n, ok := a.Suggested()
+		if !ok {
+			t.Fatal("no suggested concurrency")
+		}
+		return n
+	}
+	if got := suggested(e.Admit(Match("c1", capgate.TierCore))); got != 3 {
+		t.Fatalf("core alone: suggested %d, want 3", got)
+	}
+	if got := suggested(e.Admit(Match("c2", capgate.TierCore))); got != 2 {
+		t.Fatalf("second core user: suggested %d, want 2", got)
+	}
+	e.Admit(Match("c3", capgate.TierCore)) // the cluster's bulk limit (3) is now full
+	if got := suggested(e.Admit(Match("p", capgate.TierPreview))); got != 1 {
+		t.Fatalf("preview with the cluster full: suggested %d, want 1", got)
+	}
+}
+
+func testStaleLease(t *testing.T, e *Env) {
+	key := e.Key(capgate.LaneUser, "p")
+	e.Store.SetLease(t, key, "deadworker00000000000000000000000", -time.Hour)
+	a := e.Admit(Match("p", capgate.TierPreview))
+	wantDecision(t, a, capgate.DecisionAdmitted)
+	if m := e.Store.Members(t, key); len(m) != 1 || m[0] == "deadworker00000000000000000000000" {
+		t.Fatalf("user lane = %v, want only the new call's token", m)
+	}
+}
+
+func testTTLNeverShortened(t *testing.T, e *Env) {
+	api := e.Key(capgate.LaneAPIHeavy, "")
+	e.Store.SetLease(t, api, "longcall000000000000000000000000", 600*time.Second)
+	e.Store.SetTTL(t, api, 1200*time.Second)
+	a := e.Admit(Match("p", capgate.TierPreview))
+	wantDecision(t, a, capgate.DecisionAdmitted)
+	if ttl := e.Store.TTL(t, api); ttl <= 600*time.Second {
+		t.Fatalf("api_heavy TTL = %v, want > 600s (never shortened)", ttl)
+	}
+	if ttl := e.Store.TTL(t, e.Key(capgate.LaneUser, "p")); ttl <= 60*time.Second {
+		t.Fatalf("user TTL = %v, want > 60s (2 × lease)", ttl)
+	}
+}
+
+func testLateAcquire(t *testing.T, e *Env) {
+	e.Gate.Now = func() time.Time { return time.Now().Add(-10 * time.Second) }
+	a := e.Admit(Match("p", capgate.TierPreview))
+	wantDecision(t, a, capgate.DecisionUnavailable)
+	if a.Holding() {
+		t.Fatal("late acquire holds a lease")
+	}
+	if err := a.Err(); !contains(err, "no lease was taken") {
+		t.Fatalf("error = %q, want it to say no lease was taken", err)
+	}
+	if m := e.Store.Members(t, e.Key(capgate.LaneAPIHeavy, "")); len(m) != 0 {
+		t.Fatalf("api_heavy holds %v after a late acquire", m)
+	}
+	if !e.Gate.Skip.Skipping() {
+		t.Fatal("a late acquire did not open the skip window")
+	}
+}
+
+func contains(s, sub string) bool { return len(sub) == 0 || indexOf(s, sub) >= 0 }
+
+func indexOf(s, sub string) int {
+	for i := 0; i+len(sub) <= len(s); i++ {
+		if s[i:i+len(sub)] == sub {
+			return i
+		}
+	}
+	return -1
+}
+
+func testHeaders(t *testing.T, e *Env) {
+	e.Enforce(nil)
+	ok := e.Admit(Match("p", capgate.TierPreview))
+	h := http.Header{}
+	ok.SetHeaders(h)
+	want := http.Header{
+		"X-Ocl-Capacity-Decision":              {"admitted"},
+		"X-Ocl-Capacity-Limit":                 {"3"},
+		"X-Ocl-Capacity-In-Flight":             {"1"},
+		"X-Ocl-Capacity-Tier":                  {"preview"},
+		"X-Ocl-Capacity-Tier-Limit":            {"2"},
+		"X-Ocl-Capacity-Tier-In-Flight":        {"1"},
+		"X-Ocl-Capacity-Suggested-Concurrency": {"1"},
+	}
+	if !reflect.DeepEqual(h, want) {
+		t.Fatalf("admitted headers = %v\nwant %v", h, want)
+	}
+	refused := e.Admit(Match("p", capgate.TierPreview))
+	h = http.Header{}
+	refused.SetHeaders(h)
+	if h.Get("X-OCL-Capacity-Decision") != "refused" || h.Get("Retry-After") != "5" {
+		t.Fatalf("refused headers = %v, want decision refused and Retry-After 5", h)
+	}
+}
+
+func testLogLine(t *testing.T, e *Env) {
+	e.Admit(Match("p", capgate.TierPreview))
+	call := Match("p", capgate.TierPreview)
+	call.Rows, call.Reranker = 25, true
+	call.AlgorithmID, call.AutomatchRunID, call.RequestSource = "ocl-semantic", "77", "automatch"
+	call.QueueMS, call.HasQueueMS = 3000, true
+	call.CID = "cid-1"
+	a := e.Admit(call)
+	a.Release(context.Background())
+	lines := e.Sink.All(t)
+	if len(lines) != 1 {
+		t.Fatalf("log lines = %d, want 1", len(lines))
+	}
+	got := lines[0]
+	for _, k := range []string{"held_ms", "ts"} {
+		if _, ok := got[k]; !ok {
+			t.Fatalf("log line lacks %s: %v", k, got)
+		}
+		delete(got, k)
+	}
+	want := map[string]any{
+		"event": "ocl_capacity", "decision": "shadow-refused", "mode": "shadow", "enforced": false,
+		"endpoint": "$match", "semantic": true, "reranker": true, "rows": n(25), "single_row": false,
+		"tier": "preview", "user_id": "p", "scope": "user", "full": []any{"user"},
+		"in_flight": n(2), "limit": n(3), "task_in_flight": n(2), "task_limit": n(2),
+		"es2_knn_in_flight": n(2), "es2_knn_limit": n(3), "tier_in_flight": n(2), "tier_limit": n(2),
+		"user_in_flight": n(2), "user_limit": n(1), "suggested": n(1), "retry_after": n(5),
+		"queue_ms": n(3000), "task": "task-a", "request_source": "automatch",
+		"algorithm_id": "ocl-semantic", "automatch_run_id": "77", "cid": "cid-1",
+	}
+	if !reflect.DeepEqual(got, want) {
+		t.Fatalf("log line = %v\nwant       %v", got, want)
+	}
+	raw := e.Sink.Raw()[0]
+	order := []string{`"event"`, `"decision"`, `"mode"`, `"enforced"`, `"endpoint"`, `"semantic"`, `"reranker"`,
+		`"rows"`, `"single_row"`, `"tier"`, `"user_id"`, `"scope"`, `"full"`, `"in_flight"`, `"limit"`,
+		`"task_in_flight"`, `"task_limit"`, `"es2_knn_in_flight"`, `"es2_knn_limit"`, `"tier_in_flight"`,
+		`"tier_limit"`, `"user_in_flight"`, `"user_limit"`, `"suggested"`, `"retry_after"`, `"held_ms"`,
+		`"queue_ms"`, `"task"`, `"request_source"`, `"algorithm_id"`, `"automatch_run_id"`, `"cid"`, `"ts"`}
+	last := -1
+	for _, k := range order {
+		i := indexOf(raw, k+":")
+		if i <= last {
+			t.Fatalf("field %s out of order in %s", k, raw)
+		}
+		last = i
+	}
+}
+
+func n(i int) any { return jsonNumber(fmt.Sprint(i)) }
+
+func testStatus(t *testing.T, e *Env) {
+	e.Admit(Match("p", capgate.TierPreview))
+	e.Admit(Lexical("c", capgate.TierCore))
+	st := e.Gate.Status(context.Background(), e.Cfg.Config(context.Background()))
+	if st.Redis != capgate.StatusOK {
+		t.Fatalf("status redis = %q", st.Redis)
+	}
+	if got := *st.APIHeavy; got != (capgate.APIHeavyStatus{InFlight: 2, Limit: 4, BulkLimit: 3}) {
+		t.Fatalf("api_heavy = %+v", got)
+	}
+	if got := *st.ES2KNN; got != (capgate.LaneStatus{InFlight: 1, Limit: 3}) {
+		t.Fatalf("es2_knn = %+v", got)
+	}
+	if want := map[string]capgate.LaneStatus{"task-a": {InFlight: 2, Limit: 2}}; !reflect.DeepEqual(st.Tasks, want) {
+		t.Fatalf("tasks = %v, want %v", st.Tasks, want)
+	}
+	if st.Tiers[capgate.TierPreview] != (capgate.LaneStatus{InFlight: 1, Limit: 2}) ||
+		st.Tiers[capgate.TierCore] != (capgate.LaneStatus{InFlight: 1, Limit: 4}) ||
+		len(st.Tiers) != 4 {
+		t.Fatalf("tiers = %v", st.Tiers)
+	}
+	if want := map[string]capgate.UserStatus{"p": {InFlight: 1}, "c": {InFlight: 1}}; !reflect.DeepEqual(st.Users, want) {
+		t.Fatalf("users = %v, want %v", st.Users, want)
+	}
+}
+
+// testConcurrentLimit hammers one lane with limit 3 from 64 goroutines in
+// enforce mode and checks, by its own count, that no more than 3 calls ever
+// hold it at once.
+func testConcurrentLimit(t *testing.T, e *Env) {
+	const limit, workers, rounds = 3, 64, 30
+	e.Enforce(func(c *capgate.Config) {
+		c.APIHeavy = capgate.APIHeavy{Cluster: limit, PerTask: 1000}
+		c.ReserveSingleRow = 0
+		c.ES2KNN = 1000
+		c.Tiers = capgate.TierLimits{Staff: 1000, Core: 1000, EarlyAccess: 1000, Preview: 1000}
+		c.PerUser = c.Tiers
+	})
+	var holders, peak, admitted atomic.Int64
+	var wg sync.WaitGroup
+	for w := range workers {
+		wg.Go(func() {
+			for range rounds {
+				a := e.Gate.Admit(context.Background(), Match(fmt.Sprint("u", w), capgate.TierCore))
+				if a.Decision() == capgate.DecisionAdmitted {
+					h := holders.Add(1)
+					for p := peak.Load(); h > p && !peak.CompareAndSwap(p, h); p = peak.Load() {
+					}
+					admitted.Add(1)
+					holders.Add(-1)
+				} else if a.Decision() != capgate.DecisionRefused {
+					t.Errorf("decision %q (%s)", a.Decision(), a.Err())
+				}
+				a.Release(context.Background())
+			}
+		})
+	}
+	wg.Wait()
+	if p := peak.Load(); p > limit {
+		t.Fatalf("%d calls held the lane at once, limit %d", p, limit)
+	}
+	if admitted.Load() == 0 {
+		t.Fatal("no call was admitted")
+	}
+	if m := e.Store.Members(t, e.Key(capgate.LaneAPIHeavy, "")); len(m) != 0 {
+		t.Fatalf("lane not empty after the run: %v", m)
+	}
+}
