@@ -78,7 +78,7 @@ func TestSemanticMatchIsAdmittedWithTheHeaders(t *testing.T) {
 		"tier": "preview", "user_id": "pam", "cid": cid, "task": "task-1",
 		"request_source": strings.Repeat("m", 50), "algorithm_id": "ocl-semantic",
 		"automatch_run_id": "run-1234567890123456",
-		"rows": "2", "in_flight": "1", "limit": "3", "es2_knn_in_flight": "1", "es2_knn_limit": "3",
+		"rows":             "2", "in_flight": "1", "limit": "3", "es2_knn_in_flight": "1", "es2_knn_limit": "3",
 		"queue_ms": "3000", "semantic": "true", "reranker": "false", "single_row": "false", "enforced": "false",
 	} {
 		if got := jsonText(l[k]); got != v {
