@@ -74,12 +74,27 @@ func TestSemanticMatchIsAdmittedWithTheHeaders(t *testing.T) {
 	}
 	l := lines[0]
 	for k, v := range map[string]string{
-		"event": "ocl_capacity", "decision": "admitted", "mode": "shadow", "endpoint": "$match",
-		"tier": "preview", "user_id": "pam", "cid": cid, "task": "task-1",
-		"request_source": strings.Repeat("m", 50), "algorithm_id": "ocl-semantic",
-		"automatch_run_id": "run-1234567890123456",
-		"rows":             "2", "in_flight": "1", "limit": "3", "es2_knn_in_flight": "1", "es2_knn_limit": "3",
-		"queue_ms": "3000", "semantic": "true", "reranker": "false", "single_row": "false", "enforced": "false",
+		"event":             "ocl_capacity",
+		"decision":          "admitted",
+		"mode":              "shadow",
+		"enforced":          "false",
+		"endpoint":          "$match",
+		"semantic":          "true",
+		"reranker":          "false",
+		"rows":              "2",
+		"single_row":        "false",
+		"tier":              "preview",
+		"user_id":           "pam",
+		"in_flight":         "1",
+		"limit":             "3",
+		"es2_knn_in_flight": "1",
+		"es2_knn_limit":     "3",
+		"queue_ms":          "3000",
+		"task":              "task-1",
+		"request_source":    strings.Repeat("m", 50),
+		"algorithm_id":      "ocl-semantic",
+		"automatch_run_id":  "run-1234567890123456",
+		"cid":               cid,
 	} {
 		if got := jsonText(l[k]); got != v {
 			t.Errorf("log %s = %s, want %s", k, got, v)
