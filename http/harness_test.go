@@ -6,6 +6,7 @@ import (
 	"context"
 	"encoding/json"
 	"io"
+	"log/slog"
 	"net/http"
 	"net/http/httptest"
 	"net/url"
@@ -301,6 +302,7 @@ func newEnv(t *testing.T, cfg func(*capgate.Config), gc func(*capgatehttp.Gatewa
 		Upstream: upURL,
 		Gate:     e.gate,
 		Identify: ids,
+		Logger:   slog.New(slog.NewTextHandler(t.Output(), nil)),
 		Options:  []capgatehttp.Option{capgatehttp.WithClock(func() time.Time { return now })},
 	}
 	if gc != nil {
