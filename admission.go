@@ -342,15 +342,3 @@ func (a *Admission) Record() Record {
 	a.mu.Unlock()
 	return r
 }
-
-// truncateRunes returns the first n runes of s.
-func truncateRunes(s string, n int) string {
-	i := 0
-	for j := range s {
-		if i == n {
-			return s[:j]
-		}
-		i++
-	}
-	return s
-}

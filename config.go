@@ -1,8 +1,16 @@
 package capgate
 
 import (
+	"bytes"
 	"encoding/json"
 	"errors"
+	"fmt"
+	"io"
+	"math"
+	"slices"
+	"sort"
+	"strconv"
+	"strings"
 )
 
 // Config is the runtime config (SPEC §6). Its JSON form is the one stored,
@@ -82,50 +90,244 @@ func (c Config) BulkLimit() int {
 	return max(c.APIHeavy.Cluster-c.ReserveSingleRow, 0)
 }
 
+// MaxNumber is the largest number a config accepts; the smallest is 0.
+const MaxNumber = 100000
+
+// setting is one key of the config schema: an object of kids, a string
+// choice (oneOf, held in text), or a whole number (held in num).
+type setting struct {
+	key   string
+	kids  []setting
+	oneOf []string
+	text  func(c *Config) *string
+	num   func(c *Config) *int
+}
+
+func numSetting(key string, num func(c *Config) *int) setting {
+	return setting{key: key, num: num}
+}
+
+func tierSettings(limits func(c *Config) *TierLimits) []setting {
+	return []setting{
+		numSetting("staff", func(c *Config) *int { return &limits(c).Staff }),
+		numSetting("core", func(c *Config) *int { return &limits(c).Core }),
+		numSetting("early_access", func(c *Config) *int { return &limits(c).EarlyAccess }),
+		numSetting("preview", func(c *Config) *int { return &limits(c).Preview }),
+	}
+}
+
+// schema lists the settings in the order Validate reports them.
+var schema = []setting{
+	{key: "mode", oneOf: []string{"off", "shadow", "enforce"},
+		text: func(c *Config) *string { return (*string)(&c.Mode) }},
+	{key: "enforce_for", oneOf: []string{"aware", "all"},
+		text: func(c *Config) *string { return (*string)(&c.EnforceFor) }},
+	{key: "api_heavy", kids: []setting{
+		numSetting("cluster", func(c *Config) *int { return &c.APIHeavy.Cluster }),
+		numSetting("per_task", func(c *Config) *int { return &c.APIHeavy.PerTask }),
+	}},
+	numSetting("es2_knn", func(c *Config) *int { return &c.ES2KNN }),
+	numSetting("reserve_single_row", func(c *Config) *int { return &c.ReserveSingleRow }),
+	{key: "tiers", kids: tierSettings(func(c *Config) *TierLimits { return &c.Tiers })},
+	{key: "per_user", kids: tierSettings(func(c *Config) *TierLimits { return &c.PerUser })},
+	numSetting("lease_seconds", func(c *Config) *int { return &c.LeaseSeconds }),
+	numSetting("renew_seconds", func(c *Config) *int { return &c.RenewSeconds }),
+	numSetting("max_hold_seconds", func(c *Config) *int { return &c.MaxHoldSeconds }),
+	{key: "retry_after", kids: []setting{
+		numSetting("base", func(c *Config) *int { return &c.RetryAfter.Base }),
+		numSetting("max", func(c *Config) *int { return &c.RetryAfter.Max }),
+		numSetting("paused", func(c *Config) *int { return &c.RetryAfter.Paused }),
+	}},
+}
+
 // Doc returns c as a JSON object tree (numbers as json.Number), the form
 // that Merge, Diff and Validate work on.
 func (c Config) Doc() map[string]any {
-	b, err := json.Marshal(c)
-	if err != nil {
-		panic(err) // Config holds only strings and ints
-	}
-	doc, err := ParseDoc(b)
-	if err != nil {
-		panic(err)
-	}
-	return doc.(map[string]any)
+	return docOf(&c, schema)
 }
 
-// ParseDoc decodes JSON keeping numbers as json.Number, so validation can
-// tell 3 from 3.0 and 1e2.
+func docOf(c *Config, settings []setting) map[string]any {
+	doc := make(map[string]any, len(settings))
+	for _, s := range settings {
+		switch {
+		case s.kids != nil:
+			doc[s.key] = docOf(c, s.kids)
+		case s.text != nil:
+			doc[s.key] = *s.text(c)
+		default:
+			doc[s.key] = json.Number(strconv.Itoa(*s.num(c)))
+		}
+	}
+	return doc
+}
+
+// ParseDoc decodes one JSON value keeping numbers as json.Number, so
+// validation can tell 3 from 3.0 and 1e2. It fails on invalid JSON and on
+// anything after the value but white space.
 func ParseDoc(b []byte) (any, error) {
-	// TODO(config model): implemented in the config model change.
+	dec := json.NewDecoder(bytes.NewReader(b))
+	dec.UseNumber()
 	var v any
-	return v, json.Unmarshal(b, &v)
+	if err := dec.Decode(&v); err != nil {
+		return nil, fmt.Errorf("parse config: %w", err)
+	}
+	if _, err := dec.Token(); err != io.EOF {
+		return nil, errors.New("parse config: data after the JSON value")
+	}
+	return v, nil
 }
 
 // Validate checks a config document (SPEC §6) and returns every problem
-// found, as messages; none means the document is a valid config.
+// found, as messages; none means the document is a valid config. Problems
+// with known settings come first, in schema order, then unknown settings,
+// sorted. The cross-field checks (reserve_single_row, lease_seconds,
+// renew_seconds, max_hold_seconds, retry_after) run only when the shape is
+// clean.
 func Validate(doc any) []string {
-	return nil // TODO(config model)
+	top, ok := doc.(map[string]any)
+	if !ok {
+		return []string{"config must be an object."}
+	}
+	var errs, unknown []string
+	checkShape(top, schema, "", &errs, &unknown)
+	sort.Strings(unknown)
+	errs = append(errs, unknown...)
+	if len(errs) > 0 {
+		return errs
+	}
+	var c Config
+	fill(&c, top, schema)
+	return checkCross(c)
 }
 
-// ConfigFromDoc validates doc and converts it to a Config.
+// checkShape appends the problems of one object to errs (known settings)
+// and unknown (messages for keys not in settings).
+func checkShape(obj map[string]any, settings []setting, prefix string, errs, unknown *[]string) {
+	for _, s := range settings {
+		path := prefix + s.key
+		v, ok := obj[s.key]
+		switch {
+		case !ok:
+			*errs = append(*errs, fmt.Sprintf("%q is required.", path))
+		case s.kids != nil:
+			kid, isObj := v.(map[string]any)
+			if !isObj {
+				*errs = append(*errs, path+" must be an object.")
+				continue
+			}
+			checkShape(kid, s.kids, path+".", errs, unknown)
+		case s.oneOf != nil:
+			if str, isStr := v.(string); !isStr || !slices.Contains(s.oneOf, str) {
+				*errs = append(*errs, fmt.Sprintf("%q must be one of %s.", path, strings.Join(s.oneOf, ", ")))
+			}
+		default:
+			if n, isInt := wholeNumber(v); !isInt || n < 0 || n > MaxNumber {
+				*errs = append(*errs, fmt.Sprintf("%q must be a whole number from 0 to %d.", path, MaxNumber))
+			}
+		}
+	}
+	for k := range obj {
+		if !slices.ContainsFunc(settings, func(s setting) bool { return s.key == k }) {
+			*unknown = append(*unknown, fmt.Sprintf("Unknown setting %q.", prefix+k))
+		}
+	}
+}
+
+// checkCross returns the problems between settings of a well-shaped config.
+func checkCross(c Config) []string {
+	var errs []string
+	if c.ReserveSingleRow > c.APIHeavy.Cluster {
+		errs = append(errs, `"reserve_single_row" can't be more than "api_heavy.cluster".`)
+	}
+	if c.LeaseSeconds < 15 {
+		errs = append(errs, `"lease_seconds" must be at least 15.`)
+	}
+	if c.RenewSeconds < 1 || c.RenewSeconds > c.LeaseSeconds/3 {
+		errs = append(errs, `"renew_seconds" must be at least 1 and at most a third of "lease_seconds".`)
+	}
+	if c.MaxHoldSeconds < c.LeaseSeconds {
+		errs = append(errs, `"max_hold_seconds" can't be less than "lease_seconds".`)
+	}
+	ra := c.RetryAfter
+	if ra.Base < 1 || ra.Paused < 1 || ra.Max < ra.Base {
+		errs = append(errs, `"retry_after" needs "base" and "paused" of at least 1, and "max" of at least "base".`)
+	}
+	return errs
+}
+
+// fill copies the settings of a well-shaped doc into c.
+func fill(c *Config, obj map[string]any, settings []setting) {
+	for _, s := range settings {
+		switch {
+		case s.kids != nil:
+			fill(c, obj[s.key].(map[string]any), s.kids)
+		case s.text != nil:
+			*s.text(c) = obj[s.key].(string)
+		default:
+			n, _ := wholeNumber(obj[s.key])
+			*s.num(c) = int(n)
+		}
+	}
+}
+
+// wholeNumber returns v as an integer when v is a JSON integer (a
+// json.Number written without fraction or exponent) or a Go integer.
+// Booleans, strings, floats and integers beyond int64 are not.
+func wholeNumber(v any) (int64, bool) {
+	switch n := v.(type) {
+	case json.Number:
+		if !isIntText(string(n)) {
+			return 0, false
+		}
+		i, err := strconv.ParseInt(string(n), 10, 64)
+		return i, err == nil
+	case int:
+		return int64(n), true
+	case int8:
+		return int64(n), true
+	case int16:
+		return int64(n), true
+	case int32:
+		return int64(n), true
+	case int64:
+		return n, true
+	case uint8:
+		return int64(n), true
+	case uint16:
+		return int64(n), true
+	case uint32:
+		return int64(n), true
+	case uint:
+		return int64(n), n <= math.MaxInt64
+	case uint64:
+		return int64(n), n <= math.MaxInt64
+	}
+	return 0, false
+}
+
+// isIntText reports whether s matches -?(0|[1-9][0-9]*): a JSON integer.
+func isIntText(s string) bool {
+	s = strings.TrimPrefix(s, "-")
+	if s == "" || (s[0] == '0' && len(s) > 1) {
+		return false
+	}
+	for i := 0; i < len(s); i++ {
+		if s[i] < '0' || s[i] > '9' {
+			return false
+		}
+	}
+	return true
+}
+
+// ConfigFromDoc validates doc and converts it to a Config. When doc is
+// invalid it returns the zero Config and Validate's messages.
 func ConfigFromDoc(doc any) (Config, []string) {
-	return Config{}, []string{"not implemented"} // TODO(config model)
-}
-
-// Merge returns base deep-merged with change: nested objects are merged,
-// other values replaced. With knownOnly, keys base lacks are dropped. Neither
-// input is modified.
-func Merge(base, change map[string]any, knownOnly bool) map[string]any {
-	return nil // TODO(config model)
-}
-
-// Diff returns {"dotted.path": [old, new]} for every value that differs
-// between old and new (either may be nil).
-func Diff(old, new any) map[string][2]any {
-	return nil // TODO(config model)
+	if errs := Validate(doc); len(errs) > 0 {
+		return Config{}, errs
+	}
+	var c Config
+	fill(&c, doc.(map[string]any), schema)
+	return c, nil
 }
 
 // ErrInvalidConfig is wrapped by Resolve's error when a stored config is
@@ -133,8 +335,18 @@ func Diff(old, new any) map[string][2]any {
 var ErrInvalidConfig = errors.New("capacity config is invalid")
 
 // Resolve reads a stored config: defaults overlaid with the keys stored
-// that are still known. An invalid result returns the defaults and an error
-// wrapping ErrInvalidConfig, which the caller logs.
+// that are still known (Merge with knownOnly), so retired keys are ignored
+// and new ones take their defaults. A nil stored gives the defaults. An
+// invalid result returns the defaults and an error wrapping
+// ErrInvalidConfig, "capacity config is invalid (<messages>); using the
+// defaults", which the caller logs.
 func Resolve(stored map[string]any, defaults Config) (Config, error) {
-	return defaults, nil // TODO(config model)
+	if stored == nil {
+		return defaults, nil
+	}
+	c, errs := ConfigFromDoc(Merge(defaults.Doc(), stored, true))
+	if len(errs) > 0 {
+		return defaults, fmt.Errorf("%w (%s); using the defaults", ErrInvalidConfig, strings.Join(errs, " "))
+	}
+	return c, nil
 }

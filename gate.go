@@ -311,7 +311,7 @@ func (a *Admission) fail(err error) {
 }
 
 func (a *Admission) setErr(s string) {
-	s = truncateRunes(s, maxErrorLen)
+	s = Truncate(s, maxErrorLen)
 	a.mu.Lock()
 	a.err = s
 	a.mu.Unlock()
