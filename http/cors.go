@@ -29,26 +29,24 @@ func exposeCapacityHeaders(h http.Header) {
 }
 
 // corsPolicy gives the middleware's own 429 the CORS headers the API
-// would have sent for the request's origin.
+// would have sent for the request's origin. The zero value echoes any
+// origin.
 type corsPolicy struct {
-	origins []string // allowed origins; nil: any, echoed
-	any     bool     // "*" listed: any origin, no credentials
+	origins []string // allowed origins, echoed with credentials
+	any     bool     // "*" listed: any other origin, without credentials
+	listed  bool     // a list was given; else every origin is echoed
 }
 
 func newCORSPolicy(origins []string) corsPolicy {
 	var p corsPolicy
 	for _, o := range origins {
-		o = strings.TrimSuffix(strings.TrimSpace(o), "/")
-		switch o {
+		switch o = strings.TrimSuffix(strings.TrimSpace(o), "/"); o {
 		case "":
 		case "*":
-			p.any = true
+			p.any, p.listed = true, true
 		default:
-			p.origins = append(p.origins, o)
+			p.origins, p.listed = append(p.origins, o), true
 		}
-	}
-	if !p.any && p.origins == nil && len(origins) > 0 {
-		p.origins = []string{} // a list of blanks allows no origin
 	}
 	return p
 }
@@ -61,7 +59,7 @@ func (p corsPolicy) refusal(h http.Header, origin string) {
 		return
 	}
 	switch {
-	case p.origins == nil || slices.ContainsFunc(p.origins, func(s string) bool { return strings.EqualFold(s, origin) }):
+	case !p.listed || slices.ContainsFunc(p.origins, func(s string) bool { return strings.EqualFold(s, origin) }):
 		h.Set("Access-Control-Allow-Origin", origin)
 		h.Set("Access-Control-Allow-Credentials", "true")
 	case p.any:

@@ -70,8 +70,10 @@ func WithTierGroups(g capgate.TierGroups) Option {
 
 // WithCORSOrigins sets the origins the API allows (--cors-origins), for
 // the CORS headers of the middleware's own 429: an Origin in the list is
-// echoed with credentials allowed, "*" in the list allows any origin
-// without credentials. Default (nil): echo the request's Origin.
+// echoed with credentials allowed, and "*" in the list allows any other
+// origin without credentials. Default (nil or empty): echo the request's
+// Origin with credentials allowed. Every 429 also carries Vary: Origin and
+// the capacity headers in Access-Control-Expose-Headers.
 func WithCORSOrigins(origins []string) Option {
 	return func(m *Middleware) { m.cors = newCORSPolicy(origins) }
 }
