@@ -158,7 +158,6 @@ func TestMetricsThroughTheGateway(t *testing.T) {
 	post(`{"rows":[{}],"pad":"` + strings.Repeat("x", 100) + `"}`)
 	<-released // the gated call's metrics are in
 
-
 	resp, err := http.Get(front.URL + "/metrics")
 	if err != nil {
 		t.Fatal(err)
