@@ -34,9 +34,10 @@ const (
 //
 //   - classifies it; a call that is not heavy, and a preflight OPTIONS,
 //     goes to the handler untouched;
-//   - asks who is calling; an anonymous call goes on untouched (the API
-//     answers it), and a lookup that fails makes the call "unavailable";
 //   - in mode off, lets the call go on untouched, looking nobody up;
+//   - asks who is calling; an anonymous call goes on untouched (the API
+//     answers it), and a lookup that fails makes the call "unavailable"
+//     (Gate.Unavailable): it goes ahead and is never refused for that;
 //   - fills in the call's attribution from X-OCL-Event-Metadata,
 //     X-OCL-Request-Source, X-Amzn-Trace-Id and X-Request-ID (kept, or made
 //     up as 32 hex characters, forwarded to the handler and returned; the
@@ -44,8 +45,10 @@ const (
 //   - admits it;
 //   - answers a refused call itself with the 429, never calling the
 //     handler; otherwise runs the handler with the capacity headers set on
-//     whatever it writes, and releases the call when the handler returns,
-//     however it ends.
+//     whatever it writes (errors included), and releases the call when the
+//     handler returns, however it ends. A handler that panics before
+//     writing gets a 500 with the capacity headers; one that panics later
+//     (or with http.ErrAbortHandler) has its panic passed on to net/http.
 //
 // Create one with NewMiddleware. Safe for concurrent use.
 type Middleware struct {
