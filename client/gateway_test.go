@@ -95,6 +95,7 @@ type arrival struct {
 type gateway struct {
 	*httptest.Server
 	ln    *pipeListener
+	base  *http.Transport
 	start time.Time
 
 	mu          sync.Mutex
@@ -113,6 +114,7 @@ func newGateway(t *testing.T, handle func(w http.ResponseWriter, r *http.Request
 	g.Listener = g.ln
 	g.Start()
 	base := &http.Transport{DialContext: g.ln.Dial}
+	g.base = base
 	t.Cleanup(func() {
 		base.CloseIdleConnections()
 		g.Close()
