@@ -214,3 +214,21 @@ func TestUnclosedBodyHoldsSlot(t *testing.T) {
 		}
 	})
 }
+
+func TestDeadlineBoundsTheWait(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		g, tr := newGateway(t, func(w http.ResponseWriter, r *http.Request, n int) {
+			refuse(w, "user", false, 60, 1)
+		})
+		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+		defer cancel()
+		o := do(g, tr, ctx, "a", client.Call{})
+		if te := throttled(t, o.Err); te.RetryAfter != time.Minute || o.At != 0 {
+			t.Errorf("outcome %+v at %v; want throttled at once: the pause outlasts the deadline", te, o.At)
+		}
+		cancel()
+		if o := do(g, tr, ctx, "b", client.Call{}); !errors.Is(o.Err, context.Canceled) || len(g.got()) != 1 {
+			t.Errorf("a call with a done context: %+v; want its error, nothing sent", o)
+		}
+	})
+}

@@ -78,8 +78,9 @@ type waiter struct {
 	seq      uint64 // arrival order; kept across retries
 	call     Call
 	budget   time.Duration
-	retrying bool   // refused or failed once: goes before new calls
-	own      *pause // the wait this call's last refusal or failure asked for
+	deadline time.Time // the context's deadline; zero if none
+	retrying bool      // refused or failed once: goes before new calls
+	own      *pause    // the wait this call's last refusal or failure asked for
 	waited   time.Duration
 	queued   time.Duration
 }
@@ -96,11 +97,21 @@ func (w *waiter) before(o *waiter) bool {
 	return w.seq < o.seq
 }
 
-func (s *server) newWaiter(c Call, budget time.Duration) *waiter {
+func (s *server) newWaiter(c Call, budget time.Duration, deadline time.Time) *waiter {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	s.seq++
-	return &waiter{seq: s.seq, call: c, budget: budget}
+	return &waiter{seq: s.seq, call: c, budget: budget, deadline: deadline}
+}
+
+// left returns how long w may still wait at now: what is left of its
+// budget, and no later than its context's deadline. Requires mu held.
+func (w *waiter) left(now time.Time) time.Duration {
+	d := w.budget - w.waited
+	if !w.deadline.IsZero() {
+		d = min(d, w.deadline.Sub(now))
+	}
+	return max(d, 0)
 }
 
 // broadcast wakes every waiter. Requires mu held.
@@ -165,11 +176,11 @@ type verdict struct {
 
 // hold returns the pause that holds w back longest at now and when w may
 // leave it, or the first pause whose server delay outlasts w's remaining
-// budget (throttle). w leaves a pause once the server's delay is over and
+// budget or outlasts its context's deadline (throttle). w leaves a pause once the server's delay is over and
 // either the jitter is over too or w's budget is at its end. Requires mu
 // held.
 func (s *server) hold(w *waiter, now time.Time) (holder *pause, leave time.Time, throttle *pause) {
-	remaining := w.budget - w.waited
+	remaining := w.left(now)
 	look := func(p *pause) {
 		if p == nil || throttle != nil || !p.end.After(now) {
 			return

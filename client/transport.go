@@ -74,8 +74,9 @@ const HeaderEventMetadata = "X-OCL-Event-Metadata"
 // call up to 60 s; at least 1 s, at most MaxRetryAfter. The call gives up at
 // once, without waiting, when the server's delay (jitter aside, so the
 // choice does not depend on chance) is longer than what is left of its
-// budget (BulkBudget, InteractiveBudget, or Call.Budget); it waits out
-// jitter only as far as its budget allows. Only time held back by pauses
+// budget (BulkBudget, InteractiveBudget, or Call.Budget) or than the time
+// to its context's deadline; it waits out jitter only as far as that
+// allows. Only time held back by pauses
 // and backoffs counts against the budget, not time queued for a slot.
 //
 // Failures. A 503 is retried MaxRetries times after its Retry-After (at
@@ -238,6 +239,12 @@ func (t *Transport) RoundTrip(req *http.Request) (*http.Response, error) {
 
 func (t *Transport) roundTrip(req *http.Request, call Call, res *Result) (*http.Response, error) {
 	ctx := req.Context()
+	if err := ctx.Err(); err != nil {
+		if req.Body != nil {
+			_ = req.Body.Close()
+		}
+		return nil, fmt.Errorf("client: %w", err)
+	}
 	getBody, err := replayable(req)
 	if err != nil {
 		return nil, fmt.Errorf("client: read request body: %w", err)
@@ -248,7 +255,8 @@ func (t *Transport) roundTrip(req *http.Request, call Call, res *Result) (*http.
 	}
 	meta := awareMetadata(req.Header.Get(HeaderEventMetadata))
 	s := t.server(strings.ToLower(req.URL.Scheme + "://" + req.URL.Host))
-	w := s.newWaiter(call, t.budget(call))
+	deadline, _ := ctx.Deadline()
+	w := s.newWaiter(call, t.budget(call), deadline)
 	defer func() {
 		s.mu.Lock()
 		res.Waited, res.Queued = w.waited, w.queued
@@ -349,7 +357,7 @@ func (t *Transport) roundTrip(req *http.Request, call Call, res *Result) (*http.
 // its budget; false when it does not.
 func (t *Transport) backoff(s *server, w *waiter, res *Result, kind Kind, d time.Duration, now time.Time) bool {
 	s.mu.Lock()
-	left := w.budget - w.waited
+	left := w.left(now)
 	s.mu.Unlock()
 	if d > left {
 		return false
