@@ -325,3 +325,15 @@ func TestJitterBeyondBudgetIsCut(t *testing.T) {
 		}
 	})
 }
+
+func TestHugeRetryAfterIsClamped(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		g, tr := newGateway(t, func(w http.ResponseWriter, r *http.Request, n int) {
+			refuse(w, "api_heavy", false, 86400, 1)
+		})
+		o := do(g, tr, context.Background(), "a", client.Call{})
+		if te := throttled(t, o.Err); te.RetryAfter != client.DefaultMaxRetryAfter || o.At != 0 {
+			t.Errorf("throttled %+v at %v; want at once, retry in %v", te, o.At, client.DefaultMaxRetryAfter)
+		}
+	})
+}
