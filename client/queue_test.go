@@ -268,3 +268,26 @@ func TestShadowDecisionDoesNotSlowDown(t *testing.T) {
 		}
 	})
 }
+
+func TestInteractiveGoesBeforeNewBulk(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		g, tr := newGateway(t, func(w http.ResponseWriter, r *http.Request, n int) {
+			time.Sleep(time.Second)
+			admit(w, 1)
+		})
+		var chans []<-chan outcome
+		for _, c := range []struct {
+			id    string
+			class client.Class
+		}{{"a", client.Bulk}, {"b", client.Bulk}, {"row", client.Interactive}, {"c", client.Bulk}} {
+			chans = append(chans, goDo(g, tr, context.Background(), c.id, client.Call{Class: c.class}))
+			synctest.Wait()
+		}
+		for _, ch := range chans {
+			<-ch
+		}
+		if got, want := g.ids(), []string{"a", "row", "b", "c"}; !slices.Equal(got, want) {
+			t.Errorf("arrival order %v, want %v", got, want)
+		}
+	})
+}
