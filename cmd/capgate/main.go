@@ -44,6 +44,9 @@ func Run(ctx context.Context, args []string, stdin io.Reader, stdout, stderr io.
 	case "-h", "--help", "help":
 		fmt.Fprint(stdout, usage)
 		return 0
+	case "serve":
+		cmd := &ServeCommand{Stdout: stdout, Stderr: stderr}
+		return exitCode(stderr, cmd.Run(ctx, args[1:]))
 	case "capacity":
 		cmd := &CapacityCommand{Stdout: stdout, Stderr: stderr}
 		return exitCode(stderr, cmd.Run(ctx, args[1:]))
