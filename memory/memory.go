@@ -117,6 +117,26 @@ func (s *Store) create(key string) *lane {
 	return l
 }
 
+// sweepPerAcquire is how many lanes each acquire checks for a TTL that
+// has passed, so that lanes nobody touches again (a user who left) don't
+// pile up. Map iteration starts at a random place, so every lane is
+// checked before long.
+const sweepPerAcquire = 2
+
+// sweep deletes up to sweepPerAcquire lanes whose TTL has passed, from a
+// random place in the map. Requires s.mu held.
+func (s *Store) sweep(now int64) {
+	n := 0
+	for key, l := range s.lanes {
+		if now >= l.expires {
+			s.drop(key, l)
+		}
+		if n++; n == sweepPerAcquire {
+			return
+		}
+	}
+}
+
 // prune drops l's leases that expired at or before now, and deletes the
 // lane if that empties it. It reports whether the lane still exists.
 // Requires s.mu held.
@@ -200,6 +220,7 @@ func (s *Store) Acquire(ctx context.Context, req capgate.AcquireRequest, counts 
 		return false, nil
 	}
 
+	s.sweep(now)
 	exp, ttl := now+int64(req.Lease), now+2*int64(req.Lease)
 	for i, key := range req.Keys {
 		var l *lane
