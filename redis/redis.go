@@ -68,7 +68,8 @@ func (e *DeadlineError) Timeout() bool { return true }
 //     a caller;
 //   - other errors are wrapped with the operation ("acquire lanes: ...").
 //
-// Make one with Open, or New to use a client of your own.
+// Make one with Open, or New to use a client of your own; the zero value
+// is not usable. After Close, every operation fails with ErrClosed.
 type Store struct {
 	client      Client
 	closer      io.Closer // the client Open made; nil with New
