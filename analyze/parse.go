@@ -1,0 +1,543 @@
+package analyze
+
+import (
+	"errors"
+	"strconv"
+	"time"
+	"unicode/utf16"
+	"unicode/utf8"
+)
+
+// The lanes of a call, by index, in lane order (SPEC §3).
+const (
+	laneAPIHeavy = iota
+	laneTask
+	laneES2KNN
+	laneTier
+	laneUser
+	numLanes
+)
+
+var laneNames = [numLanes]string{"api_heavy", "api_heavy_task", "es2_knn", "tier", "user"}
+
+func laneIndex(name string) int {
+	for i, n := range laneNames {
+		if n == name {
+			return i
+		}
+	}
+	return -1
+}
+
+// event is one parsed ocl_capacity line: the fields analyze uses.
+type event struct {
+	seq        int64 // order of arrival across all inputs
+	decision   string
+	mode       string
+	enforced   bool
+	endpoint   string
+	semantic   bool
+	rows       int
+	singleRow  bool
+	tier       string
+	user       string
+	task       string
+	errText    string
+	full       uint8         // bit i: lane i was full
+	inFlight   [numLanes]int // recorded counts
+	limit      [numLanes]int // recorded limits
+	hasCount   uint8         // bit i: inFlight[i] recorded
+	hasLimit   uint8         // bit i: limit[i] recorded
+	retryAfter int           // recorded Retry-After, 0 when none
+	held       int64         // held_ms; -1 when the call held no lease
+	queue      int64         // queue_ms, when hasQueue
+	hasQueue   bool
+	end        int64 // ts, Unix milliseconds: when the call finished
+	start      int64 // end − held (end when no lease was held)
+	dropped    int64 // log_dropped
+	leaseLost  bool
+}
+
+// lineKind says what a line was.
+type lineKind uint8
+
+const (
+	kindEvent   lineKind = iota // an ocl_capacity line
+	kindOther                   // a JSON object with another (or no) event
+	kindNotJSON                 // not a JSON object
+	kindInvalid                 // an ocl_capacity line without a known decision or a ts
+	kindTooLong                 // longer than the line limit
+	kindBlank                   // empty or white space; not counted as skipped
+)
+
+var errSyntax = errors.New("not a JSON object")
+
+// parser decodes lines into events. It interns the short strings it
+// keeps (decisions, tiers, users, tasks) so that a million lines allocate
+// little; the intern table is bounded by maxIntern.
+type parser struct {
+	intern    map[string]string
+	maxIntern int
+	scratch   []byte
+	otherName string // the event name of the last kindOther line, "" when none
+}
+
+func newParser(maxIntern int) *parser {
+	return &parser{intern: make(map[string]string, 64), maxIntern: maxIntern}
+}
+
+func (p *parser) str(b []byte) string {
+	if s, ok := p.intern[string(b)]; ok {
+		return s
+	}
+	s := string(b)
+	if len(p.intern) < p.maxIntern {
+		p.intern[s] = s
+	}
+	return s
+}
+
+// parse decodes one line into ev (which it resets) and says what the line
+// was. For a kindOther line, ev.dropped and p.otherName are still set.
+func (p *parser) parse(line []byte, ev *event) lineKind {
+	*ev = event{held: -1}
+	p.otherName = ""
+	i := skipWS(line, 0)
+	if i == len(line) {
+		return kindBlank
+	}
+	st := lineState{ev: ev}
+	end, err := p.object(line, i, &st)
+	if err != nil || skipWS(line, end) != len(line) {
+		return kindNotJSON
+	}
+	if !st.isEvent {
+		if !st.sawEvent {
+			p.otherName = "(no event)"
+		}
+		return kindOther
+	}
+	switch ev.decision {
+	case "admitted", "shadow-refused", "refused", "unavailable":
+	default:
+		return kindInvalid
+	}
+	if !st.sawTS {
+		return kindInvalid
+	}
+	ev.start = ev.end
+	if ev.held >= 0 {
+		ev.start = ev.end - ev.held
+	}
+	if ev.rows == 0 && ev.singleRow {
+		ev.rows = 1 // so the lane plan sees a single-row call
+	}
+	return kindEvent
+}
+
+// lineState is what parse learns from the members of one line.
+type lineState struct {
+	ev                       *event
+	isEvent, sawEvent, sawTS bool
+}
+
+// member stores one top-level member of a line.
+func (p *parser) member(st *lineState, key []byte, v value) {
+	switch string(key) {
+	case "event":
+		st.sawEvent = true
+		s := v.text(p)
+		st.isEvent = s == "ocl_capacity"
+		if !st.isEvent {
+			p.otherName = s
+		}
+	case "log_dropped":
+		st.ev.dropped = v.int()
+	case "decision":
+		st.ev.decision = v.text(p)
+	case "mode":
+		st.ev.mode = v.text(p)
+	case "enforced":
+		st.ev.enforced = v.isTrue()
+	case "endpoint":
+		st.ev.endpoint = v.text(p)
+	case "semantic":
+		st.ev.semantic = v.isTrue()
+	case "rows":
+		st.ev.rows = int(v.int())
+	case "single_row":
+		st.ev.singleRow = v.isTrue()
+	case "tier":
+		st.ev.tier = v.text(p)
+	case "user_id":
+		st.ev.user = v.text(p)
+	case "task":
+		st.ev.task = v.text(p)
+	case "error":
+		st.ev.errText = v.text(p)
+	case "lease_lost":
+		st.ev.leaseLost = v.isTrue()
+	case "full":
+		st.ev.full = v.lanes(p)
+	case "retry_after":
+		st.ev.retryAfter = int(v.int())
+	case "held_ms":
+		if v.kind == vNumber {
+			st.ev.held = max(v.int(), 0)
+		}
+	case "queue_ms":
+		if v.kind == vNumber {
+			st.ev.queue, st.ev.hasQueue = v.int(), true
+		}
+	case "ts":
+		if v.kind == vString {
+			if ms, ok := parseTS(v.raw, v.escaped); ok {
+				st.ev.end, st.sawTS = ms, true
+			}
+		}
+	case "in_flight":
+		st.ev.setCount(laneAPIHeavy, v)
+	case "limit":
+		st.ev.setLimit(laneAPIHeavy, v)
+	case "task_in_flight":
+		st.ev.setCount(laneTask, v)
+	case "task_limit":
+		st.ev.setLimit(laneTask, v)
+	case "es2_knn_in_flight":
+		st.ev.setCount(laneES2KNN, v)
+	case "es2_knn_limit":
+		st.ev.setLimit(laneES2KNN, v)
+	case "tier_in_flight":
+		st.ev.setCount(laneTier, v)
+	case "tier_limit":
+		st.ev.setLimit(laneTier, v)
+	case "user_in_flight":
+		st.ev.setCount(laneUser, v)
+	case "user_limit":
+		st.ev.setLimit(laneUser, v)
+	}
+}
+
+func (ev *event) setCount(lane int, v value) {
+	if v.kind == vNumber {
+		ev.inFlight[lane], ev.hasCount = int(v.int()), ev.hasCount|1<<lane
+	}
+}
+
+func (ev *event) setLimit(lane int, v value) {
+	if v.kind == vNumber {
+		ev.limit[lane], ev.hasLimit = int(v.int()), ev.hasLimit|1<<lane
+	}
+}
+
+// valueKind is the JSON type of a value.
+type valueKind uint8
+
+const (
+	vString valueKind = iota
+	vNumber
+	vTrue
+	vFalse
+	vNull
+	vArray
+	vObject
+)
+
+// value is one JSON value as found in a line: raw is the string's content
+// without quotes (escaped when escaped is set), the number's text, or the
+// whole array.
+type value struct {
+	kind    valueKind
+	raw     []byte
+	escaped bool
+}
+
+func (v value) isTrue() bool { return v.kind == vTrue }
+
+// int returns an integer number's value; 0 for anything else (3.5, "3").
+func (v value) int() int64 {
+	if v.kind != vNumber {
+		return 0
+	}
+	n, err := strconv.ParseInt(string(v.raw), 10, 64)
+	if err != nil {
+		return 0
+	}
+	return n
+}
+
+// text returns a string value (interned), "" for other kinds.
+func (v value) text(p *parser) string {
+	if v.kind != vString {
+		return ""
+	}
+	if !v.escaped {
+		return p.str(v.raw)
+	}
+	b, ok := unescape(p.scratch[:0], v.raw)
+	p.scratch = b
+	if !ok {
+		return ""
+	}
+	return p.str(b)
+}
+
+// lanes returns the lane bits of an array of lane names.
+func (v value) lanes(p *parser) uint8 {
+	if v.kind != vArray {
+		return 0
+	}
+	var set uint8
+	i := skipWS(v.raw, 1)
+	for i < len(v.raw) && v.raw[i] != ']' {
+		el, next, err := p.value(v.raw, i)
+		if err != nil {
+			return set
+		}
+		if el.kind == vString {
+			if n := laneIndex(el.text(p)); n >= 0 {
+				set |= 1 << n
+			}
+		}
+		i = skipWS(v.raw, next)
+		if i < len(v.raw) && v.raw[i] == ',' {
+			i = skipWS(v.raw, i+1)
+		}
+	}
+	return set
+}
+
+func skipWS(b []byte, i int) int {
+	for i < len(b) && (b[i] == ' ' || b[i] == '\t' || b[i] == '\r' || b[i] == '\n') {
+		i++
+	}
+	return i
+}
+
+// object parses the object starting at b[i] and, when st is not nil,
+// stores each of its members (not those of nested objects) with member. It
+// returns the index after the object.
+func (p *parser) object(b []byte, i int, st *lineState) (int, error) {
+	if i >= len(b) || b[i] != '{' {
+		return 0, errSyntax
+	}
+	i = skipWS(b, i+1)
+	if i < len(b) && b[i] == '}' {
+		return i + 1, nil
+	}
+	for {
+		key, next, err := p.value(b, i)
+		if err != nil || key.kind != vString {
+			return 0, errSyntax
+		}
+		i = skipWS(b, next)
+		if i >= len(b) || b[i] != ':' {
+			return 0, errSyntax
+		}
+		v, next, err := p.value(b, skipWS(b, i+1))
+		if err != nil {
+			return 0, err
+		}
+		if st != nil {
+			k := key.raw
+			if key.escaped {
+				k, _ = unescape(nil, key.raw)
+			}
+			p.member(st, k, v)
+		}
+		i = skipWS(b, next)
+		if i >= len(b) {
+			return 0, errSyntax
+		}
+		switch b[i] {
+		case ',':
+			i = skipWS(b, i+1)
+		case '}':
+			return i + 1, nil
+		default:
+			return 0, errSyntax
+		}
+	}
+}
+
+// value parses the value at b[i] and returns it and the index after it.
+func (p *parser) value(b []byte, i int) (value, int, error) {
+	if i >= len(b) {
+		return value{}, 0, errSyntax
+	}
+	switch c := b[i]; {
+	case c == '"':
+		j, esc := i+1, false
+		for j < len(b) {
+			switch b[j] {
+			case '"':
+				return value{kind: vString, raw: b[i+1 : j], escaped: esc}, j + 1, nil
+			case '\\':
+				esc = true
+				j++
+			}
+			j++
+		}
+		return value{}, 0, errSyntax
+	case c == '-' || (c >= '0' && c <= '9'):
+		j := i + 1
+		for j < len(b) && (b[j] >= '0' && b[j] <= '9' || b[j] == '.' || b[j] == 'e' || b[j] == 'E' || b[j] == '+' || b[j] == '-') {
+			j++
+		}
+		return value{kind: vNumber, raw: b[i:j]}, j, nil
+	case c == 't':
+		return literal(b, i, "true", vTrue)
+	case c == 'f':
+		return literal(b, i, "false", vFalse)
+	case c == 'n':
+		return literal(b, i, "null", vNull)
+	case c == '{':
+		j, err := p.object(b, i, nil)
+		return value{kind: vObject, raw: b[i:j]}, j, err
+	case c == '[':
+		j := skipWS(b, i+1)
+		if j < len(b) && b[j] == ']' {
+			return value{kind: vArray, raw: b[i : j+1]}, j + 1, nil
+		}
+		for {
+			_, next, err := p.value(b, j)
+			if err != nil {
+				return value{}, 0, err
+			}
+			j = skipWS(b, next)
+			if j >= len(b) {
+				return value{}, 0, errSyntax
+			}
+			if b[j] == ']' {
+				return value{kind: vArray, raw: b[i : j+1]}, j + 1, nil
+			}
+			if b[j] != ',' {
+				return value{}, 0, errSyntax
+			}
+			j = skipWS(b, j+1)
+		}
+	}
+	return value{}, 0, errSyntax
+}
+
+func literal(b []byte, i int, word string, k valueKind) (value, int, error) {
+	if len(b)-i < len(word) || string(b[i:i+len(word)]) != word {
+		return value{}, 0, errSyntax
+	}
+	return value{kind: k}, i + len(word), nil
+}
+
+// unescape appends the JSON string content s, unescaped, to dst.
+func unescape(dst, s []byte) ([]byte, bool) {
+	for i := 0; i < len(s); i++ {
+		c := s[i]
+		if c != '\\' {
+			dst = append(dst, c)
+			continue
+		}
+		i++
+		if i >= len(s) {
+			return dst, false
+		}
+		switch s[i] {
+		case '"', '\\', '/':
+			dst = append(dst, s[i])
+		case 'b':
+			dst = append(dst, '\b')
+		case 'f':
+			dst = append(dst, '\f')
+		case 'n':
+			dst = append(dst, '\n')
+		case 'r':
+			dst = append(dst, '\r')
+		case 't':
+			dst = append(dst, '\t')
+		case 'u':
+			r, ok := hex4(s, i+1)
+			if !ok {
+				return dst, false
+			}
+			i += 4
+			if utf16.IsSurrogate(r) {
+				if r2, ok := hex4(s, i+3); ok && i+2 < len(s) && s[i+1] == '\\' && s[i+2] == 'u' {
+					if d := utf16.DecodeRune(r, r2); d != utf8.RuneError {
+						r = d
+						i += 6
+					}
+				}
+			}
+			dst = utf8.AppendRune(dst, r)
+		default:
+			return dst, false
+		}
+	}
+	return dst, true
+}
+
+func hex4(s []byte, i int) (rune, bool) {
+	if i+4 > len(s) {
+		return 0, false
+	}
+	var r rune
+	for _, c := range s[i : i+4] {
+		switch {
+		case c >= '0' && c <= '9':
+			r = r<<4 | rune(c-'0')
+		case c >= 'a' && c <= 'f':
+			r = r<<4 | rune(c-'a'+10)
+		case c >= 'A' && c <= 'F':
+			r = r<<4 | rune(c-'A'+10)
+		default:
+			return 0, false
+		}
+	}
+	return r, true
+}
+
+// parseTS returns an RFC 3339 time as Unix milliseconds. The layout the
+// gate writes, 2006-01-02T15:04:05.000Z, takes a fast path.
+func parseTS(raw []byte, escaped bool) (int64, bool) {
+	if !escaped && len(raw) == 24 && raw[4] == '-' && raw[7] == '-' && raw[10] == 'T' &&
+		raw[13] == ':' && raw[16] == ':' && raw[19] == '.' && raw[23] == 'Z' {
+		y, ok1 := digits(raw[0:4])
+		mo, ok2 := digits(raw[5:7])
+		d, ok3 := digits(raw[8:10])
+		h, ok4 := digits(raw[11:13])
+		mi, ok5 := digits(raw[14:16])
+		s, ok6 := digits(raw[17:19])
+		ms, ok7 := digits(raw[20:23])
+		if ok1 && ok2 && ok3 && ok4 && ok5 && ok6 && ok7 && mo >= 1 && mo <= 12 && d >= 1 && d <= 31 && h < 24 && mi < 60 && s < 60 {
+			return (daysFromCivil(y, mo, d)*86400+h*3600+mi*60+s)*1000 + ms, true
+		}
+	}
+	t, err := time.Parse(time.RFC3339Nano, string(raw))
+	if err != nil {
+		return 0, false
+	}
+	return t.UnixMilli(), true
+}
+
+func digits(b []byte) (int64, bool) {
+	var n int64
+	for _, c := range b {
+		if c < '0' || c > '9' {
+			return 0, false
+		}
+		n = n*10 + int64(c-'0')
+	}
+	return n, true
+}
+
+// daysFromCivil returns the days since 1970-01-01 of a proleptic
+// Gregorian date (Howard Hinnant's algorithm).
+func daysFromCivil(y, m, d int64) int64 {
+	if m <= 2 {
+		y--
+	}
+	era := y / 400
+	yoe := y - era*400
+	mp := (m + 9) % 12
+	doy := (153*mp+2)/5 + d - 1
+	doe := yoe*365 + yoe/4 - yoe/100 + doy
+	return era*146097 + doe - 719468
+}

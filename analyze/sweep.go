@@ -1,0 +1,236 @@
+package analyze
+
+import (
+	"cmp"
+	"container/heap"
+	"slices"
+)
+
+// Limits on what the sweep keeps.
+const (
+	maxWindows     = 1000
+	horizonSlackMS = 2000 // disorder between lines allowed beyond the longest held_ms
+)
+
+// sweep puts the calls in order of their start (ts − held_ms) and replays
+// them: the reconstruction of the lanes from the intervals, the what-if
+// replay, the unavailability windows and the timeline.
+//
+// Lines come in finishing order, so a start arrives late by at most the
+// call's held_ms (plus the disorder between lines). The sweep keeps calls
+// in a heap until the latest ts read is a horizon past their start: the
+// horizon is the larger of Options.Horizon and the longest held_ms seen so
+// far plus 2 s. Its memory is the calls that start within one horizon.
+type sweep struct {
+	c        *counter
+	minHoriz int64
+	horizon  int64
+	pending  evHeap
+	maxEnd   int64
+	started  bool
+	last     int64 // the last start processed
+	late     int64
+
+	recon   *lanes
+	keys    []laneKey
+	recOut  Reconstruction
+	whatIf  *whatIf
+	tl      *timeline
+	open    map[string]*Window
+	windows []Window
+	leftOut int64
+}
+
+func newSweep(c *counter, minHorizon int64, recCap int64, w *whatIf) *sweep {
+	s := &sweep{c: c, minHoriz: minHorizon, horizon: minHorizon, recon: newLanes(recCap),
+		whatIf: w, tl: newTimeline(), open: map[string]*Window{}}
+	s.recon.onEnd = func(end int64, k laneKey, n int) {
+		s.tl.advance(end)
+		s.tl.set(k, n, -1)
+	}
+	return s
+}
+
+// push adds a call and replays those that can no longer be preceded.
+func (s *sweep) push(ev *event) {
+	if ev.held >= 0 {
+		s.horizon = max(s.horizon, ev.held+horizonSlackMS)
+	}
+	if s.started && ev.start < s.last {
+		s.late++
+		ev.start = s.last // replayed at the edge of what is done
+	}
+	heap.Push(&s.pending, ev)
+	s.maxEnd = max(s.maxEnd, ev.end)
+	for len(s.pending) > 0 && s.pending[0].start <= s.maxEnd-s.horizon {
+		s.process(heap.Pop(&s.pending).(*event))
+	}
+}
+
+// flush replays every call left, at the end of the input.
+func (s *sweep) flush() {
+	for len(s.pending) > 0 {
+		s.process(heap.Pop(&s.pending).(*event))
+	}
+	s.recon.endUntil(s.maxEnd)
+	for _, w := range s.open {
+		s.closeWindow(w)
+	}
+	clear(s.open)
+	slices.SortFunc(s.windows, func(a, b Window) int {
+		return cmp.Or(a.Start.Compare(b.Start), cmp.Compare(a.Task, b.Task))
+	})
+}
+
+func (s *sweep) next() (int64, bool) {
+	if len(s.pending) == 0 {
+		return 0, false
+	}
+	return s.pending[0].start, true
+}
+
+// process replays one call at its start.
+func (s *sweep) process(ev *event) {
+	s.started, s.last = true, ev.start
+	nextStart, hasNext := s.next()
+	s.recon.endUntil(ev.start)
+	s.tl.advance(ev.start)
+	s.reconstruct(ev, nextStart, hasNext)
+	s.trackWindow(ev)
+	switch ev.decision {
+	case "shadow-refused":
+		s.tl.shadow[s.tl.n-1]++
+	case "refused":
+		s.tl.refused[s.tl.n-1]++
+	}
+	if s.whatIf != nil && s.whatIf.step(ev, nextStart, hasNext) {
+		s.tl.whatIf[s.tl.n-1]++
+	}
+}
+
+// reconstruct checks one call against the calls in flight at its start:
+// its counts and its decision (full or not, against the limits its line
+// recorded), then counts its lease as the log says it took one.
+func (s *sweep) reconstruct(ev *event, nextStart int64, hasNext bool) {
+	if ev.decision == "unavailable" {
+		return
+	}
+	taken := ev.held >= 0
+	s.keys = callKeys(s.keys, ev)
+	countsAgree, full := true, false
+	for _, k := range s.keys {
+		n := s.recon.counts[k]
+		if ev.hasCount&(1<<k.lane) != 0 {
+			want := n
+			if taken {
+				want++
+			}
+			countsAgree = countsAgree && ev.inFlight[k.lane] == want
+		}
+		if ev.hasLimit&(1<<k.lane) != 0 && n >= ev.limit[k.lane] {
+			full = true
+		}
+	}
+	predicted := "admitted"
+	switch {
+	case full && ev.enforced:
+		predicted = "refused"
+	case full:
+		predicted = "shadow-refused"
+	}
+	s.recOut.Calls++
+	if countsAgree {
+		s.recOut.CountsAgree++
+	}
+	if predicted == ev.decision {
+		s.recOut.DecisionsAgree++
+	} else if s.recon.nearTie(ev.start, nextStart, hasNext) {
+		s.recOut.NearTies++
+	}
+	if !taken {
+		return
+	}
+	s.recon.take(s.keys, ev.start, ev.end)
+	for _, k := range s.keys {
+		n := s.recon.counts[k]
+		if n == 0 {
+			continue // held for less than a millisecond
+		}
+		limit := -1
+		if ev.hasLimit&(1<<k.lane) != 0 {
+			limit = ev.limit[k.lane]
+		}
+		s.tl.set(k, n, limit)
+		var p *LanePeak
+		if k.lane == laneUser {
+			p = s.c.userPeak(k.id)
+		} else {
+			p = s.c.lane(k.lane, k.id)
+		}
+		if p != nil && n > p.Reconstructed {
+			p.Reconstructed, p.ReconstructedAt = n, msTime(ev.start)
+		}
+	}
+}
+
+// trackWindow follows the runs of store-unavailable calls per task.
+func (s *sweep) trackWindow(ev *event) {
+	w := s.open[ev.task]
+	switch {
+	case ev.decision == "unavailable" && storeError(ev.errText):
+		if w == nil {
+			s.open[ev.task] = &Window{Task: ev.task, Start: msTime(ev.end), End: msTime(ev.end),
+				Calls: 1, Error: ev.errText}
+			return
+		}
+		w.End = msTime(ev.end)
+		w.Calls++
+	case ev.decision != "unavailable" && w != nil:
+		s.closeWindow(w)
+		delete(s.open, ev.task)
+	}
+}
+
+func (s *sweep) closeWindow(w *Window) {
+	if len(s.windows) >= maxWindows {
+		s.leftOut++
+		return
+	}
+	w.DurationMS = w.End.Sub(w.Start).Milliseconds()
+	s.windows = append(s.windows, *w)
+}
+
+// fill writes the sweep's findings into r.
+func (s *sweep) fill(r *Report) {
+	out := s.recOut
+	out.Late, out.HorizonMS = s.late, s.horizon
+	if out.Calls > 0 {
+		out.Agreement = float64(out.DecisionsAgree) / float64(out.Calls)
+	}
+	r.Reconstruction = out
+	r.Unavailable.Windows, r.Unavailable.LeftOut = s.windows, s.leftOut
+	r.Timeline = s.tl.report(s.whatIf != nil)
+	if s.whatIf != nil {
+		r.WhatIf = s.whatIf.report()
+	}
+}
+
+// evHeap orders calls by start, then by arrival.
+type evHeap []*event
+
+func (h evHeap) Len() int { return len(h) }
+func (h evHeap) Less(i, j int) bool {
+	if h[i].start != h[j].start {
+		return h[i].start < h[j].start
+	}
+	return h[i].seq < h[j].seq
+}
+func (h evHeap) Swap(i, j int) { h[i], h[j] = h[j], h[i] }
+func (h *evHeap) Push(x any)   { *h = append(*h, x.(*event)) }
+func (h *evHeap) Pop() any {
+	old := *h
+	ev := old[len(old)-1]
+	old[len(old)-1] = nil
+	*h = old[:len(old)-1]
+	return ev
+}
