@@ -27,6 +27,7 @@ Commands:
   serve      run the gateway in front of an API
   capacity   show and change the runtime config: show|set|reset|history|status
   demo       run a simulated API, the gateway and simulated users for ~30 s
+  analyze    report on ocl_capacity log lines; --what-if replays them against a changed config
 
 Run "capgate <command> -h" for a command's flags.
 `
@@ -42,6 +43,8 @@ func Run(ctx context.Context, args []string, stdin io.Reader, stdout, stderr io.
 	case "-h", "--help", "help":
 		fmt.Fprint(stdout, usage)
 		return 0
+	case "analyze":
+		return runAnalyze(ctx, args[1:], stdin, stdout, stderr)
 	}
 	fmt.Fprintf(stderr, "capgate: unknown command %q\n\n%s", args[0], usage)
 	return 2
