@@ -101,15 +101,16 @@ func Analyze(ctx context.Context, inputs []Input, opts Options) (*Report, error)
 
 	c := newCounter(maxUsers)
 	p := newParser(maxUsers + 1000)
+	pool := &evPool{}
 	srcs := make([]*source, len(inputs))
 	for i, in := range inputs {
-		srcs[i] = newSource(i, in, maxLine, p, c)
+		srcs[i] = newSource(i, in, maxLine, p, c, pool)
 	}
 	var w *whatIf
 	if opts.WhatIf != nil {
 		w = newWhatIf(*opts.WhatIf)
 	}
-	sw := newSweep(c, horizon.Milliseconds(), holdCapMS(base), w)
+	sw := newSweep(c, horizon.Milliseconds(), holdCapMS(base), w, pool)
 	m, err := newMerger(srcs)
 	if err != nil {
 		return nil, fmt.Errorf("analyze: %w", err)

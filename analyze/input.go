@@ -30,13 +30,29 @@ type source struct {
 	c      *counter
 	sum    *InputSummary
 	head   *event // the next event, nil at the end
+	pool   *evPool
 	err    error
 }
 
-func newSource(idx int, in Input, maxLen int, p *parser, c *counter) *source {
+// evPool recycles events once the sweep is done with them, so a long log
+// allocates only as many as are pending at once.
+type evPool struct{ free []*event }
+
+func (p *evPool) get() *event {
+	if n := len(p.free); n > 0 {
+		ev := p.free[n-1]
+		p.free = p.free[:n-1]
+		return ev
+	}
+	return new(event)
+}
+
+func (p *evPool) put(ev *event) { p.free = append(p.free, ev) }
+
+func newSource(idx int, in Input, maxLen int, p *parser, c *counter, pool *evPool) *source {
 	return &source{
 		idx: idx, name: in.Name, br: bufio.NewReaderSize(in.R, 64<<10), maxLen: maxLen,
-		p: p, c: c, sum: &InputSummary{Name: in.Name},
+		p: p, c: c, sum: &InputSummary{Name: in.Name}, pool: pool,
 	}
 }
 
@@ -85,6 +101,7 @@ func trimEOL(b []byte) []byte {
 // next reads up to the next event and keeps it in s.head; other lines are
 // counted as it goes. At the end, or on a read error, s.head is nil.
 func (s *source) next() {
+	ev := s.pool.get()
 	for {
 		line, tooLong, err := s.readLine()
 		if err != nil {
@@ -92,6 +109,7 @@ func (s *source) next() {
 				s.err = fmt.Errorf("read %s: %w", s.name, err)
 			}
 			s.head = nil
+			s.pool.put(ev)
 			return
 		}
 		s.sum.Lines++
@@ -99,7 +117,6 @@ func (s *source) next() {
 			s.c.skip(kindTooLong, "")
 			continue
 		}
-		ev := new(event)
 		kind := s.p.parse(line, ev)
 		s.c.dropped += ev.dropped
 		if kind != kindEvent {

@@ -1,6 +1,7 @@
 package analyze
 
 import (
+	"bytes"
 	"errors"
 	"strconv"
 	"time"
@@ -87,6 +88,32 @@ func newParser(maxIntern int) *parser {
 }
 
 func (p *parser) str(b []byte) string {
+	switch string(b) { // the common words, without a map lookup
+	case "admitted":
+		return "admitted"
+	case "shadow-refused":
+		return "shadow-refused"
+	case "refused":
+		return "refused"
+	case "unavailable":
+		return "unavailable"
+	case "shadow":
+		return "shadow"
+	case "enforce":
+		return "enforce"
+	case "$match":
+		return "$match"
+	case "$rerank":
+		return "$rerank"
+	case "staff":
+		return "staff"
+	case "core":
+		return "core"
+	case "early_access":
+		return "early_access"
+	case "preview":
+		return "preview"
+	}
 	if s, ok := p.intern[string(b)]; ok {
 		return s
 	}
@@ -367,18 +394,23 @@ func (p *parser) value(b []byte, i int) (value, int, error) {
 	}
 	switch c := b[i]; {
 	case c == '"':
-		j, esc := i+1, false
-		for j < len(b) {
-			switch b[j] {
-			case '"':
-				return value{kind: vString, raw: b[i+1 : j], escaped: esc}, j + 1, nil
-			case '\\':
-				esc = true
-				j++
+		// Find the closing quote with IndexByte (vectorized); a quote
+		// preceded by an odd number of backslashes is escaped.
+		for j := i + 1; ; {
+			k := bytes.IndexByte(b[j:], '"')
+			if k < 0 {
+				return value{}, 0, errSyntax
 			}
-			j++
+			end, bs := j+k, 0
+			for p := end - 1; p > i && b[p] == '\\'; p-- {
+				bs++
+			}
+			if bs%2 == 0 {
+				raw := b[i+1 : end]
+				return value{kind: vString, raw: raw, escaped: bytes.IndexByte(raw, '\\') >= 0}, end + 1, nil
+			}
+			j = end + 1
 		}
-		return value{}, 0, errSyntax
 	case c == '-' || (c >= '0' && c <= '9'):
 		j := i + 1
 		for j < len(b) && (b[j] >= '0' && b[j] <= '9' || b[j] == '.' || b[j] == 'e' || b[j] == 'E' || b[j] == '+' || b[j] == '-') {

@@ -1,45 +1,35 @@
 package analyze
 
-import (
-	"container/heap"
-
-	"github.com/capgate/capgate"
-)
+import "github.com/capgate/capgate"
 
 // lease is one call holding its lanes until end.
 type lease struct {
-	end  int64
-	keys []laneKey
+	end   int64
+	lanes []*laneCount
 }
 
-type leaseHeap []lease
-
-func (h leaseHeap) Len() int           { return len(h) }
-func (h leaseHeap) Less(i, j int) bool { return h[i].end < h[j].end }
-func (h leaseHeap) Swap(i, j int)      { h[i], h[j] = h[j], h[i] }
-func (h *leaseHeap) Push(x any)        { *h = append(*h, x.(lease)) }
-func (h *leaseHeap) Pop() any {
-	old := *h
-	l := old[len(old)-1]
-	*h = old[:len(old)-1]
-	return l
+// laneCount is the calls in flight in one lane.
+type laneCount struct {
+	key laneKey
+	n   int
 }
 
 // lanes counts the calls in flight per lane as calls start and end, in
 // time order. Entries are deleted at zero, so its maps hold only the lanes
 // with calls in flight.
 type lanes struct {
-	counts  map[laneKey]int
+	counts  map[laneKey]*laneCount
 	active  leaseHeap
 	holdCap int64 // the longest a lease lives, ms; 0: no cap
 	last    int64 // the last start or end processed
-	free    [][]laneKey
+	free    [][]*laneCount
+	took    []*laneCount
 	// onEnd, when set, is told about each lane count that drops.
 	onEnd func(end int64, k laneKey, count int)
 }
 
 func newLanes(holdCap int64) *lanes {
-	return &lanes{counts: map[laneKey]int{}, holdCap: holdCap}
+	return &lanes{counts: map[laneKey]*laneCount{}, holdCap: holdCap}
 }
 
 // holdCapMS returns how long a lease counts at most under cfg: the gate
@@ -54,45 +44,58 @@ func holdCapMS(cfg capgate.Config) int64 {
 	return (maxHold-1)/renew*renew + int64(cfg.LeaseSeconds)*1000
 }
 
+// count returns the calls in flight in lane k.
+func (l *lanes) count(k laneKey) int {
+	if c := l.counts[k]; c != nil {
+		return c.n
+	}
+	return 0
+}
+
 // endUntil ends every lease whose end is at or before t: a call that
 // ended at t is not in flight for a call starting at t.
 func (l *lanes) endUntil(t int64) {
 	for len(l.active) > 0 && l.active[0].end <= t {
-		ls := heap.Pop(&l.active).(lease)
-		for _, k := range ls.keys {
-			n := l.counts[k] - 1
-			if n <= 0 {
-				delete(l.counts, k)
-				n = 0
-			} else {
-				l.counts[k] = n
+		ls := l.active.pop()
+		for _, c := range ls.lanes {
+			c.n--
+			if c.n <= 0 {
+				delete(l.counts, c.key)
 			}
 			if l.onEnd != nil {
-				l.onEnd(ls.end, k, n)
+				l.onEnd(ls.end, c.key, c.n)
 			}
 		}
 		l.last = ls.end
-		l.free = append(l.free, ls.keys[:0])
+		l.free = append(l.free, ls.lanes[:0])
 	}
 }
 
-// take adds a lease on keys from start to end (capped at holdCap).
-func (l *lanes) take(keys []laneKey, start, end int64) {
+// take adds a lease on keys from start to end (capped at holdCap); it
+// returns false when the lease is empty (end ≤ start).
+func (l *lanes) take(keys []laneKey, start, end int64) bool {
 	if l.holdCap > 0 {
 		end = min(end, start+l.holdCap)
 	}
 	if end <= start {
-		return // held for less than the ts resolution: in flight for no one
+		return false // held for less than the ts resolution: in flight for no one
 	}
-	var ks []laneKey
+	var cs []*laneCount
 	if n := len(l.free); n > 0 {
-		ks, l.free = l.free[n-1], l.free[:n-1]
+		cs, l.free = l.free[n-1], l.free[:n-1]
 	}
-	ks = append(ks, keys...)
 	for _, k := range keys {
-		l.counts[k]++
+		c := l.counts[k]
+		if c == nil {
+			c = &laneCount{key: k}
+			l.counts[k] = c
+		}
+		c.n++
+		cs = append(cs, c)
 	}
-	heap.Push(&l.active, lease{end: end, keys: ks})
+	l.active.push(lease{end: end, lanes: cs})
+	l.took = cs
+	return true
 }
 
 // nearTie reports whether another start or end lies within 1 ms of t:
@@ -174,7 +177,7 @@ func (w *whatIf) step(ev *event, nextStart int64, hasNext bool) bool {
 	for _, l := range w.plan {
 		i := laneIndex(string(l.Name))
 		k := laneKey{i, laneID(ev, i)}
-		n := w.lanes.counts[k]
+		n := w.lanes.count(k)
 		w.keys, w.before = append(w.keys, k), append(w.before, n)
 		w.byLane[i].Calls++
 		full = full || n >= l.Limit

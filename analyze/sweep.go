@@ -2,7 +2,6 @@ package analyze
 
 import (
 	"cmp"
-	"container/heap"
 	"slices"
 )
 
@@ -22,14 +21,14 @@ const (
 // horizon is the larger of Options.Horizon and the longest held_ms seen so
 // far plus 2 s. Its memory is the calls that start within one horizon.
 type sweep struct {
-	c        *counter
-	minHoriz int64
-	horizon  int64
-	pending  evHeap
-	maxEnd   int64
-	started  bool
-	last     int64 // the last start processed
-	late     int64
+	c       *counter
+	pool    *evPool
+	horizon int64
+	pending evHeap
+	maxEnd  int64
+	started bool
+	last    int64 // the last start processed
+	late    int64
 
 	recon   *lanes
 	keys    []laneKey
@@ -41,9 +40,9 @@ type sweep struct {
 	leftOut int64
 }
 
-func newSweep(c *counter, minHorizon int64, recCap int64, w *whatIf) *sweep {
-	s := &sweep{c: c, minHoriz: minHorizon, horizon: minHorizon, recon: newLanes(recCap),
-		whatIf: w, tl: newTimeline(), open: map[string]*Window{}}
+func newSweep(c *counter, minHorizon int64, recCap int64, w *whatIf, pool *evPool) *sweep {
+	s := &sweep{c: c, horizon: minHorizon, recon: newLanes(recCap),
+		whatIf: w, tl: newTimeline(), open: map[string]*Window{}, pool: pool}
 	s.recon.onEnd = func(end int64, k laneKey, n int) {
 		s.tl.advance(end)
 		s.tl.set(k, n, -1)
@@ -60,17 +59,17 @@ func (s *sweep) push(ev *event) {
 		s.late++
 		ev.start = s.last // replayed at the edge of what is done
 	}
-	heap.Push(&s.pending, ev)
+	s.pending.push(ev)
 	s.maxEnd = max(s.maxEnd, ev.end)
 	for len(s.pending) > 0 && s.pending[0].start <= s.maxEnd-s.horizon {
-		s.process(heap.Pop(&s.pending).(*event))
+		s.process(s.pending.pop())
 	}
 }
 
 // flush replays every call left, at the end of the input.
 func (s *sweep) flush() {
 	for len(s.pending) > 0 {
-		s.process(heap.Pop(&s.pending).(*event))
+		s.process(s.pending.pop())
 	}
 	s.recon.endUntil(s.maxEnd)
 	for _, w := range s.open {
@@ -106,6 +105,7 @@ func (s *sweep) process(ev *event) {
 	if s.whatIf != nil && s.whatIf.step(ev, nextStart, hasNext) {
 		s.tl.whatIf[s.tl.n-1]++
 	}
+	s.pool.put(ev)
 }
 
 // reconstruct checks one call against the calls in flight at its start:
@@ -119,7 +119,7 @@ func (s *sweep) reconstruct(ev *event, nextStart int64, hasNext bool) {
 	s.keys = callKeys(s.keys, ev)
 	countsAgree, full := true, false
 	for _, k := range s.keys {
-		n := s.recon.counts[k]
+		n := s.recon.count(k)
 		if ev.hasCount&(1<<k.lane) != 0 {
 			want := n
 			if taken {
@@ -150,12 +150,11 @@ func (s *sweep) reconstruct(ev *event, nextStart int64, hasNext bool) {
 	if !taken {
 		return
 	}
-	s.recon.take(s.keys, ev.start, ev.end)
-	for _, k := range s.keys {
-		n := s.recon.counts[k]
-		if n == 0 {
-			continue // held for less than a millisecond
-		}
+	if !s.recon.take(s.keys, ev.start, ev.end) {
+		return // held for less than a millisecond
+	}
+	for _, lc := range s.recon.took {
+		k, n := lc.key, lc.n
 		limit := -1
 		if ev.hasLimit&(1<<k.lane) != 0 {
 			limit = ev.limit[k.lane]
@@ -213,24 +212,4 @@ func (s *sweep) fill(r *Report) {
 	if s.whatIf != nil {
 		r.WhatIf = s.whatIf.report()
 	}
-}
-
-// evHeap orders calls by start, then by arrival.
-type evHeap []*event
-
-func (h evHeap) Len() int { return len(h) }
-func (h evHeap) Less(i, j int) bool {
-	if h[i].start != h[j].start {
-		return h[i].start < h[j].start
-	}
-	return h[i].seq < h[j].seq
-}
-func (h evHeap) Swap(i, j int) { h[i], h[j] = h[j], h[i] }
-func (h *evHeap) Push(x any)   { *h = append(*h, x.(*event)) }
-func (h *evHeap) Pop() any {
-	old := *h
-	ev := old[len(old)-1]
-	old[len(old)-1] = nil
-	*h = old[:len(old)-1]
-	return ev
 }

@@ -39,6 +39,9 @@ func newTimeline() *timeline {
 // seriesOf returns the series of lane k, creating it; nil for lanes not
 // charted (users, tasks past maxTaskSeries).
 func (t *timeline) seriesOf(k laneKey) *tlSeries {
+	if k.lane == laneUser {
+		return nil
+	}
 	if i, ok := t.index[k]; ok {
 		if i < 0 {
 			return nil
