@@ -62,7 +62,11 @@ func newSource(idx int, in Input, maxLen int, p *parser, c *counter, pool *evPoo
 func (s *source) readLine() (line []byte, tooLong bool, err error) {
 	b, err := s.br.ReadSlice('\n')
 	if err == nil || (errors.Is(err, io.EOF) && len(b) > 0) {
-		return trimEOL(b), false, nil
+		b = trimEOL(b)
+		if len(b) > s.maxLen {
+			return nil, true, nil
+		}
+		return b, false, nil
 	}
 	if !errors.Is(err, bufio.ErrBufferFull) {
 		return nil, false, err

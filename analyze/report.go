@@ -120,7 +120,10 @@ type Percentiles struct {
 
 // Unavailability describes the calls the limiter could not count. A
 // window is a run of unavailable calls with store errors on one task
-// (gateway), ended by the next call that task counted.
+// (gateway), ended by the next call that task counted, unless another
+// store-unavailable call follows within 15 s (the gateway's skip window;
+// an unavailable line is placed at its ts, when the call ended, as it has
+// no held_ms).
 type Unavailability struct {
 	Calls       int64            `json:"calls"`
 	StoreErrors int64            `json:"store_errors"` // unavailable because of the lane store

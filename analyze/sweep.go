@@ -3,6 +3,8 @@ package analyze
 import (
 	"cmp"
 	"slices"
+
+	"github.com/capgate/capgate"
 )
 
 // Limits on what the sweep keeps.
@@ -35,14 +37,15 @@ type sweep struct {
 	recOut  Reconstruction
 	whatIf  *whatIf
 	tl      *timeline
-	open    map[string]*Window
+	open    map[string]int // task → index in windows of its open run; -1: not kept
+	lastWin map[string]int // task → index in windows of its last run
 	windows []Window
 	leftOut int64
 }
 
 func newSweep(c *counter, minHorizon int64, recCap int64, w *whatIf, pool *evPool) *sweep {
 	s := &sweep{c: c, horizon: minHorizon, recon: newLanes(recCap),
-		whatIf: w, tl: newTimeline(), open: map[string]*Window{}, pool: pool}
+		whatIf: w, tl: newTimeline(), open: map[string]int{}, lastWin: map[string]int{}, pool: pool}
 	s.recon.onEnd = func(end int64, k laneKey, n int) {
 		s.tl.advance(end)
 		s.tl.set(k, n, -1)
@@ -72,10 +75,10 @@ func (s *sweep) flush() {
 		s.process(s.pending.pop())
 	}
 	s.recon.endUntil(s.maxEnd)
-	for _, w := range s.open {
-		s.closeWindow(w)
+	for i := range s.windows {
+		w := &s.windows[i]
+		w.DurationMS = w.End.Sub(w.Start).Milliseconds()
 	}
-	clear(s.open)
 	slices.SortFunc(s.windows, func(a, b Window) int {
 		return cmp.Or(a.Start.Compare(b.Start), cmp.Compare(a.Task, b.Task))
 	})
@@ -172,31 +175,48 @@ func (s *sweep) reconstruct(ev *event, nextStart int64, hasNext bool) {
 	}
 }
 
-// trackWindow follows the runs of store-unavailable calls per task.
+// windowGap joins runs of store-unavailable calls on a task that are
+// closer than this: an unavailable line carries no held_ms, so it is placed
+// at its ts, when the call ended, and calls counted after the store came
+// back can fall between the lines of one outage. A failure makes a gateway
+// skip the store for 15 s (SPEC §7), the same span.
+const windowGap = capgate.DefaultSkipDuration
+
+// trackWindow follows the runs of store-unavailable calls per task: a
+// run ends at a call the task counted, unless the next store-unavailable
+// call comes within windowGap of the run's end.
 func (s *sweep) trackWindow(ev *event) {
-	w := s.open[ev.task]
+	at := msTime(ev.end)
 	switch {
 	case ev.decision == "unavailable" && storeError(ev.errText):
-		if w == nil {
-			s.open[ev.task] = &Window{Task: ev.task, Start: msTime(ev.end), End: msTime(ev.end),
-				Calls: 1, Error: ev.errText}
+		i, ok := s.open[ev.task]
+		if !ok {
+			if j, had := s.lastWin[ev.task]; had && j >= 0 && at.Sub(s.windows[j].End) < windowGap {
+				i, ok = j, true
+				s.open[ev.task] = j
+			}
+		}
+		if ok {
+			if i >= 0 {
+				w := &s.windows[i]
+				if at.After(w.End) {
+					w.End = at
+				}
+				w.Calls++
+			}
 			return
 		}
-		w.End = msTime(ev.end)
-		w.Calls++
-	case ev.decision != "unavailable" && w != nil:
-		s.closeWindow(w)
+		i = -1 // past maxWindows: counted, not kept
+		if len(s.windows) < maxWindows {
+			i = len(s.windows)
+			s.windows = append(s.windows, Window{Task: ev.task, Start: at, End: at, Calls: 1, Error: ev.errText})
+		} else {
+			s.leftOut++
+		}
+		s.open[ev.task], s.lastWin[ev.task] = i, i
+	case ev.decision != "unavailable":
 		delete(s.open, ev.task)
 	}
-}
-
-func (s *sweep) closeWindow(w *Window) {
-	if len(s.windows) >= maxWindows {
-		s.leftOut++
-		return
-	}
-	w.DurationMS = w.End.Sub(w.Start).Milliseconds()
-	s.windows = append(s.windows, *w)
 }
 
 // fill writes the sweep's findings into r.
