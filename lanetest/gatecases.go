@@ -6,6 +6,7 @@ import (
 	"net/http"
 	"reflect"
 	"slices"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -36,7 +37,7 @@ func RunGate(t *testing.T, open Factory) {
 		{"SuggestedConcurrency", testSuggested},
 		{"StaleLeaseExpires", testStaleLease},
 		{"ShortLeaseNeverShortensTTL", testTTLNeverShortened},
-		{"LateAcquireTakesNoLease", testLateAcquire},
+		{"LateAcquireTakesNoLease", testGateLateAcquire},
 		{"Headers", testHeaders},
 		{"LogLine", testLogLine},
 		{"Status", testStatus},
@@ -361,14 +362,14 @@ func testTTLNeverShortened(t *testing.T, e *Env) {
 	}
 }
 
-func testLateAcquire(t *testing.T, e *Env) {
+func testGateLateAcquire(t *testing.T, e *Env) {
 	e.Gate.Now = func() time.Time { return time.Now().Add(-10 * time.Second) }
 	a := e.Admit(Match("p", capgate.TierPreview))
 	wantDecision(t, a, capgate.DecisionUnavailable)
 	if a.Holding() {
 		t.Fatal("late acquire holds a lease")
 	}
-	if err := a.Err(); !contains(err, "no lease was taken") {
+	if err := a.Err(); !strings.Contains(err, "no lease was taken") {
 		t.Fatalf("error = %q, want it to say no lease was taken", err)
 	}
 	if m := e.Store.Members(t, e.Key(capgate.LaneAPIHeavy, "")); len(m) != 0 {
@@ -377,17 +378,6 @@ func testLateAcquire(t *testing.T, e *Env) {
 	if !e.Gate.Skip.Skipping() {
 		t.Fatal("a late acquire did not open the skip window")
 	}
-}
-
-func contains(s, sub string) bool { return len(sub) == 0 || indexOf(s, sub) >= 0 }
-
-func indexOf(s, sub string) int {
-	for i := 0; i+len(sub) <= len(s); i++ {
-		if s[i:i+len(sub)] == sub {
-			return i
-		}
-	}
-	return -1
 }
 
 func testHeaders(t *testing.T, e *Env) {
@@ -456,7 +446,7 @@ func testLogLine(t *testing.T, e *Env) {
 		`"queue_ms"`, `"task"`, `"request_source"`, `"algorithm_id"`, `"automatch_run_id"`, `"cid"`, `"ts"`}
 	last := -1
 	for _, k := range order {
-		i := indexOf(raw, k+":")
+		i := strings.Index(raw, k+":")
 		if i <= last {
 			t.Fatalf("field %s out of order in %s", k, raw)
 		}

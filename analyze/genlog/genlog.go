@@ -1,22 +1,26 @@
 // Package genlog writes realistic ocl_capacity logs for tests and
-// benchmarks. It runs the real capgate.Gate, on a simulated clock, over an
-// in-process lane store that follows the LaneStore contract: calls arrive
-// at random, hold their leases for a random time and end; each line is the
-// one the gate writes.
+// benchmarks. It runs the real capgate.Gate over the real in-process lane
+// store (memory.Store), both on a simulated clock: calls arrive at random,
+// hold their leases for a random time and end; each line is the one the
+// gate writes. Outages make the store fail (through mock.LaneStore).
 package genlog
 
 import (
 	"bufio"
 	"container/heap"
 	"context"
+	"errors"
 	"fmt"
 	"io"
 	"log/slog"
 	"math"
 	"math/rand/v2"
+	"sync/atomic"
 	"time"
 
 	"github.com/capgate/capgate"
+	"github.com/capgate/capgate/memory"
+	"github.com/capgate/capgate/mock"
 )
 
 // Options shape a generated log. The zero value gives a small shadow log.
@@ -99,7 +103,8 @@ func Generate(ctx context.Context, w io.Writer, opts Options) (Stats, error) {
 	rng := rand.New(rand.NewPCG(opts.Seed, opts.Seed^0x9e3779b97f4a7c15))
 	var nowUS int64 // simulated µs since opts.Start
 	now := func() time.Time { return opts.Start.Add(time.Duration(nowUS) * time.Microsecond) }
-	store := newSimStore(now)
+	var isDown atomic.Bool
+	store := outageStore(memory.New(now), &isDown)
 	out := &sink{w: bufio.NewWriterSize(w, 256<<10)}
 	cfg := capgate.NewFixedConfig(*opts.Config)
 	quiet := slog.New(slog.NewTextHandler(io.Discard, nil))
@@ -114,7 +119,7 @@ func Generate(ctx context.Context, w io.Writer, opts Options) (Stats, error) {
 	var inFlight runHeap
 	finish := func(r running) {
 		nowUS = r.end
-		store.setDown(down(opts.Outages, nowUS))
+		isDown.Store(down(opts.Outages, nowUS))
 		r.adm.Release(ctx)
 		st.Decisions[string(r.adm.Decision())]++
 	}
@@ -132,7 +137,7 @@ func Generate(ctx context.Context, w io.Writer, opts Options) (Stats, error) {
 			finish(heap.Pop(&inFlight).(running))
 		}
 		nowUS = next
-		store.setDown(down(opts.Outages, nowUS))
+		isDown.Store(down(opts.Outages, nowUS))
 		g := gates[rng.IntN(len(gates))]
 		adm := g.Admit(ctx, randomCall(rng, opts))
 		if adm.Refused() {
@@ -188,6 +193,34 @@ func withDefaults(o Options) Options {
 		o.Config = &c
 	}
 	return o
+}
+
+// errOutage is what the store answers during a simulated outage.
+var errOutage = errors.New("simulated lane store outage: connection refused")
+
+// outageStore wraps store so that every operation fails while down is set.
+func outageStore(store capgate.LaneStore, down *atomic.Bool) capgate.LaneStore {
+	return &mock.LaneStore{
+		Base: store,
+		AcquireFn: func(ctx context.Context, req capgate.AcquireRequest, counts []int) (bool, error) {
+			if down.Load() {
+				return false, errOutage
+			}
+			return store.Acquire(ctx, req, counts)
+		},
+		RenewFn: func(ctx context.Context, token string, keys []string, lease time.Duration) (int, error) {
+			if down.Load() {
+				return 0, errOutage
+			}
+			return store.Renew(ctx, token, keys, lease)
+		},
+		ReleaseFn: func(ctx context.Context, token string, keys []string) error {
+			if down.Load() {
+				return errOutage
+			}
+			return store.Release(ctx, token, keys)
+		},
+	}
 }
 
 func down(outages []Outage, us int64) bool {

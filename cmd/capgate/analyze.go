@@ -2,7 +2,6 @@ package main
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"io"
 	"os"
@@ -51,11 +50,24 @@ type AnalyzeCommand struct {
 	Stdout, Stderr io.Writer
 }
 
-// analyzeArgError is a bad command line or what-if; it exits with status 2.
+// analyzeArgError is a bad command line or what-if. It unwraps to its
+// cause (so errors.Is finds analyze.ErrInvalidWhatIf) and matches
+// *UsageError in errors.As, so main exits 2 for it.
 type analyzeArgError struct{ err error }
 
-func (e *analyzeArgError) Error() string { return e.err.Error() }
+func (e *analyzeArgError) Error() string {
+	return e.err.Error() + "\nRun \"capgate analyze -h\" for help."
+}
+
 func (e *analyzeArgError) Unwrap() error { return e.err }
+
+func (e *analyzeArgError) As(target any) bool {
+	if u, ok := target.(**UsageError); ok {
+		*u = &UsageError{Msg: e.Error()}
+		return true
+	}
+	return false
+}
 
 func analyzeArgErrorf(format string, a ...any) error {
 	return &analyzeArgError{fmt.Errorf(format, a...)}
@@ -154,13 +166,20 @@ func parseAnalyzeArgs(args []string) (analyzeArgs, error) {
 // command line or what-if (the messages of capgate.ParseAssignments and
 // capgate.Validate, as they are), or a wrapped I/O error.
 func (c *AnalyzeCommand) Run(ctx context.Context, args []string) error {
+	if err := c.run(ctx, args); err != nil {
+		return fmt.Errorf("capgate analyze: %w", err)
+	}
+	return nil
+}
+
+func (c *AnalyzeCommand) run(ctx context.Context, args []string) error {
 	a, err := parseAnalyzeArgs(args)
 	if err != nil {
 		return err
 	}
 	if a.showHelp {
-		c.Usage()
-		return nil
+		_, err := fmt.Fprint(c.Stdout, c.Usage())
+		return err
 	}
 	base := capgate.DefaultConfig(capgate.ModeShadow)
 	if a.config != "" {
@@ -275,21 +294,5 @@ func writeAnalyzeHTML(name string, r *analyze.Report) (err error) {
 	return analyze.WriteHTML(f, r)
 }
 
-// Usage writes the command's help to Stdout.
-func (c *AnalyzeCommand) Usage() { fmt.Fprint(c.Stdout, analyzeUsage) }
-
-// runAnalyze runs "capgate analyze" and returns the exit code: 0, 1 for a
-// failure, 2 for a bad command line.
-func runAnalyze(ctx context.Context, args []string, stdin io.Reader, stdout, stderr io.Writer) int {
-	cmd := &AnalyzeCommand{Stdin: stdin, Stdout: stdout, Stderr: stderr}
-	err := cmd.Run(ctx, args)
-	if err == nil {
-		return 0
-	}
-	fmt.Fprintf(stderr, "capgate analyze: %v\n", err)
-	if ae := (*analyzeArgError)(nil); errors.As(err, &ae) {
-		fmt.Fprint(stderr, "Run \"capgate analyze -h\" for help.\n")
-		return 2
-	}
-	return 1
-}
+// Usage returns the command's help.
+func (c *AnalyzeCommand) Usage() string { return analyzeUsage }

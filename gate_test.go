@@ -1,0 +1,371 @@
+package capgate_test
+
+import (
+	"context"
+	"errors"
+	"net/http"
+	"strings"
+	"sync/atomic"
+	"testing"
+	"testing/synctest"
+	"time"
+
+	"github.com/capgate/capgate"
+	"github.com/capgate/capgate/lanetest"
+	"github.com/capgate/capgate/memory"
+	"github.com/capgate/capgate/mock"
+)
+
+// faultEnv is a gate over a real memory store wrapped so a test can make
+// store operations fail, and count them.
+type faultEnv struct {
+	mem       *memory.Store
+	store     *mock.LaneStore
+	gate      *capgate.Gate
+	cfg       *capgate.FixedConfig
+	lines     *lanetest.Lines
+	acquires  atomic.Int32
+	lastToken atomic.Value // string: the token of the last acquire
+	renews    atomic.Int32
+	releases  atomic.Int32
+}
+
+func newFaultEnv(t *testing.T) *faultEnv {
+	t.Helper()
+	e := &faultEnv{mem: memory.New(nil), lines: &lanetest.Lines{}}
+	e.store = &mock.LaneStore{Base: e.mem}
+	e.store.AcquireFn = func(ctx context.Context, req capgate.AcquireRequest, counts []int) (bool, error) {
+		e.acquires.Add(1)
+		e.lastToken.Store(req.Token)
+		return e.mem.Acquire(ctx, req, counts)
+	}
+	e.store.RenewFn = func(ctx context.Context, token string, keys []string, lease time.Duration) (int, error) {
+		e.renews.Add(1)
+		return e.mem.Renew(ctx, token, keys, lease)
+	}
+	e.store.ReleaseFn = func(ctx context.Context, token string, keys []string) error {
+		e.releases.Add(1)
+		return e.mem.Release(ctx, token, keys)
+	}
+	e.cfg = capgate.NewFixedConfig(capgate.DefaultConfig(capgate.ModeShadow))
+	e.gate = capgate.NewGate(e.store, e.cfg, e.lines, "task-a")
+	return e
+}
+
+func (e *faultEnv) userLane(t *testing.T, user string) int {
+	t.Helper()
+	counts := make([]int, 1)
+	if err := e.mem.Count(context.Background(), []string{"ocl:capacity:user:" + user}, counts); err != nil {
+		t.Fatal(err)
+	}
+	return counts[0]
+}
+
+var errRefused = errors.New("dial tcp 127.0.0.1:6379: connect: connection refused")
+
+func TestStoreFailureFailsOpenAndSkipsTheStore(t *testing.T) {
+	e := newFaultEnv(t)
+	e.store.AcquireFn = func(context.Context, capgate.AcquireRequest, []int) (bool, error) {
+		e.acquires.Add(1)
+		return false, errRefused
+	}
+	ctx := context.Background()
+	a := e.gate.Admit(ctx, lanetest.Match("p", capgate.TierPreview))
+	if a.Decision() != capgate.DecisionUnavailable || a.Holding() {
+		t.Fatalf("decision %q holding %v, want unavailable and no lease", a.Decision(), a.Holding())
+	}
+	if a.Err() != errRefused.Error() {
+		t.Fatalf("error = %q, want %q", a.Err(), errRefused)
+	}
+	if !e.gate.Skip.Skipping() {
+		t.Fatal("a store error did not open the skip window")
+	}
+	a.Release(ctx)
+
+	b := e.gate.Admit(ctx, lanetest.Match("p", capgate.TierPreview))
+	if b.Decision() != capgate.DecisionUnavailable || b.Err() != "skipped: Redis failed recently" {
+		t.Fatalf("inside the window: decision %q error %q", b.Decision(), b.Err())
+	}
+	if n := e.acquires.Load(); n != 1 {
+		t.Fatalf("store acquires = %d, want 1 (the second call must skip it)", n)
+	}
+	if n, ok := b.Suggested(); !ok || n != 1 {
+		t.Fatalf("suggested without counts = %d %v, want the per-user limit 1", n, ok)
+	}
+	h := http.Header{}
+	b.SetHeaders(h)
+	if h.Get("Retry-After") != "" || h.Get("X-OCL-Capacity-In-Flight") != "" || h.Get("X-OCL-Capacity-Limit") != "3" {
+		t.Fatalf("unavailable headers = %v", h)
+	}
+	b.Release(ctx)
+
+	e.gate.Skip.Reset()
+	e.gate.Admit(ctx, lanetest.Match("p", capgate.TierPreview)).Release(ctx)
+	if n := e.acquires.Load(); n != 2 {
+		t.Fatalf("after the window the store was not tried again: %d acquires", n)
+	}
+}
+
+func TestEnforceNeverRefusesOnStoreFailure(t *testing.T) {
+	e := newFaultEnv(t)
+	e.cfg.Update(func(c *capgate.Config) {
+		c.Mode, c.EnforceFor, c.PerUser.Preview = capgate.ModeEnforce, capgate.EnforceAll, 0
+	})
+	e.store.AcquireFn = func(context.Context, capgate.AcquireRequest, []int) (bool, error) {
+		return false, errRefused
+	}
+	a := e.gate.Admit(context.Background(), lanetest.Match("p", capgate.TierPreview))
+	defer a.Release(context.Background())
+	if a.Refused() || a.Decision() != capgate.DecisionUnavailable {
+		t.Fatalf("decision %q: a store failure must never refuse", a.Decision())
+	}
+}
+
+func TestFailedReleaseIsLoggedNotRaised(t *testing.T) {
+	e := newFaultEnv(t)
+	ctx := context.Background()
+	a := e.gate.Admit(ctx, lanetest.Match("p", capgate.TierPreview))
+	e.store.ReleaseFn = func(context.Context, string, []string) error { return errors.New("gone") }
+	a.Release(ctx)
+	lines := e.lines.All(t)
+	if len(lines) != 1 || lines[0]["error"] != "gone" || lines[0]["decision"] != "admitted" {
+		t.Fatalf("log line = %v, want decision admitted and error gone", lines)
+	}
+	if !e.gate.Skip.Skipping() {
+		t.Fatal("a failed release did not open the skip window")
+	}
+}
+
+func TestReleaseSkipsTheStoreInsideTheWindow(t *testing.T) {
+	e := newFaultEnv(t)
+	ctx := context.Background()
+	a := e.gate.Admit(ctx, lanetest.Match("p", capgate.TierPreview))
+	e.gate.Skip.Fail()
+	a.Release(ctx)
+	if n := e.releases.Load(); n != 0 {
+		t.Fatalf("release called the store %d times inside the skip window", n)
+	}
+	lines := e.lines.All(t)
+	if got := lines[0]["error"]; got != "release skipped: Redis failed recently; the leases will expire" {
+		t.Fatalf("log line error = %q", got)
+	}
+	if n := e.userLane(t, "p"); n != 1 {
+		t.Fatalf("user lane = %d, want the lease left to expire", n)
+	}
+}
+
+func TestRenewerFailingToStartStillReleases(t *testing.T) {
+	e := newFaultEnv(t)
+	capgate.SetStartRenewerHook(e.gate, func(func()) error { return errors.New("can't start new goroutine") })
+	ctx := context.Background()
+	a := e.gate.Admit(ctx, lanetest.Match("p", capgate.TierPreview))
+	if a.Decision() != capgate.DecisionAdmitted || !a.Holding() {
+		t.Fatalf("decision %q holding %v, want admitted holding", a.Decision(), a.Holding())
+	}
+	if !strings.Contains(a.Err(), "can't start new goroutine") {
+		t.Fatalf("error = %q", a.Err())
+	}
+	a.Release(ctx)
+	if n := e.userLane(t, "p"); n != 0 {
+		t.Fatalf("user lane = %d after release, want 0", n)
+	}
+}
+
+func TestErrorAfterARefusalNeverRefuses(t *testing.T) {
+	e := newFaultEnv(t)
+	e.cfg.Update(func(c *capgate.Config) {
+		c.Mode, c.EnforceFor, c.PerUser.Preview = capgate.ModeEnforce, capgate.EnforceAll, 0
+	})
+	capgate.SetRetryAfterHook(e.gate, func() error { return errors.New("boom") })
+	a := e.gate.Admit(context.Background(), lanetest.Match("p", capgate.TierPreview))
+	defer a.Release(context.Background())
+	if a.Decision() != capgate.DecisionUnavailable || a.Refused() {
+		t.Fatalf("decision %q, want unavailable", a.Decision())
+	}
+	if _, ok := a.RetryAfter(); ok {
+		t.Fatal("retry after kept after a failure")
+	}
+	h := http.Header{}
+	a.SetHeaders(h)
+	if h.Get("Retry-After") != "" {
+		t.Fatalf("Retry-After sent: %v", h)
+	}
+	if a.RefusalBody() != nil {
+		t.Fatal("refusal body for an unavailable call")
+	}
+}
+
+func TestUnexpectedErrorFailsOpenWithoutTheSkipWindow(t *testing.T) {
+	e := newFaultEnv(t)
+	ctx := context.Background()
+	a := e.gate.Admit(ctx, capgate.Call{Endpoint: "$match", Rows: 1, UserID: "u", Tier: "gold"})
+	a.Release(ctx)
+	if a.Decision() != capgate.DecisionUnavailable || a.Err() != `unknown tier "gold"` {
+		t.Fatalf("decision %q error %q", a.Decision(), a.Err())
+	}
+	if e.gate.Skip.Skipping() {
+		t.Fatal("a non-store error opened the skip window")
+	}
+	if lines := e.lines.All(t); len(lines) != 1 || lines[0]["decision"] != "unavailable" {
+		t.Fatalf("log lines = %v", lines)
+	}
+}
+
+func TestUnavailableForAFailedLookup(t *testing.T) {
+	e := newFaultEnv(t)
+	ctx := context.Background()
+	call := capgate.Call{Endpoint: "$match", Rows: 3, Semantic: true}
+	a := e.gate.Unavailable(ctx, call, errors.New("identity lookup: timeout"))
+	a.Release(ctx)
+	if a.Decision() != capgate.DecisionUnavailable || a.Refused() || e.acquires.Load() != 0 {
+		t.Fatalf("decision %q, acquires %d", a.Decision(), e.acquires.Load())
+	}
+	h := http.Header{}
+	a.SetHeaders(h)
+	if len(h) != 1 || h.Get("X-OCL-Capacity-Decision") != "unavailable" {
+		t.Fatalf("headers = %v, want only the decision", h)
+	}
+	if lines := e.lines.All(t); len(lines) != 1 || lines[0]["error"] != "identity lookup: timeout" {
+		t.Fatalf("log lines = %v", lines)
+	}
+}
+
+func TestOffModeNeverTouchesTheStore(t *testing.T) {
+	e := newFaultEnv(t)
+	e.cfg.Update(func(c *capgate.Config) { c.Mode = capgate.ModeOff })
+	a := e.gate.Admit(context.Background(), lanetest.Match("p", capgate.TierPreview))
+	a.Release(context.Background())
+	if a != nil || e.acquires.Load() != 0 || len(e.lines.Raw()) != 0 {
+		t.Fatalf("off mode: admission %v, acquires %d, lines %d", a, e.acquires.Load(), len(e.lines.Raw()))
+	}
+	if e.gate.Unavailable(context.Background(), capgate.Call{}, errors.New("x")) != nil {
+		t.Fatal("off mode: Unavailable returned an admission")
+	}
+}
+
+func TestFailingLogLineNeverFailsTheCall(t *testing.T) {
+	e := newFaultEnv(t)
+	var calls atomic.Int32
+	capgate.SetEmitHook(e.gate, func([]byte) error {
+		calls.Add(1)
+		panic("broken pipe")
+	})
+	a := e.gate.Admit(context.Background(), lanetest.Match("p", capgate.TierPreview))
+	a.Release(context.Background())
+	if calls.Load() != 1 {
+		t.Fatalf("emit called %d times, want 1", calls.Load())
+	}
+	if n := e.userLane(t, "p"); n != 0 {
+		t.Fatalf("lease not released: %d", n)
+	}
+}
+
+// The renewer tests run in a synctest bubble: fake time, real goroutines.
+
+func TestRenewerKeepsLeasesUntilReleased(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		e := newFaultEnv(t)
+		ctx := context.Background()
+		a := e.gate.Admit(ctx, lanetest.Match("p", capgate.TierPreview))
+		time.Sleep(70 * time.Second) // past the 60 s lease: only renewals keep it
+		synctest.Wait()
+		if n := e.renews.Load(); n != 3 {
+			t.Fatalf("renewals after 70 s = %d, want 3 (every 20 s)", n)
+		}
+		if n := e.userLane(t, "p"); n != 1 {
+			t.Fatalf("user lane after 70 s = %d, want the renewed lease", n)
+		}
+		a.Release(ctx)
+		time.Sleep(100 * time.Second)
+		synctest.Wait()
+		if n := e.renews.Load(); n != 3 {
+			t.Fatalf("renewals went on after release: %d", n)
+		}
+		if n := e.userLane(t, "p"); n != 0 {
+			t.Fatalf("user lane after release = %d", n)
+		}
+	})
+}
+
+func TestRenewerStopsOnceALeaseIsLost(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		e := newFaultEnv(t)
+		ctx := context.Background()
+		a := e.gate.Admit(ctx, lanetest.Match("p", capgate.TierPreview))
+		// Another party removes the call's user lease; renewal must notice,
+		// renew nothing, and stop.
+		_ = e.mem.Release(ctx, e.lastToken.Load().(string), []string{"ocl:capacity:user:p"})
+		time.Sleep(100 * time.Second)
+		synctest.Wait()
+		if n := e.renews.Load(); n != 1 {
+			t.Fatalf("renewals = %d, want exactly 1", n)
+		}
+		if !a.LeaseLost() {
+			t.Fatal("lease_lost not set")
+		}
+		if n := e.userLane(t, "p"); n != 0 {
+			t.Fatal("renew re-created the lost lease")
+		}
+		a.Release(ctx)
+		if rec := a.Record(); !rec.LeaseLost {
+			t.Fatal("log record lacks lease_lost")
+		}
+	})
+}
+
+func TestRenewerStopsAfterMaxHold(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		e := newFaultEnv(t)
+		e.cfg.Update(func(c *capgate.Config) { c.MaxHoldSeconds = 60 })
+		ctx := context.Background()
+		a := e.gate.Admit(ctx, lanetest.Match("p", capgate.TierPreview))
+		defer a.Release(ctx)
+		time.Sleep(200 * time.Second)
+		synctest.Wait()
+		if n := e.renews.Load(); n != 2 {
+			t.Fatalf("renewals = %d, want 2 (at 20 s and 40 s; none from 60 s on)", n)
+		}
+		if n := e.userLane(t, "p"); n != 0 {
+			t.Fatalf("user lane = %d: the lease should have expired after max hold", n)
+		}
+	})
+}
+
+func TestRenewalErrorOpensTheWindow(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		e := newFaultEnv(t)
+		e.store.RenewFn = func(context.Context, string, []string, time.Duration) (int, error) {
+			e.renews.Add(1)
+			return 0, errors.New("slow")
+		}
+		ctx := context.Background()
+		a := e.gate.Admit(ctx, lanetest.Match("p", capgate.TierPreview))
+		defer a.Release(ctx)
+		time.Sleep(21 * time.Second)
+		synctest.Wait()
+		if a.Err() != "slow" || !e.gate.Skip.Skipping() || a.Decision() != capgate.DecisionAdmitted {
+			t.Fatalf("after a failed renewal: error %q, skipping %v, decision %q", a.Err(), e.gate.Skip.Skipping(), a.Decision())
+		}
+	})
+}
+
+func TestRenewalSkipsTheStoreInsideTheWindow(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		e := newFaultEnv(t)
+		ctx := context.Background()
+		a := e.gate.Admit(ctx, lanetest.Match("p", capgate.TierPreview))
+		defer a.Release(ctx)
+		time.Sleep(19 * time.Second)
+		e.gate.Skip.Fail() // the store failed for someone else: skip until 34 s
+		time.Sleep(2 * time.Second)
+		synctest.Wait()
+		if n := e.renews.Load(); n != 0 {
+			t.Fatalf("renewal at 20 s reached the store inside the window (%d calls)", n)
+		}
+		time.Sleep(20 * time.Second)
+		synctest.Wait()
+		if n := e.renews.Load(); n != 1 {
+			t.Fatalf("renewal at 40 s: %d store calls, want 1", n)
+		}
+	})
+}

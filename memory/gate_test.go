@@ -1,0 +1,14 @@
+package memory_test
+
+import (
+	"testing"
+
+	"github.com/capgate/capgate/lanetest"
+	"github.com/capgate/capgate/memory"
+)
+
+func TestGate(t *testing.T) {
+	lanetest.RunGate(t, func(t testing.TB) lanetest.Store {
+		return memory.TestStore{Store: memory.New(nil)}
+	})
+}

@@ -1,0 +1,56 @@
+package redis
+
+import (
+	"os"
+	"testing"
+
+	goredis "github.com/redis/go-redis/v9"
+)
+
+// EnvTestRedisURL names the variable that points the tests at a real Redis
+// database, which TestMain flushes once.
+const EnvTestRedisURL = "CAPGATE_TEST_REDIS_URL"
+
+// RealRedisURL returns the real Redis to test against, or skips t.
+func RealRedisURL(t testing.TB) string {
+	t.Helper()
+	u := os.Getenv(EnvTestRedisURL)
+	if u == "" {
+		t.Skipf("no real Redis: set %s (e.g. redis://127.0.0.1:6379/15, a database the tests may flush)", EnvTestRedisURL)
+	}
+	return u
+}
+
+// SetTestHookQueued has s call f each time an operation starts to wait
+// for a slot. Set it before s is used.
+func SetTestHookQueued(s *Store, f func()) { s.testHookQueued = f }
+
+// ClientOptions and FailoverOptions return the client options Open would
+// use for o.
+func ClientOptions(o Options) (*goredis.Options, error) {
+	o, err := o.withDefaults()
+	if err != nil {
+		return nil, err
+	}
+	return o.clientOptions()
+}
+
+func FailoverOptions(o Options) (*goredis.FailoverOptions, error) {
+	o, err := o.withDefaults()
+	if err != nil {
+		return nil, err
+	}
+	return o.failoverOptions(), nil
+}
+
+// Scripts are the embedded scripts by file name.
+var Scripts = map[string]struct {
+	Src    string
+	Script *goredis.Script
+}{
+	"acquire.lua": {acquireSrc, acquireScript},
+	"renew.lua":   {renewSrc, renewScript},
+	"count.lua":   {countSrc, countScript},
+}
+
+var FormatSeconds = formatSeconds

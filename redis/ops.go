@@ -1,0 +1,178 @@
+package redis
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"slices"
+	"strings"
+	"time"
+
+	goredis "github.com/redis/go-redis/v9"
+
+	"github.com/capgate/capgate"
+)
+
+// scanCount is the COUNT hint of each SCAN in Keys.
+const scanCount = 100
+
+// errBadLease is returned for a lease shorter than a millisecond, the
+// resolution of the scores.
+var errBadLease = errors.New("the lease must be at least 1ms")
+
+// Acquire implements capgate.LaneStore with the acquire.lua script, one
+// atomic step across req.Keys. It returns an error wrapping
+// capgate.ErrLateAcquire when Redis ran it after req.NotAfter (by Redis's
+// clock against the caller's wall time), an error when req is malformed,
+// and the errors of Store.
+func (s *Store) Acquire(ctx context.Context, req capgate.AcquireRequest, counts []int) (bool, error) {
+	const op = "acquire lanes"
+	if len(req.Limits) < len(req.Keys) || len(counts) < len(req.Keys) {
+		return false, fmt.Errorf("%s: %d keys, %d limits, room for %d counts", op, len(req.Keys), len(req.Limits), len(counts))
+	}
+	if req.Lease < time.Millisecond {
+		return false, fmt.Errorf("%s: %w", op, errBadLease)
+	}
+	keys := slices.Clone(req.Keys) // the command may outlive the call
+	args := make([]any, 0, 4+len(keys))
+	force := "0"
+	if req.Force {
+		force = "1"
+	}
+	var notAfter int64
+	if !req.NotAfter.IsZero() {
+		notAfter = max(req.NotAfter.UnixMilli(), 1)
+	}
+	args = append(args, req.Token, req.Lease.Milliseconds(), force, notAfter)
+	for _, limit := range req.Limits[:len(keys)] {
+		args = append(args, limit)
+	}
+
+	res, err := run(ctx, s, op, func(ctx context.Context) ([]int64, error) {
+		return acquireScript.Run(ctx, s.client, keys, args...).Int64Slice()
+	})
+	if err != nil {
+		return false, err
+	}
+	if len(res) == 1 && res[0] == -1 {
+		return false, fmt.Errorf("%s: %w", op, capgate.ErrLateAcquire)
+	}
+	if len(res) != 1+len(keys) {
+		return false, fmt.Errorf("%s: the script returned %d values for %d keys", op, len(res), len(keys))
+	}
+	for i, n := range res[1:] {
+		counts[i] = int(n)
+	}
+	return res[0] == 1, nil
+}
+
+// Renew implements capgate.LaneStore with the renew.lua script. It returns
+// an error for a lease under 1ms, and the errors of Store.
+func (s *Store) Renew(ctx context.Context, token string, keys []string, lease time.Duration) (int, error) {
+	const op = "renew leases"
+	if lease < time.Millisecond {
+		return 0, fmt.Errorf("%s: %w", op, errBadLease)
+	}
+	keys = slices.Clone(keys)
+	held, err := run(ctx, s, op, func(ctx context.Context) (int64, error) {
+		return renewScript.Run(ctx, s.client, keys, token, lease.Milliseconds()).Int64()
+	})
+	return int(held), err
+}
+
+// Release implements capgate.LaneStore: a ZREM of token from each key, in
+// one pipeline (not a transaction). It returns the errors of Store.
+func (s *Store) Release(ctx context.Context, token string, keys []string) error {
+	const op = "release leases"
+	keys = slices.Clone(keys)
+	_, err := run(ctx, s, op, func(ctx context.Context) (struct{}, error) {
+		if len(keys) == 0 {
+			return struct{}{}, nil
+		}
+		_, err := s.client.Pipelined(ctx, func(p goredis.Pipeliner) error {
+			for _, key := range keys {
+				p.ZRem(ctx, key, token)
+			}
+			return nil
+		})
+		return struct{}{}, err
+	})
+	return err
+}
+
+// Count implements capgate.LaneStore with the count.lua script. It returns
+// an error when counts is shorter than keys, and the errors of Store.
+func (s *Store) Count(ctx context.Context, keys []string, counts []int) error {
+	const op = "count leases"
+	if len(counts) < len(keys) {
+		return fmt.Errorf("%s: %d keys, room for %d counts", op, len(keys), len(counts))
+	}
+	keys = slices.Clone(keys)
+	res, err := run(ctx, s, op, func(ctx context.Context) ([]int64, error) {
+		return countScript.Run(ctx, s.client, keys).Int64Slice()
+	})
+	if err != nil {
+		return err
+	}
+	if len(res) != len(keys) {
+		return fmt.Errorf("%s: the script returned %d values for %d keys", op, len(res), len(keys))
+	}
+	for i, n := range res {
+		counts[i] = int(n)
+	}
+	return nil
+}
+
+// Keys implements capgate.LaneStore with SCAN MATCH <prefix>* COUNT 100
+// (never KEYS), the prefix's glob characters escaped. The whole scan is one
+// operation under one deadline. It returns the errors of Store.
+func (s *Store) Keys(ctx context.Context, prefix string) ([]string, error) {
+	const op = "list lane keys"
+	match := escapeGlob(prefix) + "*"
+	return run(ctx, s, op, func(ctx context.Context) ([]string, error) {
+		seen := make(map[string]struct{})
+		var cursor uint64
+		for {
+			page, next, err := s.client.Scan(ctx, cursor, match, scanCount).Result()
+			if err != nil {
+				return nil, err
+			}
+			for _, key := range page {
+				if strings.HasPrefix(key, prefix) { // SCAN may repeat a key
+					seen[key] = struct{}{}
+				}
+			}
+			if cursor = next; cursor == 0 {
+				break
+			}
+		}
+		keys := make([]string, 0, len(seen))
+		for key := range seen {
+			keys = append(keys, key)
+		}
+		slices.Sort(keys)
+		return keys, nil
+	})
+}
+
+// Ping implements capgate.LaneStore with PING. It returns the errors of
+// Store.
+func (s *Store) Ping(ctx context.Context) error {
+	_, err := run(ctx, s, "ping", func(ctx context.Context) (string, error) {
+		return s.client.Ping(ctx).Result()
+	})
+	return err
+}
+
+// escapeGlob escapes the characters special to Redis's glob patterns.
+func escapeGlob(s string) string {
+	var b strings.Builder
+	for _, r := range s {
+		switch r {
+		case '*', '?', '[', ']', '\\':
+			b.WriteByte('\\')
+		}
+		b.WriteRune(r)
+	}
+	return b.String()
+}

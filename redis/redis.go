@@ -1,0 +1,282 @@
+// Package redis is the lane store for a cluster of gateways: the leases
+// live in Redis (standalone or behind Sentinel), one sorted set per lane,
+// changed only by the Lua scripts embedded beside this file, which read the
+// time from Redis's own clock.
+//
+// The store is built to fail open (SPEC §7): it has its own client, with
+// short timeouts and no retries; every operation has an overall deadline
+// that bounds the caller whatever Redis, DNS or Sentinel do; the
+// operations in flight are bounded, with a short queue behind them; and
+// nothing waits on a hung call, Close included.
+package redis
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"sync"
+	"time"
+
+	goredis "github.com/redis/go-redis/v9"
+
+	"github.com/capgate/capgate"
+)
+
+// Client is the part of a go-redis client the store uses: a
+// *goredis.Client (standalone or failover) satisfies it.
+type Client interface {
+	goredis.Scripter
+	Pipelined(ctx context.Context, fn func(goredis.Pipeliner) error) ([]goredis.Cmder, error)
+	Scan(ctx context.Context, cursor uint64, match string, count int64) *goredis.ScanCmd
+	Ping(ctx context.Context) *goredis.StatusCmd
+}
+
+// ErrClosed is returned by operations on a closed Store.
+var ErrClosed = errors.New("the Redis lane store is closed")
+
+// DeadlineError is returned when Redis gave no answer within the
+// operation deadline (Options.Deadline), whether the time went on the
+// queue, DNS, Sentinel discovery, the connection or the command. Its text
+// is exactly "no answer from Redis within 1.0 s" (the deadline in seconds,
+// with at least one decimal), and it is returned as is, not wrapped, so the
+// text can be logged as the call's error.
+type DeadlineError struct {
+	Deadline time.Duration
+}
+
+func (e *DeadlineError) Error() string {
+	return "no answer from Redis within " + formatSeconds(e.Deadline) + " s"
+}
+
+// Timeout reports true, as net.Error timeouts do.
+func (e *DeadlineError) Timeout() bool { return true }
+
+// Store is a capgate.LaneStore in Redis. Every method is safe for
+// concurrent use and follows the same rules:
+//
+//   - a caller whose ctx is already done sends nothing and gets the
+//     context's error;
+//   - at most MaxInFlight operations are sent at once; up to MaxQueued more
+//     wait for a slot, and an operation that finds the queue full fails at
+//     once with an error wrapping capgate.ErrBusy; one whose caller gives up
+//     while it waits is never sent;
+//   - the caller gets an answer within the deadline: past it, a
+//     *DeadlineError. The command itself runs on its own goroutine, which
+//     keeps its slot until the client truly returns, so a hung Redis can
+//     fill the slots (then calls fail fast with ErrBusy) but never holds up
+//     a caller;
+//   - other errors are wrapped with the operation ("acquire lanes: ...").
+//
+// Make one with Open, or New to use a client of your own; the zero value
+// is not usable. After Close, every operation fails with ErrClosed.
+type Store struct {
+	client      Client
+	closer      io.Closer // the client Open made; nil with New
+	opts        Options   // with defaults
+	deadlineErr error
+
+	slots     chan struct{} // one per operation sent
+	queue     chan struct{} // one per operation waiting for a slot
+	closed    chan struct{}
+	closeOnce sync.Once
+
+	// testHookQueued, when set, is called as an operation starts to wait
+	// for a slot.
+	testHookQueued func()
+}
+
+var _ capgate.LaneStore = (*Store)(nil)
+
+// Open validates opts and makes the store with a client of its own,
+// configured for failing open: socket and connect timeouts of
+// opts.Timeout, no retries, context deadlines honoured on the socket, RESP2
+// without client identity or maintenance notifications, a pool of
+// opts.MaxInFlight connections; the Sentinel connections get the same
+// timeouts and the password. Open does not connect: a Redis that is down
+// makes operations fail, not Open. It fails only on invalid options.
+func Open(opts Options) (*Store, error) {
+	o, err := opts.withDefaults()
+	if err == nil && o.URL == "" && len(o.Sentinels) == 0 {
+		err = errors.New("set a Redis URL or Sentinels")
+	}
+	if err != nil {
+		return nil, fmt.Errorf("open Redis lane store: %w", err)
+	}
+	var c *goredis.Client
+	if len(o.Sentinels) > 0 {
+		c = goredis.NewFailoverClient(o.failoverOptions())
+	} else {
+		co, err := o.clientOptions()
+		if err != nil {
+			return nil, fmt.Errorf("open Redis lane store: %w", err)
+		}
+		c = goredis.NewClient(co)
+	}
+	s := newStore(c, o)
+	s.closer = c
+	return s, nil
+}
+
+// New makes a store that uses client, which stays the caller's: Close does
+// not close it. Only the bounds of opts (Deadline, MaxInFlight, MaxQueued)
+// apply; the address and timeouts are the client's. It fails only on
+// invalid options.
+func New(client Client, opts Options) (*Store, error) {
+	o, err := opts.withDefaults()
+	if err != nil {
+		return nil, fmt.Errorf("new Redis lane store: %w", err)
+	}
+	return newStore(client, o), nil
+}
+
+func newStore(c Client, o Options) *Store {
+	return &Store{
+		client:      c,
+		opts:        o,
+		deadlineErr: &DeadlineError{Deadline: o.Deadline},
+		slots:       make(chan struct{}, o.MaxInFlight),
+		queue:       make(chan struct{}, o.MaxQueued),
+		closed:      make(chan struct{}),
+	}
+}
+
+// String describes the store's Redis for logs, password masked.
+func (s *Store) String() string { return s.opts.String() }
+
+// closeGrace is how long Close waits for the client to close.
+const closeGrace = 100 * time.Millisecond
+
+// Close makes every later operation fail with ErrClosed, returns the
+// callers that are waiting at once, and closes the client if Open made it.
+// It never waits on a hung call: go-redis's own Close waits for a hung
+// dial or Sentinel discovery, so Close gives it closeGrace (100ms) and then
+// leaves it to finish in the background, returning nil. Otherwise it
+// returns the client's error.
+func (s *Store) Close() error {
+	var err error
+	s.closeOnce.Do(func() {
+		close(s.closed) // from now on no operation starts
+		if s.closer == nil {
+			return
+		}
+		done := make(chan error, 1)
+		go func() { done <- s.closer.Close() }()
+		timer := time.NewTimer(closeGrace)
+		defer timer.Stop()
+		select {
+		case err = <-done:
+		case <-timer.C:
+		}
+	})
+	if err != nil {
+		return fmt.Errorf("close Redis lane store: %w", err)
+	}
+	return nil
+}
+
+// errExpired tells run that the deadline passed while queued.
+var errExpired = errors.New("deadline passed in the queue")
+
+// enter takes a slot for one operation, waiting in the queue if there is
+// room, until ctx is done, expired fires or the store closes.
+func (s *Store) enter(ctx context.Context, expired <-chan time.Time) error {
+	select {
+	case <-s.closed:
+		return ErrClosed
+	default:
+	}
+	select {
+	case s.slots <- struct{}{}:
+		return nil
+	default:
+	}
+	select {
+	case s.queue <- struct{}{}:
+	default:
+		return capgate.ErrBusy
+	}
+	defer func() { <-s.queue }()
+	if s.testHookQueued != nil {
+		s.testHookQueued()
+	}
+	select {
+	case s.slots <- struct{}{}:
+		return nil
+	case <-ctx.Done():
+		return ctx.Err()
+	case <-expired:
+		return errExpired
+	case <-s.closed:
+		return ErrClosed
+	}
+}
+
+// leave gives back a slot taken by enter.
+func (s *Store) leave() { <-s.slots }
+
+type result[T any] struct {
+	v   T
+	err error
+}
+
+// run runs fn as one operation named op, with the rules of Store: queue
+// bound, deadline, a caller that gave up sends nothing. fn runs on its own
+// goroutine with a context that carries the deadline; it must not touch
+// memory the caller keeps using.
+func run[T any](ctx context.Context, s *Store, op string, fn func(context.Context) (T, error)) (T, error) {
+	var zero T
+	if err := ctx.Err(); err != nil {
+		return zero, fmt.Errorf("%s: %w", op, err)
+	}
+	deadline := time.Now().Add(s.opts.Deadline)
+	timer := time.NewTimer(s.opts.Deadline)
+	defer timer.Stop()
+
+	if err := s.enter(ctx, timer.C); err != nil {
+		if err == errExpired {
+			return zero, s.deadlineErr
+		}
+		return zero, fmt.Errorf("%s: %w", op, err)
+	}
+	// The caller may have given up, or the store closed, just as the slot
+	// came free: then send nothing.
+	if err := ctx.Err(); err != nil {
+		s.leave()
+		return zero, fmt.Errorf("%s: %w", op, err)
+	}
+	select {
+	case <-s.closed:
+		s.leave()
+		return zero, fmt.Errorf("%s: %w", op, ErrClosed)
+	default:
+	}
+
+	done := make(chan result[T], 1)
+	opCtx, cancel := context.WithDeadline(ctx, deadline)
+	go func() {
+		defer s.leave()
+		defer cancel()
+		v, err := fn(opCtx)
+		done <- result[T]{v, err}
+	}()
+
+	select {
+	case r := <-done:
+		switch {
+		case r.err == nil:
+			return r.v, nil
+		case ctx.Err() != nil:
+			return zero, fmt.Errorf("%s: %w", op, ctx.Err())
+		case !time.Now().Before(deadline):
+			return zero, s.deadlineErr // the client gave up at our deadline
+		}
+		return zero, fmt.Errorf("%s: %w", op, r.err)
+	case <-timer.C:
+		return zero, s.deadlineErr
+	case <-ctx.Done():
+		return zero, fmt.Errorf("%s: %w", op, ctx.Err())
+	case <-s.closed:
+		return zero, fmt.Errorf("%s: %w", op, ErrClosed)
+	}
+}

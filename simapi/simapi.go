@@ -1,0 +1,242 @@
+// Package simapi is a simulated OCL API for the demo, load tools and
+// end-to-end tests: it knows a few users, answers $match and $rerank after
+// a realistic, randomized time, and records how many calls ran at once —
+// overall, per user and for semantic calls — so a test can check that a
+// gateway in front of it kept every limit.
+package simapi
+
+import (
+	"encoding/json"
+	"io"
+	"math/rand/v2"
+	"net/http"
+	"strings"
+	"sync"
+	"time"
+)
+
+// User is one account the simulated API knows.
+type User struct {
+	Token    string   `json:"token"`
+	Username string   `json:"username"`
+	IsStaff  bool     `json:"is_staff"`
+	Groups   []string `json:"auth_groups"`
+}
+
+// DemoUsers returns two users of each tier and one staff member, with
+// tokens "<username>-token".
+func DemoUsers() []User {
+	mk := func(name string, staff bool, groups ...string) User {
+		return User{Token: name + "-token", Username: name, IsStaff: staff, Groups: groups}
+	}
+	return []User{
+		mk("ada", true), mk("grace", false, "core_user"), mk("linus", false, "core_user"),
+		mk("barbara", false, "early_access"), mk("ken", false, "early_access"),
+		mk("dennis", false, "preview"), mk("margaret", false),
+	}
+}
+
+// API is the simulated API. Set its fields before serving.
+type API struct {
+	Users []User
+	// Latency returns how long a heavy call of rows rows takes. Default:
+	// 150 ms + 15 ms a row, ±40 %, capped at 3 s.
+	Latency func(endpoint string, rows int, semantic bool) time.Duration
+	// Hold, when set, is received from before a heavy call answers (tests
+	// use it to hold calls in flight); Latency is not applied then.
+	Hold chan struct{}
+	// Started, when set, gets one value per heavy call as it starts.
+	Started chan string
+
+	mu    sync.Mutex
+	stats Stats          // requires mu held
+	now   map[string]int // calls in flight per user; requires mu held
+}
+
+// Stats is what the API saw.
+type Stats struct {
+	Calls         int            // heavy calls served
+	UserCalls     int            // /user/ lookups
+	InFlight      int            // heavy calls running now
+	Peak          int            // most heavy calls at once
+	PeakSemantic  int            // most semantic calls at once
+	PeakBulk      int            // most calls at once other than single-row $match
+	PeakPerUser   map[string]int // most calls at once per user
+	semantic      int
+	bulk          int
+	Rerank, Match int
+}
+
+// New returns an API that knows users.
+func New(users []User) *API {
+	return &API{Users: users, now: map[string]int{}}
+}
+
+// Stats returns a copy of what the API saw so far.
+func (a *API) Stats() Stats {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	s := a.stats
+	s.PeakPerUser = make(map[string]int, len(a.stats.PeakPerUser))
+	for k, v := range a.stats.PeakPerUser {
+		s.PeakPerUser[k] = v
+	}
+	return s
+}
+
+func (a *API) user(r *http.Request) (User, bool) {
+	auth := r.Header.Get("Authorization")
+	tok, ok := strings.CutPrefix(auth, "Token ")
+	if !ok {
+		tok, ok = strings.CutPrefix(auth, "Bearer ")
+	}
+	if !ok {
+		return User{}, false
+	}
+	for _, u := range a.Users {
+		if u.Token == tok {
+			return u, true
+		}
+	}
+	return User{}, false
+}
+
+// ServeHTTP serves /user/, $match and $rerank; everything else gets a
+// small JSON answer.
+func (a *API) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	path := strings.Replace(r.URL.Path, "%24", "$", 1)
+	switch {
+	case strings.HasSuffix(strings.TrimSuffix(path, "/"), "/user"):
+		a.serveUser(w, r)
+	case r.Method == http.MethodPost && (strings.HasSuffix(strings.TrimSuffix(path, "/"), "/$match") ||
+		strings.HasSuffix(strings.TrimSuffix(path, "/"), "/$rerank")):
+		a.serveHeavy(w, r, strings.Contains(path, "$rerank"))
+	default:
+		w.Header().Set("Content-Type", "application/json")
+		_, _ = io.WriteString(w, `{"ok":true}`)
+	}
+}
+
+func (a *API) serveUser(w http.ResponseWriter, r *http.Request) {
+	a.mu.Lock()
+	a.stats.UserCalls++
+	a.mu.Unlock()
+	u, ok := a.user(r)
+	w.Header().Set("Content-Type", "application/json")
+	if !ok {
+		w.WriteHeader(http.StatusUnauthorized)
+		_, _ = io.WriteString(w, `{"detail":"Authentication credentials were not provided."}`)
+		return
+	}
+	_ = json.NewEncoder(w).Encode(map[string]any{
+		"username": u.Username, "is_staff": u.IsStaff, "is_superuser": false, "auth_groups": u.Groups,
+	})
+}
+
+func (a *API) serveHeavy(w http.ResponseWriter, r *http.Request, rerank bool) {
+	u, ok := a.user(r)
+	if !ok {
+		w.Header().Set("Content-Type", "application/json")
+		w.WriteHeader(http.StatusUnauthorized)
+		_, _ = io.WriteString(w, `{"detail":"Authentication credentials were not provided."}`)
+		return
+	}
+	var body struct {
+		Rows []json.RawMessage `json:"rows"`
+	}
+	_ = json.NewDecoder(io.LimitReader(r.Body, 64<<20)).Decode(&body)
+	q := r.URL.Query()
+	semantic := !rerank && truthy(q.Get("semantic"))
+	single := !rerank && len(body.Rows) == 1
+	endpoint := "$match"
+	if rerank {
+		endpoint = "$rerank"
+	}
+
+	a.enter(u.Username, semantic, single, rerank)
+	defer a.leave(u.Username, semantic, single)
+	if a.Started != nil {
+		a.Started <- u.Username
+	}
+	if a.Hold != nil {
+		select {
+		case <-a.Hold:
+		case <-r.Context().Done():
+			return
+		}
+	} else {
+		d := a.latency(endpoint, len(body.Rows), semantic)
+		t := time.NewTimer(d)
+		select {
+		case <-t.C:
+		case <-r.Context().Done():
+			t.Stop()
+			return
+		}
+	}
+	w.Header().Set("Content-Type", "application/json")
+	results := make([]map[string]any, len(body.Rows))
+	for i := range results {
+		results[i] = map[string]any{"row": i, "results": []any{}}
+	}
+	_ = json.NewEncoder(w).Encode(results)
+}
+
+func (a *API) latency(endpoint string, rows int, semantic bool) time.Duration {
+	if a.Latency != nil {
+		return a.Latency(endpoint, rows, semantic)
+	}
+	base := 150*time.Millisecond + time.Duration(rows)*15*time.Millisecond
+	d := time.Duration(float64(base) * (0.6 + 0.8*rand.Float64()))
+	return min(d, 3*time.Second)
+}
+
+func (a *API) enter(user string, semantic, single, rerank bool) {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	s := &a.stats
+	s.Calls++
+	if rerank {
+		s.Rerank++
+	} else {
+		s.Match++
+	}
+	s.InFlight++
+	s.Peak = max(s.Peak, s.InFlight)
+	if semantic {
+		s.semantic++
+		s.PeakSemantic = max(s.PeakSemantic, s.semantic)
+	}
+	if !single {
+		s.bulk++
+		s.PeakBulk = max(s.PeakBulk, s.bulk)
+	}
+	a.now[user]++
+	if s.PeakPerUser == nil {
+		s.PeakPerUser = map[string]int{}
+	}
+	s.PeakPerUser[user] = max(s.PeakPerUser[user], a.now[user])
+}
+
+func (a *API) leave(user string, semantic, single bool) {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	a.stats.InFlight--
+	if semantic {
+		a.stats.semantic--
+	}
+	if !single {
+		a.stats.bulk--
+	}
+	if a.now[user]--; a.now[user] == 0 {
+		delete(a.now, user)
+	}
+}
+
+func truthy(s string) bool {
+	switch strings.ToLower(s) {
+	case "true", "1":
+		return true
+	}
+	return false
+}
