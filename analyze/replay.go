@@ -21,7 +21,7 @@ type lanes struct {
 	counts  map[laneKey]*laneCount
 	active  leaseHeap
 	holdCap int64 // the longest a lease lives, ms; 0: no cap
-	last    int64 // the last start or end processed
+	last    int64 // the last start or end processed (see mark)
 	free    [][]*laneCount
 	took    []*laneCount
 	// onEnd, when set, is told about each lane count that drops.
@@ -66,7 +66,7 @@ func (l *lanes) endUntil(t int64) {
 				l.onEnd(ls.end, c.key, c.n)
 			}
 		}
-		l.last = ls.end
+		l.last = max(l.last, ls.end)
 		l.free = append(l.free, ls.lanes[:0])
 	}
 }
@@ -98,17 +98,25 @@ func (l *lanes) take(keys []laneKey, start, end int64) bool {
 	return true
 }
 
-// nearTie reports whether another start or end lies within 1 ms of t:
+// tieMS is how close two events must be for their order to be unknown:
+// ts and held_ms are each truncated to the millisecond, so a rebuilt start
+// can be off by up to a millisecond either way, and an end by up to one.
+const tieMS = 2
+
+// nearTie reports whether another start or end lies within tieMS of t:
 // the last one processed, the next end, or the next start given.
 func (l *lanes) nearTie(t int64, nextStart int64, hasNext bool) bool {
-	if l.last >= t-1 {
+	if l.last >= t-tieMS {
 		return true
 	}
-	if len(l.active) > 0 && l.active[0].end <= t+1 {
+	if len(l.active) > 0 && l.active[0].end <= t+tieMS {
 		return true
 	}
-	return hasNext && nextStart <= t+1
+	return hasNext && nextStart <= t+tieMS
 }
+
+// mark records a start processed, for nearTie.
+func (l *lanes) mark(t int64) { l.last = max(l.last, t) }
 
 // callKeys returns the lanes of ev's call, in lane order.
 func callKeys(buf []laneKey, ev *event) []laneKey {
@@ -155,6 +163,7 @@ func newWhatIf(cfg capgate.Config) *whatIf {
 // config refuses it.
 func (w *whatIf) step(ev *event, nextStart int64, hasNext bool) bool {
 	w.lanes.endUntil(ev.start)
+	defer w.lanes.mark(ev.start)
 	if ev.decision == "unavailable" {
 		return false // the store could not count it; it took no lease
 	}

@@ -153,8 +153,8 @@ type Reconstruction struct {
 	DecisionsAgree int64   `json:"decisions_agree"` // full or not, as logged
 	Agreement      float64 `json:"agreement"`       // DecisionsAgree / Calls
 	// NearTies counts the disagreements where another call started or
-	// ended within 1 ms of the call's start: the order there is lost to
-	// the millisecond resolution of ts and held_ms.
+	// ended within 2 ms of the call's start: ts and held_ms are truncated
+	// to the millisecond, so the order there is lost.
 	NearTies int64 `json:"near_ties"`
 	// Late counts calls whose start came more than the horizon before a
 	// line already read; they were replayed at the horizon's edge.

@@ -98,6 +98,7 @@ func (s *sweep) process(ev *event) {
 	s.recon.endUntil(ev.start)
 	s.tl.advance(ev.start)
 	s.reconstruct(ev, nextStart, hasNext)
+	s.recon.mark(ev.start)
 	s.trackWindow(ev)
 	switch ev.decision {
 	case "shadow-refused":

@@ -107,7 +107,7 @@ func WriteText(w io.Writer, r *Report) error {
 	p("\nReconstruction check: %d of %d counted calls get their logged decision from the intervals (%s); counts exact for %d",
 		rc.DecisionsAgree, rc.Calls, pct(rc.Agreement), rc.CountsAgree)
 	if d := rc.Calls - rc.DecisionsAgree; d > 0 {
-		p("; %d of the %d others had another call start or end within 1 ms", rc.NearTies, d)
+		p("; %d of the %d others had another call start or end within 2 ms", rc.NearTies, d)
 	}
 	p("\n")
 	if rc.Late > 0 {
@@ -135,7 +135,7 @@ func writeWhatIf(p func(string, ...any), wi *WhatIf) {
 	a := wi.Agreement
 	p("  agreement with the logged decisions: %d of %d (%s)", a.Same, a.Compared, pct(a.Rate))
 	if len(a.Changed) > 0 {
-		p("; changed: %s; %d of those near a tie (1 ms)", countList(a.Changed), a.NearTies)
+		p("; changed: %s; %d of those near a tie (2 ms)", countList(a.Changed), a.NearTies)
 	}
 	p("\n")
 	for _, n := range wi.Notes {
