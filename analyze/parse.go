@@ -249,4 +249,3 @@ func (ev *event) setLimit(lane int, v value) {
 		ev.limit[lane], ev.hasLimit = int(v.int()), ev.hasLimit|1<<lane
 	}
 }
-
