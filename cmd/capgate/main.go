@@ -32,6 +32,7 @@ Commands:
   capacity   show and change the runtime config: show|set|reset|history|status
   demo       run a simulated API, the gateway and simulated users for ~30 s
   loadgen    drive a gateway with simulated Mapper users and report
+  analyze    report on ocl_capacity log lines; --what-if replays them against a changed config
 
 Run "capgate <command> -h" for a command's flags.
 `
@@ -58,6 +59,9 @@ func Run(ctx context.Context, args []string, stdin io.Reader, stdout, stderr io.
 		return exitCode(stderr, cmd.Run(ctx, args[1:]))
 	case "capacity":
 		cmd := &CapacityCommand{Stdout: stdout, Stderr: stderr}
+		return exitCode(stderr, cmd.Run(ctx, args[1:]))
+	case "analyze":
+		cmd := &AnalyzeCommand{Stdin: stdin, Stdout: stdout, Stderr: stderr}
 		return exitCode(stderr, cmd.Run(ctx, args[1:]))
 	}
 	fmt.Fprintf(stderr, "capgate: unknown command %q\n\n%s", args[0], usage)
