@@ -167,3 +167,27 @@ func TestFairness(t *testing.T) {
 		}
 	}
 }
+
+// A user whose calls are throttled (a paused lane outlasting the run)
+// waits the pause out: its workers don't spin on calls that end at once.
+func TestThrottledUserDoesNotSpin(t *testing.T) {
+	c := tight(capgate.ModeEnforce)
+	c.EnforceFor = capgate.EnforceAll
+	c.PerUser.Preview = 0
+	c.RetryAfter.Paused = 120
+	s := newStack(t, c)
+	rep, err := loadgen.Run(context.Background(), loadgen.Config{
+		BaseURL: s.gw.URL, Users: s.users, Duration: 2 * time.Second, Workers: 2, Grace: 2 * time.Second,
+	}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, u := range rep.Users {
+		if u.Tier != string(capgate.TierPreview) {
+			continue
+		}
+		if u.Calls == 0 || u.Calls > 4 || u.RowsThrottled == 0 || u.RowsDone != 0 {
+			t.Errorf("%s: %d calls, %d rows throttled, %d done; want at most 4 throttled calls", u.User, u.Calls, u.RowsThrottled, u.RowsDone)
+		}
+	}
+}
