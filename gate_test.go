@@ -369,3 +369,14 @@ func TestRenewalSkipsTheStoreInsideTheWindow(t *testing.T) {
 		}
 	})
 }
+
+func TestHeadersLeaveTheAPIsRetryAfterAlone(t *testing.T) {
+	e := newFaultEnv(t)
+	a := e.gate.Admit(context.Background(), lanetest.Match("p", capgate.TierPreview))
+	defer a.Release(context.Background())
+	h := http.Header{"Retry-After": {"30"}} // the API's own throttle answered
+	a.SetHeaders(h)
+	if got := h.Get("Retry-After"); got != "30" || h.Get("X-OCL-Capacity-Decision") != "admitted" {
+		t.Fatalf("Retry-After %q, decision %q: the API's header must stay", got, h.Get("X-OCL-Capacity-Decision"))
+	}
+}
