@@ -380,3 +380,20 @@ func TestHeadersLeaveTheAPIsRetryAfterAlone(t *testing.T) {
 		t.Fatalf("Retry-After %q, decision %q: the API's header must stay", got, h.Get("X-OCL-Capacity-Decision"))
 	}
 }
+
+type panickingConfig struct{}
+
+func (panickingConfig) Config(context.Context) capgate.Config { panic("config bug") }
+
+func TestAPanickingConfigSourceFailsOpen(t *testing.T) {
+	e := newFaultEnv(t)
+	e.gate.Config = panickingConfig{}
+	a := e.gate.Admit(context.Background(), lanetest.Match("p", capgate.TierPreview))
+	a.Release(context.Background())
+	if a.Decision() != capgate.DecisionUnavailable || a.Refused() || e.acquires.Load() != 0 {
+		t.Fatalf("decision %q, acquires %d", a.Decision(), e.acquires.Load())
+	}
+	if !strings.Contains(a.Err(), "config bug") {
+		t.Fatalf("error %q", a.Err())
+	}
+}
