@@ -1,0 +1,349 @@
+package capgate
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"log/slog"
+	"sync"
+	"time"
+)
+
+// Defaults of the ConfigService.
+const (
+	// DefaultConfigCacheTTL is how long a gateway keeps the config it read
+	// (CAPACITY_CONFIG_CACHE_SECONDS).
+	DefaultConfigCacheTTL = 10 * time.Second
+	// DefaultConfigReadTimeout bounds the config read on the request path
+	// (CAPACITY_CONFIG_READ_TIMEOUT_MS).
+	DefaultConfigReadTimeout = 500 * time.Millisecond
+)
+
+// ConfigService is the runtime config of one process: the cached config
+// for the request path (it implements ConfigSource) and the one way to save
+// a change (Save), so that a change saved here applies at once.
+//
+// Config re-reads the store at most every CacheTTL, measured from before
+// the read. Only one refresh runs at a time and callers never queue behind
+// it: while it runs they get the last snapshot. Only the very first read
+// waits, at most ReadTimeout. A read that fails keeps the last known config
+// (or the defaults) with enforce turned into shadow until a read succeeds,
+// and logs a WARNING; a stored row that is invalid logs an ERROR and the
+// defaults apply.
+//
+// Set the fields before first use; a ConfigService is safe for concurrent
+// use afterwards. Create one with NewConfigService.
+type ConfigService struct {
+	Store ConfigStore // required
+	// Sink receives one ocl_capacity_config line per saved change. Default
+	// (nil): no lines.
+	Sink Sink
+	// BootMode is the mode of the defaults until staff first change the
+	// config (--mode, CAPACITY_LIMIT_MODE). An invalid value means shadow.
+	BootMode Mode
+	// CacheTTL is how long a read config is used. Default (0)
+	// DefaultConfigCacheTTL; negative: read on every call.
+	CacheTTL time.Duration
+	// ReadTimeout bounds each read on the request path. Default (0)
+	// DefaultConfigReadTimeout.
+	ReadTimeout time.Duration
+	// Now is the clock of the cache. Default time.Now.
+	Now func() time.Time
+	// Logger gets the warnings and errors. Default slog.Default().
+	Logger *slog.Logger
+
+	mu         sync.Mutex
+	snap       Config        // requires mu held
+	hasSnap    bool          // requires mu held
+	expires    time.Time     // requires mu held
+	lastGood   *Config       // the last config read without error; requires mu held
+	refreshing chan struct{} // non-nil while a refresh runs, closed at its end; requires mu held
+	gen        uint64        // bumped when a save or Invalidate makes a running refresh stale; requires mu held
+}
+
+var _ ConfigSource = (*ConfigService)(nil)
+
+// NewConfigService returns a service over store with the defaults of the
+// given boot mode.
+func NewConfigService(store ConfigStore, bootMode Mode) *ConfigService {
+	return &ConfigService{Store: store, BootMode: bootMode}
+}
+
+// SaveResult is what Save did.
+type SaveResult struct {
+	// Version is the row appended, or the latest row when nothing changed
+	// (nil when there is none).
+	Version *ConfigVersion
+	// Config is the config in force after the save.
+	Config Config
+	// Changes is {"dotted.path": [old, new]}; empty (never nil) when
+	// nothing changed.
+	Changes map[string][2]any
+}
+
+func (s *ConfigService) now() time.Time {
+	if s.Now != nil {
+		return s.Now()
+	}
+	return time.Now()
+}
+
+func (s *ConfigService) logger() *slog.Logger {
+	if s.Logger != nil {
+		return s.Logger
+	}
+	return slog.Default()
+}
+
+func (s *ConfigService) cacheTTL() time.Duration {
+	if s.CacheTTL == 0 {
+		return DefaultConfigCacheTTL
+	}
+	return max(s.CacheTTL, 0)
+}
+
+func (s *ConfigService) readTimeout() time.Duration {
+	if s.ReadTimeout <= 0 {
+		return DefaultConfigReadTimeout
+	}
+	return s.ReadTimeout
+}
+
+// Defaults returns the built-in config with the boot mode.
+func (s *ConfigService) Defaults() Config { return DefaultConfig(s.BootMode) }
+
+// Config returns the config in force for the request path. It never fails
+// and waits at most ReadTimeout (only when nothing was read yet, or when
+// this caller runs the refresh).
+func (s *ConfigService) Config(ctx context.Context) Config {
+	start := s.now()
+	s.mu.Lock()
+	if s.hasSnap && start.Before(s.expires) {
+		c := s.snap
+		s.mu.Unlock()
+		return c
+	}
+	if done := s.refreshing; done != nil {
+		if s.hasSnap {
+			c := s.snap
+			s.mu.Unlock()
+			return c
+		}
+		s.mu.Unlock()
+		return s.awaitFirst(ctx, done)
+	}
+	done := make(chan struct{})
+	s.refreshing = done
+	gen := s.gen
+	s.mu.Unlock()
+	return s.refresh(ctx, start, gen, done)
+}
+
+// awaitFirst waits for the first refresh, run by another caller, at most
+// ReadTimeout.
+func (s *ConfigService) awaitFirst(ctx context.Context, done <-chan struct{}) Config {
+	t := time.NewTimer(s.readTimeout())
+	defer t.Stop()
+	select {
+	case <-done:
+	case <-t.C:
+	case <-ctx.Done():
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.hasSnap {
+		return s.snap
+	}
+	return s.fallbackLocked()
+}
+
+// fallbackLocked is the config of a failed read: the last known one, or
+// the defaults, with enforce turned into shadow. Requires mu held.
+func (s *ConfigService) fallbackLocked() Config {
+	c := s.Defaults()
+	if s.lastGood != nil {
+		c = *s.lastGood
+	}
+	if c.Mode == ModeEnforce {
+		c.Mode = ModeShadow
+	}
+	return c
+}
+
+// refresh reads the store, bounded by ReadTimeout, and caches what it got
+// until start+CacheTTL. The read is detached from the caller's
+// cancellation: it serves every caller, and its own timeout bounds it.
+func (s *ConfigService) refresh(ctx context.Context, start time.Time, gen uint64, done chan struct{}) Config {
+	v, err := s.Store.LatestWithin(context.WithoutCancel(ctx), s.readTimeout())
+	var c Config
+	if err == nil {
+		c = s.resolve(v)
+	}
+
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	defer func() {
+		s.refreshing = nil
+		close(done)
+	}()
+	if err != nil {
+		c = s.fallbackLocked()
+		s.logger().Warn("Capacity config could not be read; using the last known config, with enforce as shadow",
+			slog.String("mode", string(c.Mode)), slog.Any("error", err))
+	}
+	if s.gen != gen {
+		// A save or Invalidate happened during the read: what it read
+		// may be older than what is cached now.
+		if s.hasSnap {
+			return s.snap
+		}
+		return c
+	}
+	if err == nil {
+		good := c
+		s.lastGood = &good
+	}
+	s.snap, s.hasSnap, s.expires = c, true, start.Add(s.cacheTTL())
+	return c
+}
+
+// resolve turns a stored version into a config: the defaults overlaid with
+// the keys it sets that are still known. An invalid row logs an ERROR and
+// gives the defaults.
+func (s *ConfigService) resolve(v *ConfigVersion) Config {
+	if v == nil {
+		return s.Defaults()
+	}
+	c, err := Resolve(v.Config, s.Defaults())
+	if err != nil {
+		s.logger().Error(fmt.Sprintf("Capacity config version %d is invalid; using the defaults", v.ID),
+			slog.Int64("version", v.ID), slog.Any("error", err))
+	}
+	return c
+}
+
+// setLocked makes c the config in force now and the last known one.
+// Requires mu held.
+func (s *ConfigService) setLocked(c Config) {
+	s.gen++
+	good := c
+	s.snap, s.hasSnap, s.expires, s.lastGood = c, true, s.now().Add(s.cacheTTL()), &good
+}
+
+// Invalidate makes the next Config read the store. Until that read ends,
+// other callers still get the last snapshot.
+func (s *ConfigService) Invalidate() {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.gen++
+	s.expires = time.Time{}
+}
+
+// Current reads the latest version fresh from the store, never the cache,
+// and resolves it (an invalid row logs an ERROR and gives the defaults).
+// The version is nil when there is none. It returns the store's error.
+func (s *ConfigService) Current(ctx context.Context) (*ConfigVersion, Config, error) {
+	v, err := s.Store.Latest(ctx)
+	if err != nil {
+		return nil, Config{}, fmt.Errorf("read capacity config: %w", err)
+	}
+	return v, s.resolve(v), nil
+}
+
+// History returns up to limit versions, newest first. It returns the
+// store's error.
+func (s *ConfigService) History(ctx context.Context, limit int) ([]ConfigVersion, error) {
+	vs, err := s.Store.History(ctx, limit)
+	if err != nil {
+		return nil, fmt.Errorf("read capacity config history: %w", err)
+	}
+	return vs, nil
+}
+
+// Save changes the config. The change is merged onto a fresh read of the
+// config in force (replace false: PATCH, set) or onto the defaults
+// (replace true: PUT, reset), under the store's writers' lock, so
+// concurrent saves never lose a change. Unknown keys are kept, so
+// validation reports them. A row is appended only if something changed;
+// then the change applies in this process at once, and one
+// ocl_capacity_config line goes to the Sink (a failing Sink logs a WARNING
+// and never fails the save).
+//
+// An invalid result returns a *ValidationError and appends nothing. Other
+// errors are the store's.
+func (s *ConfigService) Save(ctx context.Context, change map[string]any, replace bool, by, source, note string) (SaveResult, error) {
+	var res SaveResult
+	appended, err := s.Store.Update(ctx, func(latest *ConfigVersion) (*ConfigVersion, error) {
+		current := s.resolve(latest).Doc()
+		base := current
+		if replace {
+			base = s.Defaults().Doc()
+		}
+		merged := Merge(base, change, false)
+		if msgs := Validate(merged); len(msgs) > 0 {
+			return nil, &ValidationError{Messages: msgs}
+		}
+		next, msgs := ConfigFromDoc(merged)
+		if len(msgs) > 0 {
+			return nil, &ValidationError{Messages: msgs}
+		}
+		doc := next.Doc()
+		res = SaveResult{Version: latest, Config: next, Changes: Diff(current, doc)}
+		if len(res.Changes) == 0 {
+			return nil, nil
+		}
+		return &ConfigVersion{Config: doc, PreviousConfig: current, CreatedBy: by, Source: source, Note: note}, nil
+	})
+	if err != nil {
+		var verr *ValidationError
+		if errors.As(err, &verr) {
+			return SaveResult{}, verr
+		}
+		return SaveResult{}, fmt.Errorf("save capacity config: %w", err)
+	}
+	if res.Changes == nil {
+		res.Changes = map[string][2]any{}
+	}
+	s.mu.Lock()
+	s.setLocked(res.Config)
+	s.mu.Unlock()
+	if appended != nil {
+		res.Version = appended
+		s.emit(appended, res)
+	}
+	return res, nil
+}
+
+// configLine is the ocl_capacity_config log line; empty fields are dropped.
+type configLine struct {
+	Event     string            `json:"event"`
+	Version   int64             `json:"version"`
+	ChangedBy string            `json:"changed_by,omitempty"`
+	Source    string            `json:"source,omitempty"`
+	Note      string            `json:"note,omitempty"`
+	Changes   map[string][2]any `json:"changes,omitempty"`
+	Mode      Mode              `json:"mode,omitempty"`
+}
+
+// emit writes the change's log line; a failure only logs a WARNING.
+func (s *ConfigService) emit(v *ConfigVersion, res SaveResult) {
+	if s.Sink == nil {
+		return
+	}
+	var buf bytes.Buffer
+	enc := json.NewEncoder(&buf)
+	enc.SetEscapeHTML(false)
+	err := enc.Encode(configLine{
+		Event: "ocl_capacity_config", Version: v.ID, ChangedBy: v.CreatedBy, Source: v.Source,
+		Note: v.Note, Changes: res.Changes, Mode: res.Config.Mode,
+	})
+	if err == nil {
+		err = s.Sink.Emit(bytes.TrimSuffix(buf.Bytes(), []byte("\n")))
+	}
+	if err != nil {
+		s.logger().Warn(fmt.Sprintf("Capacity config version %d was saved, but its log line failed: %v", v.ID, err),
+			slog.Int64("version", v.ID))
+	}
+}

@@ -1,0 +1,341 @@
+// Package configtest is the conformance suite of capgate.ConfigStore: every
+// config store runs it, and it drives the store through the real
+// capgate.ConfigService too (original-behaviour §1.1, items 6–11).
+package configtest
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"log/slog"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/capgate/capgate"
+)
+
+// Opener opens an empty store for one test and closes it (and removes what
+// it made) in tb.Cleanup.
+type Opener func(tb testing.TB) capgate.ConfigStore
+
+// Run runs the suite, one subtest per behaviour, each on a store of its own.
+func Run(t *testing.T, open Opener) {
+	tests := []struct {
+		name string
+		fn   func(t *testing.T, open Opener)
+	}{
+		{"Empty", testEmpty},
+		{"AppendAndRead", testAppendAndRead},
+		{"UpdateWithoutChange", testUpdateWithoutChange},
+		{"UpdateError", testUpdateError},
+		{"ConcurrentUpdates", testConcurrentUpdates},
+		{"Defaults", testDefaults},
+		{"SaveAddsAVersion", testSaveAddsAVersion},
+		{"SaveReplaceStartsFromDefaults", testSaveReplace},
+		{"FailedLogLineKeepsTheChange", testFailedLogLine},
+		{"SaveRejectsInvalidChange", testSaveRejectsInvalid},
+		{"BadInputAddsNoRow", testBadInputAddsNoRow},
+		{"ConfigIsCached", testConfigIsCached},
+		{"ResolveStoredRows", testResolveStoredRows},
+		{"FailedReadKeepsLastKnown", testFailedReadKeepsLastKnown},
+		{"RefreshIsSingleFlight", testRefreshIsSingleFlight},
+		{"FirstReadWaitsAtMostTheTimeout", testFirstReadBounded},
+		{"ConcurrentPatches", testConcurrentPatches},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) { tt.fn(t, open) })
+	}
+}
+
+// Clock is a fake clock for the ConfigService's cache.
+type Clock struct {
+	mu sync.Mutex
+	t  time.Time
+}
+
+// NewClock returns a clock stopped at a fixed time.
+func NewClock() *Clock { return &Clock{t: time.Date(2026, 3, 1, 12, 0, 0, 0, time.UTC)} }
+
+// Now returns the clock's time.
+func (c *Clock) Now() time.Time {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.t
+}
+
+// Advance moves the clock on by d.
+func (c *Clock) Advance(d time.Duration) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.t = c.t.Add(d)
+}
+
+// Lines is a capgate.Sink that keeps the lines; Err, when set, makes Emit
+// fail instead.
+type Lines struct {
+	mu    sync.Mutex
+	lines []string
+	Err   error
+}
+
+// Emit keeps line, or returns Err.
+func (l *Lines) Emit(line []byte) error {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if l.Err != nil {
+		return l.Err
+	}
+	l.lines = append(l.lines, string(line))
+	return nil
+}
+
+// Lines returns the lines kept so far.
+func (l *Lines) Lines() []string {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return append([]string(nil), l.lines...)
+}
+
+// Logs is a slog.Handler that keeps "LEVEL message" records.
+type Logs struct {
+	mu      sync.Mutex
+	records []string
+}
+
+// Enabled is always true.
+func (h *Logs) Enabled(context.Context, slog.Level) bool { return true }
+
+// Handle keeps the record's level and message.
+func (h *Logs) Handle(_ context.Context, r slog.Record) error {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	h.records = append(h.records, r.Level.String()+" "+r.Message)
+	return nil
+}
+
+// WithAttrs returns h.
+func (h *Logs) WithAttrs([]slog.Attr) slog.Handler { return h }
+
+// WithGroup returns h.
+func (h *Logs) WithGroup(string) slog.Handler { return h }
+
+// Records returns the records kept so far.
+func (h *Logs) Records() []string {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	return append([]string(nil), h.records...)
+}
+
+// Count returns how many records start with prefix ("WARN", "ERROR ...").
+func (h *Logs) Count(prefix string) int {
+	n := 0
+	for _, r := range h.Records() {
+		if strings.HasPrefix(r, prefix) {
+			n++
+		}
+	}
+	return n
+}
+
+// Service returns a ConfigService over store with a fake clock, a
+// recording sink and a recording logger.
+func Service(store capgate.ConfigStore) (*capgate.ConfigService, *Clock, *Lines, *Logs) {
+	clock, lines, logs := NewClock(), &Lines{}, &Logs{}
+	s := capgate.NewConfigService(store, capgate.ModeShadow)
+	s.Now, s.Sink, s.Logger = clock.Now, lines, slog.New(logs)
+	return s, clock, lines, logs
+}
+
+// Doc parses a JSON object the way the stores do.
+func Doc(tb testing.TB, text string) map[string]any {
+	tb.Helper()
+	v, err := capgate.ParseDoc([]byte(text))
+	if err != nil {
+		tb.Fatalf("ParseDoc(%s): %v", text, err)
+	}
+	m, ok := v.(map[string]any)
+	if !ok {
+		tb.Fatalf("ParseDoc(%s): not an object", text)
+	}
+	return m
+}
+
+// JSON returns v as compact JSON (object keys sorted), for comparisons.
+func JSON(tb testing.TB, v any) string {
+	tb.Helper()
+	b, err := json.Marshal(v)
+	if err != nil {
+		tb.Fatalf("marshal %v: %v", v, err)
+	}
+	return string(b)
+}
+
+// Rows returns how many versions the store holds (up to 1000).
+func Rows(tb testing.TB, store capgate.ConfigStore) int {
+	tb.Helper()
+	vs, err := store.History(context.Background(), 1000)
+	if err != nil {
+		tb.Fatalf("History: %v", err)
+	}
+	return len(vs)
+}
+
+// Append writes a version straight to the store, bypassing any service.
+func Append(tb testing.TB, store capgate.ConfigStore, cfg map[string]any) *capgate.ConfigVersion {
+	tb.Helper()
+	v, err := store.Update(context.Background(), func(*capgate.ConfigVersion) (*capgate.ConfigVersion, error) {
+		return &capgate.ConfigVersion{Config: cfg, Source: capgate.SourceCommand}, nil
+	})
+	if err != nil {
+		tb.Fatalf("Update: %v", err)
+	}
+	return v
+}
+
+func testEmpty(t *testing.T, open Opener) {
+	store, ctx := open(t), context.Background()
+	if err := store.Ping(ctx); err != nil {
+		t.Fatalf("Ping: %v", err)
+	}
+	v, err := store.Latest(ctx)
+	if v != nil || err != nil {
+		t.Fatalf("Latest = %v, %v; want nil, nil", v, err)
+	}
+	v, err = store.LatestWithin(ctx, time.Second)
+	if v != nil || err != nil {
+		t.Fatalf("LatestWithin = %v, %v; want nil, nil", v, err)
+	}
+	vs, err := store.History(ctx, 50)
+	if len(vs) != 0 || err != nil {
+		t.Fatalf("History = %v, %v; want none", vs, err)
+	}
+}
+
+func testAppendAndRead(t *testing.T, open Opener) {
+	store, ctx := open(t), context.Background()
+	defaults := capgate.DefaultConfig(capgate.ModeShadow).Doc()
+	cfg := Doc(t, `{"mode":"off","es2_knn":2,"tiers":{"preview":1},"note":"a <b> & \"c\""}`)
+	before := time.Now().Add(-time.Minute)
+	first, err := store.Update(ctx, func(latest *capgate.ConfigVersion) (*capgate.ConfigVersion, error) {
+		if latest != nil {
+			t.Errorf("latest of an empty store = %+v; want nil", latest)
+		}
+		return &capgate.ConfigVersion{Config: cfg, PreviousConfig: defaults, CreatedBy: "alice",
+			Source: capgate.SourceAPI, Note: "quiet"}, nil
+	})
+	if err != nil {
+		t.Fatalf("Update: %v", err)
+	}
+	if first.ID <= 0 || first.CreatedAt.Before(before) || first.CreatedAt.After(time.Now().Add(time.Minute)) {
+		t.Fatalf("appended ID %d at %v; want ID > 0, created now", first.ID, first.CreatedAt)
+	}
+	got, err := store.Latest(ctx)
+	if err != nil || got == nil {
+		t.Fatalf("Latest = %v, %v", got, err)
+	}
+	if got.ID != first.ID || got.CreatedBy != "alice" || got.Source != "api" || got.Note != "quiet" ||
+		!got.CreatedAt.Equal(first.CreatedAt) {
+		t.Errorf("Latest = %+v; want %+v", got, first)
+	}
+	if g, w := JSON(t, got.Config), JSON(t, cfg); g != w {
+		t.Errorf("config = %s; want %s", g, w)
+	}
+	if g, w := JSON(t, got.PreviousConfig), JSON(t, defaults); g != w {
+		t.Errorf("previous_config = %s; want %s", g, w)
+	}
+
+	second, err := store.Update(ctx, func(latest *capgate.ConfigVersion) (*capgate.ConfigVersion, error) {
+		if latest == nil || latest.ID != first.ID {
+			t.Errorf("latest = %+v; want version %d", latest, first.ID)
+		}
+		return &capgate.ConfigVersion{Config: defaults, Source: capgate.SourceCommand}, nil
+	})
+	if err != nil {
+		t.Fatalf("Update: %v", err)
+	}
+	if second.ID <= first.ID {
+		t.Fatalf("second ID %d; want more than %d", second.ID, first.ID)
+	}
+	within, err := store.LatestWithin(ctx, time.Second)
+	if err != nil || within == nil || within.ID != second.ID || within.CreatedBy != "" ||
+		within.Note != "" || within.PreviousConfig != nil {
+		t.Fatalf("LatestWithin = %+v, %v; want version %d with no user, note or previous config", within, err, second.ID)
+	}
+	for _, tc := range []struct{ limit, want int }{{50, 2}, {1, 1}, {0, 1}, {-3, 1}} {
+		vs, err := store.History(ctx, tc.limit)
+		if err != nil || len(vs) != tc.want {
+			t.Fatalf("History(%d) = %d rows, %v; want %d", tc.limit, len(vs), err, tc.want)
+		}
+		if vs[0].ID != second.ID {
+			t.Errorf("History(%d)[0] = version %d; want the newest, %d", tc.limit, vs[0].ID, second.ID)
+		}
+	}
+}
+
+func testUpdateWithoutChange(t *testing.T, open Opener) {
+	store, ctx := open(t), context.Background()
+	v, err := store.Update(ctx, func(*capgate.ConfigVersion) (*capgate.ConfigVersion, error) { return nil, nil })
+	if v != nil || err != nil {
+		t.Fatalf("Update returning nil = %v, %v; want nil, nil", v, err)
+	}
+	if n := Rows(t, store); n != 0 {
+		t.Fatalf("%d rows; want 0", n)
+	}
+}
+
+func testUpdateError(t *testing.T, open Opener) {
+	store, ctx := open(t), context.Background()
+	errBoom := errors.New("boom")
+	_, err := store.Update(ctx, func(*capgate.ConfigVersion) (*capgate.ConfigVersion, error) {
+		return &capgate.ConfigVersion{Config: map[string]any{}}, errBoom
+	})
+	if !errors.Is(err, errBoom) {
+		t.Fatalf("Update error = %v; want fn's error", err)
+	}
+	verr := &capgate.ValidationError{Messages: []string{"x"}}
+	_, err = store.Update(ctx, func(*capgate.ConfigVersion) (*capgate.ConfigVersion, error) { return nil, verr })
+	if got, ok := errors.AsType[*capgate.ValidationError](err); !ok || got != verr {
+		t.Fatalf("Update error = %v; want the *ValidationError fn returned", err)
+	}
+	if n := Rows(t, store); n != 0 {
+		t.Fatalf("%d rows after failed updates; want 0", n)
+	}
+}
+
+// testConcurrentUpdates: 20 writers, each appending latest+1; none may
+// read a stale latest.
+func testConcurrentUpdates(t *testing.T, open Opener) {
+	store, ctx := open(t), context.Background()
+	const n = 20
+	var wg sync.WaitGroup
+	errs := make(chan error, n)
+	for range n {
+		wg.Go(func() {
+			_, err := store.Update(ctx, func(latest *capgate.ConfigVersion) (*capgate.ConfigVersion, error) {
+				count := 0
+				if latest != nil {
+					fmt.Sscan(fmt.Sprint(latest.Config["count"]), &count)
+				}
+				return &capgate.ConfigVersion{Config: map[string]any{"count": count + 1}, Source: "api"}, nil
+			})
+			errs <- err
+		})
+	}
+	wg.Wait()
+	close(errs)
+	for err := range errs {
+		if err != nil {
+			t.Fatalf("Update: %v", err)
+		}
+	}
+	v, err := store.Latest(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := fmt.Sprint(v.Config["count"]); got != fmt.Sprint(n) {
+		t.Fatalf("count = %s after %d serialized increments; want %d", got, n, n)
+	}
+}

@@ -1,0 +1,454 @@
+package configtest
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"slices"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/capgate/capgate"
+)
+
+func mustSave(t *testing.T, s *capgate.ConfigService, change string, replace bool, by, source, note string) capgate.SaveResult {
+	t.Helper()
+	res, err := s.Save(context.Background(), Doc(t, change), replace, by, source, note)
+	if err != nil {
+		t.Fatalf("Save(%s): %v", change, err)
+	}
+	return res
+}
+
+func wantJSON(t *testing.T, what string, got any, want string) {
+	t.Helper()
+	if g := JSON(t, got); g != want {
+		t.Errorf("%s = %s; want %s", what, g, want)
+	}
+}
+
+// testDefaults: original §1.1 items 1 and 2.
+func testDefaults(t *testing.T, open Opener) {
+	store := open(t)
+	s, _, _, _ := Service(store)
+	got := s.Config(context.Background())
+	want := capgate.DefaultConfig(capgate.ModeShadow)
+	if got != want {
+		t.Errorf("Config with nothing stored = %+v; want the defaults %+v", got, want)
+	}
+	for boot, mode := range map[capgate.Mode]capgate.Mode{"off": "off", "enforce": "enforce", "loud": "shadow", "": "shadow"} {
+		s := capgate.NewConfigService(store, boot)
+		if got := s.Config(context.Background()).Mode; got != mode {
+			t.Errorf("boot mode %q: mode = %q; want %q", boot, got, mode)
+		}
+	}
+}
+
+// testSaveAddsAVersion: original §1.1 item 6.
+func testSaveAddsAVersion(t *testing.T, open Opener) {
+	store := open(t)
+	s, _, lines, _ := Service(store)
+	ctx := context.Background()
+	defaults := capgate.DefaultConfig(capgate.ModeShadow)
+
+	res := mustSave(t, s, `{"tiers":{"preview":1},"mode":"off"}`, false, "alice", capgate.SourceAPI, "quiet")
+	wantJSON(t, "changes", res.Changes, `{"mode":["shadow","off"],"tiers.preview":[2,1]}`)
+	first := res.Version
+	latest, err := store.Latest(ctx)
+	if err != nil || latest == nil || latest.ID != first.ID {
+		t.Fatalf("Latest = %+v, %v; want the saved version %+v", latest, err, first)
+	}
+	want := defaults
+	want.Mode, want.Tiers.Preview = capgate.ModeOff, 1
+	wantJSON(t, "stored config", latest.Config, JSON(t, want.Doc()))
+	wantJSON(t, "stored previous_config", latest.PreviousConfig, JSON(t, defaults.Doc()))
+	if latest.CreatedBy != "alice" || latest.Source != "api" || latest.Note != "quiet" {
+		t.Errorf("row = by %q, source %q, note %q; want alice, api, quiet", latest.CreatedBy, latest.Source, latest.Note)
+	}
+	if got := s.Config(ctx); got != want {
+		t.Errorf("Config after the save = %+v; want %+v at once", got, want)
+	}
+	wantLines := []string{fmt.Sprintf(`{"event":"ocl_capacity_config","version":%d,"changed_by":"alice","source":"api","note":"quiet","changes":{"mode":["shadow","off"],"tiers.preview":[2,1]},"mode":"off"}`, first.ID)}
+	if got := lines.Lines(); !slices.Equal(got, wantLines) {
+		t.Errorf("log lines = %q; want %q", got, wantLines)
+	}
+
+	res = mustSave(t, s, `{"es2_knn":2}`, false, "", capgate.SourceCommand, "")
+	wantJSON(t, "second changes", res.Changes, `{"es2_knn":[3,2]}`)
+	if res.Config.Tiers.Preview != 1 || res.Version.CreatedBy != "" || res.Version.Source != "command" {
+		t.Errorf("second save = %+v; want tiers.preview kept at 1, no user, source command", res)
+	}
+	wantJSON(t, "second previous_config", res.Version.PreviousConfig, JSON(t, want.Doc()))
+	second := res.Version
+	if got := lines.Lines(); len(got) != 2 || !strings.Contains(got[1], `"source":"command","changes":{"es2_knn":[3,2]},"mode":"off"}`) ||
+		strings.Contains(got[1], "changed_by") || strings.Contains(got[1], "note") {
+		t.Errorf("second log line = %q; want no changed_by and no note", got[len(got)-1])
+	}
+
+	res = mustSave(t, s, `{"es2_knn":2}`, false, "bob", capgate.SourceAPI, "again")
+	if res.Version == nil || res.Version.ID != second.ID || len(res.Changes) != 0 || res.Changes == nil {
+		t.Errorf("identical save = version %+v, changes %v; want version %d and {}", res.Version, res.Changes, second.ID)
+	}
+	if res.Config.ES2KNN != 2 || res.Config.Tiers.Preview != 1 {
+		t.Errorf("identical save config = %+v", res.Config)
+	}
+	if n := Rows(t, store); n != 2 {
+		t.Errorf("%d rows; want 2", n)
+	}
+	if n := len(lines.Lines()); n != 2 {
+		t.Errorf("%d log lines; want 2 (none for a save that changed nothing)", n)
+	}
+}
+
+// testSaveReplace: original §1.1 item 7.
+func testSaveReplace(t *testing.T, open Opener) {
+	s, _, _, _ := Service(open(t))
+	mustSave(t, s, `{"tiers":{"preview":1},"es2_knn":1}`, false, "", "api", "")
+	res := mustSave(t, s, `{"mode":"off"}`, true, "", "api", "")
+	want := capgate.DefaultConfig(capgate.ModeShadow)
+	want.Mode = capgate.ModeOff
+	if res.Config != want {
+		t.Errorf("replaced config = %+v; want the defaults with mode off", res.Config)
+	}
+	wantJSON(t, "changes", res.Changes, `{"es2_knn":[1,3],"mode":["shadow","off"],"tiers.preview":[1,2]}`)
+}
+
+// testFailedLogLine: original §1.1 item 8.
+func testFailedLogLine(t *testing.T, open Opener) {
+	store := open(t)
+	s, _, lines, logs := Service(store)
+	lines.Err = errors.New("broken pipe")
+	res := mustSave(t, s, `{"es2_knn":1}`, false, "alice", "api", "")
+	if res.Config.ES2KNN != 1 {
+		t.Errorf("config = %+v; want es2_knn 1", res.Config)
+	}
+	latest, err := store.Latest(context.Background())
+	if err != nil || latest == nil || latest.ID != res.Version.ID {
+		t.Fatalf("Latest = %+v, %v; want the saved row", latest, err)
+	}
+	want := fmt.Sprintf("WARN Capacity config version %d was saved, but its log line failed: broken pipe", res.Version.ID)
+	if !slices.Contains(logs.Records(), want) {
+		t.Errorf("logs = %q; want %q", logs.Records(), want)
+	}
+}
+
+// testSaveRejectsInvalid: original §1.1 item 9.
+func testSaveRejectsInvalid(t *testing.T, open Opener) {
+	store := open(t)
+	s, _, lines, _ := Service(store)
+	_, err := s.Save(context.Background(), Doc(t, `{"es2_knn":-1}`), false, "alice", "api", "")
+	verr, ok := errors.AsType[*capgate.ValidationError](err)
+	if !ok || !slices.Contains(verr.Messages, `"es2_knn" must be a whole number from 0 to 100000.`) {
+		t.Fatalf("Save error = %v; want a *ValidationError about es2_knn", err)
+	}
+	if !errors.Is(err, capgate.ErrInvalidConfig) {
+		t.Errorf("errors.Is(%v, ErrInvalidConfig) = false", err)
+	}
+	if n, l := Rows(t, store), len(lines.Lines()); n != 0 || l != 0 {
+		t.Errorf("%d rows, %d log lines; want none", n, l)
+	}
+}
+
+// testBadInputAddsNoRow: wrong types, unknown keys and non-integers.
+func testBadInputAddsNoRow(t *testing.T, open Opener) {
+	store := open(t)
+	s, _, _, _ := Service(store)
+	for _, change := range []string{
+		`{"bogus":1}`, `{"tiers":{"gold":1}}`, `{"tiers":5}`, `{"mode":"loud"}`, `{"es2_knn":"3"}`,
+		`{"es2_knn":true}`, `{"es2_knn":3.0}`, `{"es2_knn":1e2}`, `{"per_user":{"preview":100001}}`,
+		`{"reserve_single_row":5}`, `{"renew_seconds":21}`, `{"api_heavy":null}`,
+	} {
+		_, err := s.Save(context.Background(), Doc(t, change), false, "", "api", "")
+		if _, ok := errors.AsType[*capgate.ValidationError](err); !ok {
+			t.Errorf("Save(%s) error = %v; want a *ValidationError", change, err)
+		}
+		_, err = s.Save(context.Background(), Doc(t, change), true, "", "api", "")
+		if _, ok := errors.AsType[*capgate.ValidationError](err); !ok {
+			t.Errorf("Save(%s, replace) error = %v; want a *ValidationError", change, err)
+		}
+	}
+	if n := Rows(t, store); n != 0 {
+		t.Errorf("%d rows after bad input; want 0", n)
+	}
+}
+
+// testConfigIsCached: original §1.1 item 10.
+func testConfigIsCached(t *testing.T, open Opener) {
+	store := open(t)
+	s, clock, _, _ := Service(store)
+	s.CacheTTL = 60 * time.Second
+	ctx := context.Background()
+	if got := s.Config(ctx).ES2KNN; got != 3 {
+		t.Fatalf("es2_knn = %d; want 3", got)
+	}
+	changed := capgate.DefaultConfig(capgate.ModeShadow)
+	changed.ES2KNN = 1
+	Append(t, store, changed.Doc())
+	clock.Advance(59 * time.Second)
+	if got := s.Config(ctx).ES2KNN; got != 3 {
+		t.Errorf("es2_knn within the cache time = %d; want the cached 3", got)
+	}
+	clock.Advance(time.Second)
+	if got := s.Config(ctx).ES2KNN; got != 1 {
+		t.Errorf("es2_knn after the cache time = %d; want 1", got)
+	}
+	changed.ES2KNN = 2
+	Append(t, store, changed.Doc())
+	s.Invalidate()
+	if got := s.Config(ctx).ES2KNN; got != 2 {
+		t.Errorf("es2_knn after Invalidate = %d; want 2", got)
+	}
+}
+
+// testResolveStoredRows: original §1.1 item 5, through the service.
+func testResolveStoredRows(t *testing.T, open Opener) {
+	store := open(t)
+	s, _, _, logs := Service(store)
+	ctx := context.Background()
+	Append(t, store, Doc(t, `{"retired_setting":1,"es2_knn":5}`))
+	want := capgate.DefaultConfig(capgate.ModeShadow)
+	want.ES2KNN = 5
+	if got := s.Config(ctx); got != want {
+		t.Errorf("Config = %+v; want the defaults with es2_knn 5 (retired keys ignored)", got)
+	}
+	v := Append(t, store, Doc(t, `{"es2_knn":-1}`))
+	s.Invalidate()
+	if got := s.Config(ctx); got != capgate.DefaultConfig(capgate.ModeShadow) {
+		t.Errorf("Config of an invalid row = %+v; want the defaults", got)
+	}
+	if want := fmt.Sprintf("ERROR Capacity config version %d is invalid; using the defaults", v.ID); !slices.Contains(logs.Records(), want) {
+		t.Errorf("logs = %q; want %q", logs.Records(), want)
+	}
+	_, c, err := s.Current(ctx)
+	if err != nil || c != capgate.DefaultConfig(capgate.ModeShadow) {
+		t.Errorf("Current = %+v, %v; want the defaults", c, err)
+	}
+}
+
+// flaky wraps a store; its reads fail while fail is set.
+type flaky struct {
+	capgate.ConfigStore
+	fail  atomic.Bool
+	reads atomic.Int32
+}
+
+var errDown = errors.New("database is down")
+
+func (f *flaky) Latest(ctx context.Context) (*capgate.ConfigVersion, error) {
+	f.reads.Add(1)
+	if f.fail.Load() {
+		return nil, errDown
+	}
+	return f.ConfigStore.Latest(ctx)
+}
+
+func (f *flaky) LatestWithin(ctx context.Context, d time.Duration) (*capgate.ConfigVersion, error) {
+	f.reads.Add(1)
+	if f.fail.Load() {
+		return nil, errDown
+	}
+	return f.ConfigStore.LatestWithin(ctx, d)
+}
+
+// testFailedReadKeepsLastKnown: original §1.1 item 11.
+func testFailedReadKeepsLastKnown(t *testing.T, open Opener) {
+	store := &flaky{ConfigStore: open(t)}
+	s, clock, _, logs := Service(store)
+	ctx := context.Background()
+	store.fail.Store(true)
+	if got := s.Config(ctx); got != capgate.DefaultConfig(capgate.ModeShadow) {
+		t.Errorf("Config with the database down and nothing cached = %+v; want the defaults", got)
+	}
+	if logs.Count("WARN") != 1 {
+		t.Errorf("logs = %q; want one WARNING", logs.Records())
+	}
+	clock.Advance(time.Second)
+	if got := s.Config(ctx); got != capgate.DefaultConfig(capgate.ModeShadow) || store.reads.Load() != 1 {
+		t.Errorf("the fallback is not cached for the cache time: %d reads", store.reads.Load())
+	}
+
+	store.fail.Store(false)
+	mustSave(t, s, `{"es2_knn":1,"mode":"enforce"}`, false, "", "api", "")
+	if got := s.Config(ctx); got.Mode != capgate.ModeEnforce || got.ES2KNN != 1 {
+		t.Fatalf("Config after the save = %+v; want enforce and es2_knn 1", got)
+	}
+	store.fail.Store(true)
+	clock.Advance(capgate.DefaultConfigCacheTTL)
+	got := s.Config(ctx)
+	if got.Mode != capgate.ModeShadow || got.ES2KNN != 1 {
+		t.Errorf("Config with the database down = mode %s, es2_knn %d; want shadow (enforce downgraded) and 1", got.Mode, got.ES2KNN)
+	}
+	if logs.Count("WARN") != 2 {
+		t.Errorf("logs = %q; want a second WARNING", logs.Records())
+	}
+	store.fail.Store(false)
+	clock.Advance(capgate.DefaultConfigCacheTTL)
+	if got := s.Config(ctx); got.Mode != capgate.ModeEnforce {
+		t.Errorf("Config once the database works = mode %s; want enforce again", got.Mode)
+	}
+}
+
+// blocking wraps a store; while gate is set, LatestWithin reports on
+// entered and waits for gate to close or its deadline.
+type blocking struct {
+	capgate.ConfigStore
+	mu      sync.Mutex
+	gate    chan struct{}
+	entered chan struct{}
+	reads   atomic.Int32
+}
+
+func (b *blocking) block() (release func()) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	b.gate, b.entered = make(chan struct{}), make(chan struct{}, 10)
+	return sync.OnceFunc(func() { close(b.gate) })
+}
+
+func (b *blocking) LatestWithin(ctx context.Context, d time.Duration) (*capgate.ConfigVersion, error) {
+	b.reads.Add(1)
+	b.mu.Lock()
+	gate, entered := b.gate, b.entered
+	b.mu.Unlock()
+	if gate != nil {
+		entered <- struct{}{}
+		ctx, cancel := context.WithTimeout(ctx, d)
+		defer cancel()
+		select {
+		case <-gate:
+		case <-ctx.Done():
+			return nil, fmt.Errorf("blocked read: %w", ctx.Err())
+		}
+	}
+	return b.ConfigStore.LatestWithin(ctx, d)
+}
+
+// within fails the test unless fn returns within a generous bound; a
+// refresh that made callers queue would hang here.
+func within(t *testing.T, what string, fn func()) {
+	t.Helper()
+	done := make(chan struct{})
+	go func() { defer close(done); fn() }()
+	timer := time.NewTimer(10 * time.Second)
+	defer timer.Stop()
+	select {
+	case <-done:
+	case <-timer.C:
+		t.Fatalf("%s did not return: it queued behind the refresh", what)
+	}
+}
+
+func testRefreshIsSingleFlight(t *testing.T, open Opener) {
+	store := &blocking{ConfigStore: open(t)}
+	s, clock, _, _ := Service(store)
+	s.ReadTimeout = time.Minute // only the release ends the blocked read
+	ctx := context.Background()
+	s.Config(ctx)
+	changed := capgate.DefaultConfig(capgate.ModeShadow)
+	changed.ES2KNN = 1
+	Append(t, store, changed.Doc())
+	clock.Advance(capgate.DefaultConfigCacheTTL)
+
+	release := store.block()
+	refreshed := make(chan capgate.Config, 1)
+	go func() { refreshed <- s.Config(ctx) }()
+	<-store.entered
+	for range 5 {
+		within(t, "Config during a refresh", func() {
+			if got := s.Config(ctx).ES2KNN; got != 3 {
+				t.Errorf("Config during a refresh: es2_knn %d; want the last snapshot's 3", got)
+			}
+		})
+	}
+	release()
+	if got := (<-refreshed).ES2KNN; got != 1 {
+		t.Errorf("the refreshing caller got es2_knn %d; want 1", got)
+	}
+	if got := s.Config(ctx).ES2KNN; got != 1 {
+		t.Errorf("Config after the refresh: es2_knn %d; want 1", got)
+	}
+	if n := store.reads.Load(); n != 2 {
+		t.Errorf("%d reads; want 2 (one refresh at a time)", n)
+	}
+}
+
+func testFirstReadBounded(t *testing.T, open Opener) {
+	store := &blocking{ConfigStore: open(t)}
+	s, _, _, logs := Service(store)
+	s.ReadTimeout = 50 * time.Millisecond
+	s.BootMode = capgate.ModeEnforce
+	ctx := context.Background()
+	defer store.block()()
+	first := make(chan capgate.Config, 1)
+	go func() { first <- s.Config(ctx) }()
+	<-store.entered
+	var second capgate.Config
+	within(t, "the first Config", func() { second = s.Config(ctx) })
+	want := capgate.DefaultConfig(capgate.ModeShadow) // enforce unconfirmed: shadow
+	if second != want {
+		t.Errorf("a caller waiting for the first read got %+v; want the defaults in shadow", second)
+	}
+	if got := <-first; got != want {
+		t.Errorf("the first read gave %+v after timing out; want the defaults in shadow", got)
+	}
+	if logs.Count("WARN") != 1 {
+		t.Errorf("logs = %q; want one WARNING", logs.Records())
+	}
+}
+
+// testConcurrentPatches: 20 concurrent saves, each of a different
+// setting, leave 20 rows and all 20 changes.
+func testConcurrentPatches(t *testing.T, open Opener) {
+	store := open(t)
+	s, _, lines, _ := Service(store)
+	changes := []string{
+		`{"mode":"off"}`, `{"enforce_for":"all"}`, `{"api_heavy":{"cluster":10}}`, `{"api_heavy":{"per_task":5}}`,
+		`{"es2_knn":7}`, `{"reserve_single_row":2}`, `{"tiers":{"staff":9}}`, `{"tiers":{"core":8}}`,
+		`{"tiers":{"early_access":6}}`, `{"tiers":{"preview":5}}`, `{"per_user":{"staff":7}}`, `{"per_user":{"core":6}}`,
+		`{"per_user":{"early_access":5}}`, `{"per_user":{"preview":4}}`, `{"lease_seconds":90}`, `{"renew_seconds":15}`,
+		`{"max_hold_seconds":1000}`, `{"retry_after":{"base":6}}`, `{"retry_after":{"max":40}}`, `{"retry_after":{"paused":100}}`,
+	}
+	var wg sync.WaitGroup
+	errs := make(chan error, len(changes))
+	for i, c := range changes {
+		change := Doc(t, c)
+		wg.Go(func() {
+			_, err := s.Save(context.Background(), change, false, fmt.Sprintf("user%d", i), "api", "")
+			errs <- err
+		})
+	}
+	wg.Wait()
+	close(errs)
+	for err := range errs {
+		if err != nil {
+			t.Fatalf("Save: %v", err)
+		}
+	}
+	want := capgate.Config{
+		Mode: capgate.ModeOff, EnforceFor: capgate.EnforceAll,
+		APIHeavy: capgate.APIHeavy{Cluster: 10, PerTask: 5}, ES2KNN: 7, ReserveSingleRow: 2,
+		Tiers:        capgate.TierLimits{Staff: 9, Core: 8, EarlyAccess: 6, Preview: 5},
+		PerUser:      capgate.TierLimits{Staff: 7, Core: 6, EarlyAccess: 5, Preview: 4},
+		LeaseSeconds: 90, RenewSeconds: 15, MaxHoldSeconds: 1000,
+		RetryAfter: capgate.RetryAfter{Base: 6, Max: 40, Paused: 100},
+	}
+	_, got, err := s.Current(context.Background())
+	if err != nil || got != want {
+		t.Errorf("final config = %+v, %v;\nwant %+v", got, err, want)
+	}
+	vs, err := store.History(context.Background(), 100)
+	if err != nil || len(vs) != len(changes) {
+		t.Fatalf("History = %d rows, %v; want %d", len(vs), err, len(changes))
+	}
+	for _, v := range vs {
+		if n := len(v.Changes()); n != 1 {
+			t.Errorf("version %d changes %v; want exactly one setting", v.ID, v.Changes())
+		}
+	}
+	if n := len(lines.Lines()); n != len(changes) {
+		t.Errorf("%d log lines; want %d", n, len(changes))
+	}
+}

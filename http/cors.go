@@ -1,0 +1,68 @@
+package http
+
+import (
+	"net/http"
+	"slices"
+	"strings"
+
+	"github.com/capgate/capgate"
+)
+
+// exposeCapacityHeaders adds the capacity headers and Retry-After to h's
+// Access-Control-Expose-Headers, keeping what the API listed there.
+func exposeCapacityHeaders(h http.Header) {
+	const key = "Access-Control-Expose-Headers"
+	var names []string
+	for _, v := range h.Values(key) {
+		for n := range strings.SplitSeq(v, ",") {
+			if n = strings.TrimSpace(n); n != "" {
+				names = append(names, n)
+			}
+		}
+	}
+	for _, n := range capgate.ExposedHeaders() {
+		if !slices.ContainsFunc(names, func(s string) bool { return strings.EqualFold(s, n) }) {
+			names = append(names, n)
+		}
+	}
+	h.Set(key, strings.Join(names, ", "))
+}
+
+// corsPolicy gives the middleware's own 429 the CORS headers the API
+// would have sent for the request's origin. The zero value echoes any
+// origin.
+type corsPolicy struct {
+	origins []string // allowed origins, echoed with credentials
+	any     bool     // "*" listed: any other origin, without credentials
+	listed  bool     // a list was given; else every origin is echoed
+}
+
+func newCORSPolicy(origins []string) corsPolicy {
+	var p corsPolicy
+	for _, o := range origins {
+		switch o = strings.TrimSuffix(strings.TrimSpace(o), "/"); o {
+		case "":
+		case "*":
+			p.any, p.listed = true, true
+		default:
+			p.origins, p.listed = append(p.origins, o), true
+		}
+	}
+	return p
+}
+
+// refusal sets the CORS headers of a 429 answered for origin.
+func (p corsPolicy) refusal(h http.Header, origin string) {
+	exposeCapacityHeaders(h)
+	h.Add("Vary", "Origin")
+	if origin == "" {
+		return
+	}
+	switch {
+	case !p.listed || slices.ContainsFunc(p.origins, func(s string) bool { return strings.EqualFold(s, origin) }):
+		h.Set("Access-Control-Allow-Origin", origin)
+		h.Set("Access-Control-Allow-Credentials", "true")
+	case p.any:
+		h.Set("Access-Control-Allow-Origin", "*")
+	}
+}

@@ -1,0 +1,205 @@
+package http
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"net/http"
+	"net/http/httputil"
+	"net/netip"
+	"net/url"
+	"strings"
+
+	"github.com/capgate/capgate"
+)
+
+// GatewayConfig is what a Gateway needs. Upstream, Gate and Identify are
+// required; every other field has a default.
+type GatewayConfig struct {
+	// Upstream is the API (--upstream), an absolute http(s) URL; a path in
+	// it prefixes every request's path.
+	Upstream *url.URL
+	// Gate admits heavy calls.
+	Gate *capgate.Gate
+	// Identify says who calls (UpstreamIdentity, HeaderIdentity or
+	// TokenIdentity).
+	Identify capgate.Identifier
+
+	// Classifier decides which calls are heavy. Default: the OCL profile
+	// with no path prefix and DefaultMaxBodyBytes.
+	Classifier *Classifier
+	// Transport carries requests to the upstream. Default NewTransport().
+	Transport http.RoundTripper
+	// TrustedProxies are the peers whose X-Forwarded-For, -Proto and -Host
+	// are kept (the client address is appended to X-Forwarded-For); from
+	// any other peer they are replaced. Default: none.
+	TrustedProxies []netip.Prefix
+	// PreserveHost sends the client's Host header to the upstream instead
+	// of the upstream's own host. Default false.
+	PreserveHost bool
+
+	// Staff, if set, serves every path under /capacity/ (the staff API);
+	// it gets the request unchanged. Default: none, /capacity/ is proxied.
+	Staff http.Handler
+	// Metrics, if set, serves GET /metrics. Default: none, /metrics is
+	// proxied.
+	Metrics http.Handler
+	// Health checks the lane and config stores for GET /healthz: nil error
+	// → 200, else 503. Default: always healthy.
+	Health func(ctx context.Context) error
+
+	// Logger gets upstream failures and handler panics. Default
+	// slog.Default().
+	Logger *slog.Logger
+	// Options configure the middleware (WithTierGroups, WithCORSOrigins).
+	Options []Option
+}
+
+// Gateway is the reverse proxy of capgate serve (SPEC §1, §10): it serves
+// GET /healthz, GET /metrics and the staff API under /capacity/ itself,
+// and sends everything else to the upstream through the Middleware, so
+// heavy calls are gated, refused calls never reach the API, and a call's
+// leases are released once its response has been sent or its client has
+// gone away. Bodies pass byte for byte; responses of unknown length and
+// event streams are flushed as they arrive. An upstream failure becomes
+// 502, an upstream timeout 504, and a client gone before the answer 499.
+//
+// Create one with NewGateway. Safe for concurrent use.
+type Gateway struct {
+	cfg    GatewayConfig
+	logger *slog.Logger
+	gated  http.Handler
+}
+
+// NewGateway returns a gateway with cfg's defaults filled in. It returns
+// an error if a required field is missing or Upstream is not an absolute
+// http(s) URL.
+func NewGateway(cfg GatewayConfig) (*Gateway, error) {
+	u := cfg.Upstream
+	if u == nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
+		return nil, errors.New("gateway: the upstream must be an absolute http(s) URL")
+	}
+	if cfg.Classifier == nil {
+		cfg.Classifier = &Classifier{}
+	}
+	if cfg.Transport == nil {
+		cfg.Transport = NewTransport()
+	}
+	if cfg.Logger == nil {
+		cfg.Logger = slog.Default()
+	}
+	g := &Gateway{cfg: cfg, logger: cfg.Logger}
+	proxy := &httputil.ReverseProxy{
+		Rewrite:      g.rewrite,
+		Transport:    cfg.Transport,
+		ErrorHandler: g.proxyError,
+		ErrorLog:     slog.NewLogLogger(cfg.Logger.Handler(), slog.LevelWarn),
+		// FlushInterval 0: known-length bodies are buffered as usual;
+		// ReverseProxy flushes event streams and unknown-length bodies at
+		// once (its flush interval is -1 for those).
+	}
+	opts := append([]Option{WithLogger(cfg.Logger)}, cfg.Options...)
+	mw, err := NewMiddleware(proxy, cfg.Gate, cfg.Classifier.Classify, cfg.Identify, opts...)
+	if err != nil {
+		return nil, fmt.Errorf("gateway: %w", err)
+	}
+	g.gated = mw
+	return g, nil
+}
+
+// ServeHTTP implements http.Handler. It routes by exact path so the API's
+// own paths reach it unchanged (no cleaning or redirects).
+func (g *Gateway) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	p := r.URL.Path
+	get := r.Method == http.MethodGet || r.Method == http.MethodHead
+	switch {
+	case p == "/healthz" && get:
+		g.health(w, r)
+	case p == "/metrics" && get && g.cfg.Metrics != nil:
+		g.cfg.Metrics.ServeHTTP(w, r)
+	case strings.HasPrefix(p, "/capacity/") && g.cfg.Staff != nil:
+		g.cfg.Staff.ServeHTTP(w, r)
+	default:
+		g.gated.ServeHTTP(w, r)
+	}
+}
+
+func (g *Gateway) health(w http.ResponseWriter, r *http.Request) {
+	w.Header().Set("Content-Type", "application/json")
+	w.Header().Set("Cache-Control", "no-store")
+	var err error
+	if g.cfg.Health != nil {
+		err = g.cfg.Health(r.Context())
+	}
+	if err != nil {
+		w.WriteHeader(http.StatusServiceUnavailable)
+		_ = json.NewEncoder(w).Encode(map[string]string{"status": "unavailable", "error": err.Error()})
+		return
+	}
+	_, _ = w.Write([]byte(`{"status":"ok"}` + "\n"))
+}
+
+// rewrite builds the upstream request: the upstream's URL joined with the
+// request's, and X-Forwarded-* set as a well-behaved proxy does.
+func (g *Gateway) rewrite(pr *httputil.ProxyRequest) {
+	pr.SetURL(g.cfg.Upstream)
+	if g.cfg.PreserveHost {
+		pr.Out.Host = pr.In.Host
+	}
+	if !g.trusted(pr.In.RemoteAddr) {
+		pr.SetXForwarded()
+		return
+	}
+	// From a trusted proxy: append to its chain, keep what it said of the
+	// original request.
+	in := pr.In.Header
+	pr.Out.Header["X-Forwarded-For"] = in["X-Forwarded-For"]
+	pr.SetXForwarded()
+	for _, k := range []string{"X-Forwarded-Proto", "X-Forwarded-Host"} {
+		if v := in.Values(k); len(v) > 0 {
+			pr.Out.Header[k] = v
+		}
+	}
+}
+
+func (g *Gateway) trusted(remoteAddr string) bool {
+	if len(g.cfg.TrustedProxies) == 0 {
+		return false
+	}
+	return (&HeaderIdentity{Trusted: g.cfg.TrustedProxies}).trusted(remoteAddr)
+}
+
+// StatusClientClosedRequest is the status logged when the client went away
+// before the upstream answered (nginx's 499).
+const StatusClientClosedRequest = 499
+
+// proxyError answers a request the upstream could not: see statusOf.
+func (g *Gateway) proxyError(w http.ResponseWriter, r *http.Request, err error) {
+	status := statusOf(r.Context(), err)
+	if status == StatusClientClosedRequest {
+		g.logger.Debug("capgate: client went away", "method", r.Method, "path", r.URL.Path)
+	} else {
+		g.logger.Warn("capgate: upstream failed", "method", r.Method, "path", r.URL.Path,
+			"status", status, "error", err)
+	}
+	w.WriteHeader(status)
+}
+
+// statusOf turns a proxying error into the status answered: 499 when the
+// client went away (ctx is the client's request context), 504 when the
+// upstream timed out, and 502 for any other upstream failure.
+func statusOf(ctx context.Context, err error) int {
+	if ctx.Err() != nil || errors.Is(err, context.Canceled) {
+		return StatusClientClosedRequest
+	}
+	if errors.Is(err, context.DeadlineExceeded) {
+		return http.StatusGatewayTimeout
+	}
+	if ne, ok := errors.AsType[net.Error](err); ok && ne.Timeout() {
+		return http.StatusGatewayTimeout
+	}
+	return http.StatusBadGateway
+}

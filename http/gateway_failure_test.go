@@ -1,0 +1,221 @@
+package http_test
+
+import (
+	"bytes"
+	"context"
+	"crypto/rand"
+	"io"
+	"net/http"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/capgate/capgate"
+	capgatehttp "github.com/capgate/capgate/http"
+)
+
+func TestClientThatGoesAwayReleasesItsLeases(t *testing.T) {
+	e := newEnv(t, nil, nil)
+	ctx, cancel := context.WithCancel(t.Context())
+	res := e.async(ctx, "POST", semanticMatch, twoRows, "Authorization", "Token t-pam", "X-Test-Do", "hold")
+	e.up.waitEntered(t)
+	if m := e.inFlight(); len(m) != 5 {
+		t.Fatalf("lanes while the call runs: %v; want 5 lanes with one lease each", m)
+	}
+	cancel() // the upstream still holds the call: only the client went away
+	if r := recv(t, res); r.Err == nil {
+		t.Fatal("the cancelled request succeeded")
+	}
+	l := e.sink.wait(t, 1) // written once the leases are given back
+	if m := e.inFlight(); len(m) != 0 {
+		t.Errorf("leases left after the client went away: %v", m)
+	}
+	if jsonText(l[0]["decision"]) != "admitted" {
+		t.Errorf("log line %v", l[0])
+	}
+}
+
+func TestUpstreamFailuresStillRelease(t *testing.T) {
+	for _, tt := range []struct {
+		do     string
+		status int // 0: the client sees an error
+	}{
+		{"500", 500},
+		{"reset", 502},
+		{"partial", 0},
+	} {
+		t.Run(tt.do, func(t *testing.T) {
+			e := newEnv(t, nil, nil)
+			req := newRequest(t, t.Context(), "POST", e.front.URL+semanticMatch, twoRows,
+				"Authorization", "Token t-pam", "X-Test-Do", tt.do)
+			resp, err := http.DefaultClient.Do(req)
+			if err == nil {
+				_, err = io.ReadAll(resp.Body)
+				resp.Body.Close()
+			}
+			switch {
+			case tt.status == 0:
+				// Cut short: the client sees the connection end.
+				if err == nil {
+					t.Error("a response cut short read cleanly")
+				}
+			case err != nil:
+				t.Fatal(err)
+			case resp.StatusCode != tt.status:
+				t.Errorf("status %d, want %d", resp.StatusCode, tt.status)
+			case resp.Header.Get(capgate.HeaderDecision) != "admitted":
+				t.Errorf("decision header %q on the failed call", resp.Header.Get(capgate.HeaderDecision))
+			}
+			l := e.sink.wait(t, 1)
+			if m := e.inFlight(); len(m) != 0 {
+				t.Errorf("leases left: %v", m)
+			}
+			if jsonText(l[0]["decision"]) != "admitted" {
+				t.Errorf("log line %v", l[0])
+			}
+		})
+	}
+}
+
+func TestUpstreamDownIs502AndReleases(t *testing.T) {
+	e := newEnv(t, nil, nil)
+	e.up.Close()
+	r := e.do(t.Context(), "POST", semanticMatch, twoRows, "Authorization", "Token t-pam")
+	if r.StatusCode != http.StatusBadGateway || r.Header.Get(capgate.HeaderDecision) != "admitted" {
+		t.Errorf("got %d %v", r.StatusCode, capacityHeaders(r.Header))
+	}
+	e.sink.wait(t, 1)
+	if m := e.inFlight(); len(m) != 0 {
+		t.Errorf("leases left: %v", m)
+	}
+}
+
+func TestUpstreamTimeoutIs504(t *testing.T) {
+	tr := capgatehttp.NewTransport()
+	tr.ResponseHeaderTimeout = 50 * time.Millisecond
+	e := newEnv(t, nil, func(c *capgatehttp.GatewayConfig) { c.Transport = tr })
+	r := e.do(t.Context(), "POST", "/slow", "", "X-Test-Do", "hold")
+	if r.StatusCode != http.StatusGatewayTimeout {
+		t.Errorf("status %d, want 504", r.StatusCode)
+	}
+}
+
+func TestIdentityLookupsAreCached(t *testing.T) {
+	clock := newFakeClock()
+	e := newEnv(t, nil, func(c *capgatehttp.GatewayConfig) {
+		id, err := capgatehttp.NewUpstreamIdentity(c.Upstream.String())
+		if err != nil {
+			t.Fatal(err)
+		}
+		id.Now = clock.Now
+		c.Identify = id
+	})
+	ctx := t.Context()
+	for range 3 {
+		r := e.do(ctx, "POST", semanticMatch, twoRows, "Authorization", "Token t-cora")
+		if r.Header.Get(capgate.HeaderTier) != "core" {
+			t.Fatalf("tier %q", r.Header.Get(capgate.HeaderTier))
+		}
+	}
+	e.do(ctx, "POST", semanticMatch, twoRows, "Authorization", "Token t-stan")
+	if a, b := e.up.lookupsOf("Token t-cora"), e.up.lookupsOf("Token t-stan"); a != 1 || b != 1 {
+		t.Errorf("lookups cora=%d stan=%d, want 1 each", a, b)
+	}
+	clock.Add(time.Minute)
+	e.do(ctx, "POST", semanticMatch, twoRows, "Authorization", "Token t-cora")
+	if n := e.up.lookupsOf("Token t-cora"); n != 2 {
+		t.Errorf("lookups after a minute: %d, want 2", n)
+	}
+
+	// Calls that are not heavy, or carry no credentials, look nobody up.
+	e.do(ctx, "POST", "/concepts/$match/", twoRows, "Authorization", "Token t-pat")
+	e.do(ctx, "GET", "/concepts/", "", "Authorization", "Token t-pat")
+	r := e.do(ctx, "POST", semanticMatch, twoRows)
+	if n := e.up.lookupsOf("Token t-pat") + e.up.lookupsOf(""); n != 0 || len(capacityHeaders(r.Header)) != 0 {
+		t.Errorf("%d lookups for calls that need none", n)
+	}
+	// A rejected credential passes ungated.
+	r = e.do(ctx, "POST", semanticMatch, twoRows, "Authorization", "Token bad")
+	if r.StatusCode != 200 || len(capacityHeaders(r.Header)) != 0 {
+		t.Errorf("rejected credential: %d %v", r.StatusCode, capacityHeaders(r.Header))
+	}
+}
+
+func TestFailingLookupMakesTheCallUnavailable(t *testing.T) {
+	e := newEnv(t, func(c *capgate.Config) {
+		c.Mode, c.EnforceFor, c.Tiers.Preview, c.PerUser.Preview = capgate.ModeEnforce, capgate.EnforceAll, 0, 0
+	}, func(c *capgatehttp.GatewayConfig) {
+		id, err := capgatehttp.NewUpstreamIdentity(c.Upstream.String())
+		if err != nil {
+			t.Fatal(err)
+		}
+		c.Identify = id
+	})
+	e.up.setUserStatus(http.StatusServiceUnavailable)
+	r := e.do(t.Context(), "POST", semanticMatch, twoRows, "Authorization", "Token t-pam")
+	if r.StatusCode != 200 {
+		t.Fatalf("status %d: a failed lookup must never refuse", r.StatusCode)
+	}
+	if d := r.Header.Get(capgate.HeaderDecision); d != "unavailable" || r.Header.Get("Retry-After") != "" {
+		t.Errorf("headers %v", capacityHeaders(r.Header))
+	}
+	if n := len(e.up.requests()); n != 1 {
+		t.Errorf("upstream saw %d calls, want 1", n)
+	}
+	l := e.sink.wait(t, 1)
+	if jsonText(l[0]["decision"]) != "unavailable" || !strings.Contains(jsonText(l[0]["error"]), "identity") {
+		t.Errorf("log line %v", l[0])
+	}
+	if strings.Contains(e.sink.raw[0], "t-pam") {
+		t.Errorf("the log line shows the token: %s", e.sink.raw[0])
+	}
+}
+
+func TestBodiesArriveByteForByte(t *testing.T) {
+	const limit = 4096
+	oversize := 0
+	e := newEnv(t, nil, func(c *capgatehttp.GatewayConfig) {
+		c.Classifier = &capgatehttp.Classifier{MaxBodyBytes: limit, Oversize: func() { oversize++ }}
+	})
+	small := []byte(`{"rows":[{"name":"fi\u00e8vre"}],   "x": "` + "\x7f" + `"}`)
+	big := append([]byte(`{"rows":[{"name":"fever"}],"pad":"`), bytes.Repeat([]byte("ab"), 3*limit)...)
+	big = append(big, `"}`...)
+	junk := make([]byte, limit/2)
+	rand.Read(junk)
+	for _, tt := range []struct {
+		name    string
+		body    []byte
+		chunked bool
+		gated   bool
+	}{
+		{"small", small, false, true},
+		{"small chunked", small, true, true},
+		{"over the limit", big, false, false},
+		{"over the limit chunked", big, true, false},
+		{"binary junk", junk, true, false},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			before := len(e.up.requests())
+			var rd io.Reader = bytes.NewReader(tt.body)
+			if tt.chunked {
+				rd = io.MultiReader(rd) // hides the length: sent chunked
+			}
+			req, err := http.NewRequestWithContext(t.Context(), "POST", e.front.URL+semanticMatch, rd)
+			if err != nil {
+				t.Fatal(err)
+			}
+			req.Header.Set("Authorization", "Token t-pam")
+			r := send(t, req)
+			reqs := e.up.requests()
+			if len(reqs) != before+1 || !bytes.Equal(reqs[before].Body, tt.body) {
+				t.Fatalf("upstream body differs (%d bytes sent)", len(tt.body))
+			}
+			if gated := r.Header.Get(capgate.HeaderDecision) != ""; gated != tt.gated {
+				t.Errorf("gated = %v, want %v", gated, tt.gated)
+			}
+		})
+	}
+	if oversize != 2 {
+		t.Errorf("oversize bodies counted %d, want 2", oversize)
+	}
+}

@@ -1,0 +1,183 @@
+package http
+
+import (
+	"context"
+	"crypto/sha256"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"net/netip"
+	"os"
+	"strings"
+
+	"github.com/capgate/capgate"
+)
+
+// The headers an auth proxy in front sets for HeaderIdentity.
+const (
+	HeaderUser   = "X-Capgate-User"   // the username
+	HeaderGroups = "X-Capgate-Groups" // auth groups, comma-separated
+	HeaderStaff  = "X-Capgate-Staff"  // true or 1 (any case) for staff
+)
+
+// HeaderIdentity trusts the caller headers an auth proxy sets (SPEC §10,
+// --identity header): X-Capgate-User, X-Capgate-Groups and X-Capgate-Staff.
+// They are believed only on requests whose peer address is in Trusted; on
+// any other request, and on one without X-Capgate-User, the caller is
+// anonymous. It never returns an error. Safe for concurrent use.
+type HeaderIdentity struct {
+	Trusted []netip.Prefix
+}
+
+// NewHeaderIdentity returns a HeaderIdentity trusting cidrs
+// (--trusted-proxies); a bare address means just that address. It returns
+// an error naming the first entry that does not parse.
+func NewHeaderIdentity(cidrs []string) (*HeaderIdentity, error) {
+	h := &HeaderIdentity{}
+	for _, s := range cidrs {
+		s = strings.TrimSpace(s)
+		if s == "" {
+			continue
+		}
+		p, err := netip.ParsePrefix(s)
+		if err != nil {
+			a, aerr := netip.ParseAddr(s)
+			if aerr != nil {
+				return nil, fmt.Errorf("trusted proxy %q: %w", s, err)
+			}
+			p = netip.PrefixFrom(a.Unmap(), a.Unmap().BitLen())
+		}
+		if p.Addr().Is4In6() {
+			p = netip.PrefixFrom(p.Addr().Unmap(), max(p.Bits()-96, 0))
+		}
+		h.Trusted = append(h.Trusted, p.Masked())
+	}
+	return h, nil
+}
+
+// Identify implements capgate.Identifier.
+func (h *HeaderIdentity) Identify(_ context.Context, r *http.Request) (capgate.Caller, bool, error) {
+	if !h.trusted(r.RemoteAddr) {
+		return capgate.Caller{}, false, nil
+	}
+	user := strings.TrimSpace(r.Header.Get(HeaderUser))
+	if user == "" {
+		return capgate.Caller{}, false, nil
+	}
+	var groups []string
+	for g := range strings.SplitSeq(r.Header.Get(HeaderGroups), ",") {
+		if g = strings.TrimSpace(g); g != "" {
+			groups = append(groups, g)
+		}
+	}
+	staff := strings.TrimSpace(r.Header.Get(HeaderStaff))
+	return capgate.Caller{
+		UserID: user,
+		Staff:  staff == "1" || strings.EqualFold(staff, "true"),
+		Groups: groups,
+	}, true, nil
+}
+
+// trusted reports whether the peer at remoteAddr ("host:port") is a
+// trusted proxy.
+func (h *HeaderIdentity) trusted(remoteAddr string) bool {
+	host, _, err := net.SplitHostPort(remoteAddr)
+	if err != nil {
+		host = remoteAddr
+	}
+	a, err := netip.ParseAddr(host)
+	if err != nil {
+		return false
+	}
+	a = a.Unmap().WithZone("")
+	for _, p := range h.Trusted {
+		if p.Contains(a) {
+			return true
+		}
+	}
+	return false
+}
+
+// TokenEntry is one entry of a tokens file.
+type TokenEntry struct {
+	Token      string   `json:"token"`
+	Username   string   `json:"username"`
+	IsStaff    bool     `json:"is_staff"`
+	AuthGroups []string `json:"auth_groups"`
+}
+
+// TokenIdentity knows callers from a fixed list of tokens (SPEC §10,
+// --identity tokens), for small deployments, the demo and tests. A request
+// carries its token as "Authorization: Token <t>" or "Bearer <t>"; one
+// without, or with a token not in the list, is anonymous. It never returns
+// an error. Tokens are kept only as their SHA-256. Safe for concurrent use.
+type TokenIdentity struct {
+	callers map[credKey]capgate.Caller
+}
+
+// NewTokenIdentity returns a TokenIdentity knowing entries. It returns an
+// error for an entry with no token or username, or a token given twice.
+func NewTokenIdentity(entries []TokenEntry) (*TokenIdentity, error) {
+	t := &TokenIdentity{callers: make(map[credKey]capgate.Caller, len(entries))}
+	for i, e := range entries {
+		if e.Token == "" || e.Username == "" {
+			return nil, fmt.Errorf("tokens: entry %d: token and username are required", i)
+		}
+		k := credKey(sha256.Sum256([]byte(e.Token)))
+		if _, dup := t.callers[k]; dup {
+			return nil, fmt.Errorf("tokens: entry %d (%s): the token is given twice", i, e.Username)
+		}
+		t.callers[k] = capgate.Caller{UserID: e.Username, Staff: e.IsStaff, Groups: e.AuthGroups}
+	}
+	return t, nil
+}
+
+// LoadTokenIdentity reads a tokens file (--tokens): a JSON array of
+// {"token", "username", "is_staff", "auth_groups"}. It returns an error if
+// the file can't be read or decoded, or as NewTokenIdentity does.
+func LoadTokenIdentity(path string) (*TokenIdentity, error) {
+	f, err := os.Open(path)
+	if err != nil {
+		return nil, fmt.Errorf("tokens: %w", err)
+	}
+	defer f.Close()
+	var entries []TokenEntry
+	dec := json.NewDecoder(f)
+	dec.DisallowUnknownFields()
+	if err := dec.Decode(&entries); err != nil {
+		return nil, fmt.Errorf("tokens: %s: %w", path, err)
+	}
+	if _, err := dec.Token(); !errors.Is(err, io.EOF) {
+		return nil, fmt.Errorf("tokens: %s: data after the array", path)
+	}
+	return NewTokenIdentity(entries)
+}
+
+// Identify implements capgate.Identifier.
+func (t *TokenIdentity) Identify(_ context.Context, r *http.Request) (capgate.Caller, bool, error) {
+	tok, ok := bearer(r.Header.Get("Authorization"))
+	if !ok {
+		return capgate.Caller{}, false, nil
+	}
+	c, ok := t.callers[credKey(sha256.Sum256([]byte(tok)))]
+	return c, ok, nil
+}
+
+// bearer returns the token of an "Authorization: Token <t>" or
+// "Bearer <t>" header (scheme in any case).
+func bearer(auth string) (string, bool) {
+	scheme, tok, ok := strings.Cut(strings.TrimSpace(auth), " ")
+	if !ok || !(strings.EqualFold(scheme, "Token") || strings.EqualFold(scheme, "Bearer")) {
+		return "", false
+	}
+	tok = strings.TrimSpace(tok)
+	return tok, tok != ""
+}
+
+var (
+	_ capgate.Identifier = (*HeaderIdentity)(nil)
+	_ capgate.Identifier = (*TokenIdentity)(nil)
+)

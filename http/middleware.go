@@ -1,0 +1,225 @@
+package http
+
+import (
+	"crypto/rand"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net/http"
+	"runtime/debug"
+	"time"
+
+	"github.com/capgate/capgate"
+)
+
+// Request headers the middleware reads (SPEC §4, §8).
+const (
+	HeaderRequestID     = "X-Request-ID"
+	HeaderEventMetadata = "X-OCL-Event-Metadata"
+	HeaderRequestSource = "X-OCL-Request-Source"
+	HeaderTraceID       = "X-Amzn-Trace-Id"
+)
+
+// Attribution limits (SPEC §8), in characters.
+const (
+	maxRequestSource  = 50
+	maxAlgorithmID    = 100
+	maxAutomatchRunID = 20
+	maxRequestID      = 200
+)
+
+// Middleware gates the heavy calls of the handler it wraps. For each
+// request it:
+//
+//   - classifies it; a call that is not heavy, and a preflight OPTIONS,
+//     goes to the handler untouched;
+//   - asks who is calling; an anonymous call goes on untouched (the API
+//     answers it), and a lookup that fails makes the call "unavailable";
+//   - fills in the call's attribution from X-OCL-Event-Metadata,
+//     X-OCL-Request-Source, X-Amzn-Trace-Id and X-Request-ID (kept, or made
+//     up as 32 hex characters, forwarded to the handler and returned);
+//   - admits it; in mode off the call goes on untouched;
+//   - answers a refused call itself with the 429, never calling the
+//     handler; otherwise runs the handler with the capacity headers set on
+//     whatever it writes, and releases the call when the handler returns,
+//     however it ends.
+//
+// Create one with NewMiddleware. Safe for concurrent use.
+type Middleware struct {
+	next     http.Handler
+	gate     *capgate.Gate
+	classify ClassifyFunc
+	identify capgate.Identifier
+
+	groups capgate.TierGroups
+	cors   corsPolicy
+	logger *slog.Logger
+	now    func() time.Time
+}
+
+// Option configures a Middleware (or a Gateway, which passes them on).
+type Option func(*Middleware)
+
+// WithTierGroups names the auth groups that grant the core and
+// early_access tiers. Default: the zero TierGroups (core_user,
+// early_access).
+func WithTierGroups(g capgate.TierGroups) Option {
+	return func(m *Middleware) { m.groups = g }
+}
+
+// WithCORSOrigins sets the origins the API allows (--cors-origins), for
+// the CORS headers of the middleware's own 429: an Origin in the list is
+// echoed with credentials allowed, and "*" in the list allows any other
+// origin without credentials. Default (nil or empty): echo the request's
+// Origin with credentials allowed. Every 429 also carries Vary: Origin and
+// the capacity headers in Access-Control-Expose-Headers.
+func WithCORSOrigins(origins []string) Option {
+	return func(m *Middleware) { m.cors = newCORSPolicy(origins) }
+}
+
+// WithLogger sets the logger of the middleware's own warnings (a handler
+// panic). Default slog.Default().
+func WithLogger(l *slog.Logger) Option {
+	return func(m *Middleware) { m.logger = l }
+}
+
+// WithClock sets the clock queue_ms is measured against. Default time.Now.
+func WithClock(now func() time.Time) Option {
+	return func(m *Middleware) { m.now = now }
+}
+
+// NewMiddleware returns next behind the gate. classify decides which calls
+// are heavy (Classifier.Classify for the OCL profile) and identify who
+// makes them. The handler returned is a *Middleware. It returns an error
+// if any of them is nil.
+func NewMiddleware(next http.Handler, gate *capgate.Gate, classify ClassifyFunc, identify capgate.Identifier, opts ...Option) (http.Handler, error) {
+	return newMiddleware(next, gate, classify, identify, opts...)
+}
+
+func newMiddleware(next http.Handler, gate *capgate.Gate, classify ClassifyFunc, identify capgate.Identifier, opts ...Option) (*Middleware, error) {
+	switch {
+	case next == nil:
+		return nil, errors.New("capgate middleware: no handler")
+	case gate == nil:
+		return nil, errors.New("capgate middleware: no gate")
+	case classify == nil:
+		return nil, errors.New("capgate middleware: no classifier")
+	case identify == nil:
+		return nil, errors.New("capgate middleware: no identifier")
+	}
+	m := &Middleware{next: next, gate: gate, classify: classify, identify: identify,
+		logger: slog.Default(), now: time.Now}
+	for _, o := range opts {
+		o(m)
+	}
+	return m, nil
+}
+
+// ServeHTTP implements http.Handler.
+func (m *Middleware) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	if r.Method == http.MethodOptions {
+		m.next.ServeHTTP(w, r) // preflight: the API answers
+		return
+	}
+	body := r.Body
+	call, heavy := m.classify(r)
+	if r.Body != body && r.Body != nil {
+		// The classifier buffered the body; give its buffer back once the
+		// handler is done with it.
+		defer r.Body.Close()
+	}
+	if !heavy {
+		m.next.ServeHTTP(w, r)
+		return
+	}
+
+	ctx := r.Context()
+	caller, ok, err := m.identify.Identify(ctx, r)
+	if err == nil && !ok {
+		m.next.ServeHTTP(w, r) // anonymous: the API answers
+		return
+	}
+	m.attribute(&call, r)
+	var adm *capgate.Admission
+	if err != nil {
+		adm = m.gate.Unavailable(ctx, call, fmt.Errorf("identity: %w", err))
+	} else {
+		call.UserID = caller.UserID
+		call.Tier = m.groups.TierOf(caller.Staff, caller.Groups)
+		adm = m.gate.Admit(ctx, call)
+	}
+	if adm == nil {
+		m.next.ServeHTTP(w, r) // mode off: untouched
+		return
+	}
+	defer adm.Release(ctx)
+
+	if adm.Refused() {
+		m.refuse(w, r, adm, call.CID)
+		return
+	}
+	if r.Header.Get(HeaderRequestID) == "" {
+		r = r.Clone(ctx)
+		r.Header.Set(HeaderRequestID, call.CID)
+	}
+	gw := &gatedWriter{ResponseWriter: w, adm: adm, cid: call.CID}
+	defer func() {
+		if p := recover(); p != nil {
+			m.recovered(gw, r, p)
+		}
+	}()
+	m.next.ServeHTTP(gw, r)
+}
+
+// attribute fills in the call's attribution from r's headers.
+func (m *Middleware) attribute(call *capgate.Call, r *http.Request) {
+	meta := capgate.ParseEventMetadata(r.Header.Get(HeaderEventMetadata))
+	call.Aware = capgate.CapacityAware(meta)
+	call.AlgorithmID = capgate.MetadataString(meta, "algorithm_id", maxAlgorithmID)
+	call.AutomatchRunID = capgate.MetadataString(meta, "automatch_run_id", maxAutomatchRunID)
+	call.RequestSource = capgate.Truncate(r.Header.Get(HeaderRequestSource), maxRequestSource)
+	if h := r.Header.Get(HeaderTraceID); h != "" {
+		call.QueueMS, call.HasQueueMS = capgate.ParseQueueMS(h, m.now())
+	}
+	call.CID = capgate.Truncate(r.Header.Get(HeaderRequestID), maxRequestID)
+	if call.CID == "" {
+		call.CID = newRequestID()
+	}
+}
+
+// refuse writes the 429 of a refused call.
+func (m *Middleware) refuse(w http.ResponseWriter, r *http.Request, adm *capgate.Admission, cid string) {
+	h := w.Header()
+	adm.SetHeaders(h)
+	m.cors.refusal(h, r.Header.Get("Origin"))
+	h.Set("Content-Type", "application/json")
+	h.Set(HeaderRequestID, cid)
+	body := adm.RefusalBody()
+	w.WriteHeader(http.StatusTooManyRequests)
+	_, _ = w.Write(body)
+}
+
+// recovered handles a panic of the handler. http.ErrAbortHandler goes on
+// up, as net/http expects. Any other panic is logged with its stack; if
+// nothing was written yet the client gets a 500 carrying the capacity
+// headers, else the panic goes on up and net/http drops the connection.
+// The admission is released either way (a deferred Release).
+func (m *Middleware) recovered(gw *gatedWriter, r *http.Request, p any) {
+	if p == http.ErrAbortHandler || gw.wrote {
+		panic(p)
+	}
+	m.logger.Error("capgate: handler panicked", "method", r.Method, "path", r.URL.Path,
+		"panic", fmt.Sprint(p), "stack", string(debug.Stack()))
+	gw.Header().Set("Content-Type", "text/plain; charset=utf-8")
+	gw.Header().Set("X-Content-Type-Options", "nosniff")
+	gw.WriteHeader(http.StatusInternalServerError)
+	_, _ = gw.Write([]byte("Internal Server Error\n"))
+}
+
+// newRequestID returns 32 random hex characters.
+func newRequestID() string {
+	var b [16]byte
+	_, _ = rand.Read(b[:]) // never fails (Go 1.24+)
+	return hex.EncodeToString(b[:])
+}

@@ -1,0 +1,205 @@
+package http_test
+
+import (
+	"io"
+	"log/slog"
+	"net/http"
+	"net/http/httptest"
+	"strings"
+	"testing"
+
+	"github.com/capgate/capgate"
+	capgatehttp "github.com/capgate/capgate/http"
+	"github.com/capgate/capgate/memory"
+)
+
+// mwEnv is the middleware alone, in front of a Go handler, served over
+// real HTTP.
+type mwEnv struct {
+	store *memory.Store
+	sink  *lineSink
+	srv   *httptest.Server
+}
+
+func newMWEnv(t *testing.T, next http.Handler) *mwEnv {
+	t.Helper()
+	e := &mwEnv{store: memory.New(nil), sink: newLineSink()}
+	gate := capgate.NewGate(e.store, capgate.NewFixedConfig(capgate.DefaultConfig(capgate.ModeShadow)), e.sink, "t")
+	ids, err := capgatehttp.NewTokenIdentity([]capgatehttp.TokenEntry{{Token: "t-pam", Username: "pam"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	h, err := capgatehttp.NewMiddleware(next, gate, (&capgatehttp.Classifier{}).Classify, ids,
+		capgatehttp.WithLogger(slog.New(slog.NewTextHandler(t.Output(), nil))))
+	if err != nil {
+		t.Fatal(err)
+	}
+	e.srv = httptest.NewUnstartedServer(h)
+	e.srv.Config.ErrorLog = slog.NewLogLogger(slog.NewTextHandler(t.Output(), nil), slog.LevelError)
+	e.srv.Start()
+	t.Cleanup(e.srv.Close)
+	return e
+}
+
+func (e *mwEnv) post(t *testing.T) (*http.Response, []byte, error) {
+	t.Helper()
+	req := newRequest(t, t.Context(), "POST", e.srv.URL+semanticMatch, twoRows, "Authorization", "Token t-pam")
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		return nil, nil, err
+	}
+	defer resp.Body.Close()
+	b, err := io.ReadAll(resp.Body)
+	return resp, b, err
+}
+
+func (e *mwEnv) leases(t *testing.T) int {
+	t.Helper()
+	keys, err := e.store.Keys(t.Context(), capgate.DefaultKeyPrefix)
+	if err != nil {
+		t.Fatal(err)
+	}
+	counts := make([]int, len(keys))
+	if err := e.store.Count(t.Context(), keys, counts); err != nil {
+		t.Fatal(err)
+	}
+	n := 0
+	for _, c := range counts {
+		n += c
+	}
+	return n
+}
+
+func TestMiddlewarePanics(t *testing.T) {
+	// Before anything is written: a 500 carrying the capacity headers.
+	e := newMWEnv(t, http.HandlerFunc(func(http.ResponseWriter, *http.Request) { panic("boom") }))
+	resp, body, err := e.post(t)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if resp.StatusCode != 500 || resp.Header.Get(capgate.HeaderDecision) != "admitted" || string(body) != "Internal Server Error\n" {
+		t.Errorf("got %d %q %v", resp.StatusCode, body, capacityHeaders(resp.Header))
+	}
+	e.sink.wait(t, 1)
+	if n := e.leases(t); n != 0 {
+		t.Errorf("%d leases left after a panic", n)
+	}
+
+	// After the header went out, and http.ErrAbortHandler: the panic goes
+	// on up, net/http drops the connection, and the leases are released.
+	for _, p := range []any{"late boom", http.ErrAbortHandler} {
+		e := newMWEnv(t, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			if p != http.ErrAbortHandler {
+				w.Write([]byte("partial"))
+				http.NewResponseController(w).Flush()
+			}
+			panic(p)
+		}))
+		if _, _, err := e.post(t); err == nil {
+			t.Errorf("panic %v: the client saw a clean response", p)
+		}
+		e.sink.wait(t, 1)
+		if n := e.leases(t); n != 0 {
+			t.Errorf("panic %v: %d leases left", p, n)
+		}
+	}
+}
+
+func TestMiddlewareKeepsTheWriterInterfaces(t *testing.T) {
+	type result struct {
+		flusher, hijacker, ctrlFlush bool
+		hdrAtFlush                   string
+	}
+	got := make(chan result, 1)
+	e := newMWEnv(t, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		var res result
+		_, res.hijacker = w.(http.Hijacker)
+		f, ok := w.(http.Flusher)
+		res.flusher = ok
+		if ok {
+			f.Flush() // headers go out with the first flush
+			res.hdrAtFlush = w.Header().Get(capgate.HeaderDecision)
+		}
+		res.ctrlFlush = http.NewResponseController(w).Flush() == nil
+		got <- res
+	}))
+	resp, _, err := e.post(t)
+	if err != nil {
+		t.Fatal(err)
+	}
+	res := <-got
+	if !res.flusher || !res.hijacker || !res.ctrlFlush || res.hdrAtFlush != "admitted" {
+		t.Errorf("writer: %+v", res)
+	}
+	if resp.Header.Get(capgate.HeaderDecision) != "admitted" {
+		t.Errorf("headers %v", capacityHeaders(resp.Header))
+	}
+
+	// A hijacked connection is the handler's.
+	e = newMWEnv(t, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		conn, brw, err := http.NewResponseController(w).Hijack()
+		if err != nil {
+			t.Errorf("Hijack: %v", err)
+			return
+		}
+		defer conn.Close()
+		brw.WriteString("HTTP/1.1 204 No Content\r\nConnection: close\r\n\r\n")
+		brw.Flush()
+	}))
+	resp, _, err = e.post(t)
+	if err != nil || resp.StatusCode != 204 {
+		t.Errorf("hijacked: %v %v", resp, err)
+	}
+}
+
+func TestMiddlewareErrorResponsesCarryTheHeaders(t *testing.T) {
+	e := newMWEnv(t, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("Link", "</style.css>; rel=preload")
+		w.WriteHeader(http.StatusEarlyHints)
+		http.Error(w, `{"detail":"Not found."}`, http.StatusNotFound)
+	}))
+	resp, body, err := e.post(t)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if resp.StatusCode != 404 || resp.Header.Get(capgate.HeaderDecision) != "admitted" || !strings.Contains(string(body), "Not found") {
+		t.Errorf("got %d %v %q", resp.StatusCode, capacityHeaders(resp.Header), body)
+	}
+	if !hex32.MatchString(resp.Header.Get("X-Request-ID")) {
+		t.Errorf("X-Request-ID %q", resp.Header.Get("X-Request-ID"))
+	}
+}
+
+func TestMiddlewareReplaysTheBody(t *testing.T) {
+	got := make(chan string, 1)
+	e := newMWEnv(t, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		b, err := io.ReadAll(r.Body)
+		if err != nil {
+			t.Error(err)
+		}
+		got <- string(b)
+	}))
+	if _, _, err := e.post(t); err != nil {
+		t.Fatal(err)
+	}
+	if b := <-got; b != twoRows {
+		t.Errorf("handler read %q", b)
+	}
+}
+
+func TestNewMiddlewareRejectsMissingParts(t *testing.T) {
+	gate := capgate.NewGate(memory.New(nil), capgate.NewFixedConfig(capgate.DefaultConfig("")), nil, "t")
+	ids, _ := capgatehttp.NewTokenIdentity(nil)
+	classify := (&capgatehttp.Classifier{}).Classify
+	next := http.NotFoundHandler()
+	for i, f := range []func() (http.Handler, error){
+		func() (http.Handler, error) { return capgatehttp.NewMiddleware(nil, gate, classify, ids) },
+		func() (http.Handler, error) { return capgatehttp.NewMiddleware(next, nil, classify, ids) },
+		func() (http.Handler, error) { return capgatehttp.NewMiddleware(next, gate, nil, ids) },
+		func() (http.Handler, error) { return capgatehttp.NewMiddleware(next, gate, classify, nil) },
+	} {
+		if _, err := f(); err == nil {
+			t.Errorf("case %d accepted", i)
+		}
+	}
+}

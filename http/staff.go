@@ -1,0 +1,294 @@
+package http
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"io"
+	"log/slog"
+	"net/http"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/capgate/capgate"
+)
+
+// StaffMaxBodyBytes is the largest request body the staff API reads (1 MiB).
+const StaffMaxBodyBytes = 1 << 20
+
+// History limits of GET /capacity/config/history/.
+const (
+	StaffHistoryDefault = 50
+	StaffHistoryMax     = 500
+)
+
+// StatusReporter gives the live state of the lanes under a config; the
+// Gate implements it.
+type StatusReporter interface {
+	Status(ctx context.Context, cfg capgate.Config) capgate.Status
+}
+
+// StaffHandler serves the staff API (SPEC §9) under /capacity/:
+//
+//	GET   /capacity/config/            the config in force, read fresh, and the defaults
+//	PATCH /capacity/config/            merge a change into it
+//	PUT   /capacity/config/            replace it: the change onto the defaults
+//	GET   /capacity/config/history/    ?limit=N (default 50, 1..500), newest first
+//	GET   /capacity/status/            the lanes' calls in flight and limits
+//
+// The trailing slash is optional. Only staff may call it: anonymous → 401,
+// non-staff → 403, a failed identity lookup → 503. Bodies are JSON objects
+// of at most StaffMaxBodyBytes (larger → 413), with an optional string
+// "note". Other methods get 405 with Allow, other paths 404. Errors are
+// {"detail": ...}. Create one with NewStaffHandler; safe for concurrent use.
+type StaffHandler struct {
+	configs *capgate.ConfigService
+	ids     capgate.Identifier
+	status  StatusReporter
+
+	// Logger gets the store and identity failures. Default slog.Default().
+	Logger *slog.Logger
+}
+
+// NewStaffHandler returns the staff API over configs, with callers told
+// apart by ids. status may be nil: GET /capacity/status/ then answers 503.
+func NewStaffHandler(configs *capgate.ConfigService, ids capgate.Identifier, status StatusReporter) *StaffHandler {
+	return &StaffHandler{configs: configs, ids: ids, status: status}
+}
+
+func (h *StaffHandler) logger() *slog.Logger {
+	if h.Logger != nil {
+		return h.Logger
+	}
+	return slog.Default()
+}
+
+// The staff API's fixed answers.
+const (
+	staffDetailAnonymous = "Authentication credentials were not provided."
+	staffDetailForbidden = "You do not have permission to perform this action."
+	staffDetailObject    = "Send a JSON object."
+	staffDetailNote      = `"note" must be a string.`
+	staffDetailTooLarge  = "Send at most 1 MiB."
+)
+
+// ServeHTTP routes, checks the caller, then the method.
+func (h *StaffHandler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	path := strings.TrimSuffix(r.URL.Path, "/")
+	var (
+		allow string
+		serve func(http.ResponseWriter, *http.Request, capgate.Caller)
+	)
+	switch path {
+	case "/capacity/config":
+		allow = "GET, PATCH, PUT"
+		switch r.Method {
+		case http.MethodGet:
+			serve = h.getConfig
+		case http.MethodPatch, http.MethodPut:
+			serve = h.changeConfig
+		}
+	case "/capacity/config/history":
+		allow = "GET"
+		if r.Method == http.MethodGet {
+			serve = h.history
+		}
+	case "/capacity/status":
+		allow = "GET"
+		if r.Method == http.MethodGet {
+			serve = h.getStatus
+		}
+	default:
+		staffError(w, http.StatusNotFound, "Not found.")
+		return
+	}
+
+	caller, ok, err := h.ids.Identify(r.Context(), r)
+	switch {
+	case err != nil:
+		h.logger().Warn("staff API: the identity lookup failed", slog.Any("error", err))
+		staffError(w, http.StatusServiceUnavailable, "Could not tell who is calling. Please retry.")
+		return
+	case !ok:
+		w.Header().Set("WWW-Authenticate", "Token")
+		staffError(w, http.StatusUnauthorized, staffDetailAnonymous)
+		return
+	case !caller.Staff:
+		staffError(w, http.StatusForbidden, staffDetailForbidden)
+		return
+	}
+	if serve == nil {
+		w.Header().Set("Allow", allow)
+		staffError(w, http.StatusMethodNotAllowed, "Method \""+r.Method+"\" not allowed.")
+		return
+	}
+	serve(w, r, caller)
+}
+
+// staffMeta is a version's row data; all null when there is no row.
+type staffMeta struct {
+	Version   *int64  `json:"version"`
+	CreatedBy *string `json:"created_by"`
+	CreatedAt *string `json:"created_at"`
+	Source    *string `json:"source"`
+	Note      *string `json:"note"`
+}
+
+func staffMetaOf(v *capgate.ConfigVersion) staffMeta {
+	if v == nil {
+		return staffMeta{}
+	}
+	return staffMeta{
+		Version:   &v.ID,
+		CreatedBy: staffNullable(v.CreatedBy),
+		CreatedAt: staffNullable(staffTime(v.CreatedAt)),
+		Source:    staffNullable(v.Source),
+		Note:      staffNullable(v.Note),
+	}
+}
+
+// staffTime formats a version's created_at: RFC 3339, UTC, microseconds.
+func staffTime(t time.Time) string {
+	if t.IsZero() {
+		return ""
+	}
+	return t.UTC().Format("2006-01-02T15:04:05.000000Z07:00")
+}
+
+func staffNullable(s string) *string {
+	if s == "" {
+		return nil
+	}
+	return &s
+}
+
+func (h *StaffHandler) getConfig(w http.ResponseWriter, r *http.Request, _ capgate.Caller) {
+	v, cfg, err := h.configs.Current(r.Context())
+	if err != nil {
+		h.storeFailed(w, "read the capacity config", err)
+		return
+	}
+	defaults := h.configs.Defaults()
+	staffJSON(w, http.StatusOK, struct {
+		staffMeta
+		Config   capgate.Config `json:"config"`
+		Defaults capgate.Config `json:"defaults"`
+	}{staffMetaOf(v), cfg, defaults})
+}
+
+func (h *StaffHandler) changeConfig(w http.ResponseWriter, r *http.Request, caller capgate.Caller) {
+	body, err := io.ReadAll(http.MaxBytesReader(w, r.Body, StaffMaxBodyBytes))
+	if err != nil {
+		if _, ok := errors.AsType[*http.MaxBytesError](err); ok {
+			staffError(w, http.StatusRequestEntityTooLarge, staffDetailTooLarge)
+			return
+		}
+		staffError(w, http.StatusBadRequest, "Could not read the request body.")
+		return
+	}
+	doc, err := capgate.ParseDoc(body)
+	change, ok := doc.(map[string]any)
+	if err != nil || !ok {
+		staffError(w, http.StatusBadRequest, staffDetailObject)
+		return
+	}
+	var note string
+	if v, has := change["note"]; has {
+		if note, ok = v.(string); !ok {
+			staffError(w, http.StatusBadRequest, staffDetailNote)
+			return
+		}
+		delete(change, "note")
+	}
+	res, err := h.configs.Save(r.Context(), change, r.Method == http.MethodPut, caller.UserID, capgate.SourceAPI, note)
+	if verr, ok := errors.AsType[*capgate.ValidationError](err); ok {
+		staffJSON(w, http.StatusBadRequest, map[string][]string{"detail": verr.Messages})
+		return
+	}
+	if err != nil {
+		h.storeFailed(w, "save the capacity config", err)
+		return
+	}
+	staffJSON(w, http.StatusOK, struct {
+		staffMeta
+		Config  capgate.Config    `json:"config"`
+		Changes map[string][2]any `json:"changes"`
+	}{staffMetaOf(res.Version), res.Config, res.Changes})
+}
+
+// staffHistoryLimit reads ?limit=: default 50 (also for a non-number or
+// 0), a negative value means 1, at most 500.
+func staffHistoryLimit(s string) int {
+	n, err := strconv.Atoi(strings.TrimSpace(s))
+	switch {
+	case err != nil || n == 0:
+		return StaffHistoryDefault
+	case n < 0:
+		return 1
+	}
+	return min(n, StaffHistoryMax)
+}
+
+// staffHistoryEntry is one version as history lists it.
+type staffHistoryEntry struct {
+	staffMeta
+	Changes map[string][2]any `json:"changes"`
+}
+
+// newstaffHistoryEntry returns v as history lists it.
+func newstaffHistoryEntry(v capgate.ConfigVersion) staffHistoryEntry {
+	return staffHistoryEntry{staffMetaOf(&v), v.Changes()}
+}
+
+func (h *StaffHandler) history(w http.ResponseWriter, r *http.Request, _ capgate.Caller) {
+	vs, err := h.configs.History(r.Context(), staffHistoryLimit(r.URL.Query().Get("limit")))
+	if err != nil {
+		h.storeFailed(w, "read the capacity config history", err)
+		return
+	}
+	out := make([]staffHistoryEntry, 0, len(vs))
+	for _, v := range vs {
+		out = append(out, newstaffHistoryEntry(v))
+	}
+	staffJSON(w, http.StatusOK, out)
+}
+
+func (h *StaffHandler) getStatus(w http.ResponseWriter, r *http.Request, _ capgate.Caller) {
+	if h.status == nil {
+		staffError(w, http.StatusServiceUnavailable, "This gateway has no lane store to report on.")
+		return
+	}
+	_, cfg, err := h.configs.Current(r.Context())
+	if err != nil {
+		h.logger().Warn("staff API: status uses the cached config; the fresh read failed", slog.Any("error", err))
+		cfg = h.configs.Config(r.Context())
+	}
+	staffJSON(w, http.StatusOK, h.status.Status(r.Context(), cfg))
+}
+
+func (h *StaffHandler) storeFailed(w http.ResponseWriter, what string, err error) {
+	h.logger().Error("staff API: could not "+what, slog.Any("error", err))
+	staffError(w, http.StatusServiceUnavailable, "Could not "+what+". Please retry.")
+}
+
+func staffError(w http.ResponseWriter, code int, detail string) {
+	staffJSON(w, code, map[string]string{"detail": detail})
+}
+
+// staffJSON writes v as compact JSON, without HTML escaping.
+func staffJSON(w http.ResponseWriter, code int, v any) {
+	var buf bytes.Buffer
+	enc := json.NewEncoder(&buf)
+	enc.SetEscapeHTML(false)
+	if err := enc.Encode(v); err != nil {
+		code = http.StatusInternalServerError
+		buf.Reset()
+		buf.WriteString(`{"detail":"Could not encode the answer."}` + "\n")
+	}
+	w.Header().Set("Content-Type", "application/json")
+	w.Header().Set("Content-Length", strconv.Itoa(buf.Len()))
+	w.WriteHeader(code)
+	w.Write(buf.Bytes())
+}

@@ -1,0 +1,312 @@
+package http_test
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"io"
+	"log/slog"
+	"net/http"
+	"net/http/httptest"
+	"path/filepath"
+	"slices"
+	"strings"
+	"testing"
+
+	"github.com/capgate/capgate"
+	"github.com/capgate/capgate/configtest"
+	capgatehttp "github.com/capgate/capgate/http"
+	"github.com/capgate/capgate/sqlite"
+)
+
+// tokens is an Identifier from a map of "Token <t>" credentials; the
+// token "broken" makes the lookup fail.
+type tokens map[string]capgate.Caller
+
+func (m tokens) Identify(_ context.Context, r *http.Request) (capgate.Caller, bool, error) {
+	t, ok := strings.CutPrefix(r.Header.Get("Authorization"), "Token ")
+	if !ok {
+		return capgate.Caller{}, false, nil
+	}
+	if t == "broken" {
+		return capgate.Caller{}, false, errors.New("identity lookup timed out")
+	}
+	c, ok := m[t]
+	return c, ok, nil
+}
+
+// statusFunc is a StatusReporter.
+type statusFunc func(ctx context.Context, cfg capgate.Config) capgate.Status
+
+func (f statusFunc) Status(ctx context.Context, cfg capgate.Config) capgate.Status {
+	return f(ctx, cfg)
+}
+
+type staffServer struct {
+	*httptest.Server
+	store   *sqlite.Store
+	configs *capgate.ConfigService
+}
+
+func newStaffServer(t *testing.T) *staffServer {
+	t.Helper()
+	store, err := sqlite.Open(context.Background(), filepath.Join(t.TempDir(), "capgate.db"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { store.Close() })
+	configs, _, _, _ := configtest.Service(store)
+	ids := tokens{
+		"staff-token": {UserID: "root", Staff: true},
+		"user-token":  {UserID: "alice", Groups: []string{"core_user"}},
+	}
+	status := statusFunc(func(_ context.Context, cfg capgate.Config) capgate.Status {
+		return capgate.Status{Mode: cfg.Mode, EnforceFor: cfg.EnforceFor, Redis: "ok",
+			APIHeavy: &capgate.APIHeavyStatus{InFlight: 1, Limit: cfg.APIHeavy.Cluster, BulkLimit: cfg.BulkLimit()}}
+	})
+	h := capgatehttp.NewStaffHandler(configs, ids, status)
+	h.Logger = slog.New(slog.DiscardHandler)
+	srv := httptest.NewServer(h)
+	t.Cleanup(srv.Close)
+	return &staffServer{Server: srv, store: store, configs: configs}
+}
+
+// do sends a request and returns the status, headers and decoded body.
+func (s *staffServer) do(t *testing.T, method, path, token, body string) (int, http.Header, any) {
+	t.Helper()
+	req, err := http.NewRequest(method, s.URL+path, strings.NewReader(body))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if token != "" {
+		req.Header.Set("Authorization", "Token "+token)
+	}
+	resp, err := s.Client().Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	b, err := io.ReadAll(resp.Body)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if ct := resp.Header.Get("Content-Type"); ct != "application/json" {
+		t.Errorf("%s %s: Content-Type %q; want application/json", method, path, ct)
+	}
+	got, err := capgate.ParseDoc(b)
+	if err != nil {
+		t.Fatalf("%s %s: body %q: %v", method, path, b, err)
+	}
+	return resp.StatusCode, resp.Header, got
+}
+
+func (s *staffServer) rows(t *testing.T) int { return configtest.Rows(t, s.store) }
+
+func wantBody(t *testing.T, what string, got any, want string) {
+	t.Helper()
+	if g, w := configtest.JSON(t, got), configtest.JSON(t, mustDoc(t, want)); g != w {
+		t.Errorf("%s = %s; want %s", what, g, w)
+	}
+}
+
+func mustDoc(t *testing.T, text string) any {
+	t.Helper()
+	v, err := capgate.ParseDoc([]byte(text))
+	if err != nil {
+		t.Fatalf("ParseDoc(%s): %v", text, err)
+	}
+	return v
+}
+
+// TestStaffOnly: original §1.12 item 62.
+func TestStaffOnly(t *testing.T) {
+	s := newStaffServer(t)
+	code, h, body := s.do(t, "GET", "/capacity/config/", "", "")
+	if code != 401 || h.Get("WWW-Authenticate") == "" {
+		t.Errorf("anonymous GET = %d, WWW-Authenticate %q; want 401 with a challenge", code, h.Get("WWW-Authenticate"))
+	}
+	wantBody(t, "401 body", body, `{"detail":"Authentication credentials were not provided."}`)
+	for _, path := range []string{"/capacity/config/", "/capacity/config/history/", "/capacity/status/"} {
+		code, _, body := s.do(t, "GET", path, "user-token", "")
+		if code != 403 {
+			t.Errorf("non-staff GET %s = %d; want 403", path, code)
+		}
+		wantBody(t, "403 body", body, `{"detail":"You do not have permission to perform this action."}`)
+	}
+	if code, _, _ := s.do(t, "PATCH", "/capacity/config/", "user-token", `{"es2_knn":1}`); code != 403 {
+		t.Errorf("non-staff PATCH = %d; want 403", code)
+	}
+	if code, _, _ := s.do(t, "PATCH", "/capacity/config/", "", `{"es2_knn":1}`); code != 401 {
+		t.Errorf("anonymous PATCH = %d; want 401", code)
+	}
+	if code, _, _ := s.do(t, "GET", "/capacity/config/", "broken", ""); code != 503 {
+		t.Errorf("GET with a failing identity lookup = %d; want 503", code)
+	}
+	if n := s.rows(t); n != 0 {
+		t.Errorf("%d rows; want 0", n)
+	}
+}
+
+// TestGetConfigWithNoRow: original §1.12 item 63.
+func TestGetConfigWithNoRow(t *testing.T) {
+	s := newStaffServer(t)
+	defaults := configtest.JSON(t, capgate.DefaultConfig(capgate.ModeShadow))
+	for _, path := range []string{"/capacity/config/", "/capacity/config"} {
+		code, _, body := s.do(t, "GET", path, "staff-token", "")
+		if code != 200 {
+			t.Fatalf("GET %s = %d; want 200", path, code)
+		}
+		wantBody(t, "GET "+path, body, `{"version":null,"created_by":null,"created_at":null,"source":null,"note":null,"config":`+defaults+`,"defaults":`+defaults+`}`)
+	}
+}
+
+// TestChangeConfigAndReadItsHistory: original §1.12 item 64.
+func TestChangeConfigAndReadItsHistory(t *testing.T) {
+	s := newStaffServer(t)
+	code, _, body := s.do(t, "PATCH", "/capacity/config/", "staff-token", `{"tiers":{"preview":1},"note":"busy"}`)
+	if code != 200 {
+		t.Fatalf("PATCH = %d %v; want 200", code, body)
+	}
+	patch := body.(map[string]any)
+	wantBody(t, "PATCH changes", patch["changes"], `{"tiers.preview":[2,1]}`)
+	if patch["created_by"] != "root" || patch["note"] != "busy" || patch["source"] != "api" || patch["version"] == nil || patch["created_at"] == nil {
+		t.Errorf("PATCH body = %v; want created_by root, note busy, source api, a version and a time", patch)
+	}
+	if got := s.configs.Config(context.Background()).Tiers.Preview; got != 1 {
+		t.Errorf("tiers.preview in force = %d; want 1 at once", got)
+	}
+	_, _, body = s.do(t, "GET", "/capacity/config/", "staff-token", "")
+	if got := body.(map[string]any); configtest.JSON(t, got["version"]) != configtest.JSON(t, patch["version"]) ||
+		configtest.JSON(t, got["config"]) != configtest.JSON(t, patch["config"]) {
+		t.Errorf("GET after PATCH = %v; want the PATCH's version and config", got)
+	}
+
+	code, _, body = s.do(t, "PUT", "/capacity/config", "staff-token", `{"mode":"off"}`)
+	if code != 200 {
+		t.Fatalf("PUT = %d %v; want 200", code, body)
+	}
+	put := body.(map[string]any)
+	wantBody(t, "PUT changes", put["changes"], `{"mode":["shadow","off"],"tiers.preview":[1,2]}`)
+	if put["note"] != nil {
+		t.Errorf("PUT note = %v; want null", put["note"])
+	}
+
+	code, _, body = s.do(t, "GET", "/capacity/config/history/?limit=1", "staff-token", "")
+	if list, ok := body.([]any); code != 200 || !ok || len(list) != 1 {
+		t.Fatalf("history?limit=1 = %d %v; want one entry", code, body)
+	} else {
+		wantBody(t, "history[0].changes", list[0].(map[string]any)["changes"], `{"mode":["shadow","off"],"tiers.preview":[1,2]}`)
+	}
+	_, _, body = s.do(t, "GET", "/capacity/config/history", "staff-token", "")
+	list := body.([]any)
+	if len(list) != 2 {
+		t.Fatalf("history = %v; want 2 entries", list)
+	}
+	entry := list[1].(map[string]any)
+	wantBody(t, "history[1].changes", entry["changes"], `{"tiers.preview":[2,1]}`)
+	keys := make([]string, 0, len(entry))
+	for k := range entry {
+		keys = append(keys, k)
+	}
+	slices.Sort(keys)
+	if want := []string{"changes", "created_at", "created_by", "note", "source", "version"}; !slices.Equal(keys, want) {
+		t.Errorf("history entry keys = %v; want %v", keys, want)
+	}
+
+	// A change that changes nothing: 200, the current row, changes {}.
+	code, _, body = s.do(t, "PATCH", "/capacity/config/", "staff-token", `{"mode":"off"}`)
+	if got := body.(map[string]any); code != 200 || configtest.JSON(t, got["changes"]) != "{}" ||
+		configtest.JSON(t, got["version"]) != configtest.JSON(t, put["version"]) {
+		t.Errorf("PATCH changing nothing = %d %v; want 200, the PUT's version and {}", code, got)
+	}
+	if n := s.rows(t); n != 2 {
+		t.Errorf("%d rows; want 2", n)
+	}
+}
+
+// TestChangeConfigRejectsBadInput: original §1.12 item 65, and bodies that
+// are not JSON or too large. None adds a row.
+func TestChangeConfigRejectsBadInput(t *testing.T) {
+	s := newStaffServer(t)
+	big := `{"note":"` + strings.Repeat("x", 2<<20) + `"}`
+	for _, tc := range []struct {
+		method, body string
+		code         int
+		detail       string
+	}{
+		{"PATCH", `{"es2_knn":-1}`, 400, `["\"es2_knn\" must be a whole number from 0 to 100000."]`},
+		{"PATCH", `{"bogus":1}`, 400, `["Unknown setting \"bogus\"."]`},
+		{"PATCH", `{"tiers":5}`, 400, `["tiers must be an object."]`},
+		{"PUT", `{"es2_knn":"3"}`, 400, `["\"es2_knn\" must be a whole number from 0 to 100000."]`},
+		{"PATCH", `{"note":5}`, 400, `"\"note\" must be a string."`},
+		{"PATCH", `[1]`, 400, `"Send a JSON object."`},
+		{"PUT", `"x"`, 400, `"Send a JSON object."`},
+		{"PATCH", `{"es2_knn":`, 400, `"Send a JSON object."`},
+		{"PATCH", `{} {}`, 400, `"Send a JSON object."`},
+		{"PATCH", ``, 400, `"Send a JSON object."`},
+		{"PATCH", big, 413, `"Send at most 1 MiB."`},
+	} {
+		code, _, body := s.do(t, tc.method, "/capacity/config/", "staff-token", tc.body)
+		if code != tc.code {
+			t.Errorf("%s %.40s = %d; want %d", tc.method, tc.body, code, tc.code)
+		}
+		obj, _ := body.(map[string]any)
+		if g, w := configtest.JSON(t, obj["detail"]), configtest.JSON(t, mustDoc(t, tc.detail)); !strings.Contains(g, strings.Trim(w, "[]")) {
+			t.Errorf("%s %.40s detail = %s; want %s", tc.method, tc.body, g, w)
+		}
+	}
+	if n := s.rows(t); n != 0 {
+		t.Errorf("%d rows after bad input; want 0", n)
+	}
+}
+
+func TestHistoryLimit(t *testing.T) {
+	s := newStaffServer(t)
+	for i := range 3 {
+		if _, err := s.configs.Save(context.Background(), map[string]any{"es2_knn": json.Number(string(rune('4' + i)))}, false, "", "api", ""); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for q, want := range map[string]int{"": 3, "?limit=2": 2, "?limit=0": 3, "?limit=x": 3, "?limit=-5": 1, "?limit=100000": 3} {
+		code, _, body := s.do(t, "GET", "/capacity/config/history/"+q, "staff-token", "")
+		if list, _ := body.([]any); code != 200 || len(list) != want {
+			t.Errorf("history%s = %d, %d entries; want %d", q, code, len(list), want)
+		}
+	}
+}
+
+// TestStatus: original §1.12 item 66 (the gate's Status is its own test).
+func TestStatus(t *testing.T) {
+	s := newStaffServer(t)
+	code, _, body := s.do(t, "GET", "/capacity/status", "staff-token", "")
+	got, _ := body.(map[string]any)
+	if code != 200 || got["mode"] != "shadow" || got["enforce_for"] != "aware" || got["redis"] != "ok" {
+		t.Errorf("status = %d %v; want 200, shadow, aware, ok", code, body)
+	}
+	wantBody(t, "status api_heavy", got["api_heavy"], `{"in_flight":1,"limit":4,"bulk_limit":3}`)
+	s.do(t, "PATCH", "/capacity/config/", "staff-token", `{"api_heavy":{"cluster":6}}`)
+	if _, _, body := s.do(t, "GET", "/capacity/status/", "staff-token", ""); configtest.JSON(t, body.(map[string]any)["api_heavy"]) != `{"bulk_limit":5,"in_flight":1,"limit":6}` {
+		t.Errorf("status after a change = %v; want the new limits", body)
+	}
+}
+
+func TestMethodsAndPaths(t *testing.T) {
+	s := newStaffServer(t)
+	for _, tc := range []struct{ method, path, allow string }{
+		{"DELETE", "/capacity/config/", "GET, PATCH, PUT"},
+		{"POST", "/capacity/config", "GET, PATCH, PUT"},
+		{"PATCH", "/capacity/config/history/", "GET"},
+		{"PUT", "/capacity/status/", "GET"},
+	} {
+		code, h, _ := s.do(t, tc.method, tc.path, "staff-token", "{}")
+		if code != 405 || h.Get("Allow") != tc.allow {
+			t.Errorf("%s %s = %d, Allow %q; want 405, %q", tc.method, tc.path, code, h.Get("Allow"), tc.allow)
+		}
+	}
+	if code, _, _ := s.do(t, "GET", "/capacity/nothing/", "staff-token", ""); code != 404 {
+		t.Errorf("GET /capacity/nothing/ = %d; want 404", code)
+	}
+	if n := s.rows(t); n != 0 {
+		t.Errorf("%d rows; want 0", n)
+	}
+}
