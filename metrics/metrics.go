@@ -122,13 +122,11 @@ func New(reg prometheus.Registerer, opts ...Option) (*Metrics, error) {
 	return m, nil
 }
 
-// Released implements capgate.Observer: it counts the decision, records
-// the lanes' counts and limits as the call saw them (the user lane is left
-// out: one series per user would grow without bound), and the time the
-// call held its leases.
-func (m *Metrics) Released(a *capgate.Admission) {
+// Admitted implements capgate.Observer: it records the lanes' counts and
+// limits as the call saw them (the user lane is left out: one series per
+// user would grow without bound).
+func (m *Metrics) Admitted(a *capgate.Admission) {
 	call := a.Call()
-	m.decisions.WithLabelValues(string(a.Decision()), call.Endpoint, string(call.Tier)).Inc()
 	counts := a.Counts()
 	for i, l := range a.Lanes() {
 		name := laneLabel(l, call)
@@ -140,11 +138,18 @@ func (m *Metrics) Released(a *capgate.Admission) {
 			m.inFlight.WithLabelValues(name).Set(float64(counts[i]))
 		}
 	}
+}
+
+// Released implements capgate.Observer: it counts the decision and the
+// time the call held its leases.
+func (m *Metrics) Released(a *capgate.Admission) {
+	call := a.Call()
+	m.decisions.WithLabelValues(string(a.Decision()), call.Endpoint, string(call.Tier)).Inc()
 	if a.LeaseLost() {
 		m.lost.Inc()
 	}
-	if r := a.Record(); r.HeldMS != nil {
-		m.held.Observe(float64(*r.HeldMS) / 1000)
+	if d, ok := a.Held(); ok {
+		m.held.Observe(d.Seconds())
 	}
 }
 

@@ -82,10 +82,10 @@ capgate_oversize_bodies_total 1
 	lanes := `
 # HELP capgate_lane_in_flight Calls in flight per lane, as this gateway's last gated call saw them.
 # TYPE capgate_lane_in_flight gauge
-capgate_lane_in_flight{lane="api_heavy"} 1
-capgate_lane_in_flight{lane="api_heavy_task"} 1
-capgate_lane_in_flight{lane="es2_knn"} 1
-capgate_lane_in_flight{lane="tier:preview"} 1
+capgate_lane_in_flight{lane="api_heavy"} 2
+capgate_lane_in_flight{lane="api_heavy_task"} 2
+capgate_lane_in_flight{lane="es2_knn"} 2
+capgate_lane_in_flight{lane="tier:preview"} 2
 `
 	// a1 was released last, and saw itself alone.
 	if err := testutil.GatherAndCompare(reg, strings.NewReader(lanes), "capgate_lane_in_flight"); err != nil {

@@ -166,13 +166,7 @@ func NewServer(ctx context.Context, opts ServeOptions, lines io.Writer, logger *
 		mux := http.NewServeMux()
 		mux.Handle("/capacity/", staff)
 		mux.Handle("GET /metrics", metricsHandler)
-		mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, r *http.Request) {
-			if err := health(r.Context()); err != nil {
-				http.Error(w, err.Error(), http.StatusServiceUnavailable)
-				return
-			}
-			_, _ = io.WriteString(w, "ok\n")
-		})
+		mux.Handle("GET /healthz", capgatehttp.HealthHandler(health))
 		s.Admin = mux
 	}
 	gw, err := capgatehttp.NewGateway(gcfg)
@@ -193,7 +187,14 @@ func wrap(what string, err error) error {
 func newIdentity(opts ServeOptions, proxies []netip.Prefix) (capgate.Identifier, error) {
 	switch opts.Identity {
 	case "upstream", "":
-		return capgatehttp.NewUpstreamIdentity(opts.Upstream)
+		id, err := capgatehttp.NewUpstreamIdentity(opts.Upstream)
+		if err != nil {
+			return nil, err
+		}
+		// Its own client: lookups go straight to the API, never through
+		// an HTTP_PROXY from the environment.
+		id.Client = &http.Client{Transport: capgatehttp.NewTransport()}
+		return id, nil
 	case "header":
 		if len(proxies) == 0 {
 			return nil, errors.New("--identity header needs --trusted-proxies: the auth proxies whose X-Capgate-* headers to trust")
