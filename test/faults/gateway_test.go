@@ -4,6 +4,7 @@ package faults
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
 	"io"
 	"net/http"
@@ -132,4 +133,26 @@ func capacity(t testing.TB, db string, args ...string) string {
 func setConfig(t testing.TB, db string, kv ...string) {
 	t.Helper()
 	capacity(t, db, append(append([]string{"set"}, kv...), "--note", "fault suite", "--user", "faults")...)
+}
+
+// logErrors logs the distinct errors in a gateway's ocl_capacity lines.
+func logErrors(t testing.TB, g *gateway) {
+	t.Helper()
+	b, err := os.ReadFile(g.logFile)
+	if err != nil {
+		return
+	}
+	seen := map[string]int{}
+	for _, l := range strings.Split(string(b), "\n") {
+		var rec struct {
+			Decision string `json:"decision"`
+			Error    string `json:"error"`
+		}
+		if json.Unmarshal([]byte(l), &rec) == nil && rec.Error != "" {
+			seen[rec.Decision+": "+rec.Error]++
+		}
+	}
+	for e, n := range seen {
+		t.Logf("%s log: %d× %s", g.task, n, e)
+	}
 }

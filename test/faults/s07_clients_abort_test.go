@@ -53,6 +53,10 @@ func TestS07ClientsAbort(t *testing.T) {
 		wg.Go(func() {
 			defer func() { <-sem }()
 			after := 20*time.Millisecond + mrand.N(maxAbort)
+			if i%4 == 1 {
+				// Early: while the gateway identifies the caller or takes the leases.
+				after = mrand.N(40 * time.Millisecond)
+			}
 			ctx, cancel := context.WithTimeout(context.Background(), after)
 			defer cancel()
 			gw := r.gws[i%len(r.gws)]
@@ -104,12 +108,17 @@ func TestS07ClientsAbort(t *testing.T) {
 		emptyAt = time.Now()
 		return nil
 	})
-	emptyAfter := emptyAt.Sub(lastAbort)
-	if err == nil && emptyAfter > time.Second {
-		t.Errorf("lanes empty %v after the last abort, want ≤ 1 s", emptyAfter)
-	}
+	emptyAfter := "not within 10 s"
 	if err != nil {
 		t.Errorf("lanes after %d aborts: %v", aborted, err)
+		for _, g := range r.gws {
+			logErrors(t, g)
+		}
+	} else {
+		emptyAfter = emptyAt.Sub(lastAbort).Round(time.Millisecond).String()
+		if emptyAt.Sub(lastAbort) > time.Second {
+			t.Errorf("lanes empty %s after the last abort, want ≤ 1 s", emptyAfter)
+		}
 	}
 	if answered > 0 {
 		t.Errorf("%d calls were answered; every call should have been aborted by its client", answered)
@@ -118,6 +127,6 @@ func TestS07ClientsAbort(t *testing.T) {
 	if now.Total != 0 {
 		t.Errorf("%d calls still in the upstream after every client hung up", now.Total)
 	}
-	figures("3 gateways, %d calls (%d at once, %d hanging up mid-body) aborted by their clients after 20 ms–%v while the upstream held them: %d aborted, %d reached the upstream; every lane empty %v after the last abort (bound 1 s)",
-		calls, atOnce, slow, maxAbort, aborted, upCalls, emptyAfter.Round(time.Millisecond))
+	figures("3 gateways, %d calls (%d at once, %d hanging up mid-body) aborted by their clients after 0–%v while the upstream held them: %d aborted, %d reached the upstream; every lane empty %s after the last abort (bound 1 s)",
+		calls, atOnce, slow, maxAbort, aborted, upCalls, emptyAfter)
 }
