@@ -14,6 +14,7 @@ import (
 	"sort"
 	"strings"
 	"sync"
+	"testing"
 	"time"
 )
 
@@ -207,4 +208,49 @@ func percentile(ds []time.Duration, p float64) time.Duration {
 	sort.Slice(s, func(i, j int) bool { return s[i] < s[j] })
 	i := int(float64(len(s)-1) * p / 100)
 	return s[i]
+}
+
+// allOK reports every call that did not get a 200, times relative to ref.
+func allOK(t testing.TB, res []result, ref time.Time) {
+	t.Helper()
+	bad := 0
+	for _, x := range res {
+		if x.err != nil || x.status != http.StatusOK {
+			if bad++; bad <= 10 {
+				t.Errorf("call %s on gw%d at %+.3fs: status %d err %v decision %q: want 200", x.id, x.gw+1,
+					x.start.Sub(ref).Seconds(), x.status, x.err, x.decision)
+			}
+		}
+	}
+	if bad > 10 {
+		t.Errorf("… %d calls in all did not get a 200", bad)
+	}
+}
+
+// resumed returns, for the gateways 0..n-1, the longest time from at to
+// the first call admitted (counted) on that gateway, and reports a gateway
+// that never resumed or that went back to uncounted calls 2 s after.
+func resumed(t testing.TB, res []result, n int, at time.Time) time.Duration {
+	t.Helper()
+	worst := time.Duration(0)
+	for gw := range n {
+		first := time.Time{}
+		for _, x := range res {
+			if x.gw == gw && x.start.After(at) && x.decision == "admitted" && (first.IsZero() || x.start.Before(first)) {
+				first = x.start
+			}
+		}
+		if first.IsZero() {
+			t.Errorf("gw%d: no call admitted (counted) after the fault ended", gw+1)
+			continue
+		}
+		worst = max(worst, first.Sub(at))
+		for _, x := range res {
+			if x.gw == gw && x.start.After(first.Add(2*time.Second)) && x.decision != "admitted" {
+				t.Errorf("gw%d: call at %+.3fs is %q after counting resumed", gw+1, x.start.Sub(at).Seconds(), x.decision)
+				break
+			}
+		}
+	}
+	return worst
 }

@@ -23,6 +23,7 @@ type rig struct {
 	pg    *pgCluster
 	db    string
 	gws   []*gateway
+	sen   *sentinelSet // when the gateways find Redis through Sentinels
 }
 
 // rigOptions shape a rig.
@@ -32,6 +33,7 @@ type rigOptions struct {
 	Config   []string // capgate capacity set assignments, applied before the gateways start
 	Env      []string // gateway environment
 	Users    []simapi.User
+	Sentinel bool // a master, a replica and three Sentinels
 }
 
 // staffToken is a staff user of simapi.DemoUsers.
@@ -46,7 +48,12 @@ func newRig(t *testing.T, o rigOptions) *rig {
 		o.Users = simapi.DemoUsers()
 	}
 	r := &rig{up: newUpstream(o.Users)}
-	r.redis = startRedis(t)
+	if o.Sentinel {
+		r.sen = startSentinels(t)
+		r.redis = r.sen.master
+	} else {
+		r.redis = startRedis(t)
+	}
 	r.rc = r.redis.client(t)
 	r.pg, r.db = sharedPG(t, o.DB)
 	if len(o.Config) > 0 {
@@ -54,8 +61,11 @@ func newRig(t *testing.T, o rigOptions) *rig {
 	}
 	for i := range o.Gateways {
 		task := fmt.Sprintf("gw%d", i+1)
-		r.gws = append(r.gws, startGateway(t, gwOptions{Task: task, Upstream: r.up.listen(t, task),
-			Redis: r.redis.url(), Database: r.db, Env: o.Env}))
+		g := gwOptions{Task: task, Upstream: r.up.listen(t, task), Redis: r.redis.url(), Database: r.db, Env: o.Env}
+		if r.sen != nil {
+			g.Redis, g.Sentinels, g.Master = "", r.sen.addrs(), r.sen.name
+		}
+		r.gws = append(r.gws, startGateway(t, g))
 	}
 	return r
 }
