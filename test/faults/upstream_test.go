@@ -38,6 +38,7 @@ type upstream struct {
 	peak  laneCounts
 	calls int
 	spent map[string]time.Duration // X-Request-ID → time spent in the upstream
+	body  int                      // the largest body received
 	srvs  []*http.Server
 }
 
@@ -134,6 +135,9 @@ func (u *upstream) serve(w http.ResponseWriter, r *http.Request, task string) {
 		return
 	}
 	r.Body = io.NopCloser(bytes.NewReader(body))
+	u.mu.Lock()
+	u.body = max(u.body, len(body))
+	u.mu.Unlock()
 	isHeavy, semantic, single := heavy(r, body)
 	user := ""
 	if isHeavy {
@@ -276,4 +280,11 @@ func (c laneCounts) String() string {
 	}
 	return fmt.Sprintf("total=%d bulk=%d semantic=%d task{%s} tier{%s} user{%s}",
 		c.Total, c.Bulk, c.Semantic, f(c.Task), f(c.Tier), f(c.User))
+}
+
+// maxBody is the size of the largest body the upstream received.
+func (u *upstream) maxBody() int {
+	u.mu.Lock()
+	defer u.mu.Unlock()
+	return u.body
 }
