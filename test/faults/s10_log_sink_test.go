@@ -111,7 +111,10 @@ func TestS10LogSinkBlocks(t *testing.T) {
 	if tl.dropped == 0 {
 		t.Errorf("no line was dropped: the pipe never filled (%d lines)", tl.lines)
 	}
-	if rate(blocked, phase) < 0.8*rate(drained, phase) {
+	// A sink that held calls up would bring them to a near stop once the
+	// pipe and the queue filled; half the drained rate leaves room for the
+	// noise of a shared 2-core machine.
+	if rate(blocked, phase) < 0.5*rate(drained, phase) {
 		t.Errorf("calls/s with the sink blocked %.1f, drained %.1f: a blocked sink slowed calls", rate(blocked, phase), rate(drained, phase))
 	}
 	if p, q := percentile(base, 99), percentile(after, 99); p > q+200*time.Millisecond {
