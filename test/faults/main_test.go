@@ -1,12 +1,5 @@
 //go:build faults
 
-// Package faults is capgate's fault suite (issue 5): it starts real
-// processes on loopback — redis-server (a master, a replica, three
-// Sentinels), its own PostgreSQL, two or three `capgate serve` gateways and
-// a counting upstream — puts client load through them, injects faults, and
-// checks that capgate fails open, leaks no lease and keeps every limit.
-//
-// Run it with scripts/faults.sh (or go test -tags faults ./test/faults).
 package faults
 
 import (
