@@ -44,8 +44,11 @@ func newStack(t *testing.T, cfg capgate.Config) *stack {
 		lusers = append(lusers, loadgen.User{Name: u.name, Token: su.Token, Tier: string(u.tier)})
 	}
 	api := simapi.New(users)
+	// Calls last a good part of a second, as heavy calls do: against the
+	// 1 s floor of a refusal's wait, much shorter calls would make the run
+	// mostly waiting and the fairness figure mostly noise.
 	api.Latency = func(_ string, rows int, _ bool) time.Duration {
-		return 20*time.Millisecond + time.Duration(rows)*time.Millisecond
+		return 200*time.Millisecond + time.Duration(rows)*5*time.Millisecond
 	}
 	up := httptest.NewServer(api)
 	t.Cleanup(up.Close)
@@ -84,7 +87,7 @@ func TestEnforceUnderLoadFailsNoRowAndStaysFair(t *testing.T) {
 	}
 	s := newStack(t, tight(capgate.ModeEnforce))
 	rep, err := loadgen.Run(context.Background(), loadgen.Config{
-		BaseURL: s.gw.URL, Users: s.users, Duration: 8 * time.Second, Workers: 3, Grace: 15 * time.Second,
+		BaseURL: s.gw.URL, Users: s.users, Duration: 10 * time.Second, Workers: 3, Grace: 15 * time.Second,
 		// Equal work for every user (bulk calls of 20 rows): the index then
 		// measures the scheduling, not the luck of the job mix.
 		Mix: loadgen.Mix{Bulk: 1}, BulkRows: [2]int{20, 20},
