@@ -13,6 +13,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"syscall"
 	"testing"
 	"time"
@@ -26,6 +27,9 @@ type proc struct {
 	out  *tailBuffer // stdout and stderr, last 64 KiB, when not redirected
 	done chan struct{}
 	err  error // set before done is closed
+	// meant is set when the suite itself stops or kills the process; an
+	// exit without it was caused from outside (or by a crash).
+	meant atomic.Bool
 }
 
 // tailBuffer keeps the last bytes written to it.
@@ -73,6 +77,10 @@ func startProc(t testing.TB, name string, cmd *exec.Cmd) *proc {
 		close(p.done)
 	}()
 	t.Cleanup(func() {
+		if p.exited() && !p.meant.Load() {
+			t.Errorf("%s ended though the suite did not stop it (%v): it crashed, or something outside the suite signalled it (a broad pkill or killall on this machine?)",
+				name, p.err)
+		}
 		p.kill()
 		if t.Failed() && p.out != nil {
 			t.Logf("output of %s (tail):\n%s", name, lastLines(p.out.String(), 30))
@@ -83,6 +91,9 @@ func startProc(t testing.TB, name string, cmd *exec.Cmd) *proc {
 
 // signal sends sig to the process group.
 func (p *proc) signal(sig syscall.Signal) error {
+	if sig != syscall.SIGSTOP && sig != syscall.SIGCONT {
+		p.meant.Store(true)
+	}
 	if err := syscall.Kill(-p.cmd.Process.Pid, sig); err != nil {
 		return fmt.Errorf("signal %s %v: %w", p.name, sig, err)
 	}
@@ -92,6 +103,7 @@ func (p *proc) signal(sig syscall.Signal) error {
 // kill kills the process group with SIGKILL and waits (at most 5 s) for
 // the process to be reaped. Safe to call more than once.
 func (p *proc) kill() {
+	p.meant.Store(true)
 	_ = syscall.Kill(-p.cmd.Process.Pid, syscall.SIGCONT)
 	_ = syscall.Kill(-p.cmd.Process.Pid, syscall.SIGKILL)
 	select {
