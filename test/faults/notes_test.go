@@ -1,0 +1,39 @@
+//go:build faults
+
+package faults
+
+// docNotes follows the table in docs/RELIABILITY.md.
+const docNotes = `
+## How the suite runs
+
+Every scenario starts its own processes on 127.0.0.1 spare ports and kills them (process groups,
+` + "`t.Cleanup`" + `) when it ends, pass or fail; the machine's own Redis (6379) and PostgreSQL (5432) are never
+touched. Gateways are the real ` + "`capgate serve`" + ` binary built from this checkout, with
+` + "`--task-id gw1|gw2|gw3`" + `, ` + "`--database postgres://…`" + ` (the suite's own cluster, initdb'd as the
+postgres user) and ` + "`--redis`" + ` (or ` + "`--redis-sentinels`/`--redis-master`" + `), config cache 1 s
+(` + "`CAPACITY_CONFIG_CACHE_SECONDS=1`" + `). The config is set with ` + "`capgate capacity set … --database`" + `
+before the gateways start. Identity is the default (` + "`upstream`" + `): the counting upstream is
+` + "`simapi`" + ` behind a wrapper that counts heavy calls in flight overall, bulk, semantic, per gateway
+(one upstream listener per gateway), per tier and per user, and records each call's time upstream by
+` + "`X-Request-ID`" + `, so "overhead" / "added latency" is client latency minus time upstream.
+
+Fail-open scenarios (3–8, 10, 11) run enforce / all with limits the load never reaches, lease 15 s,
+renew 5 s, and the SPEC's Redis defaults spelled out: deadline 1 s, socket timeout 0.5 s, skip window
+15 s; so every call must be 200, admitted or (store down) unavailable. Scenarios 1 and 2 use small
+limits (cluster 4 with 1 reserved for single-row calls, per task 2, es2_knn 2, tiers 3/2/2/2, per
+user 2/1/1/1) and a 5 s Redis deadline, since they test the limits, not fail-open.
+
+| # | what is done | what is asserted |
+|---|---|---|
+| 1 | 3 gateways, 40 clients, 20 s, mixed bulk/single-row semantic $match, reranker $match, $rerank as 7 users of 4 tiers | upstream peaks ≤ every lane's limit; every answer 200 admitted or 429 refused with Retry-After; refused calls never reach the upstream; lanes empty after |
+| 2 | the same load in shadow | nothing refused; every call reaches the upstream; body and API headers identical to a direct call; lanes empty after |
+| 3 | SIGSTOP the Redis master for 20 s under load, then SIGCONT | every call 200; worst added latency ≤ deadline (+1.5 s slack); delayed calls come in ≤ one burst per gateway per skip window; every gateway counts again ≤ skip window + deadline + 1 s after SIGCONT; lanes empty after |
+| 4 | kill -9 the master under load, restart it empty 3 s later; one long call per gateway spans the restart | every call 200; counting resumes; the restarted Redis counts no lease of a call from before the restart (renewals never revive one; those calls log lease_lost) |
+| 5 | kill -9 the master of a master + replica + 3 Sentinels (quorum 2, down-after 1 s) under load | every call 200; Sentinel promotes the replica; every gateway counts on the new master ≤ skip window + deadline + 2 s after the promotion |
+| 6 | kill -9 a gateway holding 6 calls while the other two serve load | the others answer every call 200; the dead gateway's leases are gone ≤ lease_seconds after the kill; nothing else leaks |
+| 7 | 200 calls that hang up at random times (a quarter in the first 40 ms, a quarter while still sending the body) while the upstream holds them | every lane empty ≤ 1 s after the last abort |
+| 8 | one call per gateway running 3 × lease_seconds beside short-call load | the leases are live at every 1 s check, renewed about every 5 s, the log line says admitted without lease_lost, released at the end |
+| 9 | enforce with tight limits; LOCK TABLE capacity_configs ACCESS EXCLUSIVE, unlock, stop PostgreSQL, start it | no call waits more than the 500 ms read timeout (+1 s slack); no refusal once the cache runs out while the config can't be read (enforce → shadow); refusals again once it can |
+| 10 | gateway stdout is a pipe (shrunk to one page) nobody reads, then drained; a second gateway exits while its pipe stays blocked | calls/s and p99 overhead as with the pipe drained; lines + Σ log_dropped = gated calls; exit ≤ 3 s |
+| 11 | malformed / oversized bodies, bad metadata and trace headers, bad tokens, huge headers, staff API errors, 1000 distinct users, 40 slow-loris connections | each gets SPEC's answer (gated or passed through, status, body); no crash or panic; no lease held by a slow client; lanes empty after |
+`
