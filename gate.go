@@ -249,6 +249,13 @@ func (a *Admission) acquire(ctx context.Context) error {
 		a.setErr(ErrTextSkipped)
 		return nil
 	}
+	if err := ctx.Err(); err != nil {
+		// The client left before we asked the store: nothing to count,
+		// and no sign the store failed.
+		a.decision = DecisionUnavailable
+		a.setErr("caller gone before acquire: " + err.Error())
+		return nil
+	}
 	keys := make([]string, len(a.lanes))
 	limits := make([]int, len(a.lanes))
 	for i, l := range a.lanes {
@@ -260,7 +267,11 @@ func (a *Admission) acquire(ctx context.Context) error {
 	if deadline <= 0 {
 		deadline = DefaultStoreDeadline
 	}
-	taken, err := g.Store.Acquire(ctx, AcquireRequest{
+	// The acquire runs to its end even if the client leaves meanwhile (the
+	// store's own deadline bounds it): a cancelled acquire would be taken
+	// for a store failure and could leave a lease nobody releases. If the
+	// client is gone, Release gives the lease back as usual.
+	taken, err := g.Store.Acquire(context.WithoutCancel(ctx), AcquireRequest{
 		Token:    a.token,
 		Keys:     keys,
 		Limits:   limits,

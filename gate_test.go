@@ -397,3 +397,35 @@ func TestAPanickingConfigSourceFailsOpen(t *testing.T) {
 		t.Fatalf("error %q", a.Err())
 	}
 }
+
+// A client that hangs up never opens the skip window and never leaves a
+// lease behind (found by the fault suite's scenario 7).
+func TestClientAbortIsNotAStoreFailure(t *testing.T) {
+	e := newFaultEnv(t)
+	ctx, cancel := context.WithCancel(context.Background())
+	cancel()
+	a := e.gate.Admit(ctx, lanetest.Match("p", capgate.TierPreview))
+	a.Release(ctx)
+	if a.Decision() != capgate.DecisionUnavailable || e.acquires.Load() != 0 || e.gate.Skip.Skipping() {
+		t.Fatalf("gone before acquire: decision %q, acquires %d, skipping %v", a.Decision(), e.acquires.Load(), e.gate.Skip.Skipping())
+	}
+
+	// Gone during the acquire: the store still runs it to the end, the call
+	// holds its lease, and Release gives it back.
+	ctx, cancel = context.WithCancel(context.Background())
+	e.store.AcquireFn = func(actx context.Context, req capgate.AcquireRequest, counts []int) (bool, error) {
+		cancel()
+		if err := actx.Err(); err != nil {
+			return false, err // what a store does with a cancelled context
+		}
+		return e.mem.Acquire(actx, req, counts)
+	}
+	b := e.gate.Admit(ctx, lanetest.Match("p", capgate.TierPreview))
+	if b.Decision() != capgate.DecisionAdmitted || e.gate.Skip.Skipping() {
+		t.Fatalf("gone during acquire: decision %q (%s), skipping %v", b.Decision(), b.Err(), e.gate.Skip.Skipping())
+	}
+	b.Release(ctx)
+	if n := e.userLane(t, "p"); n != 0 {
+		t.Fatalf("user lane = %d after release", n)
+	}
+}

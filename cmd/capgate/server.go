@@ -235,6 +235,10 @@ func splitList(s string) []string {
 	return out
 }
 
+// requestReadTimeout bounds reading a whole request, body included: a
+// client sending a byte a second can't hold a connection for ever.
+const requestReadTimeout = 2 * time.Minute
+
 // Serve serves the gateway on ln (and the admin handler on admin, if
 // given) until ctx is done, then shuts down gracefully: it stops
 // accepting, lets calls in flight finish for at most ShutdownTimeout (their
@@ -244,10 +248,11 @@ func (s *Server) Serve(ctx context.Context, ln, admin net.Listener) error {
 	newHTTP := func(h http.Handler) *http.Server {
 		return &http.Server{
 			Handler: h,
-			// Slow clients can't hold connections open before sending
-			// a request; a heavy call may then run for many minutes, so
-			// there is no overall write timeout.
+			// Slow clients can't hold a connection open before or
+			// while sending a request; a heavy call may then run for
+			// many minutes, so there is no overall write timeout.
 			ReadHeaderTimeout: 10 * time.Second,
+			ReadTimeout:       requestReadTimeout,
 			IdleTimeout:       2 * time.Minute,
 			MaxHeaderBytes:    1 << 20,
 			ErrorLog:          slog.NewLogLogger(s.logger.Handler(), slog.LevelWarn),
