@@ -252,6 +252,7 @@
     const tasks = Object.entries(s.tasks || {}).sort((a, b) => b[1].in_flight - a[1].in_flight || (a[0] < b[0] ? -1 : 1))
       .map(([id, l]) => laneRow("task-" + id, id, "", l.in_flight, l.limit));
     renderRows($("tasks").tBodies[0], tasks, buildLane, updateLane);
+    $("tasks").hidden = tasks.length === 0;
     $("tasks-none").hidden = tasks.length > 0;
 
     const users = Object.entries(s.users || {}).sort((a, b) => b[1].in_flight - a[1].in_flight || (a[0] < b[0] ? -1 : 1))
@@ -266,6 +267,7 @@
     }, (tr, r) => {
       tr.querySelector(".count").textContent = String(r.inFlight);
     });
+    $("users").hidden = users.length === 0;
     $("users-none").hidden = users.length > 0;
 
     // The live region: one short sentence, changed only when it changes.
@@ -279,6 +281,11 @@
     return v === null || v === undefined ? "–" : typeof v === "object" ? JSON.stringify(v) : String(v);
   }
 
+  // utcTime shows an RFC 3339 UTC time to the second: "2026-01-02 15:04:05".
+  function utcTime(s) {
+    return s.replace("T", " ").replace(/(\.\d+)?(Z|[+-]00:00)$/, "");
+  }
+
   async function refreshConfig() {
     const res = await api("GET", "config/");
     if (!res.ok) {
@@ -288,7 +295,7 @@
     const c = res.data;
     setText("config-meta", c.version === null
       ? "No saved version: the defaults are in force."
-      : "Version " + c.version + ", by " + shown(c.created_by) + " at " + shown(c.created_at) +
+      : "Version " + c.version + ", by " + shown(c.created_by) + " at " + (c.created_at ? utcTime(c.created_at) + " UTC" : "–") +
         " (" + shown(c.source) + ")" + (c.note ? ": " + c.note : "."));
     const cfg = flatten(c.config);
     const defs = flatten(c.defaults);
@@ -319,11 +326,12 @@
       for (const [k, [from, to]] of Object.entries(v.changes || {}).sort()) {
         changes.append(el("div", k + ": " + shown(from) + " → " + shown(to)));
       }
-      const when = v.created_at ? v.created_at.replace("T", " ").replace(/\.\d+Z$/, "") : "–";
+      const when = v.created_at ? utcTime(v.created_at) : "–";
       tr.append(el("td", v.version), el("td", when), el("td", shown(v.created_by)), el("td", shown(v.source)),
         el("td", v.note || ""), changes);
       return tr;
     }));
+    $("history").hidden = res.data.length === 0;
     $("history-none").hidden = res.data.length > 0;
   }
 
