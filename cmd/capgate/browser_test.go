@@ -121,10 +121,12 @@ func (b *browser) problemsSeen() []string {
 	return append([]string(nil), b.problems...)
 }
 
-// do runs steps, failing the test on an error.
-func (b *browser) do(t *testing.T, what string, steps ...chromedp.Action[chromedp.Void]) {
+// do runs steps within within, failing the test on an error.
+func (b *browser) do(t *testing.T, what string, within time.Duration, steps ...chromedp.Action[chromedp.Void]) {
 	t.Helper()
-	if err := chromedp.Do(b.ctx, steps...); err != nil {
+	ctx, cancel := context.WithTimeout(b.ctx, within)
+	defer cancel()
+	if err := chromedp.Do(ctx, steps...); err != nil {
 		t.Fatalf("%s: %v", what, err)
 	}
 }

@@ -43,17 +43,17 @@ func TestStatusPageInChromium(t *testing.T) {
 	page := addr + "/capacity/"
 
 	// Anonymous: the shell asks for a token and shows no data.
-	b.do(t, "load the page", chromedp.Navigate(page), chromedp.WaitVisible(chromedp.CSS("#token")))
+	b.do(t, "load the page", pageWait, chromedp.Navigate(page), chromedp.WaitVisible(chromedp.CSS("#token")))
 	if hidden, err := chromedp.Run(b.ctx, chromedp.Evaluate[bool](`document.getElementById("app").hidden`)); err != nil || !hidden {
 		t.Fatalf("anonymous: the data part is shown (hidden=%v, %v)", hidden, err)
 	}
 
 	// A non-staff token is refused with the API's 403.
-	b.do(t, "sign in as grace", chromedp.SendKeys(chromedp.CSS("#token"), "grace-token"+kb.Enter))
+	b.do(t, "sign in as grace", pageWait, chromedp.SendKeys(chromedp.CSS("#token"), "grace-token"+kb.Enter))
 	b.waitText(t, "#login-error", "(403)", false, pageWait)
 
 	// Staff sign in; the bars start at 0 of the default limits.
-	b.do(t, "sign in as ada", chromedp.SendKeys(chromedp.CSS("#token"), "ada-token"),
+	b.do(t, "sign in as ada", pageWait, chromedp.SendKeys(chromedp.CSS("#token"), "ada-token"),
 		chromedp.Click(chromedp.CSS("#login-form button")), chromedp.WaitVisible(chromedp.CSS("#lane-api_heavy")))
 	b.waitText(t, "#lane-api_heavy .count", "0 / 4", true, pageWait)
 	b.waitText(t, "#lane-es2_knn .count", "0 / 3", true, pageWait)
@@ -92,7 +92,7 @@ func TestStatusPageInChromium(t *testing.T) {
 	b.waitText(t, "#lane-api_heavy .count", "0 / 4", true, pageWait)
 
 	// Raise api_heavy.cluster through the form.
-	b.do(t, "change a limit", clearField("f-api_heavy-cluster"),
+	b.do(t, "change a limit", pageWait, clearField("f-api_heavy-cluster"),
 		chromedp.SendKeys(chromedp.CSS("#f-api_heavy-cluster"), "6"),
 		chromedp.SendKeys(chromedp.CSS("#f-note"), "more room for the test"),
 		chromedp.Click(chromedp.CSS("#save")))
@@ -103,7 +103,7 @@ func TestStatusPageInChromium(t *testing.T) {
 
 	// A bad value: the API's message is shown inline, the field marked,
 	// and nothing is saved. Enter in the note submits (keyboard only).
-	b.do(t, "send a bad value", clearField("f-es2_knn"),
+	b.do(t, "send a bad value", pageWait, clearField("f-es2_knn"),
 		chromedp.SendKeys(chromedp.CSS("#f-es2_knn"), "-1"),
 		chromedp.SendKeys(chromedp.CSS("#f-note"), "a bad value"+kb.Enter))
 	b.waitText(t, "#change-errors", `"es2_knn" must be a whole number from 0 to 100000.`, false, pageWait)
@@ -115,6 +115,15 @@ func TestStatusPageInChromium(t *testing.T) {
 	saveScreenshot(t, b, "status-page-error.png")
 	if v := configVersion(t, addr); v != 1 {
 		t.Errorf("config version after the bad value = %d, want 1", v)
+	}
+
+	// The token lasts for the tab: a reload stays signed in; signing out
+	// forgets it.
+	b.do(t, "reload", pageWait, chromedp.Navigate(page), chromedp.WaitVisible(chromedp.CSS("#lane-api_heavy")))
+	b.waitText(t, "#lane-api_heavy .count", "0 / 6", true, pageWait)
+	b.do(t, "sign out", pageWait, chromedp.Click(chromedp.CSS("#signout")), chromedp.WaitVisible(chromedp.CSS("#token")))
+	if kept, err := chromedp.Run(b.ctx, chromedp.Evaluate[int](`sessionStorage.length`)); err != nil || kept != 0 {
+		t.Errorf("after signing out, sessionStorage holds %d items (%v), want 0", kept, err)
 	}
 
 	if p := b.problemsSeen(); len(p) > 0 {

@@ -16,6 +16,7 @@
   let token = sessionStorage.getItem(TOKEN_KEY) || "";
   let pollTimer = 0;
   let running = false;
+  let pollGen = 0;
   let loaded = {}; // the form's values as last loaded: dotted key → string
 
   // AuthError is a 401 or 403 from the staff API.
@@ -141,10 +142,13 @@
 
   // ---- live status ----
 
+  // Each start of polling has its own generation, so a poll still waiting
+  // for its answer when the user signs out and in again stops there.
   function startPolling() {
     if (running) return;
     running = true;
-    pollTimer = setTimeout(poll, POLL_MS);
+    const gen = ++pollGen;
+    pollTimer = setTimeout(() => poll(gen), POLL_MS);
   }
 
   function stopPolling() {
@@ -152,8 +156,8 @@
     clearTimeout(pollTimer);
   }
 
-  async function poll() {
-    if (!running) return;
+  async function poll(gen) {
+    if (!running || gen !== pollGen) return;
     try {
       await refreshStatus();
     } catch (err) {
@@ -163,7 +167,7 @@
       }
       setText("status-problem", "Could not reach the gateway (" + err.message + "); retrying every 2 s.");
     }
-    if (running) pollTimer = setTimeout(poll, POLL_MS);
+    if (running && gen === pollGen) pollTimer = setTimeout(() => poll(gen), POLL_MS);
   }
 
   async function refreshStatus() {
