@@ -32,6 +32,7 @@ type StatusReporter interface {
 
 // StaffHandler serves the staff API (SPEC §9) under /capacity/:
 //
+//	GET   /capacity/                   the status page (HTML, no data; see serveStatusPage)
 //	GET   /capacity/config/            the config in force, read fresh, and the defaults
 //	PATCH /capacity/config/            merge a change into it
 //	PUT   /capacity/config/            replace it: the change onto the defaults
@@ -74,8 +75,13 @@ const (
 	staffDetailTooLarge  = "Send at most 1 MiB."
 )
 
-// ServeHTTP routes, checks the caller, then the method.
+// ServeHTTP routes, checks the caller, then the method. The status page
+// is served to anyone: it holds no data and fetches the API below.
 func (h *StaffHandler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	if r.URL.Path == StatusPagePath {
+		serveStatusPage(w, r)
+		return
+	}
 	path := strings.TrimSuffix(r.URL.Path, "/")
 	var (
 		allow string

@@ -1,0 +1,198 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"flag"
+	"fmt"
+	"io"
+	"net/http"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/chromedp/chromedp"
+	"github.com/chromedp/chromedp/kb"
+
+	"github.com/capgate/capgate/simapi"
+)
+
+var screenshots = flag.Bool("screenshots", false, "write the status page's screenshots to docs/img/ (else to a temporary folder)")
+
+// pageWait bounds each wait for the page to show something. The page
+// polls every 2 s; the waits end as soon as it shows it.
+const pageWait = 15 * time.Second
+
+// TestStatusPageInChromium loads the staff status page from a real
+// gateway in headless Chromium: it signs in as staff, watches the
+// api_heavy bar follow two calls held in flight, raises a limit through
+// the form and sees it in force, and sees the API's validation error for a
+// bad value inline.
+func TestStatusPageInChromium(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 55*time.Second)
+	defer cancel()
+	b := startBrowser(t, ctx)
+
+	api := simapi.New(simapi.DemoUsers())
+	api.Hold = make(chan struct{})
+	api.Started = make(chan string, 2)
+	addr, _ := startServe(t, api)
+	page := addr + "/capacity/"
+
+	// Anonymous: the shell asks for a token and shows no data.
+	b.do(t, "load the page", pageWait, chromedp.Navigate(page), chromedp.WaitVisible(chromedp.CSS("#token")))
+	if hidden, err := chromedp.Run(b.ctx, chromedp.Evaluate[bool](`document.getElementById("app").hidden`)); err != nil || !hidden {
+		t.Fatalf("anonymous: the data part is shown (hidden=%v, %v)", hidden, err)
+	}
+
+	// A non-staff token is refused with the API's 403.
+	b.do(t, "sign in as grace", pageWait, chromedp.SendKeys(chromedp.CSS("#token"), "grace-token"+kb.Enter))
+	b.waitText(t, "#login-error", "(403)", false, pageWait)
+
+	// Staff sign in; the bars start at 0 of the default limits.
+	b.do(t, "sign in as ada", pageWait, chromedp.SendKeys(chromedp.CSS("#token"), "ada-token"),
+		chromedp.Click(chromedp.CSS("#login-form button")), chromedp.WaitVisible(chromedp.CSS("#lane-api_heavy")))
+	b.waitText(t, "#lane-api_heavy .count", "0 / 4", true, pageWait)
+	b.waitText(t, "#lane-es2_knn .count", "0 / 3", true, pageWait)
+	b.waitText(t, "#mode", "shadow", true, pageWait)
+	if unlabelled, err := chromedp.Run(b.ctx, chromedp.Evaluate[[]string](`Array.from(document.querySelectorAll("input, select, textarea"))
+		.filter((e) => !e.labels || e.labels.length === 0).map((e) => e.id)`)); err != nil || len(unlabelled) > 0 {
+		t.Errorf("controls without a label: %v (%v)", unlabelled, err)
+	}
+
+	// Two heavy calls held in flight: the bar follows them, live.
+	done := make(chan error, 2)
+	for _, user := range []string{"grace", "ken"} {
+		go func() { done <- heavyCall(ctx, addr, user+"-token") }()
+	}
+	for range 2 {
+		select {
+		case <-api.Started:
+		case err := <-done:
+			t.Fatalf("a heavy call ended before it was held: %v", err)
+		case <-ctx.Done():
+			t.Fatal("the heavy calls did not reach the API")
+		}
+	}
+	b.waitText(t, "#lane-api_heavy .count", "2 / 4", true, pageWait)
+	b.waitText(t, "#users tbody", "grace", false, pageWait)
+	if v, err := chromedp.Run(b.ctx, chromedp.Evaluate[float64](`document.querySelector("#lane-api_heavy meter").value`)); err != nil || v != 2 {
+		t.Errorf("api_heavy meter value = %v (%v), want 2", v, err)
+	}
+	saveScreenshot(t, b, "status-page.png")
+	close(api.Hold)
+	for range 2 {
+		if err := <-done; err != nil {
+			t.Fatal(err)
+		}
+	}
+	b.waitText(t, "#lane-api_heavy .count", "0 / 4", true, pageWait)
+
+	// Raise api_heavy.cluster through the form.
+	b.do(t, "change a limit", pageWait, clearField("f-api_heavy-cluster"),
+		chromedp.SendKeys(chromedp.CSS("#f-api_heavy-cluster"), "6"),
+		chromedp.SendKeys(chromedp.CSS("#f-note"), "more room for the test"),
+		chromedp.Click(chromedp.CSS("#save")))
+	b.waitText(t, "#change-result", "Saved version 1: api_heavy.cluster 4 → 6.", true, pageWait)
+	b.waitText(t, "#lane-api_heavy .count", "0 / 6", true, pageWait)
+	b.waitText(t, `[id="config-api_heavy.cluster"] td`, "6", true, pageWait)
+	b.waitText(t, "#history tbody tr", "more room for the test", false, pageWait)
+
+	// A bad value: the API's message is shown inline, the field marked,
+	// and nothing is saved. Enter in the note submits (keyboard only).
+	b.do(t, "send a bad value", pageWait, clearField("f-es2_knn"),
+		chromedp.SendKeys(chromedp.CSS("#f-es2_knn"), "-1"),
+		chromedp.SendKeys(chromedp.CSS("#f-note"), "a bad value"+kb.Enter))
+	b.waitText(t, "#change-errors", `"es2_knn" must be a whole number from 0 to 100000.`, false, pageWait)
+	state, err := chromedp.Run(b.ctx, chromedp.Evaluate[[]string](`[document.getElementById("f-es2_knn").getAttribute("aria-invalid"),
+		document.activeElement.id, String(document.getElementById("change-errors").hidden)]`))
+	if err != nil || strings.Join(state, ",") != "true,change-errors,false" {
+		t.Errorf("after the error: aria-invalid, focus, hidden = %v (%v); want true, change-errors, false", state, err)
+	}
+	saveScreenshot(t, b, "status-page-error.png")
+	if v := configVersion(t, addr); v != 1 {
+		t.Errorf("config version after the bad value = %d, want 1", v)
+	}
+
+	// The token lasts for the tab: a reload stays signed in; signing out
+	// forgets it.
+	b.do(t, "reload", pageWait, chromedp.Navigate(page), chromedp.WaitVisible(chromedp.CSS("#lane-api_heavy")))
+	b.waitText(t, "#lane-api_heavy .count", "0 / 6", true, pageWait)
+	b.do(t, "sign out", pageWait, chromedp.Click(chromedp.CSS("#signout")), chromedp.WaitVisible(chromedp.CSS("#token")))
+	if kept, err := chromedp.Run(b.ctx, chromedp.Evaluate[int](`sessionStorage.length`)); err != nil || kept != 0 {
+		t.Errorf("after signing out, sessionStorage holds %d items (%v), want 0", kept, err)
+	}
+
+	if p := b.problemsSeen(); len(p) > 0 {
+		t.Errorf("the page had errors:\n%s", strings.Join(p, "\n"))
+	}
+}
+
+// clearField empties the text field with the given id.
+func clearField(id string) chromedp.Action[chromedp.Void] {
+	return chromedp.Evaluate[chromedp.Void](`document.getElementById(` + jsString(id) + `).value = ""`)
+}
+
+// heavyCall sends a $rerank through the gateway as the token's user.
+func heavyCall(ctx context.Context, addr, token string) error {
+	req, err := http.NewRequestWithContext(ctx, "POST", addr+"/concepts/$rerank/", strings.NewReader(`{"rows":[{"a":1}],"q":"x"}`))
+	if err != nil {
+		return fmt.Errorf("heavy call: %w", err)
+	}
+	req.Header.Set("Authorization", "Token "+token)
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		return fmt.Errorf("heavy call: %w", err)
+	}
+	defer resp.Body.Close()
+	io.Copy(io.Discard, resp.Body)
+	if resp.StatusCode != 200 {
+		return fmt.Errorf("heavy call as %s: status %d", token, resp.StatusCode)
+	}
+	return nil
+}
+
+// configVersion reads the version in force through the staff API.
+func configVersion(t *testing.T, addr string) int {
+	t.Helper()
+	req, _ := http.NewRequest("GET", addr+"/capacity/config/", nil)
+	req.Header.Set("Authorization", "Token ada-token")
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	var body struct {
+		Version *int `json:"version"`
+	}
+	if err := json.NewDecoder(resp.Body).Decode(&body); err != nil || body.Version == nil {
+		t.Fatalf("GET /capacity/config/: %v (version %v)", err, body.Version)
+	}
+	return *body.Version
+}
+
+// saveScreenshot writes a full-page PNG to docs/img/ with -screenshots,
+// else to a temporary folder.
+func saveScreenshot(t *testing.T, b *browser, name string) {
+	t.Helper()
+	png, err := chromedp.Run(b.ctx, chromedp.FullScreenshot(100))
+	if err != nil {
+		t.Fatalf("screenshot %s: %v", name, err)
+	}
+	if !bytes.HasPrefix(png, []byte("\x89PNG")) {
+		t.Fatalf("screenshot %s is not a PNG", name)
+	}
+	dir := t.TempDir()
+	if *screenshots {
+		dir = filepath.Join("..", "..", "docs", "img")
+		if err := os.MkdirAll(dir, 0o755); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := os.WriteFile(filepath.Join(dir, name), png, 0o644); err != nil {
+		t.Fatal(err)
+	}
+}
