@@ -225,7 +225,7 @@ type scaleResult struct {
 	CountMS       float64 `json:"count_ms"`      // one Store.Count of every lane, median
 	StatusUsers   int     `json:"status_users"`  // users the status reported
 	StatusError   string  `json:"status_error,omitempty"`
-	ScanCalls     int64   `json:"scan_calls"`      // SCAN commands one Status sent
+	ScanCalls     int64   `json:"scan_calls"`     // SCAN commands one Status sent
 	CountMaxBlock float64 `json:"count_block_ms"` // longest single command Redis ran during Status (SLOWLOG)
 }
 
