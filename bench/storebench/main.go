@@ -23,6 +23,7 @@ import (
 	"runtime"
 	"slices"
 	"strconv"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -225,8 +226,9 @@ type scaleResult struct {
 	CountMS       float64 `json:"count_ms"`      // one Store.Count of every lane, median
 	StatusUsers   int     `json:"status_users"`  // users the status reported
 	StatusError   string  `json:"status_error,omitempty"`
+	StatusFailed  int     `json:"status_failed"`  // Status calls of rounds that failed
 	ScanCalls     int64   `json:"scan_calls"`     // SCAN commands one Status sent
-	CountMaxBlock float64 `json:"count_block_ms"` // longest single command Redis ran during Status (SLOWLOG)
+	CountMaxBlock float64 `json:"count_block_ms"` // how long one Status's count script held Redis (INFO commandstats)
 }
 
 func scale(args []string) error {
@@ -259,14 +261,20 @@ func scale(args []string) error {
 	}
 	exp := float64(now.Add(10 * time.Minute).UnixMilli())
 	const batch = 2000
+	shared := keysFor("")[:4]
 	for lo := 0; lo < *users; lo += batch {
 		_, err := raw.Pipelined(ctx, func(p goredis.Pipeliner) error {
+			members := make([]goredis.Z, 0, batch)
 			for u := lo; u < min(lo+batch, *users); u++ {
 				tok := newToken()
-				for _, key := range keysFor("fill" + strconv.Itoa(u)) {
-					p.ZAdd(ctx, key, goredis.Z{Score: exp, Member: tok})
-					p.PExpire(ctx, key, 20*time.Minute)
-				}
+				members = append(members, goredis.Z{Score: exp, Member: tok})
+				user := keysFor("fill" + strconv.Itoa(u))[4]
+				p.ZAdd(ctx, user, goredis.Z{Score: exp, Member: tok})
+				p.PExpire(ctx, user, 20*time.Minute)
+			}
+			for _, key := range shared {
+				p.ZAdd(ctx, key, members...)
+				p.PExpire(ctx, key, 20*time.Minute)
 			}
 			return nil
 		})
@@ -302,21 +310,25 @@ func scale(args []string) error {
 	}
 	r.AcqP50us, r.AcqP99us, r.PairP50us = pct(acq, 50), pct(acq, 99), pct(pair, 50)
 
-	// Gate.Status, the work behind GET /capacity/status/.
-	_ = raw.ConfigSet(ctx, "slowlog-log-slower-than", "0").Err()
-	_ = raw.ConfigSet(ctx, "slowlog-max-len", "100000").Err()
+	// Gate.Status, the work behind GET /capacity/status/. Redis's command
+	// statistics of the first one count its SCANs and the time its scripts
+	// held Redis.
 	var st, ks, cs []time.Duration
 	for i := range *rounds {
-		_ = raw.SlowLogReset(ctx).Err()
+		if i == 0 {
+			_ = raw.ConfigResetStat(ctx).Err()
+		}
 		t1 := time.Now()
 		s := gate.Status(ctx, cfg)
 		st = append(st, time.Since(t1))
+		if i == 0 {
+			r.ScanCalls, r.CountMaxBlock = commandStats(ctx, raw)
+		}
 		if s.Redis != capgate.StatusOK {
 			r.StatusError = s.Redis
-		}
-		r.StatusUsers = len(s.Users)
-		if i == 0 {
-			r.ScanCalls, r.CountMaxBlock = slowlogSummary(ctx, raw)
+			r.StatusFailed++
+		} else {
+			r.StatusUsers = len(s.Users)
 		}
 	}
 	prefix := capgate.Keys{}.Lane(capgate.LaneUser, "") + ":"
@@ -338,24 +350,36 @@ func scale(args []string) error {
 	r.StatusMS = pct(st, 50) / 1000
 	r.StatusMaxMS = float64(slices.Max(st)) / float64(time.Millisecond)
 	r.KeysMS, r.CountMS = pct(ks, 50)/1000, pct(cs, 50)/1000
-	_ = raw.ConfigSet(ctx, "slowlog-log-slower-than", "10000").Err()
 	_ = raw.FlushDB(ctx).Err()
 	return json.NewEncoder(os.Stdout).Encode(r)
 }
 
-// slowlogSummary counts the SCAN commands in the slow log and returns the
-// longest command's duration in ms.
-func slowlogSummary(ctx context.Context, raw *goredis.Client) (scans int64, longestMS float64) {
-	logs, err := raw.SlowLogGet(ctx, -1).Result()
+// commandStats returns, from INFO commandstats, the SCAN calls and the
+// longest average script run (EVALSHA or EVAL) in ms: with one status
+// call, how long its count script held Redis.
+func commandStats(ctx context.Context, raw *goredis.Client) (scans int64, scriptMS float64) {
+	info, err := raw.Info(ctx, "commandstats").Result()
 	if err != nil {
 		return -1, -1
 	}
-	var longest time.Duration
-	for _, l := range logs {
-		if len(l.Args) > 0 && (l.Args[0] == "scan" || l.Args[0] == "SCAN") {
-			scans++
+	for _, line := range strings.Split(info, "\n") {
+		name, rest, ok := strings.Cut(strings.TrimSpace(line), ":")
+		if !ok {
+			continue
 		}
-		longest = max(longest, l.Duration)
+		fields := map[string]string{}
+		for _, kv := range strings.Split(rest, ",") {
+			if k, v, ok := strings.Cut(kv, "="); ok {
+				fields[k] = v
+			}
+		}
+		switch name {
+		case "cmdstat_scan":
+			scans, _ = strconv.ParseInt(fields["calls"], 10, 64)
+		case "cmdstat_evalsha", "cmdstat_eval":
+			us, _ := strconv.ParseFloat(fields["usec_per_call"], 64)
+			scriptMS = max(scriptMS, us/1000)
+		}
 	}
-	return scans, float64(longest) / float64(time.Millisecond)
+	return scans, scriptMS
 }
