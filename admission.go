@@ -219,6 +219,17 @@ func (a *Admission) Err() string {
 	return a.err
 }
 
+// Held returns how long the call held its leases; ok is false until it
+// is released, and for a call that held none.
+func (a *Admission) Held() (d time.Duration, ok bool) {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	if !a.released || a.heldMS < 0 {
+		return 0, false
+	}
+	return time.Duration(a.heldMS) * time.Millisecond, true
+}
+
 // LeaseLost reports whether a renewal found a lease gone.
 func (a *Admission) LeaseLost() bool {
 	a.mu.Lock()

@@ -69,7 +69,6 @@ type Gate struct {
 type gateHooks struct {
 	retryAfter   func() error            // before Retry-After is computed
 	startRenewer func(func()) error      // replaces `go f()`
-	afterAdmit   func(a *Admission)      // at the end of Admit
 	emit         func(line []byte) error // replaces Sink.Emit
 }
 
@@ -91,6 +90,8 @@ func NewGate(store LaneStore, cfg ConfigSource, sink Sink, taskID string) *Gate 
 // Observer is told what the gate does, for metrics. Its methods must be
 // fast and must not block.
 type Observer interface {
+	// Admitted is called once per admission when its decision is made.
+	Admitted(a *Admission)
 	// Released is called once per admission, after its log line.
 	Released(a *Admission)
 	// StoreError is called when a store operation fails.
@@ -184,8 +185,8 @@ func (g *Gate) Admit(ctx context.Context, call Call) *Admission {
 			a.fail(err)
 		}
 	}()
-	if h := g.hooks; h != nil && h.afterAdmit != nil {
-		h.afterAdmit(a)
+	if g.Observer != nil {
+		g.Observer.Admitted(a)
 	}
 	return a
 }
@@ -202,6 +203,9 @@ func (g *Gate) Unavailable(ctx context.Context, call Call, cause error) *Admissi
 	a := &Admission{g: g, call: call, cfg: cfg, scope: -1, start: g.now()}
 	a.enforced = cfg.Mode == ModeEnforce && (cfg.EnforceFor == EnforceAll || call.Aware)
 	a.fail(cause)
+	if g.Observer != nil {
+		g.Observer.Admitted(a)
+	}
 	return a
 }
 

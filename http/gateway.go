@@ -128,18 +128,26 @@ func (g *Gateway) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 }
 
 func (g *Gateway) health(w http.ResponseWriter, r *http.Request) {
-	w.Header().Set("Content-Type", "application/json")
-	w.Header().Set("Cache-Control", "no-store")
-	var err error
-	if g.cfg.Health != nil {
-		err = g.cfg.Health(r.Context())
-	}
-	if err != nil {
-		w.WriteHeader(http.StatusServiceUnavailable)
-		_ = json.NewEncoder(w).Encode(map[string]string{"status": "unavailable", "error": err.Error()})
-		return
-	}
-	_, _ = w.Write([]byte(`{"status":"ok"}` + "\n"))
+	HealthHandler(g.cfg.Health).ServeHTTP(w, r)
+}
+
+// HealthHandler answers GET /healthz: 200 {"status":"ok"} when check
+// (nil: always healthy) returns nil, else 503 with the error.
+func HealthHandler(check func(ctx context.Context) error) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("Content-Type", "application/json")
+		w.Header().Set("Cache-Control", "no-store")
+		var err error
+		if check != nil {
+			err = check(r.Context())
+		}
+		if err != nil {
+			w.WriteHeader(http.StatusServiceUnavailable)
+			_ = json.NewEncoder(w).Encode(map[string]string{"status": "unavailable", "error": err.Error()})
+			return
+		}
+		_, _ = w.Write([]byte(`{"status":"ok"}` + "\n"))
+	})
 }
 
 // rewrite builds the upstream request: the upstream's URL joined with the

@@ -219,3 +219,20 @@ func TestBodiesArriveByteForByte(t *testing.T) {
 		t.Errorf("oversize bodies counted %d, want 2", oversize)
 	}
 }
+
+func TestModeOffLooksNobodyUp(t *testing.T) {
+	e := newEnv(t, func(c *capgate.Config) { c.Mode = capgate.ModeOff }, func(c *capgatehttp.GatewayConfig) {
+		id, err := capgatehttp.NewUpstreamIdentity(c.Upstream.String())
+		if err != nil {
+			t.Fatal(err)
+		}
+		c.Identify = id
+	})
+	r := e.do(t.Context(), "POST", semanticMatch, twoRows, "Authorization", "Token t-pam")
+	if r.StatusCode != 200 || len(capacityHeaders(r.Header)) != 0 {
+		t.Errorf("got %d %v", r.StatusCode, capacityHeaders(r.Header))
+	}
+	if n := e.up.lookupsOf("Token t-pam"); n != 0 {
+		t.Errorf("%d identity lookups in mode off", n)
+	}
+}

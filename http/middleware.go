@@ -34,16 +34,21 @@ const (
 //
 //   - classifies it; a call that is not heavy, and a preflight OPTIONS,
 //     goes to the handler untouched;
+//   - in mode off, lets the call go on untouched, looking nobody up;
 //   - asks who is calling; an anonymous call goes on untouched (the API
-//     answers it), and a lookup that fails makes the call "unavailable";
+//     answers it), and a lookup that fails makes the call "unavailable"
+//     (Gate.Unavailable): it goes ahead and is never refused for that;
 //   - fills in the call's attribution from X-OCL-Event-Metadata,
 //     X-OCL-Request-Source, X-Amzn-Trace-Id and X-Request-ID (kept, or made
-//     up as 32 hex characters, forwarded to the handler and returned);
-//   - admits it; in mode off the call goes on untouched;
+//     up as 32 hex characters, forwarded to the handler and returned; the
+//     log line's cid is its first 200 characters);
+//   - admits it;
 //   - answers a refused call itself with the 429, never calling the
 //     handler; otherwise runs the handler with the capacity headers set on
-//     whatever it writes, and releases the call when the handler returns,
-//     however it ends.
+//     whatever it writes (errors included), and releases the call when the
+//     handler returns, however it ends. A handler that panics before
+//     writing gets a 500 with the capacity headers; one that panics later
+//     (or with http.ErrAbortHandler) has its panic passed on to net/http.
 //
 // Create one with NewMiddleware. Safe for concurrent use.
 type Middleware struct {
@@ -135,12 +140,21 @@ func (m *Middleware) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	}
 
 	ctx := r.Context()
+	if m.gate.Config != nil && m.gate.Config.Config(ctx).Mode == capgate.ModeOff {
+		m.next.ServeHTTP(w, r) // mode off: untouched, and nobody looked up
+		return
+	}
 	caller, ok, err := m.identify.Identify(ctx, r)
 	if err == nil && !ok {
 		m.next.ServeHTTP(w, r) // anonymous: the API answers
 		return
 	}
+	rid := r.Header.Get(HeaderRequestID)
+	if rid == "" {
+		rid = newRequestID()
+	}
 	m.attribute(&call, r)
+	call.CID = capgate.Truncate(rid, maxRequestID)
 	var adm *capgate.Admission
 	if err != nil {
 		adm = m.gate.Unavailable(ctx, call, fmt.Errorf("identity: %w", err))
@@ -150,20 +164,20 @@ func (m *Middleware) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		adm = m.gate.Admit(ctx, call)
 	}
 	if adm == nil {
-		m.next.ServeHTTP(w, r) // mode off: untouched
+		m.next.ServeHTTP(w, r) // mode off (since the check above): untouched
 		return
 	}
 	defer adm.Release(ctx)
 
 	if adm.Refused() {
-		m.refuse(w, r, adm, call.CID)
+		m.refuse(w, r, adm, rid)
 		return
 	}
 	if r.Header.Get(HeaderRequestID) == "" {
 		r = r.Clone(ctx)
-		r.Header.Set(HeaderRequestID, call.CID)
+		r.Header.Set(HeaderRequestID, rid)
 	}
-	gw := &gatedWriter{ResponseWriter: w, adm: adm, cid: call.CID}
+	gw := &gatedWriter{ResponseWriter: w, adm: adm, rid: rid}
 	defer func() {
 		if p := recover(); p != nil {
 			m.recovered(gw, r, p)
@@ -182,19 +196,15 @@ func (m *Middleware) attribute(call *capgate.Call, r *http.Request) {
 	if h := r.Header.Get(HeaderTraceID); h != "" {
 		call.QueueMS, call.HasQueueMS = capgate.ParseQueueMS(h, m.now())
 	}
-	call.CID = capgate.Truncate(r.Header.Get(HeaderRequestID), maxRequestID)
-	if call.CID == "" {
-		call.CID = newRequestID()
-	}
 }
 
 // refuse writes the 429 of a refused call.
-func (m *Middleware) refuse(w http.ResponseWriter, r *http.Request, adm *capgate.Admission, cid string) {
+func (m *Middleware) refuse(w http.ResponseWriter, r *http.Request, adm *capgate.Admission, rid string) {
 	h := w.Header()
 	adm.SetHeaders(h)
 	m.cors.refusal(h, r.Header.Get("Origin"))
 	h.Set("Content-Type", "application/json")
-	h.Set(HeaderRequestID, cid)
+	h.Set(HeaderRequestID, rid)
 	body := adm.RefusalBody()
 	w.WriteHeader(http.StatusTooManyRequests)
 	_, _ = w.Write(body)

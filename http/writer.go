@@ -16,8 +16,8 @@ import (
 type gatedWriter struct {
 	http.ResponseWriter
 	adm   *capgate.Admission
-	cid   string
-	wrote bool // the response header was written
+	rid   string // X-Request-ID
+	wrote bool   // the response header was written
 }
 
 func (w *gatedWriter) setHeaders() {
@@ -28,7 +28,7 @@ func (w *gatedWriter) setHeaders() {
 	h := w.ResponseWriter.Header()
 	w.adm.SetHeaders(h)
 	exposeCapacityHeaders(h)
-	h.Set(HeaderRequestID, w.cid)
+	h.Set(HeaderRequestID, w.rid)
 }
 
 func (w *gatedWriter) WriteHeader(code int) {

@@ -2,10 +2,6 @@ package postgres_test
 
 import (
 	"context"
-	"crypto/rand"
-	"encoding/hex"
-	"net/url"
-	"os"
 	"strings"
 	"testing"
 	"time"
@@ -17,55 +13,10 @@ import (
 	"github.com/capgate/capgate/postgres"
 )
 
-// TestURLEnv names the PostgreSQL these tests run against.
-const TestURLEnv = "CAPGATE_TEST_POSTGRES_URL"
-
-// MustSchema makes a new schema for tb in the test database, drops it in
-// tb.Cleanup, and returns a URL whose search_path is that schema. It skips
-// tb when CAPGATE_TEST_POSTGRES_URL is not set.
-func MustSchema(tb testing.TB) string {
-	tb.Helper()
-	base := os.Getenv(TestURLEnv)
-	if base == "" {
-		tb.Skipf("set %s (e.g. postgres://postgres@127.0.0.1:5432/test?sslmode=disable) to run the PostgreSQL tests", TestURLEnv)
-	}
-	ctx := context.Background()
-	conn, err := pgx.Connect(ctx, base)
-	if err != nil {
-		tb.Fatalf("connect %s: %v", TestURLEnv, err)
-	}
-	defer conn.Close(ctx)
-	b := make([]byte, 6)
-	rand.Read(b)
-	schema := "capgate_test_" + hex.EncodeToString(b)
-	if _, err := conn.Exec(ctx, "CREATE SCHEMA "+schema); err != nil {
-		tb.Fatalf("create schema: %v", err)
-	}
-	tb.Cleanup(func() {
-		conn, err := pgx.Connect(ctx, base)
-		if err != nil {
-			tb.Errorf("connect to drop schema %s: %v", schema, err)
-			return
-		}
-		defer conn.Close(ctx)
-		if _, err := conn.Exec(ctx, "DROP SCHEMA "+schema+" CASCADE"); err != nil {
-			tb.Errorf("drop schema %s: %v", schema, err)
-		}
-	})
-	u, err := url.Parse(base)
-	if err != nil {
-		tb.Fatalf("parse %s: %v", TestURLEnv, err)
-	}
-	q := u.Query()
-	q.Set("search_path", schema)
-	u.RawQuery = q.Encode()
-	return u.String()
-}
-
 // MustOpen opens a store in a schema of its own.
 func MustOpen(tb testing.TB) *postgres.Store {
 	tb.Helper()
-	return mustOpenURL(tb, MustSchema(tb))
+	return mustOpenURL(tb, configtest.PostgresSchema(tb))
 }
 
 func mustOpenURL(tb testing.TB, u string) *postgres.Store {
@@ -83,7 +34,7 @@ func TestConformance(t *testing.T) {
 }
 
 func TestOpenTwiceAndNewerSchema(t *testing.T) {
-	u := MustSchema(t)
+	u := configtest.PostgresSchema(t)
 	ctx := context.Background()
 	s := mustOpenURL(t, u)
 	v := configtest.Append(t, s, capgate.DefaultConfig(capgate.ModeOff).Doc())
@@ -110,7 +61,7 @@ func TestOpenTwiceAndNewerSchema(t *testing.T) {
 // timeout; the caller gets the last known config (enforce as shadow), and
 // reads work again once the lock is gone.
 func TestLockedTable(t *testing.T) {
-	u := MustSchema(t)
+	u := configtest.PostgresSchema(t)
 	store := mustOpenURL(t, u)
 	s, clock, _, logs := configtest.Service(store)
 	s.ReadTimeout = 200 * time.Millisecond

@@ -4,10 +4,12 @@ package main
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"io"
 	"os"
 	"os/signal"
+	"strings"
 	"syscall"
 )
 
@@ -42,7 +44,26 @@ func Run(ctx context.Context, args []string, stdin io.Reader, stdout, stderr io.
 	case "-h", "--help", "help":
 		fmt.Fprint(stdout, usage)
 		return 0
+	case "serve":
+		cmd := &ServeCommand{Stdout: stdout, Stderr: stderr}
+		return exitCode(stderr, cmd.Run(ctx, args[1:]))
+	case "capacity":
+		cmd := &CapacityCommand{Stdout: stdout, Stderr: stderr}
+		return exitCode(stderr, cmd.Run(ctx, args[1:]))
 	}
 	fmt.Fprintf(stderr, "capgate: unknown command %q\n\n%s", args[0], usage)
 	return 2
+}
+
+// exitCode prints err, if any, on stderr and returns the exit code: 0 for
+// none, 2 for a *UsageError, else 1.
+func exitCode(stderr io.Writer, err error) int {
+	if err == nil {
+		return 0
+	}
+	fmt.Fprintln(stderr, strings.TrimSuffix(err.Error(), "\n"))
+	if _, ok := errors.AsType[*UsageError](err); ok {
+		return 2
+	}
+	return 1
 }

@@ -1,0 +1,185 @@
+package client
+
+import (
+	"encoding/json"
+	"io"
+	"math"
+	"net/http"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/capgate/capgate"
+)
+
+// The delays of the protocol (SPEC §4 and the Mapper's constants).
+const (
+	// MinDelay is the floor of every wait after a 429 or 503, however the
+	// delay was found: Retry-After: 0 waits a second.
+	MinDelay = time.Second
+	// DefaultBackoff is the first wait after a 429 that gave no usable
+	// delay; it doubles with each such 429 of the call up to MaxBackoff.
+	DefaultBackoff = 5 * time.Second
+	// MaxBackoff caps DefaultBackoff's doubling.
+	MaxBackoff = 60 * time.Second
+	// errorBackoff is the first wait before retrying a 503 without a delay
+	// or an ambiguous failure with an idempotency key; ×4 each retry.
+	errorBackoff = 3 * time.Second
+	// maxUnavailableDelay caps the delay a 503 asks for.
+	maxUnavailableDelay = 60 * time.Second
+	// maxRefusalBody is how much of a 429 or 503 body is read.
+	maxRefusalBody = 64 << 10
+)
+
+// Where a delay came from.
+const (
+	sourceHeader  = "header"
+	sourceBody    = "body"
+	sourceDefault = "default"
+)
+
+// refusal is what a 429 or 503 says.
+type refusal struct {
+	kind   Kind
+	scope  string // the lane of a capacity refusal
+	paused bool
+	tier   string // X-OCL-Capacity-Tier, when sent
+	delay  time.Duration
+	source string // sourceHeader, sourceBody or sourceDefault
+}
+
+// refusalBody is the part of the 429 body the client reads (SPEC §4).
+type refusalBody struct {
+	ErrorCode  string
+	Scope      string
+	Paused     bool
+	RetryAfter time.Duration
+	HasRetry   bool
+}
+
+// readRefusalBody reads at most maxRefusalBody bytes of a 429 or 503 body
+// and returns its fields; a body that is not a JSON object gives zero
+// fields. Each field is read on its own, so one of the wrong type does not
+// hide the others.
+func readRefusalBody(r io.Reader) refusalBody {
+	var b refusalBody
+	data, err := io.ReadAll(io.LimitReader(r, maxRefusalBody))
+	if err != nil {
+		return b
+	}
+	var m map[string]json.RawMessage
+	if json.Unmarshal(data, &m) != nil {
+		return b
+	}
+	_ = json.Unmarshal(m["error_code"], &b.ErrorCode)
+	_ = json.Unmarshal(m["scope"], &b.Scope)
+	_ = json.Unmarshal(m["paused"], &b.Paused)
+	b.RetryAfter, b.HasRetry = bodyRetryAfter(m["retry_after"])
+	return b
+}
+
+// bodyRetryAfter parses the body's retry_after: a finite JSON number ≥ 0
+// of seconds (fractions allowed). A string such as "15" is not a number.
+func bodyRetryAfter(raw json.RawMessage) (time.Duration, bool) {
+	s := strings.TrimSpace(string(raw))
+	if s == "" || s[0] == '"' {
+		return 0, false
+	}
+	var n json.Number
+	if json.Unmarshal(raw, &n) != nil {
+		return 0, false
+	}
+	f, err := n.Float64()
+	if err != nil || f < 0 || math.IsInf(f, 0) || math.IsNaN(f) {
+		return 0, false
+	}
+	return seconds(f), true
+}
+
+// headerRetryAfter parses a Retry-After header: a decimal number of
+// seconds ≥ 0 (fractions allowed), or an HTTP-date, which gives the time
+// from now until then, 0 if it has passed. An absent, negative or
+// malformed value gives false.
+func headerRetryAfter(v string, now time.Time) (time.Duration, bool) {
+	v = strings.TrimSpace(v)
+	if v == "" {
+		return 0, false
+	}
+	if isDecimal(v) {
+		f, err := strconv.ParseFloat(v, 64)
+		if err != nil || math.IsInf(f, 0) {
+			return 0, false
+		}
+		return seconds(f), true
+	}
+	t, err := http.ParseTime(v)
+	if err != nil {
+		return 0, false
+	}
+	return max(t.Sub(now), 0), true
+}
+
+// isDecimal reports whether s is digits with at most one '.', no sign.
+func isDecimal(s string) bool {
+	digits, dots := 0, 0
+	for _, c := range s {
+		switch {
+		case c >= '0' && c <= '9':
+			digits++
+		case c == '.':
+			dots++
+		default:
+			return false
+		}
+	}
+	return digits > 0 && dots <= 1
+}
+
+// seconds converts f seconds to a Duration, saturating instead of
+// overflowing.
+func seconds(f float64) time.Duration {
+	if f >= float64(math.MaxInt64)/float64(time.Second) {
+		return math.MaxInt64
+	}
+	return time.Duration(f * float64(time.Second))
+}
+
+// parseRefusal classifies a 429 or 503 and finds its delay: the
+// Retry-After header; if that is absent or unusable, the body's
+// retry_after; else the default (5 s doubling per earlier delay-less 429 of
+// this call, n, up to 60 s; for a 503, 3 s × 4^n). Every delay is at least
+// MinDelay; a 503's is at most 60 s (a 429's is capped later, by
+// Transport.MaxRetryAfter). It reads and closes the body.
+func parseRefusal(resp *http.Response, now time.Time, n int) refusal {
+	body := readRefusalBody(resp.Body)
+	_ = resp.Body.Close()
+	r := refusal{kind: RateLimit, tier: resp.Header.Get(capgate.HeaderTier)}
+	switch {
+	case resp.StatusCode == http.StatusServiceUnavailable:
+		r.kind = Unavailable
+	case body.ErrorCode == "capacity_exceeded":
+		r.kind, r.scope, r.paused = Capacity, body.Scope, body.Paused
+	}
+	if d, ok := headerRetryAfter(resp.Header.Get("Retry-After"), now); ok {
+		r.delay, r.source = d, sourceHeader
+	} else if body.HasRetry {
+		r.delay, r.source = body.RetryAfter, sourceBody
+	} else {
+		r.source = sourceDefault
+		if r.kind == Unavailable {
+			r.delay = errorDelay(n)
+		} else {
+			r.delay = min(DefaultBackoff<<min(n, 4), MaxBackoff)
+		}
+	}
+	if r.kind == Unavailable {
+		r.delay = min(r.delay, maxUnavailableDelay)
+	}
+	r.delay = max(r.delay, MinDelay)
+	return r
+}
+
+// errorDelay is the wait before error retry n (0-based): 3 s × 4^n.
+func errorDelay(n int) time.Duration {
+	return errorBackoff << (2 * min(n, 4))
+}

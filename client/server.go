@@ -1,0 +1,391 @@
+package client
+
+import (
+	"context"
+	"fmt"
+	"sync"
+	"time"
+)
+
+// server is the state one Transport keeps for one origin (scheme://host):
+// the pauses the server asked for, the in-flight bound per user, and the
+// calls waiting to be sent. All of it is guarded by mu; waiters sleep on
+// changed, which is closed and replaced whenever something they wait for
+// may have changed.
+type server struct {
+	cap   int           // Transport.MaxInFlight
+	probe time.Duration // Transport.ProbeInterval
+
+	mu       sync.Mutex
+	seq      uint64
+	pauses   map[pauseKey]*pause
+	limiters map[string]*limiter // by Call.User
+	tiers    map[string]string   // Call.User → the tier the server reported
+	waiters  map[*waiter]struct{}
+	changed  chan struct{}
+}
+
+func newServer(cap int, probe time.Duration) *server {
+	return &server{
+		cap:      cap,
+		probe:    probe,
+		pauses:   make(map[pauseKey]*pause),
+		limiters: make(map[string]*limiter),
+		tiers:    make(map[string]string),
+		waiters:  make(map[*waiter]struct{}),
+		changed:  make(chan struct{}),
+	}
+}
+
+// pauseKey names a shared pause: one per limit kind, scope, and the user or
+// tier it is about.
+type pauseKey struct {
+	kind  Kind
+	scope string // a capacity lane; "" for a rate limit
+	id    string // the user (user scope, rate limit) or tier (tier scope)
+	all   bool   // holds back interactive calls as well as bulk ones
+}
+
+// pause is a wait the server asked for. baseEnd is when the server's delay
+// ends; end adds the jitter. A pause is never shortened.
+type pause struct {
+	key     pauseKey
+	paused  bool
+	baseEnd time.Time
+	end     time.Time
+}
+
+// limiter bounds one user's heavy calls in flight to this server.
+type limiter struct {
+	known    bool      // the server has answered one of the user's calls
+	limit    int       // the bound now: 1 until known, then the last suggestion, at most cap
+	inFlight int       // calls holding a slot
+	probeAt  time.Time // with limit 0: when one call may go to look again
+}
+
+// bound returns how many calls may be in flight at now: a limit of 0
+// allows one probe from probeAt on.
+func (l *limiter) bound(now time.Time) int {
+	if l.limit == 0 && !now.Before(l.probeAt) {
+		return 1
+	}
+	return l.limit
+}
+
+// waiter is one heavy call between its arrival and its end. Its fields
+// other than call and seq are guarded by server.mu.
+type waiter struct {
+	seq      uint64 // arrival order; kept across retries
+	call     Call
+	budget   time.Duration
+	deadline time.Time // the context's deadline; zero if none
+	retrying bool      // refused or failed once: goes before new calls
+	own      *pause    // the wait this call's last refusal or failure asked for
+	waited   time.Duration
+	queued   time.Duration
+}
+
+// before reports whether w goes before o: refused calls first, then
+// interactive calls, then bulk calls, each oldest first.
+func (w *waiter) before(o *waiter) bool {
+	if w.retrying != o.retrying {
+		return w.retrying
+	}
+	if !w.retrying && w.call.Class != o.call.Class {
+		return w.call.Class == Interactive
+	}
+	return w.seq < o.seq
+}
+
+func (s *server) newWaiter(c Call, budget time.Duration, deadline time.Time) *waiter {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.seq++
+	return &waiter{seq: s.seq, call: c, budget: budget, deadline: deadline}
+}
+
+// left returns how long w may still wait at now: what is left of its
+// budget, and no later than its context's deadline. Requires mu held.
+func (w *waiter) left(now time.Time) time.Duration {
+	d := w.budget - w.waited
+	if !w.deadline.IsZero() {
+		d = min(d, w.deadline.Sub(now))
+	}
+	return max(d, 0)
+}
+
+// broadcast wakes every waiter. Requires mu held.
+func (s *server) broadcast() {
+	close(s.changed)
+	s.changed = make(chan struct{})
+}
+
+// limiter returns user's limiter. Requires mu held.
+func (s *server) limiter(user string) *limiter {
+	l := s.limiters[user]
+	if l == nil {
+		l = &limiter{limit: 1}
+		s.limiters[user] = l
+	}
+	return l
+}
+
+// concerns reports whether pause p holds back w's call. Requires mu held.
+//
+// A pause from a bulk call's refusal holds back only bulk calls, unless the
+// lane is paused (limit 0); one from an interactive call's refusal holds
+// back both. Within that: a user pause holds that user's calls; a tier
+// pause the calls of users of that tier (or of unknown tier); an es2_knn
+// pause semantic calls; api_heavy, api_heavy_task and any scope this client
+// does not know, every heavy call. A rate limit holds back all of that
+// user's calls.
+func (s *server) concerns(p *pause, w *waiter) bool {
+	c := w.call
+	if c.Class == Interactive && !p.key.all {
+		return false
+	}
+	switch p.key.kind {
+	case RateLimit:
+		return p.key.id == c.User
+	case Capacity:
+	default:
+		return false // a 503 or an error holds back only its own call
+	}
+	switch p.key.scope {
+	case "user":
+		return p.key.id == c.User
+	case "tier":
+		t := c.Tier
+		if t == "" {
+			t = s.tiers[c.User]
+		}
+		return t == "" || p.key.id == "" || t == p.key.id
+	case "es2_knn":
+		return c.Semantic
+	}
+	return true
+}
+
+// verdict is what a waiter may do now.
+type verdict struct {
+	granted  bool
+	throttle *pause    // the pause that outlasts the budget
+	held     bool      // held back by a pause (the wait counts against the budget)
+	wake     time.Time // when to look again without a change; zero: on a change only
+}
+
+// hold returns the pause that holds w back longest at now and when w may
+// leave it, or the first pause whose server delay outlasts w's remaining
+// budget or outlasts its context's deadline (throttle). w leaves a pause once the server's delay is over and
+// either the jitter is over too or w's budget is at its end. Requires mu
+// held.
+func (s *server) hold(w *waiter, now time.Time) (holder *pause, leave time.Time, throttle *pause) {
+	remaining := w.left(now)
+	look := func(p *pause) {
+		if p == nil || throttle != nil || !p.end.After(now) {
+			return
+		}
+		if p.baseEnd.Sub(now) > remaining {
+			throttle = p
+			return
+		}
+		l := later(p.baseEnd, earlier(p.end, now.Add(remaining)))
+		if l.After(now) && l.After(leave) {
+			holder, leave = p, l
+		}
+	}
+	look(w.own)
+	for k, p := range s.pauses {
+		if !p.end.After(now) {
+			delete(s.pauses, k)
+			continue
+		}
+		if s.concerns(p, w) {
+			look(p)
+		}
+	}
+	return holder, leave, throttle
+}
+
+// evaluate decides what w may do at now. Requires mu held.
+func (s *server) evaluate(w *waiter, now time.Time) verdict {
+	holder, leave, throttle := s.hold(w, now)
+	if throttle != nil {
+		return verdict{throttle: throttle}
+	}
+	if holder != nil {
+		return verdict{held: true, wake: leave}
+	}
+	l := s.limiter(w.call.User)
+	bound := l.bound(now)
+	ahead := 0
+	for o := range s.waiters {
+		if o == w || o.call.User != w.call.User || !o.before(w) {
+			continue
+		}
+		if h, _, t := s.hold(o, now); h == nil && t == nil {
+			ahead++
+		}
+	}
+	if l.inFlight+ahead < bound {
+		return verdict{granted: true}
+	}
+	if bound == 0 {
+		return verdict{wake: l.probeAt}
+	}
+	return verdict{}
+}
+
+// acquire waits until w's call may be sent and takes an in-flight slot for
+// it. It returns a *ThrottledError at once when a pause holding the call
+// back outlasts its remaining budget, and ctx's error when ctx ends first.
+// Time held back by pauses is added to w.waited, time waiting for a slot
+// to w.queued.
+func (s *server) acquire(ctx context.Context, w *waiter) error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.waiters[w] = struct{}{}
+	for {
+		now := time.Now()
+		v := s.evaluate(w, now)
+		switch {
+		case v.granted:
+			delete(s.waiters, w)
+			s.limiter(w.call.User).inFlight++
+			s.broadcast() // the next in line may take a slot too
+			return nil
+		case v.throttle != nil:
+			delete(s.waiters, w)
+			s.broadcast()
+			p := v.throttle
+			return &ThrottledError{Kind: p.key.kind, Scope: p.key.scope, Paused: p.paused,
+				RetryAfter: p.baseEnd.Sub(now), Until: p.baseEnd, Waited: w.waited}
+		}
+		changed := s.changed
+		s.mu.Unlock()
+		err := sleep(ctx, changed, v.wake, now)
+		s.mu.Lock()
+		if d := time.Since(now); v.held {
+			w.waited += d
+		} else {
+			w.queued += d
+		}
+		if err != nil {
+			delete(s.waiters, w)
+			s.broadcast()
+			return fmt.Errorf("wait to send: %w", err)
+		}
+	}
+}
+
+// sleep waits for changed to close, until wake (if not zero), or for ctx
+// to end, whichever comes first; only the last is an error.
+func sleep(ctx context.Context, changed <-chan struct{}, wake, now time.Time) error {
+	var timeout <-chan time.Time
+	if !wake.IsZero() {
+		t := time.NewTimer(wake.Sub(now))
+		defer t.Stop()
+		timeout = t.C
+	}
+	select {
+	case <-ctx.Done():
+		return ctx.Err()
+	case <-changed:
+	case <-timeout:
+	}
+	return nil
+}
+
+// release gives back the in-flight slot of user's call.
+func (s *server) release(user string) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.limiter(user).inFlight--
+	s.broadcast()
+}
+
+// wait makes w's next send wait d plus jitter (a backoff after a 503 or an
+// error), and puts w before new calls.
+func (s *server) wait(w *waiter, kind Kind, d, jitter time.Duration, now time.Time) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	w.retrying = true
+	w.own = &pause{key: pauseKey{kind: kind}, baseEnd: now.Add(d), end: now.Add(d + jitter)}
+}
+
+// refuse records a 429 of w's call at now: it pauses the refusal's scope
+// for d plus jitter, and w waits the same before its retry, ahead of new
+// calls.
+func (s *server) refuse(w *waiter, r refusal, d, jitter time.Duration, now time.Time) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	c := w.call
+	key := pauseKey{kind: r.kind, id: c.User, all: true}
+	if r.kind == Capacity {
+		key.scope = r.scope
+		key.all = r.paused || c.Class == Interactive
+		switch r.scope {
+		case "user":
+		case "tier":
+			key.id = r.tier
+			if key.id == "" {
+				key.id = c.Tier
+			}
+		default:
+			key.id = ""
+		}
+	}
+	p := &pause{key: key, paused: r.paused, baseEnd: now.Add(d), end: now.Add(d + jitter)}
+	w.retrying = true
+	w.own = p
+	if old := s.pauses[key]; old != nil {
+		if p.baseEnd.After(old.baseEnd) {
+			old.baseEnd, old.paused = p.baseEnd, p.paused
+		}
+		old.end = later(old.end, p.end)
+	} else {
+		cp := *p
+		s.pauses[key] = &cp
+	}
+	s.broadcast()
+}
+
+// observe takes what a response says about user: the tier, and, on a
+// response the gate decided (admitted or refused), the suggested
+// concurrency; with 0 the user sends nothing until wait (at least the
+// probe interval) has passed, then one call to look again. The first
+// response without a suggestion lifts the starting bound of 1 to cap.
+func (s *server) observe(user, tier string, suggested int, decided bool, wait time.Duration, now time.Time) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if tier != "" {
+		s.tiers[user] = tier
+	}
+	l := s.limiter(user)
+	if !decided || suggested < 0 {
+		if !l.known {
+			l.known, l.limit = true, s.cap
+			s.broadcast()
+		}
+		return
+	}
+	l.known, l.limit = true, min(suggested, s.cap)
+	if l.limit == 0 {
+		l.probeAt = now.Add(max(wait, s.probe))
+	}
+	s.broadcast()
+}
+
+func later(a, b time.Time) time.Time {
+	if a.After(b) {
+		return a
+	}
+	return b
+}
+
+func earlier(a, b time.Time) time.Time {
+	if a.Before(b) {
+		return a
+	}
+	return b
+}

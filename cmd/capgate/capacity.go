@@ -1,0 +1,309 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"os"
+	"strings"
+	"time"
+
+	"github.com/capgate/capgate"
+	"github.com/capgate/capgate/logsink"
+	"github.com/capgate/capgate/redis"
+)
+
+// capacityHistoryDefault is history's default --limit.
+const capacityHistoryDefault = 20
+
+// capacityDrain bounds the wait for the config log line at exit.
+const capacityDrain = 2 * time.Second
+
+// CapacityCommand is "capgate capacity": it shows and changes the runtime
+// config, opening the config store directly (as the gateway does). Output
+// is JSON indented by 2 spaces on Stdout; the ocl_capacity_config line of a
+// change goes to Stderr.
+type CapacityCommand struct {
+	Stdout, Stderr io.Writer
+	// Getenv reads the settings' environment. Default os.Getenv.
+	Getenv func(string) string
+}
+
+// UsageError is a command line that can't be run; main exits 2 for it.
+type UsageError struct{ Msg string }
+
+func (e *UsageError) Error() string { return e.Msg }
+
+// Usage returns the command's help.
+func (c *CapacityCommand) Usage() string {
+	return `Usage:
+  capgate capacity show                        the config in force: {version, config}
+  capgate capacity set <setting>=<value>... [--note TEXT] [--user NAME]
+                                               merge a change: {version, changes}
+  capgate capacity reset [--note TEXT] [--user NAME]
+                                               back to the defaults: {version, changes}
+  capgate capacity history [--limit N]         the changes, newest first (default 20)
+  capgate capacity status                      the lanes in flight (needs Redis)
+
+Settings are dotted paths (tiers.preview=1 mode=enforce); a value of digits
+is a number, anything else a string. Flags may come before or after the
+assignments. A change that changes nothing adds no version.
+
+--user records who made the change. There is no user table: with --tokens
+FILE (the gateway's tokens file) the name must be a username in it, else
+the name is recorded as given.
+
+Run "capgate capacity <action> -h" for an action's flags.
+`
+}
+
+// capacityAction is one action's flags and what it does.
+type capacityAction struct {
+	fs     *flag.FlagSet
+	note   string
+	user   string
+	tokens string
+	limit  int
+	st     Settings
+}
+
+// capacitySynopsis is each action's first line of help.
+var capacitySynopsis = map[string]string{
+	"show":    "capgate capacity show: print the config in force, {version, config}.",
+	"set":     "capgate capacity set <setting>=<value>... [--note TEXT] [--user NAME]: merge a change, print {version, changes}.",
+	"reset":   "capgate capacity reset [--note TEXT] [--user NAME]: go back to the defaults, print {version, changes}.",
+	"history": "capgate capacity history [--limit N]: print the changes, newest first, one JSON object each.",
+	"status":  "capgate capacity status: print the lanes' calls in flight and limits (needs the lanes' Redis).",
+}
+
+func (c *CapacityCommand) newAction(name string, st Settings) *capacityAction {
+	a := &capacityAction{fs: flag.NewFlagSet("capgate capacity "+name, flag.ContinueOnError), st: st}
+	a.fs.SetOutput(io.Discard)
+	a.st.ConfigFlags(a.fs)
+	switch name {
+	case "set", "reset":
+		a.fs.StringVar(&a.note, "note", "", "why the change was made")
+		a.fs.StringVar(&a.user, "user", "", "who made the change")
+		a.fs.StringVar(&a.tokens, "tokens", "", `the gateway's tokens file; --user must be a username in it`)
+	case "history":
+		a.fs.IntVar(&a.limit, "limit", capacityHistoryDefault, "how many versions, newest first")
+	case "status":
+		a.st.LaneFlags(a.fs)
+	}
+	return a
+}
+
+// parse parses flags wherever they are among the arguments, and returns
+// the rest in order.
+func (a *capacityAction) parse(args []string) ([]string, error) {
+	var rest []string
+	for {
+		if err := a.fs.Parse(args); err != nil {
+			return nil, err
+		}
+		args = a.fs.Args()
+		if len(args) == 0 {
+			return rest, nil
+		}
+		rest, args = append(rest, args[0]), args[1:]
+	}
+}
+
+func (a *capacityAction) usage() string {
+	var b strings.Builder
+	fmt.Fprintf(&b, "Usage: %s\n\nFlags (before or after the assignments):\n", capacitySynopsis[strings.TrimPrefix(a.fs.Name(), "capgate capacity ")])
+	a.fs.SetOutput(&b)
+	a.fs.PrintDefaults()
+	a.fs.SetOutput(io.Discard)
+	return b.String()
+}
+
+// Run runs "capgate capacity <action> ...". An error is the message to
+// print; a *UsageError means the command line was wrong.
+func (c *CapacityCommand) Run(ctx context.Context, args []string) error {
+	if len(args) == 0 {
+		return &UsageError{Msg: c.Usage()}
+	}
+	name, args := args[0], args[1:]
+	switch name {
+	case "-h", "-help", "--help", "help":
+		fmt.Fprint(c.Stdout, c.Usage())
+		return nil
+	case "show", "set", "reset", "history", "status":
+	default:
+		return &UsageError{Msg: fmt.Sprintf("capgate capacity: unknown action %q\n\n%s", name, c.Usage())}
+	}
+	st, err := LoadSettings(c.Getenv)
+	if err != nil {
+		return err
+	}
+	a := c.newAction(name, st)
+	rest, err := a.parse(args)
+	if errors.Is(err, flag.ErrHelp) {
+		fmt.Fprint(c.Stdout, a.usage())
+		return nil
+	}
+	if err != nil {
+		return &UsageError{Msg: fmt.Sprintf("%v\n\n%s", err, a.usage())}
+	}
+	switch name {
+	case "set":
+		change, err := capgate.ParseAssignments(rest)
+		if err != nil {
+			return err
+		}
+		return c.save(ctx, a, change, false)
+	case "reset":
+		return c.save(ctx, a, map[string]any{}, true) // assignments are ignored
+	}
+	if len(rest) > 0 {
+		return &UsageError{Msg: fmt.Sprintf("capgate capacity %s takes no arguments, got %q\n\n%s", name, rest[0], a.usage())}
+	}
+	switch name {
+	case "show":
+		return c.withConfigs(ctx, a.st, func(svc *capgate.ConfigService) error {
+			v, cfg, err := svc.Current(ctx)
+			if err != nil {
+				return err
+			}
+			return c.print(struct {
+				Version *int64         `json:"version"`
+				Config  capgate.Config `json:"config"`
+			}{versionID(v), cfg})
+		})
+	case "history":
+		return c.history(ctx, a)
+	}
+	return c.status(ctx, a.st)
+}
+
+// withConfigs opens the config store and runs fn with a service over it.
+func (c *CapacityCommand) withConfigs(ctx context.Context, st Settings, fn func(*capgate.ConfigService) error) error {
+	store, err := OpenConfigStore(ctx, st.Database)
+	if err != nil {
+		return err
+	}
+	defer store.Close()
+	return fn(st.NewConfigService(store))
+}
+
+func (c *CapacityCommand) save(ctx context.Context, a *capacityAction, change map[string]any, replace bool) error {
+	if a.user != "" && a.tokens != "" {
+		if err := checkUser(a.tokens, a.user); err != nil {
+			return err
+		}
+	}
+	return c.withConfigs(ctx, a.st, func(svc *capgate.ConfigService) error {
+		sink := logsink.New(c.Stderr)
+		defer func() {
+			ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), capacityDrain)
+			defer cancel()
+			sink.Close(ctx)
+		}()
+		svc.Sink = sink
+		res, err := svc.Save(ctx, change, replace, a.user, capgate.SourceCommand, a.note)
+		if err != nil {
+			return err
+		}
+		return c.print(struct {
+			Version *int64            `json:"version"`
+			Changes map[string][2]any `json:"changes"`
+		}{versionID(res.Version), res.Changes})
+	})
+}
+
+func (c *CapacityCommand) history(ctx context.Context, a *capacityAction) error {
+	return c.withConfigs(ctx, a.st, func(svc *capgate.ConfigService) error {
+		vs, err := svc.History(ctx, a.limit)
+		if err != nil {
+			return err
+		}
+		for _, v := range vs {
+			err := c.print(struct {
+				Version   int64             `json:"version"`
+				CreatedAt string            `json:"created_at"`
+				Source    string            `json:"source"`
+				CreatedBy *string           `json:"created_by"`
+				Note      *string           `json:"note"`
+				Changes   map[string][2]any `json:"changes"`
+			}{v.ID, v.CreatedAt.UTC().Format(time.RFC3339Nano), v.Source, nullable(v.CreatedBy), nullable(v.Note), v.Changes()})
+			if err != nil {
+				return err
+			}
+		}
+		return nil
+	})
+}
+
+// errNoLaneStore says why status needs Redis.
+var errNoLaneStore = errors.New("capgate capacity status needs the lanes' Redis: set --redis or CAPGATE_REDIS_URL " +
+	"(or REDIS_HOST, or --redis-sentinels). In-process lanes live inside one gateway and can't be seen from " +
+	"another process; ask that gateway instead: GET /capacity/status/.")
+
+func (c *CapacityCommand) status(ctx context.Context, st Settings) error {
+	if !st.HasRedis() {
+		return errNoLaneStore
+	}
+	lanes, err := redis.Open(st.RedisOptions())
+	if err != nil {
+		return err
+	}
+	defer lanes.Close()
+	return c.withConfigs(ctx, st, func(svc *capgate.ConfigService) error {
+		_, cfg, err := svc.Current(ctx)
+		if err != nil {
+			return err
+		}
+		gate := capgate.NewGate(lanes, svc, nil, st.TaskID)
+		gate.KeyPrefix = st.KeyPrefix
+		return c.print(gate.Status(ctx, cfg))
+	})
+}
+
+// checkUser fails with `No user "<name>".` unless the tokens file names
+// user.
+func checkUser(tokensFile, user string) error {
+	b, err := os.ReadFile(tokensFile)
+	if err != nil {
+		return fmt.Errorf("read --tokens: %w", err)
+	}
+	var entries []struct {
+		Username string `json:"username"`
+	}
+	if err := json.Unmarshal(b, &entries); err != nil {
+		return fmt.Errorf("read --tokens %s: want a JSON array of {token, username, is_staff, auth_groups}: %w", tokensFile, err)
+	}
+	for _, e := range entries {
+		if e.Username == user {
+			return nil
+		}
+	}
+	return fmt.Errorf("No user %q.", user)
+}
+
+func (c *CapacityCommand) print(v any) error {
+	enc := json.NewEncoder(c.Stdout)
+	enc.SetEscapeHTML(false)
+	enc.SetIndent("", "  ")
+	if err := enc.Encode(v); err != nil {
+		return fmt.Errorf("write output: %w", err)
+	}
+	return nil
+}
+
+func versionID(v *capgate.ConfigVersion) *int64 {
+	if v == nil {
+		return nil
+	}
+	return &v.ID
+}
+
+func nullable(s string) *string {
+	if s == "" {
+		return nil
+	}
+	return &s
+}

@@ -1,0 +1,167 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"log/slog"
+	"net"
+	"os"
+	"strconv"
+	"strings"
+	"time"
+
+	capgatehttp "github.com/capgate/capgate/http"
+)
+
+// DefaultShutdownTimeout is how long serve lets calls in flight finish
+// after SIGTERM.
+const DefaultShutdownTimeout = 30 * time.Second
+
+// ServeCommand is `capgate serve`: the gateway in front of an API.
+type ServeCommand struct {
+	Stdout, Stderr io.Writer
+	// Getenv reads the environment. Default os.Getenv.
+	Getenv func(string) string
+	// Ready, if set, gets the gateway's address once it listens (tests).
+	Ready chan<- string
+}
+
+// Usage returns the command's help.
+func (c *ServeCommand) Usage() string {
+	return `Usage: capgate serve --upstream URL [flags]
+
+Runs the gateway: a reverse proxy in front of the API at --upstream that
+gates its heavy calls, serves the staff API under /capacity/, GET /metrics
+and GET /healthz, and writes one ocl_capacity JSON line per gated call to
+stdout (or --log-file). Every flag also reads the environment variable named
+in its help. Flags:
+`
+}
+
+// serveFlags holds the parsed flag values until they are checked.
+type serveFlags struct {
+	fs       *flag.FlagSet
+	st       *Settings
+	o        *ServeOptions
+	maxBody  string
+	shutdown string
+}
+
+// flags registers every flag of serve, defaulting to the environment.
+func (c *ServeCommand) flags() (*serveFlags, error) {
+	getenv := c.Getenv
+	if getenv == nil {
+		getenv = os.Getenv
+	}
+	st, err := LoadSettings(getenv)
+	if err != nil {
+		return nil, err
+	}
+	env := func(name, def string) string {
+		if v := getenv(name); v != "" {
+			return v
+		}
+		return def
+	}
+	f := &serveFlags{fs: flag.NewFlagSet("capgate serve", flag.ContinueOnError), st: &st, o: &ServeOptions{}}
+	fs, o := f.fs, f.o
+	fs.SetOutput(io.Discard)
+	f.st.ConfigFlags(fs)
+	f.st.LaneFlags(fs)
+	fs.StringVar(&o.Listen, "listen", env("CAPGATE_LISTEN", "127.0.0.1:8080"), "address to serve the gateway on (CAPGATE_LISTEN)")
+	fs.StringVar(&o.AdminListen, "admin-listen", env("CAPGATE_ADMIN_LISTEN", ""), "serve the staff API, /metrics and /healthz only on this address (CAPGATE_ADMIN_LISTEN)")
+	fs.StringVar(&o.Upstream, "upstream", env("CAPGATE_UPSTREAM", ""), "the API, e.g. http://127.0.0.1:8000 (CAPGATE_UPSTREAM; required)")
+	fs.StringVar(&o.Identity, "identity", env("CAPGATE_IDENTITY", "upstream"), "how callers are identified: upstream, header or tokens (CAPGATE_IDENTITY)")
+	fs.StringVar(&o.Tokens, "tokens", env("CAPGATE_TOKENS", ""), "the tokens file for --identity tokens (CAPGATE_TOKENS)")
+	fs.StringVar(&o.TrustedProxies, "trusted-proxies", env("CAPGATE_TRUSTED_PROXIES", ""), "comma-separated CIDRs of proxies whose X-Forwarded-* and X-Capgate-* headers are trusted (CAPGATE_TRUSTED_PROXIES)")
+	fs.StringVar(&o.PathPrefix, "path-prefix", env("CAPGATE_PATH_PREFIX", ""), "where the API is mounted, e.g. /api (CAPGATE_PATH_PREFIX)")
+	fs.StringVar(&f.maxBody, "max-body-bytes", env("CAPGATE_MAX_BODY_BYTES", strconv.FormatInt(capgatehttp.DefaultMaxBodyBytes, 10)), "the most of a body read to classify it; larger bodies pass ungated (CAPGATE_MAX_BODY_BYTES)")
+	fs.StringVar(&o.CORSOrigins, "cors-origins", env("CAPGATE_CORS_ORIGINS", ""), "comma-separated origins allowed on the gateway's own 429; default: echo the request's Origin (CAPGATE_CORS_ORIGINS)")
+	fs.StringVar(&o.LogFile, "log-file", env("CAPGATE_LOG_FILE", ""), "append the ocl_capacity lines to this file instead of stdout (CAPGATE_LOG_FILE)")
+	fs.StringVar(&f.shutdown, "shutdown-timeout", env("CAPGATE_SHUTDOWN_TIMEOUT", DefaultShutdownTimeout.String()), "how long calls in flight may finish after SIGTERM (CAPGATE_SHUTDOWN_TIMEOUT)")
+	fs.StringVar(&o.CoreGroup, "core-group", env("CAPGATE_CORE_GROUP", "core_user"), "the auth group of the core tier (CAPGATE_CORE_GROUP)")
+	fs.StringVar(&o.EarlyGroup, "early-access-group", env("CAPGATE_EARLY_ACCESS_GROUP", "early_access"), "the auth group of the early_access tier (CAPGATE_EARLY_ACCESS_GROUP)")
+	return f, nil
+}
+
+func (f *serveFlags) help(usage string) string {
+	var b strings.Builder
+	b.WriteString(usage)
+	f.fs.SetOutput(&b)
+	f.fs.PrintDefaults()
+	f.fs.SetOutput(io.Discard)
+	return b.String()
+}
+
+// parse reads the flags over the environment's settings.
+func (c *ServeCommand) parse(args []string) (ServeOptions, error) {
+	f, err := c.flags()
+	if err != nil {
+		return ServeOptions{}, err
+	}
+	if err := f.fs.Parse(args); err != nil {
+		if errors.Is(err, flag.ErrHelp) {
+			fmt.Fprint(c.Stdout, f.help(c.Usage()))
+			return ServeOptions{}, err
+		}
+		return ServeOptions{}, &UsageError{Msg: fmt.Sprintf("%v\n\n%s", err, f.help(c.Usage()))}
+	}
+	if f.fs.NArg() > 0 {
+		return ServeOptions{}, &UsageError{Msg: fmt.Sprintf("unexpected argument %q\n\n%s", f.fs.Arg(0), f.help(c.Usage()))}
+	}
+	o := *f.o
+	o.Settings = *f.st
+	n, err := strconv.ParseInt(f.maxBody, 10, 64)
+	if err != nil || n <= 0 {
+		return o, fmt.Errorf("--max-body-bytes %q: want a positive number of bytes", f.maxBody)
+	}
+	o.MaxBodyBytes = n
+	d, err := time.ParseDuration(f.shutdown)
+	if err != nil || d < 0 {
+		return o, fmt.Errorf("--shutdown-timeout %q: want a duration such as 30s", f.shutdown)
+	}
+	o.ShutdownTimeout = d
+	return o, nil
+}
+
+// Run serves until ctx is done (SIGTERM or SIGINT), then shuts down
+// gracefully and drains the log sink.
+func (c *ServeCommand) Run(ctx context.Context, args []string) error {
+	o, err := c.parse(args)
+	if errors.Is(err, flag.ErrHelp) {
+		return nil
+	}
+	if err != nil {
+		return err
+	}
+	logger := slog.New(slog.NewTextHandler(c.Stderr, nil))
+	srv, err := NewServer(ctx, o, c.Stdout, logger)
+	if err != nil {
+		return err
+	}
+	defer func() {
+		if cerr := srv.Close(); cerr != nil {
+			logger.Warn("close", "error", cerr)
+		}
+	}()
+	ln, err := net.Listen("tcp", o.Listen)
+	if err != nil {
+		return fmt.Errorf("--listen: %w", err)
+	}
+	var admin net.Listener
+	if o.AdminListen != "" {
+		if admin, err = net.Listen("tcp", o.AdminListen); err != nil {
+			ln.Close()
+			return fmt.Errorf("--admin-listen: %w", err)
+		}
+	}
+	logger.Info("capgate serving", "listen", ln.Addr().String(), "upstream", o.Upstream,
+		"task", o.TaskID, "identity", o.Identity)
+	if c.Ready != nil {
+		c.Ready <- ln.Addr().String()
+	}
+	return srv.Serve(ctx, ln, admin)
+}

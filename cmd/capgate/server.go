@@ -1,0 +1,298 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"net"
+	"net/http"
+	"net/netip"
+	"net/url"
+	"os"
+	"strings"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/collectors"
+	"github.com/prometheus/client_golang/prometheus/promhttp"
+
+	"github.com/capgate/capgate"
+	capgatehttp "github.com/capgate/capgate/http"
+	"github.com/capgate/capgate/logsink"
+	"github.com/capgate/capgate/memory"
+	"github.com/capgate/capgate/metrics"
+	"github.com/capgate/capgate/redis"
+)
+
+// ServeOptions are the settings of capgate serve beyond the shared ones.
+type ServeOptions struct {
+	Settings
+	Listen          string        // --listen, CAPGATE_LISTEN
+	AdminListen     string        // --admin-listen, CAPGATE_ADMIN_LISTEN: staff API, metrics and health only there
+	Upstream        string        // --upstream, CAPGATE_UPSTREAM (required)
+	Identity        string        // --identity, CAPGATE_IDENTITY: upstream, header or tokens
+	Tokens          string        // --tokens, CAPGATE_TOKENS: the tokens file
+	TrustedProxies  string        // --trusted-proxies, CAPGATE_TRUSTED_PROXIES: comma-separated CIDRs
+	PathPrefix      string        // --path-prefix, CAPGATE_PATH_PREFIX
+	MaxBodyBytes    int64         // --max-body-bytes, CAPGATE_MAX_BODY_BYTES
+	CORSOrigins     string        // --cors-origins, CAPGATE_CORS_ORIGINS: comma-separated; empty: echo Origin
+	LogFile         string        // --log-file, CAPGATE_LOG_FILE: the ocl_capacity lines; empty: stdout
+	ShutdownTimeout time.Duration // --shutdown-timeout, CAPGATE_SHUTDOWN_TIMEOUT
+	CoreGroup       string        // --core-group
+	EarlyGroup      string        // --early-access-group
+}
+
+// Server is one running capgate gateway: its stores, gate and handlers.
+// Build it with NewServer, run it with Serve, and Close it.
+type Server struct {
+	Gate    *capgate.Gate
+	Configs *capgate.ConfigService
+	Lanes   capgate.LaneStore
+	Sink    *logsink.Sink
+	Handler http.Handler // the gateway (and, without AdminListen, the staff API, /metrics, /healthz)
+	Admin   http.Handler // the staff API, /metrics and /healthz, when AdminListen is set
+
+	opts    ServeOptions
+	logger  *slog.Logger
+	closers []func() error
+}
+
+// NewServer opens the stores and builds the gateway of opts. lines
+// receives the ocl_capacity lines when opts.LogFile is empty. It returns
+// an error for an invalid setting; an upstream that is down is not one.
+func NewServer(ctx context.Context, opts ServeOptions, lines io.Writer, logger *slog.Logger) (_ *Server, err error) {
+	s := &Server{opts: opts, logger: logger}
+	defer func() {
+		if err != nil {
+			s.closeStores()
+		}
+	}()
+	if opts.Upstream == "" {
+		return nil, errors.New("--upstream is required (CAPGATE_UPSTREAM): the API to put capgate in front of")
+	}
+	up, err := url.Parse(opts.Upstream)
+	if err != nil || (up.Scheme != "http" && up.Scheme != "https") || up.Host == "" {
+		return nil, fmt.Errorf("--upstream %q: want an absolute http(s) URL such as http://127.0.0.1:8000", opts.Upstream)
+	}
+	if opts.MaxBodyBytes <= 0 {
+		return nil, fmt.Errorf("--max-body-bytes %d: want a positive number of bytes", opts.MaxBodyBytes)
+	}
+	proxies, err := parsePrefixes(opts.TrustedProxies)
+	if err != nil {
+		return nil, err
+	}
+
+	// The log sink first: the config service writes its change lines there.
+	if opts.LogFile != "" {
+		f, err := os.OpenFile(opts.LogFile, os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o644)
+		if err != nil {
+			return nil, fmt.Errorf("--log-file: %w", err)
+		}
+		s.closers = append(s.closers, f.Close)
+		lines = f
+	}
+	s.Sink = logsink.New(lines)
+	s.closers = append(s.closers, func() error {
+		ctx, cancel := context.WithTimeout(context.Background(), logsink.DefaultDrainTimeout)
+		defer cancel()
+		return s.Sink.Close(ctx)
+	})
+
+	if opts.HasRedis() {
+		rs, err := redis.Open(opts.RedisOptions())
+		if err != nil {
+			return nil, fmt.Errorf("redis lanes: %w", err)
+		}
+		s.closers = append(s.closers, rs.Close)
+		s.Lanes = rs
+		logger.Info("lanes in Redis", "redis", rs.String())
+	} else {
+		s.Lanes = memory.New(nil)
+		logger.Warn("lanes are in-process: they count this gateway only; with more than one gateway set --redis or --redis-sentinels")
+	}
+
+	cstore, err := OpenConfigStore(ctx, opts.Database)
+	if err != nil {
+		return nil, fmt.Errorf("config store: %w", err)
+	}
+	s.closers = append(s.closers, cstore.Close)
+	s.Configs = opts.NewConfigService(cstore)
+	s.Configs.Sink = s.Sink
+	s.Configs.Logger = logger
+
+	reg := prometheus.NewRegistry()
+	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+	m, err := metrics.New(reg, metrics.WithLogDropped(s.Sink.Dropped))
+	if err != nil {
+		return nil, fmt.Errorf("metrics: %w", err)
+	}
+
+	s.Gate = capgate.NewGate(s.Lanes, s.Configs, s.Sink, opts.TaskID)
+	s.Gate.KeyPrefix = opts.KeyPrefix
+	s.Gate.Skip = capgate.NewSkipWindow(opts.RedisRetry, nil)
+	s.Gate.StoreDeadline = opts.RedisDeadline
+	s.Gate.Logger = logger
+	s.Gate.Observer = m
+
+	ids, err := newIdentity(opts, proxies)
+	if err != nil {
+		return nil, err
+	}
+	staff := capgatehttp.NewStaffHandler(s.Configs, ids, s.Gate)
+	staff.Logger = logger
+	health := func(ctx context.Context) error {
+		ctx, cancel := context.WithTimeout(ctx, 2*time.Second)
+		defer cancel()
+		return errors.Join(wrap("lanes", s.Lanes.Ping(ctx)), wrap("config", cstore.Ping(ctx)))
+	}
+	gcfg := capgatehttp.GatewayConfig{
+		Upstream:       up,
+		Gate:           s.Gate,
+		Identify:       ids,
+		Classifier:     &capgatehttp.Classifier{PathPrefix: opts.PathPrefix, MaxBodyBytes: opts.MaxBodyBytes, Oversize: m.OversizeBody},
+		TrustedProxies: proxies,
+		Logger:         logger,
+		Options: []capgatehttp.Option{
+			capgatehttp.WithTierGroups(capgate.TierGroups{Core: opts.CoreGroup, EarlyAccess: opts.EarlyGroup}),
+			capgatehttp.WithCORSOrigins(splitList(opts.CORSOrigins)),
+		},
+	}
+	metricsHandler := promhttp.HandlerFor(reg, promhttp.HandlerOpts{})
+	if opts.AdminListen == "" {
+		gcfg.Staff, gcfg.Metrics, gcfg.Health = staff, metricsHandler, health
+	} else {
+		mux := http.NewServeMux()
+		mux.Handle("/capacity/", staff)
+		mux.Handle("GET /metrics", metricsHandler)
+		mux.Handle("GET /healthz", capgatehttp.HealthHandler(health))
+		s.Admin = mux
+	}
+	gw, err := capgatehttp.NewGateway(gcfg)
+	if err != nil {
+		return nil, err
+	}
+	s.Handler = gw
+	return s, nil
+}
+
+func wrap(what string, err error) error {
+	if err != nil {
+		return fmt.Errorf("%s: %w", what, err)
+	}
+	return nil
+}
+
+func newIdentity(opts ServeOptions, proxies []netip.Prefix) (capgate.Identifier, error) {
+	switch opts.Identity {
+	case "upstream", "":
+		id, err := capgatehttp.NewUpstreamIdentity(opts.Upstream)
+		if err != nil {
+			return nil, err
+		}
+		// Its own client: lookups go straight to the API, never through
+		// an HTTP_PROXY from the environment.
+		id.Client = &http.Client{Transport: capgatehttp.NewTransport()}
+		return id, nil
+	case "header":
+		if len(proxies) == 0 {
+			return nil, errors.New("--identity header needs --trusted-proxies: the auth proxies whose X-Capgate-* headers to trust")
+		}
+		return capgatehttp.NewHeaderIdentity(splitList(opts.TrustedProxies))
+	case "tokens":
+		if opts.Tokens == "" {
+			return nil, errors.New("--identity tokens needs --tokens FILE")
+		}
+		return capgatehttp.LoadTokenIdentity(opts.Tokens)
+	}
+	return nil, fmt.Errorf("--identity %q: use upstream, header or tokens", opts.Identity)
+}
+
+func parsePrefixes(list string) ([]netip.Prefix, error) {
+	var out []netip.Prefix
+	for _, s := range splitList(list) {
+		p, err := netip.ParsePrefix(s)
+		if err != nil {
+			a, aerr := netip.ParseAddr(s)
+			if aerr != nil {
+				return nil, fmt.Errorf("--trusted-proxies %q: want CIDRs such as 10.0.0.0/8", s)
+			}
+			p = netip.PrefixFrom(a, a.BitLen())
+		}
+		out = append(out, p)
+	}
+	return out, nil
+}
+
+func splitList(s string) []string {
+	var out []string
+	for _, p := range strings.Split(s, ",") {
+		if p = strings.TrimSpace(p); p != "" {
+			out = append(out, p)
+		}
+	}
+	return out
+}
+
+// Serve serves the gateway on ln (and the admin handler on admin, if
+// given) until ctx is done, then shuts down gracefully: it stops
+// accepting, lets calls in flight finish for at most ShutdownTimeout (their
+// leases are released as each one ends), and returns. Close the Server
+// after it to drain the log sink.
+func (s *Server) Serve(ctx context.Context, ln, admin net.Listener) error {
+	newHTTP := func(h http.Handler) *http.Server {
+		return &http.Server{
+			Handler: h,
+			// Slow clients can't hold connections open before sending
+			// a request; a heavy call may then run for many minutes, so
+			// there is no overall write timeout.
+			ReadHeaderTimeout: 10 * time.Second,
+			IdleTimeout:       2 * time.Minute,
+			MaxHeaderBytes:    1 << 20,
+			ErrorLog:          slog.NewLogLogger(s.logger.Handler(), slog.LevelWarn),
+		}
+	}
+	servers := []*http.Server{newHTTP(s.Handler)}
+	listeners := []net.Listener{ln}
+	if admin != nil && s.Admin != nil {
+		servers = append(servers, newHTTP(s.Admin))
+		listeners = append(listeners, admin)
+	}
+	errc := make(chan error, len(servers))
+	for i, srv := range servers {
+		go func() { errc <- srv.Serve(listeners[i]) }()
+	}
+	var err error
+	select {
+	case <-ctx.Done():
+	case err = <-errc:
+	}
+	s.logger.Info("shutting down", "timeout", s.opts.ShutdownTimeout)
+	sctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), s.opts.ShutdownTimeout)
+	defer cancel()
+	for _, srv := range servers {
+		if serr := srv.Shutdown(sctx); serr != nil {
+			// Calls still running past the timeout: cut them; their
+			// handlers release their leases as they return.
+			s.logger.Warn("calls still in flight at the shutdown timeout; closing them", "error", serr)
+			_ = srv.Close()
+		}
+	}
+	if errors.Is(err, http.ErrServerClosed) {
+		err = nil
+	}
+	return err
+}
+
+// Close drains the log sink (2 s at most) and closes the stores.
+func (s *Server) Close() error { return s.closeStores() }
+
+func (s *Server) closeStores() error {
+	var errs []error
+	for i := len(s.closers) - 1; i >= 0; i-- {
+		errs = append(errs, s.closers[i]())
+	}
+	s.closers = nil
+	return errors.Join(errs...)
+}

@@ -1,0 +1,204 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"net"
+	"net/url"
+	"os"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/capgate/capgate"
+	"github.com/capgate/capgate/postgres"
+	"github.com/capgate/capgate/redis"
+	"github.com/capgate/capgate/sqlite"
+)
+
+// DefaultDatabase is where the config lives unless --database or
+// CAPGATE_DATABASE say otherwise.
+const DefaultDatabase = "sqlite:capgate.db"
+
+// Settings are what the capgate commands share (SPEC §11): where the
+// config and the lanes live, the boot mode, and the limiter's timeouts.
+// Every one has a flag; its default comes from the environment, under the
+// original implementation's names, else the built-in default.
+type Settings struct {
+	Database    string        // --database, CAPGATE_DATABASE: sqlite:<path> or postgres://…
+	Mode        capgate.Mode  // --mode, CAPACITY_LIMIT_MODE: the defaults' mode; invalid means shadow
+	CacheTTL    time.Duration // --config-cache, CAPACITY_CONFIG_CACHE_SECONDS (10); 0 reads on every call
+	ReadTimeout time.Duration // --config-read-timeout, CAPACITY_CONFIG_READ_TIMEOUT_MS (500)
+
+	Redis          string        // --redis, CAPGATE_REDIS_URL, or REDIS_HOST/REDIS_PORT/REDIS_DB/REDIS_PASSWORD; "" with no Sentinels: in-process lanes
+	RedisSentinels string        // --redis-sentinels, REDIS_SENTINELS: "h:p;h:p"
+	RedisMaster    string        // --redis-master, REDIS_SENTINELS_MASTER (default)
+	RedisPassword  string        // REDIS_PASSWORD: for the Sentinels' master, or a URL without one
+	RedisTimeout   time.Duration // --redis-timeout, CAPACITY_REDIS_TIMEOUT_SECONDS (0.5)
+	RedisDeadline  time.Duration // --redis-deadline, CAPACITY_REDIS_DEADLINE_SECONDS (1)
+	RedisRetry     time.Duration // --redis-retry, CAPACITY_REDIS_RETRY_SECONDS (15)
+
+	TaskID    string // --task-id, CAPACITY_TASK_ID: this API task's lane; default the hostname
+	KeyPrefix string // --key-prefix, CAPGATE_KEY_PREFIX: the lane keys' prefix (ocl:capacity)
+}
+
+// LoadSettings reads the settings' environment variables through getenv
+// (nil: os.Getenv) over the built-in defaults. It returns every value it
+// can't read, joined.
+func LoadSettings(getenv func(string) string) (Settings, error) {
+	if getenv == nil {
+		getenv = os.Getenv
+	}
+	host, _ := os.Hostname()
+	s := Settings{
+		Database:      DefaultDatabase,
+		Mode:          capgate.ModeShadow,
+		CacheTTL:      capgate.DefaultConfigCacheTTL,
+		ReadTimeout:   capgate.DefaultConfigReadTimeout,
+		RedisMaster:   redis.DefaultMasterName,
+		RedisTimeout:  redis.DefaultTimeout,
+		RedisDeadline: redis.DefaultDeadline,
+		RedisRetry:    capgate.DefaultSkipDuration,
+		TaskID:        host,
+		KeyPrefix:     capgate.DefaultKeyPrefix,
+	}
+	var errs []error
+	str := func(dst *string, name string) {
+		if v := getenv(name); v != "" {
+			*dst = v
+		}
+	}
+	dur := func(dst *time.Duration, name string, unit time.Duration) {
+		v := getenv(name)
+		if v == "" {
+			return
+		}
+		f, err := strconv.ParseFloat(strings.TrimSpace(v), 64)
+		if err != nil || f < 0 {
+			errs = append(errs, fmt.Errorf("%s=%q: want a number of %s, 0 or more", name, v, strings.TrimPrefix(unit.String(), "1")))
+			return
+		}
+		*dst = time.Duration(f * float64(unit))
+	}
+	str(&s.Database, "CAPGATE_DATABASE")
+	if v := getenv("CAPACITY_LIMIT_MODE"); v != "" {
+		s.Mode = capgate.Mode(v)
+	}
+	dur(&s.CacheTTL, "CAPACITY_CONFIG_CACHE_SECONDS", time.Second)
+	dur(&s.ReadTimeout, "CAPACITY_CONFIG_READ_TIMEOUT_MS", time.Millisecond)
+	str(&s.RedisPassword, "REDIS_PASSWORD")
+	str(&s.Redis, "CAPGATE_REDIS_URL")
+	if s.Redis == "" && getenv("REDIS_HOST") != "" {
+		u, err := redisURL(getenv("REDIS_HOST"), getenv("REDIS_PORT"), getenv("REDIS_DB"), s.RedisPassword)
+		if err != nil {
+			errs = append(errs, err)
+		}
+		s.Redis = u
+	}
+	str(&s.RedisSentinels, "REDIS_SENTINELS")
+	str(&s.RedisMaster, "REDIS_SENTINELS_MASTER")
+	dur(&s.RedisTimeout, "CAPACITY_REDIS_TIMEOUT_SECONDS", time.Second)
+	dur(&s.RedisDeadline, "CAPACITY_REDIS_DEADLINE_SECONDS", time.Second)
+	dur(&s.RedisRetry, "CAPACITY_REDIS_RETRY_SECONDS", time.Second)
+	str(&s.TaskID, "CAPACITY_TASK_ID")
+	str(&s.KeyPrefix, "CAPGATE_KEY_PREFIX")
+	return s, errors.Join(errs...)
+}
+
+// redisURL builds redis://[:password@]host:port/db from the REDIS_*
+// variables.
+func redisURL(host, port, db, password string) (string, error) {
+	if port == "" {
+		port = "6379"
+	}
+	if _, err := strconv.Atoi(port); err != nil {
+		return "", fmt.Errorf("REDIS_PORT=%q: want a port number", port)
+	}
+	if db == "" {
+		db = "0"
+	}
+	if n, err := strconv.Atoi(db); err != nil || n < 0 {
+		return "", fmt.Errorf("REDIS_DB=%q: want a database number", db)
+	}
+	u := url.URL{Scheme: "redis", Host: net.JoinHostPort(host, port), Path: "/" + db}
+	if password != "" {
+		u.User = url.UserPassword("", password)
+	}
+	return u.String(), nil
+}
+
+// ConfigFlags registers the config store and boot mode settings on fs,
+// defaulting to s's values.
+func (s *Settings) ConfigFlags(fs *flag.FlagSet) {
+	fs.StringVar(&s.Database, "database", s.Database, "where the config lives: sqlite:<path> (created if missing) or postgres://… (CAPGATE_DATABASE)")
+	fs.Func("mode", fmt.Sprintf("the defaults' mode until staff change the config: off, shadow or enforce; invalid means shadow (CAPACITY_LIMIT_MODE) (default %q)", s.Mode), func(v string) error {
+		s.Mode = capgate.Mode(v)
+		return nil
+	})
+}
+
+// CacheFlags registers the request path's config cache settings on fs,
+// defaulting to s's values.
+func (s *Settings) CacheFlags(fs *flag.FlagSet) {
+	fs.DurationVar(&s.CacheTTL, "config-cache", s.CacheTTL, "how long a gateway keeps the config it read (CAPACITY_CONFIG_CACHE_SECONDS)")
+	fs.DurationVar(&s.ReadTimeout, "config-read-timeout", s.ReadTimeout, "bound of the config read on the request path (CAPACITY_CONFIG_READ_TIMEOUT_MS)")
+}
+
+// LaneFlags registers the lane store settings on fs, defaulting to s's
+// values.
+func (s *Settings) LaneFlags(fs *flag.FlagSet) {
+	fs.StringVar(&s.Redis, "redis", s.Redis, "the Redis of the lanes, redis://[:password@]host:port/db (CAPGATE_REDIS_URL, or REDIS_HOST, REDIS_PORT, REDIS_DB, REDIS_PASSWORD); none: in-process lanes")
+	fs.StringVar(&s.RedisSentinels, "redis-sentinels", s.RedisSentinels, "Redis Sentinels, host:port;host:port (REDIS_SENTINELS)")
+	fs.StringVar(&s.RedisMaster, "redis-master", s.RedisMaster, "the Sentinels' master name (REDIS_SENTINELS_MASTER)")
+	fs.DurationVar(&s.RedisTimeout, "redis-timeout", s.RedisTimeout, "Redis socket and connect timeout (CAPACITY_REDIS_TIMEOUT_SECONDS)")
+	fs.DurationVar(&s.RedisDeadline, "redis-deadline", s.RedisDeadline, "the longest one Redis operation may take (CAPACITY_REDIS_DEADLINE_SECONDS)")
+	fs.DurationVar(&s.RedisRetry, "redis-retry", s.RedisRetry, "how long to skip Redis after it failed (CAPACITY_REDIS_RETRY_SECONDS)")
+	fs.StringVar(&s.TaskID, "task-id", s.TaskID, "this API task's lane name (CAPACITY_TASK_ID; default the hostname)")
+	fs.StringVar(&s.KeyPrefix, "key-prefix", s.KeyPrefix, "the lane keys' prefix (CAPGATE_KEY_PREFIX)")
+}
+
+// HasRedis reports whether the lanes live in Redis (standalone or
+// Sentinel), rather than in-process.
+func (s Settings) HasRedis() bool { return s.Redis != "" || s.RedisSentinels != "" }
+
+// RedisOptions returns the Redis lane store's options.
+func (s Settings) RedisOptions() redis.Options {
+	o := redis.Options{URL: s.Redis, MasterName: s.RedisMaster, Password: s.RedisPassword,
+		Timeout: s.RedisTimeout, Deadline: s.RedisDeadline}
+	if s.RedisSentinels != "" {
+		o.URL = ""
+		for _, a := range strings.Split(s.RedisSentinels, ";") {
+			if a = strings.TrimSpace(a); a != "" {
+				o.Sentinels = append(o.Sentinels, a)
+			}
+		}
+	}
+	return o
+}
+
+// OpenConfigStore opens the config store that database names:
+// sqlite:<path> or postgres://… (postgresql:// too).
+func OpenConfigStore(ctx context.Context, database string) (capgate.ConfigStore, error) {
+	switch {
+	case strings.HasPrefix(database, "sqlite:"):
+		path := strings.TrimPrefix(strings.TrimPrefix(database, "sqlite:"), "//")
+		return sqlite.Open(ctx, path)
+	case strings.HasPrefix(database, "postgres://"), strings.HasPrefix(database, "postgresql://"):
+		return postgres.Open(ctx, database)
+	}
+	scheme, _, _ := strings.Cut(database, ":")
+	return nil, fmt.Errorf("--database %q: use sqlite:<path> or postgres://…", scheme)
+}
+
+// NewConfigService returns the config service of these settings over
+// store.
+func (s Settings) NewConfigService(store capgate.ConfigStore) *capgate.ConfigService {
+	svc := capgate.NewConfigService(store, s.Mode)
+	svc.CacheTTL, svc.ReadTimeout = s.CacheTTL, s.ReadTimeout
+	if s.CacheTTL == 0 {
+		svc.CacheTTL = -1 // 0 means no caching here; the service's 0 means its default
+	}
+	return svc
+}

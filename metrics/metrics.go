@@ -1,0 +1,176 @@
+// Package metrics exposes what the gate does as Prometheus metrics (SPEC
+// §8): decisions, calls in flight per lane as this gateway last saw them,
+// how long calls held their leases, lane store errors and skipped
+// operations, lease losses, oversize bodies, log lines dropped and the
+// config version in force. It implements capgate.Observer and registers on
+// the prometheus.Registerer it is given; it has no global state.
+package metrics
+
+import (
+	"errors"
+	"fmt"
+
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/capgate/capgate"
+)
+
+// Namespace prefixes every metric name.
+const Namespace = "capgate"
+
+// HeldBuckets are the buckets of the held-time histogram, in seconds: heavy
+// calls run from a fraction of a second to max_hold_seconds (900).
+var HeldBuckets = []float64{0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 120, 300, 600, 900}
+
+// Metrics is a capgate.Observer that keeps Prometheus metrics. Set it as
+// Gate.Observer, and OversizeBody as Classifier.Oversize. Safe for
+// concurrent use.
+type Metrics struct {
+	decisions *prometheus.CounterVec // decision, endpoint, tier
+	inFlight  *prometheus.GaugeVec   // lane
+	limit     *prometheus.GaugeVec   // lane
+	held      prometheus.Histogram   // seconds
+	storeErrs *prometheus.CounterVec // op
+	skipped   *prometheus.CounterVec // op
+	lost      prometheus.Counter     // leases lost
+	oversize  prometheus.Counter     // bodies too large to classify
+	funcs     []prometheus.Collector // from options
+}
+
+var _ capgate.Observer = (*Metrics)(nil)
+
+// Option adds a metric read from the caller's state.
+type Option func(*Metrics)
+
+// WithLogDropped exports dropped() as capgate_log_lines_dropped_total: the
+// log lines the sink dropped because its queue was full (logsink.Sink's
+// Dropped).
+func WithLogDropped(dropped func() uint64) Option {
+	return func(m *Metrics) {
+		m.funcs = append(m.funcs, prometheus.NewCounterFunc(prometheus.CounterOpts{
+			Namespace: Namespace,
+			Name:      "log_lines_dropped_total",
+			Help:      "Log lines dropped because the log queue was full.",
+		}, func() float64 { return float64(dropped()) }))
+	}
+}
+
+// WithConfigVersion exports version() as capgate_config_version: the
+// version (row id) of the runtime config in force, 0 for the defaults.
+func WithConfigVersion(version func() int64) Option {
+	return func(m *Metrics) {
+		m.funcs = append(m.funcs, prometheus.NewGaugeFunc(prometheus.GaugeOpts{
+			Namespace: Namespace,
+			Name:      "config_version",
+			Help:      "Version of the runtime capacity config in force (0: the defaults).",
+		}, func() float64 { return float64(version()) }))
+	}
+}
+
+// New returns metrics registered on reg. It returns an error if reg
+// refuses one of them (a name already registered, say).
+func New(reg prometheus.Registerer, opts ...Option) (*Metrics, error) {
+	m := &Metrics{
+		decisions: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Namespace: Namespace, Name: "decisions_total",
+			Help: "Gated calls by decision, endpoint and tier.",
+		}, []string{"decision", "endpoint", "tier"}),
+		inFlight: prometheus.NewGaugeVec(prometheus.GaugeOpts{
+			Namespace: Namespace, Name: "lane_in_flight",
+			Help: "Calls in flight per lane, as this gateway's last gated call saw them.",
+		}, []string{"lane"}),
+		limit: prometheus.NewGaugeVec(prometheus.GaugeOpts{
+			Namespace: Namespace, Name: "lane_limit",
+			Help: "Limit per lane, as this gateway's last gated call saw it.",
+		}, []string{"lane"}),
+		held: prometheus.NewHistogram(prometheus.HistogramOpts{
+			Namespace: Namespace, Name: "held_seconds",
+			Help:    "How long gated calls held their leases.",
+			Buckets: HeldBuckets,
+		}),
+		storeErrs: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Namespace: Namespace, Name: "store_errors_total",
+			Help: "Lane store operations that failed, by operation.",
+		}, []string{"op"}),
+		skipped: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Namespace: Namespace, Name: "store_skipped_total",
+			Help: "Lane store operations skipped because the store failed recently, by operation.",
+		}, []string{"op"}),
+		lost: prometheus.NewCounter(prometheus.CounterOpts{
+			Namespace: Namespace, Name: "leases_lost_total",
+			Help: "Calls whose leases expired while they ran.",
+		}),
+		oversize: prometheus.NewCounter(prometheus.CounterOpts{
+			Namespace: Namespace, Name: "oversize_bodies_total",
+			Help: "Would-be heavy calls passed ungated because their body exceeded --max-body-bytes.",
+		}),
+	}
+	for _, o := range opts {
+		o(m)
+	}
+	cs := append([]prometheus.Collector{m.decisions, m.inFlight, m.limit, m.held,
+		m.storeErrs, m.skipped, m.lost, m.oversize}, m.funcs...)
+	var errs []error
+	for _, c := range cs {
+		if err := reg.Register(c); err != nil {
+			errs = append(errs, err)
+		}
+	}
+	if err := errors.Join(errs...); err != nil {
+		return nil, fmt.Errorf("register metrics: %w", err)
+	}
+	return m, nil
+}
+
+// Admitted implements capgate.Observer: it records the lanes' counts and
+// limits as the call saw them (the user lane is left out: one series per
+// user would grow without bound).
+func (m *Metrics) Admitted(a *capgate.Admission) {
+	call := a.Call()
+	counts := a.Counts()
+	for i, l := range a.Lanes() {
+		name := laneLabel(l, call)
+		if name == "" {
+			continue
+		}
+		m.limit.WithLabelValues(name).Set(float64(l.Limit))
+		if counts != nil {
+			m.inFlight.WithLabelValues(name).Set(float64(counts[i]))
+		}
+	}
+}
+
+// Released implements capgate.Observer: it counts the decision and the
+// time the call held its leases.
+func (m *Metrics) Released(a *capgate.Admission) {
+	call := a.Call()
+	m.decisions.WithLabelValues(string(a.Decision()), call.Endpoint, string(call.Tier)).Inc()
+	if a.LeaseLost() {
+		m.lost.Inc()
+	}
+	if d, ok := a.Held(); ok {
+		m.held.Observe(d.Seconds())
+	}
+}
+
+// laneLabel names a lane for the lane label: api_heavy, api_heavy_task,
+// es2_knn, or tier:<tier>; "" for the user lane.
+func laneLabel(l capgate.Lane, call capgate.Call) string {
+	switch l.Name {
+	case capgate.LaneUser:
+		return ""
+	case capgate.LaneTier:
+		return "tier:" + string(call.Tier)
+	}
+	return string(l.Name)
+}
+
+// StoreError implements capgate.Observer.
+func (m *Metrics) StoreError(op string, _ error) { m.storeErrs.WithLabelValues(op).Inc() }
+
+// StoreSkipped implements capgate.Observer.
+func (m *Metrics) StoreSkipped(op string) { m.skipped.WithLabelValues(op).Inc() }
+
+// OversizeBody counts a call passed ungated because its body was too
+// large to classify; use it as capgatehttp.Classifier.Oversize.
+func (m *Metrics) OversizeBody() { m.oversize.Inc() }

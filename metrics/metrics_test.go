@@ -1,0 +1,187 @@
+package metrics_test
+
+import (
+	"context"
+	"errors"
+	"io"
+	"net/http"
+	"net/http/httptest"
+	"net/url"
+	"strings"
+	"sync/atomic"
+	"testing"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/promhttp"
+	"github.com/prometheus/client_golang/prometheus/testutil"
+
+	"github.com/capgate/capgate"
+	capgatehttp "github.com/capgate/capgate/http"
+	"github.com/capgate/capgate/memory"
+	"github.com/capgate/capgate/metrics"
+	"github.com/capgate/capgate/mock"
+)
+
+func call(user string, tier capgate.Tier) capgate.Call {
+	return capgate.Call{Endpoint: capgate.EndpointMatch, Rows: 2, Semantic: true, UserID: user, Tier: tier}
+}
+
+func TestObserver(t *testing.T) {
+	reg := prometheus.NewPedanticRegistry()
+	var dropped atomic.Uint64
+	dropped.Store(7)
+	m, err := metrics.New(reg, metrics.WithLogDropped(dropped.Load), metrics.WithConfigVersion(func() int64 { return 12 }))
+	if err != nil {
+		t.Fatal(err)
+	}
+	failing := errors.New("connection refused")
+	store := &mock.LaneStore{Base: memory.New(nil)}
+	gate := capgate.NewGate(store, capgate.NewFixedConfig(capgate.DefaultConfig(capgate.ModeShadow)), nil, "task-1")
+	gate.Observer = m
+	ctx := t.Context()
+
+	a1 := gate.Admit(ctx, call("pam", capgate.TierPreview))
+	a2 := gate.Admit(ctx, call("pam", capgate.TierPreview))
+	a2.Release(ctx)
+	a1.Release(ctx)
+	store.AcquireFn = func(context.Context, capgate.AcquireRequest, []int) (bool, error) { return false, failing }
+	gate.Admit(ctx, call("cora", capgate.TierCore)).Release(ctx) // fails: opens the skip window
+	gate.Admit(ctx, call("cora", capgate.TierCore)).Release(ctx) // skipped
+	m.OversizeBody()
+
+	want := `
+# HELP capgate_decisions_total Gated calls by decision, endpoint and tier.
+# TYPE capgate_decisions_total counter
+capgate_decisions_total{decision="admitted",endpoint="$match",tier="preview"} 1
+capgate_decisions_total{decision="shadow-refused",endpoint="$match",tier="preview"} 1
+capgate_decisions_total{decision="unavailable",endpoint="$match",tier="core"} 2
+# HELP capgate_store_errors_total Lane store operations that failed, by operation.
+# TYPE capgate_store_errors_total counter
+capgate_store_errors_total{op="acquire"} 1
+# HELP capgate_store_skipped_total Lane store operations skipped because the store failed recently, by operation.
+# TYPE capgate_store_skipped_total counter
+capgate_store_skipped_total{op="acquire"} 1
+# HELP capgate_log_lines_dropped_total Log lines dropped because the log queue was full.
+# TYPE capgate_log_lines_dropped_total counter
+capgate_log_lines_dropped_total 7
+# HELP capgate_config_version Version of the runtime capacity config in force (0: the defaults).
+# TYPE capgate_config_version gauge
+capgate_config_version 12
+# HELP capgate_oversize_bodies_total Would-be heavy calls passed ungated because their body exceeded --max-body-bytes.
+# TYPE capgate_oversize_bodies_total counter
+capgate_oversize_bodies_total 1
+`
+	if err := testutil.GatherAndCompare(reg, strings.NewReader(want),
+		"capgate_decisions_total", "capgate_store_errors_total", "capgate_store_skipped_total",
+		"capgate_log_lines_dropped_total", "capgate_config_version", "capgate_oversize_bodies_total"); err != nil {
+		t.Error(err)
+	}
+
+	// The lanes as the last call with counts saw them (pam's second call:
+	// two in flight); the user lane has no series.
+	lanes := `
+# HELP capgate_lane_in_flight Calls in flight per lane, as this gateway's last gated call saw them.
+# TYPE capgate_lane_in_flight gauge
+capgate_lane_in_flight{lane="api_heavy"} 2
+capgate_lane_in_flight{lane="api_heavy_task"} 2
+capgate_lane_in_flight{lane="es2_knn"} 2
+capgate_lane_in_flight{lane="tier:preview"} 2
+`
+	// a1 was released last, and saw itself alone.
+	if err := testutil.GatherAndCompare(reg, strings.NewReader(lanes), "capgate_lane_in_flight"); err != nil {
+		t.Error(err)
+	}
+	if n, err := testutil.GatherAndCount(reg, "capgate_held_seconds"); n != 1 || err != nil {
+		t.Errorf("held_seconds series: %d, %v", n, err)
+	}
+	if err := testutil.GatherAndCompare(reg, strings.NewReader(`
+# HELP capgate_lane_limit Limit per lane, as this gateway's last gated call saw it.
+# TYPE capgate_lane_limit gauge
+capgate_lane_limit{lane="api_heavy"} 3
+capgate_lane_limit{lane="api_heavy_task"} 2
+capgate_lane_limit{lane="es2_knn"} 3
+capgate_lane_limit{lane="tier:core"} 4
+capgate_lane_limit{lane="tier:preview"} 2
+`), "capgate_lane_limit"); err != nil {
+		t.Error(err)
+	}
+	if problems, err := testutil.GatherAndLint(reg); err != nil || len(problems) > 0 {
+		t.Errorf("lint: %v %v", problems, err)
+	}
+
+	// Registering twice on one registry fails.
+	if _, err := metrics.New(reg); err == nil {
+		t.Error("a second registration succeeded")
+	}
+}
+
+func TestMetricsThroughTheGateway(t *testing.T) {
+	api := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		io.WriteString(w, "[]")
+	}))
+	defer api.Close()
+	reg := prometheus.NewRegistry()
+	m, err := metrics.New(reg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	gate := capgate.NewGate(memory.New(nil), capgate.NewFixedConfig(capgate.DefaultConfig(capgate.ModeShadow)), nil, "task-1")
+	released := make(chan struct{}, 4)
+	gate.Observer = signalling{m, released}
+	ids, err := capgatehttp.NewTokenIdentity([]capgatehttp.TokenEntry{{Token: "t", Username: "pam"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	u, _ := url.Parse(api.URL)
+	gw, err := capgatehttp.NewGateway(capgatehttp.GatewayConfig{
+		Upstream: u, Gate: gate, Identify: ids,
+		Classifier: &capgatehttp.Classifier{MaxBodyBytes: 64, Oversize: m.OversizeBody},
+		Metrics:    promhttp.HandlerFor(reg, promhttp.HandlerOpts{}),
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	front := httptest.NewServer(gw)
+	defer front.Close()
+
+	post := func(body string) {
+		req, _ := http.NewRequestWithContext(t.Context(), "POST", front.URL+"/concepts/$match/?reranker=1", strings.NewReader(body))
+		req.Header.Set("Authorization", "Token t")
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		io.Copy(io.Discard, resp.Body)
+		resp.Body.Close()
+	}
+	post(`{"rows":[{}]}`)
+	post(`{"rows":[{}],"pad":"` + strings.Repeat("x", 100) + `"}`)
+	<-released // the gated call's metrics are in
+
+	resp, err := http.Get(front.URL + "/metrics")
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	for _, want := range []string{
+		`capgate_decisions_total{decision="admitted",endpoint="$match",tier="preview"} 1`,
+		`capgate_oversize_bodies_total 1`,
+		`capgate_held_seconds_count 1`,
+	} {
+		if !strings.Contains(string(b), want) {
+			t.Errorf("/metrics lacks %s", want)
+		}
+	}
+}
+
+// signalling tells the test when the observer has seen a release.
+type signalling struct {
+	*metrics.Metrics
+	released chan<- struct{}
+}
+
+func (s signalling) Released(a *capgate.Admission) {
+	s.Metrics.Released(a)
+	s.released <- struct{}{}
+}
