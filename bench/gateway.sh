@@ -127,25 +127,44 @@ serve() {
 	PIDS+=("$SERVE_PID")
 	wait_port "$port"
 }
+# The memory gateway gets a skip window of 100 ms too: the gate counts an
+# acquire whose client went away (the calls in flight when a wrk run ends)
+# as a store failure, and skips even the in-process store after it.
 MPORT=$(free_port)
-serve "$MPORT"
+serve "$MPORT" --redis-retry 100ms
 MEM_PID=$SERVE_PID
 RPORT2=$(free_port)
 serve "$RPORT2" --redis "$REDIS_URL"
 E_PID=$SERVE_PID
-# e32 gets a gateway of its own, outside (e)'s skip window, and a skip
-# window of 100 ms: at the end of each wrk run the calls in flight are cut
-# off, and the gate counts an acquire whose client went away as a store
-# failure, which would skip Redis for the next 15 s (the next round).
+# (e) runs as capgate serve does by default. e32, e1 get a gateway of their
+# own, outside (e)'s skip window, with a skip window of 100 ms: at the end
+# of each wrk run the calls in flight are cut off, and the gate counts an
+# acquire whose client went away as a store failure, which would skip Redis
+# for the next 15 s (the next round).
 RPORT3=$(free_port)
 serve "$RPORT3" --redis "$REDIS_URL" --redis-retry 100ms
 cmdlog "\$WORK/capgate serve --listen 127.0.0.1:\$PORT --upstream http://127.0.0.1:\$UPORT --database sqlite:\$WORK/capgate.db --task-id bench --mode shadow --identity tokens --tokens \$WORK/tokens.json --log-file \$WORK/capgate.log [--redis redis://127.0.0.1:\$RPORT/0]"
-cmdlog "# e32: its own gateway, --redis redis://127.0.0.1:\$RPORT/0 --redis-retry 100ms"
+cmdlog "# c, d, c32, c1, d1: --redis-retry 100ms (no --redis); e: --redis redis://127.0.0.1:\$RPORT/0; e32, e1: --redis redis://127.0.0.1:\$RPORT/0 --redis-retry 100ms"
+
+# g, gp: Go's httputil.ReverseProxy alone with capgate's upstream transport,
+# without and with a pool of copy buffers: what Go costs before capgate.
+go build -o "$WORK/goproxy" ./bench/goproxy
+GPORT=$(free_port)
+GPPORT=$(free_port)
+"$WORK/goproxy" -listen "127.0.0.1:$GPORT" -upstream "http://127.0.0.1:$UPORT" &
+PIDS+=($!)
+"$WORK/goproxy" -listen "127.0.0.1:$GPPORT" -upstream "http://127.0.0.1:$UPORT" -pool &
+PIDS+=($!)
+wait_port "$GPORT"
+wait_port "$GPPORT"
+cmdlog "\$WORK/goproxy -listen 127.0.0.1:\$PORT -upstream http://127.0.0.1:\$UPORT [-pool]"
 
 MATCH='/concepts/$match/?semantic=true'
 declare -A URL=(
 	[a]="http://127.0.0.1:$UPORT"
 	[b]="http://127.0.0.1:$PPORT"
+	[g]="http://127.0.0.1:$GPORT"
+	[gp]="http://127.0.0.1:$GPPORT"
 	[c]="http://127.0.0.1:$MPORT"
 	[d]="http://127.0.0.1:$MPORT"
 	[e]="http://127.0.0.1:$RPORT2"
@@ -156,7 +175,7 @@ URL[c1]=${URL[c]}
 URL[d1]=${URL[d]}
 URL[e1]=${URL[e32]}
 declare -A WPATH=([a]=/concepts/ [b]=/concepts/ [c]=/concepts/ [d]="$MATCH" [e]="$MATCH" [c32]=/concepts/ [e32]="$MATCH"
-	[c1]=/concepts/ [d1]="$MATCH" [e1]="$MATCH")
+	[c1]=/concepts/ [d1]="$MATCH" [e1]="$MATCH" [g]=/concepts/ [gp]=/concepts/)
 # (e) at 64 connections needs more store operations at once than the Redis
 # store's default bounds allow (32 in flight + 8 queued): its busy answers
 # open the skip window and the calls go ahead unavailable. c32 and e32
@@ -164,8 +183,8 @@ declare -A WPATH=([a]=/concepts/ [b]=/concepts/ [c]=/concepts/ [d]="$MATCH" [e]=
 # connections every server here is saturated (2 cores shared with wrk), so
 # its latency is mostly queueing; c1, d1 and e1 measure (c), (d) and (e)
 # with one connection, where latency is the cost of one call.
-declare -A CONNS=([a]=64 [b]=64 [c]=64 [d]=64 [e]=64 [c32]=32 [e32]=32 [c1]=1 [d1]=1 [e1]=1)
-TARGETS=(a b c d e c32 e32 c1 d1 e1)
+declare -A CONNS=([a]=64 [b]=64 [g]=64 [gp]=64 [c]=64 [d]=64 [e]=64 [c32]=32 [e32]=32 [c1]=1 [d1]=1 [e1]=1)
+TARGETS=(a b g gp c d e c32 e32 c1 d1 e1)
 
 # Check that (d) and (e) are gated and not refused before measuring.
 for t in d e e32; do

@@ -414,7 +414,7 @@ func gateway(b *bytes.Buffer, res []result, dir string, targets *bytes.Buffer) {
 	fmt.Fprintf(b, "| target | connections | requests/s | p50 µs | p99 µs | non-2xx / errors |\n|---|---|---|---|---|---|\n")
 	rps := map[string]map[int]float64{}
 	p50 := map[string]map[int]float64{}
-	for _, t := range []string{"a", "b", "c", "d", "e", "c32", "e32", "c1", "d1", "e1"} {
+	for _, t := range []string{"a", "b", "g", "gp", "c", "d", "e", "c32", "e32", "c1", "d1", "e1"} {
 		rps[t] = series(res, "wrk", 0, t, "rps")
 		p50[t] = series(res, "wrk", 0, t, "p50_us")
 		if len(rps[t]) == 0 {
@@ -443,6 +443,10 @@ func gateway(b *bytes.Buffer, res []result, dir string, targets *bytes.Buffer) {
 	ping := median(values(series(res, "rb_ping", 64, "", "p50_us")))
 	ping1 := median(values(series(res, "rb_ping", 1, "", "p50_us")))
 	ev1 := median(values(series(res, "rb_evalsha", 1, "", "p50_us")))
+	gb := ratio(rps["g"], rps["b"], func(g, b float64) float64 { return g / b })
+	gpb := ratio(rps["gp"], rps["b"], func(g, b float64) float64 { return g / b })
+	cg := ratio(rps["c"], rps["g"], func(c, g float64) float64 { return c / g })
+	fmt.Fprintf(b, "Round by round, throughput: Go's ReverseProxy alone ÷ (b) %s×, with a BufferPool %s×; (c) ÷ Go's ReverseProxy alone %s×.\n\n", num(gb), num(gpb), num(cg))
 	fmt.Fprintf(b, "Round by round: (c) ÷ (b) throughput %s×. p50 added by gating, one connection: (d) − (c) %s µs, (e) − (c) %s µs; "+
 		"64 connections (saturated, mostly queueing): (d) − (c) %s µs, (e) − (c) %s µs; 32 connections: (e) − (c) %s µs. "+
 		"A Redis round trip in the same run: PING p50 %s µs alone (%s µs under 64 connections), EVALSHA of acquire.lua p50 %s µs alone.\n\n",
