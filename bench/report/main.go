@@ -387,6 +387,8 @@ func memoryStore(b *bytes.Buffer, dir string, targets *bytes.Buffer) {
 var targetNames = map[string]string{
 	"a":   "(a) upstream direct (nginx, fixed JSON)",
 	"b":   "(b) nginx proxy_pass, keepalive",
+	"g":   "Go httputil.ReverseProxy alone (capgate's transport)",
+	"gp":  "the same with a BufferPool",
 	"c":   "(c) capgate serve, ungated path",
 	"d":   "(d) capgate serve, gated semantic $match, in-process lanes",
 	"e":   "(e) capgate serve, gated semantic $match, Redis lanes",
