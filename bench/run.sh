@@ -158,6 +158,7 @@ for c in 1 8 64; do
 	n=$((c == 1 ? 8000 : 25000))
 	for r in $(seq "$ROUNDS"); do
 		result store "$r" "$c" "" "$("$WORK/storebench" pairs -redis "$REDIS_URL" -c "$c" -d "${STORE_SECONDS}s" -max-in-flight "$c")"
+		result goredis "$r" "$c" "" "$("$WORK/storebench" pairs -raw redis/acquire.lua -redis "$REDIS_URL" -c "$c" -d "${STORE_SECONDS}s")"
 		# shellcheck disable=SC2086 # word splitting of the keys is meant
 		result rb_evalsha "$r" "$c" "" "$(rb "$c" "$n" EVALSHA "$SHA" 5 $KEYS5 __rand_int__ 60000 1 0 $LIMITS5)"
 		result rb_ping "$r" "$c" "" "$(rb "$c" $((n * 2)) PING)"
@@ -168,6 +169,7 @@ for c in 1 8 64; do
 	fi
 done
 cmdlog "\$WORK/storebench pairs -redis redis://127.0.0.1:\$RPORT/0 -c {1,8,64} -d ${STORE_SECONDS}s -max-in-flight {1,8,64}"
+cmdlog "\$WORK/storebench pairs -raw redis/acquire.lua -redis redis://127.0.0.1:\$RPORT/0 -c {1,8,64} -d ${STORE_SECONDS}s   # go-redis alone"
 cmdlog "redis-benchmark -h 127.0.0.1 -p \$RPORT -c {1,8,64} -n {8000,25000} -r 64 --csv EVALSHA $SHA 5 $KEYS5 __rand_int__ 60000 1 0 $LIMITS5"
 cmdlog "redis-benchmark -h 127.0.0.1 -p \$RPORT -c {1,8,64} -n {16000,50000} -r 64 --csv PING"
 cmdlog "\$WORK/storebench pairs -redis redis://127.0.0.1:\$RPORT/0 -c 64 -d ${STORE_SECONDS}s   # the store's default bounds"

@@ -3,6 +3,8 @@
 //
 //	storebench pairs -redis URL -c 8 -d 2s      acquire+release pairs through the Redis store
 //	storebench pairs -memory -c 2 -d 2s         the same through the in-process store
+//	storebench pairs -raw redis/acquire.lua -redis URL -c 8
+//	                                            the same commands sent with go-redis alone, no store
 //	storebench scale -redis URL -users 100000   acquire and Gate.Status with N users holding leases
 //
 // Every pair is what a semantic $match costs the store: an acquire across
@@ -112,10 +114,18 @@ func pairs(args []string) error {
 	conc := fs.Int("c", 1, "concurrent workers, each one pair in flight")
 	dur := fs.Duration("d", 2*time.Second, "how long to run")
 	maxInFlight := fs.Int("max-in-flight", 0, "Redis store MaxInFlight (0: the store's default)")
+	raw := fs.String("raw", "", "send the acquire script at this path and the release's ZREMs with go-redis alone, without the store")
 	if err := fs.Parse(args); err != nil {
 		return err
 	}
-	store, closeStore, err := openStore(*url, *inMemory, *maxInFlight)
+	var store capgate.LaneStore
+	closeStore := func() {}
+	var err error
+	if *raw != "" {
+		store, closeStore, err = openRaw(*url, *raw, *conc)
+	} else {
+		store, closeStore, err = openStore(*url, *inMemory, *maxInFlight)
+	}
 	if err != nil {
 		return err
 	}
@@ -166,8 +176,11 @@ func pairs(args []string) error {
 	secs := time.Since(start).Seconds()
 
 	name := "redis"
-	if *inMemory {
+	switch {
+	case *inMemory:
 		name = "memory"
+	case *raw != "":
+		name = "go-redis"
 	}
 	r := pairResult{Store: name, Concurrency: *conc, GOMAXPROCS: runtime.GOMAXPROCS(0), Pairs: len(pair),
 		Errors: errs.Load(), Seconds: secs, PairsPerSec: float64(len(pair)) / secs,
@@ -176,6 +189,62 @@ func pairs(args []string) error {
 		r.FirstError = e
 	}
 	return json.NewEncoder(os.Stdout).Encode(r)
+}
+
+// rawStore sends what redis.Store sends, with a plain go-redis client:
+// the acquire script by EVALSHA and the release's ZREMs in one pipeline. It
+// is the floor of the store's cost in Go, without its bounds, deadline and
+// per-operation goroutine. Only Acquire and Release work.
+type rawStore struct {
+	capgate.LaneStore // nil: the other methods are not used
+	c                 *goredis.Client
+	script            *goredis.Script
+}
+
+func openRaw(url, scriptPath string, conc int) (capgate.LaneStore, func(), error) {
+	src, err := os.ReadFile(scriptPath)
+	if err != nil {
+		return nil, nil, err
+	}
+	opts, err := goredis.ParseURL(url)
+	if err != nil {
+		return nil, nil, err
+	}
+	opts.PoolSize = max(conc, 1)
+	opts.Protocol = 2
+	opts.DisableIdentity = true
+	c := goredis.NewClient(opts)
+	return rawStore{c: c, script: goredis.NewScript(string(src))}, func() { _ = c.Close() }, nil
+}
+
+func (r rawStore) Acquire(ctx context.Context, req capgate.AcquireRequest, counts []int) (bool, error) {
+	force := "0"
+	if req.Force {
+		force = "1"
+	}
+	args := make([]any, 0, 4+len(req.Keys))
+	args = append(args, req.Token, req.Lease.Milliseconds(), force, req.NotAfter.UnixMilli())
+	for _, l := range req.Limits[:len(req.Keys)] {
+		args = append(args, l)
+	}
+	res, err := r.script.Run(ctx, r.c, req.Keys, args...).Int64Slice()
+	if err != nil {
+		return false, err
+	}
+	for i, n := range res[1:] {
+		counts[i] = int(n)
+	}
+	return res[0] == 1, nil
+}
+
+func (r rawStore) Release(ctx context.Context, token string, keys []string) error {
+	_, err := r.c.Pipelined(ctx, func(p goredis.Pipeliner) error {
+		for _, k := range keys {
+			p.ZRem(ctx, k, token)
+		}
+		return nil
+	})
+	return err
 }
 
 // onePair takes a fresh lease on keys and gives it back, recording the
