@@ -460,7 +460,8 @@ func gateway(b *bytes.Buffer, res []result, dir string, targets *bytes.Buffer) {
 		"A Redis round trip in the same run: PING p50 %s µs alone (%s µs under 64 connections), EVALSHA of acquire.lua p50 %s µs alone.\n\n",
 		num(cb), num(dc1), num(ec1), num(dc), num(ec), num(e32), num(ping1), num(ping), num(ev1))
 	if len(rps["b"]) > 0 && len(rps["c"]) > 0 {
-		fmt.Fprintf(targets, "| 3. (c) ≥ 0.8× of (b)'s throughput | %s× | %s |\n", num(cb), met(cb >= 0.8))
+		fmt.Fprintf(targets, "| 3. (c) ≥ 0.8× of (b)'s throughput | %s× (Go's ReverseProxy alone: %s×, with a BufferPool %s×; (c) is %s× of Go's ReverseProxy alone) | %s |\n",
+			num(cb), num(gb), num(gpb), num(cg), met(cb >= 0.8))
 	}
 	if len(rps["d1"]) > 0 {
 		fmt.Fprintf(targets, "| 3. (d) adds < 50 µs p50 over (c) | +%s µs at 1 connection (+%s µs at 64, saturated) | %s |\n", num(dc1), num(dc), met(dc1 < 50))
