@@ -141,11 +141,14 @@ func (h *Logs) Count(prefix string) int {
 }
 
 // Service returns a ConfigService over store with a fake clock, a
-// recording sink and a recording logger.
+// recording sink and a recording logger. Its ReadTimeout is a generous
+// 10 s, so a loaded machine doesn't turn reads into fallbacks; tests of
+// the timeout set their own.
 func Service(store capgate.ConfigStore) (*capgate.ConfigService, *Clock, *Lines, *Logs) {
 	clock, lines, logs := NewClock(), &Lines{}, &Logs{}
 	s := capgate.NewConfigService(store, capgate.ModeShadow)
 	s.Now, s.Sink, s.Logger = clock.Now, lines, slog.New(logs)
+	s.ReadTimeout = 10 * time.Second
 	return s, clock, lines, logs
 }
 
@@ -204,7 +207,7 @@ func testEmpty(t *testing.T, open Opener) {
 	if v != nil || err != nil {
 		t.Fatalf("Latest = %v, %v; want nil, nil", v, err)
 	}
-	v, err = store.LatestWithin(ctx, time.Second)
+	v, err = store.LatestWithin(ctx, 10*time.Second)
 	if v != nil || err != nil {
 		t.Fatalf("LatestWithin = %v, %v; want nil, nil", v, err)
 	}
@@ -259,7 +262,7 @@ func testAppendAndRead(t *testing.T, open Opener) {
 	if second.ID <= first.ID {
 		t.Fatalf("second ID %d; want more than %d", second.ID, first.ID)
 	}
-	within, err := store.LatestWithin(ctx, time.Second)
+	within, err := store.LatestWithin(ctx, 10*time.Second)
 	if err != nil || within == nil || within.ID != second.ID || within.CreatedBy != "" ||
 		within.Note != "" || within.PreviousConfig != nil {
 		t.Fatalf("LatestWithin = %+v, %v; want version %d with no user, note or previous config", within, err, second.ID)

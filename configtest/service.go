@@ -41,6 +41,7 @@ func testDefaults(t *testing.T, open Opener) {
 	}
 	for boot, mode := range map[capgate.Mode]capgate.Mode{"off": "off", "enforce": "enforce", "loud": "shadow", "": "shadow"} {
 		s := capgate.NewConfigService(store, boot)
+		s.ReadTimeout = 10 * time.Second
 		if got := s.Config(context.Background()).Mode; got != mode {
 			t.Errorf("boot mode %q: mode = %q; want %q", boot, got, mode)
 		}

@@ -16,6 +16,7 @@ import (
 	"github.com/capgate/capgate"
 	"github.com/capgate/capgate/configtest"
 	capgatehttp "github.com/capgate/capgate/http"
+	"github.com/capgate/capgate/memory"
 	"github.com/capgate/capgate/sqlite"
 )
 
@@ -33,13 +34,6 @@ func (m tokens) Identify(_ context.Context, r *http.Request) (capgate.Caller, bo
 	}
 	c, ok := m[t]
 	return c, ok, nil
-}
-
-// statusFunc is a StatusReporter.
-type statusFunc func(ctx context.Context, cfg capgate.Config) capgate.Status
-
-func (f statusFunc) Status(ctx context.Context, cfg capgate.Config) capgate.Status {
-	return f(ctx, cfg)
 }
 
 type staffServer struct {
@@ -60,11 +54,7 @@ func newStaffServer(t *testing.T) *staffServer {
 		"staff-token": {UserID: "root", Staff: true},
 		"user-token":  {UserID: "alice", Groups: []string{"core_user"}},
 	}
-	status := statusFunc(func(_ context.Context, cfg capgate.Config) capgate.Status {
-		return capgate.Status{Mode: cfg.Mode, EnforceFor: cfg.EnforceFor, Redis: "ok",
-			APIHeavy: &capgate.APIHeavyStatus{InFlight: 1, Limit: cfg.APIHeavy.Cluster, BulkLimit: cfg.BulkLimit()}}
-	})
-	h := capgatehttp.NewStaffHandler(configs, ids, status)
+	h := capgatehttp.NewStaffHandler(configs, ids, capgate.NewGate(memory.New(nil), configs, nil, "task1"))
 	h.Logger = slog.New(slog.DiscardHandler)
 	srv := httptest.NewServer(h)
 	t.Cleanup(srv.Close)
@@ -275,18 +265,48 @@ func TestHistoryLimit(t *testing.T) {
 	}
 }
 
-// TestStatus: original §1.12 item 66 (the gate's Status is its own test).
+// TestStatus: original §1.12 item 66, with a real gate on the memory
+// lane store and one call in flight.
 func TestStatus(t *testing.T) {
-	s := newStaffServer(t)
+	store, err := sqlite.Open(context.Background(), filepath.Join(t.TempDir(), "capgate.db"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { store.Close() })
+	configs, _, _, _ := configtest.Service(store)
+	gate := capgate.NewGate(memory.New(nil), configs, nil, "task1")
+	ctx := context.Background()
+	a := gate.Admit(ctx, capgate.Call{Endpoint: capgate.EndpointMatch, Rows: 2, Semantic: true, UserID: "alice", Tier: capgate.TierPreview})
+	if a == nil || a.Decision() != capgate.DecisionAdmitted {
+		t.Fatalf("Admit = %v; want admitted", a)
+	}
+	defer a.Release(ctx)
+	h := capgatehttp.NewStaffHandler(configs, tokens{"staff-token": {UserID: "root", Staff: true}}, gate)
+	srv := httptest.NewServer(h)
+	defer srv.Close()
+	s := &staffServer{Server: srv, store: store, configs: configs}
+
 	code, _, body := s.do(t, "GET", "/capacity/status", "staff-token", "")
 	got, _ := body.(map[string]any)
 	if code != 200 || got["mode"] != "shadow" || got["enforce_for"] != "aware" || got["redis"] != "ok" {
 		t.Errorf("status = %d %v; want 200, shadow, aware, ok", code, body)
 	}
 	wantBody(t, "status api_heavy", got["api_heavy"], `{"in_flight":1,"limit":4,"bulk_limit":3}`)
+	wantBody(t, "status users", got["users"], `{"alice":{"in_flight":1}}`)
+	wantBody(t, "status tasks", got["tasks"], `{"task1":{"in_flight":1,"limit":2}}`)
+
 	s.do(t, "PATCH", "/capacity/config/", "staff-token", `{"api_heavy":{"cluster":6}}`)
-	if _, _, body := s.do(t, "GET", "/capacity/status/", "staff-token", ""); configtest.JSON(t, body.(map[string]any)["api_heavy"]) != `{"bulk_limit":5,"in_flight":1,"limit":6}` {
-		t.Errorf("status after a change = %v; want the new limits", body)
+	_, _, body = s.do(t, "GET", "/capacity/status/", "staff-token", "")
+	wantBody(t, "status api_heavy after a change", body.(map[string]any)["api_heavy"], `{"in_flight":1,"limit":6,"bulk_limit":5}`)
+}
+
+func TestStatusWithoutALaneStore(t *testing.T) {
+	s := newStaffServer(t)
+	h := capgatehttp.NewStaffHandler(s.configs, tokens{"staff-token": {UserID: "root", Staff: true}}, nil)
+	srv := httptest.NewServer(h)
+	defer srv.Close()
+	if code, _, _ := (&staffServer{Server: srv, store: s.store, configs: s.configs}).do(t, "GET", "/capacity/status/", "staff-token", ""); code != 503 {
+		t.Errorf("status with no lane store = %d; want 503", code)
 	}
 }
 

@@ -10,9 +10,9 @@ import (
 	"github.com/capgate/capgate"
 )
 
-// slack is how far apart two readings of a store's clock may be in one
+// storeSlack is how far apart two readings of a store's clock may be in one
 // test: generous, for a loaded machine talking to a real Redis.
-const slack = 10 * time.Second
+const storeSlack = 10 * time.Second
 
 // RunStore runs the capgate.LaneStore conformance suite, one subtest per
 // rule of SPEC §3, each on a store from open and under fresh random keys.
@@ -21,23 +21,23 @@ func RunStore(t *testing.T, open Factory) {
 		name string
 		fn   func(*testing.T, Store)
 	}{
-		{"AcquireCountsEachLaneBefore", testAcquireCounts},
-		{"OneFullLaneTakesNothing", testOneFullLane},
-		{"ForceTakesWhenFull", testForce},
-		{"PausedLaneIsAlwaysFull", testPaused},
-		{"ExpiredLeasesArePruned", testPrune},
-		{"CountIgnoresExpired", testCountIgnoresExpired},
-		{"NewKeyTTLIsTwiceTheLease", testNewKeyTTL},
-		{"ShortLeaseNeverShortensTTL", testTTLNeverShortens},
-		{"RenewExtendsEveryLease", testRenew},
-		{"RenewWithOneExpiredRenewsNothing", testRenewOneExpired},
-		{"RenewNeverRecreatesDeletedKey", testRenewDeletedKey},
-		{"ReleaseRemovesFromEveryLane", testRelease},
-		{"KeysSortedAndPrefixLimited", testKeys},
-		{"LateAcquireTakesNothing", testLateAcquire},
-		{"DoneContextSendsNothing", testDoneContext},
-		{"Ping", testPing},
-		{"ConcurrentAcquireNeverExceedsLimit", testConcurrency},
+		{"AcquireCountsEachLaneBefore", storeTestAcquireCounts},
+		{"OneFullLaneTakesNothing", storeTestOneFullLane},
+		{"ForceTakesWhenFull", storeTestForce},
+		{"PausedLaneIsAlwaysFull", storeTestPaused},
+		{"ExpiredLeasesArePruned", storeTestPrune},
+		{"CountIgnoresExpired", storeTestCountIgnoresExpired},
+		{"NewKeyTTLIsTwiceTheLease", storeTestNewKeyTTL},
+		{"ShortLeaseNeverShortensTTL", storeTestTTLNeverShortens},
+		{"RenewExtendsEveryLease", storeTestRenew},
+		{"RenewWithOneExpiredRenewsNothing", storeTestRenewOneExpired},
+		{"RenewNeverRecreatesDeletedKey", storeTestRenewDeletedKey},
+		{"ReleaseRemovesFromEveryLane", storeTestRelease},
+		{"KeysSortedAndPrefixLimited", storeTestKeys},
+		{"LateAcquireTakesNothing", storeTestLateAcquire},
+		{"DoneContextSendsNothing", storeTestDoneContext},
+		{"Ping", storeTestPing},
+		{"ConcurrentAcquireNeverExceedsLimit", storeTestConcurrency},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -46,159 +46,159 @@ func RunStore(t *testing.T, open Factory) {
 	}
 }
 
-func testAcquireCounts(t *testing.T, s Store) {
-	keys := lanes(3)
+func storeTestAcquireCounts(t *testing.T, s Store) {
+	keys := storeLanes(3)
 	for range 2 {
 		s.SetLease(t, keys[0], NewToken(), time.Minute)
 	}
 	s.SetLease(t, keys[1], NewToken(), time.Minute)
 
 	tok := NewToken()
-	taken, counts := acquire(t, s, tok, keys, []int{5, 5, 5}, time.Minute, false)
+	taken, counts := storeAcquire(t, s, tok, keys, []int{5, 5, 5}, time.Minute, false)
 	if !taken || !slices.Equal(counts, []int{2, 1, 0}) {
 		t.Fatalf("acquire = %v, counts %v; want true, [2 1 0] (the counts before)", taken, counts)
 	}
-	if got := count(t, s, keys...); !slices.Equal(got, []int{3, 2, 1}) {
+	if got := storeCount(t, s, keys...); !slices.Equal(got, []int{3, 2, 1}) {
 		t.Errorf("counts after = %v, want [3 2 1]", got)
 	}
 	for _, key := range keys {
 		if d, ok := s.Expiry(t, key, tok); !ok {
 			t.Errorf("%s does not hold the token", key)
 		} else {
-			wantBetween(t, "lease expiry", d, time.Minute-slack, time.Minute)
+			storeWantBetween(t, "lease expiry", d, time.Minute-storeSlack, time.Minute)
 		}
 	}
 }
 
-func testOneFullLane(t *testing.T, s Store) {
-	keys := lanes(3)
+func storeTestOneFullLane(t *testing.T, s Store) {
+	keys := storeLanes(3)
 	other := NewToken()
 	s.SetLease(t, keys[1], other, time.Minute)
 	s.SetLease(t, keys[1], NewToken(), time.Minute)
 
-	taken, counts := acquire(t, s, NewToken(), keys, []int{3, 2, 3}, time.Minute, false)
+	taken, counts := storeAcquire(t, s, NewToken(), keys, []int{3, 2, 3}, time.Minute, false)
 	if taken || !slices.Equal(counts, []int{0, 2, 0}) {
 		t.Fatalf("acquire = %v, counts %v; want false, [0 2 0]", taken, counts)
 	}
-	wantGone(t, s, keys[0])
-	wantGone(t, s, keys[2])
-	if got := count(t, s, keys...); !slices.Equal(got, []int{0, 2, 0}) {
+	storeWantGone(t, s, keys[0])
+	storeWantGone(t, s, keys[2])
+	if got := storeCount(t, s, keys...); !slices.Equal(got, []int{0, 2, 0}) {
 		t.Errorf("counts after a refused acquire = %v, want [0 2 0]", got)
 	}
 
 	// Below the limit everywhere: taken.
-	if taken, counts := acquire(t, s, NewToken(), keys[:1], []int{3}, time.Minute, false); !taken || counts[0] != 0 {
+	if taken, counts := storeAcquire(t, s, NewToken(), keys[:1], []int{3}, time.Minute, false); !taken || counts[0] != 0 {
 		t.Errorf("acquire on a free lane = %v, counts %v; want true, [0]", taken, counts)
 	}
 }
 
-func testForce(t *testing.T, s Store) {
-	keys := lanes(2)
+func storeTestForce(t *testing.T, s Store) {
+	keys := storeLanes(2)
 	first := NewToken()
-	if taken, _ := acquire(t, s, first, keys, []int{1, 1}, time.Minute, false); !taken {
+	if taken, _ := storeAcquire(t, s, first, keys, []int{1, 1}, time.Minute, false); !taken {
 		t.Fatal("first acquire not taken")
 	}
 	second := NewToken()
-	taken, counts := acquire(t, s, second, keys, []int{1, 1}, time.Minute, true)
+	taken, counts := storeAcquire(t, s, second, keys, []int{1, 1}, time.Minute, true)
 	if !taken || !slices.Equal(counts, []int{1, 1}) {
 		t.Fatalf("forced acquire = %v, counts %v; want true, [1 1]", taken, counts)
 	}
 	third := NewToken()
-	taken, counts = acquire(t, s, third, keys, []int{1, 1}, time.Minute, true)
+	taken, counts = storeAcquire(t, s, third, keys, []int{1, 1}, time.Minute, true)
 	if !taken || !slices.Equal(counts, []int{2, 2}) {
 		t.Fatalf("second forced acquire = %v, counts %v; want true, [2 2] (counts may exceed limits)", taken, counts)
 	}
 	for _, key := range keys {
-		wantMembers(t, s, key, first, second, third)
+		storeWantMembers(t, s, key, first, second, third)
 	}
 }
 
-func testPaused(t *testing.T, s Store) {
-	keys := lanes(2)
-	taken, counts := acquire(t, s, NewToken(), keys, []int{4, 0}, time.Minute, false)
+func storeTestPaused(t *testing.T, s Store) {
+	keys := storeLanes(2)
+	taken, counts := storeAcquire(t, s, NewToken(), keys, []int{4, 0}, time.Minute, false)
 	if taken || !slices.Equal(counts, []int{0, 0}) {
 		t.Fatalf("acquire on a paused lane = %v, counts %v; want false, [0 0]", taken, counts)
 	}
-	wantGone(t, s, keys[0])
-	wantGone(t, s, keys[1])
+	storeWantGone(t, s, keys[0])
+	storeWantGone(t, s, keys[1])
 
 	tok := NewToken()
-	if taken, _ := acquire(t, s, tok, keys, []int{4, 0}, time.Minute, true); !taken {
+	if taken, _ := storeAcquire(t, s, tok, keys, []int{4, 0}, time.Minute, true); !taken {
 		t.Fatal("forced acquire on a paused lane not taken")
 	}
-	wantMembers(t, s, keys[1], tok)
+	storeWantMembers(t, s, keys[1], tok)
 }
 
-func testPrune(t *testing.T, s Store) {
-	keys := lanes(2)
+func storeTestPrune(t *testing.T, s Store) {
+	keys := storeLanes(2)
 	stale, live := NewToken(), NewToken()
 	s.SetLease(t, keys[0], stale, -time.Hour) // a dead worker's lease
 	s.SetLease(t, keys[0], live, time.Minute)
 	s.SetLease(t, keys[1], stale, -time.Millisecond)
 
 	tok := NewToken()
-	taken, counts := acquire(t, s, tok, keys, []int{2, 1}, time.Minute, false)
+	taken, counts := storeAcquire(t, s, tok, keys, []int{2, 1}, time.Minute, false)
 	if !taken || !slices.Equal(counts, []int{1, 0}) {
 		t.Fatalf("acquire = %v, counts %v; want true, [1 0] (expired leases not counted)", taken, counts)
 	}
-	wantMembers(t, s, keys[0], live, tok)
-	wantMembers(t, s, keys[1], tok)
+	storeWantMembers(t, s, keys[0], live, tok)
+	storeWantMembers(t, s, keys[1], tok)
 }
 
-func testCountIgnoresExpired(t *testing.T, s Store) {
-	keys := lanes(3)
+func storeTestCountIgnoresExpired(t *testing.T, s Store) {
+	keys := storeLanes(3)
 	s.SetLease(t, keys[0], NewToken(), -time.Second)
 	s.SetLease(t, keys[0], NewToken(), time.Minute)
 	s.SetLease(t, keys[1], NewToken(), -time.Second)
-	if got := count(t, s, keys...); !slices.Equal(got, []int{1, 0, 0}) {
+	if got := storeCount(t, s, keys...); !slices.Equal(got, []int{1, 0, 0}) {
 		t.Errorf("counts = %v, want [1 0 0]", got)
 	}
 }
 
-func testNewKeyTTL(t *testing.T, s Store) {
-	keys := lanes(2)
+func storeTestNewKeyTTL(t *testing.T, s Store) {
+	keys := storeLanes(2)
 	const lease = 45 * time.Second
-	if taken, _ := acquire(t, s, NewToken(), keys, []int{1, 1}, lease, false); !taken {
+	if taken, _ := storeAcquire(t, s, NewToken(), keys, []int{1, 1}, lease, false); !taken {
 		t.Fatal("acquire not taken")
 	}
 	for _, key := range keys {
-		wantBetween(t, "TTL of "+key, s.TTL(t, key), 2*lease-slack, 2*lease)
+		storeWantBetween(t, "TTL of "+key, s.TTL(t, key), 2*lease-storeSlack, 2*lease)
 	}
 
 	// A TTL shorter than 2×lease is raised.
 	s.SetTTL(t, keys[0], 5*time.Second)
-	if taken, _ := acquire(t, s, NewToken(), keys[:1], []int{5}, lease, false); !taken {
+	if taken, _ := storeAcquire(t, s, NewToken(), keys[:1], []int{5}, lease, false); !taken {
 		t.Fatal("second acquire not taken")
 	}
-	wantBetween(t, "raised TTL", s.TTL(t, keys[0]), 2*lease-slack, 2*lease)
+	storeWantBetween(t, "raised TTL", s.TTL(t, keys[0]), 2*lease-storeSlack, 2*lease)
 }
 
-func testTTLNeverShortens(t *testing.T, s Store) {
-	keys := lanes(2) // api_heavy, user
+func storeTestTTLNeverShortens(t *testing.T, s Store) {
+	keys := storeLanes(2) // api_heavy, user
 	const long = 1_200_000 * time.Millisecond
 	s.SetLease(t, keys[0], NewToken(), 600*time.Second)
 	s.SetTTL(t, keys[0], long)
 
 	tok := NewToken()
 	const lease = 30 * time.Second
-	if taken, _ := acquire(t, s, tok, keys, []int{5, 5}, lease, false); !taken {
+	if taken, _ := storeAcquire(t, s, tok, keys, []int{5, 5}, lease, false); !taken {
 		t.Fatal("acquire not taken")
 	}
-	if got := renew(t, s, tok, keys, lease); got != 2 {
+	if got := storeRenew(t, s, tok, keys, lease); got != 2 {
 		t.Fatalf("renew held %d, want 2", got)
 	}
-	wantBetween(t, "long TTL after acquire and renew", s.TTL(t, keys[0]), long-slack, long)
-	wantBetween(t, "new key's TTL", s.TTL(t, keys[1]), 2*lease-slack, 2*lease)
+	storeWantBetween(t, "long TTL after acquire and renew", s.TTL(t, keys[0]), long-storeSlack, long)
+	storeWantBetween(t, "new key's TTL", s.TTL(t, keys[1]), 2*lease-storeSlack, 2*lease)
 }
 
-func testRenew(t *testing.T, s Store) {
-	keys := lanes(3)
+func storeTestRenew(t *testing.T, s Store) {
+	keys := storeLanes(3)
 	tok := NewToken()
 	for _, key := range keys {
 		s.SetLease(t, key, tok, 5*time.Second)
 	}
 	const lease = time.Minute
-	if got := renew(t, s, tok, keys, lease); got != len(keys) {
+	if got := storeRenew(t, s, tok, keys, lease); got != len(keys) {
 		t.Fatalf("renew held %d, want %d", got, len(keys))
 	}
 	for _, key := range keys {
@@ -206,19 +206,19 @@ func testRenew(t *testing.T, s Store) {
 		if !ok {
 			t.Fatalf("%s lost the token", key)
 		}
-		wantBetween(t, "renewed expiry in "+key, d, lease-slack, lease)
-		wantBetween(t, "TTL of "+key, s.TTL(t, key), 2*lease-slack, 2*lease)
+		storeWantBetween(t, "renewed expiry in "+key, d, lease-storeSlack, lease)
+		storeWantBetween(t, "TTL of "+key, s.TTL(t, key), 2*lease-storeSlack, 2*lease)
 	}
 }
 
-func testRenewOneExpired(t *testing.T, s Store) {
-	keys := lanes(3)
+func storeTestRenewOneExpired(t *testing.T, s Store) {
+	keys := storeLanes(3)
 	tok := NewToken()
 	s.SetLease(t, keys[0], tok, 5*time.Second)
 	s.SetLease(t, keys[1], tok, -time.Hour)
 	s.SetLease(t, keys[2], tok, 5*time.Second)
 
-	if got := renew(t, s, tok, keys, time.Minute); got != 2 {
+	if got := storeRenew(t, s, tok, keys, time.Minute); got != 2 {
 		t.Fatalf("renew held %d, want 2 (fewer than %d: lease lost)", got, len(keys))
 	}
 	if d, ok := s.Expiry(t, keys[1], tok); ok && d > 0 {
@@ -229,50 +229,50 @@ func testRenewOneExpired(t *testing.T, s Store) {
 		if !ok {
 			t.Fatalf("%s lost the token", key)
 		}
-		wantBetween(t, "unrenewed expiry in "+key, d, 0, 5*time.Second)
+		storeWantBetween(t, "unrenewed expiry in "+key, d, 0, 5*time.Second)
 	}
 }
 
-func testRenewDeletedKey(t *testing.T, s Store) {
-	keys := lanes(2) // api_heavy, user
+func storeTestRenewDeletedKey(t *testing.T, s Store) {
+	keys := storeLanes(2) // api_heavy, user
 	tok := NewToken()
 	for _, key := range keys {
 		s.SetLease(t, key, tok, 5*time.Second)
 	}
 	s.Delete(t, keys[1])
 
-	if got := renew(t, s, tok, keys, time.Minute); got != 1 {
+	if got := storeRenew(t, s, tok, keys, time.Minute); got != 1 {
 		t.Fatalf("renew held %d, want 1", got)
 	}
-	wantGone(t, s, keys[1])
+	storeWantGone(t, s, keys[1])
 	d, _ := s.Expiry(t, keys[0], tok)
-	wantBetween(t, "unrenewed expiry", d, 0, 5*time.Second)
+	storeWantBetween(t, "unrenewed expiry", d, 0, 5*time.Second)
 }
 
-func testRelease(t *testing.T, s Store) {
-	keys := lanes(3)
+func storeTestRelease(t *testing.T, s Store) {
+	keys := storeLanes(3)
 	a, b := NewToken(), NewToken()
 	for _, tok := range []string{a, b} {
-		if taken, _ := acquire(t, s, tok, keys, repeat(3, 5), time.Minute, false); !taken {
+		if taken, _ := storeAcquire(t, s, tok, keys, storeRepeat(3, 5), time.Minute, false); !taken {
 			t.Fatal("acquire not taken")
 		}
 	}
-	release(t, s, a, keys...)
+	storeRelease(t, s, a, keys...)
 	for _, key := range keys {
-		wantMembers(t, s, key, b)
+		storeWantMembers(t, s, key, b)
 	}
-	release(t, s, a, keys...) // harmless twice
-	if got := count(t, s, keys...); !slices.Equal(got, []int{1, 1, 1}) {
+	storeRelease(t, s, a, keys...) // harmless twice
+	if got := storeCount(t, s, keys...); !slices.Equal(got, []int{1, 1, 1}) {
 		t.Errorf("counts after releasing twice = %v, want [1 1 1]", got)
 	}
-	release(t, s, b, keys...)
+	storeRelease(t, s, b, keys...)
 	for _, key := range keys {
-		wantGone(t, s, key) // an empty lane is deleted
+		storeWantGone(t, s, key) // an empty lane is deleted
 	}
-	release(t, s, b, keys...) // and releasing from a missing key is harmless
+	storeRelease(t, s, b, keys...) // and releasing from a missing key is harmless
 }
 
-func testKeys(t *testing.T, s Store) {
+func storeTestKeys(t *testing.T, s Store) {
 	p := NewPrefix()
 	odd := p + "odd*[x]?\\:"
 	for _, key := range []string{p + "user:bob", p + "user:alice", p + "tier:core", odd + "1", p + "oddZZ", p + "user"} {
@@ -298,8 +298,8 @@ func testKeys(t *testing.T, s Store) {
 	}
 }
 
-func testLateAcquire(t *testing.T, s Store) {
-	keys := lanes(2)
+func storeTestLateAcquire(t *testing.T, s Store) {
+	keys := storeLanes(2)
 	req := capgate.AcquireRequest{
 		Token: NewToken(), Keys: keys, Limits: []int{5, 5}, Lease: time.Minute, Force: true,
 		NotAfter: time.Now().Add(-5 * time.Second),
@@ -309,7 +309,7 @@ func testLateAcquire(t *testing.T, s Store) {
 		t.Fatalf("late acquire = %v, %v; want false, ErrLateAcquire", taken, err)
 	}
 	for _, key := range keys {
-		wantGone(t, s, key)
+		storeWantGone(t, s, key)
 	}
 
 	req.NotAfter = time.Now().Add(time.Minute)
@@ -318,15 +318,15 @@ func testLateAcquire(t *testing.T, s Store) {
 	}
 }
 
-func testDoneContext(t *testing.T, s Store) {
-	keys := lanes(1)
+func storeTestDoneContext(t *testing.T, s Store) {
+	keys := storeLanes(1)
 	ctx, cancel := context.WithCancel(t.Context())
 	cancel()
 	req := capgate.AcquireRequest{Token: NewToken(), Keys: keys, Limits: []int{5}, Lease: time.Minute, Force: true}
 	if taken, err := s.Acquire(ctx, req, make([]int, 1)); !errors.Is(err, context.Canceled) || taken {
 		t.Errorf("Acquire with a done context = %v, %v; want false, context.Canceled", taken, err)
 	}
-	wantGone(t, s, keys[0])
+	storeWantGone(t, s, keys[0])
 	if _, err := s.Renew(ctx, req.Token, keys, time.Minute); !errors.Is(err, context.Canceled) {
 		t.Errorf("Renew with a done context: %v, want context.Canceled", err)
 	}
@@ -344,7 +344,7 @@ func testDoneContext(t *testing.T, s Store) {
 	}
 }
 
-func testPing(t *testing.T, s Store) {
+func storeTestPing(t *testing.T, s Store) {
 	if err := s.Ping(t.Context()); err != nil {
 		t.Errorf("Ping: %v", err)
 	}

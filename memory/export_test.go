@@ -93,3 +93,10 @@ func (s TestStore) Delete(t testing.TB, key string) {
 		s.drop(key, l)
 	}
 }
+
+// Len returns how many lanes the store keeps, expired or not.
+func (s TestStore) Len() int {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return len(s.lanes)
+}

@@ -117,6 +117,26 @@ func (s *Store) create(key string) *lane {
 	return l
 }
 
+// sweepPerAcquire is how many lanes each acquire checks for a TTL that
+// has passed, so that lanes nobody touches again (a user who left) don't
+// pile up. Map iteration starts at a random place, so every lane is
+// checked before long.
+const sweepPerAcquire = 2
+
+// sweep deletes up to sweepPerAcquire lanes whose TTL has passed, from a
+// random place in the map. Requires s.mu held.
+func (s *Store) sweep(now int64) {
+	n := 0
+	for key, l := range s.lanes {
+		if now >= l.expires {
+			s.drop(key, l)
+		}
+		if n++; n == sweepPerAcquire {
+			return
+		}
+	}
+}
+
 // prune drops l's leases that expired at or before now, and deletes the
 // lane if that empties it. It reports whether the lane still exists.
 // Requires s.mu held.
@@ -178,11 +198,18 @@ func (s *Store) Acquire(ctx context.Context, req capgate.AcquireRequest, counts 
 		return false, fmt.Errorf("acquire lanes: %w", capgate.ErrLateAcquire)
 	}
 
+	var seen [8]*lane // the lanes found, so that most calls look each up once
 	full := false
 	for i, key := range req.Keys {
 		n := 0
-		if l := s.lane(key, now); l != nil && s.prune(key, l, now) {
+		l := s.lane(key, now)
+		if l != nil && s.prune(key, l, now) {
 			n = len(l.leases)
+		} else {
+			l = nil
+		}
+		if i < len(seen) {
+			seen[i] = l
 		}
 		counts[i] = n
 		if n >= req.Limits[i] {
@@ -193,11 +220,18 @@ func (s *Store) Acquire(ctx context.Context, req capgate.AcquireRequest, counts 
 		return false, nil
 	}
 
+	s.sweep(now)
 	exp, ttl := now+int64(req.Lease), now+2*int64(req.Lease)
-	for _, key := range req.Keys {
-		l := s.lanes[key]
+	for i, key := range req.Keys {
+		var l *lane
+		if i < len(seen) {
+			l = seen[i]
+		}
 		if l == nil {
-			l = s.create(key)
+			// Absent, or a duplicate key created earlier in this loop.
+			if l = s.lanes[key]; l == nil {
+				l = s.create(key)
+			}
 		}
 		l.put(req.Token, exp, ttl)
 	}
@@ -241,11 +275,12 @@ func (s *Store) Release(ctx context.Context, token string, keys []string) error 
 		return fmt.Errorf("release leases: %w", err)
 	}
 
+	// No clock: a lane whose TTL has passed is invisible to every other
+	// operation, so removing the token from it changes nothing they see.
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	_, now := s.clock()
 	for _, key := range keys {
-		if l := s.lane(key, now); l != nil {
+		if l := s.lanes[key]; l != nil {
 			delete(l.leases, token)
 			if len(l.leases) == 0 {
 				s.drop(key, l)

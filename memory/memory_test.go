@@ -2,6 +2,7 @@ package memory_test
 
 import (
 	"errors"
+	"fmt"
 	"slices"
 	"sync"
 	"sync/atomic"
@@ -220,5 +221,23 @@ func BenchmarkAcquireReleaseParallel(b *testing.B) {
 	})
 	if failed.Load() {
 		b.Fatal("an operation failed")
+	}
+}
+
+// TestForgottenLanesAreSwept: lanes nobody touches again go once their
+// TTL passes, as Redis keys do, without a goroutine.
+func TestForgottenLanesAreSwept(t *testing.T) {
+	s, clock := newFake(t)
+	for i := range 100 {
+		req := capgate.AcquireRequest{Token: lanetest.NewToken(), Keys: []string{fmt.Sprintf("user:%d", i)}, Limits: []int{1}, Lease: time.Minute}
+		mustAcquire(t, s.Store, req)
+	}
+	clock.Add(2 * time.Minute) // every TTL passed
+	req := capgate.AcquireRequest{Token: lanetest.NewToken(), Keys: []string{"busy"}, Limits: []int{1 << 20}, Lease: time.Hour}
+	for range 1000 {
+		mustAcquire(t, s.Store, req)
+	}
+	if n := s.Len(); n != 1 {
+		t.Errorf("%d lanes left, want only the busy one", n)
 	}
 }

@@ -68,7 +68,8 @@ func (e *DeadlineError) Timeout() bool { return true }
 //     a caller;
 //   - other errors are wrapped with the operation ("acquire lanes: ...").
 //
-// Make one with Open, or New to use a client of your own.
+// Make one with Open, or New to use a client of your own; the zero value
+// is not usable. After Close, every operation fails with ErrClosed.
 type Store struct {
 	client      Client
 	closer      io.Closer // the client Open made; nil with New
@@ -143,15 +144,29 @@ func newStore(c Client, o Options) *Store {
 // String describes the store's Redis for logs, password masked.
 func (s *Store) String() string { return s.opts.String() }
 
+// closeGrace is how long Close waits for the client to close.
+const closeGrace = 100 * time.Millisecond
+
 // Close makes every later operation fail with ErrClosed, returns the
 // callers that are waiting at once, and closes the client if Open made it.
-// It never waits for a call in flight.
+// It never waits on a hung call: go-redis's own Close waits for a hung
+// dial or Sentinel discovery, so Close gives it closeGrace (100ms) and then
+// leaves it to finish in the background, returning nil. Otherwise it
+// returns the client's error.
 func (s *Store) Close() error {
 	var err error
 	s.closeOnce.Do(func() {
-		close(s.closed)
-		if s.closer != nil {
-			err = s.closer.Close()
+		close(s.closed) // from now on no operation starts
+		if s.closer == nil {
+			return
+		}
+		done := make(chan error, 1)
+		go func() { done <- s.closer.Close() }()
+		timer := time.NewTimer(closeGrace)
+		defer timer.Stop()
+		select {
+		case err = <-done:
+		case <-timer.C:
 		}
 	})
 	if err != nil {

@@ -224,3 +224,26 @@ func TestStringMasksPassword(t *testing.T) {
 		}
 	}
 }
+
+// TestNewUsesTheCallersClient: New runs on a client it does not own, and
+// Close leaves that client open.
+func TestNewUsesTheCallersClient(t *testing.T) {
+	m, h := openMini(t)
+	s, err := redis.New(h.raw, redis.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	req := capgate.AcquireRequest{Token: lanetest.NewToken(), Keys: []string{"lane"}, Limits: []int{1}, Lease: time.Minute}
+	if taken, err := s.Acquire(t.Context(), req, make([]int, 1)); err != nil || !taken {
+		t.Fatalf("Acquire = %v, %v; want true, nil", taken, err)
+	}
+	if !m.Exists("lane") {
+		t.Error("the lease did not reach Redis")
+	}
+	if err := s.Close(); err != nil {
+		t.Fatal(err)
+	}
+	if err := h.raw.Ping(t.Context()).Err(); err != nil {
+		t.Errorf("the caller's client after Close: %v", err)
+	}
+}

@@ -40,7 +40,7 @@ func DemoUsers() []User {
 type API struct {
 	Users []User
 	// Latency returns how long a heavy call of rows rows takes. Default:
-	// 150 ms + 15 ms a row, ±40 %, capped at 3 s.
+	// 400 ms + 40 ms a row, ±40 %, capped at 5 s: heavy calls are slow.
 	Latency func(endpoint string, rows int, semantic bool) time.Duration
 	// Hold, when set, is received from before a heavy call answers (tests
 	// use it to hold calls in flight); Latency is not applied then.
@@ -186,9 +186,9 @@ func (a *API) latency(endpoint string, rows int, semantic bool) time.Duration {
 	if a.Latency != nil {
 		return a.Latency(endpoint, rows, semantic)
 	}
-	base := 150*time.Millisecond + time.Duration(rows)*15*time.Millisecond
+	base := 400*time.Millisecond + time.Duration(rows)*40*time.Millisecond
 	d := time.Duration(float64(base) * (0.6 + 0.8*rand.Float64()))
-	return min(d, 3*time.Second)
+	return min(d, 5*time.Second)
 }
 
 func (a *API) enter(user string, semantic, single, rerank bool) {

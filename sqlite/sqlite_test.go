@@ -7,6 +7,7 @@ import (
 	"strings"
 	"sync"
 	"testing"
+	"time"
 
 	"github.com/capgate/capgate"
 	"github.com/capgate/capgate/configtest"
@@ -93,7 +94,7 @@ func TestTwoStoresShareAFile(t *testing.T) {
 			errs <- err
 		})
 		wg.Go(func() {
-			_, err := store.LatestWithin(ctx, capgate.DefaultConfigReadTimeout)
+			_, err := store.LatestWithin(ctx, 10*time.Second) // generous: this is about locks, not speed
 			errs <- err
 		})
 	}

@@ -82,7 +82,7 @@ var capacitySynopsis = map[string]string{
 func (c *CapacityCommand) newAction(name string, st Settings) *capacityAction {
 	a := &capacityAction{fs: flag.NewFlagSet("capgate capacity "+name, flag.ContinueOnError), st: st}
 	a.fs.SetOutput(io.Discard)
-	a.st.ConfigFlags(a.fs)
+	a.st.StoreFlags(a.fs)
 	switch name {
 	case "set", "reset":
 		a.fs.StringVar(&a.note, "note", "", "why the change was made")

@@ -11,6 +11,8 @@ import (
 	"os/signal"
 	"strings"
 	"syscall"
+
+	"github.com/capgate/capgate"
 )
 
 func main() {
@@ -29,6 +31,8 @@ Commands:
   serve      run the gateway in front of an API
   capacity   show and change the runtime config: show|set|reset|history|status
   demo       run a simulated API, the gateway and simulated users for ~30 s
+  loadgen    drive a gateway with simulated Mapper users and report
+  analyze    report on ocl_capacity log lines; --what-if replays them against a changed config
 
 Run "capgate <command> -h" for a command's flags.
 `
@@ -47,8 +51,17 @@ func Run(ctx context.Context, args []string, stdin io.Reader, stdout, stderr io.
 	case "serve":
 		cmd := &ServeCommand{Stdout: stdout, Stderr: stderr}
 		return exitCode(stderr, cmd.Run(ctx, args[1:]))
+	case "demo":
+		cmd := &DemoCommand{Stdout: stdout, Stderr: stderr, Live: isTerminal(stdout)}
+		return exitCode(stderr, cmd.Run(ctx, args[1:]))
+	case "loadgen":
+		cmd := &LoadgenCommand{Stdout: stdout, Stderr: stderr}
+		return exitCode(stderr, cmd.Run(ctx, args[1:]))
 	case "capacity":
 		cmd := &CapacityCommand{Stdout: stdout, Stderr: stderr}
+		return exitCode(stderr, cmd.Run(ctx, args[1:]))
+	case "analyze":
+		cmd := &AnalyzeCommand{Stdin: stdin, Stdout: stdout, Stderr: stderr}
 		return exitCode(stderr, cmd.Run(ctx, args[1:]))
 	}
 	fmt.Fprintf(stderr, "capgate: unknown command %q\n\n%s", args[0], usage)
@@ -66,4 +79,19 @@ func exitCode(stderr io.Writer, err error) int {
 		return 2
 	}
 	return 1
+}
+
+// isTerminal reports whether w is a character device (a terminal).
+func isTerminal(w io.Writer) bool {
+	f, ok := w.(*os.File)
+	if !ok {
+		return false
+	}
+	fi, err := f.Stat()
+	return err == nil && fi.Mode()&os.ModeCharDevice != 0
+}
+
+// tierOf returns the tier of a user with the default group names.
+func tierOf(staff bool, groups []string) capgate.Tier {
+	return capgate.TierGroups{}.TierOf(staff, groups)
 }

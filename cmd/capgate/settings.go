@@ -129,21 +129,23 @@ func redisURL(host, port, db, password string) (string, error) {
 	return u.String(), nil
 }
 
-// ConfigFlags registers the config store and boot mode settings on fs,
-// defaulting to s's values.
+// ConfigFlags registers every config setting on fs (what serve needs):
+// StoreFlags and the request path's cache settings, defaulting to s's
+// values.
 func (s *Settings) ConfigFlags(fs *flag.FlagSet) {
+	s.StoreFlags(fs)
+	fs.DurationVar(&s.CacheTTL, "config-cache", s.CacheTTL, "how long a gateway keeps the config it read; 0 reads on every call (CAPACITY_CONFIG_CACHE_SECONDS)")
+	fs.DurationVar(&s.ReadTimeout, "config-read-timeout", s.ReadTimeout, "bound of the config read on the request path (CAPACITY_CONFIG_READ_TIMEOUT_MS)")
+}
+
+// StoreFlags registers the config store and boot mode settings on fs
+// (what the capacity CLI needs), defaulting to s's values.
+func (s *Settings) StoreFlags(fs *flag.FlagSet) {
 	fs.StringVar(&s.Database, "database", s.Database, "where the config lives: sqlite:<path> (created if missing) or postgres://… (CAPGATE_DATABASE)")
 	fs.Func("mode", fmt.Sprintf("the defaults' mode until staff change the config: off, shadow or enforce; invalid means shadow (CAPACITY_LIMIT_MODE) (default %q)", s.Mode), func(v string) error {
 		s.Mode = capgate.Mode(v)
 		return nil
 	})
-}
-
-// CacheFlags registers the request path's config cache settings on fs,
-// defaulting to s's values.
-func (s *Settings) CacheFlags(fs *flag.FlagSet) {
-	fs.DurationVar(&s.CacheTTL, "config-cache", s.CacheTTL, "how long a gateway keeps the config it read (CAPACITY_CONFIG_CACHE_SECONDS)")
-	fs.DurationVar(&s.ReadTimeout, "config-read-timeout", s.ReadTimeout, "bound of the config read on the request path (CAPACITY_CONFIG_READ_TIMEOUT_MS)")
 }
 
 // LaneFlags registers the lane store settings on fs, defaulting to s's

@@ -13,31 +13,31 @@ import (
 
 // Sizes of the concurrency test.
 const (
-	hammerGoroutines = 64
-	hammerRounds     = 40
-	hammerLimit      = 3
+	storeHammerGoroutines = 64
+	storeHammerRounds     = 40
+	storeHammerLimit      = 3
 )
 
-// testConcurrency has many goroutines acquire (enforced) and release on
+// storeTestConcurrency has many goroutines acquire (enforced) and release on
 // one lane, and counts the holders itself: an atomic counter goes up after
 // a successful acquire and down before the release, so it never
 // undercounts, and must never exceed the limit.
-func testConcurrency(t *testing.T, s Store) {
-	key := lanes(1)
+func storeTestConcurrency(t *testing.T, s Store) {
+	key := storeLanes(1)
 	var (
 		holders, peak, taken atomic.Int64
 		wg                   sync.WaitGroup
 		start                = make(chan struct{})
 	)
-	errs := make(chan error, hammerGoroutines)
-	for range hammerGoroutines {
+	errs := make(chan error, storeHammerGoroutines)
+	for range storeHammerGoroutines {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
 			<-start
-			req := capgate.AcquireRequest{Keys: key, Limits: []int{hammerLimit}, Lease: time.Minute}
+			req := capgate.AcquireRequest{Keys: key, Limits: []int{storeHammerLimit}, Lease: time.Minute}
 			counts := make([]int, 1)
-			for range hammerRounds {
+			for range storeHammerRounds {
 				req.Token = NewToken()
 				ok, err := s.Acquire(t.Context(), req, counts)
 				if errors.Is(err, capgate.ErrBusy) {
@@ -57,7 +57,7 @@ func testConcurrency(t *testing.T, s Store) {
 				taken.Add(1)
 				runtime.Gosched()
 				holders.Add(-1)
-				if err := releaseRetry(t, s, req.Token, key); err != nil {
+				if err := storeReleaseRetry(t, s, req.Token, key); err != nil {
 					errs <- err
 					return
 				}
@@ -70,22 +70,22 @@ func testConcurrency(t *testing.T, s Store) {
 	for err := range errs {
 		t.Errorf("store error under load: %v", err)
 	}
-	if p := peak.Load(); p > hammerLimit {
-		t.Errorf("saw %d holders at once, limit %d", p, hammerLimit)
+	if p := peak.Load(); p > storeHammerLimit {
+		t.Errorf("saw %d holders at once, limit %d", p, storeHammerLimit)
 	}
 	if taken.Load() == 0 {
-		t.Errorf("no acquire succeeded in %d tries", hammerGoroutines*hammerRounds)
+		t.Errorf("no acquire succeeded in %d tries", storeHammerGoroutines*storeHammerRounds)
 	}
-	if got := count(t, s, key...); got[0] != 0 {
+	if got := storeCount(t, s, key...); got[0] != 0 {
 		t.Errorf("count after everyone released = %d, want 0", got[0])
 	}
-	t.Logf("%d of %d acquires taken, peak %d holders", taken.Load(), hammerGoroutines*hammerRounds, peak.Load())
+	t.Logf("%d of %d acquires taken, peak %d holders", taken.Load(), storeHammerGoroutines*storeHammerRounds, peak.Load())
 }
 
 // releaseRetry releases, retrying while the store sheds load: a lease
 // left behind would only make the store stricter, but would skew the final
 // count.
-func releaseRetry(t testing.TB, s Store, token string, keys []string) error {
+func storeReleaseRetry(t testing.TB, s Store, token string, keys []string) error {
 	for {
 		err := s.Release(t.Context(), token, keys)
 		if !errors.Is(err, capgate.ErrBusy) {

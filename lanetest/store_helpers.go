@@ -26,7 +26,7 @@ func NewPrefix() string {
 }
 
 // lanes returns n fresh lane keys under one fresh prefix.
-func lanes(n int) []string {
+func storeLanes(n int) []string {
 	p := NewPrefix()
 	keys := make([]string, n)
 	for i := range keys {
@@ -36,13 +36,13 @@ func lanes(n int) []string {
 }
 
 // repeat returns n copies of v.
-func repeat(n, v int) []int {
+func storeRepeat(n, v int) []int {
 	return slices.Repeat([]int{v}, n)
 }
 
 // acquire runs an acquire that must not fail and returns whether it took
 // the lease and the counts before it.
-func acquire(t testing.TB, s Store, token string, keys []string, limits []int, lease time.Duration, force bool) (bool, []int) {
+func storeAcquire(t testing.TB, s Store, token string, keys []string, limits []int, lease time.Duration, force bool) (bool, []int) {
 	t.Helper()
 	counts := make([]int, len(keys))
 	req := capgate.AcquireRequest{Token: token, Keys: keys, Limits: limits, Lease: lease, Force: force}
@@ -54,7 +54,7 @@ func acquire(t testing.TB, s Store, token string, keys []string, limits []int, l
 }
 
 // count returns the counts of keys.
-func count(t testing.TB, s Store, keys ...string) []int {
+func storeCount(t testing.TB, s Store, keys ...string) []int {
 	t.Helper()
 	counts := make([]int, len(keys))
 	if err := s.Count(t.Context(), keys, counts); err != nil {
@@ -64,7 +64,7 @@ func count(t testing.TB, s Store, keys ...string) []int {
 }
 
 // renew runs a renew that must not fail.
-func renew(t testing.TB, s Store, token string, keys []string, lease time.Duration) int {
+func storeRenew(t testing.TB, s Store, token string, keys []string, lease time.Duration) int {
 	t.Helper()
 	held, err := s.Renew(t.Context(), token, keys, lease)
 	if err != nil {
@@ -74,7 +74,7 @@ func renew(t testing.TB, s Store, token string, keys []string, lease time.Durati
 }
 
 // release runs a release that must not fail.
-func release(t testing.TB, s Store, token string, keys ...string) {
+func storeRelease(t testing.TB, s Store, token string, keys ...string) {
 	t.Helper()
 	if err := s.Release(t.Context(), token, keys); err != nil {
 		t.Fatalf("Release(%v): %v", keys, err)
@@ -82,7 +82,7 @@ func release(t testing.TB, s Store, token string, keys ...string) {
 }
 
 // wantMembers fails t unless key holds exactly want (any order).
-func wantMembers(t testing.TB, s Store, key string, want ...string) {
+func storeWantMembers(t testing.TB, s Store, key string, want ...string) {
 	t.Helper()
 	got := s.Members(t, key)
 	want = slices.Clone(want)
@@ -93,7 +93,7 @@ func wantMembers(t testing.TB, s Store, key string, want ...string) {
 }
 
 // wantGone fails t unless key does not exist.
-func wantGone(t testing.TB, s Store, key string) {
+func storeWantGone(t testing.TB, s Store, key string) {
 	t.Helper()
 	if ttl := s.TTL(t, key); ttl >= 0 {
 		t.Errorf("key %s exists (TTL %v), want it gone", key, ttl)
@@ -101,7 +101,7 @@ func wantGone(t testing.TB, s Store, key string) {
 }
 
 // wantBetween fails t unless lo < d <= hi.
-func wantBetween(t testing.TB, what string, d, lo, hi time.Duration) {
+func storeWantBetween(t testing.TB, what string, d, lo, hi time.Duration) {
 	t.Helper()
 	if d <= lo || d > hi {
 		t.Errorf("%s = %v, want in (%v, %v]", what, d, lo, hi)

@@ -1,0 +1,283 @@
+// Package genlog writes realistic ocl_capacity logs for tests and
+// benchmarks. It runs the real capgate.Gate over the real in-process lane
+// store (memory.Store), both on a simulated clock: calls arrive at random,
+// hold their leases for a random time and end; each line is the one the
+// gate writes. Outages make the store fail (through mock.LaneStore).
+package genlog
+
+import (
+	"bufio"
+	"container/heap"
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"math"
+	"math/rand/v2"
+	"sync/atomic"
+	"time"
+
+	"github.com/capgate/capgate"
+	"github.com/capgate/capgate/memory"
+	"github.com/capgate/capgate/mock"
+)
+
+// Options shape a generated log. The zero value gives a small shadow log.
+type Options struct {
+	Calls    int           // default 10000
+	Start    time.Time     // when the first call may arrive; default 2026-01-01T00:00:00Z
+	Rate     float64       // calls arriving per second (Poisson); default 3
+	MeanHeld time.Duration // mean time a call runs (log-normal); default 1.5 s
+	Users    int           // default 200; a few users make most calls
+	Tasks    int           // gateways (API tasks), each with its own Gate; default 2
+	// Config is the config in force; default capgate.DefaultConfig(shadow).
+	Config *capgate.Config
+	// Aware is the share of calls that send capacity_aware; default 0.
+	Aware float64
+	// Outages are spans, from Start, during which the lane store fails.
+	Outages []Outage
+	// NoiseEvery writes a line that is not an ocl_capacity line (a slog
+	// line, a config change with log_dropped, or garbage) after every
+	// NoiseEvery calls; 0: none.
+	NoiseEvery int
+	Seed       uint64
+}
+
+// Outage is a span of time during which the lane store fails.
+type Outage struct {
+	At, For time.Duration
+}
+
+// Stats says what Generate wrote.
+type Stats struct {
+	Lines     int              // every line written
+	Calls     int              // ocl_capacity lines
+	Noise     int              // other lines
+	Dropped   int64            // the sum of the log_dropped values written
+	Decisions map[string]int64 // calls by decision
+}
+
+// running is a call in flight until end (simulated µs).
+type running struct {
+	end int64
+	adm *capgate.Admission
+}
+
+type runHeap []running
+
+func (h runHeap) Len() int           { return len(h) }
+func (h runHeap) Less(i, j int) bool { return h[i].end < h[j].end }
+func (h runHeap) Swap(i, j int)      { h[i], h[j] = h[j], h[i] }
+func (h *runHeap) Push(x any)        { *h = append(*h, x.(running)) }
+func (h *runHeap) Pop() any {
+	old := *h
+	r := old[len(old)-1]
+	*h = old[:len(old)-1]
+	return r
+}
+
+// sink writes each line the gates emit to w.
+type sink struct {
+	w     *bufio.Writer
+	lines int
+	err   error
+}
+
+func (s *sink) Emit(line []byte) error {
+	if s.err != nil {
+		return s.err
+	}
+	s.lines++
+	if _, err := s.w.Write(line); err != nil {
+		s.err = err
+		return err
+	}
+	return s.w.WriteByte('\n')
+}
+
+// Generate writes a log of opts.Calls calls to w. It fails when w does or
+// when ctx ends; the error wraps the cause.
+func Generate(ctx context.Context, w io.Writer, opts Options) (Stats, error) {
+	opts = withDefaults(opts)
+	rng := rand.New(rand.NewPCG(opts.Seed, opts.Seed^0x9e3779b97f4a7c15))
+	var nowUS int64 // simulated µs since opts.Start
+	now := func() time.Time { return opts.Start.Add(time.Duration(nowUS) * time.Microsecond) }
+	var isDown atomic.Bool
+	store := outageStore(memory.New(now), &isDown)
+	out := &sink{w: bufio.NewWriterSize(w, 256<<10)}
+	cfg := capgate.NewFixedConfig(*opts.Config)
+	quiet := slog.New(slog.NewTextHandler(io.Discard, nil))
+	gates := make([]*capgate.Gate, opts.Tasks)
+	for i := range gates {
+		g := capgate.NewGate(store, cfg, out, fmt.Sprintf("task-%d", i+1))
+		g.Now, g.Logger = now, quiet
+		g.Skip = capgate.NewSkipWindow(capgate.DefaultSkipDuration, now)
+		gates[i] = g
+	}
+	st := Stats{Decisions: map[string]int64{}}
+	var inFlight runHeap
+	finish := func(r running) {
+		nowUS = r.end
+		isDown.Store(down(opts.Outages, nowUS))
+		r.adm.Release(ctx)
+		st.Decisions[string(r.adm.Decision())]++
+	}
+	meanGapUS := 1e6 / opts.Rate
+	mu := math.Log(float64(opts.MeanHeld.Microseconds())) - 0.32 // σ = 0.8: mean = e^(μ+σ²/2)
+	next := int64(0)
+	for i := range opts.Calls {
+		if i%1024 == 0 {
+			if err := ctx.Err(); err != nil {
+				return st, fmt.Errorf("generate log: %w", err)
+			}
+		}
+		next += int64(rng.ExpFloat64()*meanGapUS) + 1
+		for len(inFlight) > 0 && inFlight[0].end <= next {
+			finish(heap.Pop(&inFlight).(running))
+		}
+		nowUS = next
+		isDown.Store(down(opts.Outages, nowUS))
+		g := gates[rng.IntN(len(gates))]
+		adm := g.Admit(ctx, randomCall(rng, opts))
+		if adm.Refused() {
+			adm.Release(ctx)
+			st.Decisions[string(adm.Decision())]++
+		} else {
+			held := int64(math.Exp(mu+0.8*rng.NormFloat64())) + 1
+			heap.Push(&inFlight, running{end: nowUS + held, adm: adm})
+		}
+		if opts.NoiseEvery > 0 && (i+1)%opts.NoiseEvery == 0 {
+			st.Noise++
+			st.Dropped += noise(out, rng, now())
+		}
+		if out.err != nil {
+			return st, fmt.Errorf("generate log: %w", out.err)
+		}
+	}
+	for len(inFlight) > 0 {
+		finish(heap.Pop(&inFlight).(running))
+	}
+	if err := out.w.Flush(); err != nil {
+		return st, fmt.Errorf("generate log: %w", err)
+	}
+	if out.err != nil {
+		return st, fmt.Errorf("generate log: %w", out.err)
+	}
+	st.Lines = out.lines
+	st.Calls = out.lines - st.Noise
+	return st, nil
+}
+
+func withDefaults(o Options) Options {
+	if o.Calls <= 0 {
+		o.Calls = 10000
+	}
+	if o.Start.IsZero() {
+		o.Start = time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
+	}
+	if o.Rate <= 0 {
+		o.Rate = 3
+	}
+	if o.MeanHeld <= 0 {
+		o.MeanHeld = 1500 * time.Millisecond
+	}
+	if o.Users <= 0 {
+		o.Users = 200
+	}
+	if o.Tasks <= 0 {
+		o.Tasks = 2
+	}
+	if o.Config == nil {
+		c := capgate.DefaultConfig(capgate.ModeShadow)
+		o.Config = &c
+	}
+	return o
+}
+
+// errOutage is what the store answers during a simulated outage.
+var errOutage = errors.New("simulated lane store outage: connection refused")
+
+// outageStore wraps store so that every operation fails while down is set.
+func outageStore(store capgate.LaneStore, down *atomic.Bool) capgate.LaneStore {
+	return &mock.LaneStore{
+		Base: store,
+		AcquireFn: func(ctx context.Context, req capgate.AcquireRequest, counts []int) (bool, error) {
+			if down.Load() {
+				return false, errOutage
+			}
+			return store.Acquire(ctx, req, counts)
+		},
+		RenewFn: func(ctx context.Context, token string, keys []string, lease time.Duration) (int, error) {
+			if down.Load() {
+				return 0, errOutage
+			}
+			return store.Renew(ctx, token, keys, lease)
+		},
+		ReleaseFn: func(ctx context.Context, token string, keys []string) error {
+			if down.Load() {
+				return errOutage
+			}
+			return store.Release(ctx, token, keys)
+		},
+	}
+}
+
+func down(outages []Outage, us int64) bool {
+	t := time.Duration(us) * time.Microsecond
+	for _, o := range outages {
+		if t >= o.At && t < o.At+o.For {
+			return true
+		}
+	}
+	return false
+}
+
+var tiers = [10]capgate.Tier{capgate.TierStaff, capgate.TierCore, capgate.TierCore,
+	capgate.TierEarlyAccess, capgate.TierEarlyAccess, capgate.TierEarlyAccess,
+	capgate.TierPreview, capgate.TierPreview, capgate.TierPreview, capgate.TierPreview}
+
+// randomCall returns a heavy call from a skewed mix of users: user k is
+// picked with a probability falling with k, and its tier follows k.
+func randomCall(rng *rand.Rand, o Options) capgate.Call {
+	u := rng.Float64()
+	k := int(float64(o.Users) * u * u)
+	c := capgate.Call{
+		UserID: fmt.Sprintf("user%d", k),
+		Tier:   tiers[k%len(tiers)],
+		Aware:  rng.Float64() < o.Aware,
+		CID:    fmt.Sprintf("c%x", rng.Uint64()),
+	}
+	if rng.IntN(10) < 7 {
+		c.Endpoint = capgate.EndpointMatch
+		c.Semantic = rng.IntN(10) < 6
+		c.Reranker = !c.Semantic || rng.IntN(2) == 0
+		c.Rows = 1
+		if rng.IntN(10) >= 3 {
+			c.Rows = 2 + rng.IntN(50)
+		}
+	} else {
+		c.Endpoint = capgate.EndpointRerank
+		c.Rows = 1 + rng.IntN(20)
+	}
+	if rng.IntN(2) == 0 {
+		c.QueueMS, c.HasQueueMS = int64(rng.IntN(2000)), true
+	}
+	return c
+}
+
+// noise writes one line that is not an ocl_capacity line and returns its
+// log_dropped.
+func noise(s *sink, rng *rand.Rand, now time.Time) int64 {
+	ts := now.UTC().Format(time.RFC3339Nano)
+	switch rng.IntN(3) {
+	case 0:
+		_ = s.Emit(fmt.Appendf(nil, `{"time":%q,"level":"WARN","msg":"capacity lane store failed","op":"acquire"}`, ts))
+	case 1:
+		_ = s.Emit(fmt.Appendf(nil, `{"event":"ocl_capacity_config","version":7,"changed_by":"ops","source":"command","changes":{"tiers.preview":[2,3]},"mode":"shadow","log_dropped":2}`))
+		return 2
+	default:
+		_ = s.Emit(fmt.Appendf(nil, `time=%s level=INFO msg="gateway listening"`, ts))
+	}
+	return 0
+}

@@ -1,0 +1,89 @@
+package analyze
+
+import (
+	"math/rand/v2"
+	"slices"
+	"testing"
+	"time"
+)
+
+func TestParseLine(t *testing.T) {
+	p := newParser(100)
+	var ev event
+	line := `  {"event":"ocl_capacity","decision":"shadow-refused","extra":{"a":[1,{"b":null}]},"user_id":"al\"ice\u00e9",` +
+		`"full":["api_heavy","user","nonsense"],"in_flight":5,"limit":3,"user_in_flight":2,"held_ms":1500,"queue_ms":-20,` +
+		`"rows":1,"single_row":true,"semantic":true,"enforced":false,"ts":"2026-03-01T12:00:01.500+01:00"}  `
+	if k := p.parse([]byte(line), &ev); k != kindEvent {
+		t.Fatalf("kind = %d, want an event", k)
+	}
+	wantEnd := time.Date(2026, 3, 1, 11, 0, 1, 500e6, time.UTC).UnixMilli()
+	if ev.user != "al\"iceé" || ev.decision != "shadow-refused" || ev.full != 1<<laneAPIHeavy|1<<laneUser ||
+		ev.inFlight[laneAPIHeavy] != 5 || ev.limit[laneAPIHeavy] != 3 || ev.hasCount != 1<<laneAPIHeavy|1<<laneUser ||
+		ev.held != 1500 || !ev.hasQueue || ev.queue != -20 || ev.end != wantEnd || ev.start != wantEnd-1500 || !ev.semantic {
+		t.Errorf("parsed %+v", ev)
+	}
+	for _, bad := range []string{`{"event":"ocl_capacity",}`, `{"a":tru}`, `[1]`, `{"a":"b"`, `{"a" "b"}`, `{"a":"b\"}`} {
+		if k := p.parse([]byte(bad), &ev); k != kindNotJSON {
+			t.Errorf("parse(%s) = %d, want not JSON", bad, k)
+		}
+	}
+}
+
+func TestParseTSFastPathMatchesTimeParse(t *testing.T) {
+	rng := rand.New(rand.NewPCG(1, 2))
+	for range 2000 {
+		tm := time.UnixMilli(rng.Int64N(4102444800000)).UTC() // 1970..2100
+		s := tm.Format("2006-01-02T15:04:05.000Z07:00")
+		got, ok := parseTS([]byte(s), false)
+		if !ok || got != tm.UnixMilli() {
+			t.Fatalf("parseTS(%s) = %d, %v; want %d", s, got, ok, tm.UnixMilli())
+		}
+	}
+	if _, ok := parseTS([]byte("2026-13-01T00:00:00.000Z"), false); ok {
+		t.Error("month 13 parsed")
+	}
+}
+
+func TestHistQuantiles(t *testing.T) {
+	var h hist
+	var vals []int64
+	rng := rand.New(rand.NewPCG(3, 4))
+	for range 50000 {
+		v := int64(rng.ExpFloat64() * 3000)
+		h.add(v)
+		vals = append(vals, v)
+	}
+	slices.Sort(vals)
+	for _, q := range []float64{0.5, 0.9, 0.99, 1} {
+		want := vals[int(q*float64(len(vals))+0.999999)-1] // nearest rank
+		got := h.quantile(q)
+		if d := float64(got-want) / float64(max(want, 1)); d < -0.004 || d > 0.004 {
+			t.Errorf("q%.2f = %d, want %d within 0.4%%", q, got, want)
+		}
+		if want < histExact && got != want {
+			t.Errorf("q%.2f = %d, want exactly %d below %d", q, got, want, histExact)
+		}
+	}
+	if h.max != vals[len(vals)-1] {
+		t.Errorf("max = %d, want %d", h.max, vals[len(vals)-1])
+	}
+}
+
+func TestTimelineCompacts(t *testing.T) {
+	tl := newTimeline()
+	k := laneKey{laneAPIHeavy, ""}
+	for i := range int64(3000) { // 3000 s at 1 s buckets: compacts twice
+		tl.advance(i * 1000)
+		tl.set(k, int(i%7), 3)
+	}
+	r := tl.report(false)
+	if r.BucketMS != 4000 || len(r.Series) != 1 || len(r.Series[0].InFlight) != 750 {
+		t.Fatalf("bucket %d ms, %d series, %d buckets; want 4000 ms, 1, 750", r.BucketMS, len(r.Series), len(r.Series[0].InFlight))
+	}
+	if got := r.Series[0].InFlight[0]; got != 3 {
+		t.Errorf("first bucket peak = %d, want 3 (max of 0..3)", got)
+	}
+	if got := r.Series[0].Limit[10]; got != 3 {
+		t.Errorf("limit = %d, want 3", got)
+	}
+}

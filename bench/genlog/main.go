@@ -1,0 +1,36 @@
+// Command genlog writes a generated ocl_capacity log to stdout: the real
+// capgate.Gate on a simulated clock (see package analyze/genlog), for
+// benchmarking `capgate analyze`.
+//
+//	go run ./bench/genlog -n 1000000 -rate 100 > /tmp/capgate-1m.jsonl
+package main
+
+import (
+	"context"
+	"flag"
+	"fmt"
+	"os"
+	"time"
+
+	"github.com/capgate/capgate/analyze/genlog"
+)
+
+func main() {
+	n := flag.Int("n", 1000000, "calls to generate")
+	rate := flag.Float64("rate", 100, "calls arriving per second")
+	held := flag.Duration("held", 1500*time.Millisecond, "mean time a call runs")
+	users := flag.Int("users", 2000, "users")
+	tasks := flag.Int("tasks", 4, "gateways")
+	noise := flag.Int("noise", 1000, "a non-ocl_capacity line after every this many calls; 0: none")
+	seed := flag.Uint64("seed", 1, "random seed")
+	flag.Parse()
+	st, err := genlog.Generate(context.Background(), os.Stdout, genlog.Options{
+		Calls: *n, Rate: *rate, MeanHeld: *held, Users: *users, Tasks: *tasks,
+		NoiseEvery: *noise, Seed: *seed,
+	})
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "genlog:", err)
+		os.Exit(1)
+	}
+	fmt.Fprintf(os.Stderr, "genlog: %d lines, %d calls, decisions %v\n", st.Lines, st.Calls, st.Decisions)
+}

@@ -1,0 +1,166 @@
+package loadgen_test
+
+import (
+	"context"
+	"net/http/httptest"
+	"net/url"
+	"testing"
+	"time"
+
+	"github.com/capgate/capgate"
+	capgatehttp "github.com/capgate/capgate/http"
+	"github.com/capgate/capgate/lanetest"
+	"github.com/capgate/capgate/loadgen"
+	"github.com/capgate/capgate/memory"
+	"github.com/capgate/capgate/simapi"
+)
+
+// stack is the simulated API behind a real gateway on the memory store.
+type stack struct {
+	api   *simapi.API
+	gw    *httptest.Server
+	cfg   *capgate.FixedConfig
+	lines *lanetest.Lines
+	users []loadgen.User
+}
+
+func newStack(t *testing.T, cfg capgate.Config) *stack {
+	t.Helper()
+	var users []simapi.User
+	var lusers []loadgen.User
+	for _, u := range []struct {
+		name, group string
+		tier        capgate.Tier
+	}{
+		{"core-1", "core_user", capgate.TierCore}, {"core-2", "core_user", capgate.TierCore},
+		{"early-1", "early_access", capgate.TierEarlyAccess}, {"early-2", "early_access", capgate.TierEarlyAccess},
+		{"preview-1", "", capgate.TierPreview}, {"preview-2", "", capgate.TierPreview},
+	} {
+		su := simapi.User{Token: u.name + "-token", Username: u.name}
+		if u.group != "" {
+			su.Groups = []string{u.group}
+		}
+		users = append(users, su)
+		lusers = append(lusers, loadgen.User{Name: u.name, Token: su.Token, Tier: string(u.tier)})
+	}
+	api := simapi.New(users)
+	api.Latency = func(_ string, rows int, _ bool) time.Duration {
+		return 20*time.Millisecond + time.Duration(rows)*time.Millisecond
+	}
+	up := httptest.NewServer(api)
+	t.Cleanup(up.Close)
+	fc := capgate.NewFixedConfig(cfg)
+	lines := &lanetest.Lines{}
+	gate := capgate.NewGate(memory.New(nil), fc, lines, "task-a")
+	ids, err := capgatehttp.NewUpstreamIdentity(up.URL)
+	if err != nil {
+		t.Fatal(err)
+	}
+	u, _ := url.Parse(up.URL)
+	gw, err := capgatehttp.NewGateway(capgatehttp.GatewayConfig{Upstream: u, Gate: gate, Identify: ids})
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv := httptest.NewServer(gw)
+	t.Cleanup(srv.Close)
+	return &stack{api: api, gw: srv, cfg: fc, lines: lines, users: lusers}
+}
+
+func tight(mode capgate.Mode) capgate.Config {
+	c := capgate.DefaultConfig(mode)
+	c.EnforceFor = capgate.EnforceAware
+	c.APIHeavy = capgate.APIHeavy{Cluster: 4, PerTask: 4}
+	c.ReserveSingleRow = 1
+	c.ES2KNN = 3
+	c.Tiers = capgate.TierLimits{Staff: 4, Core: 2, EarlyAccess: 2, Preview: 1}
+	c.PerUser = capgate.TierLimits{Staff: 4, Core: 2, EarlyAccess: 1, Preview: 1}
+	c.RetryAfter = capgate.RetryAfter{Base: 1, Max: 2, Paused: 5}
+	return c
+}
+
+func TestEnforceUnderLoadFailsNoRowAndStaysFair(t *testing.T) {
+	if testing.Short() {
+		t.Skip("runs load for several seconds")
+	}
+	s := newStack(t, tight(capgate.ModeEnforce))
+	rep, err := loadgen.Run(context.Background(), loadgen.Config{
+		BaseURL: s.gw.URL, Users: s.users, Duration: 8 * time.Second, Workers: 3, Grace: 15 * time.Second,
+		// Equal work for every user (bulk calls of 20 rows): the index then
+		// measures the scheduling, not the luck of the job mix.
+		Mix: loadgen.Mix{Bulk: 1}, BulkRows: [2]int{20, 20},
+	}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, u := range rep.Users {
+		if u.RowsFailed != 0 || u.RowsCancelled != 0 || u.RowsDone == 0 {
+			t.Errorf("%s: done %d failed %d cancelled %d (errors %v)", u.User, u.RowsDone, u.RowsFailed, u.RowsCancelled, u.Errors)
+		}
+	}
+	refused := 0
+	for _, n := range rep.Capacity429 {
+		refused += int(n)
+	}
+	if refused == 0 {
+		t.Fatal("no call was refused: the limits were not tight enough to test anything")
+	}
+	for _, tr := range rep.Tiers {
+		if tr.Fairness < 0.9 {
+			t.Errorf("tier %s: fairness %.3f < 0.9", tr.Tier, tr.Fairness)
+		}
+	}
+	// The API never saw more than the limits allow: the bulk limit (3),
+	// the cluster with the single-row reserve (4), es2_knn (3), per user.
+	st := s.api.Stats()
+	if st.Peak > 4 || st.PeakBulk > 3 || st.PeakSemantic > 3 {
+		t.Errorf("API peaks: all %d (limit 4), bulk %d (3), semantic %d (3)", st.Peak, st.PeakBulk, st.PeakSemantic)
+	}
+	for user, peak := range st.PeakPerUser {
+		if limit := map[byte]int{'c': 2, 'e': 1, 'p': 1}[user[0]]; peak > limit {
+			t.Errorf("user %s: %d calls at once, limit %d", user, peak, limit)
+		}
+	}
+	t.Logf("API calls %d, capacity 429s %v, API peak %d, tiers %+v", st.Calls, rep.Capacity429, st.Peak, rep.Tiers)
+}
+
+func TestShadowThrottlesNothing(t *testing.T) {
+	if testing.Short() {
+		t.Skip("runs load for several seconds")
+	}
+	s := newStack(t, tight(capgate.ModeShadow))
+	rep, err := loadgen.Run(context.Background(), loadgen.Config{
+		BaseURL: s.gw.URL, Users: s.users, Duration: 3 * time.Second, Workers: 3,
+	}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if rep.Throttled() != 0 || rep.Failed() != 0 || len(rep.Capacity429) != 0 {
+		t.Fatalf("shadow: throttled %d failed %d 429s %v", rep.Throttled(), rep.Failed(), rep.Capacity429)
+	}
+	shadowRefused := 0
+	for _, l := range s.lines.All(t) {
+		if l["decision"] == "shadow-refused" {
+			shadowRefused++
+		}
+	}
+	if shadowRefused == 0 {
+		t.Fatal("no call was shadow-refused: the load did not reach the limits")
+	}
+}
+
+func TestFairness(t *testing.T) {
+	cases := []struct {
+		xs   []float64
+		want float64
+	}{
+		{[]float64{1, 1, 1, 1}, 1},
+		{[]float64{1, 0, 0, 0}, 0.25},
+		{[]float64{3, 1}, 0.8},
+		{nil, 1},
+	}
+	for _, c := range cases {
+		if got := loadgen.Fairness(c.xs); got < c.want-1e-9 || got > c.want+1e-9 {
+			t.Errorf("Fairness(%v) = %v, want %v", c.xs, got, c.want)
+		}
+	}
+}

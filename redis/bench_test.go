@@ -1,0 +1,86 @@
+package redis_test
+
+import (
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/alicebob/miniredis/v2"
+
+	"github.com/capgate/capgate"
+	"github.com/capgate/capgate/lanetest"
+	"github.com/capgate/capgate/redis"
+)
+
+// benchKeys are the lanes of a typical call.
+func benchKeys() []string {
+	p := lanetest.NewPrefix()
+	return []string{p + "api_heavy", p + "api_heavy_task:web-1", p + "tier:core", p + "user:alice"}
+}
+
+func benchStore(b *testing.B, url string) *redis.Store {
+	b.Helper()
+	s, err := redis.Open(redis.Options{URL: url, MaxQueued: 1024})
+	if err != nil {
+		b.Fatal(err)
+	}
+	b.Cleanup(func() { _ = s.Close() })
+	return s
+}
+
+// benchPairs runs acquire+release pairs on four lanes, one goroutine.
+func benchPairs(b *testing.B, s *redis.Store) {
+	req := capgate.AcquireRequest{Token: lanetest.NewToken(), Keys: benchKeys(), Limits: []int{1 << 20, 1 << 20, 1 << 20, 1 << 20}, Lease: time.Minute}
+	counts := make([]int, len(req.Keys))
+	ctx := b.Context()
+	b.ReportAllocs()
+	for b.Loop() {
+		if _, err := s.Acquire(ctx, req, counts); err != nil {
+			b.Fatal(err)
+		}
+		if err := s.Release(ctx, req.Token, req.Keys); err != nil {
+			b.Fatal(err)
+		}
+	}
+}
+
+// benchPairsParallel runs acquire+release pairs on four shared lanes from
+// GOMAXPROCS×8 goroutines.
+func benchPairsParallel(b *testing.B, s *redis.Store) {
+	keys := benchKeys()
+	var failed atomic.Value
+	ctx := b.Context()
+	b.ReportAllocs()
+	b.SetParallelism(8)
+	b.RunParallel(func(pb *testing.PB) {
+		req := capgate.AcquireRequest{Token: lanetest.NewToken(), Keys: keys, Limits: []int{1 << 20, 1 << 20, 1 << 20, 1 << 20}, Lease: time.Minute}
+		counts := make([]int, len(keys))
+		for pb.Next() {
+			if _, err := s.Acquire(ctx, req, counts); err != nil {
+				failed.Store(err)
+			}
+			if err := s.Release(ctx, req.Token, req.Keys); err != nil {
+				failed.Store(err)
+			}
+		}
+	})
+	if err := failed.Load(); err != nil {
+		b.Fatal(err)
+	}
+}
+
+func BenchmarkMiniredisAcquireRelease(b *testing.B) {
+	benchPairs(b, benchStore(b, "redis://"+miniredis.RunT(b).Addr()))
+}
+
+func BenchmarkMiniredisAcquireReleaseParallel(b *testing.B) {
+	benchPairsParallel(b, benchStore(b, "redis://"+miniredis.RunT(b).Addr()))
+}
+
+func BenchmarkRealRedisAcquireRelease(b *testing.B) {
+	benchPairs(b, benchStore(b, redis.RealRedisURL(b)))
+}
+
+func BenchmarkRealRedisAcquireReleaseParallel(b *testing.B) {
+	benchPairsParallel(b, benchStore(b, redis.RealRedisURL(b)))
+}

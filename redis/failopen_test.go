@@ -1,0 +1,239 @@
+package redis_test
+
+import (
+	"context"
+	"errors"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/capgate/capgate"
+	"github.com/capgate/capgate/lanetest"
+	"github.com/capgate/capgate/redis"
+)
+
+// socketTimeout is far longer than any deadline in these tests, so a test
+// that returns in time shows the deadline did it, not the socket.
+const socketTimeout = 30 * time.Second
+
+// within fails t unless the call took no longer than max.
+func within(t *testing.T, what string, start time.Time, max time.Duration) {
+	t.Helper()
+	if took := time.Since(start); took > max {
+		t.Errorf("%s took %v, want at most %v", what, took, max)
+	}
+}
+
+func openHung(t *testing.T, opts redis.Options) (*redis.Store, *hungServer) {
+	t.Helper()
+	srv := newHungServer(t)
+	opts.URL = "redis://" + srv.Addr
+	opts.Timeout = socketTimeout
+	s, err := redis.Open(opts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = s.Close() })
+	return s, srv
+}
+
+func acquireReq() capgate.AcquireRequest {
+	return capgate.AcquireRequest{Token: lanetest.NewToken(), Keys: []string{lanetest.NewPrefix() + "lane"}, Limits: []int{5}, Lease: time.Minute}
+}
+
+func TestHungRedisFailsAtTheDeadline(t *testing.T) {
+	s, _ := openHung(t, redis.Options{Deadline: 100 * time.Millisecond})
+	for name, op := range map[string]func(context.Context) error{
+		"acquire": func(ctx context.Context) error {
+			_, err := s.Acquire(ctx, acquireReq(), make([]int, 1))
+			return err
+		},
+		"renew": func(ctx context.Context) error {
+			_, err := s.Renew(ctx, lanetest.NewToken(), []string{"k"}, time.Minute)
+			return err
+		},
+		"release": func(ctx context.Context) error { return s.Release(ctx, lanetest.NewToken(), []string{"k"}) },
+		"count":   func(ctx context.Context) error { return s.Count(ctx, []string{"k"}, make([]int, 1)) },
+		"keys": func(ctx context.Context) error {
+			_, err := s.Keys(ctx, "k")
+			return err
+		},
+		"ping": s.Ping,
+	} {
+		start := time.Now()
+		err := op(t.Context())
+		if took := time.Since(start); took < 100*time.Millisecond {
+			t.Errorf("%s returned after %v, before the deadline", name, took)
+		}
+		within(t, name, start, 2*time.Second) // the socket would wait 30 s
+		if err == nil || err.Error() != "no answer from Redis within 0.1 s" {
+			t.Errorf("%s: error %q, want exactly %q", name, err, "no answer from Redis within 0.1 s")
+		}
+		var de *redis.DeadlineError
+		if !errors.As(err, &de) {
+			t.Errorf("%s: error %T is not a *DeadlineError", name, err)
+		}
+	}
+}
+
+// TestHungSentinelFailsAtTheDeadline: master discovery through a Sentinel
+// that never answers is bounded by the deadline too.
+func TestHungSentinelFailsAtTheDeadline(t *testing.T) {
+	srv := newHungServer(t)
+	s, err := redis.Open(redis.Options{Sentinels: []string{srv.Addr}, Deadline: 100 * time.Millisecond, Timeout: socketTimeout})
+	if err != nil {
+		t.Fatal(err)
+	}
+	start := time.Now()
+	err = s.Ping(t.Context())
+	within(t, "ping through a hung Sentinel", start, 2*time.Second)
+	if err == nil || err.Error() != "no answer from Redis within 0.1 s" {
+		t.Errorf("error %q, want the deadline error", err)
+	}
+
+	// The discovery still hangs, holding go-redis's own lock: Close must
+	// not wait for it.
+	start = time.Now()
+	if err := s.Close(); err != nil {
+		t.Errorf("Close: %v", err)
+	}
+	within(t, "Close while a Sentinel hangs", start, time.Second)
+}
+
+func TestFullQueueFailsAtOnce(t *testing.T) {
+	s, srv := openHung(t, redis.Options{MaxInFlight: 1, MaxQueued: 1, Deadline: time.Minute})
+	queued := make(chan struct{}, 1)
+	redis.SetTestHookQueued(s, func() { queued <- struct{}{} })
+
+	ctx, cancel := context.WithCancel(t.Context())
+	results := make(chan error, 2)
+	go func() { results <- s.Ping(ctx) }() // in flight, hangs
+	<-srv.Got
+	go func() { results <- s.Ping(ctx) }() // queued
+	<-queued
+
+	start := time.Now()
+	_, err := s.Acquire(t.Context(), acquireReq(), make([]int, 1))
+	within(t, "an operation behind a full queue", start, time.Second)
+	if !errors.Is(err, capgate.ErrBusy) {
+		t.Errorf("error %v, want ErrBusy", err)
+	}
+
+	// Callers who give up return at once, the one in flight included.
+	cancel()
+	for range 2 {
+		if err := <-results; !errors.Is(err, context.Canceled) {
+			t.Errorf("a caller that gave up got %v, want context.Canceled", err)
+		}
+	}
+}
+
+// TestGivenUpWhileQueuedIsNeverSent: the first operation is held up on its
+// way to the server; the second waits in the queue and its caller gives up;
+// once the first is through, a third runs, and the second never does.
+func TestGivenUpWhileQueuedIsNeverSent(t *testing.T) {
+	m, _ := openMini(t)
+	p := newProxy(t, m.Addr())
+	s, err := redis.Open(redis.Options{URL: "redis://" + p.Addr, MaxInFlight: 1, Deadline: time.Minute, Timeout: socketTimeout})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	queued := make(chan struct{}, 1)
+	redis.SetTestHookQueued(s, func() { queued <- struct{}{} })
+	if err := s.Ping(t.Context()); err != nil { // connect first
+		t.Fatal(err)
+	}
+
+	p.Pause()
+	first := make(chan error, 1)
+	ctx1, cancel1 := context.WithCancel(t.Context())
+	defer cancel1()
+	go func() { first <- s.Ping(ctx1) }()
+	<-p.Held
+
+	second := make(chan error, 1)
+	ctx2, cancel2 := context.WithCancel(t.Context())
+	req := acquireReq()
+	req.Force = true
+	go func() {
+		_, err := s.Acquire(ctx2, req, make([]int, 1))
+		second <- err
+	}()
+	<-queued
+	cancel2()
+	if err := <-second; !errors.Is(err, context.Canceled) {
+		t.Fatalf("the queued caller that gave up got %v, want context.Canceled", err)
+	}
+
+	p.Resume()
+	if err := <-first; err != nil {
+		t.Fatalf("first operation: %v", err)
+	}
+	third := acquireReq()
+	if _, err := s.Acquire(t.Context(), third, make([]int, 1)); err != nil {
+		t.Fatalf("third operation: %v", err)
+	}
+	if err := s.Ping(t.Context()); err != nil {
+		t.Fatal(err)
+	}
+	if !m.Exists(third.Keys[0]) {
+		t.Error("the third operation did not run")
+	}
+	if m.Exists(req.Keys[0]) {
+		t.Error("the operation whose caller gave up in the queue was sent")
+	}
+}
+
+// TestGivenUpBeforeSendingSendsNothing: a caller whose context is already
+// done sends nothing, even with a free slot.
+func TestGivenUpBeforeSendingSendsNothing(t *testing.T) {
+	m, h := openMini(t)
+	ctx, cancel := context.WithCancel(t.Context())
+	cancel()
+	before := m.CommandCount()
+	req := acquireReq()
+	if _, err := h.Acquire(ctx, req, make([]int, 1)); !errors.Is(err, context.Canceled) {
+		t.Errorf("error %v, want context.Canceled", err)
+	}
+	if got := m.CommandCount(); got != before {
+		t.Errorf("the server got %d commands, want none", got-before)
+	}
+}
+
+func TestCloseDoesNotWaitForAHungCall(t *testing.T) {
+	s, srv := openHung(t, redis.Options{Deadline: time.Minute})
+	result := make(chan error, 1)
+	go func() { result <- s.Ping(t.Context()) }()
+	<-srv.Got
+
+	start := time.Now()
+	if err := s.Close(); err != nil {
+		t.Errorf("Close: %v", err)
+	}
+	within(t, "Close", start, time.Second)
+	if err := <-result; !errors.Is(err, redis.ErrClosed) {
+		t.Errorf("the hung call got %v, want ErrClosed", err)
+	}
+	within(t, "the hung call", start, time.Second)
+	if err := s.Ping(t.Context()); !errors.Is(err, redis.ErrClosed) {
+		t.Errorf("a call after Close got %v, want ErrClosed", err)
+	}
+}
+
+// TestRedisDownFailsFast: nothing listens, so the dial fails at once and
+// the error is wrapped with the operation.
+func TestRedisDownFailsFast(t *testing.T) {
+	down, err := redis.Open(redis.Options{URL: "redis://127.0.0.1:1"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer down.Close()
+	start := time.Now()
+	_, err = down.Acquire(t.Context(), acquireReq(), make([]int, 1))
+	within(t, "acquire on a closed port", start, time.Second)
+	var de *redis.DeadlineError
+	if err == nil || errors.As(err, &de) || !strings.HasPrefix(err.Error(), "acquire lanes: ") {
+		t.Errorf("error %q, want a dial error wrapped with the operation", err)
+	}
+}
