@@ -203,7 +203,12 @@ for t in "${TARGETS[@]}"; do # warm up: connections, caches
 done
 for r in $(seq "$ROUNDS"); do
 	for t in "${TARGETS[@]}"; do
-		out=$(wrk -t "$(threads "$t")" -c "${CONNS[$t]}" -d "${WRK_SECONDS}s" -s "$WORK/post.lua" "${URL[$t]}" -- "${WPATH[$t]}" | grep '^{"rps"')
+		if ! out=$(wrk -t "$(threads "$t")" -c "${CONNS[$t]}" -d "${WRK_SECONDS}s" -s "$WORK/post.lua" "${URL[$t]}" -- "${WPATH[$t]}"); then
+			echo "bench/run.sh: wrk failed on ($t) ${URL[$t]}; the servers' last words:" >&2
+			tail -n 5 "$WORK"/serve-*.out "$WORK"/nginx-*/error.log >&2 || true
+			exit 1
+		fi
+		out=$(grep '^{"rps"' <<<"$out")
 		result wrk "$r" "${CONNS[$t]}" "$t" "$out"
 	done
 done

@@ -60,11 +60,12 @@ fi
 NGINX=$(command -v nginx || echo /usr/sbin/nginx)
 command -v go >/dev/null || { echo "bench/run.sh: Go is needed" >&2; exit 1; }
 
-# free_port prints a TCP port nothing listens on, above 20000.
+# free_port prints a TCP port nothing listens on, in 20000-31999: below
+# the kernel's ephemeral range, so no client socket is handed it.
 free_port() {
 	local p
 	while :; do
-		p=$((20000 + RANDOM % 30000))
+		p=$((20000 + RANDOM % 12000))
 		if ! (exec 3<>"/dev/tcp/127.0.0.1/$p") 2>/dev/null; then
 			echo "$p"
 			return

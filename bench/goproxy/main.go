@@ -12,6 +12,8 @@ import (
 	"errors"
 	"flag"
 	"fmt"
+	"io"
+	"log"
 	"net/http"
 	"net/http/httputil"
 	"net/url"
@@ -49,6 +51,7 @@ func main() {
 	rp := &httputil.ReverseProxy{
 		Rewrite:   func(pr *httputil.ProxyRequest) { pr.SetURL(u); pr.SetXForwarded() },
 		Transport: capgatehttp.NewTransport(),
+		ErrorLog:  log.New(io.Discard, "", 0), // a client cut off at the end of a wrk run is no news
 	}
 	if *pool {
 		rp.BufferPool = &bufferPool{}
