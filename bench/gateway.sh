@@ -237,10 +237,12 @@ for t in d e; do
 	{
 		grep '^Benchmark' "$WORK/gobench-gateway-$t.txt"
 		echo
-		echo "CPU, top 25 by cumulative time, our packages (github.com/capgate/capgate/...):"
+		echo "CPU, top 25 by cumulative time, capgate frames only: library frames are folded into their nearest"
+		echo "capgate caller (Middleware.ServeHTTP's flat time is mostly net/http and httputil.ReverseProxy;"
+		echo "redis Store.Acquire.func1's and Release.func1's are go-redis and the socket):"
 		go tool pprof -top -cum -nodecount 25 -focus 'capgate/capgate' -show 'capgate/capgate' "$WORK/http.test" "$WORK/cpu-$t.out" 2>/dev/null | sed -n '/flat%/,$p'
 		echo
-		echo "Allocations (objects), top 15 by flat, our packages:"
+		echo "Allocations (objects), top 15 by flat, capgate frames only (folded the same way):"
 		go tool pprof -sample_index=alloc_objects -top -nodecount 15 -show 'capgate/capgate' "$WORK/http.test" "$WORK/mem-$t.out" 2>/dev/null | sed -n '/flat%/,$p'
 	} >"$WORK/profile-$t.txt"
 done

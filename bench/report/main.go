@@ -533,6 +533,9 @@ func profiles(b *bytes.Buffer, dir string) {
 		return
 	}
 	fmt.Fprintf(b, "### Profiles (part 5)\n\n")
+	fmt.Fprintf(b, "From `http/gateway_bench_test.go`: the whole gateway in process over loopback TCP (upstream, gateway and\n")
+	fmt.Fprintf(b, "64 client goroutines in one process, so the client's own work is in the totals), `d` on the in-process\n")
+	fmt.Fprintf(b, "lanes, `e` on the Redis lanes with room for every call (MaxInFlight 128). capgate serve has no pprof listener.\n\n")
 	for _, f := range files {
 		data, err := os.ReadFile(f)
 		if err != nil {
