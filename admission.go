@@ -247,7 +247,7 @@ func (a *Admission) lane(name LaneName) int {
 }
 
 // SetHeaders sets the capacity headers on h (SPEC §4): every value that is
-// known, and Retry-After only on a refusal.
+// known, and Retry-After only on the gate's own refusal.
 func (a *Admission) SetHeaders(h http.Header) {
 	if a == nil || h == nil {
 		return
@@ -271,10 +271,10 @@ func (a *Admission) SetHeaders(h http.Header) {
 	if n, ok := a.Suggested(); ok {
 		h.Set(HeaderSuggestedConcurrent, strconv.Itoa(n))
 	}
+	// Only the gate's own refusal gets its Retry-After; one the API sent
+	// itself (its rate limit, a 503) is left alone.
 	if s, ok := a.RetryAfter(); ok && a.decision == DecisionRefused {
 		h.Set("Retry-After", strconv.Itoa(s))
-	} else {
-		h.Del("Retry-After")
 	}
 }
 

@@ -61,6 +61,7 @@ type ConfigService struct {
 	lastGood   *Config       // the last config read without error; requires mu held
 	refreshing chan struct{} // non-nil while a refresh runs, closed at its end; requires mu held
 	gen        uint64        // bumped when a save or Invalidate makes a running refresh stale; requires mu held
+	version    int64         // the version of snap, 0 for the defaults; requires mu held
 }
 
 var _ ConfigSource = (*ConfigService)(nil)
@@ -204,9 +205,22 @@ func (s *ConfigService) refresh(ctx context.Context, start time.Time, gen uint64
 	if err == nil {
 		good := c
 		s.lastGood = &good
+		s.version = 0
+		if v != nil {
+			s.version = v.ID
+		}
 	}
 	s.snap, s.hasSnap, s.expires = c, true, start.Add(s.cacheTTL())
 	return c
+}
+
+// Version returns the version of the config in force as this process last
+// read or saved it; 0 for the defaults (or before the first read). For
+// metrics.
+func (s *ConfigService) Version() int64 {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.version
 }
 
 // resolve turns a stored version into a config: the defaults overlaid with
@@ -308,6 +322,12 @@ func (s *ConfigService) Save(ctx context.Context, change map[string]any, replace
 	}
 	s.mu.Lock()
 	s.setLocked(res.Config)
+	switch {
+	case appended != nil:
+		s.version = appended.ID
+	case res.Version != nil:
+		s.version = res.Version.ID
+	}
 	s.mu.Unlock()
 	if appended != nil {
 		res.Version = appended

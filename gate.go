@@ -169,11 +169,19 @@ type Admission struct {
 // untouched. Otherwise the caller must call Release when the call ends,
 // however it ends, and must not send a refused call (Refused) on.
 func (g *Gate) Admit(ctx context.Context, call Call) *Admission {
-	cfg := g.Config.Config(ctx)
+	cfg, cerr := g.config(ctx)
 	if cfg.Mode == ModeOff {
 		return nil
 	}
 	a := &Admission{g: g, call: call, cfg: cfg, scope: -1, start: g.now()}
+	if cerr != nil {
+		a.enforced = false
+		a.fail(cerr)
+		if g.Observer != nil {
+			g.Observer.Admitted(a)
+		}
+		return a
+	}
 	a.enforced = cfg.Mode == ModeEnforce && (cfg.EnforceFor == EnforceAll || call.Aware)
 	func() {
 		defer func() {
@@ -191,12 +199,24 @@ func (g *Gate) Admit(ctx context.Context, call Call) *Admission {
 	return a
 }
 
+// config reads the config in force. A ConfigSource must not fail; if one
+// panics anyway, the call is gated in shadow with the defaults, and
+// counted as unavailable.
+func (g *Gate) config(ctx context.Context) (c Config, err error) {
+	defer func() {
+		if r := recover(); r != nil {
+			c, err = DefaultConfig(ModeShadow), fmt.Errorf("internal error: read config: %v", r)
+		}
+	}()
+	return g.Config.Config(ctx), nil
+}
+
 // Unavailable returns an admission for a call the gate could not decide
 // because of cause (an identity lookup that failed, say): the call goes
 // ahead uncounted and its log line says why. It returns nil when the mode
 // is off. The store's skip window is not touched.
 func (g *Gate) Unavailable(ctx context.Context, call Call, cause error) *Admission {
-	cfg := g.Config.Config(ctx)
+	cfg, _ := g.config(ctx)
 	if cfg.Mode == ModeOff {
 		return nil
 	}

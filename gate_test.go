@@ -369,3 +369,31 @@ func TestRenewalSkipsTheStoreInsideTheWindow(t *testing.T) {
 		}
 	})
 }
+
+func TestHeadersLeaveTheAPIsRetryAfterAlone(t *testing.T) {
+	e := newFaultEnv(t)
+	a := e.gate.Admit(context.Background(), lanetest.Match("p", capgate.TierPreview))
+	defer a.Release(context.Background())
+	h := http.Header{"Retry-After": {"30"}} // the API's own throttle answered
+	a.SetHeaders(h)
+	if got := h.Get("Retry-After"); got != "30" || h.Get("X-OCL-Capacity-Decision") != "admitted" {
+		t.Fatalf("Retry-After %q, decision %q: the API's header must stay", got, h.Get("X-OCL-Capacity-Decision"))
+	}
+}
+
+type panickingConfig struct{}
+
+func (panickingConfig) Config(context.Context) capgate.Config { panic("config bug") }
+
+func TestAPanickingConfigSourceFailsOpen(t *testing.T) {
+	e := newFaultEnv(t)
+	e.gate.Config = panickingConfig{}
+	a := e.gate.Admit(context.Background(), lanetest.Match("p", capgate.TierPreview))
+	a.Release(context.Background())
+	if a.Decision() != capgate.DecisionUnavailable || a.Refused() || e.acquires.Load() != 0 {
+		t.Fatalf("decision %q, acquires %d", a.Decision(), e.acquires.Load())
+	}
+	if !strings.Contains(a.Err(), "config bug") {
+		t.Fatalf("error %q", a.Err())
+	}
+}

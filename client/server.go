@@ -23,7 +23,20 @@ type server struct {
 	tiers    map[string]string   // Call.User → the tier the server reported
 	waiters  map[*waiter]struct{}
 	changed  chan struct{}
+
+	// After a refusal on a lane other users share (api_heavy, the task
+	// lane, es2_knn, a tier), bulk calls resume through a window: no more
+	// than window of them in flight, one more allowed for each admitted
+	// answer, until it reaches openWindow and is lifted. Without it every
+	// held call would go at once when the pause ends, most would be refused
+	// again, and whoever happened to finish a call first would take the
+	// freed slot (a stampede, and users of a tier starving each other).
+	window int // 0: no window
+	bulk   int // bulk calls in flight through this server
 }
+
+// openWindow is the window size at which the resume window is lifted.
+const openWindow = 64
 
 func newServer(cap int, probe time.Duration) *server {
 	return &server{
@@ -227,6 +240,9 @@ func (s *server) evaluate(w *waiter, now time.Time) verdict {
 			ahead++
 		}
 	}
+	if w.call.Class == Bulk && s.window > 0 && s.bulk+s.bulkAhead(w, now) >= s.window {
+		return verdict{} // wait for an answer to widen the window
+	}
 	if l.inFlight+ahead < bound {
 		return verdict{granted: true}
 	}
@@ -234,6 +250,26 @@ func (s *server) evaluate(w *waiter, now time.Time) verdict {
 		return verdict{wake: l.probeAt}
 	}
 	return verdict{}
+}
+
+// bulkAhead counts the bulk calls of any user that go before w and could
+// be sent now, so the resume window's slots go in order: refused calls
+// first, oldest first, whoever's they are. Requires mu held.
+func (s *server) bulkAhead(w *waiter, now time.Time) int {
+	n := 0
+	for o := range s.waiters {
+		if o == w || o.call.Class != Bulk || !o.before(w) {
+			continue
+		}
+		if h, _, t := s.hold(o, now); h != nil || t != nil {
+			continue
+		}
+		if l := s.limiter(o.call.User); l.inFlight >= l.bound(now) {
+			continue
+		}
+		n++
+	}
+	return n
 }
 
 // acquire waits until w's call may be sent and takes an in-flight slot for
@@ -252,6 +288,9 @@ func (s *server) acquire(ctx context.Context, w *waiter) error {
 		case v.granted:
 			delete(s.waiters, w)
 			s.limiter(w.call.User).inFlight++
+			if w.call.Class == Bulk {
+				s.bulk++
+			}
 			s.broadcast() // the next in line may take a slot too
 			return nil
 		case v.throttle != nil:
@@ -296,11 +335,27 @@ func sleep(ctx context.Context, changed <-chan struct{}, wake, now time.Time) er
 	return nil
 }
 
-// release gives back the in-flight slot of user's call.
-func (s *server) release(user string) {
+// release gives back the in-flight slot of c's call.
+func (s *server) release(c Call) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	s.limiter(user).inFlight--
+	s.limiter(c.User).inFlight--
+	if c.Class == Bulk {
+		s.bulk--
+	}
+	s.broadcast()
+}
+
+// admitted widens the resume window by one for an admitted answer.
+func (s *server) admitted() {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.window == 0 {
+		return
+	}
+	if s.window++; s.window >= openWindow {
+		s.window = 0
+	}
 	s.broadcast()
 }
 
@@ -334,6 +389,11 @@ func (s *server) refuse(w *waiter, r refusal, d, jitter time.Duration, now time.
 		default:
 			key.id = ""
 		}
+	}
+	if r.kind == Capacity && r.scope != "user" && c.Class == Bulk {
+		// The refused call still holds its slot: the others in flight are
+		// what the shared lane takes from this client now.
+		s.window = max(1, s.bulk-1)
 	}
 	p := &pause{key: key, paused: r.paused, baseEnd: now.Add(d), end: now.Add(d + jitter)}
 	w.retrying = true

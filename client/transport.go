@@ -277,7 +277,7 @@ func (t *Transport) roundTrip(req *http.Request, call Call, res *Result) (*http.
 		resp, sent, err := t.send(ctx, req, getBody, meta, key)
 		now := time.Now()
 		if err != nil {
-			s.release(call.User)
+			s.release(call)
 			switch {
 			case ctx.Err() != nil:
 				return nil, fmt.Errorf("client: send: %w", err)
@@ -318,12 +318,12 @@ func (t *Transport) roundTrip(req *http.Request, call Call, res *Result) (*http.
 			s.observe(call.User, tier, suggested, decided, d, now)
 			t.countRefusal(res, r)
 			s.refuse(w, r, d, t.jitter(d), now)
-			s.release(call.User)
+			s.release(call)
 			continue
 		case http.StatusServiceUnavailable:
 			r := parseRefusal(resp, now, nErr)
 			s.observe(call.User, tier, suggested, decided, 0, now)
-			s.release(call.User)
+			s.release(call)
 			t.countRefusal(res, r)
 			if nErr >= maxRetries || !t.backoff(s, w, res, Unavailable, r.delay, now) {
 				s.mu.Lock()
@@ -338,7 +338,7 @@ func (t *Transport) roundTrip(req *http.Request, call Call, res *Result) (*http.
 			if key != "" && nErr < maxRetries {
 				s.observe(call.User, tier, suggested, decided, 0, now)
 				drain(resp.Body)
-				s.release(call.User)
+				s.release(call)
 				nErr++
 				if t.backoff(s, w, res, 0, errorDelay(nErr-1), now) {
 					continue
@@ -348,7 +348,10 @@ func (t *Transport) roundTrip(req *http.Request, call Call, res *Result) (*http.
 			}
 		}
 		s.observe(call.User, tier, suggested, decided, 0, now)
-		resp.Body = &slotBody{ReadCloser: resp.Body, release: func() { s.release(call.User) }}
+		if decision == "admitted" {
+			s.admitted()
+		}
+		resp.Body = &slotBody{ReadCloser: resp.Body, release: func() { s.release(call) }}
 		return resp, nil
 	}
 }

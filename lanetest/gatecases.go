@@ -494,7 +494,11 @@ func testConcurrentLimit(t *testing.T, e *Env) {
 		c.Tiers = capgate.TierLimits{Staff: 1000, Core: 1000, EarlyAccess: 1000, Preview: 1000}
 		c.PerUser = c.Tiers
 	})
-	var holders, peak, admitted atomic.Int64
+	// A store may shed load under 64 callers (the Redis store's bounded
+	// queue fails at once when full): such calls are unavailable, which is
+	// fine here, and must not close the gate to the rest for 15 s.
+	e.Gate.Skip = nil
+	var holders, peak, admitted, unavailable atomic.Int64
 	var wg sync.WaitGroup
 	for w := range workers {
 		wg.Go(func() {
@@ -506,6 +510,8 @@ func testConcurrentLimit(t *testing.T, e *Env) {
 					}
 					admitted.Add(1)
 					holders.Add(-1)
+				} else if a.Decision() == capgate.DecisionUnavailable {
+					unavailable.Add(1)
 				} else if a.Decision() != capgate.DecisionRefused {
 					t.Errorf("decision %q (%s)", a.Decision(), a.Err())
 				}
@@ -519,6 +525,9 @@ func testConcurrentLimit(t *testing.T, e *Env) {
 	}
 	if admitted.Load() == 0 {
 		t.Fatal("no call was admitted")
+	}
+	if n := unavailable.Load(); n > 0 {
+		t.Logf("%d of %d calls unavailable (the store shed load)", n, workers*rounds)
 	}
 	if m := e.Store.Members(t, e.Key(capgate.LaneAPIHeavy, "")); len(m) != 0 {
 		t.Fatalf("lane not empty after the run: %v", m)

@@ -185,17 +185,35 @@ func (r *run) work(stopNew, calls context.Context, u *userRun, rng *rand.Rand) {
 					return
 				}
 				lo, hi := r.cfg.BulkRows[0], r.cfg.BulkRows[1]
-				r.call(calls, u, KindBulk, lo+rng.IntN(hi-lo+1), semantic, rng.Float64() < 0.5)
+				r.call(stopNew, calls, u, KindBulk, lo+rng.IntN(hi-lo+1), semantic, rng.Float64() < 0.5)
 			}
 		case p < r.cfg.Mix.Bulk+r.cfg.Mix.Single: // a person looking up one row
-			r.call(calls, u, KindSingle, 1, true, false)
+			r.call(stopNew, calls, u, KindSingle, 1, true, false)
 		default:
-			r.call(calls, u, KindRerank, 5+rng.IntN(26), false, false)
+			r.call(stopNew, calls, u, KindRerank, 5+rng.IntN(26), false, false)
 		}
 	}
 }
 
-func (r *run) call(ctx context.Context, u *userRun, kind string, rows int, semantic, reranker bool) {
+// call sends one call and records how it went. After a throttled call
+// (the server's wait outlasted the budget or the run) the worker waits out
+// that pause before its next call, as a person would, instead of looping;
+// the wait ends with stopNew.
+func (r *run) call(stopNew, ctx context.Context, u *userRun, kind string, rows int, semantic, reranker bool) {
+	err := r.send(ctx, u, kind, rows, semantic, reranker)
+	var te *client.ThrottledError
+	if !errors.As(err, &te) {
+		return
+	}
+	t := time.NewTimer(max(time.Until(te.Until), time.Second))
+	defer t.Stop()
+	select {
+	case <-t.C:
+	case <-stopNew.Done():
+	}
+}
+
+func (r *run) send(ctx context.Context, u *userRun, kind string, rows int, semantic, reranker bool) error {
 	var path, body string
 	var b strings.Builder
 	b.WriteString(`{"rows":[`)
@@ -232,7 +250,7 @@ func (r *run) call(ctx context.Context, u *userRun, kind string, rows int, seman
 		strings.TrimSuffix(r.cfg.BaseURL, "/")+path, bytes.NewReader([]byte(body)))
 	if err != nil {
 		u.record(kind, rows, 0, res, err)
-		return
+		return err
 	}
 	req.Header.Set("Authorization", "Token "+u.Token)
 	req.Header.Set("Content-Type", "application/json")
@@ -247,6 +265,7 @@ func (r *run) call(ctx context.Context, u *userRun, kind string, rows int, seman
 		}
 	}
 	u.record(kind, rows, time.Since(began), res, err)
+	return err
 }
 
 func (u *userRun) record(kind string, rows int, d time.Duration, res client.Result, err error) {

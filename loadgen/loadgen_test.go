@@ -44,8 +44,11 @@ func newStack(t *testing.T, cfg capgate.Config) *stack {
 		lusers = append(lusers, loadgen.User{Name: u.name, Token: su.Token, Tier: string(u.tier)})
 	}
 	api := simapi.New(users)
+	// Calls last a good part of a second, as heavy calls do: against the
+	// 1 s floor of a refusal's wait, much shorter calls would make the run
+	// mostly waiting and the fairness figure mostly noise.
 	api.Latency = func(_ string, rows int, _ bool) time.Duration {
-		return 20*time.Millisecond + time.Duration(rows)*time.Millisecond
+		return 200*time.Millisecond + time.Duration(rows)*5*time.Millisecond
 	}
 	up := httptest.NewServer(api)
 	t.Cleanup(up.Close)
@@ -84,7 +87,7 @@ func TestEnforceUnderLoadFailsNoRowAndStaysFair(t *testing.T) {
 	}
 	s := newStack(t, tight(capgate.ModeEnforce))
 	rep, err := loadgen.Run(context.Background(), loadgen.Config{
-		BaseURL: s.gw.URL, Users: s.users, Duration: 8 * time.Second, Workers: 3, Grace: 15 * time.Second,
+		BaseURL: s.gw.URL, Users: s.users, Duration: 10 * time.Second, Workers: 3, Grace: 15 * time.Second,
 		// Equal work for every user (bulk calls of 20 rows): the index then
 		// measures the scheduling, not the luck of the job mix.
 		Mix: loadgen.Mix{Bulk: 1}, BulkRows: [2]int{20, 20},
@@ -161,6 +164,30 @@ func TestFairness(t *testing.T) {
 	for _, c := range cases {
 		if got := loadgen.Fairness(c.xs); got < c.want-1e-9 || got > c.want+1e-9 {
 			t.Errorf("Fairness(%v) = %v, want %v", c.xs, got, c.want)
+		}
+	}
+}
+
+// A user whose calls are throttled (a paused lane outlasting the run)
+// waits the pause out: its workers don't spin on calls that end at once.
+func TestThrottledUserDoesNotSpin(t *testing.T) {
+	c := tight(capgate.ModeEnforce)
+	c.EnforceFor = capgate.EnforceAll
+	c.PerUser.Preview = 0
+	c.RetryAfter.Paused = 120
+	s := newStack(t, c)
+	rep, err := loadgen.Run(context.Background(), loadgen.Config{
+		BaseURL: s.gw.URL, Users: s.users, Duration: 2 * time.Second, Workers: 2, Grace: 2 * time.Second,
+	}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, u := range rep.Users {
+		if u.Tier != string(capgate.TierPreview) {
+			continue
+		}
+		if u.Calls == 0 || u.Calls > 4 || u.RowsThrottled == 0 || u.RowsDone != 0 {
+			t.Errorf("%s: %d calls, %d rows throttled, %d done; want at most 4 throttled calls", u.User, u.Calls, u.RowsThrottled, u.RowsDone)
 		}
 	}
 }

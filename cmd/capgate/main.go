@@ -33,6 +33,7 @@ Commands:
   demo       run a simulated API, the gateway and simulated users for ~30 s
   loadgen    drive a gateway with simulated Mapper users and report
   analyze    report on ocl_capacity log lines; --what-if replays them against a changed config
+  simapi     serve the demo's simulated OCL API, to try serve in front of
 
 Run "capgate <command> -h" for a command's flags.
 `
@@ -56,6 +57,9 @@ func Run(ctx context.Context, args []string, stdin io.Reader, stdout, stderr io.
 		return exitCode(stderr, cmd.Run(ctx, args[1:]))
 	case "loadgen":
 		cmd := &LoadgenCommand{Stdout: stdout, Stderr: stderr}
+		return exitCode(stderr, cmd.Run(ctx, args[1:]))
+	case "simapi":
+		cmd := &SimAPICommand{Stdout: stdout, Stderr: stderr}
 		return exitCode(stderr, cmd.Run(ctx, args[1:]))
 	case "capacity":
 		cmd := &CapacityCommand{Stdout: stdout, Stderr: stderr}

@@ -182,3 +182,27 @@ func TestServeReadsTheEnvironment(t *testing.T) {
 		t.Fatalf("flags over env: %+v %v", o, err)
 	}
 }
+
+func TestServeMetricsFollowTheConfigVersion(t *testing.T) {
+	api := simapi.New(simapi.DemoUsers())
+	addr, _ := startServe(t, api)
+	req, _ := http.NewRequest("PATCH", addr+"/capacity/config/", strings.NewReader(`{"es2_knn": 2, "note": "t"}`))
+	req.Header.Set("Authorization", "Token ada-token") // ada is staff
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	if resp.StatusCode != 200 {
+		t.Fatalf("PATCH = %d", resp.StatusCode)
+	}
+	m, err := http.Get(addr + "/metrics")
+	if err != nil {
+		t.Fatal(err)
+	}
+	body, _ := io.ReadAll(m.Body)
+	m.Body.Close()
+	if !strings.Contains(string(body), "\ncapgate_config_version 1\n") {
+		t.Fatalf("metrics lack capgate_config_version 1:\n%s", body)
+	}
+}

@@ -124,7 +124,7 @@ func NewServer(ctx context.Context, opts ServeOptions, lines io.Writer, logger *
 
 	reg := prometheus.NewRegistry()
 	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
-	m, err := metrics.New(reg, metrics.WithLogDropped(s.Sink.Dropped))
+	m, err := metrics.New(reg, metrics.WithLogDropped(s.Sink.Dropped), metrics.WithConfigVersion(s.Configs.Version))
 	if err != nil {
 		return nil, fmt.Errorf("metrics: %w", err)
 	}

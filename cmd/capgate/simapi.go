@@ -1,0 +1,79 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"os"
+	"time"
+
+	"github.com/capgate/capgate/simapi"
+)
+
+// SimAPICommand is `capgate simapi`: the demo's simulated OCL API on its
+// own, to put capgate serve in front of when trying it out.
+type SimAPICommand struct {
+	Stdout, Stderr io.Writer
+}
+
+// Usage returns the command's help.
+func (c *SimAPICommand) Usage() string {
+	return `Usage: capgate simapi [--listen ADDR] [--tokens FILE]
+
+Serves a simulated OCL API: GET /user/ for the demo users (tokens such as
+core-1-token, preview-1-token, staff-1-token), and POST /concepts/$match/ and
+/concepts/$rerank/ that take a realistic, randomized time. --tokens writes the
+users as a tokens file for capgate serve --identity tokens. Flags:
+`
+}
+
+// Run serves until ctx is done.
+func (c *SimAPICommand) Run(ctx context.Context, args []string) error {
+	fs := flag.NewFlagSet("capgate simapi", flag.ContinueOnError)
+	fs.SetOutput(io.Discard)
+	listen := fs.String("listen", "127.0.0.1:8000", "address to serve on")
+	tokens := fs.String("tokens", "", "also write the users to this tokens file")
+	perTier := fs.Int("users-per-tier", 2, "users in each tier")
+	if err := fs.Parse(args); err != nil {
+		if errors.Is(err, flag.ErrHelp) {
+			fmt.Fprint(c.Stdout, helpOf(c.Usage(), fs))
+			return nil
+		}
+		return &UsageError{Msg: fmt.Sprintf("%v\n\n%s", err, helpOf(c.Usage(), fs))}
+	}
+	users, _ := demoUsers(*perTier)
+	if *tokens != "" {
+		b, err := json.MarshalIndent(users, "", "  ")
+		if err != nil {
+			return err
+		}
+		if err := os.WriteFile(*tokens, append(b, '\n'), 0o600); err != nil {
+			return fmt.Errorf("--tokens: %w", err)
+		}
+	}
+	ln, err := net.Listen("tcp", *listen)
+	if err != nil {
+		return fmt.Errorf("--listen: %w", err)
+	}
+	srv := &http.Server{Handler: simapi.New(users), ReadHeaderTimeout: 10 * time.Second}
+	fmt.Fprintf(c.Stderr, "simulated OCL API on http://%s; users:", ln.Addr())
+	for _, u := range users {
+		fmt.Fprintf(c.Stderr, " %s", u.Token)
+	}
+	fmt.Fprintln(c.Stderr)
+	go func() {
+		<-ctx.Done()
+		sctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
+		defer cancel()
+		_ = srv.Shutdown(sctx)
+	}()
+	if err := srv.Serve(ln); !errors.Is(err, http.ErrServerClosed) {
+		return err
+	}
+	return nil
+}
