@@ -1,0 +1,122 @@
+package capgate_test
+
+import (
+	"context"
+	"io"
+	"log/slog"
+	"net/http"
+	"strconv"
+	"sync/atomic"
+	"testing"
+
+	"github.com/capgate/capgate"
+	"github.com/capgate/capgate/memory"
+)
+
+// discardSink takes every line and counts the bytes, as a sink that keeps
+// up would.
+type discardSink struct{ n atomic.Int64 }
+
+func (d *discardSink) Emit(line []byte) error { d.n.Add(int64(len(line))); return nil }
+
+// benchCall is a semantic $match of 25 rows: five lanes.
+func benchCall(user string) capgate.Call {
+	return capgate.Call{Endpoint: capgate.EndpointMatch, Rows: 25, Semantic: true, UserID: user,
+		Tier: capgate.TierCore, CID: "0123456789abcdef0123456789abcdef"}
+}
+
+func benchGate(tb testing.TB) *capgate.Gate {
+	tb.Helper()
+	cfg := capgate.DefaultConfig(capgate.ModeShadow)
+	g := capgate.NewGate(memory.New(nil), capgate.NewFixedConfig(cfg), &discardSink{}, "task-a")
+	g.Logger = slog.New(slog.NewTextHandler(io.Discard, nil))
+	return g
+}
+
+// BenchmarkGateAdmitRelease is the whole decision path of one gated call on
+// the in-process store: config, lane plan, token, acquire, decision,
+// renewer start and stop, release, log line.
+func BenchmarkGateAdmitRelease(b *testing.B) {
+	g := benchGate(b)
+	ctx := context.Background()
+	call := benchCall("alice")
+	b.ReportAllocs()
+	for b.Loop() {
+		a := g.Admit(ctx, call)
+		if a.Decision() != capgate.DecisionAdmitted {
+			b.Fatalf("decision %q, want admitted", a.Decision())
+		}
+		a.Release(ctx)
+	}
+}
+
+// BenchmarkGateAdmitReleaseParallel is the same with every goroutine its
+// own user, sharing the cluster, task, es2_knn and tier lanes. In shadow
+// mode the shared lanes are over their limits, so most calls are
+// shadow-refused and compute a Retry-After, as they would under load.
+func BenchmarkGateAdmitReleaseParallel(b *testing.B) {
+	g := benchGate(b)
+	ctx := context.Background()
+	var n atomic.Int64
+	b.ReportAllocs()
+	b.RunParallel(func(pb *testing.PB) {
+		call := benchCall("u" + strconv.FormatInt(n.Add(1), 10))
+		for pb.Next() {
+			g.Admit(ctx, call).Release(ctx)
+		}
+	})
+}
+
+// BenchmarkKeysPlan is the lane plan of a semantic $match: "new" as
+// Keys.Plan allocates it, "append" into a reused buffer.
+func BenchmarkKeysPlan(b *testing.B) {
+	k := capgate.Keys{Prefix: capgate.DefaultKeyPrefix, TaskID: "task-a"}
+	cfg := capgate.DefaultConfig(capgate.ModeShadow)
+	call := benchCall("alice")
+	b.Run("new", func(b *testing.B) {
+		b.ReportAllocs()
+		for b.Loop() {
+			if len(k.Plan(cfg, call)) != 5 {
+				b.Fatal("want 5 lanes")
+			}
+		}
+	})
+	b.Run("append", func(b *testing.B) {
+		buf := make([]capgate.Lane, 0, 5)
+		b.ReportAllocs()
+		for b.Loop() {
+			buf = k.AppendPlan(buf[:0], cfg, call)
+		}
+	})
+}
+
+// BenchmarkAdmissionSetHeaders writes the capacity headers of an admitted
+// call into a header map that already holds the upstream's headers.
+func BenchmarkAdmissionSetHeaders(b *testing.B) {
+	g := benchGate(b)
+	ctx := context.Background()
+	a := g.Admit(ctx, benchCall("alice"))
+	defer a.Release(ctx)
+	h := http.Header{"Content-Type": {"application/json"}, "Vary": {"Origin"}}
+	b.ReportAllocs()
+	for b.Loop() {
+		a.SetHeaders(h)
+	}
+}
+
+// BenchmarkAdmissionLogLine builds a released call's log record and
+// encodes it, as Release does (BenchmarkRecordAppendJSON times the
+// encoding alone).
+func BenchmarkAdmissionLogLine(b *testing.B) {
+	g := benchGate(b)
+	ctx := context.Background()
+	a := g.Admit(ctx, benchCall("alice"))
+	a.Release(ctx)
+	buf := make([]byte, 0, 1024)
+	b.ReportAllocs()
+	for b.Loop() {
+		r := a.Record()
+		buf = r.AppendJSON(buf[:0])
+	}
+	b.SetBytes(int64(len(buf)))
+}

@@ -1,0 +1,181 @@
+package http_test
+
+import (
+	"bytes"
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"io"
+	"log/slog"
+	"net/http"
+	"net/http/httptest"
+	"net/url"
+	"os"
+	"runtime"
+	"strconv"
+	"sync/atomic"
+	"testing"
+
+	"github.com/capgate/capgate"
+	capgatehttp "github.com/capgate/capgate/http"
+	"github.com/capgate/capgate/logsink"
+	"github.com/capgate/capgate/memory"
+	"github.com/capgate/capgate/redis"
+)
+
+// The gateway benchmarks run the whole gateway in process, over loopback
+// TCP, as capgate serve does: an upstream answering a fixed JSON body, the
+// Gateway with a tokens identity and a log sink writing to io.Discard, and
+// 64 clients, one user each. bench/run.sh takes the CPU and allocation
+// profiles of (d) and (e) from them. The client's own work is in the
+// profiles too: read them for the capgate packages.
+
+const benchUsers = 64
+
+var benchBody = []byte(`{"rows":[{"id":"1","name":"malaria","concept_class":"Diagnosis"}],` +
+	`"target_repo_url":"/orgs/CIEL/sources/CIEL/","limit":5}`)
+
+func benchUpstream(b *testing.B) *url.URL {
+	b.Helper()
+	body := []byte(`{"count":1,"results":[{"id":"1","display_name":"Malaria"}]}`)
+	up := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		_, _ = io.Copy(io.Discard, r.Body)
+		w.Header().Set("Content-Type", "application/json")
+		w.Header().Set("Content-Length", strconv.Itoa(len(body)))
+		_, _ = w.Write(body)
+	}))
+	b.Cleanup(up.Close)
+	u, err := url.Parse(up.URL)
+	if err != nil {
+		b.Fatal(err)
+	}
+	return u
+}
+
+// benchGatewayServer returns the URL of a gateway over store in shadow
+// mode.
+func benchGatewayServer(b *testing.B, store capgate.LaneStore, prefix string) string {
+	b.Helper()
+	quiet := slog.New(slog.NewTextHandler(io.Discard, nil))
+	sink := logsink.New(io.Discard)
+	b.Cleanup(func() { _ = sink.Close(context.Background()) })
+	gate := capgate.NewGate(store, capgate.NewFixedConfig(capgate.DefaultConfig(capgate.ModeShadow)), sink, "bench")
+	gate.KeyPrefix = prefix
+	gate.Logger = quiet
+	entries := make([]capgatehttp.TokenEntry, benchUsers)
+	for i := range entries {
+		entries[i] = capgatehttp.TokenEntry{Token: "bench-token-" + strconv.Itoa(i), Username: "user" + strconv.Itoa(i),
+			AuthGroups: []string{"core_user"}}
+	}
+	ids, err := capgatehttp.NewTokenIdentity(entries)
+	if err != nil {
+		b.Fatal(err)
+	}
+	gw, err := capgatehttp.NewGateway(capgatehttp.GatewayConfig{Upstream: benchUpstream(b), Gate: gate, Identify: ids, Logger: quiet})
+	if err != nil {
+		b.Fatal(err)
+	}
+	srv := httptest.NewServer(gw)
+	b.Cleanup(srv.Close)
+	return srv.URL
+}
+
+// benchGatewayRun posts the $match body to base+path from 64 goroutines,
+// each its own user, and checks each answer is 200 with decision want
+// ("" for an ungated call).
+func benchGatewayRun(b *testing.B, base, path string, want ...capgate.Decision) {
+	client := &http.Client{Transport: &http.Transport{MaxIdleConns: 2 * benchUsers, MaxIdleConnsPerHost: 2 * benchUsers}}
+	b.Cleanup(client.CloseIdleConnections)
+	var n, bad, unavailable atomic.Int64
+	var badDecision atomic.Value
+	// RunParallel runs parallelism × GOMAXPROCS goroutines.
+	b.SetParallelism(max(1, benchUsers/runtime.GOMAXPROCS(0)))
+	b.ReportAllocs()
+	b.RunParallel(func(pb *testing.PB) {
+		token := "Token bench-token-" + strconv.FormatInt(n.Add(1)%benchUsers, 10)
+		for pb.Next() {
+			req, err := http.NewRequest(http.MethodPost, base+path, bytes.NewReader(benchBody))
+			if err != nil {
+				bad.Add(1)
+				continue
+			}
+			req.Header.Set("Content-Type", "application/json")
+			req.Header.Set("Authorization", token)
+			resp, err := client.Do(req)
+			if err != nil {
+				bad.Add(1)
+				continue
+			}
+			_, _ = io.Copy(io.Discard, resp.Body)
+			resp.Body.Close()
+			d := capgate.Decision(resp.Header.Get(capgate.HeaderDecision))
+			if d == capgate.DecisionUnavailable {
+				unavailable.Add(1)
+			}
+			ok := resp.StatusCode == http.StatusOK && (len(want) == 0 && d == "")
+			for _, w := range want {
+				ok = ok || (resp.StatusCode == http.StatusOK && d == w)
+			}
+			if !ok {
+				bad.Add(1)
+				badDecision.Store(strconv.Itoa(resp.StatusCode) + " " + string(d))
+			}
+		}
+	})
+	b.ReportMetric(float64(unavailable.Load())/float64(b.N), "unavailable/op")
+	if n := bad.Load(); n > 0 {
+		b.Fatalf("%d calls failed or got an unexpected decision (last: %v)", n, badDecision.Load())
+	}
+}
+
+// BenchmarkGatewayUngated is (c): a call the gateway passes through.
+func BenchmarkGatewayUngated(b *testing.B) {
+	base := benchGatewayServer(b, memory.New(nil), capgate.DefaultKeyPrefix)
+	benchGatewayRun(b, base, "/concepts/")
+}
+
+// BenchmarkGatewayGatedMemory is (d): a semantic $match gated on the
+// in-process lanes. With 64 calls in flight the lanes are over their
+// limits, so most calls are shadow-refused, holding leases.
+func BenchmarkGatewayGatedMemory(b *testing.B) {
+	base := benchGatewayServer(b, memory.New(nil), capgate.DefaultKeyPrefix)
+	benchGatewayRun(b, base, "/concepts/$match/?semantic=true", capgate.DecisionAdmitted, capgate.DecisionShadowRefused)
+}
+
+// BenchmarkGatewayGatedRedis is (e): the same on Redis lanes, under a key
+// prefix of its own, with room for all 64 calls' store operations
+// (MaxInFlight 128), so that every call really goes to Redis. It needs
+// CAPGATE_TEST_REDIS_URL.
+func BenchmarkGatewayGatedRedis(b *testing.B) {
+	benchGatewayRedis(b, redis.Options{MaxInFlight: 2 * benchUsers})
+}
+
+// BenchmarkGatewayGatedRedisDefaultBounds is (e) with the store's default
+// bounds, as capgate serve runs it. 64 calls in flight need more than
+// DefaultMaxInFlight + DefaultMaxQueued store operations at once; the
+// store answers busy, which opens the gate's skip window, and the calls
+// go ahead unavailable (unavailable/op).
+func BenchmarkGatewayGatedRedisDefaultBounds(b *testing.B) {
+	benchGatewayRedis(b, redis.Options{})
+}
+
+func benchGatewayRedis(b *testing.B, opts redis.Options) {
+	u := os.Getenv("CAPGATE_TEST_REDIS_URL")
+	if u == "" {
+		b.Skip("no real Redis: set CAPGATE_TEST_REDIS_URL")
+	}
+	opts.URL = u
+	store, err := redis.Open(opts)
+	if err != nil {
+		b.Fatal(err)
+	}
+	b.Cleanup(func() { _ = store.Close() })
+	var tag [4]byte
+	_, _ = rand.Read(tag[:])
+	base := benchGatewayServer(b, store, "bench:"+hex.EncodeToString(tag[:]))
+	want := []capgate.Decision{capgate.DecisionAdmitted, capgate.DecisionShadowRefused}
+	if opts.MaxInFlight == 0 {
+		want = append(want, capgate.DecisionUnavailable)
+	}
+	benchGatewayRun(b, base, "/concepts/$match/?semantic=true", want...)
+}
