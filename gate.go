@@ -112,9 +112,14 @@ func (g *Gate) keys() Keys { return Keys{Prefix: g.KeyPrefix, TaskID: g.TaskID} 
 
 func (g *Gate) skipping() bool { return g.Skip != nil && g.Skip.Skipping() }
 
-// storeFailed opens the skip window after a store error.
+// storeFailed opens the skip window after a store error. A store that
+// is merely busy (its bounded queue is full) fails that one call at once
+// but does not open the window: that is back-pressure from this process's
+// own load, not a sign the store is down, and a window would switch the
+// gate off for every call for 15 s. A store that is really stuck opens it
+// through the deadlines of the operations in flight.
 func (g *Gate) storeFailed(op string, err error) {
-	if g.Skip != nil {
+	if g.Skip != nil && !errors.Is(err, ErrBusy) {
 		g.Skip.Fail()
 	}
 	if g.Observer != nil {

@@ -3,6 +3,7 @@ package capgate_test
 import (
 	"context"
 	"errors"
+	"fmt"
 	"net/http"
 	"strings"
 	"sync/atomic"
@@ -427,5 +428,17 @@ func TestClientAbortIsNotAStoreFailure(t *testing.T) {
 	b.Release(ctx)
 	if n := e.userLane(t, "p"); n != 0 {
 		t.Fatalf("user lane = %d after release", n)
+	}
+}
+
+func TestABusyStoreFailsOneCallWithoutTheSkipWindow(t *testing.T) {
+	e := newFaultEnv(t)
+	e.store.AcquireFn = func(context.Context, capgate.AcquireRequest, []int) (bool, error) {
+		return false, fmt.Errorf("acquire lanes: %w", capgate.ErrBusy)
+	}
+	a := e.gate.Admit(context.Background(), lanetest.Match("p", capgate.TierPreview))
+	a.Release(context.Background())
+	if a.Decision() != capgate.DecisionUnavailable || e.gate.Skip.Skipping() {
+		t.Fatalf("decision %q, skipping %v: busy must fail one call, not open the window", a.Decision(), e.gate.Skip.Skipping())
 	}
 }

@@ -12,6 +12,7 @@ import (
 	"net/netip"
 	"net/url"
 	"strings"
+	"sync"
 
 	"github.com/capgate/capgate"
 )
@@ -97,6 +98,7 @@ func NewGateway(cfg GatewayConfig) (*Gateway, error) {
 		Transport:    cfg.Transport,
 		ErrorHandler: g.proxyError,
 		ErrorLog:     slog.NewLogLogger(cfg.Logger.Handler(), slog.LevelWarn),
+		BufferPool:   &copyBuffers{},
 		// FlushInterval 0: known-length bodies are buffered as usual;
 		// ReverseProxy flushes event streams and unknown-length bodies at
 		// once (its flush interval is -1 for those).
@@ -211,3 +213,16 @@ func statusOf(ctx context.Context, err error) int {
 	}
 	return http.StatusBadGateway
 }
+
+// copyBuffers pools the 32 KiB buffers one gateway's proxy copies
+// response bodies through, instead of allocating one per response.
+type copyBuffers struct{ pool sync.Pool }
+
+func (c *copyBuffers) Get() []byte {
+	if b, ok := c.pool.Get().(*[]byte); ok {
+		return *b
+	}
+	return make([]byte, 32<<10)
+}
+
+func (c *copyBuffers) Put(b []byte) { c.pool.Put(&b) }

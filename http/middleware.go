@@ -184,6 +184,9 @@ func (m *Middleware) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		}
 	}()
 	m.next.ServeHTTP(gw, r)
+	// Send what is buffered before the deferred Release: the leases are
+	// given back once the response has reached the client, not before.
+	_ = http.NewResponseController(gw).Flush()
 }
 
 // attribute fills in the call's attribution from r's headers.

@@ -125,8 +125,9 @@ func Run(ctx context.Context, cfg Config, progress func(Progress)) (*Report, err
 		}
 	}
 	done := make(chan struct{})
+	var reporter sync.WaitGroup
 	if progress != nil {
-		go func() {
+		reporter.Go(func() {
 			t := time.NewTicker(time.Second)
 			defer t.Stop()
 			for {
@@ -137,10 +138,11 @@ func Run(ctx context.Context, cfg Config, progress func(Progress)) (*Report, err
 					progress(r.progress())
 				}
 			}
-		}()
+		})
 	}
 	wg.Wait()
 	close(done)
+	reporter.Wait() // no progress call may run after Run returns
 	return r.report(), nil
 }
 
