@@ -177,6 +177,32 @@ func ParseDoc(b []byte) (any, error) {
 	return v, nil
 }
 
+// ParseObject is ParseDoc for a stored JSON object: JSON null gives nil,
+// anything but an object is an error.
+func ParseObject(b []byte) (map[string]any, error) {
+	v, err := ParseDoc(b)
+	if err != nil || v == nil {
+		return nil, err
+	}
+	m, ok := v.(map[string]any)
+	if !ok {
+		return nil, errors.New("parse config: not a JSON object")
+	}
+	return m, nil
+}
+
+// EncodeDoc returns a config document as compact JSON, as the config
+// stores keep it (no HTML escaping, no trailing newline).
+func EncodeDoc(doc map[string]any) (string, error) {
+	var buf bytes.Buffer
+	enc := json.NewEncoder(&buf)
+	enc.SetEscapeHTML(false)
+	if err := enc.Encode(doc); err != nil {
+		return "", fmt.Errorf("encode config: %w", err)
+	}
+	return strings.TrimSuffix(buf.String(), "\n"), nil
+}
+
 // Validate checks a config document (SPEC §6) and returns every problem
 // found, as messages; none means the document is a valid config. Problems
 // with known settings come first, in schema order, then unknown settings,

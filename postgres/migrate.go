@@ -1,71 +1,31 @@
 package postgres
 
 import (
-	"bytes"
 	"context"
 	"embed"
-	"encoding/json"
-	"errors"
 	"fmt"
-	"io/fs"
-	"sort"
-	"strconv"
-	"strings"
 
 	"github.com/jackc/pgx/v5"
 
-	"github.com/capgate/capgate"
+	"github.com/capgate/capgate/internal/migrate"
 )
 
 //go:embed migrations/*.sql
 var migrations embed.FS
 
-// migration is one embedded schema change, named NNNN_what.sql.
-type migration struct {
-	version int
-	sql     string
-}
-
-// loadMigrations returns the embedded migrations in version order.
-func loadMigrations() ([]migration, error) {
-	names, err := fs.Glob(migrations, "migrations/*.sql")
-	if err != nil {
-		return nil, err
-	}
-	var ms []migration
-	for _, name := range names {
-		base := strings.TrimPrefix(name, "migrations/")
-		num, _, _ := strings.Cut(base, "_")
-		v, err := strconv.Atoi(num)
-		if err != nil {
-			return nil, fmt.Errorf("migration %s: no version number", base)
-		}
-		b, err := fs.ReadFile(migrations, name)
-		if err != nil {
-			return nil, err
-		}
-		ms = append(ms, migration{version: v, sql: string(b)})
-	}
-	if len(ms) == 0 {
-		return nil, errors.New("no migrations embedded")
-	}
-	sort.Slice(ms, func(i, j int) bool { return ms[i].version < ms[j].version })
-	return ms, nil
-}
-
 // SchemaVersion is the newest schema version this package knows.
 func SchemaVersion() int {
-	ms, err := loadMigrations()
+	ms, err := migrate.Load(migrations)
 	if err != nil {
 		return 0
 	}
-	return ms[len(ms)-1].version
+	return migrate.Latest(ms)
 }
 
 // migrate applies the migrations the database lacks, in one transaction
 // holding the advisory lock MigrateLockKey.
 func (s *Store) migrate(ctx context.Context) error {
-	ms, err := loadMigrations()
+	ms, err := migrate.Load(migrations)
 	if err != nil {
 		return fmt.Errorf("load migrations: %w", err)
 	}
@@ -80,18 +40,16 @@ func (s *Store) migrate(ctx context.Context) error {
 		if err := tx.QueryRow(ctx, `SELECT coalesce(max(version), 0) FROM capgate_schema_version`).Scan(&have); err != nil {
 			return fmt.Errorf("read schema version: %w", err)
 		}
-		if known := ms[len(ms)-1].version; have > known {
-			return fmt.Errorf("the database schema is version %d, newer than this capgate knows (%d): upgrade capgate", have, known)
+		pending, err := migrate.Pending(ms, have)
+		if err != nil {
+			return err
 		}
-		for _, m := range ms {
-			if m.version <= have {
-				continue
+		for _, m := range pending {
+			if _, err := tx.Exec(ctx, m.SQL); err != nil {
+				return fmt.Errorf("version %d: %w", m.Version, err)
 			}
-			if _, err := tx.Exec(ctx, m.sql); err != nil {
-				return fmt.Errorf("version %d: %w", m.version, err)
-			}
-			if _, err := tx.Exec(ctx, `INSERT INTO capgate_schema_version (version) VALUES ($1)`, m.version); err != nil {
-				return fmt.Errorf("version %d: %w", m.version, err)
+			if _, err := tx.Exec(ctx, `INSERT INTO capgate_schema_version (version) VALUES ($1)`, m.Version); err != nil {
+				return fmt.Errorf("version %d: %w", m.Version, err)
 			}
 		}
 		return nil
@@ -100,31 +58,4 @@ func (s *Store) migrate(ctx context.Context) error {
 		return fmt.Errorf("migrate: %w", err)
 	}
 	return nil
-}
-
-// encode returns a config document as compact JSON.
-func encode(doc map[string]any) (string, error) {
-	var buf bytes.Buffer
-	enc := json.NewEncoder(&buf)
-	enc.SetEscapeHTML(false)
-	if err := enc.Encode(doc); err != nil {
-		return "", err
-	}
-	return strings.TrimSuffix(buf.String(), "\n"), nil
-}
-
-// decode parses a stored JSON object, numbers as json.Number.
-func decode(text string) (map[string]any, error) {
-	v, err := capgate.ParseDoc([]byte(text))
-	if err != nil {
-		return nil, err
-	}
-	if v == nil {
-		return nil, nil
-	}
-	m, ok := v.(map[string]any)
-	if !ok {
-		return nil, errors.New("not a JSON object")
-	}
-	return m, nil
 }

@@ -157,11 +157,11 @@ func query(ctx context.Context, q queryer, sql string, args ...any) ([]capgate.C
 		if err := rows.Scan(&v.ID, &cfg, &prev, &by, &v.CreatedAt, &v.Source, &v.Note); err != nil {
 			return nil, err
 		}
-		if v.Config, err = decode(cfg); err != nil {
+		if v.Config, err = capgate.ParseObject([]byte(cfg)); err != nil {
 			return nil, fmt.Errorf("version %d: config: %w", v.ID, err)
 		}
 		if prev != nil {
-			if v.PreviousConfig, err = decode(*prev); err != nil {
+			if v.PreviousConfig, err = capgate.ParseObject([]byte(*prev)); err != nil {
 				return nil, fmt.Errorf("version %d: previous_config: %w", v.ID, err)
 			}
 		}
@@ -194,13 +194,13 @@ func (s *Store) Update(ctx context.Context, fn func(*capgate.ConfigVersion) (*ca
 			return nil
 		}
 		v := *next
-		cfg, err := encode(v.Config)
+		cfg, err := capgate.EncodeDoc(v.Config)
 		if err != nil {
 			return fmt.Errorf("config: %w", err)
 		}
 		var prev, by *string
 		if v.PreviousConfig != nil {
-			p, err := encode(v.PreviousConfig)
+			p, err := capgate.EncodeDoc(v.PreviousConfig)
 			if err != nil {
 				return fmt.Errorf("previous_config: %w", err)
 			}

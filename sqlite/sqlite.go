@@ -146,11 +146,11 @@ func query(ctx context.Context, q queryer, sqlText string, args ...any) ([]capga
 		if err := rows.Scan(&v.ID, &cfg, &prev, &by, &createdAt, &v.Source, &v.Note); err != nil {
 			return nil, err
 		}
-		if v.Config, err = decode(cfg); err != nil {
+		if v.Config, err = capgate.ParseObject([]byte(cfg)); err != nil {
 			return nil, fmt.Errorf("version %d: config: %w", v.ID, err)
 		}
 		if prev.Valid {
-			if v.PreviousConfig, err = decode(prev.String); err != nil {
+			if v.PreviousConfig, err = capgate.ParseObject([]byte(prev.String)); err != nil {
 				return nil, fmt.Errorf("version %d: previous_config: %w", v.ID, err)
 			}
 		}
@@ -186,13 +186,13 @@ func (s *Store) Update(ctx context.Context, fn func(*capgate.ConfigVersion) (*ca
 		return nil, err
 	}
 	v := *next
-	cfg, err := encode(v.Config)
+	cfg, err := capgate.EncodeDoc(v.Config)
 	if err != nil {
 		return nil, fmt.Errorf("update capacity config: config: %w", err)
 	}
 	var prev, by sql.NullString
 	if v.PreviousConfig != nil {
-		if prev.String, err = encode(v.PreviousConfig); err != nil {
+		if prev.String, err = capgate.EncodeDoc(v.PreviousConfig); err != nil {
 			return nil, fmt.Errorf("update capacity config: previous_config: %w", err)
 		}
 		prev.Valid = true
