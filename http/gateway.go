@@ -98,7 +98,7 @@ func NewGateway(cfg GatewayConfig) (*Gateway, error) {
 		Transport:    cfg.Transport,
 		ErrorHandler: g.proxyError,
 		ErrorLog:     slog.NewLogLogger(cfg.Logger.Handler(), slog.LevelWarn),
-		BufferPool:   &copyBuffers{},
+		BufferPool:   NewBufferPool(),
 		// FlushInterval 0: known-length bodies are buffered as usual;
 		// ReverseProxy flushes event streams and unknown-length bodies at
 		// once (its flush interval is -1 for those).
@@ -214,8 +214,11 @@ func statusOf(ctx context.Context, err error) int {
 	return http.StatusBadGateway
 }
 
-// copyBuffers pools the 32 KiB buffers one gateway's proxy copies
-// response bodies through, instead of allocating one per response.
+// NewBufferPool returns a httputil.BufferPool of the 32 KiB buffers a
+// proxy copies response bodies through, so it doesn't allocate one per
+// response. The gateway uses one of its own.
+func NewBufferPool() httputil.BufferPool { return &copyBuffers{} }
+
 type copyBuffers struct{ pool sync.Pool }
 
 func (c *copyBuffers) Get() []byte {

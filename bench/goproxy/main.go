@@ -19,24 +19,11 @@ import (
 	"net/url"
 	"os"
 	"os/signal"
-	"sync"
 	"syscall"
 	"time"
 
 	capgatehttp "github.com/capgate/capgate/http"
 )
-
-// bufferPool is a httputil.BufferPool of 32 KiB buffers.
-type bufferPool struct{ p sync.Pool }
-
-func (b *bufferPool) Get() []byte {
-	if v, ok := b.p.Get().(*[]byte); ok {
-		return *v
-	}
-	return make([]byte, 32<<10)
-}
-
-func (b *bufferPool) Put(buf []byte) { b.p.Put(&buf) }
 
 func main() {
 	listen := flag.String("listen", "127.0.0.1:8081", "address to serve on")
@@ -54,7 +41,7 @@ func main() {
 		ErrorLog:  log.New(io.Discard, "", 0), // a client cut off at the end of a wrk run is no news
 	}
 	if *pool {
-		rp.BufferPool = &bufferPool{}
+		rp.BufferPool = capgatehttp.NewBufferPool()
 	}
 	srv := &http.Server{Addr: *listen, Handler: rp, ReadHeaderTimeout: 10 * time.Second}
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
