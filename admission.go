@@ -52,7 +52,7 @@ func (a *Admission) renew(ctx context.Context) {
 	maxHold := time.Duration(a.cfg.MaxHoldSeconds) * time.Second
 	lease := time.Duration(a.cfg.LeaseSeconds) * time.Second
 	began := time.Now() // the renewer's own clock: it sleeps on real timers
-	keys := a.keyList()
+	keys := a.keys
 	t := time.NewTimer(every)
 	defer t.Stop()
 	for {
@@ -149,7 +149,7 @@ func (a *Admission) releaseLeases(ctx context.Context) {
 	// The client may be gone; the leases must still be given back.
 	rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), deadline)
 	defer cancel()
-	if err := g.Store.Release(rctx, a.token, a.keyList()); err != nil {
+	if err := g.Store.Release(rctx, a.token, a.keys); err != nil {
 		g.storeFailed("release", err)
 		a.setErr(err.Error())
 	}

@@ -150,8 +150,9 @@ type Admission struct {
 	cfg      Config
 	enforced bool
 	lanes    []Lane
-	counts   []int // per lane: count before, +1 if taken; nil when unknown
-	taken    bool  // holds leases
+	keys     []string // the lanes' keys, once a store call was planned
+	counts   []int    // per lane: count before, +1 if taken; nil when unknown
+	taken    bool     // holds leases
 	decision Decision
 	full     laneSet
 	scope    int // lane index, -1 none
@@ -261,10 +262,10 @@ func (a *Admission) acquire(ctx context.Context) error {
 		a.setErr("caller gone before acquire: " + err.Error())
 		return nil
 	}
-	keys := make([]string, len(a.lanes))
+	a.keys = make([]string, len(a.lanes))
 	limits := make([]int, len(a.lanes))
 	for i, l := range a.lanes {
-		keys[i], limits[i] = l.Key, l.Limit
+		a.keys[i], limits[i] = l.Key, l.Limit
 	}
 	a.token = newToken()
 	before := make([]int, len(a.lanes))
@@ -278,7 +279,7 @@ func (a *Admission) acquire(ctx context.Context) error {
 	// client is gone, Release gives the lease back as usual.
 	taken, err := g.Store.Acquire(context.WithoutCancel(ctx), AcquireRequest{
 		Token:    a.token,
-		Keys:     keys,
+		Keys:     a.keys,
 		Limits:   limits,
 		Lease:    time.Duration(a.cfg.LeaseSeconds) * time.Second,
 		Force:    !a.enforced,
@@ -292,12 +293,6 @@ func (a *Admission) acquire(ctx context.Context) error {
 	}
 	a.taken = taken
 	a.full = fullLanes(a.lanes, before)
-	a.counts = before
-	if taken {
-		for i := range a.counts {
-			a.counts[i]++
-		}
-	}
 	switch {
 	case a.full.empty() && !taken:
 		return errors.New("the store took no lease though no lane was full")
@@ -308,14 +303,25 @@ func (a *Admission) acquire(ctx context.Context) error {
 	default:
 		a.decision = DecisionRefused
 	}
+	var ruleErr error
 	if !a.full.empty() {
 		if h := g.hooks; h != nil && h.retryAfter != nil {
-			if err := h.retryAfter(); err != nil {
-				return err
-			}
+			ruleErr = h.retryAfter()
 		}
-		a.scope = scopeOf(a.lanes, a.full)
-		a.retry = retryAfterSeconds(a.cfg.RetryAfter, a.lanes, before0(a.counts, taken), a.full)
+		if ruleErr == nil {
+			a.scope = scopeOf(a.lanes, a.full)
+			a.retry = retryAfterSeconds(a.cfg.RetryAfter, a.lanes, before, a.full)
+		}
+	}
+	// From here on the counts include this call when it took the lease.
+	a.counts = before
+	if taken {
+		for i := range a.counts {
+			a.counts[i]++
+		}
+	}
+	if ruleErr != nil {
+		return ruleErr
 	}
 	if taken {
 		if err := a.startRenewer(ctx); err != nil {
@@ -323,20 +329,6 @@ func (a *Admission) acquire(ctx context.Context) error {
 		}
 	}
 	return nil
-}
-
-// before0 returns the counts before the call from the counts after it.
-// Retry-After needs them; it is computed once per refusal, so the small
-// copy is no burden.
-func before0(counts []int, taken bool) []int {
-	if !taken {
-		return counts
-	}
-	b := make([]int, len(counts))
-	for i, c := range counts {
-		b[i] = c - 1
-	}
-	return b
 }
 
 // fail turns the call unavailable because of err, unless it already holds
@@ -362,12 +354,4 @@ func newToken() string {
 	var b [16]byte
 	_, _ = rand.Read(b[:]) // crypto/rand.Read never fails (Go 1.24+)
 	return hex.EncodeToString(b[:])
-}
-
-func (a *Admission) keyList() []string {
-	keys := make([]string, len(a.lanes))
-	for i, l := range a.lanes {
-		keys[i] = l.Key
-	}
-	return keys
 }
