@@ -113,12 +113,8 @@ func (a *capacityAction) parse(args []string) ([]string, error) {
 }
 
 func (a *capacityAction) usage() string {
-	var b strings.Builder
-	fmt.Fprintf(&b, "Usage: %s\n\nFlags (before or after the assignments):\n", capacitySynopsis[strings.TrimPrefix(a.fs.Name(), "capgate capacity ")])
-	a.fs.SetOutput(&b)
-	a.fs.PrintDefaults()
-	a.fs.SetOutput(io.Discard)
-	return b.String()
+	return helpOf(fmt.Sprintf("Usage: %s\n\nFlags (before or after the assignments):\n",
+		capacitySynopsis[strings.TrimPrefix(a.fs.Name(), "capgate capacity ")]), a.fs)
 }
 
 // Run runs "capgate capacity <action> ...". An error is the message to

@@ -8,9 +8,9 @@ import (
 	"fmt"
 	"io"
 	"os"
-	"strings"
 	"time"
 
+	"github.com/capgate/capgate"
 	"github.com/capgate/capgate/loadgen"
 )
 
@@ -95,19 +95,10 @@ func readUsers(path string) ([]loadgen.User, error) {
 		if e.Token == "" || e.Username == "" {
 			return nil, fmt.Errorf("--users %s: every entry needs a token and a username", path)
 		}
-		users = append(users, loadgen.User{Name: e.Username, Token: e.Token, Tier: string(tierOf(e.IsStaff, e.Groups))})
+		users = append(users, loadgen.User{Name: e.Username, Token: e.Token, Tier: string(capgate.TierGroups{}.TierOf(e.IsStaff, e.Groups))})
 	}
 	if len(users) == 0 {
 		return nil, fmt.Errorf("--users %s: no users", path)
 	}
 	return users, nil
-}
-
-func helpOf(usage string, fs *flag.FlagSet) string {
-	var b strings.Builder
-	b.WriteString(usage)
-	fs.SetOutput(&b)
-	fs.PrintDefaults()
-	fs.SetOutput(io.Discard)
-	return b.String()
 }

@@ -5,14 +5,13 @@ package main
 import (
 	"context"
 	"errors"
+	"flag"
 	"fmt"
 	"io"
 	"os"
 	"os/signal"
 	"strings"
 	"syscall"
-
-	"github.com/capgate/capgate"
 )
 
 func main() {
@@ -95,7 +94,12 @@ func isTerminal(w io.Writer) bool {
 	return err == nil && fi.Mode()&os.ModeCharDevice != 0
 }
 
-// tierOf returns the tier of a user with the default group names.
-func tierOf(staff bool, groups []string) capgate.Tier {
-	return capgate.TierGroups{}.TierOf(staff, groups)
+// helpOf returns a command's usage followed by its flags and their defaults.
+func helpOf(usage string, fs *flag.FlagSet) string {
+	var b strings.Builder
+	b.WriteString(usage)
+	fs.SetOutput(&b)
+	fs.PrintDefaults()
+	fs.SetOutput(io.Discard)
+	return b.String()
 }

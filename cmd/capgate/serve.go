@@ -10,7 +10,6 @@ import (
 	"net"
 	"os"
 	"strconv"
-	"strings"
 	"time"
 
 	capgatehttp "github.com/capgate/capgate/http"
@@ -87,14 +86,7 @@ func (c *ServeCommand) flags() (*serveFlags, error) {
 	return f, nil
 }
 
-func (f *serveFlags) help(usage string) string {
-	var b strings.Builder
-	b.WriteString(usage)
-	f.fs.SetOutput(&b)
-	f.fs.PrintDefaults()
-	f.fs.SetOutput(io.Discard)
-	return b.String()
-}
+func (f *serveFlags) help(usage string) string { return helpOf(usage, f.fs) }
 
 // parse reads the flags over the environment's settings.
 func (c *ServeCommand) parse(args []string) (ServeOptions, error) {
