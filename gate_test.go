@@ -24,7 +24,7 @@ type faultEnv struct {
 	store     *mock.LaneStore
 	gate      *capgate.Gate
 	cfg       *capgate.FixedConfig
-	lines     *lanetest.Lines
+	lines     *mock.Sink
 	acquires  atomic.Int32
 	lastToken atomic.Value // string: the token of the last acquire
 	renews    atomic.Int32
@@ -33,7 +33,7 @@ type faultEnv struct {
 
 func newFaultEnv(t *testing.T) *faultEnv {
 	t.Helper()
-	e := &faultEnv{mem: memory.New(nil), lines: &lanetest.Lines{}}
+	e := &faultEnv{mem: memory.New(nil), lines: &mock.Sink{}}
 	e.store = &mock.LaneStore{Base: e.mem}
 	e.store.AcquireFn = func(ctx context.Context, req capgate.AcquireRequest, counts []int) (bool, error) {
 		e.acquires.Add(1)

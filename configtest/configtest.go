@@ -15,6 +15,7 @@ import (
 	"time"
 
 	"github.com/capgate/capgate"
+	"github.com/capgate/capgate/mock"
 )
 
 // Opener opens an empty store for one test and closes it (and removes what
@@ -73,32 +74,6 @@ func (c *Clock) Advance(d time.Duration) {
 	c.t = c.t.Add(d)
 }
 
-// Lines is a capgate.Sink that keeps the lines; Err, when set, makes Emit
-// fail instead.
-type Lines struct {
-	mu    sync.Mutex
-	lines []string
-	Err   error
-}
-
-// Emit keeps line, or returns Err.
-func (l *Lines) Emit(line []byte) error {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	if l.Err != nil {
-		return l.Err
-	}
-	l.lines = append(l.lines, string(line))
-	return nil
-}
-
-// Lines returns the lines kept so far.
-func (l *Lines) Lines() []string {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return append([]string(nil), l.lines...)
-}
-
 // Logs is a slog.Handler that keeps "LEVEL message" records.
 type Logs struct {
 	mu      sync.Mutex
@@ -144,8 +119,8 @@ func (h *Logs) Count(prefix string) int {
 // recording sink and a recording logger. Its ReadTimeout is a generous
 // 10 s, so a loaded machine doesn't turn reads into fallbacks; tests of
 // the timeout set their own.
-func Service(store capgate.ConfigStore) (*capgate.ConfigService, *Clock, *Lines, *Logs) {
-	clock, lines, logs := NewClock(), &Lines{}, &Logs{}
+func Service(store capgate.ConfigStore) (*capgate.ConfigService, *Clock, *mock.Sink, *Logs) {
+	clock, lines, logs := NewClock(), &mock.Sink{}, &Logs{}
 	s := capgate.NewConfigService(store, capgate.ModeShadow)
 	s.Now, s.Sink, s.Logger = clock.Now, lines, slog.New(logs)
 	s.ReadTimeout = 10 * time.Second

@@ -73,7 +73,7 @@ func testSaveAddsAVersion(t *testing.T, open Opener) {
 		t.Errorf("Config after the save = %+v; want %+v at once", got, want)
 	}
 	wantLines := []string{fmt.Sprintf(`{"event":"ocl_capacity_config","version":%d,"changed_by":"alice","source":"api","note":"quiet","changes":{"mode":["shadow","off"],"tiers.preview":[2,1]},"mode":"off"}`, first.ID)}
-	if got := lines.Lines(); !slices.Equal(got, wantLines) {
+	if got := lines.Raw(); !slices.Equal(got, wantLines) {
 		t.Errorf("log lines = %q; want %q", got, wantLines)
 	}
 
@@ -84,7 +84,7 @@ func testSaveAddsAVersion(t *testing.T, open Opener) {
 	}
 	wantJSON(t, "second previous_config", res.Version.PreviousConfig, JSON(t, want.Doc()))
 	second := res.Version
-	if got := lines.Lines(); len(got) != 2 || !strings.Contains(got[1], `"source":"command","changes":{"es2_knn":[3,2]},"mode":"off"}`) ||
+	if got := lines.Raw(); len(got) != 2 || !strings.Contains(got[1], `"source":"command","changes":{"es2_knn":[3,2]},"mode":"off"}`) ||
 		strings.Contains(got[1], "changed_by") || strings.Contains(got[1], "note") {
 		t.Errorf("second log line = %q; want no changed_by and no note", got[len(got)-1])
 	}
@@ -99,7 +99,7 @@ func testSaveAddsAVersion(t *testing.T, open Opener) {
 	if n := Rows(t, store); n != 2 {
 		t.Errorf("%d rows; want 2", n)
 	}
-	if n := len(lines.Lines()); n != 2 {
+	if n := len(lines.Raw()); n != 2 {
 		t.Errorf("%d log lines; want 2 (none for a save that changed nothing)", n)
 	}
 }
@@ -148,7 +148,7 @@ func testSaveRejectsInvalid(t *testing.T, open Opener) {
 	if !errors.Is(err, capgate.ErrInvalidConfig) {
 		t.Errorf("errors.Is(%v, ErrInvalidConfig) = false", err)
 	}
-	if n, l := Rows(t, store), len(lines.Lines()); n != 0 || l != 0 {
+	if n, l := Rows(t, store), len(lines.Raw()); n != 0 || l != 0 {
 		t.Errorf("%d rows, %d log lines; want none", n, l)
 	}
 }
@@ -449,7 +449,7 @@ func testConcurrentPatches(t *testing.T, open Opener) {
 			t.Errorf("version %d changes %v; want exactly one setting", v.ID, v.Changes())
 		}
 	}
-	if n := len(lines.Lines()); n != len(changes) {
+	if n := len(lines.Raw()); n != len(changes) {
 		t.Errorf("%d log lines; want %d", n, len(changes))
 	}
 }

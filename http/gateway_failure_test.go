@@ -26,7 +26,7 @@ func TestClientThatGoesAwayReleasesItsLeases(t *testing.T) {
 	if r := recv(t, res); r.Err == nil {
 		t.Fatal("the cancelled request succeeded")
 	}
-	l := e.sink.wait(t, 1) // written once the leases are given back
+	l := e.sink.Wait(t, 1, waitLimit) // written once the leases are given back
 	if m := e.inFlight(); len(m) != 0 {
 		t.Errorf("leases left after the client went away: %v", m)
 	}
@@ -66,7 +66,7 @@ func TestUpstreamFailuresStillRelease(t *testing.T) {
 			case resp.Header.Get(capgate.HeaderDecision) != "admitted":
 				t.Errorf("decision header %q on the failed call", resp.Header.Get(capgate.HeaderDecision))
 			}
-			l := e.sink.wait(t, 1)
+			l := e.sink.Wait(t, 1, waitLimit)
 			if m := e.inFlight(); len(m) != 0 {
 				t.Errorf("leases left: %v", m)
 			}
@@ -84,7 +84,7 @@ func TestUpstreamDownIs502AndReleases(t *testing.T) {
 	if r.StatusCode != http.StatusBadGateway || r.Header.Get(capgate.HeaderDecision) != "admitted" {
 		t.Errorf("got %d %v", r.StatusCode, capacityHeaders(r.Header))
 	}
-	e.sink.wait(t, 1)
+	e.sink.Wait(t, 1, waitLimit)
 	if m := e.inFlight(); len(m) != 0 {
 		t.Errorf("leases left: %v", m)
 	}
@@ -162,12 +162,12 @@ func TestFailingLookupMakesTheCallUnavailable(t *testing.T) {
 	if n := len(e.up.requests()); n != 1 {
 		t.Errorf("upstream saw %d calls, want 1", n)
 	}
-	l := e.sink.wait(t, 1)
+	l := e.sink.Wait(t, 1, waitLimit)
 	if jsonText(l[0]["decision"]) != "unavailable" || !strings.Contains(jsonText(l[0]["error"]), "identity") {
 		t.Errorf("log line %v", l[0])
 	}
-	if strings.Contains(e.sink.raw[0], "t-pam") {
-		t.Errorf("the log line shows the token: %s", e.sink.raw[0])
+	if strings.Contains(e.sink.Raw()[0], "t-pam") {
+		t.Errorf("the log line shows the token: %s", e.sink.Raw()[0])
 	}
 }
 

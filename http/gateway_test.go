@@ -30,7 +30,7 @@ func TestLexicalMatchIsNotGated(t *testing.T) {
 	if len(reqs) != 1 || reqs[0].Header.Get("X-Request-ID") != "" || string(reqs[0].Body) != twoRows {
 		t.Errorf("upstream got %+v", reqs)
 	}
-	if l := e.sink.all(); len(l) != 0 {
+	if l := e.sink.All(t); len(l) != 0 {
 		t.Errorf("log lines for an ungated call: %v", l)
 	}
 }
@@ -65,7 +65,7 @@ func TestSemanticMatchIsAdmittedWithTheHeaders(t *testing.T) {
 	if len(reqs) != 1 || reqs[0].Header.Get("X-Request-ID") != cid {
 		t.Errorf("upstream did not get X-Request-ID %s: %+v", cid, reqs)
 	}
-	lines := e.sink.wait(t, 1) // written once the call is released
+	lines := e.sink.Wait(t, 1, waitLimit) // written once the call is released
 	if len(lines) != 1 {
 		t.Fatalf("%d log lines, want 1", len(lines))
 	}
@@ -117,7 +117,7 @@ func TestExistingRequestIDIsKept(t *testing.T) {
 	if got := e.up.requests()[0].Header.Get("X-Request-ID"); got != "abc-123" {
 		t.Errorf("upstream X-Request-ID = %q", got)
 	}
-	if l := e.sink.wait(t, 1); jsonText(l[0]["cid"]) != "abc-123" || jsonText(l[0]["single_row"]) != "true" {
+	if l := e.sink.Wait(t, 1, waitLimit); jsonText(l[0]["cid"]) != "abc-123" || jsonText(l[0]["single_row"]) != "true" {
 		t.Errorf("log line %v", l[0])
 	}
 }
@@ -148,7 +148,7 @@ func TestShadowRefusesTheSecondCallOfAPreviewUser(t *testing.T) {
 	if p := e.up.peak(); p != 2 {
 		t.Errorf("upstream ran %d calls at once, want 2", p)
 	}
-	lines := e.sink.wait(t, 2)
+	lines := e.sink.Wait(t, 2, waitLimit)
 	var decisions []string
 	for _, l := range lines {
 		decisions = append(decisions, jsonText(l["decision"]))
@@ -192,7 +192,7 @@ func TestEnforceRefusesBeforeTheAPI(t *testing.T) {
 	if n := len(e.up.requests()); n != 1 {
 		t.Errorf("the upstream saw %d calls, want 1: the refused one must never reach it", n)
 	}
-	lines := e.sink.wait(t, 2)
+	lines := e.sink.Wait(t, 2, waitLimit)
 	refused := 0
 	for _, l := range lines {
 		if jsonText(l["decision"]) == "refused" {
@@ -273,7 +273,7 @@ func TestRerank(t *testing.T) {
 	if r.Header.Get(capgate.HeaderDecision) != "admitted" {
 		t.Errorf("rerank with q: %v", capacityHeaders(r.Header))
 	}
-	l := e.sink.wait(t, 1)
+	l := e.sink.Wait(t, 1, waitLimit)
 	if len(l) != 1 || jsonText(l[0]["endpoint"]) != "$rerank" || jsonText(l[0]["rows"]) != "2" ||
 		jsonText(l[0]["single_row"]) != "false" || jsonText(l[0]["semantic"]) != "false" {
 		t.Errorf("log lines %v", l)
@@ -293,7 +293,7 @@ func TestAnonymousCallsPassUngated(t *testing.T) {
 			t.Errorf("auth %q: %d %v", auth, r.StatusCode, capacityHeaders(r.Header))
 		}
 	}
-	if l := e.sink.all(); len(l) != 0 {
+	if l := e.sink.All(t); len(l) != 0 {
 		t.Errorf("log lines for anonymous calls: %v", l)
 	}
 }
@@ -319,7 +319,7 @@ func TestModeOffIsByteIdentical(t *testing.T) {
 			t.Errorf("mode off forwarded an X-Request-ID")
 		}
 	}
-	if l := e.sink.all(); len(l) != 0 {
+	if l := e.sink.All(t); len(l) != 0 {
 		t.Errorf("log lines in mode off: %v", l)
 	}
 }

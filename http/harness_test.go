@@ -2,7 +2,6 @@ package http_test
 
 import (
 	"bufio"
-	"bytes"
 	"context"
 	"encoding/json"
 	"io"
@@ -18,6 +17,7 @@ import (
 	"github.com/capgate/capgate"
 	capgatehttp "github.com/capgate/capgate/http"
 	"github.com/capgate/capgate/memory"
+	"github.com/capgate/capgate/mock"
 )
 
 // waitLimit bounds every wait on a channel, so a broken test fails instead
@@ -199,57 +199,6 @@ func (u *upstream) waitEntered(t *testing.T) {
 	}
 }
 
-// lineSink collects log lines. Emit never blocks.
-type lineSink struct {
-	mu    sync.Mutex
-	lines []map[string]any
-	raw   []string
-	added chan struct{} // one value per line, buffered
-}
-
-func newLineSink() *lineSink { return &lineSink{added: make(chan struct{}, 1024)} }
-
-func (s *lineSink) Emit(line []byte) error {
-	var m map[string]any
-	d := json.NewDecoder(bytes.NewReader(line))
-	d.UseNumber()
-	if err := d.Decode(&m); err != nil {
-		return err
-	}
-	s.mu.Lock()
-	s.lines = append(s.lines, m)
-	s.raw = append(s.raw, string(line))
-	s.mu.Unlock()
-	select {
-	case s.added <- struct{}{}:
-	default:
-	}
-	return nil
-}
-
-func (s *lineSink) all() []map[string]any {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return append([]map[string]any(nil), s.lines...)
-}
-
-// wait waits until n lines have been written in all.
-func (s *lineSink) wait(t *testing.T, n int) []map[string]any {
-	t.Helper()
-	timer := time.NewTimer(waitLimit)
-	defer timer.Stop()
-	for {
-		if l := s.all(); len(l) >= n {
-			return l
-		}
-		select {
-		case <-s.added:
-		case <-timer.C:
-			t.Fatalf("waited for %d log lines, have %d", n, len(s.all()))
-		}
-	}
-}
-
 // env is a gateway in front of an upstream, with the real gate on the
 // memory store.
 type env struct {
@@ -257,7 +206,7 @@ type env struct {
 	up     *upstream
 	store  *memory.Store
 	config *capgate.FixedConfig
-	sink   *lineSink
+	sink   *mock.Sink
 	gate   *capgate.Gate
 	gw     *capgatehttp.Gateway
 	front  *httptest.Server
@@ -270,7 +219,7 @@ var now = time.Date(2025, 6, 1, 12, 0, 0, 0, time.UTC)
 // with the default limits changed by cfg, identifying callers by tokens.
 func newEnv(t *testing.T, cfg func(*capgate.Config), gc func(*capgatehttp.GatewayConfig)) *env {
 	t.Helper()
-	e := &env{t: t, up: newUpstream(t), store: memory.New(nil), sink: newLineSink()}
+	e := &env{t: t, up: newUpstream(t), store: memory.New(nil), sink: &mock.Sink{}}
 	c := capgate.DefaultConfig(capgate.ModeShadow)
 	if cfg != nil {
 		cfg(&c)

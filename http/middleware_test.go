@@ -11,19 +11,20 @@ import (
 	"github.com/capgate/capgate"
 	capgatehttp "github.com/capgate/capgate/http"
 	"github.com/capgate/capgate/memory"
+	"github.com/capgate/capgate/mock"
 )
 
 // mwEnv is the middleware alone, in front of a Go handler, served over
 // real HTTP.
 type mwEnv struct {
 	store *memory.Store
-	sink  *lineSink
+	sink  *mock.Sink
 	srv   *httptest.Server
 }
 
 func newMWEnv(t *testing.T, next http.Handler) *mwEnv {
 	t.Helper()
-	e := &mwEnv{store: memory.New(nil), sink: newLineSink()}
+	e := &mwEnv{store: memory.New(nil), sink: &mock.Sink{}}
 	gate := capgate.NewGate(e.store, capgate.NewFixedConfig(capgate.DefaultConfig(capgate.ModeShadow)), e.sink, "t")
 	ids, err := capgatehttp.NewTokenIdentity([]capgatehttp.TokenEntry{{Token: "t-pam", Username: "pam"}})
 	if err != nil {
@@ -80,7 +81,7 @@ func TestMiddlewarePanics(t *testing.T) {
 	if resp.StatusCode != 500 || resp.Header.Get(capgate.HeaderDecision) != "admitted" || string(body) != "Internal Server Error\n" {
 		t.Errorf("got %d %q %v", resp.StatusCode, body, capacityHeaders(resp.Header))
 	}
-	e.sink.wait(t, 1)
+	e.sink.Wait(t, 1, waitLimit)
 	if n := e.leases(t); n != 0 {
 		t.Errorf("%d leases left after a panic", n)
 	}
@@ -98,7 +99,7 @@ func TestMiddlewarePanics(t *testing.T) {
 		if _, _, err := e.post(t); err == nil {
 			t.Errorf("panic %v: the client saw a clean response", p)
 		}
-		e.sink.wait(t, 1)
+		e.sink.Wait(t, 1, waitLimit)
 		if n := e.leases(t); n != 0 {
 			t.Errorf("panic %v: %d leases left", p, n)
 		}

@@ -4,12 +4,10 @@ import (
 	"context"
 	"crypto/rand"
 	"encoding/hex"
-	"encoding/json"
-	"strings"
-	"sync"
 	"testing"
 
 	"github.com/capgate/capgate"
+	"github.com/capgate/capgate/mock"
 )
 
 // Env is one gate over a store under test, with a config to change and the
@@ -19,48 +17,7 @@ type Env struct {
 	Store Store
 	Gate  *capgate.Gate
 	Cfg   *capgate.FixedConfig
-	Sink  *Lines
-}
-
-// Lines is a capgate.Sink that keeps every line, for tests.
-type Lines struct {
-	mu    sync.Mutex
-	lines [][]byte
-}
-
-// Emit keeps a copy of line.
-func (l *Lines) Emit(line []byte) error {
-	l.mu.Lock()
-	l.lines = append(l.lines, append([]byte(nil), line...))
-	l.mu.Unlock()
-	return nil
-}
-
-// All returns the lines decoded as JSON objects, in order.
-func (l *Lines) All(t testing.TB) []map[string]any {
-	t.Helper()
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	out := make([]map[string]any, len(l.lines))
-	for i, b := range l.lines {
-		d := json.NewDecoder(strings.NewReader(string(b)))
-		d.UseNumber()
-		if err := d.Decode(&out[i]); err != nil {
-			t.Fatalf("log line %d is not JSON: %v: %s", i, err, b)
-		}
-	}
-	return out
-}
-
-// Raw returns the lines as written.
-func (l *Lines) Raw() []string {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	out := make([]string, len(l.lines))
-	for i, b := range l.lines {
-		out[i] = string(b)
-	}
-	return out
+	Sink  *mock.Sink
 }
 
 // NewEnv opens a store and a gate over it on task "task-a", with a fresh
@@ -70,7 +27,7 @@ func NewEnv(t testing.TB, open Factory) *Env {
 	t.Helper()
 	s := open(t)
 	cfg := capgate.NewFixedConfig(capgate.DefaultConfig(capgate.ModeShadow))
-	sink := &Lines{}
+	sink := &mock.Sink{}
 	g := capgate.NewGate(s, cfg, sink, "task-a")
 	g.KeyPrefix = RandomPrefix()
 	return &Env{T: t, Store: s, Gate: g, Cfg: cfg, Sink: sink}
@@ -155,5 +112,3 @@ func LaneLimits(a *capgate.Admission) map[capgate.LaneName]int {
 func Full(a *capgate.Admission) []string {
 	return a.Record().Full
 }
-
-type jsonNumber = json.Number

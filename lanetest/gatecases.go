@@ -2,6 +2,7 @@ package lanetest
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
 	"net/http"
 	"reflect"
@@ -454,7 +455,7 @@ func testLogLine(t *testing.T, e *Env) {
 	}
 }
 
-func n(i int) any { return jsonNumber(fmt.Sprint(i)) }
+func n(i int) any { return json.Number(fmt.Sprint(i)) }
 
 func testStatus(t *testing.T, e *Env) {
 	e.Admit(Match("p", capgate.TierPreview))

@@ -9,9 +9,9 @@ import (
 
 	"github.com/capgate/capgate"
 	capgatehttp "github.com/capgate/capgate/http"
-	"github.com/capgate/capgate/lanetest"
 	"github.com/capgate/capgate/loadgen"
 	"github.com/capgate/capgate/memory"
+	"github.com/capgate/capgate/mock"
 	"github.com/capgate/capgate/simapi"
 )
 
@@ -20,7 +20,7 @@ type stack struct {
 	api   *simapi.API
 	gw    *httptest.Server
 	cfg   *capgate.FixedConfig
-	lines *lanetest.Lines
+	lines *mock.Sink
 	users []loadgen.User
 }
 
@@ -53,7 +53,7 @@ func newStack(t *testing.T, cfg capgate.Config) *stack {
 	up := httptest.NewServer(api)
 	t.Cleanup(up.Close)
 	fc := capgate.NewFixedConfig(cfg)
-	lines := &lanetest.Lines{}
+	lines := &mock.Sink{}
 	gate := capgate.NewGate(memory.New(nil), fc, lines, "task-a")
 	ids, err := capgatehttp.NewUpstreamIdentity(up.URL)
 	if err != nil {
