@@ -7,6 +7,7 @@ import (
 	"net/http/httptest"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/capgate/capgate"
 	capgatehttp "github.com/capgate/capgate/http"
@@ -202,5 +203,52 @@ func TestNewMiddlewareRejectsMissingParts(t *testing.T) {
 		if _, err := f(); err == nil {
 			t.Errorf("case %d accepted", i)
 		}
+	}
+}
+
+// blockingSink holds every line until release is closed.
+type blockingSink struct{ release chan struct{} }
+
+func (s blockingSink) Emit([]byte) error { <-s.release; return nil }
+
+// The response reaches the client before the leases are given back (the
+// log line is written at release): a release must not delay the answer.
+func TestResponseIsSentBeforeRelease(t *testing.T) {
+	sink := blockingSink{release: make(chan struct{})}
+	gate := capgate.NewGate(memory.New(nil), capgate.NewFixedConfig(capgate.DefaultConfig(capgate.ModeShadow)), sink, "t")
+	ids, err := capgatehttp.NewTokenIdentity([]capgatehttp.TokenEntry{{Token: "t-pam", Username: "pam"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	next := http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {
+		_, _ = io.WriteString(w, "ok") // small: net/http would buffer it until the handler returns
+	})
+	h, err := capgatehttp.NewMiddleware(next, gate, (&capgatehttp.Classifier{}).Classify, ids)
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv := httptest.NewServer(h)
+	defer srv.Close()
+	defer close(sink.release) // before srv.Close, which waits for the handler
+	got := make(chan string, 1)
+	go func() {
+		req := newRequest(t, t.Context(), "POST", srv.URL+semanticMatch, twoRows, "Authorization", "Token t-pam")
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			got <- err.Error()
+			return
+		}
+		defer resp.Body.Close()
+		b := make([]byte, 2)
+		_, _ = io.ReadFull(resp.Body, b)
+		got <- string(b)
+	}()
+	select {
+	case s := <-got:
+		if s != "ok" {
+			t.Fatalf("client got %q", s)
+		}
+	case <-time.After(waitLimit):
+		t.Fatal("the response did not reach the client while the release was in progress")
 	}
 }
