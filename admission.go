@@ -149,7 +149,7 @@ func (a *Admission) releaseLeases(ctx context.Context) {
 	// The client may be gone; the leases must still be given back.
 	rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), deadline)
 	defer cancel()
-	if err := g.Store.Release(rctx, a.token, a.keys); err != nil {
+	if err := a.releaseStore(rctx); err != nil {
 		g.storeFailed("release", err)
 		a.setErr(err.Error())
 	}

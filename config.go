@@ -27,6 +27,7 @@ type Config struct {
 	RenewSeconds     int        `json:"renew_seconds"`
 	MaxHoldSeconds   int        `json:"max_hold_seconds"`
 	RetryAfter       RetryAfter `json:"retry_after"`
+	Wait             Wait       `json:"wait"`
 }
 
 // APIHeavy holds the limits of the api_heavy lanes.
@@ -63,6 +64,27 @@ type RetryAfter struct {
 	Paused int `json:"paused"` // when a full lane's limit is 0
 }
 
+// Wait holds the server-side wait of enforced calls that find a lane full
+// (see waitlist.go). MaxSeconds 0 refuses them at once, as before waiting
+// existed.
+type Wait struct {
+	MaxSeconds        int `json:"max_seconds"`          // longest wait, 0..300; 0: never wait
+	MaxWaiting        int `json:"max_waiting"`          // calls waiting at once, in all
+	MaxWaitingPerUser int `json:"max_waiting_per_user"` // calls of one user waiting at once
+}
+
+// The default wait. 20 s stays well below the 60 s idle timeout of the
+// usual proxies and load balancers in front of the gateway (and the
+// Mapper's own request timeouts), so a waiting call ends as a clean 429
+// rather than a cut connection; at one slot freed every second or so it
+// covers a queue of about 20 calls. 200 waiters in all bounds the store's
+// grant pass; 20 per user keeps one user's burst from filling it.
+const (
+	DefaultWaitMaxSeconds        = 20
+	DefaultWaitMaxWaiting        = 200
+	DefaultWaitMaxWaitingPerUser = 20
+)
+
 // DefaultConfig returns the built-in config with the given boot mode; an
 // invalid mode means shadow.
 func DefaultConfig(mode Mode) Config {
@@ -81,6 +103,8 @@ func DefaultConfig(mode Mode) Config {
 		RenewSeconds:     20,
 		MaxHoldSeconds:   900,
 		RetryAfter:       RetryAfter{Base: 5, Max: 30, Paused: 120},
+		Wait: Wait{MaxSeconds: DefaultWaitMaxSeconds, MaxWaiting: DefaultWaitMaxWaiting,
+			MaxWaitingPerUser: DefaultWaitMaxWaitingPerUser},
 	}
 }
 
@@ -89,6 +113,9 @@ func DefaultConfig(mode Mode) Config {
 func (c Config) BulkLimit() int {
 	return max(c.APIHeavy.Cluster-c.ReserveSingleRow, 0)
 }
+
+// MaxWaitSeconds is the largest wait.max_seconds.
+const MaxWaitSeconds = 300
 
 // MaxNumber is the largest number a config accepts; the smallest is 0.
 const MaxNumber = 100000
@@ -137,6 +164,11 @@ var schema = []setting{
 		numSetting("base", func(c *Config) *int { return &c.RetryAfter.Base }),
 		numSetting("max", func(c *Config) *int { return &c.RetryAfter.Max }),
 		numSetting("paused", func(c *Config) *int { return &c.RetryAfter.Paused }),
+	}},
+	{key: "wait", kids: []setting{
+		numSetting("max_seconds", func(c *Config) *int { return &c.Wait.MaxSeconds }),
+		numSetting("max_waiting", func(c *Config) *int { return &c.Wait.MaxWaiting }),
+		numSetting("max_waiting_per_user", func(c *Config) *int { return &c.Wait.MaxWaitingPerUser }),
 	}},
 }
 
@@ -207,7 +239,7 @@ func EncodeDoc(doc map[string]any) (string, error) {
 // found, as messages; none means the document is a valid config. Problems
 // with known settings come first, in schema order, then unknown settings,
 // sorted. The cross-field checks (reserve_single_row, lease_seconds,
-// renew_seconds, max_hold_seconds, retry_after) run only when the shape is
+// renew_seconds, max_hold_seconds, retry_after, wait) run only when the shape is
 // clean.
 func Validate(doc any) []string {
 	top, ok := doc.(map[string]any)
@@ -277,6 +309,12 @@ func checkCross(c Config) []string {
 	ra := c.RetryAfter
 	if ra.Base < 1 || ra.Paused < 1 || ra.Max < ra.Base {
 		errs = append(errs, `"retry_after" needs "base" and "paused" of at least 1, and "max" of at least "base".`)
+	}
+	if c.Wait.MaxSeconds > MaxWaitSeconds {
+		errs = append(errs, fmt.Sprintf(`"wait.max_seconds" must be at most %d.`, MaxWaitSeconds))
+	}
+	if c.Wait.MaxWaitingPerUser > c.Wait.MaxWaiting {
+		errs = append(errs, `"wait.max_waiting_per_user" can't be more than "wait.max_waiting".`)
 	}
 	return errs
 }

@@ -44,6 +44,7 @@ func TestDefaultConfig(t *testing.T) {
 		PerUser:      capgate.TierLimits{Staff: 4, Core: 3, EarlyAccess: 2, Preview: 1},
 		LeaseSeconds: 60, RenewSeconds: 20, MaxHoldSeconds: 900,
 		RetryAfter: capgate.RetryAfter{Base: 5, Max: 30, Paused: 120},
+		Wait:       capgate.Wait{MaxSeconds: 20, MaxWaiting: 200, MaxWaitingPerUser: 20},
 	}
 	if got != want {
 		t.Fatalf("DefaultConfig = %+v, want %+v", got, want)
@@ -106,6 +107,11 @@ func TestValidateRejects(t *testing.T) {
 		{`{"retry_after":{"base":0}}`, []string{retry}},
 		{`{"retry_after":{"base":10,"max":5}}`, []string{retry}},
 		{`{"retry_after":{"paused":0}}`, []string{retry}},
+		{`{"wait":{"max_seconds":301}}`, []string{`"wait.max_seconds" must be at most 300.`}},
+		{`{"wait":{"max_waiting":10}}`, []string{`"wait.max_waiting_per_user" can't be more than "wait.max_waiting".`}},
+		{`{"wait":{"max_seconds":-1}}`, []string{`"wait.max_seconds" must be a whole number from 0 to 100000.`}},
+		{`{"wait":{"max_seconds":5,"fifo":true}}`, []string{`Unknown setting "wait.fifo".`}},
+		{`{"wait":3}`, []string{`wait must be an object.`}},
 		// Several problems: known settings in schema order, then unknown
 		// ones sorted; cross-field checks wait for a clean shape.
 		{`{"zeta":1,"tiers":{"gold":1},"alpha":1,"es2_knn":-1,"mode":"x","lease_seconds":14}`, []string{
@@ -160,7 +166,7 @@ func TestValidateMissing(t *testing.T) {
 		`"mode" is required.`, `"enforce_for" is required.`, `"api_heavy" is required.`,
 		`"es2_knn" is required.`, `"reserve_single_row" is required.`, `"tiers" is required.`,
 		`"per_user" is required.`, `"lease_seconds" is required.`, `"renew_seconds" is required.`,
-		`"max_hold_seconds" is required.`, `"retry_after" is required.`,
+		`"max_hold_seconds" is required.`, `"retry_after" is required.`, `"wait" is required.`,
 	}
 	if !slices.Equal(got, want) {
 		t.Fatalf("Validate({})\n got %q\nwant %q", got, want)
@@ -256,7 +262,8 @@ func configProblems(c capgate.Config) []string {
 		"cluster": c.APIHeavy.Cluster, "per_task": c.APIHeavy.PerTask, "es2_knn": c.ES2KNN,
 		"reserve": c.ReserveSingleRow, "lease": c.LeaseSeconds, "renew": c.RenewSeconds,
 		"max_hold": c.MaxHoldSeconds, "base": c.RetryAfter.Base, "max": c.RetryAfter.Max,
-		"paused": c.RetryAfter.Paused,
+		"paused": c.RetryAfter.Paused, "wait.max_seconds": c.Wait.MaxSeconds,
+		"wait.max_waiting": c.Wait.MaxWaiting, "wait.max_waiting_per_user": c.Wait.MaxWaitingPerUser,
 	}
 	for _, tier := range capgate.AllTiers() {
 		numbers["tiers."+string(tier)] = c.Tiers.Of(tier)
@@ -281,6 +288,9 @@ func configProblems(c capgate.Config) []string {
 	}
 	if c.RetryAfter.Base < 1 || c.RetryAfter.Paused < 1 || c.RetryAfter.Max < c.RetryAfter.Base {
 		p = append(p, "bad retry_after")
+	}
+	if c.Wait.MaxSeconds > 300 || c.Wait.MaxWaitingPerUser > c.Wait.MaxWaiting {
+		p = append(p, "bad wait")
 	}
 	if c.Mode != "off" && c.Mode != "shadow" && c.Mode != "enforce" {
 		p = append(p, "bad mode")

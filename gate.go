@@ -145,20 +145,23 @@ func (g *Gate) logger() *slog.Logger {
 // Release. Its methods are safe for concurrent use; its decision and counts
 // are fixed when Admit returns.
 type Admission struct {
-	g        *Gate
-	call     Call
-	cfg      Config
-	enforced bool
-	lanes    []Lane
-	keys     []string // the lanes' keys, once a store call was planned
-	counts   []int    // per lane: count before, +1 if taken; nil when unknown
-	taken    bool     // holds leases
-	decision Decision
-	full     laneSet
-	scope    int // lane index, -1 none
-	retry    int // Retry-After seconds, 0 none
-	token    string
-	start    time.Time
+	g         *Gate
+	call      Call
+	cfg       Config
+	enforced  bool
+	lanes     []Lane
+	keys      []string // the lanes' keys, once a store call was planned
+	counts    []int    // per lane: count before, +1 if taken; nil when unknown
+	taken     bool     // holds leases
+	decision  Decision
+	full      laneSet
+	scope     int // lane index, -1 none
+	retry     int // Retry-After seconds, 0 none
+	token     string
+	start     time.Time
+	granted   bool          // took a slot it waited for
+	waited    bool          // its ticket was queued
+	waitedFor time.Duration // how long it waited
 
 	mu        sync.Mutex
 	err       string // requires mu held
@@ -277,14 +280,26 @@ func (a *Admission) acquire(ctx context.Context) error {
 	// store's own deadline bounds it): a cancelled acquire would be taken
 	// for a store failure and could leave a lease nobody releases. If the
 	// client is gone, Release gives the lease back as usual.
-	taken, err := g.Store.Acquire(context.WithoutCancel(ctx), AcquireRequest{
+	req := AcquireRequest{
 		Token:    a.token,
 		Keys:     a.keys,
 		Limits:   limits,
 		Lease:    time.Duration(a.cfg.LeaseSeconds) * time.Second,
 		Force:    !a.enforced,
 		NotAfter: g.now().Add(deadline + 2*time.Second),
-	}, before)
+	}
+	var taken bool
+	var err error
+	if wl := a.waitlist(limits); wl != nil {
+		taken, err = a.join(ctx, wl, req, before) // may wait (wait.go)
+	} else {
+		taken, err = g.Store.Acquire(context.WithoutCancel(ctx), req, before)
+	}
+	if errors.Is(err, errCallerGone) {
+		a.decision = DecisionUnavailable
+		a.setErr(err.Error())
+		return nil
+	}
 	if err != nil {
 		g.storeFailed("acquire", err)
 		a.decision = DecisionUnavailable

@@ -22,11 +22,13 @@ type Env struct {
 
 // NewEnv opens a store and a gate over it on task "task-a", with a fresh
 // random key prefix (so runs against a shared Redis don't meet) and the
-// default config in shadow mode. Admissions are the test's to release.
+// default config in shadow mode, waiting off. Admissions are the test's to release.
 func NewEnv(t testing.TB, open Factory) *Env {
 	t.Helper()
 	s := open(t)
-	cfg := capgate.NewFixedConfig(capgate.DefaultConfig(capgate.ModeShadow))
+	def := capgate.DefaultConfig(capgate.ModeShadow)
+	def.Wait.MaxSeconds = 0 // the cases of RunGate refuse at once; RunWait's wait
+	cfg := capgate.NewFixedConfig(def)
 	sink := &mock.Sink{}
 	g := capgate.NewGate(s, cfg, sink, "task-a")
 	g.KeyPrefix = RandomPrefix()
@@ -52,10 +54,12 @@ func (e *Env) Key(name capgate.LaneName, id string) string {
 	return capgate.Keys{Prefix: e.Gate.KeyPrefix}.Lane(name, id)
 }
 
-// Enforce switches the config to enforce for all calls and applies fn.
+// Enforce switches the config to enforce for all calls, with no waiting
+// (a full lane refuses at once), and applies fn.
 func (e *Env) Enforce(fn func(c *capgate.Config)) {
 	e.Cfg.Update(func(c *capgate.Config) {
 		c.Mode, c.EnforceFor = capgate.ModeEnforce, capgate.EnforceAll
+		c.Wait.MaxSeconds = 0
 		if fn != nil {
 			fn(c)
 		}

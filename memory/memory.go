@@ -50,6 +50,9 @@ type Store struct {
 	start time.Time        // the instant times are measured from; requires mu held
 	lanes map[string]*lane // requires mu held
 	spare []*lane          // emptied lanes kept for reuse; requires mu held
+
+	lists    map[string]*waitlist     // by key prefix; requires mu held
+	watchers map[string]chan struct{} // by prefix+token; requires mu held
 }
 
 var _ capgate.LaneStore = (*Store)(nil)
@@ -197,10 +200,14 @@ func (s *Store) Acquire(ctx context.Context, req capgate.AcquireRequest, counts 
 	if !req.NotAfter.IsZero() && t.After(req.NotAfter) {
 		return false, fmt.Errorf("acquire lanes: %w", capgate.ErrLateAcquire)
 	}
+	return s.acquire(req.Token, req.Keys, req.Limits, req.Lease, req.Force, counts, now), nil
+}
 
+// acquire is Acquire's atomic step on a valid request. Requires s.mu held.
+func (s *Store) acquire(token string, keys []string, limits []int, lease time.Duration, force bool, counts []int, now int64) bool {
 	var seen [8]*lane // the lanes found, so that most calls look each up once
 	full := false
-	for i, key := range req.Keys {
+	for i, key := range keys {
 		n := 0
 		l := s.lane(key, now)
 		if l != nil && s.prune(key, l, now) {
@@ -212,17 +219,17 @@ func (s *Store) Acquire(ctx context.Context, req capgate.AcquireRequest, counts 
 			seen[i] = l
 		}
 		counts[i] = n
-		if n >= req.Limits[i] {
+		if n >= limits[i] {
 			full = true
 		}
 	}
-	if full && !req.Force {
-		return false, nil
+	if full && !force {
+		return false
 	}
 
 	s.sweep(now)
-	exp, ttl := now+int64(req.Lease), now+2*int64(req.Lease)
-	for i, key := range req.Keys {
+	exp, ttl := now+int64(lease), now+2*int64(lease)
+	for i, key := range keys {
 		var l *lane
 		if i < len(seen) {
 			l = seen[i]
@@ -233,9 +240,9 @@ func (s *Store) Acquire(ctx context.Context, req capgate.AcquireRequest, counts 
 				l = s.create(key)
 			}
 		}
-		l.put(req.Token, exp, ttl)
+		l.put(token, exp, ttl)
 	}
-	return true, nil
+	return true
 }
 
 // Renew implements capgate.LaneStore. It fails only when ctx is done or
@@ -279,6 +286,12 @@ func (s *Store) Release(ctx context.Context, token string, keys []string) error 
 	// operation, so removing the token from it changes nothing they see.
 	s.mu.Lock()
 	defer s.mu.Unlock()
+	s.release(token, keys)
+	return nil
+}
+
+// release removes token from keys. Requires s.mu held.
+func (s *Store) release(token string, keys []string) {
 	for _, key := range keys {
 		if l := s.lanes[key]; l != nil {
 			delete(l.leases, token)
@@ -287,7 +300,6 @@ func (s *Store) Release(ctx context.Context, token string, keys []string) error 
 			}
 		}
 	}
-	return nil
 }
 
 // Count implements capgate.LaneStore. It drops nothing. It fails only when

@@ -1,0 +1,353 @@
+package memory
+
+import (
+	"context"
+	"fmt"
+	"slices"
+	"time"
+
+	"github.com/capgate/capgate"
+)
+
+var _ capgate.Waitlist = (*Store)(nil)
+
+// waitlist is the tickets waiting under one key prefix, in fair order
+// (see capgate.Waitlist).
+type waitlist struct {
+	v       int64            // virtual time: the start tag of the newest grant
+	fin     map[string]int64 // user → finish tag of the user's newest ticket
+	seq     int64            // arrivals so far
+	tickets []*ticket        // by (start, seq)
+	byToken map[string]*ticket
+	perUser map[string]int
+	perKey  map[string]int // lane key → tickets waiting on it
+}
+
+// ticket is one waiting call. Times are nanoseconds since Store.start.
+type ticket struct {
+	token, user string
+	keys        []string
+	limits      []int
+	start, seq  int64
+	exp, claim  int64
+}
+
+func (w *waitlist) before(a, b *ticket) bool {
+	return a.start < b.start || a.start == b.start && a.seq < b.seq
+}
+
+// list returns prefix's waitlist, making it if make is set; nil when there
+// is none. Requires s.mu held.
+func (s *Store) list(prefix string, create bool) *waitlist {
+	w := s.lists[prefix]
+	if w == nil && create {
+		if s.lists == nil {
+			s.lists = make(map[string]*waitlist)
+		}
+		w = &waitlist{fin: map[string]int64{}, byToken: map[string]*ticket{},
+			perUser: map[string]int{}, perKey: map[string]int{}}
+		s.lists[prefix] = w
+	}
+	return w
+}
+
+// remove takes t off w. Requires s.mu held.
+func (s *Store) remove(prefix string, w *waitlist, t *ticket) {
+	i := slices.Index(w.tickets, t)
+	w.tickets = slices.Delete(w.tickets, i, i+1)
+	delete(w.byToken, t.token)
+	if w.perUser[t.user]--; w.perUser[t.user] == 0 {
+		delete(w.perUser, t.user)
+	}
+	for _, k := range t.keys {
+		if w.perKey[k]--; w.perKey[k] == 0 {
+			delete(w.perKey, k)
+		}
+	}
+	if len(w.tickets) == 0 {
+		delete(s.lists, prefix) // fair tags start over
+	}
+}
+
+// dropExpired removes w's tickets whose expiry has passed. Requires s.mu
+// held.
+func (s *Store) dropExpired(prefix string, w *waitlist, now int64) {
+	for _, t := range slices.Clone(w.tickets) {
+		if t.exp <= now {
+			s.remove(prefix, w, t)
+		}
+	}
+}
+
+// count returns key's unexpired leases, pruning it. Requires s.mu held.
+func (s *Store) count(key string, now int64) int {
+	if l := s.lane(key, now); l != nil && s.prune(key, l, now) {
+		return len(l.leases)
+	}
+	return 0
+}
+
+// pass is the grant pass over prefix's waitlist. Requires s.mu held.
+func (s *Store) pass(prefix string, now int64) {
+	w := s.list(prefix, false)
+	if w == nil {
+		return
+	}
+	s.dropExpired(prefix, w, now)
+	counts := map[string]int{}
+	for _, t := range slices.Clone(w.tickets) {
+		fits := true
+		for i, k := range t.keys {
+			n, ok := counts[k]
+			if !ok {
+				n = s.count(k, now)
+				counts[k] = n
+			}
+			if n >= t.limits[i] {
+				fits = false
+			}
+		}
+		if !fits {
+			continue
+		}
+		for _, k := range t.keys {
+			counts[k]++
+			l := s.lanes[k]
+			if l == nil {
+				l = s.create(k)
+			}
+			l.put(t.token, now+t.claim, now+2*t.claim)
+		}
+		w.v = max(w.v, t.start)
+		s.remove(prefix, w, t)
+		s.notify(prefix, t.token)
+	}
+}
+
+// notify wakes token's waiter, if it watches. Requires s.mu held.
+func (s *Store) notify(prefix, token string) {
+	if ch := s.watchers[prefix+"\x00"+token]; ch != nil {
+		select {
+		case ch <- struct{}{}:
+		default:
+		}
+	}
+}
+
+// next returns how long until the earliest lease expires among t's lanes
+// that are full for it; 0 when none is. Requires s.mu held.
+func (s *Store) next(t *ticket, now int64) time.Duration {
+	soonest := int64(noTTL)
+	for i, k := range t.keys {
+		l := s.lane(k, now)
+		if l == nil || len(l.leases) < t.limits[i] {
+			continue
+		}
+		for _, exp := range l.leases {
+			soonest = min(soonest, exp)
+		}
+	}
+	if soonest == noTTL {
+		return 0
+	}
+	return time.Duration(max(soonest-now, 1))
+}
+
+// holds reports whether token holds an unexpired lease in every key.
+// Requires s.mu held.
+func (s *Store) holds(token string, keys []string, now int64) bool {
+	for _, k := range keys {
+		l := s.lane(k, now)
+		if l == nil {
+			return false
+		}
+		if exp, ok := l.leases[token]; !ok || exp <= now {
+			return false
+		}
+	}
+	return len(keys) > 0
+}
+
+func checkTicket(op string, t capgate.Ticket, counts []int, withCounts bool) error {
+	if len(t.Limits) < len(t.Keys) || withCounts && len(counts) < len(t.Keys) {
+		return fmt.Errorf("%s: %d keys, %d limits, room for %d counts", op, len(t.Keys), len(t.Limits), len(counts))
+	}
+	if t.Lease < time.Millisecond || t.TicketLease < time.Millisecond || t.Claim < time.Millisecond {
+		return fmt.Errorf("%s: %w", op, errBadLease)
+	}
+	return nil
+}
+
+// Watch implements capgate.Waitlist. It fails only when ctx is done.
+func (s *Store) Watch(ctx context.Context, prefix, token string) (<-chan struct{}, func(), error) {
+	if err := ctx.Err(); err != nil {
+		return nil, nil, fmt.Errorf("watch waitlist: %w", err)
+	}
+	ch := make(chan struct{}, 1)
+	id := prefix + "\x00" + token
+	s.mu.Lock()
+	if s.watchers == nil {
+		s.watchers = make(map[string]chan struct{})
+	}
+	s.watchers[id] = ch
+	s.mu.Unlock()
+	return ch, func() {
+		s.mu.Lock()
+		if s.watchers[id] == ch {
+			delete(s.watchers, id)
+		}
+		s.mu.Unlock()
+	}, nil
+}
+
+// Join implements capgate.Waitlist. It fails when ctx is done, when t is
+// malformed, and (wrapping capgate.ErrLateAcquire) after t.NotAfter.
+func (s *Store) Join(ctx context.Context, t capgate.Ticket, counts []int) (capgate.JoinResult, error) {
+	const op = "join waitlist"
+	if err := ctx.Err(); err != nil {
+		return capgate.JoinResult{}, fmt.Errorf("%s: %w", op, err)
+	}
+	if err := checkTicket(op, t, counts, true); err != nil {
+		return capgate.JoinResult{}, err
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	wall, now := s.clock()
+	if !t.NotAfter.IsZero() && wall.After(t.NotAfter) {
+		return capgate.JoinResult{}, fmt.Errorf("%s: %w", op, capgate.ErrLateAcquire)
+	}
+	w := s.list(t.Prefix, false)
+	if w != nil {
+		s.dropExpired(t.Prefix, w, now)
+		w = s.list(t.Prefix, false)
+	}
+	keys := t.Keys[:len(t.Keys):len(t.Keys)]
+	busy := w != nil && slices.ContainsFunc(keys, func(k string) bool { return w.perKey[k] > 0 })
+	if !busy {
+		if s.acquire(t.Token, keys, t.Limits, t.Lease, false, counts, now) {
+			return capgate.JoinResult{Taken: true}, nil
+		}
+	} else {
+		for i, k := range keys {
+			counts[i] = s.count(k, now)
+		}
+	}
+	if t.MaxWaiting < 1 || t.MaxPerUser < 1 || w != nil && (len(w.tickets) >= t.MaxWaiting || w.perUser[t.UserID] >= t.MaxPerUser) {
+		// No room to wait. A call that fits takes nothing a waiting
+		// ticket could use now: the last pass left none that fits.
+		if busy && s.acquire(t.Token, keys, t.Limits, t.Lease, false, counts, now) {
+			return capgate.JoinResult{Taken: true}, nil
+		}
+		return capgate.JoinResult{}, nil
+	}
+	w = s.list(t.Prefix, true)
+	start := max(w.v, w.fin[t.UserID])
+	w.fin[t.UserID] = start + 1
+	w.seq++
+	tk := &ticket{token: t.Token, user: t.UserID, keys: slices.Clone(keys), limits: slices.Clone(t.Limits[:len(keys)]),
+		start: start, seq: w.seq, exp: now + int64(t.TicketLease), claim: int64(t.Claim)}
+	i, _ := slices.BinarySearchFunc(w.tickets, tk, func(a, b *ticket) int {
+		if w.before(a, b) {
+			return -1
+		}
+		return 1
+	})
+	w.tickets = slices.Insert(w.tickets, i, tk)
+	w.byToken[tk.token] = tk
+	w.perUser[tk.user]++
+	for _, k := range tk.keys {
+		w.perKey[k]++
+	}
+	s.pass(t.Prefix, now)
+	return s.where(t, now), nil
+}
+
+// where reports t's standing after a pass. Requires s.mu held.
+func (s *Store) where(t capgate.Ticket, now int64) capgate.JoinResult {
+	if w := s.list(t.Prefix, false); w != nil {
+		if tk := w.byToken[t.Token]; tk != nil {
+			return capgate.JoinResult{Queued: true, Next: s.next(tk, now)}
+		}
+	}
+	return capgate.JoinResult{Taken: s.holds(t.Token, t.Keys, now)}
+}
+
+// Pump implements capgate.Waitlist. It fails when ctx is done or t is
+// malformed.
+func (s *Store) Pump(ctx context.Context, t capgate.Ticket) (capgate.JoinResult, error) {
+	const op = "pump waitlist"
+	if err := ctx.Err(); err != nil {
+		return capgate.JoinResult{}, fmt.Errorf("%s: %w", op, err)
+	}
+	if err := checkTicket(op, t, nil, false); err != nil {
+		return capgate.JoinResult{}, err
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	_, now := s.clock()
+	if w := s.list(t.Prefix, false); w != nil {
+		if tk := w.byToken[t.Token]; tk != nil && tk.exp > now {
+			tk.exp = now + int64(t.TicketLease)
+		}
+	}
+	s.pass(t.Prefix, now)
+	return s.where(t, now), nil
+}
+
+// Leave implements capgate.Waitlist. It fails only when ctx is done.
+func (s *Store) Leave(ctx context.Context, t capgate.Ticket) (bool, error) {
+	if err := ctx.Err(); err != nil {
+		return false, fmt.Errorf("leave waitlist: %w", err)
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	_, now := s.clock()
+	if w := s.list(t.Prefix, false); w != nil {
+		if tk := w.byToken[t.Token]; tk != nil {
+			s.remove(t.Prefix, w, tk)
+			return false, nil
+		}
+	}
+	return s.holds(t.Token, t.Keys, now), nil
+}
+
+// ReleaseWait implements capgate.Waitlist. It fails only when ctx is done.
+func (s *Store) ReleaseWait(ctx context.Context, prefix, token string, keys []string) error {
+	if err := ctx.Err(); err != nil {
+		return fmt.Errorf("release leases: %w", err)
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.release(token, keys)
+	if s.lists[prefix] != nil {
+		_, now := s.clock()
+		s.pass(prefix, now)
+	}
+	return nil
+}
+
+// Waiting implements capgate.Waitlist. It fails when ctx is done or counts
+// is shorter than keys.
+func (s *Store) Waiting(ctx context.Context, prefix string, keys []string, counts []int) error {
+	if err := ctx.Err(); err != nil {
+		return fmt.Errorf("count waiting: %w", err)
+	}
+	if len(counts) < len(keys) {
+		return fmt.Errorf("count waiting: %d keys, room for %d counts", len(keys), len(counts))
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	_, now := s.clock()
+	w := s.list(prefix, false)
+	if w != nil {
+		s.dropExpired(prefix, w, now)
+		w = s.list(prefix, false)
+	}
+	for i, k := range keys {
+		counts[i] = 0
+		if w != nil {
+			counts[i] = w.perKey[k]
+		}
+	}
+	return nil
+}

@@ -1,0 +1,206 @@
+package capgate
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+)
+
+// HeaderWaited is set on the response of a call that waited for a slot:
+// how long it waited, in whole milliseconds.
+const HeaderWaited = "X-OCL-Capacity-Waited-Ms"
+
+// WaitObserver is the optional part of an Observer told about waits (for
+// metrics). Its methods must be fast and must not block.
+type WaitObserver interface {
+	// WaitStarted is called when a call's ticket is queued.
+	WaitStarted(a *Admission)
+	// WaitEnded is called once for each WaitStarted, when the wait ends
+	// however it ends, with the time waited.
+	WaitEnded(a *Admission, waited time.Duration)
+}
+
+// waitlist returns the store's waitlist when this call may wait: it is
+// enforced, waiting is on, and none of its lanes is paused (a paused lane
+// refuses at once, as before). Otherwise nil.
+func (a *Admission) waitlist(limits []int) Waitlist {
+	if !a.enforced || a.cfg.Wait.MaxSeconds <= 0 {
+		return nil
+	}
+	wl, ok := a.g.Store.(Waitlist)
+	if !ok {
+		return nil
+	}
+	for _, l := range limits {
+		if l <= 0 {
+			return nil
+		}
+	}
+	return wl
+}
+
+// errTicketLost means the store no longer knows a waiting ticket that was
+// never granted: the store lost it (a restart, say), so the call fails
+// open.
+var errTicketLost = errors.New("the waiting ticket vanished from the lane store")
+
+// errCallerGone ends the wait of a call whose client left: not a store
+// failure, and nothing to count.
+var errCallerGone = errors.New("caller gone while waiting")
+
+// join is acquire for a call that may wait: it joins the waitlist and, if
+// queued, waits until its ticket is granted, max_seconds pass, or the
+// client leaves. It returns as Acquire does: taken and the counts before
+// (for a grant, each at most limit-1: at the grant every lane had room).
+// A store error is returned as is; the ticket then expires by itself.
+func (a *Admission) join(ctx context.Context, wl Waitlist, req AcquireRequest, before []int) (bool, error) {
+	g := a.g
+	t := Ticket{
+		Prefix:      g.keys().prefix(),
+		Token:       req.Token,
+		Keys:        req.Keys,
+		Limits:      req.Limits,
+		UserID:      a.call.UserID,
+		Lease:       req.Lease,
+		TicketLease: WaitTicketLease,
+		Claim:       WaitClaim,
+		MaxWaiting:  a.cfg.Wait.MaxWaiting,
+		MaxPerUser:  a.cfg.Wait.MaxWaitingPerUser,
+		NotAfter:    req.NotAfter,
+	}
+	// Store calls run to their end whatever the client does (the store's
+	// deadline bounds each), as the acquire does; the waiting itself ends
+	// with ctx.
+	sctx := context.WithoutCancel(ctx)
+	wake, stop, err := wl.Watch(sctx, t.Prefix, t.Token)
+	if err != nil {
+		return false, fmt.Errorf("watch waitlist: %w", err)
+	}
+	defer stop()
+	res, err := wl.Join(sctx, t, before)
+	if err != nil || res.Taken || !res.Queued {
+		return res.Taken, err
+	}
+
+	start := time.Now() // real timers: the wait sleeps on them
+	a.waited = true
+	if o, ok := g.Observer.(WaitObserver); ok {
+		o.WaitStarted(a)
+		defer func() { o.WaitEnded(a, a.waitedFor) }()
+	}
+	defer func() { a.waitedFor = time.Since(start) }()
+
+	limit := time.NewTimer(time.Duration(a.cfg.Wait.MaxSeconds) * time.Second)
+	defer limit.Stop()
+	pump := time.NewTimer(pumpAfter(res.Next))
+	defer pump.Stop()
+	granted := false
+	for !granted {
+		select {
+		case <-wake:
+			// Most wake-ups are grants: picking one up is one round trip.
+			// Otherwise (a re-check after the subscription reconnected)
+			// ask where the ticket stands.
+			held, err := g.Store.Renew(sctx, t.Token, t.Keys, req.Lease)
+			if err != nil {
+				return false, err
+			}
+			if held == len(t.Keys) {
+				granted = true
+				continue
+			}
+		case <-pump.C:
+		case <-limit.C:
+			return a.leave(sctx, wl, t, req, before, true)
+		case <-ctx.Done():
+			if _, err := a.leave(sctx, wl, t, req, before, false); err != nil {
+				return false, err
+			}
+			return false, fmt.Errorf("%w: %w", errCallerGone, ctx.Err())
+		}
+		res, err := wl.Pump(sctx, t)
+		if err != nil {
+			return false, err
+		}
+		switch {
+		case res.Taken:
+			if granted, err = a.pickUp(sctx, t, req); err != nil {
+				return false, err
+			}
+		case !res.Queued:
+			return false, errTicketLost
+		}
+		pump.Reset(pumpAfter(res.Next))
+	}
+	a.granted = true
+	clampGranted(before, t.Limits)
+	return true, nil
+}
+
+// pickUp renews a grant's leases to the full lease; false means the grant
+// expired first (it is gone: the caller can't use it).
+func (a *Admission) pickUp(ctx context.Context, t Ticket, req AcquireRequest) (bool, error) {
+	held, err := a.g.Store.Renew(ctx, t.Token, t.Keys, req.Lease)
+	if err != nil {
+		return false, err
+	}
+	if held < len(t.Keys) {
+		return false, errTicketLost
+	}
+	return true, nil
+}
+
+// leave takes the ticket off the waitlist. If it had been granted
+// meanwhile, a call that can still go ahead (use) takes the grant; one
+// that can't gives it back. It returns whether the call holds the lease.
+func (a *Admission) leave(ctx context.Context, wl Waitlist, t Ticket, req AcquireRequest, before []int, use bool) (bool, error) {
+	granted, err := wl.Leave(ctx, t)
+	if err != nil || !granted {
+		return false, err
+	}
+	if use {
+		if ok, err := a.pickUp(ctx, t, req); err != nil || !ok {
+			return false, err
+		}
+		a.granted = true
+		clampGranted(before, t.Limits)
+		return true, nil
+	}
+	if err := wl.ReleaseWait(ctx, t.Prefix, t.Token, t.Keys); err != nil {
+		return false, err
+	}
+	return false, nil
+}
+
+// pumpAfter is when a waiter next pumps: when the earliest blocking lease
+// expires (next), and at least every WaitPumpEvery, to renew its ticket.
+func pumpAfter(next time.Duration) time.Duration {
+	if next > 0 && next < WaitPumpEvery {
+		return next
+	}
+	return WaitPumpEvery
+}
+
+// clampGranted makes the counts before a granted call what the grant saw:
+// room in every lane.
+func clampGranted(before, limits []int) {
+	for i := range before {
+		before[i] = min(before[i], limits[i]-1)
+	}
+}
+
+// Waited returns how long the call waited for a slot; ok is false for a
+// call that never waited.
+func (a *Admission) Waited() (d time.Duration, ok bool) {
+	return a.waitedFor, a.waited
+}
+
+// releaseStore gives the call's leases back, through the waitlist when
+// calls may be waiting for them, so a freed slot is handed over at once.
+func (a *Admission) releaseStore(ctx context.Context) error {
+	if wl, ok := a.g.Store.(Waitlist); ok && a.cfg.Mode == ModeEnforce && a.cfg.Wait.MaxSeconds > 0 {
+		return wl.ReleaseWait(ctx, a.g.keys().prefix(), a.token, a.keys)
+	}
+	return a.g.Store.Release(ctx, a.token, a.keys)
+}

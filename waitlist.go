@@ -1,0 +1,109 @@
+package capgate
+
+import (
+	"context"
+	"time"
+)
+
+// Waitlist is the optional part of a LaneStore that lets an enforced call
+// which finds a lane full wait for a slot, fairly, instead of being refused
+// at once. The gate finds it by a type assertion; a store without it means
+// "refuse at once". Every method is safe for concurrent use, and every
+// error is a store failure (the gate fails open).
+//
+// A ticket is a waiting call: its lease token, lanes and per-lane limits,
+// its user, an expiry and the instance to wake. The waitlist of one key
+// prefix is shared by every gateway on the store. Tickets are served in
+// start-time fair order: the list keeps a virtual time V (the start tag of
+// the newest ticket granted) and, per user, the finish tag F of the user's
+// newest ticket; a new ticket gets S = max(V, F), and F becomes S+1.
+// Tickets are ordered by (S, arrival): round-robin across users, FIFO
+// within a user, and a user who arrives joins the current round.
+//
+// The grant pass, which runs atomically inside Join, Release, Pump and
+// Leave, drops expired tickets and walks the rest in fair order, counting
+// each lane as it goes; a ticket whose every lane has room for it is
+// granted: its token becomes a lease in every lane, expiring after
+// Ticket.Claim (the waiter renews it to the full lease when it picks the
+// grant up, so a grant to a dead gateway frees quickly), it leaves the
+// list, and its instance is woken. A ticket that doesn't fit is skipped,
+// so a ticket held back by its own user lane does not hold up the others.
+type Waitlist interface {
+	// Watch registers interest in wake-ups for token, which must come
+	// before Join so none is missed. The channel gets a value (it never
+	// blocks the sender; values coalesce) when the ticket may have been
+	// granted or must be checked again (Pump); stop unregisters. An error
+	// means wake-ups can't be delivered (the caller fails open).
+	Watch(ctx context.Context, prefix, token string) (wake <-chan struct{}, stop func(), err error)
+
+	// Join is atomic. When no ticket waits on any of t's lanes it behaves
+	// exactly as Acquire without Force (counts, the same result); else
+	// it queues t behind them and runs the grant pass, so a new arrival
+	// never overtakes a waiting ticket. counts get the lanes' counts
+	// before the call. A ticket past t.MaxWaiting in all or
+	// t.MaxPerUser for its user is not queued (Queued and Taken false).
+	// Run after t.NotAfter, it does nothing and returns an error wrapping
+	// ErrLateAcquire.
+	Join(ctx context.Context, t Ticket, counts []int) (JoinResult, error)
+
+	// Pump renews t's ticket to expire t.TicketLease from now (if it is still
+	// queued) and runs the grant pass; it tells where t stands, as Join
+	// does. Waiters call it when a blocking lease expires (nobody releases
+	// a dead gateway's leases) and every so often while they wait.
+	Pump(ctx context.Context, t Ticket) (JoinResult, error)
+
+	// Leave removes t's ticket. granted reports that the ticket had been
+	// granted meanwhile (its token holds a lease in its lanes): the caller
+	// then uses the grant or releases it.
+	Leave(ctx context.Context, t Ticket) (granted bool, err error)
+
+	// ReleaseWait is Release followed, when tickets wait under prefix, by
+	// the grant pass, in one atomic step: a freed slot is handed over
+	// inside the store.
+	ReleaseWait(ctx context.Context, prefix, token string, keys []string) error
+
+	// Waiting fills counts (len(keys)) with the number of tickets waiting
+	// on each lane key under prefix.
+	Waiting(ctx context.Context, prefix string, keys []string, counts []int) error
+}
+
+// Ticket is one waiting call.
+type Ticket struct {
+	Prefix      string        // the gate's key prefix: the store keeps the waitlist under <Prefix>:wait
+	NotAfter    time.Time     // Join takes and queues nothing if the store runs it later (as AcquireRequest.NotAfter)
+	Token       string        // the call's lease token
+	Keys        []string      // the call's lane keys, in lane order
+	Limits      []int         // each lane's limit for this call; none is 0 (paused lanes never wait)
+	UserID      string        // whose ticket, for fair order and MaxPerUser
+	Lease       time.Duration // the call's lease when Join takes it at once (as AcquireRequest.Lease)
+	TicketLease time.Duration // the ticket expires this long after Join or Pump
+	Claim       time.Duration // a grant's leases expire this long after the grant
+	MaxWaiting  int           // tickets queued at once under Prefix, at most
+	MaxPerUser  int           // tickets of one user queued at once, at most
+}
+
+// JoinResult tells where a call stands on the waitlist.
+type JoinResult struct {
+	// Taken: the call holds a lease in every lane, by the fast path
+	// (expiring after Ticket.Lease) or by a grant (expiring after
+	// Claim; renew it to pick the grant up).
+	Taken bool
+	// Queued: the ticket waits.
+	Queued bool
+	// Next is how long until the earliest lease of a lane that blocks
+	// the ticket expires (then Pump); 0 when unknown.
+	Next time.Duration
+}
+
+// Limits of the waiting, set by the gate.
+const (
+	// WaitTicketLease is how long a ticket lives unless the waiter pumps
+	// it: a dead gateway's tickets vanish this long after it died.
+	WaitTicketLease = 10 * time.Second
+	// WaitPumpEvery is how often a waiter renews its ticket (running the
+	// grant pass as it does); wake-ups make most waits far shorter.
+	WaitPumpEvery = 3 * time.Second
+	// WaitClaim is how long a grant's leases live before the waiter picks
+	// the grant up: a grant to a dead gateway frees after this.
+	WaitClaim = 5 * time.Second
+)
