@@ -100,3 +100,16 @@ func (s TestStore) Len() int {
 	defer s.mu.Unlock()
 	return len(s.lanes)
 }
+
+// SetTicketExpiry sets the expiry of token's ticket under prefix to now+d.
+func (s TestStore) SetTicketExpiry(t testing.TB, prefix, token string, d time.Duration) {
+	t.Helper()
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	_, now := s.clock()
+	if w := s.lists[prefix]; w != nil && w.byToken[token] != nil {
+		w.byToken[token].exp = now + int64(d)
+		return
+	}
+	t.Fatalf("no ticket %s under %s", token, prefix)
+}

@@ -12,3 +12,9 @@ func TestGate(t *testing.T) {
 		return memory.TestStore{Store: memory.New(nil)}
 	})
 }
+
+func TestWaitlist(t *testing.T) {
+	lanetest.RunWaitlist(t, func(t testing.TB) lanetest.WaitStore {
+		return memory.TestStore{Store: memory.New(nil)}
+	})
+}
