@@ -51,6 +51,12 @@ var Scripts = map[string]struct {
 	"acquire.lua": {acquireSrc, acquireScript},
 	"renew.lua":   {renewSrc, renewScript},
 	"count.lua":   {countSrc, countScript},
+
+	"waitjoin.lua":    {waitPassSrc + waitJoinSrc, waitJoinScript},
+	"waitpump.lua":    {waitPassSrc + waitPumpSrc, waitPumpScript},
+	"waitleave.lua":   {waitPassSrc + waitLeaveSrc, waitLeaveScript},
+	"waitrelease.lua": {waitPassSrc + waitReleaseSrc, waitReleaseScript},
+	"waiting.lua":     {waitPassSrc + waitingSrc, waitingScript},
 }
 
 var FormatSeconds = formatSeconds

@@ -30,6 +30,7 @@ type Client interface {
 	Pipelined(ctx context.Context, fn func(goredis.Pipeliner) error) ([]goredis.Cmder, error)
 	Scan(ctx context.Context, cursor uint64, match string, count int64) *goredis.ScanCmd
 	Ping(ctx context.Context) *goredis.StatusCmd
+	Subscribe(ctx context.Context, channels ...string) *goredis.PubSub
 }
 
 // ErrClosed is returned by operations on a closed Store.
@@ -80,6 +81,13 @@ type Store struct {
 	queue     chan struct{} // one per operation waiting for a slot
 	closed    chan struct{}
 	closeOnce sync.Once
+
+	instance   string // names this Store's wake channels
+	wmu        sync.Mutex
+	watchers   map[string]map[string]chan struct{} // channel → token → waiter; requires wmu held
+	subscribed map[string]bool                     // channels subscribed to; requires wmu held
+	ps         *goredis.PubSub                     // the wake subscription, once a waiter watched; requires wmu held
+	dispatched chan struct{}                       // closed when the dispatcher ends
 
 	// testHookQueued, when set, is called as an operation starts to wait
 	// for a slot.
@@ -138,6 +146,7 @@ func newStore(c Client, o Options) *Store {
 		slots:       make(chan struct{}, o.MaxInFlight),
 		queue:       make(chan struct{}, o.MaxQueued),
 		closed:      make(chan struct{}),
+		instance:    newInstanceID(),
 	}
 }
 
@@ -157,6 +166,7 @@ func (s *Store) Close() error {
 	var err error
 	s.closeOnce.Do(func() {
 		close(s.closed) // from now on no operation starts
+		s.closeWake()
 		if s.closer == nil {
 			return
 		}

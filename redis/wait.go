@@ -1,0 +1,171 @@
+package redis
+
+import (
+	"context"
+	"crypto/rand"
+	_ "embed"
+	"encoding/hex"
+	"fmt"
+	"slices"
+	"time"
+
+	goredis "github.com/redis/go-redis/v9"
+
+	"github.com/capgate/capgate"
+)
+
+// The waitlist's scripts: waitpass.lua (the grant pass and its helpers)
+// heads each of them, since Lua scripts in Redis can't include one another.
+var (
+	//go:embed waitpass.lua
+	waitPassSrc string
+	//go:embed waitjoin.lua
+	waitJoinSrc string
+	//go:embed waitpump.lua
+	waitPumpSrc string
+	//go:embed waitleave.lua
+	waitLeaveSrc string
+	//go:embed waitrelease.lua
+	waitReleaseSrc string
+	//go:embed waiting.lua
+	waitingSrc string
+
+	waitJoinScript    = goredis.NewScript(waitPassSrc + waitJoinSrc)
+	waitPumpScript    = goredis.NewScript(waitPassSrc + waitPumpSrc)
+	waitLeaveScript   = goredis.NewScript(waitPassSrc + waitLeaveSrc)
+	waitReleaseScript = goredis.NewScript(waitPassSrc + waitReleaseSrc)
+	waitingScript     = goredis.NewScript(waitPassSrc + waitingSrc)
+)
+
+var _ capgate.Waitlist = (*Store)(nil)
+
+// newInstanceID names this Store for wake-ups: grants to its waiters are
+// published on <prefix>:wake:<id>.
+func newInstanceID() string {
+	var b [8]byte
+	_, _ = rand.Read(b[:]) // never fails (crypto/rand)
+	return hex.EncodeToString(b[:])
+}
+
+// wakeChannel is the channel this Store's waiters under prefix hear on.
+func (s *Store) wakeChannel(prefix string) string {
+	return prefix + ":wake:" + s.instance
+}
+
+func checkTicket(op string, t capgate.Ticket, counts []int, withCounts bool) error {
+	if len(t.Keys) == 0 || len(t.Limits) < len(t.Keys) || withCounts && len(counts) < len(t.Keys) {
+		return fmt.Errorf("%s: %d keys, %d limits, room for %d counts", op, len(t.Keys), len(t.Limits), len(counts))
+	}
+	if t.Lease < time.Millisecond || t.TicketLease < time.Millisecond || t.Claim < time.Millisecond {
+		return fmt.Errorf("%s: %w", op, errBadLease)
+	}
+	return nil
+}
+
+// Join implements capgate.Waitlist with waitjoin.lua: one atomic step. It
+// returns an error wrapping capgate.ErrLateAcquire when Redis ran it after
+// t.NotAfter, an error when t is malformed, and the errors of Store.
+func (s *Store) Join(ctx context.Context, t capgate.Ticket, counts []int) (capgate.JoinResult, error) {
+	const op = "join waitlist"
+	if err := checkTicket(op, t, counts, true); err != nil {
+		return capgate.JoinResult{}, err
+	}
+	keys := slices.Clone(t.Keys)
+	var notAfter int64
+	if !t.NotAfter.IsZero() {
+		notAfter = max(t.NotAfter.UnixMilli(), 1)
+	}
+	args := make([]any, 0, 10+len(keys))
+	args = append(args, t.Prefix, t.Token, t.Lease.Milliseconds(), notAfter, t.TicketLease.Milliseconds(),
+		t.Claim.Milliseconds(), t.MaxWaiting, t.MaxPerUser, t.UserID, s.wakeChannel(t.Prefix))
+	for _, l := range t.Limits[:len(keys)] {
+		args = append(args, l)
+	}
+	res, err := run(ctx, s, op, func(ctx context.Context) ([]int64, error) {
+		return waitJoinScript.Run(ctx, s.client, keys, args...).Int64Slice()
+	})
+	if err != nil {
+		return capgate.JoinResult{}, err
+	}
+	if len(res) == 1 && res[0] == -1 {
+		return capgate.JoinResult{}, fmt.Errorf("%s: %w", op, capgate.ErrLateAcquire)
+	}
+	if len(res) != 2+len(keys) {
+		return capgate.JoinResult{}, fmt.Errorf("%s: the script returned %d values for %d keys", op, len(res), len(keys))
+	}
+	for i, n := range res[2:] {
+		counts[i] = int(n)
+	}
+	return joinResult(res[0], res[1]), nil
+}
+
+func joinResult(state, next int64) capgate.JoinResult {
+	return capgate.JoinResult{Taken: state == 1, Queued: state == 2, Next: time.Duration(next) * time.Millisecond}
+}
+
+// Pump implements capgate.Waitlist with waitpump.lua. It returns an error
+// when t is malformed, and the errors of Store.
+func (s *Store) Pump(ctx context.Context, t capgate.Ticket) (capgate.JoinResult, error) {
+	const op = "pump waitlist"
+	if err := checkTicket(op, t, nil, false); err != nil {
+		return capgate.JoinResult{}, err
+	}
+	keys := slices.Clone(t.Keys)
+	res, err := run(ctx, s, op, func(ctx context.Context) ([]int64, error) {
+		return waitPumpScript.Run(ctx, s.client, keys, t.Prefix, t.Token, t.TicketLease.Milliseconds()).Int64Slice()
+	})
+	if err != nil {
+		return capgate.JoinResult{}, err
+	}
+	if len(res) != 2 {
+		return capgate.JoinResult{}, fmt.Errorf("%s: the script returned %d values", op, len(res))
+	}
+	return joinResult(res[0], res[1]), nil
+}
+
+// Leave implements capgate.Waitlist with waitleave.lua. It returns the
+// errors of Store.
+func (s *Store) Leave(ctx context.Context, t capgate.Ticket) (bool, error) {
+	keys := slices.Clone(t.Keys)
+	n, err := run(ctx, s, "leave waitlist", func(ctx context.Context) (int64, error) {
+		return waitLeaveScript.Run(ctx, s.client, keys, t.Prefix, t.Token).Int64()
+	})
+	return n == 1, err
+}
+
+// ReleaseWait implements capgate.Waitlist with waitrelease.lua: as cheap
+// as Release (one round trip) when nobody waits. It returns the errors of
+// Store.
+func (s *Store) ReleaseWait(ctx context.Context, prefix, token string, keys []string) error {
+	keys = slices.Clone(keys)
+	_, err := run(ctx, s, "release leases", func(ctx context.Context) (int64, error) {
+		return waitReleaseScript.Run(ctx, s.client, keys, prefix, token).Int64()
+	})
+	return err
+}
+
+// Waiting implements capgate.Waitlist with waiting.lua. It returns an
+// error when counts is shorter than keys, and the errors of Store.
+func (s *Store) Waiting(ctx context.Context, prefix string, keys []string, counts []int) error {
+	const op = "count waiting"
+	if len(counts) < len(keys) {
+		return fmt.Errorf("%s: %d keys, room for %d counts", op, len(keys), len(counts))
+	}
+	if len(keys) == 0 {
+		return nil
+	}
+	keys = slices.Clone(keys)
+	res, err := run(ctx, s, op, func(ctx context.Context) ([]int64, error) {
+		return waitingScript.Run(ctx, s.client, keys, prefix).Int64Slice()
+	})
+	if err != nil {
+		return err
+	}
+	if len(res) != len(keys) {
+		return fmt.Errorf("%s: the script returned %d values for %d keys", op, len(res), len(keys))
+	}
+	for i, n := range res {
+		counts[i] = int(n)
+	}
+	return nil
+}

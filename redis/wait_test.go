@@ -1,0 +1,47 @@
+package redis_test
+
+import (
+	"encoding/json"
+	"testing"
+	"time"
+
+	"github.com/capgate/capgate/lanetest"
+	"github.com/capgate/capgate/redis"
+)
+
+func TestWaitlistMiniredis(t *testing.T) {
+	lanetest.RunWaitlist(t, func(t testing.TB) lanetest.WaitStore {
+		_, h := openMini(t)
+		return h
+	})
+}
+
+func TestWaitlistRealRedis(t *testing.T) {
+	url := redis.RealRedisURL(t)
+	lanetest.RunWaitlist(t, func(t testing.TB) lanetest.WaitStore {
+		return openHarness(t, url)
+	})
+}
+
+// SetTicketExpiry rewrites the ticket's expiry in <prefix>:wait:t (see
+// waitpass.lua).
+func (h harness) SetTicketExpiry(t testing.TB, prefix, token string, d time.Duration) {
+	t.Helper()
+	key := prefix + ":wait:t"
+	raw, err := h.raw.HGet(t.Context(), key, token).Result()
+	if err != nil {
+		t.Fatalf("ticket %s under %s: %v", token, prefix, err)
+	}
+	var tk map[string]any
+	if err := json.Unmarshal([]byte(raw), &tk); err != nil {
+		t.Fatal(err)
+	}
+	tk["e"] = h.now(t) + d.Milliseconds()
+	b, err := json.Marshal(tk)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := h.raw.HSet(t.Context(), key, token, b).Err(); err != nil {
+		t.Fatal(err)
+	}
+}

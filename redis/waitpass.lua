@@ -1,0 +1,142 @@
+-- waitpass: the waitlist's shared part, prepended to every wait*.lua
+-- script (Redis has no includes). It defines no KEYS or ARGV of its own.
+--
+-- The waitlist under prefix P lives in these keys, all under P so that a
+-- hash-tagged prefix keeps them in one slot with the lanes:
+--   P:wait:q  sorted set of waiting tickets: score = start tag S, member =
+--             <16-digit arrival seq>:<token>, so ties go by arrival;
+--   P:wait:t  hash token → the ticket as JSON {m = its member, u = user,
+--             k = lane keys, l = limits, e = expiry ms, c = claim ms,
+--             n = the channel to PUBLISH its token to when granted};
+--   P:wait:n  hash lane key → tickets waiting on it;
+--   P:wait:u  hash user → tickets waiting;
+--   P:wait:f  hash user → finish tag F of the user's newest ticket;
+--   P:wait:s  hash: v = virtual time V, seq = arrivals so far.
+-- When the queue empties, all six are deleted: the fair tags start over.
+if redis.replicate_commands then redis.replicate_commands() end
+
+local function now_ms()
+  local t = redis.call('TIME')
+  return tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+end
+
+local function wkeys(prefix)
+  local b = prefix .. ':wait:'
+  return {q = b .. 'q', t = b .. 't', n = b .. 'n', u = b .. 'u', f = b .. 'f', s = b .. 's'}
+end
+
+-- count prunes a lane's expired leases and returns how many are left.
+local function count(key, now)
+  redis.call('ZREMRANGEBYSCORE', key, '-inf', now)
+  return redis.call('ZCARD', key)
+end
+
+-- add puts token in key with expiry now+ms, raising the TTL to 2 x ms.
+local function add(key, token, now, ms)
+  redis.call('ZADD', key, now + ms, token)
+  if redis.call('PTTL', key) < 2 * ms then -- -1 (no TTL) counts as shorter
+    redis.call('PEXPIRE', key, 2 * ms)
+  end
+end
+
+local function remove_ticket(w, token, tk)
+  redis.call('ZREM', w.q, tk.m)
+  redis.call('HDEL', w.t, token)
+  if redis.call('HINCRBY', w.u, tk.u, -1) <= 0 then redis.call('HDEL', w.u, tk.u) end
+  for _, k in ipairs(tk.k) do
+    if redis.call('HINCRBY', w.n, k, -1) <= 0 then redis.call('HDEL', w.n, k) end
+  end
+end
+
+local function reset_if_empty(w)
+  if redis.call('ZCARD', w.q) == 0 then
+    redis.call('DEL', w.q, w.t, w.n, w.u, w.f, w.s)
+  end
+end
+
+-- drop_expired removes the tickets whose expiry has passed.
+local function drop_expired(w, now)
+  local all = redis.call('HGETALL', w.t)
+  for i = 1, #all, 2 do
+    local tk = cjson.decode(all[i + 1])
+    if tk.e <= now then remove_ticket(w, all[i], tk) end
+  end
+end
+
+-- pass is the grant pass: walk the tickets in fair order, counting each
+-- lane as it goes, and grant every ticket all of whose lanes have room.
+local function pass(w, now)
+  local q = redis.call('ZRANGE', w.q, 0, -1, 'WITHSCORES')
+  if #q == 0 then return end
+  local counts = {}
+  local v = tonumber(redis.call('HGET', w.s, 'v') or '0')
+  local granted = false
+  for i = 1, #q, 2 do
+    local m, s = q[i], tonumber(q[i + 1])
+    local token = string.sub(m, 18)
+    local raw = redis.call('HGET', w.t, token)
+    if not raw then
+      redis.call('ZREM', w.q, m)
+    else
+      local tk = cjson.decode(raw)
+      if tk.e <= now then
+        remove_ticket(w, token, tk)
+      else
+        local fits = true
+        for j, k in ipairs(tk.k) do
+          local n = counts[k]
+          if n == nil then
+            n = count(k, now)
+            counts[k] = n
+          end
+          if n >= tk.l[j] then fits = false end
+        end
+        if fits then
+          for _, k in ipairs(tk.k) do
+            counts[k] = counts[k] + 1
+            add(k, token, now, tk.c)
+          end
+          if s > v then v = s end
+          granted = true
+          remove_ticket(w, token, tk)
+          redis.call('PUBLISH', tk.n, token)
+        end
+      end
+    end
+  end
+  if granted then redis.call('HSET', w.s, 'v', v) end
+  reset_if_empty(w)
+end
+
+-- holds reports whether token holds an unexpired lease in every key.
+local function holds(keys, token, now)
+  for _, k in ipairs(keys) do
+    local e = redis.call('ZSCORE', k, token)
+    if not e or tonumber(e) <= now then return false end
+  end
+  return #keys > 0
+end
+
+-- where returns {state, next_ms}: state 2 = queued, 1 = holds its lease
+-- (granted), 0 = neither; next_ms = ms until the earliest lease of a lane
+-- full for the queued ticket expires, 0 when none.
+local function where(w, token, keys, now)
+  local raw = redis.call('HGET', w.t, token)
+  if not raw then
+    if holds(keys, token, now) then return {1, 0} end
+    return {0, 0}
+  end
+  local tk = cjson.decode(raw)
+  local soonest = nil
+  for j, k in ipairs(tk.k) do
+    if redis.call('ZCARD', k) >= tk.l[j] then
+      local first = redis.call('ZRANGE', k, 0, 0, 'WITHSCORES')
+      if #first == 2 then
+        local e = tonumber(first[2])
+        if soonest == nil or e < soonest then soonest = e end
+      end
+    end
+  end
+  if soonest == nil then return {2, 0} end
+  return {2, math.max(soonest - now, 1)}
+end
