@@ -19,10 +19,11 @@ const (
 )
 
 // ExposedHeaders lists the headers a browser must be allowed to read on a
-// gated response: the seven capacity headers and Retry-After.
+// gated response: the capacity headers (the waited time included) and
+// Retry-After.
 func ExposedHeaders() []string {
 	return []string{HeaderDecision, HeaderLimit, HeaderInFlight, HeaderTier,
-		HeaderTierLimit, HeaderTierInFlight, HeaderSuggestedConcurrent, "Retry-After"}
+		HeaderTierLimit, HeaderTierInFlight, HeaderSuggestedConcurrent, HeaderWaited, "Retry-After"}
 }
 
 // startRenewer starts the goroutine that renews the call's leases every
@@ -271,6 +272,9 @@ func (a *Admission) SetHeaders(h http.Header) {
 	if n, ok := a.Suggested(); ok {
 		h.Set(HeaderSuggestedConcurrent, strconv.Itoa(n))
 	}
+	if d, ok := a.Waited(); ok {
+		h.Set(HeaderWaited, strconv.FormatInt(d.Milliseconds(), 10))
+	}
 	// Only the gate's own refusal gets its Retry-After; one the API sent
 	// itself (its rate limit, a 503) is left alone.
 	if s, ok := a.RetryAfter(); ok && a.decision == DecisionRefused {
@@ -343,6 +347,10 @@ func (a *Admission) Record() Record {
 	if a.call.HasQueueMS {
 		q := a.call.QueueMS
 		r.QueueMS = &q
+	}
+	if d, ok := a.Waited(); ok {
+		w := d.Milliseconds()
+		r.WaitMS = &w
 	}
 	a.mu.Lock()
 	r.Error, r.LeaseLost, r.TS = a.err, a.leaseLost, a.finished

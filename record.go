@@ -36,6 +36,7 @@ type Record struct {
 	RetryAfter     *int
 	HeldMS         *int64
 	QueueMS        *int64
+	WaitMS         *int64 // how long the call waited for a slot; nil: it never waited
 	LeaseLost      bool
 	Error          string
 	Task           string
@@ -88,6 +89,9 @@ func (r *Record) AppendJSON(b []byte) []byte {
 	}
 	if r.QueueMS != nil {
 		b = appendInt(b, "queue_ms", *r.QueueMS)
+	}
+	if r.WaitMS != nil {
+		b = appendInt(b, "wait_ms", *r.WaitMS)
 	}
 	if r.LeaseLost {
 		b = append(b, `,"lease_lost":true`...)

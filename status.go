@@ -26,17 +26,20 @@ type APIHeavyStatus struct {
 	InFlight  int `json:"in_flight"`
 	Limit     int `json:"limit"`
 	BulkLimit int `json:"bulk_limit"`
+	Waiting   int `json:"waiting,omitempty"` // calls waiting for this lane
 }
 
 // LaneStatus is one lane's calls in flight and its limit.
 type LaneStatus struct {
 	InFlight int `json:"in_flight"`
 	Limit    int `json:"limit"`
+	Waiting  int `json:"waiting,omitempty"` // calls waiting for this lane
 }
 
 // UserStatus is one user's calls in flight.
 type UserStatus struct {
 	InFlight int `json:"in_flight"`
+	Waiting  int `json:"waiting,omitempty"` // calls waiting for a slot
 }
 
 // MarshalJSON writes the full status when the store answered, and only
@@ -108,24 +111,30 @@ func (g *Gate) status(ctx context.Context, cfg Config, st *Status) error {
 	if err := g.Store.Count(ctx, keys, counts); err != nil {
 		return fmt.Errorf("count lanes: %w", err)
 	}
-	st.APIHeavy = &APIHeavyStatus{InFlight: counts[0], Limit: cfg.APIHeavy.Cluster, BulkLimit: cfg.BulkLimit()}
-	st.ES2KNN = &LaneStatus{InFlight: counts[1], Limit: cfg.ES2KNN}
+	waiting := make([]int, len(keys))
+	if wl, ok := g.Store.(Waitlist); ok {
+		if err := wl.Waiting(ctx, k.prefix(), keys, waiting); err != nil {
+			return fmt.Errorf("count waiting calls: %w", err)
+		}
+	}
+	st.APIHeavy = &APIHeavyStatus{InFlight: counts[0], Limit: cfg.APIHeavy.Cluster, BulkLimit: cfg.BulkLimit(), Waiting: waiting[0]}
+	st.ES2KNN = &LaneStatus{InFlight: counts[1], Limit: cfg.ES2KNN, Waiting: waiting[1]}
 	st.Tiers = make(map[Tier]LaneStatus, len(tiers))
 	for i, t := range tiers {
-		st.Tiers[t] = LaneStatus{InFlight: counts[2+i], Limit: cfg.Tiers.Of(t)}
+		st.Tiers[t] = LaneStatus{InFlight: counts[2+i], Limit: cfg.Tiers.Of(t), Waiting: waiting[2+i]}
 	}
 	n := 2 + len(tiers)
 	st.Tasks = map[string]LaneStatus{}
 	for i, key := range tasks {
-		if c := counts[n+i]; c > 0 {
-			st.Tasks[strings.TrimPrefix(key, taskPrefix)] = LaneStatus{InFlight: c, Limit: cfg.APIHeavy.PerTask}
+		if c, w := counts[n+i], waiting[n+i]; c > 0 || w > 0 {
+			st.Tasks[strings.TrimPrefix(key, taskPrefix)] = LaneStatus{InFlight: c, Limit: cfg.APIHeavy.PerTask, Waiting: w}
 		}
 	}
 	n += len(tasks)
 	st.Users = map[string]UserStatus{}
 	for i, key := range users {
-		if c := counts[n+i]; c > 0 {
-			st.Users[strings.TrimPrefix(key, userPrefix)] = UserStatus{InFlight: c}
+		if c, w := counts[n+i], waiting[n+i]; c > 0 || w > 0 {
+			st.Users[strings.TrimPrefix(key, userPrefix)] = UserStatus{InFlight: c, Waiting: w}
 		}
 	}
 	return nil

@@ -133,8 +133,7 @@ func (a *Admission) join(ctx context.Context, wl Waitlist, req AcquireRequest, b
 		}
 		pump.Reset(pumpAfter(res.Next))
 	}
-	a.granted = true
-	clampGranted(before, t.Limits)
+	a.tookGrant(before, t.Limits)
 	return true, nil
 }
 
@@ -163,8 +162,7 @@ func (a *Admission) leave(ctx context.Context, wl Waitlist, t Ticket, req Acquir
 		if ok, err := a.pickUp(ctx, t, req); err != nil || !ok {
 			return false, err
 		}
-		a.granted = true
-		clampGranted(before, t.Limits)
+		a.tookGrant(before, t.Limits)
 		return true, nil
 	}
 	if err := wl.ReleaseWait(ctx, t.Prefix, t.Token, t.Keys); err != nil {
@@ -182,9 +180,13 @@ func pumpAfter(next time.Duration) time.Duration {
 	return WaitPumpEvery
 }
 
-// clampGranted makes the counts before a granted call what the grant saw:
-// room in every lane.
-func clampGranted(before, limits []int) {
+// tookGrant records that the call took the slot it waited for: its held
+// time starts now (so held_ms, which the log's replay counts as time in
+// the lanes, leaves the wait out), and the counts before it are what the
+// grant saw: room in every lane.
+func (a *Admission) tookGrant(before, limits []int) {
+	a.granted = true
+	a.start = a.g.now()
 	for i := range before {
 		before[i] = min(before[i], limits[i]-1)
 	}

@@ -44,6 +44,7 @@ type counter struct {
 	byTier   map[string]*Rate
 	held     hist
 	queue    hist
+	wait     hist
 	unavail  Unavailability
 	from, to int64
 	any      bool
@@ -170,6 +171,9 @@ func (c *counter) add(ev *event) {
 	}
 	if ev.hasQueue {
 		c.queue.add(ev.queue)
+	}
+	if ev.hasWait {
+		c.wait.add(ev.wait)
 	}
 }
 
@@ -355,7 +359,7 @@ func (c *counter) fill(r *Report, top int) {
 	for _, t := range sortedTiers(c.byTier) {
 		r.Refusals.ByTier = append(r.Refusals.ByTier, rate(*c.byTier[t]))
 	}
-	r.Held, r.Queue = c.held.percentiles(), c.queue.percentiles()
+	r.Held, r.Queue, r.Wait = c.held.percentiles(), c.queue.percentiles(), c.wait.percentiles()
 	r.Unavailable.Calls, r.Unavailable.StoreErrors = c.unavail.Calls, c.unavail.StoreErrors
 	r.Unavailable.Other, r.Unavailable.Errors = c.unavail.Other, c.unavail.Errors
 }

@@ -46,6 +46,8 @@ type event struct {
 	held       int64         // held_ms; -1 when the call held no lease
 	queue      int64         // queue_ms, when hasQueue
 	hasQueue   bool
+	wait       int64 // wait_ms, when hasWait: the time waited for a slot
+	hasWait    bool
 	end        int64 // ts, Unix milliseconds: when the call finished
 	start      int64 // end − held (end when no lease was held)
 	dropped    int64 // log_dropped
@@ -208,6 +210,10 @@ func (p *parser) member(st *lineState, key []byte, v value) {
 	case "queue_ms":
 		if v.kind == vNumber {
 			st.ev.queue, st.ev.hasQueue = v.int(), true
+		}
+	case "wait_ms":
+		if v.kind == vNumber {
+			st.ev.wait, st.ev.hasWait = max(v.int(), 0), true
 		}
 	case "ts":
 		if v.kind == vString {

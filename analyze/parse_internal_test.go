@@ -11,7 +11,7 @@ func TestParseLine(t *testing.T) {
 	p := newParser(100)
 	var ev event
 	line := `  {"event":"ocl_capacity","decision":"shadow-refused","extra":{"a":[1,{"b":null}]},"user_id":"al\"ice\u00e9",` +
-		`"full":["api_heavy","user","nonsense"],"in_flight":5,"limit":3,"user_in_flight":2,"held_ms":1500,"queue_ms":-20,` +
+		`"full":["api_heavy","user","nonsense"],"in_flight":5,"limit":3,"user_in_flight":2,"held_ms":1500,"queue_ms":-20,"wait_ms":250,` +
 		`"rows":1,"single_row":true,"semantic":true,"enforced":false,"ts":"2026-03-01T12:00:01.500+01:00"}  `
 	if k := p.parse([]byte(line), &ev); k != kindEvent {
 		t.Fatalf("kind = %d, want an event", k)
@@ -19,7 +19,7 @@ func TestParseLine(t *testing.T) {
 	wantEnd := time.Date(2026, 3, 1, 11, 0, 1, 500e6, time.UTC).UnixMilli()
 	if ev.user != "al\"iceé" || ev.decision != "shadow-refused" || ev.full != 1<<laneAPIHeavy|1<<laneUser ||
 		ev.inFlight[laneAPIHeavy] != 5 || ev.limit[laneAPIHeavy] != 3 || ev.hasCount != 1<<laneAPIHeavy|1<<laneUser ||
-		ev.held != 1500 || !ev.hasQueue || ev.queue != -20 || ev.end != wantEnd || ev.start != wantEnd-1500 || !ev.semantic {
+		ev.held != 1500 || !ev.hasQueue || ev.queue != -20 || !ev.hasWait || ev.wait != 250 || ev.end != wantEnd || ev.start != wantEnd-1500 || !ev.semantic {
 		t.Errorf("parsed %+v", ev)
 	}
 	for _, bad := range []string{`{"event":"ocl_capacity",}`, `{"a":tru}`, `[1]`, `{"a":"b"`, `{"a" "b"}`, `{"a":"b\"}`} {

@@ -21,6 +21,7 @@ type Report struct {
 	Refusals Refusals    `json:"refusals"`
 	Held     Percentiles `json:"held_ms"`
 	Queue    Percentiles `json:"queue_ms"`
+	Wait     Percentiles `json:"wait_ms"` // calls that waited for a slot
 
 	Unavailable    Unavailability `json:"unavailable"`
 	Reconstruction Reconstruction `json:"reconstruction"`

@@ -86,7 +86,7 @@ func WriteText(w io.Writer, r *Report) error {
 	for _, d := range []struct {
 		name string
 		pc   Percentiles
-	}{{"held_ms", r.Held}, {"queue_ms", r.Queue}} {
+	}{{"held_ms", r.Held}, {"queue_ms", r.Queue}, {"wait_ms", r.Wait}} {
 		p("\t%s\t%d\t%d\t%d\t%d\t%d\n", d.name, d.pc.Count, d.pc.P50, d.pc.P90, d.pc.P99, d.pc.Max)
 	}
 

@@ -1,14 +1,15 @@
 // Package metrics exposes what the gate does as Prometheus metrics (SPEC
 // §8): decisions, calls in flight per lane as this gateway last saw them,
-// how long calls held their leases, lane store errors and skipped
-// operations, lease losses, oversize bodies, log lines dropped and the
-// config version in force. It implements capgate.Observer and registers on
+// how long calls held their leases, calls waiting per lane and how long
+// they waited, lane store errors and skipped operations, lease losses,
+// oversize bodies, log lines dropped and the config version in force. It implements capgate.Observer and registers on
 // the prometheus.Registerer it is given; it has no global state.
 package metrics
 
 import (
 	"errors"
 	"fmt"
+	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
 
@@ -34,10 +35,19 @@ type Metrics struct {
 	skipped   *prometheus.CounterVec // op
 	lost      prometheus.Counter     // leases lost
 	oversize  prometheus.Counter     // bodies too large to classify
+	waiting   *prometheus.GaugeVec   // lane: this gateway's calls waiting
+	wait      prometheus.Histogram   // seconds waited
 	funcs     []prometheus.Collector // from options
 }
 
-var _ capgate.Observer = (*Metrics)(nil)
+var (
+	_ capgate.Observer     = (*Metrics)(nil)
+	_ capgate.WaitObserver = (*Metrics)(nil)
+)
+
+// WaitBuckets are the buckets of the wait histogram, in seconds: from a
+// slot handed over at once to wait.max_seconds (at most 300).
+var WaitBuckets = []float64{0.01, 0.05, 0.1, 0.25, 0.5, 1, 2, 5, 10, 20, 30, 60, 120, 300}
 
 // Option adds a metric read from the caller's state.
 type Option func(*Metrics)
@@ -100,6 +110,15 @@ func New(reg prometheus.Registerer, opts ...Option) (*Metrics, error) {
 			Namespace: Namespace, Name: "leases_lost_total",
 			Help: "Calls whose leases expired while they ran.",
 		}),
+		waiting: prometheus.NewGaugeVec(prometheus.GaugeOpts{
+			Namespace: Namespace, Name: "lane_waiting",
+			Help: "Calls of this gateway waiting for a slot, per lane they wait on.",
+		}, []string{"lane"}),
+		wait: prometheus.NewHistogram(prometheus.HistogramOpts{
+			Namespace: Namespace, Name: "wait_seconds",
+			Help:    "How long calls waited for a slot (those that waited), however the wait ended.",
+			Buckets: WaitBuckets,
+		}),
 		oversize: prometheus.NewCounter(prometheus.CounterOpts{
 			Namespace: Namespace, Name: "oversize_bodies_total",
 			Help: "Would-be heavy calls passed ungated because their body exceeded --max-body-bytes.",
@@ -109,7 +128,7 @@ func New(reg prometheus.Registerer, opts ...Option) (*Metrics, error) {
 		o(m)
 	}
 	cs := append([]prometheus.Collector{m.decisions, m.inFlight, m.limit, m.held,
-		m.storeErrs, m.skipped, m.lost, m.oversize}, m.funcs...)
+		m.storeErrs, m.skipped, m.lost, m.oversize, m.waiting, m.wait}, m.funcs...)
 	var errs []error
 	for _, c := range cs {
 		if err := reg.Register(c); err != nil {
@@ -163,6 +182,25 @@ func laneLabel(l capgate.Lane, call capgate.Call) string {
 		return "tier:" + string(call.Tier)
 	}
 	return string(l.Name)
+}
+
+// WaitStarted implements capgate.WaitObserver: the call counts as waiting
+// on each of its lanes (the user lane left out, as in Admitted).
+func (m *Metrics) WaitStarted(a *capgate.Admission) { m.addWaiting(a, 1) }
+
+// WaitEnded implements capgate.WaitObserver.
+func (m *Metrics) WaitEnded(a *capgate.Admission, waited time.Duration) {
+	m.addWaiting(a, -1)
+	m.wait.Observe(waited.Seconds())
+}
+
+func (m *Metrics) addWaiting(a *capgate.Admission, d float64) {
+	call := a.Call()
+	for _, l := range a.Lanes() {
+		if name := laneLabel(l, call); name != "" {
+			m.waiting.WithLabelValues(name).Add(d)
+		}
+	}
 }
 
 // StoreError implements capgate.Observer.

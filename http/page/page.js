@@ -187,12 +187,17 @@
   }
 
   // laneRow is one row of a lanes table: name, "n / limit" and a meter.
-  function laneRow(id, name, note, inFlight, limit) {
-    return { id, name, note, inFlight, limit };
+  function laneRow(id, name, note, inFlight, limit, waiting) {
+    return { id, name, note, inFlight, limit, waiting: waiting || 0 };
   }
 
-  function countText(inFlight, limit) {
-    return inFlight + " / " + limit + (limit === 0 ? " (paused)" : "");
+  // waitText says how many calls wait for a slot, "" when none.
+  function waitText(waiting) {
+    return waiting > 0 ? ", " + waiting + " waiting" : "";
+  }
+
+  function countText(inFlight, limit, waiting) {
+    return inFlight + " / " + limit + (limit === 0 ? " (paused)" : "") + waitText(waiting);
   }
 
   function renderRows(tbody, rows, build, update) {
@@ -222,7 +227,7 @@
 
   function updateLane(tr, r) {
     const max = Math.max(r.limit, 1);
-    tr.querySelector(".count").textContent = countText(r.inFlight, r.limit);
+    tr.querySelector(".count").textContent = countText(r.inFlight, r.limit, r.waiting);
     const m = tr.querySelector("meter");
     m.max = max;
     m.low = max / 2;
@@ -244,23 +249,23 @@
     const lanes = [];
     if (s.api_heavy) {
       lanes.push(laneRow("lane-api_heavy", "api_heavy", "(bulk calls up to " + s.api_heavy.bulk_limit + ")",
-        s.api_heavy.in_flight, s.api_heavy.limit));
+        s.api_heavy.in_flight, s.api_heavy.limit, s.api_heavy.waiting));
     }
-    if (s.es2_knn) lanes.push(laneRow("lane-es2_knn", "es2_knn", "", s.es2_knn.in_flight, s.es2_knn.limit));
+    if (s.es2_knn) lanes.push(laneRow("lane-es2_knn", "es2_knn", "", s.es2_knn.in_flight, s.es2_knn.limit, s.es2_knn.waiting));
     for (const t of TIERS) {
       const l = (s.tiers || {})[t];
-      if (l) lanes.push(laneRow("lane-tier-" + t, "tier " + t, "", l.in_flight, l.limit));
+      if (l) lanes.push(laneRow("lane-tier-" + t, "tier " + t, "", l.in_flight, l.limit, l.waiting));
     }
     renderRows($("lanes").tBodies[0], lanes, buildLane, updateLane);
 
     const tasks = Object.entries(s.tasks || {}).sort((a, b) => b[1].in_flight - a[1].in_flight || (a[0] < b[0] ? -1 : 1))
-      .map(([id, l]) => laneRow("task-" + id, id, "", l.in_flight, l.limit));
+      .map(([id, l]) => laneRow("task-" + id, id, "", l.in_flight, l.limit, l.waiting));
     renderRows($("tasks").tBodies[0], tasks, buildLane, updateLane);
     $("tasks").hidden = tasks.length === 0;
     $("tasks-none").hidden = tasks.length > 0;
 
     const users = Object.entries(s.users || {}).sort((a, b) => b[1].in_flight - a[1].in_flight || (a[0] < b[0] ? -1 : 1))
-      .slice(0, TOP_USERS).map(([id, u]) => ({ id: "user-" + id, name: id, inFlight: u.in_flight }));
+      .slice(0, TOP_USERS).map(([id, u]) => ({ id: "user-" + id, name: id, inFlight: u.in_flight, waiting: u.waiting || 0 }));
     renderRows($("users").tBodies[0], users, (r) => {
       const tr = el("tr");
       tr.id = r.id;
@@ -269,7 +274,7 @@
       tr.append(th, el("td", "", "count"));
       return tr;
     }, (tr, r) => {
-      tr.querySelector(".count").textContent = String(r.inFlight);
+      tr.querySelector(".count").textContent = String(r.inFlight) + waitText(r.waiting);
     });
     $("users").hidden = users.length === 0;
     $("users-none").hidden = users.length > 0;
