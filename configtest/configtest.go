@@ -41,6 +41,7 @@ func Run(t *testing.T, open Opener) {
 		{"BadInputAddsNoRow", testBadInputAddsNoRow},
 		{"ConfigIsCached", testConfigIsCached},
 		{"ResolveStoredRows", testResolveStoredRows},
+		{"RowsAndPutsWithoutWait", testWithoutWait},
 		{"FailedReadKeepsLastKnown", testFailedReadKeepsLastKnown},
 		{"RefreshIsSingleFlight", testRefreshIsSingleFlight},
 		{"FirstReadWaitsAtMostTheTimeout", testFirstReadBounded},

@@ -2,6 +2,7 @@ package configtest
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"slices"
@@ -229,6 +230,32 @@ func testResolveStoredRows(t *testing.T, open Opener) {
 	}
 }
 
+// testWithoutWait: a row stored before "wait" existed, and a full PUT body
+// from a client that doesn't know it, are valid and get the wait defaults.
+func testWithoutWait(t *testing.T, open Opener) {
+	store := open(t)
+	s, _, _, _ := Service(store)
+	ctx := context.Background()
+	old := capgate.DefaultConfig(capgate.ModeShadow).Doc()
+	delete(old, "wait")
+	old["es2_knn"] = json.Number("5")
+	Append(t, store, old)
+	want := capgate.DefaultConfig(capgate.ModeShadow)
+	want.ES2KNN = 5
+	if got := s.Config(ctx); got != want {
+		t.Errorf("Config of a row without wait = %+v; want the defaults with es2_knn 5", got)
+	}
+	put := capgate.DefaultConfig(capgate.ModeEnforce).Doc()
+	delete(put, "wait")
+	res, err := s.Save(ctx, put, true, "staff", "api", "")
+	if err != nil {
+		t.Fatalf("PUT without wait: %v", err)
+	}
+	if res.Config.Wait != want.Wait {
+		t.Errorf("wait after a PUT without it = %+v; want the defaults %+v", res.Config.Wait, want.Wait)
+	}
+}
+
 // flaky wraps a store; its reads fail while fail is set.
 type flaky struct {
 	capgate.ConfigStore
@@ -411,6 +438,7 @@ func testConcurrentPatches(t *testing.T, open Opener) {
 		`{"tiers":{"early_access":6}}`, `{"tiers":{"preview":5}}`, `{"per_user":{"staff":7}}`, `{"per_user":{"core":6}}`,
 		`{"per_user":{"early_access":5}}`, `{"per_user":{"preview":4}}`, `{"lease_seconds":90}`, `{"renew_seconds":15}`,
 		`{"max_hold_seconds":1000}`, `{"retry_after":{"base":6}}`, `{"retry_after":{"max":40}}`, `{"retry_after":{"paused":100}}`,
+		`{"wait":{"max_seconds":5}}`, `{"wait":{"max_waiting":50}}`, `{"wait":{"max_waiting_per_user":3}}`,
 	}
 	var wg sync.WaitGroup
 	errs := make(chan error, len(changes))
@@ -435,6 +463,7 @@ func testConcurrentPatches(t *testing.T, open Opener) {
 		PerUser:      capgate.TierLimits{Staff: 7, Core: 6, EarlyAccess: 5, Preview: 4},
 		LeaseSeconds: 90, RenewSeconds: 15, MaxHoldSeconds: 1000,
 		RetryAfter: capgate.RetryAfter{Base: 6, Max: 40, Paused: 100},
+		Wait:       capgate.Wait{MaxSeconds: 5, MaxWaiting: 50, MaxWaitingPerUser: 3},
 	}
 	_, got, err := s.Current(context.Background())
 	if err != nil || got != want {

@@ -78,6 +78,7 @@ func tight(mode capgate.Mode) capgate.Config {
 	c.Tiers = capgate.TierLimits{Staff: 4, Core: 2, EarlyAccess: 2, Preview: 1}
 	c.PerUser = capgate.TierLimits{Staff: 4, Core: 2, EarlyAccess: 1, Preview: 1}
 	c.RetryAfter = capgate.RetryAfter{Base: 1, Max: 2, Paused: 5}
+	c.Wait.MaxSeconds = 0 // these tests drive the client's handling of refusals
 	return c
 }
 
