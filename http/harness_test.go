@@ -221,6 +221,7 @@ func newEnv(t *testing.T, cfg func(*capgate.Config), gc func(*capgatehttp.Gatewa
 	t.Helper()
 	e := &env{t: t, up: newUpstream(t), store: memory.New(nil), sink: &mock.Sink{}}
 	c := capgate.DefaultConfig(capgate.ModeShadow)
+	c.Wait.MaxSeconds = 0 // refusals at once, unless a test turns waiting on
 	if cfg != nil {
 		cfg(&c)
 	}

@@ -1,0 +1,86 @@
+package http_test
+
+import (
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/capgate/capgate"
+)
+
+// waitSignal tells a test when a call starts waiting.
+type waitSignal struct{ started chan struct{} }
+
+func (w waitSignal) Admitted(*capgate.Admission)                 {}
+func (w waitSignal) Released(*capgate.Admission)                 {}
+func (w waitSignal) StoreError(string, error)                    {}
+func (w waitSignal) StoreSkipped(string)                         {}
+func (w waitSignal) WaitStarted(*capgate.Admission)              { w.started <- struct{}{} }
+func (w waitSignal) WaitEnded(*capgate.Admission, time.Duration) {}
+
+// TestWaitingCallIsServedWhenTheSlotFrees: through real HTTP, a call that
+// finds its lane full waits at the gateway and goes to the API the moment
+// the call ahead of it ends, with the time it waited in a header.
+func TestWaitingCallIsServedWhenTheSlotFrees(t *testing.T) {
+	e := newEnv(t, func(c *capgate.Config) {
+		c.Mode, c.EnforceFor = capgate.ModeEnforce, capgate.EnforceAll
+		c.Wait.MaxSeconds = 60
+	}, nil)
+	sig := waitSignal{started: make(chan struct{}, 1)}
+	e.gate.Observer = sig
+	ctx := t.Context()
+	first := e.async(ctx, "POST", semanticMatch, twoRows, "Authorization", "Token t-pam", "X-Test-Do", "hold")
+	e.up.waitEntered(t)
+	second := e.async(ctx, "POST", semanticMatch, twoRows, "Authorization", "Token t-pam", "Origin", "https://mapper.example")
+	timer := time.NewTimer(waitLimit)
+	defer timer.Stop()
+	select {
+	case <-sig.started:
+	case <-timer.C:
+		t.Fatal("the second call never started waiting")
+	}
+	if n := len(e.up.requests()); n != 1 {
+		t.Fatalf("the upstream saw %d calls while the second waited, want 1", n)
+	}
+	e.up.release()
+	if r := recv(t, first); r.StatusCode != 200 {
+		t.Fatalf("first call: status %d", r.StatusCode)
+	}
+	r := recv(t, second)
+	if r.StatusCode != 200 || r.Header.Get(capgate.HeaderDecision) != "admitted" {
+		t.Fatalf("waiting call: status %d, decision %q; want 200 admitted", r.StatusCode, r.Header.Get(capgate.HeaderDecision))
+	}
+	if ms, err := strconv.Atoi(r.Header.Get(capgate.HeaderWaited)); err != nil || ms < 0 {
+		t.Errorf("%s = %q, want whole milliseconds", capgate.HeaderWaited, r.Header.Get(capgate.HeaderWaited))
+	}
+	if r.Header.Get("Retry-After") != "" {
+		t.Error("an admitted call carries Retry-After")
+	}
+	lines := e.sink.Wait(t, 2, waitLimit)
+	waited := 0
+	for _, l := range lines {
+		if _, ok := l["wait_ms"]; ok {
+			waited++
+		}
+	}
+	if waited != 1 {
+		t.Errorf("%d log lines carry wait_ms, want 1", waited)
+	}
+	if n := len(e.up.requests()); n != 2 {
+		t.Errorf("the upstream saw %d calls, want 2", n)
+	}
+	if m := e.inFlight(); len(m) != 0 {
+		t.Errorf("leases left: %v", m)
+	}
+}
+
+func TestWaitedHeaderIsExposed(t *testing.T) {
+	found := false
+	for _, h := range capgate.ExposedHeaders() {
+		found = found || strings.EqualFold(h, capgate.HeaderWaited)
+	}
+	if !found {
+		t.Errorf("ExposedHeaders() = %v lacks %s", capgate.ExposedHeaders(), capgate.HeaderWaited)
+	}
+}
