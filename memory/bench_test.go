@@ -41,3 +41,9 @@ func BenchmarkAcquireReleaseSemanticParallel(b *testing.B) {
 		b.Fatal("an operation failed")
 	}
 }
+
+// BenchmarkWake: a freed slot reaching the next waiter in process.
+func BenchmarkWake(b *testing.B) {
+	s := memory.New(nil)
+	lanetest.BenchWake(b, s, s)
+}
