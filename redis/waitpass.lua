@@ -13,6 +13,9 @@
 --   P:wait:f  hash user → finish tag F of the user's newest ticket;
 --   P:wait:s  hash: v = virtual time V, seq = arrivals so far.
 -- When the queue empties, all six are deleted: the fair tags start over.
+-- Each join and pump raises their TTL to 2 x the ticket lease, so tickets
+-- nobody pumps (their gateways died) don't outlive them for long even if
+-- no call comes by to drop them.
 if redis.replicate_commands then redis.replicate_commands() end
 
 local function now_ms()
@@ -45,6 +48,14 @@ local function remove_ticket(w, token, tk)
   if redis.call('HINCRBY', w.u, tk.u, -1) <= 0 then redis.call('HDEL', w.u, tk.u) end
   for _, k in ipairs(tk.k) do
     if redis.call('HINCRBY', w.n, k, -1) <= 0 then redis.call('HDEL', w.n, k) end
+  end
+end
+
+-- touch raises the waitlist keys' TTL to ms, never shortening it.
+local function touch(w, ms)
+  for _, k in ipairs({w.q, w.t, w.n, w.u, w.f, w.s}) do
+    local pttl = redis.call('PTTL', k)
+    if pttl ~= -2 and pttl < ms then redis.call('PEXPIRE', k, ms) end
   end
 end
 

@@ -15,6 +15,7 @@ if raw then
   if tk.e > now then
     tk.e = now + tonumber(ARGV[3])
     redis.call('HSET', w.t, token, cjson.encode(tk))
+    touch(w, 2 * tonumber(ARGV[3]))
   end
 end
 pass(w, now)
