@@ -20,6 +20,9 @@ import (
 // lanePrefix is the key prefix of every lane (SPEC §3).
 const lanePrefix = "ocl:capacity:"
 
+// waitPrefix starts the keys of the waitlist (redis/waitpass.lua).
+const waitPrefix = lanePrefix + "wait:"
+
 // redisServer is one redis-server (or Sentinel) the suite started.
 type redisServer struct {
 	*proc
@@ -182,6 +185,9 @@ func lanes(ctx context.Context, c *goredis.Client) (map[string][]string, error) 
 	}
 	out := map[string][]string{}
 	for _, k := range keys {
+		if strings.HasPrefix(k, waitPrefix) {
+			continue // the waitlist, not a lane (see waitlistKeys)
+		}
 		m, err := c.ZRangeByScore(ctx, k, &goredis.ZRangeBy{Min: "(" + now, Max: "+inf"}).Result()
 		if err != nil {
 			return nil, fmt.Errorf("zrange %s: %w", k, err)
