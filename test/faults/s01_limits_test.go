@@ -20,7 +20,8 @@ func limitsConfig(mode string) []string {
 	return []string{"mode=" + mode, "enforce_for=all", "api_heavy.cluster=4", "api_heavy.per_task=2",
 		"reserve_single_row=1", "es2_knn=2",
 		"tiers.staff=3", "tiers.core=2", "tiers.early_access=2", "tiers.preview=2",
-		"per_user.staff=2", "per_user.core=1", "per_user.early_access=1", "per_user.preview=1"}
+		"per_user.staff=2", "per_user.core=1", "per_user.early_access=1", "per_user.preview=1",
+		"wait.max_seconds=0"} // refusals at once: scenario 12 tests waiting
 }
 
 // violations compares the upstream's peaks with limits1 and returns one

@@ -60,7 +60,7 @@ func TestS09ConfigDatabase(t *testing.T) {
 	// Tight limits in enforce: with the config readable some calls are refused.
 	cfg := []string{"mode=enforce", "enforce_for=all", "api_heavy.cluster=3", "api_heavy.per_task=2",
 		"reserve_single_row=0", "es2_knn=3", "per_user.staff=1", "per_user.core=1", "per_user.early_access=1",
-		"per_user.preview=1"}
+		"per_user.preview=1", "wait.max_seconds=0"}
 	setConfig(t, db, cfg...)
 	r := &rig{up: newUpstream(simapi.DemoUsers())}
 	r.redis = startRedis(t)
