@@ -22,6 +22,8 @@ renew 5 s, and the SPEC's Redis defaults spelled out: deadline 1 s, socket timeo
 15 s; so every call must be 200, admitted or (store down) unavailable. Scenarios 1 and 2 use small
 limits (cluster 4 with 1 reserved for single-row calls, per task 2, es2_knn 2, tiers 3/2/2/2, per
 user 2/1/1/1) and a 5 s Redis deadline, since they test the limits, not fail-open.
+Scenarios 1, 2 and 9 run with waiting off (` + "`wait.max_seconds=0`" + `): they test refusals.
+Scenario 12 tests waiting.
 
 | # | what is done | what is asserted |
 |---|---|---|
@@ -36,4 +38,5 @@ user 2/1/1/1) and a 5 s Redis deadline, since they test the limits, not fail-ope
 | 9 | enforce with tight limits; LOCK TABLE capacity_configs ACCESS EXCLUSIVE, unlock, stop PostgreSQL, start it | no call waits more than the 500 ms read timeout (+1 s slack); no refusal once the cache runs out while the config can't be read (enforce → shadow); refusals again once it can |
 | 10 | gateway stdout is a pipe (shrunk to one page) nobody reads, then drained; a second gateway exits while its pipe stays blocked | calls/s and p99 overhead as with the pipe drained; lines + Σ log_dropped = gated calls; exit ≤ 3 s |
 | 11 | malformed / oversized bodies, bad metadata and trace headers, bad tokens, huge headers, staff API errors, 1000 distinct users, 40 slow-loris connections | each gets SPEC's answer (gated or passed through, status, body); no crash or panic; no lease held by a slow client; lanes empty after |
+| 12 | 3 gateways on one Redis, enforce, api_heavy 2, wait 20 s: two calls held 4 s on gw1; 8 calls queued one after another (3 as one user on gw1, 2 on gw2, 3 on gw3); kill -9 gw3 | gw1's and gw2's waiters all answered (200 admitted or 429), each within max_seconds of queueing, in fair order (ada, grace, linus, then ada, ada: round-robin across users, gw3's tickets skipped); gw3's calls end with it; upstream peak ≤ 2; lanes and waitlist empty after |
 `
