@@ -140,6 +140,17 @@ func TestCapacityShowSetResetHistory(t *testing.T) {
 	})
 }
 
+func TestCapacitySetWait(t *testing.T) {
+	clearLaneEnv(t)
+	db := "sqlite:" + filepath.Join(t.TempDir(), "capgate.db")
+	out := mustRun(t, "capacity", "set", "wait.max_seconds=5", "--database", db)
+	wantJSON(t, "set changes", out["changes"], `{"wait.max_seconds":[20,5]}`)
+	code, _, stderr := run(t, "capacity", "set", "wait.max_seconds=301", "--database", db)
+	if code == 0 || !strings.Contains(stderr, `"wait.max_seconds" must be at most 300.`) {
+		t.Errorf("set wait.max_seconds=301 = %d %q; want the validation message", code, stderr)
+	}
+}
+
 func TestCapacityHistory(t *testing.T) {
 	clearLaneEnv(t)
 	db := "sqlite:" + filepath.Join(t.TempDir(), "capgate.db")
