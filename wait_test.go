@@ -298,3 +298,24 @@ func TestWaitRoundRobinThroughTheGate(t *testing.T) {
 		}
 	})
 }
+
+func TestStatusShowsWaiters(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		e := newWaitEnv(t)
+		first := e.gate.Admit(t.Context(), lanetest.Match("p", capgate.TierPreview))
+		ch := e.admitAsync(t.Context(), lanetest.Match("p", capgate.TierPreview))
+		synctest.Wait()
+		c := e.cfg.Config(t.Context())
+		st := e.gate.Status(t.Context(), c)
+		if st.APIHeavy == nil || st.APIHeavy.Waiting != 1 || st.Users["p"].Waiting != 1 || st.Tiers[capgate.TierPreview].Waiting != 1 {
+			t.Errorf("status while one call waits: api_heavy %+v, user %+v, tier %+v; want 1 waiting each",
+				st.APIHeavy, st.Users["p"], st.Tiers[capgate.TierPreview])
+		}
+		first.Release(t.Context())
+		second := <-ch
+		second.Release(t.Context())
+		if st := e.gate.Status(t.Context(), c); st.APIHeavy.Waiting != 0 {
+			t.Errorf("status after: api_heavy waiting %d, want 0", st.APIHeavy.Waiting)
+		}
+	})
+}

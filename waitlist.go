@@ -20,8 +20,8 @@ import (
 // Tickets are ordered by (S, arrival): round-robin across users, FIFO
 // within a user, and a user who arrives joins the current round.
 //
-// The grant pass, which runs atomically inside Join, Release, Pump and
-// Leave, drops expired tickets and walks the rest in fair order, counting
+// The grant pass, which runs atomically inside Join, ReleaseWait and Pump,
+// drops expired tickets and walks the rest in fair order, counting
 // each lane as it goes; a ticket whose every lane has room for it is
 // granted: its token becomes a lease in every lane, expiring after
 // Ticket.Claim (the waiter renews it to the full lease when it picks the
