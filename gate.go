@@ -295,7 +295,9 @@ func (a *Admission) acquire(ctx context.Context) error {
 	} else {
 		taken, err = g.Store.Acquire(context.WithoutCancel(ctx), req, before)
 	}
-	if errors.Is(err, errCallerGone) {
+	if errors.Is(err, errCallerGone) || errors.Is(err, errTicketLost) {
+		// Not the store failing: no skip window. The call goes ahead
+		// uncounted (a client that left never reaches the API).
 		a.decision = DecisionUnavailable
 		a.setErr(err.Error())
 		return nil

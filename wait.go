@@ -41,8 +41,9 @@ func (a *Admission) waitlist(limits []int) Waitlist {
 }
 
 // errTicketLost means the store no longer knows a waiting ticket that was
-// never granted: the store lost it (a restart, say), so the call fails
-// open.
+// never granted, or a grant expired before the waiter picked it up: the
+// store lost it (a restart, say) or the waiter was far too slow. The call
+// fails open, without opening the skip window: the store answers.
 var errTicketLost = errors.New("the waiting ticket vanished from the lane store")
 
 // errCallerGone ends the wait of a call whose client left: not a store
