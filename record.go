@@ -38,6 +38,7 @@ type Record struct {
 	QueueMS        *int64
 	LeaseLost      bool
 	Error          string
+	Degraded       bool // decided by the gateway's local lanes alone
 	Task           string
 	RequestSource  string
 	AlgorithmID    string
@@ -93,6 +94,9 @@ func (r *Record) AppendJSON(b []byte) []byte {
 		b = append(b, `,"lease_lost":true`...)
 	}
 	b = appendStr(b, "error", r.Error)
+	if r.Degraded {
+		b = append(b, `,"degraded":true`...)
+	}
 	b = appendStr(b, "task", r.Task)
 	b = appendStr(b, "request_source", r.RequestSource)
 	b = appendStr(b, "algorithm_id", r.AlgorithmID)
