@@ -169,6 +169,7 @@ var names = map[int]string{
 	5: "Sentinel failover", 6: "A gateway dies mid-call", 7: "Clients abort",
 	8: "Long calls keep their leases", 9: "The config database locks or stops",
 	10: "The log sink blocks", 11: "Bad input",
+	13: "A flood from one user",
 }
 
 // begin starts scenario n: it records the row when the test ends, pass or

@@ -20,6 +20,7 @@ type logRecord struct {
 	LeaseLost bool   `json:"lease_lost"`
 	HeldMS    *int64 `json:"held_ms"`
 	Error     string `json:"error"`
+	Degraded  bool   `json:"degraded"`
 	Dropped   int    `json:"log_dropped"`
 }
 
