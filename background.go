@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"slices"
 	"sync"
+	"sync/atomic"
 	"time"
 )
 
@@ -36,7 +37,9 @@ type background struct {
 	retrying bool             // the retry goroutine runs; requires mu held
 	counting bool             // a count of the gateways runs; requires mu held
 	gateways int              // the gateways last seen; 0 unknown; requires mu held
-	seenAt   time.Time        // when they were counted; requires mu held
+	// countAfter is when the gateways may be counted again (Unix ns), read
+	// without the lock on every acquire.
+	countAfter atomic.Int64
 }
 
 // pendingRelease is a release to try again until until, when its leases
@@ -166,12 +169,16 @@ func (g *Gate) storeWorked(ctx context.Context) {
 		return
 	}
 	b := &g.bg
-	b.mu.Lock()
-	defer b.mu.Unlock()
 	now := g.now()
-	if b.counting || (!b.seenAt.IsZero() && now.Sub(b.seenAt) < gatewayRecount) {
+	if now.UnixNano() < b.countAfter.Load() {
 		return
 	}
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if b.counting {
+		return
+	}
+	b.countAfter.Store(now.Add(gatewayRecount).UnixNano())
 	b.counting = g.goLocked(g.countGateways)
 }
 
@@ -193,13 +200,14 @@ func (g *Gate) countGateways(ctx context.Context, _ <-chan struct{}) {
 	defer b.mu.Unlock()
 	b.counting = false
 	if err != nil {
-		return // counted again after the next acquire the store answers
+		b.countAfter.Store(0) // counted again after the next acquire the store answers
+		return
 	}
 	n := len(keys)
 	if !slices.Contains(keys, own) {
 		n++
 	}
-	b.gateways, b.seenAt = n, g.now()
+	b.gateways = n
 }
 
 // gatewaysSeen returns the number of gateways last counted, at least 1.
