@@ -193,7 +193,8 @@ func (a *Admission) Refused() bool { return a.decision == DecisionRefused }
 // Enforced reports whether a full lane would refuse this call.
 func (a *Admission) Enforced() bool { return a.enforced }
 
-// Holding reports whether the call took leases.
+// Holding reports whether the call took leases in the store (not in the
+// local lanes alone: see Counted).
 func (a *Admission) Holding() bool { return a.taken }
 
 // Call returns the call as admitted.
