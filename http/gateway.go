@@ -65,8 +65,8 @@ type GatewayConfig struct {
 // heavy calls are gated, refused calls never reach the API, and a call's
 // leases are released once its response has been sent, or, if its client
 // went away, once the upstream has finished the call (bounded by
-// max_hold_seconds; see hold.go). Bodies pass byte for byte; responses of unknown length and
-// event streams are flushed as they arrive. An upstream failure becomes
+// max_hold_seconds; see hold.go). Bodies pass byte for byte; responses of
+// unknown length and event streams are flushed as they arrive. An upstream failure becomes
 // 502, an upstream timeout 504, and a client gone before the answer 499.
 //
 // Create one with NewGateway. Safe for concurrent use.
