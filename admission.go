@@ -66,6 +66,13 @@ func (a *Admission) renew(ctx context.Context) {
 			return // the leases expire lease_seconds later
 		}
 		t.Reset(every)
+		if a.local {
+			// In process: never fails, and a local lease lost is no news.
+			_, _ = g.Local.Renew(ctx, a.token, keys, lease)
+		}
+		if !a.taken {
+			continue
+		}
 		if g.skipping() {
 			g.storeSkipped("renew")
 			continue
@@ -100,7 +107,7 @@ func (a *Admission) Release(ctx context.Context) {
 	a.released = true
 	a.finished = a.g.now()
 	a.heldMS = -1
-	if a.taken {
+	if a.taken || a.local {
 		a.heldMS = a.finished.Sub(a.start).Milliseconds()
 	}
 	a.mu.Unlock()
@@ -119,6 +126,9 @@ func (a *Admission) Release(ctx context.Context) {
 	if a.taken {
 		a.releaseLeases(ctx)
 	}
+	if a.local {
+		a.releaseLocal(ctx)
+	}
 	if a.decision != DecisionNone {
 		a.emit()
 	}
@@ -134,6 +144,9 @@ func (a *Admission) releaseLeases(ctx context.Context) {
 			a.setErr("release: internal error")
 		}
 	}()
+	// A release that can't be done now is retried in the background until
+	// done or the leases expire, lease_seconds from now at the latest.
+	lease := time.Duration(a.cfg.LeaseSeconds) * time.Second
 	if g.skipping() {
 		g.storeSkipped("release")
 		a.mu.Lock()
@@ -141,6 +154,7 @@ func (a *Admission) releaseLeases(ctx context.Context) {
 			a.err = ErrTextReleaseSkipped
 		}
 		a.mu.Unlock()
+		g.retryRelease(a.token, a.keys, lease)
 		return
 	}
 	deadline := g.StoreDeadline
@@ -153,6 +167,7 @@ func (a *Admission) releaseLeases(ctx context.Context) {
 	if err := a.releaseStore(rctx); err != nil {
 		g.storeFailed("release", err)
 		a.setErr(err.Error())
+		g.retryRelease(a.token, a.keys, lease)
 	}
 }
 
@@ -179,7 +194,8 @@ func (a *Admission) Refused() bool { return a.decision == DecisionRefused }
 // Enforced reports whether a full lane would refuse this call.
 func (a *Admission) Enforced() bool { return a.enforced }
 
-// Holding reports whether the call took leases.
+// Holding reports whether the call took leases in the store (not in the
+// local lanes alone: see Counted).
 func (a *Admission) Holding() bool { return a.taken }
 
 // Call returns the call as admitted.
@@ -354,6 +370,7 @@ func (a *Admission) Record() Record {
 	}
 	a.mu.Lock()
 	r.Error, r.LeaseLost, r.TS = a.err, a.leaseLost, a.finished
+	r.Degraded = a.degraded
 	if a.released && a.heldMS >= 0 {
 		h := a.heldMS
 		r.HeldMS = &h

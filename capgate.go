@@ -113,6 +113,8 @@ var (
 	// ErrLateAcquire means the store ran an acquire after its not-after
 	// time (it sat in a buffer while the store hung); no lease was taken.
 	ErrLateAcquire = errors.New("the store ran the acquire after its caller stopped waiting; no lease was taken")
-	// ErrBusy means the store has too many operations in flight.
+	// ErrBusy means the store had too many operations in flight to send
+	// this one within its deadline: this process's own load, not a failed
+	// store. The gate does not open its skip window for it.
 	ErrBusy = errors.New("the lane store is busy")
 )

@@ -18,7 +18,7 @@ const DefaultKeyPrefix = "ocl:capacity"
 // The errors recorded on a call when the gate skips the store (SPEC §7).
 const (
 	ErrTextSkipped        = "skipped: Redis failed recently"
-	ErrTextReleaseSkipped = "release skipped: Redis failed recently; the leases will expire"
+	ErrTextReleaseSkipped = "release skipped: Redis failed recently; retried until the leases expire"
 )
 
 // maxErrorLen bounds the error text a log line carries.
@@ -60,7 +60,14 @@ type Gate struct {
 	// Observer is told about decisions and store failures (metrics).
 	// Default: nobody.
 	Observer Observer
+	// Local, if set, holds this gateway's own lanes: an in-process store
+	// (a memory.Store) in which every call it counts also takes a lease. A
+	// call these lanes already find full is refused without asking Store,
+	// and while Store is unavailable they decide alone, with degraded
+	// limits (degraded.go). Default nil: none.
+	Local LaneStore
 
+	bg    background // release retries and the gateway count (background.go)
 	hooks *gateHooks // fault injection for tests; nil in production
 }
 
@@ -153,6 +160,9 @@ type Admission struct {
 	keys      []string // the lanes' keys, once a store call was planned
 	counts    []int    // per lane: count before, +1 if taken; nil when unknown
 	taken     bool     // holds leases
+	local     bool     // holds leases in the gate's local lanes (degraded.go)
+	degraded  bool     // decided by the local lanes alone (degraded.go)
+	localAt   []int    // per lane: the local lanes' count before this call
 	decision  Decision
 	full      laneSet
 	scope     int // lane index, -1 none
@@ -252,12 +262,6 @@ func (a *Admission) acquire(ctx context.Context) error {
 		return errors.New("no user id")
 	}
 	a.lanes = g.keys().Plan(a.cfg, a.call)
-	if g.skipping() {
-		g.storeSkipped("acquire")
-		a.decision = DecisionUnavailable
-		a.setErr(ErrTextSkipped)
-		return nil
-	}
 	if err := ctx.Err(); err != nil {
 		// The client left before we asked the store: nothing to count,
 		// and no sign the store failed.
@@ -271,15 +275,10 @@ func (a *Admission) acquire(ctx context.Context) error {
 		a.keys[i], limits[i] = l.Key, l.Limit
 	}
 	a.token = newToken()
-	before := make([]int, len(a.lanes))
 	deadline := g.StoreDeadline
 	if deadline <= 0 {
 		deadline = DefaultStoreDeadline
 	}
-	// The acquire runs to its end even if the client leaves meanwhile (the
-	// store's own deadline bounds it): a cancelled acquire would be taken
-	// for a store failure and could leave a lease nobody releases. If the
-	// client is gone, Release gives the lease back as usual.
 	req := AcquireRequest{
 		Token:    a.token,
 		Keys:     a.keys,
@@ -288,27 +287,57 @@ func (a *Admission) acquire(ctx context.Context) error {
 		Force:    !a.enforced,
 		NotAfter: g.now().Add(deadline + 2*time.Second),
 	}
+	// A call that may wait (wait.go) skips the local pre-check: finding
+	// this gateway's share of a lane full is a reason to queue, not to
+	// refuse. It counts in the local lanes once it holds a slot, or when
+	// the local lanes must decide for it.
+	wl := a.waitlist(limits)
+	if wl == nil && a.acquireLocal(ctx, req) {
+		return nil // refused: this gateway alone already fills a lane
+	}
+	if g.skipping() {
+		g.storeSkipped("acquire")
+		a.setErr(ErrTextSkipped)
+		return a.degradeLate(ctx, wl, req, false)
+	}
+	before := make([]int, len(a.lanes))
 	var taken bool
 	var err error
-	if wl := a.waitlist(limits); wl != nil {
+	if wl != nil {
 		taken, err = a.join(ctx, wl, req, before) // may wait (wait.go)
 	} else {
-		taken, err = g.Store.Acquire(context.WithoutCancel(ctx), req, before)
+		// ctx bounds only the wait before the store sends the acquire;
+		// once sent, the store reports its answer whatever the client
+		// does, so a lease it took is never left behind.
+		taken, err = g.Store.Acquire(ctx, req, before)
 	}
 	if errors.Is(err, errCallerGone) || errors.Is(err, errTicketLost) {
 		// Not the store failing: no skip window. The call goes ahead
 		// uncounted (a client that left never reaches the API).
+		a.dropLocal(ctx)
 		a.decision = DecisionUnavailable
 		a.setErr(err.Error())
 		return nil
 	}
 	if err != nil {
+		if ctx.Err() != nil && errors.Is(err, ctx.Err()) {
+			a.dropLocal(ctx)
+			a.decision = DecisionUnavailable
+			a.setErr("caller gone before acquire: " + ctx.Err().Error())
+			return nil
+		}
 		g.storeFailed("acquire", err)
-		a.decision = DecisionUnavailable
 		a.setErr(err.Error())
-		return nil
+		return a.degradeLate(ctx, wl, req, errors.Is(err, ErrBusy) && !g.skipping())
 	}
+	g.storeWorked(ctx)
 	a.taken = taken
+	switch {
+	case !taken:
+		a.dropLocal(ctx)
+	case wl != nil:
+		a.countLocal(ctx, req)
+	}
 	a.full = fullLanes(a.lanes, before)
 	switch {
 	case a.full.empty() && !taken:
@@ -340,12 +369,19 @@ func (a *Admission) acquire(ctx context.Context) error {
 	if ruleErr != nil {
 		return ruleErr
 	}
-	if taken {
-		if err := a.startRenewer(ctx); err != nil {
-			a.setErr(fmt.Sprintf("start renewer: %v", err))
-		}
-	}
+	a.startRenewing(ctx)
 	return nil
+}
+
+// startRenewing starts the renewer of a call that holds leases, in the
+// store or in the local lanes.
+func (a *Admission) startRenewing(ctx context.Context) {
+	if !a.taken && !a.local {
+		return
+	}
+	if err := a.startRenewer(ctx); err != nil {
+		a.setErr(fmt.Sprintf("start renewer: %v", err))
+	}
 }
 
 // fail turns the call unavailable because of err, unless it already holds

@@ -50,6 +50,24 @@ func BenchmarkGateAdmitRelease(b *testing.B) {
 	}
 }
 
+// BenchmarkGateAdmitReleaseLocalLanes is BenchmarkGateAdmitRelease with
+// local lanes on the gate (Gate.Local): each call takes and gives back a
+// lease in them too.
+func BenchmarkGateAdmitReleaseLocalLanes(b *testing.B) {
+	g := benchGate(b)
+	g.Local = memory.New(nil)
+	ctx := context.Background()
+	call := benchCall("alice")
+	b.ReportAllocs()
+	for b.Loop() {
+		a := g.Admit(ctx, call)
+		if a.Decision() != capgate.DecisionAdmitted {
+			b.Fatalf("decision %q, want admitted", a.Decision())
+		}
+		a.Release(ctx)
+	}
+}
+
 // BenchmarkGateAdmitReleaseParallel is the same with every goroutine its
 // own user, sharing the cluster, task, es2_knn and tier lanes. In shadow
 // mode the shared lanes are over their limits, so most calls are

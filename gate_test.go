@@ -50,6 +50,11 @@ func newFaultEnv(t *testing.T) *faultEnv {
 	}
 	e.cfg = capgate.NewFixedConfig(capgate.DefaultConfig(capgate.ModeShadow))
 	e.gate = capgate.NewGate(e.store, e.cfg, e.lines, "task-a")
+	t.Cleanup(func() {
+		if err := e.gate.Close(context.Background()); err != nil {
+			t.Errorf("close gate: %v", err)
+		}
+	})
 	return e
 }
 
@@ -137,22 +142,36 @@ func TestFailedReleaseIsLoggedNotRaised(t *testing.T) {
 	}
 }
 
+// A release inside the skip window does not reach the store; it is retried
+// in the background once the window has closed.
 func TestReleaseSkipsTheStoreInsideTheWindow(t *testing.T) {
-	e := newFaultEnv(t)
-	ctx := context.Background()
-	a := e.gate.Admit(ctx, lanetest.Match("p", capgate.TierPreview))
-	e.gate.Skip.Fail()
-	a.Release(ctx)
-	if n := e.releases.Load(); n != 0 {
-		t.Fatalf("release called the store %d times inside the skip window", n)
-	}
-	lines := e.lines.All(t)
-	if got := lines[0]["error"]; got != "release skipped: Redis failed recently; the leases will expire" {
-		t.Fatalf("log line error = %q", got)
-	}
-	if n := e.userLane(t, "p"); n != 1 {
-		t.Fatalf("user lane = %d, want the lease left to expire", n)
-	}
+	synctest.Test(t, func(t *testing.T) {
+		e := newFaultEnv(t)
+		ctx := context.Background()
+		a := e.gate.Admit(ctx, lanetest.Match("p", capgate.TierPreview))
+		e.gate.Skip.Fail()
+		a.Release(ctx)
+		if n := e.releases.Load(); n != 0 {
+			t.Fatalf("release called the store %d times inside the skip window", n)
+		}
+		lines := e.lines.All(t)
+		if got := lines[0]["error"]; got != "release skipped: Redis failed recently; retried until the leases expire" {
+			t.Fatalf("log line error = %q", got)
+		}
+		if n := e.userLane(t, "p"); n != 1 {
+			t.Fatalf("user lane = %d inside the window, want the lease still there", n)
+		}
+		time.Sleep(14 * time.Second)
+		synctest.Wait()
+		if n := e.releases.Load(); n != 0 {
+			t.Fatalf("retried %d times inside the window", n)
+		}
+		time.Sleep(2 * time.Second) // the window closed at 15 s
+		synctest.Wait()
+		if n := e.releases.Load(); n != 1 || e.userLane(t, "p") != 0 {
+			t.Fatalf("after the window: %d releases, user lane %d; want the lease released once", n, e.userLane(t, "p"))
+		}
+	})
 }
 
 func TestRenewerFailingToStartStillReleases(t *testing.T) {
@@ -411,21 +430,39 @@ func TestClientAbortIsNotAStoreFailure(t *testing.T) {
 		t.Fatalf("gone before acquire: decision %q, acquires %d, skipping %v", a.Decision(), e.acquires.Load(), e.gate.Skip.Skipping())
 	}
 
-	// Gone during the acquire: the store still runs it to the end, the call
-	// holds its lease, and Release gives it back.
+	// Gone while the store had not yet sent the acquire: the store takes
+	// nothing and says so with the context's error; that is no store
+	// failure either, and nothing is left behind.
 	ctx, cancel = context.WithCancel(context.Background())
 	e.store.AcquireFn = func(actx context.Context, req capgate.AcquireRequest, counts []int) (bool, error) {
 		cancel()
 		if err := actx.Err(); err != nil {
-			return false, err // what a store does with a cancelled context
+			return false, fmt.Errorf("acquire lanes: %w", err) // what a store does before it sends
 		}
 		return e.mem.Acquire(actx, req, counts)
 	}
 	b := e.gate.Admit(ctx, lanetest.Match("p", capgate.TierPreview))
-	if b.Decision() != capgate.DecisionAdmitted || e.gate.Skip.Skipping() {
-		t.Fatalf("gone during acquire: decision %q (%s), skipping %v", b.Decision(), b.Err(), e.gate.Skip.Skipping())
+	if b.Decision() != capgate.DecisionUnavailable || b.Holding() || e.gate.Skip.Skipping() {
+		t.Fatalf("gone during acquire: decision %q (%s), holding %v, skipping %v", b.Decision(), b.Err(), b.Holding(), e.gate.Skip.Skipping())
 	}
 	b.Release(ctx)
+	if n := e.userLane(t, "p"); n != 0 {
+		t.Fatalf("user lane = %d after release", n)
+	}
+
+	// Gone after the store sent it: the store reports the lease it took
+	// (LaneStore.Acquire), and Release gives it back.
+	ctx, cancel = context.WithCancel(context.Background())
+	e.store.AcquireFn = func(actx context.Context, req capgate.AcquireRequest, counts []int) (bool, error) {
+		taken, err := e.mem.Acquire(actx, req, counts)
+		cancel()
+		return taken, err
+	}
+	c := e.gate.Admit(ctx, lanetest.Match("p", capgate.TierPreview))
+	if c.Decision() != capgate.DecisionAdmitted || !c.Holding() {
+		t.Fatalf("gone after the acquire was sent: decision %q (%s)", c.Decision(), c.Err())
+	}
+	c.Release(ctx)
 	if n := e.userLane(t, "p"); n != 0 {
 		t.Fatalf("user lane = %d after release", n)
 	}

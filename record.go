@@ -39,6 +39,7 @@ type Record struct {
 	WaitMS         *int64 // how long the call waited for a slot; nil: it never waited
 	LeaseLost      bool
 	Error          string
+	Degraded       bool // decided by the gateway's local lanes alone
 	Task           string
 	RequestSource  string
 	AlgorithmID    string
@@ -97,6 +98,9 @@ func (r *Record) AppendJSON(b []byte) []byte {
 		b = append(b, `,"lease_lost":true`...)
 	}
 	b = appendStr(b, "error", r.Error)
+	if r.Degraded {
+		b = append(b, `,"degraded":true`...)
+	}
 	b = appendStr(b, "task", r.Task)
 	b = appendStr(b, "request_source", r.RequestSource)
 	b = appendStr(b, "algorithm_id", r.AlgorithmID)

@@ -2,6 +2,7 @@ package capgate_test
 
 import (
 	"encoding/json"
+	"strings"
 	"testing"
 	"time"
 
@@ -48,5 +49,16 @@ func BenchmarkRecordAppendJSON(b *testing.B) {
 	b.ReportAllocs()
 	for b.Loop() {
 		buf = r.AppendJSON(buf[:0])
+	}
+}
+
+func TestRecordDegradedFollowsError(t *testing.T) {
+	r := capgate.Record{Decision: capgate.DecisionUnavailable, Error: "x", Degraded: true, Task: "t"}
+	if got := string(r.AppendJSON(nil)); !strings.Contains(got, `"error":"x","degraded":true,"task":"t"`) {
+		t.Fatalf("line %s: want degraded right after error", got)
+	}
+	r.Degraded = false
+	if got := string(r.AppendJSON(nil)); strings.Contains(got, "degraded") {
+		t.Fatalf("line %s: degraded false must be left out", got)
 	}
 }

@@ -19,6 +19,13 @@ type LaneStore interface {
 	//
 	// If the store runs the acquire after req.NotAfter (non-zero), it takes
 	// nothing and returns an error wrapping ErrLateAcquire.
+	//
+	// ctx bounds the wait before the acquire is sent: a caller that gives
+	// up by then gets an error wrapping ctx.Err() and nothing is taken.
+	// Once sent, the acquire is awaited to its answer (bounded by the
+	// store's own deadline) whatever ctx does, so a lease it took is always
+	// reported. A store too busy to send it within its deadline returns an
+	// error wrapping ErrBusy and takes nothing.
 	Acquire(ctx context.Context, req AcquireRequest, counts []int) (taken bool, err error)
 
 	// Renew is all or nothing: only if token holds an unexpired lease in

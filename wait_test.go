@@ -68,6 +68,9 @@ func newWaitEnv(t *testing.T) *waitEnv {
 		lines: &mock.Sink{}, obs: &waitObserver{}}
 	e.gate = capgate.NewGate(e.store, e.cfg, e.lines, "task-a")
 	e.gate.Observer = e.obs
+	// A release the skip window holds back is retried in the background
+	// until the gate closes (a goroutine the bubble must see end).
+	t.Cleanup(func() { _ = e.gate.Close(context.WithoutCancel(t.Context())) })
 	return e
 }
 
@@ -316,6 +319,46 @@ func TestStatusShowsWaiters(t *testing.T) {
 		second.Release(t.Context())
 		if st := e.gate.Status(t.Context(), c); st.APIHeavy.Waiting != 0 {
 			t.Errorf("status after: api_heavy waiting %d, want 0", st.APIHeavy.Waiting)
+		}
+	})
+}
+
+// TestWaitWithLocalLanes checks that local lanes don't refuse a call that
+// may wait: finding this gateway's share of a lane full is a reason to
+// queue. The call that waited counts in the local lanes once it holds its
+// slot, and leaves them at its release.
+func TestWaitWithLocalLanes(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		e := newWaitEnv(t)
+		local := memory.New(nil)
+		e.gate.Local = local
+		localCount := func() int {
+			t.Helper()
+			counts := make([]int, 1)
+			if err := local.Count(t.Context(), []string{"ocl:capacity:user:p"}, counts); err != nil {
+				t.Fatal(err)
+			}
+			return counts[0]
+		}
+		first := e.gate.Admit(t.Context(), lanetest.Match("p", capgate.TierPreview))
+		mustDecide(t, first, capgate.DecisionAdmitted)
+		ch := e.admitAsync(t.Context(), lanetest.Match("p", capgate.TierPreview))
+		synctest.Wait()
+		if n := e.waiting(t, "p"); n != 1 {
+			t.Fatalf("waiting on p's lane = %d, want 1 (local lanes refused instead of queueing?)", n)
+		}
+		if n := localCount(); n != 1 {
+			t.Fatalf("local count while the second waits = %d, want 1", n)
+		}
+		first.Release(t.Context())
+		second := <-ch
+		mustDecide(t, second, capgate.DecisionAdmitted)
+		if n := localCount(); n != 1 {
+			t.Errorf("local count while the second runs = %d, want 1", n)
+		}
+		second.Release(t.Context())
+		if n := localCount(); n != 0 {
+			t.Errorf("local count after both = %d, want 0", n)
 		}
 	})
 }

@@ -34,6 +34,7 @@ type call struct {
 	logDropped   int
 	endOverride  int64 // ts, when held < 0
 	withoutCount bool
+	degraded     bool
 }
 
 func ip(n int) *int { return &n }
@@ -54,7 +55,7 @@ func line(c call) string {
 	}
 	r := capgate.Record{Decision: c.decision, Mode: capgate.ModeShadow, Enforced: c.enforced,
 		Endpoint: c.endpoint, Semantic: c.semantic, Rows: c.rows, Tier: c.tier, UserID: c.user,
-		Full: c.full, Task: c.task, Error: c.err}
+		Full: c.full, Task: c.task, Error: c.err, Degraded: c.degraded}
 	r.SingleRow = c.endpoint == capgate.EndpointMatch && c.rows == 1
 	if c.enforced {
 		r.Mode = capgate.ModeEnforce
@@ -259,6 +260,41 @@ func TestPercentiles(t *testing.T) {
 	}
 	if q.P99 < 998 || q.P99 > 999 {
 		t.Errorf("queue p99 = %d, want 999 (nearest rank 100 of 101)", q.P99)
+	}
+}
+
+// Degraded lines (the local lanes decided while the store was
+// unavailable) are counted apart; their local counts reach no peak, rate or
+// replay, and they belong to the outage's window.
+func TestDegradedLines(t *testing.T) {
+	deg := func(decision capgate.Decision, start int64, held int64, count int) string {
+		return line(call{decision: decision, user: "a", start: start, held: held, endOverride: start,
+			counts: []int{count, count, count, count}, limits: []int{1, 1, 1, 1}, queue: -1,
+			err: capgate.ErrTextSkipped, degraded: true, enforced: true})
+	}
+	log := join(
+		line(call{decision: "admitted", user: "a", start: 0, held: 100, counts: []int{1, 1, 1, 1}, limits: bulk, queue: -1}),
+		deg("unavailable", 1000, 5000, 9),
+		deg("refused", 2000, -1, 9),
+		deg("unavailable", 3000, 500, 9),
+	)
+	r := run(t, log, analyze.Options{})
+	un := r.Unavailable
+	if un.Calls != 2 || un.Degraded != 2 || un.DegradedRefused != 1 {
+		t.Errorf("unavailable %d, degraded %d, degraded refused %d; want 2, 2, 1", un.Calls, un.Degraded, un.DegradedRefused)
+	}
+	if len(un.Windows) != 1 || un.Windows[0].Calls != 3 {
+		t.Errorf("windows %+v, want one of 3 calls", un.Windows)
+	}
+	if r.Reconstruction.Calls != 1 {
+		t.Errorf("reconstructed %d calls, want only the counted one", r.Reconstruction.Calls)
+	}
+	var text strings.Builder
+	if err := analyze.WriteText(&text, r); err != nil {
+		t.Fatal(err)
+	}
+	if !strings.Contains(text.String(), "degraded (local lanes): 2 counted, 1 refused") {
+		t.Errorf("text report lacks the degraded calls:\n%s", text.String())
 	}
 }
 

@@ -125,6 +125,9 @@ func (c *counter) add(ev *event) {
 	c.any = true
 
 	for i := range numLanes {
+		if ev.degraded {
+			break // the local lanes' counts and limits, not the cluster's
+		}
 		if ev.hasCount&(1<<i) == 0 && ev.hasLimit&(1<<i) == 0 {
 			continue
 		}
@@ -137,6 +140,13 @@ func (c *counter) add(ev *event) {
 		recordPeak(c.lane(i, laneID(ev, i)), ev, i)
 	}
 
+	if ev.degraded {
+		if ev.decision == "unavailable" {
+			c.unavail.Degraded++
+		} else {
+			c.unavail.DegradedRefused++
+		}
+	}
 	if ev.decision == "unavailable" {
 		c.unavail.Calls++
 		if storeError(ev.errText) {
@@ -149,7 +159,7 @@ func (c *counter) add(ev *event) {
 			text = otherKey
 		}
 		c.unavail.Errors[text]++
-	} else {
+	} else if !ev.degraded {
 		countRate(&c.counted, ev, true)
 		for i := range numLanes {
 			if ev.hasLimit&(1<<i) != 0 {
@@ -362,6 +372,7 @@ func (c *counter) fill(r *Report, top int) {
 	r.Held, r.Queue, r.Wait = c.held.percentiles(), c.queue.percentiles(), c.wait.percentiles()
 	r.Unavailable.Calls, r.Unavailable.StoreErrors = c.unavail.Calls, c.unavail.StoreErrors
 	r.Unavailable.Other, r.Unavailable.Errors = c.unavail.Other, c.unavail.Errors
+	r.Unavailable.Degraded, r.Unavailable.DegradedRefused = c.unavail.Degraded, c.unavail.DegradedRefused
 }
 
 func sortedTiers[V any](m map[string]V) []string {

@@ -52,6 +52,7 @@ type event struct {
 	start      int64 // end − held (end when no lease was held)
 	dropped    int64 // log_dropped
 	leaseLost  bool
+	degraded   bool // decided by the gateway's local lanes while the store was unavailable
 }
 
 // lineKind says what a line was.
@@ -199,6 +200,8 @@ func (p *parser) member(st *lineState, key []byte, v value) {
 		st.ev.errText = v.text(p)
 	case "lease_lost":
 		st.ev.leaseLost = v.isTrue()
+	case "degraded":
+		st.ev.degraded = v.isTrue()
 	case "full":
 		st.ev.full = v.lanes(p)
 	case "retry_after":

@@ -164,7 +164,7 @@ func newWhatIf(cfg capgate.Config) *whatIf {
 func (w *whatIf) step(ev *event, nextStart int64, hasNext bool) bool {
 	w.lanes.endUntil(ev.start)
 	defer w.lanes.mark(ev.start)
-	if ev.decision == "unavailable" {
+	if ev.decision == "unavailable" || ev.degraded {
 		return false // the store could not count it; it took no lease
 	}
 	w.out.Calls++

@@ -126,12 +126,19 @@ type Percentiles struct {
 // an unavailable line is placed at its ts, when the call ended, as it has
 // no held_ms).
 type Unavailability struct {
-	Calls       int64            `json:"calls"`
-	StoreErrors int64            `json:"store_errors"` // unavailable because of the lane store
-	Other       int64            `json:"other"`        // identity lookups, internal errors
-	Errors      map[string]int64 `json:"errors"`       // by error text; at most 20, then "(other)"
-	Windows     []Window         `json:"windows"`      // in time order; at most 1000
-	LeftOut     int64            `json:"windows_left_out"`
+	Calls       int64 `json:"calls"`
+	StoreErrors int64 `json:"store_errors"` // unavailable because of the lane store
+	Other       int64 `json:"other"`        // identity lookups, internal errors
+	// Degraded counts the unavailable calls the gateway's local lanes
+	// counted ("degraded": true), DegradedRefused the calls they refused
+	// while the store was unavailable. Degraded lines' counts and limits
+	// are the local lanes', so they are left out of peaks, rates and
+	// replays.
+	Degraded        int64            `json:"degraded"`
+	DegradedRefused int64            `json:"degraded_refused"`
+	Errors          map[string]int64 `json:"errors"`  // by error text; at most 20, then "(other)"
+	Windows         []Window         `json:"windows"` // in time order; at most 1000
+	LeftOut         int64            `json:"windows_left_out"`
 }
 
 // Window is one run of store-unavailable calls on a task.

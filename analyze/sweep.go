@@ -116,7 +116,7 @@ func (s *sweep) process(ev *event) {
 // its counts and its decision (full or not, against the limits its line
 // recorded), then counts its lease as the log says it took one.
 func (s *sweep) reconstruct(ev *event, nextStart int64, hasNext bool) {
-	if ev.decision == "unavailable" {
+	if ev.decision == "unavailable" || ev.degraded {
 		return
 	}
 	taken := ev.held >= 0
@@ -189,7 +189,7 @@ const windowGap = capgate.DefaultSkipDuration
 func (s *sweep) trackWindow(ev *event) {
 	at := msTime(ev.end)
 	switch {
-	case ev.decision == "unavailable" && storeError(ev.errText):
+	case (ev.decision == "unavailable" || ev.degraded) && storeError(ev.errText):
 		i, ok := s.open[ev.task]
 		if !ok {
 			if j, had := s.lastWin[ev.task]; had && j >= 0 && at.Sub(s.windows[j].End) < windowGap {
@@ -215,7 +215,7 @@ func (s *sweep) trackWindow(ev *event) {
 			s.leftOut++
 		}
 		s.open[ev.task], s.lastWin[ev.task] = i, i
-	case ev.decision != "unavailable":
+	case ev.decision != "unavailable" && !ev.degraded:
 		delete(s.open, ev.task)
 	}
 }

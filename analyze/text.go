@@ -92,6 +92,9 @@ func WriteText(w io.Writer, r *Report) error {
 
 	u := r.Unavailable
 	p("\nUnavailable: %d calls (%d lane store, %d other)\n", u.Calls, u.StoreErrors, u.Other)
+	if u.Degraded+u.DegradedRefused > 0 {
+		p("\tdegraded (local lanes): %d counted, %d refused\n", u.Degraded, u.DegradedRefused)
+	}
 	if len(u.Windows) > 0 {
 		p("\ttask\tstart\tend\tduration\tcalls\terror\n")
 		for _, w := range u.Windows {

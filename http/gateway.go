@@ -63,9 +63,10 @@ type GatewayConfig struct {
 // GET /healthz, GET /metrics and the staff API under /capacity/ itself,
 // and sends everything else to the upstream through the Middleware, so
 // heavy calls are gated, refused calls never reach the API, and a call's
-// leases are released once its response has been sent or its client has
-// gone away. Bodies pass byte for byte; responses of unknown length and
-// event streams are flushed as they arrive. An upstream failure becomes
+// leases are released once its response has been sent, or, if its client
+// went away, once the upstream has finished the call (bounded by
+// max_hold_seconds; see hold.go). Bodies pass byte for byte; responses of
+// unknown length and event streams are flushed as they arrive. An upstream failure becomes
 // 502, an upstream timeout 504, and a client gone before the answer 499.
 //
 // Create one with NewGateway. Safe for concurrent use.
@@ -104,7 +105,7 @@ func NewGateway(cfg GatewayConfig) (*Gateway, error) {
 		// once (its flush interval is -1 for those).
 	}
 	opts := append([]Option{WithLogger(cfg.Logger)}, cfg.Options...)
-	mw, err := NewMiddleware(proxy, cfg.Gate, cfg.Classifier.Classify, cfg.Identify, opts...)
+	mw, err := NewMiddleware(holdUpstream(proxy), cfg.Gate, cfg.Classifier.Classify, cfg.Identify, opts...)
 	if err != nil {
 		return nil, fmt.Errorf("gateway: %w", err)
 	}

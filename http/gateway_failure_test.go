@@ -14,24 +14,75 @@ import (
 	capgatehttp "github.com/capgate/capgate/http"
 )
 
-func TestClientThatGoesAwayReleasesItsLeases(t *testing.T) {
+// A client that is admitted and hangs up does not free its place while the
+// upstream still runs the call: the upstream request is not cancelled, the
+// leases are held until it has answered, then released.
+func TestClientThatGoesAwayHoldsItsLeasesUntilTheUpstreamFinishes(t *testing.T) {
 	e := newEnv(t, nil, nil)
+	var atFinish map[string]int
+	e.up.mu.Lock()
+	e.up.onFinish = func() { atFinish = e.inFlight() }
+	e.up.mu.Unlock()
 	ctx, cancel := context.WithCancel(t.Context())
 	res := e.async(ctx, "POST", semanticMatch, twoRows, "Authorization", "Token t-pam", "X-Test-Do", "hold")
 	e.up.waitEntered(t)
 	if m := e.inFlight(); len(m) != 5 {
 		t.Fatalf("lanes while the call runs: %v; want 5 lanes with one lease each", m)
 	}
-	cancel() // the upstream still holds the call: only the client went away
+	cancel() // only the client goes away; the upstream still holds the call
 	if r := recv(t, res); r.Err == nil {
 		t.Fatal("the cancelled request succeeded")
 	}
+	waitGone(t, e)
+	if m := e.inFlight(); len(m) != 5 {
+		t.Fatalf("lanes after the client left, the upstream still running: %v; want the 5 leases held", m)
+	}
+	e.up.release()
 	l := e.sink.Wait(t, 1, waitLimit) // written once the leases are given back
+	e.up.mu.Lock()
+	cancelled := e.up.cancelled
+	e.up.mu.Unlock()
+	if cancelled != 0 {
+		t.Errorf("the upstream request was cancelled %d times", cancelled)
+	}
+	if len(atFinish) != 5 {
+		t.Errorf("lanes as the upstream finished: %v; want the 5 leases still held", atFinish)
+	}
 	if m := e.inFlight(); len(m) != 0 {
-		t.Errorf("leases left after the client went away: %v", m)
+		t.Errorf("leases left after the upstream finished: %v", m)
 	}
 	if jsonText(l[0]["decision"]) != "admitted" {
 		t.Errorf("log line %v", l[0])
+	}
+}
+
+// A call that holds no lease keeps cancel-on-disconnect: the upstream
+// request ends with its client.
+func TestUngatedCallIsCancelledWithItsClient(t *testing.T) {
+	e := newEnv(t, nil, nil)
+	ctx, cancel := context.WithCancel(t.Context())
+	res := e.async(ctx, "POST", "/concepts/$match/", twoRows, "Authorization", "Token t-pam", "X-Test-Do", "hold")
+	e.up.waitEntered(t)
+	cancel()
+	recv(t, res)
+	timer := time.NewTimer(waitLimit)
+	defer timer.Stop()
+	select {
+	case <-e.up.cancels:
+	case <-timer.C:
+		t.Fatal("the upstream request of an ungated call was not cancelled with its client")
+	}
+}
+
+// waitGone waits until the gateway's server has seen a request end.
+func waitGone(t *testing.T, e *env) {
+	t.Helper()
+	timer := time.NewTimer(waitLimit)
+	defer timer.Stop()
+	select {
+	case <-e.gone:
+	case <-timer.C:
+		t.Fatal("the gateway never saw the client go")
 	}
 }
 

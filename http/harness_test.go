@@ -54,7 +54,10 @@ type upstream struct {
 	inFlight    int
 	maxInFlight int
 	lookups     map[string]int
-	userStatus  int // when non-zero, /user/ answers this
+	userStatus  int           // when non-zero, /user/ answers this
+	cancelled   int           // held requests whose context was cancelled
+	cancels     chan struct{} // one value per cancelled held request
+	onFinish    func()        // run as a held request is let go, before it answers
 }
 
 var users = map[string]string{
@@ -65,7 +68,8 @@ var users = map[string]string{
 }
 
 func newUpstream(t *testing.T) *upstream {
-	u := &upstream{t: t, entered: make(chan string, 64), hold: make(chan struct{}), lookups: map[string]int{}}
+	u := &upstream{t: t, entered: make(chan string, 64), hold: make(chan struct{}), lookups: map[string]int{},
+		cancels: make(chan struct{}, 64)}
 	u.Server = httptest.NewServer(http.HandlerFunc(u.serve))
 	t.Cleanup(func() { u.release(); u.Close() })
 	return u
@@ -104,7 +108,17 @@ func (u *upstream) serve(w http.ResponseWriter, r *http.Request) {
 		u.entered <- r.URL.Path
 		select {
 		case <-u.hold:
+			u.mu.Lock()
+			f := u.onFinish
+			u.mu.Unlock()
+			if f != nil {
+				f()
+			}
 		case <-r.Context().Done():
+			u.mu.Lock()
+			u.cancelled++
+			u.mu.Unlock()
+			u.cancels <- struct{}{}
 			return
 		}
 	case "reset":
@@ -210,6 +224,9 @@ type env struct {
 	gate   *capgate.Gate
 	gw     *capgatehttp.Gateway
 	front  *httptest.Server
+	// gone gets one value each time the gateway's server sees a request's
+	// context end: the request was answered, or its client went away.
+	gone chan struct{}
 }
 
 // now is the gateway's fixed clock for queue_ms.
@@ -219,7 +236,7 @@ var now = time.Date(2025, 6, 1, 12, 0, 0, 0, time.UTC)
 // with the default limits changed by cfg, identifying callers by tokens.
 func newEnv(t *testing.T, cfg func(*capgate.Config), gc func(*capgatehttp.GatewayConfig)) *env {
 	t.Helper()
-	e := &env{t: t, up: newUpstream(t), store: memory.New(nil), sink: &mock.Sink{}}
+	e := &env{t: t, up: newUpstream(t), store: memory.New(nil), sink: &mock.Sink{}, gone: make(chan struct{}, 64)}
 	c := capgate.DefaultConfig(capgate.ModeShadow)
 	c.Wait.MaxSeconds = 0 // refusals at once, unless a test turns waiting on
 	if cfg != nil {
@@ -262,7 +279,17 @@ func newEnv(t *testing.T, cfg func(*capgate.Config), gc func(*capgatehttp.Gatewa
 	if err != nil {
 		t.Fatal(err)
 	}
-	e.front = httptest.NewServer(e.gw)
+	e.front = httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		ctx := r.Context()
+		go func() {
+			<-ctx.Done()
+			select {
+			case e.gone <- struct{}{}:
+			default:
+			}
+		}()
+		e.gw.ServeHTTP(w, r)
+	}))
 	t.Cleanup(e.front.Close)
 	return e
 }

@@ -46,7 +46,8 @@ const (
 //   - answers a refused call itself with the 429, never calling the
 //     handler; otherwise runs the handler with the capacity headers set on
 //     whatever it writes (errors included), and releases the call when the
-//     handler returns, however it ends. A handler that panics before
+//     handler returns, however it ends (the handler finds the admission
+//     with AdmissionFrom). A handler that panics before
 //     writing gets a 500 with the capacity headers; one that panics later
 //     (or with http.ErrAbortHandler) has its panic passed on to net/http.
 //
@@ -177,6 +178,7 @@ func (m *Middleware) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		r = r.Clone(ctx)
 		r.Header.Set(HeaderRequestID, rid)
 	}
+	r = r.WithContext(withAdmission(r.Context(), adm)) // AdmissionFrom
 	gw := &gatedWriter{ResponseWriter: w, adm: adm, rid: rid}
 	defer func() {
 		if p := recover(); p != nil {

@@ -14,11 +14,19 @@ import (
 	"time"
 
 	"github.com/capgate/capgate"
+	"github.com/capgate/capgate/memory"
 )
 
 // RunGate runs the gate's scenarios (SPEC §3–§4, the original's gate
 // tests) on top of the stores open makes.
-func RunGate(t *testing.T, open Factory) {
+func RunGate(t *testing.T, open Factory) { runGate(t, open, false) }
+
+// RunGateWithLocalLanes runs RunGate's scenarios with local lanes on the
+// gate (Gate.Local, an in-process memory.Store): while the store works they
+// must not change a single decision, count or header.
+func RunGateWithLocalLanes(t *testing.T, open Factory) { runGate(t, open, true) }
+
+func runGate(t *testing.T, open Factory, local bool) {
 	cases := []struct {
 		name string
 		fn   func(t *testing.T, e *Env)
@@ -45,7 +53,13 @@ func RunGate(t *testing.T, open Factory) {
 		{"ConcurrentEnforceNeverExceedsLimit", testConcurrentLimit},
 	}
 	for _, c := range cases {
-		t.Run(c.name, func(t *testing.T) { c.fn(t, NewEnv(t, open)) })
+		t.Run(c.name, func(t *testing.T) {
+			e := NewEnv(t, open)
+			if local {
+				e.Gate.Local = memory.New(nil)
+			}
+			c.fn(t, e)
+		})
 	}
 }
 

@@ -18,3 +18,9 @@ func TestWaitlist(t *testing.T) {
 		return memory.TestStore{Store: memory.New(nil)}
 	})
 }
+
+func TestGateWithLocalLanes(t *testing.T) {
+	lanetest.RunGateWithLocalLanes(t, func(t testing.TB) lanetest.Store {
+		return memory.TestStore{Store: memory.New(nil)}
+	})
+}

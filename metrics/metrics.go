@@ -1,8 +1,9 @@
 // Package metrics exposes what the gate does as Prometheus metrics (SPEC
 // §8): decisions, calls in flight per lane as this gateway last saw them,
 // how long calls held their leases, calls waiting per lane and how long
-// they waited, lane store errors and skipped operations, lease losses,
-// oversize bodies, log lines dropped and the config version in force. It implements capgate.Observer and registers on
+// they waited, lane store errors and skipped operations, decisions made by
+// the local lanes alone, lease losses, oversize bodies, log lines dropped
+// and the config version in force. It implements capgate.Observer and registers on
 // the prometheus.Registerer it is given; it has no global state.
 package metrics
 
@@ -37,6 +38,7 @@ type Metrics struct {
 	oversize  prometheus.Counter     // bodies too large to classify
 	waiting   *prometheus.GaugeVec   // lane: this gateway's calls waiting
 	wait      prometheus.Histogram   // seconds waited
+	degraded  *prometheus.CounterVec // decision: decided by the local lanes alone
 	funcs     []prometheus.Collector // from options
 }
 
@@ -119,6 +121,10 @@ func New(reg prometheus.Registerer, opts ...Option) (*Metrics, error) {
 			Help:    "How long calls waited for a slot (those that waited), however the wait ended.",
 			Buckets: WaitBuckets,
 		}),
+		degraded: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Namespace: Namespace, Name: "degraded_decisions_total",
+			Help: "Gated calls decided by this gateway's local lanes while the lane store was unavailable, by decision.",
+		}, []string{"decision"}),
 		oversize: prometheus.NewCounter(prometheus.CounterOpts{
 			Namespace: Namespace, Name: "oversize_bodies_total",
 			Help: "Would-be heavy calls passed ungated because their body exceeded --max-body-bytes.",
@@ -128,7 +134,7 @@ func New(reg prometheus.Registerer, opts ...Option) (*Metrics, error) {
 		o(m)
 	}
 	cs := append([]prometheus.Collector{m.decisions, m.inFlight, m.limit, m.held,
-		m.storeErrs, m.skipped, m.lost, m.oversize, m.waiting, m.wait}, m.funcs...)
+		m.storeErrs, m.skipped, m.lost, m.oversize, m.waiting, m.wait, m.degraded}, m.funcs...)
 	var errs []error
 	for _, c := range cs {
 		if err := reg.Register(c); err != nil {
@@ -164,6 +170,9 @@ func (m *Metrics) Admitted(a *capgate.Admission) {
 func (m *Metrics) Released(a *capgate.Admission) {
 	call := a.Call()
 	m.decisions.WithLabelValues(string(a.Decision()), call.Endpoint, string(call.Tier)).Inc()
+	if a.Degraded() {
+		m.degraded.WithLabelValues(string(a.Decision())).Inc()
+	}
 	if a.LeaseLost() {
 		m.lost.Inc()
 	}

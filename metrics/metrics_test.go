@@ -185,3 +185,27 @@ func (s signalling) Released(a *capgate.Admission) {
 	s.Metrics.Released(a)
 	s.released <- struct{}{}
 }
+
+func TestDegradedDecisionsCounted(t *testing.T) {
+	reg := prometheus.NewPedanticRegistry()
+	m, err := metrics.New(reg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	store := &mock.LaneStore{Base: memory.New(nil)}
+	store.AcquireFn = func(context.Context, capgate.AcquireRequest, []int) (bool, error) {
+		return false, errors.New("connection refused")
+	}
+	gate := capgate.NewGate(store, capgate.NewFixedConfig(capgate.DefaultConfig(capgate.ModeShadow)), nil, "task-1")
+	gate.Local, gate.Observer = memory.New(nil), m
+	ctx := t.Context()
+	gate.Admit(ctx, call("pam", capgate.TierPreview)).Release(ctx)
+	want := `
+# HELP capgate_degraded_decisions_total Gated calls decided by this gateway's local lanes while the lane store was unavailable, by decision.
+# TYPE capgate_degraded_decisions_total counter
+capgate_degraded_decisions_total{decision="unavailable"} 1
+`
+	if err := testutil.GatherAndCompare(reg, strings.NewReader(want), "capgate_degraded_decisions_total"); err != nil {
+		t.Error(err)
+	}
+}

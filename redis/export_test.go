@@ -25,6 +25,10 @@ func RealRedisURL(t testing.TB) string {
 // for a slot. Set it before s is used.
 func SetTestHookQueued(s *Store, f func()) { s.testHookQueued = f }
 
+// SetTestHookFull has s call f each time an operation starts to wait for
+// a place in the full queue. Set it before s is used.
+func SetTestHookFull(s *Store, f func()) { s.testHookFull = f }
+
 // ClientOptions and FailoverOptions return the client options Open would
 // use for o.
 func ClientOptions(o Options) (*goredis.Options, error) {

@@ -100,31 +100,93 @@ func TestHungSentinelFailsAtTheDeadline(t *testing.T) {
 	within(t, "Close while a Sentinel hangs", start, time.Second)
 }
 
-func TestFullQueueFailsAtOnce(t *testing.T) {
-	s, srv := openHung(t, redis.Options{MaxInFlight: 1, MaxQueued: 1, Deadline: time.Minute})
-	queued := make(chan struct{}, 1)
-	redis.SetTestHookQueued(s, func() { queued <- struct{}{} })
+// TestFullQueueIsBusyOnlyAtTheDeadline: an operation that finds the queue
+// full waits for a place; one that gets none within the deadline fails with
+// ErrBusy (back-pressure, not a *DeadlineError, which the gate would take
+// for a failed Redis).
+func TestFullQueueIsBusyOnlyAtTheDeadline(t *testing.T) {
+	s, srv := openHung(t, redis.Options{MaxInFlight: 1, MaxQueued: 1, Deadline: 200 * time.Millisecond})
+	queued, hold := make(chan struct{}, 1), make(chan struct{})
+	// The queued operation keeps its place until the test lets go.
+	redis.SetTestHookQueued(s, func() { queued <- struct{}{}; <-hold })
 
-	ctx, cancel := context.WithCancel(t.Context())
 	results := make(chan error, 2)
-	go func() { results <- s.Ping(ctx) }() // in flight, hangs
+	go func() { results <- s.Ping(t.Context()) }() // in flight, hangs
 	<-srv.Got
-	go func() { results <- s.Ping(ctx) }() // queued
+	go func() { results <- s.Ping(t.Context()) }() // queued
 	<-queued
 
 	start := time.Now()
 	_, err := s.Acquire(t.Context(), acquireReq(), make([]int, 1))
-	within(t, "an operation behind a full queue", start, time.Second)
-	if !errors.Is(err, capgate.ErrBusy) {
+	if took := time.Since(start); took < 200*time.Millisecond {
+		t.Errorf("an operation behind a full queue returned after %v, before the deadline", took)
+	}
+	within(t, "an operation behind a full queue", start, 2*time.Second)
+	var de *redis.DeadlineError
+	if !errors.Is(err, capgate.ErrBusy) || errors.As(err, &de) {
 		t.Errorf("error %v, want ErrBusy", err)
 	}
-
-	// Callers who give up return at once, the one in flight included.
-	cancel()
+	close(hold)
 	for range 2 {
-		if err := <-results; !errors.Is(err, context.Canceled) {
-			t.Errorf("a caller that gave up got %v, want context.Canceled", err)
+		if err := <-results; !errors.As(err, &de) {
+			t.Errorf("a held operation got %v, want the deadline error", err)
 		}
+	}
+}
+
+// TestFullQueueWaitsForAPlace: operations behind a full queue get through
+// once Redis answers again; one whose caller gives up while it waits for a
+// place returns at once and is never sent.
+func TestFullQueueWaitsForAPlace(t *testing.T) {
+	m, _ := openMini(t)
+	p := newProxy(t, m.Addr())
+	s, err := redis.Open(redis.Options{URL: "redis://" + p.Addr, MaxInFlight: 1, MaxQueued: 1, Deadline: time.Minute, Timeout: socketTimeout})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = s.Close() })
+	if err := s.Ping(t.Context()); err != nil { // connect before pausing
+		t.Fatal(err)
+	}
+	queued, full := make(chan struct{}, 4), make(chan struct{}, 4)
+	redis.SetTestHookQueued(s, func() { queued <- struct{}{} })
+	redis.SetTestHookFull(s, func() { full <- struct{}{} })
+
+	p.Pause()
+	results := make(chan error, 4)
+	go func() { results <- s.Ping(t.Context()) }() // in flight, held by the proxy
+	<-p.Held
+	go func() { results <- s.Ping(t.Context()) }() // queued
+	<-queued
+	waiting := make(chan error, 1)
+	go func() { // waits for a place
+		_, err := s.Acquire(t.Context(), acquireReq(), make([]int, 1))
+		waiting <- err
+	}()
+	<-full
+	ctx, cancel := context.WithCancel(t.Context())
+	gone := make(chan error, 1)
+	go func() { // waits for a place, then gives up
+		_, err := s.Acquire(ctx, capgate.AcquireRequest{Token: lanetest.NewToken(), Keys: []string{"given-up"}, Limits: []int{5}, Lease: time.Minute}, make([]int, 1))
+		gone <- err
+	}()
+	<-full
+	cancel()
+	if err := <-gone; !errors.Is(err, context.Canceled) {
+		t.Errorf("a caller that gave up got %v, want context.Canceled", err)
+	}
+
+	p.Resume()
+	for range 2 {
+		if err := <-results; err != nil {
+			t.Errorf("ping: %v", err)
+		}
+	}
+	if err := <-waiting; err != nil {
+		t.Errorf("the acquire that waited for a place: %v", err)
+	}
+	if m.Exists("given-up") {
+		t.Error("the acquire whose caller gave up was sent")
 	}
 }
 
@@ -235,5 +297,41 @@ func TestRedisDownFailsFast(t *testing.T) {
 	var de *redis.DeadlineError
 	if err == nil || errors.As(err, &de) || !strings.HasPrefix(err.Error(), "acquire lanes: ") {
 		t.Errorf("error %q, want a dial error wrapped with the operation", err)
+	}
+}
+
+// TestSentAcquireIsAwaited: a caller that gives up after its acquire was
+// sent still learns that it took the lease, so it can give it back.
+func TestSentAcquireIsAwaited(t *testing.T) {
+	m, _ := openMini(t)
+	p := newProxy(t, m.Addr())
+	s, err := redis.Open(redis.Options{URL: "redis://" + p.Addr, Deadline: time.Minute, Timeout: socketTimeout})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = s.Close() })
+	if err := s.Ping(t.Context()); err != nil {
+		t.Fatal(err)
+	}
+	p.Pause()
+	ctx, cancel := context.WithCancel(t.Context())
+	req := acquireReq()
+	type answer struct {
+		taken bool
+		err   error
+	}
+	done := make(chan answer, 1)
+	go func() {
+		taken, err := s.Acquire(ctx, req, make([]int, 1))
+		done <- answer{taken, err}
+	}()
+	<-p.Held // sent
+	cancel()
+	p.Resume()
+	if a := <-done; !a.taken || a.err != nil {
+		t.Fatalf("acquire sent, then given up: taken %v, error %v; want the lease reported", a.taken, a.err)
+	}
+	if !m.Exists(req.Keys[0]) {
+		t.Fatal("no lease in Redis")
 	}
 }

@@ -18,6 +18,13 @@ func TestGateMiniredis(t *testing.T) {
 	})
 }
 
+func TestGateMiniredisWithLocalLanes(t *testing.T) {
+	lanetest.RunGateWithLocalLanes(t, func(t testing.TB) lanetest.Store {
+		_, h := openMini(t)
+		return h
+	})
+}
+
 func TestGateRealRedis(t *testing.T) {
 	url := redis.RealRedisURL(t)
 	lanetest.RunGate(t, func(t testing.TB) lanetest.Store {

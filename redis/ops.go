@@ -57,7 +57,7 @@ func (s *Store) Acquire(ctx context.Context, req capgate.AcquireRequest, counts 
 		args = append(args, limit)
 	}
 
-	res, err := run(ctx, s, op, func(ctx context.Context) ([]int64, error) {
+	res, err := runToAnswer(ctx, s, op, func(ctx context.Context) ([]int64, error) {
 		return acquireScript.Run(ctx, s.client, keys, args...).Int64Slice()
 	})
 	if err != nil {

@@ -24,8 +24,9 @@ const (
 	DefaultDeadline = time.Second
 	// DefaultMaxInFlight is how many operations a Store sends at once.
 	DefaultMaxInFlight = 32
-	// DefaultMaxQueued is how many operations may wait for one of those
-	// slots; more fail at once with capgate.ErrBusy.
+	// DefaultMaxQueued is how many operations wait in order for one of
+	// those slots; more wait for a place in the queue, up to the deadline
+	// (then capgate.ErrBusy).
 	DefaultMaxQueued = 8
 )
 
@@ -55,9 +56,10 @@ type Options struct {
 	// MaxInFlight bounds the operations sent at once (and the connection
 	// pool). Default DefaultMaxInFlight.
 	MaxInFlight int
-	// MaxQueued bounds the operations waiting for a slot. Default
+	// MaxQueued bounds the operations waiting in order for a slot; more
+	// wait for a place in the queue until the deadline. Default
 	// DefaultMaxQueued; negative: no queue, a call that finds every slot
-	// taken fails at once.
+	// taken fails at once with capgate.ErrBusy.
 	MaxQueued int
 }
 

@@ -59,14 +59,20 @@ func (e *DeadlineError) Timeout() bool { return true }
 //   - a caller whose ctx is already done sends nothing and gets the
 //     context's error;
 //   - at most MaxInFlight operations are sent at once; up to MaxQueued more
-//     wait for a slot, and an operation that finds the queue full fails at
-//     once with an error wrapping capgate.ErrBusy; one whose caller gives up
-//     while it waits is never sent;
+//     wait in order for a slot, and an operation that finds the queue full
+//     waits for a place in it. One that gets no place within the deadline
+//     fails with an error wrapping capgate.ErrBusy (this process's own
+//     load, not a failed Redis); one still queued at the deadline gets a
+//     *DeadlineError; one whose caller gives up while it waits is never
+//     sent;
 //   - the caller gets an answer within the deadline: past it, a
 //     *DeadlineError. The command itself runs on its own goroutine, which
 //     keeps its slot until the client truly returns, so a hung Redis can
-//     fill the slots (then calls fail fast with ErrBusy) but never holds up
-//     a caller;
+//     fill the slots (then calls wait at most the deadline) but never holds
+//     up a caller longer;
+//   - Acquire, once sent, is awaited to its answer or the deadline even if
+//     the caller gives up meanwhile, so that a lease it took is reported
+//     (capgate.LaneStore);
 //   - other errors are wrapped with the operation ("acquire lanes: ...").
 //
 // Make one with Open, or New to use a client of your own; the zero value
@@ -90,8 +96,10 @@ type Store struct {
 	dispatched chan struct{}                       // closed when the dispatcher ends
 
 	// testHookQueued, when set, is called as an operation starts to wait
-	// for a slot.
+	// for a slot; testHookFull as one starts to wait for a place in the
+	// queue.
 	testHookQueued func()
+	testHookFull   func()
 }
 
 var _ capgate.LaneStore = (*Store)(nil)
@@ -188,8 +196,10 @@ func (s *Store) Close() error {
 // errExpired tells run that the deadline passed while queued.
 var errExpired = errors.New("deadline passed in the queue")
 
-// enter takes a slot for one operation, waiting in the queue if there is
-// room, until ctx is done, expired fires or the store closes.
+// enter takes a slot for one operation, waiting for a place in the queue
+// and then in the queue, until ctx is done, expired fires or the store
+// closes. Expiry before a place in the queue is ErrBusy; in the queue,
+// errExpired.
 func (s *Store) enter(ctx context.Context, expired <-chan time.Time) error {
 	select {
 	case <-s.closed:
@@ -201,10 +211,28 @@ func (s *Store) enter(ctx context.Context, expired <-chan time.Time) error {
 		return nil
 	default:
 	}
+	if cap(s.queue) == 0 {
+		return capgate.ErrBusy // no queue: shed at once
+	}
 	select {
 	case s.queue <- struct{}{}:
 	default:
-		return capgate.ErrBusy
+		// A full queue is back-pressure from this process's own load, not
+		// a sign that Redis failed: wait for a place, as long as the
+		// deadline and the caller allow. Only a wait that outlasts the
+		// deadline gives up, with ErrBusy.
+		if s.testHookFull != nil {
+			s.testHookFull()
+		}
+		select {
+		case s.queue <- struct{}{}:
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-expired:
+			return capgate.ErrBusy
+		case <-s.closed:
+			return ErrClosed
+		}
 	}
 	defer func() { <-s.queue }()
 	if s.testHookQueued != nil {
@@ -235,6 +263,18 @@ type result[T any] struct {
 // goroutine with a context that carries the deadline; it must not touch
 // memory the caller keeps using.
 func run[T any](ctx context.Context, s *Store, op string, fn func(context.Context) (T, error)) (T, error) {
+	return runOp(ctx, s, op, false, fn)
+}
+
+// runToAnswer is run for an operation whose effect the caller must learn
+// (an acquire may take a lease): ctx bounds only the wait before it is
+// sent; once sent, it runs and is awaited to its answer or the deadline,
+// whatever ctx does.
+func runToAnswer[T any](ctx context.Context, s *Store, op string, fn func(context.Context) (T, error)) (T, error) {
+	return runOp(ctx, s, op, true, fn)
+}
+
+func runOp[T any](ctx context.Context, s *Store, op string, toAnswer bool, fn func(context.Context) (T, error)) (T, error) {
 	var zero T
 	if err := ctx.Err(); err != nil {
 		return zero, fmt.Errorf("%s: %w", op, err)
@@ -262,8 +302,12 @@ func run[T any](ctx context.Context, s *Store, op string, fn func(context.Contex
 	default:
 	}
 
+	parent, gone := ctx, ctx.Done()
+	if toAnswer {
+		parent, gone = context.WithoutCancel(ctx), nil
+	}
 	done := make(chan result[T], 1)
-	opCtx, cancel := context.WithDeadline(ctx, deadline)
+	opCtx, cancel := context.WithDeadline(parent, deadline)
 	go func() {
 		defer s.leave()
 		defer cancel()
@@ -276,7 +320,7 @@ func run[T any](ctx context.Context, s *Store, op string, fn func(context.Contex
 		switch {
 		case r.err == nil:
 			return r.v, nil
-		case ctx.Err() != nil:
+		case !toAnswer && ctx.Err() != nil:
 			return zero, fmt.Errorf("%s: %w", op, ctx.Err())
 		case !time.Now().Before(deadline):
 			return zero, s.deadlineErr // the client gave up at our deadline
@@ -284,7 +328,7 @@ func run[T any](ctx context.Context, s *Store, op string, fn func(context.Contex
 		return zero, fmt.Errorf("%s: %w", op, r.err)
 	case <-timer.C:
 		return zero, s.deadlineErr
-	case <-ctx.Done():
+	case <-gone:
 		return zero, fmt.Errorf("%s: %w", op, ctx.Err())
 	case <-s.closed:
 		return zero, fmt.Errorf("%s: %w", op, ErrClosed)

@@ -82,6 +82,7 @@ func (c *ServeCommand) flags() (*serveFlags, error) {
 	fs.StringVar(&o.LogFile, "log-file", env("CAPGATE_LOG_FILE", ""), "append the ocl_capacity lines to this file instead of stdout (CAPGATE_LOG_FILE)")
 	fs.StringVar(&f.shutdown, "shutdown-timeout", env("CAPGATE_SHUTDOWN_TIMEOUT", DefaultShutdownTimeout.String()), "how long calls in flight may finish after SIGTERM (CAPGATE_SHUTDOWN_TIMEOUT)")
 	fs.StringVar(&o.CoreGroup, "core-group", env("CAPGATE_CORE_GROUP", "core_user"), "the auth group of the core tier (CAPGATE_CORE_GROUP)")
+	fs.BoolVar(&o.LocalLanes, "local-lanes", envBool(getenv, "CAPGATE_LOCAL_LANES", true), "with Redis: keep local lanes of this gateway's calls, refuse what they find full, and apply degraded limits while Redis is unavailable (CAPGATE_LOCAL_LANES)")
 	fs.StringVar(&o.EarlyGroup, "early-access-group", env("CAPGATE_EARLY_ACCESS_GROUP", "early_access"), "the auth group of the early_access tier (CAPGATE_EARLY_ACCESS_GROUP)")
 	return f, nil
 }
@@ -156,4 +157,13 @@ func (c *ServeCommand) Run(ctx context.Context, args []string) error {
 		c.Ready <- ln.Addr().String()
 	}
 	return srv.Serve(ctx, ln, admin)
+}
+
+// envBool reads a boolean environment variable (strconv.ParseBool's
+// forms); unset or unreadable, def.
+func envBool(getenv func(string) string, name string, def bool) bool {
+	if b, err := strconv.ParseBool(getenv(name)); err == nil {
+		return b
+	}
+	return def
 }

@@ -5,6 +5,7 @@ import (
 	"context"
 	"encoding/json"
 	"io"
+	"log/slog"
 	"net/http"
 	"net/http/httptest"
 	"os"
@@ -204,5 +205,35 @@ func TestServeMetricsFollowTheConfigVersion(t *testing.T) {
 	m.Body.Close()
 	if !strings.Contains(string(body), "\ncapgate_config_version 1\n") {
 		t.Fatalf("metrics lack capgate_config_version 1:\n%s", body)
+	}
+}
+
+// Local lanes are on by default with Redis; the environment or the flag
+// turns them off; without Redis there are none (the lanes are in process).
+func TestServeLocalLanes(t *testing.T) {
+	env := map[string]string{"CAPGATE_UPSTREAM": "http://127.0.0.1:9"}
+	cmd := &ServeCommand{Stdout: io.Discard, Stderr: io.Discard, Getenv: func(k string) string { return env[k] }}
+	o, err := cmd.parse(nil)
+	if err != nil || !o.LocalLanes {
+		t.Fatalf("default: local lanes %v, %v; want on", o.LocalLanes, err)
+	}
+	if o, err = cmd.parse([]string{"--local-lanes=false"}); err != nil || o.LocalLanes {
+		t.Fatalf("--local-lanes=false: %v, %v", o.LocalLanes, err)
+	}
+	env["CAPGATE_LOCAL_LANES"] = "0"
+	if o, err = cmd.parse(nil); err != nil || o.LocalLanes {
+		t.Fatalf("CAPGATE_LOCAL_LANES=0: %v, %v", o.LocalLanes, err)
+	}
+
+	o.LocalLanes = true
+	o.Database = "sqlite:" + filepath.Join(t.TempDir(), "c.db")
+	o.Redis = "redis://127.0.0.1:1/0" // never dialled: Open does not connect
+	srv, err := NewServer(context.Background(), o, io.Discard, slog.New(slog.NewTextHandler(io.Discard, nil)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer srv.Close()
+	if srv.Gate.Local == nil {
+		t.Fatal("with Redis and local lanes on, the gate has none")
 	}
 }

@@ -42,6 +42,11 @@ type ServeOptions struct {
 	ShutdownTimeout time.Duration // --shutdown-timeout, CAPGATE_SHUTDOWN_TIMEOUT
 	CoreGroup       string        // --core-group
 	EarlyGroup      string        // --early-access-group
+	// LocalLanes (--local-lanes, CAPGATE_LOCAL_LANES, default true) keeps
+	// this gateway's own count of its calls beside the Redis lanes: it
+	// refuses what this gateway alone knows is full, and holds degraded
+	// limits while Redis is unavailable (capgate.Gate.Local).
+	LocalLanes bool
 }
 
 // Server is one running capgate gateway: its stores, gate and handlers.
@@ -135,6 +140,19 @@ func NewServer(ctx context.Context, opts ServeOptions, lines io.Writer, logger *
 	s.Gate.StoreDeadline = opts.RedisDeadline
 	s.Gate.Logger = logger
 	s.Gate.Observer = m
+	if opts.HasRedis() && opts.LocalLanes {
+		s.Gate.Local = memory.New(nil)
+	}
+	// Before the stores close: the last try at releases still pending.
+	s.closers = append(s.closers, func() error {
+		d := opts.RedisDeadline
+		if d <= 0 {
+			d = capgate.DefaultStoreDeadline
+		}
+		ctx, cancel := context.WithTimeout(context.Background(), d)
+		defer cancel()
+		return s.Gate.Close(ctx)
+	})
 
 	ids, err := newIdentity(opts, proxies)
 	if err != nil {

@@ -6,5 +6,5 @@
 //
 // The tests are behind the build tag "faults". Run them with
 // scripts/faults.sh (every scenario; regenerates docs/RELIABILITY.md) or
-// scripts/faults.sh --short (scenarios 1, 3, 6, 7, for CI).
+// scripts/faults.sh --short (scenarios 1, 3, 6, 7 and 13, for CI).
 package faults

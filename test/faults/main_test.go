@@ -18,7 +18,7 @@ import (
 )
 
 var (
-	shortRun = flag.Bool("faults.short", false, "small durations (the CI run of scenarios 1, 3, 6, 7)")
+	shortRun = flag.Bool("faults.short", false, "small durations (the CI run of scenarios 1, 3, 6, 7; 13 runs as is)")
 	docPath  = flag.String("faults.doc", "", "write the table of figures to this Markdown file")
 	docCmd   = flag.String("faults.cmd", "scripts/faults.sh", "the command named in the doc")
 	binFlag  = flag.String("faults.bin", "", "a built capgate binary (default: build ./cmd/capgate)")
@@ -170,6 +170,7 @@ var names = map[int]string{
 	8: "Long calls keep their leases", 9: "The config database locks or stops",
 	10: "The log sink blocks", 11: "Bad input",
 	12: "A gateway holding waiters dies",
+	13: "A flood from one user",
 }
 
 // begin starts scenario n: it records the row when the test ends, pass or

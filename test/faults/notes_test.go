@@ -19,7 +19,8 @@ before the gateways start. Identity is the default (` + "`upstream`" + `): the c
 
 Fail-open scenarios (3–8, 10, 11) run enforce / all with limits the load never reaches, lease 15 s,
 renew 5 s, and the SPEC's Redis defaults spelled out: deadline 1 s, socket timeout 0.5 s, skip window
-15 s; so every call must be 200, admitted or (store down) unavailable. Scenarios 1 and 2 use small
+15 s; so every call must be 200, admitted or (store down) unavailable — counted by the gateway's
+local lanes (degraded) and never refused by them at these limits. Scenarios 1 and 2 use small
 limits (cluster 4 with 1 reserved for single-row calls, per task 2, es2_knn 2, tiers 3/2/2/2, per
 user 2/1/1/1) and a 5 s Redis deadline, since they test the limits, not fail-open.
 Scenarios 1, 2 and 9 run with waiting off (` + "`wait.max_seconds=0`" + `): they test refusals.
@@ -33,10 +34,11 @@ Scenario 12 tests waiting.
 | 4 | kill -9 the master under load, restart it empty 3 s later; one long call per gateway spans the restart | every call 200; counting resumes; the restarted Redis counts no lease of a call from before the restart (renewals never revive one; those calls log lease_lost) |
 | 5 | kill -9 the master of a master + replica + 3 Sentinels (quorum 2, down-after 1 s) under load | every call 200; Sentinel promotes the replica; every gateway counts on the new master ≤ skip window + deadline + 2 s after the promotion |
 | 6 | kill -9 a gateway holding 6 calls while the other two serve load | the others answer every call 200; the dead gateway's leases are gone ≤ lease_seconds after the kill; nothing else leaks |
-| 7 | 200 calls that hang up at random times (a quarter in the first 40 ms, a quarter while still sending the body) while the upstream holds them | every lane empty ≤ 1 s after the last abort |
+| 7 | 200 calls that hang up at random times (a quarter in the first 40 ms, a quarter while still sending the body) while the upstream holds them (up to 1 s longer than the latest abort) | no upstream call cut short by its client's abort; every call's leases held at least as long as the upstream ran it; every lane empty ≤ 1 s after the upstream's last call ended |
 | 8 | one call per gateway running 3 × lease_seconds beside short-call load | the leases are live at every 1 s check, renewed about every 5 s, the log line says admitted without lease_lost, released at the end |
 | 9 | enforce with tight limits; LOCK TABLE capacity_configs ACCESS EXCLUSIVE, unlock, stop PostgreSQL, start it | no call waits more than the 500 ms read timeout (+1 s slack); no refusal once the cache runs out while the config can't be read (enforce → shadow); refusals again once it can |
 | 10 | gateway stdout is a pipe (shrunk to one page) nobody reads, then drained; a second gateway exits while its pipe stays blocked | calls/s and p99 overhead as with the pipe drained; lines + Σ log_dropped = gated calls; exit ≤ 3 s |
 | 11 | malformed / oversized bodies, bad metadata and trace headers, bad tokens, huge headers, staff API errors, 1000 distinct users, 40 slow-loris connections | each gets SPEC's answer (gated or passed through, status, body); no crash or panic; no lease held by a slow client; lanes empty after |
 | 12 | 3 gateways on one Redis, enforce, api_heavy 2, wait 20 s: two calls held 4 s on gw1; 8 calls queued one after another (3 as one user on gw1, 2 on gw2, 3 on gw3); kill -9 gw3 | gw1's and gw2's waiters all answered (200 admitted or 429), each within max_seconds of queueing, in fair order (ada, grace, linus, then ada, ada: round-robin across users, gw3's tickets skipped); gw3's calls end with it; upstream peak ≤ 2; lanes and waitlist empty after |
+| 13 | one gateway; one user sends 400 calls at once, each held 5 s upstream, per_user 2; again as a user with per_user 0; again with the Redis master SIGSTOPped | exactly the limit admitted (with Redis stopped: unavailable, degraded:true in the log) and run upstream at once, every other call 429 with Retry-After, none let through uncounted; lanes empty after |
 `

@@ -158,8 +158,12 @@ func TestS03RedisHangs(t *testing.T) {
 	if err != nil {
 		t.Errorf("lanes after the load: %v", err)
 	}
-	figures("3 gateways, 12 clients, Redis master SIGSTOPped %v under load: %d calls, %d failed, %d unavailable; gateway overhead before p50 %v p99 %v; %d calls delayed > %v, in ≤ %d burst(s) per gateway of ≤ %d calls (those waiting on Redis when it hung), worst added %v; counting resumed %v after SIGCONT; lanes empty %v after the load",
-		hang, c.calls, c.calls-c.byStatus[200], c.byDecided["unavailable"],
+	dc, dr := degraded(t, r.gws)
+	if dr > 0 {
+		t.Errorf("%d calls refused by the local lanes under limits the load never reaches", dr)
+	}
+	figures("3 gateways, 12 clients, Redis master SIGSTOPped %v under load: %d calls, %d failed, %d unavailable (%d of them counted by the local lanes, degraded; %d refused); gateway overhead before p50 %v p99 %v; %d calls delayed > %v, in ≤ %d burst(s) per gateway of ≤ %d calls (those waiting on Redis when it hung), worst added %v; counting resumed %v after SIGCONT; lanes empty %v after the load",
+		hang, c.calls, c.calls-c.byStatus[200], c.byDecided["unavailable"], dc, dr,
 		percentile(base, 50).Round(time.Millisecond), percentile(base, 99).Round(time.Millisecond),
 		totalDelayed, delayedOver, episodesMax, burstMax, worst.Round(time.Millisecond), resume.Round(time.Millisecond),
 		took.Round(100*time.Millisecond))

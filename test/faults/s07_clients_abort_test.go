@@ -39,12 +39,17 @@ func TestS07ClientsAbort(t *testing.T) {
 	r := newRig(t, rigOptions{Gateways: 3, DB: "s07", Config: roomyConfig(), Env: faultEnv})
 	const calls, atOnce = 200, 40
 	maxAbort := duration(3*time.Second, 1500*time.Millisecond)
+	// Each call is held this long upstream, past its client's abort: an
+	// admitted call's upstream request is not cancelled when its client
+	// hangs up (the lease is held until the upstream has finished).
+	hold := maxAbort + time.Second
 	var (
 		mu        sync.Mutex
 		lastAbort time.Time
 		aborted   int
 		answered  int
 		slow      int
+		ids       []string
 		wg        sync.WaitGroup
 		sem       = make(chan struct{}, atOnce)
 	)
@@ -63,12 +68,19 @@ func TestS07ClientsAbort(t *testing.T) {
 			user := loadUsers[mrand.IntN(len(loadUsers))]
 			k := allKinds[mrand.IntN(len(allKinds))]
 			var resErr error
+			id := newID()
+			mu.Lock()
+			ids = append(ids, id)
+			mu.Unlock()
+			hdr := map[string]string{holdHeader: itoa(int(hold.Milliseconds())), "X-Request-ID": id}
 			if i%4 == 3 {
 				// A client that hangs up while still sending its body.
 				req, _ := http.NewRequestWithContext(ctx, http.MethodPost, gw.url()+k.path,
 					&slowBody{ctx: ctx, rest: k.body()})
 				req.Header.Set("Authorization", "Token "+user+"-token")
-				req.Header.Set(holdHeader, "10000")
+				for k, v := range hdr {
+					req.Header.Set(k, v)
+				}
 				req.ContentLength = int64(len(k.body()))
 				resp, err := client.Do(req)
 				if err == nil {
@@ -80,7 +92,7 @@ func TestS07ClientsAbort(t *testing.T) {
 				slow++
 				mu.Unlock()
 			} else {
-				x := call(ctx, gw.url(), user, k, map[string]string{holdHeader: "10000"})
+				x := call(ctx, gw.url(), user, k, hdr)
 				resErr = x.err
 			}
 			mu.Lock()
@@ -96,6 +108,17 @@ func TestS07ClientsAbort(t *testing.T) {
 		})
 	}
 	wg.Wait()
+	// The upstream runs every call it got to its end.
+	var upDoneAt time.Time
+	if _, err := waitFor(context.Background(), hold+10*time.Second, 10*time.Millisecond, func() error {
+		if now, _, _ := r.up.snapshot(); now.Total > 0 {
+			return fmt.Errorf("%d calls still in the upstream", now.Total)
+		}
+		upDoneAt = time.Now()
+		return nil
+	}); err != nil {
+		t.Errorf("after every client hung up: %v", err)
+	}
 	var emptyAt time.Time
 	_, err := waitFor(context.Background(), 20*time.Second, 10*time.Millisecond, func() error {
 		l, err := lanes(context.Background(), r.rc)
@@ -115,17 +138,45 @@ func TestS07ClientsAbort(t *testing.T) {
 			logErrors(t, g)
 		}
 	} else {
-		emptyAfter = emptyAt.Sub(lastAbort).Round(time.Millisecond).String()
-		if emptyAt.Sub(lastAbort) > time.Second {
-			t.Errorf("lanes empty %s after the last abort, want ≤ 1 s", emptyAfter)
+		emptyAfter = emptyAt.Sub(upDoneAt).Round(time.Millisecond).String()
+		if emptyAt.Sub(upDoneAt) > time.Second {
+			t.Errorf("lanes empty %s after the upstream's last call ended, want ≤ 1 s", emptyAfter)
 		}
 	}
 	if answered > 0 {
 		t.Errorf("%d calls were answered; every call should have been aborted by its client", answered)
 	}
-	now, _, upCalls := r.up.snapshot()
-	if now.Total != 0 {
-		t.Errorf("%d calls still in the upstream after every client hung up", now.Total)
+	_, _, upCalls := r.up.snapshot()
+	// Every call the upstream ran, it ran to the end, and its leases were
+	// held at least that long.
+	recs := map[string]logRecord{}
+	for _, g := range r.gws {
+		_, _ = waitFor(context.Background(), 3*time.Second, 50*time.Millisecond, func() error {
+			if len(records(t, g)) == 0 {
+				return fmt.Errorf("no lines yet")
+			}
+			return nil
+		})
+		for id, rec := range records(t, g) {
+			recs[id] = rec
+		}
+	}
+	ran, cut, short := 0, 0, 0
+	for _, id := range ids {
+		spent, ok := r.up.spentIn(id)
+		if !ok {
+			continue
+		}
+		ran++
+		if spent < hold-50*time.Millisecond {
+			cut++
+		}
+		if rec, ok := recs[id]; !ok || rec.HeldMS == nil || time.Duration(*rec.HeldMS+1)*time.Millisecond < spent {
+			short++
+		}
+	}
+	if cut > 0 || short > 0 {
+		t.Errorf("of %d calls the upstream ran: %d cut short when their client left, %d held their leases less long than the upstream ran them", ran, cut, short)
 	}
 	// What the gateways logged: aborted acquires, skipped acquires and releases.
 	canceled, skipped, relSkipped := 0, 0, 0
@@ -151,6 +202,6 @@ func TestS07ClientsAbort(t *testing.T) {
 		t.Errorf("with Redis healthy, %d acquires and %d releases were skipped after %d client aborts during acquire: a client's abort is not a store error and must not open the skip window",
 			skipped, relSkipped, canceled)
 	}
-	figures("3 gateways, %d calls (%d at once, %d hanging up mid-body) aborted by their clients after 0–%v while the upstream held them: %d aborted, %d reached the upstream; every lane empty %s after the last abort (bound 1 s); logged: %d acquires cut by the client, %d acquires and %d releases skipped as if Redis had failed",
-		calls, atOnce, slow, maxAbort, aborted, upCalls, emptyAfter, canceled, skipped, relSkipped)
+	figures("3 gateways, %d calls (%d at once, %d hanging up mid-body) aborted by their clients after 0–%v while the upstream held them %v: %d aborted, %d reached the upstream, %d of them cut short, %d with leases held less long than the upstream ran them; every lane empty %s after the upstream's last call ended (bound 1 s); logged: %d acquires cut by the client, %d acquires and %d releases skipped as if Redis had failed",
+		calls, atOnce, slow, maxAbort, hold, aborted, upCalls, cut, short, emptyAfter, canceled, skipped, relSkipped)
 }

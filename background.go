@@ -1,0 +1,263 @@
+package capgate
+
+import (
+	"context"
+	"fmt"
+	"slices"
+	"sync"
+	"sync/atomic"
+	"time"
+)
+
+// The gate's background work: releases retried after they failed, and the
+// count of gateways the degraded limits divide by. Each runs on a goroutine
+// the gate owns, started only when there is work, and Close waits for it.
+
+// releaseRetryEvery is how often failed releases are tried again.
+const releaseRetryEvery = 500 * time.Millisecond
+
+// maxPendingReleases bounds the releases kept for retrying; past it a
+// release is left to expire, as its lease does anyway.
+const maxPendingReleases = 10000
+
+// gatewayRecount is how often the gateways are counted again from the
+// task lanes' keys, at most, while the store works.
+const gatewayRecount = 30 * time.Second
+
+// background is the state of the gate's background work. The zero value
+// is ready.
+type background struct {
+	mu       sync.Mutex
+	closed   bool               // requires mu held
+	ctx      context.Context    // ends at Close; nil until first needed; requires mu held
+	cancel   context.CancelFunc // requires mu held
+	stop     chan struct{}      // closed by Close: finish up; requires mu held
+	wg       sync.WaitGroup
+	pending  []pendingRelease // requires mu held
+	retrying bool             // the retry goroutine runs; requires mu held
+	counting bool             // a count of the gateways runs; requires mu held
+	gateways int              // the gateways last seen; 0 unknown; requires mu held
+	// countAfter is when the gateways may be counted again (Unix ns), read
+	// without the lock on every acquire.
+	countAfter atomic.Int64
+}
+
+// pendingRelease is a release to try again until until, when its leases
+// have expired anyway.
+type pendingRelease struct {
+	token string
+	keys  []string
+	until time.Time
+}
+
+// goLocked runs fn on a goroutine the gate owns; false once the gate is
+// closed. Requires g.bg.mu held.
+func (g *Gate) goLocked(fn func(ctx context.Context, stop <-chan struct{})) bool {
+	b := &g.bg
+	if b.closed {
+		return false
+	}
+	if b.ctx == nil {
+		b.ctx, b.cancel = context.WithCancel(context.Background())
+		b.stop = make(chan struct{})
+	}
+	ctx, stop := b.ctx, b.stop
+	b.wg.Add(1)
+	go func() {
+		defer b.wg.Done()
+		defer func() {
+			if r := recover(); r != nil {
+				g.logger().Error("capacity gate: background work panicked", "panic", fmt.Sprint(r))
+			}
+		}()
+		fn(ctx, stop)
+	}()
+	return true
+}
+
+// retryRelease keeps a release that failed (or was skipped) to try again
+// in the background until it succeeds or the leases expire, lease from
+// now.
+func (g *Gate) retryRelease(token string, keys []string, lease time.Duration) {
+	b := &g.bg
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if len(b.pending) >= maxPendingReleases || b.closed {
+		return // the leases expire
+	}
+	b.pending = append(b.pending, pendingRelease{token: token, keys: keys, until: g.now().Add(lease)})
+	if !b.retrying {
+		b.retrying = g.goLocked(g.retryReleases)
+	}
+}
+
+// retryReleases tries the pending releases every releaseRetryEvery, but
+// not while the store is skipped, until none is left; at stop it makes a
+// last try and ends.
+func (g *Gate) retryReleases(ctx context.Context, stop <-chan struct{}) {
+	t := time.NewTimer(releaseRetryEvery)
+	defer t.Stop()
+	for {
+		last := false
+		select {
+		case <-t.C:
+		case <-stop:
+			last = true
+		case <-ctx.Done():
+			return
+		}
+		if !g.skipping() {
+			g.releasePending(ctx)
+		}
+		g.bg.mu.Lock()
+		if last || len(g.bg.pending) == 0 {
+			if n := len(g.bg.pending); n > 0 {
+				g.logger().Warn("capacity gate closed with releases undone; their leases will expire", "releases", n)
+			}
+			g.bg.retrying = false
+			g.bg.mu.Unlock()
+			return
+		}
+		g.bg.mu.Unlock()
+		t.Reset(releaseRetryEvery)
+	}
+}
+
+// releasePending tries each pending release once, each bounded by the
+// store's deadline, and keeps those that failed and have not expired. It
+// stops at the first failure that opens the skip window.
+func (g *Gate) releasePending(ctx context.Context) {
+	b := &g.bg
+	b.mu.Lock()
+	batch := b.pending
+	b.pending = nil
+	b.mu.Unlock()
+	deadline := g.StoreDeadline
+	if deadline <= 0 {
+		deadline = DefaultStoreDeadline
+	}
+	now := g.now()
+	var keep []pendingRelease
+	for i, p := range batch {
+		if !now.Before(p.until) {
+			continue // the leases have expired
+		}
+		if ctx.Err() != nil || g.skipping() {
+			keep = append(keep, batch[i:]...)
+			break
+		}
+		rctx, cancel := context.WithTimeout(ctx, deadline)
+		var err error
+		if wl, ok := g.Store.(Waitlist); ok {
+			// Tickets may wait for these slots: hand them over.
+			err = wl.ReleaseWait(rctx, g.keys().prefix(), p.token, p.keys)
+		} else {
+			err = g.Store.Release(rctx, p.token, p.keys)
+		}
+		cancel()
+		if err != nil {
+			if ctx.Err() == nil {
+				g.storeFailed("release", err)
+			}
+			keep = append(keep, p)
+		}
+	}
+	b.mu.Lock()
+	b.pending = append(keep, b.pending...)
+	b.mu.Unlock()
+}
+
+// storeWorked is told that the store answered an acquire: the time to
+// count the gateways again if the last count is older than
+// gatewayRecount. Only a gate with local lanes needs the count.
+func (g *Gate) storeWorked(ctx context.Context) {
+	if g.Local == nil {
+		return
+	}
+	b := &g.bg
+	now := g.now()
+	if now.UnixNano() < b.countAfter.Load() {
+		return
+	}
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if b.counting {
+		return
+	}
+	b.countAfter.Store(now.Add(gatewayRecount).UnixNano())
+	b.counting = g.goLocked(g.countGateways)
+}
+
+// countGateways counts the gateways from the task lanes' keys in the
+// store (one per gateway with calls in flight lately), this one included.
+func (g *Gate) countGateways(ctx context.Context, _ <-chan struct{}) {
+	deadline := g.StoreDeadline
+	if deadline <= 0 {
+		deadline = DefaultStoreDeadline
+	}
+	k := g.keys()
+	prefix := k.Lane(LaneTask, "") + ":"
+	own := k.Lane(LaneTask, g.TaskID)
+	kctx, cancel := context.WithTimeout(ctx, deadline)
+	keys, err := g.Store.Keys(kctx, prefix)
+	cancel()
+	b := &g.bg
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	b.counting = false
+	if err != nil {
+		b.countAfter.Store(0) // counted again after the next acquire the store answers
+		return
+	}
+	n := len(keys)
+	if !slices.Contains(keys, own) {
+		n++
+	}
+	b.gateways = n
+}
+
+// gatewaysSeen returns the number of gateways last counted, at least 1.
+func (g *Gate) gatewaysSeen() int {
+	g.bg.mu.Lock()
+	defer g.bg.mu.Unlock()
+	return max(1, g.bg.gateways)
+}
+
+// Close stops the gate's background work: it makes a last try at the
+// releases still pending (each bounded by the store's deadline), waits for
+// its goroutines and returns. If ctx ends first it stops them at once and
+// returns an error wrapping ctx.Err(); pending releases are then left to
+// expire with their leases. Admissions still open may be released after
+// Close, but their failed releases are no longer retried. Close does not
+// close the stores.
+func (g *Gate) Close(ctx context.Context) error {
+	b := &g.bg
+	b.mu.Lock()
+	if b.closed {
+		b.mu.Unlock()
+		return nil
+	}
+	b.closed = true
+	if b.stop != nil {
+		close(b.stop)
+	}
+	cancel := b.cancel
+	b.mu.Unlock()
+
+	done := make(chan struct{})
+	go func() {
+		b.wg.Wait()
+		close(done)
+	}()
+	var err error
+	select {
+	case <-done:
+	case <-ctx.Done():
+		err = fmt.Errorf("close gate: %w", ctx.Err())
+	}
+	if cancel != nil {
+		cancel()
+	}
+	<-done // bounded: every operation has the store's deadline, and ctx is cancelled
+	return err
+}

@@ -1,0 +1,172 @@
+package capgate
+
+import (
+	"context"
+	"time"
+)
+
+// Local lanes and degraded limits.
+//
+// A gate with Local lanes (Gate.Local, an in-process store) takes every
+// call it counts there too, with the same keys, token, lease and renewals
+// as in the store. They serve two ends:
+//
+//   - Before the store is asked, an enforced call that this gateway alone
+//     already fills a lane with is refused at once: a lane can only be
+//     fuller cluster-wide. So one user's flood of calls is refused here and
+//     never queues for Redis.
+//   - When the store cannot count a call (it failed, it is being skipped,
+//     or it was too busy to send the acquire within its deadline), the local
+//     lanes decide alone, with degraded limits (degradedLimit): per user
+//     and per task as configured, cluster-wide lanes divided among the
+//     gateways last seen. The call's decision stays "unavailable" (the
+//     cluster did not count it) with Degraded set, and an enforced call that
+//     the local lanes find full is refused: an outage no longer means
+//     unlimited. A call that is not enforced is only counted, for its log
+//     line.
+
+// degradedLimit returns the limit the local lanes apply to lane l while
+// the store is unavailable, with gateways the number of gateways last
+// seen: the cluster-wide lanes (api_heavy, es2_knn, tier) get their limit
+// divided among the gateways, rounded down but at least 1 (a paused lane
+// stays paused); the task and user lanes keep theirs. A user's calls
+// spread over several gateways may then run up to their limit on each.
+func degradedLimit(l Lane, gateways int) int {
+	switch l.Name {
+	case LaneAPIHeavy, LaneES2KNN, LaneTier:
+		if l.Limit == 0 || gateways <= 1 {
+			return l.Limit
+		}
+		return max(1, l.Limit/gateways)
+	}
+	return l.Limit
+}
+
+// acquireLocal takes the call's leases in the local lanes, with the
+// configured limits and req's Force. It reports true when it refused the
+// call: enforced, and a lane this gateway alone already fills. An error
+// (not expected of an in-process store) leaves the call without local
+// lanes.
+func (a *Admission) acquireLocal(ctx context.Context, req AcquireRequest) (refused bool) {
+	g := a.g
+	if g.Local == nil {
+		return false
+	}
+	before := make([]int, len(a.lanes))
+	req.NotAfter = time.Time{} // in process: nothing sits in a buffer
+	taken, err := g.Local.Acquire(ctx, req, before)
+	if err != nil {
+		g.logger().Warn("capacity local lanes failed", "op", "acquire", "error", err)
+		return false
+	}
+	full := fullLanes(a.lanes, before)
+	if taken || full.empty() {
+		a.local, a.localAt = taken, before
+		return false
+	}
+	a.decision = DecisionRefused
+	a.full = full
+	a.scope = scopeOf(a.lanes, full)
+	a.retry = retryAfterSeconds(a.cfg.RetryAfter, a.lanes, before, full)
+	a.counts = before
+	return true
+}
+
+// degradeLate is degrade for a call that may have skipped the local
+// pre-check because it could wait (wl non-nil): it takes its local leases
+// first, so the local lanes can decide for it.
+func (a *Admission) degradeLate(ctx context.Context, wl Waitlist, req AcquireRequest, busy bool) error {
+	if wl != nil && a.acquireLocal(ctx, req) {
+		return nil // refused: this gateway alone already fills a lane
+	}
+	return a.degrade(ctx, busy)
+}
+
+// countLocal counts a call the store admitted after a wait in the local
+// lanes, whatever they hold (Force): they are this gateway's share of the
+// lanes, which the store has just found room for.
+func (a *Admission) countLocal(ctx context.Context, req AcquireRequest) {
+	g := a.g
+	if g.Local == nil || a.local {
+		return
+	}
+	before := make([]int, len(a.lanes))
+	req.NotAfter, req.Force = time.Time{}, true
+	if _, err := g.Local.Acquire(ctx, req, before); err != nil {
+		g.logger().Warn("capacity local lanes failed", "op", "acquire", "error", err)
+		return
+	}
+	a.local, a.localAt = true, before
+}
+
+// degrade decides a call the store could not count. Without local lanes
+// the call is unavailable, uncounted, except that an enforced call the
+// store was merely too busy for (busy) is refused, since nothing counted
+// it: scope api_heavy_task (this gateway is the one overloaded),
+// Retry-After retry_after.base. With local lanes they decide, with
+// degraded limits.
+func (a *Admission) degrade(ctx context.Context, busy bool) error {
+	a.decision = DecisionUnavailable
+	if !a.local {
+		if busy && a.enforced {
+			a.decision = DecisionRefused
+			a.scope = a.lane(LaneTask)
+			a.retry = a.cfg.RetryAfter.Base
+		}
+		return nil
+	}
+	a.degraded = true
+	n := a.g.gatewaysSeen()
+	for i := range a.lanes {
+		a.lanes[i].Limit = degradedLimit(a.lanes[i], n)
+	}
+	before := a.localAt
+	a.full = fullLanes(a.lanes, before)
+	a.scope = scopeOf(a.lanes, a.full)
+	if !a.full.empty() && a.enforced {
+		a.dropLocal(ctx)
+		a.decision = DecisionRefused
+		a.retry = retryAfterSeconds(a.cfg.RetryAfter, a.lanes, before, a.full)
+		a.counts = before
+		return nil
+	}
+	a.counts = make([]int, len(before))
+	for i, n := range before {
+		a.counts[i] = n + 1
+	}
+	a.startRenewing(ctx)
+	return nil
+}
+
+// dropLocal gives back the call's local leases while it is being decided
+// (the store refused it, or the client left).
+func (a *Admission) dropLocal(ctx context.Context) {
+	if a.local {
+		a.releaseLocal(ctx)
+		a.local = false
+	}
+}
+
+// releaseLocal gives back the call's local leases. An in-process store
+// fails only on a done context, which this one never is.
+func (a *Admission) releaseLocal(ctx context.Context) {
+	if err := a.g.Local.Release(context.WithoutCancel(ctx), a.token, a.keys); err != nil {
+		a.g.logger().Warn("capacity local lanes failed", "op", "release", "error", err)
+	}
+}
+
+// Degraded reports whether the local lanes decided the call alone, with
+// degraded limits, because the store could not count it.
+func (a *Admission) Degraded() bool { return a.degraded }
+
+// Counted reports whether the call holds a place in a lane until Release:
+// a lease in the store, or in the local lanes while the store is
+// unavailable. A proxy keeps such a call's upstream request running when
+// its client leaves, so the place is held while the API still works.
+func (a *Admission) Counted() bool { return a != nil && (a.taken || a.local) }
+
+// MaxHold returns max_hold_seconds of the config the call was admitted
+// under: the longest its leases are renewed.
+func (a *Admission) MaxHold() time.Duration {
+	return time.Duration(a.cfg.MaxHoldSeconds) * time.Second
+}
