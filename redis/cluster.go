@@ -20,10 +20,12 @@ const (
 	// resharding.
 	clusterRedirects = 3
 	// clusterRefresh is how often a cluster store reloads the cluster's
-	// layout (CLUSTER SLOTS) while its last operation failed. Without it,
-	// a gateway whose calls skip Redis after a failure would try the dead
-	// master again when the skip window ends: go-redis reloads on MOVED,
-	// not on a node that stopped answering.
+	// layout (CLUSTER SLOTS) from its last failed command until one
+	// succeeds. Without it, a gateway whose calls skip Redis after a
+	// failure would try the dead master again when the skip window ends:
+	// go-redis reloads on MOVED, not on a node that stopped answering, and
+	// a reload right after the failure still finds the dead master, until
+	// the cluster promotes its replica.
 	clusterRefresh = time.Second
 )
 
@@ -82,7 +84,7 @@ type sentError struct{ msg string }
 func (e *sentError) Error() string { return e.msg }
 
 // watchHook marks the store's view of the cluster stale when a command
-// fails other than by Redis's answer.
+// fails other than by Redis's answer, and fresh again when one succeeds.
 type watchHook struct{ stale *atomic.Bool }
 
 func (h watchHook) DialHook(next goredis.DialHook) goredis.DialHook { return next }
@@ -105,14 +107,17 @@ func (h watchHook) ProcessPipelineHook(next goredis.ProcessPipelineHook) goredis
 
 func (h watchHook) note(err error) {
 	var reply goredis.Error
-	if err != nil && !errors.As(err, &reply) {
+	switch {
+	case err == nil:
+		h.stale.Store(false)
+	case !errors.As(err, &reply):
 		h.stale.Store(true)
 	}
 }
 
 // clusterRefresher owns the goroutine that reloads the cluster's layout
-// every clusterRefresh while the store's last failure is unanswered, and
-// closes the client after stopping it.
+// every clusterRefresh while the client's last command failed, and closes
+// the client after stopping it.
 type clusterRefresher struct {
 	client *goredis.ClusterClient
 	stale  atomic.Bool
@@ -142,7 +147,7 @@ func (r *clusterRefresher) run() {
 		case <-t.C:
 			// ReloadState only schedules a reload on go-redis's own
 			// goroutine; this one never blocks on Redis.
-			if r.stale.Swap(false) {
+			if r.stale.Load() {
 				r.client.ReloadState(context.Background())
 			}
 		}
