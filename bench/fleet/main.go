@@ -95,7 +95,8 @@ func (t *target) masters(ctx context.Context, fn func(ctx context.Context, c *go
 
 // stats are Redis's counters summed over the masters.
 type stats struct {
-	Commands int64   // INFO commandstats calls
+	Commands int64   // INFO commandstats calls, the commands scripts run included
+	Sent     int64   // of those, the lane commands clients send: EVALSHA, EVAL, ZREM
 	CPU      float64 // used_cpu_user + used_cpu_sys, seconds
 	Memory   int64   // used_memory, bytes
 	Keys     int64   // DBSIZE
@@ -126,6 +127,10 @@ func (t *target) stats(ctx context.Context) (stats, error) {
 				calls, _, _ := strings.Cut(strings.TrimPrefix(v, "calls="), ",")
 				c, _ := strconv.ParseInt(calls, 10, 64)
 				s.Commands += c
+				switch k {
+				case "cmdstat_evalsha", "cmdstat_eval", "cmdstat_zrem":
+					s.Sent += c
+				}
 			case k == "used_cpu_user" || k == "used_cpu_sys":
 				f, _ := strconv.ParseFloat(v, 64)
 				s.CPU += f
@@ -187,6 +192,8 @@ type runResult struct {
 	Unavailable      int64   `json:"unavailable"`
 	Errors           int64   `json:"errors"`
 	CommandsPerCall  float64 `json:"redis_commands_per_call"`
+	SentPerCall      float64 `json:"sent_commands_per_call"`
+	IdleCPUPerSecMS  float64 `json:"redis_idle_cpu_ms_per_s"`
 	CPUPerCallUS     float64 `json:"redis_cpu_us_per_call"`
 	CallsPerCoreSec  float64 `json:"gated_calls_per_redis_core_second"`
 	AcquireP50MS     float64 `json:"acquire_p50_ms"`
@@ -219,6 +226,18 @@ func runCmd(args []string) error {
 		return err
 	}
 	ctx := context.Background()
+	// Redis's own CPU with no calls (cron, cluster bus, replication
+	// pings), over 2 s; it is taken off the window's.
+	idle0, err := tg.stats(ctx)
+	if err != nil {
+		return err
+	}
+	time.Sleep(2 * time.Second)
+	idle1, err := tg.stats(ctx)
+	if err != nil {
+		return err
+	}
+	idlePerSec := (idle1.CPU - idle0.CPU) / 2
 	client := &http.Client{Timeout: 30 * time.Second, Transport: &http.Transport{Proxy: nil,
 		MaxIdleConnsPerHost: 256, IdleConnTimeout: time.Minute}}
 
@@ -272,16 +291,20 @@ func runCmd(args []string) error {
 		return err
 	}
 	counted.Store(true)
+	windowStart := time.Now()
 	time.Sleep(*window)
 	counted.Store(false)
+	elapsed := time.Since(windowStart).Seconds()
 	after, err := tg.stats(ctx)
 	if err != nil {
 		return err
 	}
 	res.Gated = gated.Load()
 	if res.Gated > 0 {
-		res.CommandsPerCall = float64(after.Commands-before.Commands-2) / float64(res.Gated) // less the two INFO/DBSIZE pairs' INFO
-		res.CPUPerCallUS = (after.CPU - before.CPU) * 1e6 / float64(res.Gated)
+		res.CommandsPerCall = float64(after.Commands-before.Commands) / float64(res.Gated)
+		res.SentPerCall = float64(after.Sent-before.Sent) / float64(res.Gated)
+		res.IdleCPUPerSecMS = idlePerSec * 1e3
+		res.CPUPerCallUS = (after.CPU - before.CPU - idlePerSec*elapsed) * 1e6 / float64(res.Gated)
 		if res.CPUPerCallUS > 0 {
 			res.CallsPerCoreSec = 1e6 / res.CPUPerCallUS
 		}
