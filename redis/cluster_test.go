@@ -328,7 +328,10 @@ while true do t = redis.call('TIME'); if t[1] * 1000000 + t[2] >= stop then retu
 	// stops answering.
 	probe := goredis.NewClient(&goredis.Options{Addr: m.addr, ReadTimeout: 50 * time.Millisecond, MaxRetries: -1, Protocol: 2, DisableIdentity: true})
 	defer probe.Close()
-	for probe.Ping(t.Context()).Err() == nil {
+	for wait := time.Now().Add(5 * time.Second); probe.Ping(t.Context()).Err() == nil; {
+		if len(done) > 0 || time.Now().After(wait) {
+			t.Fatal("the busy script did not start")
+		}
 	}
 
 	req := capgate.AcquireRequest{Token: lanetest.NewToken(), Keys: keys, Limits: []int{5}, Lease: time.Minute}
@@ -344,6 +347,7 @@ while true do t = redis.call('TIME'); if t[1] * 1000000 + t[2] >= stop then retu
 	}
 	deadline := time.Now().Add(5 * time.Second)
 	for ran() == 0 && time.Now().Before(deadline) {
+		time.Sleep(10 * time.Millisecond) // Redis reads the acquire's socket in its next loop
 	}
 	if got := ran(); got != 1 {
 		t.Errorf("the busy master ran the acquire %d times, want once", got)

@@ -3,6 +3,7 @@ package main
 import (
 	"flag"
 	"io"
+	"path/filepath"
 	"slices"
 	"strings"
 	"testing"
@@ -48,5 +49,16 @@ func TestClusterSettings(t *testing.T) {
 	st.KeyLayout = "slots"
 	if _, err := st.LaneKeyPrefix(); err == nil || !strings.Contains(err.Error(), "--key-layout") {
 		t.Errorf("an unknown layout: %v", err)
+	}
+}
+
+// serve refuses the default key layout on a cluster before it starts.
+func TestServeRefusesTheDefaultLayoutOnACluster(t *testing.T) {
+	cmd := &ServeCommand{Stdout: io.Discard, Stderr: io.Discard, Getenv: func(string) string { return "" }}
+	err := cmd.Run(t.Context(), []string{"--listen", "127.0.0.1:0", "--upstream", "http://127.0.0.1:1",
+		"--database", "sqlite:" + filepath.Join(t.TempDir(), "c.db"),
+		"--redis-cluster", "127.0.0.1:1", "--key-layout", "default"})
+	if err == nil || !strings.Contains(err.Error(), "--key-layout default can't be used with --redis-cluster") {
+		t.Fatalf("serve --redis-cluster --key-layout default: %v; want it refused", err)
 	}
 }
