@@ -131,7 +131,9 @@ func Open(opts Options) (*Store, error) {
 
 // New makes a store that uses client, which stays the caller's: Close does
 // not close it. Only the bounds of opts (Deadline, MaxInFlight, MaxQueued)
-// apply; the address and timeouts are the client's. It fails only on
+// apply; the address and timeouts are the client's, and so are its retries:
+// a *goredis.ClusterClient of the caller's resends on network errors and
+// reloads its layout only on redirects, unlike the one Open makes. It fails only on
 // invalid options.
 func New(client Client, opts Options) (*Store, error) {
 	o, err := opts.withDefaults()
