@@ -35,11 +35,14 @@ func NewEnv(t testing.TB, open Factory) *Env {
 	return &Env{T: t, Store: s, Gate: g, Cfg: cfg, Sink: sink}
 }
 
-// RandomPrefix returns a lane key prefix no other test uses.
+// RandomPrefix returns a lane key prefix no other test uses, in the
+// cluster key layout ({test:<random>:ocl:capacity}), so the suite runs on a
+// Redis Cluster as on a single Redis.
 func RandomPrefix() string {
 	var b [6]byte
 	_, _ = rand.Read(b[:])
-	return "test:" + hex.EncodeToString(b[:]) + ":ocl:capacity"
+	p, _ := capgate.KeyLayoutCluster.Prefix("test:" + hex.EncodeToString(b[:]) + ":ocl:capacity")
+	return p
 }
 
 // Gate returns another gate over the same store, config and sink, on task.

@@ -18,11 +18,13 @@ func NewToken() string {
 }
 
 // NewPrefix returns a fresh key prefix ending in ":", so that tests against
-// a shared Redis database never see each other's keys.
+// a shared Redis database never see each other's keys. Its random part is a
+// hash tag, so every key under it lands in one Redis Cluster slot, as a
+// call's lanes must.
 func NewPrefix() string {
 	var b [6]byte
 	_, _ = rand.Read(b[:])
-	return "capgate-test:" + hex.EncodeToString(b[:]) + ":"
+	return "capgate-test:{" + hex.EncodeToString(b[:]) + "}:"
 }
 
 // lanes returns n fresh lane keys under one fresh prefix.

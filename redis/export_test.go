@@ -2,6 +2,7 @@ package redis
 
 import (
 	"os"
+	"strings"
 	"testing"
 
 	goredis "github.com/redis/go-redis/v9"
@@ -19,6 +20,31 @@ func RealRedisURL(t testing.TB) string {
 		t.Skipf("no real Redis: set %s (e.g. redis://127.0.0.1:6379/15, a database the tests may flush)", EnvTestRedisURL)
 	}
 	return u
+}
+
+// EnvTestRedisCluster names the variable that points the tests at a real
+// Redis Cluster (comma-separated host:port seeds), which TestMain flushes
+// once: scripts/cluster.sh starts one.
+const EnvTestRedisCluster = "CAPGATE_TEST_REDIS_CLUSTER"
+
+// RealRedisCluster returns the seeds of the Redis Cluster to test against,
+// or skips t.
+func RealRedisCluster(t testing.TB) []string {
+	t.Helper()
+	v := os.Getenv(EnvTestRedisCluster)
+	if v == "" {
+		t.Skipf("no Redis Cluster: set %s (scripts/cluster.sh starts one on 127.0.0.1:7000-7005 and prints it)", EnvTestRedisCluster)
+	}
+	return strings.Split(v, ",")
+}
+
+// ClusterOptions returns the cluster client options Open would use for o.
+func ClusterOptions(o Options) (*goredis.ClusterOptions, error) {
+	o, err := o.withDefaults()
+	if err != nil {
+		return nil, err
+	}
+	return o.clusterOptions(), nil
 }
 
 // SetTestHookQueued has s call f each time an operation starts to wait

@@ -21,7 +21,7 @@ import (
 // lanetest.Store. Times come from Redis's TIME, as the scripts' do.
 type harness struct {
 	*redis.Store
-	raw *goredis.Client
+	raw goredis.UniversalClient // a *goredis.Client, or a *goredis.ClusterClient
 }
 
 var _ lanetest.Store = harness{}

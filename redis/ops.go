@@ -144,26 +144,23 @@ func (s *Store) Count(ctx context.Context, keys []string, counts []int) error {
 
 // Keys implements capgate.LaneStore with SCAN MATCH <prefix>* COUNT 1000
 // (never KEYS), the prefix's glob characters escaped. The whole scan is one
-// operation under one deadline. It returns the errors of Store.
+// operation under one deadline. On a Redis Cluster it scans the master
+// that owns the prefix's slot when the prefix has a hash tag, else every
+// master (see scanCluster). It returns the errors of Store.
 func (s *Store) Keys(ctx context.Context, prefix string) ([]string, error) {
 	const op = "list lane keys"
 	match := escapeGlob(prefix) + "*"
 	return run(ctx, s, op, func(ctx context.Context) ([]string, error) {
-		seen := make(map[string]struct{})
-		var cursor uint64
-		for {
-			page, next, err := s.client.Scan(ctx, cursor, match, scanCount).Result()
-			if err != nil {
-				return nil, err
-			}
-			for _, key := range page {
-				if strings.HasPrefix(key, prefix) { // SCAN may repeat a key
-					seen[key] = struct{}{}
-				}
-			}
-			if cursor = next; cursor == 0 {
-				break
-			}
+		var seen map[string]struct{}
+		var err error
+		if c, ok := s.client.(clusterScanner); ok {
+			seen, err = scanCluster(ctx, c, prefix, match)
+		} else {
+			seen = make(map[string]struct{})
+			err = scanNode(ctx, s.client, prefix, match, seen)
+		}
+		if err != nil {
+			return nil, err
 		}
 		keys := make([]string, 0, len(seen))
 		for key := range seen {
@@ -172,6 +169,30 @@ func (s *Store) Keys(ctx context.Context, prefix string) ([]string, error) {
 		slices.Sort(keys)
 		return keys, nil
 	})
+}
+
+// scanner is a client that SCANs one node.
+type scanner interface {
+	Scan(ctx context.Context, cursor uint64, match string, count int64) *goredis.ScanCmd
+}
+
+// scanNode adds the keys under prefix on one node to seen.
+func scanNode(ctx context.Context, c scanner, prefix, match string, seen map[string]struct{}) error {
+	var cursor uint64
+	for {
+		page, next, err := c.Scan(ctx, cursor, match, scanCount).Result()
+		if err != nil {
+			return err
+		}
+		for _, key := range page {
+			if strings.HasPrefix(key, prefix) { // SCAN may repeat a key
+				seen[key] = struct{}{}
+			}
+		}
+		if cursor = next; cursor == 0 {
+			return nil
+		}
+	}
 }
 
 // Ping implements capgate.LaneStore with PING. It returns the errors of

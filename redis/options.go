@@ -34,13 +34,18 @@ const (
 // them. The zero value of every field but the address means its default.
 type Options struct {
 	// URL is a standalone Redis: redis://[[user]:password@]host:port[/db]
-	// (rediss:// for TLS). Set URL or Sentinels, not both.
+	// (rediss:// for TLS). Set one of URL, Sentinels and Cluster.
 	URL string
 	// Sentinels are the host:port addresses of the Sentinels that know the
 	// master; MasterName names it. Default DefaultMasterName.
 	Sentinels  []string
 	MasterName string
-	// Password authenticates to the master and to the Sentinels. With URL
+	// Cluster are host:port addresses of Redis Cluster nodes (any of them;
+	// the client learns the rest). A cluster has only database 0, and the
+	// lane keys must share one hash slot (capgate.KeyLayoutCluster).
+	Cluster []string
+	// Password authenticates to the master and to the Sentinels, or to
+	// every cluster node. With URL
 	// it fills in a password the URL leaves out.
 	Password string
 	// DB is the database number. With URL it fills in a db the URL leaves
@@ -67,8 +72,17 @@ type Options struct {
 // when o is not usable.
 func (o Options) withDefaults() (Options, error) {
 	var errs []error
-	if o.URL != "" && len(o.Sentinels) > 0 {
-		errs = append(errs, errors.New("set a Redis URL or Sentinels, not both"))
+	set := 0
+	for _, on := range []bool{o.URL != "", len(o.Sentinels) > 0, len(o.Cluster) > 0} {
+		if on {
+			set++
+		}
+	}
+	if set > 1 {
+		errs = append(errs, errors.New("set one of a Redis URL, Sentinels and a Redis Cluster"))
+	}
+	if len(o.Cluster) > 0 && o.DB != 0 {
+		errs = append(errs, fmt.Errorf("db %d: a Redis Cluster has only database 0", o.DB))
 	}
 	if o.MasterName == "" {
 		o.MasterName = DefaultMasterName
@@ -150,11 +164,46 @@ func (o Options) failoverOptions() *goredis.FailoverOptions {
 	}
 }
 
+// clusterOptions returns the options of the limiter's own Redis Cluster
+// client. Requires o.withDefaults. It follows MOVED and ASK redirects (up
+// to clusterRedirects, within the operation deadline), but like the other
+// clients it never resends a command that failed on the network: see
+// newClusterNode.
+func (o Options) clusterOptions() *goredis.ClusterOptions {
+	return &goredis.ClusterOptions{
+		Addrs:                    o.Cluster,
+		Password:                 o.Password,
+		NewClient:                newClusterNode,
+		MaxRedirects:             clusterRedirects,
+		MaxRetries:               -1,
+		DialerRetries:            1,
+		DialTimeout:              o.Timeout,
+		ReadTimeout:              o.Timeout,
+		WriteTimeout:             o.Timeout,
+		ContextTimeoutEnabled:    true,
+		PoolSize:                 o.MaxInFlight, // per node
+		PoolTimeout:              o.Deadline,
+		Protocol:                 2,
+		DisableIdentity:          true,
+		MaintNotificationsConfig: &maintnotifications.Config{Mode: maintnotifications.ModeDisabled},
+	}
+}
+
 // String describes where the lanes live, for logs, with the password
 // masked: "redis://:xxxxx@host:6379/0", or
-// "redis-sentinel://:xxxxx@h1:26379,h2:26379/0?master=default".
+// "redis-sentinel://:xxxxx@h1:26379,h2:26379/0?master=default", or
+// "redis-cluster://:xxxxx@h1:7000,h2:7001".
 func (o Options) String() string {
 	const masked = "xxxxx"
+	if len(o.Cluster) > 0 {
+		var b strings.Builder
+		b.WriteString("redis-cluster://")
+		if o.Password != "" {
+			b.WriteString(":" + masked + "@")
+		}
+		b.WriteString(strings.Join(o.Cluster, ","))
+		return b.String()
+	}
 	if len(o.Sentinels) > 0 {
 		var b strings.Builder
 		b.WriteString("redis-sentinel://")

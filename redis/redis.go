@@ -1,5 +1,6 @@
 // Package redis is the lane store for a cluster of gateways: the leases
-// live in Redis (standalone or behind Sentinel), one sorted set per lane,
+// live in Redis (standalone, behind Sentinel, or a Redis Cluster), one
+// sorted set per lane,
 // changed only by the Lua scripts embedded beside this file, which read the
 // time from Redis's own clock.
 //
@@ -24,7 +25,9 @@ import (
 )
 
 // Client is the part of a go-redis client the store uses: a
-// *goredis.Client (standalone or failover) satisfies it.
+// *goredis.Client (standalone or failover) and a *goredis.ClusterClient
+// satisfy it. On a cluster, every key of one call must hash to one slot
+// (capgate.KeyLayoutCluster sees to it).
 type Client interface {
 	goredis.Scripter
 	Pipelined(ctx context.Context, fn func(goredis.Pipeliner) error) ([]goredis.Cmder, error)
@@ -113,30 +116,40 @@ var _ capgate.LaneStore = (*Store)(nil)
 // makes operations fail, not Open. It fails only on invalid options.
 func Open(opts Options) (*Store, error) {
 	o, err := opts.withDefaults()
-	if err == nil && o.URL == "" && len(o.Sentinels) == 0 {
-		err = errors.New("set a Redis URL or Sentinels")
+	if err == nil && o.URL == "" && len(o.Sentinels) == 0 && len(o.Cluster) == 0 {
+		err = errors.New("set a Redis URL, Sentinels or a Redis Cluster")
 	}
 	if err != nil {
 		return nil, fmt.Errorf("open Redis lane store: %w", err)
 	}
-	var c *goredis.Client
-	if len(o.Sentinels) > 0 {
-		c = goredis.NewFailoverClient(o.failoverOptions())
-	} else {
+	var (
+		c      Client
+		closer io.Closer
+	)
+	switch {
+	case len(o.Cluster) > 0:
+		c, closer = newClusterClient(o)
+	case len(o.Sentinels) > 0:
+		fc := goredis.NewFailoverClient(o.failoverOptions())
+		c, closer = fc, fc
+	default:
 		co, err := o.clientOptions()
 		if err != nil {
 			return nil, fmt.Errorf("open Redis lane store: %w", err)
 		}
-		c = goredis.NewClient(co)
+		sc := goredis.NewClient(co)
+		c, closer = sc, sc
 	}
 	s := newStore(c, o)
-	s.closer = c
+	s.closer = closer
 	return s, nil
 }
 
 // New makes a store that uses client, which stays the caller's: Close does
 // not close it. Only the bounds of opts (Deadline, MaxInFlight, MaxQueued)
-// apply; the address and timeouts are the client's. It fails only on
+// apply; the address and timeouts are the client's, and so are its retries:
+// a *goredis.ClusterClient of the caller's resends on network errors and
+// reloads its layout only on redirects, unlike the one Open makes. It fails only on
 // invalid options.
 func New(client Client, opts Options) (*Store, error) {
 	o, err := opts.withDefaults()

@@ -27,6 +27,12 @@ func TestMain(m *testing.M) {
 			os.Exit(1)
 		}
 	}
+	if seeds := os.Getenv(redis.EnvTestRedisCluster); seeds != "" {
+		if err := flushCluster(strings.Split(seeds, ",")); err != nil {
+			fmt.Fprintf(os.Stderr, "flush the test Redis Cluster %s: %v\n", redis.EnvTestRedisCluster, err)
+			os.Exit(1)
+		}
+	}
 	os.Exit(m.Run())
 }
 

@@ -45,3 +45,13 @@ func (h harness) SetTicketExpiry(t testing.TB, prefix, token string, d time.Dura
 		t.Fatal(err)
 	}
 }
+
+// TestWaitlistCluster runs the waitlist conformance on a real Redis
+// Cluster: the waitlist's keys sit under the hash-tagged prefix, in the
+// lanes' slot, so every script stays on one node.
+func TestWaitlistCluster(t *testing.T) {
+	seeds := redis.RealRedisCluster(t)
+	lanetest.RunWaitlist(t, func(t testing.TB) lanetest.WaitStore {
+		return openClusterHarness(t, seeds, redis.Options{})
+	})
+}

@@ -236,12 +236,16 @@ func (c *CapacityCommand) history(ctx context.Context, a *capacityAction) error 
 
 // errNoLaneStore says why status needs Redis.
 var errNoLaneStore = errors.New("capgate capacity status needs the lanes' Redis: set --redis or CAPGATE_REDIS_URL " +
-	"(or REDIS_HOST, or --redis-sentinels). In-process lanes live inside one gateway and can't be seen from " +
+	"(or REDIS_HOST, --redis-sentinels or --redis-cluster). In-process lanes live inside one gateway and can't be seen from " +
 	"another process; ask that gateway instead: GET /capacity/status/.")
 
 func (c *CapacityCommand) status(ctx context.Context, st Settings) error {
 	if !st.HasRedis() {
 		return errNoLaneStore
+	}
+	keyPrefix, err := st.LaneKeyPrefix()
+	if err != nil {
+		return err
 	}
 	lanes, err := redis.Open(st.RedisOptions())
 	if err != nil {
@@ -254,7 +258,7 @@ func (c *CapacityCommand) status(ctx context.Context, st Settings) error {
 			return err
 		}
 		gate := capgate.NewGate(lanes, svc, nil, st.TaskID)
-		gate.KeyPrefix = st.KeyPrefix
+		gate.KeyPrefix = keyPrefix
 		return c.print(gate.Status(ctx, cfg))
 	})
 }

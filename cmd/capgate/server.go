@@ -105,6 +105,10 @@ func NewServer(ctx context.Context, opts ServeOptions, lines io.Writer, logger *
 		return s.Sink.Close(ctx)
 	})
 
+	keyPrefix, err := opts.LaneKeyPrefix()
+	if err != nil {
+		return nil, err
+	}
 	if opts.HasRedis() {
 		rs, err := redis.Open(opts.RedisOptions())
 		if err != nil {
@@ -115,7 +119,7 @@ func NewServer(ctx context.Context, opts ServeOptions, lines io.Writer, logger *
 		logger.Info("lanes in Redis", "redis", rs.String())
 	} else {
 		s.Lanes = memory.New(nil)
-		logger.Warn("lanes are in-process: they count this gateway only; with more than one gateway set --redis or --redis-sentinels")
+		logger.Warn("lanes are in-process: they count this gateway only; with more than one gateway set --redis, --redis-sentinels or --redis-cluster")
 	}
 
 	cstore, err := OpenConfigStore(ctx, opts.Database)
@@ -135,7 +139,7 @@ func NewServer(ctx context.Context, opts ServeOptions, lines io.Writer, logger *
 	}
 
 	s.Gate = capgate.NewGate(s.Lanes, s.Configs, s.Sink, opts.TaskID)
-	s.Gate.KeyPrefix = opts.KeyPrefix
+	s.Gate.KeyPrefix = keyPrefix
 	s.Gate.Skip = capgate.NewSkipWindow(opts.RedisRetry, nil)
 	s.Gate.StoreDeadline = opts.RedisDeadline
 	s.Gate.Logger = logger

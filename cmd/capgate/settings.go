@@ -35,6 +35,7 @@ type Settings struct {
 	Redis          string        // --redis, CAPGATE_REDIS_URL, or REDIS_HOST/REDIS_PORT/REDIS_DB/REDIS_PASSWORD; "" with no Sentinels: in-process lanes
 	RedisSentinels string        // --redis-sentinels, REDIS_SENTINELS: "h:p;h:p"
 	RedisMaster    string        // --redis-master, REDIS_SENTINELS_MASTER (default)
+	RedisCluster   string        // --redis-cluster, CAPGATE_REDIS_CLUSTER: "h:p,h:p", any nodes of a Redis Cluster
 	RedisPassword  string        // REDIS_PASSWORD: for the Sentinels' master, or a URL without one
 	RedisTimeout   time.Duration // --redis-timeout, CAPACITY_REDIS_TIMEOUT_SECONDS (0.5)
 	RedisDeadline  time.Duration // --redis-deadline, CAPACITY_REDIS_DEADLINE_SECONDS (1)
@@ -42,6 +43,7 @@ type Settings struct {
 
 	TaskID    string // --task-id, CAPACITY_TASK_ID: this API task's lane; default the hostname
 	KeyPrefix string // --key-prefix, CAPGATE_KEY_PREFIX: the lane keys' prefix (ocl:capacity)
+	KeyLayout string // --key-layout, CAPGATE_KEY_LAYOUT: default or cluster; empty: cluster with --redis-cluster, else default
 }
 
 // LoadSettings reads the settings' environment variables through getenv
@@ -99,11 +101,13 @@ func LoadSettings(getenv func(string) string) (Settings, error) {
 	}
 	str(&s.RedisSentinels, "REDIS_SENTINELS")
 	str(&s.RedisMaster, "REDIS_SENTINELS_MASTER")
+	str(&s.RedisCluster, "CAPGATE_REDIS_CLUSTER")
 	dur(&s.RedisTimeout, "CAPACITY_REDIS_TIMEOUT_SECONDS", time.Second)
 	dur(&s.RedisDeadline, "CAPACITY_REDIS_DEADLINE_SECONDS", time.Second)
 	dur(&s.RedisRetry, "CAPACITY_REDIS_RETRY_SECONDS", time.Second)
 	str(&s.TaskID, "CAPACITY_TASK_ID")
 	str(&s.KeyPrefix, "CAPGATE_KEY_PREFIX")
+	str(&s.KeyLayout, "CAPGATE_KEY_LAYOUT")
 	return s, errors.Join(errs...)
 }
 
@@ -159,11 +163,41 @@ func (s *Settings) LaneFlags(fs *flag.FlagSet) {
 	fs.DurationVar(&s.RedisRetry, "redis-retry", s.RedisRetry, "how long to skip Redis after it failed (CAPACITY_REDIS_RETRY_SECONDS)")
 	fs.StringVar(&s.TaskID, "task-id", s.TaskID, "this API task's lane name (CAPACITY_TASK_ID; default the hostname)")
 	fs.StringVar(&s.KeyPrefix, "key-prefix", s.KeyPrefix, "the lane keys' prefix (CAPGATE_KEY_PREFIX)")
+	fs.StringVar(&s.RedisCluster, "redis-cluster", s.RedisCluster, "a Redis Cluster, host:port,host:port (any of its nodes) (CAPGATE_REDIS_CLUSTER); implies --key-layout cluster")
+	fs.StringVar(&s.KeyLayout, "key-layout", s.KeyLayout, "the lane keys' layout: default (<prefix>:<lane>, the original's) or cluster ({<prefix>}:<lane>, one hash slot) (CAPGATE_KEY_LAYOUT; default: cluster with --redis-cluster, else default)")
 }
 
-// HasRedis reports whether the lanes live in Redis (standalone or
-// Sentinel), rather than in-process.
-func (s Settings) HasRedis() bool { return s.Redis != "" || s.RedisSentinels != "" }
+// HasRedis reports whether the lanes live in Redis (standalone, Sentinel
+// or a cluster), rather than in-process.
+func (s Settings) HasRedis() bool {
+	return s.Redis != "" || s.RedisSentinels != "" || s.RedisCluster != ""
+}
+
+// LaneKeyPrefix returns the prefix of the lane keys under the key layout:
+// KeyPrefix as is for the default layout, wrapped in a hash tag for the
+// cluster layout (the default with a Redis Cluster). It refuses the default
+// layout on a cluster, where a call's lanes would land in different slots.
+func (s Settings) LaneKeyPrefix() (string, error) {
+	layout := capgate.KeyLayoutDefault
+	if s.RedisCluster != "" {
+		layout = capgate.KeyLayoutCluster
+	}
+	if s.KeyLayout != "" {
+		l, err := capgate.ParseKeyLayout(s.KeyLayout)
+		if err != nil {
+			return "", fmt.Errorf("--key-layout: %w", err)
+		}
+		layout = l
+	}
+	if s.RedisCluster != "" && layout != capgate.KeyLayoutCluster {
+		return "", errors.New("--key-layout default can't be used with --redis-cluster: a call's lanes must share one hash slot there; use --key-layout cluster (the default with a cluster)")
+	}
+	p, err := layout.Prefix(s.KeyPrefix)
+	if err != nil {
+		return "", fmt.Errorf("--key-prefix: %w", err)
+	}
+	return p, nil
+}
 
 // RedisOptions returns the Redis lane store's options.
 func (s Settings) RedisOptions() redis.Options {
@@ -176,6 +210,10 @@ func (s Settings) RedisOptions() redis.Options {
 				o.Sentinels = append(o.Sentinels, a)
 			}
 		}
+	}
+	if s.RedisCluster != "" {
+		o.URL, o.Sentinels = "", nil
+		o.Cluster = splitList(s.RedisCluster)
 	}
 	return o
 }

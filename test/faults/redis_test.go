@@ -183,9 +183,14 @@ func lanes(ctx context.Context, c *goredis.Client) (map[string][]string, error) 
 	if err != nil {
 		return nil, fmt.Errorf("redis keys: %w", err)
 	}
+	tagged, err := c.Keys(ctx, "{"+strings.TrimSuffix(lanePrefix, ":")+"}:*").Result() // the cluster key layout
+	if err != nil {
+		return nil, fmt.Errorf("redis keys: %w", err)
+	}
+	keys = append(keys, tagged...)
 	out := map[string][]string{}
 	for _, k := range keys {
-		if strings.HasPrefix(k, waitPrefix) {
+		if strings.HasPrefix(k, waitPrefix) || strings.HasPrefix(k, clusterLanePrefix+"wait:") {
 			continue // the waitlist, not a lane (see waitlistKeys)
 		}
 		m, err := c.ZRangeByScore(ctx, k, &goredis.ZRangeBy{Min: "(" + now, Max: "+inf"}).Result()
@@ -203,7 +208,8 @@ func lanes(ctx context.Context, c *goredis.Client) (map[string][]string, error) 
 func laneSummary(l map[string][]string) string {
 	var parts []string
 	for k, m := range l {
-		parts = append(parts, fmt.Sprintf("%s=%d", strings.TrimPrefix(k, lanePrefix), len(m)))
+		k = strings.TrimPrefix(strings.TrimPrefix(k, lanePrefix), clusterLanePrefix)
+		parts = append(parts, fmt.Sprintf("%s=%d", k, len(m)))
 	}
 	sort.Strings(parts)
 	if len(parts) == 0 {

@@ -3,6 +3,7 @@
 package faults
 
 import (
+	"context"
 	"fmt"
 	"net/http"
 	"strings"
@@ -24,6 +25,9 @@ type rig struct {
 	db    string
 	gws   []*gateway
 	sen   *sentinelSet // when the gateways find Redis through Sentinels
+	// cluster is the Redis Cluster the gateways share (--redis-cluster);
+	// then redis and rc are the master that serves the lanes' slot.
+	cluster *redisCluster
 }
 
 // rigOptions shape a rig.
@@ -34,6 +38,7 @@ type rigOptions struct {
 	Env      []string // gateway environment
 	Users    []simapi.User
 	Sentinel bool // a master, a replica and three Sentinels
+	Cluster  bool // a Redis Cluster of 3 masters and 3 replicas
 }
 
 // staffToken is a staff user of simapi.DemoUsers.
@@ -48,10 +53,18 @@ func newRig(t *testing.T, o rigOptions) *rig {
 		o.Users = simapi.DemoUsers()
 	}
 	r := &rig{up: newUpstream(o.Users)}
-	if o.Sentinel {
+	switch {
+	case o.Cluster:
+		r.cluster = startCluster(t)
+		m, _, err := r.cluster.owner(context.Background(), t, clusterLanePrefix)
+		if err != nil {
+			t.Fatal(err)
+		}
+		r.redis = m
+	case o.Sentinel:
 		r.sen = startSentinels(t)
 		r.redis = r.sen.master
-	} else {
+	default:
 		r.redis = startRedis(t)
 	}
 	r.rc = r.redis.client(t)
@@ -64,6 +77,9 @@ func newRig(t *testing.T, o rigOptions) *rig {
 		g := gwOptions{Task: task, Upstream: r.up.listen(t, task), Redis: r.redis.url(), Database: r.db, Env: o.Env}
 		if r.sen != nil {
 			g.Redis, g.Sentinels, g.Master = "", r.sen.addrs(), r.sen.name
+		}
+		if r.cluster != nil {
+			g.Redis, g.Args = "", append(g.Args, "--redis-cluster", r.cluster.seeds())
 		}
 		r.gws = append(r.gws, startGateway(t, g))
 	}

@@ -4,6 +4,7 @@ package faults
 
 import (
 	"context"
+	"fmt"
 	"net/http"
 	"testing"
 	"time"
@@ -54,7 +55,14 @@ func TestS01LimitsHold(t *testing.T) {
 		// A generous Redis deadline: this scenario is about limits, and a
 		// loaded machine must not turn calls unavailable (uncounted).
 		Env: []string{"CAPACITY_REDIS_DEADLINE_SECONDS=5", "CAPACITY_REDIS_TIMEOUT_SECONDS=3"}})
-	dur := duration(20*time.Second, 8*time.Second)
+	figures("%s", limitsHold(t, r, duration(20*time.Second, 8*time.Second)))
+}
+
+// limitsHold runs scenario 1's load on r's gateways for dur, checks every
+// lane's limit at the upstream, and returns the figures.
+func limitsHold(t *testing.T, r *rig, dur time.Duration) string {
+	t.Helper()
+	r.up.reset()
 	res := runLoad(context.Background(), loadSpec{Gateways: r.urls(), Clients: 40, Duration: dur, Users: loadUsers})
 	_, peak, upCalls := r.up.snapshot()
 	c := count(res)
@@ -88,8 +96,8 @@ func TestS01LimitsHold(t *testing.T) {
 	if err != nil {
 		t.Errorf("lanes after the load: %v", err)
 	}
-	figures("3 gateways, 40 clients, %v: %d calls (%d admitted, %d refused 429, %d other); upstream peaks api_heavy %d/%d, bulk %d/%d, es2_knn %d/%d, per task max %d/%d, per user max %d; %d violations; lanes empty %v after",
-		dur, c.calls, c.byDecided["admitted"], c.byStatus[429], c.calls-c.byStatus[200]-c.byStatus[429],
+	return fmt.Sprintf("%d gateways, 40 clients, %v: %d calls (%d admitted, %d refused 429, %d other); upstream peaks api_heavy %d/%d, bulk %d/%d, es2_knn %d/%d, per task max %d/%d, per user max %d; %d violations; lanes empty %v after",
+		len(r.gws), dur, c.calls, c.byDecided["admitted"], c.byStatus[429], c.calls-c.byStatus[200]-c.byStatus[429],
 		peak.Total, limits1["cluster"], peak.Bulk, limits1["bulk"], peak.Semantic, limits1["es2_knn"],
 		maxOf(peak.Task), limits1["per_task"], maxOf(peak.User), len(v), took.Round(time.Millisecond))
 }
