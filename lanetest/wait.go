@@ -33,6 +33,7 @@ func RunWaitlist(t *testing.T, open WaitFactory) {
 		{"JoinWithNobodyWaitingIsAcquire", waitTestFastPath},
 		{"RoundRobinAcrossUsers", waitTestRoundRobin},
 		{"FIFOWithinUser", waitTestFIFO},
+		{"UserWhoLeftJoinsTheCurrentRound", waitTestLeftRejoins},
 		{"NewArrivalNeverOvertakes", waitTestNoOvertaking},
 		{"BlockedByOwnLaneHoldsUpNobody", waitTestBackfill},
 		{"SingleRowReserveHoldsWhileBulkWaits", waitTestReserve},
@@ -209,6 +210,41 @@ func waitTestFIFO(t *testing.T, e *waitEnv) {
 			t.Fatalf("slot %d went to %v, want a's ticket %d", i+1, members, i+1)
 		}
 		prev = tk.Token
+	}
+}
+
+func waitTestLeftRejoins(t *testing.T, e *waitEnv) {
+	held := e.hold(1)
+	// a queues 5 calls and abandons them all; b has 3 waiting.
+	for range 5 {
+		tk := e.ticket("a", 1)
+		e.mustQueue(tk)
+		if granted, err := e.s.Leave(t.Context(), tk); err != nil || granted {
+			t.Fatalf("Leave = %v, %v", granted, err)
+		}
+	}
+	user := map[string]string{}
+	for range 3 {
+		tk := e.ticket("b", 1)
+		e.mustQueue(tk)
+		user[tk.Token] = "b"
+	}
+	back := e.ticket("a", 1)
+	e.mustQueue(back)
+	user[back.Token] = "a"
+	var order []string
+	prev := held[0]
+	for range 2 {
+		e.release(prev)
+		members := e.s.Members(t, e.shared)
+		if len(members) != 1 {
+			t.Fatalf("shared holds %v, want one grant", members)
+		}
+		order = append(order, user[members[0]])
+		prev = members[0]
+	}
+	if want := []string{"b", "a"}; !slices.Equal(order, want) {
+		t.Errorf("slots went to %v, want %v: a's abandoned calls must not push its new one back", order, want)
 	}
 }
 

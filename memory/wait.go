@@ -51,13 +51,19 @@ func (s *Store) list(prefix string, create bool) *waitlist {
 	return w
 }
 
-// remove takes t off w. Requires s.mu held.
-func (s *Store) remove(prefix string, w *waitlist, t *ticket) {
+// remove takes t off w. A user left with no ticket by one that was not
+// granted (it left or expired) loses its finish tag: its next ticket joins
+// the current round instead of queueing behind the rounds its abandoned
+// tickets had reserved. Requires s.mu held.
+func (s *Store) remove(prefix string, w *waitlist, t *ticket, granted bool) {
 	i := slices.Index(w.tickets, t)
 	w.tickets = slices.Delete(w.tickets, i, i+1)
 	delete(w.byToken, t.token)
 	if w.perUser[t.user]--; w.perUser[t.user] == 0 {
 		delete(w.perUser, t.user)
+		if !granted {
+			delete(w.fin, t.user)
+		}
 	}
 	for _, k := range t.keys {
 		if w.perKey[k]--; w.perKey[k] == 0 {
@@ -74,7 +80,7 @@ func (s *Store) remove(prefix string, w *waitlist, t *ticket) {
 func (s *Store) dropExpired(prefix string, w *waitlist, now int64) {
 	for _, t := range slices.Clone(w.tickets) {
 		if t.exp <= now {
-			s.remove(prefix, w, t)
+			s.remove(prefix, w, t, false)
 		}
 	}
 }
@@ -119,7 +125,7 @@ func (s *Store) pass(prefix string, now int64) {
 			l.put(t.token, now+t.claim, now+2*t.claim)
 		}
 		w.v = max(w.v, t.start)
-		s.remove(prefix, w, t)
+		s.remove(prefix, w, t, true)
 		s.notify(prefix, t.token)
 	}
 }
@@ -304,7 +310,7 @@ func (s *Store) Leave(ctx context.Context, t capgate.Ticket) (bool, error) {
 	_, now := s.clock()
 	if w := s.list(t.Prefix, false); w != nil {
 		if tk := w.byToken[t.Token]; tk != nil {
-			s.remove(t.Prefix, w, tk)
+			s.remove(t.Prefix, w, tk, false)
 			return false, nil
 		}
 	}

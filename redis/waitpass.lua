@@ -42,10 +42,17 @@ local function add(key, token, now, ms)
   end
 end
 
-local function remove_ticket(w, token, tk)
+-- remove_ticket takes a ticket off the list. A user left with no ticket
+-- by one that was not granted (it left or expired) loses its finish tag:
+-- its next ticket joins the current round instead of queueing behind the
+-- rounds its abandoned tickets had reserved.
+local function remove_ticket(w, token, tk, granted)
   redis.call('ZREM', w.q, tk.m)
   redis.call('HDEL', w.t, token)
-  if redis.call('HINCRBY', w.u, tk.u, -1) <= 0 then redis.call('HDEL', w.u, tk.u) end
+  if redis.call('HINCRBY', w.u, tk.u, -1) <= 0 then
+    redis.call('HDEL', w.u, tk.u)
+    if not granted then redis.call('HDEL', w.f, tk.u) end
+  end
   for _, k in ipairs(tk.k) do
     if redis.call('HINCRBY', w.n, k, -1) <= 0 then redis.call('HDEL', w.n, k) end
   end
@@ -70,7 +77,7 @@ local function drop_expired(w, now)
   local all = redis.call('HGETALL', w.t)
   for i = 1, #all, 2 do
     local tk = cjson.decode(all[i + 1])
-    if tk.e <= now then remove_ticket(w, all[i], tk) end
+    if tk.e <= now then remove_ticket(w, all[i], tk, false) end
   end
 end
 
@@ -91,7 +98,7 @@ local function pass(w, now)
     else
       local tk = cjson.decode(raw)
       if tk.e <= now then
-        remove_ticket(w, token, tk)
+        remove_ticket(w, token, tk, false)
       else
         local fits = true
         for j, k in ipairs(tk.k) do
@@ -109,7 +116,7 @@ local function pass(w, now)
           end
           if s > v then v = s end
           granted = true
-          remove_ticket(w, token, tk)
+          remove_ticket(w, token, tk, true)
           redis.call('PUBLISH', tk.n, token)
         end
       end
