@@ -178,9 +178,10 @@ type Admission struct {
 }
 
 // Admit decides call. It returns nil when the mode is off: the call passes
-// untouched. An enforced call that may wait blocks until it gets a slot,
-// its wait runs out, or ctx is done (it then leaves the waitlist at once). Otherwise the caller must call Release when the call ends,
-// however it ends, and must not send a refused call (Refused) on.
+// untouched. Otherwise the caller must call Release when the call ends,
+// however it ends, and must not send a refused call (Refused) on. An
+// enforced call that may wait blocks until it gets a slot, its wait runs
+// out, or ctx is done (it then leaves the waitlist at once).
 func (g *Gate) Admit(ctx context.Context, call Call) *Admission {
 	cfg, cerr := g.config(ctx)
 	if cfg.Mode == ModeOff {
