@@ -21,6 +21,13 @@ type waitlist struct {
 	byToken map[string]*ticket
 	perUser map[string]int
 	perKey  map[string]int // lane key → tickets waiting on it
+	// first is the first lane of every ticket ("" once two differ), and
+	// firstMax the largest limit any ticket has had on it: once that lane
+	// is full even for firstMax, no ticket can be granted. Neither shrinks
+	// as tickets leave (the early stop stays safe, only less early).
+	first    string
+	mixed    bool
+	firstMax int
 }
 
 // ticket is one waiting call. Times are nanoseconds since Store.start.
@@ -99,8 +106,26 @@ func (s *Store) pass(prefix string, now int64) {
 	if w == nil {
 		return
 	}
-	s.dropExpired(prefix, w, now)
 	counts := map[string]int{}
+	// shut reports that the lane every ticket shares is full for all.
+	shut := func() bool {
+		if w.mixed || w.first == "" {
+			return false
+		}
+		n, ok := counts[w.first]
+		if !ok {
+			n = s.count(w.first, now)
+			counts[w.first] = n
+		}
+		return n >= w.firstMax
+	}
+	if shut() {
+		return
+	}
+	s.dropExpired(prefix, w, now)
+	if s.list(prefix, false) == nil {
+		return
+	}
 	for _, t := range slices.Clone(w.tickets) {
 		fits := true
 		for i, k := range t.keys {
@@ -127,6 +152,9 @@ func (s *Store) pass(prefix string, now int64) {
 		w.v = max(w.v, t.start)
 		s.remove(prefix, w, t, true)
 		s.notify(prefix, t.token)
+		if shut() {
+			return
+		}
 	}
 }
 
@@ -259,6 +287,13 @@ func (s *Store) Join(ctx context.Context, t capgate.Ticket, counts []int) (capga
 		return 1
 	})
 	w.tickets = slices.Insert(w.tickets, i, tk)
+	switch {
+	case w.first == "" && !w.mixed:
+		w.first = keys[0]
+	case w.first != keys[0]:
+		w.mixed = true
+	}
+	w.firstMax = max(w.firstMax, tk.limits[0])
 	w.byToken[tk.token] = tk
 	w.perUser[tk.user]++
 	for _, k := range tk.keys {

@@ -71,6 +71,7 @@ redis.call('HSET', w.t, token, cjson.encode({m = m, u = user, k = KEYS, l = limi
   e = now + tonumber(ARGV[5]), c = tonumber(ARGV[6]), n = ARGV[10]}))
 redis.call('HINCRBY', w.u, user, 1)
 for _, k in ipairs(KEYS) do redis.call('HINCRBY', w.n, k, 1) end
+note_first(w, KEYS[1], limits[1])
 touch(w, 2 * tonumber(ARGV[5]))
 pass(w, now)
 local st = where(w, token, KEYS, now)
