@@ -302,11 +302,13 @@ func waitTestReserve(t *testing.T, e *waitEnv) {
 }
 
 func waitTestMaxWaiting(t *testing.T, e *waitEnv) {
-	e.hold(1)
+	held := e.hold(1)
+	var queued []capgate.Ticket
 	for _, u := range []string{"a", "b"} {
 		tk := e.ticket(u, 1)
 		tk.MaxWaiting = 2
 		e.mustQueue(tk)
+		queued = append(queued, tk)
 	}
 	tk := e.ticket("c", 1)
 	tk.MaxWaiting = 2
@@ -316,6 +318,17 @@ func waitTestMaxWaiting(t *testing.T, e *waitEnv) {
 	}
 	if got := e.waiting(e.shared); got[0] != 2 {
 		t.Errorf("waiting = %d, want 2", got[0])
+	}
+	// A slot freed by expiry (no pass ran) goes to the first waiting
+	// ticket, not to a call turned away from the full list.
+	e.s.SetLease(t, e.shared, held[0], -time.Millisecond)
+	late := e.ticket("d", 1)
+	late.MaxWaiting = 2
+	if res, _ := e.join(late); res.Taken || res.Queued {
+		t.Errorf("Join on a full list after an expiry = %+v, want neither: a's ticket is owed the slot", res)
+	}
+	if got := e.granted(append(queued, late)...); !slices.Equal(got, []string{"a"}) {
+		t.Errorf("granted %v, want [a]", got)
 	}
 }
 

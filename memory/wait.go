@@ -267,10 +267,14 @@ func (s *Store) Join(ctx context.Context, t capgate.Ticket, counts []int) (capga
 		}
 	}
 	if t.MaxWaiting < 1 || t.MaxPerUser < 1 || w != nil && (len(w.tickets) >= t.MaxWaiting || w.perUser[t.UserID] >= t.MaxPerUser) {
-		// No room to wait. A call that fits takes nothing a waiting
-		// ticket could use now: the last pass left none that fits.
-		if busy && s.acquire(t.Token, keys, t.Limits, t.Lease, false, counts, now) {
-			return capgate.JoinResult{Taken: true}, nil
+		// No room to wait. After a pass (a lease may have expired since
+		// the last), a call that fits takes nothing a waiting ticket
+		// could use: none that fits is left.
+		if busy {
+			s.pass(t.Prefix, now)
+			if s.acquire(t.Token, keys, t.Limits, t.Lease, false, counts, now) {
+				return capgate.JoinResult{Taken: true}, nil
+			}
 		}
 		return capgate.JoinResult{}, nil
 	}

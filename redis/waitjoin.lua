@@ -51,9 +51,19 @@ if not busy and fits then return take() end
 local total = redis.call('ZCARD', w.q)
 local mine = tonumber(redis.call('HGET', w.u, user) or '0')
 if maxw < 1 or maxu < 1 or total >= maxw or mine >= maxu then
-  -- No room to wait. A call that fits takes nothing a waiting ticket
-  -- could use now: the last pass left none that fits.
-  if fits then return take() end
+  -- No room to wait. After a pass (a lease may have expired since the
+  -- last), a call that fits takes nothing a waiting ticket could use: none
+  -- that fits is left. (Not busy, it did not fit above.)
+  if busy then
+    pass(w, now)
+    fits = true
+    for i, k in ipairs(KEYS) do
+      local n = count(k, now)
+      res[i + 2] = n
+      if n >= tonumber(ARGV[10 + i]) then fits = false end
+    end
+    if fits then return take() end
+  end
   reset_if_empty(w)
   return res
 end
