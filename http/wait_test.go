@@ -132,6 +132,15 @@ func TestWaitingClientHangsUp(t *testing.T) {
 	if n := len(e.up.requests()); n != 1 {
 		t.Errorf("the upstream saw %d calls, want 1", n)
 	}
+	gone := 0
+	for _, l := range e.sink.Wait(t, 2, waitLimit) { // written at release
+		if strings.Contains(jsonText(l["error"]), "caller gone while waiting") {
+			gone++
+		}
+	}
+	if gone != 1 {
+		t.Errorf("%d log lines say the caller left while waiting, want 1", gone)
+	}
 	if m := e.inFlight(); len(m) != 0 {
 		t.Errorf("leases left: %v", m)
 	}
