@@ -32,6 +32,9 @@ const renewerStopWait = 100 * time.Millisecond
 // Gate admits heavy calls. Admit decides one call and, unless it is
 // refused or the limiter could not count, takes a lease in each of its lanes
 // and renews it in the background; Release ends it and writes its log line.
+// In enforce, an enforced call that finds a lane full waits in Admit for a
+// slot, up to Config.Wait.MaxSeconds, when the store is a Waitlist (see
+// wait.go); every other call is decided at once.
 //
 // The gate never refuses a call because of its own failure: a store error,
 // a bug or a bad input makes the call "unavailable" and lets it go ahead.
@@ -186,7 +189,9 @@ type Admission struct {
 
 // Admit decides call. It returns nil when the mode is off: the call passes
 // untouched. Otherwise the caller must call Release when the call ends,
-// however it ends, and must not send a refused call (Refused) on.
+// however it ends, and must not send a refused call (Refused) on. An
+// enforced call that may wait blocks until it gets a slot, its wait runs
+// out, or ctx is done (it then leaves the waitlist at once).
 func (g *Gate) Admit(ctx context.Context, call Call) *Admission {
 	cfg, cerr := g.config(ctx)
 	if cfg.Mode == ModeOff {

@@ -68,6 +68,26 @@ func BenchmarkGateAdmitReleaseLocalLanes(b *testing.B) {
 	}
 }
 
+// BenchmarkGateAdmitReleaseEnforceWait is BenchmarkGateAdmitRelease in
+// enforce with waiting on (the default wait), uncontended: the join's fast
+// path and the release through the waitlist.
+func BenchmarkGateAdmitReleaseEnforceWait(b *testing.B) {
+	g := benchGate(b)
+	cfg := capgate.DefaultConfig(capgate.ModeEnforce)
+	cfg.EnforceFor = capgate.EnforceAll
+	g.Config = capgate.NewFixedConfig(cfg)
+	ctx := context.Background()
+	call := benchCall("alice")
+	b.ReportAllocs()
+	for b.Loop() {
+		a := g.Admit(ctx, call)
+		if a.Decision() != capgate.DecisionAdmitted {
+			b.Fatalf("decision %q, want admitted", a.Decision())
+		}
+		a.Release(ctx)
+	}
+}
+
 // BenchmarkGateAdmitReleaseParallel is the same with every goroutine its
 // own user, sharing the cluster, task, es2_knn and tier lanes. In shadow
 // mode the shared lanes are over their limits, so most calls are

@@ -362,3 +362,31 @@ func TestWaitWithLocalLanes(t *testing.T) {
 		}
 	})
 }
+
+// deafStore is a memory store whose wake-ups never arrive, as when a
+// pub/sub message is lost.
+type deafStore struct{ *memory.Store }
+
+func (s deafStore) Watch(context.Context, string, string) (<-chan struct{}, func(), error) {
+	return make(chan struct{}), func() {}, nil
+}
+
+// TestLostWakeUpIsFoundByThePump: without the wake-up, the waiter finds
+// its grant at its next pump, before the grant's claim time runs out.
+func TestLostWakeUpIsFoundByThePump(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		e := newWaitEnv(t)
+		e.gate.Store = deafStore{memory.New(nil)}
+		first := e.gate.Admit(t.Context(), lanetest.Match("p", capgate.TierPreview))
+		ch := e.admitAsync(t.Context(), lanetest.Match("p", capgate.TierPreview))
+		synctest.Wait()
+		time.Sleep(500 * time.Millisecond)
+		first.Release(t.Context())
+		second := <-ch
+		defer second.Release(t.Context())
+		mustDecide(t, second, capgate.DecisionAdmitted)
+		if w, _ := second.Waited(); w != capgate.WaitPumpEvery {
+			t.Errorf("waited %v, want %v: the first pump after the grant", w, capgate.WaitPumpEvery)
+		}
+	})
+}

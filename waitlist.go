@@ -18,7 +18,8 @@ import (
 // the newest ticket granted) and, per user, the finish tag F of the user's
 // newest ticket; a new ticket gets S = max(V, F), and F becomes S+1.
 // Tickets are ordered by (S, arrival): round-robin across users, FIFO
-// within a user, and a user who arrives joins the current round.
+// within a user, and a user who arrives joins the current round. A user
+// whose last ticket leaves or expires unserved loses its F.
 //
 // The grant pass, which runs atomically inside Join, ReleaseWait and Pump,
 // drops expired tickets and walks the rest in fair order, counting

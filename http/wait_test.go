@@ -1,6 +1,7 @@
 package http_test
 
 import (
+	"context"
 	"strconv"
 	"strings"
 	"testing"
@@ -82,5 +83,65 @@ func TestWaitedHeaderIsExposed(t *testing.T) {
 	}
 	if !found {
 		t.Errorf("ExposedHeaders() = %v lacks %s", capgate.ExposedHeaders(), capgate.HeaderWaited)
+	}
+}
+
+// endSignal tells a test when a wait ends.
+type endSignal struct {
+	waitSignal
+	ended chan struct{}
+}
+
+func (w endSignal) WaitEnded(*capgate.Admission, time.Duration) { w.ended <- struct{}{} }
+
+// TestWaitingClientHangsUp: a client that hangs up while its call waits
+// leaves the waitlist at once, and its call never reaches the API.
+func TestWaitingClientHangsUp(t *testing.T) {
+	e := newEnv(t, func(c *capgate.Config) {
+		c.Mode, c.EnforceFor = capgate.ModeEnforce, capgate.EnforceAll
+		c.Wait.MaxSeconds = 60
+	}, nil)
+	sig := endSignal{waitSignal{started: make(chan struct{}, 1)}, make(chan struct{}, 1)}
+	e.gate.Observer = sig
+	first := e.async(t.Context(), "POST", semanticMatch, twoRows, "Authorization", "Token t-pam", "X-Test-Do", "hold")
+	e.up.waitEntered(t)
+	ctx, cancel := context.WithCancel(t.Context())
+	second := e.async(ctx, "POST", semanticMatch, twoRows, "Authorization", "Token t-pam")
+	timer := time.NewTimer(waitLimit)
+	defer timer.Stop()
+	select {
+	case <-sig.started:
+	case <-timer.C:
+		t.Fatal("the second call never started waiting")
+	}
+	cancel()
+	select {
+	case <-sig.ended:
+	case <-timer.C:
+		t.Fatal("the wait did not end when the client hung up")
+	}
+	if r := recv(t, second); r.Err == nil {
+		t.Errorf("the hung-up call got status %d", r.StatusCode)
+	}
+	counts := make([]int, 1)
+	if err := e.store.Waiting(t.Context(), capgate.DefaultKeyPrefix, []string{"ocl:capacity:api_heavy"}, counts); err != nil || counts[0] != 0 {
+		t.Errorf("waiting after the hang-up = %v, %v; want 0", counts, err)
+	}
+	e.up.release()
+	recv(t, first)
+	if n := len(e.up.requests()); n != 1 {
+		t.Errorf("the upstream saw %d calls, want 1", n)
+	}
+	gone := 0
+	for _, l := range e.sink.Wait(t, 2, waitLimit) { // written at release
+		if strings.Contains(jsonText(l["error"]), "caller gone while waiting") {
+			gone++
+		}
+	}
+	if gone != 1 {
+		t.Errorf("%d log lines say the caller left while waiting, want 1", gone)
+	}
+	if m := e.inFlight(); len(m) != 0 {
+		t.Errorf("leases left: %v", m)
 	}
 }

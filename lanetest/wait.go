@@ -33,6 +33,7 @@ func RunWaitlist(t *testing.T, open WaitFactory) {
 		{"JoinWithNobodyWaitingIsAcquire", waitTestFastPath},
 		{"RoundRobinAcrossUsers", waitTestRoundRobin},
 		{"FIFOWithinUser", waitTestFIFO},
+		{"UserWhoLeftJoinsTheCurrentRound", waitTestLeftRejoins},
 		{"NewArrivalNeverOvertakes", waitTestNoOvertaking},
 		{"BlockedByOwnLaneHoldsUpNobody", waitTestBackfill},
 		{"SingleRowReserveHoldsWhileBulkWaits", waitTestReserve},
@@ -212,6 +213,41 @@ func waitTestFIFO(t *testing.T, e *waitEnv) {
 	}
 }
 
+func waitTestLeftRejoins(t *testing.T, e *waitEnv) {
+	held := e.hold(1)
+	// a queues 5 calls and abandons them all; b has 3 waiting.
+	for range 5 {
+		tk := e.ticket("a", 1)
+		e.mustQueue(tk)
+		if granted, err := e.s.Leave(t.Context(), tk); err != nil || granted {
+			t.Fatalf("Leave = %v, %v", granted, err)
+		}
+	}
+	user := map[string]string{}
+	for range 3 {
+		tk := e.ticket("b", 1)
+		e.mustQueue(tk)
+		user[tk.Token] = "b"
+	}
+	back := e.ticket("a", 1)
+	e.mustQueue(back)
+	user[back.Token] = "a"
+	var order []string
+	prev := held[0]
+	for range 2 {
+		e.release(prev)
+		members := e.s.Members(t, e.shared)
+		if len(members) != 1 {
+			t.Fatalf("shared holds %v, want one grant", members)
+		}
+		order = append(order, user[members[0]])
+		prev = members[0]
+	}
+	if want := []string{"b", "a"}; !slices.Equal(order, want) {
+		t.Errorf("slots went to %v, want %v: a's abandoned calls must not push its new one back", order, want)
+	}
+}
+
 func waitTestNoOvertaking(t *testing.T, e *waitEnv) {
 	held := e.hold(1)
 	first := e.ticket("a", 1)
@@ -266,11 +302,13 @@ func waitTestReserve(t *testing.T, e *waitEnv) {
 }
 
 func waitTestMaxWaiting(t *testing.T, e *waitEnv) {
-	e.hold(1)
+	held := e.hold(1)
+	var queued []capgate.Ticket
 	for _, u := range []string{"a", "b"} {
 		tk := e.ticket(u, 1)
 		tk.MaxWaiting = 2
 		e.mustQueue(tk)
+		queued = append(queued, tk)
 	}
 	tk := e.ticket("c", 1)
 	tk.MaxWaiting = 2
@@ -280,6 +318,17 @@ func waitTestMaxWaiting(t *testing.T, e *waitEnv) {
 	}
 	if got := e.waiting(e.shared); got[0] != 2 {
 		t.Errorf("waiting = %d, want 2", got[0])
+	}
+	// A slot freed by expiry (no pass ran) goes to the first waiting
+	// ticket, not to a call turned away from the full list.
+	e.s.SetLease(t, e.shared, held[0], -time.Millisecond)
+	late := e.ticket("d", 1)
+	late.MaxWaiting = 2
+	if res, _ := e.join(late); res.Taken || res.Queued {
+		t.Errorf("Join on a full list after an expiry = %+v, want neither: a's ticket is owed the slot", res)
+	}
+	if got := e.granted(append(queued, late)...); !slices.Equal(got, []string{"a"}) {
+		t.Errorf("granted %v, want [a]", got)
 	}
 }
 

@@ -38,6 +38,9 @@ const noTTL = math.MaxInt64
 // clock, so a wall-clock jump neither expires nor prolongs a lease. Only the
 // not-after guard of Acquire compares wall time, as the gateway means it.
 //
+// It is also a capgate.Waitlist (wait.go): the waiting tickets of each key
+// prefix, with a channel per waiter for wake-ups.
+//
 // The zero value is ready to use with time.Now. A Store is safe for
 // concurrent use; every operation takes one mutex, and an acquire plus a
 // release allocate nothing once the lanes exist. Its methods fail only when

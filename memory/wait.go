@@ -21,6 +21,13 @@ type waitlist struct {
 	byToken map[string]*ticket
 	perUser map[string]int
 	perKey  map[string]int // lane key → tickets waiting on it
+	// first is the first lane of every ticket ("" once two differ), and
+	// firstMax the largest limit any ticket has had on it: once that lane
+	// is full even for firstMax, no ticket can be granted. Neither shrinks
+	// as tickets leave (the early stop stays safe, only less early).
+	first    string
+	mixed    bool
+	firstMax int
 }
 
 // ticket is one waiting call. Times are nanoseconds since Store.start.
@@ -51,13 +58,19 @@ func (s *Store) list(prefix string, create bool) *waitlist {
 	return w
 }
 
-// remove takes t off w. Requires s.mu held.
-func (s *Store) remove(prefix string, w *waitlist, t *ticket) {
+// remove takes t off w. A user left with no ticket by one that was not
+// granted (it left or expired) loses its finish tag: its next ticket joins
+// the current round instead of queueing behind the rounds its abandoned
+// tickets had reserved. Requires s.mu held.
+func (s *Store) remove(prefix string, w *waitlist, t *ticket, granted bool) {
 	i := slices.Index(w.tickets, t)
 	w.tickets = slices.Delete(w.tickets, i, i+1)
 	delete(w.byToken, t.token)
 	if w.perUser[t.user]--; w.perUser[t.user] == 0 {
 		delete(w.perUser, t.user)
+		if !granted {
+			delete(w.fin, t.user)
+		}
 	}
 	for _, k := range t.keys {
 		if w.perKey[k]--; w.perKey[k] == 0 {
@@ -74,7 +87,7 @@ func (s *Store) remove(prefix string, w *waitlist, t *ticket) {
 func (s *Store) dropExpired(prefix string, w *waitlist, now int64) {
 	for _, t := range slices.Clone(w.tickets) {
 		if t.exp <= now {
-			s.remove(prefix, w, t)
+			s.remove(prefix, w, t, false)
 		}
 	}
 }
@@ -93,8 +106,26 @@ func (s *Store) pass(prefix string, now int64) {
 	if w == nil {
 		return
 	}
-	s.dropExpired(prefix, w, now)
 	counts := map[string]int{}
+	// shut reports that the lane every ticket shares is full for all.
+	shut := func() bool {
+		if w.mixed || w.first == "" {
+			return false
+		}
+		n, ok := counts[w.first]
+		if !ok {
+			n = s.count(w.first, now)
+			counts[w.first] = n
+		}
+		return n >= w.firstMax
+	}
+	if shut() {
+		return
+	}
+	s.dropExpired(prefix, w, now)
+	if s.list(prefix, false) == nil {
+		return
+	}
 	for _, t := range slices.Clone(w.tickets) {
 		fits := true
 		for i, k := range t.keys {
@@ -119,8 +150,11 @@ func (s *Store) pass(prefix string, now int64) {
 			l.put(t.token, now+t.claim, now+2*t.claim)
 		}
 		w.v = max(w.v, t.start)
-		s.remove(prefix, w, t)
+		s.remove(prefix, w, t, true)
 		s.notify(prefix, t.token)
+		if shut() {
+			return
+		}
 	}
 }
 
@@ -233,10 +267,14 @@ func (s *Store) Join(ctx context.Context, t capgate.Ticket, counts []int) (capga
 		}
 	}
 	if t.MaxWaiting < 1 || t.MaxPerUser < 1 || w != nil && (len(w.tickets) >= t.MaxWaiting || w.perUser[t.UserID] >= t.MaxPerUser) {
-		// No room to wait. A call that fits takes nothing a waiting
-		// ticket could use now: the last pass left none that fits.
-		if busy && s.acquire(t.Token, keys, t.Limits, t.Lease, false, counts, now) {
-			return capgate.JoinResult{Taken: true}, nil
+		// No room to wait. After a pass (a lease may have expired since
+		// the last), a call that fits takes nothing a waiting ticket
+		// could use: none that fits is left.
+		if busy {
+			s.pass(t.Prefix, now)
+			if s.acquire(t.Token, keys, t.Limits, t.Lease, false, counts, now) {
+				return capgate.JoinResult{Taken: true}, nil
+			}
 		}
 		return capgate.JoinResult{}, nil
 	}
@@ -253,6 +291,13 @@ func (s *Store) Join(ctx context.Context, t capgate.Ticket, counts []int) (capga
 		return 1
 	})
 	w.tickets = slices.Insert(w.tickets, i, tk)
+	switch {
+	case w.first == "" && !w.mixed:
+		w.first = keys[0]
+	case w.first != keys[0]:
+		w.mixed = true
+	}
+	w.firstMax = max(w.firstMax, tk.limits[0])
 	w.byToken[tk.token] = tk
 	w.perUser[tk.user]++
 	for _, k := range tk.keys {
@@ -304,7 +349,7 @@ func (s *Store) Leave(ctx context.Context, t capgate.Ticket) (bool, error) {
 	_, now := s.clock()
 	if w := s.list(t.Prefix, false); w != nil {
 		if tk := w.byToken[t.Token]; tk != nil {
-			s.remove(t.Prefix, w, tk)
+			s.remove(t.Prefix, w, tk, false)
 			return false, nil
 		}
 	}

@@ -9,6 +9,11 @@
 // that bounds the caller whatever Redis, DNS or Sentinel do; the
 // operations in flight are bounded, with a short queue behind them; and
 // nothing waits on a hung call, Close included.
+//
+// It is also a capgate.Waitlist: waiting tickets live in Redis beside the
+// lanes (waitpass.lua), shared by every gateway, and grants wake a
+// gateway's waiters through one pub/sub connection per Store (wake.go),
+// opened on its first waiter.
 package redis
 
 import (

@@ -144,8 +144,10 @@ func (s *Store) ReleaseWait(ctx context.Context, prefix, token string, keys []st
 	return err
 }
 
-// Waiting implements capgate.Waitlist with waiting.lua. It returns an
-// error when counts is shorter than keys, and the errors of Store.
+// Waiting implements capgate.Waitlist with waiting.lua, run once per
+// countBatch keys (as Count, so a status over many user lanes never holds
+// Redis long). It returns an error when counts is shorter than keys, and
+// the errors of Store.
 func (s *Store) Waiting(ctx context.Context, prefix string, keys []string, counts []int) error {
 	const op = "count waiting"
 	if len(counts) < len(keys) {
@@ -156,7 +158,15 @@ func (s *Store) Waiting(ctx context.Context, prefix string, keys []string, count
 	}
 	keys = slices.Clone(keys)
 	res, err := run(ctx, s, op, func(ctx context.Context) ([]int64, error) {
-		return waitingScript.Run(ctx, s.client, keys, prefix).Int64Slice()
+		res := make([]int64, 0, len(keys))
+		for lo := 0; lo < len(keys); lo += countBatch {
+			part, err := waitingScript.Run(ctx, s.client, keys[lo:min(lo+countBatch, len(keys))], prefix).Int64Slice()
+			if err != nil {
+				return nil, err
+			}
+			res = append(res, part...)
+		}
+		return res, nil
 	})
 	if err != nil {
 		return err

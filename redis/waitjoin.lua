@@ -51,9 +51,19 @@ if not busy and fits then return take() end
 local total = redis.call('ZCARD', w.q)
 local mine = tonumber(redis.call('HGET', w.u, user) or '0')
 if maxw < 1 or maxu < 1 or total >= maxw or mine >= maxu then
-  -- No room to wait. A call that fits takes nothing a waiting ticket
-  -- could use now: the last pass left none that fits.
-  if fits then return take() end
+  -- No room to wait. After a pass (a lease may have expired since the
+  -- last), a call that fits takes nothing a waiting ticket could use: none
+  -- that fits is left. (Not busy, it did not fit above.)
+  if busy then
+    pass(w, now)
+    fits = true
+    for i, k in ipairs(KEYS) do
+      local n = count(k, now)
+      res[i + 2] = n
+      if n >= tonumber(ARGV[10 + i]) then fits = false end
+    end
+    if fits then return take() end
+  end
   reset_if_empty(w)
   return res
 end
@@ -71,6 +81,7 @@ redis.call('HSET', w.t, token, cjson.encode({m = m, u = user, k = KEYS, l = limi
   e = now + tonumber(ARGV[5]), c = tonumber(ARGV[6]), n = ARGV[10]}))
 redis.call('HINCRBY', w.u, user, 1)
 for _, k in ipairs(KEYS) do redis.call('HINCRBY', w.n, k, 1) end
+note_first(w, KEYS[1], limits[1])
 touch(w, 2 * tonumber(ARGV[5]))
 pass(w, now)
 local st = where(w, token, KEYS, now)

@@ -10,7 +10,7 @@ local w = wkeys(ARGV[1])
 local token = ARGV[2]
 local raw = redis.call('HGET', w.t, token)
 if raw then
-  remove_ticket(w, token, cjson.decode(raw))
+  remove_ticket(w, token, cjson.decode(raw), false)
   reset_if_empty(w)
   return 0
 end

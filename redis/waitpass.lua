@@ -11,7 +11,8 @@
 --   P:wait:n  hash lane key → tickets waiting on it;
 --   P:wait:u  hash user → tickets waiting;
 --   P:wait:f  hash user → finish tag F of the user's newest ticket;
---   P:wait:s  hash: v = virtual time V, seq = arrivals so far.
+--   P:wait:s  hash: v = virtual time V, seq = arrivals so far, k1 and l1
+--             (see note_first).
 -- When the queue empties, all six are deleted: the fair tags start over.
 -- Each join and pump raises their TTL to 2 x the ticket lease, so tickets
 -- nobody pumps (their gateways died) don't outlive them for long even if
@@ -42,10 +43,17 @@ local function add(key, token, now, ms)
   end
 end
 
-local function remove_ticket(w, token, tk)
+-- remove_ticket takes a ticket off the list. A user left with no ticket
+-- by one that was not granted (it left or expired) loses its finish tag:
+-- its next ticket joins the current round instead of queueing behind the
+-- rounds its abandoned tickets had reserved.
+local function remove_ticket(w, token, tk, granted)
   redis.call('ZREM', w.q, tk.m)
   redis.call('HDEL', w.t, token)
-  if redis.call('HINCRBY', w.u, tk.u, -1) <= 0 then redis.call('HDEL', w.u, tk.u) end
+  if redis.call('HINCRBY', w.u, tk.u, -1) <= 0 then
+    redis.call('HDEL', w.u, tk.u)
+    if not granted then redis.call('HDEL', w.f, tk.u) end
+  end
   for _, k in ipairs(tk.k) do
     if redis.call('HINCRBY', w.n, k, -1) <= 0 then redis.call('HDEL', w.n, k) end
   end
@@ -65,22 +73,46 @@ local function reset_if_empty(w)
   end
 end
 
+-- note_first records a new ticket's first lane and its limit there: s.k1
+-- is the first lane of every ticket ('' once two tickets differ) and s.l1
+-- the largest limit on it. Neither shrinks as tickets leave (the early stop
+-- stays safe, only less early) until the list empties.
+local function note_first(w, key, limit)
+  local st = redis.call('HMGET', w.s, 'k1', 'l1')
+  if st[1] == false or st[1] == nil then
+    redis.call('HSET', w.s, 'k1', key, 'l1', limit)
+    return
+  end
+  if st[1] ~= key then redis.call('HSET', w.s, 'k1', '') end
+  if limit > tonumber(st[2] or '0') then redis.call('HSET', w.s, 'l1', limit) end
+end
+
 -- drop_expired removes the tickets whose expiry has passed.
 local function drop_expired(w, now)
   local all = redis.call('HGETALL', w.t)
   for i = 1, #all, 2 do
     local tk = cjson.decode(all[i + 1])
-    if tk.e <= now then remove_ticket(w, all[i], tk) end
+    if tk.e <= now then remove_ticket(w, all[i], tk, false) end
   end
 end
 
 -- pass is the grant pass: walk the tickets in fair order, counting each
 -- lane as it goes, and grant every ticket all of whose lanes have room.
+-- It stops early, without reading a ticket, once the first lane every
+-- ticket shares (api_heavy) is full even for the largest limit any ticket
+-- has on it: then nothing can be granted (see note_first).
 local function pass(w, now)
+  local st = redis.call('HMGET', w.s, 'v', 'k1', 'l1')
+  local v, k1, l1 = tonumber(st[1] or '0'), st[2], tonumber(st[3] or '0')
+  local counts = {}
+  local function shut()
+    if not k1 or k1 == '' then return false end
+    if counts[k1] == nil then counts[k1] = count(k1, now) end
+    return counts[k1] >= l1
+  end
+  if shut() then return end
   local q = redis.call('ZRANGE', w.q, 0, -1, 'WITHSCORES')
   if #q == 0 then return end
-  local counts = {}
-  local v = tonumber(redis.call('HGET', w.s, 'v') or '0')
   local granted = false
   for i = 1, #q, 2 do
     local m, s = q[i], tonumber(q[i + 1])
@@ -91,7 +123,7 @@ local function pass(w, now)
     else
       local tk = cjson.decode(raw)
       if tk.e <= now then
-        remove_ticket(w, token, tk)
+        remove_ticket(w, token, tk, false)
       else
         local fits = true
         for j, k in ipairs(tk.k) do
@@ -109,8 +141,9 @@ local function pass(w, now)
           end
           if s > v then v = s end
           granted = true
-          remove_ticket(w, token, tk)
+          remove_ticket(w, token, tk, true)
           redis.call('PUBLISH', tk.n, token)
+          if shut() then break end
         end
       end
     end

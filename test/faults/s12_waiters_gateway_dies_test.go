@@ -64,6 +64,12 @@ func grants(t *testing.T, g *gateway) map[string]time.Time {
 	return out
 }
 
+func sorted(s []string) []string {
+	s = slices.Clone(s)
+	slices.Sort(s)
+	return s
+}
+
 func TestS12WaitersGatewayDies(t *testing.T) {
 	figures := begin(t, 12)
 	r := newRig(t, rigOptions{Gateways: 3, DB: "s12", Config: waitConfig(), Env: faultEnv})
@@ -181,8 +187,13 @@ func TestS12WaitersGatewayDies(t *testing.T) {
 		got = append(got, w.user)
 		waited = append(waited, fmt.Sprintf("%s %s", w.user, w.res.header.Get("X-OCL-Capacity-Waited-Ms")))
 	}
-	if want := []string{"ada", "grace", "linus", "ada", "ada"}; !slices.Equal(got, want) {
-		t.Errorf("served in the order %v, want %v (fair order, gw3's tickets skipped)", got, want)
+	// Round-robin: grace and linus (one call each) are served in the
+	// first round with ada's first call, before ada's other two. (ada's
+	// and grace's grants come in one pass: which gateway picked its grant
+	// up first is noise, so the order within a round is not checked.)
+	if len(got) != 5 || !slices.Equal(sorted(got[:3]), []string{"ada", "grace", "linus"}) ||
+		!slices.Equal(got[3:], []string{"ada", "ada"}) {
+		t.Errorf("served in the order %v, want ada, grace, linus (in any order) then ada, ada", got)
 	}
 
 	// Nothing left: the status read drops expired tickets; the lanes and
