@@ -117,7 +117,7 @@ func (h *StaffHandler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		h.logger().Warn("staff API: the identity lookup failed", slog.Any("error", err))
 		staffError(w, http.StatusServiceUnavailable, "Could not tell who is calling. Please retry.")
 		return
-	case !ok:
+	case !ok || !usernameOK(caller.UserID):
 		w.Header().Set("WWW-Authenticate", "Token")
 		staffError(w, http.StatusUnauthorized, staffDetailAnonymous)
 		return

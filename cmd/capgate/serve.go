@@ -42,11 +42,13 @@ in its help. Flags:
 
 // serveFlags holds the parsed flag values until they are checked.
 type serveFlags struct {
-	fs       *flag.FlagSet
-	st       *Settings
-	o        *ServeOptions
-	maxBody  string
-	shutdown string
+	fs          *flag.FlagSet
+	st          *Settings
+	o           *ServeOptions
+	maxBody     string
+	shutdown    string
+	maxBuffered string
+	public      string
 }
 
 // flags registers every flag of serve, defaulting to the environment.
@@ -83,6 +85,10 @@ func (c *ServeCommand) flags() (*serveFlags, error) {
 	fs.StringVar(&f.shutdown, "shutdown-timeout", env("CAPGATE_SHUTDOWN_TIMEOUT", DefaultShutdownTimeout.String()), "how long calls in flight may finish after SIGTERM (CAPGATE_SHUTDOWN_TIMEOUT)")
 	fs.StringVar(&o.CoreGroup, "core-group", env("CAPGATE_CORE_GROUP", "core_user"), "the auth group of the core tier (CAPGATE_CORE_GROUP)")
 	fs.StringVar(&o.EarlyGroup, "early-access-group", env("CAPGATE_EARLY_ACCESS_GROUP", "early_access"), "the auth group of the early_access tier (CAPGATE_EARLY_ACCESS_GROUP)")
+	// Request-front hardening (docs/SECURITY.md).
+	fs.StringVar(&f.maxBuffered, "max-buffered-bytes", env("CAPGATE_MAX_BUFFERED_BYTES", strconv.FormatInt(capgatehttp.DefaultMaxBufferedBytes, 10)), "the most request bytes held to classify calls, across all calls in flight; past it a heavy call gets 503 with Retry-After (CAPGATE_MAX_BUFFERED_BYTES)")
+	fs.StringVar(&o.UpgradePaths, "upgrade-paths", env("CAPGATE_UPGRADE_PATHS", ""), "comma-separated path prefixes where a connection upgrade (WebSocket) is passed on; never h2c, never the heavy paths (CAPGATE_UPGRADE_PATHS)")
+	fs.StringVar(&f.public, "public-metrics", env("CAPGATE_PUBLIC_METRICS", "false"), "serve /metrics to anyone, not only staff, when there is no --admin-listen (CAPGATE_PUBLIC_METRICS)")
 	return f, nil
 }
 
@@ -116,6 +122,13 @@ func (c *ServeCommand) parse(args []string) (ServeOptions, error) {
 		return o, fmt.Errorf("--shutdown-timeout %q: want a duration such as 30s", f.shutdown)
 	}
 	o.ShutdownTimeout = d
+	if n, err = strconv.ParseInt(f.maxBuffered, 10, 64); err != nil || n <= 0 {
+		return o, fmt.Errorf("--max-buffered-bytes %q: want a positive number of bytes", f.maxBuffered)
+	}
+	o.MaxBufferedBytes = n
+	if o.PublicMetrics, err = strconv.ParseBool(f.public); err != nil {
+		return o, fmt.Errorf("--public-metrics %q: want true or false", f.public)
+	}
 	return o, nil
 }
 

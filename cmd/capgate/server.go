@@ -42,6 +42,11 @@ type ServeOptions struct {
 	ShutdownTimeout time.Duration // --shutdown-timeout, CAPGATE_SHUTDOWN_TIMEOUT
 	CoreGroup       string        // --core-group
 	EarlyGroup      string        // --early-access-group
+
+	// Request-front hardening (docs/SECURITY.md).
+	MaxBufferedBytes int64  // --max-buffered-bytes, CAPGATE_MAX_BUFFERED_BYTES: bytes held for classification across calls
+	UpgradePaths     string // --upgrade-paths, CAPGATE_UPGRADE_PATHS: comma-separated path prefixes that may upgrade
+	PublicMetrics    bool   // --public-metrics, CAPGATE_PUBLIC_METRICS: /metrics without staff credentials
 }
 
 // Server is one running capgate gateway: its stores, gate and handlers.
@@ -148,16 +153,24 @@ func NewServer(ctx context.Context, opts ServeOptions, lines io.Writer, logger *
 		return errors.Join(wrap("lanes", s.Lanes.Ping(ctx)), wrap("config", cstore.Ping(ctx)))
 	}
 	gcfg := capgatehttp.GatewayConfig{
-		Upstream:       up,
-		Gate:           s.Gate,
-		Identify:       ids,
-		Classifier:     &capgatehttp.Classifier{PathPrefix: opts.PathPrefix, MaxBodyBytes: opts.MaxBodyBytes, Oversize: m.OversizeBody},
+		Upstream: up,
+		Gate:     s.Gate,
+		Identify: ids,
+		Classifier: &capgatehttp.Classifier{PathPrefix: opts.PathPrefix, MaxBodyBytes: opts.MaxBodyBytes, Oversize: m.OversizeBody,
+			Budget: capgatehttp.NewBudget(opts.MaxBufferedBytes)},
 		TrustedProxies: proxies,
+		UpgradePaths:   splitList(opts.UpgradePaths),
+		PublicMetrics:  opts.PublicMetrics,
 		Logger:         logger,
 		Options: []capgatehttp.Option{
 			capgatehttp.WithTierGroups(capgate.TierGroups{Core: opts.CoreGroup, EarlyAccess: opts.EarlyGroup}),
 			capgatehttp.WithCORSOrigins(splitList(opts.CORSOrigins)),
 		},
+	}
+	if opts.Identity == "header" {
+		// Callers not vouched for by a trusted proxy may still carry
+		// credentials the API accepts: their heavy calls share one lane.
+		gcfg.Options = append(gcfg.Options, capgatehttp.WithAnonymousAs(capgatehttp.AnonymousUser))
 	}
 	metricsHandler := promhttp.HandlerFor(reg, promhttp.HandlerOpts{})
 	if opts.AdminListen == "" {
