@@ -87,7 +87,7 @@ func (c *Classifier) HeavyPath(r *http.Request) (capgate.Call, bool) {
 	call := capgate.Call{Endpoint: endpoint}
 	switch endpoint {
 	case capgate.EndpointMatch:
-		if !asciiCharset(r.Header.Get("Content-Type")) {
+		if !asciiCharset(contentType(r)) {
 			// Django decodes the query in the body's charset too (utf-16
 			// percent escapes can spell semantic=true): unreadable here,
 			// so assume the most lanes.
@@ -127,7 +127,7 @@ func (c *Classifier) ClassifyBody(r *http.Request, call capgate.Call) (capgate.C
 	if body == nil {
 		return capgate.Call{}, false, nil
 	}
-	doc, readable := decodeCharset(r.Header.Get("Content-Type"), body)
+	doc, readable := decodeCharset(contentType(r), body)
 	if !readable {
 		return call, true, nil
 	}
@@ -137,6 +137,16 @@ func (c *Classifier) ClassifyBody(r *http.Request, call capgate.Call) (capgate.C
 	}
 	call.Rows = rows
 	return call, true, nil
+}
+
+// contentType returns the last Content-Type of r: gunicorn keeps the last
+// one given, where Header.Get returns the first.
+func contentType(r *http.Request) string {
+	v := r.Header.Values("Content-Type")
+	if len(v) == 0 {
+		return ""
+	}
+	return v[len(v)-1]
 }
 
 // endpoint returns the heavy endpoint that path names, or "".
