@@ -54,6 +54,7 @@ const maxBodyBytes = 4096
 
 type rig struct {
 	dir      string
+	bin      string // the capgate binary
 	record   string // the upstream's JSON lines of heavy runs
 	upstream string // http://127.0.0.1:port
 	gateways map[gatewayID]*gateway
@@ -150,6 +151,7 @@ func (r *rig) start() error {
 			return fmt.Errorf("build capgate: %w: %s", err, out)
 		}
 	}
+	r.bin = bin
 
 	// The upstream: database and users first, then gunicorn.
 	updir := filepath.Join(root, "test", "bypass", "upstream")
@@ -330,6 +332,9 @@ type gateLine struct {
 	UserID   string `json:"user_id"`
 	Tier     string `json:"tier"`
 	CID      string `json:"cid"`
+	// Degraded marks a call counted by the gateway's local lanes while the
+	// store was out (the gatecore branch): counted, though "unavailable".
+	Degraded bool `json:"degraded"`
 }
 
 func readLines[T any](path string) ([]T, error) {
