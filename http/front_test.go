@@ -358,3 +358,22 @@ func TestUpstreamLookupKeysAreExact(t *testing.T) {
 		t.Errorf("lookup = %+v %v %v; want pam, not staff", c, ok, err)
 	}
 }
+
+func TestCharsetIsReadAsDjangoReadsIt(t *testing.T) {
+	// A ";" inside quotes doesn't end the parameter: Django sees the
+	// charset `utf-16;x`, which Python can't look up, and reads UTF-8; so
+	// must capgate, or gate the call as bulk, never read it as UTF-16.
+	c := &capgatehttp.Classifier{}
+	for _, tt := range []struct{ ct, body string }{
+		{`application/json; charset="utf-16;x"`, oneRow},
+		{`application/json; charſet=utf-16`, oneRow}, // not "charset" to Python
+		{`application/json; x="a;charset=utf-16"`, oneRow},
+		{`application/json; charset=utf-16; charset=utf-8`, oneRow},
+	} {
+		r := httptest.NewRequest("POST", semanticMatch, strings.NewReader(tt.body))
+		r.Header.Set("Content-Type", tt.ct)
+		if call, heavy := c.Classify(r); !heavy {
+			t.Errorf("%s: %+v %v; want heavy", tt.ct, call, heavy)
+		}
+	}
+}

@@ -238,14 +238,34 @@ func asciiCharset(contentType string) bool {
 }
 
 // charsetOf returns the last charset parameter of a Content-Type, read as
-// Python's header parser does: parameters split on ";", names in any case,
-// values trimmed and unquoted.
+// Python's cgi.parse_header (Django's) reads it: parameters split on ";"
+// outside double quotes, names lower-cased, values trimmed and unquoted.
 func charsetOf(contentType string) string {
 	var cs string
-	_, params, _ := strings.Cut(contentType, ";")
-	for p := range strings.SplitSeq(params, ";") {
+	params := contentType
+	first := true
+	for params != "" || first {
+		// One parameter: up to a ";" with an even number of unescaped
+		// quotes before it.
+		end := -1
+		for i := 0; i < len(params); i++ {
+			if params[i] == ';' && (strings.Count(params[:i], `"`)-strings.Count(params[:i], `\"`))%2 == 0 {
+				end = i
+				break
+			}
+		}
+		p := params
+		if end >= 0 {
+			p, params = params[:end], params[end+1:]
+		} else {
+			params = ""
+		}
+		if first {
+			first = false // the media type itself
+			continue
+		}
 		name, val, ok := strings.Cut(p, "=")
-		if !ok || !strings.EqualFold(strings.TrimSpace(name), "charset") {
+		if !ok || strings.ToLower(strings.TrimSpace(name)) != "charset" {
 			continue
 		}
 		val = strings.TrimSpace(val)

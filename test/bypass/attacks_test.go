@@ -96,6 +96,8 @@ func attacks(r *rig) []attack {
 		{"row 5: two Content-Types, the last utf-16", gwUpstream, post(match, utf16le(oneRow, true), "Content-Type: application/json; charset=utf-16"), refused},
 		{"row 5: utf-16 percent escapes in the query", gwUpstream,
 			withCT("/concepts/$match/?"+pyPercent16("semantic")+"="+pyPercent16("true")+"&x=1", utf16le(oneRow, true), "application/json; charset=utf-16"), refused},
+		{"row 5: a quoted ';' in the charset (Django reads UTF-8)", gwUpstream, withCT(match, oneRow, `application/json; charset="utf-16;x"`), refused},
+		{"row 5: charset inside another parameter's quotes", gwUpstream, withCT(match, oneRow, `application/json; x="a;charset=utf-16"`), refused},
 		// 6: oversize.
 		{"row 6: padded past --max-body-bytes", gwUpstream, post(match, pad), refused},
 		{"row 6: padded and chunked", gwUpstream, chunked(match, pad), refused},
