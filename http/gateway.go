@@ -126,6 +126,7 @@ func NewGateway(cfg GatewayConfig) (*Gateway, error) {
 // ServeHTTP implements http.Handler. It routes by exact path so the API's
 // own paths reach it unchanged (no cleaning or redirects).
 func (g *Gateway) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	NormalizeRequest(r)
 	p := r.URL.Path
 	get := r.Method == http.MethodGet || r.Method == http.MethodHead
 	switch {

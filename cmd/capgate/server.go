@@ -167,9 +167,10 @@ func NewServer(ctx context.Context, opts ServeOptions, lines io.Writer, logger *
 			capgatehttp.WithCORSOrigins(splitList(opts.CORSOrigins)),
 		},
 	}
-	if opts.Identity == "header" {
-		// Callers not vouched for by a trusted proxy may still carry
-		// credentials the API accepts: their heavy calls share one lane.
+	if opts.Identity == "header" || opts.Identity == "tokens" {
+		// Callers these modes can't name (no trusted proxy's word, a session
+		// cookie, a token not in the file) may still carry credentials the
+		// API accepts: their heavy calls share one lane, never pass ungated.
 		gcfg.Options = append(gcfg.Options, capgatehttp.WithAnonymousAs(capgatehttp.AnonymousUser))
 	}
 	metricsHandler := promhttp.HandlerFor(reg, promhttp.HandlerOpts{})

@@ -116,6 +116,8 @@ func attacks(r *rig) []attack {
 			post(match, oneRow, "X-Capgate-User: stan", "X-Capgate-Staff: true"), refused},
 		{"row 11: X_Capgate_User (underscore)", gwHeader, post(match, oneRow, "X_Capgate_User: stan"), refused},
 		{"row 11: session cookie only", gwHeader, request{target: match, body: oneRow, headers: append(r.session("pam"), jsonCT)}, refused},
+		{"row 11 (tokens mode too): session cookie only", gwTokens, request{target: match, body: oneRow, headers: append(r.session("pam"), jsonCT)}, refused},
+		{"tokens mode: a token the API knows and the file does not (pat's)", gwTokens, request{target: match, body: oneRow, headers: []string{r.token("pat"), jsonCT}}, refused},
 		// 12: upgrades.
 		{"row 12: h2c", gwUpstream, post(match, oneRow, "Upgrade: h2c", "Connection: Upgrade, HTTP2-Settings", "HTTP2-Settings: AAMAAABkAAQAoAAAAAIAAAAA"), refused},
 		{"row 12: websocket on a heavy path", gwUpstream, post(match, oneRow, "Upgrade: websocket", "Connection: Upgrade", "Sec-WebSocket-Version: 13", "Sec-WebSocket-Key: dGhlIHNhbXBsZSBub25jZQ=="), refused},

@@ -183,6 +183,9 @@ func (r *rig) start() error {
 	tokens := filepath.Join(r.dir, "tokens.json")
 	var entries []map[string]any
 	for user, tok := range r.creds.Tokens {
+		if user == "pat" {
+			continue // a user the API knows and the tokens file does not
+		}
 		var groups []string
 		if user == "cora" {
 			groups = []string{"core_user"}
