@@ -234,12 +234,20 @@ func TestHeaderIdentityGatesUntrustedCallers(t *testing.T) {
 	})
 	// A spoofed staff header from an untrusted peer: gated as anonymous
 	// (preview, paused), and the header never reaches the API.
-	r := e.do(t.Context(), "POST", semanticMatch, oneRow, "X-Capgate-User", "stan", "X-Capgate-Staff", "true")
+	r := e.do(t.Context(), "POST", semanticMatch, oneRow, "Authorization", "Token t-pam", "X-Capgate-User", "stan", "X-Capgate-Staff", "true")
 	if r.StatusCode != 429 || r.Header.Get(capgate.HeaderTier) != "preview" || len(e.up.requests()) != 0 {
 		t.Errorf("untrusted: %d tier %q, %d upstream requests", r.StatusCode, r.Header.Get(capgate.HeaderTier), len(e.up.requests()))
 	}
 	if lines := e.sink.Wait(t, 1, waitLimit); lines[0]["user_id"] != capgatehttp.AnonymousUser {
 		t.Errorf("user %v, want %q", lines[0]["user_id"], capgatehttp.AnonymousUser)
+	}
+	// With a session cookie only: the same.
+	if r := e.do(t.Context(), "POST", semanticMatch, oneRow, "Cookie", "sessionid=x"); r.StatusCode != 429 {
+		t.Errorf("cookie only: %d, want 429", r.StatusCode)
+	}
+	// With no credentials at all the API can't know the caller: it answers.
+	if r := e.do(t.Context(), "POST", semanticMatch, oneRow, "X-Capgate-User", "stan"); r.StatusCode != 200 || len(e.up.requests()) != 1 {
+		t.Errorf("no credentials: %d, %d upstream requests; want 200, 1", r.StatusCode, len(e.up.requests()))
 	}
 }
 

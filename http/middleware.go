@@ -99,11 +99,13 @@ func WithClassifier(c *Classifier) Option {
 	return func(m *Middleware) { m.classifier = c }
 }
 
-// WithAnonymousAs gates heavy calls from anonymous callers as user id
-// (tier preview) instead of passing them untouched: for identity modes
-// where the API may know a caller capgate does not (header identity, whose
-// untrusted callers may still carry credentials the API accepts). Default
-// "": anonymous calls pass untouched.
+// WithAnonymousAs gates the heavy calls of callers the identifier can't
+// name but who carry credentials (an Authorization or Cookie header) as
+// user id (tier preview) instead of passing them untouched: for identity
+// modes where the API may know a caller capgate does not (header identity
+// from an untrusted peer, a session cookie or a token missing from the
+// tokens file). A call with no credentials at all still passes: the API
+// can't know its caller either. Default "": anonymous calls pass untouched.
 func WithAnonymousAs(id string) Option {
 	return func(m *Middleware) { m.anonymous = id }
 }
@@ -230,10 +232,16 @@ func (m *Middleware) identifyCaller(ctx context.Context, r *http.Request) (capga
 			"length", utf8.RuneCountInString(caller.UserID), "max", MaxUsername)
 		caller, ok = capgate.Caller{}, false
 	}
-	if err == nil && !ok && m.anonymous != "" {
+	if err == nil && !ok && m.anonymous != "" && hasCredentials(r) {
 		return capgate.Caller{UserID: m.anonymous}, true, nil
 	}
 	return caller, ok, err
+}
+
+// hasCredentials reports whether r carries anything the API could
+// authenticate it by.
+func hasCredentials(r *http.Request) bool {
+	return r.Header.Get("Authorization") != "" || r.Header.Get("Cookie") != ""
 }
 
 // gated admits a heavy call and serves it (or refuses it).
