@@ -109,10 +109,12 @@ func (c *Classifier) HeavyPath(r *http.Request) (capgate.Call, bool) {
 // ClassifyBody reads the body of a call HeavyPath accepted and completes
 // call: heavy with its rows, heavy as bulk (Rows 0) when the body can't be
 // read as the API would, or not heavy. It returns ErrBufferFull (and not
-// heavy) when the Budget is spent; the body is then untouched.
+// heavy) when the Budget is spent; r.Body then still gives every byte.
 func (c *Classifier) ClassifyBody(r *http.Request, call capgate.Call) (capgate.Call, bool, error) {
-	if ce := strings.TrimSpace(r.Header.Get("Content-Encoding")); ce != "" && !strings.EqualFold(ce, "identity") {
-		return call, true, nil // compressed: unreadable here, gate as bulk
+	for _, ce := range r.Header.Values("Content-Encoding") {
+		if ce = strings.TrimSpace(ce); ce != "" && !strings.EqualFold(ce, "identity") {
+			return call, true, nil // compressed: unreadable here, gate as bulk
+		}
 	}
 	body, over, err := c.buffer(r)
 	if err != nil {

@@ -195,7 +195,7 @@ func TestPipelinedRequests(t *testing.T) {
 }
 
 func TestUserAtLimitOne(t *testing.T) {
-	// cora (core, per_user 1) sends 8 calls at once, each held 300 ms by
+	// cora (core, per_user 1) sends 8 calls at once, each held 1 s by
 	// the upstream: it runs one at a time, never two.
 	r := getRig(t)
 	mark := r.mark(t)
@@ -204,7 +204,7 @@ func TestUserAtLimitOne(t *testing.T) {
 		statuses := make([]int, 8)
 		for i := range statuses {
 			wg.Go(func() {
-				q := request{target: match, body: oneRow, headers: []string{r.token("cora"), jsonCT, "X-Test-Hold-Ms: 300"}}
+				q := request{target: match, body: oneRow, headers: []string{r.token("cora"), jsonCT, "X-Test-Hold-Ms: 1000"}}
 				if s := send(t, r.gateways[gw].addr, q.raw(), 1); len(s) == 1 {
 					statuses[i] = s[0]
 				}
