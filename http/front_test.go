@@ -385,3 +385,25 @@ func TestCharsetIsReadAsDjangoReadsIt(t *testing.T) {
 		}
 	}
 }
+
+func TestCookiesAreNeverAStaffCredential(t *testing.T) {
+	api := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.Header.Get("Cookie") == "sessionid=s-stan" {
+			w.Write([]byte(`{"username":"stan","is_staff":true}`))
+			return
+		}
+		w.WriteHeader(http.StatusUnauthorized)
+	}))
+	defer api.Close()
+	id, err := capgatehttp.NewUpstreamIdentity(api.URL)
+	if err != nil {
+		t.Fatal(err)
+	}
+	e := pausedEnv(t, func(c *capgatehttp.GatewayConfig) {
+		c.Identify = id
+		c.Metrics = http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { w.Write([]byte("metrics")) })
+	})
+	if r := e.do(t.Context(), "GET", "/metrics", "", "Cookie", "sessionid=s-stan"); r.StatusCode != http.StatusUnauthorized {
+		t.Errorf("GET /metrics with a staff session cookie = %d, want 401", r.StatusCode)
+	}
+}

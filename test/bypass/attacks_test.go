@@ -249,7 +249,8 @@ func TestNoCallerBecomesStaff(t *testing.T) {
 		want     int
 	}{
 		{"pam's token", up, []string{r.token("pam")}, http.StatusForbidden},
-		{"pam's session", up, r.session("pam"), http.StatusForbidden},
+		{"pam's session (cookies are never a staff credential)", up, r.session("pam"), http.StatusUnauthorized},
+		{"stan's session (cookies are never a staff credential)", up, r.session("stan"), http.StatusUnauthorized},
 		{"pam's token and spoofed X-Capgate-*", up, []string{r.token("pam"), "X-Capgate-User: stan", "X-Capgate-Staff: true"}, http.StatusForbidden},
 		{"spoofed X-Capgate-* on the header gateway", r.gateways[gwHeader].addr, []string{"X-Capgate-User: stan", "X-Capgate-Staff: true"}, http.StatusUnauthorized},
 		{"pam's token and stan's session", up, append([]string{r.token("pam")}, r.session("stan")...), http.StatusForbidden},
