@@ -62,6 +62,9 @@ type Classifier struct {
 	// Budget, if set, bounds the bytes buffered for classification across
 	// every call in flight (--max-buffered-bytes). Default: unbounded.
 	Budget *Budget
+	// BufferFull, if set, is called each time ClassifyBody returns
+	// ErrBufferFull (for a metric).
+	BufferFull func()
 }
 
 // Classify is a ClassifyFunc: HeavyPath, then ClassifyBody. A call whose
@@ -118,6 +121,9 @@ func (c *Classifier) ClassifyBody(r *http.Request, call capgate.Call) (capgate.C
 	}
 	body, over, err := c.buffer(r)
 	if err != nil {
+		if c.BufferFull != nil {
+			c.BufferFull()
+		}
 		return capgate.Call{}, false, err
 	}
 	if over {

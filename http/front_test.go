@@ -8,6 +8,7 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"unicode/utf16"
 
@@ -191,8 +192,9 @@ func TestUpgradesOnlyWhereConfigured(t *testing.T) {
 
 func TestBufferBudget(t *testing.T) {
 	budget := capgatehttp.NewBudget(int64(len(twoRows)))
+	var full atomic.Int32
 	e := pausedEnv(t, func(c *capgatehttp.GatewayConfig) {
-		c.Classifier = &capgatehttp.Classifier{Budget: budget}
+		c.Classifier = &capgatehttp.Classifier{Budget: budget, BufferFull: func() { full.Add(1) }}
 	})
 	// Over the budget: 503 with Retry-After, and nothing sent on.
 	big := `{"rows":[1],"pad":"` + strings.Repeat("x", len(twoRows)) + `"}`
@@ -216,6 +218,9 @@ func TestBufferBudget(t *testing.T) {
 	}
 	if used := budget.Used(); used != 0 {
 		t.Errorf("budget used after the calls = %d, want 0", used)
+	}
+	if n := full.Load(); n != 2 {
+		t.Errorf("BufferFull called %d times, want 2", n)
 	}
 }
 

@@ -67,7 +67,7 @@ capgate_log_lines_dropped_total 7
 # HELP capgate_config_version Version of the runtime capacity config in force (0: the defaults).
 # TYPE capgate_config_version gauge
 capgate_config_version 12
-# HELP capgate_oversize_bodies_total Would-be heavy calls passed ungated because their body exceeded --max-body-bytes.
+# HELP capgate_oversize_bodies_total Heavy-path calls gated as bulk because their body exceeded --max-body-bytes.
 # TYPE capgate_oversize_bodies_total counter
 capgate_oversize_bodies_total 1
 `

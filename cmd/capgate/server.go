@@ -157,7 +157,7 @@ func NewServer(ctx context.Context, opts ServeOptions, lines io.Writer, logger *
 		Gate:     s.Gate,
 		Identify: ids,
 		Classifier: &capgatehttp.Classifier{PathPrefix: opts.PathPrefix, MaxBodyBytes: opts.MaxBodyBytes, Oversize: m.OversizeBody,
-			Budget: capgatehttp.NewBudget(opts.MaxBufferedBytes)},
+			Budget: capgatehttp.NewBudget(opts.MaxBufferedBytes), BufferFull: m.BufferFull},
 		TrustedProxies: proxies,
 		UpgradePaths:   splitList(opts.UpgradePaths),
 		PublicMetrics:  opts.PublicMetrics,
