@@ -412,3 +412,13 @@ func TestCookiesAreNeverAStaffCredential(t *testing.T) {
 		t.Errorf("GET /metrics with a staff session cookie = %d, want 401", r.StatusCode)
 	}
 }
+
+func TestNoHTTP2PriorKnowledge(t *testing.T) {
+	// h2c with prior knowledge would carry calls net/http's HTTP/1 parser
+	// never sees: the gateway's server must not speak it.
+	e := pausedEnv(t, nil)
+	status := rawDo(t, e, "PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n")
+	if status < 400 || len(e.up.requests()) != 0 {
+		t.Errorf("HTTP/2 preface: status %d, %d upstream requests; want an error and none", status, len(e.up.requests()))
+	}
+}

@@ -127,6 +127,13 @@ func NewGateway(cfg GatewayConfig) (*Gateway, error) {
 // own paths reach it unchanged (no cleaning or redirects).
 func (g *Gateway) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	NormalizeRequest(r)
+	if r.Method == "PRI" && r.ProtoMajor == 2 {
+		// net/http hands the HTTP/2 prior-knowledge preface to handlers so
+		// an h2c handler can take over the connection; capgate speaks no
+		// h2c, and passing it on could open a tunnel to an API that does.
+		http.Error(w, "HTTP/2 without TLS is not supported.", http.StatusHTTPVersionNotSupported)
+		return
+	}
 	p := r.URL.Path
 	get := r.Method == http.MethodGet || r.Method == http.MethodHead
 	switch {
