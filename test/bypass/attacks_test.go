@@ -179,6 +179,19 @@ func TestAttacks(t *testing.T) {
 	r.checkInvariants(t, mark)
 }
 
+func TestNoH2C(t *testing.T) {
+	// The HTTP/2 prior-knowledge preface, then (were it accepted) frames
+	// carrying heavy calls: refused before anything reaches the API.
+	r := getRig(t)
+	mark := r.mark(t)
+	got := send(t, r.gateways[gwUpstream].addr, "PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n"+
+		request{target: match, body: oneRow, headers: []string{r.token("pam"), jsonCT}}.raw(), 2)
+	if len(got) == 0 || got[0] != http.StatusHTTPVersionNotSupported {
+		t.Errorf("statuses %v, want 505 first", got)
+	}
+	r.checkInvariants(t, mark)
+}
+
 func TestPipelinedRequests(t *testing.T) {
 	r := getRig(t)
 	mark := r.mark(t)
