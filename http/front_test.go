@@ -3,6 +3,7 @@ package http_test
 import (
 	"bufio"
 	"bytes"
+	"encoding/json"
 	"fmt"
 	"net"
 	"net/http"
@@ -420,5 +421,37 @@ func TestNoHTTP2PriorKnowledge(t *testing.T) {
 	status := rawDo(t, e, "PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n")
 	if status < 400 || len(e.up.requests()) != 0 {
 		t.Errorf("HTTP/2 preface: status %d, %d upstream requests; want an error and none", status, len(e.up.requests()))
+	}
+}
+
+func TestUpstreamLookupBoundsWhatItKeeps(t *testing.T) {
+	long := strings.Repeat("x", capgatehttp.MaxUsername+1)
+	api := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.Header.Get("Authorization") == "Token long" {
+			fmt.Fprintf(w, `{"username":%q,"is_staff":true}`, long)
+			return
+		}
+		groups := make([]string, 500)
+		for i := range groups {
+			groups[i] = fmt.Sprint("g", i)
+		}
+		groups[0] = long
+		b, _ := json.Marshal(map[string]any{"username": "pam", "auth_groups": groups})
+		w.Write(b)
+	}))
+	defer api.Close()
+	id, err := capgatehttp.NewUpstreamIdentity(api.URL)
+	if err != nil {
+		t.Fatal(err)
+	}
+	r := httptest.NewRequest("GET", "/", nil)
+	r.Header.Set("Authorization", "Token long")
+	if c, ok, err := id.Identify(t.Context(), r); err != nil || ok {
+		t.Errorf("a %d-character username = %+v %v %v; want anonymous", len(long), c, ok, err)
+	}
+	r.Header.Set("Authorization", "Token many-groups")
+	c, ok, err := id.Identify(t.Context(), r)
+	if err != nil || !ok || len(c.Groups) != 100 || c.Groups[0] != "g1" {
+		t.Errorf("500 groups = %d kept (first %q), %v %v; want the first 100 bounded names", len(c.Groups), c.Groups[0], ok, err)
 	}
 }

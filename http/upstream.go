@@ -12,6 +12,7 @@ import (
 	"strings"
 	"sync"
 	"time"
+	"unicode/utf8"
 
 	"github.com/capgate/capgate"
 )
@@ -251,15 +252,40 @@ func (u *UpstreamIdentity) lookup(ctx context.Context, cred credentials) (identi
 	if ttl <= 0 {
 		ttl = DefaultIdentityTTL
 	}
+	if !usernameOK(ans.Username) {
+		// Not a name Django gives; cached as anonymous so a cache entry
+		// never holds more than a bounded name (the middleware logs it).
+		return identityEntry{expires: now.Add(ttl)}, nil
+	}
 	return identityEntry{
 		caller: capgate.Caller{
 			UserID: ans.Username,
 			Staff:  ans.IsStaff || ans.IsSuperuser,
-			Groups: ans.AuthGroups,
+			Groups: boundGroups(ans.AuthGroups),
 		},
 		ok:      true,
 		expires: now.Add(ttl),
 	}, nil
+}
+
+// Bounds on the auth groups kept per cached caller. Dropping some can only
+// lower a caller's tier, never raise it.
+const (
+	maxGroups     = 100
+	maxGroupChars = 150
+)
+
+func boundGroups(groups []string) []string {
+	out := groups[:0:0]
+	for _, g := range groups {
+		if len(out) == maxGroups {
+			break
+		}
+		if utf8.RuneCountInString(g) <= maxGroupChars {
+			out = append(out, g)
+		}
+	}
+	return out
 }
 
 // decodeUserAnswer reads a /user/ answer with its keys matched exactly
