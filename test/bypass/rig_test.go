@@ -234,7 +234,9 @@ func (r *rig) spawn(dir string, env []string, logPath, name string, args ...stri
 	}
 	cmd := exec.Command(name, args...)
 	cmd.Dir, cmd.Env, cmd.Stdout, cmd.Stderr = dir, env, f, f
-	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
+	// Its own process group (stop signals gunicorn's workers too), and
+	// killed if the test binary dies before TestMain can stop it.
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGKILL}
 	if err := cmd.Start(); err != nil {
 		f.Close()
 		return fmt.Errorf("start %s: %w", name, err)
