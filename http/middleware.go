@@ -206,7 +206,9 @@ func (m *Middleware) serveTwoStep(w http.ResponseWriter, r *http.Request) {
 	}
 	call, heavy, cerr := m.classifier.ClassifyBody(r, call)
 	if errors.Is(cerr, ErrBufferFull) {
-		m.logger.Warn("capgate: request buffer full; answering 503", "path", r.URL.Path)
+		// Counted by Classifier.BufferFull; a flood must not flood the log.
+		m.logger.Debug("capgate: request buffer full; answering 503", "path", r.URL.Path)
+		m.cors.refusal(w.Header(), r.Header.Get("Origin"))
 		w.Header().Set("Retry-After", strconv.Itoa(BufferFullRetryAfter))
 		http.Error(w, "The gateway is busy. Please retry.", http.StatusServiceUnavailable)
 		return
