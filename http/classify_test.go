@@ -47,7 +47,9 @@ func TestClassifier(t *testing.T) {
 			want: capgate.Call{Endpoint: "$rerank", Rows: 1}, heavy: true},
 		{name: "rerank without q", method: "POST", target: "/concepts/$rerank/", body: `{"rows":[{}]}`},
 		{name: "rerank empty q", method: "POST", target: "/concepts/$rerank/", body: `{"rows":[{}],"q":""}`},
-		{name: "rerank q a number", method: "POST", target: "/concepts/$rerank/", body: `{"rows":[{}],"q":5}`},
+		{name: "rerank q a number (truthy to Python)", method: "POST", target: "/concepts/$rerank/", body: `{"rows":[{}],"q":5}`,
+			want: capgate.Call{Endpoint: "$rerank", Rows: 1}, heavy: true},
+		{name: "rerank q zero", method: "POST", target: "/concepts/$rerank/", body: `{"rows":[{}],"q":0}`},
 		{name: "other path", method: "POST", target: "/concepts/$matchx/?semantic=true", body: two},
 		{name: "nested path", method: "POST", target: "/orgs/x/concepts/$match/?semantic=true", body: two},
 		{name: "prefix", method: "POST", target: "/api/concepts/$match/?semantic=true", body: two, prefix: "/api/",
@@ -75,8 +77,9 @@ func TestClassifier(t *testing.T) {
 }
 
 func TestClassifierOversizeBody(t *testing.T) {
-	// A valid heavy body one byte over the limit passes ungated, byte for
-	// byte, whether or not its length is announced.
+	// A valid heavy body one byte over the limit is gated as bulk (rows
+	// unknown) and passes byte for byte, whether or not its length is
+	// announced.
 	body := []byte(`{"rows":[{"id":"1"}],"pad":"` + strings.Repeat("x", 100) + `"}`)
 	for _, announced := range []bool{true, false} {
 		var counted int
@@ -86,8 +89,8 @@ func TestClassifierOversizeBody(t *testing.T) {
 			r.ContentLength = -1
 			r.Body = io.NopCloser(iotest.OneByteReader(bytes.NewReader(body)))
 		}
-		if _, heavy := c.Classify(r); heavy {
-			t.Errorf("announced=%v: oversize body classified heavy", announced)
+		if call, heavy := c.Classify(r); !heavy || call.Rows != 0 || call.Endpoint != "$match" {
+			t.Errorf("announced=%v: oversize body = %+v, %v; want heavy, rows 0", announced, call, heavy)
 		}
 		if counted != 1 {
 			t.Errorf("announced=%v: Oversize called %d times, want 1", announced, counted)

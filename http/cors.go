@@ -30,11 +30,11 @@ func exposeCapacityHeaders(h http.Header) {
 
 // corsPolicy gives the middleware's own 429 the CORS headers the API
 // would have sent for the request's origin. The zero value echoes any
-// origin.
+// origin without credentials: only an origin listed allows credentials.
 type corsPolicy struct {
 	origins []string // allowed origins, echoed with credentials
 	any     bool     // "*" listed: any other origin, without credentials
-	listed  bool     // a list was given; else every origin is echoed
+	listed  bool     // a list was given; else every origin is echoed, without credentials
 }
 
 func newCORSPolicy(origins []string) corsPolicy {
@@ -59,9 +59,13 @@ func (p corsPolicy) refusal(h http.Header, origin string) {
 		return
 	}
 	switch {
-	case !p.listed || slices.ContainsFunc(p.origins, func(s string) bool { return strings.EqualFold(s, origin) }):
+	case slices.ContainsFunc(p.origins, func(s string) bool { return strings.EqualFold(s, origin) }):
 		h.Set("Access-Control-Allow-Origin", origin)
 		h.Set("Access-Control-Allow-Credentials", "true")
+	case !p.listed:
+		// No list: readable from any origin, but never with the
+		// browser's credentials for an origin nobody named.
+		h.Set("Access-Control-Allow-Origin", origin)
 	case p.any:
 		h.Set("Access-Control-Allow-Origin", "*")
 	}

@@ -42,12 +42,22 @@ type GatewayConfig struct {
 	// of the upstream's own host. Default false.
 	PreserveHost bool
 
+	// UpgradePaths are the path prefixes on which a request may upgrade the
+	// connection (WebSocket; --upgrade-paths). Everywhere else, on the
+	// heavy paths always, and for h2c always, the Upgrade header is
+	// dropped and the request goes on as a plain one, classified like any
+	// other: a tunnel would carry calls capgate never sees. Default: none.
+	UpgradePaths []string
+
 	// Staff, if set, serves every path under /capacity/ (the staff API);
 	// it gets the request unchanged. Default: none, /capacity/ is proxied.
 	Staff http.Handler
-	// Metrics, if set, serves GET /metrics. Default: none, /metrics is
-	// proxied.
+	// Metrics, if set, serves GET /metrics, to staff callers only (Identify
+	// says who) unless PublicMetrics. Default: none, /metrics is proxied.
 	Metrics http.Handler
+	// PublicMetrics serves Metrics to anyone (--public-metrics). Default
+	// false: staff only; anonymous → 401, non-staff → 403.
+	PublicMetrics bool
 	// Health checks the lane and config stores for GET /healthz: nil error
 	// → 200, else 503. Default: always healthy.
 	Health func(ctx context.Context) error
@@ -105,6 +115,7 @@ func NewGateway(cfg GatewayConfig) (*Gateway, error) {
 		// once (its flush interval is -1 for those).
 	}
 	opts := append([]Option{WithLogger(cfg.Logger)}, cfg.Options...)
+	opts = append(opts, WithClassifier(cfg.Classifier))
 	mw, err := NewMiddleware(holdUpstream(proxy), cfg.Gate, cfg.Classifier.Classify, cfg.Identify, opts...)
 	if err != nil {
 		return nil, fmt.Errorf("gateway: %w", err)
@@ -116,18 +127,76 @@ func NewGateway(cfg GatewayConfig) (*Gateway, error) {
 // ServeHTTP implements http.Handler. It routes by exact path so the API's
 // own paths reach it unchanged (no cleaning or redirects).
 func (g *Gateway) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	NormalizeRequest(r)
+	if r.Method == "PRI" && r.ProtoMajor == 2 {
+		// net/http hands the HTTP/2 prior-knowledge preface to handlers so
+		// an h2c handler can take over the connection; capgate speaks no
+		// h2c, and passing it on could open a tunnel to an API that does.
+		http.Error(w, "HTTP/2 without TLS is not supported.", http.StatusHTTPVersionNotSupported)
+		return
+	}
 	p := r.URL.Path
 	get := r.Method == http.MethodGet || r.Method == http.MethodHead
 	switch {
 	case p == "/healthz" && get:
 		g.health(w, r)
 	case p == "/metrics" && get && g.cfg.Metrics != nil:
-		g.cfg.Metrics.ServeHTTP(w, r)
+		g.metrics(w, r)
 	case strings.HasPrefix(p, "/capacity/") && g.cfg.Staff != nil:
 		g.cfg.Staff.ServeHTTP(w, r)
 	default:
+		if hasUpgrade(r.Header) && !g.upgradeAllowed(r) {
+			r = r.Clone(r.Context())
+			r.Header.Del("Upgrade")
+		}
 		g.gated.ServeHTTP(w, r)
 	}
+}
+
+// metrics serves /metrics to staff only, unless PublicMetrics.
+func (g *Gateway) metrics(w http.ResponseWriter, r *http.Request) {
+	if !g.cfg.PublicMetrics {
+		caller, ok, err := g.cfg.Identify.Identify(r.Context(), withoutCookies(r))
+		switch {
+		case err != nil:
+			staffError(w, http.StatusServiceUnavailable, "Could not tell who is calling. Please retry.")
+			return
+		case !ok || !usernameOK(caller.UserID):
+			w.Header().Set("WWW-Authenticate", "Token")
+			staffError(w, http.StatusUnauthorized, staffDetailAnonymous)
+			return
+		case !caller.Staff:
+			staffError(w, http.StatusForbidden, staffDetailForbidden)
+			return
+		}
+	}
+	g.cfg.Metrics.ServeHTTP(w, r)
+}
+
+// hasUpgrade reports whether h asks to upgrade the connection.
+func hasUpgrade(h http.Header) bool {
+	return h.Get("Upgrade") != ""
+}
+
+// upgradeAllowed reports whether r may upgrade: never to h2c, never on a
+// heavy path, else only under UpgradePaths.
+func (g *Gateway) upgradeAllowed(r *http.Request) bool {
+	for _, v := range r.Header.Values("Upgrade") {
+		for p := range strings.SplitSeq(v, ",") {
+			if proto, _, _ := strings.Cut(strings.TrimSpace(p), "/"); strings.EqualFold(proto, "h2c") {
+				return false
+			}
+		}
+	}
+	if g.cfg.Classifier.endpoint(r.URL.Path) != "" {
+		return false
+	}
+	for _, p := range g.cfg.UpgradePaths {
+		if p != "" && strings.HasPrefix(r.URL.Path, p) {
+			return true
+		}
+	}
+	return false
 }
 
 func (g *Gateway) health(w http.ResponseWriter, r *http.Request) {
@@ -160,7 +229,19 @@ func (g *Gateway) rewrite(pr *httputil.ProxyRequest) {
 	if g.cfg.PreserveHost {
 		pr.Out.Host = pr.In.Host
 	}
-	if !g.trusted(pr.In.RemoteAddr) {
+	trusted := g.trusted(pr.In.RemoteAddr)
+	for k := range pr.Out.Header {
+		// A "_" in a name: WSGI servers map "-" and "_" alike, so
+		// X_Capgate_User would pass as X-Capgate-User, and gunicorn takes
+		// a SCRIPT_NAME header as the mount point, moving the path the API
+		// routes away from the one classified. X-Capgate-* only from a
+		// trusted proxy.
+		if strings.Contains(k, "_") || !trusted && len(k) >= len(capgateHeaderPrefix) &&
+			strings.EqualFold(k[:len(capgateHeaderPrefix)], capgateHeaderPrefix) {
+			delete(pr.Out.Header, k)
+		}
+	}
+	if !trusted {
 		pr.SetXForwarded()
 		return
 	}
@@ -175,6 +256,10 @@ func (g *Gateway) rewrite(pr *httputil.ProxyRequest) {
 		}
 	}
 }
+
+// capgateHeaderPrefix starts the headers an auth proxy sets for
+// HeaderIdentity.
+const capgateHeaderPrefix = "X-Capgate-"
 
 func (g *Gateway) trusted(remoteAddr string) bool {
 	if len(g.cfg.TrustedProxies) == 0 {

@@ -241,8 +241,8 @@ func TestBodiesArriveByteForByte(t *testing.T) {
 	}{
 		{"small", small, false, true},
 		{"small chunked", small, true, true},
-		{"over the limit", big, false, false},
-		{"over the limit chunked", big, true, false},
+		{"over the limit", big, false, true},
+		{"over the limit chunked", big, true, true},
 		{"binary junk", junk, true, false},
 	} {
 		t.Run(tt.name, func(t *testing.T) {

@@ -12,6 +12,7 @@ import (
 	"net/netip"
 	"os"
 	"strings"
+	"unicode/utf8"
 
 	"github.com/capgate/capgate"
 )
@@ -167,17 +168,38 @@ func (t *TokenIdentity) Identify(_ context.Context, r *http.Request) (capgate.Ca
 }
 
 // bearer returns the token of an "Authorization: Token <t>" or
-// "Bearer <t>" header (scheme in any case).
+// "Bearer <t>" header (scheme in any case), split as Django REST framework
+// splits it: on any run of ASCII whitespace, exactly two parts.
 func bearer(auth string) (string, bool) {
-	scheme, tok, ok := strings.Cut(strings.TrimSpace(auth), " ")
-	if !ok || !(strings.EqualFold(scheme, "Token") || strings.EqualFold(scheme, "Bearer")) {
+	parts := splitASCIISpace(auth)
+	if len(parts) != 2 || !(strings.EqualFold(parts[0], "Token") || strings.EqualFold(parts[0], "Bearer")) {
 		return "", false
 	}
-	tok = strings.TrimSpace(tok)
-	return tok, tok != ""
+	return parts[1], true
+}
+
+// splitASCIISpace splits s as Python's bytes.split() does: on runs of
+// space, tab, newline, carriage return, vertical tab and form feed.
+func splitASCIISpace(s string) []string {
+	return strings.FieldsFunc(s, func(r rune) bool {
+		return r == ' ' || r == '\t' || r == '\n' || r == '\r' || r == '\v' || r == '\f'
+	})
 }
 
 var (
 	_ capgate.Identifier = (*HeaderIdentity)(nil)
 	_ capgate.Identifier = (*TokenIdentity)(nil)
 )
+
+// AnonymousUser is the user id under which WithAnonymousAs gates the heavy
+// calls of callers capgate can't name (header identity without a trusted
+// proxy's word). The parentheses keep it apart from any Django username.
+const AnonymousUser = "(anonymous)"
+
+// MaxUsername is the longest username, in characters, capgate accepts as
+// an identity (Django's username max_length). A longer one, however it was
+// learned, makes the caller anonymous (and is logged): it would only make
+// long lane keys and log lines.
+const MaxUsername = 150
+
+func usernameOK(u string) bool { return utf8.RuneCountInString(u) <= MaxUsername }

@@ -1,6 +1,7 @@
 package http
 
 import (
+	"context"
 	"crypto/rand"
 	"encoding/hex"
 	"errors"
@@ -8,7 +9,9 @@ import (
 	"log/slog"
 	"net/http"
 	"runtime/debug"
+	"strconv"
 	"time"
+	"unicode/utf8"
 
 	"github.com/capgate/capgate"
 )
@@ -58,6 +61,9 @@ type Middleware struct {
 	classify ClassifyFunc
 	identify capgate.Identifier
 
+	classifier *Classifier // WithClassifier: classify in two steps
+	anonymous  string      // WithAnonymousAs: gate anonymous callers as this user
+
 	groups capgate.TierGroups
 	cors   corsPolicy
 	logger *slog.Logger
@@ -78,10 +84,31 @@ func WithTierGroups(g capgate.TierGroups) Option {
 // the CORS headers of the middleware's own 429: an Origin in the list is
 // echoed with credentials allowed, and "*" in the list allows any other
 // origin without credentials. Default (nil or empty): echo the request's
-// Origin with credentials allowed. Every 429 also carries Vary: Origin and
+// Origin without credentials (credentials only for an origin listed). Every 429 also carries Vary: Origin and
 // the capacity headers in Access-Control-Expose-Headers.
 func WithCORSOrigins(origins []string) Option {
 	return func(m *Middleware) { m.cors = newCORSPolicy(origins) }
+}
+
+// WithClassifier makes the middleware classify with c in two steps: from
+// the path and query first (Classifier.HeavyPath), then, once the caller is
+// known and not anonymous, from the body (Classifier.ClassifyBody, under
+// c.Budget; past it the call gets 503 with Retry-After). The classify
+// function given to NewMiddleware is then unused. Default: none, classify
+// whole before asking who calls.
+func WithClassifier(c *Classifier) Option {
+	return func(m *Middleware) { m.classifier = c }
+}
+
+// WithAnonymousAs gates the heavy calls of callers the identifier can't
+// name but who carry credentials (an Authorization or Cookie header) as
+// user id (tier preview) instead of passing them untouched: for identity
+// modes where the API may know a caller capgate does not (header identity
+// from an untrusted peer, a session cookie or a token missing from the
+// tokens file). A call with no credentials at all still passes: the API
+// can't know its caller either. Default "": anonymous calls pass untouched.
+func WithAnonymousAs(id string) Option {
+	return func(m *Middleware) { m.anonymous = id }
 }
 
 // WithLogger sets the logger of the middleware's own warnings (a handler
@@ -124,32 +151,105 @@ func newMiddleware(next http.Handler, gate *capgate.Gate, classify ClassifyFunc,
 
 // ServeHTTP implements http.Handler.
 func (m *Middleware) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	NormalizeRequest(r)
 	if r.Method == http.MethodOptions {
 		m.next.ServeHTTP(w, r) // preflight: the API answers
 		return
 	}
 	body := r.Body
-	call, heavy := m.classify(r)
-	if r.Body != body && r.Body != nil {
-		// The classifier buffered the body; give its buffer back once the
-		// handler is done with it.
-		defer r.Body.Close()
+	defer func() {
+		if r.Body != body && r.Body != nil {
+			// The classifier buffered the body; give its buffer back
+			// once the handler is done with it.
+			r.Body.Close()
+		}
+	}()
+	if m.classifier != nil {
+		m.serveTwoStep(w, r)
+		return
 	}
+	call, heavy := m.classify(r)
 	if !heavy {
 		m.next.ServeHTTP(w, r)
 		return
 	}
-
 	ctx := r.Context()
 	if m.gate.Config != nil && m.gate.Config.Config(ctx).Mode == capgate.ModeOff {
 		m.next.ServeHTTP(w, r) // mode off: untouched, and nobody looked up
 		return
 	}
-	caller, ok, err := m.identify.Identify(ctx, r)
+	caller, ok, err := m.identifyCaller(ctx, r)
 	if err == nil && !ok {
 		m.next.ServeHTTP(w, r) // anonymous: the API answers
 		return
 	}
+	m.gated(w, r, call, caller, err)
+}
+
+// serveTwoStep is ServeHTTP with a Classifier: the path and query first,
+// then who calls, and only then the body, read under the Classifier's
+// Budget, so an anonymous caller never makes the gateway buffer anything.
+func (m *Middleware) serveTwoStep(w http.ResponseWriter, r *http.Request) {
+	call, maybe := m.classifier.HeavyPath(r)
+	if !maybe {
+		m.next.ServeHTTP(w, r)
+		return
+	}
+	ctx := r.Context()
+	if m.gate.Config != nil && m.gate.Config.Config(ctx).Mode == capgate.ModeOff {
+		m.next.ServeHTTP(w, r) // mode off: untouched, and nobody looked up
+		return
+	}
+	caller, ok, err := m.identifyCaller(ctx, r)
+	if err == nil && !ok {
+		m.next.ServeHTTP(w, r) // anonymous: the API answers
+		return
+	}
+	call, heavy, cerr := m.classifier.ClassifyBody(r, call)
+	if errors.Is(cerr, ErrBufferFull) {
+		// Counted by Classifier.BufferFull; a flood must not flood the log.
+		m.logger.Debug("capgate: request buffer full; answering 503", "path", r.URL.Path)
+		m.cors.refusal(w.Header(), r.Header.Get("Origin"))
+		w.Header().Set("Retry-After", strconv.Itoa(BufferFullRetryAfter))
+		http.Error(w, "The gateway is busy. Please retry.", http.StatusServiceUnavailable)
+		return
+	}
+	if !heavy {
+		m.next.ServeHTTP(w, r)
+		return
+	}
+	m.gated(w, r, call, caller, err)
+}
+
+// BufferFullRetryAfter is the Retry-After, in seconds, of the 503 answered
+// when the classification buffer budget is spent.
+const BufferFullRetryAfter = 1
+
+// identifyCaller asks who calls, refusing identity (anonymous, logged) to a
+// username longer than MaxUsername, and, with WithAnonymousAs, gating an
+// anonymous caller under that user id.
+func (m *Middleware) identifyCaller(ctx context.Context, r *http.Request) (capgate.Caller, bool, error) {
+	caller, ok, err := m.identify.Identify(ctx, r)
+	if err == nil && ok && !usernameOK(caller.UserID) {
+		m.logger.Warn("capgate: username too long; the caller is anonymous",
+			"length", utf8.RuneCountInString(caller.UserID), "max", MaxUsername)
+		caller, ok = capgate.Caller{}, false
+	}
+	if err == nil && !ok && m.anonymous != "" && hasCredentials(r) {
+		return capgate.Caller{UserID: m.anonymous}, true, nil
+	}
+	return caller, ok, err
+}
+
+// hasCredentials reports whether r carries anything the API could
+// authenticate it by.
+func hasCredentials(r *http.Request) bool {
+	return r.Header.Get("Authorization") != "" || r.Header.Get("Cookie") != ""
+}
+
+// gated admits a heavy call and serves it (or refuses it).
+func (m *Middleware) gated(w http.ResponseWriter, r *http.Request, call capgate.Call, caller capgate.Caller, err error) {
+	ctx := r.Context()
 	rid := r.Header.Get(HeaderRequestID)
 	if rid == "" {
 		rid = newRequestID()

@@ -39,7 +39,8 @@ type StatusReporter interface {
 //	GET   /capacity/config/history/    ?limit=N (default 50, 1..500), newest first
 //	GET   /capacity/status/            the lanes' calls in flight and limits
 //
-// The trailing slash is optional. Only staff may call it: anonymous → 401,
+// The trailing slash is optional. Only staff may call it, known by the
+// Authorization header (never by cookies): anonymous → 401,
 // non-staff → 403, a failed identity lookup → 503. Bodies are JSON objects
 // of at most StaffMaxBodyBytes (larger → 413), with an optional string
 // "note". Other methods get 405 with Allow, other paths 404. Errors are
@@ -64,6 +65,19 @@ func (h *StaffHandler) logger() *slog.Logger {
 		return h.Logger
 	}
 	return slog.Default()
+}
+
+// withoutCookies returns r, or a copy of it without its Cookie headers:
+// the staff API and /metrics take a staff credential only from
+// Authorization, so a browser's cookies (sent with any cross-site request)
+// never make a call staff.
+func withoutCookies(r *http.Request) *http.Request {
+	if r.Header.Get("Cookie") == "" {
+		return r
+	}
+	r = r.Clone(r.Context())
+	r.Header.Del("Cookie")
+	return r
 }
 
 // The staff API's fixed answers.
@@ -111,13 +125,13 @@ func (h *StaffHandler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 
-	caller, ok, err := h.ids.Identify(r.Context(), r)
+	caller, ok, err := h.ids.Identify(r.Context(), withoutCookies(r))
 	switch {
 	case err != nil:
 		h.logger().Warn("staff API: the identity lookup failed", slog.Any("error", err))
 		staffError(w, http.StatusServiceUnavailable, "Could not tell who is calling. Please retry.")
 		return
-	case !ok:
+	case !ok || !usernameOK(caller.UserID):
 		w.Header().Set("WWW-Authenticate", "Token")
 		staffError(w, http.StatusUnauthorized, staffDetailAnonymous)
 		return

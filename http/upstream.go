@@ -12,6 +12,7 @@ import (
 	"strings"
 	"sync"
 	"time"
+	"unicode/utf8"
 
 	"github.com/capgate/capgate"
 )
@@ -33,16 +34,19 @@ var ErrLookup = errors.New("user lookup failed")
 
 // UpstreamIdentity learns who calls by asking the API: GET
 // <upstream>/user/?includeAuthGroups=true with the caller's Authorization
-// header (SPEC §10, --identity upstream). It uses the answer's username,
-// is_staff, is_superuser and auth_groups.
+// and Cookie headers (SPEC §10, --identity upstream), so a caller the API
+// knows by a session cookie is known here too. It uses the answer's
+// username, is_staff, is_superuser and auth_groups, with keys matched
+// exactly. It never follows a redirect: a 3xx answer is a failed lookup.
 //
-// Answers are cached per credential, keyed by the SHA-256 of the
-// Authorization header (never the raw token), for TTL; the cache holds at
+// Answers are cached per credential, keyed by the SHA-256 of every
+// Authorization and Cookie value sent (never the raw token), for TTL; the cache holds at
 // most CacheEntries credentials and evicts the least recently used.
 // Concurrent lookups of one credential share one request. A 401 or 403 means
 // the credential is not valid: the caller is anonymous (the API answers the
-// call itself), and that is cached for UnauthorizedTTL. A request without an
-// Authorization header is anonymous and triggers no lookup. A lookup that
+// call itself), and that is cached for UnauthorizedTTL. A request with
+// neither an Authorization nor a Cookie header is anonymous and triggers no
+// lookup. A lookup that
 // fails or takes longer than Timeout returns an error; it is not cached.
 //
 // Create one with NewUpstreamIdentity and set fields before first use. Safe
@@ -116,12 +120,12 @@ func (u *UpstreamIdentity) now() time.Time {
 
 // Identify implements capgate.Identifier.
 func (u *UpstreamIdentity) Identify(ctx context.Context, r *http.Request) (capgate.Caller, bool, error) {
-	auth := r.Header.Get("Authorization")
-	if strings.TrimSpace(auth) == "" {
+	cred := credentials{auth: r.Header.Values("Authorization"), cookie: r.Header.Values("Cookie")}
+	if cred.empty() {
 		return capgate.Caller{}, false, nil
 	}
 	u.init()
-	k := credKey(sha256.Sum256([]byte(auth)))
+	k := cred.key()
 	if e, ok := u.cache.get(k, u.now()); ok {
 		return e.caller, e.ok, nil
 	}
@@ -145,7 +149,7 @@ func (u *UpstreamIdentity) Identify(ctx context.Context, r *http.Request) (capga
 
 	// The lookup is shared, so it doesn't end when this request's client
 	// goes away; Timeout bounds it.
-	f.e, f.err = u.lookup(context.WithoutCancel(ctx), auth)
+	f.e, f.err = u.lookup(context.WithoutCancel(ctx), cred)
 	if f.err == nil {
 		f.e.key = k
 		u.cache.put(f.e)
@@ -157,6 +161,29 @@ func (u *UpstreamIdentity) Identify(ctx context.Context, r *http.Request) (capga
 	return f.e.caller, f.e.ok, f.err
 }
 
+// credentials are what the API authenticates a request by: every
+// Authorization and Cookie header value, in order.
+type credentials struct{ auth, cookie []string }
+
+func (c credentials) empty() bool {
+	return strings.TrimSpace(strings.Join(c.auth, "")) == "" && strings.TrimSpace(strings.Join(c.cookie, "")) == ""
+}
+
+// key hashes every value, each one length-prefixed, so no two different
+// sets of headers share a key.
+func (c credentials) key() credKey {
+	h := sha256.New()
+	for i, vals := range [][]string{c.auth, c.cookie} {
+		fmt.Fprintf(h, "%d:%d;", i, len(vals))
+		for _, v := range vals {
+			fmt.Fprintf(h, "%d:%s;", len(v), v)
+		}
+	}
+	var k credKey
+	h.Sum(k[:0])
+	return k
+}
+
 // userAnswer is the part of the API's /user/ answer used.
 type userAnswer struct {
 	Username    string   `json:"username"`
@@ -166,7 +193,7 @@ type userAnswer struct {
 }
 
 // lookup asks the API who auth is.
-func (u *UpstreamIdentity) lookup(ctx context.Context, auth string) (identityEntry, error) {
+func (u *UpstreamIdentity) lookup(ctx context.Context, cred credentials) (identityEntry, error) {
 	timeout := u.Timeout
 	if timeout <= 0 {
 		timeout = DefaultIdentityTimeout
@@ -178,12 +205,20 @@ func (u *UpstreamIdentity) lookup(ctx context.Context, auth string) (identityEnt
 	if err != nil {
 		return identityEntry{}, fmt.Errorf("identify caller: %w", err)
 	}
-	req.Header.Set("Authorization", auth)
-	req.Header.Set("Accept", "application/json")
-	client := u.Client
-	if client == nil {
-		client = http.DefaultClient
+	for _, v := range cred.auth {
+		req.Header.Add("Authorization", v)
 	}
+	for _, v := range cred.cookie {
+		req.Header.Add("Cookie", v)
+	}
+	req.Header.Set("Accept", "application/json")
+	client := http.Client{}
+	if u.Client != nil {
+		client = *u.Client
+	}
+	// A redirect could point the credential, and the answer, at another
+	// server: a 3xx is a failed lookup.
+	client.CheckRedirect = func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse }
 	resp, err := client.Do(req)
 	if err != nil {
 		// *url.Error quotes the URL, which holds no credential.
@@ -206,8 +241,8 @@ func (u *UpstreamIdentity) lookup(ctx context.Context, auth string) (identityEnt
 		return identityEntry{}, fmt.Errorf("identify caller: %w: GET /user/ answered %d", ErrLookup, resp.StatusCode)
 	}
 
-	var ans userAnswer
-	if err := json.NewDecoder(io.LimitReader(resp.Body, maxUserBody)).Decode(&ans); err != nil {
+	ans, err := decodeUserAnswer(io.LimitReader(resp.Body, maxUserBody))
+	if err != nil {
 		return identityEntry{}, fmt.Errorf("identify caller: %w: decode /user/: %w", ErrLookup, err)
 	}
 	if ans.Username == "" {
@@ -217,15 +252,60 @@ func (u *UpstreamIdentity) lookup(ctx context.Context, auth string) (identityEnt
 	if ttl <= 0 {
 		ttl = DefaultIdentityTTL
 	}
+	if !usernameOK(ans.Username) {
+		// Not a name Django gives; cached as anonymous so a cache entry
+		// never holds more than a bounded name (the middleware logs it).
+		return identityEntry{expires: now.Add(ttl)}, nil
+	}
 	return identityEntry{
 		caller: capgate.Caller{
 			UserID: ans.Username,
 			Staff:  ans.IsStaff || ans.IsSuperuser,
-			Groups: ans.AuthGroups,
+			Groups: boundGroups(ans.AuthGroups),
 		},
 		ok:      true,
 		expires: now.Add(ttl),
 	}, nil
+}
+
+// Bounds on the auth groups kept per cached caller. Dropping some can only
+// lower a caller's tier, never raise it.
+const (
+	maxGroups     = 100
+	maxGroupChars = 150
+)
+
+func boundGroups(groups []string) []string {
+	out := groups[:0:0]
+	for _, g := range groups {
+		if len(out) == maxGroups {
+			break
+		}
+		if utf8.RuneCountInString(g) <= maxGroupChars {
+			out = append(out, g)
+		}
+	}
+	return out
+}
+
+// decodeUserAnswer reads a /user/ answer with its keys matched exactly
+// (encoding/json alone would take "IS_STAFF" for is_staff), the last of
+// duplicates winning as in Python.
+func decodeUserAnswer(r io.Reader) (userAnswer, error) {
+	var raw map[string]json.RawMessage // exact keys; the last duplicate wins
+	if err := json.NewDecoder(r).Decode(&raw); err != nil {
+		return userAnswer{}, err
+	}
+	var ans userAnswer
+	for k, dst := range map[string]any{"username": &ans.Username, "is_staff": &ans.IsStaff,
+		"is_superuser": &ans.IsSuperuser, "auth_groups": &ans.AuthGroups} {
+		if v, ok := raw[k]; ok {
+			if err := json.Unmarshal(v, dst); err != nil {
+				return userAnswer{}, fmt.Errorf("%s: %w", k, err)
+			}
+		}
+	}
+	return ans, nil
 }
 
 var _ capgate.Identifier = (*UpstreamIdentity)(nil)

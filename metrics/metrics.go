@@ -39,6 +39,7 @@ type Metrics struct {
 	waiting   *prometheus.GaugeVec   // lane: this gateway's calls waiting
 	wait      prometheus.Histogram   // seconds waited
 	degraded  *prometheus.CounterVec // decision: decided by the local lanes alone
+	bufFull   prometheus.Counter     // heavy calls answered 503: the classification buffer was full
 	funcs     []prometheus.Collector // from options
 }
 
@@ -127,14 +128,18 @@ func New(reg prometheus.Registerer, opts ...Option) (*Metrics, error) {
 		}, []string{"decision"}),
 		oversize: prometheus.NewCounter(prometheus.CounterOpts{
 			Namespace: Namespace, Name: "oversize_bodies_total",
-			Help: "Would-be heavy calls passed ungated because their body exceeded --max-body-bytes.",
+			Help: "Heavy-path calls gated as bulk because their body exceeded --max-body-bytes.",
+		}),
+		bufFull: prometheus.NewCounter(prometheus.CounterOpts{
+			Namespace: Namespace, Name: "buffer_full_total",
+			Help: "Heavy-path calls answered 503 because the bytes held for classification reached --max-buffered-bytes.",
 		}),
 	}
 	for _, o := range opts {
 		o(m)
 	}
 	cs := append([]prometheus.Collector{m.decisions, m.inFlight, m.limit, m.held,
-		m.storeErrs, m.skipped, m.lost, m.oversize, m.waiting, m.wait, m.degraded}, m.funcs...)
+		m.storeErrs, m.skipped, m.lost, m.oversize, m.waiting, m.wait, m.degraded, m.bufFull}, m.funcs...)
 	var errs []error
 	for _, c := range cs {
 		if err := reg.Register(c); err != nil {
@@ -218,6 +223,11 @@ func (m *Metrics) StoreError(op string, _ error) { m.storeErrs.WithLabelValues(o
 // StoreSkipped implements capgate.Observer.
 func (m *Metrics) StoreSkipped(op string) { m.skipped.WithLabelValues(op).Inc() }
 
-// OversizeBody counts a call passed ungated because its body was too
-// large to classify; use it as capgatehttp.Classifier.Oversize.
+// OversizeBody counts a call gated as bulk because its body was too large
+// to classify; use it as capgatehttp.Classifier.Oversize.
 func (m *Metrics) OversizeBody() { m.oversize.Inc() }
+
+// BufferFull counts a heavy-path call answered 503 because the
+// classification buffer budget was spent; use it as
+// capgatehttp.Classifier.BufferFull.
+func (m *Metrics) BufferFull() { m.bufFull.Inc() }

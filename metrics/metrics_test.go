@@ -67,7 +67,7 @@ capgate_log_lines_dropped_total 7
 # HELP capgate_config_version Version of the runtime capacity config in force (0: the defaults).
 # TYPE capgate_config_version gauge
 capgate_config_version 12
-# HELP capgate_oversize_bodies_total Would-be heavy calls passed ungated because their body exceeded --max-body-bytes.
+# HELP capgate_oversize_bodies_total Heavy-path calls gated as bulk because their body exceeded --max-body-bytes.
 # TYPE capgate_oversize_bodies_total counter
 capgate_oversize_bodies_total 1
 `
@@ -135,8 +135,9 @@ func TestMetricsThroughTheGateway(t *testing.T) {
 	u, _ := url.Parse(api.URL)
 	gw, err := capgatehttp.NewGateway(capgatehttp.GatewayConfig{
 		Upstream: u, Gate: gate, Identify: ids,
-		Classifier: &capgatehttp.Classifier{MaxBodyBytes: 64, Oversize: m.OversizeBody},
-		Metrics:    promhttp.HandlerFor(reg, promhttp.HandlerOpts{}),
+		Classifier:    &capgatehttp.Classifier{MaxBodyBytes: 64, Oversize: m.OversizeBody},
+		Metrics:       promhttp.HandlerFor(reg, promhttp.HandlerOpts{}),
+		PublicMetrics: true,
 	})
 	if err != nil {
 		t.Fatal(err)
@@ -155,8 +156,9 @@ func TestMetricsThroughTheGateway(t *testing.T) {
 		resp.Body.Close()
 	}
 	post(`{"rows":[{}]}`)
-	post(`{"rows":[{}],"pad":"` + strings.Repeat("x", 100) + `"}`)
-	<-released // the gated call's metrics are in
+	post(`{"rows":[{}],"pad":"` + strings.Repeat("x", 100) + `"}`) // oversize: gated as bulk
+	<-released                                                     // the gated calls' metrics are in
+	<-released
 
 	resp, err := http.Get(front.URL + "/metrics")
 	if err != nil {
@@ -165,9 +167,9 @@ func TestMetricsThroughTheGateway(t *testing.T) {
 	b, _ := io.ReadAll(resp.Body)
 	resp.Body.Close()
 	for _, want := range []string{
-		`capgate_decisions_total{decision="admitted",endpoint="$match",tier="preview"} 1`,
+		`capgate_decisions_total{decision="admitted",endpoint="$match",tier="preview"} 2`,
 		`capgate_oversize_bodies_total 1`,
-		`capgate_held_seconds_count 1`,
+		`capgate_held_seconds_count 2`,
 	} {
 		if !strings.Contains(string(b), want) {
 			t.Errorf("/metrics lacks %s", want)

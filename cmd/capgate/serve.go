@@ -42,11 +42,13 @@ in its help. Flags:
 
 // serveFlags holds the parsed flag values until they are checked.
 type serveFlags struct {
-	fs       *flag.FlagSet
-	st       *Settings
-	o        *ServeOptions
-	maxBody  string
-	shutdown string
+	fs          *flag.FlagSet
+	st          *Settings
+	o           *ServeOptions
+	maxBody     string
+	shutdown    string
+	maxBuffered string
+	public      string
 }
 
 // flags registers every flag of serve, defaulting to the environment.
@@ -77,13 +79,17 @@ func (c *ServeCommand) flags() (*serveFlags, error) {
 	fs.StringVar(&o.Tokens, "tokens", env("CAPGATE_TOKENS", ""), "the tokens file for --identity tokens (CAPGATE_TOKENS)")
 	fs.StringVar(&o.TrustedProxies, "trusted-proxies", env("CAPGATE_TRUSTED_PROXIES", ""), "comma-separated CIDRs of proxies whose X-Forwarded-* and X-Capgate-* headers are trusted (CAPGATE_TRUSTED_PROXIES)")
 	fs.StringVar(&o.PathPrefix, "path-prefix", env("CAPGATE_PATH_PREFIX", ""), "where the API is mounted, e.g. /api (CAPGATE_PATH_PREFIX)")
-	fs.StringVar(&f.maxBody, "max-body-bytes", env("CAPGATE_MAX_BODY_BYTES", strconv.FormatInt(capgatehttp.DefaultMaxBodyBytes, 10)), "the most of a body read to classify it; larger bodies pass ungated (CAPGATE_MAX_BODY_BYTES)")
-	fs.StringVar(&o.CORSOrigins, "cors-origins", env("CAPGATE_CORS_ORIGINS", ""), "comma-separated origins allowed on the gateway's own 429; default: echo the request's Origin (CAPGATE_CORS_ORIGINS)")
+	fs.StringVar(&f.maxBody, "max-body-bytes", env("CAPGATE_MAX_BODY_BYTES", strconv.FormatInt(capgatehttp.DefaultMaxBodyBytes, 10)), "the most of a body read to classify it; a larger heavy-path body is gated as bulk (CAPGATE_MAX_BODY_BYTES)")
+	fs.StringVar(&o.CORSOrigins, "cors-origins", env("CAPGATE_CORS_ORIGINS", ""), "comma-separated origins allowed, with credentials, on the gateway's own 429; default: echo the request's Origin without credentials (CAPGATE_CORS_ORIGINS)")
 	fs.StringVar(&o.LogFile, "log-file", env("CAPGATE_LOG_FILE", ""), "append the ocl_capacity lines to this file instead of stdout (CAPGATE_LOG_FILE)")
 	fs.StringVar(&f.shutdown, "shutdown-timeout", env("CAPGATE_SHUTDOWN_TIMEOUT", DefaultShutdownTimeout.String()), "how long calls in flight may finish after SIGTERM (CAPGATE_SHUTDOWN_TIMEOUT)")
 	fs.StringVar(&o.CoreGroup, "core-group", env("CAPGATE_CORE_GROUP", "core_user"), "the auth group of the core tier (CAPGATE_CORE_GROUP)")
 	fs.BoolVar(&o.LocalLanes, "local-lanes", envBool(getenv, "CAPGATE_LOCAL_LANES", true), "with Redis: keep local lanes of this gateway's calls, refuse what they find full, and apply degraded limits while Redis is unavailable (CAPGATE_LOCAL_LANES)")
 	fs.StringVar(&o.EarlyGroup, "early-access-group", env("CAPGATE_EARLY_ACCESS_GROUP", "early_access"), "the auth group of the early_access tier (CAPGATE_EARLY_ACCESS_GROUP)")
+	// Request-front hardening (docs/SECURITY.md).
+	fs.StringVar(&f.maxBuffered, "max-buffered-bytes", env("CAPGATE_MAX_BUFFERED_BYTES", strconv.FormatInt(capgatehttp.DefaultMaxBufferedBytes, 10)), "the most request bytes held to classify calls, across all calls in flight; past it a heavy call gets 503 with Retry-After (CAPGATE_MAX_BUFFERED_BYTES)")
+	fs.StringVar(&o.UpgradePaths, "upgrade-paths", env("CAPGATE_UPGRADE_PATHS", ""), "comma-separated path prefixes where a connection upgrade (WebSocket) is passed on; never h2c, never the heavy paths (CAPGATE_UPGRADE_PATHS)")
+	fs.StringVar(&f.public, "public-metrics", env("CAPGATE_PUBLIC_METRICS", "false"), "serve /metrics to anyone, not only staff, when there is no --admin-listen (CAPGATE_PUBLIC_METRICS)")
 	return f, nil
 }
 
@@ -117,6 +123,13 @@ func (c *ServeCommand) parse(args []string) (ServeOptions, error) {
 		return o, fmt.Errorf("--shutdown-timeout %q: want a duration such as 30s", f.shutdown)
 	}
 	o.ShutdownTimeout = d
+	if n, err = strconv.ParseInt(f.maxBuffered, 10, 64); err != nil || n <= 0 {
+		return o, fmt.Errorf("--max-buffered-bytes %q: want a positive number of bytes", f.maxBuffered)
+	}
+	o.MaxBufferedBytes = n
+	if o.PublicMetrics, err = strconv.ParseBool(f.public); err != nil {
+		return o, fmt.Errorf("--public-metrics %q: want true or false", f.public)
+	}
 	return o, nil
 }
 

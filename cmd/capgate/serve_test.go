@@ -197,7 +197,17 @@ func TestServeMetricsFollowTheConfigVersion(t *testing.T) {
 	if resp.StatusCode != 200 {
 		t.Fatalf("PATCH = %d", resp.StatusCode)
 	}
-	m, err := http.Get(addr + "/metrics")
+	anon, err := http.Get(addr + "/metrics")
+	if err != nil {
+		t.Fatal(err)
+	}
+	anon.Body.Close()
+	if anon.StatusCode != 401 {
+		t.Errorf("anonymous GET /metrics = %d, want 401 (staff only)", anon.StatusCode)
+	}
+	mreq, _ := http.NewRequest("GET", addr+"/metrics", nil)
+	mreq.Header.Set("Authorization", "Token ada-token")
+	m, err := http.DefaultClient.Do(mreq)
 	if err != nil {
 		t.Fatal(err)
 	}

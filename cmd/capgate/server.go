@@ -47,6 +47,11 @@ type ServeOptions struct {
 	// refuses what this gateway alone knows is full, and holds degraded
 	// limits while Redis is unavailable (capgate.Gate.Local).
 	LocalLanes bool
+
+	// Request-front hardening (docs/SECURITY.md).
+	MaxBufferedBytes int64  // --max-buffered-bytes, CAPGATE_MAX_BUFFERED_BYTES: bytes held for classification across calls
+	UpgradePaths     string // --upgrade-paths, CAPGATE_UPGRADE_PATHS: comma-separated path prefixes that may upgrade
+	PublicMetrics    bool   // --public-metrics, CAPGATE_PUBLIC_METRICS: /metrics without staff credentials
 }
 
 // Server is one running capgate gateway: its stores, gate and handlers.
@@ -170,16 +175,25 @@ func NewServer(ctx context.Context, opts ServeOptions, lines io.Writer, logger *
 		return errors.Join(wrap("lanes", s.Lanes.Ping(ctx)), wrap("config", cstore.Ping(ctx)))
 	}
 	gcfg := capgatehttp.GatewayConfig{
-		Upstream:       up,
-		Gate:           s.Gate,
-		Identify:       ids,
-		Classifier:     &capgatehttp.Classifier{PathPrefix: opts.PathPrefix, MaxBodyBytes: opts.MaxBodyBytes, Oversize: m.OversizeBody},
+		Upstream: up,
+		Gate:     s.Gate,
+		Identify: ids,
+		Classifier: &capgatehttp.Classifier{PathPrefix: opts.PathPrefix, MaxBodyBytes: opts.MaxBodyBytes, Oversize: m.OversizeBody,
+			Budget: capgatehttp.NewBudget(opts.MaxBufferedBytes), BufferFull: m.BufferFull},
 		TrustedProxies: proxies,
+		UpgradePaths:   splitList(opts.UpgradePaths),
+		PublicMetrics:  opts.PublicMetrics,
 		Logger:         logger,
 		Options: []capgatehttp.Option{
 			capgatehttp.WithTierGroups(capgate.TierGroups{Core: opts.CoreGroup, EarlyAccess: opts.EarlyGroup}),
 			capgatehttp.WithCORSOrigins(splitList(opts.CORSOrigins)),
 		},
+	}
+	if opts.Identity == "header" || opts.Identity == "tokens" {
+		// Callers these modes can't name (no trusted proxy's word, a session
+		// cookie, a token not in the file) may still carry credentials the
+		// API accepts: their heavy calls share one lane, never pass ungated.
+		gcfg.Options = append(gcfg.Options, capgatehttp.WithAnonymousAs(capgatehttp.AnonymousUser))
 	}
 	metricsHandler := promhttp.HandlerFor(reg, promhttp.HandlerOpts{})
 	if opts.AdminListen == "" {

@@ -1,0 +1,51 @@
+package http
+
+import "sync/atomic"
+
+// DefaultMaxBufferedBytes is the default bound on the request bytes the
+// gateway holds for classification across every call in flight
+// (--max-buffered-bytes): 256 MiB.
+const DefaultMaxBufferedBytes = 256 << 20
+
+// Budget bounds the bytes buffered for classification across every call
+// in flight, so many slow or large bodies can't grow the gateway without
+// bound. A nil *Budget is unbounded. Safe for concurrent use.
+type Budget struct {
+	max  int64
+	used atomic.Int64
+}
+
+// NewBudget returns a Budget of max bytes (max ≤ 0: DefaultMaxBufferedBytes).
+func NewBudget(max int64) *Budget {
+	if max <= 0 {
+		max = DefaultMaxBufferedBytes
+	}
+	return &Budget{max: max}
+}
+
+// Used returns the bytes reserved now.
+func (b *Budget) Used() int64 {
+	if b == nil {
+		return 0
+	}
+	return b.used.Load()
+}
+
+// take reserves n bytes, or reports false and reserves nothing.
+func (b *Budget) take(n int64) bool {
+	if b == nil {
+		return true
+	}
+	if b.used.Add(n) > b.max {
+		b.used.Add(-n)
+		return false
+	}
+	return true
+}
+
+// give returns n reserved bytes.
+func (b *Budget) give(n int64) {
+	if b != nil && n > 0 {
+		b.used.Add(-n)
+	}
+}

@@ -1,0 +1,340 @@
+package http
+
+import (
+	"bytes"
+	"encoding/binary"
+	"encoding/json"
+	"strconv"
+	"strings"
+	"unicode/utf16"
+	"unicode/utf8"
+)
+
+// The body rules here read a heavy call's JSON the way the API does (Python's
+// json module under Django REST framework), not the way encoding/json does:
+// keys match exactly (encoding/json folds case), a key given twice takes its
+// last value, and the body is decoded from the charset the Content-Type
+// names. Where capgate cannot be sure it reads the body as the API would, it
+// says so (bodyUnreadable) and the call is gated as a bulk call.
+
+// bodyVerdict is what a heavy-path body says about the call.
+type bodyVerdict int
+
+const (
+	bodyLight      bodyVerdict = iota // not a heavy call: the API rejects or runs it light
+	bodyHeavy                         // a heavy call with a known number of rows
+	bodyUnreadable                    // capgate can't read it as the API would: gate as bulk
+)
+
+// parseBody reports what a heavy-path JSON body holds: rows a non-empty array
+// and, when needQ, q truthy as Python sees it (a non-empty string, a non-zero
+// number, true, a non-empty array or object). The API's $rerank refuses a
+// falsy q; treating every truthy one as heavy is the conservative side of
+// the rule "q a non-empty string".
+func parseBody(body []byte, needQ bool) (rows int, ok bool) {
+	if !json.Valid(body) {
+		return 0, false
+	}
+	rowsVal, qVal, isObject := topLevel(body)
+	if !isObject {
+		return 0, false
+	}
+	rows = arrayLen(rowsVal)
+	if rows == 0 {
+		return 0, false
+	}
+	if needQ && !pyTruthy(qVal) {
+		return 0, false
+	}
+	return rows, true
+}
+
+// topLevel returns the raw values of the keys "rows" and "q" (exact match,
+// after unescaping; the last of duplicates) of a valid JSON document, and
+// whether it is an object.
+func topLevel(b []byte) (rows, q []byte, isObject bool) {
+	i := skipWS(b, 0)
+	if i >= len(b) || b[i] != '{' {
+		return nil, nil, false
+	}
+	i++
+	for {
+		i = skipWS(b, i)
+		if i >= len(b) || b[i] == '}' {
+			return rows, q, true
+		}
+		kEnd := valueEnd(b, i)
+		key := b[i:kEnd]
+		i = skipWS(b, kEnd)
+		i = skipWS(b, i+1) // the ':'
+		vEnd := valueEnd(b, i)
+		switch keyString(key) {
+		case "rows":
+			rows = b[i:vEnd]
+		case "q":
+			q = b[i:vEnd]
+		}
+		i = skipWS(b, vEnd)
+		if i < len(b) && b[i] == ',' {
+			i++
+		}
+	}
+}
+
+// keyString decodes a JSON string literal; only keys with escapes cost a
+// decode.
+func keyString(lit []byte) string {
+	if bytes.IndexByte(lit, '\\') < 0 {
+		return string(lit[1 : len(lit)-1])
+	}
+	var s string
+	_ = json.Unmarshal(lit, &s)
+	return s
+}
+
+func skipWS(b []byte, i int) int {
+	for i < len(b) && (b[i] == ' ' || b[i] == '\t' || b[i] == '\n' || b[i] == '\r') {
+		i++
+	}
+	return i
+}
+
+// valueEnd returns the index just past the value starting at b[i], in a
+// document known to be valid JSON.
+func valueEnd(b []byte, i int) int {
+	switch b[i] {
+	case '"':
+		return stringEnd(b, i)
+	case '{', '[':
+		depth := 0
+		for ; i < len(b); i++ {
+			switch b[i] {
+			case '"':
+				i = stringEnd(b, i) - 1
+			case '{', '[':
+				depth++
+			case '}', ']':
+				depth--
+				if depth == 0 {
+					return i + 1
+				}
+			}
+		}
+		return i
+	}
+	for i < len(b) && !strings.ContainsRune(",}] \t\n\r", rune(b[i])) {
+		i++
+	}
+	return i
+}
+
+// stringEnd returns the index just past the string literal at b[i].
+func stringEnd(b []byte, i int) int {
+	for i++; i < len(b); i++ {
+		switch b[i] {
+		case '\\':
+			i++
+		case '"':
+			return i + 1
+		}
+	}
+	return i
+}
+
+// arrayLen returns the number of elements of a JSON array value, 0 for
+// anything else (missing, null, not an array).
+func arrayLen(v []byte) int {
+	if len(v) < 2 || v[0] != '[' {
+		return 0
+	}
+	i := skipWS(v, 1)
+	if v[i] == ']' {
+		return 0
+	}
+	n := 1
+	depth := 0
+	for ; i < len(v)-1; i++ {
+		switch v[i] {
+		case '"':
+			i = stringEnd(v, i) - 1
+		case '{', '[':
+			depth++
+		case '}', ']':
+			depth--
+		case ',':
+			if depth == 0 {
+				n++
+			}
+		}
+	}
+	return n
+}
+
+// pyTruthy reports whether a JSON value is truthy once Python has decoded
+// it. A missing value (nil) is not.
+func pyTruthy(v []byte) bool {
+	if len(v) == 0 {
+		return false
+	}
+	switch v[0] {
+	case '"':
+		return len(v) > 2
+	case '[', '{':
+		return v[skipWS(v, 1)] != v[0]+2 // ']' is '['+2, '}' is '{'+2
+	case 't':
+		return true
+	case 'f', 'n':
+		return false
+	}
+	f, err := strconv.ParseFloat(string(v), 64)
+	return f != 0 || (err != nil && !strings.Contains(err.Error(), "range"))
+}
+
+// decodeCharset returns body as UTF-8 the way the API decodes it: with the
+// charset parameter of contentType (any Python codec name; the last one
+// given), UTF-8 by default. ok is false for a charset capgate does not
+// decode, or a body that is not valid in it: the caller gates such a call as
+// bulk rather than guess. A leading UTF-8 byte-order mark is dropped
+// (Python's utf-8-sig does; plain utf-8 makes the API refuse the body, and
+// reading it anyway only over-counts).
+func decodeCharset(contentType string, body []byte) (_ []byte, ok bool) {
+	cs := normalizeCodec(charsetOf(contentType))
+	if asciiCodecs[cs] {
+		// JSON's structure reads the same byte for byte.
+		return bytes.TrimPrefix(body, []byte("\xef\xbb\xbf")), true
+	}
+	switch cs {
+	case "utf_16", "utf16", "u16":
+		return decodeUTF16(body, true, binary.LittleEndian)
+	case "utf_16_le", "utf_16le", "utf16le", "unicodelittleunmarked":
+		return decodeUTF16(body, false, binary.LittleEndian)
+	case "utf_16_be", "utf_16be", "utf16be", "unicodebigunmarked":
+		return decodeUTF16(body, false, binary.BigEndian)
+	case "utf_32", "utf32", "u32":
+		return decodeUTF32(body, true, binary.LittleEndian)
+	case "utf_32_le", "utf_32le", "utf32le":
+		return decodeUTF32(body, false, binary.LittleEndian)
+	case "utf_32_be", "utf_32be", "utf32be":
+		return decodeUTF32(body, false, binary.BigEndian)
+	}
+	return nil, false
+}
+
+// asciiCodecs are the (normalized) Python codec names capgate reads byte
+// for byte: UTF-8 and the ASCII-compatible single-byte charsets that map
+// ASCII to itself. "" is the default, UTF-8.
+var asciiCodecs = map[string]bool{
+	"": true, "utf_8": true, "utf8": true, "u8": true, "utf": true, "utf8_ucs2": true, "utf8_ucs4": true,
+	"cp65001": true, "utf_8_sig": true, "utf8_sig": true, "ascii": true, "us_ascii": true, "646": true,
+	"us": true, "iso646_us": true, "ansi_x3.4_1968": true, "latin_1": true, "latin1": true, "l1": true,
+	"iso_8859_1": true, "iso8859_1": true, "8859": true, "cp819": true, "iso_ir_100": true,
+}
+
+// asciiCharset reports whether the charset a Content-Type names reads
+// ASCII as ASCII, so the query, which Django decodes in the request's
+// charset, reads as capgate reads it.
+func asciiCharset(contentType string) bool {
+	return asciiCodecs[normalizeCodec(charsetOf(contentType))]
+}
+
+// charsetOf returns the last charset parameter of a Content-Type, read as
+// Python's cgi.parse_header (Django's) reads it: parameters split on ";"
+// outside double quotes, names lower-cased, values trimmed and unquoted.
+func charsetOf(contentType string) string {
+	var cs string
+	params := contentType
+	first := true
+	for params != "" || first {
+		// One parameter: up to a ";" with an even number of unescaped
+		// quotes before it.
+		end := -1
+		for i := 0; i < len(params); i++ {
+			if params[i] == ';' && (strings.Count(params[:i], `"`)-strings.Count(params[:i], `\"`))%2 == 0 {
+				end = i
+				break
+			}
+		}
+		p := params
+		if end >= 0 {
+			p, params = params[:end], params[end+1:]
+		} else {
+			params = ""
+		}
+		if first {
+			first = false // the media type itself
+			continue
+		}
+		name, val, ok := strings.Cut(p, "=")
+		if !ok || strings.ToLower(strings.TrimSpace(name)) != "charset" {
+			continue
+		}
+		val = strings.TrimSpace(val)
+		if len(val) >= 2 && val[0] == '"' && val[len(val)-1] == '"' {
+			val = strings.ReplaceAll(strings.ReplaceAll(val[1:len(val)-1], `\\`, `\`), `\"`, `"`)
+		}
+		cs = val
+	}
+	return cs
+}
+
+// normalizeCodec folds a codec name as Python's codec registry does:
+// lower case, every run of characters other than letters, digits and "."
+// turned into one "_", trimmed of "_".
+func normalizeCodec(name string) string {
+	var b strings.Builder
+	pending := false
+	for _, r := range strings.ToLower(name) {
+		if r < utf8.RuneSelf && (r >= 'a' && r <= 'z' || r >= '0' && r <= '9' || r == '.') {
+			if pending && b.Len() > 0 {
+				b.WriteByte('_')
+			}
+			pending = false
+			b.WriteRune(r)
+			continue
+		}
+		pending = true
+	}
+	return b.String()
+}
+
+func decodeUTF16(b []byte, bom bool, order binary.ByteOrder) ([]byte, bool) {
+	if bom && len(b) >= 2 {
+		switch {
+		case b[0] == 0xff && b[1] == 0xfe:
+			b, order = b[2:], binary.LittleEndian
+		case b[0] == 0xfe && b[1] == 0xff:
+			b, order = b[2:], binary.BigEndian
+		}
+	}
+	if len(b)%2 != 0 {
+		return nil, false
+	}
+	u := make([]uint16, len(b)/2)
+	for i := range u {
+		u[i] = order.Uint16(b[2*i:])
+	}
+	return []byte(string(utf16.Decode(u))), true
+}
+
+func decodeUTF32(b []byte, bom bool, order binary.ByteOrder) ([]byte, bool) {
+	if bom && len(b) >= 4 {
+		switch {
+		case b[0] == 0xff && b[1] == 0xfe && b[2] == 0 && b[3] == 0:
+			b, order = b[4:], binary.LittleEndian
+		case b[0] == 0 && b[1] == 0 && b[2] == 0xfe && b[3] == 0xff:
+			b, order = b[4:], binary.BigEndian
+		}
+	}
+	if len(b)%4 != 0 {
+		return nil, false
+	}
+	out := make([]byte, 0, len(b)/4)
+	for i := 0; i < len(b); i += 4 {
+		r := rune(order.Uint32(b[i:]))
+		if !utf8.ValidRune(r) {
+			return nil, false
+		}
+		out = utf8.AppendRune(out, r)
+	}
+	return out, true
+}

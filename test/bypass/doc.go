@@ -1,0 +1,8 @@
+// Package bypass is capgate's differential bypass suite: real Django, Django
+// REST framework and gunicorn (Debian's packages) behind `capgate serve`,
+// attacked through the gateway. The upstream (test/bypass/upstream) records
+// every heavy call it runs; the tests assert that it never ran one beyond a
+// user's limit, never ran one capgate did not count, and that no caller
+// became staff. Without the Debian packages the tests skip, or fail when
+// CAPGATE_REQUIRE_BYPASS=1. docs/SECURITY.md maps each attack to its test.
+package bypass
