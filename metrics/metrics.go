@@ -67,6 +67,23 @@ func WithConfigVersion(version func() int64) Option {
 	}
 }
 
+// WithStoreUp exports up(store) as capgate_store_up{store}: 1 when the
+// gateway's last background check of that store (lanes, config) passed, 0
+// when it failed, -1 before the first check. A store that is down never
+// fails the health probes; this is where it shows.
+func WithStoreUp(up func(store string) float64, stores ...string) Option {
+	return func(m *Metrics) {
+		for _, name := range stores {
+			m.funcs = append(m.funcs, prometheus.NewGaugeFunc(prometheus.GaugeOpts{
+				Namespace:   Namespace,
+				Name:        "store_up",
+				Help:        "Whether the last background check of the store passed (1), failed (0), or has not run (-1).",
+				ConstLabels: prometheus.Labels{"store": name},
+			}, func() float64 { return up(name) }))
+		}
+	}
+}
+
 // New returns metrics registered on reg. It returns an error if reg
 // refuses one of them (a name already registered, say).
 func New(reg prometheus.Registerer, opts ...Option) (*Metrics, error) {

@@ -25,7 +25,7 @@ import (
 // start the real command as another process.
 func TestMain(m *testing.M) {
 	if os.Getenv("CAPGATE_TEST_MAIN") == "1" {
-		os.Exit(Run(context.Background(), os.Args[1:], os.Stdin, os.Stdout, os.Stderr))
+		os.Exit(processMain())
 	}
 	os.Exit(m.Run())
 }

@@ -14,11 +14,14 @@ import (
 	"syscall"
 )
 
-func main() {
+func main() { os.Exit(processMain()) }
+
+// processMain is the process's wiring around Run: the signals that stop it.
+// Tests run it in a process of their own (TestMain).
+func processMain() int {
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
-	code := Run(ctx, os.Args[1:], os.Stdin, os.Stdout, os.Stderr)
-	stop()
-	os.Exit(code)
+	defer stop()
+	return Run(ctx, os.Args[1:], os.Stdin, os.Stdout, os.Stderr)
 }
 
 const usage = `capgate caps how many heavy calls of an HTTP API run at once.

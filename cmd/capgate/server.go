@@ -12,6 +12,7 @@ import (
 	"net/url"
 	"os"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -51,8 +52,9 @@ type Server struct {
 	Configs *capgate.ConfigService
 	Lanes   capgate.LaneStore
 	Sink    *logsink.Sink
-	Handler http.Handler // the gateway (and, without AdminListen, the staff API, /metrics, /healthz)
-	Admin   http.Handler // the staff API, /metrics and /healthz, when AdminListen is set
+	Handler http.Handler // the gateway (and, without AdminListen, the staff API, /metrics, the probes)
+	Admin   http.Handler // the staff API, /metrics and the probes, when AdminListen is set
+	Health  *capgatehttp.Health
 
 	opts    ServeOptions
 	logger  *slog.Logger
@@ -124,7 +126,23 @@ func NewServer(ctx context.Context, opts ServeOptions, lines io.Writer, logger *
 
 	reg := prometheus.NewRegistry()
 	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
-	m, err := metrics.New(reg, metrics.WithLogDropped(s.Sink.Dropped), metrics.WithConfigVersion(s.Configs.Version))
+	// Health: the probes never fail for a store that is down (fail open);
+	// the stores' state is in their bodies and in capgate_store_up.
+	s.Health = &capgatehttp.Health{
+		Checks: []capgatehttp.HealthCheck{
+			{Name: "lanes", Check: s.Lanes.Ping},
+			{Name: "config", Check: func(context.Context) error {
+				st := s.Configs.ReadState()
+				if !st.Ready {
+					return errors.New("not read yet")
+				}
+				return st.Err
+			}, Live: true},
+		},
+		Ready: func() bool { return s.Configs.ReadState().Ready },
+	}
+	m, err := metrics.New(reg, metrics.WithLogDropped(s.Sink.Dropped), metrics.WithConfigVersion(s.Configs.Version),
+		metrics.WithStoreUp(s.Health.Up, "lanes", "config"))
 	if err != nil {
 		return nil, fmt.Errorf("metrics: %w", err)
 	}
@@ -142,11 +160,6 @@ func NewServer(ctx context.Context, opts ServeOptions, lines io.Writer, logger *
 	}
 	staff := capgatehttp.NewStaffHandler(s.Configs, ids, s.Gate)
 	staff.Logger = logger
-	health := func(ctx context.Context) error {
-		ctx, cancel := context.WithTimeout(ctx, 2*time.Second)
-		defer cancel()
-		return errors.Join(wrap("lanes", s.Lanes.Ping(ctx)), wrap("config", cstore.Ping(ctx)))
-	}
 	gcfg := capgatehttp.GatewayConfig{
 		Upstream:       up,
 		Gate:           s.Gate,
@@ -161,12 +174,14 @@ func NewServer(ctx context.Context, opts ServeOptions, lines io.Writer, logger *
 	}
 	metricsHandler := promhttp.HandlerFor(reg, promhttp.HandlerOpts{})
 	if opts.AdminListen == "" {
-		gcfg.Staff, gcfg.Metrics, gcfg.Health = staff, metricsHandler, health
+		gcfg.Staff, gcfg.Metrics, gcfg.Health = staff, metricsHandler, s.Health
 	} else {
 		mux := http.NewServeMux()
 		mux.Handle("/capacity/", staff)
 		mux.Handle("GET /metrics", metricsHandler)
-		mux.Handle("GET /healthz", capgatehttp.HealthHandler(health))
+		mux.Handle("GET /livez", s.Health.Livez())
+		mux.Handle("GET /healthz", s.Health.Livez())
+		mux.Handle("GET /readyz", s.Health.Readyz())
 		s.Admin = mux
 	}
 	gw, err := capgatehttp.NewGateway(gcfg)
@@ -175,13 +190,6 @@ func NewServer(ctx context.Context, opts ServeOptions, lines io.Writer, logger *
 	}
 	s.Handler = gw
 	return s, nil
-}
-
-func wrap(what string, err error) error {
-	if err != nil {
-		return fmt.Errorf("%s: %w", what, err)
-	}
-	return nil
 }
 
 func newIdentity(opts ServeOptions, proxies []netip.Prefix) (capgate.Identifier, error) {
@@ -264,6 +272,17 @@ func (s *Server) Serve(ctx context.Context, ln, admin net.Listener) error {
 		servers = append(servers, newHTTP(s.Admin))
 		listeners = append(listeners, admin)
 	}
+	// The background loops: the config read (so the version in force
+	// follows the store, and a database down at start is picked up) and
+	// the stores' health checks. They stop when Serve returns.
+	bctx, stopBackground := context.WithCancel(context.WithoutCancel(ctx))
+	var background sync.WaitGroup
+	background.Go(func() { s.Configs.Watch(bctx) })
+	background.Go(func() { s.Health.Run(bctx) })
+	defer func() {
+		stopBackground()
+		background.Wait()
+	}()
 	errc := make(chan error, len(servers))
 	for i, srv := range servers {
 		go func() { errc <- srv.Serve(listeners[i]) }()
