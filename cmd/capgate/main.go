@@ -36,6 +36,7 @@ Commands:
   loadgen    drive a gateway with simulated Mapper users and report
   analyze    report on ocl_capacity log lines; --what-if replays them against a changed config
   simapi     serve the demo's simulated OCL API, to try serve in front of
+  migrate    create or update the config database's tables
 
 Run "capgate <command> -h" for a command's flags.
 `
@@ -62,6 +63,9 @@ func Run(ctx context.Context, args []string, stdin io.Reader, stdout, stderr io.
 		return exitCode(stderr, cmd.Run(ctx, args[1:]))
 	case "simapi":
 		cmd := &SimAPICommand{Stdout: stdout, Stderr: stderr}
+		return exitCode(stderr, cmd.Run(ctx, args[1:]))
+	case "migrate":
+		cmd := &MigrateCommand{Stdout: stdout, Stderr: stderr}
 		return exitCode(stderr, cmd.Run(ctx, args[1:]))
 	case "capacity":
 		cmd := &CapacityCommand{Stdout: stdout, Stderr: stderr}

@@ -72,17 +72,23 @@ func startServeProcess(t *testing.T, env []string, args ...string) *serveProcess
 	return p
 }
 
-// waitFor waits for a stderr line containing want and returns it.
+// waitFor waits for a stderr line containing want (one written before the
+// call counts) and returns it.
 func (p *serveProcess) waitFor(want string, limit time.Duration) string {
 	p.t.Helper()
 	timer := time.NewTimer(limit)
 	defer timer.Stop()
 	for {
-		select {
-		case l := <-p.lines:
+		p.mu.Lock()
+		for _, l := range p.stderr {
 			if strings.Contains(l, want) {
+				p.mu.Unlock()
 				return l
 			}
+		}
+		p.mu.Unlock()
+		select {
+		case <-p.lines:
 		case <-p.exited:
 			p.t.Fatalf("capgate serve exited waiting for %q; stderr:\n%s", want, p.Stderr())
 		case <-timer.C:

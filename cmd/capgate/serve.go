@@ -10,6 +10,7 @@ import (
 	"net"
 	"os"
 	"strconv"
+	"strings"
 	"time"
 
 	capgatehttp "github.com/capgate/capgate/http"
@@ -83,7 +84,28 @@ func (c *ServeCommand) flags() (*serveFlags, error) {
 	fs.StringVar(&f.shutdown, "shutdown-timeout", env("CAPGATE_SHUTDOWN_TIMEOUT", DefaultShutdownTimeout.String()), "how long calls in flight may finish after SIGTERM (CAPGATE_SHUTDOWN_TIMEOUT)")
 	fs.StringVar(&o.CoreGroup, "core-group", env("CAPGATE_CORE_GROUP", "core_user"), "the auth group of the core tier (CAPGATE_CORE_GROUP)")
 	fs.StringVar(&o.EarlyGroup, "early-access-group", env("CAPGATE_EARLY_ACCESS_GROUP", "early_access"), "the auth group of the early_access tier (CAPGATE_EARLY_ACCESS_GROUP)")
+
+	// Start-up and operations (ops).
+	migrate, err := parseBool("CAPGATE_MIGRATE", env("CAPGATE_MIGRATE", "true"))
+	if err != nil {
+		return nil, err
+	}
+	fs.BoolFunc("migrate", fmt.Sprintf("migrate the config database at start (retried in the background while it is down); false: leave it to capgate migrate, for a database user without DDL rights (CAPGATE_MIGRATE) (default %t)", migrate), func(v string) error {
+		b, err := parseBool("--migrate", v)
+		o.SkipMigrate = !b
+		return err
+	})
+	o.SkipMigrate = !migrate
 	return f, nil
+}
+
+// parseBool reads a boolean environment variable: true/false, 1/0.
+func parseBool(name, v string) (bool, error) {
+	b, err := strconv.ParseBool(strings.TrimSpace(v))
+	if err != nil {
+		return false, fmt.Errorf("%s=%q: want true or false", name, v)
+	}
+	return b, nil
 }
 
 func (f *serveFlags) help(usage string) string { return helpOf(usage, f.fs) }

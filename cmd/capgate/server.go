@@ -11,6 +11,7 @@ import (
 	"net/netip"
 	"net/url"
 	"os"
+	"path/filepath"
 	"strings"
 	"sync"
 	"time"
@@ -43,6 +44,9 @@ type ServeOptions struct {
 	ShutdownTimeout time.Duration // --shutdown-timeout, CAPGATE_SHUTDOWN_TIMEOUT
 	CoreGroup       string        // --core-group
 	EarlyGroup      string        // --early-access-group
+
+	// Start-up and operations (ops).
+	SkipMigrate bool // --migrate=false, CAPGATE_MIGRATE=false: leave the schema to capgate migrate
 }
 
 // Server is one running capgate gateway: its stores, gate and handlers.
@@ -59,6 +63,10 @@ type Server struct {
 	opts    ServeOptions
 	logger  *slog.Logger
 	closers []func() error
+	store   MigratingStore
+	// migrateLater is set when the migration at start failed (the
+	// database was down): Serve retries it in the background.
+	migrateLater bool
 }
 
 // NewServer opens the stores and builds the gateway of opts. lines
@@ -115,11 +123,13 @@ func NewServer(ctx context.Context, opts ServeOptions, lines io.Writer, logger *
 		logger.Warn("lanes are in-process: they count this gateway only; with more than one gateway set --redis or --redis-sentinels")
 	}
 
-	cstore, err := OpenConfigStore(ctx, opts.Database)
+	cstore, err := ConnectConfigStore(ctx, opts.Database)
 	if err != nil {
 		return nil, fmt.Errorf("config store: %w", err)
 	}
 	s.closers = append(s.closers, cstore.Close)
+	s.store = cstore
+	s.prepareSchema(ctx)
 	s.Configs = opts.NewConfigService(cstore)
 	s.Configs.Sink = s.Sink
 	s.Configs.Logger = logger
@@ -190,6 +200,73 @@ func NewServer(ctx context.Context, opts ServeOptions, lines io.Writer, logger *
 	}
 	s.Handler = gw
 	return s, nil
+}
+
+// startMigrateTimeout bounds the migration tried at start: a database
+// that doesn't answer by then is migrated in the background.
+const startMigrateTimeout = 5 * time.Second
+
+// prepareSchema migrates the config database at start (unless --migrate
+// =false). A database that is down is not fatal: the gateway serves on
+// the defaults (enforce as shadow) and migrates in the background once it
+// answers. With --migrate=false it only warns when the schema is behind.
+func (s *Server) prepareSchema(ctx context.Context) {
+	if p := sqlitePath(s.opts.Database); p != "" {
+		if abs, err := filepath.Abs(p); err == nil {
+			s.logger.Info("config in SQLite", "path", abs)
+		}
+	}
+	ctx, cancel := context.WithTimeout(ctx, startMigrateTimeout)
+	defer cancel()
+	if s.opts.SkipMigrate {
+		have, err := s.store.DatabaseVersion(ctx)
+		switch {
+		case err != nil:
+			s.logger.Warn("config database not readable at start; serving on the defaults until it is", "error", err)
+		case have < latestSchema(s.opts.Database):
+			s.logger.Warn("config database schema is behind and --migrate=false: run capgate migrate; serving on the defaults until then",
+				"have", have, "want", latestSchema(s.opts.Database))
+		}
+		return
+	}
+	if err := s.store.Migrate(ctx); err != nil {
+		s.logger.Warn("config database not ready at start; serving on the defaults (enforce as shadow), migrating in the background",
+			"error", err)
+		s.migrateLater = true
+	}
+}
+
+// Backoff of the background migration.
+const (
+	migrateRetryMin = time.Second
+	migrateRetryMax = 30 * time.Second
+)
+
+// migrateInBackground retries the migration, backing off, until it
+// succeeds or ctx is done; then the config is read at once.
+func (s *Server) migrateInBackground(ctx context.Context) {
+	wait := migrateRetryMin
+	t := time.NewTimer(wait)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		}
+		mctx, cancel := context.WithTimeout(ctx, startMigrateTimeout)
+		err := s.store.Migrate(mctx)
+		cancel()
+		if err == nil {
+			s.logger.Info("config database migrated; reading the config")
+			s.Configs.Invalidate()
+			s.Configs.Config(ctx)
+			return
+		}
+		s.logger.Debug("config database still not ready", "error", err)
+		wait = min(2*wait, migrateRetryMax)
+		t.Reset(wait)
+	}
 }
 
 func newIdentity(opts ServeOptions, proxies []netip.Prefix) (capgate.Identifier, error) {
@@ -279,6 +356,9 @@ func (s *Server) Serve(ctx context.Context, ln, admin net.Listener) error {
 	var background sync.WaitGroup
 	background.Go(func() { s.Configs.Watch(bctx) })
 	background.Go(func() { s.Health.Run(bctx) })
+	if s.migrateLater {
+		background.Go(func() { s.migrateInBackground(bctx) })
+	}
 	defer func() {
 		stopBackground()
 		background.Wait()

@@ -181,17 +181,60 @@ func (s Settings) RedisOptions() redis.Options {
 }
 
 // OpenConfigStore opens the config store that database names:
-// sqlite:<path> or postgres://… (postgresql:// too).
+// sqlite:<path> or postgres://… (postgresql:// too), and brings its schema
+// up to date.
 func OpenConfigStore(ctx context.Context, database string) (capgate.ConfigStore, error) {
+	s, err := ConnectConfigStore(ctx, database)
+	if err != nil {
+		return nil, err
+	}
+	if err := s.Migrate(ctx); err != nil {
+		s.Close()
+		return nil, err
+	}
+	return s, nil
+}
+
+// MigratingStore is a config store that can bring its own schema up to
+// date.
+type MigratingStore interface {
+	capgate.ConfigStore
+	// Migrate applies the schema migrations the database lacks.
+	Migrate(ctx context.Context) error
+	// DatabaseVersion returns the database's schema version, 0 when
+	// capgate's tables are not there.
+	DatabaseVersion(ctx context.Context) (int, error)
+}
+
+// ConnectConfigStore returns the config store that database names without
+// touching the database: one that is down is not an error here, and
+// nothing is migrated. It fails only for a database it can't name.
+func ConnectConfigStore(ctx context.Context, database string) (MigratingStore, error) {
 	switch {
 	case strings.HasPrefix(database, "sqlite:"):
-		path := strings.TrimPrefix(strings.TrimPrefix(database, "sqlite:"), "//")
-		return sqlite.Open(ctx, path)
+		return sqlite.Connect(ctx, sqlitePath(database))
 	case strings.HasPrefix(database, "postgres://"), strings.HasPrefix(database, "postgresql://"):
-		return postgres.Open(ctx, database)
+		return postgres.Connect(ctx, database)
 	}
 	scheme, _, _ := strings.Cut(database, ":")
 	return nil, fmt.Errorf("--database %q: use sqlite:<path> or postgres://…", scheme)
+}
+
+// sqlitePath is the file of a sqlite: database, "" for another scheme.
+func sqlitePath(database string) string {
+	if !strings.HasPrefix(database, "sqlite:") {
+		return ""
+	}
+	return strings.TrimPrefix(strings.TrimPrefix(database, "sqlite:"), "//")
+}
+
+// latestSchema is the newest schema version this capgate knows for
+// database.
+func latestSchema(database string) int {
+	if sqlitePath(database) != "" {
+		return sqlite.SchemaVersion()
+	}
+	return postgres.SchemaVersion()
 }
 
 // NewConfigService returns the config service of these settings over
