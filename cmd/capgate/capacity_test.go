@@ -120,13 +120,14 @@ func TestCapacityShowSetResetHistory(t *testing.T) {
 			t.Fatal(err)
 		}
 		wantJSON(t, "set changes", out["changes"], `{"mode":["shadow","enforce"],"tiers.preview":[2,1]}`)
-		wantLine := fmt.Sprintf(`{"event":"ocl_capacity_config","version":%v,"source":"command","note":"test","changes":{"mode":["shadow","enforce"],"tiers.preview":[2,1]},"mode":"enforce"}`+"\n", out["version"])
+		wantLine := fmt.Sprintf(`{"event":"ocl_capacity_config","version":%v,"changed_by":%q,"source":"command","note":"test","changes":{"mode":["shadow","enforce"],"tiers.preview":[2,1]},"mode":"enforce"}`+"\n", out["version"], osUser())
 		if stderr != wantLine {
 			t.Errorf("set stderr = %q; want the config log line %q", stderr, wantLine)
 		}
 		latest, err := store.Latest(context.Background())
-		if err != nil || latest == nil || latest.Source != "command" || latest.Note != "test" || latest.CreatedBy != "" {
-			t.Fatalf("latest row = %+v, %v; want source command, note test, no user", latest, err)
+		// Why: without --user, created_by was null; it is the OS user now.
+		if err != nil || latest == nil || latest.Source != "command" || latest.Note != "test" || latest.CreatedBy != osUser() {
+			t.Fatalf("latest row = %+v, %v; want source command, note test, created by %q", latest, err, osUser())
 		}
 		if got := fmt.Sprint(out["version"]); got != fmt.Sprint(latest.ID) {
 			t.Errorf("set version = %s; want %d", got, latest.ID)
@@ -143,7 +144,7 @@ func TestCapacityShowSetResetHistory(t *testing.T) {
 func TestCapacityHistory(t *testing.T) {
 	clearLaneEnv(t)
 	db := "sqlite:" + filepath.Join(t.TempDir(), "capgate.db")
-	mustRun(t, "capacity", "set", "--database", db, "--user", "root", "tiers.preview=1")
+	mustRun(t, "capacity", "set", "--database", db, "--user", "root", "tiers.preview=1", "--create")
 	mustRun(t, "capacity", "set", "--database", db, "es2_knn=2", "--note", "knn")
 	code, out, errOut := run(t, "capacity", "history", "--limit", "5", "--database", db)
 	if code != 0 || !strings.Contains(out, `"tiers.preview"`) || !strings.Contains(out, `"root"`) {
@@ -158,7 +159,7 @@ func TestCapacityHistory(t *testing.T) {
 		}
 		entries = append(entries, e)
 	}
-	if len(entries) != 2 || entries[0]["note"] != "knn" || entries[1]["created_by"] != "root" || entries[0]["created_by"] != nil {
+	if len(entries) != 2 || entries[0]["note"] != "knn" || entries[1]["created_by"] != "root" || entries[0]["created_by"] != osUser() {
 		t.Errorf("history entries = %v; want the es2_knn change first, then root's", entries)
 	}
 	if _, out, _ = run(t, "capacity", "history", "--database", db, "--limit", "1"); strings.Count(out, `"version"`) != 1 {

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"io"
 	"net/url"
+	"runtime/debug"
 	"strings"
 )
 
@@ -40,4 +41,38 @@ func printJSON(w io.Writer, v any) error {
 		return fmt.Errorf("write output: %w", err)
 	}
 	return nil
+}
+
+// version is this binary's version from its build info: the module
+// version (a tagged build), else the VCS revision and time, with
+// "+dirty" for a modified tree.
+func version() string {
+	bi, ok := debug.ReadBuildInfo()
+	if !ok {
+		return "unknown"
+	}
+	v := bi.Main.Version
+	var rev, at, dirty string
+	for _, s := range bi.Settings {
+		switch s.Key {
+		case "vcs.revision":
+			rev = s.Value
+		case "vcs.time":
+			at = s.Value
+		case "vcs.modified":
+			if s.Value == "true" {
+				dirty = "+dirty"
+			}
+		}
+	}
+	if v != "" && v != "(devel)" {
+		return v
+	}
+	if rev == "" {
+		return "devel"
+	}
+	if len(rev) > 12 {
+		rev = rev[:12]
+	}
+	return strings.TrimSpace("devel " + rev + dirty + " " + at)
 }

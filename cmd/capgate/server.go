@@ -10,7 +10,6 @@ import (
 	"net/http"
 	"net/netip"
 	"net/url"
-	"os"
 	"path/filepath"
 	"strings"
 	"sync"
@@ -46,7 +45,9 @@ type ServeOptions struct {
 	EarlyGroup      string        // --early-access-group
 
 	// Start-up and operations (ops).
-	SkipMigrate bool // --migrate=false, CAPGATE_MIGRATE=false: leave the schema to capgate migrate
+	SkipMigrate bool   // --migrate=false, CAPGATE_MIGRATE=false: leave the schema to capgate migrate
+	LogFormat   string // --log-format, CAPGATE_LOG_FORMAT: text (default) or json
+	effective   []any  // every flag's value, for the start-up log line
 }
 
 // Server is one running capgate gateway: its stores, gate and handlers.
@@ -64,6 +65,8 @@ type Server struct {
 	logger  *slog.Logger
 	closers []func() error
 	store   MigratingStore
+	logFile *reopenFile      // --log-file, reopened on SIGHUP
+	tokens  *reloadingTokens // --identity tokens, reloaded on SIGHUP
 	// migrateLater is set when the migration at start failed (the
 	// database was down): Serve retries it in the background.
 	migrateLater bool
@@ -96,11 +99,12 @@ func NewServer(ctx context.Context, opts ServeOptions, lines io.Writer, logger *
 
 	// The log sink first: the config service writes its change lines there.
 	if opts.LogFile != "" {
-		f, err := os.OpenFile(opts.LogFile, os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o644)
+		f, err := openLogFile(opts.LogFile)
 		if err != nil {
 			return nil, fmt.Errorf("--log-file: %w", err)
 		}
 		s.closers = append(s.closers, f.Close)
+		s.logFile = f
 		lines = f
 	}
 	s.Sink = logsink.New(lines)
@@ -167,6 +171,9 @@ func NewServer(ctx context.Context, opts ServeOptions, lines io.Writer, logger *
 	ids, err := newIdentity(opts, proxies)
 	if err != nil {
 		return nil, err
+	}
+	if t, ok := ids.(*reloadingTokens); ok {
+		s.tokens = t
 	}
 	staff := capgatehttp.NewStaffHandler(s.Configs, ids, s.Gate)
 	staff.Logger = logger
@@ -289,7 +296,7 @@ func newIdentity(opts ServeOptions, proxies []netip.Prefix) (capgate.Identifier,
 		if opts.Tokens == "" {
 			return nil, errors.New("--identity tokens needs --tokens FILE")
 		}
-		return capgatehttp.LoadTokenIdentity(opts.Tokens)
+		return loadTokens(opts.Tokens) // reloaded on SIGHUP
 	}
 	return nil, fmt.Errorf("--identity %q: use upstream, header or tokens", opts.Identity)
 }
@@ -372,7 +379,7 @@ func (s *Server) Serve(ctx context.Context, ln, admin net.Listener) error {
 	case <-ctx.Done():
 	case err = <-errc:
 	}
-	s.logger.Info("shutting down", "timeout", s.opts.ShutdownTimeout)
+	s.logger.Info("shutting down", "timeout", s.opts.ShutdownTimeout.String())
 	sctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), s.opts.ShutdownTimeout)
 	defer cancel()
 	for _, srv := range servers {

@@ -75,16 +75,20 @@ func LoadSettings(getenv func(string) string) (Settings, error) {
 		if v == "" {
 			return
 		}
-		f, err := strconv.ParseFloat(strings.TrimSpace(v), 64)
-		if err != nil || f < 0 {
-			errs = append(errs, fmt.Errorf("%s=%q: want a number of %s, 0 or more", name, v, strings.TrimPrefix(unit.String(), "1")))
+		d, err := parseDuration(v, unit)
+		if err != nil {
+			errs = append(errs, fmt.Errorf("%s=%q: want a duration such as 10s or 500ms, or a number of %s, 0 or more", name, v, unitName(unit)))
 			return
 		}
-		*dst = time.Duration(f * float64(unit))
+		*dst = d
 	}
 	str(&s.Database, "CAPGATE_DATABASE")
 	if v := getenv("CAPACITY_LIMIT_MODE"); v != "" {
-		s.Mode = capgate.Mode(v)
+		m, err := parseMode(v)
+		if err != nil {
+			errs = append(errs, fmt.Errorf("CAPACITY_LIMIT_MODE=%w", err))
+		}
+		s.Mode = m
 	}
 	dur(&s.CacheTTL, "CAPACITY_CONFIG_CACHE_SECONDS", time.Second)
 	dur(&s.ReadTimeout, "CAPACITY_CONFIG_READ_TIMEOUT_MS", time.Millisecond)
@@ -104,7 +108,20 @@ func LoadSettings(getenv func(string) string) (Settings, error) {
 	dur(&s.RedisRetry, "CAPACITY_REDIS_RETRY_SECONDS", time.Second)
 	str(&s.TaskID, "CAPACITY_TASK_ID")
 	str(&s.KeyPrefix, "CAPGATE_KEY_PREFIX")
-	return s, errors.Join(errs...)
+	return s, joinLine(errs)
+}
+
+// joinLine joins errs on one line ("; "), so a setting that refuses to
+// start says why in one line.
+func joinLine(errs []error) error {
+	if len(errs) == 0 {
+		return nil
+	}
+	msgs := make([]string, len(errs))
+	for i, e := range errs {
+		msgs[i] = e.Error()
+	}
+	return errors.New(strings.Join(msgs, "; "))
 }
 
 // redisURL builds redis://[:password@]host:port/db from the REDIS_*
@@ -134,18 +151,32 @@ func redisURL(host, port, db, password string) (string, error) {
 // values.
 func (s *Settings) ConfigFlags(fs *flag.FlagSet) {
 	s.StoreFlags(fs)
-	fs.DurationVar(&s.CacheTTL, "config-cache", s.CacheTTL, "how long a gateway keeps the config it read; 0 reads on every call (CAPACITY_CONFIG_CACHE_SECONDS)")
-	fs.DurationVar(&s.ReadTimeout, "config-read-timeout", s.ReadTimeout, "bound of the config read on the request path (CAPACITY_CONFIG_READ_TIMEOUT_MS)")
+	fs.Var(durationValue{&s.CacheTTL, time.Second}, "config-cache", "how long a gateway keeps the config it read, a `duration` such as 10s or a number of seconds; 0 reads on every call (CAPACITY_CONFIG_CACHE_SECONDS)")
+	fs.Var(durationValue{&s.ReadTimeout, time.Millisecond}, "config-read-timeout", "bound of the config read on the request path, a `duration` such as 500ms or a number of milliseconds (CAPACITY_CONFIG_READ_TIMEOUT_MS)")
 }
 
 // StoreFlags registers the config store and boot mode settings on fs
 // (what the capacity CLI needs), defaulting to s's values.
 func (s *Settings) StoreFlags(fs *flag.FlagSet) {
-	fs.StringVar(&s.Database, "database", s.Database, "where the config lives: sqlite:<path> (created if missing) or postgres://… (CAPGATE_DATABASE)")
-	fs.Func("mode", fmt.Sprintf("the defaults' mode until staff change the config: off, shadow or enforce; invalid means shadow (CAPACITY_LIMIT_MODE) (default %q)", s.Mode), func(v string) error {
-		s.Mode = capgate.Mode(v)
-		return nil
-	})
+	fs.StringVar(&s.Database, "database", s.Database, "where the config lives: sqlite:<path> (created if missing; relative to the current directory) or postgres://… (CAPGATE_DATABASE)")
+	fs.Var(modeValue{&s.Mode}, "mode", "the defaults' `off|shadow|enforce` mode until staff change the config (CAPACITY_LIMIT_MODE)")
+}
+
+// CLIStoreFlags registers the config store and boot mode settings of the
+// capacity CLI, which never makes a database unless asked (--create).
+func (s *Settings) CLIStoreFlags(fs *flag.FlagSet) {
+	fs.StringVar(&s.Database, "database", s.Database, "the gateways' config database: sqlite:<path> (relative to the current directory) or postgres://… (CAPGATE_DATABASE)")
+	fs.Var(modeValue{&s.Mode}, "mode", "the defaults' `off|shadow|enforce` mode, as the gateways were started with (CAPACITY_LIMIT_MODE)")
+}
+
+// StatusFlags registers what capacity status needs of the lane store.
+func (s *Settings) StatusFlags(fs *flag.FlagSet) {
+	fs.StringVar(&s.Redis, "redis", s.Redis, "the lanes' Redis, redis://[:password@]host:port/db (CAPGATE_REDIS_URL, or REDIS_HOST, REDIS_PORT, REDIS_DB, REDIS_PASSWORD)")
+	fs.StringVar(&s.RedisSentinels, "redis-sentinels", s.RedisSentinels, "Redis Sentinels, host:port;host:port (REDIS_SENTINELS)")
+	fs.StringVar(&s.RedisMaster, "redis-master", s.RedisMaster, "the Sentinels' master name (REDIS_SENTINELS_MASTER)")
+	fs.Var(durationValue{&s.RedisTimeout, time.Second}, "redis-timeout", "Redis socket and connect timeout, a `duration` such as 500ms or a number of seconds (CAPACITY_REDIS_TIMEOUT_SECONDS)")
+	fs.Var(durationValue{&s.RedisDeadline, time.Second}, "redis-deadline", "the longest one Redis operation may take, a `duration` such as 1s or a number of seconds (CAPACITY_REDIS_DEADLINE_SECONDS)")
+	fs.StringVar(&s.KeyPrefix, "key-prefix", s.KeyPrefix, "the lane keys' prefix (CAPGATE_KEY_PREFIX)")
 }
 
 // LaneFlags registers the lane store settings on fs, defaulting to s's
@@ -154,9 +185,9 @@ func (s *Settings) LaneFlags(fs *flag.FlagSet) {
 	fs.StringVar(&s.Redis, "redis", s.Redis, "the Redis of the lanes, redis://[:password@]host:port/db (CAPGATE_REDIS_URL, or REDIS_HOST, REDIS_PORT, REDIS_DB, REDIS_PASSWORD); none: in-process lanes")
 	fs.StringVar(&s.RedisSentinels, "redis-sentinels", s.RedisSentinels, "Redis Sentinels, host:port;host:port (REDIS_SENTINELS)")
 	fs.StringVar(&s.RedisMaster, "redis-master", s.RedisMaster, "the Sentinels' master name (REDIS_SENTINELS_MASTER)")
-	fs.DurationVar(&s.RedisTimeout, "redis-timeout", s.RedisTimeout, "Redis socket and connect timeout (CAPACITY_REDIS_TIMEOUT_SECONDS)")
-	fs.DurationVar(&s.RedisDeadline, "redis-deadline", s.RedisDeadline, "the longest one Redis operation may take (CAPACITY_REDIS_DEADLINE_SECONDS)")
-	fs.DurationVar(&s.RedisRetry, "redis-retry", s.RedisRetry, "how long to skip Redis after it failed (CAPACITY_REDIS_RETRY_SECONDS)")
+	fs.Var(durationValue{&s.RedisTimeout, time.Second}, "redis-timeout", "Redis socket and connect timeout, a `duration` such as 500ms or a number of seconds (CAPACITY_REDIS_TIMEOUT_SECONDS)")
+	fs.Var(durationValue{&s.RedisDeadline, time.Second}, "redis-deadline", "the longest one Redis operation may take, a `duration` such as 1s or a number of seconds (CAPACITY_REDIS_DEADLINE_SECONDS)")
+	fs.Var(durationValue{&s.RedisRetry, time.Second}, "redis-retry", "how long to skip Redis after it failed, a `duration` such as 15s or a number of seconds (CAPACITY_REDIS_RETRY_SECONDS)")
 	fs.StringVar(&s.TaskID, "task-id", s.TaskID, "this API task's lane name (CAPACITY_TASK_ID; default the hostname)")
 	fs.StringVar(&s.KeyPrefix, "key-prefix", s.KeyPrefix, "the lane keys' prefix (CAPGATE_KEY_PREFIX)")
 }

@@ -79,7 +79,7 @@ func (g *gateway) start(t testing.TB, stdout io.Writer) {
 		if g.exited() {
 			return fmt.Errorf("exited: %v", g.err)
 		}
-		resp, err := http.Get("http://" + g.addr + "/healthz")
+		resp, err := http.Get("http://" + g.addr + "/livez")
 		if err != nil {
 			return err
 		}
@@ -132,7 +132,9 @@ func capacity(t testing.TB, db string, args ...string) string {
 // an operator would.
 func setConfig(t testing.TB, db string, kv ...string) {
 	t.Helper()
-	capacity(t, db, append(append([]string{"set"}, kv...), "--note", "fault suite", "--user", "faults")...)
+	// --create: the suite's databases are new; the CLI makes no database
+	// unless told to.
+	capacity(t, db, append(append([]string{"set"}, kv...), "--note", "fault suite", "--user", "faults", "--create")...)
 }
 
 // logErrors logs the distinct errors in a gateway's ocl_capacity lines.

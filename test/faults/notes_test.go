@@ -18,7 +18,7 @@ before the gateways start. Identity is the default (` + "`upstream`" + `): the c
 ` + "`X-Request-ID`" + `, so "overhead" / "added latency" is client latency minus time upstream.
 
 Fail-open scenarios (3–8, 10, 11) run enforce / all with limits the load never reaches, lease 15 s,
-renew 5 s, and the SPEC's Redis defaults spelled out: deadline 1 s, socket timeout 0.5 s, skip window
+renew 5 s, and the default Redis settings spelled out: deadline 1 s, socket timeout 0.5 s, skip window
 15 s; so every call must be 200, admitted or (store down) unavailable. Scenarios 1 and 2 use small
 limits (cluster 4 with 1 reserved for single-row calls, per task 2, es2_knn 2, tiers 3/2/2/2, per
 user 2/1/1/1) and a 5 s Redis deadline, since they test the limits, not fail-open.
@@ -35,5 +35,5 @@ user 2/1/1/1) and a 5 s Redis deadline, since they test the limits, not fail-ope
 | 8 | one call per gateway running 3 × lease_seconds beside short-call load | the leases are live at every 1 s check, renewed about every 5 s, the log line says admitted without lease_lost, released at the end |
 | 9 | enforce with tight limits; LOCK TABLE capacity_configs ACCESS EXCLUSIVE, unlock, stop PostgreSQL, start it | no call waits more than the 500 ms read timeout (+1 s slack); no refusal once the cache runs out while the config can't be read (enforce → shadow); refusals again once it can |
 | 10 | gateway stdout is a pipe (shrunk to one page) nobody reads, then drained; a second gateway exits while its pipe stays blocked | calls/s and p99 overhead as with the pipe drained; lines + Σ log_dropped = gated calls; exit ≤ 3 s |
-| 11 | malformed / oversized bodies, bad metadata and trace headers, bad tokens, huge headers, staff API errors, 1000 distinct users, 40 slow-loris connections | each gets SPEC's answer (gated or passed through, status, body); no crash or panic; no lease held by a slow client; lanes empty after |
+| 11 | malformed / oversized bodies, bad metadata and trace headers, bad tokens, huge headers, staff API errors, 1000 distinct users, 40 slow-loris connections | each gets the documented answer (gated or passed through, status, body); no crash or panic; no lease held by a slow client; lanes empty after |
 `
