@@ -44,6 +44,8 @@ func (c *MigrateCommand) Run(ctx context.Context, args []string) error {
 	fs := flag.NewFlagSet("capgate migrate", flag.ContinueOnError)
 	fs.SetOutput(io.Discard)
 	fs.StringVar(&st.Database, "database", st.Database, "the config database: sqlite:<path> or postgres://… (CAPGATE_DATABASE)")
+	var wait time.Duration
+	fs.Var(durationValue{&wait, time.Second}, "wait", "retry while the database does not answer, for up to this `duration` (a container started with it); 0 fails at once")
 	if err := fs.Parse(args); err != nil {
 		if errors.Is(err, flag.ErrHelp) {
 			fmt.Fprint(c.Stdout, helpOf(c.Usage(), fs))
@@ -61,7 +63,7 @@ func (c *MigrateCommand) Run(ctx context.Context, args []string) error {
 		return err
 	}
 	defer store.Close()
-	if err := store.Migrate(ctx); err != nil {
+	if err := migrateWithin(ctx, store, wait, c.Stderr); err != nil {
 		return err
 	}
 	v, err := store.DatabaseVersion(ctx)
@@ -72,4 +74,27 @@ func (c *MigrateCommand) Run(ctx context.Context, args []string) error {
 		Database      string `json:"database"`
 		SchemaVersion int    `json:"schema_version"`
 	}{maskURL(st.Database), v})
+}
+
+// migrateRetry is how often migrate --wait tries again.
+const migrateRetry = time.Second
+
+// migrateWithin migrates, trying again every second for up to wait while
+// it fails (the database is still starting), and returns the last error.
+func migrateWithin(ctx context.Context, store MigratingStore, wait time.Duration, progress io.Writer) error {
+	deadline := time.Now().Add(wait)
+	for {
+		err := store.Migrate(ctx)
+		if err == nil || time.Now().Add(migrateRetry).After(deadline) {
+			return err
+		}
+		fmt.Fprintf(progress, "capgate migrate: %v; trying again\n", err)
+		t := time.NewTimer(migrateRetry)
+		select {
+		case <-ctx.Done():
+			t.Stop()
+			return err
+		case <-t.C:
+		}
+	}
 }

@@ -1,11 +1,14 @@
 package main
 
 import (
+	"bufio"
 	"context"
 	"io"
 	"net"
 	"net/http"
 	"net/url"
+	"os"
+	"os/exec"
 	"strings"
 	"sync"
 	"testing"
@@ -143,4 +146,47 @@ func waitReady(p *serveProcess) {
 		code, b := p.probe("/readyz")
 		return code == 200 && b.Ready
 	})
+}
+
+// capgate migrate --wait retries while the database is not up yet (a
+// container started next to it), and succeeds once it answers.
+func TestMigrateWaitsForTheDatabase(t *testing.T) {
+	real := configtest.PostgresSchema(t)
+	ru, err := url.Parse(real)
+	if err != nil {
+		t.Fatal(err)
+	}
+	down := closedPort(t)
+	du := *ru
+	du.Host = down
+	if code, _, stderr := runIn(t, t.TempDir(), nil, "migrate", "--database", du.String()); code != 1 || !strings.Contains(stderr, "refused") {
+		t.Fatalf("migrate without --wait, database down = %d %q; want a failure at once", code, stderr)
+	}
+	cmd := exec.Command(os.Args[0], "migrate", "--database", du.String(), "--wait", "60s")
+	cmd.Env = []string{"CAPGATE_TEST_MAIN=1", "GORACE=atexit_sleep_ms=0", "PATH=" + os.Getenv("PATH")}
+	var out strings.Builder
+	cmd.Stdout = &out
+	errPipe, err := cmd.StderrPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	sc := bufio.NewScanner(errPipe)
+	if !sc.Scan() || !strings.Contains(sc.Text(), "trying again") {
+		t.Fatalf("migrate --wait with the database down: first line %q; want it to say it tries again", sc.Text())
+	}
+	go io.Copy(io.Discard, errPipe)
+	forward(t, down, ru.Host) // the database comes up
+	done := make(chan error, 1)
+	go func() { done <- cmd.Wait() }()
+	select {
+	case err := <-done:
+		if err != nil || !strings.Contains(out.String(), `"schema_version": 1`) {
+			t.Errorf("migrate --wait = %v %q; want success once the database answered", err, out.String())
+		}
+	case <-time.After(90 * time.Second):
+		t.Fatal("migrate --wait did not finish")
+	}
 }
