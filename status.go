@@ -8,7 +8,7 @@ import (
 )
 
 // Status is the live state of the lanes, as served by GET /capacity/status/
-// (SPEC §9). When the lane store fails, only Mode, EnforceFor and Redis are
+// (README.md, The config). When the lane store fails, only Mode, EnforceFor and Redis are
 // set, Redis holding the error.
 type Status struct {
 	Mode       Mode                  `json:"mode"`

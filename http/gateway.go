@@ -59,7 +59,7 @@ type GatewayConfig struct {
 	Options []Option
 }
 
-// Gateway is the reverse proxy of capgate serve (SPEC §1, §10): it serves
+// Gateway is the reverse proxy of capgate serve: it serves
 // GET /livez, /healthz and /readyz, GET /metrics and the staff API under /capacity/ itself,
 // and sends everything else to the upstream through the Middleware, so
 // heavy calls are gated, refused calls never reach the API, and a call's

@@ -1,9 +1,10 @@
-// Package metrics exposes what the gate does as Prometheus metrics (SPEC
-// §8): decisions, calls in flight per lane as this gateway last saw them,
+// Package metrics exposes what the gate does as Prometheus metrics:
+// decisions, calls in flight per lane as this gateway last saw them,
 // how long calls held their leases, lane store errors and skipped
-// operations, lease losses, oversize bodies, log lines dropped and the
-// config version in force. It implements capgate.Observer and registers on
-// the prometheus.Registerer it is given; it has no global state.
+// operations, lease losses, oversize bodies, log lines dropped, the
+// config version in force and whether the stores answer. It implements
+// capgate.Observer and registers on the prometheus.Registerer it is given;
+// it has no global state.
 package metrics
 
 import (

@@ -104,7 +104,8 @@ func wantJSON(t *testing.T, what string, got any, want string) {
 	}
 }
 
-// TestCapacityShowSetResetHistory: original §1.13 item 67.
+// TestCapacityShowSetResetHistory: show, set, reset and history, as the
+// original implementation's CLI behaved.
 func TestCapacityShowSetResetHistory(t *testing.T) {
 	clearLaneEnv(t)
 	databases(t, func(t *testing.T, db string) {
@@ -167,7 +168,7 @@ func TestCapacityHistory(t *testing.T) {
 	}
 }
 
-// TestCapacityErrors: original §1.13 item 69. Each fails with its exact
+// TestCapacityErrors: the original CLI's error messages. Each fails with its exact
 // message and adds no row.
 func TestCapacityErrors(t *testing.T) {
 	clearLaneEnv(t)
@@ -226,7 +227,7 @@ func TestCapacityUsage(t *testing.T) {
 	}
 }
 
-// TestCapacityStatus: original §1.13 item 68, on a Redis protocol server.
+// TestCapacityStatus: status, on a Redis protocol server.
 func TestCapacityStatus(t *testing.T) {
 	clearLaneEnv(t)
 	db := "sqlite:" + filepath.Join(t.TempDir(), "capgate.db")

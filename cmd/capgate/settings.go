@@ -22,7 +22,7 @@ import (
 // CAPGATE_DATABASE say otherwise.
 const DefaultDatabase = "sqlite:capgate.db"
 
-// Settings are what the capgate commands share (SPEC §11): where the
+// Settings are what the capgate commands share (README.md, Settings): where the
 // config and the lanes live, the boot mode, and the limiter's timeouts.
 // Every one has a flag; its default comes from the environment, under the
 // original implementation's names, else the built-in default.

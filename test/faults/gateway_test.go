@@ -98,7 +98,7 @@ func (g *gateway) start(t testing.TB, stdout io.Writer) {
 }
 
 // flagHint explains a gateway that does not start.
-const flagHint = `The fault suite needs "capgate serve" with the flags of SPEC §11
+const flagHint = `The fault suite needs "capgate serve" with the flags of README.md's Settings
 (--listen --upstream --redis --redis-sentinels --redis-master --database --task-id --mode
 --identity --tokens --log-file --shutdown-timeout). Merge main once serve has landed.`
 
