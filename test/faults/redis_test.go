@@ -17,7 +17,7 @@ import (
 	goredis "github.com/redis/go-redis/v9"
 )
 
-// lanePrefix is the key prefix of every lane (SPEC §3).
+// lanePrefix is the key prefix of every lane.
 const lanePrefix = "ocl:capacity:"
 
 // redisServer is one redis-server (or Sentinel) the suite started.

@@ -18,7 +18,7 @@ import (
 	"github.com/capgate/capgate/simapi"
 )
 
-// badCase is one malformed or hostile request and the answer SPEC.md gives.
+// badCase is one malformed or hostile request and the documented answer.
 type badCase struct {
 	name   string
 	method string
