@@ -233,7 +233,7 @@ func TestEveryCommandHasItsOwnHelp(t *testing.T) {
 		{[]string{"capacity", "set", "-h"}, []string{"assignments", "-user", "operating system user"}, []string{"-limit", "-redis"}},
 		{[]string{"capacity", "show", "-h"}, []string{"-create"}, []string{"assignments", "-limit"}},
 		{[]string{"migrate", "-h"}, []string{"Usage: capgate migrate", "-database"}, []string{"-redis"}},
-		{[]string{"serve", "-h"}, []string{"-log-format", "-migrate", "/readyz", "-mode off|shadow|enforce", "-config-cache duration"}, []string{"invalid means shadow"}},
+		{[]string{"serve", "-h"}, []string{"-log-format", "-migrate", "/readyz", "-mode off|shadow|enforce", "-config-cache duration", "-shutdown-timeout duration", "-max-body-bytes bytes", "SIGHUP"}, []string{"invalid means shadow"}},
 	} {
 		code, out, _ := run(t, c.args...)
 		if code != 0 {
