@@ -14,6 +14,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/jackc/pgx/v5"
+
 	"github.com/capgate/capgate"
 	"github.com/capgate/capgate/configtest"
 )
@@ -188,5 +190,68 @@ func TestMigrateWaitsForTheDatabase(t *testing.T) {
 		}
 	case <-time.After(90 * time.Second):
 		t.Fatal("migrate --wait did not finish")
+	}
+}
+
+// With --migrate=false the gateway runs as a database user with the rights
+// README.md lists and nothing more: it reads the config and saves changes.
+func TestServeRunsAsALeastPrivilegeDatabaseUser(t *testing.T) {
+	owner := configtest.PostgresSchema(t)
+	if code, out := runProcess(t, "migrate", "--database", owner); code != 0 {
+		t.Fatalf("migrate as the owner: %d %s", code, out)
+	}
+	ou, err := url.Parse(owner)
+	if err != nil {
+		t.Fatal(err)
+	}
+	schema := ou.Query().Get("search_path")
+	role := "capgate_lp_" + strings.TrimPrefix(schema, "capgate_test_")
+	ctx := context.Background()
+	conn, err := pgx.Connect(ctx, owner)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close(ctx)
+	for _, q := range []string{
+		"CREATE ROLE " + role + " LOGIN",
+		"GRANT USAGE ON SCHEMA " + schema + " TO " + role,
+		"GRANT SELECT, INSERT ON " + schema + ".capacity_configs TO " + role,
+		"GRANT USAGE ON SEQUENCE " + schema + ".capacity_configs_id_seq TO " + role,
+		"GRANT SELECT ON " + schema + ".capgate_schema_version TO " + role,
+	} {
+		if _, err := conn.Exec(ctx, q); err != nil {
+			t.Fatalf("%s: %v", q, err)
+		}
+	}
+	t.Cleanup(func() {
+		c, err := pgx.Connect(ctx, owner)
+		if err != nil {
+			t.Errorf("drop role: %v", err)
+			return
+		}
+		defer c.Close(ctx)
+		for _, q := range []string{"DROP OWNED BY " + role, "DROP ROLE " + role} {
+			if _, err := c.Exec(ctx, q); err != nil {
+				t.Errorf("%s: %v", q, err)
+			}
+		}
+	})
+	lu := *ou
+	lu.User = url.User(role)
+	p := startServeProcess(t, nil, "--upstream", newAPI(t), "--database", lu.String(), "--migrate=false")
+	waitReady(p)
+	if _, b := p.probe("/readyz"); b.Checks["config"] != "ok" {
+		t.Fatalf("config as the least-privilege user: %v", b.Checks)
+	}
+	req, _ := http.NewRequest("PATCH", p.addr+"/capacity/config/", strings.NewReader(`{"es2_knn": 2}`))
+	req.Header.Set("Authorization", "Token ada-token") // staff
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	if resp.StatusCode != 200 || !strings.Contains(string(b), `"version":1`) {
+		t.Errorf("PATCH as the least-privilege user = %d %s; want version 1", resp.StatusCode, b)
 	}
 }
