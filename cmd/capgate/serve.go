@@ -37,8 +37,8 @@ func (c *ServeCommand) Usage() string {
 
 Runs the gateway: a reverse proxy in front of the API at --upstream that
 gates its heavy calls, serves the staff API under /capacity/, GET /metrics
-and the probes GET /livez and GET /readyz (/healthz: /livez), and writes one ocl_capacity JSON line per gated call to
-stdout (or --log-file). SIGHUP reopens --log-file and reloads --tokens. A
+and the probes GET /livez and GET /readyz (/healthz: /livez), and writes
+one ocl_capacity JSON line per gated call to stdout (or --log-file). SIGHUP reopens --log-file and reloads --tokens. A
 sqlite: database is created if missing (its absolute path is logged at start);
 the gateway starts even when the database is down, on the defaults. Every
 flag also reads the environment variable named in its help; an invalid value
