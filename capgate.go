@@ -14,7 +14,7 @@ import "errors"
 // Mode says what the gate does with heavy calls.
 type Mode string
 
-// The modes, see SPEC §5.
+// The modes, as README.md describes them.
 const (
 	ModeOff     Mode = "off"     // nothing counted, no headers, no log line
 	ModeShadow  Mode = "shadow"  // count and log; never refuse
@@ -97,7 +97,7 @@ func (g TierGroups) TierOf(staff bool, groups []string) Tier {
 // Decision is the outcome of admitting a heavy call.
 type Decision string
 
-// The decisions, see SPEC §4. A call with no decision (mode off, or not
+// The decisions, as README.md describes them. A call with no decision (mode off, or not
 // heavy) passes untouched.
 const (
 	DecisionNone          Decision = ""

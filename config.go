@@ -13,7 +13,7 @@ import (
 	"strings"
 )
 
-// Config is the runtime config (SPEC §6). Its JSON form is the one stored,
+// Config is the runtime config. Its JSON form is the one stored,
 // served by the staff API and changed by staff.
 type Config struct {
 	Mode             Mode       `json:"mode"`
@@ -235,7 +235,7 @@ func EncodeDoc(doc map[string]any) (string, error) {
 	return strings.TrimSuffix(buf.String(), "\n"), nil
 }
 
-// Validate checks a config document (SPEC §6) and returns every problem
+// Validate checks a config document and returns every problem
 // found, as messages; none means the document is a valid config. Problems
 // with known settings come first, in schema order, then unknown settings,
 // sorted. The cross-field checks (reserve_single_row, lease_seconds,

@@ -61,7 +61,7 @@ func TestDiff(t *testing.T) {
 	}
 }
 
-// TestChangesOfASave follows original-behaviour §1.1 items 6 and 7: the
+// TestChangesOfASave follows the original implementation: the
 // changes a PATCH and a PUT report.
 func TestChangesOfASave(t *testing.T) {
 	defaults := capgate.DefaultConfig(capgate.ModeShadow).Doc()

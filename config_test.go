@@ -254,7 +254,7 @@ func TestResolve(t *testing.T) {
 	}
 }
 
-// configProblems checks a Config against SPEC §6 on its own, apart from
+// configProblems checks a Config against the validation rules on its own, apart from
 // Validate, so FuzzValidate can catch Validate letting a bad config by.
 func configProblems(c capgate.Config) []string {
 	var p []string

@@ -62,6 +62,7 @@ type ConfigService struct {
 	refreshing chan struct{} // non-nil while a refresh runs, closed at its end; requires mu held
 	gen        uint64        // bumped when a save or Invalidate makes a running refresh stale; requires mu held
 	version    int64         // the version of snap, 0 for the defaults; requires mu held
+	read       readState     // how the last store read went; requires mu held
 }
 
 var _ ConfigSource = (*ConfigService)(nil)
@@ -189,6 +190,7 @@ func (s *ConfigService) refresh(ctx context.Context, start time.Time, gen uint64
 		s.refreshing = nil
 		close(done)
 	}()
+	s.read.done(err)
 	if err != nil {
 		c = s.fallbackLocked()
 		s.logger().Warn("Capacity config could not be read; using the last known config, with enforce as shadow",

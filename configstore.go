@@ -73,7 +73,7 @@ type ConfigStore interface {
 }
 
 // ValidationError is a change that would make an invalid config. Messages
-// holds every problem found, with the exact texts of SPEC §6. It matches
+// holds every problem found, with the original implementation's texts. It matches
 // ErrInvalidConfig with errors.Is.
 type ValidationError struct {
 	Messages []string

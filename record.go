@@ -6,7 +6,7 @@ import (
 	"unicode/utf8"
 )
 
-// Record is the log line of one gated call (SPEC §8). Zero or unset
+// Record is the log line of one gated call. Zero or unset
 // values are left out of the line; the pointer fields distinguish "0" from
 // "unknown".
 type Record struct {
@@ -49,7 +49,7 @@ type Record struct {
 }
 
 // AppendJSON appends the record as one compact JSON object, fields in the
-// order of SPEC §8, nulls and empty strings left out.
+// documented order, nulls and empty strings left out.
 func (r *Record) AppendJSON(b []byte) []byte {
 	b = append(b, `{"event":"ocl_capacity"`...)
 	b = appendStr(b, "decision", string(r.Decision))

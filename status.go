@@ -8,12 +8,13 @@ import (
 )
 
 // Status is the live state of the lanes, as served by GET /capacity/status/
-// (SPEC §9). When the lane store fails, only Mode, EnforceFor and Redis are
+// (README.md, The config). When the lane store fails, only Mode, EnforceFor and Redis are
 // set, Redis holding the error.
 type Status struct {
 	Mode       Mode                  `json:"mode"`
 	EnforceFor EnforceFor            `json:"enforce_for"`
 	Redis      string                `json:"redis"`
+	Lanes      string                `json:"lanes"` // where the lanes live (LaneStoreKind): memory, redis, redis-sentinel
 	APIHeavy   *APIHeavyStatus       `json:"api_heavy,omitempty"`
 	ES2KNN     *LaneStatus           `json:"es2_knn,omitempty"`
 	Tasks      map[string]LaneStatus `json:"-"`
@@ -50,7 +51,8 @@ func (s Status) MarshalJSON() ([]byte, error) {
 			Mode       Mode       `json:"mode"`
 			EnforceFor EnforceFor `json:"enforce_for"`
 			Redis      string     `json:"redis"`
-		}{s.Mode, s.EnforceFor, s.Redis})
+			Lanes      string     `json:"lanes"`
+		}{s.Mode, s.EnforceFor, s.Redis, s.Lanes})
 	}
 	type full Status // without this method
 	f := full(s)
@@ -79,9 +81,9 @@ const StatusOK = "ok"
 // calls are in flight. It does not use the skip window: staff asking for
 // the status want a live read. A store failure is reported in Redis.
 func (g *Gate) Status(ctx context.Context, cfg Config) Status {
-	st := Status{Mode: cfg.Mode, EnforceFor: cfg.EnforceFor}
+	st := Status{Mode: cfg.Mode, EnforceFor: cfg.EnforceFor, Lanes: LaneStoreKind(g.Store)}
 	if err := g.status(ctx, cfg, &st); err != nil {
-		return Status{Mode: cfg.Mode, EnforceFor: cfg.EnforceFor, Redis: err.Error()}
+		return Status{Mode: cfg.Mode, EnforceFor: cfg.EnforceFor, Redis: err.Error(), Lanes: st.Lanes}
 	}
 	st.Redis = StatusOK
 	return st

@@ -88,7 +88,7 @@ func (c *counter) skip(kind lineKind, name string) {
 
 // storeError reports whether an unavailable call's error came from the
 // lane store (or the skip window it opened) rather than from an identity
-// lookup or an internal error (SPEC §7).
+// lookup or an internal error.
 func storeError(text string) bool {
 	for _, p := range []string{"identity", "identify caller", "internal error", "unknown tier", "no user id"} {
 		if strings.HasPrefix(text, p) {

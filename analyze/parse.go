@@ -2,7 +2,7 @@ package analyze
 
 import "errors"
 
-// The lanes of a call, by index, in lane order (SPEC §3).
+// The lanes of a call, by index, in lane order.
 const (
 	laneAPIHeavy = iota
 	laneTask

@@ -127,7 +127,7 @@ func callKeys(buf []laneKey, ev *event) []laneKey {
 	return append(buf, laneKey{laneTier, ev.tier}, laneKey{laneUser, ev.user})
 }
 
-// retryAfter is SPEC §4's Retry-After for a call that found lanes full.
+// retryAfter is the gate's Retry-After for a call that found lanes full.
 func retryAfter(ra capgate.RetryAfter, lanes []capgate.Lane, before []int) int {
 	ahead := 0
 	for i, l := range lanes {

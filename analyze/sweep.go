@@ -180,7 +180,7 @@ func (s *sweep) reconstruct(ev *event, nextStart int64, hasNext bool) {
 // closer than this: an unavailable line carries no held_ms, so it is placed
 // at its ts, when the call ended, and calls counted after the store came
 // back can fall between the lines of one outage. A failure makes a gateway
-// skip the store for 15 s (SPEC §7), the same span.
+// skip the store for 15 s, the same span.
 const windowGap = capgate.DefaultSkipDuration
 
 // trackWindow follows the runs of store-unavailable calls per task: a

@@ -1,6 +1,6 @@
 // Package configtest is the conformance suite of capgate.ConfigStore: every
 // config store runs it, and it drives the store through the real
-// capgate.ConfigService too (original-behaviour §1.1, items 6–11).
+// capgate.ConfigService too (as the original implementation behaved).
 package configtest
 
 import (

@@ -8,7 +8,8 @@ import (
 	"github.com/capgate/capgate"
 )
 
-// exposeCapacityHeaders adds the capacity headers and Retry-After to h's
+// exposeCapacityHeaders adds the capacity headers, Retry-After and the
+// standard RateLimit-Policy and RateLimit fields to h's
 // Access-Control-Expose-Headers, keeping what the API listed there.
 func exposeCapacityHeaders(h http.Header) {
 	const key = "Access-Control-Expose-Headers"
@@ -20,7 +21,7 @@ func exposeCapacityHeaders(h http.Header) {
 			}
 		}
 	}
-	for _, n := range capgate.ExposedHeaders() {
+	for _, n := range append(capgate.ExposedHeaders(), rateLimitFields...) {
 		if !slices.ContainsFunc(names, func(s string) bool { return strings.EqualFold(s, n) }) {
 			names = append(names, n)
 		}

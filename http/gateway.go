@@ -2,7 +2,6 @@ package http
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -58,9 +57,10 @@ type GatewayConfig struct {
 	// PublicMetrics serves Metrics to anyone (--public-metrics). Default
 	// false: staff only; anonymous → 401, non-staff → 403.
 	PublicMetrics bool
-	// Health checks the lane and config stores for GET /healthz: nil error
-	// → 200, else 503. Default: always healthy.
-	Health func(ctx context.Context) error
+	// Health answers GET /livez, /healthz (its alias) and /readyz; it
+	// never fails a probe because a store is down. Default (nil): live
+	// and ready, with no checks.
+	Health *Health
 
 	// Logger gets upstream failures and handler panics. Default
 	// slog.Default().
@@ -69,8 +69,8 @@ type GatewayConfig struct {
 	Options []Option
 }
 
-// Gateway is the reverse proxy of capgate serve (SPEC §1, §10): it serves
-// GET /healthz, GET /metrics and the staff API under /capacity/ itself,
+// Gateway is the reverse proxy of capgate serve: it serves
+// GET /livez, /healthz and /readyz, GET /metrics and the staff API under /capacity/ itself,
 // and sends everything else to the upstream through the Middleware, so
 // heavy calls are gated, refused calls never reach the API, and a call's
 // leases are released once its response has been sent, or, if its client
@@ -138,8 +138,10 @@ func (g *Gateway) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	p := r.URL.Path
 	get := r.Method == http.MethodGet || r.Method == http.MethodHead
 	switch {
-	case p == "/healthz" && get:
-		g.health(w, r)
+	case (p == "/livez" || p == "/healthz") && get:
+		g.health().Livez().ServeHTTP(w, r)
+	case p == "/readyz" && get:
+		g.health().Readyz().ServeHTTP(w, r)
 	case p == "/metrics" && get && g.cfg.Metrics != nil:
 		g.metrics(w, r)
 	case strings.HasPrefix(p, "/capacity/") && g.cfg.Staff != nil:
@@ -199,27 +201,11 @@ func (g *Gateway) upgradeAllowed(r *http.Request) bool {
 	return false
 }
 
-func (g *Gateway) health(w http.ResponseWriter, r *http.Request) {
-	HealthHandler(g.cfg.Health).ServeHTTP(w, r)
-}
-
-// HealthHandler answers GET /healthz: 200 {"status":"ok"} when check
-// (nil: always healthy) returns nil, else 503 with the error.
-func HealthHandler(check func(ctx context.Context) error) http.Handler {
-	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		w.Header().Set("Content-Type", "application/json")
-		w.Header().Set("Cache-Control", "no-store")
-		var err error
-		if check != nil {
-			err = check(r.Context())
-		}
-		if err != nil {
-			w.WriteHeader(http.StatusServiceUnavailable)
-			_ = json.NewEncoder(w).Encode(map[string]string{"status": "unavailable", "error": err.Error()})
-			return
-		}
-		_, _ = w.Write([]byte(`{"status":"ok"}` + "\n"))
-	})
+func (g *Gateway) health() *Health {
+	if g.cfg.Health == nil {
+		return &Health{}
+	}
+	return g.cfg.Health
 }
 
 // rewrite builds the upstream request: the upstream's URL joined with the

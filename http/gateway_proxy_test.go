@@ -160,16 +160,20 @@ func TestGatewayRoutes(t *testing.T) {
 		return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { w.Write([]byte(name + " " + r.URL.Path)) })
 	}
 	healthErr := errors.New("lane store: down")
-	var healthy atomic.Bool
-	e := newEnv(t, nil, func(c *capgatehttp.GatewayConfig) {
-		c.Staff = named("staff")
-		c.Metrics = named("metrics")
-		c.Health = func(ctx context.Context) error {
+	var healthy, ready atomic.Bool
+	health := &capgatehttp.Health{
+		Checks: []capgatehttp.HealthCheck{{Name: "lanes", Check: func(context.Context) error {
 			if healthy.Load() {
 				return nil
 			}
 			return healthErr
-		}
+		}}},
+		Ready: ready.Load,
+	}
+	e := newEnv(t, nil, func(c *capgatehttp.GatewayConfig) {
+		c.Staff = named("staff")
+		c.Metrics = named("metrics")
+		c.Health = health
 	})
 	ctx := t.Context()
 	for target, want := range map[string]string{
@@ -193,12 +197,24 @@ func TestGatewayRoutes(t *testing.T) {
 			t.Errorf("GET /metrics as %q = %d %q, want %d", tt.auth, r.StatusCode, r.Body, tt.status)
 		}
 	}
-	r := e.do(ctx, "GET", "/healthz", "")
-	if r.StatusCode != 503 || !strings.Contains(string(r.Body), "lane store: down") {
-		t.Errorf("unhealthy: %d %s", r.StatusCode, r.Body)
+	// Fail open: a store that is down is reported, never a failed probe.
+	health.CheckNow(ctx)
+	for _, p := range []string{"/livez", "/healthz"} {
+		r := e.do(ctx, "GET", p, "")
+		if r.StatusCode != 200 || !strings.Contains(string(r.Body), `"lanes":"lane store: down"`) {
+			t.Errorf("%s with the lane store down: %d %s; want 200 naming the error", p, r.StatusCode, r.Body)
+		}
+	}
+	if r := e.do(ctx, "GET", "/readyz", ""); r.StatusCode != 503 || !strings.Contains(string(r.Body), `"ready":false`) {
+		t.Errorf("/readyz before the config was read: %d %s; want 503", r.StatusCode, r.Body)
+	}
+	ready.Store(true)
+	if r := e.do(ctx, "GET", "/readyz", ""); r.StatusCode != 200 || !strings.Contains(string(r.Body), `"lanes":"lane store: down"`) {
+		t.Errorf("/readyz with the lane store down: %d %s; want 200", r.StatusCode, r.Body)
 	}
 	healthy.Store(true)
-	if r := e.do(ctx, "GET", "/healthz", ""); r.StatusCode != 200 {
+	health.CheckNow(ctx)
+	if r := e.do(ctx, "GET", "/livez", ""); r.StatusCode != 200 || !strings.Contains(string(r.Body), `"lanes":"ok"`) {
 		t.Errorf("healthy: %d %s", r.StatusCode, r.Body)
 	}
 	if n := len(e.up.requests()); n != 0 {

@@ -307,6 +307,7 @@ func (m *Middleware) attribute(call *capgate.Call, r *http.Request) {
 func (m *Middleware) refuse(w http.ResponseWriter, r *http.Request, adm *capgate.Admission, rid string) {
 	h := w.Header()
 	adm.SetHeaders(h)
+	setRateLimitFields(h, adm)
 	m.cors.refusal(h, r.Header.Get("Origin"))
 	h.Set("Content-Type", "application/json")
 	h.Set(HeaderRequestID, rid)

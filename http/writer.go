@@ -27,6 +27,7 @@ func (w *gatedWriter) setHeaders() {
 	w.wrote = true
 	h := w.ResponseWriter.Header()
 	w.adm.SetHeaders(h)
+	setRateLimitFields(h, w.adm)
 	exposeCapacityHeaders(h)
 	h.Set(HeaderRequestID, w.rid)
 }

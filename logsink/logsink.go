@@ -1,4 +1,4 @@
-// Package logsink writes the gate's JSON log lines (SPEC §8, "The sink")
+// Package logsink writes the gate's JSON log lines
 // through a bounded queue and one writer goroutine, so that a slow or blocked
 // output never holds up a call.
 //

@@ -68,6 +68,9 @@ type lane struct {
 	expires int64            // the key's TTL deadline; noTTL when it has none
 }
 
+// Kind says where the lanes live, for status: in this process only.
+func (s *Store) Kind() string { return "memory" }
+
 // New returns an empty store whose clock is now (nil: time.Now).
 func New(now func() time.Time) *Store {
 	return &Store{Now: now}

@@ -1,10 +1,11 @@
-// Package metrics exposes what the gate does as Prometheus metrics (SPEC
-// §8): decisions, calls in flight per lane as this gateway last saw them,
-// how long calls held their leases, calls waiting per lane and how long
-// they waited, lane store errors and skipped operations, decisions made by
-// the local lanes alone, lease losses, oversize bodies, log lines dropped
-// and the config version in force. It implements capgate.Observer and registers on
-// the prometheus.Registerer it is given; it has no global state.
+// Package metrics exposes what the gate does as Prometheus metrics:
+// decisions, calls in flight per lane as this gateway last saw them, how
+// long calls held their leases, calls waiting per lane and how long they
+// waited, lane store errors and skipped operations, decisions made by the
+// local lanes alone, lease losses, oversize bodies, log lines dropped, the
+// config version in force and whether the stores answer. It implements
+// capgate.Observer and registers on the prometheus.Registerer it is given;
+// it has no global state.
 package metrics
 
 import (
@@ -77,6 +78,23 @@ func WithConfigVersion(version func() int64) Option {
 			Name:      "config_version",
 			Help:      "Version of the runtime capacity config in force (0: the defaults).",
 		}, func() float64 { return float64(version()) }))
+	}
+}
+
+// WithStoreUp exports up(store) as capgate_store_up{store}: 1 when the
+// gateway's last background check of that store (lanes, config) passed, 0
+// when it failed, -1 before the first check. A store that is down never
+// fails the health probes; this is where it shows.
+func WithStoreUp(up func(store string) float64, stores ...string) Option {
+	return func(m *Metrics) {
+		for _, name := range stores {
+			m.funcs = append(m.funcs, prometheus.NewGaugeFunc(prometheus.GaugeOpts{
+				Namespace:   Namespace,
+				Name:        "store_up",
+				Help:        "Whether the last background check of the store passed (1), failed (0), or has not run (-1).",
+				ConstLabels: prometheus.Labels{"store": name},
+			}, func() float64 { return up(name) }))
+		}
 	}
 }
 

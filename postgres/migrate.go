@@ -22,9 +22,29 @@ func SchemaVersion() int {
 	return migrate.Latest(ms)
 }
 
-// migrate applies the migrations the database lacks, in one transaction
-// holding the advisory lock MigrateLockKey.
-func (s *Store) migrate(ctx context.Context) error {
+// DatabaseVersion returns the schema version of the database: 0 when
+// capgate's tables are not there yet. It fails when the database can't be
+// read.
+func (s *Store) DatabaseVersion(ctx context.Context) (int, error) {
+	var exists bool
+	if err := s.pool.QueryRow(ctx, `SELECT to_regclass('capgate_schema_version') IS NOT NULL`).Scan(&exists); err != nil {
+		return 0, fmt.Errorf("postgres %s: read schema version: %w", s.host, err)
+	}
+	if !exists {
+		return 0, nil
+	}
+	var have int
+	if err := s.pool.QueryRow(ctx, `SELECT coalesce(max(version), 0) FROM capgate_schema_version`).Scan(&have); err != nil {
+		return 0, fmt.Errorf("postgres %s: read schema version: %w", s.host, err)
+	}
+	return have, nil
+}
+
+// Migrate applies the migrations the database lacks, in one transaction
+// holding the advisory lock MigrateLockKey, so gateways starting at once
+// don't race. It fails when the database does not answer, or its schema is
+// newer than this capgate knows.
+func (s *Store) Migrate(ctx context.Context) error {
 	ms, err := migrate.Load(migrations)
 	if err != nil {
 		return fmt.Errorf("load migrations: %w", err)
@@ -55,7 +75,7 @@ func (s *Store) migrate(ctx context.Context) error {
 		return nil
 	})
 	if err != nil {
-		return fmt.Errorf("migrate: %w", err)
+		return fmt.Errorf("open postgres %s: migrate: %w", s.host, err)
 	}
 	return nil
 }

@@ -35,15 +35,33 @@ const statementMargin = 20 * time.Millisecond
 // use, also by several processes. Create one with Open.
 type Store struct {
 	pool *pgxpool.Pool
+	host string // for errors
 }
 
 var _ capgate.ConfigStore = (*Store)(nil)
 
 // Open connects to the database at url (postgres://…; a search_path
-// parameter picks the schema) and brings its schema up to date. It fails
-// if the URL is invalid, the database does not answer, or its schema is
-// newer than this capgate knows.
+// parameter picks the schema) and brings its schema up to date (Connect,
+// then Migrate). It fails if the URL is invalid, the database does not
+// answer, or its schema is newer than this capgate knows.
 func Open(ctx context.Context, url string) (*Store, error) {
+	s, err := Connect(ctx, url)
+	if err != nil {
+		return nil, err
+	}
+	if err := s.Migrate(ctx); err != nil {
+		s.Close()
+		return nil, err
+	}
+	return s, nil
+}
+
+// Connect returns a store over the database at url without touching it:
+// connections are made when first needed, so a database that is down now
+// is not an error (reads fail until it answers), and nothing is migrated,
+// so a user without DDL rights can run it (see Migrate). It fails only for
+// an invalid URL.
+func Connect(ctx context.Context, url string) (*Store, error) {
 	cfg, err := pgxpool.ParseConfig(url)
 	if err != nil {
 		return nil, fmt.Errorf("open postgres: %w", err)
@@ -52,12 +70,7 @@ func Open(ctx context.Context, url string) (*Store, error) {
 	if err != nil {
 		return nil, fmt.Errorf("open postgres %s: %w", cfg.ConnConfig.Host, err)
 	}
-	s := &Store{pool: pool}
-	if err := s.migrate(ctx); err != nil {
-		pool.Close()
-		return nil, fmt.Errorf("open postgres %s: %w", cfg.ConnConfig.Host, err)
-	}
-	return s, nil
+	return &Store{pool: pool, host: cfg.ConnConfig.Host}, nil
 }
 
 // Close closes the pool's connections.

@@ -179,6 +179,15 @@ func newStore(c Client, o Options) *Store {
 // String describes the store's Redis for logs, password masked.
 func (s *Store) String() string { return s.opts.String() }
 
+// Kind says where the lanes live, for status: "redis" or
+// "redis-sentinel".
+func (s *Store) Kind() string {
+	if len(s.opts.Sentinels) > 0 {
+		return "redis-sentinel"
+	}
+	return "redis"
+}
+
 // closeGrace is how long Close waits for the client to close.
 const closeGrace = 100 * time.Millisecond
 

@@ -43,9 +43,24 @@ type Store struct {
 var _ capgate.ConfigStore = (*Store)(nil)
 
 // Open opens the SQLite database at path, creating it if missing, and
-// brings its schema up to date. It fails if the file can't be opened, or
-// its schema is newer than this capgate knows.
+// brings its schema up to date (Connect, then Migrate). It fails if the
+// file can't be opened, or its schema is newer than this capgate knows.
 func Open(ctx context.Context, path string) (*Store, error) {
+	s, err := Connect(ctx, path)
+	if err != nil {
+		return nil, err
+	}
+	if err := s.Migrate(ctx); err != nil {
+		s.Close()
+		return nil, err
+	}
+	return s, nil
+}
+
+// Connect returns a store over the SQLite database at path without
+// touching the file: it is opened (and created if missing) when first
+// used, and nothing is migrated (see Migrate).
+func Connect(_ context.Context, path string) (*Store, error) {
 	if path == "" {
 		return nil, errors.New("open sqlite: no path")
 	}
@@ -55,12 +70,7 @@ func Open(ctx context.Context, path string) (*Store, error) {
 	if err != nil {
 		return nil, fmt.Errorf("open sqlite %s: %w", path, err)
 	}
-	s := &Store{db: db, path: path, writer: make(chan struct{}, 1)}
-	if err := s.migrate(ctx); err != nil {
-		db.Close()
-		return nil, fmt.Errorf("open sqlite %s: %w", path, err)
-	}
-	return s, nil
+	return &Store{db: db, path: path, writer: make(chan struct{}, 1)}, nil
 }
 
 // Path returns the database file's path.

@@ -7,7 +7,11 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"io/fs"
 	"os"
+	"os/user"
+	"path/filepath"
+	"strconv"
 	"strings"
 	"time"
 
@@ -46,15 +50,20 @@ func (c *CapacityCommand) Usage() string {
   capgate capacity reset [--note TEXT] [--user NAME]
                                                back to the defaults: {version, changes}
   capgate capacity history [--limit N]         the changes, newest first (default 20)
-  capgate capacity status                      the lanes in flight (needs Redis)
+  capgate capacity status                      the lanes in flight (needs Redis);
+                                               exits 1 when a store fails
+
+The database (--database, CAPGATE_DATABASE; default sqlite:capgate.db,
+relative to the current directory) must exist: the CLI never makes a new
+one by mistake. --create makes it (and its tables) when it is missing.
 
 Settings are dotted paths (tiers.preview=1 mode=enforce); a value of digits
 is a number, anything else a string. Flags may come before or after the
 assignments. A change that changes nothing adds no version.
 
---user records who made the change. There is no user table: with --tokens
-FILE (the gateway's tokens file) the name must be a username in it, else
-the name is recorded as given.
+--user records who made the change (default: the operating system user).
+There is no user table: with --tokens FILE (the gateway's tokens file) the
+name must be a username in it, else the name is recorded as given.
 
 Run "capgate capacity <action> -h" for an action's flags.
 `
@@ -63,6 +72,7 @@ Run "capgate capacity <action> -h" for an action's flags.
 // capacityAction is one action's flags and what it does.
 type capacityAction struct {
 	fs     *flag.FlagSet
+	create bool
 	note   string
 	user   string
 	tokens string
@@ -76,22 +86,23 @@ var capacitySynopsis = map[string]string{
 	"set":     "capgate capacity set <setting>=<value>... [--note TEXT] [--user NAME]: merge a change, print {version, changes}.",
 	"reset":   "capgate capacity reset [--note TEXT] [--user NAME]: go back to the defaults, print {version, changes}.",
 	"history": "capgate capacity history [--limit N]: print the changes, newest first, one JSON object each.",
-	"status":  "capgate capacity status: print the lanes' calls in flight and limits (needs the lanes' Redis).",
+	"status":  "capgate capacity status: print the lanes' calls in flight and limits (needs the lanes' Redis); exits 1 when a store fails.",
 }
 
 func (c *CapacityCommand) newAction(name string, st Settings) *capacityAction {
 	a := &capacityAction{fs: flag.NewFlagSet("capgate capacity "+name, flag.ContinueOnError), st: st}
 	a.fs.SetOutput(io.Discard)
-	a.st.StoreFlags(a.fs)
+	a.st.CLIStoreFlags(a.fs)
+	a.fs.BoolVar(&a.create, "create", false, "make the database (and its tables) if it is missing; without it a missing database is an error")
 	switch name {
 	case "set", "reset":
 		a.fs.StringVar(&a.note, "note", "", "why the change was made")
-		a.fs.StringVar(&a.user, "user", "", "who made the change")
+		a.fs.StringVar(&a.user, "user", "", "who made the change (default: the operating system user)")
 		a.fs.StringVar(&a.tokens, "tokens", "", `the gateway's tokens file; --user must be a username in it`)
 	case "history":
 		a.fs.IntVar(&a.limit, "limit", capacityHistoryDefault, "how many versions, newest first")
 	case "status":
-		a.st.LaneFlags(a.fs)
+		a.st.StatusFlags(a.fs)
 	}
 	return a
 }
@@ -113,8 +124,12 @@ func (a *capacityAction) parse(args []string) ([]string, error) {
 }
 
 func (a *capacityAction) usage() string {
-	return helpOf(fmt.Sprintf("Usage: %s\n\nFlags (before or after the assignments):\n",
-		capacitySynopsis[strings.TrimPrefix(a.fs.Name(), "capgate capacity ")]), a.fs)
+	name := strings.TrimPrefix(a.fs.Name(), "capgate capacity ")
+	where := "Flags:\n"
+	if name == "set" {
+		where = "Flags (before or after the assignments):\n"
+	}
+	return helpOf(fmt.Sprintf("Usage: %s\n\n%s", capacitySynopsis[name], where), a.fs)
 }
 
 // Run runs "capgate capacity <action> ...". An error is the message to
@@ -160,7 +175,7 @@ func (c *CapacityCommand) Run(ctx context.Context, args []string) error {
 	}
 	switch name {
 	case "show":
-		return c.withConfigs(ctx, a.st, func(svc *capgate.ConfigService) error {
+		return c.withConfigs(ctx, a, func(svc *capgate.ConfigService) error {
 			v, cfg, err := svc.Current(ctx)
 			if err != nil {
 				return err
@@ -173,17 +188,49 @@ func (c *CapacityCommand) Run(ctx context.Context, args []string) error {
 	case "history":
 		return c.history(ctx, a)
 	}
-	return c.status(ctx, a.st)
+	return c.status(ctx, a)
 }
 
 // withConfigs opens the config store and runs fn with a service over it.
-func (c *CapacityCommand) withConfigs(ctx context.Context, st Settings, fn func(*capgate.ConfigService) error) error {
-	store, err := OpenConfigStore(ctx, st.Database)
+// It refuses a database that is missing, unless --create.
+func (c *CapacityCommand) withConfigs(ctx context.Context, a *capacityAction, fn func(*capgate.ConfigService) error) error {
+	st := a.st
+	if p := sqlitePath(st.Database); p != "" && !a.create {
+		if _, err := os.Stat(p); errors.Is(err, fs.ErrNotExist) {
+			abs, _ := filepath.Abs(p)
+			return fmt.Errorf("no config database at %s (--database %s): point --database or CAPGATE_DATABASE at the gateway's database, or pass --create to make a new one", abs, st.Database)
+		}
+	}
+	store, err := ConnectConfigStore(ctx, st.Database)
 	if err != nil {
 		return err
 	}
 	defer store.Close()
+	have, err := store.DatabaseVersion(ctx)
+	if err != nil {
+		return err
+	}
+	switch {
+	case have == 0 && !a.create:
+		return fmt.Errorf("the config database %s has no capgate tables: run capgate migrate --database …, or pass --create", maskURL(st.Database))
+	case have < latestSchema(st.Database):
+		if err := store.Migrate(ctx); err != nil {
+			return err
+		}
+	}
 	return fn(st.NewConfigService(store))
+}
+
+// osUser names who runs the command, for created_by: the operating
+// system user, else $USER, else the uid.
+func osUser() string {
+	if u, err := user.Current(); err == nil && u.Username != "" {
+		return u.Username
+	}
+	if u := os.Getenv("USER"); u != "" {
+		return u
+	}
+	return "uid:" + strconv.Itoa(os.Getuid())
 }
 
 func (c *CapacityCommand) save(ctx context.Context, a *capacityAction, change map[string]any, replace bool) error {
@@ -192,7 +239,11 @@ func (c *CapacityCommand) save(ctx context.Context, a *capacityAction, change ma
 			return err
 		}
 	}
-	return c.withConfigs(ctx, a.st, func(svc *capgate.ConfigService) error {
+	by := a.user
+	if by == "" {
+		by = osUser() // never a null created_by
+	}
+	return c.withConfigs(ctx, a, func(svc *capgate.ConfigService) error {
 		sink := logsink.New(c.Stderr)
 		defer func() {
 			ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), capacityDrain)
@@ -200,7 +251,7 @@ func (c *CapacityCommand) save(ctx context.Context, a *capacityAction, change ma
 			sink.Close(ctx)
 		}()
 		svc.Sink = sink
-		res, err := svc.Save(ctx, change, replace, a.user, capgate.SourceCommand, a.note)
+		res, err := svc.Save(ctx, change, replace, by, capgate.SourceCommand, a.note)
 		if err != nil {
 			return err
 		}
@@ -212,7 +263,7 @@ func (c *CapacityCommand) save(ctx context.Context, a *capacityAction, change ma
 }
 
 func (c *CapacityCommand) history(ctx context.Context, a *capacityAction) error {
-	return c.withConfigs(ctx, a.st, func(svc *capgate.ConfigService) error {
+	return c.withConfigs(ctx, a, func(svc *capgate.ConfigService) error {
 		vs, err := svc.History(ctx, a.limit)
 		if err != nil {
 			return err
@@ -239,7 +290,8 @@ var errNoLaneStore = errors.New("capgate capacity status needs the lanes' Redis:
 	"(or REDIS_HOST, --redis-sentinels or --redis-cluster). In-process lanes live inside one gateway and can't be seen from " +
 	"another process; ask that gateway instead: GET /capacity/status/.")
 
-func (c *CapacityCommand) status(ctx context.Context, st Settings) error {
+func (c *CapacityCommand) status(ctx context.Context, a *capacityAction) error {
+	st := a.st
 	if !st.HasRedis() {
 		return errNoLaneStore
 	}
@@ -252,14 +304,22 @@ func (c *CapacityCommand) status(ctx context.Context, st Settings) error {
 		return err
 	}
 	defer lanes.Close()
-	return c.withConfigs(ctx, st, func(svc *capgate.ConfigService) error {
+	return c.withConfigs(ctx, a, func(svc *capgate.ConfigService) error {
 		_, cfg, err := svc.Current(ctx)
 		if err != nil {
 			return err
 		}
 		gate := capgate.NewGate(lanes, svc, nil, st.TaskID)
 		gate.KeyPrefix = keyPrefix
-		return c.print(gate.Status(ctx, cfg))
+		status := gate.Status(ctx, cfg)
+		if err := c.print(status); err != nil {
+			return err
+		}
+		if status.Redis != capgate.StatusOK {
+			// The JSON says it too; the exit code is for scripts.
+			return fmt.Errorf("lane store %s: %s", lanes, status.Redis)
+		}
+		return nil
 	})
 }
 

@@ -25,7 +25,7 @@ import (
 // start the real command as another process.
 func TestMain(m *testing.M) {
 	if os.Getenv("CAPGATE_TEST_MAIN") == "1" {
-		os.Exit(Run(context.Background(), os.Args[1:], os.Stdin, os.Stdout, os.Stderr))
+		os.Exit(processMain())
 	}
 	os.Exit(m.Run())
 }
@@ -104,7 +104,8 @@ func wantJSON(t *testing.T, what string, got any, want string) {
 	}
 }
 
-// TestCapacityShowSetResetHistory: original §1.13 item 67.
+// TestCapacityShowSetResetHistory: show, set, reset and history, as the
+// original implementation's CLI behaved.
 func TestCapacityShowSetResetHistory(t *testing.T) {
 	clearLaneEnv(t)
 	databases(t, func(t *testing.T, db string) {
@@ -120,13 +121,14 @@ func TestCapacityShowSetResetHistory(t *testing.T) {
 			t.Fatal(err)
 		}
 		wantJSON(t, "set changes", out["changes"], `{"mode":["shadow","enforce"],"tiers.preview":[2,1]}`)
-		wantLine := fmt.Sprintf(`{"event":"ocl_capacity_config","version":%v,"source":"command","note":"test","changes":{"mode":["shadow","enforce"],"tiers.preview":[2,1]},"mode":"enforce"}`+"\n", out["version"])
+		wantLine := fmt.Sprintf(`{"event":"ocl_capacity_config","version":%v,"changed_by":%q,"source":"command","note":"test","changes":{"mode":["shadow","enforce"],"tiers.preview":[2,1]},"mode":"enforce"}`+"\n", out["version"], osUser())
 		if stderr != wantLine {
 			t.Errorf("set stderr = %q; want the config log line %q", stderr, wantLine)
 		}
 		latest, err := store.Latest(context.Background())
-		if err != nil || latest == nil || latest.Source != "command" || latest.Note != "test" || latest.CreatedBy != "" {
-			t.Fatalf("latest row = %+v, %v; want source command, note test, no user", latest, err)
+		// Why: without --user, created_by was null; it is the OS user now.
+		if err != nil || latest == nil || latest.Source != "command" || latest.Note != "test" || latest.CreatedBy != osUser() {
+			t.Fatalf("latest row = %+v, %v; want source command, note test, created by %q", latest, err, osUser())
 		}
 		if got := fmt.Sprint(out["version"]); got != fmt.Sprint(latest.ID) {
 			t.Errorf("set version = %s; want %d", got, latest.ID)
@@ -143,7 +145,7 @@ func TestCapacityShowSetResetHistory(t *testing.T) {
 func TestCapacitySetWait(t *testing.T) {
 	clearLaneEnv(t)
 	db := "sqlite:" + filepath.Join(t.TempDir(), "capgate.db")
-	out := mustRun(t, "capacity", "set", "wait.max_seconds=5", "--database", db)
+	out := mustRun(t, "capacity", "set", "wait.max_seconds=5", "--database", db, "--create")
 	wantJSON(t, "set changes", out["changes"], `{"wait.max_seconds":[20,5]}`)
 	code, _, stderr := run(t, "capacity", "set", "wait.max_seconds=301", "--database", db)
 	if code == 0 || !strings.Contains(stderr, `"wait.max_seconds" must be at most 300.`) {
@@ -154,7 +156,7 @@ func TestCapacitySetWait(t *testing.T) {
 func TestCapacityHistory(t *testing.T) {
 	clearLaneEnv(t)
 	db := "sqlite:" + filepath.Join(t.TempDir(), "capgate.db")
-	mustRun(t, "capacity", "set", "--database", db, "--user", "root", "tiers.preview=1")
+	mustRun(t, "capacity", "set", "--database", db, "--user", "root", "tiers.preview=1", "--create")
 	mustRun(t, "capacity", "set", "--database", db, "es2_knn=2", "--note", "knn")
 	code, out, errOut := run(t, "capacity", "history", "--limit", "5", "--database", db)
 	if code != 0 || !strings.Contains(out, `"tiers.preview"`) || !strings.Contains(out, `"root"`) {
@@ -169,7 +171,7 @@ func TestCapacityHistory(t *testing.T) {
 		}
 		entries = append(entries, e)
 	}
-	if len(entries) != 2 || entries[0]["note"] != "knn" || entries[1]["created_by"] != "root" || entries[0]["created_by"] != nil {
+	if len(entries) != 2 || entries[0]["note"] != "knn" || entries[1]["created_by"] != "root" || entries[0]["created_by"] != osUser() {
 		t.Errorf("history entries = %v; want the es2_knn change first, then root's", entries)
 	}
 	if _, out, _ = run(t, "capacity", "history", "--database", db, "--limit", "1"); strings.Count(out, `"version"`) != 1 {
@@ -177,7 +179,7 @@ func TestCapacityHistory(t *testing.T) {
 	}
 }
 
-// TestCapacityErrors: original §1.13 item 69. Each fails with its exact
+// TestCapacityErrors: the original CLI's error messages. Each fails with its exact
 // message and adds no row.
 func TestCapacityErrors(t *testing.T) {
 	clearLaneEnv(t)
@@ -236,7 +238,7 @@ func TestCapacityUsage(t *testing.T) {
 	}
 }
 
-// TestCapacityStatus: original §1.13 item 68, on a Redis protocol server.
+// TestCapacityStatus: status, on a Redis protocol server.
 func TestCapacityStatus(t *testing.T) {
 	clearLaneEnv(t)
 	db := "sqlite:" + filepath.Join(t.TempDir(), "capgate.db")

@@ -76,7 +76,8 @@ func (c *DemoCommand) Run(ctx context.Context, args []string) error {
 		return fmt.Errorf("temporary directory: %w", err)
 	}
 	defer os.RemoveAll(dir)
-	if *logFile == "" {
+	tempLog := *logFile == ""
+	if tempLog {
 		*logFile = filepath.Join(dir, "capacity.log")
 	}
 
@@ -131,7 +132,11 @@ func (c *DemoCommand) Run(ctx context.Context, args []string) error {
 	gwURL := "http://" + gwLn.Addr().String()
 	fmt.Fprintf(c.Stdout, "capgate demo: simulated API at %s, gateway at %s, mode %s, %d users, %s\n",
 		opts.Upstream, gwURL, m, len(loadUsers), *duration)
-	fmt.Fprintf(c.Stdout, "ocl_capacity lines: %s\n\n", *logFile)
+	if tempLog {
+		fmt.Fprintf(c.Stdout, "ocl_capacity lines: a temporary file, removed at the end (--log-file FILE keeps them)\n\n")
+	} else {
+		fmt.Fprintf(c.Stdout, "ocl_capacity lines: %s\n\n", *logFile)
+	}
 
 	cfgNow := srv.Configs.Config(ctx)
 	var lastPrint time.Time
@@ -161,7 +166,11 @@ func (c *DemoCommand) Run(ctx context.Context, args []string) error {
 	if cerr != nil {
 		return fmt.Errorf("close the gateway: %w", cerr)
 	}
-	c.summary(rep, tally, api.Stats(), cfgNow, *logFile)
+	kept := *logFile
+	if tempLog {
+		kept = "" // removed with the demo's directory
+	}
+	c.summary(rep, tally, api.Stats(), cfgNow, kept)
 	if n := rep.Failed(); n > 0 {
 		return fmt.Errorf("demo: %d rows failed", n)
 	}
@@ -340,7 +349,11 @@ func (c *DemoCommand) summary(rep *loadgen.Report, d *demoTally, api simapi.Stat
 
 	fmt.Fprintf(w, "\n== The users (latency includes time spent waiting out refusals)\n")
 	rep.Write(w)
-	fmt.Fprintf(w, "\nThe log of this run: %s (capgate analyze reads it; it is removed with the demo's directory unless --log-file is set).\n", logFile)
+	if logFile == "" {
+		fmt.Fprintf(w, "\nThe log of this run was temporary and is gone; run with --log-file FILE to keep it for capgate analyze.\n")
+		return
+	}
+	fmt.Fprintf(w, "\nThe log of this run: %s (capgate analyze reads it).\n", logFile)
 }
 
 func byScope(m map[string]int) string {

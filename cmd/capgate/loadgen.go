@@ -18,6 +18,9 @@ import (
 // gateway.
 type LoadgenCommand struct {
 	Stdout, Stderr io.Writer
+	// Live redraws the progress on one line (stderr is a terminal); else
+	// each progress report is a line of its own.
+	Live bool
 }
 
 // Usage returns the command's help.
@@ -60,10 +63,17 @@ func (c *LoadgenCommand) Run(ctx context.Context, args []string) error {
 	fmt.Fprintf(c.Stderr, "loadgen: %d users against %s for %s\n", len(users), *base, *duration)
 	rep, err := loadgen.Run(ctx, loadgen.Config{BaseURL: *base, Users: users, Duration: *duration,
 		Workers: *workers, Grace: *grace}, func(p loadgen.Progress) {
-		fmt.Fprintf(c.Stderr, "\r%5.0fs  calls %d  rows done %d  throttled %d  failed %d ",
+		line := fmt.Sprintf("%5.0fs  calls %d  rows done %d  throttled %d  failed %d",
 			p.Elapsed.Seconds(), p.Calls, p.RowsDone, p.Throttled, p.Failed)
+		if c.Live {
+			fmt.Fprintf(c.Stderr, "\r%s \033[K", line) // one line, redrawn
+		} else {
+			fmt.Fprintln(c.Stderr, line) // piped: one line each, so logs stay readable
+		}
 	})
-	fmt.Fprintln(c.Stderr)
+	if c.Live {
+		fmt.Fprintln(c.Stderr)
+	}
 	if err != nil {
 		return err
 	}

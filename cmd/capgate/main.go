@@ -12,13 +12,21 @@ import (
 	"os/signal"
 	"strings"
 	"syscall"
+
+	goredis "github.com/redis/go-redis/v9"
 )
 
-func main() {
+func main() { os.Exit(processMain()) }
+
+// processMain is the process's wiring around Run: the signals that stop it.
+// Tests run it in a process of their own (TestMain).
+func processMain() int {
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
-	code := Run(ctx, os.Args[1:], os.Stdin, os.Stdout, os.Stderr)
-	stop()
-	os.Exit(code)
+	defer stop()
+	// go-redis logs through one process-wide logger: route it into slog,
+	// once, here.
+	goredis.SetLogger(redisLogger{})
+	return Run(withProcess(ctx), os.Args[1:], os.Stdin, os.Stdout, os.Stderr)
 }
 
 const usage = `capgate caps how many heavy calls of an HTTP API run at once.
@@ -33,8 +41,11 @@ Commands:
   loadgen    drive a gateway with simulated Mapper users and report
   analyze    report on ocl_capacity log lines; --what-if replays them against a changed config
   simapi     serve the demo's simulated OCL API, to try serve in front of
+  migrate    create or update the config database's tables
+  healthcheck  probe a gateway's /livez (for images without curl)
 
-Run "capgate <command> -h" for a command's flags.
+Run "capgate <command> -h" for a command's flags, "capgate --version" for
+the version.
 `
 
 // Run runs one capgate command with args (without the program name) and
@@ -48,6 +59,9 @@ func Run(ctx context.Context, args []string, stdin io.Reader, stdout, stderr io.
 	case "-h", "--help", "help":
 		fmt.Fprint(stdout, usage)
 		return 0
+	case "--version", "-version", "version":
+		fmt.Fprintln(stdout, "capgate", version())
+		return 0
 	case "serve":
 		cmd := &ServeCommand{Stdout: stdout, Stderr: stderr}
 		return exitCode(stderr, cmd.Run(ctx, args[1:]))
@@ -55,10 +69,16 @@ func Run(ctx context.Context, args []string, stdin io.Reader, stdout, stderr io.
 		cmd := &DemoCommand{Stdout: stdout, Stderr: stderr, Live: isTerminal(stdout)}
 		return exitCode(stderr, cmd.Run(ctx, args[1:]))
 	case "loadgen":
-		cmd := &LoadgenCommand{Stdout: stdout, Stderr: stderr}
+		cmd := &LoadgenCommand{Stdout: stdout, Stderr: stderr, Live: isTerminal(stderr)}
 		return exitCode(stderr, cmd.Run(ctx, args[1:]))
 	case "simapi":
 		cmd := &SimAPICommand{Stdout: stdout, Stderr: stderr}
+		return exitCode(stderr, cmd.Run(ctx, args[1:]))
+	case "healthcheck":
+		cmd := &HealthcheckCommand{Stdout: stdout, Stderr: stderr}
+		return exitCode(stderr, cmd.Run(ctx, args[1:]))
+	case "migrate":
+		cmd := &MigrateCommand{Stdout: stdout, Stderr: stderr}
 		return exitCode(stderr, cmd.Run(ctx, args[1:]))
 	case "capacity":
 		cmd := &CapacityCommand{Stdout: stdout, Stderr: stderr}

@@ -6,12 +6,15 @@ import (
 	"flag"
 	"fmt"
 	"io"
-	"log/slog"
 	"net"
 	"os"
+	"os/signal"
 	"strconv"
+	"strings"
+	"syscall"
 	"time"
 
+	"github.com/capgate/capgate"
 	capgatehttp "github.com/capgate/capgate/http"
 )
 
@@ -34,9 +37,12 @@ func (c *ServeCommand) Usage() string {
 
 Runs the gateway: a reverse proxy in front of the API at --upstream that
 gates its heavy calls, serves the staff API under /capacity/, GET /metrics
-and GET /healthz, and writes one ocl_capacity JSON line per gated call to
-stdout (or --log-file). Every flag also reads the environment variable named
-in its help. Flags:
+and the probes GET /livez and GET /readyz (/healthz: /livez), and writes
+one ocl_capacity JSON line per gated call to stdout (or --log-file). SIGHUP reopens --log-file and reloads --tokens. A
+sqlite: database is created if missing (its absolute path is logged at start);
+the gateway starts even when the database is down, on the defaults. Every
+flag also reads the environment variable named in its help; an invalid value
+refuses to start. Flags:
 `
 }
 
@@ -46,9 +52,11 @@ type serveFlags struct {
 	st          *Settings
 	o           *ServeOptions
 	maxBody     string
-	shutdown    string
 	maxBuffered string
 	public      string
+	// Start-up and operations (ops).
+	logFormat string
+	migrate   bool
 }
 
 // flags registers every flag of serve, defaulting to the environment.
@@ -73,24 +81,61 @@ func (c *ServeCommand) flags() (*serveFlags, error) {
 	f.st.ConfigFlags(fs)
 	f.st.LaneFlags(fs)
 	fs.StringVar(&o.Listen, "listen", env("CAPGATE_LISTEN", "127.0.0.1:8080"), "address to serve the gateway on (CAPGATE_LISTEN)")
-	fs.StringVar(&o.AdminListen, "admin-listen", env("CAPGATE_ADMIN_LISTEN", ""), "serve the staff API, /metrics and /healthz only on this address (CAPGATE_ADMIN_LISTEN)")
+	fs.StringVar(&o.AdminListen, "admin-listen", env("CAPGATE_ADMIN_LISTEN", ""), "serve the staff API, /metrics and the probes only on this address (CAPGATE_ADMIN_LISTEN)")
 	fs.StringVar(&o.Upstream, "upstream", env("CAPGATE_UPSTREAM", ""), "the API, e.g. http://127.0.0.1:8000 (CAPGATE_UPSTREAM; required)")
 	fs.StringVar(&o.Identity, "identity", env("CAPGATE_IDENTITY", "upstream"), "how callers are identified: upstream, header or tokens (CAPGATE_IDENTITY)")
 	fs.StringVar(&o.Tokens, "tokens", env("CAPGATE_TOKENS", ""), "the tokens file for --identity tokens (CAPGATE_TOKENS)")
 	fs.StringVar(&o.TrustedProxies, "trusted-proxies", env("CAPGATE_TRUSTED_PROXIES", ""), "comma-separated CIDRs of proxies whose X-Forwarded-* and X-Capgate-* headers are trusted (CAPGATE_TRUSTED_PROXIES)")
 	fs.StringVar(&o.PathPrefix, "path-prefix", env("CAPGATE_PATH_PREFIX", ""), "where the API is mounted, e.g. /api (CAPGATE_PATH_PREFIX)")
-	fs.StringVar(&f.maxBody, "max-body-bytes", env("CAPGATE_MAX_BODY_BYTES", strconv.FormatInt(capgatehttp.DefaultMaxBodyBytes, 10)), "the most of a body read to classify it; a larger heavy-path body is gated as bulk (CAPGATE_MAX_BODY_BYTES)")
+	fs.StringVar(&f.maxBody, "max-body-bytes", env("CAPGATE_MAX_BODY_BYTES", strconv.FormatInt(capgatehttp.DefaultMaxBodyBytes, 10)), "the most `bytes` of a body read to classify it; a larger heavy-path body is gated as bulk (CAPGATE_MAX_BODY_BYTES)")
 	fs.StringVar(&o.CORSOrigins, "cors-origins", env("CAPGATE_CORS_ORIGINS", ""), "comma-separated origins allowed, with credentials, on the gateway's own 429; default: echo the request's Origin without credentials (CAPGATE_CORS_ORIGINS)")
 	fs.StringVar(&o.LogFile, "log-file", env("CAPGATE_LOG_FILE", ""), "append the ocl_capacity lines to this file instead of stdout (CAPGATE_LOG_FILE)")
-	fs.StringVar(&f.shutdown, "shutdown-timeout", env("CAPGATE_SHUTDOWN_TIMEOUT", DefaultShutdownTimeout.String()), "how long calls in flight may finish after SIGTERM (CAPGATE_SHUTDOWN_TIMEOUT)")
+	o.ShutdownTimeout = DefaultShutdownTimeout
+	if v := getenv("CAPGATE_SHUTDOWN_TIMEOUT"); v != "" {
+		if o.ShutdownTimeout, err = parseDuration(v, time.Second); err != nil {
+			return nil, fmt.Errorf("CAPGATE_SHUTDOWN_TIMEOUT=%q: want a duration such as 30s, or a number of seconds", v)
+		}
+	}
+	fs.Var(durationValue{&o.ShutdownTimeout, time.Second}, "shutdown-timeout", "how long calls in flight may finish after SIGTERM, a `duration` such as 30s or a number of seconds (CAPGATE_SHUTDOWN_TIMEOUT)")
 	fs.StringVar(&o.CoreGroup, "core-group", env("CAPGATE_CORE_GROUP", "core_user"), "the auth group of the core tier (CAPGATE_CORE_GROUP)")
-	fs.BoolVar(&o.LocalLanes, "local-lanes", envBool(getenv, "CAPGATE_LOCAL_LANES", true), "with Redis: keep local lanes of this gateway's calls, refuse what they find full, and apply degraded limits while Redis is unavailable (CAPGATE_LOCAL_LANES)")
+	localLanes, err := parseBool("CAPGATE_LOCAL_LANES", env("CAPGATE_LOCAL_LANES", "true"))
+	if err != nil {
+		return nil, err
+	}
+	fs.BoolVar(&o.LocalLanes, "local-lanes", localLanes, "with Redis: keep local lanes of this gateway's calls, refuse what they find full, and apply degraded limits while Redis is unavailable (CAPGATE_LOCAL_LANES)")
 	fs.StringVar(&o.EarlyGroup, "early-access-group", env("CAPGATE_EARLY_ACCESS_GROUP", "early_access"), "the auth group of the early_access tier (CAPGATE_EARLY_ACCESS_GROUP)")
 	// Request-front hardening (docs/SECURITY.md).
 	fs.StringVar(&f.maxBuffered, "max-buffered-bytes", env("CAPGATE_MAX_BUFFERED_BYTES", strconv.FormatInt(capgatehttp.DefaultMaxBufferedBytes, 10)), "the most request bytes held to classify calls, across all calls in flight; past it a heavy call gets 503 with Retry-After (CAPGATE_MAX_BUFFERED_BYTES)")
 	fs.StringVar(&o.UpgradePaths, "upgrade-paths", env("CAPGATE_UPGRADE_PATHS", ""), "comma-separated path prefixes where a connection upgrade (WebSocket) is passed on; never h2c, never the heavy paths (CAPGATE_UPGRADE_PATHS)")
 	fs.StringVar(&f.public, "public-metrics", env("CAPGATE_PUBLIC_METRICS", "false"), "serve /metrics to anyone, not only staff, when there is no --admin-listen (CAPGATE_PUBLIC_METRICS)")
+
+	// Start-up and operations (ops).
+	migrate, err := parseBool("CAPGATE_MIGRATE", env("CAPGATE_MIGRATE", "true"))
+	if err != nil {
+		return nil, err
+	}
+	fs.BoolVar(&f.migrate, "migrate", migrate, "migrate the config database at start (retried in the background while it is down); false: leave it to capgate migrate, for a database user without DDL rights (CAPGATE_MIGRATE)")
+	fs.StringVar(&f.logFormat, "log-format", env("CAPGATE_LOG_FORMAT", LogFormatText), "the operational logs' format on stderr, text or json; the ocl_capacity lines are always JSON (CAPGATE_LOG_FORMAT)")
 	return f, nil
+}
+
+// effectiveSettings lists every flag's value in force, for the start-up
+// log line; URLs (Redis, the database) have their passwords masked.
+func effectiveSettings(fs *flag.FlagSet) []any {
+	var kv []any
+	fs.VisitAll(func(f *flag.Flag) {
+		kv = append(kv, f.Name, maskURL(f.Value.String()))
+	})
+	return kv
+}
+
+// parseBool reads a boolean environment variable: true/false, 1/0.
+func parseBool(name, v string) (bool, error) {
+	b, err := strconv.ParseBool(strings.TrimSpace(v))
+	if err != nil {
+		return false, fmt.Errorf("%s=%q: want true or false", name, v)
+	}
+	return b, nil
 }
 
 func (f *serveFlags) help(usage string) string { return helpOf(usage, f.fs) }
@@ -106,10 +151,11 @@ func (c *ServeCommand) parse(args []string) (ServeOptions, error) {
 			fmt.Fprint(c.Stdout, f.help(c.Usage()))
 			return ServeOptions{}, err
 		}
-		return ServeOptions{}, &UsageError{Msg: fmt.Sprintf("%v\n\n%s", err, f.help(c.Usage()))}
+		// One line: the flag and why; -h has the rest.
+		return ServeOptions{}, &UsageError{Msg: fmt.Sprintf("capgate serve: %v (capgate serve -h lists the flags)", err)}
 	}
 	if f.fs.NArg() > 0 {
-		return ServeOptions{}, &UsageError{Msg: fmt.Sprintf("unexpected argument %q\n\n%s", f.fs.Arg(0), f.help(c.Usage()))}
+		return ServeOptions{}, &UsageError{Msg: fmt.Sprintf("capgate serve: unexpected argument %q (capgate serve -h lists the flags)", f.fs.Arg(0))}
 	}
 	o := *f.o
 	o.Settings = *f.st
@@ -118,11 +164,11 @@ func (c *ServeCommand) parse(args []string) (ServeOptions, error) {
 		return o, fmt.Errorf("--max-body-bytes %q: want a positive number of bytes", f.maxBody)
 	}
 	o.MaxBodyBytes = n
-	d, err := time.ParseDuration(f.shutdown)
-	if err != nil || d < 0 {
-		return o, fmt.Errorf("--shutdown-timeout %q: want a duration such as 30s", f.shutdown)
+	o.LogFormat = f.logFormat
+	o.SkipMigrate = !f.migrate
+	if _, err := newLogger(o.LogFormat, io.Discard); err != nil {
+		return o, err
 	}
-	o.ShutdownTimeout = d
 	if n, err = strconv.ParseInt(f.maxBuffered, 10, 64); err != nil || n <= 0 {
 		return o, fmt.Errorf("--max-buffered-bytes %q: want a positive number of bytes", f.maxBuffered)
 	}
@@ -130,6 +176,7 @@ func (c *ServeCommand) parse(args []string) (ServeOptions, error) {
 	if o.PublicMetrics, err = strconv.ParseBool(f.public); err != nil {
 		return o, fmt.Errorf("--public-metrics %q: want true or false", f.public)
 	}
+	o.effective = effectiveSettings(f.fs)
 	return o, nil
 }
 
@@ -143,7 +190,15 @@ func (c *ServeCommand) Run(ctx context.Context, args []string) error {
 	if err != nil {
 		return err
 	}
-	logger := slog.New(slog.NewTextHandler(c.Stderr, nil))
+	logger, err := newLogger(o.LogFormat, c.Stderr)
+	if err != nil {
+		return err
+	}
+	setProcessLogger(ctx, logger)
+	logger.Info("capgate settings", append([]any{"version", version()}, o.effective...)...)
+	if o.Mode == capgate.ModeEnforce {
+		logger.Info("boot mode enforce: the defaults refuse enforced calls until staff change the config")
+	}
 	srv, err := NewServer(ctx, o, c.Stdout, logger)
 	if err != nil {
 		return err
@@ -169,14 +224,19 @@ func (c *ServeCommand) Run(ctx context.Context, args []string) error {
 	if c.Ready != nil {
 		c.Ready <- ln.Addr().String()
 	}
+	// SIGHUP: reopen the log file and reload the tokens file.
+	hup := make(chan os.Signal, 1)
+	signal.Notify(hup, syscall.SIGHUP)
+	defer signal.Stop(hup)
+	go func() {
+		for {
+			select {
+			case <-ctx.Done():
+				return
+			case <-hup:
+				_ = srv.Reload()
+			}
+		}
+	}()
 	return srv.Serve(ctx, ln, admin)
-}
-
-// envBool reads a boolean environment variable (strconv.ParseBool's
-// forms); unset or unreadable, def.
-func envBool(getenv func(string) string, name string, def bool) bool {
-	if b, err := strconv.ParseBool(getenv(name)); err == nil {
-		return b
-	}
-	return def
 }

@@ -10,8 +10,9 @@ import (
 	"net/http"
 	"net/netip"
 	"net/url"
-	"os"
+	"path/filepath"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -52,6 +53,11 @@ type ServeOptions struct {
 	MaxBufferedBytes int64  // --max-buffered-bytes, CAPGATE_MAX_BUFFERED_BYTES: bytes held for classification across calls
 	UpgradePaths     string // --upgrade-paths, CAPGATE_UPGRADE_PATHS: comma-separated path prefixes that may upgrade
 	PublicMetrics    bool   // --public-metrics, CAPGATE_PUBLIC_METRICS: /metrics without staff credentials
+
+	// Start-up and operations (ops).
+	SkipMigrate bool   // --migrate=false, CAPGATE_MIGRATE=false: leave the schema to capgate migrate
+	LogFormat   string // --log-format, CAPGATE_LOG_FORMAT: text (default) or json
+	effective   []any  // every flag's value, for the start-up log line
 }
 
 // Server is one running capgate gateway: its stores, gate and handlers.
@@ -61,12 +67,19 @@ type Server struct {
 	Configs *capgate.ConfigService
 	Lanes   capgate.LaneStore
 	Sink    *logsink.Sink
-	Handler http.Handler // the gateway (and, without AdminListen, the staff API, /metrics, /healthz)
-	Admin   http.Handler // the staff API, /metrics and /healthz, when AdminListen is set
+	Handler http.Handler // the gateway (and, without AdminListen, the staff API, /metrics, the probes)
+	Admin   http.Handler // the staff API, /metrics and the probes, when AdminListen is set
+	Health  *capgatehttp.Health
 
 	opts    ServeOptions
 	logger  *slog.Logger
 	closers []func() error
+	store   MigratingStore
+	logFile *reopenFile      // --log-file, reopened on SIGHUP
+	tokens  *reloadingTokens // --identity tokens, reloaded on SIGHUP
+	// migrateLater is set when the migration at start failed (the
+	// database was down): Serve retries it in the background.
+	migrateLater bool
 }
 
 // NewServer opens the stores and builds the gateway of opts. lines
@@ -96,11 +109,12 @@ func NewServer(ctx context.Context, opts ServeOptions, lines io.Writer, logger *
 
 	// The log sink first: the config service writes its change lines there.
 	if opts.LogFile != "" {
-		f, err := os.OpenFile(opts.LogFile, os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o644)
+		f, err := openLogFile(opts.LogFile)
 		if err != nil {
 			return nil, fmt.Errorf("--log-file: %w", err)
 		}
 		s.closers = append(s.closers, f.Close)
+		s.logFile = f
 		lines = f
 	}
 	s.Sink = logsink.New(lines)
@@ -127,18 +141,36 @@ func NewServer(ctx context.Context, opts ServeOptions, lines io.Writer, logger *
 		logger.Warn("lanes are in-process: they count this gateway only; with more than one gateway set --redis, --redis-sentinels or --redis-cluster")
 	}
 
-	cstore, err := OpenConfigStore(ctx, opts.Database)
+	cstore, err := ConnectConfigStore(ctx, opts.Database)
 	if err != nil {
 		return nil, fmt.Errorf("config store: %w", err)
 	}
 	s.closers = append(s.closers, cstore.Close)
+	s.store = cstore
+	s.prepareSchema(ctx)
 	s.Configs = opts.NewConfigService(cstore)
 	s.Configs.Sink = s.Sink
 	s.Configs.Logger = logger
 
 	reg := prometheus.NewRegistry()
 	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
-	m, err := metrics.New(reg, metrics.WithLogDropped(s.Sink.Dropped), metrics.WithConfigVersion(s.Configs.Version))
+	// Health: the probes never fail for a store that is down (fail open);
+	// the stores' state is in their bodies and in capgate_store_up.
+	s.Health = &capgatehttp.Health{
+		Checks: []capgatehttp.HealthCheck{
+			{Name: "lanes", Check: s.Lanes.Ping},
+			{Name: "config", Check: func(context.Context) error {
+				st := s.Configs.ReadState()
+				if !st.Ready {
+					return errors.New("not read yet")
+				}
+				return st.Err
+			}, Live: true},
+		},
+		Ready: func() bool { return s.Configs.ReadState().Ready },
+	}
+	m, err := metrics.New(reg, metrics.WithLogDropped(s.Sink.Dropped), metrics.WithConfigVersion(s.Configs.Version),
+		metrics.WithStoreUp(s.Health.Up, "lanes", "config"))
 	if err != nil {
 		return nil, fmt.Errorf("metrics: %w", err)
 	}
@@ -167,13 +199,11 @@ func NewServer(ctx context.Context, opts ServeOptions, lines io.Writer, logger *
 	if err != nil {
 		return nil, err
 	}
+	if t, ok := ids.(*reloadingTokens); ok {
+		s.tokens = t
+	}
 	staff := capgatehttp.NewStaffHandler(s.Configs, ids, s.Gate)
 	staff.Logger = logger
-	health := func(ctx context.Context) error {
-		ctx, cancel := context.WithTimeout(ctx, 2*time.Second)
-		defer cancel()
-		return errors.Join(wrap("lanes", s.Lanes.Ping(ctx)), wrap("config", cstore.Ping(ctx)))
-	}
 	gcfg := capgatehttp.GatewayConfig{
 		Upstream: up,
 		Gate:     s.Gate,
@@ -197,12 +227,14 @@ func NewServer(ctx context.Context, opts ServeOptions, lines io.Writer, logger *
 	}
 	metricsHandler := promhttp.HandlerFor(reg, promhttp.HandlerOpts{})
 	if opts.AdminListen == "" {
-		gcfg.Staff, gcfg.Metrics, gcfg.Health = staff, metricsHandler, health
+		gcfg.Staff, gcfg.Metrics, gcfg.Health = staff, metricsHandler, s.Health
 	} else {
 		mux := http.NewServeMux()
 		mux.Handle("/capacity/", staff)
 		mux.Handle("GET /metrics", metricsHandler)
-		mux.Handle("GET /healthz", capgatehttp.HealthHandler(health))
+		mux.Handle("GET /livez", s.Health.Livez())
+		mux.Handle("GET /healthz", s.Health.Livez())
+		mux.Handle("GET /readyz", s.Health.Readyz())
 		s.Admin = mux
 	}
 	gw, err := capgatehttp.NewGateway(gcfg)
@@ -213,11 +245,71 @@ func NewServer(ctx context.Context, opts ServeOptions, lines io.Writer, logger *
 	return s, nil
 }
 
-func wrap(what string, err error) error {
-	if err != nil {
-		return fmt.Errorf("%s: %w", what, err)
+// startMigrateTimeout bounds the migration tried at start: a database
+// that doesn't answer by then is migrated in the background.
+const startMigrateTimeout = 5 * time.Second
+
+// prepareSchema migrates the config database at start (unless --migrate
+// =false). A database that is down is not fatal: the gateway serves on
+// the defaults (enforce as shadow) and migrates in the background once it
+// answers. With --migrate=false it only warns when the schema is behind.
+func (s *Server) prepareSchema(ctx context.Context) {
+	if p := sqlitePath(s.opts.Database); p != "" {
+		if abs, err := filepath.Abs(p); err == nil {
+			s.logger.Info("config in SQLite", "path", abs)
+		}
 	}
-	return nil
+	ctx, cancel := context.WithTimeout(ctx, startMigrateTimeout)
+	defer cancel()
+	if s.opts.SkipMigrate {
+		have, err := s.store.DatabaseVersion(ctx)
+		switch {
+		case err != nil:
+			s.logger.Warn("config database not readable at start; serving on the defaults until it is", "error", err)
+		case have < latestSchema(s.opts.Database):
+			s.logger.Warn("config database schema is behind and --migrate=false: run capgate migrate; serving on the defaults until then",
+				"have", have, "want", latestSchema(s.opts.Database))
+		}
+		return
+	}
+	if err := s.store.Migrate(ctx); err != nil {
+		s.logger.Warn("config database not ready at start; serving on the defaults (enforce as shadow), migrating in the background",
+			"error", err)
+		s.migrateLater = true
+	}
+}
+
+// Backoff of the background migration.
+const (
+	migrateRetryMin = time.Second
+	migrateRetryMax = 30 * time.Second
+)
+
+// migrateInBackground retries the migration, backing off, until it
+// succeeds or ctx is done; then the config is read at once.
+func (s *Server) migrateInBackground(ctx context.Context) {
+	wait := migrateRetryMin
+	t := time.NewTimer(wait)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		}
+		mctx, cancel := context.WithTimeout(ctx, startMigrateTimeout)
+		err := s.store.Migrate(mctx)
+		cancel()
+		if err == nil {
+			s.logger.Info("config database migrated; reading the config")
+			s.Configs.Invalidate()
+			s.Configs.Config(ctx)
+			return
+		}
+		s.logger.Debug("config database still not ready", "error", err)
+		wait = min(2*wait, migrateRetryMax)
+		t.Reset(wait)
+	}
 }
 
 func newIdentity(opts ServeOptions, proxies []netip.Prefix) (capgate.Identifier, error) {
@@ -240,7 +332,7 @@ func newIdentity(opts ServeOptions, proxies []netip.Prefix) (capgate.Identifier,
 		if opts.Tokens == "" {
 			return nil, errors.New("--identity tokens needs --tokens FILE")
 		}
-		return capgatehttp.LoadTokenIdentity(opts.Tokens)
+		return loadTokens(opts.Tokens) // reloaded on SIGHUP
 	}
 	return nil, fmt.Errorf("--identity %q: use upstream, header or tokens", opts.Identity)
 }
@@ -300,6 +392,20 @@ func (s *Server) Serve(ctx context.Context, ln, admin net.Listener) error {
 		servers = append(servers, newHTTP(s.Admin))
 		listeners = append(listeners, admin)
 	}
+	// The background loops: the config read (so the version in force
+	// follows the store, and a database down at start is picked up) and
+	// the stores' health checks. They stop when Serve returns.
+	bctx, stopBackground := context.WithCancel(context.WithoutCancel(ctx))
+	var background sync.WaitGroup
+	background.Go(func() { s.Configs.Watch(bctx) })
+	background.Go(func() { s.Health.Run(bctx) })
+	if s.migrateLater {
+		background.Go(func() { s.migrateInBackground(bctx) })
+	}
+	defer func() {
+		stopBackground()
+		background.Wait()
+	}()
 	errc := make(chan error, len(servers))
 	for i, srv := range servers {
 		go func() { errc <- srv.Serve(listeners[i]) }()
@@ -309,7 +415,7 @@ func (s *Server) Serve(ctx context.Context, ln, admin net.Listener) error {
 	case <-ctx.Done():
 	case err = <-errc:
 	}
-	s.logger.Info("shutting down", "timeout", s.opts.ShutdownTimeout)
+	s.logger.Info("shutting down", "timeout", s.opts.ShutdownTimeout.String())
 	sctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), s.opts.ShutdownTimeout)
 	defer cancel()
 	for _, srv := range servers {

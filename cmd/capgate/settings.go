@@ -22,7 +22,7 @@ import (
 // CAPGATE_DATABASE say otherwise.
 const DefaultDatabase = "sqlite:capgate.db"
 
-// Settings are what the capgate commands share (SPEC §11): where the
+// Settings are what the capgate commands share (README.md, Settings): where the
 // config and the lanes live, the boot mode, and the limiter's timeouts.
 // Every one has a flag; its default comes from the environment, under the
 // original implementation's names, else the built-in default.
@@ -77,16 +77,20 @@ func LoadSettings(getenv func(string) string) (Settings, error) {
 		if v == "" {
 			return
 		}
-		f, err := strconv.ParseFloat(strings.TrimSpace(v), 64)
-		if err != nil || f < 0 {
-			errs = append(errs, fmt.Errorf("%s=%q: want a number of %s, 0 or more", name, v, strings.TrimPrefix(unit.String(), "1")))
+		d, err := parseDuration(v, unit)
+		if err != nil {
+			errs = append(errs, fmt.Errorf("%s=%q: want a duration such as 10s or 500ms, or a number of %s, 0 or more", name, v, unitName(unit)))
 			return
 		}
-		*dst = time.Duration(f * float64(unit))
+		*dst = d
 	}
 	str(&s.Database, "CAPGATE_DATABASE")
 	if v := getenv("CAPACITY_LIMIT_MODE"); v != "" {
-		s.Mode = capgate.Mode(v)
+		m, err := parseMode(v)
+		if err != nil {
+			errs = append(errs, fmt.Errorf("CAPACITY_LIMIT_MODE=%w", err))
+		}
+		s.Mode = m
 	}
 	dur(&s.CacheTTL, "CAPACITY_CONFIG_CACHE_SECONDS", time.Second)
 	dur(&s.ReadTimeout, "CAPACITY_CONFIG_READ_TIMEOUT_MS", time.Millisecond)
@@ -108,7 +112,20 @@ func LoadSettings(getenv func(string) string) (Settings, error) {
 	str(&s.TaskID, "CAPACITY_TASK_ID")
 	str(&s.KeyPrefix, "CAPGATE_KEY_PREFIX")
 	str(&s.KeyLayout, "CAPGATE_KEY_LAYOUT")
-	return s, errors.Join(errs...)
+	return s, joinLine(errs)
+}
+
+// joinLine joins errs on one line ("; "), so a setting that refuses to
+// start says why in one line.
+func joinLine(errs []error) error {
+	if len(errs) == 0 {
+		return nil
+	}
+	msgs := make([]string, len(errs))
+	for i, e := range errs {
+		msgs[i] = e.Error()
+	}
+	return errors.New(strings.Join(msgs, "; "))
 }
 
 // redisURL builds redis://[:password@]host:port/db from the REDIS_*
@@ -138,18 +155,32 @@ func redisURL(host, port, db, password string) (string, error) {
 // values.
 func (s *Settings) ConfigFlags(fs *flag.FlagSet) {
 	s.StoreFlags(fs)
-	fs.DurationVar(&s.CacheTTL, "config-cache", s.CacheTTL, "how long a gateway keeps the config it read; 0 reads on every call (CAPACITY_CONFIG_CACHE_SECONDS)")
-	fs.DurationVar(&s.ReadTimeout, "config-read-timeout", s.ReadTimeout, "bound of the config read on the request path (CAPACITY_CONFIG_READ_TIMEOUT_MS)")
+	fs.Var(durationValue{&s.CacheTTL, time.Second}, "config-cache", "how long a gateway keeps the config it read, a `duration` such as 10s or a number of seconds; 0 reads on every call (CAPACITY_CONFIG_CACHE_SECONDS)")
+	fs.Var(durationValue{&s.ReadTimeout, time.Millisecond}, "config-read-timeout", "bound of the config read on the request path, a `duration` such as 500ms or a number of milliseconds (CAPACITY_CONFIG_READ_TIMEOUT_MS)")
 }
 
 // StoreFlags registers the config store and boot mode settings on fs
 // (what the capacity CLI needs), defaulting to s's values.
 func (s *Settings) StoreFlags(fs *flag.FlagSet) {
-	fs.StringVar(&s.Database, "database", s.Database, "where the config lives: sqlite:<path> (created if missing) or postgres://… (CAPGATE_DATABASE)")
-	fs.Func("mode", fmt.Sprintf("the defaults' mode until staff change the config: off, shadow or enforce; invalid means shadow (CAPACITY_LIMIT_MODE) (default %q)", s.Mode), func(v string) error {
-		s.Mode = capgate.Mode(v)
-		return nil
-	})
+	fs.StringVar(&s.Database, "database", s.Database, "where the config lives: sqlite:<path> (created if missing; relative to the current directory) or postgres://… (CAPGATE_DATABASE)")
+	fs.Var(modeValue{&s.Mode}, "mode", "the defaults' `off|shadow|enforce` mode until staff change the config (CAPACITY_LIMIT_MODE)")
+}
+
+// CLIStoreFlags registers the config store and boot mode settings of the
+// capacity CLI, which never makes a database unless asked (--create).
+func (s *Settings) CLIStoreFlags(fs *flag.FlagSet) {
+	fs.StringVar(&s.Database, "database", s.Database, "the gateways' config database: sqlite:<path> (relative to the current directory) or postgres://… (CAPGATE_DATABASE)")
+	fs.Var(modeValue{&s.Mode}, "mode", "the defaults' `off|shadow|enforce` mode, as the gateways were started with (CAPACITY_LIMIT_MODE)")
+}
+
+// StatusFlags registers what capacity status needs of the lane store.
+func (s *Settings) StatusFlags(fs *flag.FlagSet) {
+	fs.StringVar(&s.Redis, "redis", s.Redis, "the lanes' Redis, redis://[:password@]host:port/db (CAPGATE_REDIS_URL, or REDIS_HOST, REDIS_PORT, REDIS_DB, REDIS_PASSWORD)")
+	fs.StringVar(&s.RedisSentinels, "redis-sentinels", s.RedisSentinels, "Redis Sentinels, host:port;host:port (REDIS_SENTINELS)")
+	fs.StringVar(&s.RedisMaster, "redis-master", s.RedisMaster, "the Sentinels' master name (REDIS_SENTINELS_MASTER)")
+	fs.Var(durationValue{&s.RedisTimeout, time.Second}, "redis-timeout", "Redis socket and connect timeout, a `duration` such as 500ms or a number of seconds (CAPACITY_REDIS_TIMEOUT_SECONDS)")
+	fs.Var(durationValue{&s.RedisDeadline, time.Second}, "redis-deadline", "the longest one Redis operation may take, a `duration` such as 1s or a number of seconds (CAPACITY_REDIS_DEADLINE_SECONDS)")
+	fs.StringVar(&s.KeyPrefix, "key-prefix", s.KeyPrefix, "the lane keys' prefix (CAPGATE_KEY_PREFIX)")
 }
 
 // LaneFlags registers the lane store settings on fs, defaulting to s's
@@ -158,9 +189,9 @@ func (s *Settings) LaneFlags(fs *flag.FlagSet) {
 	fs.StringVar(&s.Redis, "redis", s.Redis, "the Redis of the lanes, redis://[:password@]host:port/db (CAPGATE_REDIS_URL, or REDIS_HOST, REDIS_PORT, REDIS_DB, REDIS_PASSWORD); none: in-process lanes")
 	fs.StringVar(&s.RedisSentinels, "redis-sentinels", s.RedisSentinels, "Redis Sentinels, host:port;host:port (REDIS_SENTINELS)")
 	fs.StringVar(&s.RedisMaster, "redis-master", s.RedisMaster, "the Sentinels' master name (REDIS_SENTINELS_MASTER)")
-	fs.DurationVar(&s.RedisTimeout, "redis-timeout", s.RedisTimeout, "Redis socket and connect timeout (CAPACITY_REDIS_TIMEOUT_SECONDS)")
-	fs.DurationVar(&s.RedisDeadline, "redis-deadline", s.RedisDeadline, "the longest one Redis operation may take (CAPACITY_REDIS_DEADLINE_SECONDS)")
-	fs.DurationVar(&s.RedisRetry, "redis-retry", s.RedisRetry, "how long to skip Redis after it failed (CAPACITY_REDIS_RETRY_SECONDS)")
+	fs.Var(durationValue{&s.RedisTimeout, time.Second}, "redis-timeout", "Redis socket and connect timeout, a `duration` such as 500ms or a number of seconds (CAPACITY_REDIS_TIMEOUT_SECONDS)")
+	fs.Var(durationValue{&s.RedisDeadline, time.Second}, "redis-deadline", "the longest one Redis operation may take, a `duration` such as 1s or a number of seconds (CAPACITY_REDIS_DEADLINE_SECONDS)")
+	fs.Var(durationValue{&s.RedisRetry, time.Second}, "redis-retry", "how long to skip Redis after it failed, a `duration` such as 15s or a number of seconds (CAPACITY_REDIS_RETRY_SECONDS)")
 	fs.StringVar(&s.TaskID, "task-id", s.TaskID, "this API task's lane name (CAPACITY_TASK_ID; default the hostname)")
 	fs.StringVar(&s.KeyPrefix, "key-prefix", s.KeyPrefix, "the lane keys' prefix (CAPGATE_KEY_PREFIX)")
 	fs.StringVar(&s.RedisCluster, "redis-cluster", s.RedisCluster, "a Redis Cluster, host:port,host:port (any of its nodes) (CAPGATE_REDIS_CLUSTER); implies --key-layout cluster")
@@ -219,17 +250,60 @@ func (s Settings) RedisOptions() redis.Options {
 }
 
 // OpenConfigStore opens the config store that database names:
-// sqlite:<path> or postgres://… (postgresql:// too).
+// sqlite:<path> or postgres://… (postgresql:// too), and brings its schema
+// up to date.
 func OpenConfigStore(ctx context.Context, database string) (capgate.ConfigStore, error) {
+	s, err := ConnectConfigStore(ctx, database)
+	if err != nil {
+		return nil, err
+	}
+	if err := s.Migrate(ctx); err != nil {
+		s.Close()
+		return nil, err
+	}
+	return s, nil
+}
+
+// MigratingStore is a config store that can bring its own schema up to
+// date.
+type MigratingStore interface {
+	capgate.ConfigStore
+	// Migrate applies the schema migrations the database lacks.
+	Migrate(ctx context.Context) error
+	// DatabaseVersion returns the database's schema version, 0 when
+	// capgate's tables are not there.
+	DatabaseVersion(ctx context.Context) (int, error)
+}
+
+// ConnectConfigStore returns the config store that database names without
+// touching the database: one that is down is not an error here, and
+// nothing is migrated. It fails only for a database it can't name.
+func ConnectConfigStore(ctx context.Context, database string) (MigratingStore, error) {
 	switch {
 	case strings.HasPrefix(database, "sqlite:"):
-		path := strings.TrimPrefix(strings.TrimPrefix(database, "sqlite:"), "//")
-		return sqlite.Open(ctx, path)
+		return sqlite.Connect(ctx, sqlitePath(database))
 	case strings.HasPrefix(database, "postgres://"), strings.HasPrefix(database, "postgresql://"):
-		return postgres.Open(ctx, database)
+		return postgres.Connect(ctx, database)
 	}
 	scheme, _, _ := strings.Cut(database, ":")
 	return nil, fmt.Errorf("--database %q: use sqlite:<path> or postgres://…", scheme)
+}
+
+// sqlitePath is the file of a sqlite: database, "" for another scheme.
+func sqlitePath(database string) string {
+	if !strings.HasPrefix(database, "sqlite:") {
+		return ""
+	}
+	return strings.TrimPrefix(strings.TrimPrefix(database, "sqlite:"), "//")
+}
+
+// latestSchema is the newest schema version this capgate knows for
+// database.
+func latestSchema(database string) int {
+	if sqlitePath(database) != "" {
+		return sqlite.SchemaVersion()
+	}
+	return postgres.SchemaVersion()
 }
 
 // NewConfigService returns the config service of these settings over

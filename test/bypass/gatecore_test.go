@@ -76,7 +76,7 @@ func (r *rig) redisGateway(t *testing.T, redisURL string) *gateway {
 		return g
 	}
 	db := "sqlite:" + filepath.Join(r.dir, "redis.db")
-	set := append([]string{"capacity", "set"}, configArgs...)
+	set := append([]string{"capacity", "set", "--create"}, configArgs...)
 	if out, err := run(t.Context(), r.dir, nil, r.bin, append(set, "--database", db)...); err != nil {
 		t.Fatalf("configure: %v: %s", err, out)
 	}

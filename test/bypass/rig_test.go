@@ -205,7 +205,7 @@ func (r *rig) start() error {
 		gwTokens:   {"--identity", "tokens", "--tokens", tokens},
 	} {
 		db := "sqlite:" + filepath.Join(r.dir, string(id)+".db")
-		set := append([]string{"capacity", "set"}, configArgs...)
+		set := append([]string{"capacity", "set", "--create"}, configArgs...)
 		if out, err := run(ctx, r.dir, nil, bin, append(set, "--database", db, "--note", "bypass suite")...); err != nil {
 			return fmt.Errorf("configure %s: %w: %s", id, err, out)
 		}

@@ -79,7 +79,7 @@ func (g *gateway) start(t testing.TB, stdout io.Writer) {
 		if g.exited() {
 			return fmt.Errorf("exited: %v", g.err)
 		}
-		resp, err := http.Get("http://" + g.addr + "/healthz")
+		resp, err := http.Get("http://" + g.addr + "/livez")
 		if err != nil {
 			return err
 		}
@@ -98,7 +98,7 @@ func (g *gateway) start(t testing.TB, stdout io.Writer) {
 }
 
 // flagHint explains a gateway that does not start.
-const flagHint = `The fault suite needs "capgate serve" with the flags of SPEC §11
+const flagHint = `The fault suite needs "capgate serve" with the flags of README.md's Settings
 (--listen --upstream --redis --redis-sentinels --redis-master --database --task-id --mode
 --identity --tokens --log-file --shutdown-timeout). Merge main once serve has landed.`
 
@@ -132,7 +132,9 @@ func capacity(t testing.TB, db string, args ...string) string {
 // an operator would.
 func setConfig(t testing.TB, db string, kv ...string) {
 	t.Helper()
-	capacity(t, db, append(append([]string{"set"}, kv...), "--note", "fault suite", "--user", "faults")...)
+	// --create: the suite's databases are new; the CLI makes no database
+	// unless told to.
+	capacity(t, db, append(append([]string{"set"}, kv...), "--note", "fault suite", "--user", "faults", "--create")...)
 }
 
 // logErrors logs the distinct errors in a gateway's ocl_capacity lines.

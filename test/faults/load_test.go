@@ -18,7 +18,7 @@ import (
 	"time"
 )
 
-// callKind is one kind of heavy call (SPEC §2).
+// callKind is one kind of heavy call.
 type callKind struct {
 	name string
 	path string // with query

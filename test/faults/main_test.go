@@ -96,7 +96,7 @@ func setup(tmp string) error {
 }
 
 // checkFlags fails clearly when the binary's serve does not take the
-// flags of SPEC §11.
+// flags of README.md's Settings.
 func checkFlags(ctx context.Context) error {
 	cmd := exec.CommandContext(ctx, capgateBin, "serve", "-h")
 	out, _ := cmd.CombinedOutput()

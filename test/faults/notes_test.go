@@ -18,7 +18,7 @@ before the gateways start. Identity is the default (` + "`upstream`" + `): the c
 ` + "`X-Request-ID`" + `, so "overhead" / "added latency" is client latency minus time upstream.
 
 Fail-open scenarios (3–8, 10, 11) run enforce / all with limits the load never reaches, lease 15 s,
-renew 5 s, and the SPEC's Redis defaults spelled out: deadline 1 s, socket timeout 0.5 s, skip window
+renew 5 s, and the default Redis settings spelled out: deadline 1 s, socket timeout 0.5 s, skip window
 15 s; so every call must be 200, admitted or (store down) unavailable — counted by the gateway's
 local lanes (degraded) and never refused by them at these limits. Scenarios 1 and 2 use small
 limits (cluster 4 with 1 reserved for single-row calls, per task 2, es2_knn 2, tiers 3/2/2/2, per
@@ -38,7 +38,7 @@ Scenario 12 tests waiting.
 | 8 | one call per gateway running 3 × lease_seconds beside short-call load | the leases are live at every 1 s check, renewed about every 5 s, the log line says admitted without lease_lost, released at the end |
 | 9 | enforce with tight limits; LOCK TABLE capacity_configs ACCESS EXCLUSIVE, unlock, stop PostgreSQL, start it | no call waits more than the 500 ms read timeout (+1 s slack); no refusal once the cache runs out while the config can't be read (enforce → shadow); refusals again once it can |
 | 10 | gateway stdout is a pipe (shrunk to one page) nobody reads, then drained; a second gateway exits while its pipe stays blocked | calls/s and p99 overhead as with the pipe drained; lines + Σ log_dropped = gated calls; exit ≤ 3 s |
-| 11 | malformed / oversized bodies, bad metadata and trace headers, bad tokens, huge headers, staff API errors, 1000 distinct users, 40 slow-loris connections | each gets SPEC's answer (gated or passed through, status, body); no crash or panic; no lease held by a slow client; lanes empty after |
+| 11 | malformed / oversized bodies, bad metadata and trace headers, bad tokens, huge headers, staff API errors, 1000 distinct users, 40 slow-loris connections | each gets the documented answer (gated or passed through, status, body); no crash or panic; no lease held by a slow client; lanes empty after |
 | 12 | 3 gateways on one Redis, enforce, api_heavy 2, wait 20 s: two calls held 4 s on gw1; 8 calls queued one after another (3 as one user on gw1, 2 on gw2, 3 on gw3); kill -9 gw3 | gw1's and gw2's waiters all answered (200 admitted or 429), each within max_seconds of queueing, in fair order (ada, grace and linus in the first round, then ada, ada: round-robin across users; gw3's tickets skipped); gw3's calls end with it; upstream peak ≤ 2; lanes and waitlist empty after |
 | 13 | one gateway; one user sends 400 calls at once, each held 5 s upstream, per_user 2; again as a user with per_user 0; again with the Redis master SIGSTOPped | exactly the limit admitted (with Redis stopped: unavailable, degraded:true in the log) and run upstream at once, every other call 429 with Retry-After, none let through uncounted; lanes empty after |
 `

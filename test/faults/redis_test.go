@@ -17,7 +17,7 @@ import (
 	goredis "github.com/redis/go-redis/v9"
 )
 
-// lanePrefix is the key prefix of every lane (SPEC §3).
+// lanePrefix is the key prefix of every lane.
 const lanePrefix = "ocl:capacity:"
 
 // waitPrefix starts the keys of the waitlist (redis/waitpass.lua).

@@ -16,7 +16,7 @@ import (
 func gatewayHeader(name string) bool {
 	n := http.CanonicalHeaderKey(name)
 	return strings.HasPrefix(n, "X-Ocl-Capacity-") || n == "Date" || n == "Access-Control-Expose-Headers" ||
-		n == "X-Request-Id"
+		n == "X-Request-Id" || n == "Ratelimit" || n == "Ratelimit-Policy"
 }
 
 // apiHeaders is h without the headers the gateway adds, as "k: v" lines.

@@ -50,6 +50,7 @@ func TestS03RedisHangs(t *testing.T) {
 	figures := begin(t, 3)
 	r := newRig(t, rigOptions{Gateways: 3, DB: "s03", Config: roomyConfig(), Env: faultEnv})
 	pre, hang, post := 4*time.Second, duration(20*time.Second, 8*time.Second), 20*time.Second
+	endProbes := watchProbes(t, r.gws)
 	done := make(chan []result, 1)
 	loadStart := time.Now()
 	go func() {
@@ -68,6 +69,7 @@ func TestS03RedisHangs(t *testing.T) {
 	}
 	res := <-done
 	c := count(res)
+	endProbes()
 
 	// Every call succeeds.
 	for _, x := range res {

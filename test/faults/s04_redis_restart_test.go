@@ -65,6 +65,7 @@ func TestS04RedisRestarts(t *testing.T) {
 	figures := begin(t, 4)
 	r := newRig(t, rigOptions{Gateways: 3, DB: "s04", Config: roomyConfig(), Env: faultEnv})
 	pre, down, post := 4*time.Second, 3*time.Second, 19*time.Second
+	endProbes := watchProbes(t, r.gws)
 	done := make(chan []result, 1)
 	t0 := time.Now()
 	go func() {
@@ -89,6 +90,7 @@ func TestS04RedisRestarts(t *testing.T) {
 	r.redis.start(t) // same port, empty
 	upAt := time.Now()
 	res := <-done
+	endProbes()
 	// Only the long calls are in flight now: the new Redis must not count
 	// them (their leases died with the old one and are never revived).
 	time.Sleep(time.Second)

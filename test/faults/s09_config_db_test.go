@@ -75,6 +75,7 @@ func TestS09ConfigDatabase(t *testing.T) {
 	settle := 2 * time.Second // the 1 s cache, a read timeout, and some
 	phase := duration(6*time.Second, 4*time.Second)
 
+	endProbes := watchProbes(t, r.gws)
 	done := make(chan []result, 1)
 	t0 := time.Now()
 	go func() {
@@ -93,13 +94,16 @@ func TestS09ConfigDatabase(t *testing.T) {
 		t.Fatal(err)
 	}
 	time.Sleep(phase)
+	// The lock may end from here on (the backend ends with its client, or
+	// at the latest when terminated below): a read in flight then succeeds
+	// at once, so the locked phase ends now, not after the terminate.
+	unlockAt := time.Now()
 	unlock()
 	_ = lock.Wait()
 	// The psql client is gone; end its backend (and the lock) at once.
 	if _, err := pg.psql(ctx, "postgres", "SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE query LIKE '%pg_sleep(600)%' AND pid <> pg_backend_pid()"); err != nil {
 		t.Errorf("end the lock: %v", err)
 	}
-	unlockAt := time.Now()
 	time.Sleep(phase)
 	stopAt := time.Now()
 	pg.stop()
@@ -110,6 +114,7 @@ func TestS09ConfigDatabase(t *testing.T) {
 	}
 	restartedAt := time.Now()
 	res := <-done
+	endProbes()
 
 	before := summarize(r, res, t0, lockAt)
 	locked := summarize(r, res, lockAt.Add(settle), unlockAt)

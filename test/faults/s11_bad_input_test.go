@@ -18,7 +18,7 @@ import (
 	"github.com/capgate/capgate/simapi"
 )
 
-// badCase is one malformed or hostile request and the answer SPEC.md gives.
+// badCase is one malformed or hostile request and the documented answer.
 type badCase struct {
 	name   string
 	method string
@@ -292,7 +292,7 @@ func TestS11BadInput(t *testing.T) {
 	if now, _, _ := r.up.snapshot(); now.Total != 0 {
 		t.Errorf("%d calls still in the upstream", now.Total)
 	}
-	figures("%d malformed or hostile requests (bodies, metadata, trace headers, tokens, 900 kB–2 MiB headers, staff API) each got SPEC's answer; %d distinct users: %d failed; %d slow-loris connections: normal calls meanwhile all 200 (worst overhead %v), leases held by slow clients %d, slow headers cut after ≤ %v, slow bodies (a byte a second) %s; 0 crashes, lanes empty %v after",
+	figures("%d malformed or hostile requests (bodies, metadata, trace headers, tokens, 900 kB–2 MiB headers, staff API) each got the documented answer; %d distinct users: %d failed; %d slow-loris connections: normal calls meanwhile all 200 (worst overhead %v), leases held by slow clients %d, slow headers cut after ≤ %v, slow bodies (a byte a second) %s; 0 crashes, lanes empty %v after",
 		len(cases), many, bad, lorises, worstNormal.Round(time.Millisecond), countLeases(lDuring),
 		cutHeaders.Round(time.Second), cutDesc(cutBodies, neverCut), took.Round(time.Millisecond))
 }

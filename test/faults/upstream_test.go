@@ -52,7 +52,7 @@ func newCounts() laneCounts {
 	return laneCounts{Task: map[string]int{}, Tier: map[string]int{}, User: map[string]int{}}
 }
 
-// tierOf says which tier a simapi user is in (SPEC §3).
+// tierOf says which tier a simapi user is in.
 func tierOf(u simapi.User) string {
 	if u.IsStaff {
 		return "staff"
@@ -99,7 +99,7 @@ func (u *upstream) listen(t testing.TB, task string) string {
 	return "http://" + l.Addr().String()
 }
 
-// heavy classifies a request as SPEC §2 does, from a copy of its body.
+// heavy classifies a request as the gateway does, from a copy of its body.
 func heavy(r *http.Request, body []byte) (isHeavy, semantic, single bool) {
 	p := strings.TrimSuffix(strings.Replace(r.URL.Path, "%24", "$", 1), "/")
 	if r.Method != http.MethodPost {

@@ -1,0 +1,100 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"time"
+)
+
+// migrateTimeout bounds `capgate migrate`.
+const migrateTimeout = 2 * time.Minute
+
+// MigrateCommand is `capgate migrate`: it creates or brings up to date the
+// config database's schema, so the gateways can run as a database user
+// without DDL rights (serve --migrate=false).
+type MigrateCommand struct {
+	Stdout, Stderr io.Writer
+	// Getenv reads the settings' environment. Default os.Getenv.
+	Getenv func(string) string
+}
+
+// Usage returns the command's help.
+func (c *MigrateCommand) Usage() string {
+	return `Usage: capgate migrate [--database URL]
+
+Creates the config database's tables, or brings them up to date, and prints
+{"database", "schema_version"}. Run it once per release with a user allowed
+to change the schema; then the gateways need only read and insert rights
+(capgate serve --migrate=false). Safe to run while gateways run, and from
+several places at once. A sqlite: file is created if missing.
+
+Flags:
+`
+}
+
+// Run runs the migration.
+func (c *MigrateCommand) Run(ctx context.Context, args []string) error {
+	st, err := LoadSettings(c.Getenv)
+	if err != nil {
+		return err
+	}
+	fs := flag.NewFlagSet("capgate migrate", flag.ContinueOnError)
+	fs.SetOutput(io.Discard)
+	fs.StringVar(&st.Database, "database", st.Database, "the config database: sqlite:<path> or postgres://… (CAPGATE_DATABASE)")
+	var wait time.Duration
+	fs.Var(durationValue{&wait, time.Second}, "wait", "retry while the database does not answer, for up to this `duration` (a container started with it); 0 fails at once")
+	if err := fs.Parse(args); err != nil {
+		if errors.Is(err, flag.ErrHelp) {
+			fmt.Fprint(c.Stdout, helpOf(c.Usage(), fs))
+			return nil
+		}
+		return &UsageError{Msg: fmt.Sprintf("%v\n\n%s", err, helpOf(c.Usage(), fs))}
+	}
+	if fs.NArg() > 0 {
+		return &UsageError{Msg: fmt.Sprintf("capgate migrate takes no arguments, got %q\n\n%s", fs.Arg(0), helpOf(c.Usage(), fs))}
+	}
+	ctx, cancel := context.WithTimeout(ctx, migrateTimeout)
+	defer cancel()
+	store, err := ConnectConfigStore(ctx, st.Database)
+	if err != nil {
+		return err
+	}
+	defer store.Close()
+	if err := migrateWithin(ctx, store, wait, c.Stderr); err != nil {
+		return err
+	}
+	v, err := store.DatabaseVersion(ctx)
+	if err != nil {
+		return err
+	}
+	return printJSON(c.Stdout, struct {
+		Database      string `json:"database"`
+		SchemaVersion int    `json:"schema_version"`
+	}{maskURL(st.Database), v})
+}
+
+// migrateRetry is how often migrate --wait tries again.
+const migrateRetry = time.Second
+
+// migrateWithin migrates, trying again every second for up to wait while
+// it fails (the database is still starting), and returns the last error.
+func migrateWithin(ctx context.Context, store MigratingStore, wait time.Duration, progress io.Writer) error {
+	deadline := time.Now().Add(wait)
+	for {
+		err := store.Migrate(ctx)
+		if err == nil || time.Now().Add(migrateRetry).After(deadline) {
+			return err
+		}
+		fmt.Fprintf(progress, "capgate migrate: %v; trying again\n", err)
+		t := time.NewTimer(migrateRetry)
+		select {
+		case <-ctx.Done():
+			t.Stop()
+			return err
+		case <-t.C:
+		}
+	}
+}

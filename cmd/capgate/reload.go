@@ -1,0 +1,112 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net/http"
+	"os"
+	"sync"
+	"sync/atomic"
+
+	"github.com/capgate/capgate"
+	capgatehttp "github.com/capgate/capgate/http"
+)
+
+// reopenFile is an append-only log file that can be reopened by path
+// (SIGHUP), so logrotate can move it away and the next line goes to a new
+// file. Safe for concurrent use.
+type reopenFile struct {
+	path string
+	mu   sync.Mutex
+	f    *os.File // requires mu held
+}
+
+func openLogFile(path string) (*reopenFile, error) {
+	f, err := os.OpenFile(path, os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o644)
+	if err != nil {
+		return nil, err
+	}
+	return &reopenFile{path: path, f: f}, nil
+}
+
+func (r *reopenFile) Write(p []byte) (int, error) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return r.f.Write(p)
+}
+
+// Reopen opens the path again and closes the old file. If the path can't
+// be opened, writing goes on to the old file and the error is returned.
+func (r *reopenFile) Reopen() error {
+	f, err := os.OpenFile(r.path, os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o644)
+	if err != nil {
+		return fmt.Errorf("reopen %s: %w", r.path, err)
+	}
+	r.mu.Lock()
+	old := r.f
+	r.f = f
+	r.mu.Unlock()
+	return old.Close()
+}
+
+func (r *reopenFile) Close() error {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return r.f.Close()
+}
+
+// reloadingTokens is the tokens identity whose file can be read again
+// (SIGHUP) without a restart. A file that fails to load keeps the tokens
+// in force.
+type reloadingTokens struct {
+	path string
+	cur  atomic.Pointer[capgatehttp.TokenIdentity]
+}
+
+var _ capgate.Identifier = (*reloadingTokens)(nil)
+
+func loadTokens(path string) (*reloadingTokens, error) {
+	t := &reloadingTokens{path: path}
+	return t, t.Reload()
+}
+
+// Reload reads the tokens file again.
+func (t *reloadingTokens) Reload() error {
+	id, err := capgatehttp.LoadTokenIdentity(t.path)
+	if err != nil {
+		return err
+	}
+	t.cur.Store(id)
+	return nil
+}
+
+func (t *reloadingTokens) Identify(ctx context.Context, r *http.Request) (capgate.Caller, bool, error) {
+	return t.cur.Load().Identify(ctx, r)
+}
+
+// Reload is what SIGHUP does: reopen the log file (--log-file) and read
+// the tokens file (--identity tokens) again. It logs what it did, and
+// returns the errors; what failed keeps its old state.
+func (s *Server) Reload() error {
+	var errs []error
+	if s.logFile != nil {
+		if err := s.logFile.Reopen(); err != nil {
+			errs = append(errs, err)
+		} else {
+			s.logger.Info("reopened the log file", "path", s.logFile.path)
+		}
+	}
+	if s.tokens != nil {
+		if err := s.tokens.Reload(); err != nil {
+			errs = append(errs, fmt.Errorf("reload tokens: %w", err))
+		} else {
+			s.logger.Info("reloaded the tokens file", "path", s.tokens.path)
+		}
+	}
+	err := errors.Join(errs...)
+	if err != nil {
+		s.logger.Error("reload failed; keeping what was in force", "error", err)
+	}
+	return err
+}

@@ -1,0 +1,65 @@
+package capgate
+
+import (
+	"context"
+	"time"
+)
+
+// readState is how the config service's reads of the store have gone.
+type readState struct {
+	attempted bool  // a read has finished, well or not
+	ok        bool  // a read has succeeded once
+	err       error // the last read's error; nil after a success
+}
+
+func (r *readState) done(err error) {
+	r.attempted = true
+	r.err = err
+	if err == nil {
+		r.ok = true
+	}
+}
+
+// ReadState is what ConfigService.ReadState reports.
+type ReadState struct {
+	// Ready is true once a read has finished: the stored config, or the
+	// defaults (with enforce as shadow) when it failed, is in force.
+	Ready bool
+	// Err is the last read's error; nil when it succeeded.
+	Err error
+	// Version is the version in force as last read or saved; 0 for the
+	// defaults.
+	Version int64
+}
+
+// ReadState reports how the last read of the store went, for health
+// checks: a store that can't be read is a state to report, never a reason
+// to stop serving.
+func (s *ConfigService) ReadState() ReadState {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return ReadState{Ready: s.read.attempted, Err: s.read.err, Version: s.version}
+}
+
+// MinWatchInterval is the shortest interval Watch reads the store at.
+const MinWatchInterval = time.Second
+
+// Watch keeps the cached config fresh in the background until ctx is done:
+// it reads the store at once, then every CacheTTL (at least
+// MinWatchInterval). So the version in force (and what metrics report of
+// it) follows the store rather than the traffic, and a database that was
+// down at start is picked up as soon as it answers.
+func (s *ConfigService) Watch(ctx context.Context) {
+	every := max(s.cacheTTL(), MinWatchInterval)
+	t := time.NewTimer(0)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		}
+		s.Config(ctx)
+		t.Reset(every)
+	}
+}

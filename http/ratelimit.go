@@ -1,0 +1,69 @@
+package http
+
+import (
+	"net/http"
+	"strconv"
+
+	"github.com/capgate/capgate"
+)
+
+// The standard rate-limit fields of draft-ietf-httpapi-ratelimit-headers,
+// sent alongside the X-OCL-Capacity-* headers so generic clients and
+// proxies can read the gate's state too.
+const (
+	HeaderRateLimitPolicy = "RateLimit-Policy"
+	HeaderRateLimit       = "RateLimit"
+)
+
+// rateLimitFields are the standard fields' names, for the CORS expose list.
+var rateLimitFields = []string{HeaderRateLimitPolicy, HeaderRateLimit}
+
+// quotaUnit is the draft's quota unit for a cap on calls in flight: the
+// quota is freed as calls end, not over a time window, so the policy has
+// no w parameter.
+const quotaUnit = "concurrent-requests"
+
+// setRateLimitFields sets RateLimit-Policy and RateLimit for the lane in
+// scope of adm: the lane that was full (the refusal's scope) or, when none
+// was, the one with the least room left. Both are Structured Field lists
+// of one item named after the lane:
+//
+//	RateLimit-Policy: "user";q=1;qu="concurrent-requests"
+//	RateLimit: "user";r=0;t=5
+//
+// q is the lane's limit, r what is left of it after this call (0 when
+// full), t the Retry-After seconds of a refusal. Nothing is set when the
+// counts are unknown (an unavailable call).
+func setRateLimitFields(h http.Header, adm *capgate.Admission) {
+	if adm == nil || h == nil {
+		return
+	}
+	lanes, counts := adm.Lanes(), adm.Counts()
+	if len(lanes) == 0 || len(counts) != len(lanes) {
+		return
+	}
+	i := laneInScope(adm.Scope(), lanes, counts)
+	name := strconv.Quote(string(lanes[i].Name))
+	left := max(lanes[i].Limit-counts[i], 0)
+	h.Set(HeaderRateLimitPolicy, name+";q="+strconv.Itoa(lanes[i].Limit)+`;qu="`+quotaUnit+`"`)
+	v := name + ";r=" + strconv.Itoa(left)
+	if s, ok := adm.RetryAfter(); ok && adm.Refused() {
+		v += ";t=" + strconv.Itoa(s)
+	}
+	h.Set(HeaderRateLimit, v)
+}
+
+// laneInScope returns the index of the scope lane, else of the lane with
+// the least room left (the first such in lane order).
+func laneInScope(scope capgate.LaneName, lanes []capgate.Lane, counts []int) int {
+	best := 0
+	for i, l := range lanes {
+		if scope != "" && l.Name == scope {
+			return i
+		}
+		if l.Limit-counts[i] < lanes[best].Limit-counts[best] {
+			best = i
+		}
+	}
+	return best
+}
