@@ -16,13 +16,14 @@ const (
 	HeaderTierLimit           = "X-OCL-Capacity-Tier-Limit"
 	HeaderTierInFlight        = "X-OCL-Capacity-Tier-In-Flight"
 	HeaderSuggestedConcurrent = "X-OCL-Capacity-Suggested-Concurrency"
+	HeaderSuggestedSpacing    = "X-OCL-Capacity-Suggested-Spacing-Ms"
 )
 
 // ExposedHeaders lists the headers a browser must be allowed to read on a
-// gated response: the seven capacity headers and Retry-After.
+// gated response: the eight capacity headers and Retry-After.
 func ExposedHeaders() []string {
 	return []string{HeaderDecision, HeaderLimit, HeaderInFlight, HeaderTier,
-		HeaderTierLimit, HeaderTierInFlight, HeaderSuggestedConcurrent, "Retry-After"}
+		HeaderTierLimit, HeaderTierInFlight, HeaderSuggestedConcurrent, HeaderSuggestedSpacing, "Retry-After"}
 }
 
 // startRenewer starts the goroutine that renews the call's leases every
@@ -117,6 +118,7 @@ func (a *Admission) Release(ctx context.Context) {
 	}
 	if a.taken {
 		a.releaseLeases(ctx)
+		a.observeHold()
 	}
 	if a.decision != DecisionNone {
 		a.emit()
@@ -270,6 +272,9 @@ func (a *Admission) SetHeaders(h http.Header) {
 	}
 	if n, ok := a.Suggested(); ok {
 		h.Set(HeaderSuggestedConcurrent, strconv.Itoa(n))
+	}
+	if ms, ok := a.SpacingMS(); ok {
+		h.Set(HeaderSuggestedSpacing, strconv.FormatInt(ms, 10))
 	}
 	// Only the gate's own refusal gets its Retry-After; one the API sent
 	// itself (its rate limit, a 503) is left alone.

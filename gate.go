@@ -60,6 +60,10 @@ type Gate struct {
 	// Observer is told about decisions and store failures (metrics).
 	// Default: nobody.
 	Observer Observer
+	// Holds keeps the lanes' recent hold times for the adaptive
+	// Retry-After (hints.go). NewGate sets one; nil: no history, the prior
+	// applies.
+	Holds *HoldTimes
 
 	hooks *gateHooks // fault injection for tests; nil in production
 }
@@ -84,6 +88,7 @@ func NewGate(store LaneStore, cfg ConfigSource, sink Sink, taskID string) *Gate 
 		StoreDeadline: DefaultStoreDeadline,
 		Now:           time.Now,
 		Logger:        slog.Default(),
+		Holds:         &HoldTimes{},
 	}
 }
 
@@ -155,8 +160,9 @@ type Admission struct {
 	taken    bool     // holds leases
 	decision Decision
 	full     laneSet
-	scope    int // lane index, -1 none
-	retry    int // Retry-After seconds, 0 none
+	scope    int           // lane index, -1 none
+	retry    int           // Retry-After seconds, 0 none
+	spacing  time.Duration // how often the scope lane frees a slot, 0 unknown
 	token    string
 	start    time.Time
 
@@ -310,7 +316,7 @@ func (a *Admission) acquire(ctx context.Context) error {
 		}
 		if ruleErr == nil {
 			a.scope = scopeOf(a.lanes, a.full)
-			a.retry = retryAfterSeconds(a.cfg.RetryAfter, a.lanes, before, a.full)
+			a.retry, a.spacing = refusalHints(a.cfg.RetryAfter, a.lanes, before, a.full, a.scope, g.Holds)
 		}
 	}
 	// From here on the counts include this call when it took the lease.
@@ -339,7 +345,7 @@ func (a *Admission) fail(err error) {
 		return
 	}
 	a.decision = DecisionUnavailable
-	a.retry = 0
+	a.retry, a.spacing = 0, 0
 }
 
 func (a *Admission) setErr(s string) {
