@@ -134,3 +134,35 @@ func TestAttemptTimeoutLeavesRoomForTheServersWait(t *testing.T) {
 		}
 	})
 }
+
+func TestHeldCallsLeaveRoundRobinAcrossUsers(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		g, tr := newGateway(t, func(w http.ResponseWriter, r *http.Request, n int) {
+			if r.Header.Get("X-Test-ID") == "x1" && n == 1 {
+				refuseSpaced(w, "api_heavy_task", false, 5, "400")
+				return
+			}
+			admit(w, 4)
+		})
+		for _, u := range []string{"x", "y"} {
+			if o := do(g, tr, context.Background(), "warm-"+u, client.Call{User: u}); o.Err != nil {
+				t.Fatal(o.Err)
+			}
+		}
+		var chans []<-chan outcome
+		for _, c := range []struct{ id, user string }{{"x1", "x"}, {"x2", "x"}, {"x3", "x"}, {"y1", "y"}} {
+			chans = append(chans, goDo(g, tr, context.Background(), c.id, client.Call{User: c.user}))
+			synctest.Wait()
+		}
+		for _, ch := range chans {
+			if o := <-ch; o.Err != nil {
+				t.Fatal(o.Err)
+			}
+		}
+		// x1's refusal held x2, x3 and y1 back. The refused call goes
+		// first; then y, served less recently than x, before x's others.
+		if got, want := g.ids()[3:], []string{"x1", "y1", "x2", "x3"}; !slices.Equal(got, want) {
+			t.Errorf("sent after the refusal: %v, want %v", got, want)
+		}
+	})
+}

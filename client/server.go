@@ -24,6 +24,8 @@ type server struct {
 	tiers    map[string]string   // Call.User → the tier the server reported
 	waiters  map[*waiter]struct{}
 	changed  chan struct{}
+	grants   uint64            // calls granted a slot so far
+	served   map[string]uint64 // Call.User → grants when the user's last call was granted
 
 	// After a refusal on a lane other users share (api_heavy, the task
 	// lane, es2_knn, a tier), bulk calls resume through a window: no more
@@ -49,6 +51,7 @@ func newServer(cap int, probe time.Duration, jitter func(time.Duration) time.Dur
 		tiers:    make(map[string]string),
 		waiters:  make(map[*waiter]struct{}),
 		changed:  make(chan struct{}),
+		served:   make(map[string]uint64),
 	}
 }
 
@@ -114,13 +117,20 @@ type waiter struct {
 }
 
 // before reports whether w goes before o: refused calls first, then
-// interactive calls, then bulk calls, each oldest first.
-func (w *waiter) before(o *waiter) bool {
+// interactive calls, then bulk calls; within each, calls of the user
+// served least recently first (round-robin across users), then oldest
+// first. Requires mu held.
+func (s *server) before(w, o *waiter) bool {
 	if w.retrying != o.retrying {
 		return w.retrying
 	}
 	if !w.retrying && w.call.Class != o.call.Class {
 		return w.call.Class == Interactive
+	}
+	if w.call.User != o.call.User {
+		if a, b := s.served[w.call.User], s.served[o.call.User]; a != b {
+			return a < b
+		}
 	}
 	return w.seq < o.seq
 }
@@ -250,7 +260,7 @@ func (s *server) evaluate(w *waiter, now time.Time) verdict {
 	bound := l.bound(now)
 	ahead := 0
 	for o := range s.waiters {
-		if o == w || o.call.User != w.call.User || !o.before(w) {
+		if o == w || o.call.User != w.call.User || !s.before(o, w) {
 			continue
 		}
 		if h, _, t := s.hold(o, now); h == nil && t == nil {
@@ -273,12 +283,12 @@ func (s *server) evaluate(w *waiter, now time.Time) verdict {
 }
 
 // bulkAhead counts the bulk calls of any user that go before w and could
-// be sent now, so the resume window's slots go in order: refused calls
-// first, oldest first, whoever's they are. Requires mu held.
+// be sent now, so the resume window's slots go in queue order, whoever's
+// they are. Requires mu held.
 func (s *server) bulkAhead(w *waiter, now time.Time) int {
 	n := 0
 	for o := range s.waiters {
-		if o == w || o.call.Class != Bulk || !o.before(w) {
+		if o == w || o.call.Class != Bulk || !s.before(o, w) {
 			continue
 		}
 		if h, _, t := s.hold(o, now); h != nil || t != nil {
@@ -301,7 +311,7 @@ func (s *server) pacedAhead(w *waiter, now time.Time) bool {
 			continue
 		}
 		for o := range s.waiters {
-			if o == w || !o.before(w) || !s.concerns(p, o) {
+			if o == w || !s.before(o, w) || !s.concerns(p, o) {
 				continue
 			}
 			if h, _, t := s.hold(o, now); h != nil || t != nil {
@@ -342,6 +352,8 @@ func (s *server) acquire(ctx context.Context, w *waiter) error {
 		switch {
 		case v.granted:
 			delete(s.waiters, w)
+			s.grants++
+			s.served[w.call.User] = s.grants
 			s.paced(w, now)
 			s.limiter(w.call.User).inFlight++
 			if w.call.Class == Bulk {

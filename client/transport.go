@@ -67,13 +67,15 @@ const HeaderEventMetadata = "X-OCL-Event-Metadata"
 //     ProbeInterval), then one call at a time until the server suggests
 //     more.
 //   - one queue: when a slot frees or a pause ends, calls that were refused
-//     or failed go first, oldest first; then interactive calls; then bulk
-//     calls, each in arrival order. A refused call keeps its place.
+//     or failed go first; then interactive calls; then bulk calls. Within
+//     each, the calls of the user served least recently go first
+//     (round-robin across users), then the oldest. A refused call keeps its
+//     place.
 //
 // Pacing. A capacity 429 from a lane that is not paused, with
 // X-OCL-Capacity-Suggested-Spacing-Ms (how often the lane frees a slot),
 // is paced instead of waited out: the refused call and the calls its pause
-// holds back leave the pause one at a time, oldest first, every half
+// holds back leave the pause one at a time, in queue order, every half
 // spacing (at least MinSpacing) plus jitter, for the longer of Retry-After
 // and four spacings. Each attempt of a call with a Timeout is cut off after
 // ServerWait + Timeout.
