@@ -212,6 +212,7 @@ log "done in $(($(date +%s) - START)) s"
 	echo "|---|---|---|---|---|---|---|---|---|---|---|---|"
 	awk -F'\t' '{
 		if (NF == 5) { printf "| %s | %s | %s | %s | %s | | | | | | | |\n", $1, $2, $3, $4, $5; next }
+		if ($10 > 0) { $6 = "–"; $7 = "–" } # with rows failed, finish times say nothing
 		printf "| %s | %s | %s | %s | %s | %s | %s | %s | %s | %s | %s | %s |\n", $1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12
 	}' "$WORK/rows.tsv"
 } | tee "$WORK/table.md"
