@@ -194,6 +194,7 @@ row() {
 		 $over] | @tsv' "$WORK/$name.json" >>"$WORK/rows.tsv"
 }
 
+log "load average at the start: $(cut -d' ' -f1-3 /proc/loadavg)"
 START=$(date +%s)
 for client in plain retry-after aware; do
 	row one fixed off "$client"
@@ -205,7 +206,7 @@ for scenario in one three heavy; do
 		done
 	done
 done
-log "done in $(($(date +%s) - START)) s"
+log "done in $(($(date +%s) - START)) s; load average at the end: $(cut -d' ' -f1-3 /proc/loadavg)"
 
 {
 	echo "| scenario | Retry-After policy | wait | client | bottleneck utilization | Jain (equal-demand users) | light users' slowdown vs round-robin | 429s | makespan vs ideal | failed rows | throttled rows | calls over a lane limit (analyze) |"
