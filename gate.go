@@ -163,6 +163,7 @@ type Admission struct {
 	scope    int           // lane index, -1 none
 	retry    int           // Retry-After seconds, 0 none
 	spacing  time.Duration // how often the scope lane frees a slot, 0 unknown
+	leased   time.Time     // when the leases were taken
 	token    string
 	start    time.Time
 
@@ -298,6 +299,9 @@ func (a *Admission) acquire(ctx context.Context) error {
 		return nil
 	}
 	a.taken = taken
+	if taken {
+		a.leased = g.now() // the hold estimates count from here (hints.go)
+	}
 	a.full = fullLanes(a.lanes, before)
 	switch {
 	case a.full.empty() && !taken:

@@ -137,11 +137,13 @@ func (a *Admission) SpacingMS() (ms int64, ok bool) {
 	return int64((a.spacing + time.Millisecond - 1) / time.Millisecond), true
 }
 
-// observeHold feeds the call's hold time to the gate's estimates, unless
-// its lease was lost (then the hold says nothing about the lane).
+// observeHold feeds the call's hold time, from taking its leases to its
+// release (a wait before the leases were taken is not part of it), to the
+// gate's estimates, unless its lease was lost (then the hold says nothing
+// about the lane).
 func (a *Admission) observeHold() {
 	a.mu.Lock()
-	held, lost := a.finished.Sub(a.start), a.leaseLost
+	held, lost := a.finished.Sub(a.leased), a.leaseLost
 	a.mu.Unlock()
 	if !lost {
 		a.g.Holds.Observe(a.lanes, held)
