@@ -163,7 +163,11 @@ row() {
 	esac
 	"$CG" capacity set --database "sqlite:$db" mode=enforce enforce_for=all reserve_single_row=1 \
 		es2_knn=24 tiers.core=24 per_user.core=8 retry_after.policy="$policy" "${set[@]}" >/dev/null
-	if [[ $wait == on ]]; then
+	if [[ $wait == off ]]; then
+		# A build with the wait has it on by default: turn it off. A build
+		# without it refuses the key, and there is nothing to turn off.
+		"$CG" capacity set --database "sqlite:$db" wait.max_seconds=0 >/dev/null 2>&1 || true
+	else
 		if ! "$CG" capacity set --database "sqlite:$db" wait.max_seconds=30 wait.max_waiting=100 \
 			wait.max_waiting_per_user=16 >"$WORK/$name.wait" 2>&1 &&
 			! "$CG" capacity set --database "sqlite:$db" wait.max_seconds=30 >"$WORK/$name.wait" 2>&1; then
