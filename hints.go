@@ -1,6 +1,7 @@
 package capgate
 
 import (
+	"math"
 	"sync"
 	"time"
 )
@@ -68,12 +69,6 @@ func (h *HoldTimes) Of(lanes []Lane, holds []time.Duration) {
 	}
 }
 
-// priorHold is the hold assumed for a lane with no history: one slot frees
-// every base seconds, so the adaptive policy starts where the fixed one is.
-func priorHold(ra RetryAfter, limit int) time.Duration {
-	return time.Duration(ra.Base) * time.Second * time.Duration(max(limit, 1))
-}
-
 // adaptiveRetryAfter returns Retry-After for a call that found the lanes
 // in full full: retry_after.paused if a full lane is paused; else the
 // longest expected wait over the full lanes, calls ahead (count before −
@@ -89,21 +84,27 @@ func adaptiveRetryAfter(ra RetryAfter, lanes []Lane, before []int, full laneSet,
 		if l.Limit == 0 {
 			return ra.Paused
 		}
-		ahead := before[i] - l.Limit + 1
-		wait = max(wait, time.Duration(ahead)*spacing(ra, l, holds[i]))
+		ahead := time.Duration(before[i] - l.Limit + 1)
+		every := spacing(ra, l, holds[i])
+		if ahead > 0 && every > math.MaxInt64/ahead {
+			return ra.Max // beyond any cap
+		}
+		wait = max(wait, ahead*every)
 	}
-	secs := int((wait + time.Second - 1) / time.Second)
-	return min(ra.Max, max(1, secs))
+	secs := (wait + time.Second - 1) / time.Second
+	return int(min(time.Duration(ra.Max), max(1, secs)))
 }
 
-// spacing returns how often lane frees a slot: its hold ÷ its limit (the
-// prior when hold is 0); 0 for a paused lane, which frees none.
+// spacing returns how often lane frees a slot: its hold ÷ its limit; 0 for
+// a paused lane, which frees none. A lane with no history (hold 0) is
+// assumed to free one every retry_after.base seconds, so the adaptive
+// policy starts where the fixed one is.
 func spacing(ra RetryAfter, l Lane, hold time.Duration) time.Duration {
-	if l.Limit <= 0 {
+	switch {
+	case l.Limit <= 0:
 		return 0
-	}
-	if hold <= 0 {
-		hold = priorHold(ra, l.Limit)
+	case hold <= 0:
+		return time.Duration(ra.Base) * time.Second
 	}
 	return hold / time.Duration(l.Limit)
 }

@@ -1,6 +1,7 @@
 package capgate
 
 import (
+	"math"
 	"testing"
 	"time"
 )
@@ -28,6 +29,7 @@ func TestAdaptiveRetryAfter(t *testing.T) {
 		{"exact seconds stay", []int{9, 2, 9, 9, 9}, []int{2, 3, 2, 2, 1}, []time.Duration{0, 2000 * ms, 0, 0, 0}, 2, 1000 * ms},
 		{"at least 1", []int{9, 4, 9, 9, 9}, []int{1, 4, 1, 1, 1}, []time.Duration{0, 40 * ms, 0, 0, 0}, 1, 10 * ms},
 		{"capped at max", []int{9, 1, 9, 9, 9}, []int{1, 50, 1, 1, 1}, []time.Duration{0, 2 * time.Second, 0, 0, 0}, 30, 2 * time.Second},
+		{"huge numbers saturate at max", []int{9, 1, 9, 9, 9}, []int{1, 100000, 1, 1, 1}, []time.Duration{0, time.Duration(math.MaxInt64 / 2), 0, 0, 0}, 30, time.Duration(math.MaxInt64 / 2)},
 		{"paused keeps paused", []int{3, 2, 3, 0, 3}, []int{2, 2, 0, 0, 0}, []time.Duration{time.Second, time.Second, time.Second, time.Second, time.Second}, 120, 0},
 		// The longest wait over the full lanes wins; the scope is still the
 		// first full lane.
