@@ -1,6 +1,7 @@
 package loadgen
 
 import (
+	"cmp"
 	"fmt"
 	"io"
 	"maps"
@@ -47,7 +48,9 @@ type UserReport struct {
 	// With Config.Calls: the calls the user had to send, when its last
 	// successful call ended (from the run's start), when it would have
 	// ended with the bottleneck's slots going round-robin across users
-	// (RoundRobinFinish with the mean call time), and Finish ÷ that.
+	// (RoundRobinFinish with the mean call time; among the users of least
+	// demand, matched by rank: the k-th of them to finish gets the k-th
+	// earliest of their shares), and Finish ÷ that.
 	Demand   int
 	Finish   time.Duration
 	RRFinish time.Duration
@@ -241,7 +244,24 @@ func (r *run) fixedWorkload(rep *Report) {
 		return
 	}
 	hold := rep.Busy / time.Duration(rep.Served)
-	for i, f := range RoundRobinFinish(demand, r.cfg.BottleneckLimit, hold) {
+	rr := RoundRobinFinish(demand, r.cfg.BottleneckLimit, hold)
+	// Which light user gets which of the light users' round-robin shares
+	// is the simulation's arbitrary turn order: match them by rank, the
+	// k-th light user to finish against the k-th earliest share.
+	var light []int
+	var shares []time.Duration
+	for i := range rep.Users {
+		if demand[i] == least {
+			light = append(light, i)
+			shares = append(shares, rr[i])
+		}
+	}
+	slices.SortStableFunc(light, func(a, b int) int { return cmp.Compare(rep.Users[a].Finish, rep.Users[b].Finish) })
+	slices.Sort(shares)
+	for k, i := range light {
+		rr[i] = shares[k]
+	}
+	for i, f := range rr {
 		u := &rep.Users[i]
 		u.RRFinish = f
 		if f > 0 && u.Finish > 0 {
