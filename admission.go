@@ -16,14 +16,15 @@ const (
 	HeaderTierLimit           = "X-OCL-Capacity-Tier-Limit"
 	HeaderTierInFlight        = "X-OCL-Capacity-Tier-In-Flight"
 	HeaderSuggestedConcurrent = "X-OCL-Capacity-Suggested-Concurrency"
+	HeaderSuggestedSpacing    = "X-OCL-Capacity-Suggested-Spacing-Ms"
 )
 
 // ExposedHeaders lists the headers a browser must be allowed to read on a
-// gated response: the capacity headers (the waited time included) and
-// Retry-After.
+// gated response: the capacity headers (the waited time and the suggested
+// spacing included) and Retry-After.
 func ExposedHeaders() []string {
 	return []string{HeaderDecision, HeaderLimit, HeaderInFlight, HeaderTier,
-		HeaderTierLimit, HeaderTierInFlight, HeaderSuggestedConcurrent, HeaderWaited, "Retry-After"}
+		HeaderTierLimit, HeaderTierInFlight, HeaderSuggestedConcurrent, HeaderSuggestedSpacing, HeaderWaited, "Retry-After"}
 }
 
 // startRenewer starts the goroutine that renews the call's leases every
@@ -125,6 +126,7 @@ func (a *Admission) Release(ctx context.Context) {
 	}
 	if a.taken {
 		a.releaseLeases(ctx)
+		a.observeHold()
 	}
 	if a.local {
 		a.releaseLocal(ctx)
@@ -290,6 +292,9 @@ func (a *Admission) SetHeaders(h http.Header) {
 	}
 	if d, ok := a.Waited(); ok {
 		h.Set(HeaderWaited, strconv.FormatInt(d.Milliseconds(), 10))
+	}
+	if ms, ok := a.SpacingMS(); ok {
+		h.Set(HeaderSuggestedSpacing, strconv.FormatInt(ms, 10))
 	}
 	// Only the gate's own refusal gets its Retry-After; one the API sent
 	// itself (its rate limit, a 503) is left alone.

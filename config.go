@@ -57,11 +57,15 @@ func (l TierLimits) Of(t Tier) int {
 	return l.Preview
 }
 
-// RetryAfter holds the Retry-After numbers, in seconds.
+// RetryAfter says how Retry-After is computed: the policy, and its
+// numbers in seconds.
 type RetryAfter struct {
-	Base   int `json:"base"`   // per call ahead in the fullest lane
-	Max    int `json:"max"`    // cap for base × calls ahead
-	Paused int `json:"paused"` // when a full lane's limit is 0
+	// Policy is PolicyAdaptive (the default: from the lanes' recent hold
+	// times, see hints.go) or PolicyFixed (base × calls ahead).
+	Policy string `json:"policy"`
+	Base   int    `json:"base"`   // fixed: per call ahead in the fullest lane; adaptive: the prior spacing of a lane with no history
+	Max    int    `json:"max"`    // cap of every Retry-After but paused
+	Paused int    `json:"paused"` // when a full lane's limit is 0
 }
 
 // Wait holds the server-side wait of enforced calls that find a lane full
@@ -102,7 +106,7 @@ func DefaultConfig(mode Mode) Config {
 		LeaseSeconds:     60,
 		RenewSeconds:     20,
 		MaxHoldSeconds:   900,
-		RetryAfter:       RetryAfter{Base: 5, Max: 30, Paused: 120},
+		RetryAfter:       RetryAfter{Policy: PolicyAdaptive, Base: 5, Max: 30, Paused: 120},
 		Wait: Wait{MaxSeconds: DefaultWaitMaxSeconds, MaxWaiting: DefaultWaitMaxWaiting,
 			MaxWaitingPerUser: DefaultWaitMaxWaitingPerUser},
 	}
@@ -161,6 +165,8 @@ var schema = []setting{
 	numSetting("renew_seconds", func(c *Config) *int { return &c.RenewSeconds }),
 	numSetting("max_hold_seconds", func(c *Config) *int { return &c.MaxHoldSeconds }),
 	{key: "retry_after", kids: []setting{
+		{key: "policy", oneOf: []string{PolicyAdaptive, PolicyFixed},
+			text: func(c *Config) *string { return &c.RetryAfter.Policy }},
 		numSetting("base", func(c *Config) *int { return &c.RetryAfter.Base }),
 		numSetting("max", func(c *Config) *int { return &c.RetryAfter.Max }),
 		numSetting("paused", func(c *Config) *int { return &c.RetryAfter.Paused }),

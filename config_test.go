@@ -43,7 +43,7 @@ func TestDefaultConfig(t *testing.T) {
 		Tiers:        capgate.TierLimits{Staff: 4, Core: 4, EarlyAccess: 3, Preview: 2},
 		PerUser:      capgate.TierLimits{Staff: 4, Core: 3, EarlyAccess: 2, Preview: 1},
 		LeaseSeconds: 60, RenewSeconds: 20, MaxHoldSeconds: 900,
-		RetryAfter: capgate.RetryAfter{Base: 5, Max: 30, Paused: 120},
+		RetryAfter: capgate.RetryAfter{Policy: "adaptive", Base: 5, Max: 30, Paused: 120},
 		Wait:       capgate.Wait{MaxSeconds: 20, MaxWaiting: 200, MaxWaitingPerUser: 20},
 	}
 	if got != want {
@@ -88,6 +88,8 @@ func TestValidateRejects(t *testing.T) {
 		{`{"mode":1}`, []string{`"mode" must be one of off, shadow, enforce.`}},
 		{`{"mode":"Enforce"}`, []string{`"mode" must be one of off, shadow, enforce.`}},
 		{`{"enforce_for":"some"}`, []string{`"enforce_for" must be one of aware, all.`}},
+		{`{"retry_after":{"policy":"smart"}}`, []string{`"retry_after.policy" must be one of adaptive, fixed.`}},
+		{`{"retry_after":{"policy":null}}`, []string{`"retry_after.policy" must be one of adaptive, fixed.`}},
 		{`{"es2_knn":-1}`, []string{whole}},
 		{`{"es2_knn":true}`, []string{whole}},
 		{`{"es2_knn":"3"}`, []string{whole}},
@@ -144,6 +146,7 @@ func TestValidateAccepts(t *testing.T) {
 		{"lease_seconds": 62, "renew_seconds": 20},
 		{"reserve_single_row": 4, "tiers": map[string]any{"preview": 0}},
 		{"retry_after": map[string]any{"base": 1, "max": 1, "paused": 1}},
+		{"retry_after": map[string]any{"policy": "fixed"}},
 		{"mode": "enforce", "enforce_for": "all"},
 	} {
 		if errs := capgate.Validate(capgate.Merge(defaults, change, false)); len(errs) != 0 {
@@ -244,6 +247,12 @@ func TestResolve(t *testing.T) {
 		t.Errorf("Resolve modified stored: %s", jsonText(t, stored))
 	}
 
+	// A row stored before retry_after had a policy gets the default one.
+	old := doc(t, `{"retry_after":{"base":2,"max":20,"paused":60}}`)
+	if got, err := capgate.Resolve(old, defaults); err != nil || got.RetryAfter != (capgate.RetryAfter{Policy: "adaptive", Base: 2, Max: 20, Paused: 60}) {
+		t.Errorf("Resolve(a row without retry_after.policy) = %+v, %v; want the adaptive policy", got.RetryAfter, err)
+	}
+
 	got, err := capgate.Resolve(doc(t, `{"es2_knn":-1,"lease_seconds":10}`), defaults)
 	if got != defaults || !errors.Is(err, capgate.ErrInvalidConfig) {
 		t.Fatalf("Resolve(invalid) = %+v, %v; want the defaults and ErrInvalidConfig", got, err)
@@ -307,7 +316,7 @@ func badNumbers(v any, path string) []string {
 	if m, ok := v.(map[string]any); ok {
 		var bad []string
 		for k, x := range m {
-			if path == "" && (k == "mode" || k == "enforce_for") {
+			if path == "" && (k == "mode" || k == "enforce_for") || path == ".retry_after" && k == "policy" {
 				continue
 			}
 			bad = append(bad, badNumbers(x, path+"."+k)...)

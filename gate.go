@@ -69,6 +69,10 @@ type Gate struct {
 	// and while Store is unavailable they decide alone, with degraded
 	// limits (degraded.go). Default nil: none.
 	Local LaneStore
+	// Holds keeps the lanes' recent hold times for the adaptive
+	// Retry-After (hints.go). NewGate sets one; nil: no history, the prior
+	// applies.
+	Holds *HoldTimes
 
 	bg    background // release retries and the gateway count (background.go)
 	hooks *gateHooks // fault injection for tests; nil in production
@@ -94,6 +98,7 @@ func NewGate(store LaneStore, cfg ConfigSource, sink Sink, taskID string) *Gate 
 		StoreDeadline: DefaultStoreDeadline,
 		Now:           time.Now,
 		Logger:        slog.Default(),
+		Holds:         &HoldTimes{},
 	}
 }
 
@@ -168,8 +173,10 @@ type Admission struct {
 	localAt   []int    // per lane: the local lanes' count before this call
 	decision  Decision
 	full      laneSet
-	scope     int // lane index, -1 none
-	retry     int // Retry-After seconds, 0 none
+	scope     int           // lane index, -1 none
+	retry     int           // Retry-After seconds, 0 none
+	spacing   time.Duration // how often the scope lane frees a slot, 0 unknown
+	leased    time.Time     // when the leases were taken
 	token     string
 	start     time.Time
 	granted   bool          // took a slot it waited for
@@ -337,6 +344,9 @@ func (a *Admission) acquire(ctx context.Context) error {
 	}
 	g.storeWorked(ctx)
 	a.taken = taken
+	if taken {
+		a.leased = g.now() // the hold estimates count from here (hints.go)
+	}
 	switch {
 	case !taken:
 		a.dropLocal(ctx)
@@ -361,7 +371,7 @@ func (a *Admission) acquire(ctx context.Context) error {
 		}
 		if ruleErr == nil {
 			a.scope = scopeOf(a.lanes, a.full)
-			a.retry = retryAfterSeconds(a.cfg.RetryAfter, a.lanes, before, a.full)
+			a.retry, a.spacing = refusalHints(a.cfg.RetryAfter, a.lanes, before, a.full, a.scope, g.Holds)
 		}
 	}
 	// From here on the counts include this call when it took the lease.
@@ -397,7 +407,7 @@ func (a *Admission) fail(err error) {
 		return
 	}
 	a.decision = DecisionUnavailable
-	a.retry = 0
+	a.retry, a.spacing = 0, 0
 }
 
 func (a *Admission) setErr(s string) {

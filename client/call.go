@@ -54,6 +54,11 @@ type Call struct {
 	IdempotencyKey string
 	// Budget overrides the class's total wait budget when > 0.
 	Budget time.Duration
+	// Timeout, when > 0, is the longest the call itself may take at the
+	// API. Each attempt is then cut off after Transport.ServerWait (the
+	// gateway's wait for a slot) + Timeout; one cut off after it was sent
+	// is an ambiguous failure. 0: attempts end only with the context.
+	Timeout time.Duration
 	// Result, when not nil, is filled in when the call ends, however it
 	// ends.
 	Result *Result

@@ -29,7 +29,15 @@ const (
 	maxUnavailableDelay = 60 * time.Second
 	// maxRefusalBody is how much of a 429 or 503 body is read.
 	maxRefusalBody = 64 << 10
+	// MinSpacing is the floor of the pace a spacing hint
+	// (X-OCL-Capacity-Suggested-Spacing-Ms) sets: a broken header can't
+	// make the client send faster than this.
+	MinSpacing = 100 * time.Millisecond
 )
+
+// HeaderSuggestedSpacing is the response header saying how often the
+// refusing lane frees a slot, in milliseconds.
+const HeaderSuggestedSpacing = "X-OCL-Capacity-Suggested-Spacing-Ms"
 
 // Where a delay came from.
 const (
@@ -46,6 +54,9 @@ type refusal struct {
 	tier   string // X-OCL-Capacity-Tier, when sent
 	delay  time.Duration
 	source string // sourceHeader, sourceBody or sourceDefault
+	// spacing is the server's X-OCL-Capacity-Suggested-Spacing-Ms; 0 when
+	// absent or not a positive number.
+	spacing time.Duration
 }
 
 // refusalBody is the part of the 429 body the client reads (SPEC §4).
@@ -176,6 +187,9 @@ func parseRefusal(resp *http.Response, now time.Time, n int) refusal {
 		r.delay = min(r.delay, maxUnavailableDelay)
 	}
 	r.delay = max(r.delay, MinDelay)
+	if ms, err := strconv.ParseInt(strings.TrimSpace(resp.Header.Get(HeaderSuggestedSpacing)), 10, 64); err == nil && ms > 0 {
+		r.spacing = time.Duration(min(ms, int64(time.Hour/time.Millisecond))) * time.Millisecond
+	}
 	return r
 }
 

@@ -13,8 +13,9 @@ import (
 // changed, which is closed and replaced whenever something they wait for
 // may have changed.
 type server struct {
-	cap   int           // Transport.MaxInFlight
-	probe time.Duration // Transport.ProbeInterval
+	cap    int                               // Transport.MaxInFlight
+	probe  time.Duration                     // Transport.ProbeInterval
+	jitter func(time.Duration) time.Duration // Transport.jitter
 
 	mu       sync.Mutex
 	seq      uint64
@@ -23,6 +24,8 @@ type server struct {
 	tiers    map[string]string   // Call.User → the tier the server reported
 	waiters  map[*waiter]struct{}
 	changed  chan struct{}
+	grants   uint64            // calls granted a slot so far
+	served   map[string]uint64 // Call.User → grants when the user's last call was granted
 
 	// After a refusal on a lane other users share (api_heavy, the task
 	// lane, es2_knn, a tier), bulk calls resume through a window: no more
@@ -38,15 +41,17 @@ type server struct {
 // openWindow is the window size at which the resume window is lifted.
 const openWindow = 64
 
-func newServer(cap int, probe time.Duration) *server {
+func newServer(cap int, probe time.Duration, jitter func(time.Duration) time.Duration) *server {
 	return &server{
 		cap:      cap,
 		probe:    probe,
+		jitter:   jitter,
 		pauses:   make(map[pauseKey]*pause),
 		limiters: make(map[string]*limiter),
 		tiers:    make(map[string]string),
 		waiters:  make(map[*waiter]struct{}),
 		changed:  make(chan struct{}),
+		served:   make(map[string]uint64),
 	}
 }
 
@@ -61,11 +66,24 @@ type pauseKey struct {
 
 // pause is a wait the server asked for. baseEnd is when the server's delay
 // ends; end adds the jitter. A pause is never shortened.
+//
+// A paced pause (every > 0, from a refusal with a spacing hint) lives on
+// after its end, until until: then the calls it holds back leave it one at
+// a time, each one moving its end every (plus jitter) later, so they come
+// back at the rate the lane frees slots instead of all at once.
 type pause struct {
 	key     pauseKey
 	paused  bool
 	baseEnd time.Time
 	end     time.Time
+	every   time.Duration
+	until   time.Time
+}
+
+// pacing reports whether p is a paced pause that is open at now: one held
+// call may leave it. Requires mu held.
+func (p *pause) pacing(now time.Time) bool {
+	return p.every > 0 && !p.end.After(now) && p.until.After(now)
 }
 
 // limiter bounds one user's heavy calls in flight to this server.
@@ -99,13 +117,20 @@ type waiter struct {
 }
 
 // before reports whether w goes before o: refused calls first, then
-// interactive calls, then bulk calls, each oldest first.
-func (w *waiter) before(o *waiter) bool {
+// interactive calls, then bulk calls; within each, calls of the user
+// served least recently first (round-robin across users), then oldest
+// first. Requires mu held.
+func (s *server) before(w, o *waiter) bool {
 	if w.retrying != o.retrying {
 		return w.retrying
 	}
 	if !w.retrying && w.call.Class != o.call.Class {
 		return w.call.Class == Interactive
+	}
+	if w.call.User != o.call.User {
+		if a, b := s.served[w.call.User], s.served[o.call.User]; a != b {
+			return a < b
+		}
 	}
 	return w.seq < o.seq
 }
@@ -210,7 +235,9 @@ func (s *server) hold(w *waiter, now time.Time) (holder *pause, leave time.Time,
 	look(w.own)
 	for k, p := range s.pauses {
 		if !p.end.After(now) {
-			delete(s.pauses, k)
+			if !p.until.After(now) {
+				delete(s.pauses, k)
+			}
 			continue
 		}
 		if s.concerns(p, w) {
@@ -233,7 +260,7 @@ func (s *server) evaluate(w *waiter, now time.Time) verdict {
 	bound := l.bound(now)
 	ahead := 0
 	for o := range s.waiters {
-		if o == w || o.call.User != w.call.User || !o.before(w) {
+		if o == w || o.call.User != w.call.User || !s.before(o, w) {
 			continue
 		}
 		if h, _, t := s.hold(o, now); h == nil && t == nil {
@@ -242,6 +269,9 @@ func (s *server) evaluate(w *waiter, now time.Time) verdict {
 	}
 	if w.call.Class == Bulk && s.window > 0 && s.bulk+s.bulkAhead(w, now) >= s.window {
 		return verdict{} // wait for an answer to widen the window
+	}
+	if s.pacedAhead(w, now) {
+		return verdict{} // an older call leaves the paced pause first
 	}
 	if l.inFlight+ahead < bound {
 		return verdict{granted: true}
@@ -253,12 +283,12 @@ func (s *server) evaluate(w *waiter, now time.Time) verdict {
 }
 
 // bulkAhead counts the bulk calls of any user that go before w and could
-// be sent now, so the resume window's slots go in order: refused calls
-// first, oldest first, whoever's they are. Requires mu held.
+// be sent now, so the resume window's slots go in queue order, whoever's
+// they are. Requires mu held.
 func (s *server) bulkAhead(w *waiter, now time.Time) int {
 	n := 0
 	for o := range s.waiters {
-		if o == w || o.call.Class != Bulk || !o.before(w) {
+		if o == w || o.call.Class != Bulk || !s.before(o, w) {
 			continue
 		}
 		if h, _, t := s.hold(o, now); h != nil || t != nil {
@@ -270,6 +300,41 @@ func (s *server) bulkAhead(w *waiter, now time.Time) int {
 		n++
 	}
 	return n
+}
+
+// pacedAhead reports whether an open paced pause that concerns w concerns
+// an older call that could be sent now: that one leaves first. Requires mu
+// held.
+func (s *server) pacedAhead(w *waiter, now time.Time) bool {
+	for _, p := range s.pauses {
+		if !p.pacing(now) || !s.concerns(p, w) {
+			continue
+		}
+		for o := range s.waiters {
+			if o == w || !s.before(o, w) || !s.concerns(p, o) {
+				continue
+			}
+			if h, _, t := s.hold(o, now); h != nil || t != nil {
+				continue
+			}
+			if l := s.limiter(o.call.User); l.inFlight < l.bound(now) {
+				return true
+			}
+		}
+	}
+	return false
+}
+
+// paced closes every open paced pause that concerns w, which is leaving
+// them: the next held call may go one spacing (plus jitter) later.
+// Requires mu held.
+func (s *server) paced(w *waiter, now time.Time) {
+	for _, p := range s.pauses {
+		if p.pacing(now) && s.concerns(p, w) {
+			p.baseEnd = now.Add(p.every)
+			p.end = p.baseEnd.Add(s.jitter(p.every))
+		}
+	}
 }
 
 // acquire waits until w's call may be sent and takes an in-flight slot for
@@ -287,6 +352,9 @@ func (s *server) acquire(ctx context.Context, w *waiter) error {
 		switch {
 		case v.granted:
 			delete(s.waiters, w)
+			s.grants++
+			s.served[w.call.User] = s.grants
+			s.paced(w, now)
 			s.limiter(w.call.User).inFlight++
 			if w.call.Class == Bulk {
 				s.bulk++
@@ -370,8 +438,9 @@ func (s *server) wait(w *waiter, kind Kind, d, jitter time.Duration, now time.Ti
 
 // refuse records a 429 of w's call at now: it pauses the refusal's scope
 // for d plus jitter, and w waits the same before its retry, ahead of new
-// calls.
-func (s *server) refuse(w *waiter, r refusal, d, jitter time.Duration, now time.Time) {
+// calls. With every > 0 (the server's spacing) the scope's pause is paced
+// until now + horizon: after it ends, held calls leave it one per every.
+func (s *server) refuse(w *waiter, r refusal, d, jitter, every, horizon time.Duration, now time.Time) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	c := w.call
@@ -403,7 +472,13 @@ func (s *server) refuse(w *waiter, r refusal, d, jitter time.Duration, now time.
 			old.baseEnd, old.paused = p.baseEnd, p.paused
 		}
 		old.end = later(old.end, p.end)
+		if every > 0 {
+			old.every, old.until = every, later(old.until, now.Add(horizon))
+		}
 	} else {
+		if every > 0 {
+			p.every, p.until = every, now.Add(horizon)
+		}
 		cp := *p
 		s.pauses[key] = &cp
 	}

@@ -31,6 +31,7 @@ const (
 	DefaultMaxRetryAfter     = time.Hour
 	DefaultProbeInterval     = 5 * time.Second
 	DefaultIdempotencyHeader = "X-OCL-Request-Idempotency-Key"
+	DefaultServerWait        = 20 * time.Second
 )
 
 // HeaderEventMetadata is the request header that carries the call's
@@ -66,8 +67,18 @@ const HeaderEventMetadata = "X-OCL-Event-Metadata"
 //     ProbeInterval), then one call at a time until the server suggests
 //     more.
 //   - one queue: when a slot frees or a pause ends, calls that were refused
-//     or failed go first, oldest first; then interactive calls; then bulk
-//     calls, each in arrival order. A refused call keeps its place.
+//     or failed go first; then interactive calls; then bulk calls. Within
+//     each, the calls of the user served least recently go first
+//     (round-robin across users), then the oldest. A refused call keeps its
+//     place.
+//
+// Pacing. A capacity 429 from a lane that is not paused, with
+// X-OCL-Capacity-Suggested-Spacing-Ms (how often the lane frees a slot),
+// is paced instead of waited out: the refused call and the calls its pause
+// holds back leave the pause one at a time, in queue order, every half
+// spacing (at least MinSpacing) plus jitter, for the longer of Retry-After
+// and four spacings. Each attempt of a call with a Timeout is cut off after
+// ServerWait + Timeout.
 //
 // Waiting. The delay of a 429 is its Retry-After (seconds or HTTP-date),
 // else the body's retry_after, else 5 s doubling with each such 429 of the
@@ -127,6 +138,13 @@ type Transport struct {
 	// IdempotencyHeader carries Call.IdempotencyKey
 	// (DefaultIdempotencyHeader).
 	IdempotencyHeader string
+	// ServerWait is how long the gateway may hold a call waiting for a
+	// slot before it answers (its config's wait.max_seconds;
+	// DefaultServerWait, 20 s; negative: the gateway never holds calls). An
+	// attempt of a call with a Timeout is cut off after ServerWait +
+	// Timeout, so a call that waited its turn at the gateway is not taken
+	// for a hung one.
+	ServerWait time.Duration
 	// Rand returns the jitter draws, uniform in [0, 1); math/rand/v2's
 	// Float64 when nil. It must be safe for concurrent use.
 	Rand func() float64
@@ -150,7 +168,18 @@ func NewTransport(base http.RoundTripper) *Transport {
 		MaxRetryAfter:     DefaultMaxRetryAfter,
 		ProbeInterval:     DefaultProbeInterval,
 		IdempotencyHeader: DefaultIdempotencyHeader,
+		ServerWait:        DefaultServerWait,
 	}
+}
+
+// attemptTimeout returns how long one attempt of c may take: the server's
+// wait plus the call's own time; 0 (no limit but the context) without a
+// Call.Timeout.
+func (t *Transport) attemptTimeout(c Call) time.Duration {
+	if c.Timeout <= 0 {
+		return 0
+	}
+	return max(or(t.ServerWait, DefaultServerWait), 0) + c.Timeout
 }
 
 func or[T int | time.Duration](v, def T) T {
@@ -211,7 +240,7 @@ func (t *Transport) server(origin string) *server {
 	}
 	s := t.servers[origin]
 	if s == nil {
-		s = newServer(or(t.MaxInFlight, DefaultMaxInFlight), or(t.ProbeInterval, DefaultProbeInterval))
+		s = newServer(or(t.MaxInFlight, DefaultMaxInFlight), or(t.ProbeInterval, DefaultProbeInterval), t.jitter)
 		t.servers[origin] = s
 	}
 	return s
@@ -274,7 +303,7 @@ func (t *Transport) roundTrip(req *http.Request, call Call, res *Result) (*http.
 		}
 		res.Attempts++
 		t.count(func(st *Stats) { st.Attempts++ })
-		resp, sent, err := t.send(ctx, req, getBody, meta, key)
+		resp, sent, err := t.send(ctx, req, getBody, meta, key, t.attemptTimeout(call))
 		now := time.Now()
 		if err != nil {
 			s.release(call)
@@ -317,7 +346,11 @@ func (t *Transport) roundTrip(req *http.Request, call Call, res *Result) (*http.
 			d := min(r.delay, or(t.MaxRetryAfter, DefaultMaxRetryAfter))
 			s.observe(call.User, tier, suggested, decided, d, now)
 			t.countRefusal(res, r)
-			s.refuse(w, r, d, t.jitter(d), now)
+			every, horizon := paceOf(r, d)
+			if every > 0 {
+				d = min(d, every)
+			}
+			s.refuse(w, r, d, t.jitter(d), every, horizon, now)
 			s.release(call)
 			continue
 		case http.StatusServiceUnavailable:
@@ -356,6 +389,21 @@ func (t *Transport) roundTrip(req *http.Request, call Call, res *Result) (*http.
 	}
 }
 
+// paceOf returns how a capacity refusal r with delay d is paced: one call
+// per half the server's spacing hint (at least MinSpacing; jitter comes on
+// top), for a horizon of the longer of d and four spacings (a later
+// refusal extends it). Half: calls that come back exactly as often as the
+// lane frees slots leave each freed slot idle for half a spacing on
+// average; coming a little faster keeps the lane busy at the cost of a
+// few more 429s, which take no work at the API. A refusal without a hint,
+// from a paused lane, or not for capacity is not paced: it waits d.
+func paceOf(r refusal, d time.Duration) (every, horizon time.Duration) {
+	if r.kind != Capacity || r.paused || r.spacing <= 0 {
+		return 0, 0
+	}
+	return max(r.spacing/2, MinSpacing), max(d, 4*r.spacing)
+}
+
 // backoff makes w wait d plus jitter before its next send, if that fits in
 // its budget; false when it does not.
 func (t *Transport) backoff(s *server, w *waiter, res *Result, kind Kind, d time.Duration, now time.Time) bool {
@@ -374,7 +422,18 @@ func (t *Transport) backoff(s *server, w *waiter, res *Result, kind Kind, d time
 // send makes one attempt. sent is false only when the request surely never
 // left: no connection was made and the error is a failure to dial.
 func (t *Transport) send(ctx context.Context, req *http.Request, getBody func() (io.ReadCloser, error),
-	meta, key string) (resp *http.Response, sent bool, err error) {
+	meta, key string, timeout time.Duration) (resp *http.Response, sent bool, err error) {
+	if timeout > 0 {
+		var cancel context.CancelFunc
+		ctx, cancel = context.WithTimeout(ctx, timeout)
+		defer func() {
+			if err != nil {
+				cancel()
+				return
+			}
+			resp.Body = &cancelBody{ReadCloser: resp.Body, cancel: cancel} // the body is read under the timeout too
+		}()
+	}
 	var gotConn atomic.Bool
 	trace := &httptrace.ClientTrace{GotConn: func(httptrace.GotConnInfo) { gotConn.Store(true) }}
 	r := req.Clone(httptrace.WithClientTrace(ctx, trace))
@@ -435,6 +494,18 @@ func awareMetadata(h string) string {
 func drain(body io.ReadCloser) {
 	_, _ = io.Copy(io.Discard, io.LimitReader(body, maxRefusalBody))
 	_ = body.Close()
+}
+
+// cancelBody ends an attempt's timeout once its body is closed.
+type cancelBody struct {
+	io.ReadCloser
+	cancel context.CancelFunc
+}
+
+func (b *cancelBody) Close() error {
+	err := b.ReadCloser.Close()
+	b.cancel()
+	return err
 }
 
 // slotBody gives back the call's in-flight slot once the body is read to

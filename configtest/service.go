@@ -462,7 +462,7 @@ func testConcurrentPatches(t *testing.T, open Opener) {
 		Tiers:        capgate.TierLimits{Staff: 9, Core: 8, EarlyAccess: 6, Preview: 5},
 		PerUser:      capgate.TierLimits{Staff: 7, Core: 6, EarlyAccess: 5, Preview: 4},
 		LeaseSeconds: 90, RenewSeconds: 15, MaxHoldSeconds: 1000,
-		RetryAfter: capgate.RetryAfter{Base: 6, Max: 40, Paused: 100},
+		RetryAfter: capgate.RetryAfter{Policy: capgate.PolicyAdaptive, Base: 6, Max: 40, Paused: 100},
 		Wait:       capgate.Wait{MaxSeconds: 5, MaxWaiting: 50, MaxWaitingPerUser: 3},
 	}
 	_, got, err := s.Current(context.Background())

@@ -1,11 +1,13 @@
 // Package loadgen drives a capgate gateway (or any API with the same
 // contract) with simulated Mapper users: each runs Auto Match-like jobs
-// (batches of rows, single-row lookups, reranks) through the
-// capacity-aware client, and the run ends with a report per user and tier.
+// (batches of rows, single-row lookups, reranks), or a fixed number of bulk
+// calls, through one of three clients (the capacity-aware one, a plain one
+// that never retries, one that follows the Mapper's Retry-After rules), and
+// the run ends with a report per user and tier: rows done, Jain's fairness
+// index, 429s, and how busy the bottleneck lane was kept.
 package loadgen
 
 import (
-	"bytes"
 	"context"
 	"errors"
 	"fmt"
@@ -25,13 +27,36 @@ type User struct {
 	Name  string // the username, as the API knows it
 	Token string // sent as Authorization: Token <token>
 	Tier  string // for the report (and the client's tier pauses)
+	// Workers and Calls override Config.Workers and Config.Calls for this
+	// user (0: the config's), e.g. for one heavy user among light ones.
+	Workers, Calls int
 }
 
 // Config says what load to send. Zero values mean the defaults.
 type Config struct {
-	BaseURL  string        // the gateway, e.g. http://127.0.0.1:8080 (required)
-	Users    []User        // required
-	Duration time.Duration // how long users start new work (default 30 s)
+	BaseURL string // the gateway, e.g. http://127.0.0.1:8080 (required)
+	// MoreURLs are further gateways; user i sends to the (i mod n)th of
+	// BaseURL and these.
+	MoreURLs []string
+	// Client picks the client: ClientAware (default), ClientPlain or
+	// ClientRetryAfter.
+	Client string
+	// Calls, when > 0, is a fixed workload instead of the job mix: each
+	// user sends exactly Calls bulk semantic $match calls of BulkRows[0]
+	// rows through its Workers, and the run ends when all are answered (or
+	// at Duration + Grace). The report then has each user's finish time.
+	Calls int
+	// BottleneckLimit is the limit of the lane every call takes that binds
+	// first (e.g. api_heavy_task's per_task); with it the report gives the
+	// lane's utilization. 0: not reported.
+	BottleneckLimit int
+	// SimStatsURL, when set, is an upstream's stats endpoint (capgate
+	// simapi's /_simapi/stats): the busy time is then the API's own summed
+	// call time, read before and after the run, instead of what the client
+	// saw.
+	SimStatsURL string
+	Users       []User        // required
+	Duration    time.Duration // how long users start new work (default 30 s)
 	// Workers is how many calls each user keeps going at once, like the
 	// Mapper's per-tab concurrency (default 3); the client lowers it to the
 	// gateway's suggested concurrency.
@@ -42,7 +67,9 @@ type Config struct {
 	// Grace is how long calls still running (or waiting out a refusal) at
 	// the end may take before they are cancelled (default 20 s).
 	Grace time.Duration
-	// Transport carries every user's calls (default client.NewTransport(nil)).
+	// Transport carries every user's calls with ClientAware (default
+	// client.NewTransport(nil)); its Base is wrapped to count 429s and busy
+	// time.
 	// One client for all users is deliberate: its pauses per scope and its
 	// oldest-first retry order are what keep users of a tier from starving
 	// one another. Independent clients per user, with no queue on the
@@ -76,9 +103,18 @@ func Run(ctx context.Context, cfg Config, progress func(Progress)) (*Report, err
 	if cfg.BaseURL == "" || len(cfg.Users) == 0 {
 		return nil, errors.New("loadgen: set BaseURL and at least one user")
 	}
-	base, err := url.Parse(cfg.BaseURL)
-	if err != nil || base.Host == "" {
-		return nil, fmt.Errorf("loadgen: base URL %q: want an absolute http(s) URL", cfg.BaseURL)
+	urls := append([]string{cfg.BaseURL}, cfg.MoreURLs...)
+	for _, s := range urls {
+		if base, err := url.Parse(s); err != nil || base.Host == "" {
+			return nil, fmt.Errorf("loadgen: base URL %q: want an absolute http(s) URL", s)
+		}
+	}
+	switch cfg.Client {
+	case "":
+		cfg.Client = ClientAware
+	case ClientAware, ClientPlain, ClientRetryAfter:
+	default:
+		return nil, fmt.Errorf("loadgen: client %q: want %s, %s or %s", cfg.Client, ClientAware, ClientPlain, ClientRetryAfter)
 	}
 	if cfg.Duration <= 0 {
 		cfg.Duration = 30 * time.Second
@@ -91,6 +127,12 @@ func Run(ctx context.Context, cfg Config, progress func(Progress)) (*Report, err
 	}
 	if cfg.Transport == nil {
 		cfg.Transport = client.NewTransport(nil)
+	}
+	base := http.DefaultTransport.(*http.Transport).Clone()
+	base.MaxIdleConnsPerHost = 256 // every worker keeps its connection
+	m := &meter{base: base}
+	if cfg.Transport.Base != nil {
+		m.base = cfg.Transport.Base
 	}
 	if cfg.Mix.Bulk < 0 || cfg.Mix.Single < 0 || cfg.Mix.Rerank < 0 {
 		return nil, errors.New("loadgen: job shares can't be negative")
@@ -106,11 +148,26 @@ func Run(ctx context.Context, cfg Config, progress func(Progress)) (*Report, err
 	if cfg.Seed == 0 {
 		cfg.Seed = 1
 	}
-	r := &run{cfg: cfg, hc: &http.Client{Transport: cfg.Transport}, start: time.Now()}
+	r := &run{cfg: cfg, meter: m}
+	if cfg.Client == ClientAware {
+		cfg.Transport.Base = m
+		r.hc = &http.Client{Transport: cfg.Transport}
+	} else {
+		r.hc = &http.Client{Transport: m}
+	}
 	r.users = make([]*userRun, len(cfg.Users))
 	for i, u := range cfg.Users {
-		r.users[i] = &userRun{User: u, lat: map[string][]time.Duration{}}
+		r.users[i] = &userRun{User: u, base: strings.TrimSuffix(urls[i%len(urls)], "/"), lat: map[string][]time.Duration{}}
+		r.users[i].left = or(u.Calls, cfg.Calls)
 	}
+	if cfg.SimStatsURL != "" {
+		b, err := simBusy(ctx, cfg.SimStatsURL)
+		if err != nil {
+			return nil, err
+		}
+		r.simBefore = b
+	}
+	r.start = time.Now()
 	// New work stops at the end of Duration; what runs then gets Grace.
 	stopNew, cancelNew := context.WithTimeout(ctx, cfg.Duration)
 	defer cancelNew()
@@ -119,9 +176,13 @@ func Run(ctx context.Context, cfg Config, progress func(Progress)) (*Report, err
 
 	var wg sync.WaitGroup
 	for i, u := range r.users {
-		for w := range cfg.Workers {
+		for w := range or(u.Workers, cfg.Workers) {
 			rng := rand.New(rand.NewPCG(cfg.Seed, uint64(i*100+w)))
-			wg.Go(func() { r.work(stopNew, calls, u, rng) })
+			if cfg.Calls > 0 {
+				wg.Go(func() { r.workCalls(calls, u, rng) })
+			} else {
+				wg.Go(func() { r.work(stopNew, calls, u, rng) })
+			}
 		}
 	}
 	done := make(chan struct{})
@@ -141,21 +202,43 @@ func Run(ctx context.Context, cfg Config, progress func(Progress)) (*Report, err
 		})
 	}
 	wg.Wait()
+	r.end = time.Now()
 	close(done)
 	reporter.Wait() // no progress call may run after Run returns
+	if cfg.SimStatsURL != "" {
+		b, err := simBusy(ctx, cfg.SimStatsURL)
+		if err != nil {
+			return nil, err
+		}
+		r.simAfter = b
+	}
 	return r.report(), nil
 }
 
+func or(v, def int) int {
+	if v == 0 {
+		return def
+	}
+	return v
+}
+
 type run struct {
-	cfg   Config
-	hc    *http.Client
-	start time.Time
-	users []*userRun
+	cfg                 Config
+	hc                  *http.Client
+	meter               *meter
+	start, end          time.Time
+	simBefore, simAfter time.Duration
+	users               []*userRun
 }
 
 type userRun struct {
 	User
+	base string  // the gateway this user sends to
+	gate tabGate // ClientRetryAfter's per-tab gate
+
 	mu        sync.Mutex
+	left      int           // calls still to send (Config.Calls)
+	finish    time.Duration // when the user's last successful call ended, from the run's start
 	calls     int
 	done      int // rows
 	throttled int
@@ -164,6 +247,21 @@ type userRun struct {
 	waited    time.Duration
 	lat       map[string][]time.Duration
 	errs      []string
+}
+
+// workCalls runs one of a user's workers in a fixed workload: bulk
+// semantic calls until the user's are all sent.
+func (r *run) workCalls(ctx context.Context, u *userRun, rng *rand.Rand) {
+	for ctx.Err() == nil {
+		u.mu.Lock()
+		if u.left <= 0 {
+			u.mu.Unlock()
+			return
+		}
+		u.left--
+		u.mu.Unlock()
+		_ = r.send(ctx, u, rng, KindBulk, r.cfg.BulkRows[0], true, false)
+	}
 }
 
 // work runs one of a user's workers: jobs until stopNew ends.
@@ -187,12 +285,12 @@ func (r *run) work(stopNew, calls context.Context, u *userRun, rng *rand.Rand) {
 					return
 				}
 				lo, hi := r.cfg.BulkRows[0], r.cfg.BulkRows[1]
-				r.call(stopNew, calls, u, KindBulk, lo+rng.IntN(hi-lo+1), semantic, rng.Float64() < 0.5)
+				r.call(stopNew, calls, u, rng, KindBulk, lo+rng.IntN(hi-lo+1), semantic, rng.Float64() < 0.5)
 			}
 		case p < r.cfg.Mix.Bulk+r.cfg.Mix.Single: // a person looking up one row
-			r.call(stopNew, calls, u, KindSingle, 1, true, false)
+			r.call(stopNew, calls, u, rng, KindSingle, 1, true, false)
 		default:
-			r.call(stopNew, calls, u, KindRerank, 5+rng.IntN(26), false, false)
+			r.call(stopNew, calls, u, rng, KindRerank, 5+rng.IntN(26), false, false)
 		}
 	}
 }
@@ -201,13 +299,17 @@ func (r *run) work(stopNew, calls context.Context, u *userRun, rng *rand.Rand) {
 // (the server's wait outlasted the budget or the run) the worker waits out
 // that pause before its next call, as a person would, instead of looping;
 // the wait ends with stopNew.
-func (r *run) call(stopNew, ctx context.Context, u *userRun, kind string, rows int, semantic, reranker bool) {
-	err := r.send(ctx, u, kind, rows, semantic, reranker)
-	var te *client.ThrottledError
-	if !errors.As(err, &te) {
+func (r *run) call(stopNew, ctx context.Context, u *userRun, rng *rand.Rand, kind string, rows int, semantic, reranker bool) {
+	err := r.send(ctx, u, rng, kind, rows, semantic, reranker)
+	if !errors.Is(err, client.ErrThrottled) {
 		return
 	}
-	t := time.NewTimer(max(time.Until(te.Until), time.Second))
+	te, _ := errors.AsType[*client.ThrottledError](err)
+	until := time.Now().Add(time.Second)
+	if te != nil {
+		until = te.Until
+	}
+	t := time.NewTimer(max(time.Until(until), time.Second))
 	defer t.Stop()
 	select {
 	case <-t.C:
@@ -215,8 +317,8 @@ func (r *run) call(stopNew, ctx context.Context, u *userRun, kind string, rows i
 	}
 }
 
-func (r *run) send(ctx context.Context, u *userRun, kind string, rows int, semantic, reranker bool) error {
-	var path, body string
+func (r *run) send(ctx context.Context, u *userRun, rng *rand.Rand, kind string, rows int, semantic, reranker bool) error {
+	var path string
 	var b strings.Builder
 	b.WriteString(`{"rows":[`)
 	for i := range rows {
@@ -245,32 +347,58 @@ func (r *run) send(ctx context.Context, u *userRun, kind string, rows int, seman
 			cc.Class = client.Interactive
 		}
 	}
-	body = b.String()
+	body := b.String()
 	var res client.Result
 	cc.Result = &res
-	req, err := http.NewRequestWithContext(client.WithCall(ctx, cc), http.MethodPost,
-		strings.TrimSuffix(r.cfg.BaseURL, "/")+path, bytes.NewReader([]byte(body)))
-	if err != nil {
-		u.record(kind, rows, 0, res, err)
-		return err
+	newReq := func() (*http.Request, error) {
+		rctx := ctx
+		if r.cfg.Client == ClientAware {
+			rctx = client.WithCall(ctx, cc)
+		}
+		req, err := http.NewRequestWithContext(rctx, http.MethodPost, u.base+path, strings.NewReader(body))
+		if err != nil {
+			return nil, err
+		}
+		req.Header.Set("Authorization", "Token "+u.Token)
+		req.Header.Set("Content-Type", "application/json")
+		req.Header.Set("X-OCL-Request-Source", "loadgen")
+		if r.cfg.Client == ClientRetryAfter && kind == KindBulk && semantic {
+			// The Mapper declares its bulk semantic $match capacity-aware.
+			req.Header.Set(client.HeaderEventMetadata, `{"capacity_aware":"true"}`)
+		}
+		return req, nil
 	}
-	req.Header.Set("Authorization", "Token "+u.Token)
-	req.Header.Set("Content-Type", "application/json")
-	req.Header.Set("X-OCL-Request-Source", "loadgen")
 	began := time.Now()
-	resp, err := r.hc.Do(req)
-	if err == nil {
-		_, _ = io.Copy(io.Discard, resp.Body)
-		resp.Body.Close()
-		if resp.StatusCode >= 400 {
-			err = fmt.Errorf("%s: HTTP %d", kind, resp.StatusCode)
+	var err error
+	switch r.cfg.Client {
+	case ClientPlain:
+		var status int
+		if status, err = r.sendPlain(newReq); err == nil {
+			err = statusError(kind, status)
+		}
+	case ClientRetryAfter:
+		var status int
+		status, res.Waited, err = r.sendRetryAfter(ctx, u, rng, newReq)
+		if err == nil {
+			err = statusError(kind, status)
+		}
+	default:
+		var req *http.Request
+		if req, err = newReq(); err != nil {
+			break
+		}
+		var resp *http.Response
+		if resp, err = r.hc.Do(req); err == nil {
+			_, _ = io.Copy(io.Discard, resp.Body)
+			resp.Body.Close()
+			err = statusError(kind, resp.StatusCode)
 		}
 	}
-	u.record(kind, rows, time.Since(began), res, err)
+	u.record(kind, rows, time.Since(began), time.Since(r.start), res, err)
 	return err
 }
 
-func (u *userRun) record(kind string, rows int, d time.Duration, res client.Result, err error) {
+func (u *userRun) record(kind string, rows int, d, at time.Duration, res client.Result, err error) {
 	u.mu.Lock()
 	defer u.mu.Unlock()
 	u.calls++
@@ -278,6 +406,7 @@ func (u *userRun) record(kind string, rows int, d time.Duration, res client.Resu
 	switch {
 	case err == nil:
 		u.done += rows
+		u.finish = max(u.finish, at)
 		u.lat[kind] = append(u.lat[kind], d)
 	case errors.Is(err, client.ErrThrottled):
 		u.throttled += rows

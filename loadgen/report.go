@@ -1,6 +1,7 @@
 package loadgen
 
 import (
+	"cmp"
 	"fmt"
 	"io"
 	"maps"
@@ -44,6 +45,16 @@ type UserReport struct {
 	RowsPerSecond float64       // rows done per second of the run
 	Waited        time.Duration // time held back by refusals and backoffs
 	Errors        []string      // the first few failures
+	// With Config.Calls: the calls the user had to send, when its last
+	// successful call ended (from the run's start), when it would have
+	// ended with the bottleneck's slots going round-robin across users
+	// (RoundRobinFinish with the mean call time; among the users of least
+	// demand, matched by rank: the k-th of them to finish gets the k-th
+	// earliest of their shares), and Finish ÷ that.
+	Demand   int
+	Finish   time.Duration
+	RRFinish time.Duration
+	Slowdown float64
 }
 
 // TierReport sums a tier's users.
@@ -53,8 +64,11 @@ type TierReport struct {
 	RowsDone      int
 	RowsThrottled int
 	RowsFailed    int
-	// Fairness is Jain's index of the users' rows per second: 1 when every
-	// user of the tier got the same throughput, 1/n when one got it all.
+	// Fairness is Jain's index of the users' throughput: 1 when every
+	// user of the tier got the same, 1/n when one got it all. Throughput is
+	// rows done per second of the run; with Config.Calls, rows done ÷ the
+	// user's finish time, over the tier's users of equal demand (those
+	// with the tier's most common number of calls).
 	Fairness float64
 }
 
@@ -76,6 +90,26 @@ type Report struct {
 	Capacity429  map[string]int64 // capacity refusals by scope
 	RateLimit429 int64
 	Waited       time.Duration
+
+	Client   string
+	Total429 int // every 429 any client got, capacity or not
+	// Makespan is from the first call to the last answer.
+	Makespan time.Duration
+	// Busy is the calls' summed time holding the bottleneck lane; from the
+	// upstream's stats (BusySource "upstream") or, without them, the time
+	// of every successful attempt as the client saw it ("client").
+	Busy       time.Duration
+	BusySource string
+	Served     int // successful attempts (calls the API ran)
+	// With Config.BottleneckLimit: Ideal = Busy ÷ limit, the makespan if
+	// the lane's slots had never been idle, and Utilization = Ideal ÷
+	// Makespan.
+	BottleneckLimit int
+	Ideal           time.Duration
+	Utilization     float64
+	// MaxSlowdown is the largest Slowdown among the users with the fewest
+	// calls (the light users; all users when demand is equal).
+	MaxSlowdown float64
 }
 
 // Failed returns the rows that failed across all users.
@@ -119,9 +153,21 @@ func percentile(sorted []time.Duration, p float64) time.Duration {
 }
 
 func (r *run) report() *Report {
-	rep := &Report{Duration: time.Since(r.start)}
-	st := r.cfg.Transport.Stats()
-	rep.Capacity429, rep.RateLimit429, rep.Waited = st.Capacity429, st.RateLimit429, st.Waited
+	rep := &Report{Duration: time.Since(r.start), Client: r.cfg.Client, Makespan: r.end.Sub(r.start),
+		BottleneckLimit: r.cfg.BottleneckLimit}
+	if r.cfg.Client == ClientAware {
+		st := r.cfg.Transport.Stats()
+		rep.Capacity429, rep.RateLimit429, rep.Waited = st.Capacity429, st.RateLimit429, st.Waited
+	}
+	rep.Busy, rep.Served, rep.Total429 = r.meter.totals()
+	rep.BusySource = "client"
+	if r.cfg.SimStatsURL != "" {
+		rep.Busy, rep.BusySource = r.simAfter-r.simBefore, "upstream"
+	}
+	if l := r.cfg.BottleneckLimit; l > 0 {
+		rep.Ideal = rep.Busy / time.Duration(l)
+		rep.Utilization = Utilization(rep.Busy, l, rep.Makespan)
+	}
 	secs := r.cfg.Duration.Seconds()
 	tiers := map[string]*TierReport{}
 	rates := map[string][]float64{}
@@ -147,6 +193,21 @@ func (r *run) report() *Report {
 		t.RowsFailed += ur.RowsFailed
 		rates[u.Tier] = append(rates[u.Tier], ur.RowsPerSecond)
 	}
+	if r.cfg.Calls > 0 {
+		r.fixedWorkload(rep)
+		rates = map[string][]float64{}
+		modal := modalDemand(rep.Users)
+		for _, u := range rep.Users {
+			if u.Demand != modal[u.Tier] {
+				continue
+			}
+			x := 0.0
+			if u.Finish > 0 {
+				x = float64(u.RowsDone) / u.Finish.Seconds()
+			}
+			rates[u.Tier] = append(rates[u.Tier], x)
+		}
+	}
 	for _, name := range slices.Sorted(maps.Keys(tiers)) {
 		t := tiers[name]
 		t.Fairness = Fairness(rates[name])
@@ -164,13 +225,85 @@ func (r *run) report() *Report {
 	return rep
 }
 
+// fixedWorkload fills each user's demand, finish, round-robin share and
+// slowdown.
+func (r *run) fixedWorkload(rep *Report) {
+	demand := make([]int, len(rep.Users))
+	least := 0
+	for i, u := range r.users {
+		demand[i] = or(u.Calls, r.cfg.Calls)
+		rep.Users[i].Demand = demand[i]
+		u.mu.Lock()
+		rep.Users[i].Finish = u.finish
+		u.mu.Unlock()
+		if i == 0 || demand[i] < least {
+			least = demand[i]
+		}
+	}
+	if rep.Served == 0 || r.cfg.BottleneckLimit <= 0 {
+		return
+	}
+	hold := rep.Busy / time.Duration(rep.Served)
+	rr := RoundRobinFinish(demand, r.cfg.BottleneckLimit, hold)
+	// Which light user gets which of the light users' round-robin shares
+	// is the simulation's arbitrary turn order: match them by rank, the
+	// k-th light user to finish against the k-th earliest share.
+	var light []int
+	var shares []time.Duration
+	for i := range rep.Users {
+		if demand[i] == least {
+			light = append(light, i)
+			shares = append(shares, rr[i])
+		}
+	}
+	slices.SortStableFunc(light, func(a, b int) int { return cmp.Compare(rep.Users[a].Finish, rep.Users[b].Finish) })
+	slices.Sort(shares)
+	for k, i := range light {
+		rr[i] = shares[k]
+	}
+	for i, f := range rr {
+		u := &rep.Users[i]
+		u.RRFinish = f
+		if f > 0 && u.Finish > 0 {
+			u.Slowdown = float64(u.Finish) / float64(f)
+		}
+		if demand[i] == least {
+			rep.MaxSlowdown = max(rep.MaxSlowdown, u.Slowdown)
+		}
+	}
+}
+
+// modalDemand returns each tier's most common demand (the smallest on a
+// tie).
+func modalDemand(users []UserReport) map[string]int {
+	counts := map[string]map[int]int{}
+	for _, u := range users {
+		if counts[u.Tier] == nil {
+			counts[u.Tier] = map[int]int{}
+		}
+		counts[u.Tier][u.Demand]++
+	}
+	out := map[string]int{}
+	for tier, m := range counts {
+		best := -1
+		for _, d := range slices.Sorted(maps.Keys(m)) {
+			if best < 0 || m[d] > m[best] {
+				best = d
+			}
+		}
+		out[tier] = best
+	}
+	return out
+}
+
 // Write prints the report as tables.
 func (r *Report) Write(w io.Writer) {
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight)
-	fmt.Fprintln(tw, "user\ttier\tcalls\trows done\tthrottled\tfailed\tcancelled\trows/s\twaited\t")
+	fmt.Fprintln(tw, "user\ttier\tcalls\trows done\tthrottled\tfailed\tcancelled\trows/s\twaited\tfinish\tround-robin\tslowdown\t")
 	for _, u := range r.Users {
-		fmt.Fprintf(tw, "%s\t%s\t%d\t%d\t%d\t%d\t%d\t%.1f\t%s\t\n", u.User, u.Tier, u.Calls, u.RowsDone,
-			u.RowsThrottled, u.RowsFailed, u.RowsCancelled, u.RowsPerSecond, u.Waited.Round(time.Millisecond))
+		fmt.Fprintf(tw, "%s\t%s\t%d\t%d\t%d\t%d\t%d\t%.1f\t%s\t%s\t%s\t%.2f\t\n", u.User, u.Tier, u.Calls, u.RowsDone,
+			u.RowsThrottled, u.RowsFailed, u.RowsCancelled, u.RowsPerSecond, u.Waited.Round(time.Millisecond),
+			ms(u.Finish), ms(u.RRFinish), u.Slowdown)
 	}
 	tw.Flush()
 	fmt.Fprintln(w)
@@ -192,8 +325,16 @@ func (r *Report) Write(w io.Writer) {
 	if len(scopes) == 0 {
 		scopes = []string{"none"}
 	}
-	fmt.Fprintf(w, "\ncapacity 429s by scope: %s; rate-limit 429s: %d; time waited: %s\n",
-		strings.Join(scopes, ", "), r.RateLimit429, r.Waited.Round(time.Millisecond))
+	fmt.Fprintf(w, "\nclient %s; 429s: %d; capacity 429s by scope (aware client): %s; rate-limit 429s: %d; time waited: %s\n",
+		r.Client, r.Total429, strings.Join(scopes, ", "), r.RateLimit429, r.Waited.Round(time.Millisecond))
+	fmt.Fprintf(w, "makespan %s; calls served %d, busy %s (%s)", ms(r.Makespan), r.Served, ms(r.Busy), r.BusySource)
+	if r.BottleneckLimit > 0 {
+		fmt.Fprintf(w, "; ideal %s; bottleneck utilization %.3f (limit %d)", ms(r.Ideal), r.Utilization, r.BottleneckLimit)
+	}
+	if r.MaxSlowdown > 0 {
+		fmt.Fprintf(w, "; light users' worst slowdown vs round-robin %.2f", r.MaxSlowdown)
+	}
+	fmt.Fprintf(w, "; rows failed %d\n", r.Failed())
 	for _, u := range r.Users {
 		for _, e := range u.Errors {
 			fmt.Fprintf(w, "failure (%s): %s\n", u.User, e)

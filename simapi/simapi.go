@@ -55,16 +55,39 @@ type API struct {
 
 // Stats is what the API saw.
 type Stats struct {
-	Calls         int            // heavy calls served
-	UserCalls     int            // /user/ lookups
-	InFlight      int            // heavy calls running now
-	Peak          int            // most heavy calls at once
-	PeakSemantic  int            // most semantic calls at once
-	PeakBulk      int            // most calls at once other than single-row $match
-	PeakPerUser   map[string]int // most calls at once per user
+	Calls        int            // heavy calls served
+	UserCalls    int            // /user/ lookups
+	InFlight     int            // heavy calls running now
+	Peak         int            // most heavy calls at once
+	PeakSemantic int            // most semantic calls at once
+	PeakBulk     int            // most calls at once other than single-row $match
+	PeakPerUser  map[string]int // most calls at once per user
+	// Busy is the heavy calls' time in the API summed: the integral of
+	// InFlight over time, so Busy ÷ (slots × span) is how busy a lane
+	// that every heavy call takes was kept.
+	Busy          time.Duration
 	semantic      int
 	bulk          int
 	Rerank, Match int
+}
+
+// StatsPath serves the API's Stats as JSON (GET), for load tools that
+// measure how busy the gateway kept the API.
+const StatsPath = "/_simapi/stats"
+
+// StatsJSON is the JSON form served at StatsPath.
+type StatsJSON struct {
+	Calls    int     `json:"calls"`
+	InFlight int     `json:"in_flight"`
+	Peak     int     `json:"peak"`
+	BusyMS   float64 `json:"busy_ms"`
+}
+
+// UniformLatency returns a Latency of lo to hi, uniform, whatever the call.
+func UniformLatency(lo, hi time.Duration) func(string, int, bool) time.Duration {
+	return func(string, int, bool) time.Duration {
+		return lo + time.Duration(rand.Float64()*float64(hi-lo))
+	}
 }
 
 // New returns an API that knows users.
@@ -106,6 +129,11 @@ func (a *API) user(r *http.Request) (User, bool) {
 func (a *API) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	path := strings.Replace(r.URL.Path, "%24", "$", 1)
 	switch {
+	case path == StatsPath && r.Method == http.MethodGet:
+		st := a.Stats()
+		w.Header().Set("Content-Type", "application/json")
+		_ = json.NewEncoder(w).Encode(StatsJSON{Calls: st.Calls, InFlight: st.InFlight, Peak: st.Peak,
+			BusyMS: float64(st.Busy) / float64(time.Millisecond)})
 	case strings.HasSuffix(strings.TrimSuffix(path, "/"), "/user"):
 		a.serveUser(w, r)
 	case r.Method == http.MethodPost && (strings.HasSuffix(strings.TrimSuffix(path, "/"), "/$match") ||
@@ -153,8 +181,8 @@ func (a *API) serveHeavy(w http.ResponseWriter, r *http.Request, rerank bool) {
 		endpoint = "$rerank"
 	}
 
-	a.enter(u.Username, semantic, single, rerank)
-	defer a.leave(u.Username, semantic, single)
+	began := a.enter(u.Username, semantic, single, rerank)
+	defer a.leave(u.Username, semantic, single, began)
 	if a.Started != nil {
 		a.Started <- u.Username
 	}
@@ -191,7 +219,7 @@ func (a *API) latency(endpoint string, rows int, semantic bool) time.Duration {
 	return min(d, 5*time.Second)
 }
 
-func (a *API) enter(user string, semantic, single, rerank bool) {
+func (a *API) enter(user string, semantic, single, rerank bool) time.Time {
 	a.mu.Lock()
 	defer a.mu.Unlock()
 	s := &a.stats
@@ -216,11 +244,13 @@ func (a *API) enter(user string, semantic, single, rerank bool) {
 		s.PeakPerUser = map[string]int{}
 	}
 	s.PeakPerUser[user] = max(s.PeakPerUser[user], a.now[user])
+	return time.Now()
 }
 
-func (a *API) leave(user string, semantic, single bool) {
+func (a *API) leave(user string, semantic, single bool, began time.Time) {
 	a.mu.Lock()
 	defer a.mu.Unlock()
+	a.stats.Busy += time.Since(began)
 	a.stats.InFlight--
 	if semantic {
 		a.stats.semantic--

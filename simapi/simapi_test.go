@@ -77,3 +77,32 @@ func TestRecordsCallsAtOnce(t *testing.T) {
 		t.Fatalf("stats after = %+v", s)
 	}
 }
+
+func TestStatsServesBusyTime(t *testing.T) {
+	api := simapi.New(simapi.DemoUsers())
+	api.Latency = simapi.UniformLatency(0, 0)
+	srv := httptest.NewServer(api)
+	defer srv.Close()
+	req, _ := http.NewRequest("POST", srv.URL+"/concepts/$match/?semantic=true", strings.NewReader(`{"rows":[{},{}]}`))
+	req.Header.Set("Authorization", "Token grace-token")
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	resp, err = http.Get(srv.URL + simapi.StatsPath)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	var st simapi.StatsJSON
+	if err := json.NewDecoder(resp.Body).Decode(&st); err != nil {
+		t.Fatal(err)
+	}
+	if st.Calls != 1 || st.InFlight != 0 || st.Peak != 1 || st.BusyMS < 0 {
+		t.Fatalf("stats %+v, want one call served, none in flight", st)
+	}
+	if want := api.Stats().Busy; st.BusyMS != float64(want)/1e6 {
+		t.Fatalf("busy_ms %v, want %v", st.BusyMS, float64(want)/1e6)
+	}
+}

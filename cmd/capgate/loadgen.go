@@ -8,6 +8,8 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"strconv"
+	"strings"
 	"time"
 
 	"github.com/capgate/capgate"
@@ -25,15 +27,21 @@ type LoadgenCommand struct {
 
 // Usage returns the command's help.
 func (c *LoadgenCommand) Usage() string {
-	return `Usage: capgate loadgen --url URL --users FILE [flags]
+	return `Usage: capgate loadgen --url URL[,URL...] --users FILE [flags]
 
 Drives a gateway (or any API with the same contract) with simulated Mapper
 users: each runs Auto Match-like jobs (batches of rows, single-row lookups,
-reranks) through the capacity-aware client, which waits out refusals. Ends
-with rows done / throttled / failed per user and tier, Jain's fairness index
-per tier, latency percentiles and 429s by scope. The users file is the
-tokens file of capgate serve: [{"token","username","auth_groups",...}].
-Flags:
+reranks), or with --calls N exactly N bulk semantic $match calls, through
+one of three clients (--client): aware (the capacity-aware client, which
+waits out refusals; the default), plain (sends once, never retries: a 429 is
+a failed row) or retry-after (the Mapper web client's rules: Retry-After
+plus 0-50 % jitter, at least 1 s, one pause per user like one per tab).
+With several URLs, user i sends to the (i mod n)th gateway. Ends with rows
+done / throttled / failed per user and tier, Jain's fairness index per tier,
+latency percentiles, 429s, the makespan, and with --bottleneck-limit the
+bottleneck lane's utilization (from --sim-stats when given, else from the
+calls' times as the client saw them). The users file is the tokens file of
+capgate serve: [{"token","username","auth_groups",...}]. Flags:
 `
 }
 
@@ -46,6 +54,13 @@ func (c *LoadgenCommand) Run(ctx context.Context, args []string) error {
 	duration := fs.Duration("duration", 30*time.Second, "how long users start new work")
 	workers := fs.Int("workers", 3, "calls each user keeps going at once (the client lowers it to the suggested concurrency)")
 	grace := fs.Duration("grace", 20*time.Second, "how long calls running at the end may take")
+	clientKind := fs.String("client", loadgen.ClientAware, "aware, plain or retry-after")
+	calls := fs.Int("calls", 0, "a fixed workload: this many bulk semantic $match calls per user (0: the job mix for --duration)")
+	rows := fs.Int("rows", 10, "rows per call with --calls")
+	heavy := fs.String("heavy", "", "with --calls, one heavy user: NAME:WORKERS:CALLS")
+	limit := fs.Int("bottleneck-limit", 0, "the limit of the lane that binds first, to report its utilization")
+	simStats := fs.String("sim-stats", "", "the upstream's stats URL (capgate simapi: http://HOST:PORT/_simapi/stats)")
+	jsonOut := fs.String("json", "", "also write the report as JSON to this file")
 	if err := fs.Parse(args); err != nil {
 		if errors.Is(err, flag.ErrHelp) {
 			fmt.Fprint(c.Stdout, helpOf(c.Usage(), fs))
@@ -60,9 +75,16 @@ func (c *LoadgenCommand) Run(ctx context.Context, args []string) error {
 	if err != nil {
 		return err
 	}
-	fmt.Fprintf(c.Stderr, "loadgen: %d users against %s for %s\n", len(users), *base, *duration)
-	rep, err := loadgen.Run(ctx, loadgen.Config{BaseURL: *base, Users: users, Duration: *duration,
-		Workers: *workers, Grace: *grace}, func(p loadgen.Progress) {
+	if *heavy != "" {
+		if err := setHeavy(users, *heavy); err != nil {
+			return &UsageError{Msg: fmt.Sprintf("--heavy: %v\n\n%s", err, helpOf(c.Usage(), fs))}
+		}
+	}
+	urls := strings.Split(*base, ",")
+	fmt.Fprintf(c.Stderr, "loadgen: %d users against %s, client %s\n", len(users), *base, *clientKind)
+	rep, err := loadgen.Run(ctx, loadgen.Config{BaseURL: urls[0], MoreURLs: urls[1:], Users: users, Duration: *duration,
+		Workers: *workers, Grace: *grace, Client: *clientKind, Calls: *calls, BulkRows: [2]int{*rows, *rows},
+		BottleneckLimit: *limit, SimStatsURL: *simStats}, func(p loadgen.Progress) {
 		line := fmt.Sprintf("%5.0fs  calls %d  rows done %d  throttled %d  failed %d",
 			p.Elapsed.Seconds(), p.Calls, p.RowsDone, p.Throttled, p.Failed)
 		if c.Live {
@@ -78,10 +100,40 @@ func (c *LoadgenCommand) Run(ctx context.Context, args []string) error {
 		return err
 	}
 	rep.Write(c.Stdout)
+	if *jsonOut != "" {
+		b, err := json.MarshalIndent(rep, "", "  ")
+		if err != nil {
+			return err
+		}
+		if err := os.WriteFile(*jsonOut, append(b, '\n'), 0o644); err != nil {
+			return fmt.Errorf("--json: %w", err)
+		}
+	}
 	if n := rep.Failed(); n > 0 {
 		return fmt.Errorf("%d rows failed", n)
 	}
 	return nil
+}
+
+// setHeavy gives the user named in spec (NAME:WORKERS:CALLS) its own
+// workers and calls.
+func setHeavy(users []loadgen.User, spec string) error {
+	parts := strings.Split(spec, ":")
+	if len(parts) != 3 {
+		return fmt.Errorf("%q: want NAME:WORKERS:CALLS", spec)
+	}
+	w, errW := strconv.Atoi(parts[1])
+	n, errN := strconv.Atoi(parts[2])
+	if errW != nil || errN != nil || w < 1 || n < 1 {
+		return fmt.Errorf("%q: want NAME:WORKERS:CALLS with positive numbers", spec)
+	}
+	for i := range users {
+		if users[i].Name == parts[0] {
+			users[i].Workers, users[i].Calls = w, n
+			return nil
+		}
+	}
+	return fmt.Errorf("no user %q", parts[0])
 }
 
 // readUsers reads a tokens file as load users; the tier comes from the

@@ -10,6 +10,7 @@ import (
 	"net"
 	"net/http"
 	"os"
+	"strings"
 	"time"
 
 	"github.com/capgate/capgate/simapi"
@@ -23,12 +24,14 @@ type SimAPICommand struct {
 
 // Usage returns the command's help.
 func (c *SimAPICommand) Usage() string {
-	return `Usage: capgate simapi [--listen ADDR] [--tokens FILE]
+	return `Usage: capgate simapi [--listen ADDR] [--tokens FILE] [--latency LO-HI]
 
 Serves a simulated OCL API: GET /user/ for the demo users (tokens such as
 core-1-token, preview-1-token, staff-1-token), and POST /concepts/$match/ and
-/concepts/$rerank/ that take a realistic, randomized time. --tokens writes the
-users as a tokens file for capgate serve --identity tokens. Flags:
+/concepts/$rerank/ that take a realistic, randomized time (or, with
+--latency 1.2s-1.4s, a time uniform in that range). GET /_simapi/stats gives
+the heavy calls served and their summed time in the API (busy_ms). --tokens
+writes the users as a tokens file for capgate serve --identity tokens. Flags:
 `
 }
 
@@ -39,12 +42,23 @@ func (c *SimAPICommand) Run(ctx context.Context, args []string) error {
 	listen := fs.String("listen", "127.0.0.1:8000", "address to serve on")
 	tokens := fs.String("tokens", "", "also write the users to this tokens file")
 	perTier := fs.Int("users-per-tier", 2, "users in each tier")
+	latency := fs.String("latency", "", "every heavy call takes LO-HI, uniform (e.g. 1.2s-1.4s); default: by rows")
 	if err := fs.Parse(args); err != nil {
 		if errors.Is(err, flag.ErrHelp) {
 			fmt.Fprint(c.Stdout, helpOf(c.Usage(), fs))
 			return nil
 		}
 		return &UsageError{Msg: fmt.Sprintf("%v\n\n%s", err, helpOf(c.Usage(), fs))}
+	}
+	var lo, hi time.Duration
+	if *latency != "" {
+		a, b, ok := strings.Cut(*latency, "-")
+		var errA, errB error
+		lo, errA = time.ParseDuration(a)
+		hi, errB = time.ParseDuration(b)
+		if !ok || errA != nil || errB != nil || lo < 0 || hi < lo {
+			return &UsageError{Msg: fmt.Sprintf("--latency %q: want LO-HI, e.g. 1.2s-1.4s\n\n%s", *latency, helpOf(c.Usage(), fs))}
+		}
 	}
 	users, _ := demoUsers(*perTier)
 	if *tokens != "" {
@@ -60,7 +74,11 @@ func (c *SimAPICommand) Run(ctx context.Context, args []string) error {
 	if err != nil {
 		return fmt.Errorf("--listen: %w", err)
 	}
-	srv := &http.Server{Handler: simapi.New(users), ReadHeaderTimeout: 10 * time.Second}
+	api := simapi.New(users)
+	if *latency != "" {
+		api.Latency = simapi.UniformLatency(lo, hi)
+	}
+	srv := &http.Server{Handler: api, ReadHeaderTimeout: 10 * time.Second}
 	fmt.Fprintf(c.Stderr, "simulated OCL API on http://%s; users:", ln.Addr())
 	for _, u := range users {
 		fmt.Fprintf(c.Stderr, " %s", u.Token)

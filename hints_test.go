@@ -1,0 +1,124 @@
+package capgate_test
+
+import (
+	"context"
+	"net/http"
+	"testing"
+	"time"
+
+	"github.com/capgate/capgate"
+	"github.com/capgate/capgate/lanetest"
+	"github.com/capgate/capgate/memory"
+)
+
+// hintsEnv is a gate over the memory store in shadow mode, whose task lane
+// (2 slots) is the bottleneck, on a clock the test moves. Shadow: the
+// hints of a shadow-refused call are those a refused one gets, and no call
+// ever waits for a slot. (The headers of a real refusal are tested through
+// the gateway, in http.)
+func hintsEnv(t *testing.T, policy string) (*hintsGate, *time.Time) {
+	t.Helper()
+	cfg := capgate.DefaultConfig(capgate.ModeShadow)
+	cfg.APIHeavy = capgate.APIHeavy{Cluster: 9, PerTask: 2}
+	cfg.ES2KNN, cfg.Tiers.Core, cfg.PerUser.Core = 9, 9, 9
+	cfg.RetryAfter.Policy = policy
+	e := &hintsGate{t: t, Cfg: capgate.NewFixedConfig(cfg)}
+	e.Gate = capgate.NewGate(memory.New(nil), e.Cfg, nil, "task-a")
+	now := time.Now() // the store checks the acquire's not-after time against its own clock
+	e.Gate.Now = func() time.Time { return now }
+	return e, &now
+}
+
+type hintsGate struct {
+	t    *testing.T
+	Gate *capgate.Gate
+	Cfg  *capgate.FixedConfig
+}
+
+// Admit admits call; the test releases it (releasing twice is harmless).
+func (e *hintsGate) Admit(call capgate.Call) *capgate.Admission {
+	a := e.Gate.Admit(context.Background(), call)
+	e.t.Cleanup(func() { a.Release(context.Background()) })
+	return a
+}
+
+// holdTwo admits two calls, holds them for d and releases them.
+func holdTwo(t *testing.T, e *hintsGate, now *time.Time, d time.Duration) {
+	t.Helper()
+	a, b := e.Admit(lanetest.Match("u1", capgate.TierCore)), e.Admit(lanetest.Match("u2", capgate.TierCore))
+	if a.Decision() != capgate.DecisionAdmitted || b.Decision() != capgate.DecisionAdmitted {
+		t.Fatalf("decisions %s, %s; want admitted", a.Decision(), b.Decision())
+	}
+	*now = now.Add(d)
+	a.Release(context.Background())
+	b.Release(context.Background())
+}
+
+func TestAdaptiveHintsFromTheGatesOwnReleases(t *testing.T) {
+	e, now := hintsEnv(t, capgate.PolicyAdaptive)
+
+	// No history yet: the fixed formula's answer, and base per slot.
+	first := [2]*capgate.Admission{e.Admit(lanetest.Match("u1", capgate.TierCore)), e.Admit(lanetest.Match("u2", capgate.TierCore))}
+	r := e.Admit(lanetest.Match("u3", capgate.TierCore))
+	h := http.Header{}
+	r.SetHeaders(h)
+	if got, _ := r.RetryAfter(); got != 5 {
+		t.Errorf("no history: Retry-After %d, want 5", got)
+	}
+	if got := h.Get(capgate.HeaderSuggestedSpacing); got != "5000" {
+		t.Errorf("no history: spacing %q, want 5000", got)
+	}
+	r.Release(context.Background())
+	*now = now.Add(1300 * time.Millisecond)
+	for _, a := range first {
+		a.Release(context.Background())
+	}
+
+	// Calls held 1.3 s on a 2-slot lane: a slot frees every 650 ms.
+	holdTwo(t, e, now, 1300*time.Millisecond)
+	a, b := e.Admit(lanetest.Match("u1", capgate.TierCore)), e.Admit(lanetest.Match("u2", capgate.TierCore))
+	defer a.Release(context.Background())
+	defer b.Release(context.Background())
+	h = http.Header{}
+	a.SetHeaders(h)
+	if got := h.Get(capgate.HeaderSuggestedSpacing); got != "" {
+		t.Errorf("admitted call got spacing %q, want none", got)
+	}
+	r = e.Admit(lanetest.Match("u3", capgate.TierCore))
+	defer r.Release(context.Background())
+	if r.Decision() != capgate.DecisionShadowRefused || r.Scope() != capgate.LaneTask {
+		t.Fatalf("third call: %s in %s, want shadow-refused in %s", r.Decision(), r.Scope(), capgate.LaneTask)
+	}
+	h = http.Header{}
+	r.SetHeaders(h)
+	if got, _ := r.RetryAfter(); got != 1 {
+		t.Errorf("Retry-After %d, want 1 (650 ms, rounded up)", got)
+	}
+	if got := h.Get("Retry-After"); got != "" {
+		t.Errorf("a shadow-refused call got the Retry-After header %q", got)
+	}
+	if got := h.Get(capgate.HeaderSuggestedSpacing); got != "650" {
+		t.Errorf("spacing %q, want 650", got)
+	}
+	if ms, ok := r.SpacingMS(); !ok || ms != 650 {
+		t.Errorf("SpacingMS = %d, %v; want 650", ms, ok)
+	}
+}
+
+func TestFixedPolicyHintsAsBefore(t *testing.T) {
+	e, now := hintsEnv(t, capgate.PolicyFixed)
+	holdTwo(t, e, now, 1300*time.Millisecond)
+	a, b := e.Admit(lanetest.Match("u1", capgate.TierCore)), e.Admit(lanetest.Match("u2", capgate.TierCore))
+	defer a.Release(context.Background())
+	defer b.Release(context.Background())
+	r := e.Admit(lanetest.Match("u3", capgate.TierCore))
+	defer r.Release(context.Background())
+	h := http.Header{}
+	r.SetHeaders(h)
+	if got, _ := r.RetryAfter(); got != 5 {
+		t.Errorf("fixed: Retry-After %d, want 5 (base × 1 call ahead)", got)
+	}
+	if got := h.Get(capgate.HeaderSuggestedSpacing); got != "" {
+		t.Errorf("fixed: spacing %q, want none", got)
+	}
+}
