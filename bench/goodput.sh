@@ -161,7 +161,7 @@ row() {
 	three) gws=3 limit=4 set=(api_heavy.cluster=5 api_heavy.per_task=3) ;;
 	heavy) load+=(--heavy core-1:8:16) ;;
 	esac
-	"$CG" capacity set --database "sqlite:$db" mode=enforce enforce_for=all reserve_single_row=1 \
+	"$CG" capacity set --create --database "sqlite:$db" mode=enforce enforce_for=all reserve_single_row=1 \
 		es2_knn=24 tiers.core=24 per_user.core=8 retry_after.policy="$policy" "${set[@]}" >/dev/null
 	if [[ $wait == off ]]; then
 		# A build with the wait has it on by default: turn it off. A build
