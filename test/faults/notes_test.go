@@ -23,7 +23,7 @@ renew 5 s, and the default Redis settings spelled out: deadline 1 s, socket time
 local lanes (degraded) and never refused by them at these limits. Scenarios 1 and 2 use small
 limits (cluster 4 with 1 reserved for single-row calls, per task 2, es2_knn 2, tiers 3/2/2/2, per
 user 2/1/1/1) and a 5 s Redis deadline, since they test the limits, not fail-open.
-Scenarios 1, 2 and 9 run with waiting off (` + "`wait.max_seconds=0`" + `): they test refusals.
+Scenarios 1, 2, 9 and 13 run with waiting off (` + "`wait.max_seconds=0`" + `): they test refusals.
 Scenario 12 tests waiting.
 
 | # | what is done | what is asserted |
