@@ -172,6 +172,11 @@ func TestServeSIGHUPReopensTheLogAndReloadsTokens(t *testing.T) {
 	// file below must hold no line of bob's.
 	heavy("t-bob")
 	heavy("t-ann")
+	// The line is written at release, after the response: wait for it.
+	until(t, 10*time.Second, "ann's line in the log file", func() bool {
+		b, _ := os.ReadFile(logFile)
+		return strings.Contains(string(b), `"user_id":"ann"`)
+	})
 	// logrotate moves the file away; staff add a token.
 	if err := os.Rename(logFile, logFile+".1"); err != nil {
 		t.Fatal(err)
