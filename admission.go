@@ -7,7 +7,7 @@ import (
 	"time"
 )
 
-// The capacity headers (SPEC §4).
+// The capacity headers.
 const (
 	HeaderDecision            = "X-OCL-Capacity-Decision"
 	HeaderLimit               = "X-OCL-Capacity-Limit"
@@ -216,7 +216,7 @@ func (a *Admission) RetryAfter() (seconds int, ok bool) {
 	return a.retry, a.retry > 0 && (a.decision == DecisionRefused || a.decision == DecisionShadowRefused)
 }
 
-// Scope returns the lane reported for a refusal (SPEC §4); "" when no lane
+// Scope returns the lane reported for a refusal; "" when no lane
 // was full.
 func (a *Admission) Scope() LaneName {
 	if a.scope < 0 {
@@ -265,7 +265,7 @@ func (a *Admission) lane(name LaneName) int {
 	return -1
 }
 
-// SetHeaders sets the capacity headers on h (SPEC §4): every value that is
+// SetHeaders sets the capacity headers on h: every value that is
 // known, and Retry-After only on the gate's own refusal.
 func (a *Admission) SetHeaders(h http.Header) {
 	if a == nil || h == nil {
@@ -303,7 +303,7 @@ func (a *Admission) SetHeaders(h http.Header) {
 	}
 }
 
-// RefusalBody returns the JSON body of the 429 (SPEC §4); nil unless the
+// RefusalBody returns the JSON body of the 429; nil unless the
 // call was refused.
 func (a *Admission) RefusalBody() []byte {
 	if a == nil || a.decision != DecisionRefused {

@@ -60,7 +60,7 @@ func retryAfterSeconds(ra RetryAfter, lanes []Lane, before []int, full laneSet) 
 }
 
 // suggestedConcurrency returns how many calls the user should keep in
-// flight now (SPEC §4), given the counts including this call (nil when
+// flight now, given the counts including this call (nil when
 // unknown); ok is false when the call has no lanes.
 func suggestedConcurrency(lanes []Lane, counts []int) (n int, ok bool) {
 	if len(lanes) == 0 {
@@ -87,7 +87,7 @@ func suggestedConcurrency(lanes []Lane, counts []int) (n int, ok bool) {
 	return max(1, min(user.Limit, counts[len(lanes)-1]+room)), true
 }
 
-// refusalBody returns the JSON body of the 429 (SPEC §4).
+// refusalBody returns the JSON body of the 429.
 func refusalBody(scope LaneName, paused bool, retryAfter int) []byte {
 	n := strconv.Itoa(retryAfter)
 	b := make([]byte, 0, 160)

@@ -15,7 +15,7 @@ import (
 // original implementation's.
 const DefaultKeyPrefix = "ocl:capacity"
 
-// The errors recorded on a call when the gate skips the store (SPEC §7).
+// The errors recorded on a call when the gate skips the store.
 const (
 	ErrTextSkipped        = "skipped: Redis failed recently"
 	ErrTextReleaseSkipped = "release skipped: Redis failed recently; retried until the leases expire"

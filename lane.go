@@ -1,6 +1,6 @@
 package capgate
 
-// LaneName names a kind of lane (SPEC §3).
+// LaneName names a kind of lane.
 type LaneName string
 
 // The lanes, in the order they are always evaluated and reported.

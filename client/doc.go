@@ -1,4 +1,4 @@
-// Package client sends the heavy calls of a capgate-gated API (SPEC §4) so
+// Package client sends the heavy calls of a capgate-gated API so
 // that a refusal is waited out fairly instead of failing or stampeding.
 //
 // Mark a request as heavy by attaching a Call to its context (WithCall),

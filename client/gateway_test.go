@@ -178,7 +178,7 @@ func admit(w http.ResponseWriter, suggested int) {
 	_, _ = io.WriteString(w, `[]`)
 }
 
-// refuse answers with the capacity refusal of SPEC §4.
+// refuse answers with the capacity refusal of the 429.
 func refuse(w http.ResponseWriter, scope string, paused bool, retryAfter, suggested int) {
 	h := w.Header()
 	h.Set(capgate.HeaderDecision, "refused")

@@ -12,7 +12,7 @@ import (
 	"github.com/capgate/capgate"
 )
 
-// The delays of the protocol (SPEC §4 and the Mapper's constants).
+// The delays of the protocol (the refusal and the Mapper's constants).
 const (
 	// MinDelay is the floor of every wait after a 429 or 503, however the
 	// delay was found: Retry-After: 0 waits a second.
@@ -59,7 +59,7 @@ type refusal struct {
 	spacing time.Duration
 }
 
-// refusalBody is the part of the 429 body the client reads (SPEC §4).
+// refusalBody is the part of the 429 body the client reads.
 type refusalBody struct {
 	ErrorCode  string
 	Scope      string

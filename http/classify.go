@@ -31,7 +31,7 @@ var ErrBufferFull = errors.New("capgate: too many request bytes buffered for cla
 // closes that replacement once the handler has returned.
 type ClassifyFunc func(r *http.Request) (capgate.Call, bool)
 
-// Classifier is the OCL profile (SPEC §2): a POST to
+// Classifier is the OCL profile: a POST to
 // <prefix>/concepts/$match/ whose JSON body has a non-empty rows array and
 // whose query has semantic or reranker truthy, and a POST to
 // <prefix>/concepts/$rerank/ with a non-empty rows array and a truthy q.

@@ -24,8 +24,8 @@ const (
 	HeaderStaff  = "X-Capgate-Staff"  // true or 1 (any case) for staff
 )
 
-// HeaderIdentity trusts the caller headers an auth proxy sets (SPEC §10,
-// --identity header): X-Capgate-User, X-Capgate-Groups and X-Capgate-Staff.
+// HeaderIdentity trusts the caller headers an auth proxy sets
+// (--identity header): X-Capgate-User, X-Capgate-Groups and X-Capgate-Staff.
 // They are believed only on requests whose peer address is in Trusted; on
 // any other request, and on one without X-Capgate-User, the caller is
 // anonymous. It never returns an error. Safe for concurrent use.
@@ -110,8 +110,8 @@ type TokenEntry struct {
 	AuthGroups []string `json:"auth_groups"`
 }
 
-// TokenIdentity knows callers from a fixed list of tokens (SPEC §10,
-// --identity tokens), for small deployments, the demo and tests. A request
+// TokenIdentity knows callers from a fixed list of tokens
+// (--identity tokens), for small deployments, the demo and tests. A request
 // carries its token as "Authorization: Token <t>" or "Bearer <t>"; one
 // without, or with a token not in the list, is anonymous. It never returns
 // an error. Tokens are kept only as their SHA-256. Safe for concurrent use.

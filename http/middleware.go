@@ -16,7 +16,7 @@ import (
 	"github.com/capgate/capgate"
 )
 
-// Request headers the middleware reads (SPEC §4, §8).
+// Request headers the middleware reads.
 const (
 	HeaderRequestID     = "X-Request-ID"
 	HeaderEventMetadata = "X-OCL-Event-Metadata"
@@ -24,7 +24,7 @@ const (
 	HeaderTraceID       = "X-Amzn-Trace-Id"
 )
 
-// Attribution limits (SPEC §8), in characters.
+// Attribution limits, in characters.
 const (
 	maxRequestSource  = 50
 	maxAlgorithmID    = 100

@@ -30,7 +30,7 @@ type StatusReporter interface {
 	Status(ctx context.Context, cfg capgate.Config) capgate.Status
 }
 
-// StaffHandler serves the staff API (SPEC §9) under /capacity/:
+// StaffHandler serves the staff API under /capacity/:
 //
 //	GET   /capacity/                   the status page (HTML, no data; see serveStatusPage)
 //	GET   /capacity/config/            the config in force, read fresh, and the defaults

@@ -34,7 +34,7 @@ var ErrLookup = errors.New("user lookup failed")
 
 // UpstreamIdentity learns who calls by asking the API: GET
 // <upstream>/user/?includeAuthGroups=true with the caller's Authorization
-// and Cookie headers (SPEC §10, --identity upstream), so a caller the API
+// and Cookie headers (--identity upstream), so a caller the API
 // knows by a session cookie is known here too. It uses the answer's
 // username, is_staff, is_superuser and auth_groups, with keys matched
 // exactly. It never follows a redirect: a 3xx answer is a failed lookup.

@@ -17,8 +17,8 @@ import (
 	"github.com/capgate/capgate/memory"
 )
 
-// RunGate runs the gate's scenarios (SPEC §3–§4, the original's gate
-// tests) on top of the stores open makes.
+// RunGate runs the gate's scenarios (the original
+// implementation's gate tests) on top of the stores open makes.
 func RunGate(t *testing.T, open Factory) { runGate(t, open, false) }
 
 // RunGateWithLocalLanes runs RunGate's scenarios with local lanes on the

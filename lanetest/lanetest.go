@@ -1,6 +1,6 @@
 // Package lanetest is the conformance suite that every capgate.LaneStore
 // must pass: RunStore checks the store's own contract, RunGate runs the
-// gate's scenarios (SPEC §3–§4) on top of it.
+// gate's scenarios on top of it.
 package lanetest
 
 import (

@@ -15,7 +15,7 @@ import (
 const storeSlack = 10 * time.Second
 
 // RunStore runs the capgate.LaneStore conformance suite, one subtest per
-// rule of SPEC §3, each on a store from open and under fresh random keys.
+// rule of the lanes, each on a store from open and under fresh random keys.
 func RunStore(t *testing.T, open Factory) {
 	tests := []struct {
 		name string

@@ -4,7 +4,7 @@
 // changed only by the Lua scripts embedded beside this file, which read the
 // time from Redis's own clock.
 //
-// The store is built to fail open (SPEC §7): it has its own client, with
+// The store is built to fail open: it has its own client, with
 // short timeouts and no retries; every operation has an overall deadline
 // that bounds the caller whatever Redis, DNS or Sentinel do; the
 // operations in flight are bounded, with a short queue behind them; and
