@@ -16,9 +16,11 @@ import (
 // prefix is shared by every gateway on the store. Tickets are served in
 // start-time fair order: the list keeps a virtual time V (the start tag of
 // the newest ticket granted) and, per user, the finish tag F of the user's
-// newest ticket; a new ticket gets S = max(V, F), and F becomes S+1.
-// Tickets are ordered by (S, arrival): round-robin across users, FIFO
-// within a user, and a user who arrives joins the current round. A user
+// newest ticket; a new ticket gets S = max(V + k, F), where k is how many
+// slots the user holds now in its own lane (the ticket's last key), and F
+// becomes S+1. Tickets are ordered by (S, arrival): round-robin across
+// users, FIFO within a user, a user who arrives joins the current round,
+// and calls a user took at once, before anyone waited, count as its turns. A user
 // whose last ticket leaves or expires unserved loses its F.
 //
 // The grant pass, which runs atomically inside Join, ReleaseWait and Pump,
@@ -73,7 +75,7 @@ type Ticket struct {
 	Prefix      string        // the gate's key prefix: the store keeps the waitlist under <Prefix>:wait
 	NotAfter    time.Time     // Join takes and queues nothing if the store runs it later (as AcquireRequest.NotAfter)
 	Token       string        // the call's lease token
-	Keys        []string      // the call's lane keys, in lane order
+	Keys        []string      // the call's lane keys, in lane order; the last is the user's lane
 	Limits      []int         // each lane's limit for this call; none is 0 (paused lanes never wait)
 	UserID      string        // whose ticket, for fair order and MaxPerUser
 	Lease       time.Duration // the call's lease when Join takes it at once (as AcquireRequest.Lease)

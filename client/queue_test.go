@@ -8,6 +8,7 @@ import (
 	"testing/synctest"
 	"time"
 
+	"github.com/capgate/capgate"
 	"github.com/capgate/capgate/client"
 )
 
@@ -222,6 +223,31 @@ func TestSuggestedConcurrencyBoundsInFlight(t *testing.T) {
 		run("c", 9)
 		if g.maxInFlight != client.DefaultMaxInFlight {
 			t.Errorf("suggested 9: max in flight %d, want the cap %d", g.maxInFlight, client.DefaultMaxInFlight)
+		}
+	})
+}
+
+// TestSuggestedConcurrencyWhenTheServerQueues: once a response says the
+// server waited for a slot, a low suggested concurrency no longer keeps
+// calls back (the server's fair queue holds them), up to the cap.
+func TestSuggestedConcurrencyWhenTheServerQueues(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		g, tr := newGateway(t, func(w http.ResponseWriter, r *http.Request, n int) {
+			time.Sleep(2 * time.Second)
+			w.Header().Set(capgate.HeaderWaited, "150")
+			admit(w, 1)
+		})
+		var chans []<-chan outcome
+		for i := range 6 {
+			chans = append(chans, goDo(g, tr, context.Background(), "a"+string(rune('0'+i)), client.Call{}))
+		}
+		for _, ch := range chans {
+			if o := <-ch; o.Err != nil {
+				t.Errorf("outcome %+v", o)
+			}
+		}
+		if g.maxInFlight != client.DefaultMaxInFlight {
+			t.Errorf("suggested 1 from a server that queues: max in flight %d, want the cap %d", g.maxInFlight, client.DefaultMaxInFlight)
 		}
 	})
 }

@@ -36,6 +36,13 @@ type server struct {
 	// freed slot (a stampede, and users of a tier starving each other).
 	window int // 0: no window
 	bulk   int // bulk calls in flight through this server
+
+	// queues: the server waits for slots itself (a response said it
+	// waited: X-OCL-Capacity-Waited-Ms). A suggested concurrency then only
+	// counts free room, and keeping calls back would leave slots idle that
+	// the server's fair queue would fill, so a user may keep up to cap in
+	// flight; a suggestion of 0 (a paused lane) still stops it.
+	queues bool
 }
 
 // openWindow is the window size at which the resume window is lifted.
@@ -505,10 +512,21 @@ func (s *server) observe(user, tier string, suggested int, decided bool, wait ti
 		return
 	}
 	l.known, l.limit = true, min(suggested, s.cap)
+	if s.queues && suggested > 0 {
+		l.limit = s.cap
+	}
 	if l.limit == 0 {
 		l.probeAt = now.Add(max(wait, s.probe))
 	}
 	s.broadcast()
+}
+
+// serverQueues records that the server waits for slots itself (see
+// server.queues).
+func (s *server) serverQueues() {
+	s.mu.Lock()
+	s.queues = true
+	s.mu.Unlock()
 }
 
 func later(a, b time.Time) time.Time {

@@ -336,6 +336,9 @@ func (t *Transport) roundTrip(req *http.Request, call Call, res *Result) (*http.
 		res.Decision, res.Suggested = decision, suggested
 		decided := decision == "admitted" || decision == "refused"
 		tier := resp.Header.Get(capgate.HeaderTier)
+		if resp.Header.Get(capgate.HeaderWaited) != "" {
+			s.serverQueues()
+		}
 
 		switch resp.StatusCode {
 		case http.StatusTooManyRequests:

@@ -32,6 +32,7 @@ func RunWaitlist(t *testing.T, open WaitFactory) {
 	}{
 		{"JoinWithNobodyWaitingIsAcquire", waitTestFastPath},
 		{"RoundRobinAcrossUsers", waitTestRoundRobin},
+		{"SlotsHeldCountAsTurns", waitTestSlotsHeldCountAsTurns},
 		{"FIFOWithinUser", waitTestFIFO},
 		{"UserWhoLeftJoinsTheCurrentRound", waitTestLeftRejoins},
 		{"NewArrivalNeverOvertakes", waitTestNoOvertaking},
@@ -191,6 +192,28 @@ func waitTestRoundRobin(t *testing.T, e *waitEnv) {
 	}
 	if want := []string{"a", "b", "a"}; !slices.Equal(order, want) {
 		t.Errorf("slots went to %v, want %v (b's one call takes the 2nd slot, not the 11th)", order, want)
+	}
+}
+
+// waitTestSlotsHeldCountAsTurns: a takes both slots at once, before
+// anyone waits, then queues a third call just before b queues its first.
+// The freed slot goes to b: a's two calls in flight were its turns.
+func waitTestSlotsHeldCountAsTurns(t *testing.T, e *waitEnv) {
+	var mine []capgate.Ticket
+	for range 2 {
+		tk := e.ticket("a", 2)
+		if res, _ := e.join(tk); !res.Taken {
+			t.Fatalf("a's call with room = %+v, want taken at once", res)
+		}
+		mine = append(mine, tk)
+	}
+	third := e.ticket("a", 2)
+	e.mustQueue(third)
+	b := e.ticket("b", 2)
+	e.mustQueue(b)
+	e.release(mine[0].Token, mine[0].Keys...)
+	if got := e.granted(third, b); !slices.Equal(got, []string{"b"}) {
+		t.Errorf("the freed slot went to %v, want b's call (a already held two)", got)
 	}
 }
 

@@ -279,7 +279,10 @@ func (s *Store) Join(ctx context.Context, t capgate.Ticket, counts []int) (capga
 		return capgate.JoinResult{}, nil
 	}
 	w = s.list(t.Prefix, true)
-	start := max(w.v, w.fin[t.UserID])
+	// A user who already holds k slots in its own lane (the last key) joins
+	// k rounds on: calls taken at once, before anyone waited, count as the
+	// user's turns too.
+	start := max(w.v+int64(counts[len(keys)-1]), w.fin[t.UserID])
 	w.fin[t.UserID] = start + 1
 	w.seq++
 	tk := &ticket{token: t.Token, user: t.UserID, keys: slices.Clone(keys), limits: slices.Clone(t.Limits[:len(keys)]),

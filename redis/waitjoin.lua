@@ -70,7 +70,9 @@ end
 
 local v = tonumber(redis.call('HGET', w.s, 'v') or '0')
 local f = tonumber(redis.call('HGET', w.f, user) or '0')
-local s = math.max(v, f)
+-- A user who already holds k slots in its own lane (the last key) joins k
+-- rounds on: calls taken at once, before anyone waited, count as its turns.
+local s = math.max(v + res[#KEYS + 2], f)
 redis.call('HSET', w.f, user, s + 1)
 local seq = redis.call('HINCRBY', w.s, 'seq', 1)
 local m = string.format('%016d:%s', seq, token)
