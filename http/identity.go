@@ -34,10 +34,23 @@ type HeaderIdentity struct {
 }
 
 // NewHeaderIdentity returns a HeaderIdentity trusting cidrs
-// (--trusted-proxies); a bare address means just that address. It returns
-// an error naming the first entry that does not parse.
+// (--trusted-proxies, read by ParseTrustedProxies). It returns an error
+// naming the first entry that does not parse.
 func NewHeaderIdentity(cidrs []string) (*HeaderIdentity, error) {
-	h := &HeaderIdentity{}
+	trusted, err := ParseTrustedProxies(cidrs)
+	if err != nil {
+		return nil, err
+	}
+	return &HeaderIdentity{Trusted: trusted}, nil
+}
+
+// ParseTrustedProxies reads --trusted-proxies: CIDRs, or bare addresses
+// meaning just that address; empty entries are skipped. IPv4-mapped IPv6
+// prefixes are turned into IPv4 ones and every prefix is masked, as peers'
+// addresses are unmapped before they are matched, so the gateway's trust
+// (X-Forwarded-*) and HeaderIdentity's (X-Capgate-*) are the same one.
+func ParseTrustedProxies(cidrs []string) ([]netip.Prefix, error) {
+	var out []netip.Prefix
 	for _, s := range cidrs {
 		s = strings.TrimSpace(s)
 		if s == "" {
@@ -47,16 +60,16 @@ func NewHeaderIdentity(cidrs []string) (*HeaderIdentity, error) {
 		if err != nil {
 			a, aerr := netip.ParseAddr(s)
 			if aerr != nil {
-				return nil, fmt.Errorf("trusted proxy %q: %w", s, err)
+				return nil, fmt.Errorf("trusted proxy %q: want a CIDR such as 10.0.0.0/8 or an address", s)
 			}
 			p = netip.PrefixFrom(a.Unmap(), a.Unmap().BitLen())
 		}
 		if p.Addr().Is4In6() {
 			p = netip.PrefixFrom(p.Addr().Unmap(), max(p.Bits()-96, 0))
 		}
-		h.Trusted = append(h.Trusted, p.Masked())
+		out = append(out, p.Masked())
 	}
-	return h, nil
+	return out, nil
 }
 
 // Identify implements capgate.Identifier.

@@ -7,9 +7,11 @@ import (
 	"io"
 	"net/http"
 	"net/http/httptest"
+	"net/netip"
 	"os"
 	"path/filepath"
 	"reflect"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -390,5 +392,27 @@ func TestTokenIdentity(t *testing.T) {
 	}
 	if _, err := capgatehttp.LoadTokenIdentity(filepath.Join(t.TempDir(), "missing.json")); !errors.Is(err, os.ErrNotExist) {
 		t.Errorf("missing file: %v; want ErrNotExist", err)
+	}
+}
+
+// TestParseTrustedProxies: one reading of --trusted-proxies for the
+// gateway's X-Forwarded-* trust and HeaderIdentity's, IPv4-mapped
+// prefixes unmapped and every prefix masked (peers are matched unmapped).
+func TestParseTrustedProxies(t *testing.T) {
+	got, err := capgatehttp.ParseTrustedProxies([]string{"10.1.2.3/8", " ::ffff:172.16.0.0/108 ", "", "192.168.1.5", "::1", "::ffff:10.9.9.9"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := []netip.Prefix{netip.MustParsePrefix("10.0.0.0/8"), netip.MustParsePrefix("172.16.0.0/12"),
+		netip.MustParsePrefix("192.168.1.5/32"), netip.MustParsePrefix("::1/128"), netip.MustParsePrefix("10.9.9.9/32")}
+	if !slices.Equal(got, want) {
+		t.Errorf("ParseTrustedProxies = %v, want %v", got, want)
+	}
+	h, err := capgatehttp.NewHeaderIdentity([]string{"::ffff:172.16.0.0/108"})
+	if err != nil || !slices.Equal(h.Trusted, want[1:2]) {
+		t.Errorf("NewHeaderIdentity trusts %v (%v), want %v as the gateway does", h.Trusted, err, want[1:2])
+	}
+	if _, err := capgatehttp.ParseTrustedProxies([]string{"10.0.0.0/8", "proxy.internal"}); err == nil || !strings.Contains(err.Error(), "proxy.internal") {
+		t.Errorf("a name: err = %v, want one naming it", err)
 	}
 }

@@ -338,19 +338,11 @@ func newIdentity(opts ServeOptions, proxies []netip.Prefix) (capgate.Identifier,
 }
 
 func parsePrefixes(list string) ([]netip.Prefix, error) {
-	var out []netip.Prefix
-	for _, s := range splitList(list) {
-		p, err := netip.ParsePrefix(s)
-		if err != nil {
-			a, aerr := netip.ParseAddr(s)
-			if aerr != nil {
-				return nil, fmt.Errorf("--trusted-proxies %q: want CIDRs such as 10.0.0.0/8", s)
-			}
-			p = netip.PrefixFrom(a, a.BitLen())
-		}
-		out = append(out, p)
+	p, err := capgatehttp.ParseTrustedProxies(splitList(list))
+	if err != nil {
+		return nil, fmt.Errorf("--trusted-proxies: %w", err)
 	}
-	return out, nil
+	return p, nil
 }
 
 func splitList(s string) []string {
