@@ -4,6 +4,7 @@ import (
 	"context"
 	"net/http/httptest"
 	"net/url"
+	"strings"
 	"testing"
 	"time"
 
@@ -190,5 +191,19 @@ func TestThrottledUserDoesNotSpin(t *testing.T) {
 		if u.Calls == 0 || u.Calls > 4 || u.RowsThrottled == 0 || u.RowsDone != 0 {
 			t.Errorf("%s: %d calls, %d rows throttled, %d done; want at most 4 throttled calls", u.User, u.Calls, u.RowsThrottled, u.RowsDone)
 		}
+	}
+}
+
+// TestReportColumnsOfATimedRun: a timed run has no finish times, so its
+// users table shows no finish, round-robin or slowdown columns.
+func TestReportColumnsOfATimedRun(t *testing.T) {
+	var timed, fixed strings.Builder
+	(&loadgen.Report{Users: []loadgen.UserReport{{User: "a", Tier: "core"}}}).Write(&timed)
+	(&loadgen.Report{Users: []loadgen.UserReport{{User: "a", Tier: "core", Finish: time.Second}}}).Write(&fixed)
+	if strings.Contains(timed.String(), "round-robin") {
+		t.Errorf("a timed run's report has the fixed workload's columns:\n%s", timed.String())
+	}
+	if !strings.Contains(fixed.String(), "round-robin") {
+		t.Errorf("a fixed workload's report lacks its round-robin column:\n%s", fixed.String())
 	}
 }

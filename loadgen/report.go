@@ -299,11 +299,21 @@ func modalDemand(users []UserReport) map[string]int {
 // Write prints the report as tables.
 func (r *Report) Write(w io.Writer) {
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight)
-	fmt.Fprintln(tw, "user\ttier\tcalls\trows done\tthrottled\tfailed\tcancelled\trows/s\twaited\tfinish\tround-robin\tslowdown\t")
+	// Finish times and round-robin shares exist only for a fixed workload
+	// (--calls); a timed run has none to show.
+	fixed := slices.ContainsFunc(r.Users, func(u UserReport) bool { return u.Finish > 0 })
+	head := "user\ttier\tcalls\trows done\tthrottled\tfailed\tcancelled\trows/s\twaited\t"
+	if fixed {
+		head += "finish\tround-robin\tslowdown\t"
+	}
+	fmt.Fprintln(tw, head)
 	for _, u := range r.Users {
-		fmt.Fprintf(tw, "%s\t%s\t%d\t%d\t%d\t%d\t%d\t%.1f\t%s\t%s\t%s\t%.2f\t\n", u.User, u.Tier, u.Calls, u.RowsDone,
-			u.RowsThrottled, u.RowsFailed, u.RowsCancelled, u.RowsPerSecond, u.Waited.Round(time.Millisecond),
-			ms(u.Finish), ms(u.RRFinish), u.Slowdown)
+		fmt.Fprintf(tw, "%s\t%s\t%d\t%d\t%d\t%d\t%d\t%.1f\t%s\t", u.User, u.Tier, u.Calls, u.RowsDone,
+			u.RowsThrottled, u.RowsFailed, u.RowsCancelled, u.RowsPerSecond, u.Waited.Round(time.Millisecond))
+		if fixed {
+			fmt.Fprintf(tw, "%s\t%s\t%.2f\t", ms(u.Finish), ms(u.RRFinish), u.Slowdown)
+		}
+		fmt.Fprintln(tw)
 	}
 	tw.Flush()
 	fmt.Fprintln(w)
