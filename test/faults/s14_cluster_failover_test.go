@@ -17,6 +17,19 @@ import (
 // branches adding scenarios don't edit one line.
 func init() { names[14] = "Redis Cluster: limits, then the lanes' master fails" }
 
+// TestS14ClusterLimits is scenario 14's first part alone, for CI's short
+// run: three gateways started with --redis-cluster (so the hash-tagged key
+// layout) hold scenario 1's limits exactly on a real Redis Cluster. The
+// failover part runs in the full suite (scripts/faults.sh): on this shared
+// machine it failed one CI run in five (the long calls' leases were gone
+// 35 s after the kill; not yet explained), so it is not in CI.
+func TestS14ClusterLimits(t *testing.T) {
+	cfg := append(limitsConfig("enforce"), "lease_seconds=30", "renew_seconds=5")
+	env := append(slices.Clone(faultEnv), "CAPGATE_LOCAL_LANES=false")
+	r := newRig(t, rigOptions{Gateways: 3, DB: "s14l", Config: cfg, Env: env, Cluster: true})
+	t.Log(limitsHold(t, r, duration(12*time.Second, 6*time.Second)))
+}
+
 // TestS14ClusterFailover: three gateways on a Redis Cluster (3 masters,
 // 3 replicas; --redis-cluster, so the hash-tagged key layout) hold
 // scenario 1's limits exactly; then the master serving the lanes' slot is
