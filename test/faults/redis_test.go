@@ -172,7 +172,11 @@ func (s *sentinelSet) currentMaster(ctx context.Context) (int, error) {
 }
 
 // lanes returns the live (unexpired, by Redis's clock) lease count of every
-// lane key that has one, and the members of each.
+// lane key that has one, and the members of each. It is not one atomic
+// read: it lists the keys, then reads each, so of a call acquiring meanwhile
+// it may see the leases in lanes that existed and miss those in lanes it
+// created. Take it while no call acquires (once the calls reached the
+// upstream), or wait until it shows every lease expected.
 func lanes(ctx context.Context, c *goredis.Client) (map[string][]string, error) {
 	tm, err := c.Time(ctx).Result()
 	if err != nil {

@@ -67,6 +67,12 @@ func TestS14ClusterFailover(t *testing.T) {
 			long[i].gw = i
 		})
 	}
+	// The snapshot waits for every lane entry of the long calls, not only
+	// for api_heavy's: lanes reads the keys first and each lane after, so a
+	// call acquiring meanwhile can be in api_heavy but not yet in the lanes
+	// whose keys it created (its task, tier and user lanes). A snapshot
+	// missing them made the entries on the new master look doubled, and
+	// the wait below for the long calls' entries alone run out.
 	var before map[string][]string
 	if _, err := waitFor(ctx, 10*time.Second, 50*time.Millisecond, func() error {
 		l, err := lanes(ctx, r.rc)
@@ -75,6 +81,9 @@ func TestS14ClusterFailover(t *testing.T) {
 		}
 		if n := len(l[clusterLanePrefix+"api_heavy"]); n != len(long) {
 			return fmt.Errorf("api_heavy holds %d leases, want %d", n, len(long))
+		}
+		if n, want := countTokenLeases(l, longTokens(l, clusterLanePrefix+"api_heavy")), len(long)*longCallLanes; n != want {
+			return fmt.Errorf("the long calls hold %d lane entries, want %d", n, want)
 		}
 		before = l
 		return nil
@@ -161,7 +170,7 @@ func TestS14ClusterFailover(t *testing.T) {
 			return err
 		}
 		if n, want := countLeases(l), countTokenLeases(before, longTokens(before, clusterLanePrefix+"api_heavy")); n != want {
-			return fmt.Errorf("%d lane entries, want the long calls' %d", n, want)
+			return fmt.Errorf("%d lane entries, want the long calls' %d (%s)", n, want, laneSummary(l))
 		}
 		return nil
 	})
@@ -201,6 +210,11 @@ func TestS14ClusterFailover(t *testing.T) {
 		check, c2.calls, c2.byDecided["admitted"], c2.byStatus[429], peak.Total, limits1["cluster"], peak.Bulk, limits1["bulk"],
 		maxOf(peak.User), took.Round(time.Millisecond))
 }
+
+// longCallLanes is how many lanes a long call (bulkReranker, not
+// semantic) takes a lease in: api_heavy, its gateway's task lane, its tier's
+// and its user's.
+const longCallLanes = 4
 
 // longTokens are the tokens in key.
 func longTokens(l map[string][]string, key string) map[string]bool {
