@@ -57,7 +57,11 @@ func TestS14ClusterFailover(t *testing.T) {
 	// that fill the bulk limit (3) and must survive the failover.
 	post := duration(30*time.Second, 24*time.Second)
 	check := duration(10*time.Second, 6*time.Second)
-	hold := post + check + 6*time.Second
+	// The long calls hold past the wait for the strays (entries of calls
+	// in flight at the kill, 2 s into the load, expire a lease after it)
+	// and past the check: that wait is for the long calls' entries alone,
+	// which it never sees if they were released first.
+	hold := max(post, 2*time.Second+30*time.Second) + check + 6*time.Second
 	longUsers := []string{"ada", "grace", "barbara"}
 	long := make([]result, len(r.gws))
 	var wg sync.WaitGroup
