@@ -7,5 +7,5 @@
 //
 // The tests are behind the build tag "faults". Run them with
 // scripts/faults.sh (every scenario; regenerates docs/RELIABILITY.md) or
-// scripts/faults.sh --short (scenarios 1, 3, 6, 7, 12, 13 and 14's cluster limits, for CI).
+// scripts/faults.sh --short (scenarios 1, 3, 6, 7, 12, 13 and 14, for CI).
 package faults
