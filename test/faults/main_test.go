@@ -18,7 +18,7 @@ import (
 )
 
 var (
-	shortRun = flag.Bool("faults.short", false, "small durations (the CI run: scenarios 1, 3, 6, 7, 12, 13 and 14's cluster limits)")
+	shortRun = flag.Bool("faults.short", false, "small durations (the CI run: scenarios 1, 3, 6, 7, 12, 13 and 14)")
 	docPath  = flag.String("faults.doc", "", "write the table of figures to this Markdown file")
 	docCmd   = flag.String("faults.cmd", "scripts/faults.sh", "the command named in the doc")
 	binFlag  = flag.String("faults.bin", "", "a built capgate binary (default: build ./cmd/capgate)")
