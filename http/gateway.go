@@ -158,17 +158,7 @@ func (g *Gateway) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 // metrics serves /metrics to staff only, unless PublicMetrics.
 func (g *Gateway) metrics(w http.ResponseWriter, r *http.Request) {
 	if !g.cfg.PublicMetrics {
-		caller, ok, err := g.cfg.Identify.Identify(r.Context(), withoutCookies(r))
-		switch {
-		case err != nil:
-			staffError(w, http.StatusServiceUnavailable, "Could not tell who is calling. Please retry.")
-			return
-		case !ok || !usernameOK(caller.UserID):
-			w.Header().Set("WWW-Authenticate", "Token")
-			staffError(w, http.StatusUnauthorized, staffDetailAnonymous)
-			return
-		case !caller.Staff:
-			staffError(w, http.StatusForbidden, staffDetailForbidden)
+		if _, ok := requireStaff(w, r, g.cfg.Identify, g.logger); !ok {
 			return
 		}
 	}

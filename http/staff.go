@@ -125,18 +125,8 @@ func (h *StaffHandler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 
-	caller, ok, err := h.ids.Identify(r.Context(), withoutCookies(r))
-	switch {
-	case err != nil:
-		h.logger().Warn("staff API: the identity lookup failed", slog.Any("error", err))
-		staffError(w, http.StatusServiceUnavailable, "Could not tell who is calling. Please retry.")
-		return
-	case !ok || !usernameOK(caller.UserID):
-		w.Header().Set("WWW-Authenticate", "Token")
-		staffError(w, http.StatusUnauthorized, staffDetailAnonymous)
-		return
-	case !caller.Staff:
-		staffError(w, http.StatusForbidden, staffDetailForbidden)
+	caller, ok := requireStaff(w, r, h.ids, h.logger())
+	if !ok {
 		return
 	}
 	if serve == nil {
@@ -145,6 +135,28 @@ func (h *StaffHandler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	serve(w, r, caller)
+}
+
+// requireStaff identifies r's caller by its credentials (never a cookie:
+// no cross-site request acts as staff) and answers 401 for no one, 403 for
+// a caller who is not staff and 503 when the lookup fails; ok is true only
+// for staff, and then nothing was written.
+func requireStaff(w http.ResponseWriter, r *http.Request, ids capgate.Identifier, logger *slog.Logger) (capgate.Caller, bool) {
+	caller, ok, err := ids.Identify(r.Context(), withoutCookies(r))
+	switch {
+	case err != nil:
+		logger.Warn("staff endpoint: the identity lookup failed", slog.Any("error", err))
+		staffError(w, http.StatusServiceUnavailable, "Could not tell who is calling. Please retry.")
+		return capgate.Caller{}, false
+	case !ok || !usernameOK(caller.UserID):
+		w.Header().Set("WWW-Authenticate", "Token")
+		staffError(w, http.StatusUnauthorized, staffDetailAnonymous)
+		return capgate.Caller{}, false
+	case !caller.Staff:
+		staffError(w, http.StatusForbidden, staffDetailForbidden)
+		return capgate.Caller{}, false
+	}
+	return caller, true
 }
 
 // staffMeta is a version's row data; all null when there is no row.

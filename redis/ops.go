@@ -118,11 +118,19 @@ func (s *Store) Count(ctx context.Context, keys []string, counts []int) error {
 	if len(counts) < len(keys) {
 		return fmt.Errorf("%s: %d keys, room for %d counts", op, len(keys), len(counts))
 	}
-	keys = slices.Clone(keys)
+	return s.countBatched(ctx, op, countScript, keys, counts)
+}
+
+// countBatched runs script (one count per key) over keys in runs of
+// countBatch keys, one after another within one operation deadline, so
+// Redis is never held long by one call, and fills counts. args follow the
+// keys of every run.
+func (s *Store) countBatched(ctx context.Context, op string, script *goredis.Script, keys []string, counts []int, args ...any) error {
+	keys = slices.Clone(keys) // the command may outlive the call
 	res, err := run(ctx, s, op, func(ctx context.Context) ([]int64, error) {
 		res := make([]int64, 0, len(keys))
 		for lo := 0; lo < len(keys); lo += countBatch {
-			part, err := countScript.Run(ctx, s.client, keys[lo:min(lo+countBatch, len(keys))]).Int64Slice()
+			part, err := script.Run(ctx, s.client, keys[lo:min(lo+countBatch, len(keys))], args...).Int64Slice()
 			if err != nil {
 				return nil, err
 			}

@@ -156,26 +156,5 @@ func (s *Store) Waiting(ctx context.Context, prefix string, keys []string, count
 	if len(keys) == 0 {
 		return nil
 	}
-	keys = slices.Clone(keys)
-	res, err := run(ctx, s, op, func(ctx context.Context) ([]int64, error) {
-		res := make([]int64, 0, len(keys))
-		for lo := 0; lo < len(keys); lo += countBatch {
-			part, err := waitingScript.Run(ctx, s.client, keys[lo:min(lo+countBatch, len(keys))], prefix).Int64Slice()
-			if err != nil {
-				return nil, err
-			}
-			res = append(res, part...)
-		}
-		return res, nil
-	})
-	if err != nil {
-		return err
-	}
-	if len(res) != len(keys) {
-		return fmt.Errorf("%s: the script returned %d values for %d keys", op, len(res), len(keys))
-	}
-	for i, n := range res {
-		counts[i] = int(n)
-	}
-	return nil
+	return s.countBatched(ctx, op, waitingScript, keys, counts, prefix)
 }
