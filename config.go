@@ -1,16 +1,15 @@
 package capgate
 
 import (
-	"bytes"
 	"encoding/json"
 	"errors"
 	"fmt"
-	"io"
-	"math"
 	"slices"
 	"sort"
 	"strconv"
 	"strings"
+
+	"github.com/capgate/capgate/internal/jsontree"
 )
 
 // Config is the runtime config. Its JSON form is the one stored,
@@ -147,7 +146,7 @@ func tierSettings(limits func(c *Config) *TierLimits) []setting {
 	}
 }
 
-// schema lists the settings in the order Validate reports them.
+// schema lists the settings in the order validate reports them.
 var schema = []setting{
 	{key: "mode", oneOf: []string{"off", "shadow", "enforce"},
 		text: func(c *Config) *string { return (*string)(&c.Mode) }},
@@ -178,8 +177,9 @@ var schema = []setting{
 	}},
 }
 
-// Doc returns c as a JSON object tree (numbers as json.Number), the form
-// that Merge, Diff and Validate work on.
+// Doc returns c as a JSON object tree (numbers as json.Number): the form
+// of a stored version and of ConfigVersion.Config, which a Change is
+// merged onto.
 func (c Config) Doc() map[string]any {
 	return docOf(&c, schema)
 }
@@ -199,55 +199,13 @@ func docOf(c *Config, settings []setting) map[string]any {
 	return doc
 }
 
-// ParseDoc decodes one JSON value keeping numbers as json.Number, so
-// validation can tell 3 from 3.0 and 1e2. It fails on invalid JSON and on
-// anything after the value but white space.
-func ParseDoc(b []byte) (any, error) {
-	dec := json.NewDecoder(bytes.NewReader(b))
-	dec.UseNumber()
-	var v any
-	if err := dec.Decode(&v); err != nil {
-		return nil, fmt.Errorf("parse config: %w", err)
-	}
-	if _, err := dec.Token(); err != io.EOF {
-		return nil, errors.New("parse config: data after the JSON value")
-	}
-	return v, nil
-}
-
-// ParseObject is ParseDoc for a stored JSON object: JSON null gives nil,
-// anything but an object is an error.
-func ParseObject(b []byte) (map[string]any, error) {
-	v, err := ParseDoc(b)
-	if err != nil || v == nil {
-		return nil, err
-	}
-	m, ok := v.(map[string]any)
-	if !ok {
-		return nil, errors.New("parse config: not a JSON object")
-	}
-	return m, nil
-}
-
-// EncodeDoc returns a config document as compact JSON, as the config
-// stores keep it (no HTML escaping, no trailing newline).
-func EncodeDoc(doc map[string]any) (string, error) {
-	var buf bytes.Buffer
-	enc := json.NewEncoder(&buf)
-	enc.SetEscapeHTML(false)
-	if err := enc.Encode(doc); err != nil {
-		return "", fmt.Errorf("encode config: %w", err)
-	}
-	return strings.TrimSuffix(buf.String(), "\n"), nil
-}
-
-// Validate checks a config document and returns every problem
-// found, as messages; none means the document is a valid config. Problems
+// validate checks a config document and returns every problem found, as
+// messages; none means the document is a valid config. Problems
 // with known settings come first, in schema order, then unknown settings,
 // sorted. The cross-field checks (reserve_single_row, lease_seconds,
 // renew_seconds, max_hold_seconds, retry_after, wait) run only when the shape is
 // clean.
-func Validate(doc any) []string {
+func validate(doc any) []string {
 	top, ok := doc.(map[string]any)
 	if !ok {
 		return []string{"config must be an object."}
@@ -285,7 +243,7 @@ func checkShape(obj map[string]any, settings []setting, prefix string, errs, unk
 				*errs = append(*errs, fmt.Sprintf("%q must be one of %s.", path, strings.Join(s.oneOf, ", ")))
 			}
 		default:
-			if n, isInt := wholeNumber(v); !isInt || n < 0 || n > MaxNumber {
+			if n, isInt := jsontree.WholeNumber(v); !isInt || n < 0 || n > MaxNumber {
 				*errs = append(*errs, fmt.Sprintf("%q must be a whole number from 0 to %d.", path, MaxNumber))
 			}
 		}
@@ -334,65 +292,16 @@ func fill(c *Config, obj map[string]any, settings []setting) {
 		case s.text != nil:
 			*s.text(c) = obj[s.key].(string)
 		default:
-			n, _ := wholeNumber(obj[s.key])
+			n, _ := jsontree.WholeNumber(obj[s.key])
 			*s.num(c) = int(n)
 		}
 	}
 }
 
-// wholeNumber returns v as an integer when v is a JSON integer (a
-// json.Number written without fraction or exponent) or a Go integer.
-// Booleans, strings, floats and integers beyond int64 are not.
-func wholeNumber(v any) (int64, bool) {
-	switch n := v.(type) {
-	case json.Number:
-		if !isIntText(string(n)) {
-			return 0, false
-		}
-		i, err := strconv.ParseInt(string(n), 10, 64)
-		return i, err == nil
-	case int:
-		return int64(n), true
-	case int8:
-		return int64(n), true
-	case int16:
-		return int64(n), true
-	case int32:
-		return int64(n), true
-	case int64:
-		return n, true
-	case uint8:
-		return int64(n), true
-	case uint16:
-		return int64(n), true
-	case uint32:
-		return int64(n), true
-	case uint:
-		return int64(n), n <= math.MaxInt64
-	case uint64:
-		return int64(n), n <= math.MaxInt64
-	}
-	return 0, false
-}
-
-// isIntText reports whether s matches -?(0|[1-9][0-9]*): a JSON integer.
-func isIntText(s string) bool {
-	s = strings.TrimPrefix(s, "-")
-	if s == "" || (s[0] == '0' && len(s) > 1) {
-		return false
-	}
-	for i := 0; i < len(s); i++ {
-		if s[i] < '0' || s[i] > '9' {
-			return false
-		}
-	}
-	return true
-}
-
-// ConfigFromDoc validates doc and converts it to a Config. When doc is
-// invalid it returns the zero Config and Validate's messages.
-func ConfigFromDoc(doc any) (Config, []string) {
-	if errs := Validate(doc); len(errs) > 0 {
+// configFromDoc validates doc and converts it to a Config. When doc is
+// invalid it returns the zero Config and validate's messages.
+func configFromDoc(doc any) (Config, []string) {
+	if errs := validate(doc); len(errs) > 0 {
 		return Config{}, errs
 	}
 	var c Config
@@ -400,21 +309,23 @@ func ConfigFromDoc(doc any) (Config, []string) {
 	return c, nil
 }
 
-// ErrInvalidConfig is wrapped by Resolve's error when a stored config is
-// invalid.
+// ErrInvalidConfig is matched (errors.Is) by the error of a change or a
+// stored config that is invalid: a *ValidationError from Config.Apply and
+// ConfigService.Save, and the error ConfigService logs for an invalid
+// stored version.
 var ErrInvalidConfig = errors.New("capacity config is invalid")
 
-// Resolve reads a stored config: defaults overlaid with the keys stored
-// that are still known (Merge with knownOnly), so retired keys are ignored
-// and new ones take their defaults. A nil stored gives the defaults. An
+// resolveStored reads a stored config: defaults overlaid with the keys
+// stored that are still known (jsontree.Merge with knownOnly), so retired
+// keys are ignored and new ones take their defaults. A nil stored gives the defaults. An
 // invalid result returns the defaults and an error wrapping
 // ErrInvalidConfig, "capacity config is invalid (<messages>); using the
 // defaults", which the caller logs.
-func Resolve(stored map[string]any, defaults Config) (Config, error) {
+func resolveStored(stored map[string]any, defaults Config) (Config, error) {
 	if stored == nil {
 		return defaults, nil
 	}
-	c, errs := ConfigFromDoc(Merge(defaults.Doc(), stored, true))
+	c, errs := configFromDoc(jsontree.Merge(defaults.Doc(), stored, true))
 	if len(errs) > 0 {
 		return defaults, fmt.Errorf("%w (%s); using the defaults", ErrInvalidConfig, strings.Join(errs, " "))
 	}

@@ -12,15 +12,13 @@ import (
 )
 
 // doc parses a JSON literal for a test, failing it on bad JSON.
-func doc(tb testing.TB, s string) map[string]any {
+func doc(tb testing.TB, s string) capgate.Change {
 	tb.Helper()
-	v, err := capgate.ParseDoc([]byte(s))
-	if err != nil {
-		tb.Fatalf("ParseDoc(%s): %v", s, err)
-	}
-	m, ok := v.(map[string]any)
-	if !ok {
-		tb.Fatalf("ParseDoc(%s) = %T, want an object", s, v)
+	var m capgate.Change
+	dec := json.NewDecoder(strings.NewReader(s))
+	dec.UseNumber()
+	if err := dec.Decode(&m); err != nil {
+		tb.Fatalf("decode %s: %v", s, err)
 	}
 	return m
 }
@@ -49,8 +47,8 @@ func TestDefaultConfig(t *testing.T) {
 	if got != want {
 		t.Fatalf("DefaultConfig = %+v, want %+v", got, want)
 	}
-	if errs := capgate.Validate(got.Doc()); len(errs) != 0 {
-		t.Fatalf("Validate(defaults) = %q, want none", errs)
+	if _, _, err := got.Apply(nil); err != nil {
+		t.Fatalf("the defaults are invalid: %v", err)
 	}
 	if got.BulkLimit() != 3 {
 		t.Fatalf("BulkLimit = %d, want 3", got.BulkLimit())
@@ -67,9 +65,57 @@ func TestDefaultConfigMode(t *testing.T) {
 	}
 }
 
-// TestValidateRejects merges one bad change onto the defaults, as a PATCH
+// applyProblems applies change to c and returns the messages of the
+// *ValidationError it fails with; none when it succeeds.
+func applyProblems(c capgate.Config, change capgate.Change) []string {
+	_, _, err := c.Apply(change)
+	if err == nil {
+		return nil
+	}
+	verr, ok := errors.AsType[*capgate.ValidationError](err)
+	if !ok {
+		return []string{fmt.Sprintf("not a *ValidationError: %v", err)}
+	}
+	return verr.Messages
+}
+
+func TestApply(t *testing.T) {
+	base := capgate.DefaultConfig(capgate.ModeShadow)
+	change := doc(t, `{"tiers":{"preview":1},"mode":"off","es2_knn":3}`)
+	changeText := jsonText(t, change)
+	got, changes, err := base.Apply(change)
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := base
+	want.Mode, want.Tiers.Preview = capgate.ModeOff, 1
+	if got != want {
+		t.Errorf("Apply = %+v; want %+v", got, want)
+	}
+	if g, w := jsonText(t, changes), `{"mode":["shadow","off"],"tiers.preview":[2,1]}`; g != w {
+		t.Errorf("Apply changes = %s; want %s", g, w)
+	}
+	if jsonText(t, change) != changeText || base != capgate.DefaultConfig(capgate.ModeShadow) {
+		t.Errorf("Apply modified its inputs: change %s", jsonText(t, change))
+	}
+	if same, changes, err := got.Apply(change); err != nil || same != got || changes == nil || len(changes) != 0 {
+		t.Errorf("Apply again = %+v, %v, %v; want the same config and empty, non-nil changes", same, changes, err)
+	}
+
+	bad, changes, err := base.Apply(capgate.Change{"es2_knn": -1, "bogus": 1})
+	verr, ok := errors.AsType[*capgate.ValidationError](err)
+	if !ok || !errors.Is(err, capgate.ErrInvalidConfig) || bad != (capgate.Config{}) || changes != nil {
+		t.Fatalf("Apply(invalid) = %+v, %v, %v; want the zero Config, nil changes and a *ValidationError", bad, changes, err)
+	}
+	wantMsgs := []string{`"es2_knn" must be a whole number from 0 to 100000.`, `Unknown setting "bogus".`}
+	if !slices.Equal(verr.Messages, wantMsgs) || err.Error() != strings.Join(wantMsgs, " ") {
+		t.Errorf("Apply(invalid) error = %q; want %q", verr.Messages, wantMsgs)
+	}
+}
+
+// TestApplyRejects applies one bad change to the defaults, as a PATCH
 // does, and checks the exact messages.
-func TestValidateRejects(t *testing.T) {
+func TestApplyRejects(t *testing.T) {
 	const (
 		whole = `"es2_knn" must be a whole number from 0 to 100000.`
 		renew = `"renew_seconds" must be at least 1 and at most a third of "lease_seconds".`
@@ -125,18 +171,18 @@ func TestValidateRejects(t *testing.T) {
 			`"lease_seconds" must be at least 15.`, renew,
 		}},
 	}
-	defaults := capgate.DefaultConfig(capgate.ModeShadow).Doc()
+	defaults := capgate.DefaultConfig(capgate.ModeShadow)
 	for _, tt := range tests {
-		got := capgate.Validate(capgate.Merge(defaults, doc(t, tt.change), false))
+		got := applyProblems(defaults, doc(t, tt.change))
 		if !slices.Equal(got, tt.want) {
-			t.Errorf("Validate(defaults + %s)\n got %q\nwant %q", tt.change, got, tt.want)
+			t.Errorf("Apply(%s)\n got %q\nwant %q", tt.change, got, tt.want)
 		}
 	}
 }
 
-func TestValidateAccepts(t *testing.T) {
-	defaults := capgate.DefaultConfig(capgate.ModeShadow).Doc()
-	for _, change := range []map[string]any{
+func TestApplyAccepts(t *testing.T) {
+	defaults := capgate.DefaultConfig(capgate.ModeShadow)
+	for _, change := range []capgate.Change{
 		{"es2_knn": json.Number("0")},
 		{"es2_knn": json.Number("-0")},
 		{"es2_knn": json.Number("100000")},
@@ -149,219 +195,16 @@ func TestValidateAccepts(t *testing.T) {
 		{"retry_after": map[string]any{"policy": "fixed"}},
 		{"mode": "enforce", "enforce_for": "all"},
 	} {
-		if errs := capgate.Validate(capgate.Merge(defaults, change, false)); len(errs) != 0 {
-			t.Errorf("Validate(defaults + %v) = %q, want none", change, errs)
+		if _, _, err := defaults.Apply(change); err != nil {
+			t.Errorf("Apply(%v) = %v, want no error", change, err)
 		}
 	}
 	// Values a Go caller may build that JSON text can't hold.
 	for _, v := range []any{7.0, json.Number("03"), json.Number("-"), json.Number(""), json.Number("3.0"),
 		json.Number("+3"), uint64(1 << 63), int64(-1), "7"} {
-		errs := capgate.Validate(capgate.Merge(defaults, map[string]any{"es2_knn": v}, false))
+		errs := applyProblems(defaults, capgate.Change{"es2_knn": v})
 		if !slices.Equal(errs, []string{`"es2_knn" must be a whole number from 0 to 100000.`}) {
-			t.Errorf("Validate with es2_knn %#v = %q, want the whole-number error", v, errs)
+			t.Errorf("Apply with es2_knn %#v = %q, want the whole-number error", v, errs)
 		}
 	}
-}
-
-func TestValidateMissing(t *testing.T) {
-	got := capgate.Validate(map[string]any{})
-	want := []string{
-		`"mode" is required.`, `"enforce_for" is required.`, `"api_heavy" is required.`,
-		`"es2_knn" is required.`, `"reserve_single_row" is required.`, `"tiers" is required.`,
-		`"per_user" is required.`, `"lease_seconds" is required.`, `"renew_seconds" is required.`,
-		`"max_hold_seconds" is required.`, `"retry_after" is required.`, `"wait" is required.`,
-	}
-	if !slices.Equal(got, want) {
-		t.Fatalf("Validate({})\n got %q\nwant %q", got, want)
-	}
-	d := capgate.DefaultConfig(capgate.ModeShadow).Doc()
-	d["tiers"] = map[string]any{"staff": 1}
-	got = capgate.Validate(d)
-	want = []string{`"tiers.core" is required.`, `"tiers.early_access" is required.`, `"tiers.preview" is required.`}
-	if !slices.Equal(got, want) {
-		t.Fatalf("Validate(partial tiers)\n got %q\nwant %q", got, want)
-	}
-}
-
-func TestValidateNotAnObject(t *testing.T) {
-	for _, s := range []string{`[1]`, `"x"`, `3`, `null`, `true`} {
-		v, err := capgate.ParseDoc([]byte(s))
-		if err != nil {
-			t.Fatalf("ParseDoc(%s): %v", s, err)
-		}
-		if got := capgate.Validate(v); !slices.Equal(got, []string{"config must be an object."}) {
-			t.Errorf("Validate(%s) = %q", s, got)
-		}
-	}
-}
-
-func TestParseDoc(t *testing.T) {
-	v, err := capgate.ParseDoc([]byte(` {"a": 3, "b": [1.5]} `))
-	if err != nil {
-		t.Fatal(err)
-	}
-	if n, ok := v.(map[string]any)["a"].(json.Number); !ok || n != "3" {
-		t.Errorf(`ParseDoc: "a" = %#v, want json.Number("3")`, v.(map[string]any)["a"])
-	}
-	for _, bad := range []string{``, `{`, `{} {}`, `{}]`, `1 2`, `{"a":1}x`} {
-		if v, err := capgate.ParseDoc([]byte(bad)); err == nil {
-			t.Errorf("ParseDoc(%q) = %v, want an error", bad, v)
-		}
-	}
-}
-
-func TestConfigDocRoundTrip(t *testing.T) {
-	want := capgate.DefaultConfig(capgate.ModeEnforce)
-	want.Tiers.Preview = 0
-	want.RetryAfter.Max = 12
-	d := want.Doc()
-	if n, ok := d["es2_knn"].(json.Number); !ok || n != "3" {
-		t.Fatalf(`Doc()["es2_knn"] = %#v, want json.Number("3")`, d["es2_knn"])
-	}
-	parsed, err := capgate.ParseDoc([]byte(jsonText(t, d)))
-	if err != nil {
-		t.Fatal(err)
-	}
-	got, errs := capgate.ConfigFromDoc(parsed)
-	if len(errs) != 0 || got != want {
-		t.Fatalf("ConfigFromDoc(Doc()) = %+v, %q; want %+v", got, errs, want)
-	}
-	if got, errs := capgate.ConfigFromDoc(map[string]any{"mode": "off"}); len(errs) == 0 || got != (capgate.Config{}) {
-		t.Fatalf("ConfigFromDoc(invalid) = %+v, %q; want the zero Config and errors", got, errs)
-	}
-}
-
-func TestResolve(t *testing.T) {
-	defaults := capgate.DefaultConfig(capgate.ModeShadow)
-	if got, err := capgate.Resolve(nil, defaults); err != nil || got != defaults {
-		t.Errorf("Resolve(nil) = %+v, %v; want the defaults", got, err)
-	}
-	stored := doc(t, `{"retired_setting":1,"es2_knn":5,"tiers":{"preview":1,"gold":9}}`)
-	storedText := jsonText(t, stored)
-	want := defaults
-	want.ES2KNN, want.Tiers.Preview = 5, 1
-	if got, err := capgate.Resolve(stored, defaults); err != nil || got != want {
-		t.Errorf("Resolve(%s) = %+v, %v; want %+v", storedText, got, err, want)
-	}
-	if jsonText(t, stored) != storedText {
-		t.Errorf("Resolve modified stored: %s", jsonText(t, stored))
-	}
-
-	// A row stored before retry_after had a policy gets the default one.
-	old := doc(t, `{"retry_after":{"base":2,"max":20,"paused":60}}`)
-	if got, err := capgate.Resolve(old, defaults); err != nil || got.RetryAfter != (capgate.RetryAfter{Policy: "adaptive", Base: 2, Max: 20, Paused: 60}) {
-		t.Errorf("Resolve(a row without retry_after.policy) = %+v, %v; want the adaptive policy", got.RetryAfter, err)
-	}
-
-	got, err := capgate.Resolve(doc(t, `{"es2_knn":-1,"lease_seconds":10}`), defaults)
-	if got != defaults || !errors.Is(err, capgate.ErrInvalidConfig) {
-		t.Fatalf("Resolve(invalid) = %+v, %v; want the defaults and ErrInvalidConfig", got, err)
-	}
-	wantErr := `capacity config is invalid ("es2_knn" must be a whole number from 0 to 100000.); using the defaults`
-	if err.Error() != wantErr {
-		t.Errorf("Resolve(invalid) error\n got %s\nwant %s", err, wantErr)
-	}
-}
-
-// configProblems checks a Config against the validation rules on its own, apart from
-// Validate, so FuzzValidate can catch Validate letting a bad config by.
-func configProblems(c capgate.Config) []string {
-	var p []string
-	numbers := map[string]int{
-		"cluster": c.APIHeavy.Cluster, "per_task": c.APIHeavy.PerTask, "es2_knn": c.ES2KNN,
-		"reserve": c.ReserveSingleRow, "lease": c.LeaseSeconds, "renew": c.RenewSeconds,
-		"max_hold": c.MaxHoldSeconds, "base": c.RetryAfter.Base, "max": c.RetryAfter.Max,
-		"paused": c.RetryAfter.Paused, "wait.max_seconds": c.Wait.MaxSeconds,
-		"wait.max_waiting": c.Wait.MaxWaiting, "wait.max_waiting_per_user": c.Wait.MaxWaitingPerUser,
-	}
-	for _, tier := range capgate.AllTiers() {
-		numbers["tiers."+string(tier)] = c.Tiers.Of(tier)
-		numbers["per_user."+string(tier)] = c.PerUser.Of(tier)
-	}
-	for name, n := range numbers {
-		if n < 0 || n > 100000 {
-			p = append(p, fmt.Sprintf("%s = %d", name, n))
-		}
-	}
-	if c.ReserveSingleRow > c.APIHeavy.Cluster {
-		p = append(p, "reserve > cluster")
-	}
-	if c.LeaseSeconds < 15 {
-		p = append(p, "lease < 15")
-	}
-	if c.RenewSeconds < 1 || 3*c.RenewSeconds > c.LeaseSeconds {
-		p = append(p, "renew outside 1..lease/3")
-	}
-	if c.MaxHoldSeconds < c.LeaseSeconds {
-		p = append(p, "max_hold < lease")
-	}
-	if c.RetryAfter.Base < 1 || c.RetryAfter.Paused < 1 || c.RetryAfter.Max < c.RetryAfter.Base {
-		p = append(p, "bad retry_after")
-	}
-	if c.Wait.MaxSeconds > 300 || c.Wait.MaxWaitingPerUser > c.Wait.MaxWaiting {
-		p = append(p, "bad wait")
-	}
-	if c.Mode != "off" && c.Mode != "shadow" && c.Mode != "enforce" {
-		p = append(p, "bad mode")
-	}
-	if c.EnforceFor != "aware" && c.EnforceFor != "all" {
-		p = append(p, "bad enforce_for")
-	}
-	return p
-}
-
-// badNumbers returns the paths of a doc's leaves, other than mode and
-// enforce_for, that are not JSON integers.
-func badNumbers(v any, path string) []string {
-	if m, ok := v.(map[string]any); ok {
-		var bad []string
-		for k, x := range m {
-			if path == "" && (k == "mode" || k == "enforce_for") || path == ".retry_after" && k == "policy" {
-				continue
-			}
-			bad = append(bad, badNumbers(x, path+"."+k)...)
-		}
-		return bad
-	}
-	if n, ok := v.(json.Number); !ok || strings.ContainsAny(string(n), ".eE") {
-		return []string{path}
-	}
-	return nil
-}
-
-func FuzzValidate(f *testing.F) {
-	f.Add([]byte(jsonText(f, capgate.DefaultConfig(capgate.ModeShadow).Doc())))
-	f.Add([]byte(`{}`))
-	f.Add([]byte(`[1]`))
-	f.Add([]byte(`{"mode":"enforce","enforce_for":"all","api_heavy":{"cluster":1,"per_task":0},"es2_knn":0,` +
-		`"reserve_single_row":1,"tiers":{"staff":0,"core":0,"early_access":0,"preview":0},` +
-		`"per_user":{"staff":0,"core":0,"early_access":0,"preview":0},"lease_seconds":15,` +
-		`"renew_seconds":5,"max_hold_seconds":15,"retry_after":{"base":1,"max":1,"paused":1}}`))
-	f.Add([]byte(`{"es2_knn":3.0,"tiers":{"gold":1e2},"mode":true}`))
-	f.Fuzz(func(t *testing.T, b []byte) {
-		doc, err := capgate.ParseDoc(b)
-		if err != nil {
-			return
-		}
-		errs := capgate.Validate(doc)
-		if again := capgate.Validate(doc); !slices.Equal(errs, again) {
-			t.Fatalf("Validate is not deterministic: %q then %q", errs, again)
-		}
-		c, fromErrs := capgate.ConfigFromDoc(doc)
-		if !slices.Equal(errs, fromErrs) {
-			t.Fatalf("ConfigFromDoc errors %q, Validate %q", fromErrs, errs)
-		}
-		if len(errs) > 0 {
-			return
-		}
-		if p := configProblems(c); len(p) > 0 {
-			t.Fatalf("Validate accepted %s, but the config has problems: %q", b, p)
-		}
-		if bad := badNumbers(doc, ""); len(bad) > 0 {
-			t.Fatalf("Validate accepted %s with non-integer numbers at %q", b, bad)
-		}
-		if d := capgate.Diff(doc, c.Doc()); len(d) > 0 {
-			t.Fatalf("Doc() of the accepted config differs from its source: %v", d)
-		}
-	})
 }

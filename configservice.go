@@ -80,9 +80,9 @@ type SaveResult struct {
 	Version *ConfigVersion
 	// Config is the config in force after the save.
 	Config Config
-	// Changes is {"dotted.path": [old, new]}; empty (never nil) when
-	// nothing changed.
-	Changes map[string][2]any
+	// Changes is what the save changed, against the config in force
+	// before it; empty (never nil) when nothing changed.
+	Changes Changes
 }
 
 func (s *ConfigService) now() time.Time {
@@ -232,7 +232,7 @@ func (s *ConfigService) resolve(v *ConfigVersion) Config {
 	if v == nil {
 		return s.Defaults()
 	}
-	c, err := Resolve(v.Config, s.Defaults())
+	c, err := resolveStored(v.Config, s.Defaults())
 	if err != nil {
 		s.logger().Error(fmt.Sprintf("Capacity config version %d is invalid; using the defaults", v.ID),
 			slog.Int64("version", v.ID), slog.Any("error", err))
@@ -278,39 +278,56 @@ func (s *ConfigService) History(ctx context.Context, limit int) ([]ConfigVersion
 	return vs, nil
 }
 
-// Save changes the config. The change is merged onto a fresh read of the
-// config in force (replace false: PATCH, set) or onto the defaults
-// (replace true: PUT, reset), under the store's writers' lock, so
-// concurrent saves never lose a change. Unknown keys are kept, so
-// validation reports them. A row is appended only if something changed;
-// then the change applies in this process at once, and one
-// ocl_capacity_config line goes to the Sink (a failing Sink logs a WARNING
-// and never fails the save).
+// ConfigChange is one change for ConfigService.Save: what to change and
+// the version's record of who made it. The zero value changes nothing.
+type ConfigChange struct {
+	// Set holds the settings to change. Nil or empty changes nothing,
+	// unless Replace.
+	Set Change
+	// Replace merges Set onto the defaults instead of the config in force:
+	// the staff API's PUT and the CLI's reset. Default (false): onto the
+	// config in force, the staff API's PATCH and the CLI's set.
+	Replace bool
+	// By is who made the change (created_by). Default (""): unknown.
+	By string
+	// Source is where the change came from: SourceAPI or SourceCommand.
+	// Default (""): none recorded.
+	Source string
+	// Note is free text kept with the version. Default (""): none.
+	Note string
+}
+
+// Save changes the config. The change is applied (Config.Apply) to a
+// fresh read of the config in force, or to the defaults with Replace,
+// under the store's writers' lock, so concurrent saves never lose a
+// change. Unknown keys are kept, so validation reports them. A row is
+// appended only if something changed; then the change applies in this
+// process at once, and one ocl_capacity_config line goes to the Sink (a
+// failing Sink logs a WARNING and never fails the save).
 //
 // An invalid result returns a *ValidationError and appends nothing. Other
 // errors are the store's.
-func (s *ConfigService) Save(ctx context.Context, change map[string]any, replace bool, by, source, note string) (SaveResult, error) {
+func (s *ConfigService) Save(ctx context.Context, change ConfigChange) (SaveResult, error) {
 	var res SaveResult
 	appended, err := s.Store.Update(ctx, func(latest *ConfigVersion) (*ConfigVersion, error) {
-		current := s.resolve(latest).Doc()
+		current := s.resolve(latest)
 		base := current
-		if replace {
-			base = s.Defaults().Doc()
+		if change.Replace {
+			base = s.Defaults()
 		}
-		merged := Merge(base, change, false)
-		if msgs := Validate(merged); len(msgs) > 0 {
-			return nil, &ValidationError{Messages: msgs}
+		next, changes, err := base.Apply(change.Set)
+		if err != nil {
+			return nil, err
 		}
-		next, msgs := ConfigFromDoc(merged)
-		if len(msgs) > 0 {
-			return nil, &ValidationError{Messages: msgs}
+		if change.Replace {
+			changes = current.changesTo(next)
 		}
-		doc := next.Doc()
-		res = SaveResult{Version: latest, Config: next, Changes: Diff(current, doc)}
-		if len(res.Changes) == 0 {
+		res = SaveResult{Version: latest, Config: next, Changes: changes}
+		if len(changes) == 0 {
 			return nil, nil
 		}
-		return &ConfigVersion{Config: doc, PreviousConfig: current, CreatedBy: by, Source: source, Note: note}, nil
+		return &ConfigVersion{Config: next.Doc(), PreviousConfig: current.Doc(), CreatedBy: change.By,
+			Source: change.Source, Note: change.Note}, nil
 	})
 	if err != nil {
 		var verr *ValidationError
@@ -320,7 +337,7 @@ func (s *ConfigService) Save(ctx context.Context, change map[string]any, replace
 		return SaveResult{}, fmt.Errorf("save capacity config: %w", err)
 	}
 	if res.Changes == nil {
-		res.Changes = map[string][2]any{}
+		res.Changes = Changes{}
 	}
 	s.mu.Lock()
 	s.setLocked(res.Config)
@@ -340,13 +357,13 @@ func (s *ConfigService) Save(ctx context.Context, change map[string]any, replace
 
 // configLine is the ocl_capacity_config log line; empty fields are dropped.
 type configLine struct {
-	Event     string            `json:"event"`
-	Version   int64             `json:"version"`
-	ChangedBy string            `json:"changed_by,omitempty"`
-	Source    string            `json:"source,omitempty"`
-	Note      string            `json:"note,omitempty"`
-	Changes   map[string][2]any `json:"changes,omitempty"`
-	Mode      Mode              `json:"mode,omitempty"`
+	Event     string  `json:"event"`
+	Version   int64   `json:"version"`
+	ChangedBy string  `json:"changed_by,omitempty"`
+	Source    string  `json:"source,omitempty"`
+	Note      string  `json:"note,omitempty"`
+	Changes   Changes `json:"changes,omitempty"`
+	Mode      Mode    `json:"mode,omitempty"`
 }
 
 // emit writes the change's log line; a failure only logs a WARNING.

@@ -2,8 +2,9 @@ package capgate
 
 import (
 	"context"
-	"strings"
 	"time"
+
+	"github.com/capgate/capgate/internal/jsontree"
 )
 
 // The sources of a config version.
@@ -24,18 +25,19 @@ type ConfigVersion struct {
 	Note           string         // free text; "" for none
 }
 
-// Changes returns the version's diff, {"dotted.path": [old, new]}.
-func (v *ConfigVersion) Changes() map[string][2]any {
+// Changes returns what the version changed: its Config against its
+// PreviousConfig (all of Config when that is unknown).
+func (v *ConfigVersion) Changes() Changes {
 	var prev any
 	if v.PreviousConfig != nil {
 		prev = v.PreviousConfig
 	}
-	return Diff(prev, v.Config)
+	return Changes(jsontree.Diff(prev, v.Config))
 }
 
 // ConfigStore keeps the config history, append-only. Implementations
-// (sqlite, postgres) decode stored JSON with ParseDoc, so numbers come back
-// as json.Number. Every method is safe for concurrent use, also by several
+// (sqlite, postgres) decode stored JSON keeping numbers exact, as
+// json.Number. Every method is safe for concurrent use, also by several
 // processes sharing one database. Any error but the one fn returns from
 // Update is a store failure.
 type ConfigStore interface {
@@ -71,16 +73,3 @@ type ConfigStore interface {
 	// Close releases the store's connections. It returns the first error.
 	Close() error
 }
-
-// ValidationError is a change that would make an invalid config. Messages
-// holds every problem found, with the original implementation's texts. It matches
-// ErrInvalidConfig with errors.Is.
-type ValidationError struct {
-	Messages []string
-}
-
-// Error returns the messages joined by spaces.
-func (e *ValidationError) Error() string { return strings.Join(e.Messages, " ") }
-
-// Is reports whether target is ErrInvalidConfig.
-func (e *ValidationError) Is(target error) bool { return target == ErrInvalidConfig }

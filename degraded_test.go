@@ -41,7 +41,7 @@ func (e *faultEnv) failAcquires(err error) {
 }
 
 func enforce(e *faultEnv, fn func(c *capgate.Config)) {
-	e.cfg.Update(func(c *capgate.Config) {
+	e.cfg.Edit(func(c *capgate.Config) {
 		c.Mode, c.EnforceFor = capgate.ModeEnforce, capgate.EnforceAll
 		if fn != nil {
 			fn(c)

@@ -5,9 +5,9 @@ import (
 	"sync"
 )
 
-// FixedConfig is a ConfigSource that holds one config, replaced with Set:
-// for library users without a config store, tests and demos. Safe for
-// concurrent use.
+// FixedConfig is a ConfigSource that holds one config, replaced with Set
+// or changed in place with Edit: for library users without a config
+// store, tests and demos. Safe for concurrent use.
 type FixedConfig struct {
 	mu sync.RWMutex
 	c  Config // requires mu held
@@ -30,8 +30,9 @@ func (f *FixedConfig) Set(c Config) {
 	f.mu.Unlock()
 }
 
-// Update changes the config held with fn.
-func (f *FixedConfig) Update(fn func(c *Config)) {
+// Edit changes the config held with fn, which runs under the lock: a
+// read-modify-write no Config call sees half done.
+func (f *FixedConfig) Edit(fn func(c *Config)) {
 	f.mu.Lock()
 	fn(&f.c)
 	f.mu.Unlock()

@@ -114,7 +114,7 @@ func TestStoreFailureFailsOpenAndSkipsTheStore(t *testing.T) {
 
 func TestEnforceNeverRefusesOnStoreFailure(t *testing.T) {
 	e := newFaultEnv(t)
-	e.cfg.Update(func(c *capgate.Config) {
+	e.cfg.Edit(func(c *capgate.Config) {
 		c.Mode, c.EnforceFor, c.PerUser.Preview = capgate.ModeEnforce, capgate.EnforceAll, 0
 	})
 	e.store.AcquireFn = func(context.Context, capgate.AcquireRequest, []int) (bool, error) {
@@ -193,7 +193,7 @@ func TestRenewerFailingToStartStillReleases(t *testing.T) {
 
 func TestErrorAfterARefusalNeverRefuses(t *testing.T) {
 	e := newFaultEnv(t)
-	e.cfg.Update(func(c *capgate.Config) {
+	e.cfg.Edit(func(c *capgate.Config) {
 		c.Mode, c.EnforceFor, c.PerUser.Preview = capgate.ModeEnforce, capgate.EnforceAll, 0
 	})
 	capgate.SetRetryAfterHook(e.gate, func() error { return errors.New("boom") })
@@ -252,7 +252,7 @@ func TestUnavailableForAFailedLookup(t *testing.T) {
 
 func TestOffModeNeverTouchesTheStore(t *testing.T) {
 	e := newFaultEnv(t)
-	e.cfg.Update(func(c *capgate.Config) { c.Mode = capgate.ModeOff })
+	e.cfg.Edit(func(c *capgate.Config) { c.Mode = capgate.ModeOff })
 	a := e.gate.Admit(context.Background(), lanetest.Match("p", capgate.TierPreview))
 	a.Release(context.Background())
 	if a != nil || e.acquires.Load() != 0 || len(e.lines.Raw()) != 0 {
@@ -336,7 +336,7 @@ func TestRenewerStopsOnceALeaseIsLost(t *testing.T) {
 func TestRenewerStopsAfterMaxHold(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		e := newFaultEnv(t)
-		e.cfg.Update(func(c *capgate.Config) { c.MaxHoldSeconds = 60 })
+		e.cfg.Edit(func(c *capgate.Config) { c.MaxHoldSeconds = 60 })
 		ctx := context.Background()
 		a := e.gate.Admit(ctx, lanetest.Match("p", capgate.TierPreview))
 		defer a.Release(ctx)

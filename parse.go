@@ -8,6 +8,8 @@ import (
 	"strconv"
 	"strings"
 	"time"
+
+	"github.com/capgate/capgate/internal/jsontree"
 )
 
 // ParseEventMetadata decodes the X-OCL-Event-Metadata header, keeping
@@ -60,7 +62,7 @@ func stringForm(v any) (string, bool) {
 	case bool:
 		return strconv.FormatBool(t), true
 	}
-	if n, ok := numberText(v); ok {
+	if n, ok := jsontree.NumberText(v); ok {
 		return n, true
 	}
 	var buf bytes.Buffer

@@ -233,7 +233,7 @@ func TestNoWait(t *testing.T) {
 				e := newWaitEnv(t)
 				first := e.gate.Admit(t.Context(), aware)
 				defer first.Release(t.Context())
-				e.cfg.Update(tt.set)
+				e.cfg.Edit(tt.set)
 				start := time.Now()
 				a := e.gate.Admit(t.Context(), tt.call)
 				a.Release(t.Context())
@@ -252,7 +252,7 @@ func TestNoWait(t *testing.T) {
 func TestPausedLaneNeverWaits(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		e := newWaitEnv(t)
-		e.cfg.Update(func(c *capgate.Config) { c.Tiers.Preview = 0 })
+		e.cfg.Edit(func(c *capgate.Config) { c.Tiers.Preview = 0 })
 		start := time.Now()
 		a := e.gate.Admit(t.Context(), lanetest.Match("p", capgate.TierPreview))
 		a.Release(t.Context())
@@ -271,7 +271,7 @@ func TestPausedLaneNeverWaits(t *testing.T) {
 func TestWaitRoundRobinThroughTheGate(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		e := newWaitEnv(t)
-		e.cfg.Update(func(c *capgate.Config) {
+		e.cfg.Edit(func(c *capgate.Config) {
 			c.APIHeavy = capgate.APIHeavy{Cluster: 2, PerTask: 5} // bulk limit 1
 			c.PerUser.Core = 5
 		})

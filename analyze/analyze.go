@@ -15,10 +15,10 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"strings"
 	"time"
 
 	"github.com/capgate/capgate"
+	"github.com/capgate/capgate/internal/jsontree"
 )
 
 // Defaults of Options.
@@ -54,23 +54,22 @@ type Options struct {
 // config does not validate.
 var ErrInvalidWhatIf = errors.New("invalid what-if config")
 
-// WhatIfConfig merges assignments ("tiers.preview=1", the syntax of
-// `capgate capacity set`, see capgate.ParseAssignments) onto base and
-// validates the result. It returns the config and its differences from
-// base. It fails with ParseAssignments' error for malformed assignments,
-// and with an error wrapping ErrInvalidWhatIf listing Validate's messages
-// for bad values.
-func WhatIfConfig(base capgate.Config, assignments []string) (capgate.Config, map[string][2]any, error) {
-	change, err := capgate.ParseAssignments(assignments)
+// WhatIfConfig applies assignments ("tiers.preview=1", the syntax of
+// `capgate capacity set`) to base (Config.Apply). It returns the config
+// and its differences from base. It fails with the assignments' parse
+// error for malformed ones, and for bad values with an error wrapping both
+// ErrInvalidWhatIf and Apply's *capgate.ValidationError, whose messages it
+// lists.
+func WhatIfConfig(base capgate.Config, assignments []string) (capgate.Config, capgate.Changes, error) {
+	change, err := jsontree.ParseAssignments(assignments)
 	if err != nil {
 		return capgate.Config{}, nil, err
 	}
-	doc := capgate.Merge(base.Doc(), change, false)
-	cfg, errs := capgate.ConfigFromDoc(doc)
-	if len(errs) > 0 {
-		return capgate.Config{}, nil, fmt.Errorf("%w: %s", ErrInvalidWhatIf, strings.Join(errs, " "))
+	cfg, changes, err := base.Apply(change)
+	if err != nil {
+		return capgate.Config{}, nil, fmt.Errorf("%w: %w", ErrInvalidWhatIf, err)
 	}
-	return cfg, capgate.Diff(base.Doc(), cfg.Doc()), nil
+	return cfg, changes, nil
 }
 
 // Analyze reads the inputs (merged by ts when there are several, as one
@@ -135,7 +134,7 @@ func Analyze(ctx context.Context, inputs []Input, opts Options) (*Report, error)
 	c.fill(r, top)
 	sw.fill(r)
 	if w != nil {
-		r.WhatIf.Changes = capgate.Diff(base.Doc(), opts.WhatIf.Doc())
+		r.WhatIf.Changes = jsontree.Diff(base.Doc(), opts.WhatIf.Doc())
 		r.WhatIf.Config = opts.WhatIf
 		r.WhatIf.Notes = whatIfNotes(r, *opts.WhatIf)
 	}

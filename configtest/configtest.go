@@ -15,6 +15,7 @@ import (
 	"time"
 
 	"github.com/capgate/capgate"
+	"github.com/capgate/capgate/internal/jsontree"
 	"github.com/capgate/capgate/mock"
 )
 
@@ -131,13 +132,13 @@ func Service(store capgate.ConfigStore) (*capgate.ConfigService, *Clock, *mock.S
 // Doc parses a JSON object the way the stores do.
 func Doc(tb testing.TB, text string) map[string]any {
 	tb.Helper()
-	v, err := capgate.ParseDoc([]byte(text))
+	v, err := jsontree.Parse([]byte(text))
 	if err != nil {
-		tb.Fatalf("ParseDoc(%s): %v", text, err)
+		tb.Fatalf("Parse(%s): %v", text, err)
 	}
 	m, ok := v.(map[string]any)
 	if !ok {
-		tb.Fatalf("ParseDoc(%s): not an object", text)
+		tb.Fatalf("Parse(%s): not an object", text)
 	}
 	return m
 }

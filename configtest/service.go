@@ -17,7 +17,7 @@ import (
 
 func mustSave(t *testing.T, s *capgate.ConfigService, change string, replace bool, by, source, note string) capgate.SaveResult {
 	t.Helper()
-	res, err := s.Save(context.Background(), Doc(t, change), replace, by, source, note)
+	res, err := s.Save(context.Background(), capgate.ConfigChange{Set: Doc(t, change), Replace: replace, By: by, Source: source, Note: note})
 	if err != nil {
 		t.Fatalf("Save(%s): %v", change, err)
 	}
@@ -141,7 +141,7 @@ func testFailedLogLine(t *testing.T, open Opener) {
 func testSaveRejectsInvalid(t *testing.T, open Opener) {
 	store := open(t)
 	s, _, lines, _ := Service(store)
-	_, err := s.Save(context.Background(), Doc(t, `{"es2_knn":-1}`), false, "alice", "api", "")
+	_, err := s.Save(context.Background(), capgate.ConfigChange{Set: Doc(t, `{"es2_knn":-1}`), By: "alice", Source: "api"})
 	verr, ok := errors.AsType[*capgate.ValidationError](err)
 	if !ok || !slices.Contains(verr.Messages, `"es2_knn" must be a whole number from 0 to 100000.`) {
 		t.Fatalf("Save error = %v; want a *ValidationError about es2_knn", err)
@@ -163,11 +163,11 @@ func testBadInputAddsNoRow(t *testing.T, open Opener) {
 		`{"es2_knn":true}`, `{"es2_knn":3.0}`, `{"es2_knn":1e2}`, `{"per_user":{"preview":100001}}`,
 		`{"reserve_single_row":5}`, `{"renew_seconds":21}`, `{"api_heavy":null}`,
 	} {
-		_, err := s.Save(context.Background(), Doc(t, change), false, "", "api", "")
+		_, err := s.Save(context.Background(), capgate.ConfigChange{Set: Doc(t, change), Source: "api"})
 		if _, ok := errors.AsType[*capgate.ValidationError](err); !ok {
 			t.Errorf("Save(%s) error = %v; want a *ValidationError", change, err)
 		}
-		_, err = s.Save(context.Background(), Doc(t, change), true, "", "api", "")
+		_, err = s.Save(context.Background(), capgate.ConfigChange{Set: Doc(t, change), Replace: true, Source: "api"})
 		if _, ok := errors.AsType[*capgate.ValidationError](err); !ok {
 			t.Errorf("Save(%s, replace) error = %v; want a *ValidationError", change, err)
 		}
@@ -247,7 +247,7 @@ func testWithoutWait(t *testing.T, open Opener) {
 	}
 	put := capgate.DefaultConfig(capgate.ModeEnforce).Doc()
 	delete(put, "wait")
-	res, err := s.Save(ctx, put, true, "staff", "api", "")
+	res, err := s.Save(ctx, capgate.ConfigChange{Set: put, Replace: true, By: "staff", Source: "api"})
 	if err != nil {
 		t.Fatalf("PUT without wait: %v", err)
 	}
@@ -445,7 +445,7 @@ func testConcurrentPatches(t *testing.T, open Opener) {
 	for i, c := range changes {
 		change := Doc(t, c)
 		wg.Go(func() {
-			_, err := s.Save(context.Background(), change, false, fmt.Sprintf("user%d", i), "api", "")
+			_, err := s.Save(context.Background(), capgate.ConfigChange{Set: change, By: fmt.Sprintf("user%d", i), Source: "api"})
 			errs <- err
 		})
 	}

@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/capgate/capgate"
+	"github.com/capgate/capgate/internal/jsontree"
 )
 
 // StaffMaxBodyBytes is the largest request body the staff API reads (1 MiB).
@@ -220,7 +221,7 @@ func (h *StaffHandler) changeConfig(w http.ResponseWriter, r *http.Request, call
 		staffError(w, http.StatusBadRequest, "Could not read the request body.")
 		return
 	}
-	doc, err := capgate.ParseDoc(body)
+	doc, err := jsontree.Parse(body)
 	change, ok := doc.(map[string]any)
 	if err != nil || !ok {
 		staffError(w, http.StatusBadRequest, staffDetailObject)
@@ -234,7 +235,8 @@ func (h *StaffHandler) changeConfig(w http.ResponseWriter, r *http.Request, call
 		}
 		delete(change, "note")
 	}
-	res, err := h.configs.Save(r.Context(), change, r.Method == http.MethodPut, caller.UserID, capgate.SourceAPI, note)
+	res, err := h.configs.Save(r.Context(), capgate.ConfigChange{Set: change, Replace: r.Method == http.MethodPut,
+		By: caller.UserID, Source: capgate.SourceAPI, Note: note})
 	if verr, ok := errors.AsType[*capgate.ValidationError](err); ok {
 		staffJSON(w, http.StatusBadRequest, map[string][]string{"detail": verr.Messages})
 		return
@@ -245,8 +247,8 @@ func (h *StaffHandler) changeConfig(w http.ResponseWriter, r *http.Request, call
 	}
 	staffJSON(w, http.StatusOK, struct {
 		staffMeta
-		Config  capgate.Config    `json:"config"`
-		Changes map[string][2]any `json:"changes"`
+		Config  capgate.Config  `json:"config"`
+		Changes capgate.Changes `json:"changes"`
 	}{staffMetaOf(res.Version), res.Config, res.Changes})
 }
 

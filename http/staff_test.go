@@ -16,6 +16,7 @@ import (
 	"github.com/capgate/capgate"
 	"github.com/capgate/capgate/configtest"
 	capgatehttp "github.com/capgate/capgate/http"
+	"github.com/capgate/capgate/internal/jsontree"
 	"github.com/capgate/capgate/memory"
 	"github.com/capgate/capgate/sqlite"
 )
@@ -83,7 +84,7 @@ func (s *staffServer) do(t *testing.T, method, path, token, body string) (int, h
 	if ct := resp.Header.Get("Content-Type"); ct != "application/json" {
 		t.Errorf("%s %s: Content-Type %q; want application/json", method, path, ct)
 	}
-	got, err := capgate.ParseDoc(b)
+	got, err := jsontree.Parse(b)
 	if err != nil {
 		t.Fatalf("%s %s: body %q: %v", method, path, b, err)
 	}
@@ -101,9 +102,9 @@ func wantBody(t *testing.T, what string, got any, want string) {
 
 func mustDoc(t *testing.T, text string) any {
 	t.Helper()
-	v, err := capgate.ParseDoc([]byte(text))
+	v, err := jsontree.Parse([]byte(text))
 	if err != nil {
-		t.Fatalf("ParseDoc(%s): %v", text, err)
+		t.Fatalf("Parse(%s): %v", text, err)
 	}
 	return v
 }
@@ -253,7 +254,7 @@ func TestChangeConfigRejectsBadInput(t *testing.T) {
 func TestHistoryLimit(t *testing.T) {
 	s := newStaffServer(t)
 	for i := range 3 {
-		if _, err := s.configs.Save(context.Background(), map[string]any{"es2_knn": json.Number(string(rune('4' + i)))}, false, "", "api", ""); err != nil {
+		if _, err := s.configs.Save(context.Background(), capgate.ConfigChange{Set: capgate.Change{"es2_knn": json.Number(string(rune('4' + i)))}, Source: "api"}); err != nil {
 			t.Fatal(err)
 		}
 	}

@@ -60,7 +60,7 @@ func (e *Env) Key(name capgate.LaneName, id string) string {
 // Enforce switches the config to enforce for all calls, with no waiting
 // (a full lane refuses at once), and applies fn.
 func (e *Env) Enforce(fn func(c *capgate.Config)) {
-	e.Cfg.Update(func(c *capgate.Config) {
+	e.Cfg.Edit(func(c *capgate.Config) {
 		c.Mode, c.EnforceFor = capgate.ModeEnforce, capgate.EnforceAll
 		c.Wait.MaxSeconds = 0
 		if fn != nil {

@@ -237,7 +237,7 @@ func testEnforceRefuses(t *testing.T, e *Env) {
 }
 
 func testEnforceForAware(t *testing.T, e *Env) {
-	e.Cfg.Update(func(c *capgate.Config) { c.Mode = capgate.ModeEnforce })
+	e.Cfg.Edit(func(c *capgate.Config) { c.Mode = capgate.ModeEnforce })
 	e.Admit(Match("p", capgate.TierPreview))
 	unaware := e.Admit(Match("p", capgate.TierPreview))
 	wantDecision(t, unaware, capgate.DecisionShadowRefused)
@@ -254,7 +254,7 @@ func testEnforceForAware(t *testing.T, e *Env) {
 }
 
 func testOffMode(t *testing.T, e *Env) {
-	e.Cfg.Update(func(c *capgate.Config) { c.Mode = capgate.ModeOff })
+	e.Cfg.Edit(func(c *capgate.Config) { c.Mode = capgate.ModeOff })
 	a := e.Gate.Admit(context.Background(), Match("p", capgate.TierPreview))
 	if a != nil {
 		t.Fatalf("off mode admission = %v, want nil", a.Decision())
@@ -311,7 +311,7 @@ func testPausedScope(t *testing.T, e *Env) {
 }
 
 func testRetryAfterGrowth(t *testing.T, e *Env) {
-	e.Cfg.Update(func(c *capgate.Config) {
+	e.Cfg.Edit(func(c *capgate.Config) {
 		c.Tiers.Core, c.PerUser.Core = 10, 10
 		c.APIHeavy = capgate.APIHeavy{Cluster: 10, PerTask: 10}
 	})
@@ -326,7 +326,7 @@ func testRetryAfterGrowth(t *testing.T, e *Env) {
 	if want := []int{0, 5, 10, 15}; !slices.Equal(got, want) {
 		t.Fatalf("retry after of calls 9..12 = %v, want %v (0 = none)", got, want)
 	}
-	e.Cfg.Update(func(c *capgate.Config) { c.RetryAfter = capgate.RetryAfter{Base: 5, Max: 12, Paused: 120} })
+	e.Cfg.Edit(func(c *capgate.Config) { c.RetryAfter = capgate.RetryAfter{Base: 5, Max: 12, Paused: 120} })
 	if s, _ := e.Admit(Lexical("c", capgate.TierCore)).RetryAfter(); s != 12 {
 		t.Fatalf("capped retry after = %d, want 12", s)
 	}

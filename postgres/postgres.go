@@ -15,6 +15,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/capgate/capgate"
+	"github.com/capgate/capgate/internal/jsontree"
 )
 
 // The advisory lock keys.
@@ -170,11 +171,11 @@ func query(ctx context.Context, q queryer, sql string, args ...any) ([]capgate.C
 		if err := rows.Scan(&v.ID, &cfg, &prev, &by, &v.CreatedAt, &v.Source, &v.Note); err != nil {
 			return nil, err
 		}
-		if v.Config, err = capgate.ParseObject([]byte(cfg)); err != nil {
+		if v.Config, err = jsontree.ParseObject([]byte(cfg)); err != nil {
 			return nil, fmt.Errorf("version %d: config: %w", v.ID, err)
 		}
 		if prev != nil {
-			if v.PreviousConfig, err = capgate.ParseObject([]byte(*prev)); err != nil {
+			if v.PreviousConfig, err = jsontree.ParseObject([]byte(*prev)); err != nil {
 				return nil, fmt.Errorf("version %d: previous_config: %w", v.ID, err)
 			}
 		}
@@ -207,13 +208,13 @@ func (s *Store) Update(ctx context.Context, fn func(*capgate.ConfigVersion) (*ca
 			return nil
 		}
 		v := *next
-		cfg, err := capgate.EncodeDoc(v.Config)
+		cfg, err := jsontree.Encode(v.Config)
 		if err != nil {
 			return fmt.Errorf("config: %w", err)
 		}
 		var prev, by *string
 		if v.PreviousConfig != nil {
-			p, err := capgate.EncodeDoc(v.PreviousConfig)
+			p, err := jsontree.Encode(v.PreviousConfig)
 			if err != nil {
 				return fmt.Errorf("previous_config: %w", err)
 			}

@@ -66,7 +66,7 @@ func TestLockedTable(t *testing.T) {
 	s, clock, _, logs := configtest.Service(store)
 	s.ReadTimeout = 200 * time.Millisecond
 	ctx := context.Background()
-	if _, err := s.Save(ctx, configtest.Doc(t, `{"es2_knn":1,"mode":"enforce"}`), false, "", "api", ""); err != nil {
+	if _, err := s.Save(ctx, capgate.ConfigChange{Set: configtest.Doc(t, `{"es2_knn":1,"mode":"enforce"}`), Source: "api"}); err != nil {
 		t.Fatal(err)
 	}
 

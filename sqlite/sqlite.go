@@ -15,6 +15,7 @@ import (
 	_ "modernc.org/sqlite" // the "sqlite" database/sql driver
 
 	"github.com/capgate/capgate"
+	"github.com/capgate/capgate/internal/jsontree"
 )
 
 // DefaultBusyTimeout is how long a statement waits for another connection's
@@ -156,11 +157,11 @@ func query(ctx context.Context, q queryer, sqlText string, args ...any) ([]capga
 		if err := rows.Scan(&v.ID, &cfg, &prev, &by, &createdAt, &v.Source, &v.Note); err != nil {
 			return nil, err
 		}
-		if v.Config, err = capgate.ParseObject([]byte(cfg)); err != nil {
+		if v.Config, err = jsontree.ParseObject([]byte(cfg)); err != nil {
 			return nil, fmt.Errorf("version %d: config: %w", v.ID, err)
 		}
 		if prev.Valid {
-			if v.PreviousConfig, err = capgate.ParseObject([]byte(prev.String)); err != nil {
+			if v.PreviousConfig, err = jsontree.ParseObject([]byte(prev.String)); err != nil {
 				return nil, fmt.Errorf("version %d: previous_config: %w", v.ID, err)
 			}
 		}
@@ -196,13 +197,13 @@ func (s *Store) Update(ctx context.Context, fn func(*capgate.ConfigVersion) (*ca
 		return nil, err
 	}
 	v := *next
-	cfg, err := capgate.EncodeDoc(v.Config)
+	cfg, err := jsontree.Encode(v.Config)
 	if err != nil {
 		return nil, fmt.Errorf("update capacity config: config: %w", err)
 	}
 	var prev, by sql.NullString
 	if v.PreviousConfig != nil {
-		if prev.String, err = capgate.EncodeDoc(v.PreviousConfig); err != nil {
+		if prev.String, err = jsontree.Encode(v.PreviousConfig); err != nil {
 			return nil, fmt.Errorf("update capacity config: previous_config: %w", err)
 		}
 		prev.Valid = true

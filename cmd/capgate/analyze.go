@@ -11,6 +11,7 @@ import (
 
 	"github.com/capgate/capgate"
 	"github.com/capgate/capgate/analyze"
+	"github.com/capgate/capgate/internal/jsontree"
 )
 
 const analyzeUsage = `Usage: capgate analyze [flags] [FILE...]
@@ -163,8 +164,9 @@ func parseAnalyzeArgs(args []string) (analyzeArgs, error) {
 }
 
 // Run analyzes the logs named by args. Errors: an *analyzeArgError for a bad
-// command line or what-if (the messages of capgate.ParseAssignments and
-// capgate.Validate, as they are), or a wrapped I/O error.
+// command line or what-if (the messages of the assignments' parser and of
+// Config.Apply's *capgate.ValidationError, as they are), or a wrapped I/O
+// error.
 func (c *AnalyzeCommand) Run(ctx context.Context, args []string) error {
 	if err := c.run(ctx, args); err != nil {
 		return fmt.Errorf("capgate analyze: %w", err)
@@ -263,7 +265,7 @@ func readAnalyzeConfig(name string) (capgate.Config, error) {
 	if err != nil {
 		return capgate.Config{}, fmt.Errorf("read config: %w", err)
 	}
-	doc, err := capgate.ParseDoc(b)
+	doc, err := jsontree.Parse(b)
 	if err != nil {
 		return capgate.Config{}, analyzeArgErrorf("--config %s: %w", name, err)
 	}
@@ -274,9 +276,9 @@ func readAnalyzeConfig(name string) (capgate.Config, error) {
 	if inner, ok := obj["config"].(map[string]any); ok {
 		obj = inner // the output of "capgate capacity show"
 	}
-	cfg, errs := capgate.ConfigFromDoc(capgate.Merge(capgate.DefaultConfig(capgate.ModeShadow).Doc(), obj, false))
-	if len(errs) > 0 {
-		return capgate.Config{}, analyzeArgErrorf("--config %s: %s", name, strings.Join(errs, " "))
+	cfg, _, err := capgate.DefaultConfig(capgate.ModeShadow).Apply(obj)
+	if err != nil {
+		return capgate.Config{}, analyzeArgErrorf("--config %s: %w", name, err)
 	}
 	return cfg, nil
 }

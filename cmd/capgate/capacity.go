@@ -16,6 +16,7 @@ import (
 	"time"
 
 	"github.com/capgate/capgate"
+	"github.com/capgate/capgate/internal/jsontree"
 	"github.com/capgate/capgate/logsink"
 	"github.com/capgate/capgate/redis"
 )
@@ -162,13 +163,13 @@ func (c *CapacityCommand) Run(ctx context.Context, args []string) error {
 	}
 	switch name {
 	case "set":
-		change, err := capgate.ParseAssignments(rest)
+		change, err := jsontree.ParseAssignments(rest)
 		if err != nil {
 			return err
 		}
-		return c.save(ctx, a, change, false)
+		return c.save(ctx, a, capgate.ConfigChange{Set: change})
 	case "reset":
-		return c.save(ctx, a, map[string]any{}, true) // assignments are ignored
+		return c.save(ctx, a, capgate.ConfigChange{Replace: true}) // assignments are ignored
 	}
 	if len(rest) > 0 {
 		return &UsageError{Msg: fmt.Sprintf("capgate capacity %s takes no arguments, got %q\n\n%s", name, rest[0], a.usage())}
@@ -233,15 +234,16 @@ func osUser() string {
 	return "uid:" + strconv.Itoa(os.Getuid())
 }
 
-func (c *CapacityCommand) save(ctx context.Context, a *capacityAction, change map[string]any, replace bool) error {
+// save saves change, filling in who made it, the source and the note.
+func (c *CapacityCommand) save(ctx context.Context, a *capacityAction, change capgate.ConfigChange) error {
 	if a.user != "" && a.tokens != "" {
 		if err := checkUser(a.tokens, a.user); err != nil {
 			return err
 		}
 	}
-	by := a.user
-	if by == "" {
-		by = osUser() // never a null created_by
+	change.By, change.Source, change.Note = a.user, capgate.SourceCommand, a.note
+	if change.By == "" {
+		change.By = osUser() // never a null created_by
 	}
 	return c.withConfigs(ctx, a, func(svc *capgate.ConfigService) error {
 		sink := logsink.New(c.Stderr)
@@ -251,13 +253,13 @@ func (c *CapacityCommand) save(ctx context.Context, a *capacityAction, change ma
 			sink.Close(ctx)
 		}()
 		svc.Sink = sink
-		res, err := svc.Save(ctx, change, replace, by, capgate.SourceCommand, a.note)
+		res, err := svc.Save(ctx, change)
 		if err != nil {
 			return err
 		}
 		return c.print(struct {
-			Version *int64            `json:"version"`
-			Changes map[string][2]any `json:"changes"`
+			Version *int64          `json:"version"`
+			Changes capgate.Changes `json:"changes"`
 		}{versionID(res.Version), res.Changes})
 	})
 }

@@ -304,8 +304,8 @@ func TestCLIAndGatewayShareSQLite(t *testing.T) {
 	var saveErr error
 	wg.Go(func() { // staff change the config through the gateway too, now and then
 		for i := range 50 {
-			change := map[string]any{"tiers": map[string]any{"staff": json.Number(fmt.Sprint(i%5 + 1))}}
-			if _, err := configs.Save(ctx, change, false, "gw", "api", ""); err != nil && saveErr == nil {
+			change := capgate.Change{"tiers": map[string]any{"staff": json.Number(fmt.Sprint(i%5 + 1))}}
+			if _, err := configs.Save(ctx, capgate.ConfigChange{Set: change, By: "gw", Source: "api"}); err != nil && saveErr == nil {
 				saveErr = err
 			}
 			saves++

@@ -110,11 +110,14 @@ func (c *DemoCommand) Run(ctx context.Context, args []string) error {
 	// its task lane gets the cluster's limit; and the simulated calls last
 	// about a second, not the minutes a real bulk match can take, so
 	// refused calls retry sooner than the default 5 s per call ahead.
-	change := map[string]any{
-		"api_heavy":   map[string]any{"per_task": 4},
-		"retry_after": map[string]any{"base": 1, "max": 10, "paused": 30},
+	change := capgate.ConfigChange{
+		Set: capgate.Change{
+			"api_heavy":   map[string]any{"per_task": 4},
+			"retry_after": map[string]any{"base": 1, "max": 10, "paused": 30},
+		},
+		By: "demo", Source: capgate.SourceCommand, Note: "demo: one gateway, short calls",
 	}
-	if _, err := srv.Configs.Save(ctx, change, false, "demo", "command", "demo: one gateway, short calls"); err != nil {
+	if _, err := srv.Configs.Save(ctx, change); err != nil {
 		srv.Close()
 		return fmt.Errorf("demo config: %w", err)
 	}

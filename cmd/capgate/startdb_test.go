@@ -103,7 +103,7 @@ func TestServeStartsWithPostgresDownAndPicksItUp(t *testing.T) {
 	}
 	defer store.Close()
 	svc := capgate.NewConfigService(store, capgate.ModeShadow)
-	if _, err := svc.Save(context.Background(), map[string]any{"es2_knn": 2}, false, "ops", capgate.SourceCommand, ""); err != nil {
+	if _, err := svc.Save(context.Background(), capgate.ConfigChange{Set: capgate.Change{"es2_knn": 2}, By: "ops", Source: capgate.SourceCommand}); err != nil {
 		t.Fatal(err)
 	}
 	forward(t, down, ru.Host)

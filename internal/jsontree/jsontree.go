@@ -1,13 +1,64 @@
-package capgate
+// Package jsontree works on JSON documents decoded into Go values
+// (map[string]any, []any, json.Number, string, bool, nil): the config
+// documents the root package validates, the stores keep and staff change.
+// It parses and encodes them keeping numbers exact, deep-merges and diffs
+// them, and builds a change from command-line assignments. It knows
+// nothing of the config's schema.
+package jsontree
 
 import (
+	"bytes"
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
+	"math"
 	"slices"
 	"strconv"
 	"strings"
 )
+
+// Parse decodes one JSON value keeping numbers as json.Number, so
+// validation can tell 3 from 3.0 and 1e2. It fails on invalid JSON and on
+// anything after the value but white space.
+func Parse(b []byte) (any, error) {
+	dec := json.NewDecoder(bytes.NewReader(b))
+	dec.UseNumber()
+	var v any
+	if err := dec.Decode(&v); err != nil {
+		return nil, fmt.Errorf("parse config: %w", err)
+	}
+	if _, err := dec.Token(); err != io.EOF {
+		return nil, errors.New("parse config: data after the JSON value")
+	}
+	return v, nil
+}
+
+// ParseObject is Parse for a stored JSON object: JSON null gives nil,
+// anything but an object is an error.
+func ParseObject(b []byte) (map[string]any, error) {
+	v, err := Parse(b)
+	if err != nil || v == nil {
+		return nil, err
+	}
+	m, ok := v.(map[string]any)
+	if !ok {
+		return nil, errors.New("parse config: not a JSON object")
+	}
+	return m, nil
+}
+
+// Encode returns a document as compact JSON, as the config stores keep it
+// (no HTML escaping, no trailing newline).
+func Encode(doc map[string]any) (string, error) {
+	var buf bytes.Buffer
+	enc := json.NewEncoder(&buf)
+	enc.SetEscapeHTML(false)
+	if err := enc.Encode(doc); err != nil {
+		return "", fmt.Errorf("encode config: %w", err)
+	}
+	return strings.TrimSuffix(buf.String(), "\n"), nil
+}
 
 // Merge returns a deep copy of base deep-merged with change: a key whose
 // value is an object on both sides is merged, any other value of change
@@ -133,11 +184,11 @@ func jsonEqual(a, b any) bool {
 		}
 		return true
 	}
-	if xn, ok := numberText(a); ok {
-		yn, ok := numberText(b)
+	if xn, ok := NumberText(a); ok {
+		yn, ok := NumberText(b)
 		return ok && numbersEqual(xn, yn)
 	}
-	if _, ok := numberText(b); ok {
+	if _, ok := NumberText(b); ok {
 		return false
 	}
 	switch a.(type) {
@@ -147,8 +198,9 @@ func jsonEqual(a, b any) bool {
 	return false // a type that is not JSON: never equal, so it shows in a diff
 }
 
-// numberText returns a number's decimal text.
-func numberText(v any) (string, bool) {
+// NumberText returns the decimal text of a json.Number, a Go integer or a
+// float; false for anything else.
+func NumberText(v any) (string, bool) {
 	switch n := v.(type) {
 	case json.Number:
 		return string(n), true
@@ -157,7 +209,7 @@ func numberText(v any) (string, bool) {
 	case float32:
 		return strconv.FormatFloat(float64(n), 'g', -1, 32), true
 	}
-	if i, ok := wholeNumber(v); ok {
+	if i, ok := WholeNumber(v); ok {
 		return strconv.FormatInt(i, 10), true
 	}
 	if u, ok := v.(uint64); ok {
@@ -233,4 +285,53 @@ func intFromDigits(s string) (json.Number, bool) {
 		digits = "-" + digits
 	}
 	return json.Number(digits), true
+}
+
+// WholeNumber returns v as an integer when v is a JSON integer (a
+// json.Number written without fraction or exponent) or a Go integer.
+// Booleans, strings, floats and integers beyond int64 are not.
+func WholeNumber(v any) (int64, bool) {
+	switch n := v.(type) {
+	case json.Number:
+		if !isIntText(string(n)) {
+			return 0, false
+		}
+		i, err := strconv.ParseInt(string(n), 10, 64)
+		return i, err == nil
+	case int:
+		return int64(n), true
+	case int8:
+		return int64(n), true
+	case int16:
+		return int64(n), true
+	case int32:
+		return int64(n), true
+	case int64:
+		return n, true
+	case uint8:
+		return int64(n), true
+	case uint16:
+		return int64(n), true
+	case uint32:
+		return int64(n), true
+	case uint:
+		return int64(n), n <= math.MaxInt64
+	case uint64:
+		return int64(n), n <= math.MaxInt64
+	}
+	return 0, false
+}
+
+// isIntText reports whether s matches -?(0|[1-9][0-9]*): a JSON integer.
+func isIntText(s string) bool {
+	s = strings.TrimPrefix(s, "-")
+	if s == "" || (s[0] == '0' && len(s) > 1) {
+		return false
+	}
+	for i := 0; i < len(s); i++ {
+		if s[i] < '0' || s[i] > '9' {
+			return false
+		}
+	}
+	return true
 }

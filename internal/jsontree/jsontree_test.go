@@ -1,11 +1,35 @@
-package capgate_test
+package jsontree_test
 
 import (
 	"encoding/json"
 	"testing"
 
-	"github.com/capgate/capgate"
+	"github.com/capgate/capgate/internal/jsontree"
 )
+
+// doc parses a JSON literal for a test, failing it on bad JSON.
+func doc(tb testing.TB, s string) map[string]any {
+	tb.Helper()
+	v, err := jsontree.Parse([]byte(s))
+	if err != nil {
+		tb.Fatalf("Parse(%s): %v", s, err)
+	}
+	m, ok := v.(map[string]any)
+	if !ok {
+		tb.Fatalf("Parse(%s) = %T, want an object", s, v)
+	}
+	return m
+}
+
+// jsonText is v as compact JSON with sorted keys, for comparing trees.
+func jsonText(tb testing.TB, v any) string {
+	tb.Helper()
+	b, err := json.Marshal(v)
+	if err != nil {
+		tb.Fatalf("marshal %#v: %v", v, err)
+	}
+	return string(b)
+}
 
 func TestMerge(t *testing.T) {
 	base := doc(t, `{"a":1,"b":{"c":2,"d":{"e":3}},"f":{"g":1},"h":[1,2]}`)
@@ -21,7 +45,7 @@ func TestMerge(t *testing.T) {
 		{true, `{"a":1,"b":{"c":5,"d":{"e":3}},"f":4,"h":{"i":1}}`},
 	}
 	for _, tt := range tests {
-		got := capgate.Merge(base, change, tt.knownOnly)
+		got := jsontree.Merge(base, change, tt.knownOnly)
 		if jsonText(t, got) != tt.want {
 			t.Errorf("Merge(knownOnly=%v)\n got %s\nwant %s", tt.knownOnly, jsonText(t, got), tt.want)
 		}
@@ -32,7 +56,7 @@ func TestMerge(t *testing.T) {
 			t.Fatalf("Merge modified its inputs: base %s, change %s", jsonText(t, base), jsonText(t, change))
 		}
 	}
-	if got := capgate.Merge(nil, map[string]any{"a": 1}, true); got == nil || len(got) != 0 {
+	if got := jsontree.Merge(nil, map[string]any{"a": 1}, true); got == nil || len(got) != 0 {
 		t.Errorf("Merge(nil, {a:1}, knownOnly) = %v, want {}", got)
 	}
 }
@@ -54,25 +78,10 @@ func TestDiff(t *testing.T) {
 		{doc(t, `{"a":{"b":[1,"x",null]}}`), doc(t, `{"a":{"b":[1,"x",null]}}`), `{}`},
 	}
 	for _, tt := range tests {
-		got := capgate.Diff(tt.old, tt.new)
+		got := jsontree.Diff(tt.old, tt.new)
 		if got == nil || jsonText(t, got) != tt.want {
 			t.Errorf("Diff(%s, %s) = %s, want %s", jsonText(t, tt.old), jsonText(t, tt.new), jsonText(t, got), tt.want)
 		}
-	}
-}
-
-// TestChangesOfASave follows the original implementation: the
-// changes a PATCH and a PUT report.
-func TestChangesOfASave(t *testing.T) {
-	defaults := capgate.DefaultConfig(capgate.ModeShadow).Doc()
-	saved := capgate.Merge(defaults, doc(t, `{"tiers":{"preview":1},"mode":"off"}`), false)
-	if got, want := jsonText(t, capgate.Diff(defaults, saved)), `{"mode":["shadow","off"],"tiers.preview":[2,1]}`; got != want {
-		t.Errorf("PATCH changes = %s, want %s", got, want)
-	}
-	stored := capgate.Merge(defaults, doc(t, `{"tiers":{"preview":1},"es2_knn":1}`), false)
-	replaced := capgate.Merge(defaults, doc(t, `{"mode":"off"}`), false)
-	if got, want := jsonText(t, capgate.Diff(stored, replaced)), `{"es2_knn":[1,3],"mode":["shadow","off"],"tiers.preview":[1,2]}`; got != want {
-		t.Errorf("PUT changes = %s, want %s", got, want)
 	}
 }
 
@@ -90,12 +99,12 @@ func TestParseAssignments(t *testing.T) {
 		{[]string{"n=99999999999999999999999"}, `{"n":99999999999999999999999}`},
 	}
 	for _, tt := range tests {
-		got, err := capgate.ParseAssignments(tt.args)
+		got, err := jsontree.ParseAssignments(tt.args)
 		if err != nil || jsonText(t, got) != tt.want {
 			t.Errorf("ParseAssignments(%q) = %s, %v; want %s", tt.args, jsonText(t, got), err, tt.want)
 		}
 	}
-	if n, _ := capgate.ParseAssignments([]string{"es2_knn=2"}); n["es2_knn"] != json.Number("2") {
+	if n, _ := jsontree.ParseAssignments([]string{"es2_knn=2"}); n["es2_knn"] != json.Number("2") {
 		t.Errorf(`ParseAssignments(es2_knn=2) = %#v, want json.Number("2")`, n["es2_knn"])
 	}
 
@@ -110,7 +119,7 @@ func TestParseAssignments(t *testing.T) {
 		{[]string{"tiers.=1"}, `Expected <setting>=<value>, got "tiers.=1".`},
 	}
 	for _, tt := range errTests {
-		got, err := capgate.ParseAssignments(tt.args)
+		got, err := jsontree.ParseAssignments(tt.args)
 		if err == nil || err.Error() != tt.want {
 			t.Errorf("ParseAssignments(%q) = %v, %v; want error %s", tt.args, got, err, tt.want)
 		}
@@ -157,15 +166,15 @@ func FuzzMerge(f *testing.F) {
 	f.Add([]byte(`{"a":[1,2]}`), []byte(`{"a":{"b":null}}`), true)
 	f.Add([]byte(`{}`), []byte(`{"a":{}}`), false)
 	f.Fuzz(func(t *testing.T, baseJSON, changeJSON []byte, knownOnly bool) {
-		bv, err1 := capgate.ParseDoc(baseJSON)
-		cv, err2 := capgate.ParseDoc(changeJSON)
+		bv, err1 := jsontree.Parse(baseJSON)
+		cv, err2 := jsontree.Parse(changeJSON)
 		base, ok1 := bv.(map[string]any)
 		change, ok2 := cv.(map[string]any)
 		if err1 != nil || err2 != nil || !ok1 || !ok2 {
 			return
 		}
 		baseText, changeText := jsonText(t, base), jsonText(t, change)
-		got := capgate.Merge(base, change, knownOnly)
+		got := jsontree.Merge(base, change, knownOnly)
 		if knownOnly && !keysWithin(got, base) {
 			t.Fatalf("Merge(%s, %s, knownOnly) = %s has keys base lacks", baseText, changeText, jsonText(t, got))
 		}
@@ -174,10 +183,10 @@ func FuzzMerge(f *testing.F) {
 				t.Fatalf("Merge(%s, %s) = %s lacks %q", baseText, changeText, jsonText(t, got), k)
 			}
 		}
-		if d := capgate.Diff(got, capgate.Merge(got, change, knownOnly)); len(d) > 0 {
+		if d := jsontree.Diff(got, jsontree.Merge(got, change, knownOnly)); len(d) > 0 {
 			t.Fatalf("merging %s twice changed %v", changeText, d)
 		}
-		if d := capgate.Diff(got, got); len(d) > 0 {
+		if d := jsontree.Diff(got, got); len(d) > 0 {
 			t.Fatalf("Diff(x, x) = %v", d)
 		}
 		mutateAll(got)
@@ -186,4 +195,19 @@ func FuzzMerge(f *testing.F) {
 				baseText, jsonText(t, base), changeText, jsonText(t, change))
 		}
 	})
+}
+
+func TestParse(t *testing.T) {
+	v, err := jsontree.Parse([]byte(` {"a": 3, "b": [1.5]} `))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if n, ok := v.(map[string]any)["a"].(json.Number); !ok || n != "3" {
+		t.Errorf(`ParseDoc: "a" = %#v, want json.Number("3")`, v.(map[string]any)["a"])
+	}
+	for _, bad := range []string{``, `{`, `{} {}`, `{}]`, `1 2`, `{"a":1}x`} {
+		if v, err := jsontree.Parse([]byte(bad)); err == nil {
+			t.Errorf("Parse(%q) = %v, want an error", bad, v)
+		}
+	}
 }

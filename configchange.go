@@ -1,0 +1,52 @@
+package capgate
+
+import (
+	"strings"
+
+	"github.com/capgate/capgate/internal/jsontree"
+)
+
+// Change is a partial config document: the settings to change, as JSON
+// decodes them (objects as map[string]any, numbers as json.Number or Go
+// integers), e.g. {"tiers": {"preview": 1}, "mode": "enforce"}. An object
+// is merged into the setting it names; any other value replaces it. A nil
+// or empty Change changes nothing.
+type Change map[string]any
+
+// Changes is what a change did, per setting: {"dotted.path": [old, new]},
+// e.g. {"tiers.preview": [2, 1]}, the old and new values as JSON decodes
+// them (a setting one side lacks is nil). Empty when nothing changed.
+type Changes map[string][2]any
+
+// ValidationError is a change that would make an invalid config. Messages
+// holds every problem found, with the original implementation's texts. It
+// matches ErrInvalidConfig with errors.Is.
+type ValidationError struct {
+	Messages []string
+}
+
+// Error returns the messages joined by spaces.
+func (e *ValidationError) Error() string { return strings.Join(e.Messages, " ") }
+
+// Is reports whether target is ErrInvalidConfig.
+func (e *ValidationError) Is(target error) bool { return target == ErrInvalidConfig }
+
+// Apply returns c with change merged in, and what that changed (empty,
+// never nil, when nothing did). Settings change names that a Config lacks
+// are kept, so they are reported, not dropped. When the result is not a
+// valid config it returns the zero Config, nil Changes and a
+// *ValidationError holding every problem found; neither c nor change is
+// modified either way.
+func (c Config) Apply(change Change) (Config, Changes, error) {
+	old := c.Doc()
+	next, msgs := configFromDoc(jsontree.Merge(old, change, false))
+	if len(msgs) > 0 {
+		return Config{}, nil, &ValidationError{Messages: msgs}
+	}
+	return next, Changes(jsontree.Diff(old, next.Doc())), nil
+}
+
+// changesTo returns what differs from c to next.
+func (c Config) changesTo(next Config) Changes {
+	return Changes(jsontree.Diff(c.Doc(), next.Doc()))
+}
