@@ -265,15 +265,18 @@ func staffHistoryLimit(s string) int {
 	return min(n, StaffHistoryMax)
 }
 
-// staffHistoryEntry is one version as history lists it.
-type staffHistoryEntry struct {
+// HistoryEntry is one config version as history lists it, in the staff
+// API (GET /capacity/config/history/) and in `capgate capacity history`
+// alike: version, created_by, created_at (RFC 3339, UTC, microseconds),
+// source and note, each null when empty, and the version's changes.
+type HistoryEntry struct {
 	staffMeta
-	Changes map[string][2]any `json:"changes"`
+	Changes capgate.Changes `json:"changes"`
 }
 
-// newstaffHistoryEntry returns v as history lists it.
-func newstaffHistoryEntry(v capgate.ConfigVersion) staffHistoryEntry {
-	return staffHistoryEntry{staffMetaOf(&v), v.Changes()}
+// NewHistoryEntry returns v as history lists it.
+func NewHistoryEntry(v capgate.ConfigVersion) HistoryEntry {
+	return HistoryEntry{staffMetaOf(&v), v.Changes()}
 }
 
 func (h *StaffHandler) history(w http.ResponseWriter, r *http.Request, _ capgate.Caller) {
@@ -282,9 +285,9 @@ func (h *StaffHandler) history(w http.ResponseWriter, r *http.Request, _ capgate
 		h.storeFailed(w, "read the capacity config history", err)
 		return
 	}
-	out := make([]staffHistoryEntry, 0, len(vs))
+	out := make([]HistoryEntry, 0, len(vs))
 	for _, v := range vs {
-		out = append(out, newstaffHistoryEntry(v))
+		out = append(out, NewHistoryEntry(v))
 	}
 	staffJSON(w, http.StatusOK, out)
 }

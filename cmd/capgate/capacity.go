@@ -16,6 +16,7 @@ import (
 	"time"
 
 	"github.com/capgate/capgate"
+	capgatehttp "github.com/capgate/capgate/http"
 	"github.com/capgate/capgate/internal/jsontree"
 	"github.com/capgate/capgate/logsink"
 	"github.com/capgate/capgate/redis"
@@ -271,15 +272,8 @@ func (c *CapacityCommand) history(ctx context.Context, a *capacityAction) error 
 			return err
 		}
 		for _, v := range vs {
-			err := c.print(struct {
-				Version   int64             `json:"version"`
-				CreatedAt string            `json:"created_at"`
-				Source    string            `json:"source"`
-				CreatedBy *string           `json:"created_by"`
-				Note      *string           `json:"note"`
-				Changes   map[string][2]any `json:"changes"`
-			}{v.ID, v.CreatedAt.UTC().Format(time.RFC3339Nano), v.Source, nullable(v.CreatedBy), nullable(v.Note), v.Changes()})
-			if err != nil {
+			// The staff API's form of a version, so both show it alike.
+			if err := c.print(capgatehttp.NewHistoryEntry(v)); err != nil {
 				return err
 			}
 		}
@@ -361,11 +355,4 @@ func versionID(v *capgate.ConfigVersion) *int64 {
 		return nil
 	}
 	return &v.ID
-}
-
-func nullable(s string) *string {
-	if s == "" {
-		return nil
-	}
-	return &s
 }

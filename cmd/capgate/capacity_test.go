@@ -6,9 +6,12 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"net/http"
+	"net/http/httptest"
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -18,6 +21,7 @@ import (
 
 	"github.com/capgate/capgate"
 	"github.com/capgate/capgate/configtest"
+	capgatehttp "github.com/capgate/capgate/http"
 	"github.com/capgate/capgate/redis"
 )
 
@@ -140,6 +144,66 @@ func TestCapacityShowSetResetHistory(t *testing.T) {
 			t.Errorf("reset row created_by = %q; want root", latest.CreatedBy)
 		}
 	})
+}
+
+// staffCaller is an Identifier that takes every caller for staff.
+type staffCaller struct{}
+
+func (staffCaller) Identify(context.Context, *http.Request) (capgate.Caller, bool, error) {
+	return capgate.Caller{UserID: "root", Staff: true}, true, nil
+}
+
+// TestCapacityHistoryMatchesStaffAPI: `capacity history` and the staff
+// API's GET /capacity/config/history/ show the same versions identically,
+// created_at included, so one can be checked against the other.
+func TestCapacityHistoryMatchesStaffAPI(t *testing.T) {
+	clearLaneEnv(t)
+	databases(t, func(t *testing.T, db string) {
+		store := openStore(t, db)
+		mustRun(t, "capacity", "set", "tiers.preview=1", "--note", "<quiet> & calm", "--database", db)
+		mustRun(t, "capacity", "reset", "--user", "root", "--database", db)
+
+		code, out, errOut := run(t, "capacity", "history", "--database", db)
+		if code != 0 {
+			t.Fatalf("history = %d %q", code, errOut)
+		}
+		var cli []string
+		for dec := json.NewDecoder(strings.NewReader(out)); dec.More(); {
+			var e json.RawMessage
+			if err := dec.Decode(&e); err != nil {
+				t.Fatalf("history output %q: %v", out, err)
+			}
+			cli = append(cli, compactJSON(t, e))
+		}
+
+		staff := capgatehttp.NewStaffHandler(capgate.NewConfigService(store, capgate.ModeShadow), staffCaller{}, nil)
+		rec := httptest.NewRecorder()
+		staff.ServeHTTP(rec, httptest.NewRequest(http.MethodGet, "/capacity/config/history/", nil))
+		var entries []json.RawMessage
+		if err := json.Unmarshal(rec.Body.Bytes(), &entries); rec.Code != http.StatusOK || err != nil {
+			t.Fatalf("GET history = %d %q, %v", rec.Code, rec.Body, err)
+		}
+		var api []string
+		for _, e := range entries {
+			api = append(api, compactJSON(t, e))
+		}
+		if len(cli) != 2 || !slices.Equal(cli, api) {
+			t.Fatalf("history:\n CLI %q\n API %q\nwant the same two versions", cli, api)
+		}
+		if !strings.Contains(cli[0], `"created_by":"root"`) || !strings.Contains(cli[1], `"note":"<quiet> & calm"`) {
+			t.Errorf("history %q; want the reset by root, then the set with its note", cli)
+		}
+	})
+}
+
+// compactJSON returns b without insignificant space, keys in their order.
+func compactJSON(t *testing.T, b []byte) string {
+	t.Helper()
+	var buf bytes.Buffer
+	if err := json.Compact(&buf, b); err != nil {
+		t.Fatalf("compact %q: %v", b, err)
+	}
+	return buf.String()
 }
 
 func TestCapacitySetWait(t *testing.T) {
