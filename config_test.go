@@ -9,29 +9,8 @@ import (
 	"testing"
 
 	"github.com/capgate/capgate"
+	"github.com/capgate/capgate/configtest"
 )
-
-// doc parses a JSON literal for a test, failing it on bad JSON.
-func doc(tb testing.TB, s string) capgate.Change {
-	tb.Helper()
-	var m capgate.Change
-	dec := json.NewDecoder(strings.NewReader(s))
-	dec.UseNumber()
-	if err := dec.Decode(&m); err != nil {
-		tb.Fatalf("decode %s: %v", s, err)
-	}
-	return m
-}
-
-// jsonText is v as compact JSON with sorted keys, for comparing trees.
-func jsonText(tb testing.TB, v any) string {
-	tb.Helper()
-	b, err := json.Marshal(v)
-	if err != nil {
-		tb.Fatalf("marshal %#v: %v", v, err)
-	}
-	return string(b)
-}
 
 func TestDefaultConfig(t *testing.T) {
 	got := capgate.DefaultConfig(capgate.ModeShadow)
@@ -81,8 +60,8 @@ func applyProblems(c capgate.Config, change capgate.Change) []string {
 
 func TestApply(t *testing.T) {
 	base := capgate.DefaultConfig(capgate.ModeShadow)
-	change := doc(t, `{"tiers":{"preview":1},"mode":"off","es2_knn":3}`)
-	changeText := jsonText(t, change)
+	change := configtest.Doc(t, `{"tiers":{"preview":1},"mode":"off","es2_knn":3}`)
+	changeText := configtest.JSON(t, change)
 	got, changes, err := base.Apply(change)
 	if err != nil {
 		t.Fatal(err)
@@ -92,11 +71,11 @@ func TestApply(t *testing.T) {
 	if got != want {
 		t.Errorf("Apply = %+v; want %+v", got, want)
 	}
-	if g, w := jsonText(t, changes), `{"mode":["shadow","off"],"tiers.preview":[2,1]}`; g != w {
+	if g, w := configtest.JSON(t, changes), `{"mode":["shadow","off"],"tiers.preview":[2,1]}`; g != w {
 		t.Errorf("Apply changes = %s; want %s", g, w)
 	}
-	if jsonText(t, change) != changeText || base != capgate.DefaultConfig(capgate.ModeShadow) {
-		t.Errorf("Apply modified its inputs: change %s", jsonText(t, change))
+	if configtest.JSON(t, change) != changeText || base != capgate.DefaultConfig(capgate.ModeShadow) {
+		t.Errorf("Apply modified its inputs: change %s", configtest.JSON(t, change))
 	}
 	if same, changes, err := got.Apply(change); err != nil || same != got || changes == nil || len(changes) != 0 {
 		t.Errorf("Apply again = %+v, %v, %v; want the same config and empty, non-nil changes", same, changes, err)
@@ -173,7 +152,7 @@ func TestApplyRejects(t *testing.T) {
 	}
 	defaults := capgate.DefaultConfig(capgate.ModeShadow)
 	for _, tt := range tests {
-		got := applyProblems(defaults, doc(t, tt.change))
+		got := applyProblems(defaults, configtest.Doc(t, tt.change))
 		if !slices.Equal(got, tt.want) {
 			t.Errorf("Apply(%s)\n got %q\nwant %q", tt.change, got, tt.want)
 		}
@@ -207,4 +186,10 @@ func TestApplyAccepts(t *testing.T) {
 			t.Errorf("Apply with es2_knn %#v = %q, want the whole-number error", v, errs)
 		}
 	}
+}
+
+// jsonText is v as compact JSON with sorted keys, for comparing trees.
+func jsonText(tb testing.TB, v any) string {
+	tb.Helper()
+	return configtest.JSON(tb, v)
 }

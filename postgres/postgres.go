@@ -15,7 +15,8 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/capgate/capgate"
-	"github.com/capgate/capgate/internal/jsontree"
+	"github.com/capgate/capgate/internal/configrow"
+	"github.com/capgate/capgate/internal/migrate"
 )
 
 // The advisory lock keys.
@@ -46,15 +47,7 @@ var _ capgate.ConfigStore = (*Store)(nil)
 // then Migrate). It fails if the URL is invalid, the database does not
 // answer, or its schema is newer than this capgate knows.
 func Open(ctx context.Context, url string) (*Store, error) {
-	s, err := Connect(ctx, url)
-	if err != nil {
-		return nil, err
-	}
-	if err := s.Migrate(ctx); err != nil {
-		s.Close()
-		return nil, err
-	}
-	return s, nil
+	return migrate.Open(ctx, Connect, url)
 }
 
 // Connect returns a store over the database at url without touching it:
@@ -161,31 +154,7 @@ func query(ctx context.Context, q queryer, sql string, args ...any) ([]capgate.C
 		return nil, err
 	}
 	defer rows.Close()
-	var vs []capgate.ConfigVersion
-	for rows.Next() {
-		var (
-			v        capgate.ConfigVersion
-			cfg      string
-			prev, by *string
-		)
-		if err := rows.Scan(&v.ID, &cfg, &prev, &by, &v.CreatedAt, &v.Source, &v.Note); err != nil {
-			return nil, err
-		}
-		if v.Config, err = jsontree.ParseObject([]byte(cfg)); err != nil {
-			return nil, fmt.Errorf("version %d: config: %w", v.ID, err)
-		}
-		if prev != nil {
-			if v.PreviousConfig, err = jsontree.ParseObject([]byte(*prev)); err != nil {
-				return nil, fmt.Errorf("version %d: previous_config: %w", v.ID, err)
-			}
-		}
-		if by != nil {
-			v.CreatedBy = *by
-		}
-		v.CreatedAt = v.CreatedAt.UTC()
-		vs = append(vs, v)
-	}
-	return vs, rows.Err()
+	return configrow.Collect(rows, func(t time.Time) (time.Time, error) { return t, nil })
 }
 
 // Update runs fn on the latest version in a transaction that holds the
@@ -208,25 +177,14 @@ func (s *Store) Update(ctx context.Context, fn func(*capgate.ConfigVersion) (*ca
 			return nil
 		}
 		v := *next
-		cfg, err := jsontree.Encode(v.Config)
+		cols, err := configrow.Encode(v)
 		if err != nil {
-			return fmt.Errorf("config: %w", err)
-		}
-		var prev, by *string
-		if v.PreviousConfig != nil {
-			p, err := jsontree.Encode(v.PreviousConfig)
-			if err != nil {
-				return fmt.Errorf("previous_config: %w", err)
-			}
-			prev = &p
-		}
-		if v.CreatedBy != "" {
-			by = &v.CreatedBy
+			return err
 		}
 		err = tx.QueryRow(ctx,
 			`INSERT INTO capacity_configs (config, previous_config, created_by, source, note)
 			 VALUES ($1::text::jsonb, $2::text::jsonb, $3, $4, $5) RETURNING id, created_at`,
-			cfg, prev, by, v.Source, v.Note).Scan(&v.ID, &v.CreatedAt)
+			cols.Config, cols.PreviousConfig, cols.CreatedBy, v.Source, v.Note).Scan(&v.ID, &v.CreatedAt)
 		if err != nil {
 			return fmt.Errorf("insert: %w", err)
 		}

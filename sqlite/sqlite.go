@@ -7,7 +7,6 @@ package sqlite
 import (
 	"context"
 	"database/sql"
-	"embed"
 	"errors"
 	"fmt"
 	"time"
@@ -15,7 +14,8 @@ import (
 	_ "modernc.org/sqlite" // the "sqlite" database/sql driver
 
 	"github.com/capgate/capgate"
-	"github.com/capgate/capgate/internal/jsontree"
+	"github.com/capgate/capgate/internal/configrow"
+	"github.com/capgate/capgate/internal/migrate"
 )
 
 // DefaultBusyTimeout is how long a statement waits for another connection's
@@ -24,9 +24,6 @@ const DefaultBusyTimeout = 10 * time.Second
 
 // timeFormat is how created_at is stored: fixed width, so it sorts.
 const timeFormat = "2006-01-02T15:04:05.000000Z07:00"
-
-//go:embed migrations/*.sql
-var migrations embed.FS
 
 // Store is a capgate.ConfigStore in a SQLite file. It is safe for
 // concurrent use, also with other processes on the same file: writers take
@@ -47,15 +44,7 @@ var _ capgate.ConfigStore = (*Store)(nil)
 // brings its schema up to date (Connect, then Migrate). It fails if the
 // file can't be opened, or its schema is newer than this capgate knows.
 func Open(ctx context.Context, path string) (*Store, error) {
-	s, err := Connect(ctx, path)
-	if err != nil {
-		return nil, err
-	}
-	if err := s.Migrate(ctx); err != nil {
-		s.Close()
-		return nil, err
-	}
-	return s, nil
+	return migrate.Open(ctx, Connect, path)
 }
 
 // Connect returns a store over the SQLite database at path without
@@ -146,32 +135,7 @@ func query(ctx context.Context, q queryer, sqlText string, args ...any) ([]capga
 		return nil, err
 	}
 	defer rows.Close()
-	var vs []capgate.ConfigVersion
-	for rows.Next() {
-		var (
-			v         capgate.ConfigVersion
-			cfg       string
-			prev, by  sql.NullString
-			createdAt string
-		)
-		if err := rows.Scan(&v.ID, &cfg, &prev, &by, &createdAt, &v.Source, &v.Note); err != nil {
-			return nil, err
-		}
-		if v.Config, err = jsontree.ParseObject([]byte(cfg)); err != nil {
-			return nil, fmt.Errorf("version %d: config: %w", v.ID, err)
-		}
-		if prev.Valid {
-			if v.PreviousConfig, err = jsontree.ParseObject([]byte(prev.String)); err != nil {
-				return nil, fmt.Errorf("version %d: previous_config: %w", v.ID, err)
-			}
-		}
-		v.CreatedBy = by.String
-		if v.CreatedAt, err = time.Parse(time.RFC3339Nano, createdAt); err != nil {
-			return nil, fmt.Errorf("version %d: created_at: %w", v.ID, err)
-		}
-		vs = append(vs, v)
-	}
-	return vs, rows.Err()
+	return configrow.Collect(rows, func(s string) (time.Time, error) { return time.Parse(time.RFC3339Nano, s) })
 }
 
 // Update runs fn on the latest version inside a write transaction (BEGIN
@@ -197,23 +161,15 @@ func (s *Store) Update(ctx context.Context, fn func(*capgate.ConfigVersion) (*ca
 		return nil, err
 	}
 	v := *next
-	cfg, err := jsontree.Encode(v.Config)
+	cols, err := configrow.Encode(v)
 	if err != nil {
-		return nil, fmt.Errorf("update capacity config: config: %w", err)
+		return nil, fmt.Errorf("update capacity config: %w", err)
 	}
-	var prev, by sql.NullString
-	if v.PreviousConfig != nil {
-		if prev.String, err = jsontree.Encode(v.PreviousConfig); err != nil {
-			return nil, fmt.Errorf("update capacity config: previous_config: %w", err)
-		}
-		prev.Valid = true
-	}
-	by = sql.NullString{String: v.CreatedBy, Valid: v.CreatedBy != ""}
 	v.CreatedAt = s.now().UTC().Truncate(time.Microsecond)
 	err = tx.QueryRowContext(ctx,
 		`INSERT INTO capacity_configs (config, previous_config, created_by, created_at, source, note)
 		 VALUES (?, ?, ?, ?, ?, ?) RETURNING id`,
-		cfg, prev, by, v.CreatedAt.Format(timeFormat), v.Source, v.Note).Scan(&v.ID)
+		cols.Config, cols.PreviousConfig, cols.CreatedBy, v.CreatedAt.Format(timeFormat), v.Source, v.Note).Scan(&v.ID)
 	if err != nil {
 		return nil, fmt.Errorf("update capacity config: insert: %w", err)
 	}

@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/capgate/capgate"
+	"github.com/capgate/capgate/internal/migrate"
 	"github.com/capgate/capgate/postgres"
 	"github.com/capgate/capgate/redis"
 	"github.com/capgate/capgate/sqlite"
@@ -253,15 +254,7 @@ func (s Settings) RedisOptions() redis.Options {
 // sqlite:<path> or postgres://… (postgresql:// too), and brings its schema
 // up to date.
 func OpenConfigStore(ctx context.Context, database string) (capgate.ConfigStore, error) {
-	s, err := ConnectConfigStore(ctx, database)
-	if err != nil {
-		return nil, err
-	}
-	if err := s.Migrate(ctx); err != nil {
-		s.Close()
-		return nil, err
-	}
-	return s, nil
+	return migrate.Open(ctx, ConnectConfigStore, database)
 }
 
 // MigratingStore is a config store that can bring its own schema up to

@@ -4,37 +4,14 @@ import (
 	"encoding/json"
 	"testing"
 
+	"github.com/capgate/capgate/configtest"
 	"github.com/capgate/capgate/internal/jsontree"
 )
 
-// doc parses a JSON literal for a test, failing it on bad JSON.
-func doc(tb testing.TB, s string) map[string]any {
-	tb.Helper()
-	v, err := jsontree.Parse([]byte(s))
-	if err != nil {
-		tb.Fatalf("Parse(%s): %v", s, err)
-	}
-	m, ok := v.(map[string]any)
-	if !ok {
-		tb.Fatalf("Parse(%s) = %T, want an object", s, v)
-	}
-	return m
-}
-
-// jsonText is v as compact JSON with sorted keys, for comparing trees.
-func jsonText(tb testing.TB, v any) string {
-	tb.Helper()
-	b, err := json.Marshal(v)
-	if err != nil {
-		tb.Fatalf("marshal %#v: %v", v, err)
-	}
-	return string(b)
-}
-
 func TestMerge(t *testing.T) {
-	base := doc(t, `{"a":1,"b":{"c":2,"d":{"e":3}},"f":{"g":1},"h":[1,2]}`)
-	change := doc(t, `{"b":{"c":5,"d":{"x":9},"y":7},"f":4,"h":{"i":1},"z":{"w":1}}`)
-	baseText, changeText := jsonText(t, base), jsonText(t, change)
+	base := configtest.Doc(t, `{"a":1,"b":{"c":2,"d":{"e":3}},"f":{"g":1},"h":[1,2]}`)
+	change := configtest.Doc(t, `{"b":{"c":5,"d":{"x":9},"y":7},"f":4,"h":{"i":1},"z":{"w":1}}`)
+	baseText, changeText := configtest.JSON(t, base), configtest.JSON(t, change)
 	tests := []struct {
 		knownOnly bool
 		want      string
@@ -46,14 +23,14 @@ func TestMerge(t *testing.T) {
 	}
 	for _, tt := range tests {
 		got := jsontree.Merge(base, change, tt.knownOnly)
-		if jsonText(t, got) != tt.want {
-			t.Errorf("Merge(knownOnly=%v)\n got %s\nwant %s", tt.knownOnly, jsonText(t, got), tt.want)
+		if configtest.JSON(t, got) != tt.want {
+			t.Errorf("Merge(knownOnly=%v)\n got %s\nwant %s", tt.knownOnly, configtest.JSON(t, got), tt.want)
 		}
 		// The result shares nothing with its inputs.
 		got["b"].(map[string]any)["d"].(map[string]any)["e"] = "changed"
 		got["h"].(map[string]any)["i"] = "changed"
-		if jsonText(t, base) != baseText || jsonText(t, change) != changeText {
-			t.Fatalf("Merge modified its inputs: base %s, change %s", jsonText(t, base), jsonText(t, change))
+		if configtest.JSON(t, base) != baseText || configtest.JSON(t, change) != changeText {
+			t.Fatalf("Merge modified its inputs: base %s, change %s", configtest.JSON(t, base), configtest.JSON(t, change))
 		}
 	}
 	if got := jsontree.Merge(nil, map[string]any{"a": 1}, true); got == nil || len(got) != 0 {
@@ -66,21 +43,21 @@ func TestDiff(t *testing.T) {
 		old, new any
 		want     string
 	}{
-		{doc(t, `{"a":1,"b":{"c":2,"d":3}}`), doc(t, `{"a":1,"b":{"c":5,"d":3},"e":6}`), `{"b.c":[2,5],"e":[null,6]}`},
-		{nil, doc(t, `{"a":1}`), `{"a":[null,1]}`},
-		{doc(t, `{"a":{"b":1}}`), nil, `{"a":[{"b":1},null]}`},
-		{doc(t, `{"a":{"b":1},"c":[1]}`), doc(t, `{"a":5,"c":[1]}`), `{"a":[{"b":1},5]}`},
-		{doc(t, `{"a":[1,{"b":2}]}`), doc(t, `{"a":[1,{"b":3}]}`), `{"a":[[1,{"b":2}],[1,{"b":3}]]}`},
-		{doc(t, `{"a":{"b":{"c":1}}}`), doc(t, `{"a":{"b":{"c":"1"}}}`), `{"a.b.c":[1,"1"]}`},
-		{doc(t, `{"a":1,"b":true}`), map[string]any{"a": 1.0, "b": 1}, `{"b":[true,1]}`},
-		{doc(t, `{"a":3}`), map[string]any{"a": 3}, `{}`},
-		{doc(t, `{"a":1e2}`), doc(t, `{"a":100}`), `{}`},
-		{doc(t, `{"a":{"b":[1,"x",null]}}`), doc(t, `{"a":{"b":[1,"x",null]}}`), `{}`},
+		{configtest.Doc(t, `{"a":1,"b":{"c":2,"d":3}}`), configtest.Doc(t, `{"a":1,"b":{"c":5,"d":3},"e":6}`), `{"b.c":[2,5],"e":[null,6]}`},
+		{nil, configtest.Doc(t, `{"a":1}`), `{"a":[null,1]}`},
+		{configtest.Doc(t, `{"a":{"b":1}}`), nil, `{"a":[{"b":1},null]}`},
+		{configtest.Doc(t, `{"a":{"b":1},"c":[1]}`), configtest.Doc(t, `{"a":5,"c":[1]}`), `{"a":[{"b":1},5]}`},
+		{configtest.Doc(t, `{"a":[1,{"b":2}]}`), configtest.Doc(t, `{"a":[1,{"b":3}]}`), `{"a":[[1,{"b":2}],[1,{"b":3}]]}`},
+		{configtest.Doc(t, `{"a":{"b":{"c":1}}}`), configtest.Doc(t, `{"a":{"b":{"c":"1"}}}`), `{"a.b.c":[1,"1"]}`},
+		{configtest.Doc(t, `{"a":1,"b":true}`), map[string]any{"a": 1.0, "b": 1}, `{"b":[true,1]}`},
+		{configtest.Doc(t, `{"a":3}`), map[string]any{"a": 3}, `{}`},
+		{configtest.Doc(t, `{"a":1e2}`), configtest.Doc(t, `{"a":100}`), `{}`},
+		{configtest.Doc(t, `{"a":{"b":[1,"x",null]}}`), configtest.Doc(t, `{"a":{"b":[1,"x",null]}}`), `{}`},
 	}
 	for _, tt := range tests {
 		got := jsontree.Diff(tt.old, tt.new)
-		if got == nil || jsonText(t, got) != tt.want {
-			t.Errorf("Diff(%s, %s) = %s, want %s", jsonText(t, tt.old), jsonText(t, tt.new), jsonText(t, got), tt.want)
+		if got == nil || configtest.JSON(t, got) != tt.want {
+			t.Errorf("Diff(%s, %s) = %s, want %s", configtest.JSON(t, tt.old), configtest.JSON(t, tt.new), configtest.JSON(t, got), tt.want)
 		}
 	}
 }
@@ -100,8 +77,8 @@ func TestParseAssignments(t *testing.T) {
 	}
 	for _, tt := range tests {
 		got, err := jsontree.ParseAssignments(tt.args)
-		if err != nil || jsonText(t, got) != tt.want {
-			t.Errorf("ParseAssignments(%q) = %s, %v; want %s", tt.args, jsonText(t, got), err, tt.want)
+		if err != nil || configtest.JSON(t, got) != tt.want {
+			t.Errorf("ParseAssignments(%q) = %s, %v; want %s", tt.args, configtest.JSON(t, got), err, tt.want)
 		}
 	}
 	if n, _ := jsontree.ParseAssignments([]string{"es2_knn=2"}); n["es2_knn"] != json.Number("2") {
@@ -173,14 +150,14 @@ func FuzzMerge(f *testing.F) {
 		if err1 != nil || err2 != nil || !ok1 || !ok2 {
 			return
 		}
-		baseText, changeText := jsonText(t, base), jsonText(t, change)
+		baseText, changeText := configtest.JSON(t, base), configtest.JSON(t, change)
 		got := jsontree.Merge(base, change, knownOnly)
 		if knownOnly && !keysWithin(got, base) {
-			t.Fatalf("Merge(%s, %s, knownOnly) = %s has keys base lacks", baseText, changeText, jsonText(t, got))
+			t.Fatalf("Merge(%s, %s, knownOnly) = %s has keys base lacks", baseText, changeText, configtest.JSON(t, got))
 		}
 		for k := range change {
 			if _, ok := got[k]; !ok && !knownOnly {
-				t.Fatalf("Merge(%s, %s) = %s lacks %q", baseText, changeText, jsonText(t, got), k)
+				t.Fatalf("Merge(%s, %s) = %s lacks %q", baseText, changeText, configtest.JSON(t, got), k)
 			}
 		}
 		if d := jsontree.Diff(got, jsontree.Merge(got, change, knownOnly)); len(d) > 0 {
@@ -190,9 +167,9 @@ func FuzzMerge(f *testing.F) {
 			t.Fatalf("Diff(x, x) = %v", d)
 		}
 		mutateAll(got)
-		if jsonText(t, base) != baseText || jsonText(t, change) != changeText {
+		if configtest.JSON(t, base) != baseText || configtest.JSON(t, change) != changeText {
 			t.Fatalf("Merge shares or modified its inputs: base %s -> %s, change %s -> %s",
-				baseText, jsonText(t, base), changeText, jsonText(t, change))
+				baseText, configtest.JSON(t, base), changeText, configtest.JSON(t, change))
 		}
 	})
 }

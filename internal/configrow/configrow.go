@@ -1,0 +1,82 @@
+// Package configrow is the capacity_configs row both SQL config stores
+// (sqlite, postgres) keep: how a capgate.ConfigVersion is written to its
+// columns and read back. The SQL and the driver stay with each store.
+package configrow
+
+import (
+	"database/sql"
+	"fmt"
+	"time"
+
+	"github.com/capgate/capgate"
+	"github.com/capgate/capgate/internal/jsontree"
+)
+
+// Rows is what a query's result offers in both drivers (database/sql's
+// *sql.Rows, pgx.Rows). Closing it stays with the caller.
+type Rows interface {
+	Next() bool
+	Scan(dest ...any) error
+	Err() error
+}
+
+// Collect reads the versions of rows, whose columns are, in order: id,
+// config and previous_config (JSON text, previous_config NULL when
+// unknown), created_by (NULL when unknown), created_at, source and note.
+// created_at is scanned into a T, which createdAt turns into a time, made
+// UTC. It returns the first error scanning, decoding or reading a row.
+func Collect[T any](rows Rows, createdAt func(T) (time.Time, error)) ([]capgate.ConfigVersion, error) {
+	var vs []capgate.ConfigVersion
+	for rows.Next() {
+		var (
+			v        capgate.ConfigVersion
+			cfg      string
+			prev, by sql.NullString
+			at       T
+		)
+		if err := rows.Scan(&v.ID, &cfg, &prev, &by, &at, &v.Source, &v.Note); err != nil {
+			return nil, err
+		}
+		var err error
+		if v.Config, err = jsontree.ParseObject([]byte(cfg)); err != nil {
+			return nil, fmt.Errorf("version %d: config: %w", v.ID, err)
+		}
+		if prev.Valid {
+			if v.PreviousConfig, err = jsontree.ParseObject([]byte(prev.String)); err != nil {
+				return nil, fmt.Errorf("version %d: previous_config: %w", v.ID, err)
+			}
+		}
+		v.CreatedBy = by.String
+		t, err := createdAt(at)
+		if err != nil {
+			return nil, fmt.Errorf("version %d: created_at: %w", v.ID, err)
+		}
+		v.CreatedAt = t.UTC()
+		vs = append(vs, v)
+	}
+	return vs, rows.Err()
+}
+
+// Columns are a version's values to insert: its JSON documents as text,
+// NULL for an unknown previous config, NULL for an empty CreatedBy.
+type Columns struct {
+	Config         string
+	PreviousConfig sql.NullString
+	CreatedBy      sql.NullString
+}
+
+// Encode returns v's columns. It fails when a document can't be encoded.
+func Encode(v capgate.ConfigVersion) (Columns, error) {
+	cfg, err := jsontree.Encode(v.Config)
+	if err != nil {
+		return Columns{}, fmt.Errorf("config: %w", err)
+	}
+	c := Columns{Config: cfg, CreatedBy: sql.NullString{String: v.CreatedBy, Valid: v.CreatedBy != ""}}
+	if v.PreviousConfig != nil {
+		if c.PreviousConfig.String, err = jsontree.Encode(v.PreviousConfig); err != nil {
+			return Columns{}, fmt.Errorf("previous_config: %w", err)
+		}
+		c.PreviousConfig.Valid = true
+	}
+	return c, nil
+}
