@@ -32,11 +32,11 @@ func (e *ValidationError) Error() string { return strings.Join(e.Messages, " ") 
 func (e *ValidationError) Is(target error) bool { return target == ErrInvalidConfig }
 
 // Apply returns c with change merged in, and what that changed (empty,
-// never nil, when nothing did). Settings change names that a Config lacks
-// are kept, so they are reported, not dropped. When the result is not a
-// valid config it returns the zero Config, nil Changes and a
-// *ValidationError holding every problem found; neither c nor change is
-// modified either way.
+// never nil, when nothing did). A setting of change that a Config lacks is
+// not dropped but makes the result invalid (`Unknown setting "x".`). When
+// the result is not a valid config Apply returns the zero Config, nil
+// Changes and a *ValidationError holding every problem found. It modifies
+// neither c nor change.
 func (c Config) Apply(change Change) (Config, Changes, error) {
 	old := c.Doc()
 	next, msgs := configFromDoc(jsontree.Merge(old, change, false))
