@@ -2,30 +2,8 @@ package capgate
 
 import (
 	"context"
-	"net/http"
-	"strconv"
 	"time"
 )
-
-// The capacity headers.
-const (
-	HeaderDecision            = "X-OCL-Capacity-Decision"
-	HeaderLimit               = "X-OCL-Capacity-Limit"
-	HeaderInFlight            = "X-OCL-Capacity-In-Flight"
-	HeaderTier                = "X-OCL-Capacity-Tier"
-	HeaderTierLimit           = "X-OCL-Capacity-Tier-Limit"
-	HeaderTierInFlight        = "X-OCL-Capacity-Tier-In-Flight"
-	HeaderSuggestedConcurrent = "X-OCL-Capacity-Suggested-Concurrency"
-	HeaderSuggestedSpacing    = "X-OCL-Capacity-Suggested-Spacing-Ms"
-)
-
-// ExposedHeaders lists the headers a browser must be allowed to read on a
-// gated response: the capacity headers (the waited time and the suggested
-// spacing included) and Retry-After.
-func ExposedHeaders() []string {
-	return []string{HeaderDecision, HeaderLimit, HeaderInFlight, HeaderTier,
-		HeaderTierLimit, HeaderTierInFlight, HeaderSuggestedConcurrent, HeaderSuggestedSpacing, HeaderWaited, "Retry-After"}
-}
 
 // startRenewer starts the goroutine that renews the call's leases every
 // renew_seconds until Release, a lost lease, or max_hold_seconds.
@@ -256,6 +234,8 @@ func (a *Admission) LeaseLost() bool {
 	return a.leaseLost
 }
 
+// lane returns the index of the call's lane named name; -1 when it has
+// none.
 func (a *Admission) lane(name LaneName) int {
 	for i, l := range a.lanes {
 		if l.Name == name {
@@ -263,57 +243,6 @@ func (a *Admission) lane(name LaneName) int {
 		}
 	}
 	return -1
-}
-
-// SetHeaders sets the capacity headers on h: every value that is
-// known, and Retry-After only on the gate's own refusal.
-func (a *Admission) SetHeaders(h http.Header) {
-	if a == nil || h == nil {
-		return
-	}
-	h.Set(HeaderDecision, string(a.decision))
-	if i := a.lane(LaneAPIHeavy); i >= 0 {
-		h.Set(HeaderLimit, strconv.Itoa(a.lanes[i].Limit))
-		if a.counts != nil {
-			h.Set(HeaderInFlight, strconv.Itoa(a.counts[i]))
-		}
-	}
-	if a.call.Tier != "" {
-		h.Set(HeaderTier, string(a.call.Tier))
-	}
-	if i := a.lane(LaneTier); i >= 0 {
-		h.Set(HeaderTierLimit, strconv.Itoa(a.lanes[i].Limit))
-		if a.counts != nil {
-			h.Set(HeaderTierInFlight, strconv.Itoa(a.counts[i]))
-		}
-	}
-	if n, ok := a.Suggested(); ok {
-		h.Set(HeaderSuggestedConcurrent, strconv.Itoa(n))
-	}
-	if d, ok := a.Waited(); ok {
-		h.Set(HeaderWaited, strconv.FormatInt(d.Milliseconds(), 10))
-	}
-	if ms, ok := a.SpacingMS(); ok {
-		h.Set(HeaderSuggestedSpacing, strconv.FormatInt(ms, 10))
-	}
-	// Only the gate's own refusal gets its Retry-After; one the API sent
-	// itself (its rate limit, a 503) is left alone.
-	if s, ok := a.RetryAfter(); ok && a.decision == DecisionRefused {
-		h.Set("Retry-After", strconv.Itoa(s))
-	}
-}
-
-// RefusalBody returns the JSON body of the 429; nil unless the
-// call was refused.
-func (a *Admission) RefusalBody() []byte {
-	if a == nil || a.decision != DecisionRefused {
-		return nil
-	}
-	scope, paused := a.Scope(), false
-	if a.scope >= 0 {
-		paused = a.lanes[a.scope].Limit == 0
-	}
-	return refusalBody(scope, paused, a.retry)
 }
 
 // Record returns the call's log record. Its timestamp and held_ms are set

@@ -1,7 +1,5 @@
 package capgate
 
-import "strconv"
-
 // The pure part of a decision: which lanes are full, which one is reported,
 // how long to wait and how many calls to keep in flight. No I/O here.
 
@@ -85,19 +83,4 @@ func suggestedConcurrency(lanes []Lane, counts []int) (n int, ok bool) {
 		}
 	}
 	return max(1, min(user.Limit, counts[len(lanes)-1]+room)), true
-}
-
-// refusalBody returns the JSON body of the 429.
-func refusalBody(scope LaneName, paused bool, retryAfter int) []byte {
-	n := strconv.Itoa(retryAfter)
-	b := make([]byte, 0, 160)
-	b = append(b, `{"detail":"Matching is busy. Please retry in `...)
-	b = append(b, n...)
-	b = append(b, ` seconds.","error_code":"capacity_exceeded","scope":`...)
-	b = appendJSONString(b, string(scope))
-	b = append(b, `,"paused":`...)
-	b = strconv.AppendBool(b, paused)
-	b = append(b, `,"retry_after":`...)
-	b = append(b, n...)
-	return append(b, '}')
 }

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	capgatehttp "github.com/capgate/capgate/http"
 	"net/http"
 	"strings"
 	"sync/atomic"
@@ -99,7 +100,7 @@ func TestStoreFailureFailsOpenAndSkipsTheStore(t *testing.T) {
 		t.Fatalf("suggested without counts = %d %v, want the per-user limit 1", n, ok)
 	}
 	h := http.Header{}
-	b.SetHeaders(h)
+	capgatehttp.SetHeaders(h, b)
 	if h.Get("Retry-After") != "" || h.Get("X-OCL-Capacity-In-Flight") != "" || h.Get("X-OCL-Capacity-Limit") != "3" {
 		t.Fatalf("unavailable headers = %v", h)
 	}
@@ -206,11 +207,11 @@ func TestErrorAfterARefusalNeverRefuses(t *testing.T) {
 		t.Fatal("retry after kept after a failure")
 	}
 	h := http.Header{}
-	a.SetHeaders(h)
+	capgatehttp.SetHeaders(h, a)
 	if h.Get("Retry-After") != "" {
 		t.Fatalf("Retry-After sent: %v", h)
 	}
-	if a.RefusalBody() != nil {
+	if capgatehttp.RefusalBody(a) != nil {
 		t.Fatal("refusal body for an unavailable call")
 	}
 }
@@ -241,7 +242,7 @@ func TestUnavailableForAFailedLookup(t *testing.T) {
 		t.Fatalf("decision %q, acquires %d", a.Decision(), e.acquires.Load())
 	}
 	h := http.Header{}
-	a.SetHeaders(h)
+	capgatehttp.SetHeaders(h, a)
 	if len(h) != 1 || h.Get("X-OCL-Capacity-Decision") != "unavailable" {
 		t.Fatalf("headers = %v, want only the decision", h)
 	}
@@ -395,7 +396,7 @@ func TestHeadersLeaveTheAPIsRetryAfterAlone(t *testing.T) {
 	a := e.gate.Admit(context.Background(), lanetest.Match("p", capgate.TierPreview))
 	defer a.Release(context.Background())
 	h := http.Header{"Retry-After": {"30"}} // the API's own throttle answered
-	a.SetHeaders(h)
+	capgatehttp.SetHeaders(h, a)
 	if got := h.Get("Retry-After"); got != "30" || h.Get("X-OCL-Capacity-Decision") != "admitted" {
 		t.Fatalf("Retry-After %q, decision %q: the API's header must stay", got, h.Get("X-OCL-Capacity-Decision"))
 	}

@@ -3,6 +3,8 @@ package capgate_test
 import (
 	"context"
 	"errors"
+	"github.com/capgate/capgate/header"
+	capgatehttp "github.com/capgate/capgate/http"
 	"net/http"
 	"strings"
 	"sync"
@@ -119,9 +121,9 @@ func TestWaitTakesTheFreedSlot(t *testing.T) {
 			t.Errorf("Waited = %v, %v; want 1.5s, true", waited, ok)
 		}
 		h := http.Header{}
-		second.SetHeaders(h)
-		if got := h.Get(capgate.HeaderWaited); got != "1500" {
-			t.Errorf("%s = %q, want 1500", capgate.HeaderWaited, got)
+		capgatehttp.SetHeaders(h, second)
+		if got := h.Get(header.Waited); got != "1500" {
+			t.Errorf("%s = %q, want 1500", header.Waited, got)
 		}
 		if got := h.Get("Retry-After"); got != "" {
 			t.Errorf("Retry-After = %q on an admitted call", got)

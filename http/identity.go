@@ -17,6 +17,17 @@ import (
 	"github.com/capgate/capgate"
 )
 
+// Identifier tells who makes a request: the gateway's identity resolvers
+// (upstream lookup, trusted headers, a tokens file) implement it, and the
+// staff API uses the same one.
+type Identifier interface {
+	// Identify returns the caller of r. ok is false when r carries no
+	// valid credentials (anonymous, or the API answered 401). An error
+	// means the lookup itself failed (timeout, upstream error): the gate
+	// makes the call unavailable and never refuses it for that.
+	Identify(ctx context.Context, r *http.Request) (c capgate.Caller, ok bool, err error)
+}
+
 // The headers an auth proxy in front sets for HeaderIdentity.
 const (
 	HeaderUser   = "X-Capgate-User"   // the username
@@ -72,7 +83,7 @@ func ParseTrustedProxies(cidrs []string) ([]netip.Prefix, error) {
 	return out, nil
 }
 
-// Identify implements capgate.Identifier.
+// Identify implements Identifier.
 func (h *HeaderIdentity) Identify(_ context.Context, r *http.Request) (capgate.Caller, bool, error) {
 	if !h.trusted(r.RemoteAddr) {
 		return capgate.Caller{}, false, nil
@@ -170,7 +181,7 @@ func LoadTokenIdentity(path string) (*TokenIdentity, error) {
 	return NewTokenIdentity(entries)
 }
 
-// Identify implements capgate.Identifier.
+// Identify implements Identifier.
 func (t *TokenIdentity) Identify(_ context.Context, r *http.Request) (capgate.Caller, bool, error) {
 	tok, ok := bearer(r.Header.Get("Authorization"))
 	if !ok {
@@ -200,8 +211,8 @@ func splitASCIISpace(s string) []string {
 }
 
 var (
-	_ capgate.Identifier = (*HeaderIdentity)(nil)
-	_ capgate.Identifier = (*TokenIdentity)(nil)
+	_ Identifier = (*HeaderIdentity)(nil)
+	_ Identifier = (*TokenIdentity)(nil)
 )
 
 // AnonymousUser is the user id under which WithAnonymousAs gates the heavy

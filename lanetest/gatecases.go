@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	capgatehttp "github.com/capgate/capgate/http"
 	"net/http"
 	"reflect"
 	"slices"
@@ -208,7 +209,7 @@ func testShadowNeverRefuses(t *testing.T, e *Env) {
 		t.Fatalf("retry after = %d %v, want 5", s, ok)
 	}
 	h := http.Header{}
-	a.SetHeaders(h)
+	capgatehttp.SetHeaders(h, a)
 	if v := h.Get("Retry-After"); v != "" {
 		t.Fatalf("shadow-refused call sends Retry-After %q", v)
 	}
@@ -229,7 +230,7 @@ func testEnforceRefuses(t *testing.T, e *Env) {
 		t.Fatalf("user lane holds %v, want the first call only", m)
 	}
 	want := `{"detail":"Matching is busy. Please retry in 5 seconds.","error_code":"capacity_exceeded","scope":"user","paused":false,"retry_after":5}`
-	if got := string(a.RefusalBody()); got != want {
+	if got := string(capgatehttp.RefusalBody(a)); got != want {
 		t.Fatalf("body = %s\nwant   %s", got, want)
 	}
 	first.Release(context.Background())
@@ -260,7 +261,7 @@ func testOffMode(t *testing.T, e *Env) {
 		t.Fatalf("off mode admission = %v, want nil", a.Decision())
 	}
 	h := http.Header{}
-	a.SetHeaders(h)
+	capgatehttp.SetHeaders(h, a)
 	a.Release(context.Background())
 	if len(h) != 0 {
 		t.Fatalf("off mode set headers %v", h)
@@ -286,7 +287,7 @@ func testPausedTier(t *testing.T, e *Env) {
 		t.Fatalf("suggested = %d %v, want 0", n, ok)
 	}
 	want := `{"detail":"Matching is busy. Please retry in 120 seconds.","error_code":"capacity_exceeded","scope":"tier","paused":true,"retry_after":120}`
-	if got := string(a.RefusalBody()); got != want {
+	if got := string(capgatehttp.RefusalBody(a)); got != want {
 		t.Fatalf("body = %s\nwant   %s", got, want)
 	}
 }
@@ -305,7 +306,7 @@ func testPausedScope(t *testing.T, e *Env) {
 		t.Fatalf("scope = %q, want tier (a paused lane wins)", got)
 	}
 	want := `{"detail":"Matching is busy. Please retry in 120 seconds.","error_code":"capacity_exceeded","scope":"tier","paused":true,"retry_after":120}`
-	if got := string(a.RefusalBody()); got != want {
+	if got := string(capgatehttp.RefusalBody(a)); got != want {
 		t.Fatalf("body = %s\nwant   %s", got, want)
 	}
 }
@@ -399,7 +400,7 @@ func testHeaders(t *testing.T, e *Env) {
 	e.Enforce(nil)
 	ok := e.Admit(Match("p", capgate.TierPreview))
 	h := http.Header{}
-	ok.SetHeaders(h)
+	capgatehttp.SetHeaders(h, ok)
 	want := http.Header{
 		"X-Ocl-Capacity-Decision":              {"admitted"},
 		"X-Ocl-Capacity-Limit":                 {"3"},
@@ -414,7 +415,7 @@ func testHeaders(t *testing.T, e *Env) {
 	}
 	refused := e.Admit(Match("p", capgate.TierPreview))
 	h = http.Header{}
-	refused.SetHeaders(h)
+	capgatehttp.SetHeaders(h, refused)
 	if h.Get("X-OCL-Capacity-Decision") != "refused" || h.Get("Retry-After") != "5" {
 		t.Fatalf("refused headers = %v, want decision refused and Retry-After 5", h)
 	}

@@ -312,7 +312,7 @@ func (s *Server) migrateInBackground(ctx context.Context) {
 	}
 }
 
-func newIdentity(opts ServeOptions, proxies []netip.Prefix) (capgate.Identifier, error) {
+func newIdentity(opts ServeOptions, proxies []netip.Prefix) (capgatehttp.Identifier, error) {
 	switch opts.Identity {
 	case "upstream", "":
 		id, err := capgatehttp.NewUpstreamIdentity(opts.Upstream)
