@@ -2,6 +2,7 @@ package capgate
 
 import (
 	"context"
+	"errors"
 	"time"
 )
 
@@ -59,7 +60,7 @@ func (a *Admission) renew(ctx context.Context) {
 		held, err := g.Store.Renew(ctx, a.token, keys, lease)
 		if err != nil {
 			g.storeFailed("renew", err)
-			a.setErr(err.Error())
+			a.setErr(err)
 			continue
 		}
 		if held < len(keys) {
@@ -75,7 +76,7 @@ func (a *Admission) renew(ctx context.Context) {
 // It is idempotent and never fails; cleanup runs even when ctx is done
 // (bounded by the store's deadline).
 func (a *Admission) Release(ctx context.Context) {
-	if a == nil {
+	if a == nil || a.off {
 		return
 	}
 	a.mu.Lock()
@@ -121,7 +122,7 @@ func (a *Admission) releaseLeases(ctx context.Context) {
 	g := a.g
 	defer func() {
 		if r := recover(); r != nil {
-			a.setErr("release: internal error")
+			a.setErr(errors.New("release: internal error"))
 		}
 	}()
 	// A release that can't be done now is retried in the background until
@@ -130,8 +131,8 @@ func (a *Admission) releaseLeases(ctx context.Context) {
 	if g.skipping() {
 		g.storeSkipped("release")
 		a.mu.Lock()
-		if a.err == "" {
-			a.err = ErrTextReleaseSkipped
+		if a.err == nil {
+			a.err = errReleaseSkipped
 		}
 		a.mu.Unlock()
 		g.retryRelease(a.token, a.keys, lease)
@@ -146,7 +147,7 @@ func (a *Admission) releaseLeases(ctx context.Context) {
 	defer cancel()
 	if err := a.releaseStore(rctx); err != nil {
 		g.storeFailed("release", err)
-		a.setErr(err.Error())
+		a.setErr(err)
 		g.retryRelease(a.token, a.keys, lease)
 	}
 }
@@ -209,8 +210,9 @@ func (a *Admission) Suggested() (n int, ok bool) {
 	return suggestedConcurrency(a.lanes, a.counts)
 }
 
-// Err returns the error recorded on the call, "" when none.
-func (a *Admission) Err() string {
+// Err returns the error recorded on the call (the last one: a failed
+// renewal's, say), nil when none. The log line carries its text.
+func (a *Admission) Err() error {
 	a.mu.Lock()
 	defer a.mu.Unlock()
 	return a.err
@@ -303,7 +305,10 @@ func (a *Admission) Record() Record {
 		r.WaitMS = &w
 	}
 	a.mu.Lock()
-	r.Error, r.LeaseLost, r.TS = a.err, a.leaseLost, a.finished
+	if a.err != nil {
+		r.Error = Truncate(a.err.Error(), maxErrorLen)
+	}
+	r.LeaseLost, r.TS = a.leaseLost, a.finished
 	r.Degraded = a.degraded
 	if a.released && a.heldMS >= 0 {
 		h := a.heldMS

@@ -3,6 +3,12 @@ package capgate
 // The pure part of a decision: which lanes are full, which one is reported,
 // how long to wait and how many calls to keep in flight. No I/O here.
 
+// enforces reports whether a full lane refuses call under c: in enforce,
+// for every call or only for capacity-aware ones (enforce_for).
+func (c Config) enforces(call Call) bool {
+	return c.Mode == ModeEnforce && (c.EnforceFor == EnforceAll || call.Aware)
+}
+
 // laneSet is a set of lane indexes; a call has at most five lanes.
 type laneSet uint8
 

@@ -155,7 +155,7 @@ func TestDegradedLanesHoldThePerUserLimit(t *testing.T) {
 			t.Errorf("line %d: decision %v degraded %v, want %s", i, l["decision"], l["degraded"], want)
 		}
 	}
-	if lines[1]["user_in_flight"] != json.Number("2") || lines[1]["error"] != capgate.ErrTextSkipped {
+	if lines[1]["user_in_flight"] != json.Number("2") || lines[1]["error"] != capgate.ErrSkipped.Error() {
 		t.Errorf("second line: user_in_flight %v error %v", lines[1]["user_in_flight"], lines[1]["error"])
 	}
 }

@@ -15,11 +15,14 @@ import (
 // original implementation's.
 const DefaultKeyPrefix = "ocl:capacity"
 
-// The errors recorded on a call when the gate skips the store.
-const (
-	ErrTextSkipped        = "skipped: Redis failed recently"
-	ErrTextReleaseSkipped = "release skipped: Redis failed recently; retried until the leases expire"
-)
+// ErrSkipped is the error of a call decided without the lane store
+// because the store failed recently (SkipWindow). Its text, and that of
+// errReleaseSkipped, is what the log line has always said, whatever the
+// lane store; log readers match it.
+var ErrSkipped = errors.New("skipped: Redis failed recently")
+
+// errReleaseSkipped is the error of a call whose release skipped the store.
+var errReleaseSkipped = errors.New("release skipped: Redis failed recently; retried until the leases expire")
 
 // maxErrorLen bounds the error text a log line carries.
 const maxErrorLen = 300
@@ -161,6 +164,7 @@ func (g *Gate) logger() *slog.Logger {
 // are fixed when Admit returns.
 type Admission struct {
 	g         *Gate
+	off       bool // mode off: passes untouched, every method a no-op
 	call      Call
 	cfg       Config
 	enforced  bool
@@ -184,36 +188,34 @@ type Admission struct {
 	waitedFor time.Duration // how long it waited
 
 	mu        sync.Mutex
-	err       string // requires mu held
-	leaseLost bool   // requires mu held
-	released  bool   // requires mu held
-	heldMS    int64  // requires mu held; -1 when no lease was held
+	err       error // requires mu held
+	leaseLost bool  // requires mu held
+	released  bool  // requires mu held
+	heldMS    int64 // requires mu held; -1 when no lease was held
 	finished  time.Time
 
 	stop      chan struct{} // closed to stop the renewer; nil without one
 	renewDone chan struct{} // closed when the renewer ends
 }
 
-// Admit decides call. It returns nil when the mode is off: the call passes
-// untouched. Otherwise the caller must call Release when the call ends,
-// however it ends, and must not send a refused call (Refused) on. An
-// enforced call that may wait blocks until it gets a slot, its wait runs
-// out, or ctx is done (it then leaves the waitlist at once).
+// Admit decides call. The caller must call Release when the call ends,
+// however it ends, and must not send a refused call (Refused) on. In mode
+// off the call passes untouched: Admit returns an admission with no
+// decision (DecisionNone) whose Release does nothing, and nobody is told
+// (Observer). An enforced call that may wait blocks until it gets a slot,
+// its wait runs out, or ctx is done (it then leaves the waitlist at once).
+// Admit never returns nil.
 func (g *Gate) Admit(ctx context.Context, call Call) *Admission {
 	cfg, cerr := g.config(ctx)
-	if cfg.Mode == ModeOff {
-		return nil
-	}
-	a := &Admission{g: g, call: call, cfg: cfg, scope: -1, start: g.now()}
-	if cerr != nil {
-		a.enforced = false
-		a.fail(cerr)
-		if g.Observer != nil {
-			g.Observer.Admitted(a)
-		}
+	a := g.newAdmission(cfg, call)
+	if a.off {
 		return a
 	}
-	a.enforced = cfg.Mode == ModeEnforce && (cfg.EnforceFor == EnforceAll || call.Aware)
+	if cerr != nil {
+		a.fail(cerr)
+		g.admitted(a)
+		return a
+	}
 	func() {
 		defer func() {
 			if r := recover(); r != nil {
@@ -224,10 +226,33 @@ func (g *Gate) Admit(ctx context.Context, call Call) *Admission {
 			a.fail(err)
 		}
 	}()
+	g.admitted(a)
+	return a
+}
+
+// newAdmission returns the admission of call under cfg, with no
+// decision yet; in mode off, one that passes untouched.
+func (g *Gate) newAdmission(cfg Config, call Call) *Admission {
+	if cfg.Mode == ModeOff {
+		return &Admission{g: g, call: call, cfg: cfg, scope: -1, off: true}
+	}
+	return &Admission{g: g, call: call, cfg: cfg, scope: -1, start: g.now(), enforced: cfg.enforces(call)}
+}
+
+func (g *Gate) admitted(a *Admission) {
 	if g.Observer != nil {
 		g.Observer.Admitted(a)
 	}
-	return a
+}
+
+// Off reports whether the mode in force is off: every call passes
+// untouched, and a caller can skip looking anybody up.
+func (g *Gate) Off(ctx context.Context) bool {
+	if g.Config == nil {
+		return false
+	}
+	cfg, _ := g.config(ctx)
+	return cfg.Mode == ModeOff
 }
 
 // config reads the config in force. A ConfigSource must not fail; if one
@@ -244,19 +269,16 @@ func (g *Gate) config(ctx context.Context) (c Config, err error) {
 
 // Unavailable returns an admission for a call the gate could not decide
 // because of cause (an identity lookup that failed, say): the call goes
-// ahead uncounted and its log line says why. It returns nil when the mode
-// is off. The store's skip window is not touched.
+// ahead uncounted and its log line says why. In mode off it passes
+// untouched, as from Admit. The store's skip window is not touched.
 func (g *Gate) Unavailable(ctx context.Context, call Call, cause error) *Admission {
 	cfg, _ := g.config(ctx)
-	if cfg.Mode == ModeOff {
-		return nil
+	a := g.newAdmission(cfg, call)
+	if a.off {
+		return a
 	}
-	a := &Admission{g: g, call: call, cfg: cfg, scope: -1, start: g.now()}
-	a.enforced = cfg.Mode == ModeEnforce && (cfg.EnforceFor == EnforceAll || call.Aware)
 	a.fail(cause)
-	if g.Observer != nil {
-		g.Observer.Admitted(a)
-	}
+	g.admitted(a)
 	return a
 }
 
@@ -278,7 +300,7 @@ func (a *Admission) acquire(ctx context.Context) error {
 		// The client left before we asked the store: nothing to count,
 		// and no sign the store failed.
 		a.decision = DecisionUnavailable
-		a.setErr("caller gone before acquire: " + err.Error())
+		a.setErr(fmt.Errorf("caller gone before acquire: %w", err))
 		return nil
 	}
 	a.keys = make([]string, len(a.lanes))
@@ -309,7 +331,7 @@ func (a *Admission) acquire(ctx context.Context) error {
 	}
 	if g.skipping() {
 		g.storeSkipped("acquire")
-		a.setErr(ErrTextSkipped)
+		a.setErr(ErrSkipped)
 		return a.degradeLate(ctx, wl, req, false)
 	}
 	before := make([]int, len(a.lanes))
@@ -328,18 +350,18 @@ func (a *Admission) acquire(ctx context.Context) error {
 		// uncounted (a client that left never reaches the API).
 		a.dropLocal(ctx)
 		a.decision = DecisionUnavailable
-		a.setErr(err.Error())
+		a.setErr(err)
 		return nil
 	}
 	if err != nil {
 		if ctx.Err() != nil && errors.Is(err, ctx.Err()) {
 			a.dropLocal(ctx)
 			a.decision = DecisionUnavailable
-			a.setErr("caller gone before acquire: " + ctx.Err().Error())
+			a.setErr(fmt.Errorf("caller gone before acquire: %w", ctx.Err()))
 			return nil
 		}
 		g.storeFailed("acquire", err)
-		a.setErr(err.Error())
+		a.setErr(err)
 		return a.degradeLate(ctx, wl, req, errors.Is(err, ErrBusy) && !g.skipping())
 	}
 	g.storeWorked(ctx)
@@ -395,14 +417,14 @@ func (a *Admission) startRenewing(ctx context.Context) {
 		return
 	}
 	if err := a.startRenewer(ctx); err != nil {
-		a.setErr(fmt.Sprintf("start renewer: %v", err))
+		a.setErr(fmt.Errorf("start renewer: %w", err))
 	}
 }
 
 // fail turns the call unavailable because of err, unless it already holds
 // a lease with a decision: the limiter's own failure never refuses.
 func (a *Admission) fail(err error) {
-	a.setErr(err.Error())
+	a.setErr(err)
 	if a.taken && a.decision != DecisionNone {
 		return
 	}
@@ -410,10 +432,10 @@ func (a *Admission) fail(err error) {
 	a.retry, a.spacing = 0, 0
 }
 
-func (a *Admission) setErr(s string) {
-	s = Truncate(s, maxErrorLen)
+// setErr records err as the call's error; the last one wins.
+func (a *Admission) setErr(err error) {
 	a.mu.Lock()
-	a.err = s
+	a.err = err
 	a.mu.Unlock()
 }
 

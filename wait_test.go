@@ -3,6 +3,7 @@ package capgate_test
 import (
 	"context"
 	"errors"
+	"fmt"
 	"github.com/capgate/capgate/header"
 	capgatehttp "github.com/capgate/capgate/http"
 	"net/http"
@@ -182,7 +183,7 @@ func TestWaitClientGoneLeavesAtOnce(t *testing.T) {
 			t.Errorf("left after %v, want at once", time.Since(start))
 		}
 		mustDecide(t, second, capgate.DecisionUnavailable)
-		if !strings.Contains(second.Err(), "caller gone while waiting") {
+		if !strings.Contains(fmt.Sprint(second.Err()), "caller gone while waiting") {
 			t.Errorf("error = %q, want caller gone while waiting", second.Err())
 		}
 		if n := e.waiting(t, "p"); n != 0 {
@@ -203,7 +204,7 @@ func TestWaitStoreFailureFailsOpen(t *testing.T) {
 		second := e.gate.Admit(t.Context(), lanetest.Match("p", capgate.TierPreview))
 		second.Release(t.Context())
 		mustDecide(t, second, capgate.DecisionUnavailable)
-		if !strings.Contains(second.Err(), "connection reset") {
+		if !strings.Contains(fmt.Sprint(second.Err()), "connection reset") {
 			t.Errorf("error = %q, want the store's", second.Err())
 		}
 		if !e.gate.Skip.Skipping() {

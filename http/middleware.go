@@ -164,7 +164,7 @@ func (m *Middleware) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	ctx := r.Context()
-	if m.gate.Config != nil && m.gate.Config.Config(ctx).Mode == capgate.ModeOff {
+	if m.gate.Off(ctx) {
 		m.next.ServeHTTP(w, r) // mode off: untouched, and nobody looked up
 		return
 	}
@@ -186,7 +186,7 @@ func (m *Middleware) serveTwoStep(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	ctx := r.Context()
-	if m.gate.Config != nil && m.gate.Config.Config(ctx).Mode == capgate.ModeOff {
+	if m.gate.Off(ctx) {
 		m.next.ServeHTTP(w, r) // mode off: untouched, and nobody looked up
 		return
 	}
@@ -254,7 +254,7 @@ func (m *Middleware) gated(w http.ResponseWriter, r *http.Request, call capgate.
 		call.Tier = m.groups.TierOf(caller.Staff, caller.Groups)
 		adm = m.gate.Admit(ctx, call)
 	}
-	if adm == nil {
+	if adm.Decision() == capgate.DecisionNone {
 		m.next.ServeHTTP(w, r) // mode off (since the check above): untouched
 		return
 	}
