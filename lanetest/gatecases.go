@@ -476,8 +476,8 @@ func testStatus(t *testing.T, e *Env) {
 	e.Admit(Match("p", capgate.TierPreview))
 	e.Admit(Lexical("c", capgate.TierCore))
 	st := e.Gate.Status(context.Background(), e.Cfg.Config(context.Background()))
-	if st.Redis != capgate.StatusOK {
-		t.Fatalf("status redis = %q", st.Redis)
+	if st.Store != capgate.StatusOK {
+		t.Fatalf("status store = %q", st.Store)
 	}
 	if got := *st.APIHeavy; got != (capgate.APIHeavyStatus{InFlight: 2, Limit: 4, BulkLimit: 3}) {
 		t.Fatalf("api_heavy = %+v", got)
@@ -495,6 +495,11 @@ func testStatus(t *testing.T, e *Env) {
 	}
 	if want := map[string]capgate.UserStatus{"p": {InFlight: 1}, "c": {InFlight: 1}}; !reflect.DeepEqual(st.Users, want) {
 		t.Fatalf("users = %v, want %v", st.Users, want)
+	}
+	// Without a gate: the store, the keys and the config are enough.
+	keys := capgate.Keys{Prefix: e.Gate.KeyPrefix, TaskID: e.Gate.TaskID}
+	if got := capgate.ReadStatus(context.Background(), e.Gate.Store, keys, e.Cfg.Config(context.Background())); !reflect.DeepEqual(got, st) {
+		t.Fatalf("ReadStatus = %+v, want the gate's %+v", got, st)
 	}
 }
 

@@ -309,15 +309,13 @@ func (c *CapacityCommand) status(ctx context.Context, a *capacityAction) error {
 		if err != nil {
 			return err
 		}
-		gate := capgate.NewGate(lanes, svc, nil, st.TaskID)
-		gate.KeyPrefix = keyPrefix
-		status := gate.Status(ctx, cfg)
+		status := capgate.ReadStatus(ctx, lanes, capgate.Keys{Prefix: keyPrefix, TaskID: st.TaskID}, cfg)
 		if err := c.print(status); err != nil {
 			return err
 		}
-		if status.Redis != capgate.StatusOK {
+		if status.Store != capgate.StatusOK {
 			// The JSON says it too; the exit code is for scripts.
-			return fmt.Errorf("lane store %s: %s", lanes, status.Redis)
+			return fmt.Errorf("lane store %s: %s", lanes, status.Store)
 		}
 		return nil
 	})
