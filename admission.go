@@ -2,9 +2,230 @@ package capgate
 
 import (
 	"context"
+	"crypto/rand"
+	"encoding/hex"
 	"errors"
+	"fmt"
+	"sync"
 	"time"
 )
+
+// ErrSkipped is the error of a call decided without the lane store
+// because the store failed recently (SkipWindow). Its text, and that of
+// errReleaseSkipped, is what the log line has always said, whatever the
+// lane store; log readers match it.
+var ErrSkipped = errors.New("skipped: Redis failed recently")
+
+// errReleaseSkipped is the error of a call whose release skipped the store.
+var errReleaseSkipped = errors.New("release skipped: Redis failed recently; retried until the leases expire")
+
+// maxErrorLen bounds the error text a log line carries.
+const maxErrorLen = 300
+
+// renewerStopWait is how long Release waits for the renewer to end. A
+// renewal still in flight after that does no harm: renewing never revives
+// or adds a lease.
+const renewerStopWait = 100 * time.Millisecond
+
+// Admission is one heavy call's passage through the gate, from Admit to
+// Release. Its methods are safe for concurrent use; its decision and counts
+// are fixed when Admit returns.
+type Admission struct {
+	g         *Gate
+	off       bool // mode off: passes untouched, every method a no-op
+	call      Call
+	cfg       Config
+	enforced  bool
+	lanes     []Lane
+	keys      []string // the lanes' keys, once a store call was planned
+	counts    []int    // per lane: count before, +1 if taken; nil when unknown
+	taken     bool     // holds leases
+	local     bool     // holds leases in the gate's local lanes (degraded.go)
+	degraded  bool     // decided by the local lanes alone (degraded.go)
+	localAt   []int    // per lane: the local lanes' count before this call
+	decision  Decision
+	full      laneSet
+	scope     int           // lane index, -1 none
+	retry     int           // Retry-After seconds, 0 none
+	spacing   time.Duration // how often the scope lane frees a slot, 0 unknown
+	leased    time.Time     // when the leases were taken
+	token     string
+	start     time.Time
+	granted   bool          // took a slot it waited for
+	waited    bool          // its ticket was queued
+	waitedFor time.Duration // how long it waited
+
+	mu        sync.Mutex
+	err       error // requires mu held
+	leaseLost bool  // requires mu held
+	released  bool  // requires mu held
+	heldMS    int64 // requires mu held; -1 when no lease was held
+	finished  time.Time
+
+	stop      chan struct{} // closed to stop the renewer; nil without one
+	renewDone chan struct{} // closed when the renewer ends
+}
+
+// acquire plans the lanes, takes the leases and decides. An error it
+// returns is not the store's (those are handled here); the caller turns it
+// into "unavailable".
+func (a *Admission) acquire(ctx context.Context) error {
+	g := a.g
+	switch a.call.Tier {
+	case TierStaff, TierCore, TierEarlyAccess, TierPreview:
+	default:
+		return fmt.Errorf("unknown tier %q", a.call.Tier)
+	}
+	if a.call.UserID == "" {
+		return errors.New("no user id")
+	}
+	a.lanes = g.keys().Plan(a.cfg, a.call)
+	if err := ctx.Err(); err != nil {
+		// The client left before we asked the store: nothing to count,
+		// and no sign the store failed.
+		a.decision = DecisionUnavailable
+		a.setErr(fmt.Errorf("caller gone before acquire: %w", err))
+		return nil
+	}
+	a.keys = make([]string, len(a.lanes))
+	limits := make([]int, len(a.lanes))
+	for i, l := range a.lanes {
+		a.keys[i], limits[i] = l.Key, l.Limit
+	}
+	a.token = newToken()
+	deadline := g.storeDeadline()
+	req := AcquireRequest{
+		Token:    a.token,
+		Keys:     a.keys,
+		Limits:   limits,
+		Lease:    time.Duration(a.cfg.LeaseSeconds) * time.Second,
+		Force:    !a.enforced,
+		NotAfter: g.now().Add(deadline + 2*time.Second),
+	}
+	// A call that may wait (wait.go) skips the local pre-check: finding
+	// this gateway's share of a lane full is a reason to queue, not to
+	// refuse. It counts in the local lanes once it holds a slot, or when
+	// the local lanes must decide for it.
+	wl := a.waitlist(limits)
+	if wl == nil && a.acquireLocal(ctx, req) {
+		return nil // refused: this gateway alone already fills a lane
+	}
+	if g.skipping() {
+		g.storeSkipped("acquire")
+		a.setErr(ErrSkipped)
+		return a.degradeLate(ctx, wl, req, false)
+	}
+	before := make([]int, len(a.lanes))
+	var taken bool
+	var err error
+	if wl != nil {
+		taken, err = a.join(ctx, wl, req, before) // may wait (wait.go)
+	} else {
+		// ctx bounds only the wait before the store sends the acquire;
+		// once sent, the store reports its answer whatever the client
+		// does, so a lease it took is never left behind.
+		taken, err = g.Store.Acquire(ctx, req, before)
+	}
+	if errors.Is(err, errCallerGone) || errors.Is(err, errTicketLost) {
+		// Not the store failing: no skip window. The call goes ahead
+		// uncounted (a client that left never reaches the API).
+		a.dropLocal(ctx)
+		a.decision = DecisionUnavailable
+		a.setErr(err)
+		return nil
+	}
+	if err != nil {
+		if ctx.Err() != nil && errors.Is(err, ctx.Err()) {
+			a.dropLocal(ctx)
+			a.decision = DecisionUnavailable
+			a.setErr(fmt.Errorf("caller gone before acquire: %w", ctx.Err()))
+			return nil
+		}
+		g.storeFailed("acquire", err)
+		a.setErr(err)
+		return a.degradeLate(ctx, wl, req, errors.Is(err, ErrBusy) && !g.skipping())
+	}
+	g.storeWorked(ctx)
+	a.taken = taken
+	if taken {
+		a.leased = g.now() // the hold estimates count from here (hints.go)
+	}
+	switch {
+	case !taken:
+		a.dropLocal(ctx)
+	case wl != nil:
+		a.countLocal(ctx, req)
+	}
+	a.full = fullLanes(a.lanes, before)
+	switch {
+	case a.full.empty() && !taken:
+		return errors.New("the store took no lease though no lane was full")
+	case a.full.empty():
+		a.decision = DecisionAdmitted
+	case taken:
+		a.decision = DecisionShadowRefused
+	default:
+		a.decision = DecisionRefused
+	}
+	var ruleErr error
+	if !a.full.empty() {
+		if h := g.hooks; h != nil && h.retryAfter != nil {
+			ruleErr = h.retryAfter()
+		}
+		if ruleErr == nil {
+			a.scope = scopeOf(a.lanes, a.full)
+			a.retry, a.spacing = refusalHints(a.cfg.RetryAfter, a.lanes, before, a.full, a.scope, g.Holds)
+		}
+	}
+	// From here on the counts include this call when it took the lease.
+	a.counts = before
+	if taken {
+		for i := range a.counts {
+			a.counts[i]++
+		}
+	}
+	if ruleErr != nil {
+		return ruleErr
+	}
+	a.startRenewing(ctx)
+	return nil
+}
+
+// startRenewing starts the renewer of a call that holds leases, in the
+// store or in the local lanes.
+func (a *Admission) startRenewing(ctx context.Context) {
+	if !a.taken && !a.local {
+		return
+	}
+	if err := a.startRenewer(ctx); err != nil {
+		a.setErr(fmt.Errorf("start renewer: %w", err))
+	}
+}
+
+// fail turns the call unavailable because of err, unless it already holds
+// a lease with a decision: the limiter's own failure never refuses.
+func (a *Admission) fail(err error) {
+	a.setErr(err)
+	if a.taken && a.decision != DecisionNone {
+		return
+	}
+	a.decision = DecisionUnavailable
+	a.retry, a.spacing = 0, 0
+}
+
+// setErr records err as the call's error; the last one wins.
+func (a *Admission) setErr(err error) {
+	a.mu.Lock()
+	a.err = err
+	a.mu.Unlock()
+}
+
+// newToken returns 32 random hex characters.
+func newToken() string {
+	var b [16]byte
+	_, _ = rand.Read(b[:]) // crypto/rand.Read never fails (Go 1.24+)
+	return hex.EncodeToString(b[:])
+}
 
 // startRenewer starts the goroutine that renews the call's leases every
 // renew_seconds until Release, a lost lease, or max_hold_seconds.
@@ -138,10 +359,7 @@ func (a *Admission) releaseLeases(ctx context.Context) {
 		g.retryRelease(a.token, a.keys, lease)
 		return
 	}
-	deadline := g.StoreDeadline
-	if deadline <= 0 {
-		deadline = DefaultStoreDeadline
-	}
+	deadline := g.storeDeadline()
 	// The client may be gone; the leases must still be given back.
 	rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), deadline)
 	defer cancel()

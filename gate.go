@@ -2,12 +2,9 @@ package capgate
 
 import (
 	"context"
-	"crypto/rand"
-	"encoding/hex"
 	"errors"
 	"fmt"
 	"log/slog"
-	"sync"
 	"time"
 )
 
@@ -15,22 +12,9 @@ import (
 // original implementation's.
 const DefaultKeyPrefix = "ocl:capacity"
 
-// ErrSkipped is the error of a call decided without the lane store
-// because the store failed recently (SkipWindow). Its text, and that of
-// errReleaseSkipped, is what the log line has always said, whatever the
-// lane store; log readers match it.
-var ErrSkipped = errors.New("skipped: Redis failed recently")
-
-// errReleaseSkipped is the error of a call whose release skipped the store.
-var errReleaseSkipped = errors.New("release skipped: Redis failed recently; retried until the leases expire")
-
-// maxErrorLen bounds the error text a log line carries.
-const maxErrorLen = 300
-
-// renewerStopWait is how long Release waits for the renewer to end. A
-// renewal still in flight after that does no harm: renewing never revives
-// or adds a lease.
-const renewerStopWait = 100 * time.Millisecond
+// DefaultStoreDeadline bounds the gate's waits on a store that reports no
+// deadline of its own (see Gate.storeDeadline).
+const DefaultStoreDeadline = time.Second
 
 // Gate admits heavy calls. Admit decides one call and, unless it is
 // refused or the limiter could not count, takes a lease in each of its lanes
@@ -42,39 +26,41 @@ const renewerStopWait = 100 * time.Millisecond
 // The gate never refuses a call because of its own failure: a store error,
 // a bug or a bad input makes the call "unavailable" and lets it go ahead.
 // Only store errors open the skip window. A Gate is safe for concurrent use.
-// Create one with NewGate; its fields may be set before first use.
+//
+// A Gate is configured through its fields, as client.Transport is; set
+// them before first use. Each field's comment says what its zero value
+// does. NewGate fills in the required ones and gives the gate a skip
+// window and hold history; a Gate built by hand without them never skips
+// the store and uses the prior Retry-After spacing.
 type Gate struct {
-	Store  LaneStore    // required
+	Store  LaneStore    // required; its Deadline method, if any, bounds the gate's waits on it
 	Config ConfigSource // required
 	Sink   Sink         // receives one line per gated call; nil: no lines
 
 	// TaskID names this API task's lane (api_heavy_task:<TaskID>).
 	TaskID string
-	// KeyPrefix prefixes every lane key. Default DefaultKeyPrefix.
+	// KeyPrefix prefixes every lane key; "": DefaultKeyPrefix.
 	KeyPrefix string
 	// Skip is the per-process window during which the store is not used
-	// after it failed. NewGate sets one of DefaultSkipDuration.
+	// after it failed; nil: the store is never skipped. NewGate sets one
+	// of DefaultSkipDuration.
 	Skip *SkipWindow
-	// StoreDeadline is the longest one store operation may take; an acquire
-	// the store runs later than now+StoreDeadline+2s takes no lease.
-	// Default DefaultStoreDeadline.
-	StoreDeadline time.Duration
-	// Now is the gateway's clock (for held_ms and not-after). Default time.Now.
+	// Now is the gateway's clock (for held_ms and not-after); nil: time.Now.
 	Now func() time.Time
-	// Logger gets the gate's own warnings. Default slog.Default().
+	// Logger gets the gate's own warnings; nil: slog.Default().
 	Logger *slog.Logger
-	// Observer is told about decisions and store failures (metrics).
-	// Default: nobody.
+	// Observer is told about decisions and store failures (metrics);
+	// nil: nobody.
 	Observer Observer
 	// Local, if set, holds this gateway's own lanes: an in-process store
 	// (a memory.Store) in which every call it counts also takes a lease. A
 	// call these lanes already find full is refused without asking Store,
 	// and while Store is unavailable they decide alone, with degraded
-	// limits (degraded.go). Default nil: none.
+	// limits (degraded.go). nil: none.
 	Local LaneStore
 	// Holds keeps the lanes' recent hold times for the adaptive
-	// Retry-After (hints.go). NewGate sets one; nil: no history, the prior
-	// applies.
+	// Retry-After (hints.go); nil: no history, the prior applies. NewGate
+	// sets one.
 	Holds *HoldTimes
 
 	bg    background // release retries and the gateway count (background.go)
@@ -92,16 +78,15 @@ type gateHooks struct {
 // NewGate returns a gate over store and cfg with the defaults set.
 func NewGate(store LaneStore, cfg ConfigSource, sink Sink, taskID string) *Gate {
 	return &Gate{
-		Store:         store,
-		Config:        cfg,
-		Sink:          sink,
-		TaskID:        taskID,
-		KeyPrefix:     DefaultKeyPrefix,
-		Skip:          NewSkipWindow(DefaultSkipDuration, nil),
-		StoreDeadline: DefaultStoreDeadline,
-		Now:           time.Now,
-		Logger:        slog.Default(),
-		Holds:         &HoldTimes{},
+		Store:     store,
+		Config:    cfg,
+		Sink:      sink,
+		TaskID:    taskID,
+		KeyPrefix: DefaultKeyPrefix,
+		Skip:      NewSkipWindow(DefaultSkipDuration, nil),
+		Now:       time.Now,
+		Logger:    slog.Default(),
+		Holds:     &HoldTimes{},
 	}
 }
 
@@ -124,6 +109,21 @@ func (g *Gate) now() time.Time {
 		return g.Now()
 	}
 	return time.Now()
+}
+
+// storeDeadline is the longest one store operation may take: an acquire
+// the store runs later than now+deadline+2s takes no lease, and releases
+// are given that long. The store owns this setting, since it is the one
+// that enforces it (redis.Options.Deadline): a store that bounds its
+// operations says so with a Deadline method. Others (memory) get
+// DefaultStoreDeadline.
+func (g *Gate) storeDeadline() time.Duration {
+	if s, ok := g.Store.(interface{ Deadline() time.Duration }); ok {
+		if d := s.Deadline(); d > 0 {
+			return d
+		}
+	}
+	return DefaultStoreDeadline
 }
 
 func (g *Gate) keys() Keys { return Keys{Prefix: g.KeyPrefix, TaskID: g.TaskID} }
@@ -157,45 +157,6 @@ func (g *Gate) logger() *slog.Logger {
 		return g.Logger
 	}
 	return slog.Default()
-}
-
-// Admission is one heavy call's passage through the gate, from Admit to
-// Release. Its methods are safe for concurrent use; its decision and counts
-// are fixed when Admit returns.
-type Admission struct {
-	g         *Gate
-	off       bool // mode off: passes untouched, every method a no-op
-	call      Call
-	cfg       Config
-	enforced  bool
-	lanes     []Lane
-	keys      []string // the lanes' keys, once a store call was planned
-	counts    []int    // per lane: count before, +1 if taken; nil when unknown
-	taken     bool     // holds leases
-	local     bool     // holds leases in the gate's local lanes (degraded.go)
-	degraded  bool     // decided by the local lanes alone (degraded.go)
-	localAt   []int    // per lane: the local lanes' count before this call
-	decision  Decision
-	full      laneSet
-	scope     int           // lane index, -1 none
-	retry     int           // Retry-After seconds, 0 none
-	spacing   time.Duration // how often the scope lane frees a slot, 0 unknown
-	leased    time.Time     // when the leases were taken
-	token     string
-	start     time.Time
-	granted   bool          // took a slot it waited for
-	waited    bool          // its ticket was queued
-	waitedFor time.Duration // how long it waited
-
-	mu        sync.Mutex
-	err       error // requires mu held
-	leaseLost bool  // requires mu held
-	released  bool  // requires mu held
-	heldMS    int64 // requires mu held; -1 when no lease was held
-	finished  time.Time
-
-	stop      chan struct{} // closed to stop the renewer; nil without one
-	renewDone chan struct{} // closed when the renewer ends
 }
 
 // Admit decides call. The caller must call Release when the call ends,
@@ -280,168 +241,4 @@ func (g *Gate) Unavailable(ctx context.Context, call Call, cause error) *Admissi
 	a.fail(cause)
 	g.admitted(a)
 	return a
-}
-
-// acquire plans the lanes, takes the leases and decides. An error it
-// returns is not the store's (those are handled here); the caller turns it
-// into "unavailable".
-func (a *Admission) acquire(ctx context.Context) error {
-	g := a.g
-	switch a.call.Tier {
-	case TierStaff, TierCore, TierEarlyAccess, TierPreview:
-	default:
-		return fmt.Errorf("unknown tier %q", a.call.Tier)
-	}
-	if a.call.UserID == "" {
-		return errors.New("no user id")
-	}
-	a.lanes = g.keys().Plan(a.cfg, a.call)
-	if err := ctx.Err(); err != nil {
-		// The client left before we asked the store: nothing to count,
-		// and no sign the store failed.
-		a.decision = DecisionUnavailable
-		a.setErr(fmt.Errorf("caller gone before acquire: %w", err))
-		return nil
-	}
-	a.keys = make([]string, len(a.lanes))
-	limits := make([]int, len(a.lanes))
-	for i, l := range a.lanes {
-		a.keys[i], limits[i] = l.Key, l.Limit
-	}
-	a.token = newToken()
-	deadline := g.StoreDeadline
-	if deadline <= 0 {
-		deadline = DefaultStoreDeadline
-	}
-	req := AcquireRequest{
-		Token:    a.token,
-		Keys:     a.keys,
-		Limits:   limits,
-		Lease:    time.Duration(a.cfg.LeaseSeconds) * time.Second,
-		Force:    !a.enforced,
-		NotAfter: g.now().Add(deadline + 2*time.Second),
-	}
-	// A call that may wait (wait.go) skips the local pre-check: finding
-	// this gateway's share of a lane full is a reason to queue, not to
-	// refuse. It counts in the local lanes once it holds a slot, or when
-	// the local lanes must decide for it.
-	wl := a.waitlist(limits)
-	if wl == nil && a.acquireLocal(ctx, req) {
-		return nil // refused: this gateway alone already fills a lane
-	}
-	if g.skipping() {
-		g.storeSkipped("acquire")
-		a.setErr(ErrSkipped)
-		return a.degradeLate(ctx, wl, req, false)
-	}
-	before := make([]int, len(a.lanes))
-	var taken bool
-	var err error
-	if wl != nil {
-		taken, err = a.join(ctx, wl, req, before) // may wait (wait.go)
-	} else {
-		// ctx bounds only the wait before the store sends the acquire;
-		// once sent, the store reports its answer whatever the client
-		// does, so a lease it took is never left behind.
-		taken, err = g.Store.Acquire(ctx, req, before)
-	}
-	if errors.Is(err, errCallerGone) || errors.Is(err, errTicketLost) {
-		// Not the store failing: no skip window. The call goes ahead
-		// uncounted (a client that left never reaches the API).
-		a.dropLocal(ctx)
-		a.decision = DecisionUnavailable
-		a.setErr(err)
-		return nil
-	}
-	if err != nil {
-		if ctx.Err() != nil && errors.Is(err, ctx.Err()) {
-			a.dropLocal(ctx)
-			a.decision = DecisionUnavailable
-			a.setErr(fmt.Errorf("caller gone before acquire: %w", ctx.Err()))
-			return nil
-		}
-		g.storeFailed("acquire", err)
-		a.setErr(err)
-		return a.degradeLate(ctx, wl, req, errors.Is(err, ErrBusy) && !g.skipping())
-	}
-	g.storeWorked(ctx)
-	a.taken = taken
-	if taken {
-		a.leased = g.now() // the hold estimates count from here (hints.go)
-	}
-	switch {
-	case !taken:
-		a.dropLocal(ctx)
-	case wl != nil:
-		a.countLocal(ctx, req)
-	}
-	a.full = fullLanes(a.lanes, before)
-	switch {
-	case a.full.empty() && !taken:
-		return errors.New("the store took no lease though no lane was full")
-	case a.full.empty():
-		a.decision = DecisionAdmitted
-	case taken:
-		a.decision = DecisionShadowRefused
-	default:
-		a.decision = DecisionRefused
-	}
-	var ruleErr error
-	if !a.full.empty() {
-		if h := g.hooks; h != nil && h.retryAfter != nil {
-			ruleErr = h.retryAfter()
-		}
-		if ruleErr == nil {
-			a.scope = scopeOf(a.lanes, a.full)
-			a.retry, a.spacing = refusalHints(a.cfg.RetryAfter, a.lanes, before, a.full, a.scope, g.Holds)
-		}
-	}
-	// From here on the counts include this call when it took the lease.
-	a.counts = before
-	if taken {
-		for i := range a.counts {
-			a.counts[i]++
-		}
-	}
-	if ruleErr != nil {
-		return ruleErr
-	}
-	a.startRenewing(ctx)
-	return nil
-}
-
-// startRenewing starts the renewer of a call that holds leases, in the
-// store or in the local lanes.
-func (a *Admission) startRenewing(ctx context.Context) {
-	if !a.taken && !a.local {
-		return
-	}
-	if err := a.startRenewer(ctx); err != nil {
-		a.setErr(fmt.Errorf("start renewer: %w", err))
-	}
-}
-
-// fail turns the call unavailable because of err, unless it already holds
-// a lease with a decision: the limiter's own failure never refuses.
-func (a *Admission) fail(err error) {
-	a.setErr(err)
-	if a.taken && a.decision != DecisionNone {
-		return
-	}
-	a.decision = DecisionUnavailable
-	a.retry, a.spacing = 0, 0
-}
-
-// setErr records err as the call's error; the last one wins.
-func (a *Admission) setErr(err error) {
-	a.mu.Lock()
-	a.err = err
-	a.mu.Unlock()
-}
-
-// newToken returns 32 random hex characters.
-func newToken() string {
-	var b [16]byte
-	_, _ = rand.Read(b[:]) // crypto/rand.Read never fails (Go 1.24+)
-	return hex.EncodeToString(b[:])
 }
