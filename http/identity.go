@@ -160,10 +160,23 @@ func NewTokenIdentity(entries []TokenEntry) (*TokenIdentity, error) {
 	return t, nil
 }
 
-// LoadTokenIdentity reads a tokens file (--tokens): a JSON array of
-// {"token", "username", "is_staff", "auth_groups"}. It returns an error if
-// the file can't be read or decoded, or as NewTokenIdentity does.
+// LoadTokenIdentity reads a tokens file (ReadTokens) and returns a
+// TokenIdentity knowing its entries. It returns an error as ReadTokens and
+// NewTokenIdentity do.
 func LoadTokenIdentity(path string) (*TokenIdentity, error) {
+	entries, err := ReadTokens(path)
+	if err != nil {
+		return nil, err
+	}
+	return NewTokenIdentity(entries)
+}
+
+// ReadTokens reads a tokens file (--tokens): a JSON array of {"token",
+// "username", "is_staff", "auth_groups"}, nothing else. It is the one
+// parser of the file, for the gateway and the capacity CLI alike. It
+// returns an error if the file can't be read, is not such an array, or
+// has data after it.
+func ReadTokens(path string) ([]TokenEntry, error) {
 	f, err := os.Open(path)
 	if err != nil {
 		return nil, fmt.Errorf("tokens: %w", err)
@@ -178,7 +191,7 @@ func LoadTokenIdentity(path string) (*TokenIdentity, error) {
 	if _, err := dec.Token(); !errors.Is(err, io.EOF) {
 		return nil, fmt.Errorf("tokens: %s: data after the array", path)
 	}
-	return NewTokenIdentity(entries)
+	return entries, nil
 }
 
 // Identify implements Identifier.

@@ -6,6 +6,7 @@ import (
 	"errors"
 	"flag"
 	"fmt"
+	capgatehttp "github.com/capgate/capgate/http"
 	"io"
 	"io/fs"
 	"os"
@@ -322,17 +323,11 @@ func (c *CapacityCommand) status(ctx context.Context, a *capacityAction) error {
 }
 
 // checkUser fails with `No user "<name>".` unless the tokens file names
-// user.
+// user. The file is read as the gateway reads it.
 func checkUser(tokensFile, user string) error {
-	b, err := os.ReadFile(tokensFile)
+	entries, err := capgatehttp.ReadTokens(tokensFile)
 	if err != nil {
 		return fmt.Errorf("read --tokens: %w", err)
-	}
-	var entries []struct {
-		Username string `json:"username"`
-	}
-	if err := json.Unmarshal(b, &entries); err != nil {
-		return fmt.Errorf("read --tokens %s: want a JSON array of {token, username, is_staff, auth_groups}: %w", tokensFile, err)
 	}
 	for _, e := range entries {
 		if e.Username == user {
