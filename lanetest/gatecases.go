@@ -379,7 +379,8 @@ func testTTLNeverShortened(t *testing.T, e *Env) {
 }
 
 func testGateLateAcquire(t *testing.T, e *Env) {
-	e.Gate.Now = func() time.Time { return time.Now().Add(-10 * time.Second) }
+	// Late by far more than any store deadline plus the 2 s of slack.
+	e.Gate.Now = func() time.Time { return time.Now().Add(-time.Hour) }
 	a := e.Admit(Match("p", capgate.TierPreview))
 	wantDecision(t, a, capgate.DecisionUnavailable)
 	if a.Holding() {
