@@ -29,7 +29,9 @@ const renewerStopWait = 100 * time.Millisecond
 
 // Admission is one heavy call's passage through the gate, from Admit to
 // Release. Its methods are safe for concurrent use; its decision and counts
-// are fixed when Admit returns.
+// are fixed when Admit returns. In mode off it has no decision
+// (DecisionNone), no lanes and no error, and Release does nothing: the call
+// passes untouched.
 type Admission struct {
 	g         *Gate
 	off       bool // mode off: passes untouched, every method a no-op
@@ -157,16 +159,11 @@ func (a *Admission) acquire(ctx context.Context) error {
 		a.countLocal(ctx, req)
 	}
 	a.full = fullLanes(a.lanes, before)
-	switch {
-	case a.full.empty() && !taken:
-		return errors.New("the store took no lease though no lane was full")
-	case a.full.empty():
-		a.decision = DecisionAdmitted
-	case taken:
-		a.decision = DecisionShadowRefused
-	default:
-		a.decision = DecisionRefused
+	d, err := decide(a.full, taken)
+	if err != nil {
+		return err
 	}
+	a.decision = d
 	var ruleErr error
 	if !a.full.empty() {
 		if h := g.hooks; h != nil && h.retryAfter != nil {
@@ -383,7 +380,7 @@ func (a *Admission) emit() {
 	}
 }
 
-// Decision returns the admission's decision.
+// Decision returns the admission's decision; DecisionNone in mode off.
 func (a *Admission) Decision() Decision { return a.decision }
 
 // Refused reports whether the call must be answered with the 429 and never

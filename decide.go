@@ -1,5 +1,7 @@
 package capgate
 
+import "errors"
+
 // The pure part of a decision: which lanes are full, which one is reported,
 // how long to wait and how many calls to keep in flight. No I/O here.
 
@@ -14,6 +16,23 @@ type laneSet uint8
 
 func (s laneSet) has(i int) bool { return s&(1<<i) != 0 }
 func (s laneSet) empty() bool    { return s == 0 }
+
+// decide returns the decision of a call whose lanes full were full before
+// it, given whether the store took its leases. A store that took none
+// though no lane was full broke its contract: that is an error, and the
+// call is counted as unavailable.
+func decide(full laneSet, taken bool) (Decision, error) {
+	switch {
+	case full.empty() && !taken:
+		return DecisionNone, errors.New("the store took no lease though no lane was full")
+	case full.empty():
+		return DecisionAdmitted, nil
+	case taken:
+		return DecisionShadowRefused, nil
+	default:
+		return DecisionRefused, nil
+	}
+}
 
 // fullLanes returns the lanes whose count before the call reached their
 // limit; a limit of 0 is always full.

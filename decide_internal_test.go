@@ -83,3 +83,23 @@ func TestSuggestedConcurrency(t *testing.T) {
 		})
 	}
 }
+
+func TestDecide(t *testing.T) {
+	tests := []struct {
+		full    laneSet
+		taken   bool
+		want    Decision
+		wantErr bool
+	}{
+		{0, true, DecisionAdmitted, false},
+		{0, false, DecisionNone, true},
+		{1 << 2, true, DecisionShadowRefused, false},
+		{1 << 2, false, DecisionRefused, false},
+	}
+	for _, tt := range tests {
+		got, err := decide(tt.full, tt.taken)
+		if got != tt.want || (err != nil) != tt.wantErr {
+			t.Errorf("decide(%b, %v) = %q, %v; want %q, error %v", tt.full, tt.taken, got, err, tt.want, tt.wantErr)
+		}
+	}
+}
