@@ -362,7 +362,7 @@ func (r *run) send(ctx context.Context, u *userRun, rng *rand.Rand, kind string,
 		}
 		req.Header.Set("Authorization", "Token "+u.Token)
 		req.Header.Set("Content-Type", "application/json")
-		req.Header.Set("X-OCL-Request-Source", "loadgen")
+		req.Header.Set(header.RequestSource, "loadgen")
 		if r.cfg.Client == ClientRetryAfter && kind == KindBulk && semantic {
 			// The Mapper declares its bulk semantic $match capacity-aware.
 			req.Header.Set(header.EventMetadata, `{"capacity_aware":"true"}`)
