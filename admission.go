@@ -2,29 +2,226 @@ package capgate
 
 import (
 	"context"
-	"net/http"
-	"strconv"
+	"crypto/rand"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"sync"
 	"time"
 )
 
-// The capacity headers.
-const (
-	HeaderDecision            = "X-OCL-Capacity-Decision"
-	HeaderLimit               = "X-OCL-Capacity-Limit"
-	HeaderInFlight            = "X-OCL-Capacity-In-Flight"
-	HeaderTier                = "X-OCL-Capacity-Tier"
-	HeaderTierLimit           = "X-OCL-Capacity-Tier-Limit"
-	HeaderTierInFlight        = "X-OCL-Capacity-Tier-In-Flight"
-	HeaderSuggestedConcurrent = "X-OCL-Capacity-Suggested-Concurrency"
-	HeaderSuggestedSpacing    = "X-OCL-Capacity-Suggested-Spacing-Ms"
-)
+// ErrSkipped is the error of a call decided without the lane store
+// because the store failed recently (SkipWindow). Its text, and that of
+// errReleaseSkipped, is what the log line has always said, whatever the
+// lane store; log readers match it.
+var ErrSkipped = errors.New("skipped: Redis failed recently")
 
-// ExposedHeaders lists the headers a browser must be allowed to read on a
-// gated response: the capacity headers (the waited time and the suggested
-// spacing included) and Retry-After.
-func ExposedHeaders() []string {
-	return []string{HeaderDecision, HeaderLimit, HeaderInFlight, HeaderTier,
-		HeaderTierLimit, HeaderTierInFlight, HeaderSuggestedConcurrent, HeaderSuggestedSpacing, HeaderWaited, "Retry-After"}
+// errReleaseSkipped is the error of a call whose release skipped the store.
+var errReleaseSkipped = errors.New("release skipped: Redis failed recently; retried until the leases expire")
+
+// maxErrorLen bounds the error text a log line carries.
+const maxErrorLen = 300
+
+// renewerStopWait is how long Release waits for the renewer to end. A
+// renewal still in flight after that does no harm: renewing never revives
+// or adds a lease.
+const renewerStopWait = 100 * time.Millisecond
+
+// Admission is one heavy call's passage through the gate, from Admit to
+// Release. Its methods are safe for concurrent use; its decision and counts
+// are fixed when Admit returns. In mode off it has no decision
+// (DecisionNone), no lanes and no error, and Release does nothing: the call
+// passes untouched.
+type Admission struct {
+	g         *Gate
+	off       bool // mode off: passes untouched, every method a no-op
+	call      Call
+	cfg       Config
+	enforced  bool
+	lanes     []Lane
+	keys      []string // the lanes' keys, once a store call was planned
+	counts    []int    // per lane: count before, +1 if taken; nil when unknown
+	taken     bool     // holds leases
+	local     bool     // holds leases in the gate's local lanes (degraded.go)
+	degraded  bool     // decided by the local lanes alone (degraded.go)
+	localAt   []int    // per lane: the local lanes' count before this call
+	decision  Decision
+	full      laneSet
+	scope     int           // lane index, -1 none
+	retry     int           // Retry-After seconds, 0 none
+	spacing   time.Duration // how often the scope lane frees a slot, 0 unknown
+	leased    time.Time     // when the leases were taken
+	token     string
+	start     time.Time
+	granted   bool          // took a slot it waited for
+	waited    bool          // its ticket was queued
+	waitedFor time.Duration // how long it waited
+
+	mu        sync.Mutex
+	err       error // requires mu held
+	leaseLost bool  // requires mu held
+	released  bool  // requires mu held
+	heldMS    int64 // requires mu held; -1 when no lease was held
+	finished  time.Time
+
+	stop      chan struct{} // closed to stop the renewer; nil without one
+	renewDone chan struct{} // closed when the renewer ends
+}
+
+// acquire plans the lanes, takes the leases and decides. An error it
+// returns is not the store's (those are handled here); the caller turns it
+// into "unavailable".
+func (a *Admission) acquire(ctx context.Context) error {
+	g := a.g
+	switch a.call.Tier {
+	case TierStaff, TierCore, TierEarlyAccess, TierPreview:
+	default:
+		return fmt.Errorf("unknown tier %q", a.call.Tier)
+	}
+	if a.call.UserID == "" {
+		return errors.New("no user id")
+	}
+	a.lanes = g.keys().Plan(a.cfg, a.call)
+	if err := ctx.Err(); err != nil {
+		// The client left before we asked the store: nothing to count,
+		// and no sign the store failed.
+		a.decision = DecisionUnavailable
+		a.setErr(fmt.Errorf("caller gone before acquire: %w", err))
+		return nil
+	}
+	a.keys = make([]string, len(a.lanes))
+	limits := make([]int, len(a.lanes))
+	for i, l := range a.lanes {
+		a.keys[i], limits[i] = l.Key, l.Limit
+	}
+	a.token = newToken()
+	deadline := g.storeDeadline()
+	req := AcquireRequest{
+		Token:    a.token,
+		Keys:     a.keys,
+		Limits:   limits,
+		Lease:    time.Duration(a.cfg.LeaseSeconds) * time.Second,
+		Force:    !a.enforced,
+		NotAfter: g.now().Add(deadline + 2*time.Second),
+	}
+	// A call that may wait (wait.go) skips the local pre-check: finding
+	// this gateway's share of a lane full is a reason to queue, not to
+	// refuse. It counts in the local lanes once it holds a slot, or when
+	// the local lanes must decide for it.
+	wl := a.waitlist(limits)
+	if wl == nil && a.acquireLocal(ctx, req) {
+		return nil // refused: this gateway alone already fills a lane
+	}
+	if g.skipping() {
+		g.storeSkipped("acquire")
+		a.setErr(ErrSkipped)
+		return a.degradeLate(ctx, wl, req, false)
+	}
+	before := make([]int, len(a.lanes))
+	var taken bool
+	var err error
+	if wl != nil {
+		taken, err = a.join(ctx, wl, req, before) // may wait (wait.go)
+	} else {
+		// ctx bounds only the wait before the store sends the acquire;
+		// once sent, the store reports its answer whatever the client
+		// does, so a lease it took is never left behind.
+		taken, err = g.Store.Acquire(ctx, req, before)
+	}
+	if errors.Is(err, errCallerGone) || errors.Is(err, errTicketLost) {
+		// Not the store failing: no skip window. The call goes ahead
+		// uncounted (a client that left never reaches the API).
+		a.dropLocal(ctx)
+		a.decision = DecisionUnavailable
+		a.setErr(err)
+		return nil
+	}
+	if err != nil {
+		if ctx.Err() != nil && errors.Is(err, ctx.Err()) {
+			a.dropLocal(ctx)
+			a.decision = DecisionUnavailable
+			a.setErr(fmt.Errorf("caller gone before acquire: %w", ctx.Err()))
+			return nil
+		}
+		g.storeFailed("acquire", err)
+		a.setErr(err)
+		return a.degradeLate(ctx, wl, req, errors.Is(err, ErrBusy) && !g.skipping())
+	}
+	g.storeWorked(ctx)
+	a.taken = taken
+	if taken {
+		a.leased = g.now() // the hold estimates count from here (hints.go)
+	}
+	switch {
+	case !taken:
+		a.dropLocal(ctx)
+	case wl != nil:
+		a.countLocal(ctx, req)
+	}
+	a.full = fullLanes(a.lanes, before)
+	d, err := decide(a.full, taken)
+	if err != nil {
+		return err
+	}
+	a.decision = d
+	var ruleErr error
+	if !a.full.empty() {
+		if h := g.hooks; h != nil && h.retryAfter != nil {
+			ruleErr = h.retryAfter()
+		}
+		if ruleErr == nil {
+			a.scope = scopeOf(a.lanes, a.full)
+			a.retry, a.spacing = refusalHints(a.cfg.RetryAfter, a.lanes, before, a.full, a.scope, g.Holds)
+		}
+	}
+	// From here on the counts include this call when it took the lease.
+	a.counts = before
+	if taken {
+		for i := range a.counts {
+			a.counts[i]++
+		}
+	}
+	if ruleErr != nil {
+		return ruleErr
+	}
+	a.startRenewing(ctx)
+	return nil
+}
+
+// startRenewing starts the renewer of a call that holds leases, in the
+// store or in the local lanes.
+func (a *Admission) startRenewing(ctx context.Context) {
+	if !a.taken && !a.local {
+		return
+	}
+	if err := a.startRenewer(ctx); err != nil {
+		a.setErr(fmt.Errorf("start renewer: %w", err))
+	}
+}
+
+// fail turns the call unavailable because of err, unless it already holds
+// a lease with a decision: the limiter's own failure never refuses.
+func (a *Admission) fail(err error) {
+	a.setErr(err)
+	if a.taken && a.decision != DecisionNone {
+		return
+	}
+	a.decision = DecisionUnavailable
+	a.retry, a.spacing = 0, 0
+}
+
+// setErr records err as the call's error; the last one wins.
+func (a *Admission) setErr(err error) {
+	a.mu.Lock()
+	a.err = err
+	a.mu.Unlock()
+}
+
+// newToken returns 32 random hex characters.
+func newToken() string {
+	var b [16]byte
+	_, _ = rand.Read(b[:]) // crypto/rand.Read never fails (Go 1.24+)
+	return hex.EncodeToString(b[:])
 }
 
 // startRenewer starts the goroutine that renews the call's leases every
@@ -81,7 +278,7 @@ func (a *Admission) renew(ctx context.Context) {
 		held, err := g.Store.Renew(ctx, a.token, keys, lease)
 		if err != nil {
 			g.storeFailed("renew", err)
-			a.setErr(err.Error())
+			a.setErr(err)
 			continue
 		}
 		if held < len(keys) {
@@ -97,7 +294,7 @@ func (a *Admission) renew(ctx context.Context) {
 // It is idempotent and never fails; cleanup runs even when ctx is done
 // (bounded by the store's deadline).
 func (a *Admission) Release(ctx context.Context) {
-	if a == nil {
+	if a == nil || a.off {
 		return
 	}
 	a.mu.Lock()
@@ -143,7 +340,7 @@ func (a *Admission) releaseLeases(ctx context.Context) {
 	g := a.g
 	defer func() {
 		if r := recover(); r != nil {
-			a.setErr("release: internal error")
+			a.setErr(errors.New("release: internal error"))
 		}
 	}()
 	// A release that can't be done now is retried in the background until
@@ -152,23 +349,20 @@ func (a *Admission) releaseLeases(ctx context.Context) {
 	if g.skipping() {
 		g.storeSkipped("release")
 		a.mu.Lock()
-		if a.err == "" {
-			a.err = ErrTextReleaseSkipped
+		if a.err == nil {
+			a.err = errReleaseSkipped
 		}
 		a.mu.Unlock()
 		g.retryRelease(a.token, a.keys, lease)
 		return
 	}
-	deadline := g.StoreDeadline
-	if deadline <= 0 {
-		deadline = DefaultStoreDeadline
-	}
+	deadline := g.storeDeadline()
 	// The client may be gone; the leases must still be given back.
 	rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), deadline)
 	defer cancel()
 	if err := a.releaseStore(rctx); err != nil {
 		g.storeFailed("release", err)
-		a.setErr(err.Error())
+		a.setErr(err)
 		g.retryRelease(a.token, a.keys, lease)
 	}
 }
@@ -186,7 +380,7 @@ func (a *Admission) emit() {
 	}
 }
 
-// Decision returns the admission's decision.
+// Decision returns the admission's decision; DecisionNone in mode off.
 func (a *Admission) Decision() Decision { return a.decision }
 
 // Refused reports whether the call must be answered with the 429 and never
@@ -231,8 +425,9 @@ func (a *Admission) Suggested() (n int, ok bool) {
 	return suggestedConcurrency(a.lanes, a.counts)
 }
 
-// Err returns the error recorded on the call, "" when none.
-func (a *Admission) Err() string {
+// Err returns the error recorded on the call (the last one: a failed
+// renewal's, say), nil when none. The log line carries its text.
+func (a *Admission) Err() error {
 	a.mu.Lock()
 	defer a.mu.Unlock()
 	return a.err
@@ -256,6 +451,8 @@ func (a *Admission) LeaseLost() bool {
 	return a.leaseLost
 }
 
+// lane returns the index of the call's lane named name; -1 when it has
+// none.
 func (a *Admission) lane(name LaneName) int {
 	for i, l := range a.lanes {
 		if l.Name == name {
@@ -263,57 +460,6 @@ func (a *Admission) lane(name LaneName) int {
 		}
 	}
 	return -1
-}
-
-// SetHeaders sets the capacity headers on h: every value that is
-// known, and Retry-After only on the gate's own refusal.
-func (a *Admission) SetHeaders(h http.Header) {
-	if a == nil || h == nil {
-		return
-	}
-	h.Set(HeaderDecision, string(a.decision))
-	if i := a.lane(LaneAPIHeavy); i >= 0 {
-		h.Set(HeaderLimit, strconv.Itoa(a.lanes[i].Limit))
-		if a.counts != nil {
-			h.Set(HeaderInFlight, strconv.Itoa(a.counts[i]))
-		}
-	}
-	if a.call.Tier != "" {
-		h.Set(HeaderTier, string(a.call.Tier))
-	}
-	if i := a.lane(LaneTier); i >= 0 {
-		h.Set(HeaderTierLimit, strconv.Itoa(a.lanes[i].Limit))
-		if a.counts != nil {
-			h.Set(HeaderTierInFlight, strconv.Itoa(a.counts[i]))
-		}
-	}
-	if n, ok := a.Suggested(); ok {
-		h.Set(HeaderSuggestedConcurrent, strconv.Itoa(n))
-	}
-	if d, ok := a.Waited(); ok {
-		h.Set(HeaderWaited, strconv.FormatInt(d.Milliseconds(), 10))
-	}
-	if ms, ok := a.SpacingMS(); ok {
-		h.Set(HeaderSuggestedSpacing, strconv.FormatInt(ms, 10))
-	}
-	// Only the gate's own refusal gets its Retry-After; one the API sent
-	// itself (its rate limit, a 503) is left alone.
-	if s, ok := a.RetryAfter(); ok && a.decision == DecisionRefused {
-		h.Set("Retry-After", strconv.Itoa(s))
-	}
-}
-
-// RefusalBody returns the JSON body of the 429; nil unless the
-// call was refused.
-func (a *Admission) RefusalBody() []byte {
-	if a == nil || a.decision != DecisionRefused {
-		return nil
-	}
-	scope, paused := a.Scope(), false
-	if a.scope >= 0 {
-		paused = a.lanes[a.scope].Limit == 0
-	}
-	return refusalBody(scope, paused, a.retry)
 }
 
 // Record returns the call's log record. Its timestamp and held_ms are set
@@ -374,7 +520,10 @@ func (a *Admission) Record() Record {
 		r.WaitMS = &w
 	}
 	a.mu.Lock()
-	r.Error, r.LeaseLost, r.TS = a.err, a.leaseLost, a.finished
+	if a.err != nil {
+		r.Error = Truncate(a.err.Error(), maxErrorLen)
+	}
+	r.LeaseLost, r.TS = a.leaseLost, a.finished
 	r.Degraded = a.degraded
 	if a.released && a.heldMS >= 0 {
 		h := a.heldMS

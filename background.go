@@ -132,10 +132,7 @@ func (g *Gate) releasePending(ctx context.Context) {
 	batch := b.pending
 	b.pending = nil
 	b.mu.Unlock()
-	deadline := g.StoreDeadline
-	if deadline <= 0 {
-		deadline = DefaultStoreDeadline
-	}
+	deadline := g.storeDeadline()
 	now := g.now()
 	var keep []pendingRelease
 	for i, p := range batch {
@@ -191,10 +188,7 @@ func (g *Gate) storeWorked(ctx context.Context) {
 // countGateways counts the gateways from the task lanes' keys in the
 // store (one per gateway with calls in flight lately), this one included.
 func (g *Gate) countGateways(ctx context.Context, _ <-chan struct{}) {
-	deadline := g.StoreDeadline
-	if deadline <= 0 {
-		deadline = DefaultStoreDeadline
-	}
+	deadline := g.storeDeadline()
 	k := g.keys()
 	prefix := k.Lane(LaneTask, "") + ":"
 	own := k.Lane(LaneTask, g.TaskID)

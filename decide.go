@@ -1,15 +1,38 @@
 package capgate
 
-import "strconv"
+import "errors"
 
 // The pure part of a decision: which lanes are full, which one is reported,
 // how long to wait and how many calls to keep in flight. No I/O here.
+
+// enforces reports whether a full lane refuses call under c: in enforce,
+// for every call or only for capacity-aware ones (enforce_for).
+func (c Config) enforces(call Call) bool {
+	return c.Mode == ModeEnforce && (c.EnforceFor == EnforceAll || call.Aware)
+}
 
 // laneSet is a set of lane indexes; a call has at most five lanes.
 type laneSet uint8
 
 func (s laneSet) has(i int) bool { return s&(1<<i) != 0 }
 func (s laneSet) empty() bool    { return s == 0 }
+
+// decide returns the decision of a call whose lanes full were full before
+// it, given whether the store took its leases. A store that took none
+// though no lane was full broke its contract: that is an error, and the
+// call is counted as unavailable.
+func decide(full laneSet, taken bool) (Decision, error) {
+	switch {
+	case full.empty() && !taken:
+		return DecisionNone, errors.New("the store took no lease though no lane was full")
+	case full.empty():
+		return DecisionAdmitted, nil
+	case taken:
+		return DecisionShadowRefused, nil
+	default:
+		return DecisionRefused, nil
+	}
+}
 
 // fullLanes returns the lanes whose count before the call reached their
 // limit; a limit of 0 is always full.
@@ -85,19 +108,4 @@ func suggestedConcurrency(lanes []Lane, counts []int) (n int, ok bool) {
 		}
 	}
 	return max(1, min(user.Limit, counts[len(lanes)-1]+room)), true
-}
-
-// refusalBody returns the JSON body of the 429.
-func refusalBody(scope LaneName, paused bool, retryAfter int) []byte {
-	n := strconv.Itoa(retryAfter)
-	b := make([]byte, 0, 160)
-	b = append(b, `{"detail":"Matching is busy. Please retry in `...)
-	b = append(b, n...)
-	b = append(b, ` seconds.","error_code":"capacity_exceeded","scope":`...)
-	b = appendJSONString(b, string(scope))
-	b = append(b, `,"paused":`...)
-	b = strconv.AppendBool(b, paused)
-	b = append(b, `,"retry_after":`...)
-	b = append(b, n...)
-	return append(b, '}')
 }

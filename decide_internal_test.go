@@ -84,10 +84,22 @@ func TestSuggestedConcurrency(t *testing.T) {
 	}
 }
 
-func TestRefusalBody(t *testing.T) {
-	got := string(refusalBody(LaneUser, false, 5))
-	want := `{"detail":"Matching is busy. Please retry in 5 seconds.","error_code":"capacity_exceeded","scope":"user","paused":false,"retry_after":5}`
-	if got != want {
-		t.Fatalf("body = %s\nwant   %s", got, want)
+func TestDecide(t *testing.T) {
+	tests := []struct {
+		full    laneSet
+		taken   bool
+		want    Decision
+		wantErr bool
+	}{
+		{0, true, DecisionAdmitted, false},
+		{0, false, DecisionNone, true},
+		{1 << 2, true, DecisionShadowRefused, false},
+		{1 << 2, false, DecisionRefused, false},
+	}
+	for _, tt := range tests {
+		got, err := decide(tt.full, tt.taken)
+		if got != tt.want || (err != nil) != tt.wantErr {
+			t.Errorf("decide(%b, %v) = %q, %v; want %q, error %v", tt.full, tt.taken, got, err, tt.want, tt.wantErr)
+		}
 	}
 }

@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	capgatehttp "github.com/capgate/capgate/http"
 	"net/http"
 	"sync"
 	"testing"
@@ -83,7 +84,7 @@ func TestLocalLanesRefuseAFloodBeforeTheStore(t *testing.T) {
 			}
 			if r := got[capgate.DecisionRefused]; len(r) > 0 {
 				h := http.Header{}
-				r[0].SetHeaders(h)
+				capgatehttp.SetHeaders(h, r[0])
 				want := "5"
 				if limit == 0 {
 					want = "120" // paused
@@ -154,7 +155,7 @@ func TestDegradedLanesHoldThePerUserLimit(t *testing.T) {
 			t.Errorf("line %d: decision %v degraded %v, want %s", i, l["decision"], l["degraded"], want)
 		}
 	}
-	if lines[1]["user_in_flight"] != json.Number("2") || lines[1]["error"] != capgate.ErrTextSkipped {
+	if lines[1]["user_in_flight"] != json.Number("2") || lines[1]["error"] != capgate.ErrSkipped.Error() {
 		t.Errorf("second line: user_in_flight %v error %v", lines[1]["user_in_flight"], lines[1]["error"])
 	}
 }
@@ -208,7 +209,7 @@ func TestDegradedLanesOnlyCountInShadow(t *testing.T) {
 			t.Fatalf("shadow: decision %q degraded %v", a.Decision(), a.Degraded())
 		}
 		h := http.Header{}
-		a.SetHeaders(h)
+		capgatehttp.SetHeaders(h, a)
 		if h.Get("Retry-After") != "" {
 			t.Fatalf("shadow call has Retry-After %q", h.Get("Retry-After"))
 		}
@@ -236,12 +237,12 @@ func TestABusyStoreIsNotAFailure(t *testing.T) {
 	b := e.gate.Admit(ctx, lanetest.Match("p", capgate.TierPreview))
 	b.Release(ctx)
 	h := http.Header{}
-	b.SetHeaders(h)
+	capgatehttp.SetHeaders(h, b)
 	if b.Decision() != capgate.DecisionRefused || b.Scope() != capgate.LaneTask || h.Get("Retry-After") != "5" || e.gate.Skip.Skipping() {
 		t.Fatalf("enforced: decision %q scope %q Retry-After %q skipping %v; want refused on api_heavy_task after 5 s",
 			b.Decision(), b.Scope(), h.Get("Retry-After"), e.gate.Skip.Skipping())
 	}
-	if got := string(b.RefusalBody()); got != `{"detail":"Matching is busy. Please retry in 5 seconds.","error_code":"capacity_exceeded","scope":"api_heavy_task","paused":false,"retry_after":5}` {
+	if got := string(capgatehttp.RefusalBody(b)); got != `{"detail":"Matching is busy. Please retry in 5 seconds.","error_code":"capacity_exceeded","scope":"api_heavy_task","paused":false,"retry_after":5}` {
 		t.Fatalf("refusal body %s", got)
 	}
 

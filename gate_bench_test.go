@@ -2,6 +2,7 @@ package capgate_test
 
 import (
 	"context"
+	capgatehttp "github.com/capgate/capgate/http"
 	"io"
 	"log/slog"
 	"net/http"
@@ -138,7 +139,7 @@ func BenchmarkAdmissionSetHeaders(b *testing.B) {
 	h := http.Header{"Content-Type": {"application/json"}, "Vary": {"Origin"}}
 	b.ReportAllocs()
 	for b.Loop() {
-		a.SetHeaders(h)
+		capgatehttp.SetHeaders(h, a)
 	}
 }
 

@@ -2,6 +2,8 @@ package capgate_test
 
 import (
 	"context"
+	"github.com/capgate/capgate/header"
+	capgatehttp "github.com/capgate/capgate/http"
 	"net/http"
 	"testing"
 	"time"
@@ -61,11 +63,11 @@ func TestAdaptiveHintsFromTheGatesOwnReleases(t *testing.T) {
 	first := [2]*capgate.Admission{e.Admit(lanetest.Match("u1", capgate.TierCore)), e.Admit(lanetest.Match("u2", capgate.TierCore))}
 	r := e.Admit(lanetest.Match("u3", capgate.TierCore))
 	h := http.Header{}
-	r.SetHeaders(h)
+	capgatehttp.SetHeaders(h, r)
 	if got, _ := r.RetryAfter(); got != 5 {
 		t.Errorf("no history: Retry-After %d, want 5", got)
 	}
-	if got := h.Get(capgate.HeaderSuggestedSpacing); got != "5000" {
+	if got := h.Get(header.SuggestedSpacing); got != "5000" {
 		t.Errorf("no history: spacing %q, want 5000", got)
 	}
 	r.Release(context.Background())
@@ -80,8 +82,8 @@ func TestAdaptiveHintsFromTheGatesOwnReleases(t *testing.T) {
 	defer a.Release(context.Background())
 	defer b.Release(context.Background())
 	h = http.Header{}
-	a.SetHeaders(h)
-	if got := h.Get(capgate.HeaderSuggestedSpacing); got != "" {
+	capgatehttp.SetHeaders(h, a)
+	if got := h.Get(header.SuggestedSpacing); got != "" {
 		t.Errorf("admitted call got spacing %q, want none", got)
 	}
 	r = e.Admit(lanetest.Match("u3", capgate.TierCore))
@@ -90,14 +92,14 @@ func TestAdaptiveHintsFromTheGatesOwnReleases(t *testing.T) {
 		t.Fatalf("third call: %s in %s, want shadow-refused in %s", r.Decision(), r.Scope(), capgate.LaneTask)
 	}
 	h = http.Header{}
-	r.SetHeaders(h)
+	capgatehttp.SetHeaders(h, r)
 	if got, _ := r.RetryAfter(); got != 1 {
 		t.Errorf("Retry-After %d, want 1 (650 ms, rounded up)", got)
 	}
 	if got := h.Get("Retry-After"); got != "" {
 		t.Errorf("a shadow-refused call got the Retry-After header %q", got)
 	}
-	if got := h.Get(capgate.HeaderSuggestedSpacing); got != "650" {
+	if got := h.Get(header.SuggestedSpacing); got != "650" {
 		t.Errorf("spacing %q, want 650", got)
 	}
 	if ms, ok := r.SpacingMS(); !ok || ms != 650 {
@@ -114,11 +116,11 @@ func TestFixedPolicyHintsAsBefore(t *testing.T) {
 	r := e.Admit(lanetest.Match("u3", capgate.TierCore))
 	defer r.Release(context.Background())
 	h := http.Header{}
-	r.SetHeaders(h)
+	capgatehttp.SetHeaders(h, r)
 	if got, _ := r.RetryAfter(); got != 5 {
 		t.Errorf("fixed: Retry-After %d, want 5 (base × 1 call ahead)", got)
 	}
-	if got := h.Get(capgate.HeaderSuggestedSpacing); got != "" {
+	if got := h.Get(header.SuggestedSpacing); got != "" {
 		t.Errorf("fixed: spacing %q, want none", got)
 	}
 }

@@ -10,10 +10,6 @@ import (
 // with the default config, so one error can't cost a long call its lease.
 const DefaultSkipDuration = 15 * time.Second
 
-// DefaultStoreDeadline is the longest one store operation may take
-// (CAPACITY_REDIS_DEADLINE_SECONDS).
-const DefaultStoreDeadline = time.Second
-
 // SkipWindow is the per-process memory that the lane store failed
 // recently. It is the one piece of per-process state the spec asks for; the
 // gateway makes one and shares it by pointer. Safe for concurrent use.

@@ -8,12 +8,12 @@ import (
 )
 
 // Status is the live state of the lanes, as served by GET /capacity/status/
-// (README.md, The config). When the lane store fails, only Mode, EnforceFor and Redis are
-// set, Redis holding the error.
+// (README.md, The config). When the lane store fails, only Mode, EnforceFor, Store and
+// Lanes are set, Store holding the error.
 type Status struct {
 	Mode       Mode                  `json:"mode"`
 	EnforceFor EnforceFor            `json:"enforce_for"`
-	Redis      string                `json:"redis"`
+	Store      string                `json:"redis"` // StatusOK, or the lane store's error; "redis" on the wire, whatever the store
 	Lanes      string                `json:"lanes"` // where the lanes live (LaneStoreKind): memory, redis, redis-sentinel
 	APIHeavy   *APIHeavyStatus       `json:"api_heavy,omitempty"`
 	ES2KNN     *LaneStatus           `json:"es2_knn,omitempty"`
@@ -46,13 +46,13 @@ type UserStatus struct {
 // MarshalJSON writes the full status when the store answered, and only
 // mode, enforce_for and the error when it did not.
 func (s Status) MarshalJSON() ([]byte, error) {
-	if s.Redis != StatusOK {
+	if s.Store != StatusOK {
 		return json.Marshal(struct {
 			Mode       Mode       `json:"mode"`
 			EnforceFor EnforceFor `json:"enforce_for"`
 			Redis      string     `json:"redis"`
 			Lanes      string     `json:"lanes"`
-		}{s.Mode, s.EnforceFor, s.Redis, s.Lanes})
+		}{s.Mode, s.EnforceFor, s.Store, s.Lanes})
 	}
 	type full Status // without this method
 	f := full(s)
@@ -73,31 +73,37 @@ func (s Status) MarshalJSON() ([]byte, error) {
 	}{f, f.Tasks, f.Tiers, f.Users})
 }
 
-// StatusOK is Status.Redis when the lane store answered.
+// StatusOK is Status.Store when the lane store answered.
 const StatusOK = "ok"
 
-// Status reads every lane's calls in flight under cfg's limits. Per-task
-// and per-user lanes are found by listing keys and are reported only where
-// calls are in flight. It does not use the skip window: staff asking for
-// the status want a live read. A store failure is reported in Redis.
-func (g *Gate) Status(ctx context.Context, cfg Config) Status {
-	st := Status{Mode: cfg.Mode, EnforceFor: cfg.EnforceFor, Lanes: LaneStoreKind(g.Store)}
-	if err := g.status(ctx, cfg, &st); err != nil {
-		return Status{Mode: cfg.Mode, EnforceFor: cfg.EnforceFor, Redis: err.Error(), Lanes: st.Lanes}
+// ReadStatus reads every lane's calls in flight in store, under the lane
+// keys of keys and cfg's limits. Per-task and per-user lanes are found by
+// listing keys and are reported only where calls are in flight. It knows
+// nothing of a gate's skip window: staff asking for the status want a
+// live read. A store failure is reported in Store.
+func ReadStatus(ctx context.Context, store LaneStore, keys Keys, cfg Config) Status {
+	st := Status{Mode: cfg.Mode, EnforceFor: cfg.EnforceFor, Lanes: LaneStoreKind(store)}
+	if err := readStatus(ctx, store, keys, cfg, &st); err != nil {
+		return Status{Mode: cfg.Mode, EnforceFor: cfg.EnforceFor, Store: err.Error(), Lanes: st.Lanes}
 	}
-	st.Redis = StatusOK
+	st.Store = StatusOK
 	return st
 }
 
-func (g *Gate) status(ctx context.Context, cfg Config, st *Status) error {
-	k := g.keys()
+// Status reads the live state of the gate's lanes under cfg (ReadStatus
+// over the gate's store and keys).
+func (g *Gate) Status(ctx context.Context, cfg Config) Status {
+	return ReadStatus(ctx, g.Store, g.keys(), cfg)
+}
+
+func readStatus(ctx context.Context, store LaneStore, k Keys, cfg Config, st *Status) error {
 	taskPrefix := k.Lane(LaneTask, "") + ":"
 	userPrefix := k.Lane(LaneUser, "") + ":"
-	tasks, err := g.Store.Keys(ctx, taskPrefix)
+	tasks, err := store.Keys(ctx, taskPrefix)
 	if err != nil {
 		return fmt.Errorf("list task lanes: %w", err)
 	}
-	users, err := g.Store.Keys(ctx, userPrefix)
+	users, err := store.Keys(ctx, userPrefix)
 	if err != nil {
 		return fmt.Errorf("list user lanes: %w", err)
 	}
@@ -110,11 +116,11 @@ func (g *Gate) status(ctx context.Context, cfg Config, st *Status) error {
 	keys = append(keys, tasks...)
 	keys = append(keys, users...)
 	counts := make([]int, len(keys))
-	if err := g.Store.Count(ctx, keys, counts); err != nil {
+	if err := store.Count(ctx, keys, counts); err != nil {
 		return fmt.Errorf("count lanes: %w", err)
 	}
 	waiting := make([]int, len(keys))
-	if wl, ok := g.Store.(Waitlist); ok {
+	if wl, ok := store.(Waitlist); ok {
 		if err := wl.Waiting(ctx, k.prefix(), keys, waiting); err != nil {
 			return fmt.Errorf("count waiting calls: %w", err)
 		}

@@ -7,10 +7,6 @@ import (
 	"time"
 )
 
-// HeaderWaited is set on the response of a call that waited for a slot:
-// how long it waited, in whole milliseconds.
-const HeaderWaited = "X-OCL-Capacity-Waited-Ms"
-
 // WaitObserver is the optional part of an Observer told about waits (for
 // metrics). Its methods must be fast and must not block.
 type WaitObserver interface {

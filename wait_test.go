@@ -3,6 +3,9 @@ package capgate_test
 import (
 	"context"
 	"errors"
+	"fmt"
+	"github.com/capgate/capgate/header"
+	capgatehttp "github.com/capgate/capgate/http"
 	"net/http"
 	"strings"
 	"sync"
@@ -119,9 +122,9 @@ func TestWaitTakesTheFreedSlot(t *testing.T) {
 			t.Errorf("Waited = %v, %v; want 1.5s, true", waited, ok)
 		}
 		h := http.Header{}
-		second.SetHeaders(h)
-		if got := h.Get(capgate.HeaderWaited); got != "1500" {
-			t.Errorf("%s = %q, want 1500", capgate.HeaderWaited, got)
+		capgatehttp.SetHeaders(h, second)
+		if got := h.Get(header.Waited); got != "1500" {
+			t.Errorf("%s = %q, want 1500", header.Waited, got)
 		}
 		if got := h.Get("Retry-After"); got != "" {
 			t.Errorf("Retry-After = %q on an admitted call", got)
@@ -180,7 +183,7 @@ func TestWaitClientGoneLeavesAtOnce(t *testing.T) {
 			t.Errorf("left after %v, want at once", time.Since(start))
 		}
 		mustDecide(t, second, capgate.DecisionUnavailable)
-		if !strings.Contains(second.Err(), "caller gone while waiting") {
+		if !strings.Contains(fmt.Sprint(second.Err()), "caller gone while waiting") {
 			t.Errorf("error = %q, want caller gone while waiting", second.Err())
 		}
 		if n := e.waiting(t, "p"); n != 0 {
@@ -201,7 +204,7 @@ func TestWaitStoreFailureFailsOpen(t *testing.T) {
 		second := e.gate.Admit(t.Context(), lanetest.Match("p", capgate.TierPreview))
 		second.Release(t.Context())
 		mustDecide(t, second, capgate.DecisionUnavailable)
-		if !strings.Contains(second.Err(), "connection reset") {
+		if !strings.Contains(fmt.Sprint(second.Err()), "connection reset") {
 			t.Errorf("error = %q, want the store's", second.Err())
 		}
 		if !e.gate.Skip.Skipping() {

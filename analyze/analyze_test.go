@@ -270,7 +270,7 @@ func TestDegradedLines(t *testing.T) {
 	deg := func(decision capgate.Decision, start int64, held int64, count int) string {
 		return line(call{decision: decision, user: "a", start: start, held: held, endOverride: start,
 			counts: []int{count, count, count, count}, limits: []int{1, 1, 1, 1}, queue: -1,
-			err: capgate.ErrTextSkipped, degraded: true, enforced: true})
+			err: capgate.ErrSkipped.Error(), degraded: true, enforced: true})
 	}
 	log := join(
 		line(call{decision: "admitted", user: "a", start: 0, held: 100, counts: []int{1, 1, 1, 1}, limits: bulk, queue: -1}),
@@ -309,11 +309,11 @@ func TestUnavailabilityWindows(t *testing.T) {
 		ok("gw1", 0),
 		u("gw1", 1000, "dial tcp 10.0.0.5:6379: connect: connection refused"),
 		u("gw2", 1500, "identity: upstream /user/ timed out"), // not the store's: no window
-		u("gw1", 2000, capgate.ErrTextSkipped),
-		u("gw1", 4000, capgate.ErrTextSkipped),
+		u("gw1", 2000, capgate.ErrSkipped.Error()),
+		u("gw1", 4000, capgate.ErrSkipped.Error()),
 		ok("gw2", 4500), // another task: gw1's window stays open
 		ok("gw1", 5000),
-		u("gw1", 9000, capgate.ErrTextSkipped), // within 15 s of the run: the same outage
+		u("gw1", 9000, capgate.ErrSkipped.Error()), // within 15 s of the run: the same outage
 		ok("gw1", 20000),
 		u("gw1", 40000, "redis: i/o timeout"), // a new run, open at the end
 	)
@@ -322,7 +322,7 @@ func TestUnavailabilityWindows(t *testing.T) {
 	if un.Calls != 6 || un.StoreErrors != 5 || un.Other != 1 {
 		t.Errorf("unavailable = %d (store %d, other %d), want 6 (5, 1)", un.Calls, un.StoreErrors, un.Other)
 	}
-	if un.Errors[capgate.ErrTextSkipped] != 3 {
+	if un.Errors[capgate.ErrSkipped.Error()] != 3 {
 		t.Errorf("errors = %v", un.Errors)
 	}
 	want := []analyze.Window{

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"github.com/capgate/capgate/header"
 	"net/http"
 	"strings"
 
@@ -17,7 +18,7 @@ func Example() {
 	ctx := context.Background()
 	req, _ := http.NewRequest(http.MethodPost, "https://api.example.org/concepts/$match/?semantic=true",
 		strings.NewReader(`{"rows":[{"name":"malaria"},{"name":"fever"}]}`))
-	req.Header.Set(client.HeaderEventMetadata, `{"algorithm_id":"ocl-semantic","batch_size":"2"}`)
+	req.Header.Set(header.EventMetadata, `{"algorithm_id":"ocl-semantic","batch_size":"2"}`)
 	resp, res, err := d.Do(ctx, req, client.Call{Class: client.Bulk, Semantic: true, IdempotencyKey: "run-42-batch-7"})
 	if te, ok := errors.AsType[*client.ThrottledError](err); ok {
 		fmt.Printf("not run: %s limit (%s); retry after %s\n", te.Kind, te.Scope, te.Until)

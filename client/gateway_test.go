@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"github.com/capgate/capgate/header"
 	"io"
 	"net"
 	"net/http"
@@ -15,7 +16,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/capgate/capgate"
 	"github.com/capgate/capgate/client"
 )
 
@@ -127,7 +127,7 @@ func newGateway(t *testing.T, handle func(w http.ResponseWriter, r *http.Request
 func (g *gateway) serve(w http.ResponseWriter, r *http.Request) {
 	body, _ := io.ReadAll(r.Body)
 	a := arrival{ID: r.Header.Get("X-Test-ID"), At: time.Since(g.start),
-		Meta: r.Header.Get(client.HeaderEventMetadata), Key: r.Header.Get(client.DefaultIdempotencyHeader),
+		Meta: r.Header.Get(header.EventMetadata), Key: r.Header.Get(client.DefaultIdempotencyHeader),
 		Body: string(body)}
 	g.mu.Lock()
 	g.arrivals = append(g.arrivals, a)
@@ -171,9 +171,9 @@ func (g *gateway) ids() []string {
 // admit answers as the gateway does for an admitted call.
 func admit(w http.ResponseWriter, suggested int) {
 	h := w.Header()
-	h.Set(capgate.HeaderDecision, "admitted")
-	h.Set(capgate.HeaderTier, "preview")
-	h.Set(capgate.HeaderSuggestedConcurrent, strconv.Itoa(suggested))
+	h.Set(header.Decision, "admitted")
+	h.Set(header.Tier, "preview")
+	h.Set(header.SuggestedConcurrency, strconv.Itoa(suggested))
 	h.Set("Content-Type", "application/json")
 	_, _ = io.WriteString(w, `[]`)
 }
@@ -181,9 +181,9 @@ func admit(w http.ResponseWriter, suggested int) {
 // refuse answers with the capacity refusal of the 429.
 func refuse(w http.ResponseWriter, scope string, paused bool, retryAfter, suggested int) {
 	h := w.Header()
-	h.Set(capgate.HeaderDecision, "refused")
-	h.Set(capgate.HeaderTier, "preview")
-	h.Set(capgate.HeaderSuggestedConcurrent, strconv.Itoa(suggested))
+	h.Set(header.Decision, "refused")
+	h.Set(header.Tier, "preview")
+	h.Set(header.SuggestedConcurrency, strconv.Itoa(suggested))
 	h.Set("Retry-After", strconv.Itoa(retryAfter))
 	h.Set("Content-Type", "application/json")
 	w.WriteHeader(http.StatusTooManyRequests)

@@ -2,13 +2,13 @@ package client_test
 
 import (
 	"context"
+	"github.com/capgate/capgate/header"
 	"net/http"
 	"slices"
 	"testing"
 	"testing/synctest"
 	"time"
 
-	"github.com/capgate/capgate"
 	"github.com/capgate/capgate/client"
 )
 
@@ -234,7 +234,7 @@ func TestSuggestedConcurrencyWhenTheServerQueues(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		g, tr := newGateway(t, func(w http.ResponseWriter, r *http.Request, n int) {
 			time.Sleep(2 * time.Second)
-			w.Header().Set(capgate.HeaderWaited, "150")
+			w.Header().Set(header.Waited, "150")
 			admit(w, 1)
 		})
 		var chans []<-chan outcome

@@ -2,14 +2,13 @@ package client
 
 import (
 	"encoding/json"
+	"github.com/capgate/capgate/header"
 	"io"
 	"math"
 	"net/http"
 	"strconv"
 	"strings"
 	"time"
-
-	"github.com/capgate/capgate"
 )
 
 // The delays of the protocol (the refusal and the Mapper's constants).
@@ -164,7 +163,7 @@ func seconds(f float64) time.Duration {
 func parseRefusal(resp *http.Response, now time.Time, n int) refusal {
 	body := readRefusalBody(resp.Body)
 	_ = resp.Body.Close()
-	r := refusal{kind: RateLimit, tier: resp.Header.Get(capgate.HeaderTier)}
+	r := refusal{kind: RateLimit, tier: resp.Header.Get(header.Tier)}
 	switch {
 	case resp.StatusCode == http.StatusServiceUnavailable:
 		r.kind = Unavailable

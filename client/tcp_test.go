@@ -3,12 +3,12 @@ package client_test
 import (
 	"context"
 	"errors"
+	"github.com/capgate/capgate/header"
 	"net/http"
 	"net/http/httptest"
 	"syscall"
 	"testing"
 
-	"github.com/capgate/capgate"
 	"github.com/capgate/capgate/client"
 )
 
@@ -16,7 +16,7 @@ import (
 func TestOverTCP(t *testing.T) {
 	var meta string
 	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		meta = r.Header.Get(client.HeaderEventMetadata)
+		meta = r.Header.Get(header.EventMetadata)
 		admit(w, 2)
 	}))
 	tr := client.NewTransport(srv.Client().Transport)
@@ -27,7 +27,7 @@ func TestOverTCP(t *testing.T) {
 		t.Fatal(err)
 	}
 	resp.Body.Close()
-	if !capgate.CapacityAware(capgate.ParseEventMetadata(meta)) || res.Decision != "admitted" || res.Suggested != 2 {
+	if !header.CapacityAware(header.ParseEventMetadata(meta)) || res.Decision != "admitted" || res.Suggested != 2 {
 		t.Errorf("metadata %q, result %+v", meta, res)
 	}
 	srv.Close()

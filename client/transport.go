@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"github.com/capgate/capgate/header"
 	"io"
 	"math/rand/v2"
 	"net"
@@ -16,8 +17,6 @@ import (
 	"sync"
 	"sync/atomic"
 	"time"
-
-	"github.com/capgate/capgate"
 )
 
 // Defaults of a Transport's settings.
@@ -33,10 +32,6 @@ const (
 	DefaultIdempotencyHeader = "X-OCL-Request-Idempotency-Key"
 	DefaultServerWait        = 20 * time.Second
 )
-
-// HeaderEventMetadata is the request header that carries the call's
-// metadata, a JSON object whose scalar values are strings.
-const HeaderEventMetadata = "X-OCL-Event-Metadata"
 
 // Transport is an http.RoundTripper for the heavy calls of a capgate-gated
 // API. A request whose context carries a Call (WithCall) is a heavy call;
@@ -282,7 +277,7 @@ func (t *Transport) roundTrip(req *http.Request, call Call, res *Result) (*http.
 	if key == "" {
 		key = req.Header.Get(t.idempotencyHeader())
 	}
-	meta := awareMetadata(req.Header.Get(HeaderEventMetadata))
+	meta := awareMetadata(req.Header.Get(header.EventMetadata))
 	s := t.server(strings.ToLower(req.URL.Scheme + "://" + req.URL.Host))
 	deadline, _ := ctx.Deadline()
 	w := s.newWaiter(call, t.budget(call), deadline)
@@ -328,15 +323,15 @@ func (t *Transport) roundTrip(req *http.Request, call Call, res *Result) (*http.
 			}
 			continue
 		}
-		decision := resp.Header.Get(capgate.HeaderDecision)
+		decision := resp.Header.Get(header.Decision)
 		suggested := -1
-		if n, err := strconv.Atoi(resp.Header.Get(capgate.HeaderSuggestedConcurrent)); err == nil && n >= 0 {
+		if n, err := strconv.Atoi(resp.Header.Get(header.SuggestedConcurrency)); err == nil && n >= 0 {
 			suggested = n
 		}
 		res.Decision, res.Suggested = decision, suggested
 		decided := decision == "admitted" || decision == "refused"
-		tier := resp.Header.Get(capgate.HeaderTier)
-		if resp.Header.Get(capgate.HeaderWaited) != "" {
+		tier := resp.Header.Get(header.Tier)
+		if resp.Header.Get(header.Waited) != "" {
 			s.serverQueues()
 		}
 
@@ -447,7 +442,7 @@ func (t *Transport) send(ctx context.Context, req *http.Request, getBody func() 
 		}
 		r.Body, r.GetBody = body, getBody
 	}
-	r.Header.Set(HeaderEventMetadata, meta)
+	r.Header.Set(header.EventMetadata, meta)
 	if key != "" {
 		r.Header.Set(t.idempotencyHeader(), key)
 	}
@@ -481,7 +476,7 @@ func replayable(req *http.Request) (func() (io.ReadCloser, error), error) {
 // awareMetadata returns the event metadata header h with capacity_aware
 // set to "true". A malformed h is replaced: the server reads it as {}.
 func awareMetadata(h string) string {
-	meta := capgate.ParseEventMetadata(h)
+	meta := header.ParseEventMetadata(h)
 	meta["capacity_aware"] = "true"
 	var buf bytes.Buffer
 	enc := json.NewEncoder(&buf)

@@ -4,8 +4,6 @@ import (
 	"net/http"
 	"slices"
 	"strings"
-
-	"github.com/capgate/capgate"
 )
 
 // exposeCapacityHeaders adds the capacity headers, Retry-After and the
@@ -21,7 +19,7 @@ func exposeCapacityHeaders(h http.Header) {
 			}
 		}
 	}
-	for _, n := range append(capgate.ExposedHeaders(), rateLimitFields...) {
+	for _, n := range append(ExposedHeaders(), rateLimitFields...) {
 		if !slices.ContainsFunc(names, func(s string) bool { return strings.EqualFold(s, n) }) {
 			names = append(names, n)
 		}

@@ -5,6 +5,7 @@ import (
 	"bytes"
 	"encoding/json"
 	"fmt"
+	"github.com/capgate/capgate/header"
 	"net"
 	"net/http"
 	"net/http/httptest"
@@ -241,8 +242,8 @@ func TestHeaderIdentityGatesUntrustedCallers(t *testing.T) {
 	// A spoofed staff header from an untrusted peer: gated as anonymous
 	// (preview, paused), and the header never reaches the API.
 	r := e.do(t.Context(), "POST", semanticMatch, oneRow, "Authorization", "Token t-pam", "X-Capgate-User", "stan", "X-Capgate-Staff", "true")
-	if r.StatusCode != 429 || r.Header.Get(capgate.HeaderTier) != "preview" || len(e.up.requests()) != 0 {
-		t.Errorf("untrusted: %d tier %q, %d upstream requests", r.StatusCode, r.Header.Get(capgate.HeaderTier), len(e.up.requests()))
+	if r.StatusCode != 429 || r.Header.Get(header.Tier) != "preview" || len(e.up.requests()) != 0 {
+		t.Errorf("untrusted: %d tier %q, %d upstream requests", r.StatusCode, r.Header.Get(header.Tier), len(e.up.requests()))
 	}
 	if lines := e.sink.Wait(t, 1, waitLimit); lines[0]["user_id"] != capgatehttp.AnonymousUser {
 		t.Errorf("user %v, want %q", lines[0]["user_id"], capgatehttp.AnonymousUser)

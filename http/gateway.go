@@ -26,7 +26,7 @@ type GatewayConfig struct {
 	Gate *capgate.Gate
 	// Identify says who calls (UpstreamIdentity, HeaderIdentity or
 	// TokenIdentity).
-	Identify capgate.Identifier
+	Identify Identifier
 
 	// Classifier decides which calls are heavy. Default: the OCL profile
 	// with no path prefix and DefaultMaxBodyBytes.

@@ -5,6 +5,8 @@ import (
 	"context"
 	"crypto/rand"
 	"encoding/hex"
+	"github.com/capgate/capgate/header"
+	capgatehttp "github.com/capgate/capgate/http"
 	"io"
 	"log/slog"
 	"net/http"
@@ -17,7 +19,6 @@ import (
 	"testing"
 
 	"github.com/capgate/capgate"
-	capgatehttp "github.com/capgate/capgate/http"
 	"github.com/capgate/capgate/logsink"
 	"github.com/capgate/capgate/memory"
 	"github.com/capgate/capgate/redis"
@@ -108,7 +109,7 @@ func benchGatewayRun(b *testing.B, base, path string, want ...capgate.Decision) 
 			}
 			_, _ = io.Copy(io.Discard, resp.Body)
 			resp.Body.Close()
-			d := capgate.Decision(resp.Header.Get(capgate.HeaderDecision))
+			d := capgate.Decision(resp.Header.Get(header.Decision))
 			if d == capgate.DecisionUnavailable {
 				unavailable.Add(1)
 			}

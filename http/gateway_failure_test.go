@@ -4,6 +4,8 @@ import (
 	"bytes"
 	"context"
 	"crypto/rand"
+	"github.com/capgate/capgate/header"
+	capgatehttp "github.com/capgate/capgate/http"
 	"io"
 	"net/http"
 	"strings"
@@ -11,7 +13,6 @@ import (
 	"time"
 
 	"github.com/capgate/capgate"
-	capgatehttp "github.com/capgate/capgate/http"
 )
 
 // A client that is admitted and hangs up does not free its place while the
@@ -114,8 +115,8 @@ func TestUpstreamFailuresStillRelease(t *testing.T) {
 				t.Fatal(err)
 			case resp.StatusCode != tt.status:
 				t.Errorf("status %d, want %d", resp.StatusCode, tt.status)
-			case resp.Header.Get(capgate.HeaderDecision) != "admitted":
-				t.Errorf("decision header %q on the failed call", resp.Header.Get(capgate.HeaderDecision))
+			case resp.Header.Get(header.Decision) != "admitted":
+				t.Errorf("decision header %q on the failed call", resp.Header.Get(header.Decision))
 			}
 			l := e.sink.Wait(t, 1, waitLimit)
 			if m := e.inFlight(); len(m) != 0 {
@@ -132,7 +133,7 @@ func TestUpstreamDownIs502AndReleases(t *testing.T) {
 	e := newEnv(t, nil, nil)
 	e.up.Close()
 	r := e.do(t.Context(), "POST", semanticMatch, twoRows, "Authorization", "Token t-pam")
-	if r.StatusCode != http.StatusBadGateway || r.Header.Get(capgate.HeaderDecision) != "admitted" {
+	if r.StatusCode != http.StatusBadGateway || r.Header.Get(header.Decision) != "admitted" {
 		t.Errorf("got %d %v", r.StatusCode, capacityHeaders(r.Header))
 	}
 	e.sink.Wait(t, 1, waitLimit)
@@ -164,8 +165,8 @@ func TestIdentityLookupsAreCached(t *testing.T) {
 	ctx := t.Context()
 	for range 3 {
 		r := e.do(ctx, "POST", semanticMatch, twoRows, "Authorization", "Token t-cora")
-		if r.Header.Get(capgate.HeaderTier) != "core" {
-			t.Fatalf("tier %q", r.Header.Get(capgate.HeaderTier))
+		if r.Header.Get(header.Tier) != "core" {
+			t.Fatalf("tier %q", r.Header.Get(header.Tier))
 		}
 	}
 	e.do(ctx, "POST", semanticMatch, twoRows, "Authorization", "Token t-stan")
@@ -207,7 +208,7 @@ func TestFailingLookupMakesTheCallUnavailable(t *testing.T) {
 	if r.StatusCode != 200 {
 		t.Fatalf("status %d: a failed lookup must never refuse", r.StatusCode)
 	}
-	if d := r.Header.Get(capgate.HeaderDecision); d != "unavailable" || r.Header.Get("Retry-After") != "" {
+	if d := r.Header.Get(header.Decision); d != "unavailable" || r.Header.Get("Retry-After") != "" {
 		t.Errorf("headers %v", capacityHeaders(r.Header))
 	}
 	if n := len(e.up.requests()); n != 1 {
@@ -261,7 +262,7 @@ func TestBodiesArriveByteForByte(t *testing.T) {
 			if len(reqs) != before+1 || !bytes.Equal(reqs[before].Body, tt.body) {
 				t.Fatalf("upstream body differs (%d bytes sent)", len(tt.body))
 			}
-			if gated := r.Header.Get(capgate.HeaderDecision) != ""; gated != tt.gated {
+			if gated := r.Header.Get(header.Decision) != ""; gated != tt.gated {
 				t.Errorf("gated = %v, want %v", gated, tt.gated)
 			}
 		})

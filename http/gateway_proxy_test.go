@@ -4,6 +4,8 @@ import (
 	"bufio"
 	"context"
 	"errors"
+	"github.com/capgate/capgate/header"
+	capgatehttp "github.com/capgate/capgate/http"
 	"net/http"
 	"net/netip"
 	"net/url"
@@ -13,7 +15,6 @@ import (
 	"testing"
 
 	"github.com/capgate/capgate"
-	capgatehttp "github.com/capgate/capgate/http"
 )
 
 // exposed returns the names in Access-Control-Expose-Headers.
@@ -30,7 +31,7 @@ func exposed(h http.Header) []string {
 func wantExposed(t *testing.T, h http.Header, extra ...string) {
 	t.Helper()
 	got := exposed(h)
-	for _, n := range append(capgate.ExposedHeaders(), extra...) {
+	for _, n := range append(capgatehttp.ExposedHeaders(), extra...) {
 		if !slices.Contains(got, n) {
 			t.Errorf("Access-Control-Expose-Headers %v lacks %s", got, n)
 		}
@@ -118,7 +119,7 @@ func TestStreamingIsFlushedAsItArrives(t *testing.T) {
 		if ev := readEvent(t, br); ev != "data: one\n" {
 			t.Errorf("%s: first event %q", target, ev)
 		}
-		if target == semanticMatch && resp.Header.Get(capgate.HeaderDecision) != "admitted" {
+		if target == semanticMatch && resp.Header.Get(header.Decision) != "admitted" {
 			t.Errorf("stream of a gated call lacks its headers")
 		}
 		e.up.release()

@@ -2,6 +2,7 @@ package http_test
 
 import (
 	"encoding/json"
+	"github.com/capgate/capgate/header"
 	"maps"
 	"regexp"
 	"slices"
@@ -132,17 +133,17 @@ func TestShadowRefusesTheSecondCallOfAPreviewUser(t *testing.T) {
 	if r.StatusCode != 200 {
 		t.Fatalf("second call: %d", r.StatusCode)
 	}
-	if d := r.Header.Get(capgate.HeaderDecision); d != "shadow-refused" {
+	if d := r.Header.Get(header.Decision); d != "shadow-refused" {
 		t.Errorf("second call decision %q, want shadow-refused", d)
 	}
 	if ra := r.Header.Get("Retry-After"); ra != "" {
 		t.Errorf("Retry-After %q in shadow mode", ra)
 	}
-	if got := r.Header.Get(capgate.HeaderInFlight); got != "2" {
+	if got := r.Header.Get(header.InFlight); got != "2" {
 		t.Errorf("in flight %q, want 2", got)
 	}
 	e.up.release()
-	if f := recv(t, first); f.Err != nil || f.Header.Get(capgate.HeaderDecision) != "admitted" {
+	if f := recv(t, first); f.Err != nil || f.Header.Get(header.Decision) != "admitted" {
 		t.Errorf("first call: %v %v", f.Err, f.Header)
 	}
 	if p := e.up.peak(); p != 2 {
@@ -181,7 +182,7 @@ func TestEnforceRefusesBeforeTheAPI(t *testing.T) {
 	if ra, ct := r.Header.Get("Retry-After"), r.Header.Get("Content-Type"); ra != "5" || ct != "application/json" {
 		t.Errorf("Retry-After %q, Content-Type %q", ra, ct)
 	}
-	if d := r.Header.Get(capgate.HeaderDecision); d != "refused" {
+	if d := r.Header.Get(header.Decision); d != "refused" {
 		t.Errorf("decision %q", d)
 	}
 	if !hex32.MatchString(r.Header.Get("X-Request-ID")) {
@@ -220,8 +221,8 @@ func TestEnforceForAwareRefusesOnlyAwareClients(t *testing.T) {
 	e.up.waitEntered(t)
 
 	r := e.do(ctx, "POST", semanticMatch, twoRows, "Authorization", "Token t-pam")
-	if r.StatusCode != 200 || r.Header.Get(capgate.HeaderDecision) != "shadow-refused" {
-		t.Errorf("unaware client: %d %s", r.StatusCode, r.Header.Get(capgate.HeaderDecision))
+	if r.StatusCode != 200 || r.Header.Get(header.Decision) != "shadow-refused" {
+		t.Errorf("unaware client: %d %s", r.StatusCode, r.Header.Get(header.Decision))
 	}
 	for _, meta := range []string{`{"capacity_aware":"true"}`, `{"capacity_aware":1}`, `{"capacity_aware":"True"}`} {
 		r = e.do(ctx, "POST", semanticMatch, twoRows, "Authorization", "Token t-pam", "X-OCL-Event-Metadata", meta)
@@ -250,12 +251,12 @@ func TestPausedTier(t *testing.T) {
 	if r.StatusCode != 429 || string(r.Body) != body {
 		t.Errorf("got %d %s", r.StatusCode, r.Body)
 	}
-	if ra, s := r.Header.Get("Retry-After"), r.Header.Get(capgate.HeaderSuggestedConcurrent); ra != "120" || s != "0" {
+	if ra, s := r.Header.Get("Retry-After"), r.Header.Get(header.SuggestedConcurrency); ra != "120" || s != "0" {
 		t.Errorf("Retry-After %q, suggested %q", ra, s)
 	}
 	// Another tier still goes ahead.
 	r = e.do(t.Context(), "POST", "/concepts/$rerank/", `{"rows":[{}],"q":"fever"}`, "Authorization", "Token t-cora")
-	if r.StatusCode != 200 || r.Header.Get(capgate.HeaderDecision) != "admitted" || r.Header.Get(capgate.HeaderTier) != "core" {
+	if r.StatusCode != 200 || r.Header.Get(header.Decision) != "admitted" || r.Header.Get(header.Tier) != "core" {
 		t.Errorf("core user: %d %v", r.StatusCode, capacityHeaders(r.Header))
 	}
 	if n := len(e.up.requests()); n != 1 {
@@ -270,7 +271,7 @@ func TestRerank(t *testing.T) {
 		t.Errorf("rerank without q gated: %v", h)
 	}
 	r = e.do(t.Context(), "POST", "/concepts/$rerank", `{"rows":[{},{}],"q":"fever"}`, "Authorization", "Token t-pam")
-	if r.Header.Get(capgate.HeaderDecision) != "admitted" {
+	if r.Header.Get(header.Decision) != "admitted" {
 		t.Errorf("rerank with q: %v", capacityHeaders(r.Header))
 	}
 	l := e.sink.Wait(t, 1, waitLimit)

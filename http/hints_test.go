@@ -1,6 +1,8 @@
 package http_test
 
 import (
+	"github.com/capgate/capgate/header"
+	capgatehttp "github.com/capgate/capgate/http"
 	"io"
 	"net/http"
 	"net/http/httptest"
@@ -11,7 +13,6 @@ import (
 	"testing"
 
 	"github.com/capgate/capgate"
-	capgatehttp "github.com/capgate/capgate/http"
 	"github.com/capgate/capgate/memory"
 )
 
@@ -29,15 +30,15 @@ func TestRefusalCarriesTheSpacingHint(t *testing.T) {
 	if r.StatusCode != 429 {
 		t.Fatalf("status %d, want 429", r.StatusCode)
 	}
-	if got := r.Header.Get(capgate.HeaderSuggestedSpacing); got != "5000" {
+	if got := r.Header.Get(header.SuggestedSpacing); got != "5000" {
 		t.Errorf("spacing %q, want 5000", got)
 	}
-	if !slices.ContainsFunc(exposed(r.Header), func(s string) bool { return strings.EqualFold(s, capgate.HeaderSuggestedSpacing) }) {
-		t.Errorf("Access-Control-Expose-Headers %v lacks %s", exposed(r.Header), capgate.HeaderSuggestedSpacing)
+	if !slices.ContainsFunc(exposed(r.Header), func(s string) bool { return strings.EqualFold(s, header.SuggestedSpacing) }) {
+		t.Errorf("Access-Control-Expose-Headers %v lacks %s", exposed(r.Header), header.SuggestedSpacing)
 	}
 	e.up.release()
-	if ok := recv(t, first); ok.Header.Get(capgate.HeaderSuggestedSpacing) != "" {
-		t.Errorf("admitted call carries spacing %q", ok.Header.Get(capgate.HeaderSuggestedSpacing))
+	if ok := recv(t, first); ok.Header.Get(header.SuggestedSpacing) != "" {
+		t.Errorf("admitted call carries spacing %q", ok.Header.Get(header.SuggestedSpacing))
 	}
 
 	// pam's first call held the lane for a short while: the next refusal
@@ -48,9 +49,9 @@ func TestRefusalCarriesTheSpacingHint(t *testing.T) {
 	second := e.async(ctx, "POST", semanticMatch, twoRows, "Authorization", "Token t-pam", "X-Test-Do", "hold")
 	e.up.waitEntered(t)
 	r = e.do(ctx, "POST", semanticMatch, twoRows, "Authorization", "Token t-pam")
-	ms, err := strconv.Atoi(r.Header.Get(capgate.HeaderSuggestedSpacing))
+	ms, err := strconv.Atoi(r.Header.Get(header.SuggestedSpacing))
 	if r.StatusCode != 429 || err != nil || ms <= 0 || ms >= 5000 {
-		t.Errorf("status %d, spacing %q; want 429 and the observed hold (under 5000 ms)", r.StatusCode, r.Header.Get(capgate.HeaderSuggestedSpacing))
+		t.Errorf("status %d, spacing %q; want 429 and the observed hold (under 5000 ms)", r.StatusCode, r.Header.Get(header.SuggestedSpacing))
 	}
 	if got := r.Header.Get("Retry-After"); got != "1" {
 		t.Errorf("Retry-After %q, want 1", got)
@@ -96,10 +97,10 @@ func TestMiddlewareShadowRefusalCarriesTheSpacingHint(t *testing.T) {
 	// pam (preview) may run one call: the second is shadow-refused, goes
 	// ahead, and is told how often the lane frees a slot.
 	r := send(t, newRequest(t, t.Context(), "POST", srv.URL+semanticMatch, twoRows, "Authorization", "Token t-pam"))
-	if d := r.Header.Get(capgate.HeaderDecision); d != "shadow-refused" || r.StatusCode != 200 {
+	if d := r.Header.Get(header.Decision); d != "shadow-refused" || r.StatusCode != 200 {
 		t.Fatalf("%d %s, want 200 shadow-refused", r.StatusCode, d)
 	}
-	if got := r.Header.Get(capgate.HeaderSuggestedSpacing); got != "5000" {
+	if got := r.Header.Get(header.SuggestedSpacing); got != "5000" {
 		t.Errorf("spacing %q, want 5000", got)
 	}
 	if got := r.Header.Get("Retry-After"); got != "" {

@@ -17,6 +17,17 @@ import (
 	"github.com/capgate/capgate"
 )
 
+// Identifier tells who makes a request: the gateway's identity resolvers
+// (upstream lookup, trusted headers, a tokens file) implement it, and the
+// staff API uses the same one.
+type Identifier interface {
+	// Identify returns the caller of r. ok is false when r carries no
+	// valid credentials (anonymous, or the API answered 401). An error
+	// means the lookup itself failed (timeout, upstream error): the gate
+	// makes the call unavailable and never refuses it for that.
+	Identify(ctx context.Context, r *http.Request) (c capgate.Caller, ok bool, err error)
+}
+
 // The headers an auth proxy in front sets for HeaderIdentity.
 const (
 	HeaderUser   = "X-Capgate-User"   // the username
@@ -72,7 +83,7 @@ func ParseTrustedProxies(cidrs []string) ([]netip.Prefix, error) {
 	return out, nil
 }
 
-// Identify implements capgate.Identifier.
+// Identify implements Identifier.
 func (h *HeaderIdentity) Identify(_ context.Context, r *http.Request) (capgate.Caller, bool, error) {
 	if !h.trusted(r.RemoteAddr) {
 		return capgate.Caller{}, false, nil
@@ -149,10 +160,23 @@ func NewTokenIdentity(entries []TokenEntry) (*TokenIdentity, error) {
 	return t, nil
 }
 
-// LoadTokenIdentity reads a tokens file (--tokens): a JSON array of
-// {"token", "username", "is_staff", "auth_groups"}. It returns an error if
-// the file can't be read or decoded, or as NewTokenIdentity does.
+// LoadTokenIdentity reads a tokens file (ReadTokens) and returns a
+// TokenIdentity knowing its entries. It returns an error as ReadTokens and
+// NewTokenIdentity do.
 func LoadTokenIdentity(path string) (*TokenIdentity, error) {
+	entries, err := ReadTokens(path)
+	if err != nil {
+		return nil, err
+	}
+	return NewTokenIdentity(entries)
+}
+
+// ReadTokens reads a tokens file (--tokens): a JSON array of {"token",
+// "username", "is_staff", "auth_groups"}, nothing else. It is the one
+// parser of the file, for the gateway and the capacity CLI alike. It
+// returns an error if the file can't be read, is not such an array, or
+// has data after it.
+func ReadTokens(path string) ([]TokenEntry, error) {
 	f, err := os.Open(path)
 	if err != nil {
 		return nil, fmt.Errorf("tokens: %w", err)
@@ -167,10 +191,10 @@ func LoadTokenIdentity(path string) (*TokenIdentity, error) {
 	if _, err := dec.Token(); !errors.Is(err, io.EOF) {
 		return nil, fmt.Errorf("tokens: %s: data after the array", path)
 	}
-	return NewTokenIdentity(entries)
+	return entries, nil
 }
 
-// Identify implements capgate.Identifier.
+// Identify implements Identifier.
 func (t *TokenIdentity) Identify(_ context.Context, r *http.Request) (capgate.Caller, bool, error) {
 	tok, ok := bearer(r.Header.Get("Authorization"))
 	if !ok {
@@ -200,8 +224,8 @@ func splitASCIISpace(s string) []string {
 }
 
 var (
-	_ capgate.Identifier = (*HeaderIdentity)(nil)
-	_ capgate.Identifier = (*TokenIdentity)(nil)
+	_ Identifier = (*HeaderIdentity)(nil)
+	_ Identifier = (*TokenIdentity)(nil)
 )
 
 // AnonymousUser is the user id under which WithAnonymousAs gates the heavy

@@ -416,3 +416,24 @@ func TestParseTrustedProxies(t *testing.T) {
 		t.Errorf("a name: err = %v, want one naming it", err)
 	}
 }
+
+func TestReadTokens(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "tokens.json")
+	if err := os.WriteFile(path, []byte(`[{"token":"t-a","username":"a","auth_groups":["g"]},{"token":"t-b","username":"b","is_staff":true}]`), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	got, err := capgatehttp.ReadTokens(path)
+	want := []capgatehttp.TokenEntry{{Token: "t-a", Username: "a", AuthGroups: []string{"g"}}, {Token: "t-b", Username: "b", IsStaff: true}}
+	if err != nil || !reflect.DeepEqual(got, want) {
+		t.Fatalf("ReadTokens = %+v, %v; want %+v", got, err, want)
+	}
+	for i, bad := range []string{`{"token":"a","username":"b"}`, `[{"token":"a","username":"b","role":"x"}]`, `[] []`, `[`} {
+		p := filepath.Join(t.TempDir(), fmt.Sprintf("bad%d.json", i))
+		if err := os.WriteFile(p, []byte(bad), 0o600); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := capgatehttp.ReadTokens(p); err == nil {
+			t.Errorf("ReadTokens accepted %s", bad)
+		}
+	}
+}

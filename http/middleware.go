@@ -18,18 +18,8 @@ import (
 
 // Request headers the middleware reads.
 const (
-	HeaderRequestID     = "X-Request-ID"
-	HeaderEventMetadata = "X-OCL-Event-Metadata"
-	HeaderRequestSource = "X-OCL-Request-Source"
-	HeaderTraceID       = "X-Amzn-Trace-Id"
-)
-
-// Attribution limits, in characters.
-const (
-	maxRequestSource  = 50
-	maxAlgorithmID    = 100
-	maxAutomatchRunID = 20
-	maxRequestID      = 200
+	HeaderRequestID = "X-Request-ID"
+	HeaderTraceID   = "X-Amzn-Trace-Id"
 )
 
 // Middleware gates the heavy calls of the handler it wraps. For each
@@ -59,7 +49,7 @@ type Middleware struct {
 	next     http.Handler
 	gate     *capgate.Gate
 	classify ClassifyFunc
-	identify capgate.Identifier
+	identify Identifier
 
 	classifier *Classifier // WithClassifier: classify in two steps
 	anonymous  string      // WithAnonymousAs: gate anonymous callers as this user
@@ -126,11 +116,11 @@ func WithClock(now func() time.Time) Option {
 // are heavy (Classifier.Classify for the OCL profile) and identify who
 // makes them. The handler returned is a *Middleware. It returns an error
 // if any of them is nil.
-func NewMiddleware(next http.Handler, gate *capgate.Gate, classify ClassifyFunc, identify capgate.Identifier, opts ...Option) (http.Handler, error) {
+func NewMiddleware(next http.Handler, gate *capgate.Gate, classify ClassifyFunc, identify Identifier, opts ...Option) (http.Handler, error) {
 	return newMiddleware(next, gate, classify, identify, opts...)
 }
 
-func newMiddleware(next http.Handler, gate *capgate.Gate, classify ClassifyFunc, identify capgate.Identifier, opts ...Option) (*Middleware, error) {
+func newMiddleware(next http.Handler, gate *capgate.Gate, classify ClassifyFunc, identify Identifier, opts ...Option) (*Middleware, error) {
 	switch {
 	case next == nil:
 		return nil, errors.New("capgate middleware: no handler")
@@ -174,7 +164,7 @@ func (m *Middleware) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	ctx := r.Context()
-	if m.gate.Config != nil && m.gate.Config.Config(ctx).Mode == capgate.ModeOff {
+	if m.gate.Off(ctx) {
 		m.next.ServeHTTP(w, r) // mode off: untouched, and nobody looked up
 		return
 	}
@@ -196,7 +186,7 @@ func (m *Middleware) serveTwoStep(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	ctx := r.Context()
-	if m.gate.Config != nil && m.gate.Config.Config(ctx).Mode == capgate.ModeOff {
+	if m.gate.Off(ctx) {
 		m.next.ServeHTTP(w, r) // mode off: untouched, and nobody looked up
 		return
 	}
@@ -264,7 +254,7 @@ func (m *Middleware) gated(w http.ResponseWriter, r *http.Request, call capgate.
 		call.Tier = m.groups.TierOf(caller.Staff, caller.Groups)
 		adm = m.gate.Admit(ctx, call)
 	}
-	if adm == nil {
+	if adm.Decision() == capgate.DecisionNone {
 		m.next.ServeHTTP(w, r) // mode off (since the check above): untouched
 		return
 	}
@@ -291,27 +281,15 @@ func (m *Middleware) gated(w http.ResponseWriter, r *http.Request, call capgate.
 	_ = http.NewResponseController(gw).Flush()
 }
 
-// attribute fills in the call's attribution from r's headers.
-func (m *Middleware) attribute(call *capgate.Call, r *http.Request) {
-	meta := capgate.ParseEventMetadata(r.Header.Get(HeaderEventMetadata))
-	call.Aware = capgate.CapacityAware(meta)
-	call.AlgorithmID = capgate.MetadataString(meta, "algorithm_id", maxAlgorithmID)
-	call.AutomatchRunID = capgate.MetadataString(meta, "automatch_run_id", maxAutomatchRunID)
-	call.RequestSource = capgate.Truncate(r.Header.Get(HeaderRequestSource), maxRequestSource)
-	if h := r.Header.Get(HeaderTraceID); h != "" {
-		call.QueueMS, call.HasQueueMS = capgate.ParseQueueMS(h, m.now())
-	}
-}
-
 // refuse writes the 429 of a refused call.
 func (m *Middleware) refuse(w http.ResponseWriter, r *http.Request, adm *capgate.Admission, rid string) {
 	h := w.Header()
-	adm.SetHeaders(h)
+	SetHeaders(h, adm)
 	setRateLimitFields(h, adm)
 	m.cors.refusal(h, r.Header.Get("Origin"))
 	h.Set("Content-Type", "application/json")
 	h.Set(HeaderRequestID, rid)
-	body := adm.RefusalBody()
+	body := RefusalBody(adm)
 	w.WriteHeader(http.StatusTooManyRequests)
 	_, _ = w.Write(body)
 }

@@ -1,6 +1,8 @@
 package http_test
 
 import (
+	"github.com/capgate/capgate/header"
+	capgatehttp "github.com/capgate/capgate/http"
 	"io"
 	"log/slog"
 	"net/http"
@@ -10,7 +12,6 @@ import (
 	"time"
 
 	"github.com/capgate/capgate"
-	capgatehttp "github.com/capgate/capgate/http"
 	"github.com/capgate/capgate/memory"
 	"github.com/capgate/capgate/mock"
 )
@@ -79,7 +80,7 @@ func TestMiddlewarePanics(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if resp.StatusCode != 500 || resp.Header.Get(capgate.HeaderDecision) != "admitted" || string(body) != "Internal Server Error\n" {
+	if resp.StatusCode != 500 || resp.Header.Get(header.Decision) != "admitted" || string(body) != "Internal Server Error\n" {
 		t.Errorf("got %d %q %v", resp.StatusCode, body, capacityHeaders(resp.Header))
 	}
 	e.sink.Wait(t, 1, waitLimit)
@@ -120,7 +121,7 @@ func TestMiddlewareKeepsTheWriterInterfaces(t *testing.T) {
 		res.flusher = ok
 		if ok {
 			f.Flush() // headers go out with the first flush
-			res.hdrAtFlush = w.Header().Get(capgate.HeaderDecision)
+			res.hdrAtFlush = w.Header().Get(header.Decision)
 		}
 		res.ctrlFlush = http.NewResponseController(w).Flush() == nil
 		got <- res
@@ -133,7 +134,7 @@ func TestMiddlewareKeepsTheWriterInterfaces(t *testing.T) {
 	if !res.flusher || !res.hijacker || !res.ctrlFlush || res.hdrAtFlush != "admitted" {
 		t.Errorf("writer: %+v", res)
 	}
-	if resp.Header.Get(capgate.HeaderDecision) != "admitted" {
+	if resp.Header.Get(header.Decision) != "admitted" {
 		t.Errorf("headers %v", capacityHeaders(resp.Header))
 	}
 
@@ -164,7 +165,7 @@ func TestMiddlewareErrorResponsesCarryTheHeaders(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if resp.StatusCode != 404 || resp.Header.Get(capgate.HeaderDecision) != "admitted" || !strings.Contains(string(body), "Not found") {
+	if resp.StatusCode != 404 || resp.Header.Get(header.Decision) != "admitted" || !strings.Contains(string(body), "Not found") {
 		t.Errorf("got %d %v %q", resp.StatusCode, capacityHeaders(resp.Header), body)
 	}
 	if !hex32.MatchString(resp.Header.Get("X-Request-ID")) {

@@ -48,7 +48,7 @@ type StatusReporter interface {
 // {"detail": ...}. Create one with NewStaffHandler; safe for concurrent use.
 type StaffHandler struct {
 	configs *capgate.ConfigService
-	ids     capgate.Identifier
+	ids     Identifier
 	status  StatusReporter
 
 	// Logger gets the store and identity failures. Default slog.Default().
@@ -57,7 +57,7 @@ type StaffHandler struct {
 
 // NewStaffHandler returns the staff API over configs, with callers told
 // apart by ids. status may be nil: GET /capacity/status/ then answers 503.
-func NewStaffHandler(configs *capgate.ConfigService, ids capgate.Identifier, status StatusReporter) *StaffHandler {
+func NewStaffHandler(configs *capgate.ConfigService, ids Identifier, status StatusReporter) *StaffHandler {
 	return &StaffHandler{configs: configs, ids: ids, status: status}
 }
 
@@ -142,7 +142,7 @@ func (h *StaffHandler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 // no cross-site request acts as staff) and answers 401 for no one, 403 for
 // a caller who is not staff and 503 when the lookup fails; ok is true only
 // for staff, and then nothing was written.
-func requireStaff(w http.ResponseWriter, r *http.Request, ids capgate.Identifier, logger *slog.Logger) (capgate.Caller, bool) {
+func requireStaff(w http.ResponseWriter, r *http.Request, ids Identifier, logger *slog.Logger) (capgate.Caller, bool) {
 	caller, ok, err := ids.Identify(r.Context(), withoutCookies(r))
 	switch {
 	case err != nil:

@@ -118,7 +118,7 @@ func (u *UpstreamIdentity) now() time.Time {
 	return time.Now()
 }
 
-// Identify implements capgate.Identifier.
+// Identify implements Identifier.
 func (u *UpstreamIdentity) Identify(ctx context.Context, r *http.Request) (capgate.Caller, bool, error) {
 	cred := credentials{auth: r.Header.Values("Authorization"), cookie: r.Header.Values("Cookie")}
 	if cred.empty() {
@@ -308,4 +308,4 @@ func decodeUserAnswer(r io.Reader) (userAnswer, error) {
 	return ans, nil
 }
 
-var _ capgate.Identifier = (*UpstreamIdentity)(nil)
+var _ Identifier = (*UpstreamIdentity)(nil)

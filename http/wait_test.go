@@ -2,6 +2,8 @@ package http_test
 
 import (
 	"context"
+	"github.com/capgate/capgate/header"
+	capgatehttp "github.com/capgate/capgate/http"
 	"strconv"
 	"strings"
 	"testing"
@@ -49,11 +51,11 @@ func TestWaitingCallIsServedWhenTheSlotFrees(t *testing.T) {
 		t.Fatalf("first call: status %d", r.StatusCode)
 	}
 	r := recv(t, second)
-	if r.StatusCode != 200 || r.Header.Get(capgate.HeaderDecision) != "admitted" {
-		t.Fatalf("waiting call: status %d, decision %q; want 200 admitted", r.StatusCode, r.Header.Get(capgate.HeaderDecision))
+	if r.StatusCode != 200 || r.Header.Get(header.Decision) != "admitted" {
+		t.Fatalf("waiting call: status %d, decision %q; want 200 admitted", r.StatusCode, r.Header.Get(header.Decision))
 	}
-	if ms, err := strconv.Atoi(r.Header.Get(capgate.HeaderWaited)); err != nil || ms < 0 {
-		t.Errorf("%s = %q, want whole milliseconds", capgate.HeaderWaited, r.Header.Get(capgate.HeaderWaited))
+	if ms, err := strconv.Atoi(r.Header.Get(header.Waited)); err != nil || ms < 0 {
+		t.Errorf("%s = %q, want whole milliseconds", header.Waited, r.Header.Get(header.Waited))
 	}
 	if r.Header.Get("Retry-After") != "" {
 		t.Error("an admitted call carries Retry-After")
@@ -78,11 +80,11 @@ func TestWaitingCallIsServedWhenTheSlotFrees(t *testing.T) {
 
 func TestWaitedHeaderIsExposed(t *testing.T) {
 	found := false
-	for _, h := range capgate.ExposedHeaders() {
-		found = found || strings.EqualFold(h, capgate.HeaderWaited)
+	for _, h := range capgatehttp.ExposedHeaders() {
+		found = found || strings.EqualFold(h, header.Waited)
 	}
 	if !found {
-		t.Errorf("ExposedHeaders() = %v lacks %s", capgate.ExposedHeaders(), capgate.HeaderWaited)
+		t.Errorf("ExposedHeaders() = %v lacks %s", capgatehttp.ExposedHeaders(), header.Waited)
 	}
 }
 

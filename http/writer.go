@@ -26,7 +26,7 @@ func (w *gatedWriter) setHeaders() {
 	}
 	w.wrote = true
 	h := w.ResponseWriter.Header()
-	w.adm.SetHeaders(h)
+	SetHeaders(h, w.adm)
 	setRateLimitFields(h, w.adm)
 	exposeCapacityHeaders(h)
 	h.Set(HeaderRequestID, w.rid)

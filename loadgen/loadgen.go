@@ -11,6 +11,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"github.com/capgate/capgate/header"
 	"io"
 	"math/rand/v2"
 	"net/http"
@@ -361,10 +362,10 @@ func (r *run) send(ctx context.Context, u *userRun, rng *rand.Rand, kind string,
 		}
 		req.Header.Set("Authorization", "Token "+u.Token)
 		req.Header.Set("Content-Type", "application/json")
-		req.Header.Set("X-OCL-Request-Source", "loadgen")
+		req.Header.Set(header.RequestSource, "loadgen")
 		if r.cfg.Client == ClientRetryAfter && kind == KindBulk && semantic {
 			// The Mapper declares its bulk semantic $match capacity-aware.
-			req.Header.Set(client.HeaderEventMetadata, `{"capacity_aware":"true"}`)
+			req.Header.Set(header.EventMetadata, `{"capacity_aware":"true"}`)
 		}
 		return req, nil
 	}

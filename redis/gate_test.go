@@ -2,6 +2,7 @@ package redis_test
 
 import (
 	"context"
+	"fmt"
 	"strings"
 	"testing"
 	"time"
@@ -45,7 +46,7 @@ func TestGateFailsOpenAtTheDeadlineOfAHungRedis(t *testing.T) {
 	if a.Decision() != capgate.DecisionUnavailable || a.Refused() {
 		t.Fatalf("decision %q, want unavailable", a.Decision())
 	}
-	if !strings.HasSuffix(a.Err(), "no answer from Redis within 0.1 s") {
+	if !strings.HasSuffix(fmt.Sprint(a.Err()), "no answer from Redis within 0.1 s") {
 		t.Fatalf("error %q", a.Err())
 	}
 	if !g.Skip.Skipping() {

@@ -179,6 +179,10 @@ func newStore(c Client, o Options) *Store {
 // String describes the store's Redis for logs, password masked.
 func (s *Store) String() string { return s.opts.String() }
 
+// Deadline returns the bound of each operation (Options.Deadline, with
+// its default). The gate times its own waits on the store by it.
+func (s *Store) Deadline() time.Duration { return s.opts.Deadline }
+
 // Kind says where the lanes live, for status: "redis" or
 // "redis-sentinel".
 func (s *Store) Kind() string {

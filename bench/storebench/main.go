@@ -393,8 +393,8 @@ func scale(args []string) error {
 		if i == 0 {
 			r.ScanCalls, r.CountMaxBlock = commandStats(ctx, raw)
 		}
-		if s.Redis != capgate.StatusOK {
-			r.StatusError = s.Redis
+		if s.Store != capgate.StatusOK {
+			r.StatusError = s.Store
 			r.StatusFailed++
 		} else {
 			r.StatusUsers = len(s.Users)

@@ -305,32 +305,24 @@ func (c *CapacityCommand) status(ctx context.Context, a *capacityAction) error {
 		if err != nil {
 			return err
 		}
-		gate := capgate.NewGate(lanes, svc, nil, st.TaskID)
-		gate.KeyPrefix = keyPrefix
-		status := gate.Status(ctx, cfg)
+		status := capgate.ReadStatus(ctx, lanes, capgate.Keys{Prefix: keyPrefix, TaskID: st.TaskID}, cfg)
 		if err := c.print(status); err != nil {
 			return err
 		}
-		if status.Redis != capgate.StatusOK {
+		if status.Store != capgate.StatusOK {
 			// The JSON says it too; the exit code is for scripts.
-			return fmt.Errorf("lane store %s: %s", lanes, status.Redis)
+			return fmt.Errorf("lane store %s: %s", lanes, status.Store)
 		}
 		return nil
 	})
 }
 
 // checkUser fails with `No user "<name>".` unless the tokens file names
-// user.
+// user. The file is read as the gateway reads it.
 func checkUser(tokensFile, user string) error {
-	b, err := os.ReadFile(tokensFile)
+	entries, err := capgatehttp.ReadTokens(tokensFile)
 	if err != nil {
 		return fmt.Errorf("read --tokens: %w", err)
-	}
-	var entries []struct {
-		Username string `json:"username"`
-	}
-	if err := json.Unmarshal(b, &entries); err != nil {
-		return fmt.Errorf("read --tokens %s: want a JSON array of {token, username, is_staff, auth_groups}: %w", tokensFile, err)
 	}
 	for _, e := range entries {
 		if e.Username == user {

@@ -64,7 +64,7 @@ type reloadingTokens struct {
 	cur  atomic.Pointer[capgatehttp.TokenIdentity]
 }
 
-var _ capgate.Identifier = (*reloadingTokens)(nil)
+var _ capgatehttp.Identifier = (*reloadingTokens)(nil)
 
 func loadTokens(path string) (*reloadingTokens, error) {
 	t := &reloadingTokens{path: path}

@@ -178,7 +178,6 @@ func NewServer(ctx context.Context, opts ServeOptions, lines io.Writer, logger *
 	s.Gate = capgate.NewGate(s.Lanes, s.Configs, s.Sink, opts.TaskID)
 	s.Gate.KeyPrefix = keyPrefix
 	s.Gate.Skip = capgate.NewSkipWindow(opts.RedisRetry, nil)
-	s.Gate.StoreDeadline = opts.RedisDeadline
 	s.Gate.Logger = logger
 	s.Gate.Observer = m
 	if opts.HasRedis() && opts.LocalLanes {
@@ -312,7 +311,7 @@ func (s *Server) migrateInBackground(ctx context.Context) {
 	}
 }
 
-func newIdentity(opts ServeOptions, proxies []netip.Prefix) (capgate.Identifier, error) {
+func newIdentity(opts ServeOptions, proxies []netip.Prefix) (capgatehttp.Identifier, error) {
 	switch opts.Identity {
 	case "upstream", "":
 		id, err := capgatehttp.NewUpstreamIdentity(opts.Upstream)
