@@ -11,6 +11,8 @@ import (
 	"sort"
 	"strconv"
 	"strings"
+
+	"github.com/capgate/capgate/internal/jsonenc"
 )
 
 // Config is the runtime config. Its JSON form is the one stored,
@@ -232,13 +234,11 @@ func ParseObject(b []byte) (map[string]any, error) {
 // EncodeDoc returns a config document as compact JSON, as the config
 // stores keep it (no HTML escaping, no trailing newline).
 func EncodeDoc(doc map[string]any) (string, error) {
-	var buf bytes.Buffer
-	enc := json.NewEncoder(&buf)
-	enc.SetEscapeHTML(false)
-	if err := enc.Encode(doc); err != nil {
+	b, err := jsonenc.Marshal(doc)
+	if err != nil {
 		return "", fmt.Errorf("encode config: %w", err)
 	}
-	return strings.TrimSuffix(buf.String(), "\n"), nil
+	return string(b), nil
 }
 
 // Validate checks a config document and returns every problem

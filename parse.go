@@ -1,13 +1,14 @@
 package capgate
 
 import (
-	"bytes"
 	"encoding/json"
 	"io"
 	"math"
 	"strconv"
 	"strings"
 	"time"
+
+	"github.com/capgate/capgate/internal/jsonenc"
 )
 
 // ParseEventMetadata decodes the X-OCL-Event-Metadata header, keeping
@@ -63,13 +64,8 @@ func stringForm(v any) (string, bool) {
 	if n, ok := numberText(v); ok {
 		return n, true
 	}
-	var buf bytes.Buffer
-	enc := json.NewEncoder(&buf)
-	enc.SetEscapeHTML(false)
-	if err := enc.Encode(v); err != nil {
-		return "", false
-	}
-	return strings.TrimSuffix(buf.String(), "\n"), true
+	b, err := jsonenc.Marshal(v)
+	return string(b), err == nil
 }
 
 // Truncate returns the first max characters (runes) of s; "" when max ≤ 0.

@@ -3,7 +3,6 @@ package client
 import (
 	"bytes"
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
@@ -18,6 +17,7 @@ import (
 	"time"
 
 	"github.com/capgate/capgate"
+	"github.com/capgate/capgate/internal/jsonenc"
 )
 
 // Defaults of a Transport's settings.
@@ -483,13 +483,11 @@ func replayable(req *http.Request) (func() (io.ReadCloser, error), error) {
 func awareMetadata(h string) string {
 	meta := capgate.ParseEventMetadata(h)
 	meta["capacity_aware"] = "true"
-	var buf bytes.Buffer
-	enc := json.NewEncoder(&buf)
-	enc.SetEscapeHTML(false)
-	if err := enc.Encode(meta); err != nil {
+	b, err := jsonenc.Marshal(meta)
+	if err != nil {
 		return `{"capacity_aware":"true"}`
 	}
-	return strings.TrimSuffix(buf.String(), "\n")
+	return string(b)
 }
 
 // drain reads a little of body, so the connection can be reused, and
