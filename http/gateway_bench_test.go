@@ -3,8 +3,6 @@ package http_test
 import (
 	"bytes"
 	"context"
-	"crypto/rand"
-	"encoding/hex"
 	"io"
 	"log/slog"
 	"net/http"
@@ -18,6 +16,7 @@ import (
 
 	"github.com/capgate/capgate"
 	capgatehttp "github.com/capgate/capgate/http"
+	"github.com/capgate/capgate/internal/randhex"
 	"github.com/capgate/capgate/logsink"
 	"github.com/capgate/capgate/memory"
 	"github.com/capgate/capgate/redis"
@@ -170,9 +169,7 @@ func benchGatewayRedis(b *testing.B, opts redis.Options) {
 		b.Fatal(err)
 	}
 	b.Cleanup(func() { _ = store.Close() })
-	var tag [4]byte
-	_, _ = rand.Read(tag[:])
-	base := benchGatewayServer(b, store, "bench:"+hex.EncodeToString(tag[:]))
+	base := benchGatewayServer(b, store, "bench:"+randhex.String(4))
 	want := []capgate.Decision{capgate.DecisionAdmitted, capgate.DecisionShadowRefused}
 	if opts.MaxInFlight == 0 {
 		want = append(want, capgate.DecisionUnavailable)

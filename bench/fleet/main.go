@@ -16,8 +16,6 @@ package main
 
 import (
 	"context"
-	"crypto/rand"
-	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"flag"
@@ -36,6 +34,7 @@ import (
 	goredis "github.com/redis/go-redis/v9"
 
 	"github.com/capgate/capgate"
+	"github.com/capgate/capgate/internal/randhex"
 	"github.com/capgate/capgate/redis"
 )
 
@@ -374,9 +373,7 @@ func probeAcquire(ctx context.Context, tg *target, d time.Duration) ([]time.Dura
 }
 
 func token() string {
-	var b [16]byte
-	_, _ = rand.Read(b[:])
-	return hex.EncodeToString(b[:])
+	return randhex.String(16)
 }
 
 // seedResult is what seed prints.

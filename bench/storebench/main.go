@@ -15,8 +15,6 @@ package main
 
 import (
 	"context"
-	"crypto/rand"
-	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"flag"
@@ -33,6 +31,7 @@ import (
 	goredis "github.com/redis/go-redis/v9"
 
 	"github.com/capgate/capgate"
+	"github.com/capgate/capgate/internal/randhex"
 	"github.com/capgate/capgate/memory"
 	"github.com/capgate/capgate/redis"
 )
@@ -72,9 +71,7 @@ func keysFor(user string) []string {
 }
 
 func newToken() string {
-	var b [16]byte
-	_, _ = rand.Read(b[:])
-	return hex.EncodeToString(b[:])
+	return randhex.String(16)
 }
 
 // pairResult is one run of pairs.
