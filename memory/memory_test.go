@@ -145,35 +145,11 @@ func TestNoAllocations(t *testing.T) {
 var benchKeys = []string{"ocl:capacity:api_heavy", "ocl:capacity:api_heavy_task:web-1", "ocl:capacity:tier:core", "ocl:capacity:user:alice"}
 
 func BenchmarkAcquireRelease(b *testing.B) {
-	s := memory.New(nil)
-	req := capgate.AcquireRequest{Token: lanetest.NewToken(), Keys: benchKeys[:1], Limits: []int{100}, Lease: time.Minute}
-	counts := make([]int, 1)
-	ctx := b.Context()
-	b.ReportAllocs()
-	for b.Loop() {
-		if _, err := s.Acquire(ctx, req, counts); err != nil {
-			b.Fatal(err)
-		}
-		if err := s.Release(ctx, req.Token, req.Keys); err != nil {
-			b.Fatal(err)
-		}
-	}
+	lanetest.BenchPairs(b, memory.New(nil), benchKeys[:1], 100)
 }
 
 func BenchmarkAcquireReleaseFourLanes(b *testing.B) {
-	s := memory.New(nil)
-	req := capgate.AcquireRequest{Token: lanetest.NewToken(), Keys: benchKeys, Limits: []int{100, 100, 100, 100}, Lease: time.Minute}
-	counts := make([]int, len(benchKeys))
-	ctx := b.Context()
-	b.ReportAllocs()
-	for b.Loop() {
-		if _, err := s.Acquire(ctx, req, counts); err != nil {
-			b.Fatal(err)
-		}
-		if err := s.Release(ctx, req.Token, req.Keys); err != nil {
-			b.Fatal(err)
-		}
-	}
+	lanetest.BenchPairs(b, memory.New(nil), benchKeys, 100)
 }
 
 // BenchmarkAcquireReleaseParallel has every goroutine take and give back a
@@ -221,5 +197,22 @@ func TestForgottenLanesAreSwept(t *testing.T) {
 	}
 	if n := s.Len(); n != 1 {
 		t.Errorf("%d lanes left, want only the busy one", n)
+	}
+}
+
+// TestBenchPairs runs the shared pairs benchmark once over the store: every
+// pair it takes, it gives back.
+func TestBenchPairs(t *testing.T) {
+	s := memory.New(nil)
+	r := testing.Benchmark(func(b *testing.B) { lanetest.BenchPairs(b, s, benchKeys, 1) })
+	if r.N == 0 {
+		t.Fatal("BenchPairs ran no iterations")
+	}
+	counts := make([]int, len(benchKeys))
+	if err := s.Count(t.Context(), benchKeys, counts); err != nil {
+		t.Fatal(err)
+	}
+	if slices.Max(counts) != 0 {
+		t.Errorf("counts after BenchPairs = %v; want every lane empty", counts)
 	}
 }
