@@ -492,18 +492,7 @@ func (a *Admission) Record() Record {
 		if a.counts != nil {
 			inFlight = &a.counts[i]
 		}
-		switch l.Name {
-		case LaneAPIHeavy:
-			r.InFlight, r.Limit = inFlight, &limit
-		case LaneTask:
-			r.TaskInFlight, r.TaskLimit = inFlight, &limit
-		case LaneES2KNN:
-			r.ES2KNNInFlight, r.ES2KNNLimit = inFlight, &limit
-		case LaneTier:
-			r.TierInFlight, r.TierLimit = inFlight, &limit
-		case LaneUser:
-			r.UserInFlight, r.UserLimit = inFlight, &limit
-		}
+		r.SetLane(l.Name, inFlight, &limit)
 	}
 	if n, ok := a.Suggested(); ok {
 		r.Suggested = &n

@@ -1,14 +1,14 @@
 package capgate
 
 import (
-	"bytes"
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"log/slog"
 	"sync"
 	"time"
+
+	"github.com/capgate/capgate/internal/jsonenc"
 )
 
 // Defaults of the ConfigService.
@@ -371,15 +371,12 @@ func (s *ConfigService) emit(v *ConfigVersion, res SaveResult) {
 	if s.Sink == nil {
 		return
 	}
-	var buf bytes.Buffer
-	enc := json.NewEncoder(&buf)
-	enc.SetEscapeHTML(false)
-	err := enc.Encode(configLine{
+	line, err := jsonenc.Marshal(configLine{
 		Event: "ocl_capacity_config", Version: v.ID, ChangedBy: v.CreatedBy, Source: v.Source,
 		Note: v.Note, Changes: res.Changes, Mode: res.Config.Mode,
 	})
 	if err == nil {
-		err = s.Sink.Emit(bytes.TrimSuffix(buf.Bytes(), []byte("\n")))
+		err = s.Sink.Emit(line)
 	}
 	if err != nil {
 		s.logger().Warn(fmt.Sprintf("Capacity config version %d was saved, but its log line failed: %v", v.ID, err),

@@ -3,6 +3,8 @@ package capgate
 import (
 	"context"
 	"time"
+
+	"github.com/capgate/capgate/internal/loop"
 )
 
 // readState is how the config service's reads of the store have gone.
@@ -50,16 +52,5 @@ const MinWatchInterval = time.Second
 // it) follows the store rather than the traffic, and a database that was
 // down at start is picked up as soon as it answers.
 func (s *ConfigService) Watch(ctx context.Context) {
-	every := max(s.cacheTTL(), MinWatchInterval)
-	t := time.NewTimer(0)
-	defer t.Stop()
-	for {
-		select {
-		case <-ctx.Done():
-			return
-		case <-t.C:
-		}
-		s.Config(ctx)
-		t.Reset(every)
-	}
+	loop.Every(ctx, max(s.cacheTTL(), MinWatchInterval), func(ctx context.Context) { s.Config(ctx) })
 }

@@ -73,16 +73,10 @@ func (r *Record) AppendJSON(b []byte) []byte {
 		}
 		b = append(b, ']')
 	}
-	b = appendIntP(b, "in_flight", r.InFlight)
-	b = appendIntP(b, "limit", r.Limit)
-	b = appendIntP(b, "task_in_flight", r.TaskInFlight)
-	b = appendIntP(b, "task_limit", r.TaskLimit)
-	b = appendIntP(b, "es2_knn_in_flight", r.ES2KNNInFlight)
-	b = appendIntP(b, "es2_knn_limit", r.ES2KNNLimit)
-	b = appendIntP(b, "tier_in_flight", r.TierInFlight)
-	b = appendIntP(b, "tier_limit", r.TierLimit)
-	b = appendIntP(b, "user_in_flight", r.UserInFlight)
-	b = appendIntP(b, "user_limit", r.UserLimit)
+	for _, f := range r.laneFields() {
+		b = appendIntP(b, f.inFlightKey, *f.inFlight)
+		b = appendIntP(b, f.limitKey, *f.limit)
+	}
 	b = appendIntP(b, "suggested", r.Suggested)
 	b = appendIntP(b, "retry_after", r.RetryAfter)
 	if r.HeldMS != nil {
@@ -112,6 +106,49 @@ func (r *Record) AppendJSON(b []byte) []byte {
 		b = append(b, '"')
 	}
 	return append(b, '}')
+}
+
+// laneField is one lane's count and limit in a Record, and the names of
+// their fields in the log line.
+type laneField struct {
+	lane                  LaneName
+	inFlightKey, limitKey string
+	inFlight, limit       **int
+}
+
+// laneFields returns r's per-lane fields in lane order: the one table
+// that AppendJSON, SetLane and LogFields go by.
+func (r *Record) laneFields() [5]laneField {
+	return [...]laneField{
+		{LaneAPIHeavy, "in_flight", "limit", &r.InFlight, &r.Limit},
+		{LaneTask, "task_in_flight", "task_limit", &r.TaskInFlight, &r.TaskLimit},
+		{LaneES2KNN, "es2_knn_in_flight", "es2_knn_limit", &r.ES2KNNInFlight, &r.ES2KNNLimit},
+		{LaneTier, "tier_in_flight", "tier_limit", &r.TierInFlight, &r.TierLimit},
+		{LaneUser, "user_in_flight", "user_limit", &r.UserInFlight, &r.UserLimit},
+	}
+}
+
+// SetLane sets the count (nil: not known) and the limit of lane; an
+// unknown lane is ignored.
+func (r *Record) SetLane(lane LaneName, inFlight, limit *int) {
+	for _, f := range r.laneFields() {
+		if f.lane == lane {
+			*f.inFlight, *f.limit = inFlight, limit
+			return
+		}
+	}
+}
+
+// LogFields returns the names of the ocl_capacity line's fields that hold
+// the lane's count and limit; "" for an unknown lane.
+func (n LaneName) LogFields() (inFlight, limit string) {
+	var r Record
+	for _, f := range r.laneFields() {
+		if f.lane == n {
+			return f.inFlightKey, f.limitKey
+		}
+	}
+	return "", ""
 }
 
 func appendKey(b []byte, k string) []byte {

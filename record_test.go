@@ -62,3 +62,36 @@ func TestRecordDegradedFollowsError(t *testing.T) {
 		t.Fatalf("line %s: degraded false must be left out", got)
 	}
 }
+
+func TestRecordSetLaneAndLogFields(t *testing.T) {
+	var r capgate.Record
+	lanes := []capgate.LaneName{capgate.LaneAPIHeavy, capgate.LaneTask, capgate.LaneES2KNN, capgate.LaneTier, capgate.LaneUser}
+	for i, l := range lanes {
+		n, limit := i, 10+i
+		r.SetLane(l, &n, &limit)
+	}
+	r.SetLane("nope", new(int), new(int)) // ignored
+	want := `,"in_flight":0,"limit":10,"task_in_flight":1,"task_limit":11,"es2_knn_in_flight":2,"es2_knn_limit":12,` +
+		`"tier_in_flight":3,"tier_limit":13,"user_in_flight":4,"user_limit":14}`
+	if got := string(r.AppendJSON(nil)); !strings.HasSuffix(got, want) {
+		t.Errorf("line %s; want it to end %s (every lane, in lane order)", got, want)
+	}
+	var m map[string]any
+	if err := json.Unmarshal(r.AppendJSON(nil), &m); err != nil {
+		t.Fatal(err)
+	}
+	for i, l := range lanes {
+		in, lim := l.LogFields()
+		if m[in] != float64(i) || m[lim] != float64(10+i) {
+			t.Errorf("%s.LogFields() = %q, %q: line has %v, %v; want %d, %d", l, in, lim, m[in], m[lim], i, 10+i)
+		}
+	}
+	if in, lim := capgate.LaneName("nope").LogFields(); in != "" || lim != "" {
+		t.Errorf("unknown lane's LogFields = %q, %q; want empty", in, lim)
+	}
+	r = capgate.Record{}
+	r.SetLane(capgate.LaneTier, nil, new(int))
+	if got := string(r.AppendJSON(nil)); strings.Contains(got, "in_flight") || !strings.Contains(got, `"tier_limit":0`) {
+		t.Errorf("line %s; want tier_limit alone when the count is not known", got)
+	}
+}

@@ -76,27 +76,24 @@ func WhatIfConfig(base capgate.Config, assignments []string) (capgate.Config, ca
 // log per gateway) and returns the report. Lines that are not ocl_capacity
 // lines are skipped and counted. It fails only when an input can't be
 // read, or when ctx ends; the error wraps the cause.
+// orDefault returns v, or def when v is zero or negative: an Options
+// field left unset.
+func orDefault[T int | int64 | time.Duration](v, def T) T {
+	if v <= 0 {
+		return def
+	}
+	return v
+}
+
 func Analyze(ctx context.Context, inputs []Input, opts Options) (*Report, error) {
 	base := capgate.DefaultConfig(capgate.ModeShadow)
 	if opts.Base != nil {
 		base = *opts.Base
 	}
-	maxUsers := opts.MaxUsers
-	if maxUsers <= 0 {
-		maxUsers = DefaultMaxUsers
-	}
-	top := opts.Top
-	if top <= 0 {
-		top = DefaultTop
-	}
-	horizon := opts.Horizon
-	if horizon <= 0 {
-		horizon = DefaultHorizon
-	}
-	maxLine := opts.MaxLineBytes
-	if maxLine <= 0 {
-		maxLine = DefaultMaxLineBytes
-	}
+	maxUsers := orDefault(opts.MaxUsers, DefaultMaxUsers)
+	top := orDefault(opts.Top, DefaultTop)
+	horizon := orDefault(opts.Horizon, DefaultHorizon)
+	maxLine := orDefault(opts.MaxLineBytes, DefaultMaxLineBytes)
 
 	c := newCounter(maxUsers)
 	p := newParser(maxUsers + 1000)

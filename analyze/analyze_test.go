@@ -76,19 +76,20 @@ func line(c call) string {
 	if c.retryAfter > 0 {
 		r.RetryAfter = ip(c.retryAfter)
 	}
-	lanes := []struct{ inFlight, limit **int }{{&r.InFlight, &r.Limit}, {&r.TaskInFlight, &r.TaskLimit}}
+	lanes := []capgate.LaneName{capgate.LaneAPIHeavy, capgate.LaneTask}
 	if c.semantic {
-		lanes = append(lanes, struct{ inFlight, limit **int }{&r.ES2KNNInFlight, &r.ES2KNNLimit})
+		lanes = append(lanes, capgate.LaneES2KNN)
 	}
-	lanes = append(lanes, struct{ inFlight, limit **int }{&r.TierInFlight, &r.TierLimit},
-		struct{ inFlight, limit **int }{&r.UserInFlight, &r.UserLimit})
+	lanes = append(lanes, capgate.LaneTier, capgate.LaneUser)
 	for i, l := range lanes {
+		var inFlight, limit *int
 		if i < len(c.limits) {
-			*l.limit = ip(c.limits[i])
+			limit = ip(c.limits[i])
 		}
 		if i < len(c.counts) && !c.withoutCount {
-			*l.inFlight = ip(c.counts[i])
+			inFlight = ip(c.counts[i])
 		}
+		r.SetLane(l, inFlight, limit)
 	}
 	b := r.AppendJSON(nil)
 	if c.logDropped > 0 {

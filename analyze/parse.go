@@ -1,6 +1,10 @@
 package analyze
 
-import "errors"
+import (
+	"errors"
+
+	"github.com/capgate/capgate"
+)
 
 // The lanes of a call, by index, in lane order.
 const (
@@ -12,7 +16,18 @@ const (
 	numLanes
 )
 
-var laneNames = [numLanes]string{"api_heavy", "api_heavy_task", "es2_knn", "tier", "user"}
+var laneNames = [numLanes]string{
+	string(capgate.LaneAPIHeavy), string(capgate.LaneTask), string(capgate.LaneES2KNN),
+	string(capgate.LaneTier), string(capgate.LaneUser),
+}
+
+// laneKeys are the names of each lane's count and limit fields in the line.
+var laneKeys = func() (k [numLanes][2]string) {
+	for i, n := range laneNames {
+		k[i][0], k[i][1] = capgate.LaneName(n).LogFields()
+	}
+	return k
+}()
 
 func laneIndex(name string) int {
 	for i, n := range laneNames {
@@ -224,37 +239,24 @@ func (p *parser) member(st *lineState, key []byte, v value) {
 				st.ev.end, st.sawTS = ms, true
 			}
 		}
-	case "in_flight":
-		st.ev.setCount(laneAPIHeavy, v)
-	case "limit":
-		st.ev.setLimit(laneAPIHeavy, v)
-	case "task_in_flight":
-		st.ev.setCount(laneTask, v)
-	case "task_limit":
-		st.ev.setLimit(laneTask, v)
-	case "es2_knn_in_flight":
-		st.ev.setCount(laneES2KNN, v)
-	case "es2_knn_limit":
-		st.ev.setLimit(laneES2KNN, v)
-	case "tier_in_flight":
-		st.ev.setCount(laneTier, v)
-	case "tier_limit":
-		st.ev.setLimit(laneTier, v)
-	case "user_in_flight":
-		st.ev.setCount(laneUser, v)
-	case "user_limit":
-		st.ev.setLimit(laneUser, v)
+	default:
+		st.ev.setLaneField(key, v)
 	}
 }
 
-func (ev *event) setCount(lane int, v value) {
-	if v.kind == vNumber {
-		ev.inFlight[lane], ev.hasCount = int(v.int()), ev.hasCount|1<<lane
+// setLaneField keeps a lane's recorded count or limit, when key names one.
+func (ev *event) setLaneField(key []byte, v value) {
+	if v.kind != vNumber {
+		return
 	}
-}
-
-func (ev *event) setLimit(lane int, v value) {
-	if v.kind == vNumber {
-		ev.limit[lane], ev.hasLimit = int(v.int()), ev.hasLimit|1<<lane
+	for lane, k := range laneKeys {
+		switch string(key) {
+		case k[0]:
+			ev.inFlight[lane], ev.hasCount = int(v.int()), ev.hasCount|1<<lane
+			return
+		case k[1]:
+			ev.limit[lane], ev.hasLimit = int(v.int()), ev.hasLimit|1<<lane
+			return
+		}
 	}
 }

@@ -87,3 +87,30 @@ func TestTimelineCompacts(t *testing.T) {
 		t.Errorf("limit = %d, want 3", got)
 	}
 }
+
+func TestOrDefault(t *testing.T) {
+	if got := orDefault(0, 7); got != 7 {
+		t.Errorf("orDefault(0, 7) = %d; want 7", got)
+	}
+	if got := orDefault(-1*time.Second, time.Minute); got != time.Minute {
+		t.Errorf("orDefault(-1s, 1m) = %v; want 1m", got)
+	}
+	if got := orDefault(3, 7); got != 3 {
+		t.Errorf("orDefault(3, 7) = %d; want 3", got)
+	}
+}
+
+func TestLaneKeysFollowTheRecord(t *testing.T) {
+	var ev event
+	p := newParser(10)
+	line := `{"event":"ocl_capacity","decision":"admitted","ts":"2026-03-01T12:00:00Z",` +
+		`"in_flight":1,"limit":2,"task_in_flight":3,"task_limit":4,"es2_knn_in_flight":5,"es2_knn_limit":6,` +
+		`"tier_in_flight":7,"tier_limit":8,"user_in_flight":9,"user_limit":10,"tier_limit_x":99,"user_limit":"x"}`
+	if k := p.parse([]byte(line), &ev); k != kindEvent {
+		t.Fatalf("kind = %d, want an event", k)
+	}
+	if ev.inFlight != [numLanes]int{1, 3, 5, 7, 9} || ev.limit != [numLanes]int{2, 4, 6, 8, 10} ||
+		ev.hasCount != 1<<numLanes-1 || ev.hasLimit != 1<<numLanes-1 {
+		t.Errorf("counts %v (%b), limits %v (%b); want every lane's, from its own fields", ev.inFlight, ev.hasCount, ev.limit, ev.hasLimit)
+	}
+}

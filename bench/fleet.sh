@@ -33,44 +33,12 @@ USERS=${USERS:-100000}
 CLUSTER_BASE=${CLUSTER_BASE:-7100}
 FLEETS=${FLEETS:-"1 5 20"}
 
-WORK=$(mktemp -d "${TMPDIR:-/tmp}/capgate-fleet.XXXXXX")
-PIDS=()
-GW_PIDS=()
-cleanup() {
-	local pid
-	for pid in "${GW_PIDS[@]}" "${PIDS[@]}"; do kill "$pid" 2>/dev/null || true; done
-	for pid in "${GW_PIDS[@]}" "${PIDS[@]}"; do wait "$pid" 2>/dev/null || true; done
-	"$ROOT/scripts/cluster.sh" stop "$CLUSTER_BASE" >/dev/null 2>&1 || true
-	rm -rf "$WORK"
-}
-trap cleanup EXIT
-trap 'exit 130' INT TERM
-log() { printf '%s %s\n' "$(date +%H:%M:%S)" "$*" >&2; }
+# shellcheck source=bench/lib.sh
+. "$ROOT/bench/lib.sh"
+bench_init fleet
+on_exit() { "$ROOT/scripts/cluster.sh" stop "$CLUSTER_BASE" >/dev/null 2>&1 || true; }
 
-command -v redis-server >/dev/null || {
-	apt-get update -qq
-	DEBIAN_FRONTEND=noninteractive apt-get install -y -qq redis-server >/dev/null
-}
-
-free_port() {
-	local p
-	while :; do
-		p=$((20000 + RANDOM % 12000))
-		if ! (exec 3<>"/dev/tcp/127.0.0.1/$p") 2>/dev/null; then
-			echo "$p"
-			return
-		fi
-	done
-}
-wait_port() {
-	local i
-	for i in $(seq 100); do
-		(exec 3<>"/dev/tcp/127.0.0.1/$1") 2>/dev/null && return 0
-		sleep 0.1
-	done
-	echo "nothing listens on $1" >&2
-	return 1
-}
+need_tools redis-server:redis-server
 
 log "building"
 cd "$ROOT"
@@ -84,11 +52,7 @@ PIDS+=($!)
 wait_port "$SIM"
 
 # A standalone Redis of our own, and a cluster.
-RPORT=$(free_port)
-redis-server --bind 127.0.0.1 --port "$RPORT" --save "" --appendonly no --protected-mode no \
-	--dir "$WORK" --loglevel warning >"$WORK/redis.log" 2>&1 &
-PIDS+=($!)
-wait_port "$RPORT"
+start_redis --protected-mode no --loglevel warning
 log "starting the cluster on $CLUSTER_BASE"
 "$ROOT/scripts/cluster.sh" start "$CLUSTER_BASE" >&2
 SEEDS=$(seq -s, -f "127.0.0.1:%g" "$CLUSTER_BASE" $((CLUSTER_BASE + 5)))
@@ -110,9 +74,7 @@ start_fleet() {
 	done
 }
 stop_fleet() {
-	local pid
-	for pid in "${GW_PIDS[@]}"; do kill "$pid" 2>/dev/null || true; done
-	for pid in "${GW_PIDS[@]}"; do wait "$pid" 2>/dev/null || true; done
+	stop_pids "${GW_PIDS[@]}"
 	GW_PIDS=()
 }
 target() { if [[ $1 == cluster ]]; then echo "-cluster $SEEDS"; else echo "-redis redis://127.0.0.1:$RPORT/0"; fi; }

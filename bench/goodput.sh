@@ -39,60 +39,13 @@
 set -euo pipefail
 
 ROOT=$(cd "$(dirname "$0")/.." && pwd)
-WORK=$(mktemp -d "${TMPDIR:-/tmp}/capgate-goodput.XXXXXX")
-PIDS=()
-cleanup() {
-	local pid
-	for pid in "${PIDS[@]}"; do
-		kill "$pid" 2>/dev/null || true
-	done
-	for pid in "${PIDS[@]}"; do
-		wait "$pid" 2>/dev/null || true
-	done
-	if [[ -n "${KEEP_WORK:-}" ]]; then
-		echo "work dir kept: $WORK" >&2
-	else
-		rm -rf "$WORK"
-	fi
-}
-trap cleanup EXIT
-trap 'exit 130' INT TERM
-
-log() { printf '%s %s\n' "$(date +%H:%M:%S)" "$*" >&2; }
+# shellcheck source=bench/lib.sh
+. "$ROOT/bench/lib.sh"
+bench_init goodput
 
 command -v jq >/dev/null || { echo "bench/goodput.sh: jq is needed" >&2; exit 1; }
 command -v go >/dev/null || { echo "bench/goodput.sh: Go is needed" >&2; exit 1; }
-if ! command -v redis-server >/dev/null; then
-	log "installing redis-server"
-	export DEBIAN_FRONTEND=noninteractive
-	apt-get update -qq
-	apt-get install -y -qq --no-install-recommends redis-server >/dev/null
-fi
-
-# free_port prints a TCP port nothing listens on, in 20000-31999.
-free_port() {
-	local p
-	while :; do
-		p=$((20000 + RANDOM % 12000))
-		if ! (exec 3<>"/dev/tcp/127.0.0.1/$p") 2>/dev/null; then
-			echo "$p"
-			return
-		fi
-	done
-}
-
-# wait_port waits up to 10 s for something to listen on port $1.
-wait_port() {
-	local i
-	for i in $(seq 100); do
-		if (exec 3<>"/dev/tcp/127.0.0.1/$1") 2>/dev/null; then
-			return 0
-		fi
-		sleep 0.1
-	done
-	echo "bench/goodput.sh: nothing listens on port $1" >&2
-	return 1
-}
+need_tools redis-server:redis-server
 
 cd "$ROOT"
 log "building"
@@ -107,14 +60,8 @@ wait_port "$SPORT"
 jq '[.[] | select(.auth_groups == ["core_user"])]' "$WORK/tokens.json" >"$WORK/users.json"
 SIM="http://127.0.0.1:$SPORT"
 
-RPORT=$(free_port)
-redis-server --port "$RPORT" --bind 127.0.0.1 --save '' --appendonly no \
-	--dir "$WORK" --logfile "$WORK/redis.log" --daemonize no &
-PIDS+=($!)
-wait_port "$RPORT"
-REDIS_URL="redis://127.0.0.1:$RPORT/0"
+start_redis
 
-GW_PIDS=()
 GW_URLS=""
 # start_gateways starts $1 gateways over database $2 (with Redis when more
 # than one), logging to $3-<n>.log.
@@ -138,13 +85,7 @@ start_gateways() {
 }
 
 stop_gateways() {
-	local pid
-	for pid in "${GW_PIDS[@]}"; do
-		kill "$pid" 2>/dev/null || true
-	done
-	for pid in "${GW_PIDS[@]}"; do
-		wait "$pid" 2>/dev/null || true
-	done
+	stop_pids "${GW_PIDS[@]}"
 	GW_PIDS=()
 }
 

@@ -20,26 +20,9 @@ SKIP_GATEWAY=${SKIP_GATEWAY:-}
 WRK_SECONDS=${WRK_SECONDS:-3}
 STORE_SECONDS=${STORE_SECONDS:-1}
 
-WORK=$(mktemp -d "${TMPDIR:-/tmp}/capgate-bench.XXXXXX")
-PIDS=()
-cleanup() {
-	local pid
-	for pid in "${PIDS[@]}"; do
-		kill "$pid" 2>/dev/null || true
-	done
-	for pid in "${PIDS[@]}"; do
-		wait "$pid" 2>/dev/null || true
-	done
-	if [[ -n "${KEEP_WORK:-}" ]]; then
-		echo "work dir kept: $WORK" >&2
-	else
-		rm -rf "$WORK"
-	fi
-}
-trap cleanup EXIT
-trap 'exit 130' INT TERM
-
-log() { printf '%s %s\n' "$(date +%H:%M:%S)" "$*" >&2; }
+# shellcheck source=bench/lib.sh
+. "$ROOT/bench/lib.sh"
+bench_init bench
 
 # --- tools --------------------------------------------------------------
 need=()
@@ -59,32 +42,6 @@ if ((${#need[@]})); then
 fi
 NGINX=$(command -v nginx || echo /usr/sbin/nginx)
 command -v go >/dev/null || { echo "bench/run.sh: Go is needed" >&2; exit 1; }
-
-# free_port prints a TCP port nothing listens on, in 20000-31999: below
-# the kernel's ephemeral range, so no client socket is handed it.
-free_port() {
-	local p
-	while :; do
-		p=$((20000 + RANDOM % 12000))
-		if ! (exec 3<>"/dev/tcp/127.0.0.1/$p") 2>/dev/null; then
-			echo "$p"
-			return
-		fi
-	done
-}
-
-# wait_port waits up to 10 s for something to listen on port $1.
-wait_port() {
-	local i
-	for i in $(seq 100); do
-		if (exec 3<>"/dev/tcp/127.0.0.1/$1") 2>/dev/null; then
-			return 0
-		fi
-		sleep 0.1
-	done
-	echo "bench/run.sh: nothing listens on port $1" >&2
-	return 1
-}
 
 # cmdlog records a command for the document's command list, with the run's
 # temp dir and ports made generic.
@@ -124,12 +81,7 @@ go build -o "$WORK/report" ./bench/report
 cmdlog "go build -o \$WORK/storebench ./bench/storebench"
 
 # --- our own Redis ----------------------------------------------------------
-RPORT=$(free_port)
-redis-server --port "$RPORT" --bind 127.0.0.1 --save '' --appendonly no \
-	--dir "$WORK" --logfile "$WORK/redis.log" --daemonize no &
-PIDS+=($!)
-wait_port "$RPORT"
-REDIS_URL="redis://127.0.0.1:$RPORT/0"
+start_redis
 cmdlog "redis-server --port \$RPORT --bind 127.0.0.1 --save '' --appendonly no --dir \$WORK"
 
 # --- micro-benchmarks and the in-process store (part 2) ----------------------

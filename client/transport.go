@@ -3,10 +3,8 @@ package client
 import (
 	"bytes"
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
-	"github.com/capgate/capgate/header"
 	"io"
 	"math/rand/v2"
 	"net"
@@ -17,6 +15,9 @@ import (
 	"sync"
 	"sync/atomic"
 	"time"
+
+	"github.com/capgate/capgate/header"
+	"github.com/capgate/capgate/internal/jsonenc"
 )
 
 // Defaults of a Transport's settings.
@@ -478,13 +479,11 @@ func replayable(req *http.Request) (func() (io.ReadCloser, error), error) {
 func awareMetadata(h string) string {
 	meta := header.ParseEventMetadata(h)
 	meta["capacity_aware"] = "true"
-	var buf bytes.Buffer
-	enc := json.NewEncoder(&buf)
-	enc.SetEscapeHTML(false)
-	if err := enc.Encode(meta); err != nil {
+	b, err := jsonenc.Marshal(meta)
+	if err != nil {
 		return `{"capacity_aware":"true"}`
 	}
-	return strings.TrimSuffix(buf.String(), "\n")
+	return string(b)
 }
 
 // drain reads a little of body, so the connection can be reused, and

@@ -53,29 +53,6 @@ func Run(t *testing.T, open Opener) {
 	}
 }
 
-// Clock is a fake clock for the ConfigService's cache.
-type Clock struct {
-	mu sync.Mutex
-	t  time.Time
-}
-
-// NewClock returns a clock stopped at a fixed time.
-func NewClock() *Clock { return &Clock{t: time.Date(2026, 3, 1, 12, 0, 0, 0, time.UTC)} }
-
-// Now returns the clock's time.
-func (c *Clock) Now() time.Time {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	return c.t
-}
-
-// Advance moves the clock on by d.
-func (c *Clock) Advance(d time.Duration) {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	c.t = c.t.Add(d)
-}
-
 // Logs is a slog.Handler that keeps "LEVEL message" records.
 type Logs struct {
 	mu      sync.Mutex
@@ -121,8 +98,8 @@ func (h *Logs) Count(prefix string) int {
 // recording sink and a recording logger. Its ReadTimeout is a generous
 // 10 s, so a loaded machine doesn't turn reads into fallbacks; tests of
 // the timeout set their own.
-func Service(store capgate.ConfigStore) (*capgate.ConfigService, *Clock, *mock.Sink, *Logs) {
-	clock, lines, logs := NewClock(), &mock.Sink{}, &Logs{}
+func Service(store capgate.ConfigStore) (*capgate.ConfigService, *mock.Clock, *mock.Sink, *Logs) {
+	clock, lines, logs := mock.NewClock(time.Date(2026, 3, 1, 12, 0, 0, 0, time.UTC)), &mock.Sink{}, &Logs{}
 	s := capgate.NewConfigService(store, capgate.ModeShadow)
 	s.Now, s.Sink, s.Logger = clock.Now, lines, slog.New(logs)
 	s.ReadTimeout = 10 * time.Second

@@ -2,13 +2,13 @@ package configtest
 
 import (
 	"context"
-	"crypto/rand"
-	"encoding/hex"
 	"net/url"
 	"os"
 	"testing"
 
 	"github.com/jackc/pgx/v5"
+
+	"github.com/capgate/capgate/internal/randhex"
 )
 
 // PostgresURLEnv names the PostgreSQL the tests run against, e.g.
@@ -30,9 +30,7 @@ func PostgresSchema(tb testing.TB) string {
 		tb.Fatalf("connect to %s: %v", PostgresURLEnv, err)
 	}
 	defer conn.Close(ctx)
-	b := make([]byte, 6)
-	rand.Read(b)
-	schema := "capgate_test_" + hex.EncodeToString(b)
+	schema := "capgate_test_" + randhex.String(6)
 	if _, err := conn.Exec(ctx, "CREATE SCHEMA "+schema); err != nil {
 		tb.Fatalf("create schema: %v", err)
 	}

@@ -1,12 +1,12 @@
 package header
 
 import (
-	"bytes"
 	"encoding/json"
 	"io"
 	"strconv"
 	"strings"
 
+	"github.com/capgate/capgate/internal/jsonenc"
 	"github.com/capgate/capgate/internal/jsontree"
 )
 
@@ -60,11 +60,6 @@ func stringForm(v any) (string, bool) {
 	if n, ok := jsontree.NumberText(v); ok {
 		return n, true
 	}
-	var buf bytes.Buffer
-	enc := json.NewEncoder(&buf)
-	enc.SetEscapeHTML(false)
-	if err := enc.Encode(v); err != nil {
-		return "", false
-	}
-	return strings.TrimSuffix(buf.String(), "\n"), true
+	b, err := jsonenc.Marshal(v)
+	return string(b), err == nil
 }

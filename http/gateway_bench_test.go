@@ -3,10 +3,6 @@ package http_test
 import (
 	"bytes"
 	"context"
-	"crypto/rand"
-	"encoding/hex"
-	"github.com/capgate/capgate/header"
-	capgatehttp "github.com/capgate/capgate/http"
 	"io"
 	"log/slog"
 	"net/http"
@@ -19,6 +15,9 @@ import (
 	"testing"
 
 	"github.com/capgate/capgate"
+	capgatehttp "github.com/capgate/capgate/http"
+	"github.com/capgate/capgate/header"
+	"github.com/capgate/capgate/internal/randhex"
 	"github.com/capgate/capgate/logsink"
 	"github.com/capgate/capgate/memory"
 	"github.com/capgate/capgate/redis"
@@ -171,9 +170,7 @@ func benchGatewayRedis(b *testing.B, opts redis.Options) {
 		b.Fatal(err)
 	}
 	b.Cleanup(func() { _ = store.Close() })
-	var tag [4]byte
-	_, _ = rand.Read(tag[:])
-	base := benchGatewayServer(b, store, "bench:"+hex.EncodeToString(tag[:]))
+	base := benchGatewayServer(b, store, "bench:"+randhex.String(4))
 	want := []capgate.Decision{capgate.DecisionAdmitted, capgate.DecisionShadowRefused}
 	if opts.MaxInFlight == 0 {
 		want = append(want, capgate.DecisionUnavailable)

@@ -173,7 +173,7 @@ func TestIdentityLookupsAreCached(t *testing.T) {
 	if a, b := e.up.lookupsOf("Token t-cora"), e.up.lookupsOf("Token t-stan"); a != 1 || b != 1 {
 		t.Errorf("lookups cora=%d stan=%d, want 1 each", a, b)
 	}
-	clock.Add(time.Minute)
+	clock.Advance(time.Minute)
 	e.do(ctx, "POST", semanticMatch, twoRows, "Authorization", "Token t-cora")
 	if n := e.up.lookupsOf("Token t-cora"); n != 2 {
 		t.Errorf("lookups after a minute: %d, want 2", n)

@@ -6,6 +6,8 @@ import (
 	"net/http"
 	"sync"
 	"time"
+
+	"github.com/capgate/capgate/internal/loop"
 )
 
 // Defaults of Health.
@@ -64,17 +66,7 @@ func (h *Health) Run(ctx context.Context) {
 	if every <= 0 {
 		every = DefaultHealthInterval
 	}
-	t := time.NewTimer(0)
-	defer t.Stop()
-	for {
-		select {
-		case <-ctx.Done():
-			return
-		case <-t.C:
-		}
-		h.CheckNow(ctx)
-		t.Reset(every)
-	}
+	loop.Every(ctx, every, h.CheckNow)
 }
 
 // CheckNow runs every check once, concurrently, and records the results.

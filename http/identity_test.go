@@ -20,27 +20,10 @@ import (
 
 	"github.com/capgate/capgate"
 	capgatehttp "github.com/capgate/capgate/http"
+	"github.com/capgate/capgate/mock"
 )
 
-// fakeClock is a settable clock.
-type fakeClock struct {
-	mu sync.Mutex
-	t  time.Time
-}
-
-func newFakeClock() *fakeClock { return &fakeClock{t: time.Date(2025, 1, 1, 0, 0, 0, 0, time.UTC)} }
-
-func (c *fakeClock) Now() time.Time {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	return c.t
-}
-
-func (c *fakeClock) Add(d time.Duration) {
-	c.mu.Lock()
-	c.t = c.t.Add(d)
-	c.mu.Unlock()
-}
+func newFakeClock() *mock.Clock { return mock.NewClock(time.Date(2025, 1, 1, 0, 0, 0, 0, time.UTC)) }
 
 // userAPI is a fake OCL /user/ endpoint: it knows tokens, answers 401 for
 // others, and counts lookups per Authorization header.
@@ -104,7 +87,7 @@ func requestWithAuth(auth string) *http.Request {
 	return r
 }
 
-func mustUpstreamIdentity(t *testing.T, api *userAPI, clock *fakeClock) *capgatehttp.UpstreamIdentity {
+func mustUpstreamIdentity(t *testing.T, api *userAPI, clock *mock.Clock) *capgatehttp.UpstreamIdentity {
 	t.Helper()
 	id, err := capgatehttp.NewUpstreamIdentity(api.URL + "/api")
 	if err != nil {
@@ -138,12 +121,12 @@ func TestUpstreamIdentity(t *testing.T) {
 	}
 
 	// Cached for 60 s per credential.
-	clock.Add(59 * time.Second)
+	clock.Advance(59 * time.Second)
 	check("Token alice", alice, true)
 	if n := api.Calls("Token alice"); n != 1 {
 		t.Errorf("lookups for alice within a minute = %d, want 1", n)
 	}
-	clock.Add(time.Second)
+	clock.Advance(time.Second)
 	check("Token alice", alice, true)
 	if n := api.Calls("Token alice"); n != 2 {
 		t.Errorf("lookups for alice after a minute = %d, want 2", n)
@@ -151,12 +134,12 @@ func TestUpstreamIdentity(t *testing.T) {
 
 	// A 401 is anonymous, cached briefly.
 	check("Token mallory", capgate.Caller{}, false)
-	clock.Add(4 * time.Second)
+	clock.Advance(4 * time.Second)
 	check("Token mallory", capgate.Caller{}, false)
 	if n := api.Calls("Token mallory"); n != 1 {
 		t.Errorf("lookups for a rejected token within 4 s = %d, want 1", n)
 	}
-	clock.Add(time.Second)
+	clock.Advance(time.Second)
 	check("Token mallory", capgate.Caller{}, false)
 	if n := api.Calls("Token mallory"); n != 2 {
 		t.Errorf("lookups for a rejected token after 5 s = %d, want 2", n)

@@ -2,8 +2,6 @@ package http
 
 import (
 	"context"
-	"crypto/rand"
-	"encoding/hex"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -14,6 +12,7 @@ import (
 	"unicode/utf8"
 
 	"github.com/capgate/capgate"
+	"github.com/capgate/capgate/internal/randhex"
 )
 
 // Request headers the middleware reads.
@@ -313,7 +312,5 @@ func (m *Middleware) recovered(gw *gatedWriter, r *http.Request, p any) {
 
 // newRequestID returns 32 random hex characters.
 func newRequestID() string {
-	var b [16]byte
-	_, _ = rand.Read(b[:]) // never fails (Go 1.24+)
-	return hex.EncodeToString(b[:])
+	return randhex.String(16)
 }

@@ -1,9 +1,7 @@
 package http
 
 import (
-	"bytes"
 	"context"
-	"encoding/json"
 	"errors"
 	"io"
 	"log/slog"
@@ -14,6 +12,7 @@ import (
 
 	"github.com/capgate/capgate"
 	"github.com/capgate/capgate/internal/jsontree"
+	"github.com/capgate/capgate/internal/jsonenc"
 )
 
 // StaffMaxBodyBytes is the largest request body the staff API reads (1 MiB).
@@ -316,16 +315,13 @@ func staffError(w http.ResponseWriter, code int, detail string) {
 
 // staffJSON writes v as compact JSON, without HTML escaping.
 func staffJSON(w http.ResponseWriter, code int, v any) {
-	var buf bytes.Buffer
-	enc := json.NewEncoder(&buf)
-	enc.SetEscapeHTML(false)
-	if err := enc.Encode(v); err != nil {
-		code = http.StatusInternalServerError
-		buf.Reset()
-		buf.WriteString(`{"detail":"Could not encode the answer."}` + "\n")
+	b, err := jsonenc.Marshal(v)
+	if err != nil {
+		code, b = http.StatusInternalServerError, []byte(`{"detail":"Could not encode the answer."}`)
 	}
+	b = append(b, '\n')
 	w.Header().Set("Content-Type", "application/json")
-	w.Header().Set("Content-Length", strconv.Itoa(buf.Len()))
+	w.Header().Set("Content-Length", strconv.Itoa(len(b)))
 	w.WriteHeader(code)
-	w.Write(buf.Bytes())
+	w.Write(b)
 }

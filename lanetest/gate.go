@@ -2,11 +2,10 @@ package lanetest
 
 import (
 	"context"
-	"crypto/rand"
-	"encoding/hex"
 	"testing"
 
 	"github.com/capgate/capgate"
+	"github.com/capgate/capgate/internal/randhex"
 	"github.com/capgate/capgate/mock"
 )
 
@@ -39,9 +38,7 @@ func NewEnv(t testing.TB, open Factory) *Env {
 // cluster key layout ({test:<random>:ocl:capacity}), so the suite runs on a
 // Redis Cluster as on a single Redis.
 func RandomPrefix() string {
-	var b [6]byte
-	_, _ = rand.Read(b[:])
-	p, _ := capgate.KeyLayoutCluster.Prefix("test:" + hex.EncodeToString(b[:]) + ":ocl:capacity")
+	p, _ := capgate.KeyLayoutCluster.Prefix("test:" + randhex.String(6) + ":ocl:capacity")
 	return p
 }
 

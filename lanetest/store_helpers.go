@@ -1,20 +1,17 @@
 package lanetest
 
 import (
-	"crypto/rand"
-	"encoding/hex"
 	"slices"
 	"testing"
 	"time"
 
 	"github.com/capgate/capgate"
+	"github.com/capgate/capgate/internal/randhex"
 )
 
 // NewToken returns a random lease token: 32 lowercase hex characters.
 func NewToken() string {
-	var b [16]byte
-	_, _ = rand.Read(b[:]) // never fails (crypto/rand)
-	return hex.EncodeToString(b[:])
+	return randhex.String(16)
 }
 
 // NewPrefix returns a fresh key prefix ending in ":", so that tests against
@@ -22,9 +19,7 @@ func NewToken() string {
 // hash tag, so every key under it lands in one Redis Cluster slot, as a
 // call's lanes must.
 func NewPrefix() string {
-	var b [6]byte
-	_, _ = rand.Read(b[:])
-	return "capgate-test:{" + hex.EncodeToString(b[:]) + "}:"
+	return "capgate-test:{" + randhex.String(6) + "}:"
 }
 
 // lanes returns n fresh lane keys under one fresh prefix.

@@ -4,7 +4,6 @@ import (
 	"errors"
 	"fmt"
 	"slices"
-	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -12,6 +11,7 @@ import (
 	"github.com/capgate/capgate"
 	"github.com/capgate/capgate/lanetest"
 	"github.com/capgate/capgate/memory"
+	"github.com/capgate/capgate/mock"
 )
 
 func TestStore(t *testing.T) {
@@ -26,27 +26,9 @@ func TestZeroValue(t *testing.T) {
 	})
 }
 
-// fakeClock is a clock that moves only when told.
-type fakeClock struct {
-	mu sync.Mutex
-	t  time.Time
-}
-
-func (c *fakeClock) Now() time.Time {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	return c.t
-}
-
-func (c *fakeClock) Add(d time.Duration) {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	c.t = c.t.Add(d)
-}
-
-func newFake(t *testing.T) (memory.TestStore, *fakeClock) {
+func newFake(t *testing.T) (memory.TestStore, *mock.Clock) {
 	t.Helper()
-	c := &fakeClock{t: time.Date(2026, 1, 2, 3, 4, 5, 0, time.UTC)}
+	c := mock.NewClock(time.Date(2026, 1, 2, 3, 4, 5, 0, time.UTC))
 	return memory.TestStore{Store: memory.New(c.Now)}, c
 }
 
@@ -68,14 +50,14 @@ func TestLeaseExpiresByTheStoreClock(t *testing.T) {
 		t.Fatal("first acquire not taken")
 	}
 
-	clock.Add(time.Minute - time.Millisecond)
+	clock.Advance(time.Minute - time.Millisecond)
 	other := req
 	other.Token = lanetest.NewToken()
 	if taken, counts := mustAcquire(t, s.Store, other); taken || counts[0] != 1 {
 		t.Fatalf("acquire before the lease ends = %v, %v; want false, [1]", taken, counts)
 	}
 
-	clock.Add(time.Millisecond) // expiry ≤ now: expired
+	clock.Advance(time.Millisecond) // expiry ≤ now: expired
 	if taken, counts := mustAcquire(t, s.Store, other); !taken || counts[0] != 0 {
 		t.Fatalf("acquire once the lease ended = %v, %v; want true, [0]", taken, counts)
 	}
@@ -90,7 +72,7 @@ func TestLaneGoesWithItsTTL(t *testing.T) {
 	s.SetLease(t, "lane", tok, time.Hour) // outlives the key
 	s.SetTTL(t, "lane", time.Minute)
 
-	clock.Add(time.Minute)
+	clock.Advance(time.Minute)
 	if ttl := s.TTL(t, "lane"); ttl >= 0 {
 		t.Errorf("TTL = %v once it passed, want the key gone", ttl)
 	}
@@ -109,11 +91,11 @@ func TestNotAfterComparesWallTime(t *testing.T) {
 		Token: lanetest.NewToken(), Keys: []string{"lane"}, Limits: []int{1}, Lease: time.Minute,
 		NotAfter: clock.Now().Add(time.Second),
 	}
-	clock.Add(time.Second)
+	clock.Advance(time.Second)
 	if taken, _ := mustAcquire(t, s.Store, req); !taken {
 		t.Fatal("acquire at its not-after not taken")
 	}
-	clock.Add(time.Millisecond)
+	clock.Advance(time.Millisecond)
 	req.Token = lanetest.NewToken()
 	taken, err := s.Acquire(t.Context(), req, make([]int, 1))
 	if taken || !errors.Is(err, capgate.ErrLateAcquire) {
@@ -163,35 +145,11 @@ func TestNoAllocations(t *testing.T) {
 var benchKeys = []string{"ocl:capacity:api_heavy", "ocl:capacity:api_heavy_task:web-1", "ocl:capacity:tier:core", "ocl:capacity:user:alice"}
 
 func BenchmarkAcquireRelease(b *testing.B) {
-	s := memory.New(nil)
-	req := capgate.AcquireRequest{Token: lanetest.NewToken(), Keys: benchKeys[:1], Limits: []int{100}, Lease: time.Minute}
-	counts := make([]int, 1)
-	ctx := b.Context()
-	b.ReportAllocs()
-	for b.Loop() {
-		if _, err := s.Acquire(ctx, req, counts); err != nil {
-			b.Fatal(err)
-		}
-		if err := s.Release(ctx, req.Token, req.Keys); err != nil {
-			b.Fatal(err)
-		}
-	}
+	lanetest.BenchPairs(b, memory.New(nil), benchKeys[:1], 100)
 }
 
 func BenchmarkAcquireReleaseFourLanes(b *testing.B) {
-	s := memory.New(nil)
-	req := capgate.AcquireRequest{Token: lanetest.NewToken(), Keys: benchKeys, Limits: []int{100, 100, 100, 100}, Lease: time.Minute}
-	counts := make([]int, len(benchKeys))
-	ctx := b.Context()
-	b.ReportAllocs()
-	for b.Loop() {
-		if _, err := s.Acquire(ctx, req, counts); err != nil {
-			b.Fatal(err)
-		}
-		if err := s.Release(ctx, req.Token, req.Keys); err != nil {
-			b.Fatal(err)
-		}
-	}
+	lanetest.BenchPairs(b, memory.New(nil), benchKeys, 100)
 }
 
 // BenchmarkAcquireReleaseParallel has every goroutine take and give back a
@@ -232,12 +190,29 @@ func TestForgottenLanesAreSwept(t *testing.T) {
 		req := capgate.AcquireRequest{Token: lanetest.NewToken(), Keys: []string{fmt.Sprintf("user:%d", i)}, Limits: []int{1}, Lease: time.Minute}
 		mustAcquire(t, s.Store, req)
 	}
-	clock.Add(2 * time.Minute) // every TTL passed
+	clock.Advance(2 * time.Minute) // every TTL passed
 	req := capgate.AcquireRequest{Token: lanetest.NewToken(), Keys: []string{"busy"}, Limits: []int{1 << 20}, Lease: time.Hour}
 	for range 1000 {
 		mustAcquire(t, s.Store, req)
 	}
 	if n := s.Len(); n != 1 {
 		t.Errorf("%d lanes left, want only the busy one", n)
+	}
+}
+
+// TestBenchPairs runs the shared pairs benchmark once over the store: every
+// pair it takes, it gives back.
+func TestBenchPairs(t *testing.T) {
+	s := memory.New(nil)
+	r := testing.Benchmark(func(b *testing.B) { lanetest.BenchPairs(b, s, benchKeys, 1) })
+	if r.N == 0 {
+		t.Fatal("BenchPairs ran no iterations")
+	}
+	counts := make([]int, len(benchKeys))
+	if err := s.Count(t.Context(), benchKeys, counts); err != nil {
+		t.Fatal(err)
+	}
+	if slices.Max(counts) != 0 {
+		t.Errorf("counts after BenchPairs = %v; want every lane empty", counts)
 	}
 }

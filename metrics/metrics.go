@@ -101,63 +101,36 @@ func WithStoreUp(up func(store string) float64, stores ...string) Option {
 // New returns metrics registered on reg. It returns an error if reg
 // refuses one of them (a name already registered, say).
 func New(reg prometheus.Registerer, opts ...Option) (*Metrics, error) {
+	var cs collectors
 	m := &Metrics{
-		decisions: prometheus.NewCounterVec(prometheus.CounterOpts{
-			Namespace: Namespace, Name: "decisions_total",
-			Help: "Gated calls by decision, endpoint and tier.",
-		}, []string{"decision", "endpoint", "tier"}),
-		inFlight: prometheus.NewGaugeVec(prometheus.GaugeOpts{
-			Namespace: Namespace, Name: "lane_in_flight",
-			Help: "Calls in flight per lane, as this gateway's last gated call saw them.",
-		}, []string{"lane"}),
-		limit: prometheus.NewGaugeVec(prometheus.GaugeOpts{
-			Namespace: Namespace, Name: "lane_limit",
-			Help: "Limit per lane, as this gateway's last gated call saw it.",
-		}, []string{"lane"}),
-		held: prometheus.NewHistogram(prometheus.HistogramOpts{
-			Namespace: Namespace, Name: "held_seconds",
-			Help:    "How long gated calls held their leases.",
-			Buckets: HeldBuckets,
-		}),
-		storeErrs: prometheus.NewCounterVec(prometheus.CounterOpts{
-			Namespace: Namespace, Name: "store_errors_total",
-			Help: "Lane store operations that failed, by operation.",
-		}, []string{"op"}),
-		skipped: prometheus.NewCounterVec(prometheus.CounterOpts{
-			Namespace: Namespace, Name: "store_skipped_total",
-			Help: "Lane store operations skipped because the store failed recently, by operation.",
-		}, []string{"op"}),
-		lost: prometheus.NewCounter(prometheus.CounterOpts{
-			Namespace: Namespace, Name: "leases_lost_total",
-			Help: "Calls whose leases expired while they ran.",
-		}),
-		waiting: prometheus.NewGaugeVec(prometheus.GaugeOpts{
-			Namespace: Namespace, Name: "lane_waiting",
-			Help: "Calls of this gateway waiting for a slot, per lane they wait on.",
-		}, []string{"lane"}),
-		wait: prometheus.NewHistogram(prometheus.HistogramOpts{
-			Namespace: Namespace, Name: "wait_seconds",
-			Help:    "How long calls waited for a slot (those that waited), however the wait ended.",
-			Buckets: WaitBuckets,
-		}),
-		degraded: prometheus.NewCounterVec(prometheus.CounterOpts{
-			Namespace: Namespace, Name: "degraded_decisions_total",
-			Help: "Gated calls decided by this gateway's local lanes while the lane store was unavailable, by decision.",
-		}, []string{"decision"}),
-		oversize: prometheus.NewCounter(prometheus.CounterOpts{
-			Namespace: Namespace, Name: "oversize_bodies_total",
-			Help: "Heavy-path calls gated as bulk because their body exceeded --max-body-bytes.",
-		}),
-		bufFull: prometheus.NewCounter(prometheus.CounterOpts{
-			Namespace: Namespace, Name: "buffer_full_total",
-			Help: "Heavy-path calls answered 503 because the bytes held for classification reached --max-buffered-bytes.",
-		}),
+		decisions: cs.counterVec("decisions_total", "Gated calls by decision, endpoint and tier.",
+			"decision", "endpoint", "tier"),
+		inFlight: cs.gaugeVec("lane_in_flight", "Calls in flight per lane, as this gateway's last gated call saw them.",
+			"lane"),
+		limit: cs.gaugeVec("lane_limit", "Limit per lane, as this gateway's last gated call saw it.",
+			"lane"),
+		held: cs.histogram("held_seconds", "How long gated calls held their leases.", HeldBuckets),
+		storeErrs: cs.counterVec("store_errors_total", "Lane store operations that failed, by operation.",
+			"op"),
+		skipped: cs.counterVec("store_skipped_total",
+			"Lane store operations skipped because the store failed recently, by operation.", "op"),
+		lost: cs.counter("leases_lost_total", "Calls whose leases expired while they ran."),
+		waiting: cs.gaugeVec("lane_waiting", "Calls of this gateway waiting for a slot, per lane they wait on.",
+			"lane"),
+		wait: cs.histogram("wait_seconds",
+			"How long calls waited for a slot (those that waited), however the wait ended.", WaitBuckets),
+		degraded: cs.counterVec("degraded_decisions_total",
+			"Gated calls decided by this gateway's local lanes while the lane store was unavailable, by decision.",
+			"decision"),
+		oversize: cs.counter("oversize_bodies_total",
+			"Heavy-path calls gated as bulk because their body exceeded --max-body-bytes."),
+		bufFull: cs.counter("buffer_full_total",
+			"Heavy-path calls answered 503 because the bytes held for classification reached --max-buffered-bytes."),
 	}
 	for _, o := range opts {
 		o(m)
 	}
-	cs := append([]prometheus.Collector{m.decisions, m.inFlight, m.limit, m.held,
-		m.storeErrs, m.skipped, m.lost, m.oversize, m.waiting, m.wait, m.degraded, m.bufFull}, m.funcs...)
+	cs = append(cs, m.funcs...)
 	var errs []error
 	for _, c := range cs {
 		if err := reg.Register(c); err != nil {
@@ -168,6 +141,36 @@ func New(reg prometheus.Registerer, opts ...Option) (*Metrics, error) {
 		return nil, fmt.Errorf("register metrics: %w", err)
 	}
 	return m, nil
+}
+
+// collectors gathers the metrics New declares, in the order they are
+// declared, to register them in one pass.
+type collectors []prometheus.Collector
+
+func (cs *collectors) add(c prometheus.Collector) { *cs = append(*cs, c) }
+
+func (cs *collectors) counter(name, help string) prometheus.Counter {
+	c := prometheus.NewCounter(prometheus.CounterOpts{Namespace: Namespace, Name: name, Help: help})
+	cs.add(c)
+	return c
+}
+
+func (cs *collectors) counterVec(name, help string, labels ...string) *prometheus.CounterVec {
+	c := prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: Namespace, Name: name, Help: help}, labels)
+	cs.add(c)
+	return c
+}
+
+func (cs *collectors) gaugeVec(name, help string, labels ...string) *prometheus.GaugeVec {
+	g := prometheus.NewGaugeVec(prometheus.GaugeOpts{Namespace: Namespace, Name: name, Help: help}, labels)
+	cs.add(g)
+	return g
+}
+
+func (cs *collectors) histogram(name, help string, buckets []float64) prometheus.Histogram {
+	h := prometheus.NewHistogram(prometheus.HistogramOpts{Namespace: Namespace, Name: name, Help: help, Buckets: buckets})
+	cs.add(h)
+	return h
 }
 
 // Admitted implements capgate.Observer: it records the lanes' counts and

@@ -211,3 +211,31 @@ capgate_degraded_decisions_total{decision="unavailable"} 1
 		t.Error(err)
 	}
 }
+
+// TestDeclarations checks that New registers each kind of metric it
+// declares (counter, counter vec, gauge vec, histogram) under the namespace
+// and its name: Unregister finds a collector by those. TestObserver checks
+// the help and labels in the exposition.
+func TestDeclarations(t *testing.T) {
+	reg := prometheus.NewRegistry()
+	if _, err := metrics.New(reg); err != nil {
+		t.Fatal(err)
+	}
+	for _, c := range []prometheus.Collector{
+		prometheus.NewCounter(prometheus.CounterOpts{Namespace: "capgate", Name: "leases_lost_total",
+			Help: "Calls whose leases expired while they ran."}),
+		prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: "capgate", Name: "decisions_total",
+			Help: "Gated calls by decision, endpoint and tier."}, []string{"decision", "endpoint", "tier"}),
+		prometheus.NewGaugeVec(prometheus.GaugeOpts{Namespace: "capgate", Name: "lane_limit",
+			Help: "Limit per lane, as this gateway's last gated call saw it."}, []string{"lane"}),
+		prometheus.NewHistogram(prometheus.HistogramOpts{Namespace: "capgate", Name: "wait_seconds",
+			Help:    "How long calls waited for a slot (those that waited), however the wait ended.",
+			Buckets: metrics.WaitBuckets}),
+	} {
+		if !reg.Unregister(c) {
+			d := make(chan *prometheus.Desc, 1)
+			c.Describe(d)
+			t.Errorf("New registered nothing described as %v", <-d)
+		}
+	}
+}

@@ -30,18 +30,7 @@ func benchStore(b *testing.B, url string) *redis.Store {
 
 // benchPairs runs acquire+release pairs on four lanes, one goroutine.
 func benchPairs(b *testing.B, s *redis.Store) {
-	req := capgate.AcquireRequest{Token: lanetest.NewToken(), Keys: benchKeys(), Limits: []int{1 << 20, 1 << 20, 1 << 20, 1 << 20}, Lease: time.Minute}
-	counts := make([]int, len(req.Keys))
-	ctx := b.Context()
-	b.ReportAllocs()
-	for b.Loop() {
-		if _, err := s.Acquire(ctx, req, counts); err != nil {
-			b.Fatal(err)
-		}
-		if err := s.Release(ctx, req.Token, req.Keys); err != nil {
-			b.Fatal(err)
-		}
-	}
+	lanetest.BenchPairs(b, s, benchKeys(), 1<<20)
 }
 
 // benchPairsParallel runs acquire+release pairs on four shared lanes from

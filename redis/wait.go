@@ -2,9 +2,7 @@ package redis
 
 import (
 	"context"
-	"crypto/rand"
 	_ "embed"
-	"encoding/hex"
 	"fmt"
 	"slices"
 	"time"
@@ -12,6 +10,7 @@ import (
 	goredis "github.com/redis/go-redis/v9"
 
 	"github.com/capgate/capgate"
+	"github.com/capgate/capgate/internal/randhex"
 )
 
 // The waitlist's scripts: waitpass.lua (the grant pass and its helpers)
@@ -42,9 +41,7 @@ var _ capgate.Waitlist = (*Store)(nil)
 // newInstanceID names this Store for wake-ups: grants to its waiters are
 // published on <prefix>:wake:<id>.
 func newInstanceID() string {
-	var b [8]byte
-	_, _ = rand.Read(b[:]) // never fails (crypto/rand)
-	return hex.EncodeToString(b[:])
+	return randhex.String(8)
 }
 
 // wakeChannel is the channel this Store's waiters under prefix hear on.

@@ -101,8 +101,10 @@ func (s *sink) Emit(line []byte) error {
 func Generate(ctx context.Context, w io.Writer, opts Options) (Stats, error) {
 	opts = withDefaults(opts)
 	rng := rand.New(rand.NewPCG(opts.Seed, opts.Seed^0x9e3779b97f4a7c15))
-	var nowUS int64 // simulated µs since opts.Start
-	now := func() time.Time { return opts.Start.Add(time.Duration(nowUS) * time.Microsecond) }
+	// Simulated µs since opts.Start. Atomic: a gate's background release
+	// retries read the clock on their own goroutine.
+	var nowUS atomic.Int64
+	now := func() time.Time { return opts.Start.Add(time.Duration(nowUS.Load()) * time.Microsecond) }
 	var isDown atomic.Bool
 	store := outageStore(memory.New(now), &isDown)
 	out := &sink{w: bufio.NewWriterSize(w, 256<<10)}
@@ -118,8 +120,8 @@ func Generate(ctx context.Context, w io.Writer, opts Options) (Stats, error) {
 	st := Stats{Decisions: map[string]int64{}}
 	var inFlight runHeap
 	finish := func(r running) {
-		nowUS = r.end
-		isDown.Store(down(opts.Outages, nowUS))
+		nowUS.Store(r.end)
+		isDown.Store(down(opts.Outages, r.end))
 		r.adm.Release(ctx)
 		st.Decisions[string(r.adm.Decision())]++
 	}
@@ -136,8 +138,8 @@ func Generate(ctx context.Context, w io.Writer, opts Options) (Stats, error) {
 		for len(inFlight) > 0 && inFlight[0].end <= next {
 			finish(heap.Pop(&inFlight).(running))
 		}
-		nowUS = next
-		isDown.Store(down(opts.Outages, nowUS))
+		nowUS.Store(next)
+		isDown.Store(down(opts.Outages, next))
 		g := gates[rng.IntN(len(gates))]
 		adm := g.Admit(ctx, randomCall(rng, opts))
 		if adm.Refused() {
@@ -145,7 +147,7 @@ func Generate(ctx context.Context, w io.Writer, opts Options) (Stats, error) {
 			st.Decisions[string(adm.Decision())]++
 		} else {
 			held := int64(math.Exp(mu+0.8*rng.NormFloat64())) + 1
-			heap.Push(&inFlight, running{end: nowUS + held, adm: adm})
+			heap.Push(&inFlight, running{end: next + held, adm: adm})
 		}
 		if opts.NoiseEvery > 0 && (i+1)%opts.NoiseEvery == 0 {
 			st.Noise++

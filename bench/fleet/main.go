@@ -16,8 +16,6 @@ package main
 
 import (
 	"context"
-	"crypto/rand"
-	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"flag"
@@ -36,27 +34,13 @@ import (
 	goredis "github.com/redis/go-redis/v9"
 
 	"github.com/capgate/capgate"
+	"github.com/capgate/capgate/bench/internal/subcmd"
+	"github.com/capgate/capgate/internal/randhex"
 	"github.com/capgate/capgate/redis"
 )
 
 func main() {
-	if len(os.Args) < 2 {
-		fmt.Fprintln(os.Stderr, "usage: fleet run|seed [flags]")
-		os.Exit(2)
-	}
-	var err error
-	switch os.Args[1] {
-	case "run":
-		err = runCmd(os.Args[2:])
-	case "seed":
-		err = seedCmd(os.Args[2:])
-	default:
-		err = fmt.Errorf("unknown command %q", os.Args[1])
-	}
-	if err != nil {
-		fmt.Fprintln(os.Stderr, "fleet:", err)
-		os.Exit(1)
-	}
+	subcmd.Main("fleet", map[string]func([]string) error{"run": runCmd, "seed": seedCmd})
 }
 
 // target is the Redis under test: its raw client, the store's options and
@@ -374,9 +358,7 @@ func probeAcquire(ctx context.Context, tg *target, d time.Duration) ([]time.Dura
 }
 
 func token() string {
-	var b [16]byte
-	_, _ = rand.Read(b[:])
-	return hex.EncodeToString(b[:])
+	return randhex.String(16)
 }
 
 // seedResult is what seed prints.

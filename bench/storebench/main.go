@@ -15,8 +15,6 @@ package main
 
 import (
 	"context"
-	"crypto/rand"
-	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"flag"
@@ -33,28 +31,14 @@ import (
 	goredis "github.com/redis/go-redis/v9"
 
 	"github.com/capgate/capgate"
+	"github.com/capgate/capgate/bench/internal/subcmd"
+	"github.com/capgate/capgate/internal/randhex"
 	"github.com/capgate/capgate/memory"
 	"github.com/capgate/capgate/redis"
 )
 
 func main() {
-	if len(os.Args) < 2 {
-		fmt.Fprintln(os.Stderr, "usage: storebench pairs|scale [flags]")
-		os.Exit(2)
-	}
-	var err error
-	switch os.Args[1] {
-	case "pairs":
-		err = pairs(os.Args[2:])
-	case "scale":
-		err = scale(os.Args[2:])
-	default:
-		err = fmt.Errorf("unknown command %q", os.Args[1])
-	}
-	if err != nil {
-		fmt.Fprintln(os.Stderr, "storebench:", err)
-		os.Exit(1)
-	}
+	subcmd.Main("storebench", map[string]func([]string) error{"pairs": pairs, "scale": scale})
 }
 
 const lease = time.Minute
@@ -72,9 +56,7 @@ func keysFor(user string) []string {
 }
 
 func newToken() string {
-	var b [16]byte
-	_, _ = rand.Read(b[:])
-	return hex.EncodeToString(b[:])
+	return randhex.String(16)
 }
 
 // pairResult is one run of pairs.

@@ -2,7 +2,6 @@ package main
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"flag"
 	"fmt"
@@ -332,15 +331,7 @@ func checkUser(tokensFile, user string) error {
 	return fmt.Errorf("No user %q.", user)
 }
 
-func (c *CapacityCommand) print(v any) error {
-	enc := json.NewEncoder(c.Stdout)
-	enc.SetEscapeHTML(false)
-	enc.SetIndent("", "  ")
-	if err := enc.Encode(v); err != nil {
-		return fmt.Errorf("write output: %w", err)
-	}
-	return nil
-}
+func (c *CapacityCommand) print(v any) error { return printJSON(c.Stdout, v) }
 
 func versionID(v *capgate.ConfigVersion) *int64 {
 	if v == nil {

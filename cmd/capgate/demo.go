@@ -2,7 +2,6 @@ package main
 
 import (
 	"context"
-	"errors"
 	"flag"
 	"fmt"
 	"io"
@@ -53,12 +52,8 @@ func (c *DemoCommand) Run(ctx context.Context, args []string) error {
 	mode := fs.String("mode", "shadow", "the gateway's mode: shadow (count, refuse nothing) or enforce (refuse; the users wait out refusals)")
 	perTier := fs.Int("users-per-tier", 2, "simulated users in each tier")
 	logFile := fs.String("log-file", "", "write the ocl_capacity lines here (default: a file in the demo's temporary directory)")
-	if err := fs.Parse(args); err != nil {
-		if errors.Is(err, flag.ErrHelp) {
-			fmt.Fprint(c.Stdout, helpOf(c.Usage(), fs))
-			return nil
-		}
-		return &UsageError{Msg: fmt.Sprintf("%v\n\n%s", err, helpOf(c.Usage(), fs))}
+	if done, err := parseFlags(fs, args, c.Usage(), c.Stdout); done {
+		return err
 	}
 	m, ok := capgate.ParseMode(*mode)
 	if !ok || m == capgate.ModeOff {

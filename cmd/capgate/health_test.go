@@ -1,8 +1,6 @@
 package main
 
 import (
-	"io"
-	"net/http"
 	"net/http/httptest"
 	"path/filepath"
 	"strings"
@@ -42,16 +40,8 @@ func TestServeProbesStayUpWithRedisDown(t *testing.T) {
 		}
 	}
 	// The calls flow meanwhile, uncounted.
-	req, _ := http.NewRequest("POST", p.addr+"/concepts/$rerank/", strings.NewReader(`{"rows":[{"a":1}],"q":"x"}`))
-	req.Header.Set("Authorization", "Token ken-token")
-	resp, err := http.DefaultClient.Do(req)
-	if err != nil {
-		t.Fatal(err)
-	}
-	io.Copy(io.Discard, resp.Body)
-	resp.Body.Close()
-	if resp.StatusCode != 200 || resp.Header.Get("X-OCL-Capacity-Decision") != "unavailable" {
-		t.Errorf("a heavy call with Redis down: %d %q; want 200 unavailable", resp.StatusCode, resp.Header.Get("X-OCL-Capacity-Decision"))
+	if code, decision := p.heavy("ken-token"); code != 200 || decision != "unavailable" {
+		t.Errorf("a heavy call with Redis down: %d %q; want 200 unavailable", code, decision)
 	}
 	_, metrics := p.get("/metrics")
 	for _, want := range []string{`capgate_store_up{store="lanes"} 0`, `capgate_store_up{store="config"} 1`} {

@@ -3,7 +3,6 @@ package main
 import (
 	"context"
 	"encoding/json"
-	"errors"
 	"flag"
 	"fmt"
 	"io"
@@ -61,12 +60,8 @@ func (c *LoadgenCommand) Run(ctx context.Context, args []string) error {
 	limit := fs.Int("bottleneck-limit", 0, "the limit of the lane that binds first, to report its utilization")
 	simStats := fs.String("sim-stats", "", "the upstream's stats URL (capgate simapi: http://HOST:PORT/_simapi/stats)")
 	jsonOut := fs.String("json", "", "also write the report as JSON to this file")
-	if err := fs.Parse(args); err != nil {
-		if errors.Is(err, flag.ErrHelp) {
-			fmt.Fprint(c.Stdout, helpOf(c.Usage(), fs))
-			return nil
-		}
-		return &UsageError{Msg: fmt.Sprintf("%v\n\n%s", err, helpOf(c.Usage(), fs))}
+	if done, err := parseFlags(fs, args, c.Usage(), c.Stdout); done {
+		return err
 	}
 	if *base == "" || *usersFile == "" {
 		return &UsageError{Msg: "give --url and --users\n\n" + helpOf(c.Usage(), fs)}

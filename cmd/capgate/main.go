@@ -115,6 +115,22 @@ func isTerminal(w io.Writer) bool {
 }
 
 // helpOf returns a command's usage followed by its flags and their defaults.
+// parseFlags parses args into fs. It is done (the command should return
+// err) when args asked for help, which it prints to stdout, or when they
+// are wrong: then err is a *UsageError with the help.
+func parseFlags(fs *flag.FlagSet, args []string, usage string, stdout io.Writer) (done bool, err error) {
+	err = fs.Parse(args)
+	switch {
+	case err == nil:
+		return false, nil
+	case errors.Is(err, flag.ErrHelp):
+		fmt.Fprint(stdout, helpOf(usage, fs))
+		return true, nil
+	default:
+		return true, &UsageError{Msg: fmt.Sprintf("%v\n\n%s", err, helpOf(usage, fs))}
+	}
+}
+
 func helpOf(usage string, fs *flag.FlagSet) string {
 	var b strings.Builder
 	b.WriteString(usage)

@@ -2,7 +2,6 @@ package main
 
 import (
 	"context"
-	"errors"
 	"flag"
 	"fmt"
 	"io"
@@ -46,12 +45,8 @@ func (c *MigrateCommand) Run(ctx context.Context, args []string) error {
 	fs.StringVar(&st.Database, "database", st.Database, "the config database: sqlite:<path> or postgres://… (CAPGATE_DATABASE)")
 	var wait time.Duration
 	fs.Var(durationValue{&wait, time.Second}, "wait", "retry while the database does not answer, for up to this `duration` (a container started with it); 0 fails at once")
-	if err := fs.Parse(args); err != nil {
-		if errors.Is(err, flag.ErrHelp) {
-			fmt.Fprint(c.Stdout, helpOf(c.Usage(), fs))
-			return nil
-		}
-		return &UsageError{Msg: fmt.Sprintf("%v\n\n%s", err, helpOf(c.Usage(), fs))}
+	if done, err := parseFlags(fs, args, c.Usage(), c.Stdout); done {
+		return err
 	}
 	if fs.NArg() > 0 {
 		return &UsageError{Msg: fmt.Sprintf("capgate migrate takes no arguments, got %q\n\n%s", fs.Arg(0), helpOf(c.Usage(), fs))}

@@ -1,12 +1,13 @@
 package main
 
 import (
-	"encoding/json"
 	"fmt"
 	"io"
 	"net/url"
 	"runtime/debug"
 	"strings"
+
+	"github.com/capgate/capgate/internal/jsonenc"
 )
 
 // maskURL returns a database or Redis URL fit for logs and output: the
@@ -34,10 +35,7 @@ func maskURL(s string) string {
 
 // printJSON writes v as JSON indented by 2 spaces, the CLI's output.
 func printJSON(w io.Writer, v any) error {
-	enc := json.NewEncoder(w)
-	enc.SetEscapeHTML(false)
-	enc.SetIndent("", "  ")
-	if err := enc.Encode(v); err != nil {
+	if err := jsonenc.Print(w, v); err != nil {
 		return fmt.Errorf("write output: %w", err)
 	}
 	return nil

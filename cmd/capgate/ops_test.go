@@ -158,15 +158,8 @@ func TestServeSIGHUPReopensTheLogAndReloadsTokens(t *testing.T) {
 	p := startServeProcess(t, nil, "--upstream", newAPI(t), "--database", "sqlite:"+filepath.Join(dir, "c.db"),
 		"--identity", "tokens", "--tokens", tokens, "--log-file", logFile)
 	heavy := func(token string) string {
-		req, _ := http.NewRequest("POST", p.addr+"/concepts/$rerank/", strings.NewReader(`{"rows":[{"a":1}],"q":"x"}`))
-		req.Header.Set("Authorization", "Token "+token)
-		resp, err := http.DefaultClient.Do(req)
-		if err != nil {
-			t.Fatal(err)
-		}
-		io.Copy(io.Discard, resp.Body)
-		resp.Body.Close()
-		return resp.Header.Get("X-OCL-Capacity-Decision")
+		_, decision := p.heavy(token)
+		return decision
 	}
 	// An unknown token is gated as "(anonymous)", never as bob: the rotated
 	// file below must hold no line of bob's.

@@ -141,6 +141,21 @@ func (p *serveProcess) get(path string) (int, string) {
 	return resp.StatusCode, string(b)
 }
 
+// heavy sends one heavy call ($rerank) as the holder of token and returns
+// the status and the capacity decision header.
+func (p *serveProcess) heavy(token string) (int, string) {
+	p.t.Helper()
+	req, _ := http.NewRequest("POST", p.addr+"/concepts/$rerank/", strings.NewReader(`{"rows":[{"a":1}],"q":"x"}`))
+	req.Header.Set("Authorization", "Token "+token)
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		p.t.Fatal(err)
+	}
+	io.Copy(io.Discard, resp.Body)
+	resp.Body.Close()
+	return resp.StatusCode, resp.Header.Get("X-OCL-Capacity-Decision")
+}
+
 // probe is the body of /livez and /readyz.
 type probe struct {
 	Status string            `json:"status"`

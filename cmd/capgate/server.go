@@ -21,6 +21,7 @@ import (
 
 	"github.com/capgate/capgate"
 	capgatehttp "github.com/capgate/capgate/http"
+	"github.com/capgate/capgate/internal/loop"
 	"github.com/capgate/capgate/logsink"
 	"github.com/capgate/capgate/memory"
 	"github.com/capgate/capgate/metrics"
@@ -288,14 +289,7 @@ const (
 // succeeds or ctx is done; then the config is read at once.
 func (s *Server) migrateInBackground(ctx context.Context) {
 	wait := migrateRetryMin
-	t := time.NewTimer(wait)
-	defer t.Stop()
-	for {
-		select {
-		case <-ctx.Done():
-			return
-		case <-t.C:
-		}
+	loop.Run(ctx, wait, func(ctx context.Context) (time.Duration, bool) {
 		mctx, cancel := context.WithTimeout(ctx, startMigrateTimeout)
 		err := s.store.Migrate(mctx)
 		cancel()
@@ -303,12 +297,12 @@ func (s *Server) migrateInBackground(ctx context.Context) {
 			s.logger.Info("config database migrated; reading the config")
 			s.Configs.Invalidate()
 			s.Configs.Config(ctx)
-			return
+			return 0, true
 		}
 		s.logger.Debug("config database still not ready", "error", err)
 		wait = min(2*wait, migrateRetryMax)
-		t.Reset(wait)
-	}
+		return wait, false
+	})
 }
 
 func newIdentity(opts ServeOptions, proxies []netip.Prefix) (capgatehttp.Identifier, error) {

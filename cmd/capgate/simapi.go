@@ -43,12 +43,8 @@ func (c *SimAPICommand) Run(ctx context.Context, args []string) error {
 	tokens := fs.String("tokens", "", "also write the users to this tokens file")
 	perTier := fs.Int("users-per-tier", 2, "users in each tier")
 	latency := fs.String("latency", "", "every heavy call takes LO-HI, uniform (e.g. 1.2s-1.4s); default: by rows")
-	if err := fs.Parse(args); err != nil {
-		if errors.Is(err, flag.ErrHelp) {
-			fmt.Fprint(c.Stdout, helpOf(c.Usage(), fs))
-			return nil
-		}
-		return &UsageError{Msg: fmt.Sprintf("%v\n\n%s", err, helpOf(c.Usage(), fs))}
+	if done, err := parseFlags(fs, args, c.Usage(), c.Stdout); done {
+		return err
 	}
 	var lo, hi time.Duration
 	if *latency != "" {

@@ -16,6 +16,8 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+
+	"github.com/capgate/capgate/internal/jsonenc"
 )
 
 // Parse decodes one JSON value keeping numbers as json.Number, so
@@ -51,13 +53,11 @@ func ParseObject(b []byte) (map[string]any, error) {
 // Encode returns a document as compact JSON, as the config stores keep it
 // (no HTML escaping, no trailing newline).
 func Encode(doc map[string]any) (string, error) {
-	var buf bytes.Buffer
-	enc := json.NewEncoder(&buf)
-	enc.SetEscapeHTML(false)
-	if err := enc.Encode(doc); err != nil {
+	b, err := jsonenc.Marshal(doc)
+	if err != nil {
 		return "", fmt.Errorf("encode config: %w", err)
 	}
-	return strings.TrimSuffix(buf.String(), "\n"), nil
+	return string(b), nil
 }
 
 // Merge returns a deep copy of base deep-merged with change: a key whose

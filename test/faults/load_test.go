@@ -4,7 +4,6 @@ package faults
 
 import (
 	"context"
-	"crypto/rand"
 	"encoding/hex"
 	"errors"
 	"fmt"
@@ -16,6 +15,8 @@ import (
 	"sync"
 	"testing"
 	"time"
+
+	"github.com/capgate/capgate/internal/randhex"
 )
 
 // callKind is one kind of heavy call.
@@ -64,9 +65,7 @@ var client = &http.Client{Transport: &http.Transport{
 }}
 
 func newID() string {
-	b := make([]byte, 12)
-	_, _ = rand.Read(b)
-	return hex.EncodeToString(b)
+	return randhex.String(12)
 }
 
 // call sends one heavy call of kind as user to base and returns what it saw.

@@ -1,0 +1,5 @@
+//go:build !race
+
+package randhex_test
+
+const raceEnabled = false
