@@ -2,7 +2,6 @@ package capgate_test
 
 import (
 	"context"
-	capgatehttp "github.com/capgate/capgate/http"
 	"io"
 	"log/slog"
 	"net/http"
@@ -11,6 +10,7 @@ import (
 	"testing"
 
 	"github.com/capgate/capgate"
+	capgatehttp "github.com/capgate/capgate/http"
 	"github.com/capgate/capgate/memory"
 )
 

@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	capgatehttp "github.com/capgate/capgate/http"
 	"net/http"
 	"strings"
 	"sync/atomic"
@@ -13,6 +12,7 @@ import (
 	"time"
 
 	"github.com/capgate/capgate"
+	capgatehttp "github.com/capgate/capgate/http"
 	"github.com/capgate/capgate/lanetest"
 	"github.com/capgate/capgate/memory"
 	"github.com/capgate/capgate/mock"

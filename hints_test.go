@@ -2,13 +2,13 @@ package capgate_test
 
 import (
 	"context"
-	"github.com/capgate/capgate/header"
-	capgatehttp "github.com/capgate/capgate/http"
 	"net/http"
 	"testing"
 	"time"
 
 	"github.com/capgate/capgate"
+	"github.com/capgate/capgate/header"
+	capgatehttp "github.com/capgate/capgate/http"
 	"github.com/capgate/capgate/lanetest"
 	"github.com/capgate/capgate/memory"
 )

@@ -4,11 +4,11 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"github.com/capgate/capgate/header"
 	"net/http"
 	"strings"
 
 	"github.com/capgate/capgate/client"
+	"github.com/capgate/capgate/header"
 )
 
 func Example() {

@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"github.com/capgate/capgate/header"
 	"io"
 	"net"
 	"net/http"
@@ -17,6 +16,7 @@ import (
 	"time"
 
 	"github.com/capgate/capgate/client"
+	"github.com/capgate/capgate/header"
 )
 
 // The tests run inside testing/synctest bubbles: time is fake and jumps

@@ -2,7 +2,6 @@ package client_test
 
 import (
 	"context"
-	"github.com/capgate/capgate/header"
 	"net/http"
 	"slices"
 	"testing"
@@ -10,6 +9,7 @@ import (
 	"time"
 
 	"github.com/capgate/capgate/client"
+	"github.com/capgate/capgate/header"
 )
 
 func TestOldestRefusedGoesFirst(t *testing.T) {

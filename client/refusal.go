@@ -2,13 +2,14 @@ package client
 
 import (
 	"encoding/json"
-	"github.com/capgate/capgate/header"
 	"io"
 	"math"
 	"net/http"
 	"strconv"
 	"strings"
 	"time"
+
+	"github.com/capgate/capgate/header"
 )
 
 // The delays of the protocol (the refusal and the Mapper's constants).

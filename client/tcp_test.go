@@ -3,13 +3,13 @@ package client_test
 import (
 	"context"
 	"errors"
-	"github.com/capgate/capgate/header"
 	"net/http"
 	"net/http/httptest"
 	"syscall"
 	"testing"
 
 	"github.com/capgate/capgate/client"
+	"github.com/capgate/capgate/header"
 )
 
 // Over real TCP, without a fake clock: only paths that do not wait.

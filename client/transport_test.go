@@ -3,7 +3,6 @@ package client_test
 import (
 	"context"
 	"encoding/json"
-	"github.com/capgate/capgate/header"
 	"net/http"
 	"strings"
 	"testing"
@@ -11,6 +10,7 @@ import (
 	"time"
 
 	"github.com/capgate/capgate/client"
+	"github.com/capgate/capgate/header"
 )
 
 func TestMetadataOnlyOnHeavyCalls(t *testing.T) {

@@ -5,7 +5,6 @@ import (
 	"bytes"
 	"encoding/json"
 	"fmt"
-	"github.com/capgate/capgate/header"
 	"net"
 	"net/http"
 	"net/http/httptest"
@@ -15,6 +14,7 @@ import (
 	"unicode/utf16"
 
 	"github.com/capgate/capgate"
+	"github.com/capgate/capgate/header"
 	capgatehttp "github.com/capgate/capgate/http"
 )
 

@@ -15,8 +15,8 @@ import (
 	"testing"
 
 	"github.com/capgate/capgate"
-	capgatehttp "github.com/capgate/capgate/http"
 	"github.com/capgate/capgate/header"
+	capgatehttp "github.com/capgate/capgate/http"
 	"github.com/capgate/capgate/internal/randhex"
 	"github.com/capgate/capgate/logsink"
 	"github.com/capgate/capgate/memory"

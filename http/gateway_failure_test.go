@@ -4,8 +4,6 @@ import (
 	"bytes"
 	"context"
 	"crypto/rand"
-	"github.com/capgate/capgate/header"
-	capgatehttp "github.com/capgate/capgate/http"
 	"io"
 	"net/http"
 	"strings"
@@ -13,6 +11,8 @@ import (
 	"time"
 
 	"github.com/capgate/capgate"
+	"github.com/capgate/capgate/header"
+	capgatehttp "github.com/capgate/capgate/http"
 )
 
 // A client that is admitted and hangs up does not free its place while the

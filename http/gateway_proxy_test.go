@@ -4,8 +4,6 @@ import (
 	"bufio"
 	"context"
 	"errors"
-	"github.com/capgate/capgate/header"
-	capgatehttp "github.com/capgate/capgate/http"
 	"net/http"
 	"net/netip"
 	"net/url"
@@ -15,6 +13,8 @@ import (
 	"testing"
 
 	"github.com/capgate/capgate"
+	"github.com/capgate/capgate/header"
+	capgatehttp "github.com/capgate/capgate/http"
 )
 
 // exposed returns the names in Access-Control-Expose-Headers.

@@ -2,7 +2,6 @@ package http_test
 
 import (
 	"encoding/json"
-	"github.com/capgate/capgate/header"
 	"maps"
 	"regexp"
 	"slices"
@@ -11,6 +10,7 @@ import (
 	"testing"
 
 	"github.com/capgate/capgate"
+	"github.com/capgate/capgate/header"
 )
 
 var hex32 = regexp.MustCompile(`^[0-9a-f]{32}$`)

@@ -1,8 +1,6 @@
 package http_test
 
 import (
-	"github.com/capgate/capgate/header"
-	capgatehttp "github.com/capgate/capgate/http"
 	"io"
 	"net/http"
 	"net/http/httptest"
@@ -13,6 +11,8 @@ import (
 	"testing"
 
 	"github.com/capgate/capgate"
+	"github.com/capgate/capgate/header"
+	capgatehttp "github.com/capgate/capgate/http"
 	"github.com/capgate/capgate/memory"
 )
 

@@ -1,8 +1,6 @@
 package http_test
 
 import (
-	"github.com/capgate/capgate/header"
-	capgatehttp "github.com/capgate/capgate/http"
 	"io"
 	"log/slog"
 	"net/http"
@@ -12,6 +10,8 @@ import (
 	"time"
 
 	"github.com/capgate/capgate"
+	"github.com/capgate/capgate/header"
+	capgatehttp "github.com/capgate/capgate/http"
 	"github.com/capgate/capgate/memory"
 	"github.com/capgate/capgate/mock"
 )

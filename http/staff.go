@@ -11,8 +11,8 @@ import (
 	"time"
 
 	"github.com/capgate/capgate"
-	"github.com/capgate/capgate/internal/jsontree"
 	"github.com/capgate/capgate/internal/jsonenc"
+	"github.com/capgate/capgate/internal/jsontree"
 )
 
 // StaffMaxBodyBytes is the largest request body the staff API reads (1 MiB).

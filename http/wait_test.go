@@ -2,14 +2,14 @@ package http_test
 
 import (
 	"context"
-	"github.com/capgate/capgate/header"
-	capgatehttp "github.com/capgate/capgate/http"
 	"strconv"
 	"strings"
 	"testing"
 	"time"
 
 	"github.com/capgate/capgate"
+	"github.com/capgate/capgate/header"
+	capgatehttp "github.com/capgate/capgate/http"
 )
 
 // waitSignal tells a test when a call starts waiting.

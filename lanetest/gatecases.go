@@ -4,7 +4,6 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
-	capgatehttp "github.com/capgate/capgate/http"
 	"net/http"
 	"reflect"
 	"slices"
@@ -15,6 +14,7 @@ import (
 	"time"
 
 	"github.com/capgate/capgate"
+	capgatehttp "github.com/capgate/capgate/http"
 	"github.com/capgate/capgate/memory"
 )
 

@@ -11,7 +11,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"github.com/capgate/capgate/header"
 	"io"
 	"math/rand/v2"
 	"net/http"
@@ -21,6 +20,7 @@ import (
 	"time"
 
 	"github.com/capgate/capgate/client"
+	"github.com/capgate/capgate/header"
 )
 
 // User is one simulated user.
