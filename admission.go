@@ -27,72 +27,6 @@ func ExposedHeaders() []string {
 		HeaderTierLimit, HeaderTierInFlight, HeaderSuggestedConcurrent, HeaderSuggestedSpacing, HeaderWaited, "Retry-After"}
 }
 
-// startRenewer starts the goroutine that renews the call's leases every
-// renew_seconds until Release, a lost lease, or max_hold_seconds.
-func (a *Admission) startRenewer(ctx context.Context) error {
-	a.stop = make(chan struct{})
-	a.renewDone = make(chan struct{})
-	// The renewer outlives the request's cancellation until Release stops
-	// it; each store call is bounded by the store's own deadline.
-	rctx := context.WithoutCancel(ctx)
-	run := func() { a.renew(rctx) }
-	if h := a.g.hooks; h != nil && h.startRenewer != nil {
-		if err := h.startRenewer(run); err != nil {
-			a.stop, a.renewDone = nil, nil
-			return err
-		}
-		return nil
-	}
-	go run()
-	return nil
-}
-
-func (a *Admission) renew(ctx context.Context) {
-	defer close(a.renewDone)
-	g := a.g
-	every := time.Duration(a.cfg.RenewSeconds) * time.Second
-	maxHold := time.Duration(a.cfg.MaxHoldSeconds) * time.Second
-	lease := time.Duration(a.cfg.LeaseSeconds) * time.Second
-	began := time.Now() // the renewer's own clock: it sleeps on real timers
-	keys := a.keys
-	t := time.NewTimer(every)
-	defer t.Stop()
-	for {
-		select {
-		case <-a.stop:
-			return
-		case <-t.C:
-		}
-		if time.Since(began) >= maxHold {
-			return // the leases expire lease_seconds later
-		}
-		t.Reset(every)
-		if a.local {
-			// In process: never fails, and a local lease lost is no news.
-			_, _ = g.Local.Renew(ctx, a.token, keys, lease)
-		}
-		if !a.taken {
-			continue
-		}
-		if g.skipping() {
-			g.storeSkipped("renew")
-			continue
-		}
-		held, err := g.Store.Renew(ctx, a.token, keys, lease)
-		if err != nil {
-			g.storeFailed("renew", err)
-			a.setErr(err.Error())
-			continue
-		}
-		if held < len(keys) {
-			a.mu.Lock()
-			a.leaseLost = true
-			a.mu.Unlock()
-			return
-		}
-	}
-}
-
 // Release stops renewing, gives back the leases and writes the log line.
 // It is idempotent and never fails; cleanup runs even when ctx is done
 // (bounded by the store's deadline).
@@ -115,14 +49,8 @@ func (a *Admission) Release(ctx context.Context) {
 
 	g := a.g
 	// Each step runs whatever happened in the one before it.
-	if a.stop != nil {
-		close(a.stop)
-		t := time.NewTimer(renewerStopWait)
-		select {
-		case <-a.renewDone:
-		case <-t.C:
-		}
-		t.Stop()
+	if a.renewCtx != nil {
+		g.rn.remove(a)
 	}
 	if a.taken {
 		a.releaseLeases(ctx)

@@ -24,11 +24,6 @@ const (
 // maxErrorLen bounds the error text a log line carries.
 const maxErrorLen = 300
 
-// renewerStopWait is how long Release waits for the renewer to end. A
-// renewal still in flight after that does no harm: renewing never revives
-// or adds a lease.
-const renewerStopWait = 100 * time.Millisecond
-
 // Gate admits heavy calls. Admit decides one call and, unless it is
 // refused or the limiter could not count, takes a lease in each of its lanes
 // and renews it in the background; Release ends it and writes its log line.
@@ -75,6 +70,7 @@ type Gate struct {
 	Holds *HoldTimes
 
 	bg    background // release retries and the gateway count (background.go)
+	rn    renewer    // renews the leases of the calls in flight (renew.go)
 	hooks *gateHooks // fault injection for tests; nil in production
 }
 
@@ -82,7 +78,7 @@ type Gate struct {
 // way to fail.
 type gateHooks struct {
 	retryAfter   func() error            // before Retry-After is computed
-	startRenewer func(func()) error      // replaces `go f()`
+	startRenewer func(func()) error      // replaces calling f, which hands a call to the renewer
 	emit         func(line []byte) error // replaces Sink.Emit
 }
 
@@ -190,8 +186,12 @@ type Admission struct {
 	heldMS    int64  // requires mu held; -1 when no lease was held
 	finished  time.Time
 
-	stop      chan struct{} // closed to stop the renewer; nil without one
-	renewDone chan struct{} // closed when the renewer ends
+	// The renewer's (renew.go). Renewing never revives or adds a lease,
+	// so Release need not wait for a renewal in flight.
+	renewCtx   context.Context // the request's values; nil until renewed
+	renewBegan time.Time       // when renewals began; requires g.rn.mu held
+	renewAt    time.Time       // the next renewal; requires g.rn.mu held
+	renewSlot  int             // 1 + index in g.rn.live; 0 when not renewed; requires g.rn.mu held
 }
 
 // Admit decides call. It returns nil when the mode is off: the call passes
