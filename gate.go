@@ -69,9 +69,11 @@ type Gate struct {
 	// applies.
 	Holds *HoldTimes
 
-	bg    background // release retries and the gateway count (background.go)
-	rn    renewer    // renews the leases of the calls in flight (renew.go)
-	hooks *gateHooks // fault injection for tests; nil in production
+	bg background // release retries and the gateway count (background.go)
+	rn renewer    // renews the leases of the calls in flight (renew.go)
+	// keyCache keeps the lane keys that are the same for every call.
+	keyCache keyCache
+	hooks    *gateHooks // fault injection for tests; nil in production
 }
 
 // gateHooks let white-box tests inject faults where Go code has no natural
@@ -119,7 +121,7 @@ func (g *Gate) now() time.Time {
 	return time.Now()
 }
 
-func (g *Gate) keys() Keys { return Keys{Prefix: g.KeyPrefix, TaskID: g.TaskID} }
+func (g *Gate) keys() Keys { return Keys{Prefix: g.KeyPrefix, TaskID: g.TaskID, cache: &g.keyCache} }
 
 func (g *Gate) skipping() bool { return g.Skip != nil && g.Skip.Skipping() }
 

@@ -29,14 +29,15 @@ type renewer struct {
 // leases every renew_seconds until Release, a lost lease, or
 // max_hold_seconds.
 func (a *Admission) startRenewer(ctx context.Context) error {
-	// The renewals outlive the request's cancellation until Release; each
-	// store call is bounded by the store's own deadline.
-	a.renewCtx = context.WithoutCancel(ctx)
-	add := func() { a.g.rn.add(a, time.Duration(a.cfg.RenewSeconds)*time.Second) }
+	// Kept for its values: the renewals outlive the request's
+	// cancellation (renew detaches it), each bounded by the store's own
+	// deadline.
+	a.renewCtx = ctx
+	every := time.Duration(a.cfg.RenewSeconds) * time.Second
 	if h := a.g.hooks; h != nil && h.startRenewer != nil {
-		return h.startRenewer(add)
+		return h.startRenewer(func() { a.g.rn.add(a, every) })
 	}
-	add()
+	a.g.rn.add(a, every)
 	return nil
 }
 
@@ -161,7 +162,7 @@ func (g *Gate) renewDue() {
 // and ends its renewals; nothing is recorded on a call released meanwhile.
 func (a *Admission) renew() {
 	g := a.g
-	ctx := a.renewCtx
+	ctx := context.WithoutCancel(a.renewCtx)
 	lease := time.Duration(a.cfg.LeaseSeconds) * time.Second
 	if a.local {
 		// In process: never fails, and a local lease lost is no news.
