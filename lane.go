@@ -70,7 +70,7 @@ func (k Keys) constKeys() *constKeys {
 // tierKey returns the tier lane's key of t.
 func (c *constKeys) tierKey(k Keys, t Tier) string {
 	for i, known := range knownTiers {
-		if t == known {
+		if t == known && c.tiers[i] != "" {
 			return c.tiers[i]
 		}
 	}
