@@ -69,11 +69,11 @@ type Gate struct {
 	// applies.
 	Holds *HoldTimes
 
-	bg background // release retries and the gateway count (background.go)
-	rn renewer    // renews the leases of the calls in flight (renew.go)
-	// keyCache keeps the lane keys that are the same for every call.
-	keyCache keyCache
-	hooks    *gateHooks // fault injection for tests; nil in production
+	bg    background // release retries and the gateway count (background.go)
+	hooks *gateHooks // fault injection for tests; nil in production
+
+	rn       renewer  // renews the leases of the calls in flight (renew.go)
+	keyCache keyCache // the lane keys that are the same for every call (lane.go)
 }
 
 // gateHooks let white-box tests inject faults where Go code has no natural
