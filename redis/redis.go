@@ -384,9 +384,11 @@ func runOp[T any](ctx context.Context, s *Store, op string, toAnswer bool, fn fu
 	}
 	opCtx, cancel := context.WithDeadline(parent, deadline)
 	if s.direct {
-		v, err := fn(opCtx)
-		cancel()
-		s.leave()
+		v, err := func() (T, error) {
+			defer s.leave() // even if fn panics: a slot lost would be for good
+			defer cancel()
+			return fn(opCtx)
+		}()
 		return answer(ctx, s, op, toAnswer, deadline, v, err)
 	}
 	done := make(chan result[T], 1)
