@@ -2,12 +2,12 @@ package capgate
 
 import (
 	"context"
-	"crypto/rand"
-	"encoding/hex"
 	"errors"
 	"fmt"
 	"sync"
 	"time"
+
+	"github.com/capgate/capgate/internal/randhex"
 )
 
 // ErrSkipped is the error of a call decided without the lane store
@@ -21,11 +21,6 @@ var errReleaseSkipped = errors.New("release skipped: Redis failed recently; retr
 
 // maxErrorLen bounds the error text a log line carries.
 const maxErrorLen = 300
-
-// renewerStopWait is how long Release waits for the renewer to end. A
-// renewal still in flight after that does no harm: renewing never revives
-// or adds a lease.
-const renewerStopWait = 100 * time.Millisecond
 
 // Admission is one heavy call's passage through the gate, from Admit to
 // Release. Its methods are safe for concurrent use; its decision and counts
@@ -64,8 +59,12 @@ type Admission struct {
 	heldMS    int64 // requires mu held; -1 when no lease was held
 	finished  time.Time
 
-	stop      chan struct{} // closed to stop the renewer; nil without one
-	renewDone chan struct{} // closed when the renewer ends
+	// The renewer's (renew.go). Renewing never revives or adds a lease,
+	// so Release need not wait for a renewal in flight.
+	renewCtx   context.Context // the request's values; nil until renewed
+	renewBegan time.Time       // when renewals began; requires g.rn.mu held
+	renewAt    time.Time       // the next renewal; requires g.rn.mu held
+	renewSlot  int             // 1 + index in g.rn.live; 0 when not renewed; requires g.rn.mu held
 }
 
 // acquire plans the lanes, takes the leases and decides. An error it
@@ -218,77 +217,7 @@ func (a *Admission) setErr(err error) {
 }
 
 // newToken returns 32 random hex characters.
-func newToken() string {
-	var b [16]byte
-	_, _ = rand.Read(b[:]) // crypto/rand.Read never fails (Go 1.24+)
-	return hex.EncodeToString(b[:])
-}
-
-// startRenewer starts the goroutine that renews the call's leases every
-// renew_seconds until Release, a lost lease, or max_hold_seconds.
-func (a *Admission) startRenewer(ctx context.Context) error {
-	a.stop = make(chan struct{})
-	a.renewDone = make(chan struct{})
-	// The renewer outlives the request's cancellation until Release stops
-	// it; each store call is bounded by the store's own deadline.
-	rctx := context.WithoutCancel(ctx)
-	run := func() { a.renew(rctx) }
-	if h := a.g.hooks; h != nil && h.startRenewer != nil {
-		if err := h.startRenewer(run); err != nil {
-			a.stop, a.renewDone = nil, nil
-			return err
-		}
-		return nil
-	}
-	go run()
-	return nil
-}
-
-func (a *Admission) renew(ctx context.Context) {
-	defer close(a.renewDone)
-	g := a.g
-	every := time.Duration(a.cfg.RenewSeconds) * time.Second
-	maxHold := time.Duration(a.cfg.MaxHoldSeconds) * time.Second
-	lease := time.Duration(a.cfg.LeaseSeconds) * time.Second
-	began := time.Now() // the renewer's own clock: it sleeps on real timers
-	keys := a.keys
-	t := time.NewTimer(every)
-	defer t.Stop()
-	for {
-		select {
-		case <-a.stop:
-			return
-		case <-t.C:
-		}
-		if time.Since(began) >= maxHold {
-			return // the leases expire lease_seconds later
-		}
-		t.Reset(every)
-		if a.local {
-			// In process: never fails, and a local lease lost is no news.
-			_, _ = g.Local.Renew(ctx, a.token, keys, lease)
-		}
-		if !a.taken {
-			continue
-		}
-		if g.skipping() {
-			g.storeSkipped("renew")
-			continue
-		}
-		held, err := g.Store.Renew(ctx, a.token, keys, lease)
-		if err != nil {
-			g.storeFailed("renew", err)
-			a.setErr(err)
-			continue
-		}
-		if held < len(keys) {
-			a.mu.Lock()
-			a.leaseLost = true
-			a.mu.Unlock()
-			return
-		}
-	}
-}
+func newToken() string { return randhex.String(16) }
 
 // Release stops renewing, gives back the leases and writes the log line.
 // It is idempotent and never fails; cleanup runs even when ctx is done
@@ -312,14 +241,8 @@ func (a *Admission) Release(ctx context.Context) {
 
 	g := a.g
 	// Each step runs whatever happened in the one before it.
-	if a.stop != nil {
-		close(a.stop)
-		t := time.NewTimer(renewerStopWait)
-		select {
-		case <-a.renewDone:
-		case <-t.C:
-		}
-		t.Stop()
+	if a.renewCtx != nil {
+		g.rn.remove(a)
 	}
 	if a.taken {
 		a.releaseLeases(ctx)

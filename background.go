@@ -217,7 +217,9 @@ func (g *Gate) gatewaysSeen() int {
 	return max(1, g.bg.gateways)
 }
 
-// Close stops the gate's background work: it makes a last try at the
+// Close stops the gate's background work: it stops renewing the leases of
+// the calls still in flight (they expire lease_seconds after their last
+// renewal unless released), makes a last try at the
 // releases still pending (each bounded by the store's deadline), waits for
 // its goroutines and returns. If ctx ends first it stops them at once and
 // returns an error wrapping ctx.Err(); pending releases are then left to
@@ -237,10 +239,12 @@ func (g *Gate) Close(ctx context.Context) error {
 	}
 	cancel := b.cancel
 	b.mu.Unlock()
+	g.rn.close()
 
 	done := make(chan struct{})
 	go func() {
 		b.wg.Wait()
+		g.rn.rounds.Wait()
 		close(done)
 	}()
 	var err error

@@ -6,7 +6,8 @@ package capgate
 // SetRetryAfterHook makes Retry-After's computation fail with fn's error.
 func SetRetryAfterHook(g *Gate, fn func() error) { g.hooksFor().retryAfter = fn }
 
-// SetStartRenewerHook replaces how the renewer goroutine is started.
+// SetStartRenewerHook replaces how a call is handed to the renewer: fn
+// gets the function that does it.
 func SetStartRenewerHook(g *Gate, fn func(func()) error) { g.hooksFor().startRenewer = fn }
 
 // SetEmitHook replaces the sink's Emit.

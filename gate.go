@@ -65,13 +65,16 @@ type Gate struct {
 
 	bg    background // release retries and the gateway count (background.go)
 	hooks *gateHooks // fault injection for tests; nil in production
+
+	rn       renewer  // renews the leases of the calls in flight (renew.go)
+	keyCache keyCache // the lane keys that are the same for every call (lane.go)
 }
 
 // gateHooks let white-box tests inject faults where Go code has no natural
 // way to fail.
 type gateHooks struct {
 	retryAfter   func() error            // before Retry-After is computed
-	startRenewer func(func()) error      // replaces `go f()`
+	startRenewer func(func()) error      // replaces calling f, which hands a call to the renewer
 	emit         func(line []byte) error // replaces Sink.Emit
 }
 
@@ -126,7 +129,7 @@ func (g *Gate) storeDeadline() time.Duration {
 	return DefaultStoreDeadline
 }
 
-func (g *Gate) keys() Keys { return Keys{Prefix: g.KeyPrefix, TaskID: g.TaskID} }
+func (g *Gate) keys() Keys { return Keys{Prefix: g.KeyPrefix, TaskID: g.TaskID, cache: &g.keyCache} }
 
 func (g *Gate) skipping() bool { return g.Skip != nil && g.Skip.Skipping() }
 

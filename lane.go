@@ -1,5 +1,7 @@
 package capgate
 
+import "sync/atomic"
+
 // LaneName names a kind of lane.
 type LaneName string
 
@@ -24,6 +26,55 @@ type Lane struct {
 type Keys struct {
 	Prefix string // DefaultKeyPrefix when empty
 	TaskID string // this API task's id
+
+	// cache keeps the keys that are the same for every call (all but the
+	// user's); a Gate's Keys have one, so a call builds one key, not five.
+	// nil: Plan builds them all.
+	cache *keyCache
+}
+
+// keyCache holds the constant keys of one Prefix and TaskID, made on first
+// use. Safe for concurrent use.
+type keyCache struct {
+	p atomic.Pointer[constKeys]
+}
+
+// constKeys are the keys of a plan that do not depend on the caller.
+type constKeys struct {
+	prefix, taskID   string // what they were made for
+	heavy, task, knn string
+	tiers            [len(knownTiers)]string // by index in knownTiers
+}
+
+// knownTiers are the tiers whose lane keys are kept.
+var knownTiers = [...]Tier{TierStaff, TierCore, TierEarlyAccess, TierPreview}
+
+// constKeys returns the cached constant keys, made now if the cache has
+// none for k's prefix and task; nil without a cache.
+func (k Keys) constKeys() *constKeys {
+	if k.cache == nil {
+		return nil
+	}
+	if c := k.cache.p.Load(); c != nil && c.prefix == k.Prefix && c.taskID == k.TaskID {
+		return c
+	}
+	c := &constKeys{prefix: k.Prefix, taskID: k.TaskID,
+		heavy: k.Lane(LaneAPIHeavy, ""), task: k.Lane(LaneTask, k.TaskID), knn: k.Lane(LaneES2KNN, "")}
+	for i, t := range knownTiers {
+		c.tiers[i] = k.Lane(LaneTier, string(t))
+	}
+	k.cache.p.Store(c)
+	return c
+}
+
+// tierKey returns the tier lane's key of t.
+func (c *constKeys) tierKey(k Keys, t Tier) string {
+	for i, known := range knownTiers {
+		if t == known && c.tiers[i] != "" {
+			return c.tiers[i]
+		}
+	}
+	return k.Lane(LaneTier, string(t))
 }
 
 func (k Keys) prefix() string {
@@ -55,15 +106,22 @@ func (k Keys) AppendPlan(lanes []Lane, cfg Config, call Call) []Lane {
 	if call.SingleRow() {
 		limit = cfg.APIHeavy.Cluster
 	}
+	c := k.constKeys()
+	if c == nil {
+		c = &constKeys{heavy: k.Lane(LaneAPIHeavy, ""), task: k.Lane(LaneTask, k.TaskID)}
+		if call.Semantic {
+			c.knn = k.Lane(LaneES2KNN, "")
+		}
+	}
 	lanes = append(lanes,
-		Lane{LaneAPIHeavy, k.Lane(LaneAPIHeavy, ""), limit},
-		Lane{LaneTask, k.Lane(LaneTask, k.TaskID), cfg.APIHeavy.PerTask},
+		Lane{LaneAPIHeavy, c.heavy, limit},
+		Lane{LaneTask, c.task, cfg.APIHeavy.PerTask},
 	)
 	if call.Semantic {
-		lanes = append(lanes, Lane{LaneES2KNN, k.Lane(LaneES2KNN, ""), cfg.ES2KNN})
+		lanes = append(lanes, Lane{LaneES2KNN, c.knn, cfg.ES2KNN})
 	}
 	return append(lanes,
-		Lane{LaneTier, k.Lane(LaneTier, string(call.Tier)), cfg.Tiers.Of(call.Tier)},
+		Lane{LaneTier, c.tierKey(k, call.Tier), cfg.Tiers.Of(call.Tier)},
 		Lane{LaneUser, k.Lane(LaneUser, call.UserID), cfg.PerUser.Of(call.Tier)},
 	)
 }

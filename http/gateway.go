@@ -281,13 +281,22 @@ func statusOf(ctx context.Context, err error) int {
 // response. The gateway uses one of its own.
 func NewBufferPool() httputil.BufferPool { return &copyBuffers{} }
 
+// copyBufferSize is the size of the buffers of a copyBuffers.
+const copyBufferSize = 32 << 10
+
+// copyBuffers pools the buffers as array pointers: a Put of a slice would
+// allocate its header on every response.
 type copyBuffers struct{ pool sync.Pool }
 
 func (c *copyBuffers) Get() []byte {
-	if b, ok := c.pool.Get().(*[]byte); ok {
-		return *b
+	if b, ok := c.pool.Get().(*[copyBufferSize]byte); ok {
+		return b[:]
 	}
-	return make([]byte, 32<<10)
+	return new([copyBufferSize]byte)[:]
 }
 
-func (c *copyBuffers) Put(b []byte) { c.pool.Put(&b) }
+func (c *copyBuffers) Put(b []byte) {
+	if cap(b) >= copyBufferSize {
+		c.pool.Put((*[copyBufferSize]byte)(b[:copyBufferSize]))
+	}
+}

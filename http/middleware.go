@@ -263,11 +263,13 @@ func (m *Middleware) gated(w http.ResponseWriter, r *http.Request, call capgate.
 		m.refuse(w, r, adm, rid)
 		return
 	}
+	actx := withAdmission(ctx, adm) // AdmissionFrom
 	if r.Header.Get(HeaderRequestID) == "" {
-		r = r.Clone(ctx)
+		r = r.Clone(actx) // one copy of the request for both changes
 		r.Header.Set(HeaderRequestID, rid)
+	} else {
+		r = r.WithContext(actx)
 	}
-	r = r.WithContext(withAdmission(r.Context(), adm)) // AdmissionFrom
 	gw := &gatedWriter{ResponseWriter: w, adm: adm, rid: rid}
 	defer func() {
 		if p := recover(); p != nil {

@@ -90,3 +90,6 @@ var Scripts = map[string]struct {
 }
 
 var FormatSeconds = formatSeconds
+
+// Direct reports whether s runs commands on the caller's goroutine.
+func Direct(s *Store) bool { return s.direct }

@@ -7,6 +7,8 @@ import (
 	"testing"
 	"time"
 
+	goredis "github.com/redis/go-redis/v9"
+
 	"github.com/capgate/capgate"
 	"github.com/capgate/capgate/lanetest"
 	"github.com/capgate/capgate/redis"
@@ -333,5 +335,38 @@ func TestSentAcquireIsAwaited(t *testing.T) {
 	}
 	if !m.Exists(req.Keys[0]) {
 		t.Fatal("no lease in Redis")
+	}
+}
+
+// TestOnlyThePlainClientRunsOnTheCallersGoroutine: the client Open makes
+// for a Redis URL returns by the context's deadline by itself, so its
+// commands run on the caller's goroutine; Sentinel discovery can block past
+// it, and a client given to New is of unknown settings, so theirs run on a
+// goroutine of their own.
+func TestOnlyThePlainClientRunsOnTheCallersGoroutine(t *testing.T) {
+	plain, err := redis.Open(redis.Options{URL: "redis://127.0.0.1:1"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer plain.Close()
+	sentinel, err := redis.Open(redis.Options{Sentinels: []string{"127.0.0.1:1"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer sentinel.Close()
+	cluster, err := redis.Open(redis.Options{Cluster: []string{"127.0.0.1:1"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cluster.Close()
+	client := goredis.NewClient(&goredis.Options{Addr: "127.0.0.1:1"})
+	defer client.Close()
+	given, err := redis.New(client, redis.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !redis.Direct(plain) || redis.Direct(sentinel) || redis.Direct(cluster) || redis.Direct(given) {
+		t.Errorf("direct: URL %v, Sentinel %v, Cluster %v, New %v; want true, false, false, false",
+			redis.Direct(plain), redis.Direct(sentinel), redis.Direct(cluster), redis.Direct(given))
 	}
 }

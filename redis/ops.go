@@ -42,7 +42,7 @@ func (s *Store) Acquire(ctx context.Context, req capgate.AcquireRequest, counts 
 	if req.Lease < time.Millisecond {
 		return false, fmt.Errorf("%s: %w", op, errBadLease)
 	}
-	keys := slices.Clone(req.Keys) // the command may outlive the call
+	keys := s.own(req.Keys)
 	args := make([]any, 0, 4+len(keys))
 	force := "0"
 	if req.Force {
@@ -82,7 +82,7 @@ func (s *Store) Renew(ctx context.Context, token string, keys []string, lease ti
 	if lease < time.Millisecond {
 		return 0, fmt.Errorf("%s: %w", op, errBadLease)
 	}
-	keys = slices.Clone(keys)
+	keys = s.own(keys)
 	held, err := run(ctx, s, op, func(ctx context.Context) (int64, error) {
 		return renewScript.Run(ctx, s.client, keys, token, lease.Milliseconds()).Int64()
 	})
@@ -93,7 +93,7 @@ func (s *Store) Renew(ctx context.Context, token string, keys []string, lease ti
 // one pipeline (not a transaction). It returns the errors of Store.
 func (s *Store) Release(ctx context.Context, token string, keys []string) error {
 	const op = "release leases"
-	keys = slices.Clone(keys)
+	keys = s.own(keys)
 	_, err := run(ctx, s, op, func(ctx context.Context) (struct{}, error) {
 		if len(keys) == 0 {
 			return struct{}{}, nil
@@ -107,6 +107,16 @@ func (s *Store) Release(ctx context.Context, token string, keys []string) error 
 		return struct{}{}, err
 	})
 	return err
+}
+
+// own returns keys, or a copy of them when the command runs on a
+// goroutine of its own: it may outlive the call, and the caller may reuse
+// its slice.
+func (s *Store) own(keys []string) []string {
+	if s.direct {
+		return keys
+	}
+	return slices.Clone(keys)
 }
 
 // Count implements capgate.LaneStore with the count.lua script, run once

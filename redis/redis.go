@@ -74,10 +74,18 @@ func (e *DeadlineError) Timeout() bool { return true }
 //     *DeadlineError; one whose caller gives up while it waits is never
 //     sent;
 //   - the caller gets an answer within the deadline: past it, a
-//     *DeadlineError. The command itself runs on its own goroutine, which
-//     keeps its slot until the client truly returns, so a hung Redis can
-//     fill the slots (then calls wait at most the deadline) but never holds
-//     up a caller longer;
+//     *DeadlineError. With the client Open makes for a Redis URL, the
+//     command runs on the caller's goroutine: that client bounds the dial,
+//     the pool and the socket by the operation's context deadline, and
+//     Close closes its connections, so nothing waits longer. With a
+//     client given to New, or Sentinel or Cluster discovery (which can
+//     block past a context deadline), the command runs on its own
+//     goroutine, which keeps its slot until the client truly returns, so a
+//     hung Redis can fill the slots (then calls wait at most the deadline)
+//     but never holds up a caller longer. A caller that gives up while its
+//     command is on the wire gets the context's error at once on its own
+//     goroutine, or when the command ends (by the deadline) on the
+//     caller's;
 //   - Acquire, once sent, is awaited to its answer or the deadline even if
 //     the caller gives up meanwhile, so that a lease it took is reported
 //     (capgate.LaneStore);
@@ -86,9 +94,13 @@ func (e *DeadlineError) Timeout() bool { return true }
 // Make one with Open, or New to use a client of your own; the zero value
 // is not usable. After Close, every operation fails with ErrClosed.
 type Store struct {
-	client      Client
-	closer      io.Closer // the client Open made; nil with New
-	opts        Options   // with defaults
+	client Client
+	closer io.Closer // the client Open made; nil with New
+	// direct: commands run on the caller's goroutine, because the client
+	// returns by the context's deadline on its own and Close unblocks it
+	// (Open's client for a Redis URL).
+	direct      bool
+	opts        Options // with defaults
 	deadlineErr error
 
 	slots     chan struct{} // one per operation sent
@@ -147,6 +159,10 @@ func Open(opts Options) (*Store, error) {
 	}
 	s := newStore(c, o)
 	s.closer = closer
+	// Only the plain client has no discovery step that ignores the
+	// context (Sentinel's master lookup and the cluster's layout load
+	// can hang past it, holding a lock).
+	s.direct = len(o.Cluster) == 0 && len(o.Sentinels) == 0
 	return s, nil
 }
 
@@ -226,6 +242,25 @@ func (s *Store) Close() error {
 
 // errExpired tells run that the deadline passed while queued.
 var errExpired = errors.New("deadline passed in the queue")
+
+// enterFast takes a free slot without waiting; errNoSlot when there is
+// none (then enter waits for one).
+func (s *Store) enterFast() error {
+	select {
+	case <-s.closed:
+		return ErrClosed
+	default:
+	}
+	select {
+	case s.slots <- struct{}{}:
+		return nil
+	default:
+		return errNoSlot
+	}
+}
+
+// errNoSlot tells runOp that no slot was free at once.
+var errNoSlot = errors.New("no free slot")
 
 // enter takes a slot for one operation, waiting for a place in the queue
 // and then in the queue, until ctx is done, expired fires or the store
@@ -311,14 +346,28 @@ func runOp[T any](ctx context.Context, s *Store, op string, toAnswer bool, fn fu
 		return zero, fmt.Errorf("%s: %w", op, err)
 	}
 	deadline := time.Now().Add(s.opts.Deadline)
-	timer := time.NewTimer(s.opts.Deadline)
-	defer timer.Stop()
-
-	if err := s.enter(ctx, timer.C); err != nil {
-		if err == errExpired {
-			return zero, s.deadlineErr
+	// The timer is made only when the operation has to wait for a slot or
+	// for its goroutine: a direct operation with a free slot needs none.
+	var timer *time.Timer
+	defer func() {
+		if timer != nil {
+			timer.Stop()
 		}
-		return zero, fmt.Errorf("%s: %w", op, err)
+	}()
+	expiry := func() <-chan time.Time {
+		if timer == nil {
+			timer = time.NewTimer(time.Until(deadline))
+		}
+		return timer.C
+	}
+
+	if err := s.enterFast(); err != nil {
+		if err = s.enter(ctx, expiry()); err != nil {
+			if err == errExpired {
+				return zero, s.deadlineErr
+			}
+			return zero, fmt.Errorf("%s: %w", op, err)
+		}
 	}
 	// The caller may have given up, or the store closed, just as the slot
 	// came free: then send nothing.
@@ -337,8 +386,16 @@ func runOp[T any](ctx context.Context, s *Store, op string, toAnswer bool, fn fu
 	if toAnswer {
 		parent, gone = context.WithoutCancel(ctx), nil
 	}
-	done := make(chan result[T], 1)
 	opCtx, cancel := context.WithDeadline(parent, deadline)
+	if s.direct {
+		v, err := func() (T, error) {
+			defer s.leave() // even if fn panics: a slot lost would be for good
+			defer cancel()
+			return fn(opCtx)
+		}()
+		return answer(ctx, s, op, toAnswer, deadline, v, err)
+	}
+	done := make(chan result[T], 1)
 	go func() {
 		defer s.leave()
 		defer cancel()
@@ -348,20 +405,36 @@ func runOp[T any](ctx context.Context, s *Store, op string, toAnswer bool, fn fu
 
 	select {
 	case r := <-done:
-		switch {
-		case r.err == nil:
-			return r.v, nil
-		case !toAnswer && ctx.Err() != nil:
-			return zero, fmt.Errorf("%s: %w", op, ctx.Err())
-		case !time.Now().Before(deadline):
-			return zero, s.deadlineErr // the client gave up at our deadline
-		}
-		return zero, fmt.Errorf("%s: %w", op, r.err)
-	case <-timer.C:
+		return answer(ctx, s, op, toAnswer, deadline, r.v, r.err)
+	case <-expiry():
 		return zero, s.deadlineErr
 	case <-gone:
 		return zero, fmt.Errorf("%s: %w", op, ctx.Err())
 	case <-s.closed:
 		return zero, fmt.Errorf("%s: %w", op, ErrClosed)
 	}
+}
+
+// answer turns the result of an operation that ran into what its caller
+// gets: the value, the context's error of a caller that gave up (unless
+// toAnswer), ErrClosed when Close cut the command off, the
+// *DeadlineError when the client gave up at the deadline, else the error
+// wrapped with op.
+func answer[T any](ctx context.Context, s *Store, op string, toAnswer bool, deadline time.Time, v T, err error) (T, error) {
+	var zero T
+	if err == nil {
+		return v, nil
+	}
+	if !toAnswer && ctx.Err() != nil {
+		return zero, fmt.Errorf("%s: %w", op, ctx.Err())
+	}
+	select {
+	case <-s.closed:
+		return zero, fmt.Errorf("%s: %w", op, ErrClosed)
+	default:
+	}
+	if !time.Now().Before(deadline) {
+		return zero, s.deadlineErr // the client gave up at our deadline
+	}
+	return zero, fmt.Errorf("%s: %w", op, err)
 }

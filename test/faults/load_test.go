@@ -4,7 +4,6 @@ package faults
 
 import (
 	"context"
-	"encoding/hex"
 	"errors"
 	"fmt"
 	"io"
