@@ -12,7 +12,7 @@ import (
 	"os"
 	"time"
 
-	"github.com/capgate/capgate/analyze/genlog"
+	"github.com/capgate/capgate/internal/analyze/genlog"
 )
 
 func main() {

@@ -10,10 +10,10 @@ import (
 
 	"github.com/capgate/capgate"
 	capgatehttp "github.com/capgate/capgate/http"
-	"github.com/capgate/capgate/loadgen"
+	"github.com/capgate/capgate/internal/loadgen"
+	"github.com/capgate/capgate/internal/simapi"
 	"github.com/capgate/capgate/memory"
 	"github.com/capgate/capgate/mock"
-	"github.com/capgate/capgate/simapi"
 )
 
 // stack is the simulated API behind a real gateway on the memory store.
