@@ -120,8 +120,8 @@ func (c Config) BulkLimit() int {
 // MaxWaitSeconds is the largest wait.max_seconds.
 const MaxWaitSeconds = 300
 
-// MaxNumber is the largest number a config accepts; the smallest is 0.
-const MaxNumber = 100000
+// maxNumber is the largest number a config accepts; the smallest is 0.
+const maxNumber = 100000
 
 // setting is one key of the config schema: an object of kids, a string
 // choice (oneOf, held in text), or a whole number (held in num).
@@ -243,8 +243,8 @@ func checkShape(obj map[string]any, settings []setting, prefix string, errs, unk
 				*errs = append(*errs, fmt.Sprintf("%q must be one of %s.", path, strings.Join(s.oneOf, ", ")))
 			}
 		default:
-			if n, isInt := jsontree.WholeNumber(v); !isInt || n < 0 || n > MaxNumber {
-				*errs = append(*errs, fmt.Sprintf("%q must be a whole number from 0 to %d.", path, MaxNumber))
+			if n, isInt := jsontree.WholeNumber(v); !isInt || n < 0 || n > maxNumber {
+				*errs = append(*errs, fmt.Sprintf("%q must be a whole number from 0 to %d.", path, maxNumber))
 			}
 		}
 	}

@@ -43,14 +43,14 @@ func (s *ConfigService) ReadState() ReadState {
 	return ReadState{Ready: s.read.attempted, Err: s.read.err, Version: s.version}
 }
 
-// MinWatchInterval is the shortest interval Watch reads the store at.
-const MinWatchInterval = time.Second
+// minWatchInterval is the shortest interval Watch reads the store at.
+const minWatchInterval = time.Second
 
 // Watch keeps the cached config fresh in the background until ctx is done:
 // it reads the store at once, then every CacheTTL (at least
-// MinWatchInterval). So the version in force (and what metrics report of
+// minWatchInterval). So the version in force (and what metrics report of
 // it) follows the store rather than the traffic, and a database that was
 // down at start is picked up as soon as it answers.
 func (s *ConfigService) Watch(ctx context.Context) {
-	loop.Every(ctx, max(s.cacheTTL(), MinWatchInterval), func(ctx context.Context) { s.Config(ctx) })
+	loop.Every(ctx, max(s.cacheTTL(), minWatchInterval), func(ctx context.Context) { s.Config(ctx) })
 }

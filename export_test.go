@@ -19,3 +19,6 @@ func (g *Gate) hooksFor() *gateHooks {
 	}
 	return g.hooks
 }
+
+// WaitPumpEvery is how often a waiting call pumps the waitlist.
+const WaitPumpEvery = waitPumpEvery

@@ -1,9 +1,9 @@
 package capgate
 
-// LaneStoreKind names where a gate's lanes live, for status: "memory"
+// laneStoreKind names where a gate's lanes live, for status: "memory"
 // (this process only), "redis", "redis-sentinel". A LaneStore says so by
 // having a Kind method; one without it is "unknown".
-func LaneStoreKind(s LaneStore) string {
+func laneStoreKind(s LaneStore) string {
 	if k, ok := s.(interface{ Kind() string }); ok {
 		return k.Kind()
 	}

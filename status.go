@@ -14,7 +14,7 @@ type Status struct {
 	Mode       Mode                  `json:"mode"`
 	EnforceFor EnforceFor            `json:"enforce_for"`
 	Store      string                `json:"redis"` // StatusOK, or the lane store's error; "redis" on the wire, whatever the store
-	Lanes      string                `json:"lanes"` // where the lanes live (LaneStoreKind): memory, redis, redis-sentinel
+	Lanes      string                `json:"lanes"` // where the lanes live (laneStoreKind): memory, redis, redis-sentinel
 	APIHeavy   *APIHeavyStatus       `json:"api_heavy,omitempty"`
 	ES2KNN     *LaneStatus           `json:"es2_knn,omitempty"`
 	Tasks      map[string]LaneStatus `json:"-"`
@@ -82,7 +82,7 @@ const StatusOK = "ok"
 // nothing of a gate's skip window: staff asking for the status want a
 // live read. A store failure is reported in Store.
 func ReadStatus(ctx context.Context, store LaneStore, keys Keys, cfg Config) Status {
-	st := Status{Mode: cfg.Mode, EnforceFor: cfg.EnforceFor, Lanes: LaneStoreKind(store)}
+	st := Status{Mode: cfg.Mode, EnforceFor: cfg.EnforceFor, Lanes: laneStoreKind(store)}
 	if err := readStatus(ctx, store, keys, cfg, &st); err != nil {
 		return Status{Mode: cfg.Mode, EnforceFor: cfg.EnforceFor, Store: err.Error(), Lanes: st.Lanes}
 	}

@@ -60,8 +60,8 @@ func (a *Admission) join(ctx context.Context, wl Waitlist, req AcquireRequest, b
 		Limits:      req.Limits,
 		UserID:      a.call.UserID,
 		Lease:       req.Lease,
-		TicketLease: WaitTicketLease,
-		Claim:       WaitClaim,
+		TicketLease: waitTicketLease,
+		Claim:       waitClaim,
 		MaxWaiting:  a.cfg.Wait.MaxWaiting,
 		MaxPerUser:  a.cfg.Wait.MaxWaitingPerUser,
 		NotAfter:    req.NotAfter,
@@ -169,12 +169,12 @@ func (a *Admission) leave(ctx context.Context, wl Waitlist, t Ticket, req Acquir
 }
 
 // pumpAfter is when a waiter next pumps: when the earliest blocking lease
-// expires (next), and at least every WaitPumpEvery, to renew its ticket.
+// expires (next), and at least every waitPumpEvery, to renew its ticket.
 func pumpAfter(next time.Duration) time.Duration {
-	if next > 0 && next < WaitPumpEvery {
+	if next > 0 && next < waitPumpEvery {
 		return next
 	}
-	return WaitPumpEvery
+	return waitPumpEvery
 }
 
 // tookGrant records that the call took the slot it waited for: its held

@@ -100,17 +100,17 @@ type JoinResult struct {
 
 // Limits of the waiting, set by the gate.
 const (
-	// WaitTicketLease is how long a ticket lives unless the waiter pumps
+	// waitTicketLease is how long a ticket lives unless the waiter pumps
 	// it: a dead gateway's tickets vanish this long after it died.
-	WaitTicketLease = 6 * time.Second
-	// WaitPumpEvery is how often a waiter renews its ticket (running the
+	waitTicketLease = 6 * time.Second
+	// waitPumpEvery is how often a waiter renews its ticket (running the
 	// grant pass as it does); wake-ups make most waits far shorter. It
 	// also bounds how late a waiter learns of a grant whose wake-up was
 	// lost.
-	WaitPumpEvery = 2 * time.Second
-	// WaitClaim is how long a grant's leases live before the waiter picks
+	waitPumpEvery = 2 * time.Second
+	// waitClaim is how long a grant's leases live before the waiter picks
 	// the grant up: a grant to a dead gateway frees after this. It
-	// exceeds WaitPumpEvery, so a waiter whose wake-up was lost still
+	// exceeds waitPumpEvery, so a waiter whose wake-up was lost still
 	// finds its grant at its next pump.
-	WaitClaim = 3 * time.Second
+	waitClaim = 3 * time.Second
 )
