@@ -21,47 +21,16 @@ ROUNDS=${ROUNDS:-5}
 WRK_SECONDS=${WRK_SECONDS:-3}
 : "${BEFORE:?set BEFORE to the capgate binary to compare against}"
 
-WORK=$(mktemp -d "${TMPDIR:-/tmp}/capgate-ba.XXXXXX")
-PIDS=()
-cleanup() {
-	local pid
-	for pid in "${PIDS[@]}"; do kill "$pid" 2>/dev/null || true; done
-	for pid in "${PIDS[@]}"; do wait "$pid" 2>/dev/null || true; done
-	rm -rf "$WORK"
-}
-trap cleanup EXIT
-trap 'exit 130' INT TERM
-log() { printf '%s %s\n' "$(date +%H:%M:%S)" "$*" >&2; }
-free_port() {
-	local p
-	while :; do
-		p=$((20000 + RANDOM % 12000))
-		if ! (exec 3<>"/dev/tcp/127.0.0.1/$p") 2>/dev/null; then
-			echo "$p"
-			return
-		fi
-	done
-}
-wait_port() {
-	local i
-	for i in $(seq 100); do
-		(exec 3<>"/dev/tcp/127.0.0.1/$1") 2>/dev/null && return 0
-		sleep 0.1
-	done
-	echo "bench/beforeafter.sh: nothing listens on port $1" >&2
-	return 1
-}
+# shellcheck source=bench/lib.sh
+source "$ROOT/bench/lib.sh"
+bench_init ba
 
 cd "$ROOT"
 go build -o "$WORK/after" ./cmd/capgate
 cp "$BEFORE" "$WORK/before"
 NGINX=$(command -v nginx || echo /usr/sbin/nginx)
 
-RPORT=$(free_port)
-redis-server --port "$RPORT" --bind 127.0.0.1 --save '' --appendonly no --dir "$WORK" >/dev/null &
-PIDS+=($!)
-wait_port "$RPORT"
-REDIS_URL="redis://127.0.0.1:$RPORT/0"
+start_redis
 
 UPORT=$(free_port)
 mkdir -p "$WORK/nginx"
@@ -91,36 +60,7 @@ EOF
 PIDS+=($!)
 wait_port "$UPORT"
 
-{
-	echo "["
-	for i in $(seq 64); do
-		sep=","
-		[[ $i == 64 ]] && sep=""
-		echo "{\"token\":\"bench-token-$i\",\"username\":\"user$i\",\"is_staff\":false,\"auth_groups\":[\"core_user\"]}$sep"
-	done
-	echo "]"
-} >"$WORK/tokens.json"
-cat >"$WORK/post.lua" <<'EOF'
-local reqs, i = {}, 0
-init = function(args)
-  local path = args[1] or "/concepts/"
-  local body = '{"rows":[{"id":"1","name":"malaria","concept_class":"Diagnosis"}],' ..
-    '"target_repo_url":"/orgs/CIEL/sources/CIEL/","limit":5}'
-  for n = 1, 64 do
-    reqs[n] = wrk.format("POST", path, {
-      ["Content-Type"] = "application/json",
-      ["Authorization"] = "Token bench-token-" .. n,
-    }, body)
-  end
-end
-request = function()
-  i = i % #reqs + 1
-  return reqs[i]
-end
-done = function(summary, latency, requests)
-  io.write(string.format('%.1f %d\n', summary.requests / (summary.duration / 1e6), latency:percentile(50)))
-end
-EOF
+write_wrk_files
 
 # serve starts build $2 on a spare port with extra flags, as PORT[$1] and
 # SPID[$1] (not in a subshell: PIDS must see it).

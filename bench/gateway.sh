@@ -77,43 +77,7 @@ wait_port "$PPORT"
 cmdlog "nginx -p \$WORK/nginx-up -c \$WORK/nginx-up/nginx.conf      # 1 worker: return 200 '<fixed JSON>'"
 cmdlog "nginx -p \$WORK/nginx-proxy -c \$WORK/nginx-proxy/nginx.conf # $(nproc) workers: proxy_pass, keepalive 64, HTTP/1.1"
 
-# 64 users, one token each, so the user lanes are not one hot lane.
-{
-	echo "["
-	for i in $(seq 64); do
-		sep=","
-		[[ $i == 64 ]] && sep=""
-		echo "{\"token\":\"bench-token-$i\",\"username\":\"user$i\",\"is_staff\":false,\"auth_groups\":[\"core_user\"]}$sep"
-	done
-	echo "]"
-} >"$WORK/tokens.json"
-
-# The wrk script: every request a POST with a JSON body and one of the 64
-# tokens; prints one JSON line at the end.
-cat >"$WORK/post.lua" <<'EOF'
-local reqs, i = {}, 0
-init = function(args)
-  local path = args[1] or "/concepts/"
-  local body = '{"rows":[{"id":"1","name":"malaria","concept_class":"Diagnosis"}],' ..
-    '"target_repo_url":"/orgs/CIEL/sources/CIEL/","limit":5}'
-  for n = 1, 64 do
-    reqs[n] = wrk.format("POST", path, {
-      ["Content-Type"] = "application/json",
-      ["Authorization"] = "Token bench-token-" .. n,
-    }, body)
-  end
-end
-request = function()
-  i = i % #reqs + 1
-  return reqs[i]
-end
-done = function(summary, latency, requests)
-  local e = summary.errors
-  io.write(string.format('{"rps":%.1f,"p50_us":%d,"p99_us":%d,"requests":%d,"errors":%d,"non2xx":%d}\n',
-    summary.requests / (summary.duration / 1e6), latency:percentile(50), latency:percentile(99),
-    summary.requests, e.connect + e.read + e.write + e.timeout, e.status))
-end
-EOF
+write_wrk_files
 
 # serve starts capgate serve on port $1 with extra flags; sets SERVE_PID.
 serve() {

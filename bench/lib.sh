@@ -1,5 +1,5 @@
 # bench/lib.sh: the helpers the bench scripts share (run.sh, goodput.sh,
-# fleet.sh source it): a work dir and the processes started in it, stopped
+# fleet.sh, beforeafter.sh source it): a work dir and the processes started in it, stopped
 # on exit; spare ports; a redis-server of our own; missing tools.
 #
 # The sourcing script runs under `set -euo pipefail` and calls bench_init
@@ -92,4 +92,45 @@ start_redis() {
 	PIDS+=($!)
 	wait_port "$RPORT"
 	REDIS_URL="redis://127.0.0.1:$RPORT/0"
+}
+
+# write_wrk_files writes $WORK/tokens.json (64 users, one token each, so the
+# user lanes are not one hot lane) and $WORK/post.lua (wrk: every request a
+# POST with a JSON body and one of the 64 tokens; prints one JSON line at
+# the end).
+write_wrk_files() {
+	{
+		echo "["
+		for i in $(seq 64); do
+			sep=","
+			[[ $i == 64 ]] && sep=""
+			echo "{\"token\":\"bench-token-$i\",\"username\":\"user$i\",\"is_staff\":false,\"auth_groups\":[\"core_user\"]}$sep"
+		done
+		echo "]"
+	} >"$WORK/tokens.json"
+
+	cat >"$WORK/post.lua" <<'EOF'
+local reqs, i = {}, 0
+init = function(args)
+  local path = args[1] or "/concepts/"
+  local body = '{"rows":[{"id":"1","name":"malaria","concept_class":"Diagnosis"}],' ..
+    '"target_repo_url":"/orgs/CIEL/sources/CIEL/","limit":5}'
+  for n = 1, 64 do
+    reqs[n] = wrk.format("POST", path, {
+      ["Content-Type"] = "application/json",
+      ["Authorization"] = "Token bench-token-" .. n,
+    }, body)
+  end
+end
+request = function()
+  i = i % #reqs + 1
+  return reqs[i]
+end
+done = function(summary, latency, requests)
+  local e = summary.errors
+  io.write(string.format('{"rps":%.1f,"p50_us":%d,"p99_us":%d,"requests":%d,"errors":%d,"non2xx":%d}\n',
+    summary.requests / (summary.duration / 1e6), latency:percentile(50), latency:percentile(99),
+    summary.requests, e.connect + e.read + e.write + e.timeout, e.status))
+end
+EOF
 }
