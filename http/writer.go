@@ -25,11 +25,7 @@ func (w *gatedWriter) setHeaders() {
 		return
 	}
 	w.wrote = true
-	h := w.ResponseWriter.Header()
-	SetHeaders(h, w.adm)
-	setRateLimitFields(h, w.adm)
-	exposeCapacityHeaders(h)
-	h.Set(HeaderRequestID, w.rid)
+	setGatedHeaders(w.ResponseWriter.Header(), w.adm, w.rid)
 }
 
 func (w *gatedWriter) WriteHeader(code int) {
@@ -50,7 +46,16 @@ func (w *gatedWriter) Write(p []byte) (int, error) {
 // writer can't flush.
 func (w *gatedWriter) Flush() {
 	w.setHeaders()
-	_ = http.NewResponseController(w.ResponseWriter).Flush()
+	// What http.ResponseController.Flush does, without allocating the
+	// controller when the writer flushes itself.
+	switch f := w.ResponseWriter.(type) {
+	case interface{ FlushError() error }:
+		_ = f.FlushError()
+	case http.Flusher:
+		f.Flush()
+	default:
+		_ = http.NewResponseController(w.ResponseWriter).Flush()
+	}
 }
 
 // Hijack implements http.Hijacker; it fails with http.ErrNotSupported
