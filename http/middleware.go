@@ -284,7 +284,7 @@ func (m *Middleware) gated(w http.ResponseWriter, r *http.Request, call capgate.
 	m.next.ServeHTTP(gw, r)
 	// Send what is buffered before the deferred Release: the leases are
 	// given back once the response has reached the client, not before.
-	gw.Flush()
+	_ = http.NewResponseController(gw).Flush()
 }
 
 // refuse writes the 429 of a refused call.

@@ -46,16 +46,7 @@ func (w *gatedWriter) Write(p []byte) (int, error) {
 // writer can't flush.
 func (w *gatedWriter) Flush() {
 	w.setHeaders()
-	// What http.ResponseController.Flush does, without allocating the
-	// controller when the writer flushes itself.
-	switch f := w.ResponseWriter.(type) {
-	case interface{ FlushError() error }:
-		_ = f.FlushError()
-	case http.Flusher:
-		f.Flush()
-	default:
-		_ = http.NewResponseController(w.ResponseWriter).Flush()
-	}
+	_ = http.NewResponseController(w.ResponseWriter).Flush()
 }
 
 // Hijack implements http.Hijacker; it fails with http.ErrNotSupported
