@@ -65,6 +65,12 @@ type Admission struct {
 	renewBegan time.Time       // when renewals began; requires g.rn.mu held
 	renewAt    time.Time       // the next renewal; requires g.rn.mu held
 	renewSlot  int             // 1 + index in g.rn.live; 0 when not renewed; requires g.rn.mu held
+
+	// Backing arrays of lanes, keys, the limits and the counts, so that
+	// a call of up to planLanes lanes allocates none of them apart.
+	laneBuf [planLanes]Lane
+	keyBuf  [planLanes]string
+	intBuf  [2 * planLanes]int
 }
 
 // acquire plans the lanes, takes the leases and decides. An error it
@@ -80,7 +86,7 @@ func (a *Admission) acquire(ctx context.Context) error {
 	if a.call.UserID == "" {
 		return errors.New("no user id")
 	}
-	a.lanes = g.keys().Plan(a.cfg, a.call)
+	a.lanes = g.keys().AppendPlan(a.laneBuf[:0], a.cfg, a.call)
 	if err := ctx.Err(); err != nil {
 		// The client left before we asked the store: nothing to count,
 		// and no sign the store failed.
@@ -88,8 +94,13 @@ func (a *Admission) acquire(ctx context.Context) error {
 		a.setErr(fmt.Errorf("caller gone before acquire: %w", err))
 		return nil
 	}
-	a.keys = make([]string, len(a.lanes))
-	limits := make([]int, len(a.lanes))
+	n := len(a.lanes)
+	keys, ints := a.keyBuf[:], a.intBuf[:]
+	if n > planLanes {
+		keys, ints = make([]string, n), make([]int, 2*n)
+	}
+	a.keys = keys[:n:n]
+	limits, before := ints[:n:n], ints[n:2*n:2*n]
 	for i, l := range a.lanes {
 		a.keys[i], limits[i] = l.Key, l.Limit
 	}
@@ -116,7 +127,6 @@ func (a *Admission) acquire(ctx context.Context) error {
 		a.setErr(ErrSkipped)
 		return a.degradeLate(ctx, wl, req, false)
 	}
-	before := make([]int, len(a.lanes))
 	var taken bool
 	var err error
 	if wl != nil {
@@ -279,10 +289,16 @@ func (a *Admission) releaseLeases(ctx context.Context) {
 		g.retryRelease(a.token, a.keys, lease)
 		return
 	}
-	deadline := g.storeDeadline()
 	// The client may be gone; the leases must still be given back.
-	rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), deadline)
-	defer cancel()
+	rctx := context.Background()
+	if laneStoreKind(g.Store) != "memory" {
+		// The store's I/O gets the request's values and a deadline. The
+		// in-process store has no I/O and reads from its context only
+		// whether it is done, which Background never is.
+		var cancel context.CancelFunc
+		rctx, cancel = context.WithTimeout(context.WithoutCancel(ctx), g.storeDeadline())
+		defer cancel()
+	}
 	if err := a.releaseStore(rctx); err != nil {
 		g.storeFailed("release", err)
 		a.setErr(err)
@@ -406,30 +422,43 @@ func (a *Admission) Record() Record {
 		AutomatchRunID: a.call.AutomatchRunID,
 		CID:            a.call.CID,
 	}
+	// The values the pointer fields point to live in one allocation.
+	v := new(recordValues)
+	full := v.full[:0]
 	for i, l := range a.lanes {
 		if a.full.has(i) {
-			r.Full = append(r.Full, string(l.Name))
+			full = append(full, string(l.Name))
 		}
-		limit := l.Limit
-		var inFlight *int
+		var inFlight, limit *int
 		if a.counts != nil {
 			inFlight = &a.counts[i]
 		}
-		r.SetLane(l.Name, inFlight, &limit)
+		if i < len(v.limits) {
+			limit = &v.limits[i]
+		} else {
+			limit = new(int)
+		}
+		*limit = l.Limit
+		r.SetLane(l.Name, inFlight, limit)
+	}
+	if len(full) > 0 {
+		r.Full = full
 	}
 	if n, ok := a.Suggested(); ok {
-		r.Suggested = &n
+		v.suggested = n
+		r.Suggested = &v.suggested
 	}
 	if s, ok := a.RetryAfter(); ok {
-		r.RetryAfter = &s
+		v.retryAfter = s
+		r.RetryAfter = &v.retryAfter
 	}
 	if a.call.HasQueueMS {
-		q := a.call.QueueMS
-		r.QueueMS = &q
+		v.queueMS = a.call.QueueMS
+		r.QueueMS = &v.queueMS
 	}
 	if d, ok := a.Waited(); ok {
-		w := d.Milliseconds()
-		r.WaitMS = &w
+		v.waitMS = d.Milliseconds()
+		r.WaitMS = &v.waitMS
 	}
 	a.mu.Lock()
 	if a.err != nil {
@@ -438,9 +467,18 @@ func (a *Admission) Record() Record {
 	r.LeaseLost, r.TS = a.leaseLost, a.finished
 	r.Degraded = a.degraded
 	if a.released && a.heldMS >= 0 {
-		h := a.heldMS
-		r.HeldMS = &h
+		v.heldMS = a.heldMS
+		r.HeldMS = &v.heldMS
 	}
 	a.mu.Unlock()
 	return r
+}
+
+// recordValues holds what a Record's pointer fields and Full point to.
+type recordValues struct {
+	limits                [planLanes]int
+	suggested, retryAfter int
+	queueMS, waitMS       int64
+	heldMS                int64
+	full                  [planLanes]string
 }

@@ -93,11 +93,15 @@ func (k Keys) Lane(name LaneName, id string) string {
 	return k.prefix() + ":" + string(name) + ":" + id
 }
 
+// planLanes is the most lanes a call is planned in: api_heavy, task,
+// es2_knn, tier and user.
+const planLanes = 5
+
 // Plan returns the lanes of call under cfg, in lane order: api_heavy (the
 // cluster limit for a single-row $match, else the bulk limit), the task
 // lane, es2_knn for semantic calls, the tier lane and the user lane.
 func (k Keys) Plan(cfg Config, call Call) []Lane {
-	return k.AppendPlan(make([]Lane, 0, 5), cfg, call)
+	return k.AppendPlan(make([]Lane, 0, planLanes), cfg, call)
 }
 
 // AppendPlan is Plan appending to lanes, so a hot path can reuse a buffer.

@@ -21,7 +21,10 @@ const (
 
 // attribute fills in the call's attribution from r's headers.
 func (m *Middleware) attribute(call *capgate.Call, r *http.Request) {
-	meta := header.ParseEventMetadata(r.Header.Get(header.EventMetadata))
+	var meta map[string]any // nil reads as empty
+	if v := r.Header.Get(header.EventMetadata); v != "" {
+		meta = header.ParseEventMetadata(v)
+	}
 	call.Aware = header.CapacityAware(meta)
 	call.AlgorithmID = metadataString(meta, "algorithm_id", maxAlgorithmID)
 	call.AutomatchRunID = metadataString(meta, "automatch_run_id", maxAutomatchRunID)

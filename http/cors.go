@@ -10,9 +10,23 @@ import (
 // standard RateLimit-Policy and RateLimit fields to h's
 // Access-Control-Expose-Headers, keeping what the API listed there.
 func exposeCapacityHeaders(h http.Header) {
-	const key = "Access-Control-Expose-Headers"
+	h[exposeHeadersKey] = []string{exposeValue(h)}
+}
+
+const exposeHeadersKey = "Access-Control-Expose-Headers"
+
+// exposedList is the expose list when the API listed nothing.
+var exposedList = strings.Join(append(ExposedHeaders(), rateLimitFields...), ", ")
+
+// exposeValue returns h's Access-Control-Expose-Headers with the capacity
+// headers, Retry-After and the RateLimit fields added.
+func exposeValue(h http.Header) string {
+	listed := h.Values(exposeHeadersKey)
+	if len(listed) == 0 {
+		return exposedList
+	}
 	var names []string
-	for _, v := range h.Values(key) {
+	for _, v := range listed {
 		for n := range strings.SplitSeq(v, ",") {
 			if n = strings.TrimSpace(n); n != "" {
 				names = append(names, n)
@@ -24,7 +38,7 @@ func exposeCapacityHeaders(h http.Header) {
 			names = append(names, n)
 		}
 	}
-	h.Set(key, strings.Join(names, ", "))
+	return strings.Join(names, ", ")
 }
 
 // corsPolicy gives the middleware's own 429 the CORS headers the API

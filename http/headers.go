@@ -3,6 +3,7 @@ package http
 import (
 	"net/http"
 	"strconv"
+	"strings"
 
 	"github.com/capgate/capgate"
 	"github.com/capgate/capgate/header"
@@ -24,11 +25,117 @@ func SetHeaders(h http.Header, adm *capgate.Admission) {
 	if h == nil || adm == nil || adm.Decision() == capgate.DecisionNone {
 		return
 	}
-	// The names are canonical: assigning them skips h.Set's
-	// canonicalisation.
-	set := func(k, v string) { h[k] = []string{v} }
+	w := headerWriter{h: h}
+	w.capacity(adm)
+	w.flush()
+}
+
+// setGatedHeaders sets the headers a gated call's response carries: the
+// capacity headers, the RateLimit fields, the CORS expose list and
+// X-Request-ID (rid), as SetHeaders, setRateLimitFields,
+// exposeCapacityHeaders and h.Set would, in one go.
+func setGatedHeaders(h http.Header, adm *capgate.Admission, rid string) {
+	if h == nil {
+		return
+	}
+	w := headerWriter{h: h}
+	if adm != nil && adm.Decision() != capgate.DecisionNone {
+		w.capacity(adm)
+	}
+	w.rateLimit(adm)
+	w.set(exposeHeadersKey, exposeValue(h))
+	w.set(requestIDKey, rid)
+	w.flush()
+}
+
+// maxHeaderValues is how many values a headerWriter holds: the most a
+// gated response gets is 14.
+const maxHeaderValues = 16
+
+// headerWriter sets header values at two allocations in all, not two
+// each: the numbers and other built text go into one strings.Builder, and
+// each value's one-element slice is carved from one backing array
+// (capped, so that appending to one never reaches the next). The keys
+// must be canonical: they are assigned as they are.
+type headerWriter struct {
+	h    http.Header
+	n    int
+	vals [maxHeaderValues]headerValue
+	text strings.Builder
+}
+
+// headerTextSize is room for all the text of a gated call's values.
+const headerTextSize = 160
+
+// headerValue is one value: lit, or text[from:to] when to > from.
+type headerValue struct {
+	key      string
+	lit      string
+	from, to int
+}
+
+// set sets k to the string v.
+func (w *headerWriter) set(k, v string) {
+	if w.n == len(w.vals) {
+		w.h[k] = []string{v}
+		return
+	}
+	w.vals[w.n] = headerValue{key: k, lit: v}
+	w.n++
+}
+
+// begin returns where the next value's text starts.
+func (w *headerWriter) begin() int {
+	if w.text.Cap() == 0 {
+		w.text.Grow(headerTextSize)
+	}
+	return w.text.Len()
+}
+
+// setText sets k to the text written since from.
+func (w *headerWriter) setText(k string, from int) {
+	if w.n == len(w.vals) {
+		w.h[k] = []string{w.text.String()[from:]}
+		return
+	}
+	w.vals[w.n] = headerValue{key: k, from: from, to: w.text.Len()}
+	w.n++
+}
+
+// writeInt writes n in decimal to the text.
+func (w *headerWriter) writeInt(n int64) {
+	var b [20]byte
+	w.text.Write(strconv.AppendInt(b[:0], n, 10))
+}
+
+func (w *headerWriter) setInt(k string, n int64) {
+	from := w.begin()
+	w.writeInt(n)
+	w.setText(k, from)
+}
+
+// flush assigns the values set to h.
+func (w *headerWriter) flush() {
+	if w.n == 0 {
+		return
+	}
+	text := w.text.String()
+	vals := make([]string, w.n)
+	for i, v := range w.vals[:w.n] {
+		vals[i] = v.lit
+		if v.to > v.from {
+			vals[i] = text[v.from:v.to]
+		}
+		w.h[v.key] = vals[i : i+1 : i+1]
+	}
+	w.n = 0
+}
+
+// capacity sets the capacity headers of adm (see SetHeaders), which has a
+// decision. The names are canonical.
+func (w *headerWriter) capacity(adm *capgate.Admission) {
 	d := adm.Decision()
-	set(header.Decision, string(d))
+	w.set(header.Decision, string(d))
 	lanes, counts := adm.Lanes(), adm.Counts()
 	for i, l := range lanes {
 		var limit, inFlight string
@@ -40,27 +147,27 @@ func SetHeaders(h http.Header, adm *capgate.Admission) {
 		default:
 			continue
 		}
-		set(limit, strconv.Itoa(l.Limit))
+		w.setInt(limit, int64(l.Limit))
 		if counts != nil {
-			set(inFlight, strconv.Itoa(counts[i]))
+			w.setInt(inFlight, int64(counts[i]))
 		}
 	}
 	if t := adm.Call().Tier; t != "" {
-		set(header.Tier, string(t))
+		w.set(header.Tier, string(t))
 	}
 	if n, ok := adm.Suggested(); ok {
-		set(header.SuggestedConcurrency, strconv.Itoa(n))
+		w.setInt(header.SuggestedConcurrency, int64(n))
 	}
-	if w, ok := adm.Waited(); ok {
-		set(header.Waited, strconv.FormatInt(w.Milliseconds(), 10))
+	if d, ok := adm.Waited(); ok {
+		w.setInt(header.Waited, d.Milliseconds())
 	}
 	if ms, ok := adm.SpacingMS(); ok {
-		set(header.SuggestedSpacing, strconv.FormatInt(ms, 10))
+		w.setInt(header.SuggestedSpacing, ms)
 	}
 	// Only the gate's own refusal gets its Retry-After; one the API sent
 	// itself (its rate limit, a 503) is left alone.
 	if s, ok := adm.RetryAfter(); ok && d == capgate.DecisionRefused {
-		set(header.RetryAfter, strconv.Itoa(s))
+		w.setInt(header.RetryAfter, int64(s))
 	}
 }
 

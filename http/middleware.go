@@ -21,6 +21,10 @@ const (
 	HeaderTraceID   = "X-Amzn-Trace-Id"
 )
 
+// requestIDKey is HeaderRequestID in canonical form, for assigning it
+// without h.Set's canonicalisation.
+const requestIDKey = "X-Request-Id"
+
 // Middleware gates the heavy calls of the handler it wraps. For each
 // request it:
 //
@@ -239,7 +243,7 @@ func hasCredentials(r *http.Request) bool {
 // gated admits a heavy call and serves it (or refuses it).
 func (m *Middleware) gated(w http.ResponseWriter, r *http.Request, call capgate.Call, caller capgate.Caller, err error) {
 	ctx := r.Context()
-	rid := r.Header.Get(HeaderRequestID)
+	rid := firstValue(r.Header, requestIDKey)
 	if rid == "" {
 		rid = newRequestID()
 	}
@@ -264,11 +268,12 @@ func (m *Middleware) gated(w http.ResponseWriter, r *http.Request, call capgate.
 		return
 	}
 	actx := withAdmission(ctx, adm) // AdmissionFrom
-	if r.Header.Get(HeaderRequestID) == "" {
-		r = r.Clone(actx) // one copy of the request for both changes
-		r.Header.Set(HeaderRequestID, rid)
-	} else {
-		r = r.WithContext(actx)
+	hadID := firstValue(r.Header, requestIDKey) != ""
+	r = r.WithContext(actx)
+	if !hadID {
+		// The handler's request gets a header of its own, so the
+		// caller's request is left as it was.
+		r.Header = cloneHeaderWith(r.Header, requestIDKey, rid)
 	}
 	gw := &gatedWriter{ResponseWriter: w, adm: adm, rid: rid}
 	defer func() {
@@ -285,11 +290,9 @@ func (m *Middleware) gated(w http.ResponseWriter, r *http.Request, call capgate.
 // refuse writes the 429 of a refused call.
 func (m *Middleware) refuse(w http.ResponseWriter, r *http.Request, adm *capgate.Admission, rid string) {
 	h := w.Header()
-	SetHeaders(h, adm)
-	setRateLimitFields(h, adm)
 	m.cors.refusal(h, r.Header.Get("Origin"))
 	h.Set("Content-Type", "application/json")
-	h.Set(HeaderRequestID, rid)
+	setGatedHeaders(h, adm, rid)
 	body := RefusalBody(adm)
 	w.WriteHeader(http.StatusTooManyRequests)
 	_, _ = w.Write(body)
@@ -310,6 +313,39 @@ func (m *Middleware) recovered(gw *gatedWriter, r *http.Request, p any) {
 	gw.Header().Set("X-Content-Type-Options", "nosniff")
 	gw.WriteHeader(http.StatusInternalServerError)
 	_, _ = gw.Write([]byte("Internal Server Error\n"))
+}
+
+// firstValue is h.Get(k) for a canonical k, which h.Get would copy to
+// canonicalise.
+func firstValue(h http.Header, k string) string {
+	if v := h[k]; len(v) > 0 {
+		return v[0]
+	}
+	return ""
+}
+
+// cloneHeaderWith returns a deep copy of h with k (canonical) set to v: as
+// h.Clone and Set would, with room made for k up front and all the values
+// in one backing array.
+func cloneHeaderWith(h http.Header, k, v string) http.Header {
+	nv := 1
+	for _, vv := range h {
+		nv += len(vv)
+	}
+	sv := make([]string, nv)
+	h2 := make(http.Header, len(h)+1)
+	for hk, vv := range h {
+		if vv == nil {
+			h2[hk] = nil // as Header.Clone keeps a nil value
+			continue
+		}
+		n := copy(sv, vv)
+		h2[hk] = sv[:n:n]
+		sv = sv[n:]
+	}
+	sv[0] = v
+	h2[k] = sv[:1:1]
+	return h2
 }
 
 // newRequestID returns 32 random hex characters.

@@ -35,7 +35,23 @@ const quotaUnit = "concurrent-requests"
 // full), t the Retry-After seconds of a refusal. Nothing is set when the
 // counts are unknown (an unavailable call).
 func setRateLimitFields(h http.Header, adm *capgate.Admission) {
-	if adm == nil || h == nil {
+	if h == nil {
+		return
+	}
+	w := headerWriter{h: h}
+	w.rateLimit(adm)
+	w.flush()
+}
+
+// The fields' names in canonical form, as headerWriter assigns them.
+const (
+	rateLimitPolicyKey = "Ratelimit-Policy"
+	rateLimitKey       = "Ratelimit"
+)
+
+// rateLimit sets the fields of setRateLimitFields.
+func (w *headerWriter) rateLimit(adm *capgate.Admission) {
+	if adm == nil {
 		return
 	}
 	lanes, counts := adm.Lanes(), adm.Counts()
@@ -43,14 +59,22 @@ func setRateLimitFields(h http.Header, adm *capgate.Admission) {
 		return
 	}
 	i := laneInScope(adm.Scope(), lanes, counts)
-	name := strconv.Quote(string(lanes[i].Name))
-	left := max(lanes[i].Limit-counts[i], 0)
-	h.Set(HeaderRateLimitPolicy, name+";q="+strconv.Itoa(lanes[i].Limit)+`;qu="`+quotaUnit+`"`)
-	v := name + ";r=" + strconv.Itoa(left)
+	name := lanes[i].Name
+	from := w.begin()
+	w.writeQuoted(name)
+	w.text.WriteString(";q=")
+	w.writeInt(int64(lanes[i].Limit))
+	w.text.WriteString(`;qu="` + quotaUnit + `"`)
+	w.setText(rateLimitPolicyKey, from)
+	from = w.begin()
+	w.writeQuoted(name)
+	w.text.WriteString(";r=")
+	w.writeInt(int64(max(lanes[i].Limit-counts[i], 0)))
 	if s, ok := adm.RetryAfter(); ok && adm.Refused() {
-		v += ";t=" + strconv.Itoa(s)
+		w.text.WriteString(";t=")
+		w.writeInt(int64(s))
 	}
-	h.Set(HeaderRateLimit, v)
+	w.setText(rateLimitKey, from)
 }
 
 // laneInScope returns the index of the scope lane, else of the lane with
@@ -66,4 +90,11 @@ func laneInScope(scope capgate.LaneName, lanes []capgate.Lane, counts []int) int
 		}
 	}
 	return best
+}
+
+// writeQuoted writes the lane name as a Go-quoted string, which for a lane
+// name (plain ASCII) is the Structured Field string too.
+func (w *headerWriter) writeQuoted(name capgate.LaneName) {
+	var b [64]byte
+	w.text.Write(strconv.AppendQuote(b[:0], string(name)))
 }

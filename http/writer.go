@@ -25,11 +25,7 @@ func (w *gatedWriter) setHeaders() {
 		return
 	}
 	w.wrote = true
-	h := w.ResponseWriter.Header()
-	SetHeaders(h, w.adm)
-	setRateLimitFields(h, w.adm)
-	exposeCapacityHeaders(h)
-	h.Set(HeaderRequestID, w.rid)
+	setGatedHeaders(w.ResponseWriter.Header(), w.adm, w.rid)
 }
 
 func (w *gatedWriter) WriteHeader(code int) {

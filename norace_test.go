@@ -1,0 +1,5 @@
+//go:build !race
+
+package capgate_test
+
+const raceEnabled = false
