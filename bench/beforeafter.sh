@@ -99,7 +99,8 @@ measure() { # round build target conns store path
 	local out threads=1 pid=${SPID[$2-$5]} t0 t1
 	(($4 > 1)) && threads=2
 	t0=$(cpu_ticks "$pid")
-	out=$(wrk -t "$threads" -c "$4" -d "${WRK_SECONDS}s" -s "$WORK/post.lua" "http://127.0.0.1:${PORT[$2-$5]}" -- "$6" | tail -1)
+	out=$(wrk -t "$threads" -c "$4" -d "${WRK_SECONDS}s" -s "$WORK/post.lua" "http://127.0.0.1:${PORT[$2-$5]}" -- "$6" | tail -1 |
+		sed -E 's/.*"rps":([0-9.]+),"p50_us":([0-9]+).*/\1 \2/')
 	t1=$(cpu_ticks "$pid")
 	echo "$1 $2 $3 $out $(awk -v d=$((t1 - t0)) -v us="$TICK_US" -v rps="${out%% *}" -v s="$WRK_SECONDS" \
 		'BEGIN { printf "%.1f", d * us / (rps * s) }')" >>"$WORK/results"
