@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"sync"
+	"sync/atomic"
 	"time"
 )
 
@@ -11,9 +12,10 @@ import (
 // leases, instead of a goroutine per call. Each call is renewed every
 // renew_seconds from when it took its leases, until Release, a lost lease,
 // or max_hold_seconds; the timer is set for the earliest renewal due, and
-// each time it fires the calls that are due are renewed one after another
-// on the timer's goroutine. Admitting and releasing a call only adds it to
-// and removes it from a list: nothing is started or waited for.
+// each time it fires the calls that are due are renewed, side by side when
+// there are several (at most renewWorkers at once). Admitting and
+// releasing a call only adds it to and removes it from a list: nothing is
+// started or waited for.
 
 // renewer is the gate's set of calls to renew. The zero value is ready.
 type renewer struct {
@@ -142,20 +144,47 @@ func (g *Gate) renewDue() {
 	r.rounds.Add(1) // before closed can be set: Close waits for this round
 	r.mu.Unlock()
 	defer r.rounds.Done()
+	if len(due) == 1 {
+		g.renewSafely(due[0])
+		return
+	}
+	// Side by side, a few at a time: one slow renewal must not hold back
+	// the others until their leases expire, and a round must not flood the
+	// store. The workers end with the round; none is started per call.
+	var taken atomic.Int64
+	var wg sync.WaitGroup
+	for range min(len(due), renewWorkers) {
+		wg.Go(func() {
+			for {
+				i := int(taken.Add(1)) - 1
+				if i >= len(due) || r.stopped() {
+					return
+				}
+				g.renewSafely(due[i])
+			}
+		})
+	}
+	wg.Wait()
+}
+
+// renewSafely renews a's leases once; a panic (a bug) is logged, and the
+// other calls' renewals go on.
+func (g *Gate) renewSafely(a *Admission) {
 	defer func() {
 		if p := recover(); p != nil {
 			g.logger().Error("capacity gate: renewer panicked", "panic", fmt.Sprint(p))
 		}
 	}()
-	for _, a := range due {
-		r.mu.Lock()
-		stopped := r.closed
-		r.mu.Unlock()
-		if stopped {
-			return
-		}
-		a.renew()
-	}
+	a.renew()
+}
+
+// renewWorkers bounds the renewals of one round that run at once.
+const renewWorkers = 8
+
+func (r *renewer) stopped() bool {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return r.closed
 }
 
 // renew renews the call's leases once. A lease found lost marks the call

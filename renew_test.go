@@ -3,6 +3,7 @@ package capgate_test
 import (
 	"context"
 	"runtime"
+	"sync/atomic"
 	"testing"
 	"testing/synctest"
 	"time"
@@ -55,5 +56,49 @@ func TestOneRenewerForAllCalls(t *testing.T) {
 			t.Fatalf("b's lease outlived Close by 100 s: user lane %d", n)
 		}
 		b.Release(ctx)
+	})
+}
+
+// TestRenewalsDueTogetherRunSideBySide: the calls due in one round are
+// renewed side by side, a few at a time, so one slow renewal does not
+// hold the others back until their leases expire.
+func TestRenewalsDueTogetherRunSideBySide(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		e := newFaultEnv(t)
+		ctx := context.Background()
+		gate := make(chan struct{})
+		var inFlight, most atomic.Int32
+		e.store.RenewFn = func(ctx context.Context, token string, keys []string, lease time.Duration) (int, error) {
+			n := inFlight.Add(1)
+			for {
+				m := most.Load()
+				if n <= m || most.CompareAndSwap(m, n) {
+					break
+				}
+			}
+			<-gate // a store that answers only when told
+			inFlight.Add(-1)
+			return e.mem.Renew(ctx, token, keys, lease)
+		}
+		var adms []*capgate.Admission
+		for _, u := range []string{"p", "q", "r", "s"} {
+			adms = append(adms, e.gate.Admit(ctx, lanetest.Match(u, capgate.TierPreview)))
+		}
+		time.Sleep(21 * time.Second) // all four due at 20 s (renew_seconds)
+		synctest.Wait()
+		if n := inFlight.Load(); n != 4 {
+			t.Errorf("renewals in flight while the store is slow = %d, want all 4 due", n)
+		}
+		close(gate)
+		synctest.Wait()
+		if m := most.Load(); m != 4 {
+			t.Errorf("at most %d renewals at once, want 4", m)
+		}
+		for _, a := range adms {
+			if a.LeaseLost() {
+				t.Errorf("%s lost its lease", a.Call().UserID)
+			}
+			a.Release(ctx)
+		}
 	})
 }
