@@ -309,7 +309,7 @@ func (a *Admission) releaseLeases(ctx context.Context) {
 func (a *Admission) emit() {
 	defer func() { _ = recover() }() // a failing log line never fails the call
 	rec := a.Record()
-	line := rec.AppendJSON(make([]byte, 0, 512))
+	line := rec.AppendJSON(make([]byte, 0, 768)) // a gateway's usual line is 450–600 bytes
 	if h := a.g.hooks; h != nil && h.emit != nil {
 		_ = h.emit(line)
 		return

@@ -183,9 +183,19 @@ const hexDigits = "0123456789abcdef"
 
 // appendJSONString appends s as a JSON string. Invalid UTF-8 is replaced by
 // U+FFFD, as encoding/json does, so a hostile header can't break the line.
+// Runs of ASCII that need no escape (nearly every value) are copied whole.
 func appendJSONString(b []byte, s string) []byte {
 	b = append(b, '"')
-	for _, r := range s {
+	start := 0 // s[start:i] is plain ASCII not yet appended
+	for i := 0; i < len(s); {
+		if c := s[i]; c >= 0x20 && c < utf8.RuneSelf && c != '"' && c != '\\' && c != '<' && c != '>' && c != '&' {
+			i++
+			continue
+		}
+		b = append(b, s[start:i]...)
+		r, size := utf8.DecodeRuneInString(s[i:])
+		i += size
+		start = i
 		switch {
 		case r == '"' || r == '\\':
 			b = append(b, '\\', byte(r))
@@ -201,5 +211,6 @@ func appendJSONString(b []byte, s string) []byte {
 			b = utf8.AppendRune(b, r)
 		}
 	}
+	b = append(b, s[start:]...)
 	return append(b, '"')
 }
