@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/capgate/capgate/internal/randhex"
+	"github.com/capgate/capgate/internal/truncate"
 )
 
 // ErrSkipped is the error of a call decided without the lane store
@@ -180,7 +181,7 @@ func (a *Admission) acquire(ctx context.Context) error {
 		}
 		if ruleErr == nil {
 			a.scope = scopeOf(a.lanes, a.full)
-			a.retry, a.spacing = refusalHints(a.cfg.RetryAfter, a.lanes, before, a.full, a.scope, g.Holds)
+			a.retry, a.spacing = refusalHints(a.cfg.RetryAfter, a.lanes, before, a.full, a.scope, g.holds)
 		}
 	}
 	// From here on the counts include this call when it took the lease.
@@ -462,7 +463,7 @@ func (a *Admission) Record() Record {
 	}
 	a.mu.Lock()
 	if a.err != nil {
-		r.Error = Truncate(a.err.Error(), maxErrorLen)
+		r.Error = truncate.Runes(a.err.Error(), maxErrorLen)
 	}
 	r.LeaseLost, r.TS = a.leaseLost, a.finished
 	r.Degraded = a.degraded

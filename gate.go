@@ -58,10 +58,10 @@ type Gate struct {
 	// and while Store is unavailable they decide alone, with degraded
 	// limits (degraded.go). nil: none.
 	Local LaneStore
-	// Holds keeps the lanes' recent hold times for the adaptive
-	// Retry-After (hints.go); nil: no history, the prior applies. NewGate
-	// sets one.
-	Holds *HoldTimes
+	// holds keeps the lanes' recent hold times for the adaptive
+	// Retry-After (hints.go); nil (a Gate built without NewGate): no
+	// history, the prior applies.
+	holds *holdTimes
 
 	bg    background // release retries and the gateway count (background.go)
 	hooks *gateHooks // fault injection for tests; nil in production
@@ -89,7 +89,7 @@ func NewGate(store LaneStore, cfg ConfigSource, sink Sink, taskID string) *Gate 
 		Skip:      NewSkipWindow(DefaultSkipDuration, nil),
 		Now:       time.Now,
 		Logger:    slog.Default(),
-		Holds:     &HoldTimes{},
+		holds:     &holdTimes{},
 	}
 }
 

@@ -24,19 +24,19 @@ const (
 // exponentially weighted mean): about the last eight calls count.
 const holdWeight = 0.25
 
-// HoldTimes keeps, per lane name, a recent estimate of how long a call
+// holdTimes keeps, per lane name, a recent estimate of how long a call
 // holds the lane, from this gateway's own releases. Keying by lane name
 // (not lane key) keeps it bounded whatever the number of users; every lane
 // of a call is held for the same time, so the names differ only in the mix
 // of calls that pass through them. The zero value is ready to use and
-// knows no history. A HoldTimes is safe for concurrent use.
-type HoldTimes struct {
+// knows no history. A holdTimes is safe for concurrent use.
+type holdTimes struct {
 	mu  sync.Mutex
 	est map[LaneName]time.Duration // requires mu held
 }
 
-// Observe records that a call held lanes for held.
-func (h *HoldTimes) Observe(lanes []Lane, held time.Duration) {
+// observe records that a call held lanes for held.
+func (h *holdTimes) observe(lanes []Lane, held time.Duration) {
 	if h == nil || held <= 0 {
 		return
 	}
@@ -55,9 +55,9 @@ func (h *HoldTimes) Observe(lanes []Lane, held time.Duration) {
 	}
 }
 
-// Of fills holds (len(lanes)) with each lane's estimate; 0 where the lane
+// of fills holds (len(lanes)) with each lane's estimate; 0 where the lane
 // has no history.
-func (h *HoldTimes) Of(lanes []Lane, holds []time.Duration) {
+func (h *holdTimes) of(lanes []Lane, holds []time.Duration) {
 	if h == nil {
 		clear(holds)
 		return
@@ -112,12 +112,12 @@ func spacing(ra RetryAfter, l Lane, hold time.Duration) time.Duration {
 // refusalHints returns Retry-After (seconds) and the scope lane's spacing
 // under ra's policy for a call that found full lanes; the fixed policy
 // gives no spacing.
-func refusalHints(ra RetryAfter, lanes []Lane, before []int, full laneSet, scope int, holds *HoldTimes) (retry int, every time.Duration) {
+func refusalHints(ra RetryAfter, lanes []Lane, before []int, full laneSet, scope int, holds *holdTimes) (retry int, every time.Duration) {
 	if ra.Policy == PolicyFixed {
 		return retryAfterSeconds(ra, lanes, before, full), 0
 	}
 	hs := make([]time.Duration, len(lanes))
-	holds.Of(lanes, hs)
+	holds.of(lanes, hs)
 	retry = adaptiveRetryAfter(ra, lanes, before, full, hs)
 	if scope >= 0 {
 		every = spacing(ra, lanes[scope], hs[scope])
@@ -147,6 +147,6 @@ func (a *Admission) observeHold() {
 	held, lost := a.finished.Sub(a.leased), a.leaseLost
 	a.mu.Unlock()
 	if !lost {
-		a.g.Holds.Observe(a.lanes, held)
+		a.g.holds.observe(a.lanes, held)
 	}
 }

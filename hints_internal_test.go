@@ -56,8 +56,8 @@ func TestAdaptiveRetryAfter(t *testing.T) {
 
 func TestRefusalHintsFixedIsTheSeedFormula(t *testing.T) {
 	ra := RetryAfter{Policy: PolicyFixed, Base: 5, Max: 30, Paused: 120}
-	var h HoldTimes
-	h.Observe(lanes(9, 9, 9, 9, 9), 100*time.Millisecond) // history the fixed policy ignores
+	var h holdTimes
+	h.observe(lanes(9, 9, 9, 9, 9), 100*time.Millisecond) // history the fixed policy ignores
 	for _, c := range []struct {
 		limits, before []int
 		want           int
@@ -80,28 +80,28 @@ func TestRefusalHintsFixedIsTheSeedFormula(t *testing.T) {
 }
 
 func TestHoldTimes(t *testing.T) {
-	var h HoldTimes
+	var h holdTimes
 	task := lanes(3, 2)
 	got := make([]time.Duration, 2)
-	h.Of(task, got)
+	h.of(task, got)
 	if got[0] != 0 || got[1] != 0 {
 		t.Fatalf("no history: %v, want zeros", got)
 	}
-	h.Observe(task, 2*time.Second) // the first hold sets the estimate
-	h.Observe(task, 1*time.Second) // then each moves it a quarter of the way
-	h.Of(task, got)
+	h.observe(task, 2*time.Second) // the first hold sets the estimate
+	h.observe(task, 1*time.Second) // then each moves it a quarter of the way
+	h.of(task, got)
 	if want := 1750 * time.Millisecond; got[0] != want || got[1] != want {
 		t.Fatalf("after 2 s and 1 s: %v, want %v", got, want)
 	}
-	h.Observe(task, 0) // not a hold
-	h.Of(task, got)
+	h.observe(task, 0) // not a hold
+	h.of(task, got)
 	if got[1] != 1750*time.Millisecond {
 		t.Fatalf("a zero hold moved the estimate to %v", got[1])
 	}
-	var none *HoldTimes
-	none.Observe(task, time.Second)
-	none.Of(task, got)
+	var none *holdTimes
+	none.observe(task, time.Second)
+	none.of(task, got)
 	if got[0] != 0 {
-		t.Fatalf("nil HoldTimes gave %v", got)
+		t.Fatalf("nil holdTimes gave %v", got)
 	}
 }

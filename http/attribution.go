@@ -9,6 +9,7 @@ import (
 
 	"github.com/capgate/capgate"
 	"github.com/capgate/capgate/header"
+	"github.com/capgate/capgate/internal/truncate"
 )
 
 // Attribution limits, in characters.
@@ -28,7 +29,7 @@ func (m *Middleware) attribute(call *capgate.Call, r *http.Request) {
 	call.Aware = header.CapacityAware(meta)
 	call.AlgorithmID = metadataString(meta, "algorithm_id", maxAlgorithmID)
 	call.AutomatchRunID = metadataString(meta, "automatch_run_id", maxAutomatchRunID)
-	call.RequestSource = capgate.Truncate(r.Header.Get(header.RequestSource), maxRequestSource)
+	call.RequestSource = truncate.Runes(r.Header.Get(header.RequestSource), maxRequestSource)
 	if h := r.Header.Get(HeaderTraceID); h != "" {
 		call.QueueMS, call.HasQueueMS = parseQueueMS(h, m.now())
 	}
@@ -37,7 +38,7 @@ func (m *Middleware) attribute(call *capgate.Call, r *http.Request) {
 // metadataString returns the string form of meta[key] (see
 // header.MetadataString) cut to its first max characters.
 func metadataString(meta map[string]any, key string, max int) string {
-	return capgate.Truncate(header.MetadataString(meta, key), max)
+	return truncate.Runes(header.MetadataString(meta, key), max)
 }
 
 // Queue time bounds: a trace stamp further out is a clock problem or a

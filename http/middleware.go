@@ -13,6 +13,7 @@ import (
 
 	"github.com/capgate/capgate"
 	"github.com/capgate/capgate/internal/randhex"
+	"github.com/capgate/capgate/internal/truncate"
 )
 
 // Request headers the middleware reads.
@@ -248,7 +249,7 @@ func (m *Middleware) gated(w http.ResponseWriter, r *http.Request, call capgate.
 		rid = newRequestID()
 	}
 	m.attribute(&call, r)
-	call.CID = capgate.Truncate(rid, maxRequestID)
+	call.CID = truncate.Runes(rid, maxRequestID)
 	var adm *capgate.Admission
 	if err != nil {
 		adm = m.gate.Unavailable(ctx, call, fmt.Errorf("identity: %w", err))

@@ -1,12 +1,12 @@
-package capgate_test
+package truncate_test
 
 import (
 	"testing"
 
-	"github.com/capgate/capgate"
+	"github.com/capgate/capgate/internal/truncate"
 )
 
-func TestTruncate(t *testing.T) {
+func TestRunes(t *testing.T) {
 	tests := []struct {
 		s    string
 		max  int
@@ -22,8 +22,8 @@ func TestTruncate(t *testing.T) {
 		{"", 3, ""},
 	}
 	for _, tt := range tests {
-		if got := capgate.Truncate(tt.s, tt.max); got != tt.want {
-			t.Errorf("Truncate(%q, %d) = %q, want %q", tt.s, tt.max, got, tt.want)
+		if got := truncate.Runes(tt.s, tt.max); got != tt.want {
+			t.Errorf("Runes(%q, %d) = %q, want %q", tt.s, tt.max, got, tt.want)
 		}
 	}
 }
