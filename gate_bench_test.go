@@ -34,11 +34,9 @@ func benchGate(tb testing.TB) *capgate.Gate {
 	return g
 }
 
-// BenchmarkGateAdmitRelease is the whole decision path of one gated call on
-// the in-process store: config, lane plan, token, acquire, decision,
-// renewer start and stop, release, log line.
-func BenchmarkGateAdmitRelease(b *testing.B) {
-	g := benchGate(b)
+// benchAdmitRelease admits and releases one user's call on g, which must
+// admit it.
+func benchAdmitRelease(b *testing.B, g *capgate.Gate) {
 	ctx := context.Background()
 	call := benchCall("alice")
 	b.ReportAllocs()
@@ -51,22 +49,21 @@ func BenchmarkGateAdmitRelease(b *testing.B) {
 	}
 }
 
+// BenchmarkGateAdmitRelease is the whole decision path of one gated call on
+// the in-process store: config, lane plan, token, acquire, decision,
+// handing the call to the renewer and back, release, log line.
+func BenchmarkGateAdmitRelease(b *testing.B) {
+	g := benchGate(b)
+	benchAdmitRelease(b, g)
+}
+
 // BenchmarkGateAdmitReleaseLocalLanes is BenchmarkGateAdmitRelease with
 // local lanes on the gate (Gate.Local): each call takes and gives back a
 // lease in them too.
 func BenchmarkGateAdmitReleaseLocalLanes(b *testing.B) {
 	g := benchGate(b)
 	g.Local = memory.New(nil)
-	ctx := context.Background()
-	call := benchCall("alice")
-	b.ReportAllocs()
-	for b.Loop() {
-		a := g.Admit(ctx, call)
-		if a.Decision() != capgate.DecisionAdmitted {
-			b.Fatalf("decision %q, want admitted", a.Decision())
-		}
-		a.Release(ctx)
-	}
+	benchAdmitRelease(b, g)
 }
 
 // BenchmarkGateAdmitReleaseEnforceWait is BenchmarkGateAdmitRelease in
@@ -77,16 +74,7 @@ func BenchmarkGateAdmitReleaseEnforceWait(b *testing.B) {
 	cfg := capgate.DefaultConfig(capgate.ModeEnforce)
 	cfg.EnforceFor = capgate.EnforceAll
 	g.Config = capgate.NewFixedConfig(cfg)
-	ctx := context.Background()
-	call := benchCall("alice")
-	b.ReportAllocs()
-	for b.Loop() {
-		a := g.Admit(ctx, call)
-		if a.Decision() != capgate.DecisionAdmitted {
-			b.Fatalf("decision %q, want admitted", a.Decision())
-		}
-		a.Release(ctx)
-	}
+	benchAdmitRelease(b, g)
 }
 
 // BenchmarkGateAdmitReleaseParallel is the same with every goroutine its
