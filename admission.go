@@ -290,15 +290,17 @@ func (a *Admission) releaseLeases(ctx context.Context) {
 		g.retryRelease(a.token, a.keys, lease)
 		return
 	}
-	// The client may be gone; the leases must still be given back.
-	rctx := context.Background()
-	if laneStoreKind(g.Store) != "memory" {
-		// The store's I/O gets the request's values and a deadline. The
-		// in-process store has no I/O and reads from its context only
-		// whether it is done, which Background never is.
+	// The client may be gone; the leases must still be given back, under
+	// a context the request's cancellation does not reach.
+	rctx := context.Background() // a store whose operations never wait needs nothing from it
+	switch d, bounded := g.storeBound(); {
+	case !bounded:
+		// The gate bounds what the store does not.
 		var cancel context.CancelFunc
-		rctx, cancel = context.WithTimeout(context.WithoutCancel(ctx), g.storeDeadline())
+		rctx, cancel = context.WithTimeout(context.WithoutCancel(ctx), DefaultStoreDeadline)
 		defer cancel()
+	case d > 0:
+		rctx = context.WithoutCancel(ctx) // the store's own deadline bounds it
 	}
 	if err := a.releaseStore(rctx); err != nil {
 		g.storeFailed("release", err)

@@ -114,17 +114,24 @@ func (g *Gate) now() time.Time {
 	return time.Now()
 }
 
-// storeDeadline is the longest one store operation may take: an acquire
-// the store runs later than now+deadline+2s takes no lease, and releases
-// are given that long. The store owns this setting, since it is the one
-// that enforces it (redis.Options.Deadline): a store that bounds its
-// operations says so with a Deadline method. Others (memory) get
-// DefaultStoreDeadline.
-func (g *Gate) storeDeadline() time.Duration {
+// storeBound says how the store bounds its operations. The store owns
+// this setting, since it is the one that enforces it
+// (redis.Options.Deadline): a store that bounds its own operations says so
+// with a Deadline method, and one whose operations never wait (memory)
+// returns 0 from it. bounded is false for a store without the method.
+func (g *Gate) storeBound() (d time.Duration, bounded bool) {
 	if s, ok := g.Store.(interface{ Deadline() time.Duration }); ok {
-		if d := s.Deadline(); d > 0 {
-			return d
-		}
+		return s.Deadline(), true
+	}
+	return 0, false
+}
+
+// storeDeadline is the longest one store operation may take: an acquire
+// the store runs later than now+deadline+2s takes no lease. It is the
+// store's own bound, or DefaultStoreDeadline when it states none.
+func (g *Gate) storeDeadline() time.Duration {
+	if d, _ := g.storeBound(); d > 0 {
+		return d
 	}
 	return DefaultStoreDeadline
 }

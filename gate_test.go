@@ -494,3 +494,58 @@ func TestABusyStoreFailsOneCallWithoutTheSkipWindow(t *testing.T) {
 		t.Fatalf("decision %q, skipping %v: busy must fail one call, not open the window", a.Decision(), e.gate.Skip.Skipping())
 	}
 }
+
+// boundedStore is a lane store that bounds its own operations by d
+// (Deadline), as the Redis store does; d 0: they never wait.
+type boundedStore struct {
+	*mock.LaneStore
+	d time.Duration
+}
+
+func (s boundedStore) Deadline() time.Duration { return s.d }
+
+// TestReleaseContextFollowsTheStoresBound: a call whose client is gone
+// still gives its leases back, under a context the request's cancellation
+// does not reach; the gate sets a deadline only for a store that does not
+// bound its own operations.
+func TestReleaseContextFollowsTheStoresBound(t *testing.T) {
+	for _, tt := range []struct {
+		name         string
+		bound        *time.Duration // nil: the store has no Deadline method
+		wantDeadline bool
+	}{
+		{"no bound of its own", nil, true},
+		{"bounds its own operations", new(time.Second), false},
+		{"never waits", new(time.Duration(0)), false},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			e := newFaultEnv(t)
+			asked, hasDeadline := false, false
+			var errAtRelease error
+			e.store.ReleaseFn = func(ctx context.Context, token string, keys []string) error {
+				asked, errAtRelease = true, ctx.Err()
+				_, hasDeadline = ctx.Deadline()
+				return e.mem.Release(ctx, token, keys)
+			}
+			if tt.bound != nil {
+				e.gate.Store = boundedStore{e.store, *tt.bound}
+			}
+			ctx, cancel := context.WithCancel(context.Background())
+			a := e.gate.Admit(ctx, lanetest.Match("p", capgate.TierPreview))
+			cancel() // the client hangs up before the call ends
+			a.Release(ctx)
+			if !asked {
+				t.Fatal("the store was not asked to release")
+			}
+			if errAtRelease != nil {
+				t.Errorf("release context done: %v", errAtRelease)
+			}
+			if hasDeadline != tt.wantDeadline {
+				t.Errorf("release context has a deadline: %v, want %v", hasDeadline, tt.wantDeadline)
+			}
+			if n := e.userLane(t, "p"); n != 0 {
+				t.Errorf("user lane %d after release, want 0", n)
+			}
+		})
+	}
+}

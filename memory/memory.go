@@ -71,6 +71,10 @@ type lane struct {
 // Kind says where the lanes live, for status: in this process only.
 func (s *Store) Kind() string { return "memory" }
 
+// Deadline returns 0: the store's operations never wait (no I/O), so a
+// gate gives them no deadline of their own.
+func (s *Store) Deadline() time.Duration { return 0 }
+
 // New returns an empty store whose clock is now (nil: time.Now).
 func New(now func() time.Time) *Store {
 	return &Store{Now: now}
