@@ -24,6 +24,16 @@ const (
 	Waited = "X-Ocl-Capacity-Waited-Ms"
 	// RetryAfter carries the seconds to wait after the gate's own refusal.
 	RetryAfter = "Retry-After"
+	// RateLimitPolicy and RateLimit are the standard rate-limit fields
+	// (draft-ietf-httpapi-ratelimit-headers), sent alongside the capacity
+	// headers so generic clients and proxies can read the gate's state.
+	// Spelled as the draft spells them (the CORS expose list shows them so);
+	// on the wire they go out in Go's canonical form, as every name here.
+	RateLimitPolicy = "RateLimit-Policy"
+	RateLimit       = "RateLimit"
+	// RequestID identifies the call: the caller's own, or one the gateway
+	// makes; the log line keeps it as cid.
+	RequestID = "X-Request-Id"
 )
 
 // The request headers a client sends.

@@ -44,7 +44,7 @@ func setGatedHeaders(h http.Header, adm *capgate.Admission, rid string) {
 	}
 	w.rateLimit(adm)
 	w.set(exposeHeadersKey, exposeValue(h))
-	w.set(requestIDKey, rid)
+	w.set(header.RequestID, rid)
 	w.flush()
 }
 

@@ -81,14 +81,14 @@ func setGatedHeadersStepwise(h http.Header, adm *capgate.Admission, rid string) 
 	}
 	i := laneInScope(adm.Scope(), lanes, counts)
 	name := strconv.Quote(string(lanes[i].Name))
-	h.Set(HeaderRateLimitPolicy, name+";q="+strconv.Itoa(lanes[i].Limit)+`;qu="concurrent-requests"`)
+	h.Set(header.RateLimitPolicy, name+";q="+strconv.Itoa(lanes[i].Limit)+`;qu="concurrent-requests"`)
 	v := name + ";r=" + strconv.Itoa(max(lanes[i].Limit-counts[i], 0))
 	if s, ok := adm.RetryAfter(); ok && adm.Refused() {
 		v += ";t=" + strconv.Itoa(s)
 	}
-	h.Set(HeaderRateLimit, v)
+	h.Set(header.RateLimit, v)
 	h.Set("Access-Control-Expose-Headers", strings.Join(append(ExposedHeaders(), rateLimitFields...), ", "))
-	h.Set(HeaderRequestID, rid)
+	h.Set(header.RequestID, rid)
 }
 
 func TestSetGatedHeadersMatchesStepwise(t *testing.T) {
@@ -142,7 +142,7 @@ func TestSetGatedHeadersAllocs(t *testing.T) {
 
 func TestCloneHeaderWith(t *testing.T) {
 	h := http.Header{"A": {"1", "2"}, "B": nil, "X-Request-Id": {"old"}}
-	got := cloneHeaderWith(h, requestIDKey, "new")
+	got := cloneHeaderWith(h, header.RequestID, "new")
 	want := http.Header{"A": {"1", "2"}, "B": nil, "X-Request-Id": {"new"}}
 	if !reflect.DeepEqual(got, want) {
 		t.Fatalf("got %v, want %v", got, want)
@@ -152,7 +152,7 @@ func TestCloneHeaderWith(t *testing.T) {
 	if !reflect.DeepEqual(h, http.Header{"A": {"1", "2"}, "B": nil, "X-Request-Id": {"old"}}) {
 		t.Errorf("the copy shares values with the original: %v", h)
 	}
-	if got.Get(requestIDKey) != "new" {
+	if got.Get(header.RequestID) != "new" {
 		t.Errorf("appending to A changed X-Request-Id: %v", got)
 	}
 }

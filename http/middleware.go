@@ -12,19 +12,14 @@ import (
 	"unicode/utf8"
 
 	"github.com/capgate/capgate"
+	"github.com/capgate/capgate/header"
 	"github.com/capgate/capgate/internal/randhex"
 	"github.com/capgate/capgate/internal/truncate"
 )
 
-// Request headers the middleware reads.
-const (
-	HeaderRequestID = "X-Request-ID"
-	HeaderTraceID   = "X-Amzn-Trace-Id"
-)
-
-// requestIDKey is HeaderRequestID in canonical form, for assigning it
-// without h.Set's canonicalisation.
-const requestIDKey = "X-Request-Id"
+// HeaderTraceID is the load balancer's trace header, which the
+// middleware reads for the log line.
+const HeaderTraceID = "X-Amzn-Trace-Id"
 
 // Middleware gates the heavy calls of the handler it wraps. For each
 // request it:
@@ -244,7 +239,7 @@ func hasCredentials(r *http.Request) bool {
 // gated admits a heavy call and serves it (or refuses it).
 func (m *Middleware) gated(w http.ResponseWriter, r *http.Request, call capgate.Call, caller capgate.Caller, err error) {
 	ctx := r.Context()
-	rid := firstValue(r.Header, requestIDKey)
+	rid := firstValue(r.Header, header.RequestID)
 	if rid == "" {
 		rid = newRequestID()
 	}
@@ -269,12 +264,12 @@ func (m *Middleware) gated(w http.ResponseWriter, r *http.Request, call capgate.
 		return
 	}
 	actx := withAdmission(ctx, adm) // AdmissionFrom
-	hadID := firstValue(r.Header, requestIDKey) != ""
+	hadID := firstValue(r.Header, header.RequestID) != ""
 	r = r.WithContext(actx)
 	if !hadID {
 		// The handler's request gets a header of its own, so the
 		// caller's request is left as it was.
-		r.Header = cloneHeaderWith(r.Header, requestIDKey, rid)
+		r.Header = cloneHeaderWith(r.Header, header.RequestID, rid)
 	}
 	gw := &gatedWriter{ResponseWriter: w, adm: adm, rid: rid}
 	defer func() {

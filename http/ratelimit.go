@@ -5,25 +5,24 @@ import (
 	"strconv"
 
 	"github.com/capgate/capgate"
-)
-
-// The standard rate-limit fields of draft-ietf-httpapi-ratelimit-headers,
-// sent alongside the X-OCL-Capacity-* headers so generic clients and
-// proxies can read the gate's state too.
-const (
-	HeaderRateLimitPolicy = "RateLimit-Policy"
-	HeaderRateLimit       = "RateLimit"
+	"github.com/capgate/capgate/header"
 )
 
 // rateLimitFields are the standard fields' names, for the CORS expose list.
-var rateLimitFields = []string{HeaderRateLimitPolicy, HeaderRateLimit}
+var rateLimitFields = []string{header.RateLimitPolicy, header.RateLimit}
+
+// The fields' names in canonical form, as headerWriter assigns them.
+var (
+	rateLimitPolicyKey = http.CanonicalHeaderKey(header.RateLimitPolicy)
+	rateLimitKey       = http.CanonicalHeaderKey(header.RateLimit)
+)
 
 // quotaUnit is the draft's quota unit for a cap on calls in flight: the
 // quota is freed as calls end, not over a time window, so the policy has
 // no w parameter.
 const quotaUnit = "concurrent-requests"
 
-// setRateLimitFields sets RateLimit-Policy and RateLimit for the lane in
+// rateLimit sets RateLimit-Policy and RateLimit for the lane in
 // scope of adm: the lane that was full (the refusal's scope) or, when none
 // was, the one with the least room left. Both are Structured Field lists
 // of one item named after the lane:
@@ -34,22 +33,6 @@ const quotaUnit = "concurrent-requests"
 // q is the lane's limit, r what is left of it after this call (0 when
 // full), t the Retry-After seconds of a refusal. Nothing is set when the
 // counts are unknown (an unavailable call).
-func setRateLimitFields(h http.Header, adm *capgate.Admission) {
-	if h == nil {
-		return
-	}
-	w := headerWriter{h: h}
-	w.rateLimit(adm)
-	w.flush()
-}
-
-// The fields' names in canonical form, as headerWriter assigns them.
-const (
-	rateLimitPolicyKey = "Ratelimit-Policy"
-	rateLimitKey       = "Ratelimit"
-)
-
-// rateLimit sets the fields of setRateLimitFields.
 func (w *headerWriter) rateLimit(adm *capgate.Admission) {
 	if adm == nil {
 		return
