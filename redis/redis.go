@@ -243,30 +243,12 @@ func (s *Store) Close() error {
 // errExpired tells run that the deadline passed while queued.
 var errExpired = errors.New("deadline passed in the queue")
 
-// enterFast takes a free slot without waiting; errNoSlot when there is
-// none (then enter waits for one).
-func (s *Store) enterFast() error {
-	select {
-	case <-s.closed:
-		return ErrClosed
-	default:
-	}
-	select {
-	case s.slots <- struct{}{}:
-		return nil
-	default:
-		return errNoSlot
-	}
-}
-
-// errNoSlot tells runOp that no slot was free at once.
-var errNoSlot = errors.New("no free slot")
-
 // enter takes a slot for one operation, waiting for a place in the queue
-// and then in the queue, until ctx is done, expired fires or the store
-// closes. Expiry before a place in the queue is ErrBusy; in the queue,
-// errExpired.
-func (s *Store) enter(ctx context.Context, expired <-chan time.Time) error {
+// and then in the queue, until ctx is done, the deadline's timer
+// (expired) fires or the store closes. Expiry before a place in the queue
+// is ErrBusy; in the queue, errExpired. expired is called only when a wait
+// begins, so an operation that finds a free slot makes no timer.
+func (s *Store) enter(ctx context.Context, expired func() <-chan time.Time) error {
 	select {
 	case <-s.closed:
 		return ErrClosed
@@ -294,7 +276,7 @@ func (s *Store) enter(ctx context.Context, expired <-chan time.Time) error {
 		case s.queue <- struct{}{}:
 		case <-ctx.Done():
 			return ctx.Err()
-		case <-expired:
+		case <-expired():
 			return capgate.ErrBusy
 		case <-s.closed:
 			return ErrClosed
@@ -309,7 +291,7 @@ func (s *Store) enter(ctx context.Context, expired <-chan time.Time) error {
 		return nil
 	case <-ctx.Done():
 		return ctx.Err()
-	case <-expired:
+	case <-expired():
 		return errExpired
 	case <-s.closed:
 		return ErrClosed
@@ -361,13 +343,11 @@ func runOp[T any](ctx context.Context, s *Store, op string, toAnswer bool, fn fu
 		return timer.C
 	}
 
-	if err := s.enterFast(); err != nil {
-		if err = s.enter(ctx, expiry()); err != nil {
-			if err == errExpired {
-				return zero, s.deadlineErr
-			}
-			return zero, fmt.Errorf("%s: %w", op, err)
+	if err := s.enter(ctx, expiry); err != nil {
+		if err == errExpired {
+			return zero, s.deadlineErr
 		}
+		return zero, fmt.Errorf("%s: %w", op, err)
 	}
 	// The caller may have given up, or the store closed, just as the slot
 	// came free: then send nothing.
