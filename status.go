@@ -96,33 +96,78 @@ func (g *Gate) Status(ctx context.Context, cfg Config) Status {
 	return ReadStatus(ctx, g.Store, g.keys(), cfg)
 }
 
+// ReadLanes is ReadStatus without listing keys: it reads the fixed lanes
+// (api_heavy, es2_knn, every tier) and the task lane of keys.TaskID only,
+// in one count and one waiting count, so it costs the store no scan. Tasks
+// holds that one task, also when idle; Users is empty. For metrics, read
+// on every scrape.
+func ReadLanes(ctx context.Context, store LaneStore, keys Keys, cfg Config) Status {
+	st := Status{Mode: cfg.Mode, EnforceFor: cfg.EnforceFor, Lanes: laneStoreKind(store)}
+	counts, waiting, err := countStatus(ctx, store, keys, cfg, &st, []string{keys.Lane(LaneTask, keys.TaskID)})
+	if err != nil {
+		return Status{Mode: cfg.Mode, EnforceFor: cfg.EnforceFor, Store: err.Error(), Lanes: st.Lanes}
+	}
+	st.Tasks = map[string]LaneStatus{keys.TaskID: {InFlight: counts[0], Limit: cfg.APIHeavy.PerTask, Waiting: waiting[0]}}
+	st.Users = map[string]UserStatus{}
+	st.Store = StatusOK
+	return st
+}
+
+// ReadLanes reads the gate's fixed lanes and its own task lane under cfg
+// (ReadLanes over the gate's store and keys).
+func (g *Gate) ReadLanes(ctx context.Context, cfg Config) Status {
+	return ReadLanes(ctx, g.Store, g.keys(), cfg)
+}
+
 func readStatus(ctx context.Context, store LaneStore, k Keys, cfg Config, st *Status) error {
-	taskPrefix := k.Lane(LaneTask, "") + ":"
-	userPrefix := k.Lane(LaneUser, "") + ":"
-	tasks, err := store.Keys(ctx, taskPrefix)
+	tasks, err := store.Keys(ctx, k.Lane(LaneTask, "")+":")
 	if err != nil {
 		return fmt.Errorf("list task lanes: %w", err)
 	}
-	users, err := store.Keys(ctx, userPrefix)
+	users, err := store.Keys(ctx, k.Lane(LaneUser, "")+":")
 	if err != nil {
 		return fmt.Errorf("list user lanes: %w", err)
 	}
+	counts, waiting, err := countStatus(ctx, store, k, cfg, st, append(tasks, users...))
+	if err != nil {
+		return err
+	}
+	taskPrefix := k.Lane(LaneTask, "") + ":"
+	st.Tasks = map[string]LaneStatus{}
+	for i, key := range tasks {
+		if c, w := counts[i], waiting[i]; c > 0 || w > 0 {
+			st.Tasks[strings.TrimPrefix(key, taskPrefix)] = LaneStatus{InFlight: c, Limit: cfg.APIHeavy.PerTask, Waiting: w}
+		}
+	}
+	n := len(tasks)
+	userPrefix := k.Lane(LaneUser, "") + ":"
+	st.Users = map[string]UserStatus{}
+	for i, key := range users {
+		if c, w := counts[n+i], waiting[n+i]; c > 0 || w > 0 {
+			st.Users[strings.TrimPrefix(key, userPrefix)] = UserStatus{InFlight: c, Waiting: w}
+		}
+	}
+	return nil
+}
+
+// countStatus counts the fixed lanes into st, and the lanes of extra (keys)
+// into counts and waiting, in extra's order.
+func countStatus(ctx context.Context, store LaneStore, k Keys, cfg Config, st *Status, extra []string) (counts, waiting []int, err error) {
 	tiers := AllTiers()
-	keys := make([]string, 0, 2+len(tiers)+len(tasks)+len(users))
+	keys := make([]string, 0, 2+len(tiers)+len(extra))
 	keys = append(keys, k.Lane(LaneAPIHeavy, ""), k.Lane(LaneES2KNN, ""))
 	for _, t := range tiers {
 		keys = append(keys, k.Lane(LaneTier, string(t)))
 	}
-	keys = append(keys, tasks...)
-	keys = append(keys, users...)
-	counts := make([]int, len(keys))
+	keys = append(keys, extra...)
+	counts = make([]int, len(keys))
 	if err := store.Count(ctx, keys, counts); err != nil {
-		return fmt.Errorf("count lanes: %w", err)
+		return nil, nil, fmt.Errorf("count lanes: %w", err)
 	}
-	waiting := make([]int, len(keys))
+	waiting = make([]int, len(keys))
 	if wl, ok := store.(Waitlist); ok {
 		if err := wl.Waiting(ctx, k.prefix(), keys, waiting); err != nil {
-			return fmt.Errorf("count waiting calls: %w", err)
+			return nil, nil, fmt.Errorf("count waiting calls: %w", err)
 		}
 	}
 	st.APIHeavy = &APIHeavyStatus{InFlight: counts[0], Limit: cfg.APIHeavy.Cluster, BulkLimit: cfg.BulkLimit(), Waiting: waiting[0]}
@@ -132,18 +177,5 @@ func readStatus(ctx context.Context, store LaneStore, k Keys, cfg Config, st *St
 		st.Tiers[t] = LaneStatus{InFlight: counts[2+i], Limit: cfg.Tiers.Of(t), Waiting: waiting[2+i]}
 	}
 	n := 2 + len(tiers)
-	st.Tasks = map[string]LaneStatus{}
-	for i, key := range tasks {
-		if c, w := counts[n+i], waiting[n+i]; c > 0 || w > 0 {
-			st.Tasks[strings.TrimPrefix(key, taskPrefix)] = LaneStatus{InFlight: c, Limit: cfg.APIHeavy.PerTask, Waiting: w}
-		}
-	}
-	n += len(tasks)
-	st.Users = map[string]UserStatus{}
-	for i, key := range users {
-		if c, w := counts[n+i], waiting[n+i]; c > 0 || w > 0 {
-			st.Users[strings.TrimPrefix(key, userPrefix)] = UserStatus{InFlight: c, Waiting: w}
-		}
-	}
-	return nil
+	return counts[n:], waiting[n:], nil
 }

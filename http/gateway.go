@@ -62,6 +62,23 @@ type GatewayConfig struct {
 	// and ready, with no checks.
 	Health *Health
 
+	// MetricsToken, if set, is a static credential for GET /metrics
+	// (--metrics-token): "Authorization: Bearer <token>" is served without
+	// asking Identify, so a scraper keeps working while the API (whose
+	// /user/ lookup names staff) is down. Default "": staff only.
+	MetricsToken string
+	// StaffIdentify, if set, says who calls /metrics instead of Identify
+	// (a StaffIdentity: the static staff tokens first). Default: Identify.
+	StaffIdentify Identifier
+
+	// Observer, if set, is told every request's status and class, the
+	// upstream's latency and its failures. Default: none.
+	Observer GatewayObserver
+	// AccessLog, if set, gets one JSON line per request (--access-log):
+	// its request id (kept, or made up and then forwarded and returned),
+	// method, path, status, class, size, duration and peer. Default: none.
+	AccessLog capgate.Sink
+
 	// Logger gets upstream failures and handler panics. Default
 	// slog.Default().
 	Logger *slog.Logger
@@ -104,9 +121,13 @@ func NewGateway(cfg GatewayConfig) (*Gateway, error) {
 		cfg.Logger = slog.Default()
 	}
 	g := &Gateway{cfg: cfg, logger: cfg.Logger}
+	transport := cfg.Transport
+	if cfg.Observer != nil {
+		transport = timedTransport{next: transport, obs: cfg.Observer}
+	}
 	proxy := &httputil.ReverseProxy{
 		Rewrite:      g.rewrite,
-		Transport:    cfg.Transport,
+		Transport:    transport,
 		ErrorHandler: g.proxyError,
 		ErrorLog:     slog.NewLogLogger(cfg.Logger.Handler(), slog.LevelWarn),
 		BufferPool:   NewBufferPool(),
@@ -135,6 +156,25 @@ func (g *Gateway) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		http.Error(w, "HTTP/2 without TLS is not supported.", http.StatusHTTPVersionNotSupported)
 		return
 	}
+	if g.observed() {
+		g.serveObserved(w, r, g.own(r), g.route)
+		return
+	}
+	g.route(w, r)
+}
+
+// own reports whether r is for one of capgate's own endpoints (class
+// staff): the probes, /metrics, the staff API.
+func (g *Gateway) own(r *http.Request) bool {
+	p := r.URL.Path
+	get := r.Method == http.MethodGet || r.Method == http.MethodHead
+	return (p == "/livez" || p == "/healthz" || p == "/readyz") && get ||
+		p == "/metrics" && get && g.cfg.Metrics != nil ||
+		strings.HasPrefix(p, "/capacity/") && g.cfg.Staff != nil
+}
+
+// route serves r by its exact path.
+func (g *Gateway) route(w http.ResponseWriter, r *http.Request) {
 	p := r.URL.Path
 	get := r.Method == http.MethodGet || r.Method == http.MethodHead
 	switch {
@@ -155,10 +195,16 @@ func (g *Gateway) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	}
 }
 
-// metrics serves /metrics to staff only, unless PublicMetrics.
+// metrics serves /metrics to staff only, unless PublicMetrics. The
+// metrics token is checked first, and StaffIdentify's static tokens before
+// any lookup, so neither needs the API.
 func (g *Gateway) metrics(w http.ResponseWriter, r *http.Request) {
-	if !g.cfg.PublicMetrics {
-		if _, ok := requireStaff(w, r, g.cfg.Identify, g.logger); !ok {
+	if !g.cfg.PublicMetrics && !metricsTokenOK(r, g.cfg.MetricsToken) {
+		ids := g.cfg.Identify
+		if g.cfg.StaffIdentify != nil {
+			ids = g.cfg.StaffIdentify
+		}
+		if _, ok := requireStaff(w, r, ids, g.logger); !ok {
 			return
 		}
 	}
@@ -253,11 +299,19 @@ func (g *Gateway) proxyError(w http.ResponseWriter, r *http.Request, err error) 
 	status := statusOf(r.Context(), err)
 	if status == StatusClientClosedRequest {
 		g.logger.Debug("capgate: client went away", "method", r.Method, "path", r.URL.Path)
-	} else {
-		g.logger.Warn("capgate: upstream failed", "method", r.Method, "path", r.URL.Path,
-			"status", status, "error", err)
+		w.WriteHeader(status) // nobody reads a body
+		return
 	}
-	w.WriteHeader(status)
+	g.logger.Warn("capgate: upstream failed", "method", r.Method, "path", r.URL.Path,
+		"status", status, "error", err)
+	if g.cfg.Observer != nil {
+		g.cfg.Observer.UpstreamError(upstreamErrorKind(err))
+	}
+	detail := detailBadGateway
+	if status == http.StatusGatewayTimeout {
+		detail = detailGatewayTimeout
+	}
+	writeError(w, r, status, detail)
 }
 
 // statusOf turns a proxying error into the status answered: 499 when the

@@ -198,9 +198,10 @@ func (m *Middleware) serveTwoStep(w http.ResponseWriter, r *http.Request) {
 	if errors.Is(cerr, ErrBufferFull) {
 		// Counted by Classifier.BufferFull; a flood must not flood the log.
 		m.logger.Debug("capgate: request buffer full; answering 503", "path", r.URL.Path)
+		markHeavy(ctx, "")
 		m.cors.refusal(w.Header(), r.Header.Get("Origin"))
 		w.Header().Set("Retry-After", strconv.Itoa(BufferFullRetryAfter))
-		http.Error(w, "The gateway is busy. Please retry.", http.StatusServiceUnavailable)
+		writeError(w, r, http.StatusServiceUnavailable, detailBusy)
 		return
 	}
 	if !heavy {
@@ -245,6 +246,7 @@ func (m *Middleware) gated(w http.ResponseWriter, r *http.Request, call capgate.
 	}
 	m.attribute(&call, r)
 	call.CID = truncate.Runes(rid, maxRequestID)
+	markHeavy(ctx, rid)
 	var adm *capgate.Admission
 	if err != nil {
 		adm = m.gate.Unavailable(ctx, call, fmt.Errorf("identity: %w", err))

@@ -1,6 +1,7 @@
 // Package metrics exposes what the gate does as Prometheus metrics:
-// decisions, calls in flight per lane as this gateway last saw them, how
-// long calls held their leases, calls waiting per lane and how long they
+// decisions, calls in flight per lane as the lane store holds them at
+// scrape time (WithLanes), requests by status and class, the upstream's
+// latency and failures, the build, how long calls held their leases, calls waiting per lane and how long they
 // waited, lane store errors and skipped operations, decisions made by the
 // local lanes alone, lease losses, oversize bodies, log lines dropped, the
 // config version in force and whether the stores answer. It implements
@@ -11,6 +12,7 @@ package metrics
 import (
 	"errors"
 	"fmt"
+	"strconv"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -30,8 +32,6 @@ var HeldBuckets = []float64{0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 120, 30
 // concurrent use.
 type Metrics struct {
 	decisions *prometheus.CounterVec // decision, endpoint, tier
-	inFlight  *prometheus.GaugeVec   // lane
-	limit     *prometheus.GaugeVec   // lane
 	held      prometheus.Histogram   // seconds
 	storeErrs *prometheus.CounterVec // op
 	skipped   *prometheus.CounterVec // op
@@ -42,12 +42,22 @@ type Metrics struct {
 	degraded  *prometheus.CounterVec // decision: decided by the local lanes alone
 	bufFull   prometheus.Counter     // heavy calls answered 503: the classification buffer was full
 	funcs     []prometheus.Collector // from options
+	lanes     *laneCollector         // WithLanes, or nil
+
+	requests     *prometheus.CounterVec   // code, class: every request the gateway answered
+	upstream     *prometheus.HistogramVec // class: seconds to the upstream's response header
+	upstreamErrs *prometheus.CounterVec   // kind: upstream calls that failed
 }
 
 var (
 	_ capgate.Observer     = (*Metrics)(nil)
 	_ capgate.WaitObserver = (*Metrics)(nil)
 )
+
+// UpstreamBuckets are the buckets of the upstream latency histogram, in
+// seconds: light calls answer in milliseconds, heavy ones take up to
+// minutes.
+var UpstreamBuckets = []float64{0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 120, 300}
 
 // WaitBuckets are the buckets of the wait histogram, in seconds: from a
 // slot handed over at once to wait.max_seconds (at most 300).
@@ -66,6 +76,21 @@ func WithLogDropped(dropped func() uint64) Option {
 			Name:      "log_lines_dropped_total",
 			Help:      "Log lines dropped because the log queue was full.",
 		}, func() float64 { return float64(dropped()) }))
+	}
+}
+
+// WithBuildInfo exports capgate_build_info{version,revision} 1: which
+// build runs, to join on or alert when gateways disagree.
+func WithBuildInfo(version, revision string) Option {
+	return func(m *Metrics) {
+		g := prometheus.NewGauge(prometheus.GaugeOpts{
+			Namespace:   Namespace,
+			Name:        "build_info",
+			Help:        "The capgate build running: always 1, labelled with its version and VCS revision.",
+			ConstLabels: prometheus.Labels{"version": version, "revision": revision},
+		})
+		g.Set(1)
+		m.funcs = append(m.funcs, g)
 	}
 }
 
@@ -105,10 +130,6 @@ func New(reg prometheus.Registerer, opts ...Option) (*Metrics, error) {
 	m := &Metrics{
 		decisions: cs.counterVec("decisions_total", "Gated calls by decision, endpoint and tier.",
 			"decision", "endpoint", "tier"),
-		inFlight: cs.gaugeVec("lane_in_flight", "Calls in flight per lane, as this gateway's last gated call saw them.",
-			"lane"),
-		limit: cs.gaugeVec("lane_limit", "Limit per lane, as this gateway's last gated call saw it.",
-			"lane"),
 		held: cs.histogram("held_seconds", "How long gated calls held their leases.", HeldBuckets),
 		storeErrs: cs.counterVec("store_errors_total", "Lane store operations that failed, by operation.",
 			"op"),
@@ -126,6 +147,14 @@ func New(reg prometheus.Registerer, opts ...Option) (*Metrics, error) {
 			"Heavy-path calls gated as bulk because their body exceeded --max-body-bytes."),
 		bufFull: cs.counter("buffer_full_total",
 			"Heavy-path calls answered 503 because the bytes held for classification reached --max-buffered-bytes."),
+		requests: cs.counterVec("requests_total",
+			"Requests the gateway answered, by status code and class (heavy: gated; light: proxied ungated; staff: capgate's own endpoints).",
+			"code", "class"),
+		upstream: cs.histogramVec("upstream_seconds",
+			"Time from sending a call to the upstream to its response header, by class (heavy, light).", UpstreamBuckets, "class"),
+		upstreamErrs: cs.counterVec("upstream_errors_total",
+			"Calls the upstream did not answer, by kind (timeout, connect, reset, other); clients that left are not counted.",
+			"kind"),
 	}
 	for _, o := range opts {
 		o(m)
@@ -167,29 +196,22 @@ func (cs *collectors) gaugeVec(name, help string, labels ...string) *prometheus.
 	return g
 }
 
+func (cs *collectors) histogramVec(name, help string, buckets []float64, labels ...string) *prometheus.HistogramVec {
+	h := prometheus.NewHistogramVec(prometheus.HistogramOpts{Namespace: Namespace, Name: name, Help: help, Buckets: buckets}, labels)
+	cs.add(h)
+	return h
+}
+
 func (cs *collectors) histogram(name, help string, buckets []float64) prometheus.Histogram {
 	h := prometheus.NewHistogram(prometheus.HistogramOpts{Namespace: Namespace, Name: name, Help: help, Buckets: buckets})
 	cs.add(h)
 	return h
 }
 
-// Admitted implements capgate.Observer: it records the lanes' counts and
-// limits as the call saw them (the user lane is left out: one series per
-// user would grow without bound).
-func (m *Metrics) Admitted(a *capgate.Admission) {
-	call := a.Call()
-	counts := a.Counts()
-	for i, l := range a.Lanes() {
-		name := laneLabel(l, call)
-		if name == "" {
-			continue
-		}
-		m.limit.WithLabelValues(name).Set(float64(l.Limit))
-		if counts != nil {
-			m.inFlight.WithLabelValues(name).Set(float64(counts[i]))
-		}
-	}
-}
+// Admitted implements capgate.Observer. It records nothing: the lanes'
+// counts are read from the store at scrape time (WithLanes), since what a
+// call saw stays on a gauge long after the load has stopped.
+func (m *Metrics) Admitted(*capgate.Admission) {}
 
 // Released implements capgate.Observer: it counts the decision and the
 // time the call held its leases.
@@ -208,7 +230,8 @@ func (m *Metrics) Released(a *capgate.Admission) {
 }
 
 // laneLabel names a lane for the lane label: api_heavy, api_heavy_task,
-// es2_knn, or tier:<tier>; "" for the user lane.
+// es2_knn, or tier:<tier>; "" for the user lane (one series per user would
+// grow without bound).
 func laneLabel(l capgate.Lane, call capgate.Call) string {
 	switch l.Name {
 	case capgate.LaneUser:
@@ -220,7 +243,7 @@ func laneLabel(l capgate.Lane, call capgate.Call) string {
 }
 
 // WaitStarted implements capgate.WaitObserver: the call counts as waiting
-// on each of its lanes (the user lane left out, as in Admitted).
+// on each of its lanes (the user lane left out).
 func (m *Metrics) WaitStarted(a *capgate.Admission) { m.addWaiting(a, 1) }
 
 // WaitEnded implements capgate.WaitObserver.
@@ -252,3 +275,19 @@ func (m *Metrics) OversizeBody() { m.oversize.Inc() }
 // classification buffer budget was spent; use it as
 // capgatehttp.Classifier.BufferFull.
 func (m *Metrics) BufferFull() { m.bufFull.Inc() }
+
+// Request implements capgatehttp.GatewayObserver: one request answered
+// with code, of class heavy, light or staff.
+func (m *Metrics) Request(class string, code int) {
+	m.requests.WithLabelValues(strconv.Itoa(code), class).Inc()
+}
+
+// Upstream implements capgatehttp.GatewayObserver: the upstream answered
+// a call of class (heavy or light) with its response header after d.
+func (m *Metrics) Upstream(class string, d time.Duration) {
+	m.upstream.WithLabelValues(class).Observe(d.Seconds())
+}
+
+// UpstreamError implements capgatehttp.GatewayObserver: the upstream
+// failed a call, by kind (timeout, connect, reset, other).
+func (m *Metrics) UpstreamError(kind string) { m.upstreamErrs.WithLabelValues(kind).Inc() }

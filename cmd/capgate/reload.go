@@ -61,6 +61,7 @@ func (r *reopenFile) Close() error {
 // in force.
 type reloadingTokens struct {
 	path string
+	load func(path string) (*capgatehttp.TokenIdentity, error) // default capgatehttp.LoadTokenIdentity
 	cur  atomic.Pointer[capgatehttp.TokenIdentity]
 }
 
@@ -73,7 +74,11 @@ func loadTokens(path string) (*reloadingTokens, error) {
 
 // Reload reads the tokens file again.
 func (t *reloadingTokens) Reload() error {
-	id, err := capgatehttp.LoadTokenIdentity(t.path)
+	load := t.load
+	if load == nil {
+		load = capgatehttp.LoadTokenIdentity
+	}
+	id, err := load(t.path)
 	if err != nil {
 		return err
 	}
@@ -102,6 +107,20 @@ func (s *Server) Reload() error {
 			errs = append(errs, fmt.Errorf("reload tokens: %w", err))
 		} else {
 			s.logger.Info("reloaded the tokens file", "path", s.tokens.path)
+		}
+	}
+	if s.staffTokens != nil {
+		if err := s.staffTokens.Reload(); err != nil {
+			errs = append(errs, fmt.Errorf("reload staff tokens: %w", err))
+		} else {
+			s.logger.Info("reloaded the staff tokens file", "path", s.staffTokens.path)
+		}
+	}
+	if s.accessFile != nil {
+		if err := s.accessFile.Reopen(); err != nil {
+			errs = append(errs, err)
+		} else {
+			s.logger.Info("reopened the access log", "path", s.accessFile.path)
 		}
 	}
 	err := errors.Join(errs...)

@@ -107,6 +107,9 @@ func (c *ServeCommand) flags() (*serveFlags, error) {
 	// Request-front hardening (docs/SECURITY.md).
 	fs.StringVar(&f.maxBuffered, "max-buffered-bytes", env("CAPGATE_MAX_BUFFERED_BYTES", strconv.FormatInt(capgatehttp.DefaultMaxBufferedBytes, 10)), "the most request bytes held to classify calls, across all calls in flight; past it a heavy call gets 503 with Retry-After (CAPGATE_MAX_BUFFERED_BYTES)")
 	fs.StringVar(&o.UpgradePaths, "upgrade-paths", env("CAPGATE_UPGRADE_PATHS", ""), "comma-separated path prefixes where a connection upgrade (WebSocket) is passed on; never h2c, never the heavy paths (CAPGATE_UPGRADE_PATHS)")
+	fs.StringVar(&o.MetricsToken, "metrics-token", env("CAPGATE_METRICS_TOKEN", ""), "a static bearer token that may read /metrics without the identity lookup; best set through the environment (CAPGATE_METRICS_TOKEN)")
+	fs.StringVar(&o.StaffTokens, "staff-tokens", env("CAPGATE_STAFF_TOKENS", ""), "a file of static staff tokens (the --tokens format, every entry \"is_staff\": true) for the staff API and /metrics, taken before the identity lookup, so they work while the API is down; reloaded on SIGHUP (CAPGATE_STAFF_TOKENS)")
+	fs.StringVar(&o.AccessLog, "access-log", env("CAPGATE_ACCESS_LOG", ""), "append one JSON line per request (request id, method, path, status, class, bytes, duration) to this file; reopened on SIGHUP (CAPGATE_ACCESS_LOG)")
 	fs.StringVar(&f.public, "public-metrics", env("CAPGATE_PUBLIC_METRICS", "false"), "serve /metrics to anyone, not only staff, when there is no --admin-listen (CAPGATE_PUBLIC_METRICS)")
 
 	// Start-up and operations (ops).
@@ -124,7 +127,11 @@ func (c *ServeCommand) flags() (*serveFlags, error) {
 func effectiveSettings(fs *flag.FlagSet) []any {
 	var kv []any
 	fs.VisitAll(func(f *flag.Flag) {
-		kv = append(kv, f.Name, maskURL(f.Value.String()))
+		v := maskURL(f.Value.String())
+		if secretFlags[f.Name] && v != "" {
+			v = "***"
+		}
+		kv = append(kv, f.Name, v)
 	})
 	return kv
 }

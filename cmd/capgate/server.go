@@ -56,6 +56,8 @@ type ServeOptions struct {
 	PublicMetrics    bool   // --public-metrics, CAPGATE_PUBLIC_METRICS: /metrics without staff credentials
 
 	// Start-up and operations (ops).
+	observeOptions // --metrics-token, --staff-tokens, --access-log (observe.go)
+
 	SkipMigrate bool   // --migrate=false, CAPGATE_MIGRATE=false: leave the schema to capgate migrate
 	LogFormat   string // --log-format, CAPGATE_LOG_FORMAT: text (default) or json
 	effective   []any  // every flag's value, for the start-up log line
@@ -78,6 +80,10 @@ type Server struct {
 	store   MigratingStore
 	logFile *reopenFile      // --log-file, reopened on SIGHUP
 	tokens  *reloadingTokens // --identity tokens, reloaded on SIGHUP
+	// staffTokens (--staff-tokens) and accessFile (--access-log) are
+	// reloaded and reopened on SIGHUP.
+	staffTokens *reloadingTokens
+	accessFile  *reopenFile
 	// migrateLater is set when the migration at start failed (the
 	// database was down): Serve retries it in the background.
 	migrateLater bool
@@ -170,13 +176,16 @@ func NewServer(ctx context.Context, opts ServeOptions, lines io.Writer, logger *
 		},
 		Ready: func() bool { return s.Configs.ReadState().Ready },
 	}
+	s.Gate = capgate.NewGate(s.Lanes, s.Configs, s.Sink, opts.TaskID)
+	// The lane gauges are read from the store at scrape time, through the
+	// gate's keys (WithLanes), so they read 0 once the load stops.
 	m, err := metrics.New(reg, metrics.WithLogDropped(s.Sink.Dropped), metrics.WithConfigVersion(s.Configs.Version),
-		metrics.WithStoreUp(s.Health.Up, "lanes", "config"))
+		metrics.WithStoreUp(s.Health.Up, "lanes", "config"), metrics.WithBuildInfo(version(), revision()),
+		metrics.WithLanes(s.Gate, s.Configs))
 	if err != nil {
 		return nil, fmt.Errorf("metrics: %w", err)
 	}
 
-	s.Gate = capgate.NewGate(s.Lanes, s.Configs, s.Sink, opts.TaskID)
 	s.Gate.KeyPrefix = keyPrefix
 	s.Gate.Skip = capgate.NewSkipWindow(opts.RedisRetry, nil)
 	s.Gate.Logger = logger
@@ -202,7 +211,16 @@ func NewServer(ctx context.Context, opts ServeOptions, lines io.Writer, logger *
 	if t, ok := ids.(*reloadingTokens); ok {
 		s.tokens = t
 	}
-	staff := capgatehttp.NewStaffHandler(s.Configs, ids, s.Gate)
+	// The staff endpoints take the static staff tokens before asking ids,
+	// so they keep working while the API (the upstream identity) is down.
+	staffIDs := ids
+	if opts.StaffTokens != "" {
+		if s.staffTokens, err = loadStaffTokens(opts.StaffTokens); err != nil {
+			return nil, err
+		}
+		staffIDs = capgatehttp.NewStaffIdentity(s.staffTokens, ids)
+	}
+	staff := capgatehttp.NewStaffHandler(s.Configs, staffIDs, s.Gate)
 	staff.Logger = logger
 	gcfg := capgatehttp.GatewayConfig{
 		Upstream: up,
@@ -213,6 +231,9 @@ func NewServer(ctx context.Context, opts ServeOptions, lines io.Writer, logger *
 		TrustedProxies: proxies,
 		UpgradePaths:   splitList(opts.UpgradePaths),
 		PublicMetrics:  opts.PublicMetrics,
+		MetricsToken:   opts.MetricsToken,
+		StaffIdentify:  staffIDs,
+		Observer:       m,
 		Logger:         logger,
 		Options: []capgatehttp.Option{
 			capgatehttp.WithTierGroups(capgate.TierGroups{Core: opts.CoreGroup, EarlyAccess: opts.EarlyGroup}),
@@ -224,6 +245,11 @@ func NewServer(ctx context.Context, opts ServeOptions, lines io.Writer, logger *
 		// cookie, a token not in the file) may still carry credentials the
 		// API accepts: their heavy calls share one lane, never pass ungated.
 		gcfg.Options = append(gcfg.Options, capgatehttp.WithAnonymousAs(capgatehttp.AnonymousUser))
+	}
+	if opts.AccessLog != "" {
+		if gcfg.AccessLog, err = s.openAccessLog(opts.AccessLog); err != nil {
+			return nil, err
+		}
 	}
 	metricsHandler := promhttp.HandlerFor(reg, promhttp.HandlerOpts{})
 	if opts.AdminListen == "" {

@@ -1,0 +1,262 @@
+package http
+
+import (
+	"bufio"
+	"context"
+	"errors"
+	"io"
+	"net"
+	"net/http"
+	"syscall"
+	"time"
+
+	"github.com/capgate/capgate/header"
+	"github.com/capgate/capgate/internal/jsonenc"
+	"github.com/capgate/capgate/internal/truncate"
+)
+
+// The classes of request a GatewayObserver and the access log tell apart.
+const (
+	ClassHeavy = "heavy" // gated: a heavy call (admitted, refused or unavailable), or one answered 503 while classifying it
+	ClassLight = "light" // proxied ungated
+	ClassStaff = "staff" // capgate's own endpoints: the staff API, /metrics, the probes
+)
+
+// GatewayObserver is told what the gateway answers; metrics.Metrics
+// implements it. Its methods must not block.
+type GatewayObserver interface {
+	// Request: a request of class answered with code (499: the client
+	// left first).
+	Request(class string, code int)
+	// Upstream: the upstream answered a call of class (heavy or light)
+	// with its response header after d.
+	Upstream(class string, d time.Duration)
+	// UpstreamError: the upstream failed a call, by kind: timeout,
+	// connect, reset or other. A client that left is not an upstream
+	// failure and is not reported.
+	UpstreamError(kind string)
+}
+
+// requestInfo is what the gateway learns of a request while serving it:
+// the middleware marks a gated call heavy and gives its request id.
+// Written by the handler's goroutine, read by it after the handler
+// returns (and by the transport, started from it).
+type requestInfo struct {
+	heavy bool
+	rid   string
+}
+
+type requestInfoKey struct{}
+
+func infoFrom(ctx context.Context) *requestInfo {
+	i, _ := ctx.Value(requestInfoKey{}).(*requestInfo)
+	return i
+}
+
+// markHeavy records on ctx's request info, if any, that the call is heavy
+// and its request id.
+func markHeavy(ctx context.Context, rid string) {
+	if i := infoFrom(ctx); i != nil {
+		i.heavy = true
+		if rid != "" {
+			i.rid = rid
+		}
+	}
+}
+
+func (i *requestInfo) class() string {
+	if i != nil && i.heavy {
+		return ClassHeavy
+	}
+	return ClassLight
+}
+
+// observed reports whether the gateway watches its requests at all: it
+// costs a context and a writer per request, so only when asked for.
+func (g *Gateway) observed() bool { return g.cfg.Observer != nil || g.cfg.AccessLog != nil }
+
+// serveObserved serves r through serve, recording its status, size and
+// time, then tells the observer and writes the access log line. Without
+// an X-Request-ID and with an access log, the request gets one (made up,
+// forwarded and returned), so the line can be joined with the API's.
+func (g *Gateway) serveObserved(w http.ResponseWriter, r *http.Request, staff bool, serve func(http.ResponseWriter, *http.Request)) {
+	start := time.Now()
+	info := &requestInfo{rid: firstValue(r.Header, header.RequestID)}
+	if info.rid == "" && g.cfg.AccessLog != nil {
+		info.rid = newRequestID()
+		r.Header = cloneHeaderWith(r.Header, header.RequestID, info.rid)
+	}
+	r = r.WithContext(context.WithValue(r.Context(), requestInfoKey{}, info))
+	sw := &statusWriter{ResponseWriter: w, rid: info.rid, setID: g.cfg.AccessLog != nil}
+	defer func() {
+		class := info.class()
+		if staff {
+			class = ClassStaff
+		}
+		code := sw.status()
+		if r.Context().Err() != nil && !sw.wrote {
+			code = StatusClientClosedRequest
+		}
+		if g.cfg.Observer != nil {
+			g.cfg.Observer.Request(class, code)
+		}
+		if g.cfg.AccessLog != nil {
+			g.accessLine(r, info.rid, class, code, sw.bytes, time.Since(start))
+		}
+	}()
+	serve(sw, r)
+}
+
+// accessEntry is one line of the access log.
+type accessEntry struct {
+	Event      string  `json:"event"` // always "capgate_access"
+	Time       string  `json:"time"`  // RFC 3339, UTC, milliseconds: when the request ended
+	RequestID  string  `json:"request_id"`
+	Method     string  `json:"method"`
+	Path       string  `json:"path"` // without the query, which may carry secrets
+	Status     int     `json:"status"`
+	Class      string  `json:"class"`
+	Bytes      int64   `json:"bytes"` // response body bytes written
+	DurationMS float64 `json:"duration_ms"`
+	Remote     string  `json:"remote"` // the peer's address
+}
+
+// accessPathMax bounds the logged path, in characters.
+const accessPathMax = 512
+
+func (g *Gateway) accessLine(r *http.Request, rid, class string, code int, n int64, d time.Duration) {
+	line, err := jsonenc.Marshal(accessEntry{
+		Event: "capgate_access", Time: time.Now().UTC().Format("2006-01-02T15:04:05.000Z07:00"),
+		RequestID: truncate.Runes(rid, maxRequestID), Method: r.Method, Path: truncate.Runes(r.URL.Path, accessPathMax),
+		Status: code, Class: class, Bytes: n, DurationMS: float64(d.Microseconds()) / 1000, Remote: r.RemoteAddr,
+	})
+	if err != nil {
+		return
+	}
+	_ = g.cfg.AccessLog.Emit(line) // a full queue drops it, and the sink counts that
+}
+
+// statusWriter records the status and body size of a response. It keeps
+// http.ResponseController working through Unwrap, and implements
+// http.Flusher and http.Hijacker for handlers that assert them.
+type statusWriter struct {
+	http.ResponseWriter
+	rid   string
+	setID bool // return rid as X-Request-ID
+	code  int
+	wrote bool
+	bytes int64
+}
+
+func (w *statusWriter) status() int {
+	if w.code == 0 {
+		return http.StatusOK
+	}
+	return w.code
+}
+
+func (w *statusWriter) WriteHeader(code int) {
+	if !w.wrote && (code >= 200 || code == http.StatusSwitchingProtocols) {
+		w.wrote, w.code = true, code
+		if w.setID && w.rid != "" {
+			w.ResponseWriter.Header().Set(header.RequestID, w.rid)
+		}
+	}
+	w.ResponseWriter.WriteHeader(code)
+}
+
+func (w *statusWriter) Write(p []byte) (int, error) {
+	if !w.wrote {
+		w.WriteHeader(http.StatusOK)
+	}
+	n, err := w.ResponseWriter.Write(p)
+	w.bytes += int64(n)
+	return n, err
+}
+
+// Flush implements http.Flusher.
+func (w *statusWriter) Flush() {
+	if !w.wrote {
+		w.WriteHeader(http.StatusOK)
+	}
+	_ = http.NewResponseController(w.ResponseWriter).Flush()
+}
+
+// Hijack implements http.Hijacker.
+func (w *statusWriter) Hijack() (net.Conn, *bufio.ReadWriter, error) {
+	return http.NewResponseController(w.ResponseWriter).Hijack()
+}
+
+// Unwrap returns the underlying writer, for http.ResponseController.
+func (w *statusWriter) Unwrap() http.ResponseWriter { return w.ResponseWriter }
+
+// timedTransport tells the observer how long the upstream took to answer
+// each call with its header.
+type timedTransport struct {
+	next http.RoundTripper
+	obs  GatewayObserver
+}
+
+func (t timedTransport) RoundTrip(r *http.Request) (*http.Response, error) {
+	start := time.Now()
+	resp, err := t.next.RoundTrip(r)
+	if err == nil {
+		t.obs.Upstream(infoFrom(r.Context()).class(), time.Since(start))
+	}
+	return resp, err
+}
+
+// upstreamErrorKind names how an upstream call failed, for
+// GatewayObserver.UpstreamError: timeout, connect (no connection made),
+// reset (the connection broke) or other.
+func upstreamErrorKind(err error) string {
+	if errors.Is(err, context.DeadlineExceeded) {
+		return "timeout"
+	}
+	if ne, ok := errors.AsType[net.Error](err); ok && ne.Timeout() {
+		return "timeout"
+	}
+	if oe, ok := errors.AsType[*net.OpError](err); ok && oe.Op == "dial" {
+		return "connect"
+	}
+	if errors.Is(err, syscall.ECONNREFUSED) {
+		return "connect"
+	}
+	if errors.Is(err, syscall.ECONNRESET) || errors.Is(err, syscall.EPIPE) ||
+		errors.Is(err, io.EOF) || errors.Is(err, io.ErrUnexpectedEOF) {
+		return "reset"
+	}
+	return "other"
+}
+
+// The bodies of the gateway's own 502, 503 and 504.
+const (
+	detailBadGateway     = "The API could not be reached. Please retry."
+	detailGatewayTimeout = "The API did not answer in time. Please retry."
+	detailBusy           = "The gateway is busy. Please retry."
+)
+
+// errorBody is the JSON of the gateway's own error answers, shaped as the
+// API's errors are ({"detail": ...}), with the request id when known.
+type errorBody struct {
+	Detail    string `json:"detail"`
+	RequestID string `json:"request_id,omitempty"`
+}
+
+// writeError answers code with a JSON errorBody.
+func writeError(w http.ResponseWriter, r *http.Request, code int, detail string) {
+	rid := firstValue(r.Header, header.RequestID)
+	if i := infoFrom(r.Context()); i != nil && i.rid != "" {
+		rid = i.rid
+	}
+	body, err := jsonenc.Marshal(errorBody{Detail: detail, RequestID: truncate.Runes(rid, maxRequestID)})
+	if err != nil {
+		body = []byte(`{"detail":"error"}`)
+	}
+	h := w.Header()
+	h.Set("Content-Type", "application/json")
+	h.Set("X-Content-Type-Options", "nosniff")
+	h.Del("Content-Length")
+	w.WriteHeader(code)
+	_, _ = w.Write(append(body, '\n'))
+}

@@ -1,0 +1,70 @@
+package http
+
+import (
+	"context"
+	"crypto/sha256"
+	"crypto/subtle"
+	"fmt"
+	"net/http"
+
+	"github.com/capgate/capgate"
+)
+
+// StaffIdentity identifies the callers of capgate's own staff endpoints
+// (the staff API, /metrics): by a static staff token first (--staff-tokens,
+// no lookup), then by Next. With Next the upstream's /user/ lookup, the
+// status page and /metrics keep working, for holders of a static token,
+// while the API is down. Create one with NewStaffIdentity; safe for
+// concurrent use.
+type StaffIdentity struct {
+	static Identifier
+	next   Identifier
+}
+
+// NewStaffIdentity returns the staff identity of static (the staff tokens:
+// a TokenIdentity, or any Identifier that never looks anything up) over
+// next. A caller static knows is taken as it says, staff or not.
+func NewStaffIdentity(static, next Identifier) *StaffIdentity {
+	return &StaffIdentity{static: static, next: next}
+}
+
+// Identify implements Identifier.
+func (s *StaffIdentity) Identify(ctx context.Context, r *http.Request) (capgate.Caller, bool, error) {
+	if s.static != nil {
+		c, ok, err := s.static.Identify(ctx, r)
+		if err == nil && ok {
+			return c, true, nil
+		}
+	}
+	return s.next.Identify(ctx, r)
+}
+
+// NewStaffTokens returns a TokenIdentity of entries that must all be staff
+// (--staff-tokens: the same format as --tokens, every entry "is_staff":
+// true, so that the file says what it grants). It returns an error as
+// NewTokenIdentity does, and for an entry that is not staff.
+func NewStaffTokens(entries []TokenEntry) (*TokenIdentity, error) {
+	for i, e := range entries {
+		if !e.IsStaff {
+			return nil, fmt.Errorf("staff tokens: entry %d (%s): not staff; every entry must have \"is_staff\": true", i, e.Username)
+		}
+	}
+	return NewTokenIdentity(entries)
+}
+
+// metricsTokenOK reports whether r carries token (non-empty) as
+// "Authorization: Bearer <token>" (or "Token <token>"), compared in
+// constant time.
+func metricsTokenOK(r *http.Request, token string) bool {
+	if token == "" {
+		return false
+	}
+	got, ok := bearer(r.Header.Get("Authorization"))
+	if !ok {
+		return false
+	}
+	a, b := sha256.Sum256([]byte(got)), sha256.Sum256([]byte(token))
+	return subtle.ConstantTimeCompare(a[:], b[:]) == 1
+}
+
+var _ Identifier = (*StaffIdentity)(nil)

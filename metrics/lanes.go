@@ -1,0 +1,121 @@
+package metrics
+
+import (
+	"context"
+	"sync"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/capgate/capgate"
+)
+
+// Defaults of the lane read behind the lane gauges.
+const (
+	// DefaultLanesMaxAge is how long one read of the lanes serves scrapes:
+	// at most one read per this long, however many scrapers there are.
+	DefaultLanesMaxAge = 2 * time.Second
+	// DefaultLanesTimeout bounds one read of the lanes.
+	DefaultLanesTimeout = 2 * time.Second
+)
+
+// LaneReader reads the lanes' state now; capgate.Gate implements it
+// (ReadLanes: the fixed lanes and the gate's own task lane, no key scan).
+type LaneReader interface {
+	ReadLanes(ctx context.Context, cfg capgate.Config) capgate.Status
+}
+
+// WithLanes exports the lanes as the lane store holds them at scrape time
+// (not as some call last saw them, which stays stale once the load stops):
+// capgate_lane_in_flight{lane} and capgate_lane_limit{lane} for api_heavy,
+// es2_knn, this gateway's api_heavy_task and every tier:<tier>;
+// capgate_lane_queued{lane}, the calls of all gateways waiting on it; and
+// capgate_wait_max_waiting, the config's wait.max_waiting. One read serves
+// every scrape for DefaultLanesMaxAge. A read that fails exports none of
+// the lane series (no stale values) and counts in
+// capgate_lane_reads_failed_total.
+func WithLanes(lanes LaneReader, configs capgate.ConfigSource) Option {
+	return func(m *Metrics) {
+		m.lanes = &laneCollector{read: lanes, configs: configs, now: time.Now,
+			maxAge: DefaultLanesMaxAge, timeout: DefaultLanesTimeout}
+		m.funcs = append(m.funcs, m.lanes)
+	}
+}
+
+var (
+	descInFlight = prometheus.NewDesc(Namespace+"_lane_in_flight",
+		"Calls in flight per lane, all gateways, read from the lane store (at most 2 s old).", []string{"lane"}, nil)
+	descLimit = prometheus.NewDesc(Namespace+"_lane_limit",
+		"Limit per lane in the config in force (api_heavy: the cluster limit).", []string{"lane"}, nil)
+	descQueued = prometheus.NewDesc(Namespace+"_lane_queued",
+		"Calls of all gateways waiting for a slot per lane, read from the lane store (at most 2 s old).", []string{"lane"}, nil)
+	descMaxWaiting = prometheus.NewDesc(Namespace+"_wait_max_waiting",
+		"The config's wait.max_waiting: the most calls that may wait at once, in all.", nil, nil)
+	descReadsFailed = prometheus.NewDesc(Namespace+"_lane_reads_failed_total",
+		"Reads of the lanes for metrics that failed (the lane series are then absent).", nil, nil)
+)
+
+// laneCollector reads the lanes on Collect, at most once per maxAge.
+type laneCollector struct {
+	read    LaneReader
+	configs capgate.ConfigSource
+	now     func() time.Time
+	maxAge  time.Duration
+	timeout time.Duration
+
+	mu     sync.Mutex // held across a read, so concurrent scrapes share it
+	at     time.Time  // when st was read; requires mu held
+	st     capgate.Status
+	cfg    capgate.Config
+	failed uint64
+}
+
+func (c *laneCollector) Describe(ch chan<- *prometheus.Desc) {
+	for _, d := range []*prometheus.Desc{descInFlight, descLimit, descQueued, descMaxWaiting, descReadsFailed} {
+		ch <- d
+	}
+}
+
+// snapshot returns the lanes read within maxAge, reading them now if
+// there is none.
+func (c *laneCollector) snapshot() (capgate.Status, capgate.Config, uint64) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	now := c.now()
+	if !c.at.IsZero() && now.Sub(c.at) < c.maxAge {
+		return c.st, c.cfg, c.failed
+	}
+	// A scrape carries no context (promhttp's Collect has none): the read
+	// gets its own deadline so a store that hangs can't hold the scrape.
+	ctx, cancel := context.WithTimeout(context.Background(), c.timeout)
+	defer cancel()
+	c.cfg = c.configs.Config(ctx)
+	c.st = c.read.ReadLanes(ctx, c.cfg)
+	c.at = now
+	if c.st.Store != capgate.StatusOK {
+		c.failed++
+	}
+	return c.st, c.cfg, c.failed
+}
+
+func (c *laneCollector) Collect(ch chan<- prometheus.Metric) {
+	st, cfg, failed := c.snapshot()
+	ch <- prometheus.MustNewConstMetric(descReadsFailed, prometheus.CounterValue, float64(failed))
+	ch <- prometheus.MustNewConstMetric(descMaxWaiting, prometheus.GaugeValue, float64(cfg.Wait.MaxWaiting))
+	if st.Store != capgate.StatusOK || st.APIHeavy == nil || st.ES2KNN == nil {
+		return
+	}
+	lane := func(name string, l capgate.LaneStatus) {
+		ch <- prometheus.MustNewConstMetric(descInFlight, prometheus.GaugeValue, float64(l.InFlight), name)
+		ch <- prometheus.MustNewConstMetric(descLimit, prometheus.GaugeValue, float64(l.Limit), name)
+		ch <- prometheus.MustNewConstMetric(descQueued, prometheus.GaugeValue, float64(l.Waiting), name)
+	}
+	lane(string(capgate.LaneAPIHeavy), capgate.LaneStatus{InFlight: st.APIHeavy.InFlight, Limit: st.APIHeavy.Limit, Waiting: st.APIHeavy.Waiting})
+	lane(string(capgate.LaneES2KNN), *st.ES2KNN)
+	for _, t := range st.Tasks { // ReadLanes: this gateway's own task only
+		lane(string(capgate.LaneTask), t)
+	}
+	for t, l := range st.Tiers {
+		lane("tier:"+string(t), l)
+	}
+}

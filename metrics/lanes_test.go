@@ -1,0 +1,159 @@
+package metrics_test
+
+import (
+	"context"
+	"errors"
+	"strings"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/testutil"
+
+	"github.com/capgate/capgate"
+	"github.com/capgate/capgate/memory"
+	"github.com/capgate/capgate/metrics"
+	"github.com/capgate/capgate/mock"
+)
+
+// TestLaneGaugesAreReadFromTheStore is the stale-gauge finding: a gauge
+// set by the last gated call kept reading "1 in flight" long after the
+// call ended. Read from the store, it reads 0 once the cache (2 s) ages.
+func TestLaneGaugesAreReadFromTheStore(t *testing.T) {
+	reg := prometheus.NewPedanticRegistry()
+	store := &mock.LaneStore{Base: memory.New(nil)}
+	var counts atomic.Int32
+	store.CountFn = func(ctx context.Context, keys []string, c []int) error {
+		counts.Add(1)
+		return store.Base.Count(ctx, keys, c)
+	}
+	cfg := capgate.DefaultConfig(capgate.ModeShadow)
+	gate := capgate.NewGate(store, capgate.NewFixedConfig(cfg), nil, "task-1")
+	m, err := metrics.New(reg, metrics.WithLanes(gate, capgate.NewFixedConfig(cfg)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	clock := mock.NewClock(time.Unix(1_700_000_000, 0))
+	m.SetLanesClock(clock.Now)
+	gate.Observer = m
+	ctx := t.Context()
+
+	a := gate.Admit(ctx, call("pam", capgate.TierPreview))
+	inFlight := func(want string) {
+		t.Helper()
+		if err := testutil.GatherAndCompare(reg, strings.NewReader(want), "capgate_lane_in_flight"); err != nil {
+			t.Error(err)
+		}
+	}
+	inFlight(`
+# HELP capgate_lane_in_flight Calls in flight per lane, all gateways, read from the lane store (at most 2 s old).
+# TYPE capgate_lane_in_flight gauge
+capgate_lane_in_flight{lane="api_heavy"} 1
+capgate_lane_in_flight{lane="api_heavy_task"} 1
+capgate_lane_in_flight{lane="es2_knn"} 1
+capgate_lane_in_flight{lane="tier:core"} 0
+capgate_lane_in_flight{lane="tier:early_access"} 0
+capgate_lane_in_flight{lane="tier:preview"} 1
+capgate_lane_in_flight{lane="tier:staff"} 0
+`)
+	a.Release(ctx)
+	// Within the cache's age a scrape reuses the read: no store call.
+	if _, err := testutil.GatherAndCount(reg, "capgate_lane_in_flight"); err != nil {
+		t.Fatal(err)
+	}
+	if n := counts.Load(); n != 1 {
+		t.Errorf("lane reads within the cache's age: %d, want 1", n)
+	}
+	clock.Advance(metrics.DefaultLanesMaxAge)
+	inFlight(`
+# HELP capgate_lane_in_flight Calls in flight per lane, all gateways, read from the lane store (at most 2 s old).
+# TYPE capgate_lane_in_flight gauge
+capgate_lane_in_flight{lane="api_heavy"} 0
+capgate_lane_in_flight{lane="api_heavy_task"} 0
+capgate_lane_in_flight{lane="es2_knn"} 0
+capgate_lane_in_flight{lane="tier:core"} 0
+capgate_lane_in_flight{lane="tier:early_access"} 0
+capgate_lane_in_flight{lane="tier:preview"} 0
+capgate_lane_in_flight{lane="tier:staff"} 0
+`)
+	if err := testutil.GatherAndCompare(reg, strings.NewReader(`
+# HELP capgate_lane_limit Limit per lane in the config in force (api_heavy: the cluster limit).
+# TYPE capgate_lane_limit gauge
+capgate_lane_limit{lane="api_heavy"} 4
+capgate_lane_limit{lane="api_heavy_task"} 2
+capgate_lane_limit{lane="es2_knn"} 3
+capgate_lane_limit{lane="tier:core"} 4
+capgate_lane_limit{lane="tier:early_access"} 3
+capgate_lane_limit{lane="tier:preview"} 2
+capgate_lane_limit{lane="tier:staff"} 4
+# HELP capgate_wait_max_waiting The config's wait.max_waiting: the most calls that may wait at once, in all.
+# TYPE capgate_wait_max_waiting gauge
+capgate_wait_max_waiting 200
+`), "capgate_lane_limit", "capgate_wait_max_waiting"); err != nil {
+		t.Error(err)
+	}
+}
+
+// A store that fails exports no lane series (no stale values) and counts
+// the failed read.
+func TestLaneGaugesAbsentWhenTheStoreFails(t *testing.T) {
+	reg := prometheus.NewPedanticRegistry()
+	store := &mock.LaneStore{Base: memory.New(nil)}
+	store.CountFn = func(context.Context, []string, []int) error { return errors.New("connection refused") }
+	cfg := capgate.NewFixedConfig(capgate.DefaultConfig(capgate.ModeShadow))
+	gate := capgate.NewGate(store, cfg, nil, "task-1")
+	if _, err := metrics.New(reg, metrics.WithLanes(gate, cfg)); err != nil {
+		t.Fatal(err)
+	}
+	if n, err := testutil.GatherAndCount(reg, "capgate_lane_in_flight", "capgate_lane_limit", "capgate_lane_queued"); n != 0 || err != nil {
+		t.Errorf("lane series while the store fails: %d (%v), want 0", n, err)
+	}
+	if err := testutil.GatherAndCompare(reg, strings.NewReader(`
+# HELP capgate_lane_reads_failed_total Reads of the lanes for metrics that failed (the lane series are then absent).
+# TYPE capgate_lane_reads_failed_total counter
+capgate_lane_reads_failed_total 1
+`), "capgate_lane_reads_failed_total"); err != nil {
+		t.Error(err)
+	}
+}
+
+// TestPromlint lints every metric New can export, each with a sample.
+func TestPromlint(t *testing.T) {
+	reg := prometheus.NewPedanticRegistry()
+	cfg := capgate.NewFixedConfig(capgate.DefaultConfig(capgate.ModeShadow))
+	gate := capgate.NewGate(memory.New(nil), cfg, nil, "task-1")
+	m, err := metrics.New(reg, metrics.WithLanes(gate, cfg), metrics.WithBuildInfo("v1.2.3", "abc"),
+		metrics.WithLogDropped(func() uint64 { return 0 }), metrics.WithConfigVersion(func() int64 { return 1 }),
+		metrics.WithStoreUp(func(string) float64 { return 1 }, "lanes", "config"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	gate.Observer = m
+	gate.Admit(t.Context(), call("pam", capgate.TierPreview)).Release(t.Context())
+	m.Request("heavy", 200)
+	m.Upstream("light", 10*time.Millisecond)
+	m.UpstreamError("connect")
+	m.OversizeBody()
+	m.BufferFull()
+	problems, err := testutil.GatherAndLint(reg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, p := range problems {
+		t.Errorf("promlint: %s: %s", p.Metric, p.Text)
+	}
+	if err := testutil.GatherAndCompare(reg, strings.NewReader(`
+# HELP capgate_build_info The capgate build running: always 1, labelled with its version and VCS revision.
+# TYPE capgate_build_info gauge
+capgate_build_info{revision="abc",version="v1.2.3"} 1
+# HELP capgate_requests_total Requests the gateway answered, by status code and class (heavy: gated; light: proxied ungated; staff: capgate's own endpoints).
+# TYPE capgate_requests_total counter
+capgate_requests_total{class="heavy",code="200"} 1
+# HELP capgate_upstream_errors_total Calls the upstream did not answer, by kind (timeout, connect, reset, other); clients that left are not counted.
+# TYPE capgate_upstream_errors_total counter
+capgate_upstream_errors_total{kind="connect"} 1
+`), "capgate_build_info", "capgate_requests_total", "capgate_upstream_errors_total"); err != nil {
+		t.Error(err)
+	}
+}
