@@ -19,7 +19,8 @@ const healthcheckTimeout = 3 * time.Second
 // answers 200, else 1.
 type HealthcheckCommand struct {
 	Stdout, Stderr io.Writer
-	// Getenv reads CAPGATE_LISTEN. Default os.Getenv.
+	// Getenv reads CAPGATE_ADMIN_LISTEN and CAPGATE_LISTEN. Default
+	// os.Getenv.
 	Getenv func(string) string
 }
 
@@ -27,8 +28,9 @@ type HealthcheckCommand struct {
 func (c *HealthcheckCommand) Usage() string {
 	return `Usage: capgate healthcheck [URL]
 
-Fetches URL (default: /livez on the address of CAPGATE_LISTEN, or
-127.0.0.1:8080; a 0.0.0.0 or [::] host is asked on loopback) and exits 0 if
+Fetches URL (default: /livez on the address of CAPGATE_ADMIN_LISTEN if set,
+else CAPGATE_LISTEN, else 127.0.0.1:8080; a 0.0.0.0 or [::] host is asked on
+loopback) and exits 0 if
 it answers 200 within 3 s, else 1. For container health checks where there is
 no curl.
 `
@@ -54,7 +56,13 @@ func (c *HealthcheckCommand) Run(ctx context.Context, args []string) error {
 		if getenv == nil {
 			getenv = os.Getenv
 		}
-		url = "http://" + probeAddr(getenv("CAPGATE_LISTEN")) + "/livez"
+		// With an admin listener the probes are served only there; on
+		// --listen /livez would reach the API.
+		listen := getenv("CAPGATE_ADMIN_LISTEN")
+		if listen == "" {
+			listen = getenv("CAPGATE_LISTEN")
+		}
+		url = "http://" + probeAddr(listen) + "/livez"
 	}
 	ctx, cancel := context.WithTimeout(ctx, healthcheckTimeout)
 	defer cancel()

@@ -3,6 +3,7 @@ package main
 import (
 	"io"
 	"net/http"
+	"net/http/httptest"
 	"os"
 	"path/filepath"
 	"strings"
@@ -91,5 +92,30 @@ func TestObservabilityWhileTheAPIIsDown(t *testing.T) {
 	}
 	if code, _ := get(t, addr+"/readyz", ""); code != http.StatusOK {
 		t.Errorf("/readyz while the API is down: %d, want 200", code)
+	}
+}
+
+// With an admin listener the probes are only there: `capgate healthcheck`
+// asks it, not --listen (where /livez would be proxied to the API).
+func TestHealthcheckAsksTheAdminListener(t *testing.T) {
+	probe := func(code int) string {
+		srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			if r.URL.Path != "/livez" {
+				code = http.StatusNotFound
+			}
+			w.WriteHeader(code)
+		}))
+		t.Cleanup(srv.Close)
+		return strings.TrimPrefix(srv.URL, "http://")
+	}
+	admin, public := probe(http.StatusOK), probe(http.StatusBadGateway)
+	env := map[string]string{"CAPGATE_LISTEN": public, "CAPGATE_ADMIN_LISTEN": admin}
+	c := &HealthcheckCommand{Stdout: io.Discard, Stderr: io.Discard, Getenv: func(k string) string { return env[k] }}
+	if err := c.Run(t.Context(), nil); err != nil {
+		t.Errorf("healthcheck with an admin listener: %v", err)
+	}
+	delete(env, "CAPGATE_ADMIN_LISTEN")
+	if err := c.Run(t.Context(), nil); err == nil {
+		t.Error("healthcheck of --listen whose /livez answers 502: no error")
 	}
 }
