@@ -1,6 +1,7 @@
 package main
 
 import (
+	"fmt"
 	"io"
 	"net/http"
 	"net/http/httptest"
@@ -117,5 +118,26 @@ func TestHealthcheckAsksTheAdminListener(t *testing.T) {
 	delete(env, "CAPGATE_ADMIN_LISTEN")
 	if err := c.Run(t.Context(), nil); err == nil {
 		t.Error("healthcheck of --listen whose /livez answers 502: no error")
+	}
+}
+
+// The metrics token never reaches the start-up settings line.
+func TestMetricsTokenIsNotLogged(t *testing.T) {
+	c := &ServeCommand{Stdout: io.Discard, Stderr: io.Discard, Getenv: func(k string) string {
+		if k == "CAPGATE_METRICS_TOKEN" {
+			return "very-secret"
+		}
+		return ""
+	}}
+	o, err := c.parse([]string{"--upstream", "http://127.0.0.1:1"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if o.MetricsToken != "very-secret" {
+		t.Fatalf("MetricsToken %q, want it from CAPGATE_METRICS_TOKEN", o.MetricsToken)
+	}
+	line := fmt.Sprintln(o.effective...)
+	if strings.Contains(line, "very-secret") || !strings.Contains(line, "metrics-token ***") {
+		t.Errorf("settings line %q: want the metrics token masked", line)
 	}
 }
