@@ -182,9 +182,14 @@ func (w *statusWriter) Flush() {
 	_ = http.NewResponseController(w.ResponseWriter).Flush()
 }
 
-// Hijack implements http.Hijacker.
+// Hijack implements http.Hijacker. A hijacked connection (an upgrade the
+// proxy answers itself) is recorded as 101.
 func (w *statusWriter) Hijack() (net.Conn, *bufio.ReadWriter, error) {
-	return http.NewResponseController(w.ResponseWriter).Hijack()
+	c, rw, err := http.NewResponseController(w.ResponseWriter).Hijack()
+	if err == nil && !w.wrote {
+		w.wrote, w.code = true, http.StatusSwitchingProtocols
+	}
+	return c, rw, err
 }
 
 // Unwrap returns the underlying writer, for http.ResponseController.
