@@ -14,12 +14,15 @@ import (
 	"sync/atomic"
 	"testing"
 
+	"github.com/prometheus/client_golang/prometheus"
+
 	"github.com/capgate/capgate"
 	"github.com/capgate/capgate/header"
 	capgatehttp "github.com/capgate/capgate/http"
 	"github.com/capgate/capgate/internal/randhex"
 	"github.com/capgate/capgate/logsink"
 	"github.com/capgate/capgate/memory"
+	"github.com/capgate/capgate/metrics"
 	"github.com/capgate/capgate/redis"
 )
 
@@ -56,6 +59,13 @@ func benchUpstream(b *testing.B) *url.URL {
 // mode.
 func benchGatewayServer(b *testing.B, store capgate.LaneStore, prefix string) string {
 	b.Helper()
+	return benchGatewayServerWith(b, store, prefix, nil)
+}
+
+// benchGatewayServerWith is benchGatewayServer with the gateway's config
+// changed by gc.
+func benchGatewayServerWith(b *testing.B, store capgate.LaneStore, prefix string, gc func(*capgatehttp.GatewayConfig)) string {
+	b.Helper()
 	quiet := slog.New(slog.NewTextHandler(io.Discard, nil))
 	sink := logsink.New(io.Discard)
 	b.Cleanup(func() { _ = sink.Close(context.Background()) })
@@ -71,7 +81,11 @@ func benchGatewayServer(b *testing.B, store capgate.LaneStore, prefix string) st
 	if err != nil {
 		b.Fatal(err)
 	}
-	gw, err := capgatehttp.NewGateway(capgatehttp.GatewayConfig{Upstream: benchUpstream(b), Gate: gate, Identify: ids, Logger: quiet})
+	cfg := capgatehttp.GatewayConfig{Upstream: benchUpstream(b), Gate: gate, Identify: ids, Logger: quiet}
+	if gc != nil {
+		gc(&cfg)
+	}
+	gw, err := capgatehttp.NewGateway(cfg)
 	if err != nil {
 		b.Fatal(err)
 	}
@@ -132,6 +146,34 @@ func benchGatewayRun(b *testing.B, base, path string, want ...capgate.Decision) 
 func BenchmarkGatewayUngated(b *testing.B) {
 	base := benchGatewayServer(b, memory.New(nil), capgate.DefaultKeyPrefix)
 	benchGatewayRun(b, base, "/concepts/")
+}
+
+// BenchmarkGatewayUngatedObserved is (c) as capgate serve runs it: with
+// the Prometheus GatewayObserver (requests by code and class, upstream
+// latency), and with an access log too (a bounded sink writing to
+// io.Discard). Against BenchmarkGatewayUngated: what observing costs.
+func BenchmarkGatewayUngatedObserved(b *testing.B) {
+	for _, access := range []bool{false, true} {
+		name := "metrics"
+		if access {
+			name = "metrics+access-log"
+		}
+		b.Run(name, func(b *testing.B) {
+			m, err := metrics.New(prometheus.NewRegistry())
+			if err != nil {
+				b.Fatal(err)
+			}
+			base := benchGatewayServerWith(b, memory.New(nil), capgate.DefaultKeyPrefix, func(c *capgatehttp.GatewayConfig) {
+				c.Observer = m
+				if access {
+					sink := logsink.New(io.Discard)
+					b.Cleanup(func() { _ = sink.Close(context.Background()) })
+					c.AccessLog = sink
+				}
+			})
+			benchGatewayRun(b, base, "/concepts/")
+		})
+	}
 }
 
 // BenchmarkGatewayGatedMemory is (d): a semantic $match gated on the
