@@ -101,6 +101,7 @@ type Gateway struct {
 	cfg    GatewayConfig
 	logger *slog.Logger
 	gated  http.Handler
+	lines  sync.Pool // *[]byte: the access log's line buffers (the sink copies a line)
 }
 
 // NewGateway returns a gateway with cfg's defaults filled in. It returns

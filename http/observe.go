@@ -7,6 +7,7 @@ import (
 	"io"
 	"net"
 	"net/http"
+	"strconv"
 	"syscall"
 	"time"
 
@@ -107,33 +108,44 @@ func (g *Gateway) serveObserved(w http.ResponseWriter, r *http.Request, staff bo
 	serve(sw, r)
 }
 
-// accessEntry is one line of the access log.
-type accessEntry struct {
-	Event      string  `json:"event"` // always "capgate_access"
-	Time       string  `json:"time"`  // RFC 3339, UTC, milliseconds: when the request ended
-	RequestID  string  `json:"request_id"`
-	Method     string  `json:"method"`
-	Path       string  `json:"path"` // without the query, which may carry secrets
-	Status     int     `json:"status"`
-	Class      string  `json:"class"`
-	Bytes      int64   `json:"bytes"` // response body bytes written
-	DurationMS float64 `json:"duration_ms"`
-	Remote     string  `json:"remote"` // the peer's address
-}
-
 // accessPathMax bounds the logged path, in characters.
 const accessPathMax = 512
 
+// accessLine emits one line of the access log:
+//
+//	{"event":"capgate_access","time":…,"request_id":…,"method":…,"path":…,
+//	 "status":…,"class":…,"bytes":…,"duration_ms":…,"remote":…}
+//
+// time is when the request ended (RFC 3339, UTC, milliseconds); path is
+// without the query, which may carry secrets; bytes counts the response
+// body; remote is the peer's address.
 func (g *Gateway) accessLine(r *http.Request, rid, class string, code int, n int64, d time.Duration) {
-	line, err := jsonenc.Marshal(accessEntry{
-		Event: "capgate_access", Time: time.Now().UTC().Format("2006-01-02T15:04:05.000Z07:00"),
-		RequestID: truncate.Runes(rid, maxRequestID), Method: r.Method, Path: truncate.Runes(r.URL.Path, accessPathMax),
-		Status: code, Class: class, Bytes: n, DurationMS: float64(d.Microseconds()) / 1000, Remote: r.RemoteAddr,
-	})
-	if err != nil {
-		return
+	bp, _ := g.lines.Get().(*[]byte)
+	if bp == nil {
+		bp = new([]byte)
 	}
-	_ = g.cfg.AccessLog.Emit(line) // a full queue drops it, and the sink counts that
+	b := append((*bp)[:0], `{"event":"capgate_access","time":"`...)
+	b = time.Now().UTC().AppendFormat(b, "2006-01-02T15:04:05.000Z07:00")
+	b = append(b, `","request_id":`...)
+	b = jsonenc.AppendString(b, truncate.Runes(rid, maxRequestID))
+	b = append(b, `,"method":`...)
+	b = jsonenc.AppendString(b, r.Method)
+	b = append(b, `,"path":`...)
+	b = jsonenc.AppendString(b, truncate.Runes(r.URL.Path, accessPathMax))
+	b = append(b, `,"status":`...)
+	b = strconv.AppendInt(b, int64(code), 10)
+	b = append(b, `,"class":`...)
+	b = jsonenc.AppendString(b, class)
+	b = append(b, `,"bytes":`...)
+	b = strconv.AppendInt(b, n, 10)
+	b = append(b, `,"duration_ms":`...)
+	b = strconv.AppendFloat(b, float64(d.Microseconds())/1000, 'f', -1, 64)
+	b = append(b, `,"remote":`...)
+	b = jsonenc.AppendString(b, r.RemoteAddr)
+	b = append(b, '}')
+	_ = g.cfg.AccessLog.Emit(b) // a full queue drops it, and the sink counts that
+	*bp = b
+	g.lines.Put(bp)
 }
 
 // statusWriter records the status and body size of a response. It keeps
