@@ -94,7 +94,9 @@ type GatewayConfig struct {
 // went away, once the upstream has finished the call (bounded by
 // max_hold_seconds; see hold.go). Bodies pass byte for byte; responses of
 // unknown length and event streams are flushed as they arrive. An upstream failure becomes
-// 502, an upstream timeout 504, and a client gone before the answer 499.
+// 502, an upstream timeout 504 (both with a JSON {"detail", "request_id"}
+// body), and a client gone before the answer 499. With an Observer or an
+// AccessLog every request is recorded once answered (observe.go).
 //
 // Create one with NewGateway. Safe for concurrent use.
 type Gateway struct {
