@@ -3,6 +3,7 @@ package metrics_test
 import (
 	"context"
 	"errors"
+	"os"
 	"strings"
 	"sync/atomic"
 	"testing"
@@ -12,17 +13,36 @@ import (
 	"github.com/prometheus/client_golang/prometheus/testutil"
 
 	"github.com/capgate/capgate"
+	"github.com/capgate/capgate/internal/randhex"
 	"github.com/capgate/capgate/memory"
 	"github.com/capgate/capgate/metrics"
 	"github.com/capgate/capgate/mock"
+	"github.com/capgate/capgate/redis"
 )
 
 // TestLaneGaugesAreReadFromTheStore is the stale-gauge finding: a gauge
 // set by the last gated call kept reading "1 in flight" long after the
 // call ended. Read from the store, it reads 0 once the cache (2 s) ages.
 func TestLaneGaugesAreReadFromTheStore(t *testing.T) {
+	t.Run("memory", func(t *testing.T) { testLaneGauges(t, memory.New(nil), "") })
+	t.Run("redis", func(t *testing.T) {
+		u := os.Getenv("CAPGATE_TEST_REDIS_URL")
+		if u == "" {
+			t.Skip("no real Redis: set CAPGATE_TEST_REDIS_URL")
+		}
+		rs, err := redis.Open(redis.Options{URL: u})
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { _ = rs.Close() })
+		// A key prefix of its own: the db is shared with other tests.
+		testLaneGauges(t, rs, "metricstest:"+randhex.String(4))
+	})
+}
+
+func testLaneGauges(t *testing.T, base capgate.LaneStore, prefix string) {
 	reg := prometheus.NewPedanticRegistry()
-	store := &mock.LaneStore{Base: memory.New(nil)}
+	store := &mock.LaneStore{Base: base}
 	var counts atomic.Int32
 	store.CountFn = func(ctx context.Context, keys []string, c []int) error {
 		counts.Add(1)
@@ -30,6 +50,7 @@ func TestLaneGaugesAreReadFromTheStore(t *testing.T) {
 	}
 	cfg := capgate.DefaultConfig(capgate.ModeShadow)
 	gate := capgate.NewGate(store, capgate.NewFixedConfig(cfg), nil, "task-1")
+	gate.KeyPrefix = prefix
 	m, err := metrics.New(reg, metrics.WithLanes(gate, capgate.NewFixedConfig(cfg)))
 	if err != nil {
 		t.Fatal(err)
