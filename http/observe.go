@@ -83,11 +83,11 @@ func (g *Gateway) observed() bool { return g.cfg.Observer != nil || g.cfg.Access
 func (g *Gateway) serveObserved(w http.ResponseWriter, r *http.Request, staff bool, serve func(http.ResponseWriter, *http.Request)) {
 	start := time.Now()
 	info := &requestInfo{rid: firstValue(r.Header, header.RequestID)}
+	r = r.WithContext(context.WithValue(r.Context(), requestInfoKey{}, info)) // a copy: the server's request stays as it was
 	if info.rid == "" && g.cfg.AccessLog != nil {
 		info.rid = newRequestID()
 		r.Header = cloneHeaderWith(r.Header, header.RequestID, info.rid)
 	}
-	r = r.WithContext(context.WithValue(r.Context(), requestInfoKey{}, info))
 	sw := &statusWriter{ResponseWriter: w, rid: info.rid, setID: g.cfg.AccessLog != nil}
 	defer func() {
 		class := info.class()
