@@ -11,6 +11,7 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/capgate/capgate"
 	"github.com/capgate/capgate/header"
 	"github.com/capgate/capgate/internal/jsonenc"
 	"github.com/capgate/capgate/internal/truncate"
@@ -276,4 +277,18 @@ func writeError(w http.ResponseWriter, r *http.Request, code int, detail string)
 	h.Del("Content-Length")
 	w.WriteHeader(code)
 	_, _ = w.Write(append(body, '\n'))
+}
+
+// ObserveStaff wraps h, a handler of capgate's own endpoints only (the
+// admin listener: staff API, /metrics, probes), so that its requests are
+// told to obs as class staff and written to access, as the Gateway does
+// for its own. Either may be nil; with both nil, h is returned as is.
+func ObserveStaff(h http.Handler, obs GatewayObserver, access capgate.Sink) http.Handler {
+	if obs == nil && access == nil {
+		return h
+	}
+	g := &Gateway{cfg: GatewayConfig{Observer: obs, AccessLog: access}}
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		g.serveObserved(w, r, true, h.ServeHTTP)
+	})
 }

@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"net"
 	"net/http"
+	"net/http/httptest"
 	"net/url"
 	"testing"
 	"time"
@@ -215,5 +216,28 @@ func TestMetricsWithoutTheIdentityLookup(t *testing.T) {
 	}
 	if _, err := capgatehttp.NewStaffTokens([]capgatehttp.TokenEntry{{Token: "x", Username: "pam"}}); err == nil {
 		t.Error("a staff tokens entry that is not staff was accepted")
+	}
+}
+
+// The admin listener's requests are counted and logged as staff.
+func TestObserveStaff(t *testing.T) {
+	obs, access := newObserver(), &mock.Sink{}
+	h := capgatehttp.ObserveStaff(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		w.WriteHeader(http.StatusTeapot)
+	}), obs, access)
+	srv := httptest.NewServer(h)
+	defer srv.Close()
+	resp, err := http.Get(srv.URL + "/metrics")
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	obs.expect(t, "request staff I'm a teapot")
+	l := access.Wait(t, 1, 10*time.Second)[0]
+	if l["class"] != "staff" || l["path"] != "/metrics" || fmt.Sprint(l["status"]) != "418" {
+		t.Errorf("access line %v; want class staff, path /metrics, status 418", l)
+	}
+	if plain := capgatehttp.ObserveStaff(http.NotFoundHandler(), nil, nil); plain == nil {
+		t.Error("ObserveStaff with nothing to do returned nil")
 	}
 }

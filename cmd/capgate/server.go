@@ -261,7 +261,7 @@ func NewServer(ctx context.Context, opts ServeOptions, lines io.Writer, logger *
 		mux.Handle("GET /livez", s.Health.Livez())
 		mux.Handle("GET /healthz", s.Health.Livez())
 		mux.Handle("GET /readyz", s.Health.Readyz())
-		s.Admin = mux
+		s.Admin = capgatehttp.ObserveStaff(mux, m, gcfg.AccessLog)
 	}
 	gw, err := capgatehttp.NewGateway(gcfg)
 	if err != nil {
