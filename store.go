@@ -2,6 +2,8 @@ package capgate
 
 import (
 	"context"
+	"errors"
+	"fmt"
 	"time"
 )
 
@@ -58,6 +60,28 @@ type AcquireRequest struct {
 	Lease    time.Duration // how long a lease lives unless renewed
 	Force    bool          // take the lease even when a lane is full (not enforced)
 	NotAfter time.Time     // take nothing if the store runs the acquire later than this; zero: no guard
+}
+
+// errBadLease is the error for a lease shorter than a millisecond, the
+// resolution of the stores' expiry times.
+var errBadLease = errors.New("the lease must be at least 1ms")
+
+// Validate reports whether a store can run r with counts as the buffer of
+// the lanes' counts: a token, at least one key, a limit per key, room for
+// a count per key, and a lease of at least 1ms. Every LaneStore runs it
+// first and takes nothing for a request it refuses, so all stores refuse
+// the same requests.
+func (r AcquireRequest) Validate(counts []int) error {
+	if r.Token == "" {
+		return errors.New("no lease token")
+	}
+	if len(r.Keys) == 0 || len(r.Limits) < len(r.Keys) || len(counts) < len(r.Keys) {
+		return fmt.Errorf("%d keys, %d limits, room for %d counts: want at least one key, and a limit and a count for each", len(r.Keys), len(r.Limits), len(counts))
+	}
+	if r.Lease < time.Millisecond {
+		return errBadLease
+	}
+	return nil
 }
 
 // ConfigSource gives the gate the config in force. Config never fails: a

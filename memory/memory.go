@@ -191,17 +191,13 @@ var errBadLease = errors.New("the lease must be at least 1ms")
 // Acquire implements capgate.LaneStore. It returns an error wrapping
 // capgate.ErrLateAcquire when the store's clock is past req.NotAfter, the
 // context's error when ctx is done, and an error when req is malformed
-// (len(req.Limits) or len(counts) short of len(req.Keys), or a lease under
-// 1ms); in each case nothing is taken.
+// (req.Validate); in each case nothing is taken.
 func (s *Store) Acquire(ctx context.Context, req capgate.AcquireRequest, counts []int) (bool, error) {
 	if err := ctx.Err(); err != nil {
 		return false, fmt.Errorf("acquire lanes: %w", err)
 	}
-	if len(req.Limits) < len(req.Keys) || len(counts) < len(req.Keys) {
-		return false, fmt.Errorf("acquire lanes: %d keys, %d limits, room for %d counts", len(req.Keys), len(req.Limits), len(counts))
-	}
-	if req.Lease < time.Millisecond {
-		return false, fmt.Errorf("acquire lanes: %w", errBadLease)
+	if err := req.Validate(counts); err != nil {
+		return false, fmt.Errorf("acquire lanes: %w", err)
 	}
 
 	s.mu.Lock()

@@ -32,15 +32,13 @@ var errBadLease = errors.New("the lease must be at least 1ms")
 // Acquire implements capgate.LaneStore with the acquire.lua script, one
 // atomic step across req.Keys. It returns an error wrapping
 // capgate.ErrLateAcquire when Redis ran it after req.NotAfter (by Redis's
-// clock against the caller's wall time), an error when req is malformed,
+// clock against the caller's wall time), an error when req is malformed
+// (req.Validate),
 // and the errors of Store.
 func (s *Store) Acquire(ctx context.Context, req capgate.AcquireRequest, counts []int) (bool, error) {
 	const op = "acquire lanes"
-	if len(req.Limits) < len(req.Keys) || len(counts) < len(req.Keys) {
-		return false, fmt.Errorf("%s: %d keys, %d limits, room for %d counts", op, len(req.Keys), len(req.Limits), len(counts))
-	}
-	if req.Lease < time.Millisecond {
-		return false, fmt.Errorf("%s: %w", op, errBadLease)
+	if err := req.Validate(counts); err != nil {
+		return false, fmt.Errorf("%s: %w", op, err)
 	}
 	keys := s.own(req.Keys)
 	args := make([]any, 0, 4+len(keys))

@@ -49,23 +49,16 @@ func (s *Store) wakeChannel(prefix string) string {
 	return prefix + ":wake:" + s.instance
 }
 
-func checkTicket(op string, t capgate.Ticket, counts []int, withCounts bool) error {
-	if len(t.Keys) == 0 || len(t.Limits) < len(t.Keys) || withCounts && len(counts) < len(t.Keys) {
-		return fmt.Errorf("%s: %d keys, %d limits, room for %d counts", op, len(t.Keys), len(t.Limits), len(counts))
-	}
-	if t.Lease < time.Millisecond || t.TicketLease < time.Millisecond || t.Claim < time.Millisecond {
-		return fmt.Errorf("%s: %w", op, errBadLease)
-	}
-	return nil
-}
-
 // Join implements capgate.Waitlist with waitjoin.lua: one atomic step. It
 // returns an error wrapping capgate.ErrLateAcquire when Redis ran it after
 // t.NotAfter, an error when t is malformed, and the errors of Store.
 func (s *Store) Join(ctx context.Context, t capgate.Ticket, counts []int) (capgate.JoinResult, error) {
 	const op = "join waitlist"
-	if err := checkTicket(op, t, counts, true); err != nil {
-		return capgate.JoinResult{}, err
+	if err := t.Validate(); err != nil {
+		return capgate.JoinResult{}, fmt.Errorf("%s: %w", op, err)
+	}
+	if len(counts) < len(t.Keys) {
+		return capgate.JoinResult{}, fmt.Errorf("%s: %d keys, room for %d counts", op, len(t.Keys), len(counts))
 	}
 	keys := slices.Clone(t.Keys)
 	var notAfter int64
@@ -104,8 +97,8 @@ func joinResult(state, next int64) capgate.JoinResult {
 // when t is malformed, and the errors of Store.
 func (s *Store) Pump(ctx context.Context, t capgate.Ticket) (capgate.JoinResult, error) {
 	const op = "pump waitlist"
-	if err := checkTicket(op, t, nil, false); err != nil {
-		return capgate.JoinResult{}, err
+	if err := t.Validate(); err != nil {
+		return capgate.JoinResult{}, fmt.Errorf("%s: %w", op, err)
 	}
 	keys := slices.Clone(t.Keys)
 	res, err := run(ctx, s, op, func(ctx context.Context) ([]int64, error) {
