@@ -117,10 +117,10 @@ func (g *Gate) now() time.Time {
 // storeBound says how the store bounds its operations. The store owns
 // this setting, since it is the one that enforces it
 // (redis.Options.Deadline): a store that bounds its own operations says so
-// with a Deadline method, and one whose operations never wait (memory)
-// returns 0 from it. bounded is false for a store without the method.
+// by being a StoreDeadline, and one whose operations never wait (memory)
+// returns 0 from it. bounded is false for a store that is not one.
 func (g *Gate) storeBound() (d time.Duration, bounded bool) {
-	if s, ok := g.Store.(interface{ Deadline() time.Duration }); ok {
+	if s, ok := g.Store.(StoreDeadline); ok {
 		return s.Deadline(), true
 	}
 	return 0, false

@@ -11,6 +11,12 @@ import (
 // token with an expiry measured by the store's own clock, so gateway clocks
 // don't matter. Every method is safe for concurrent use. Any error returned
 // is a store failure: the gate fails open and skips the store for a while.
+//
+// A store may also implement the optional interfaces the gate looks for by
+// a type assertion: Waitlist (enforced calls wait for a slot instead of
+// being refused), StoreDeadline (the store bounds its own operations) and
+// StoreKind (where the lanes live, for status). memory.Store and
+// redis.Store implement all three.
 type LaneStore interface {
 	// Acquire is atomic across req.Keys: it drops leases that have expired,
 	// counts the rest into counts (len(req.Keys); the count before this
@@ -50,6 +56,25 @@ type LaneStore interface {
 
 	// Ping reports whether the store answers.
 	Ping(ctx context.Context) error
+}
+
+// StoreDeadline is the optional part of a LaneStore that bounds its own
+// operations (redis.Options.Deadline). The store owns that setting, since
+// it enforces it; the gate reads it to bound its own waits on the store.
+type StoreDeadline interface {
+	// Deadline returns the longest one operation takes, 0 for a store
+	// whose operations never wait (memory). A store without the method
+	// is given DefaultStoreDeadline, and its releases a deadline of the
+	// gate's own.
+	Deadline() time.Duration
+}
+
+// StoreKind is the optional part of a LaneStore that says where the lanes
+// live, for status.
+type StoreKind interface {
+	// Kind returns "memory" (this process only), "redis" or
+	// "redis-sentinel". A store without the method is "unknown".
+	Kind() string
 }
 
 // AcquireRequest is one call's acquire across its lanes.

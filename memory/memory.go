@@ -58,7 +58,11 @@ type Store struct {
 	watchers map[string]chan struct{} // by prefix+token; requires mu held
 }
 
-var _ capgate.LaneStore = (*Store)(nil)
+var (
+	_ capgate.LaneStore     = (*Store)(nil)
+	_ capgate.StoreDeadline = (*Store)(nil)
+	_ capgate.StoreKind     = (*Store)(nil)
+)
 
 // lane is one lane key: its leases and its TTL. Times are nanoseconds since
 // Store.start.
@@ -68,10 +72,10 @@ type lane struct {
 	expires int64            // the key's TTL deadline; noTTL when it has none
 }
 
-// Kind says where the lanes live, for status: in this process only.
+// Kind implements capgate.StoreKind: the lanes live in this process only.
 func (s *Store) Kind() string { return "memory" }
 
-// Deadline returns 0: the store's operations never wait (no I/O), so a
+// Deadline implements capgate.StoreDeadline with 0: the store's operations never wait (no I/O), so a
 // gate gives them no deadline of their own.
 func (s *Store) Deadline() time.Duration { return 0 }
 
