@@ -37,7 +37,8 @@ type Gate struct {
 	Config ConfigSource // required
 	Sink   Sink         // receives one line per gated call; nil: no lines
 
-	// TaskID names this API task's lane (api_heavy_task:<TaskID>).
+	// TaskID names this API task's lane (api_heavy_task:<TaskID>);
+	// required, and each gateway's own (NewGate refuses "").
 	TaskID string
 	// KeyPrefix prefixes every lane key; "": DefaultKeyPrefix.
 	KeyPrefix string
@@ -78,8 +79,14 @@ type gateHooks struct {
 	emit         func(line []byte) error // replaces Sink.Emit
 }
 
-// NewGate returns a gate over store and cfg with the defaults set.
-func NewGate(store LaneStore, cfg ConfigSource, sink Sink, taskID string) *Gate {
+// NewGate returns a gate over store and cfg with the defaults set. It
+// refuses an empty taskID: every gateway would then share one
+// api_heavy_task lane, so the per-task limit would act cluster-wide and the
+// degraded limits would not count this gateway.
+func NewGate(store LaneStore, cfg ConfigSource, sink Sink, taskID string) (*Gate, error) {
+	if taskID == "" {
+		return nil, errors.New("new gate: no task id: each API task (gateway) needs its own, e.g. its hostname")
+	}
 	return &Gate{
 		Store:     store,
 		Config:    cfg,
@@ -90,7 +97,7 @@ func NewGate(store LaneStore, cfg ConfigSource, sink Sink, taskID string) *Gate 
 		Now:       time.Now,
 		Logger:    slog.Default(),
 		holds:     &holdTimes{},
-	}
+	}, nil
 }
 
 // Observer is told what the gate does, for metrics. Its methods must be

@@ -27,7 +27,10 @@ type mwEnv struct {
 func newMWEnv(t *testing.T, next http.Handler) *mwEnv {
 	t.Helper()
 	e := &mwEnv{store: memory.New(nil), sink: &mock.Sink{}}
-	gate := capgate.NewGate(e.store, capgate.NewFixedConfig(capgate.DefaultConfig(capgate.ModeShadow)), e.sink, "t")
+	gate, err := capgate.NewGate(e.store, capgate.NewFixedConfig(capgate.DefaultConfig(capgate.ModeShadow)), e.sink, "t")
+	if err != nil {
+		t.Fatal(err)
+	}
 	ids, err := capgatehttp.NewTokenIdentity([]capgatehttp.TokenEntry{{Token: "t-pam", Username: "pam"}})
 	if err != nil {
 		t.Fatal(err)
@@ -191,7 +194,10 @@ func TestMiddlewareReplaysTheBody(t *testing.T) {
 }
 
 func TestNewMiddlewareRejectsMissingParts(t *testing.T) {
-	gate := capgate.NewGate(memory.New(nil), capgate.NewFixedConfig(capgate.DefaultConfig("")), nil, "t")
+	gate, err := capgate.NewGate(memory.New(nil), capgate.NewFixedConfig(capgate.DefaultConfig("")), nil, "t")
+	if err != nil {
+		t.Fatal(err)
+	}
 	ids, _ := capgatehttp.NewTokenIdentity(nil)
 	classify := (&capgatehttp.Classifier{}).Classify
 	next := http.NotFoundHandler()
@@ -216,7 +222,10 @@ func (s blockingSink) Emit([]byte) error { <-s.release; return nil }
 // log line is written at release): a release must not delay the answer.
 func TestResponseIsSentBeforeRelease(t *testing.T) {
 	sink := blockingSink{release: make(chan struct{})}
-	gate := capgate.NewGate(memory.New(nil), capgate.NewFixedConfig(capgate.DefaultConfig(capgate.ModeShadow)), sink, "t")
+	gate, err := capgate.NewGate(memory.New(nil), capgate.NewFixedConfig(capgate.DefaultConfig(capgate.ModeShadow)), sink, "t")
+	if err != nil {
+		t.Fatal(err)
+	}
 	ids, err := capgatehttp.NewTokenIdentity([]capgatehttp.TokenEntry{{Token: "t-pam", Username: "pam"}})
 	if err != nil {
 		t.Fatal(err)

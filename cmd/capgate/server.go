@@ -103,6 +103,11 @@ func NewServer(ctx context.Context, opts ServeOptions, lines io.Writer, logger *
 	if opts.MaxBodyBytes <= 0 {
 		return nil, fmt.Errorf("--max-body-bytes %d: want a positive number of bytes", opts.MaxBodyBytes)
 	}
+	if opts.TaskID == "" {
+		// One shared api_heavy_task lane would make the per-task limit act
+		// cluster-wide and hide this gateway from the degraded limits.
+		return nil, errors.New("--task-id is empty (CAPACITY_TASK_ID; default the hostname): each gateway needs a task id of its own")
+	}
 	proxies, err := parsePrefixes(opts.TrustedProxies)
 	if err != nil {
 		return nil, err
@@ -176,7 +181,9 @@ func NewServer(ctx context.Context, opts ServeOptions, lines io.Writer, logger *
 		return nil, fmt.Errorf("metrics: %w", err)
 	}
 
-	s.Gate = capgate.NewGate(s.Lanes, s.Configs, s.Sink, opts.TaskID)
+	if s.Gate, err = capgate.NewGate(s.Lanes, s.Configs, s.Sink, opts.TaskID); err != nil {
+		return nil, err
+	}
 	s.Gate.KeyPrefix = keyPrefix
 	s.Gate.Skip = capgate.NewSkipWindow(opts.RedisRetry, nil)
 	s.Gate.Logger = logger

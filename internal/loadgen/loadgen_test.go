@@ -55,7 +55,10 @@ func newStack(t *testing.T, cfg capgate.Config) *stack {
 	t.Cleanup(up.Close)
 	fc := capgate.NewFixedConfig(cfg)
 	lines := &mock.Sink{}
-	gate := capgate.NewGate(memory.New(nil), fc, lines, "task-a")
+	gate, err := capgate.NewGate(memory.New(nil), fc, lines, "task-a")
+	if err != nil {
+		t.Fatal(err)
+	}
 	ids, err := capgatehttp.NewUpstreamIdentity(up.URL)
 	if err != nil {
 		t.Fatal(err)
