@@ -40,7 +40,9 @@ type Gate struct {
 	// TaskID names this API task's lane (api_heavy_task:<TaskID>);
 	// required, and each gateway's own (NewGate refuses "").
 	TaskID string
-	// KeyPrefix prefixes every lane key; "": DefaultKeyPrefix.
+	// KeyPrefix prefixes every lane key; "": DefaultKeyPrefix. NewGate
+	// sets the store's own (StoreKeyPrefix: a Redis Cluster's is
+	// hash-tagged), else DefaultKeyPrefix.
 	KeyPrefix string
 	// Skip is the per-process window during which the store is not used
 	// after it failed; nil: the store is never skipped. NewGate sets one
@@ -87,12 +89,16 @@ func NewGate(store LaneStore, cfg ConfigSource, sink Sink, taskID string) (*Gate
 	if taskID == "" {
 		return nil, errors.New("new gate: no task id: each API task (gateway) needs its own, e.g. its hostname")
 	}
+	prefix := DefaultKeyPrefix
+	if s, ok := store.(StoreKeyPrefix); ok {
+		prefix = s.KeyPrefix() // the store's own layout (a Redis Cluster's hash tag)
+	}
 	return &Gate{
 		Store:     store,
 		Config:    cfg,
 		Sink:      sink,
 		TaskID:    taskID,
-		KeyPrefix: DefaultKeyPrefix,
+		KeyPrefix: prefix,
 		Skip:      NewSkipWindow(DefaultSkipDuration, nil),
 		Now:       time.Now,
 		Logger:    slog.Default(),

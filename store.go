@@ -14,9 +14,10 @@ import (
 //
 // A store may also implement the optional interfaces the gate looks for by
 // a type assertion: Waitlist (enforced calls wait for a slot instead of
-// being refused), StoreDeadline (the store bounds its own operations) and
-// StoreKind (where the lanes live, for status). memory.Store and
-// redis.Store implement all three.
+// being refused), StoreDeadline (the store bounds its own operations),
+// StoreKind (where the lanes live, for status) and StoreKeyPrefix (the
+// store lays out its own keys). memory.Store implements the first three,
+// redis.Store all four.
 type LaneStore interface {
 	// Acquire is atomic across req.Keys: it drops leases that have expired,
 	// counts the rest into counts (len(req.Keys); the count before this
@@ -75,6 +76,15 @@ type StoreKind interface {
 	// Kind returns "memory" (this process only), "redis" or
 	// "redis-sentinel". A store without the method is "unknown".
 	Kind() string
+}
+
+// StoreKeyPrefix is the optional part of a LaneStore that lays out its
+// own keys: the Redis store on a Redis Cluster, where a call's keys must
+// share one hash slot, gives a hash-tagged prefix. NewGate sets the gate's
+// KeyPrefix from it.
+type StoreKeyPrefix interface {
+	// KeyPrefix returns the prefix the store's lane keys must have.
+	KeyPrefix() string
 }
 
 // AcquireRequest is one call's acquire across its lanes.

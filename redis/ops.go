@@ -40,6 +40,9 @@ func (s *Store) Acquire(ctx context.Context, req capgate.AcquireRequest, counts 
 	if err := req.Validate(counts); err != nil {
 		return false, fmt.Errorf("%s: %w", op, err)
 	}
+	if err := s.checkSlot(op, req.Keys); err != nil {
+		return false, err
+	}
 	keys := s.own(req.Keys)
 	args := make([]any, 0, 4+len(keys))
 	force := "0"
@@ -80,6 +83,9 @@ func (s *Store) Renew(ctx context.Context, token string, keys []string, lease ti
 	if lease < time.Millisecond {
 		return 0, fmt.Errorf("%s: %w", op, errBadLease)
 	}
+	if err := s.checkSlot(op, keys); err != nil {
+		return 0, err
+	}
 	keys = s.own(keys)
 	held, err := run(ctx, s, op, func(ctx context.Context) (int64, error) {
 		return renewScript.Run(ctx, s.client, keys, token, lease.Milliseconds()).Int64()
@@ -91,6 +97,9 @@ func (s *Store) Renew(ctx context.Context, token string, keys []string, lease ti
 // one pipeline (not a transaction). It returns the errors of Store.
 func (s *Store) Release(ctx context.Context, token string, keys []string) error {
 	const op = "release leases"
+	if err := s.checkSlot(op, keys); err != nil {
+		return err
+	}
 	keys = s.own(keys)
 	_, err := run(ctx, s, op, func(ctx context.Context) (struct{}, error) {
 		if len(keys) == 0 {
@@ -125,6 +134,9 @@ func (s *Store) Count(ctx context.Context, keys []string, counts []int) error {
 	const op = "count leases"
 	if len(counts) < len(keys) {
 		return fmt.Errorf("%s: %d keys, room for %d counts", op, len(keys), len(counts))
+	}
+	if err := s.checkSlot(op, keys); err != nil {
+		return err
 	}
 	return s.countBatched(ctx, op, countScript, keys, counts)
 }

@@ -140,6 +140,9 @@ func Open(opts Options) (*Store, error) {
 	if err == nil && o.URL == "" && len(o.Sentinels) == 0 && len(o.Cluster) == 0 {
 		err = errors.New("set a Redis URL, Sentinels or a Redis Cluster")
 	}
+	if err == nil {
+		_, err = keyPrefix(o, len(o.Cluster) > 0)
+	}
 	if err != nil {
 		return nil, fmt.Errorf("open Redis lane store: %w", err)
 	}
@@ -178,6 +181,10 @@ func Open(opts Options) (*Store, error) {
 // invalid options.
 func New(client Client, opts Options) (*Store, error) {
 	o, err := opts.withDefaults()
+	if err == nil {
+		_, cluster := client.(clusterScanner)
+		_, err = keyPrefix(o, cluster)
+	}
 	if err != nil {
 		return nil, fmt.Errorf("new Redis lane store: %w", err)
 	}

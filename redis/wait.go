@@ -60,6 +60,9 @@ func (s *Store) Join(ctx context.Context, t capgate.Ticket, counts []int) (capga
 	if len(counts) < len(t.Keys) {
 		return capgate.JoinResult{}, fmt.Errorf("%s: %d keys, room for %d counts", op, len(t.Keys), len(counts))
 	}
+	if err := s.checkSlot(op, t.Keys, t.Prefix); err != nil {
+		return capgate.JoinResult{}, err
+	}
 	keys := slices.Clone(t.Keys)
 	var notAfter int64
 	if !t.NotAfter.IsZero() {
@@ -100,6 +103,9 @@ func (s *Store) Pump(ctx context.Context, t capgate.Ticket) (capgate.JoinResult,
 	if err := t.Validate(); err != nil {
 		return capgate.JoinResult{}, fmt.Errorf("%s: %w", op, err)
 	}
+	if err := s.checkSlot(op, t.Keys, t.Prefix); err != nil {
+		return capgate.JoinResult{}, err
+	}
 	keys := slices.Clone(t.Keys)
 	res, err := run(ctx, s, op, func(ctx context.Context) ([]int64, error) {
 		return waitPumpScript.Run(ctx, s.client, keys, t.Prefix, t.Token, t.TicketLease.Milliseconds()).Int64Slice()
@@ -116,8 +122,12 @@ func (s *Store) Pump(ctx context.Context, t capgate.Ticket) (capgate.JoinResult,
 // Leave implements capgate.Waitlist with waitleave.lua. It returns the
 // errors of Store.
 func (s *Store) Leave(ctx context.Context, t capgate.Ticket) (bool, error) {
+	const op = "leave waitlist"
+	if err := s.checkSlot(op, t.Keys, t.Prefix); err != nil {
+		return false, err
+	}
 	keys := slices.Clone(t.Keys)
-	n, err := run(ctx, s, "leave waitlist", func(ctx context.Context) (int64, error) {
+	n, err := run(ctx, s, op, func(ctx context.Context) (int64, error) {
 		return waitLeaveScript.Run(ctx, s.client, keys, t.Prefix, t.Token).Int64()
 	})
 	return n == 1, err
@@ -127,8 +137,12 @@ func (s *Store) Leave(ctx context.Context, t capgate.Ticket) (bool, error) {
 // as Release (one round trip) when nobody waits. It returns the errors of
 // Store.
 func (s *Store) ReleaseWait(ctx context.Context, prefix, token string, keys []string) error {
+	const op = "release leases"
+	if err := s.checkSlot(op, keys, prefix); err != nil {
+		return err
+	}
 	keys = slices.Clone(keys)
-	_, err := run(ctx, s, "release leases", func(ctx context.Context) (int64, error) {
+	_, err := run(ctx, s, op, func(ctx context.Context) (int64, error) {
 		return waitReleaseScript.Run(ctx, s.client, keys, prefix, token).Int64()
 	})
 	return err
@@ -145,6 +159,9 @@ func (s *Store) Waiting(ctx context.Context, prefix string, keys []string, count
 	}
 	if len(keys) == 0 {
 		return nil
+	}
+	if err := s.checkSlot(op, keys, prefix); err != nil {
+		return err
 	}
 	return s.countBatched(ctx, op, waitingScript, keys, counts, prefix)
 }

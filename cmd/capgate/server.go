@@ -135,7 +135,9 @@ func NewServer(ctx context.Context, opts ServeOptions, lines io.Writer, logger *
 		return nil, err
 	}
 	if opts.HasRedis() {
-		rs, err := redis.Open(opts.RedisOptions())
+		ro := opts.RedisOptions()
+		ro.KeyPrefix = keyPrefix // the store checks it (and tags it on a cluster)
+		rs, err := redis.Open(ro)
 		if err != nil {
 			return nil, fmt.Errorf("redis lanes: %w", err)
 		}
