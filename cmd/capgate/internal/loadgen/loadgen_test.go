@@ -9,11 +9,11 @@ import (
 	"time"
 
 	"github.com/capgate/capgate"
+	"github.com/capgate/capgate/cmd/capgate/internal/loadgen"
 	capgatehttp "github.com/capgate/capgate/http"
-	"github.com/capgate/capgate/internal/loadgen"
-	"github.com/capgate/capgate/internal/simapi"
 	"github.com/capgate/capgate/memory"
 	"github.com/capgate/capgate/mock"
+	"github.com/capgate/capgate/tools/simapi"
 )
 
 // stack is the simulated API behind a real gateway on the memory store.
