@@ -77,7 +77,7 @@ func TestMiddlewareShadowRefusalCarriesTheSpacingHint(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	h, err := capgatehttp.NewMiddleware(next, gate, (&capgatehttp.Classifier{}).Classify, ids)
+	h, err := capgatehttp.NewMiddleware(next, gate, ids)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -35,7 +35,7 @@ func newMWEnv(t *testing.T, next http.Handler) *mwEnv {
 	if err != nil {
 		t.Fatal(err)
 	}
-	h, err := capgatehttp.NewMiddleware(next, gate, (&capgatehttp.Classifier{}).Classify, ids,
+	h, err := capgatehttp.NewMiddleware(next, gate, ids,
 		capgatehttp.WithLogger(slog.New(slog.NewTextHandler(t.Output(), nil))))
 	if err != nil {
 		t.Fatal(err)
@@ -199,13 +199,11 @@ func TestNewMiddlewareRejectsMissingParts(t *testing.T) {
 		t.Fatal(err)
 	}
 	ids, _ := capgatehttp.NewTokenIdentity(nil)
-	classify := (&capgatehttp.Classifier{}).Classify
 	next := http.NotFoundHandler()
-	for i, f := range []func() (http.Handler, error){
-		func() (http.Handler, error) { return capgatehttp.NewMiddleware(nil, gate, classify, ids) },
-		func() (http.Handler, error) { return capgatehttp.NewMiddleware(next, nil, classify, ids) },
-		func() (http.Handler, error) { return capgatehttp.NewMiddleware(next, gate, nil, ids) },
-		func() (http.Handler, error) { return capgatehttp.NewMiddleware(next, gate, classify, nil) },
+	for i, f := range []func() (*capgatehttp.Middleware, error){
+		func() (*capgatehttp.Middleware, error) { return capgatehttp.NewMiddleware(nil, gate, ids) },
+		func() (*capgatehttp.Middleware, error) { return capgatehttp.NewMiddleware(next, nil, ids) },
+		func() (*capgatehttp.Middleware, error) { return capgatehttp.NewMiddleware(next, gate, nil) },
 	} {
 		if _, err := f(); err == nil {
 			t.Errorf("case %d accepted", i)
@@ -233,7 +231,7 @@ func TestResponseIsSentBeforeRelease(t *testing.T) {
 	next := http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {
 		_, _ = io.WriteString(w, "ok") // small: net/http would buffer it until the handler returns
 	})
-	h, err := capgatehttp.NewMiddleware(next, gate, (&capgatehttp.Classifier{}).Classify, ids)
+	h, err := capgatehttp.NewMiddleware(next, gate, ids)
 	if err != nil {
 		t.Fatal(err)
 	}
