@@ -17,9 +17,9 @@ import (
 	"github.com/capgate/capgate/internal/truncate"
 )
 
-// HeaderTraceID is the load balancer's trace header, which the
+// headerTraceID is the load balancer's trace header, which the
 // middleware reads for the log line.
-const HeaderTraceID = "X-Amzn-Trace-Id"
+const headerTraceID = "X-Amzn-Trace-Id"
 
 // Middleware gates the heavy calls of the handler it wraps. For each
 // request it:
@@ -202,7 +202,7 @@ func (m *Middleware) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		// Counted by Classifier.BufferFull; a flood must not flood the log.
 		m.logger.Debug("capgate: request buffer full; answering 503", "path", r.URL.Path)
 		m.cors.refusal(w.Header(), r.Header.Get("Origin"))
-		w.Header().Set("Retry-After", strconv.Itoa(BufferFullRetryAfter))
+		w.Header().Set("Retry-After", strconv.Itoa(bufferFullRetryAfter))
 		http.Error(w, "The gateway is busy. Please retry.", http.StatusServiceUnavailable)
 		return
 	}
@@ -213,9 +213,9 @@ func (m *Middleware) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	m.gated(w, r, call, caller, err)
 }
 
-// BufferFullRetryAfter is the Retry-After, in seconds, of the 503 answered
+// bufferFullRetryAfter is the Retry-After, in seconds, of the 503 answered
 // when the classification buffer budget is spent.
-const BufferFullRetryAfter = 1
+const bufferFullRetryAfter = 1
 
 // identifyCaller asks who calls, refusing identity (anonymous, logged) to a
 // username longer than MaxUsername, and, with WithAnonymousAs, gating an
