@@ -195,9 +195,11 @@ func NewServer(ctx context.Context, opts ServeOptions, lines io.Writer, logger *
 	}
 	// Before the stores close: the last try at releases still pending.
 	s.closers = append(s.closers, func() error {
-		d := opts.RedisDeadline
-		if d <= 0 {
-			d = capgate.DefaultStoreDeadline
+		// The store owns its deadline (redis.Options.Deadline); a store
+		// that states none gets the gate's default, as in the gate.
+		d := capgate.DefaultStoreDeadline
+		if sd, ok := s.Lanes.(capgate.StoreDeadline); ok && sd.Deadline() > 0 {
+			d = sd.Deadline()
 		}
 		ctx, cancel := context.WithTimeout(context.Background(), d)
 		defer cancel()
