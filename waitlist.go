@@ -89,9 +89,8 @@ type Ticket struct {
 
 // Validate reports whether a Waitlist can run t (Join, Pump): a token, at
 // least one key, a limit per key, and a lease, ticket lease and claim of at
-// least 1ms each. Every Waitlist runs it first and does nothing with a
-// ticket it refuses, so all stores refuse the same tickets. Join also
-// needs room for a count per key.
+// least 1ms each. Every Waitlist runs it (or ValidateJoin) first and does
+// nothing with a ticket it refuses, so all stores refuse the same tickets.
 func (t Ticket) Validate() error {
 	if t.Token == "" {
 		return errors.New("no lease token")
@@ -101,6 +100,18 @@ func (t Ticket) Validate() error {
 	}
 	if t.Lease < time.Millisecond || t.TicketLease < time.Millisecond || t.Claim < time.Millisecond {
 		return errBadLease
+	}
+	return nil
+}
+
+// ValidateJoin is Validate for Join, which also needs counts to have room
+// for a count per key.
+func (t Ticket) ValidateJoin(counts []int) error {
+	if err := t.Validate(); err != nil {
+		return err
+	}
+	if len(counts) < len(t.Keys) {
+		return fmt.Errorf("%d keys, room for %d counts", len(t.Keys), len(counts))
 	}
 	return nil
 }

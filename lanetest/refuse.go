@@ -46,7 +46,7 @@ func storeTestRefusesBadRequests(t *testing.T, s Store) {
 
 // waitTestRefusesBadTickets checks that Join and Pump refuse every ticket
 // capgate.Ticket.Validate refuses, and Join one without room for its
-// counts, queueing and taking nothing.
+// counts (ValidateJoin), queueing and taking nothing.
 func waitTestRefusesBadTickets(t *testing.T, e *waitEnv) {
 	cases := []struct {
 		name string
@@ -73,6 +73,9 @@ func waitTestRefusesBadTickets(t *testing.T, e *waitEnv) {
 		}
 	}
 	tk := e.ticket("a", 2)
+	if tk.ValidateJoin(make([]int, 1)) == nil {
+		t.Fatal("ValidateJoin accepts room for 1 of 2 counts")
+	}
 	if res, err := e.s.Join(t.Context(), tk, make([]int, 1)); err == nil || res.Taken || res.Queued {
 		t.Errorf("Join with room for 1 of 2 counts = %+v, %v; want an error", res, err)
 	}

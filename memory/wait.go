@@ -231,11 +231,8 @@ func (s *Store) Join(ctx context.Context, t capgate.Ticket, counts []int) (capga
 	if err := ctx.Err(); err != nil {
 		return capgate.JoinResult{}, fmt.Errorf("%s: %w", op, err)
 	}
-	if err := t.Validate(); err != nil {
+	if err := t.ValidateJoin(counts); err != nil {
 		return capgate.JoinResult{}, fmt.Errorf("%s: %w", op, err)
-	}
-	if len(counts) < len(t.Keys) {
-		return capgate.JoinResult{}, fmt.Errorf("%s: %d keys, room for %d counts", op, len(t.Keys), len(counts))
 	}
 	s.mu.Lock()
 	defer s.mu.Unlock()

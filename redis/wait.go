@@ -54,11 +54,8 @@ func (s *Store) wakeChannel(prefix string) string {
 // t.NotAfter, an error when t is malformed, and the errors of Store.
 func (s *Store) Join(ctx context.Context, t capgate.Ticket, counts []int) (capgate.JoinResult, error) {
 	const op = "join waitlist"
-	if err := t.Validate(); err != nil {
+	if err := t.ValidateJoin(counts); err != nil {
 		return capgate.JoinResult{}, fmt.Errorf("%s: %w", op, err)
-	}
-	if len(counts) < len(t.Keys) {
-		return capgate.JoinResult{}, fmt.Errorf("%s: %d keys, room for %d counts", op, len(t.Keys), len(counts))
 	}
 	if err := s.checkSlot(op, t.Keys, t.Prefix); err != nil {
 		return capgate.JoinResult{}, err
