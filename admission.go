@@ -27,7 +27,9 @@ const maxErrorLen = 300
 // Release. Its methods are safe for concurrent use; its decision and counts
 // are fixed when Admit returns. In mode off it has no decision
 // (DecisionNone), no lanes and no error, and Release does nothing: the call
-// passes untouched.
+// passes untouched. The zero Admission is such an ungated call too (what
+// capgatehttp.AdmissionFrom gives for a call nobody gated): every method
+// is safe on it.
 type Admission struct {
 	g         *Gate
 	off       bool // mode off: passes untouched, every method a no-op
@@ -234,7 +236,7 @@ func newToken() string { return randhex.String(16) }
 // It is idempotent and never fails; cleanup runs even when ctx is done
 // (bounded by the store's deadline).
 func (a *Admission) Release(ctx context.Context) {
-	if a == nil || a.off {
+	if a == nil || a.off || a.g == nil { // nil gate: the zero Admission
 		return
 	}
 	a.mu.Lock()
@@ -355,7 +357,7 @@ func (a *Admission) RetryAfter() (seconds int, ok bool) {
 // Scope returns the lane reported for a refusal; "" when no lane
 // was full.
 func (a *Admission) Scope() LaneName {
-	if a.scope < 0 {
+	if a.scope < 0 || a.scope >= len(a.lanes) { // none, or the zero Admission
 		return ""
 	}
 	return a.lanes[a.scope].Name
@@ -419,11 +421,13 @@ func (a *Admission) Record() Record {
 		Tier:           a.call.Tier,
 		UserID:         a.call.UserID,
 		Scope:          string(a.Scope()),
-		Task:           a.g.TaskID,
 		RequestSource:  a.call.RequestSource,
 		AlgorithmID:    a.call.AlgorithmID,
 		AutomatchRunID: a.call.AutomatchRunID,
 		CID:            a.call.CID,
+	}
+	if a.g != nil { // nil: the zero Admission
+		r.Task = a.g.TaskID
 	}
 	// The values the pointer fields point to live in one allocation.
 	v := new(recordValues)

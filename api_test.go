@@ -51,7 +51,7 @@ func TestArchitectureListsPublicAPI(t *testing.T) {
 }
 
 // publicAPI renders the exported names of each package that other
-// modules may import: not internal/, cmd/, test/ or bench/ ones.
+// modules may import: not internal/, cmd/, test/, bench/ or tools/ ones.
 func publicAPI(t *testing.T) string {
 	t.Helper()
 	var dirs []string
@@ -65,7 +65,7 @@ func publicAPI(t *testing.T) string {
 		switch {
 		case path == ".":
 		case strings.HasPrefix(d.Name(), "."), d.Name() == "testdata",
-			path == "internal", path == "cmd", path == "test", path == "bench", path == "docs",
+			path == "internal", path == "cmd", path == "test", path == "bench", path == "tools", path == "docs",
 			path == "scripts", path == "deploy":
 			return filepath.SkipDir
 		}

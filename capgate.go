@@ -2,11 +2,21 @@
 // across the cluster, per API host (task), on a shared backend (es2_knn),
 // per user tier and per user.
 //
+// Most users need three names: NewGate, which makes the Gate over a lane
+// store (memory.New, or redis.Open for a cluster of gateways) and a config
+// source; Gate.Admit, which decides one heavy call and returns its
+// Admission (Release it when the call ends, however it ends); and, in front
+// of an http.Handler, capgatehttp.NewMiddleware (package
+// github.com/capgate/capgate/http), which does both for each request.
+// Example and Example_admit show the two ways.
+//
 // The root package is the domain. It holds the config model, the lane plan,
-// the decisions and the Gate that admits one heavy call; it imports only the
-// standard library. Lane stores (memory, redis), config stores (sqlite,
-// postgres), the log sink and HTTP adapters live in subpackages and talk to
-// each other only through the types and interfaces defined here.
+// the decisions and the Gate that admits one heavy call; it imports the
+// standard library and the module's small internal/ helpers (JSON, random
+// ids, a timer loop, truncation), nothing else. Lane stores (memory, redis),
+// config stores (sqlite, postgres), the log sink and HTTP adapters live in
+// subpackages and talk to each other only through the types and interfaces
+// defined here.
 package capgate
 
 import "errors"

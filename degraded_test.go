@@ -172,7 +172,10 @@ func TestDegradedLanesDivideTheClusterLanes(t *testing.T) {
 		ctx := context.Background()
 		// Two other gateways have calls in flight.
 		for _, task := range []string{"task-b", "task-c"} {
-			g := capgate.NewGate(e.mem, e.cfg, nil, task)
+			g, err := capgate.NewGate(e.mem, e.cfg, nil, task)
+			if err != nil {
+				t.Fatal(err)
+			}
 			defer g.Admit(ctx, lanetest.Match("other-"+task, capgate.TierPreview)).Release(ctx)
 		}
 		first := e.gate.Admit(ctx, lanetest.Match("p", capgate.TierPreview))

@@ -37,9 +37,12 @@ type Gate struct {
 	Config ConfigSource // required
 	Sink   Sink         // receives one line per gated call; nil: no lines
 
-	// TaskID names this API task's lane (api_heavy_task:<TaskID>).
+	// TaskID names this API task's lane (api_heavy_task:<TaskID>);
+	// required, and each gateway's own (NewGate refuses "").
 	TaskID string
-	// KeyPrefix prefixes every lane key; "": DefaultKeyPrefix.
+	// KeyPrefix prefixes every lane key; "": DefaultKeyPrefix. NewGate
+	// sets the store's own (StoreKeyPrefix: a Redis Cluster's is
+	// hash-tagged), else DefaultKeyPrefix.
 	KeyPrefix string
 	// Skip is the per-process window during which the store is not used
 	// after it failed; nil: the store is never skipped. NewGate sets one
@@ -78,19 +81,29 @@ type gateHooks struct {
 	emit         func(line []byte) error // replaces Sink.Emit
 }
 
-// NewGate returns a gate over store and cfg with the defaults set.
-func NewGate(store LaneStore, cfg ConfigSource, sink Sink, taskID string) *Gate {
+// NewGate returns a gate over store and cfg with the defaults set. It
+// refuses an empty taskID: every gateway would then share one
+// api_heavy_task lane, so the per-task limit would act cluster-wide and the
+// degraded limits would not count this gateway.
+func NewGate(store LaneStore, cfg ConfigSource, sink Sink, taskID string) (*Gate, error) {
+	if taskID == "" {
+		return nil, errors.New("new gate: no task id: each API task (gateway) needs its own, e.g. its hostname")
+	}
+	prefix := DefaultKeyPrefix
+	if s, ok := store.(StoreKeyPrefix); ok {
+		prefix = s.KeyPrefix() // the store's own layout (a Redis Cluster's hash tag)
+	}
 	return &Gate{
 		Store:     store,
 		Config:    cfg,
 		Sink:      sink,
 		TaskID:    taskID,
-		KeyPrefix: DefaultKeyPrefix,
+		KeyPrefix: prefix,
 		Skip:      NewSkipWindow(DefaultSkipDuration, nil),
 		Now:       time.Now,
 		Logger:    slog.Default(),
 		holds:     &holdTimes{},
-	}
+	}, nil
 }
 
 // Observer is told what the gate does, for metrics. Its methods must be
@@ -117,10 +130,10 @@ func (g *Gate) now() time.Time {
 // storeBound says how the store bounds its operations. The store owns
 // this setting, since it is the one that enforces it
 // (redis.Options.Deadline): a store that bounds its own operations says so
-// with a Deadline method, and one whose operations never wait (memory)
-// returns 0 from it. bounded is false for a store without the method.
+// by being a StoreDeadline, and one whose operations never wait (memory)
+// returns 0 from it. bounded is false for a store that is not one.
 func (g *Gate) storeBound() (d time.Duration, bounded bool) {
-	if s, ok := g.Store.(interface{ Deadline() time.Duration }); ok {
+	if s, ok := g.Store.(StoreDeadline); ok {
 		return s.Deadline(), true
 	}
 	return 0, false

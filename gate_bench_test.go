@@ -29,7 +29,10 @@ func benchCall(user string) capgate.Call {
 func benchGate(tb testing.TB) *capgate.Gate {
 	tb.Helper()
 	cfg := capgate.DefaultConfig(capgate.ModeShadow)
-	g := capgate.NewGate(memory.New(nil), capgate.NewFixedConfig(cfg), &discardSink{}, "task-a")
+	g, err := capgate.NewGate(memory.New(nil), capgate.NewFixedConfig(cfg), &discardSink{}, "task-a")
+	if err != nil {
+		tb.Fatal(err)
+	}
 	g.Logger = slog.New(slog.NewTextHandler(io.Discard, nil))
 	return g
 }

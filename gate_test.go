@@ -50,7 +50,11 @@ func newFaultEnv(t *testing.T) *faultEnv {
 		return e.mem.Release(ctx, token, keys)
 	}
 	e.cfg = capgate.NewFixedConfig(capgate.DefaultConfig(capgate.ModeShadow))
-	e.gate = capgate.NewGate(e.store, e.cfg, e.lines, "task-a")
+	gate, err := capgate.NewGate(e.store, e.cfg, e.lines, "task-a")
+	if err != nil {
+		t.Fatal(err)
+	}
+	e.gate = gate
 	t.Cleanup(func() {
 		if err := e.gate.Close(context.Background()); err != nil {
 			t.Errorf("close gate: %v", err)

@@ -25,7 +25,11 @@ func hintsEnv(t *testing.T, policy string) (*hintsGate, *time.Time) {
 	cfg.ES2KNN, cfg.Tiers.Core, cfg.PerUser.Core = 9, 9, 9
 	cfg.RetryAfter.Policy = policy
 	e := &hintsGate{t: t, Cfg: capgate.NewFixedConfig(cfg)}
-	e.Gate = capgate.NewGate(memory.New(nil), e.Cfg, nil, "task-a")
+	gate, err := capgate.NewGate(memory.New(nil), e.Cfg, nil, "task-a")
+	if err != nil {
+		t.Fatal(err)
+	}
+	e.Gate = gate
 	now := time.Now() // the store checks the acquire's not-after time against its own clock
 	e.Gate.Now = func() time.Time { return now }
 	return e, &now

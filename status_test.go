@@ -17,8 +17,14 @@ func TestReadLanesScansNothing(t *testing.T) {
 	store := &mock.LaneStore{Base: base}
 	cfg := capgate.DefaultConfig(capgate.ModeShadow)
 	src := capgate.NewFixedConfig(cfg)
-	g1 := capgate.NewGate(store, src, nil, "task-1")
-	g2 := capgate.NewGate(base, src, nil, "task-2")
+	g1, err := capgate.NewGate(store, src, nil, "task-1")
+	if err != nil {
+		t.Fatal(err)
+	}
+	g2, err := capgate.NewGate(base, src, nil, "task-2")
+	if err != nil {
+		t.Fatal(err)
+	}
 	call := capgate.Call{Endpoint: capgate.EndpointMatch, Rows: 1, Semantic: true, UserID: "pam", Tier: capgate.TierCore}
 	a1, a2 := g1.Admit(ctx, call), g2.Admit(ctx, call)
 	defer a1.Release(ctx)

@@ -2,6 +2,8 @@ package capgate
 
 import (
 	"context"
+	"errors"
+	"fmt"
 	"time"
 )
 
@@ -9,6 +11,13 @@ import (
 // token with an expiry measured by the store's own clock, so gateway clocks
 // don't matter. Every method is safe for concurrent use. Any error returned
 // is a store failure: the gate fails open and skips the store for a while.
+//
+// A store may also implement the optional interfaces the gate looks for by
+// a type assertion: Waitlist (enforced calls wait for a slot instead of
+// being refused), StoreDeadline (the store bounds its own operations),
+// StoreKind (where the lanes live, for status) and StoreKeyPrefix (the
+// store lays out its own keys). memory.Store implements the first three,
+// redis.Store all four.
 type LaneStore interface {
 	// Acquire is atomic across req.Keys: it drops leases that have expired,
 	// counts the rest into counts (len(req.Keys); the count before this
@@ -50,6 +59,34 @@ type LaneStore interface {
 	Ping(ctx context.Context) error
 }
 
+// StoreDeadline is the optional part of a LaneStore that bounds its own
+// operations (redis.Options.Deadline). The store owns that setting, since
+// it enforces it; the gate reads it to bound its own waits on the store.
+type StoreDeadline interface {
+	// Deadline returns the longest one operation takes, 0 for a store
+	// whose operations never wait (memory). A store without the method
+	// is given DefaultStoreDeadline, and its releases a deadline of the
+	// gate's own.
+	Deadline() time.Duration
+}
+
+// StoreKind is the optional part of a LaneStore that says where the lanes
+// live, for status.
+type StoreKind interface {
+	// Kind returns "memory" (this process only), "redis" or
+	// "redis-sentinel". A store without the method is "unknown".
+	Kind() string
+}
+
+// StoreKeyPrefix is the optional part of a LaneStore that lays out its
+// own keys: the Redis store on a Redis Cluster, where a call's keys must
+// share one hash slot, gives a hash-tagged prefix. NewGate sets the gate's
+// KeyPrefix from it.
+type StoreKeyPrefix interface {
+	// KeyPrefix returns the prefix the store's lane keys must have.
+	KeyPrefix() string
+}
+
 // AcquireRequest is one call's acquire across its lanes.
 type AcquireRequest struct {
 	Token    string        // the call's lease token: 32 lowercase hex characters
@@ -58,6 +95,28 @@ type AcquireRequest struct {
 	Lease    time.Duration // how long a lease lives unless renewed
 	Force    bool          // take the lease even when a lane is full (not enforced)
 	NotAfter time.Time     // take nothing if the store runs the acquire later than this; zero: no guard
+}
+
+// errBadLease is the error for a lease shorter than a millisecond, the
+// resolution of the stores' expiry times.
+var errBadLease = errors.New("the lease must be at least 1ms")
+
+// Validate reports whether a store can run r with counts as the buffer of
+// the lanes' counts: a token, at least one key, a limit per key, room for
+// a count per key, and a lease of at least 1ms. Every LaneStore runs it
+// first and takes nothing for a request it refuses, so all stores refuse
+// the same requests.
+func (r AcquireRequest) Validate(counts []int) error {
+	if r.Token == "" {
+		return errors.New("no lease token")
+	}
+	if len(r.Keys) == 0 || len(r.Limits) < len(r.Keys) || len(counts) < len(r.Keys) {
+		return fmt.Errorf("%d keys, %d limits, room for %d counts: want at least one key, and a limit and a count for each", len(r.Keys), len(r.Limits), len(counts))
+	}
+	if r.Lease < time.Millisecond {
+		return errBadLease
+	}
+	return nil
 }
 
 // ConfigSource gives the gate the config in force. Config never fails: a

@@ -69,7 +69,11 @@ func newWaitEnv(t *testing.T) *waitEnv {
 	c.Wait = capgate.Wait{MaxSeconds: 20, MaxWaiting: 10, MaxWaitingPerUser: 5}
 	e := &waitEnv{store: &waitStore{Store: memory.New(nil)}, cfg: capgate.NewFixedConfig(c),
 		lines: &mock.Sink{}, obs: &waitObserver{}}
-	e.gate = capgate.NewGate(e.store, e.cfg, e.lines, "task-a")
+	gate, err := capgate.NewGate(e.store, e.cfg, e.lines, "task-a")
+	if err != nil {
+		t.Fatal(err)
+	}
+	e.gate = gate
 	e.gate.Observer = e.obs
 	// A release the skip window holds back is retried in the background
 	// until the gate closes (a goroutine the bubble must see end).

@@ -2,6 +2,8 @@ package capgate
 
 import (
 	"context"
+	"errors"
+	"fmt"
 	"time"
 )
 
@@ -83,6 +85,35 @@ type Ticket struct {
 	Claim       time.Duration // a grant's leases expire this long after the grant
 	MaxWaiting  int           // tickets queued at once under Prefix, at most
 	MaxPerUser  int           // tickets of one user queued at once, at most
+}
+
+// Validate reports whether a Waitlist can run t (Join, Pump): a token, at
+// least one key, a limit per key, and a lease, ticket lease and claim of at
+// least 1ms each. Every Waitlist runs it (or ValidateJoin) first and does
+// nothing with a ticket it refuses, so all stores refuse the same tickets.
+func (t Ticket) Validate() error {
+	if t.Token == "" {
+		return errors.New("no lease token")
+	}
+	if len(t.Keys) == 0 || len(t.Limits) < len(t.Keys) {
+		return fmt.Errorf("%d keys, %d limits: want at least one key, and a limit for each", len(t.Keys), len(t.Limits))
+	}
+	if t.Lease < time.Millisecond || t.TicketLease < time.Millisecond || t.Claim < time.Millisecond {
+		return errBadLease
+	}
+	return nil
+}
+
+// ValidateJoin is Validate for Join, which also needs counts to have room
+// for a count per key.
+func (t Ticket) ValidateJoin(counts []int) error {
+	if err := t.Validate(); err != nil {
+		return err
+	}
+	if len(counts) < len(t.Keys) {
+		return fmt.Errorf("%d keys, room for %d counts", len(t.Keys), len(counts))
+	}
+	return nil
 }
 
 // JoinResult tells where a call stands on the waitlist.

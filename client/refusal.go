@@ -35,10 +35,6 @@ const (
 	MinSpacing = 100 * time.Millisecond
 )
 
-// HeaderSuggestedSpacing is the response header saying how often the
-// refusing lane frees a slot, in milliseconds.
-const HeaderSuggestedSpacing = "X-OCL-Capacity-Suggested-Spacing-Ms"
-
 // Where a delay came from.
 const (
 	sourceHeader  = "header"
@@ -187,7 +183,7 @@ func parseRefusal(resp *http.Response, now time.Time, n int) refusal {
 		r.delay = min(r.delay, maxUnavailableDelay)
 	}
 	r.delay = max(r.delay, MinDelay)
-	if ms, err := strconv.ParseInt(strings.TrimSpace(resp.Header.Get(HeaderSuggestedSpacing)), 10, 64); err == nil && ms > 0 {
+	if ms, err := strconv.ParseInt(strings.TrimSpace(resp.Header.Get(header.SuggestedSpacing)), 10, 64); err == nil && ms > 0 {
 		r.spacing = time.Duration(min(ms, int64(time.Hour/time.Millisecond))) * time.Millisecond
 	}
 	return r

@@ -1,7 +1,8 @@
 // Package header holds the HTTP protocol that the gateway and its clients
 // share: the names of the capacity headers and the event metadata a client
-// sends. It imports only the standard library (no net/http), so the client
-// package can use it without the gateway's dependencies.
+// sends. It imports the standard library (not net/http) and the module's
+// JSON helpers (internal/jsonenc, internal/jsontree), nothing else, so the
+// client package can use it without the gateway's dependencies.
 //
 // The names are in Go's canonical form (as http.CanonicalHeaderKey gives
 // them), so they index an http.Header directly without being

@@ -30,7 +30,7 @@ func (m *Middleware) attribute(call *capgate.Call, r *http.Request) {
 	call.AlgorithmID = metadataString(meta, "algorithm_id", maxAlgorithmID)
 	call.AutomatchRunID = metadataString(meta, "automatch_run_id", maxAutomatchRunID)
 	call.RequestSource = truncate.Runes(r.Header.Get(header.RequestSource), maxRequestSource)
-	if h := r.Header.Get(HeaderTraceID); h != "" {
+	if h := r.Header.Get(headerTraceID); h != "" {
 		call.QueueMS, call.HasQueueMS = parseQueueMS(h, m.now())
 	}
 }

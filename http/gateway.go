@@ -140,7 +140,7 @@ func NewGateway(cfg GatewayConfig) (*Gateway, error) {
 	}
 	opts := append([]Option{WithLogger(cfg.Logger)}, cfg.Options...)
 	opts = append(opts, WithClassifier(cfg.Classifier))
-	mw, err := NewMiddleware(holdUpstream(proxy), cfg.Gate, cfg.Classifier.Classify, cfg.Identify, opts...)
+	mw, err := NewMiddleware(holdUpstream(proxy), cfg.Gate, cfg.Identify, opts...)
 	if err != nil {
 		return nil, fmt.Errorf("gateway: %w", err)
 	}

@@ -69,7 +69,10 @@ func benchGatewayServerWith(b *testing.B, store capgate.LaneStore, prefix string
 	quiet := slog.New(slog.NewTextHandler(io.Discard, nil))
 	sink := logsink.New(io.Discard)
 	b.Cleanup(func() { _ = sink.Close(context.Background()) })
-	gate := capgate.NewGate(store, capgate.NewFixedConfig(capgate.DefaultConfig(capgate.ModeShadow)), sink, "bench")
+	gate, err := capgate.NewGate(store, capgate.NewFixedConfig(capgate.DefaultConfig(capgate.ModeShadow)), sink, "bench")
+	if err != nil {
+		b.Fatal(err)
+	}
 	gate.KeyPrefix = prefix
 	gate.Logger = quiet
 	entries := make([]capgatehttp.TokenEntry, benchUsers)

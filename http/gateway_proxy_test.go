@@ -239,7 +239,10 @@ func TestGatewayRoutes(t *testing.T) {
 }
 
 func TestNewGatewayRejects(t *testing.T) {
-	gate := capgate.NewGate(nil, capgate.NewFixedConfig(capgate.DefaultConfig("")), nil, "t")
+	gate, err := capgate.NewGate(nil, capgate.NewFixedConfig(capgate.DefaultConfig("")), nil, "t")
+	if err != nil {
+		t.Fatal(err)
+	}
 	ids, _ := capgatehttp.NewTokenIdentity(nil)
 	for _, c := range []capgatehttp.GatewayConfig{
 		{Gate: gate, Identify: ids},

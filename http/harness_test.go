@@ -243,7 +243,11 @@ func newEnv(t *testing.T, cfg func(*capgate.Config), gc func(*capgatehttp.Gatewa
 		cfg(&c)
 	}
 	e.config = capgate.NewFixedConfig(c)
-	e.gate = capgate.NewGate(e.store, e.config, e.sink, "task-1")
+	gate, err := capgate.NewGate(e.store, e.config, e.sink, "task-1")
+	if err != nil {
+		t.Fatal(err)
+	}
+	e.gate = gate
 	var entries []capgatehttp.TokenEntry
 	for auth, body := range users {
 		var ans struct {

@@ -36,7 +36,10 @@ func testAdmissions(t *testing.T) []*capgate.Admission {
 		cfg := capgate.DefaultConfig(mode)
 		cfg.EnforceFor = capgate.EnforceAll
 		cfg.Wait.MaxSeconds = 0
-		g := capgate.NewGate(memory.New(nil), capgate.NewFixedConfig(cfg), nil, "task-a")
+		g, err := capgate.NewGate(memory.New(nil), capgate.NewFixedConfig(cfg), nil, "task-a")
+		if err != nil {
+			t.Fatal(err)
+		}
 		g.Logger = slog.New(slog.NewTextHandler(io.Discard, nil))
 		for range 4 {
 			a := g.Admit(ctx, call)

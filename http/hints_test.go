@@ -69,12 +69,15 @@ func TestMiddlewareShadowRefusalCarriesTheSpacingHint(t *testing.T) {
 		}
 		_, _ = io.WriteString(w, "ok")
 	})
-	gate := capgate.NewGate(memory.New(nil), capgate.NewFixedConfig(capgate.DefaultConfig(capgate.ModeShadow)), nil, "t")
+	gate, err := capgate.NewGate(memory.New(nil), capgate.NewFixedConfig(capgate.DefaultConfig(capgate.ModeShadow)), nil, "t")
+	if err != nil {
+		t.Fatal(err)
+	}
 	ids, err := capgatehttp.NewTokenIdentity([]capgatehttp.TokenEntry{{Token: "t-pam", Username: "pam"}})
 	if err != nil {
 		t.Fatal(err)
 	}
-	h, err := capgatehttp.NewMiddleware(next, gate, (&capgatehttp.Classifier{}).Classify, ids)
+	h, err := capgatehttp.NewMiddleware(next, gate, ids)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -28,10 +28,14 @@ func withAdmission(ctx context.Context, adm *capgate.Admission) context.Context 
 }
 
 // AdmissionFrom returns the admission of the gated call whose request
-// context is ctx; nil for a call that was not gated.
+// context is ctx. For a call that was not gated it returns a zero
+// capgate.Admission, never nil: no decision, and every method safe to call
+// (Release does nothing).
 func AdmissionFrom(ctx context.Context) *capgate.Admission {
-	adm, _ := ctx.Value(admissionKey{}).(*capgate.Admission)
-	return adm
+	if adm, _ := ctx.Value(admissionKey{}).(*capgate.Admission); adm != nil {
+		return adm
+	}
+	return &capgate.Admission{}
 }
 
 // holdUpstream wraps the proxy: a counted call's request is detached from

@@ -17,9 +17,9 @@ import (
 	"github.com/capgate/capgate/internal/truncate"
 )
 
-// HeaderTraceID is the load balancer's trace header, which the
+// headerTraceID is the load balancer's trace header, which the
 // middleware reads for the log line.
-const HeaderTraceID = "X-Amzn-Trace-Id"
+const headerTraceID = "X-Amzn-Trace-Id"
 
 // Middleware gates the heavy calls of the handler it wraps. For each
 // request it:
@@ -47,11 +47,10 @@ const HeaderTraceID = "X-Amzn-Trace-Id"
 type Middleware struct {
 	next     http.Handler
 	gate     *capgate.Gate
-	classify ClassifyFunc
+	classify twoStep // WithClassifier, WithClassifyFunc
 	identify Identifier
 
-	classifier *Classifier // WithClassifier: classify in two steps
-	anonymous  string      // WithAnonymousAs: gate anonymous callers as this user
+	anonymous string // WithAnonymousAs: gate anonymous callers as this user
 
 	groups capgate.TierGroups
 	cors   corsPolicy
@@ -82,11 +81,44 @@ func WithCORSOrigins(origins []string) Option {
 // WithClassifier makes the middleware classify with c in two steps: from
 // the path and query first (Classifier.HeavyPath), then, once the caller is
 // known and not anonymous, from the body (Classifier.ClassifyBody, under
-// c.Budget; past it the call gets 503 with Retry-After). The classify
-// function given to NewMiddleware is then unused. Default: none, classify
-// whole before asking who calls.
+// c.Budget; past it the call gets 503 with Retry-After). Default: a zero
+// Classifier (the OCL profile at the root, DefaultMaxBodyBytes, no budget).
 func WithClassifier(c *Classifier) Option {
-	return func(m *Middleware) { m.classifier = c }
+	return func(m *Middleware) {
+		if c != nil {
+			m.classify = c
+		}
+	}
+}
+
+// WithClassifyFunc makes the middleware classify with f, for an API other
+// than OCL's: in one step, before asking who calls (a degenerate two-step
+// classification whose second step keeps what the first decided). It
+// replaces WithClassifier's Classifier.
+func WithClassifyFunc(f ClassifyFunc) Option {
+	return func(m *Middleware) {
+		if f != nil {
+			m.classify = oneStep(f)
+		}
+	}
+}
+
+// twoStep is how the middleware classifies: from the path and query first,
+// before asking who calls; then, for a caller who is not anonymous, from
+// the body. *Classifier is one; oneStep makes a ClassifyFunc one.
+type twoStep interface {
+	HeavyPath(r *http.Request) (capgate.Call, bool)
+	ClassifyBody(r *http.Request, call capgate.Call) (capgate.Call, bool, error)
+}
+
+// oneStep is a ClassifyFunc as a two-step classifier: its first step
+// decides everything, its second keeps the call as it is.
+type oneStep ClassifyFunc
+
+func (f oneStep) HeavyPath(r *http.Request) (capgate.Call, bool) { return f(r) }
+
+func (oneStep) ClassifyBody(_ *http.Request, call capgate.Call) (capgate.Call, bool, error) {
+	return call, true, nil
 }
 
 // WithAnonymousAs gates the heavy calls of callers the identifier can't
@@ -111,26 +143,20 @@ func WithClock(now func() time.Time) Option {
 	return func(m *Middleware) { m.now = now }
 }
 
-// NewMiddleware returns next behind the gate. classify decides which calls
-// are heavy (Classifier.Classify for the OCL profile) and identify who
-// makes them. The handler returned is a *Middleware. It returns an error
-// if any of them is nil.
-func NewMiddleware(next http.Handler, gate *capgate.Gate, classify ClassifyFunc, identify Identifier, opts ...Option) (http.Handler, error) {
-	return newMiddleware(next, gate, classify, identify, opts...)
-}
-
-func newMiddleware(next http.Handler, gate *capgate.Gate, classify ClassifyFunc, identify Identifier, opts ...Option) (*Middleware, error) {
+// NewMiddleware returns next behind the gate. identify says who makes the
+// calls; the calls are classified by the OCL profile (a zero Classifier)
+// unless WithClassifier or WithClassifyFunc say otherwise. It returns an
+// error if next, gate or identify is nil.
+func NewMiddleware(next http.Handler, gate *capgate.Gate, identify Identifier, opts ...Option) (*Middleware, error) {
 	switch {
 	case next == nil:
 		return nil, errors.New("capgate middleware: no handler")
 	case gate == nil:
 		return nil, errors.New("capgate middleware: no gate")
-	case classify == nil:
-		return nil, errors.New("capgate middleware: no classifier")
 	case identify == nil:
 		return nil, errors.New("capgate middleware: no identifier")
 	}
-	m := &Middleware{next: next, gate: gate, classify: classify, identify: identify,
+	m := &Middleware{next: next, gate: gate, classify: &Classifier{}, identify: identify,
 		logger: slog.Default(), now: time.Now}
 	for _, o := range opts {
 		o(m)
@@ -153,33 +179,10 @@ func (m *Middleware) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 			r.Body.Close()
 		}
 	}()
-	if m.classifier != nil {
-		m.serveTwoStep(w, r)
-		return
-	}
-	call, heavy := m.classify(r)
-	if !heavy {
-		m.next.ServeHTTP(w, r)
-		return
-	}
-	ctx := r.Context()
-	if m.gate.Off(ctx) {
-		m.next.ServeHTTP(w, r) // mode off: untouched, and nobody looked up
-		return
-	}
-	caller, ok, err := m.identifyCaller(ctx, r)
-	if err == nil && !ok {
-		m.next.ServeHTTP(w, r) // anonymous: the API answers
-		return
-	}
-	m.gated(w, r, call, caller, err)
-}
-
-// serveTwoStep is ServeHTTP with a Classifier: the path and query first,
-// then who calls, and only then the body, read under the Classifier's
-// Budget, so an anonymous caller never makes the gateway buffer anything.
-func (m *Middleware) serveTwoStep(w http.ResponseWriter, r *http.Request) {
-	call, maybe := m.classifier.HeavyPath(r)
+	// The path and query first, then who calls, and only then the body
+	// (under the Classifier's Budget), so an anonymous caller never makes
+	// the gateway buffer anything.
+	call, maybe := m.classify.HeavyPath(r)
 	if !maybe {
 		m.next.ServeHTTP(w, r)
 		return
@@ -194,13 +197,13 @@ func (m *Middleware) serveTwoStep(w http.ResponseWriter, r *http.Request) {
 		m.next.ServeHTTP(w, r) // anonymous: the API answers
 		return
 	}
-	call, heavy, cerr := m.classifier.ClassifyBody(r, call)
+	call, heavy, cerr := m.classify.ClassifyBody(r, call)
 	if errors.Is(cerr, ErrBufferFull) {
 		// Counted by Classifier.BufferFull; a flood must not flood the log.
 		m.logger.Debug("capgate: request buffer full; answering 503", "path", r.URL.Path)
 		markHeavy(ctx, "")
 		m.cors.refusal(w.Header(), r.Header.Get("Origin"))
-		w.Header().Set("Retry-After", strconv.Itoa(BufferFullRetryAfter))
+		w.Header().Set("Retry-After", strconv.Itoa(bufferFullRetryAfter))
 		writeError(w, r, http.StatusServiceUnavailable, detailBusy)
 		return
 	}
@@ -211,9 +214,9 @@ func (m *Middleware) serveTwoStep(w http.ResponseWriter, r *http.Request) {
 	m.gated(w, r, call, caller, err)
 }
 
-// BufferFullRetryAfter is the Retry-After, in seconds, of the 503 answered
+// bufferFullRetryAfter is the Retry-After, in seconds, of the 503 answered
 // when the classification buffer budget is spent.
-const BufferFullRetryAfter = 1
+const bufferFullRetryAfter = 1
 
 // identifyCaller asks who calls, refusing identity (anonymous, logged) to a
 // username longer than MaxUsername, and, with WithAnonymousAs, gating an

@@ -27,12 +27,15 @@ type mwEnv struct {
 func newMWEnv(t *testing.T, next http.Handler) *mwEnv {
 	t.Helper()
 	e := &mwEnv{store: memory.New(nil), sink: &mock.Sink{}}
-	gate := capgate.NewGate(e.store, capgate.NewFixedConfig(capgate.DefaultConfig(capgate.ModeShadow)), e.sink, "t")
+	gate, err := capgate.NewGate(e.store, capgate.NewFixedConfig(capgate.DefaultConfig(capgate.ModeShadow)), e.sink, "t")
+	if err != nil {
+		t.Fatal(err)
+	}
 	ids, err := capgatehttp.NewTokenIdentity([]capgatehttp.TokenEntry{{Token: "t-pam", Username: "pam"}})
 	if err != nil {
 		t.Fatal(err)
 	}
-	h, err := capgatehttp.NewMiddleware(next, gate, (&capgatehttp.Classifier{}).Classify, ids,
+	h, err := capgatehttp.NewMiddleware(next, gate, ids,
 		capgatehttp.WithLogger(slog.New(slog.NewTextHandler(t.Output(), nil))))
 	if err != nil {
 		t.Fatal(err)
@@ -191,15 +194,16 @@ func TestMiddlewareReplaysTheBody(t *testing.T) {
 }
 
 func TestNewMiddlewareRejectsMissingParts(t *testing.T) {
-	gate := capgate.NewGate(memory.New(nil), capgate.NewFixedConfig(capgate.DefaultConfig("")), nil, "t")
+	gate, err := capgate.NewGate(memory.New(nil), capgate.NewFixedConfig(capgate.DefaultConfig("")), nil, "t")
+	if err != nil {
+		t.Fatal(err)
+	}
 	ids, _ := capgatehttp.NewTokenIdentity(nil)
-	classify := (&capgatehttp.Classifier{}).Classify
 	next := http.NotFoundHandler()
-	for i, f := range []func() (http.Handler, error){
-		func() (http.Handler, error) { return capgatehttp.NewMiddleware(nil, gate, classify, ids) },
-		func() (http.Handler, error) { return capgatehttp.NewMiddleware(next, nil, classify, ids) },
-		func() (http.Handler, error) { return capgatehttp.NewMiddleware(next, gate, nil, ids) },
-		func() (http.Handler, error) { return capgatehttp.NewMiddleware(next, gate, classify, nil) },
+	for i, f := range []func() (*capgatehttp.Middleware, error){
+		func() (*capgatehttp.Middleware, error) { return capgatehttp.NewMiddleware(nil, gate, ids) },
+		func() (*capgatehttp.Middleware, error) { return capgatehttp.NewMiddleware(next, nil, ids) },
+		func() (*capgatehttp.Middleware, error) { return capgatehttp.NewMiddleware(next, gate, nil) },
 	} {
 		if _, err := f(); err == nil {
 			t.Errorf("case %d accepted", i)
@@ -216,7 +220,10 @@ func (s blockingSink) Emit([]byte) error { <-s.release; return nil }
 // log line is written at release): a release must not delay the answer.
 func TestResponseIsSentBeforeRelease(t *testing.T) {
 	sink := blockingSink{release: make(chan struct{})}
-	gate := capgate.NewGate(memory.New(nil), capgate.NewFixedConfig(capgate.DefaultConfig(capgate.ModeShadow)), sink, "t")
+	gate, err := capgate.NewGate(memory.New(nil), capgate.NewFixedConfig(capgate.DefaultConfig(capgate.ModeShadow)), sink, "t")
+	if err != nil {
+		t.Fatal(err)
+	}
 	ids, err := capgatehttp.NewTokenIdentity([]capgatehttp.TokenEntry{{Token: "t-pam", Username: "pam"}})
 	if err != nil {
 		t.Fatal(err)
@@ -224,7 +231,7 @@ func TestResponseIsSentBeforeRelease(t *testing.T) {
 	next := http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {
 		_, _ = io.WriteString(w, "ok") // small: net/http would buffer it until the handler returns
 	})
-	h, err := capgatehttp.NewMiddleware(next, gate, (&capgatehttp.Classifier{}).Classify, ids)
+	h, err := capgatehttp.NewMiddleware(next, gate, ids)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -11,8 +11,8 @@ import (
 	"sync"
 )
 
-// StatusPagePath is where StaffHandler serves the staff status page.
-const StatusPagePath = "/capacity/"
+// statusPagePath is where StaffHandler serves the staff status page.
+const statusPagePath = "/capacity/"
 
 //go:embed page/index.html page/page.css page/page.js
 var pageFiles embed.FS

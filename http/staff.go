@@ -15,13 +15,13 @@ import (
 	"github.com/capgate/capgate/internal/jsontree"
 )
 
-// StaffMaxBodyBytes is the largest request body the staff API reads (1 MiB).
-const StaffMaxBodyBytes = 1 << 20
+// staffMaxBodyBytes is the largest request body the staff API reads (1 MiB).
+const staffMaxBodyBytes = 1 << 20
 
 // History limits of GET /capacity/config/history/.
 const (
-	StaffHistoryDefault = 50
-	StaffHistoryMax     = 500
+	staffHistoryDefault = 50
+	staffHistoryMax     = 500
 )
 
 // StatusReporter gives the live state of the lanes under a config; the
@@ -42,7 +42,7 @@ type StatusReporter interface {
 // The trailing slash is optional. Only staff may call it, known by the
 // Authorization header (never by cookies): anonymous → 401,
 // non-staff → 403, a failed identity lookup → 503. Bodies are JSON objects
-// of at most StaffMaxBodyBytes (larger → 413), with an optional string
+// of at most 1 MiB (larger → 413), with an optional string
 // "note". Other methods get 405 with Allow, other paths 404. Errors are
 // {"detail": ...}. Create one with NewStaffHandler; safe for concurrent use.
 type StaffHandler struct {
@@ -92,7 +92,7 @@ const (
 // ServeHTTP routes, checks the caller, then the method. The status page
 // is served to anyone: it holds no data and fetches the API below.
 func (h *StaffHandler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
-	if r.URL.Path == StatusPagePath {
+	if r.URL.Path == statusPagePath {
 		serveStatusPage(w, r)
 		return
 	}
@@ -211,7 +211,7 @@ func (h *StaffHandler) getConfig(w http.ResponseWriter, r *http.Request, _ capga
 }
 
 func (h *StaffHandler) changeConfig(w http.ResponseWriter, r *http.Request, caller capgate.Caller) {
-	body, err := io.ReadAll(http.MaxBytesReader(w, r.Body, StaffMaxBodyBytes))
+	body, err := io.ReadAll(http.MaxBytesReader(w, r.Body, staffMaxBodyBytes))
 	if err != nil {
 		if _, ok := errors.AsType[*http.MaxBytesError](err); ok {
 			staffError(w, http.StatusRequestEntityTooLarge, staffDetailTooLarge)
@@ -257,11 +257,11 @@ func staffHistoryLimit(s string) int {
 	n, err := strconv.Atoi(strings.TrimSpace(s))
 	switch {
 	case err != nil || n == 0:
-		return StaffHistoryDefault
+		return staffHistoryDefault
 	case n < 0:
 		return 1
 	}
-	return min(n, StaffHistoryMax)
+	return min(n, staffHistoryMax)
 }
 
 // HistoryEntry is one config version as history lists it, in the staff

@@ -55,7 +55,11 @@ func newStaffServer(t *testing.T) *staffServer {
 		"staff-token": {UserID: "root", Staff: true},
 		"user-token":  {UserID: "alice", Groups: []string{"core_user"}},
 	}
-	h := capgatehttp.NewStaffHandler(configs, ids, capgate.NewGate(memory.New(nil), configs, nil, "task1"))
+	gate, err := capgate.NewGate(memory.New(nil), configs, nil, "task1")
+	if err != nil {
+		t.Fatal(err)
+	}
+	h := capgatehttp.NewStaffHandler(configs, ids, gate)
 	h.Logger = slog.New(slog.DiscardHandler)
 	srv := httptest.NewServer(h)
 	t.Cleanup(srv.Close)
@@ -275,7 +279,10 @@ func TestStatus(t *testing.T) {
 	}
 	t.Cleanup(func() { store.Close() })
 	configs, _, _, _ := configtest.Service(store)
-	gate := capgate.NewGate(memory.New(nil), configs, nil, "task1")
+	gate, err := capgate.NewGate(memory.New(nil), configs, nil, "task1")
+	if err != nil {
+		t.Fatal(err)
+	}
 	ctx := context.Background()
 	a := gate.Admit(ctx, capgate.Call{Endpoint: capgate.EndpointMatch, Rows: 2, Semantic: true, UserID: "alice", Tier: capgate.TierPreview})
 	if a == nil || a.Decision() != capgate.DecisionAdmitted {

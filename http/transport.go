@@ -8,37 +8,36 @@ import (
 
 // Defaults of NewTransport, sized for heavy calls that run for minutes.
 const (
-	// DefaultResponseHeaderTimeout is how long the upstream may take to
+	// defaultResponseHeaderTimeout is how long the upstream may take to
 	// start its answer: 11 minutes.
-	DefaultResponseHeaderTimeout = 11 * time.Minute
-	// DefaultDialTimeout bounds connecting to the upstream.
-	DefaultDialTimeout = 10 * time.Second
-	// DefaultIdleConnTimeout is how long an idle upstream connection is
+	defaultResponseHeaderTimeout = 11 * time.Minute
+	// defaultDialTimeout bounds connecting to the upstream.
+	defaultDialTimeout = 10 * time.Second
+	// defaultIdleConnTimeout is how long an idle upstream connection is
 	// kept.
-	DefaultIdleConnTimeout = 90 * time.Second
-	// DefaultMaxIdleConnsPerHost is how many idle upstream connections are
+	defaultIdleConnTimeout = 90 * time.Second
+	// defaultMaxIdleConnsPerHost is how many idle upstream connections are
 	// kept (net/http's default of 2 would make a busy gateway reconnect).
-	DefaultMaxIdleConnsPerHost = 256
+	defaultMaxIdleConnsPerHost = 256
 )
 
 // NewTransport returns the gateway's upstream transport: no proxy from the
-// environment, DefaultDialTimeout to connect, DefaultResponseHeaderTimeout
-// for the upstream to start answering, no overall deadline (a response may
-// stream for as long as it takes), DefaultMaxIdleConnsPerHost idle
-// connections kept for DefaultIdleConnTimeout, and no transparent
+// environment, 10 s to connect, 11 minutes for the upstream to start
+// answering, no overall deadline (a response may stream for as long as it
+// takes), 256 idle connections kept for 90 s, and no transparent
 // compression, so bodies pass byte for byte.
 func NewTransport() *http.Transport {
 	return &http.Transport{
 		DialContext: (&net.Dialer{
-			Timeout:   DefaultDialTimeout,
+			Timeout:   defaultDialTimeout,
 			KeepAlive: 30 * time.Second,
 		}).DialContext,
 		TLSHandshakeTimeout:   10 * time.Second,
-		ResponseHeaderTimeout: DefaultResponseHeaderTimeout,
+		ResponseHeaderTimeout: defaultResponseHeaderTimeout,
 		ExpectContinueTimeout: time.Second,
-		IdleConnTimeout:       DefaultIdleConnTimeout,
-		MaxIdleConns:          4 * DefaultMaxIdleConnsPerHost,
-		MaxIdleConnsPerHost:   DefaultMaxIdleConnsPerHost,
+		IdleConnTimeout:       defaultIdleConnTimeout,
+		MaxIdleConns:          4 * defaultMaxIdleConnsPerHost,
+		MaxIdleConnsPerHost:   defaultMaxIdleConnsPerHost,
 		DisableCompression:    true,
 	}
 }

@@ -19,10 +19,10 @@ import (
 
 // Defaults of UpstreamIdentity.
 const (
-	DefaultIdentityTTL          = 60 * time.Second // how long a caller is cached
-	DefaultUnauthorizedTTL      = 5 * time.Second  // how long a 401 is cached
-	DefaultIdentityTimeout      = time.Second      // the longest one lookup may take
-	DefaultIdentityCacheEntries = 10000            // credentials cached at most
+	defaultIdentityTTL          = 60 * time.Second // how long a caller is cached
+	defaultUnauthorizedTTL      = 5 * time.Second  // how long a 401 is cached
+	defaultIdentityTimeout      = time.Second      // the longest one lookup may take
+	defaultIdentityCacheEntries = 10000            // credentials cached at most
 )
 
 // maxUserBody bounds what is read of a /user/ answer.
@@ -54,14 +54,14 @@ var ErrLookup = errors.New("user lookup failed")
 type UpstreamIdentity struct {
 	// Client makes the lookups. Default: a client on http.DefaultTransport.
 	Client *http.Client
-	// TTL is how long a caller is cached. Default DefaultIdentityTTL.
+	// TTL is how long a caller is cached. Default 60 s.
 	TTL time.Duration
 	// UnauthorizedTTL is how long a rejected credential is cached. Default
-	// DefaultUnauthorizedTTL.
+	// 5 s.
 	UnauthorizedTTL time.Duration
-	// Timeout bounds one lookup. Default DefaultIdentityTimeout.
+	// Timeout bounds one lookup. Default 1 s.
 	Timeout time.Duration
-	// CacheEntries bounds the cache. Default DefaultIdentityCacheEntries.
+	// CacheEntries bounds the cache. Default 10 000.
 	CacheEntries int
 	// Now is the clock of the cache. Default time.Now.
 	Now func() time.Time
@@ -104,7 +104,7 @@ func (u *UpstreamIdentity) init() {
 	u.once.Do(func() {
 		n := u.CacheEntries
 		if n <= 0 {
-			n = DefaultIdentityCacheEntries
+			n = defaultIdentityCacheEntries
 		}
 		u.cache = newIdentityCache(n)
 		u.flights = make(map[credKey]*flight)
@@ -196,7 +196,7 @@ type userAnswer struct {
 func (u *UpstreamIdentity) lookup(ctx context.Context, cred credentials) (identityEntry, error) {
 	timeout := u.Timeout
 	if timeout <= 0 {
-		timeout = DefaultIdentityTimeout
+		timeout = defaultIdentityTimeout
 	}
 	ctx, cancel := context.WithTimeout(ctx, timeout)
 	defer cancel()
@@ -233,7 +233,7 @@ func (u *UpstreamIdentity) lookup(ctx context.Context, cred credentials) (identi
 		_, _ = io.Copy(io.Discard, io.LimitReader(resp.Body, maxUserBody))
 		ttl := u.UnauthorizedTTL
 		if ttl <= 0 {
-			ttl = DefaultUnauthorizedTTL
+			ttl = defaultUnauthorizedTTL
 		}
 		return identityEntry{expires: now.Add(ttl)}, nil
 	default:
@@ -250,7 +250,7 @@ func (u *UpstreamIdentity) lookup(ctx context.Context, cred credentials) (identi
 	}
 	ttl := u.TTL
 	if ttl <= 0 {
-		ttl = DefaultIdentityTTL
+		ttl = defaultIdentityTTL
 	}
 	if !usernameOK(ans.Username) {
 		// Not a name Django gives; cached as anonymous so a cache entry

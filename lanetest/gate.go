@@ -29,7 +29,10 @@ func NewEnv(t testing.TB, open Factory) *Env {
 	def.Wait.MaxSeconds = 0 // the cases of RunGate refuse at once; RunWait's wait
 	cfg := capgate.NewFixedConfig(def)
 	sink := &mock.Sink{}
-	g := capgate.NewGate(s, cfg, sink, "task-a")
+	g, err := capgate.NewGate(s, cfg, sink, "task-a")
+	if err != nil {
+		t.Fatal(err)
+	}
 	g.KeyPrefix = RandomPrefix()
 	return &Env{T: t, Store: s, Gate: g, Cfg: cfg, Sink: sink}
 }
@@ -44,7 +47,10 @@ func RandomPrefix() string {
 
 // Gate returns another gate over the same store, config and sink, on task.
 func (e *Env) TaskGate(task string) *capgate.Gate {
-	g := capgate.NewGate(e.Store, e.Cfg, e.Sink, task)
+	g, err := capgate.NewGate(e.Store, e.Cfg, e.Sink, task)
+	if err != nil {
+		e.T.Fatal(err)
+	}
 	g.KeyPrefix = e.Gate.KeyPrefix
 	return g
 }

@@ -37,6 +37,7 @@ func RunStore(t *testing.T, open Factory) {
 		{"LateAcquireTakesNothing", storeTestLateAcquire},
 		{"DoneContextSendsNothing", storeTestDoneContext},
 		{"Ping", storeTestPing},
+		{"RefusesBadRequests", storeTestRefusesBadRequests},
 		{"ConcurrentAcquireNeverExceedsLimit", storeTestConcurrency},
 	}
 	for _, tt := range tests {

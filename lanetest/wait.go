@@ -47,6 +47,7 @@ func RunWaitlist(t *testing.T, open WaitFactory) {
 		{"ExpiryFreedSlotReachesWaiter", waitTestExpiryFreed},
 		{"ReleaseWakesTheWaiter", waitTestWake},
 		{"WaitingCountsPerLane", waitTestWaitingCounts},
+		{"RefusesBadTickets", waitTestRefusesBadTickets},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

@@ -58,7 +58,11 @@ type Store struct {
 	watchers map[string]chan struct{} // by prefix+token; requires mu held
 }
 
-var _ capgate.LaneStore = (*Store)(nil)
+var (
+	_ capgate.LaneStore     = (*Store)(nil)
+	_ capgate.StoreDeadline = (*Store)(nil)
+	_ capgate.StoreKind     = (*Store)(nil)
+)
 
 // lane is one lane key: its leases and its TTL. Times are nanoseconds since
 // Store.start.
@@ -68,10 +72,10 @@ type lane struct {
 	expires int64            // the key's TTL deadline; noTTL when it has none
 }
 
-// Kind says where the lanes live, for status: in this process only.
+// Kind implements capgate.StoreKind: the lanes live in this process only.
 func (s *Store) Kind() string { return "memory" }
 
-// Deadline returns 0: the store's operations never wait (no I/O), so a
+// Deadline implements capgate.StoreDeadline with 0: the store's operations never wait (no I/O), so a
 // gate gives them no deadline of their own.
 func (s *Store) Deadline() time.Duration { return 0 }
 
@@ -191,17 +195,13 @@ var errBadLease = errors.New("the lease must be at least 1ms")
 // Acquire implements capgate.LaneStore. It returns an error wrapping
 // capgate.ErrLateAcquire when the store's clock is past req.NotAfter, the
 // context's error when ctx is done, and an error when req is malformed
-// (len(req.Limits) or len(counts) short of len(req.Keys), or a lease under
-// 1ms); in each case nothing is taken.
+// (req.Validate); in each case nothing is taken.
 func (s *Store) Acquire(ctx context.Context, req capgate.AcquireRequest, counts []int) (bool, error) {
 	if err := ctx.Err(); err != nil {
 		return false, fmt.Errorf("acquire lanes: %w", err)
 	}
-	if len(req.Limits) < len(req.Keys) || len(counts) < len(req.Keys) {
-		return false, fmt.Errorf("acquire lanes: %d keys, %d limits, room for %d counts", len(req.Keys), len(req.Limits), len(counts))
-	}
-	if req.Lease < time.Millisecond {
-		return false, fmt.Errorf("acquire lanes: %w", errBadLease)
+	if err := req.Validate(counts); err != nil {
+		return false, fmt.Errorf("acquire lanes: %w", err)
 	}
 
 	s.mu.Lock()

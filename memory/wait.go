@@ -202,16 +202,6 @@ func (s *Store) holds(token string, keys []string, now int64) bool {
 	return len(keys) > 0
 }
 
-func checkTicket(op string, t capgate.Ticket, counts []int, withCounts bool) error {
-	if len(t.Limits) < len(t.Keys) || withCounts && len(counts) < len(t.Keys) {
-		return fmt.Errorf("%s: %d keys, %d limits, room for %d counts", op, len(t.Keys), len(t.Limits), len(counts))
-	}
-	if t.Lease < time.Millisecond || t.TicketLease < time.Millisecond || t.Claim < time.Millisecond {
-		return fmt.Errorf("%s: %w", op, errBadLease)
-	}
-	return nil
-}
-
 // Watch implements capgate.Waitlist. It fails only when ctx is done.
 func (s *Store) Watch(ctx context.Context, prefix, token string) (<-chan struct{}, func(), error) {
 	if err := ctx.Err(); err != nil {
@@ -241,8 +231,8 @@ func (s *Store) Join(ctx context.Context, t capgate.Ticket, counts []int) (capga
 	if err := ctx.Err(); err != nil {
 		return capgate.JoinResult{}, fmt.Errorf("%s: %w", op, err)
 	}
-	if err := checkTicket(op, t, counts, true); err != nil {
-		return capgate.JoinResult{}, err
+	if err := t.ValidateJoin(counts); err != nil {
+		return capgate.JoinResult{}, fmt.Errorf("%s: %w", op, err)
 	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
@@ -327,8 +317,8 @@ func (s *Store) Pump(ctx context.Context, t capgate.Ticket) (capgate.JoinResult,
 	if err := ctx.Err(); err != nil {
 		return capgate.JoinResult{}, fmt.Errorf("%s: %w", op, err)
 	}
-	if err := checkTicket(op, t, nil, false); err != nil {
-		return capgate.JoinResult{}, err
+	if err := t.Validate(); err != nil {
+		return capgate.JoinResult{}, fmt.Errorf("%s: %w", op, err)
 	}
 	s.mu.Lock()
 	defer s.mu.Unlock()

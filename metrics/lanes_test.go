@@ -49,7 +49,10 @@ func testLaneGauges(t *testing.T, base capgate.LaneStore, prefix string) {
 		return store.Base.Count(ctx, keys, c)
 	}
 	cfg := capgate.DefaultConfig(capgate.ModeShadow)
-	gate := capgate.NewGate(store, capgate.NewFixedConfig(cfg), nil, "task-1")
+	gate, err := capgate.NewGate(store, capgate.NewFixedConfig(cfg), nil, "task-1")
+	if err != nil {
+		t.Fatal(err)
+	}
 	gate.KeyPrefix = prefix
 	m, err := metrics.New(reg, metrics.WithLanes(gate, capgate.NewFixedConfig(cfg)))
 	if err != nil {
@@ -123,7 +126,10 @@ func TestLaneGaugesAbsentWhenTheStoreFails(t *testing.T) {
 	store := &mock.LaneStore{Base: memory.New(nil)}
 	store.CountFn = func(context.Context, []string, []int) error { return errors.New("connection refused") }
 	cfg := capgate.NewFixedConfig(capgate.DefaultConfig(capgate.ModeShadow))
-	gate := capgate.NewGate(store, cfg, nil, "task-1")
+	gate, err := capgate.NewGate(store, cfg, nil, "task-1")
+	if err != nil {
+		t.Fatal(err)
+	}
 	if _, err := metrics.New(reg, metrics.WithLanes(gate, cfg)); err != nil {
 		t.Fatal(err)
 	}
@@ -143,7 +149,10 @@ capgate_lane_reads_failed_total 1
 func TestPromlint(t *testing.T) {
 	reg := prometheus.NewPedanticRegistry()
 	cfg := capgate.NewFixedConfig(capgate.DefaultConfig(capgate.ModeShadow))
-	gate := capgate.NewGate(memory.New(nil), cfg, nil, "task-1")
+	gate, err := capgate.NewGate(memory.New(nil), cfg, nil, "task-1")
+	if err != nil {
+		t.Fatal(err)
+	}
 	m, err := metrics.New(reg, metrics.WithLanes(gate, cfg), metrics.WithBuildInfo("v1.2.3", "abc"),
 		metrics.WithLogDropped(func() uint64 { return 0 }), metrics.WithConfigVersion(func() int64 { return 1 }),
 		metrics.WithStoreUp(func(string) float64 { return 1 }, "lanes", "config"))

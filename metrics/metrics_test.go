@@ -36,7 +36,10 @@ func TestObserver(t *testing.T) {
 	}
 	failing := errors.New("connection refused")
 	store := &mock.LaneStore{Base: memory.New(nil)}
-	gate := capgate.NewGate(store, capgate.NewFixedConfig(capgate.DefaultConfig(capgate.ModeShadow)), nil, "task-1")
+	gate, err := capgate.NewGate(store, capgate.NewFixedConfig(capgate.DefaultConfig(capgate.ModeShadow)), nil, "task-1")
+	if err != nil {
+		t.Fatal(err)
+	}
 	gate.Observer = m
 	ctx := t.Context()
 
@@ -100,7 +103,10 @@ func TestMetricsThroughTheGateway(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	gate := capgate.NewGate(memory.New(nil), capgate.NewFixedConfig(capgate.DefaultConfig(capgate.ModeShadow)), nil, "task-1")
+	gate, err := capgate.NewGate(memory.New(nil), capgate.NewFixedConfig(capgate.DefaultConfig(capgate.ModeShadow)), nil, "task-1")
+	if err != nil {
+		t.Fatal(err)
+	}
 	released := make(chan struct{}, 4)
 	gate.Observer = signalling{m, released}
 	ids, err := capgatehttp.NewTokenIdentity([]capgatehttp.TokenEntry{{Token: "t", Username: "pam"}})
@@ -173,7 +179,10 @@ func TestDegradedDecisionsCounted(t *testing.T) {
 	store.AcquireFn = func(context.Context, capgate.AcquireRequest, []int) (bool, error) {
 		return false, errors.New("connection refused")
 	}
-	gate := capgate.NewGate(store, capgate.NewFixedConfig(capgate.DefaultConfig(capgate.ModeShadow)), nil, "task-1")
+	gate, err := capgate.NewGate(store, capgate.NewFixedConfig(capgate.DefaultConfig(capgate.ModeShadow)), nil, "task-1")
+	if err != nil {
+		t.Fatal(err)
+	}
 	gate.Local, gate.Observer = memory.New(nil), m
 	ctx := t.Context()
 	gate.Admit(ctx, call("pam", capgate.TierPreview)).Release(ctx)

@@ -25,7 +25,10 @@ func TestWaiting(t *testing.T) {
 		}
 		cfg := capgate.DefaultConfig(capgate.ModeEnforce)
 		cfg.EnforceFor = capgate.EnforceAll
-		gate := capgate.NewGate(memory.New(nil), capgate.NewFixedConfig(cfg), nil, "task-1")
+		gate, err := capgate.NewGate(memory.New(nil), capgate.NewFixedConfig(cfg), nil, "task-1")
+		if err != nil {
+			t.Fatal(err)
+		}
 		gate.Observer = m
 		first := gate.Admit(t.Context(), call("pam", capgate.TierPreview))
 		done := make(chan *capgate.Admission)

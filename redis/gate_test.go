@@ -38,7 +38,10 @@ func TestGateRealRedis(t *testing.T) {
 func TestGateFailsOpenAtTheDeadlineOfAHungRedis(t *testing.T) {
 	s, _ := openHung(t, redis.Options{Deadline: 100 * time.Millisecond})
 	cfg := capgate.NewFixedConfig(capgate.DefaultConfig(capgate.ModeEnforce))
-	g := capgate.NewGate(s, cfg, nil, "task-a")
+	g, err := capgate.NewGate(s, cfg, nil, "task-a")
+	if err != nil {
+		t.Fatal(err)
+	}
 	start := time.Now()
 	a := g.Admit(context.Background(), lanetest.Match("p", capgate.TierPreview))
 	within(t, "gate acquire", start, time.Second)

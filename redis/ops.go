@@ -32,15 +32,16 @@ var errBadLease = errors.New("the lease must be at least 1ms")
 // Acquire implements capgate.LaneStore with the acquire.lua script, one
 // atomic step across req.Keys. It returns an error wrapping
 // capgate.ErrLateAcquire when Redis ran it after req.NotAfter (by Redis's
-// clock against the caller's wall time), an error when req is malformed,
+// clock against the caller's wall time), an error when req is malformed
+// (req.Validate),
 // and the errors of Store.
 func (s *Store) Acquire(ctx context.Context, req capgate.AcquireRequest, counts []int) (bool, error) {
 	const op = "acquire lanes"
-	if len(req.Limits) < len(req.Keys) || len(counts) < len(req.Keys) {
-		return false, fmt.Errorf("%s: %d keys, %d limits, room for %d counts", op, len(req.Keys), len(req.Limits), len(counts))
+	if err := req.Validate(counts); err != nil {
+		return false, fmt.Errorf("%s: %w", op, err)
 	}
-	if req.Lease < time.Millisecond {
-		return false, fmt.Errorf("%s: %w", op, errBadLease)
+	if err := s.checkSlot(op, req.Keys); err != nil {
+		return false, err
 	}
 	keys := s.own(req.Keys)
 	args := make([]any, 0, 4+len(keys))
@@ -82,6 +83,9 @@ func (s *Store) Renew(ctx context.Context, token string, keys []string, lease ti
 	if lease < time.Millisecond {
 		return 0, fmt.Errorf("%s: %w", op, errBadLease)
 	}
+	if err := s.checkSlot(op, keys); err != nil {
+		return 0, err
+	}
 	keys = s.own(keys)
 	held, err := run(ctx, s, op, func(ctx context.Context) (int64, error) {
 		return renewScript.Run(ctx, s.client, keys, token, lease.Milliseconds()).Int64()
@@ -93,6 +97,9 @@ func (s *Store) Renew(ctx context.Context, token string, keys []string, lease ti
 // one pipeline (not a transaction). It returns the errors of Store.
 func (s *Store) Release(ctx context.Context, token string, keys []string) error {
 	const op = "release leases"
+	if err := s.checkSlot(op, keys); err != nil {
+		return err
+	}
 	keys = s.own(keys)
 	_, err := run(ctx, s, op, func(ctx context.Context) (struct{}, error) {
 		if len(keys) == 0 {
@@ -127,6 +134,9 @@ func (s *Store) Count(ctx context.Context, keys []string, counts []int) error {
 	const op = "count leases"
 	if len(counts) < len(keys) {
 		return fmt.Errorf("%s: %d keys, room for %d counts", op, len(keys), len(counts))
+	}
+	if err := s.checkSlot(op, keys); err != nil {
+		return err
 	}
 	return s.countBatched(ctx, op, countScript, keys, counts)
 }

@@ -52,6 +52,13 @@ type Options struct {
 	// out. Default 0.
 	DB int
 
+	// KeyPrefix is the prefix of the lane keys, which the store gives the
+	// gate (Store.KeyPrefix, read by capgate.NewGate). Default
+	// capgate.DefaultKeyPrefix. On a Redis Cluster the store wraps it in a
+	// hash tag (capgate.KeyLayoutCluster) unless it has one, so a call's
+	// keys share one slot, and refuses keys that don't.
+	KeyPrefix string
+
 	// Timeout is the socket read, write and connect timeout of every
 	// connection, Sentinel connections included. Default DefaultTimeout.
 	Timeout time.Duration

@@ -122,7 +122,11 @@ type Store struct {
 	testHookFull   func()
 }
 
-var _ capgate.LaneStore = (*Store)(nil)
+var (
+	_ capgate.LaneStore     = (*Store)(nil)
+	_ capgate.StoreDeadline = (*Store)(nil)
+	_ capgate.StoreKind     = (*Store)(nil)
+)
 
 // Open validates opts and makes the store with a client of its own,
 // configured for failing open: socket and connect timeouts of
@@ -135,6 +139,9 @@ func Open(opts Options) (*Store, error) {
 	o, err := opts.withDefaults()
 	if err == nil && o.URL == "" && len(o.Sentinels) == 0 && len(o.Cluster) == 0 {
 		err = errors.New("set a Redis URL, Sentinels or a Redis Cluster")
+	}
+	if err == nil {
+		_, err = keyPrefix(o, len(o.Cluster) > 0)
 	}
 	if err != nil {
 		return nil, fmt.Errorf("open Redis lane store: %w", err)
@@ -174,6 +181,10 @@ func Open(opts Options) (*Store, error) {
 // invalid options.
 func New(client Client, opts Options) (*Store, error) {
 	o, err := opts.withDefaults()
+	if err == nil {
+		_, cluster := client.(clusterScanner)
+		_, err = keyPrefix(o, cluster)
+	}
 	if err != nil {
 		return nil, fmt.Errorf("new Redis lane store: %w", err)
 	}
@@ -195,11 +206,11 @@ func newStore(c Client, o Options) *Store {
 // String describes the store's Redis for logs, password masked.
 func (s *Store) String() string { return s.opts.String() }
 
-// Deadline returns the bound of each operation (Options.Deadline, with
+// Deadline implements capgate.StoreDeadline: the bound of each operation (Options.Deadline, with
 // its default). The gate times its own waits on the store by it.
 func (s *Store) Deadline() time.Duration { return s.opts.Deadline }
 
-// Kind says where the lanes live, for status: "redis" or
+// Kind implements capgate.StoreKind: "redis" or
 // "redis-sentinel".
 func (s *Store) Kind() string {
 	if len(s.opts.Sentinels) > 0 {

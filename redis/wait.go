@@ -49,22 +49,15 @@ func (s *Store) wakeChannel(prefix string) string {
 	return prefix + ":wake:" + s.instance
 }
 
-func checkTicket(op string, t capgate.Ticket, counts []int, withCounts bool) error {
-	if len(t.Keys) == 0 || len(t.Limits) < len(t.Keys) || withCounts && len(counts) < len(t.Keys) {
-		return fmt.Errorf("%s: %d keys, %d limits, room for %d counts", op, len(t.Keys), len(t.Limits), len(counts))
-	}
-	if t.Lease < time.Millisecond || t.TicketLease < time.Millisecond || t.Claim < time.Millisecond {
-		return fmt.Errorf("%s: %w", op, errBadLease)
-	}
-	return nil
-}
-
 // Join implements capgate.Waitlist with waitjoin.lua: one atomic step. It
 // returns an error wrapping capgate.ErrLateAcquire when Redis ran it after
 // t.NotAfter, an error when t is malformed, and the errors of Store.
 func (s *Store) Join(ctx context.Context, t capgate.Ticket, counts []int) (capgate.JoinResult, error) {
 	const op = "join waitlist"
-	if err := checkTicket(op, t, counts, true); err != nil {
+	if err := t.ValidateJoin(counts); err != nil {
+		return capgate.JoinResult{}, fmt.Errorf("%s: %w", op, err)
+	}
+	if err := s.checkSlot(op, t.Keys, t.Prefix); err != nil {
 		return capgate.JoinResult{}, err
 	}
 	keys := slices.Clone(t.Keys)
@@ -104,7 +97,10 @@ func joinResult(state, next int64) capgate.JoinResult {
 // when t is malformed, and the errors of Store.
 func (s *Store) Pump(ctx context.Context, t capgate.Ticket) (capgate.JoinResult, error) {
 	const op = "pump waitlist"
-	if err := checkTicket(op, t, nil, false); err != nil {
+	if err := t.Validate(); err != nil {
+		return capgate.JoinResult{}, fmt.Errorf("%s: %w", op, err)
+	}
+	if err := s.checkSlot(op, t.Keys, t.Prefix); err != nil {
 		return capgate.JoinResult{}, err
 	}
 	keys := slices.Clone(t.Keys)
@@ -123,8 +119,12 @@ func (s *Store) Pump(ctx context.Context, t capgate.Ticket) (capgate.JoinResult,
 // Leave implements capgate.Waitlist with waitleave.lua. It returns the
 // errors of Store.
 func (s *Store) Leave(ctx context.Context, t capgate.Ticket) (bool, error) {
+	const op = "leave waitlist"
+	if err := s.checkSlot(op, t.Keys, t.Prefix); err != nil {
+		return false, err
+	}
 	keys := slices.Clone(t.Keys)
-	n, err := run(ctx, s, "leave waitlist", func(ctx context.Context) (int64, error) {
+	n, err := run(ctx, s, op, func(ctx context.Context) (int64, error) {
 		return waitLeaveScript.Run(ctx, s.client, keys, t.Prefix, t.Token).Int64()
 	})
 	return n == 1, err
@@ -134,8 +134,12 @@ func (s *Store) Leave(ctx context.Context, t capgate.Ticket) (bool, error) {
 // as Release (one round trip) when nobody waits. It returns the errors of
 // Store.
 func (s *Store) ReleaseWait(ctx context.Context, prefix, token string, keys []string) error {
+	const op = "release leases"
+	if err := s.checkSlot(op, keys, prefix); err != nil {
+		return err
+	}
 	keys = slices.Clone(keys)
-	_, err := run(ctx, s, "release leases", func(ctx context.Context) (int64, error) {
+	_, err := run(ctx, s, op, func(ctx context.Context) (int64, error) {
 		return waitReleaseScript.Run(ctx, s.client, keys, prefix, token).Int64()
 	})
 	return err
@@ -152,6 +156,9 @@ func (s *Store) Waiting(ctx context.Context, prefix string, keys []string, count
 	}
 	if len(keys) == 0 {
 		return nil
+	}
+	if err := s.checkSlot(op, keys, prefix); err != nil {
+		return err
 	}
 	return s.countBatched(ctx, op, waitingScript, keys, counts, prefix)
 }

@@ -1,5 +1,5 @@
 // Command genlog writes a generated ocl_capacity log to stdout: the real
-// capgate.Gate on a simulated clock (see package analyze/genlog), for
+// capgate.Gate on a simulated clock (see package tools/genlog), for
 // benchmarking `capgate analyze`.
 //
 //	go run ./bench/genlog -n 1000000 -rate 100 > /tmp/capgate-1m.jsonl
@@ -12,7 +12,7 @@ import (
 	"os"
 	"time"
 
-	"github.com/capgate/capgate/internal/analyze/genlog"
+	"github.com/capgate/capgate/tools/genlog"
 )
 
 func main() {

@@ -342,7 +342,10 @@ func scale(args []string) error {
 	}
 	defer store.Close()
 	cfg := capgate.DefaultConfig(capgate.ModeShadow)
-	gate := capgate.NewGate(store, capgate.NewFixedConfig(cfg), nil, "bench")
+	gate, err := capgate.NewGate(store, capgate.NewFixedConfig(cfg), nil, "bench")
+	if err != nil {
+		return err
+	}
 
 	// Acquire cost with N users in the lanes.
 	if err := onePair(ctx, store, keysFor("probe"), nil); err != nil {

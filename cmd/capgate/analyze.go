@@ -10,7 +10,7 @@ import (
 	"time"
 
 	"github.com/capgate/capgate"
-	"github.com/capgate/capgate/internal/analyze"
+	"github.com/capgate/capgate/cmd/capgate/internal/analyze"
 	"github.com/capgate/capgate/internal/jsontree"
 )
 

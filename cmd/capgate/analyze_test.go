@@ -14,7 +14,7 @@ import (
 	"testing"
 
 	"github.com/capgate/capgate"
-	"github.com/capgate/capgate/internal/analyze/genlog"
+	"github.com/capgate/capgate/tools/genlog"
 )
 
 // genLog writes a generated log of the real gate to a file in dir.

@@ -294,7 +294,9 @@ func (c *CapacityCommand) status(ctx context.Context, a *capacityAction) error {
 	if err != nil {
 		return err
 	}
-	lanes, err := redis.Open(st.RedisOptions())
+	ro := st.RedisOptions()
+	ro.KeyPrefix = keyPrefix
+	lanes, err := redis.Open(ro)
 	if err != nil {
 		return err
 	}

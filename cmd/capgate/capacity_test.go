@@ -319,7 +319,10 @@ func TestCapacityStatus(t *testing.T) {
 	}
 	defer lanes.Close()
 	configs := capgate.NewConfigService(openStore(t, db), capgate.ModeShadow)
-	gate := capgate.NewGate(lanes, configs, nil, "task1")
+	gate, err := capgate.NewGate(lanes, configs, nil, "task1")
+	if err != nil {
+		t.Fatal(err)
+	}
 	ctx := context.Background()
 	a := gate.Admit(ctx, capgate.Call{Endpoint: capgate.EndpointMatch, Rows: 2, Semantic: true, UserID: "alice", Tier: capgate.TierPreview})
 	if a == nil || a.Decision() != capgate.DecisionAdmitted {

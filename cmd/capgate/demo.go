@@ -17,8 +17,8 @@ import (
 	"time"
 
 	"github.com/capgate/capgate"
-	"github.com/capgate/capgate/internal/loadgen"
-	"github.com/capgate/capgate/internal/simapi"
+	"github.com/capgate/capgate/cmd/capgate/internal/loadgen"
+	"github.com/capgate/capgate/tools/simapi"
 )
 
 // DemoCommand is `capgate demo`: a simulated OCL API, the real gateway in

@@ -7,7 +7,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/capgate/capgate/internal/simapi"
+	"github.com/capgate/capgate/tools/simapi"
 )
 
 // newAPI starts the simulated API with no latency and returns its URL.

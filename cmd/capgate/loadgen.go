@@ -12,7 +12,7 @@ import (
 	"time"
 
 	"github.com/capgate/capgate"
-	"github.com/capgate/capgate/internal/loadgen"
+	"github.com/capgate/capgate/cmd/capgate/internal/loadgen"
 )
 
 // LoadgenCommand is `capgate loadgen`: simulated Mapper users against a

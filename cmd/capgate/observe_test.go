@@ -11,7 +11,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/capgate/capgate/internal/simapi"
+	"github.com/capgate/capgate/tools/simapi"
 )
 
 func get(t *testing.T, url, auth string) (int, string) {

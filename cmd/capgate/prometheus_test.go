@@ -15,7 +15,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/capgate/capgate/internal/simapi"
+	"github.com/capgate/capgate/tools/simapi"
 )
 
 // The ops kit in deploy/, relative to this package.

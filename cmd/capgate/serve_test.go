@@ -14,7 +14,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/capgate/capgate/internal/simapi"
+	"github.com/capgate/capgate/tools/simapi"
 )
 
 // startServe runs capgate serve in front of api with args added, and

@@ -109,6 +109,11 @@ func NewServer(ctx context.Context, opts ServeOptions, lines io.Writer, logger *
 	if opts.MaxBodyBytes <= 0 {
 		return nil, fmt.Errorf("--max-body-bytes %d: want a positive number of bytes", opts.MaxBodyBytes)
 	}
+	if opts.TaskID == "" {
+		// One shared api_heavy_task lane would make the per-task limit act
+		// cluster-wide and hide this gateway from the degraded limits.
+		return nil, errors.New("--task-id is empty (CAPACITY_TASK_ID; default the hostname): each gateway needs a task id of its own")
+	}
 	proxies, err := parsePrefixes(opts.TrustedProxies)
 	if err != nil {
 		return nil, err
@@ -136,7 +141,9 @@ func NewServer(ctx context.Context, opts ServeOptions, lines io.Writer, logger *
 		return nil, err
 	}
 	if opts.HasRedis() {
-		rs, err := redis.Open(opts.RedisOptions())
+		ro := opts.RedisOptions()
+		ro.KeyPrefix = keyPrefix // the store checks it (and tags it on a cluster)
+		rs, err := redis.Open(ro)
 		if err != nil {
 			return nil, fmt.Errorf("redis lanes: %w", err)
 		}
@@ -176,7 +183,9 @@ func NewServer(ctx context.Context, opts ServeOptions, lines io.Writer, logger *
 		},
 		Ready: func() bool { return s.Configs.ReadState().Ready },
 	}
-	s.Gate = capgate.NewGate(s.Lanes, s.Configs, s.Sink, opts.TaskID)
+	if s.Gate, err = capgate.NewGate(s.Lanes, s.Configs, s.Sink, opts.TaskID); err != nil {
+		return nil, err
+	}
 	// The lane gauges are read from the store at scrape time, through the
 	// gate's keys (WithLanes), so they read 0 once the load stops.
 	m, err := metrics.New(reg, metrics.WithLogDropped(s.Sink.Dropped), metrics.WithConfigVersion(s.Configs.Version),
@@ -195,9 +204,11 @@ func NewServer(ctx context.Context, opts ServeOptions, lines io.Writer, logger *
 	}
 	// Before the stores close: the last try at releases still pending.
 	s.closers = append(s.closers, func() error {
-		d := opts.RedisDeadline
-		if d <= 0 {
-			d = capgate.DefaultStoreDeadline
+		// The store owns its deadline (redis.Options.Deadline); a store
+		// that states none gets the gate's default, as in the gate.
+		d := capgate.DefaultStoreDeadline
+		if sd, ok := s.Lanes.(capgate.StoreDeadline); ok && sd.Deadline() > 0 {
+			d = sd.Deadline()
 		}
 		ctx, cancel := context.WithTimeout(context.Background(), d)
 		defer cancel()

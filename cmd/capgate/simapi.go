@@ -13,7 +13,7 @@ import (
 	"strings"
 	"time"
 
-	"github.com/capgate/capgate/internal/simapi"
+	"github.com/capgate/capgate/tools/simapi"
 )
 
 // SimAPICommand is `capgate simapi`: the demo's simulated OCL API on its

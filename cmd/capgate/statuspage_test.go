@@ -17,7 +17,7 @@ import (
 	"github.com/chromedp/chromedp"
 	"github.com/chromedp/chromedp/kb"
 
-	"github.com/capgate/capgate/internal/simapi"
+	"github.com/capgate/capgate/tools/simapi"
 )
 
 var screenshots = flag.Bool("screenshots", false, "write the status page's screenshots to docs/img/ (else to a temporary folder)")

@@ -11,7 +11,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/capgate/capgate/internal/simapi"
+	"github.com/capgate/capgate/tools/simapi"
 )
 
 // window summarizes the calls that started in [from, to).

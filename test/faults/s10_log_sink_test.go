@@ -12,7 +12,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/capgate/capgate/internal/simapi"
+	"github.com/capgate/capgate/tools/simapi"
 )
 
 // gated counts the calls that got a capacity decision (one log line each).

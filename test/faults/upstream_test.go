@@ -17,7 +17,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/capgate/capgate/internal/simapi"
+	"github.com/capgate/capgate/tools/simapi"
 )
 
 // holdHeader asks the counting upstream to keep a heavy call in flight for

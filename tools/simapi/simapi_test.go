@@ -8,7 +8,7 @@ import (
 	"sync"
 	"testing"
 
-	"github.com/capgate/capgate/internal/simapi"
+	"github.com/capgate/capgate/tools/simapi"
 )
 
 func TestUserLookup(t *testing.T) {

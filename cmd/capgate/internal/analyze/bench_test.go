@@ -11,8 +11,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/capgate/capgate/internal/analyze"
-	"github.com/capgate/capgate/internal/analyze/genlog"
+	"github.com/capgate/capgate/cmd/capgate/internal/analyze"
+	"github.com/capgate/capgate/tools/genlog"
 )
 
 var (

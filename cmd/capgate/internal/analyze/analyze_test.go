@@ -9,7 +9,7 @@ import (
 	"time"
 
 	"github.com/capgate/capgate"
-	"github.com/capgate/capgate/internal/analyze"
+	"github.com/capgate/capgate/cmd/capgate/internal/analyze"
 )
 
 var t0 = time.Date(2026, 3, 1, 12, 0, 0, 0, time.UTC)

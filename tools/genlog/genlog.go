@@ -112,7 +112,10 @@ func Generate(ctx context.Context, w io.Writer, opts Options) (Stats, error) {
 	quiet := slog.New(slog.NewTextHandler(io.Discard, nil))
 	gates := make([]*capgate.Gate, opts.Tasks)
 	for i := range gates {
-		g := capgate.NewGate(store, cfg, out, fmt.Sprintf("task-%d", i+1))
+		g, err := capgate.NewGate(store, cfg, out, fmt.Sprintf("task-%d", i+1))
+		if err != nil {
+			return Stats{}, err
+		}
 		g.Now, g.Logger = now, quiet
 		g.Skip = capgate.NewSkipWindow(capgate.DefaultSkipDuration, now)
 		gates[i] = g

@@ -9,11 +9,11 @@ import (
 	"time"
 
 	"github.com/capgate/capgate"
+	"github.com/capgate/capgate/cmd/capgate/internal/loadgen"
 	capgatehttp "github.com/capgate/capgate/http"
-	"github.com/capgate/capgate/internal/loadgen"
-	"github.com/capgate/capgate/internal/simapi"
 	"github.com/capgate/capgate/memory"
 	"github.com/capgate/capgate/mock"
+	"github.com/capgate/capgate/tools/simapi"
 )
 
 // stack is the simulated API behind a real gateway on the memory store.
@@ -55,7 +55,10 @@ func newStack(t *testing.T, cfg capgate.Config) *stack {
 	t.Cleanup(up.Close)
 	fc := capgate.NewFixedConfig(cfg)
 	lines := &mock.Sink{}
-	gate := capgate.NewGate(memory.New(nil), fc, lines, "task-a")
+	gate, err := capgate.NewGate(memory.New(nil), fc, lines, "task-a")
+	if err != nil {
+		t.Fatal(err)
+	}
 	ids, err := capgatehttp.NewUpstreamIdentity(up.URL)
 	if err != nil {
 		t.Fatal(err)

@@ -6,7 +6,7 @@ import (
 	"time"
 
 	"github.com/capgate/capgate"
-	"github.com/capgate/capgate/internal/loadgen"
+	"github.com/capgate/capgate/cmd/capgate/internal/loadgen"
 )
 
 // oneSlot is enforce for every call with one slot on the task lane, the

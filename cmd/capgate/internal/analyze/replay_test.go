@@ -9,8 +9,8 @@ import (
 	"time"
 
 	"github.com/capgate/capgate"
-	"github.com/capgate/capgate/internal/analyze"
-	"github.com/capgate/capgate/internal/analyze/genlog"
+	"github.com/capgate/capgate/cmd/capgate/internal/analyze"
+	"github.com/capgate/capgate/tools/genlog"
 )
 
 // generate runs the real gate over a simulated store and returns its log.

@@ -1,0 +1,69 @@
+package redis
+
+import (
+	"fmt"
+
+	"github.com/capgate/capgate"
+)
+
+// The store owns its key layout, whoever calls it: on a Redis Cluster a
+// call's keys must share one hash slot, or every script fails with
+// CROSSSLOT, the gate's skip window opens and the limiter is off. So the
+// store gives the gate a hash-tagged prefix (KeyPrefix, which NewGate
+// reads), refuses at Open or New a prefix it can't tag, and checks every
+// operation's keys before sending it.
+
+var _ capgate.StoreKeyPrefix = (*Store)(nil)
+
+// onCluster reports whether the store's client is a Redis Cluster's.
+func (s *Store) onCluster() bool {
+	_, ok := s.client.(clusterScanner)
+	return ok
+}
+
+// keyPrefix returns the prefix the lane keys must have under o, on a
+// cluster or not: o.KeyPrefix (capgate.DefaultKeyPrefix when empty), in
+// the cluster key layout on a cluster (wrapped in a hash tag unless it has
+// one).
+func keyPrefix(o Options, cluster bool) (string, error) {
+	layout := capgate.KeyLayoutDefault
+	if cluster {
+		layout = capgate.KeyLayoutCluster
+	}
+	return layout.Prefix(o.KeyPrefix)
+}
+
+// KeyPrefix implements capgate.StoreKeyPrefix: the prefix of the lane
+// keys, Options.KeyPrefix (capgate.DefaultKeyPrefix when empty), wrapped in
+// a hash tag on a Redis Cluster unless it has one. NewGate gives it to the
+// gate.
+func (s *Store) KeyPrefix() string {
+	p, _ := keyPrefix(s.opts, s.onCluster()) // checked by Open and New
+	return p
+}
+
+// checkSlot returns an error, before anything is sent, when the store is
+// on a Redis Cluster and keys and prefixes (the waitlist's, whose keys the
+// scripts make) do not all carry one hash tag: Redis would refuse the
+// script with CROSSSLOT, or, for keys that happen to share a slot, the
+// call's other lanes would not.
+func (s *Store) checkSlot(op string, keys []string, prefixes ...string) error {
+	if !s.onCluster() {
+		return nil
+	}
+	tag, first := "", ""
+	for _, list := range [][]string{keys, prefixes} {
+		for _, k := range list {
+			t := capgate.HashTag(k)
+			if t == "" {
+				return fmt.Errorf("%s: key %q has no hash tag: on a Redis Cluster every lane key must be under one hash-tagged prefix (redis.Options.KeyPrefix, given to the gate by NewGate; capgate.KeyLayoutCluster)", op, k)
+			}
+			if first == "" {
+				tag, first = t, k
+			} else if t != tag {
+				return fmt.Errorf("%s: keys %q and %q have different hash tags: on a Redis Cluster a call's keys must share one slot", op, first, k)
+			}
+		}
+	}
+	return nil
+}

@@ -1,0 +1,108 @@
+package redis_test
+
+import (
+	"context"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/alicebob/miniredis/v2"
+	goredis "github.com/redis/go-redis/v9"
+
+	"github.com/capgate/capgate"
+	"github.com/capgate/capgate/lanetest"
+	"github.com/capgate/capgate/redis"
+)
+
+// openMiniCluster returns a store over a Redis Cluster client whose one
+// node is a miniredis (which answers CLUSTER SLOTS with itself) and that
+// miniredis. Miniredis does not refuse CROSSSLOT scripts, so the tests
+// below see what the store sends.
+func openMiniCluster(t *testing.T, o redis.Options) (*redis.Store, *miniredis.Miniredis) {
+	t.Helper()
+	m := miniredis.RunT(t)
+	c := goredis.NewClusterClient(&goredis.ClusterOptions{Addrs: []string{m.Addr()}})
+	t.Cleanup(func() { c.Close() })
+	s, err := redis.New(c, o)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { s.Close() })
+	return s, m
+}
+
+// A library user who puts a gate on a Redis Cluster store, setting no
+// prefix, gets lane keys in one hash slot: the store gives the gate its
+// hash-tagged prefix.
+func TestClusterStoreGivesTheGateAHashTaggedPrefix(t *testing.T) {
+	s, m := openMiniCluster(t, redis.Options{})
+	if got := s.KeyPrefix(); got != "{ocl:capacity}" {
+		t.Fatalf("KeyPrefix() = %q, want {ocl:capacity}", got)
+	}
+	g, err := capgate.NewGate(s, capgate.NewFixedConfig(capgate.DefaultConfig(capgate.ModeEnforce)), nil, "task-a")
+	if err != nil {
+		t.Fatal(err)
+	}
+	a := g.Admit(t.Context(), lanetest.Match("alice", capgate.TierCore))
+	defer a.Release(context.Background())
+	if a.Decision() != capgate.DecisionAdmitted || !a.Holding() {
+		t.Fatalf("decision %q, holding %v, err %v; want admitted, holding", a.Decision(), a.Holding(), a.Err())
+	}
+	keys := m.Keys()
+	if len(keys) == 0 {
+		t.Fatal("no lane keys in Redis")
+	}
+	for _, k := range keys {
+		if !strings.HasPrefix(k, "{ocl:capacity}:") {
+			t.Errorf("lane key %q is not under the hash tag {ocl:capacity}", k)
+		}
+	}
+}
+
+// Whoever calls it, a cluster store refuses keys that don't share one
+// hash tag, before sending anything, with an error that says why (not a
+// CROSSSLOT from Redis).
+func TestClusterStoreRefusesKeysOutsideOneSlot(t *testing.T) {
+	s, m := openMiniCluster(t, redis.Options{})
+	ctx := t.Context()
+	tok := lanetest.NewToken()
+	for _, keys := range [][]string{{"ocl:capacity:api_heavy", "ocl:capacity:user:a"}, {"{a}:api_heavy", "{b}:user:a"}} {
+		taken, err := s.Acquire(ctx, capgate.AcquireRequest{Token: tok, Keys: keys, Limits: []int{5, 5}, Lease: time.Minute}, make([]int, 2))
+		if err == nil || taken || !strings.Contains(err.Error(), "hash tag") {
+			t.Errorf("Acquire(%q) = %v, %v; want an error about hash tags", keys, taken, err)
+		}
+		if err := s.Release(ctx, tok, keys); err == nil {
+			t.Errorf("Release(%q) = nil; want an error about hash tags", keys)
+		}
+	}
+	tk := capgate.Ticket{Prefix: "ocl", Token: tok, Keys: []string{"{a}:api_heavy"}, Limits: []int{1},
+		Lease: time.Minute, TicketLease: time.Minute, Claim: time.Minute, MaxWaiting: 10, MaxPerUser: 10}
+	if _, err := s.Join(ctx, tk, make([]int, 1)); err == nil || !strings.Contains(err.Error(), "hash tag") {
+		t.Errorf("Join with a prefix outside the keys' slot: %v; want an error about hash tags", err)
+	}
+	if keys := m.Keys(); len(keys) != 0 {
+		t.Fatalf("keys in Redis after refused calls: %v", keys)
+	}
+	keys := []string{"{a}:api_heavy", "{a}:user:a"}
+	if taken, err := s.Acquire(ctx, capgate.AcquireRequest{Token: tok, Keys: keys, Limits: []int{5, 5}, Lease: time.Minute}, make([]int, 2)); err != nil || !taken {
+		t.Fatalf("Acquire(%q) = %v, %v; want taken", keys, taken, err)
+	}
+}
+
+// The layout is checked when the store is made: a prefix the cluster
+// layout can't tag is refused by Open and New, and a prefix that has a tag
+// is kept as it is.
+func TestClusterStoreChecksItsPrefix(t *testing.T) {
+	if _, err := redis.Open(redis.Options{Cluster: []string{"127.0.0.1:1"}, KeyPrefix: "}x"}); err == nil {
+		t.Error("Open(cluster, prefix }x) = nil error; want the prefix refused")
+	}
+	if s, err := redis.Open(redis.Options{URL: "redis://127.0.0.1:1/0", KeyPrefix: "}x"}); err != nil || s.KeyPrefix() != "}x" {
+		t.Errorf("Open(standalone, prefix }x) = %v; want it kept as is", err)
+	} else {
+		s.Close()
+	}
+	s, _ := openMiniCluster(t, redis.Options{KeyPrefix: "app:{lanes}"})
+	if got := s.KeyPrefix(); got != "app:{lanes}" {
+		t.Errorf("KeyPrefix() = %q, want app:{lanes} kept", got)
+	}
+}
