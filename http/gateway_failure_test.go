@@ -193,9 +193,11 @@ func TestIdentityLookupsAreCached(t *testing.T) {
 	}
 }
 
-func TestFailingLookupMakesTheCallUnavailable(t *testing.T) {
+// Without local lanes nothing can count a call whose caller could not be
+// identified: enforced, it is refused (it used to pass as unavailable).
+func TestFailingLookupWithoutLocalLanesIsRefused(t *testing.T) {
 	e := newEnv(t, func(c *capgate.Config) {
-		c.Mode, c.EnforceFor, c.Tiers.Preview, c.PerUser.Preview = capgate.ModeEnforce, capgate.EnforceAll, 0, 0
+		c.Mode, c.EnforceFor = capgate.ModeEnforce, capgate.EnforceAll
 	}, func(c *capgatehttp.GatewayConfig) {
 		id, err := capgatehttp.NewUpstreamIdentity(c.Upstream.String())
 		if err != nil {
@@ -205,17 +207,12 @@ func TestFailingLookupMakesTheCallUnavailable(t *testing.T) {
 	})
 	e.up.setUserStatus(http.StatusServiceUnavailable)
 	r := e.do(t.Context(), "POST", semanticMatch, twoRows, "Authorization", "Token t-pam")
-	if r.StatusCode != 200 {
-		t.Fatalf("status %d: a failed lookup must never refuse", r.StatusCode)
-	}
-	if d := r.Header.Get(header.Decision); d != "unavailable" || r.Header.Get("Retry-After") != "" {
-		t.Errorf("headers %v", capacityHeaders(r.Header))
-	}
-	if n := len(e.up.requests()); n != 1 {
-		t.Errorf("upstream saw %d calls, want 1", n)
+	if r.StatusCode != 429 || len(e.up.requests()) != 0 {
+		t.Fatalf("status %d, %d upstream requests; want 429 and none", r.StatusCode, len(e.up.requests()))
 	}
 	l := e.sink.Wait(t, 1, waitLimit)
-	if jsonText(l[0]["decision"]) != "unavailable" || !strings.Contains(jsonText(l[0]["error"]), "identity") {
+	if jsonText(l[0]["decision"]) != "refused" || jsonText(l[0]["user_id"]) != capgate.UnidentifiedUser ||
+		!strings.Contains(jsonText(l[0]["error"]), "identity") {
 		t.Errorf("log line %v", l[0])
 	}
 	if strings.Contains(e.sink.Raw()[0], "t-pam") {
