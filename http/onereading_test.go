@@ -73,6 +73,13 @@ func TestConnectionNamingAReadHeaderIs400(t *testing.T) {
 	if reqs := e.up.requests(); len(reqs) != 1 || reqs[0].Header.Get("X-Drop-Me") != "" {
 		t.Errorf("the header the Connection header names reached the API: %v", reqs)
 	}
+	// A name the gateway sets itself (the request id it makes up) still
+	// reaches the API: the Connection header naming it is not forwarded.
+	r = e.do(t.Context(), "POST", semanticMatch, oneRow, "Authorization", "Token t-pam", "Connection", "X-Request-ID")
+	if reqs := e.up.requests(); r.StatusCode != 200 || len(reqs) != 2 || reqs[1].Header.Get(header.RequestID) != r.Header.Get(header.RequestID) {
+		t.Errorf("Connection: X-Request-ID: %d; the API got request id %q, the client %q", r.StatusCode,
+			reqs[len(reqs)-1].Header.Get(header.RequestID), r.Header.Get(header.RequestID))
+	}
 }
 
 // A blank first Cookie line hid the session cookie on the next one:

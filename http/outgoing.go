@@ -43,6 +43,7 @@ func readHeader(k string) bool {
 // allowed upgrades itself.
 func (g *Gateway) outgoing(r *http.Request, upgrade bool) (*http.Request, error) {
 	var drop []string
+	named := false // Connection names a header, not only close, keep-alive or upgrade
 	for _, v := range r.Header["Connection"] {
 		for tok := range strings.SplitSeq(v, ",") {
 			tok = textproto.TrimString(tok)
@@ -53,12 +54,29 @@ func (g *Gateway) outgoing(r *http.Request, upgrade bool) (*http.Request, error)
 			if readHeader(k) {
 				return nil, errHopByHopRead
 			}
-			if k != "Upgrade" && k != "Connection" {
-				if _, ok := r.Header[k]; ok {
+			switch k {
+			case "Close", "Keep-Alive", "Upgrade", "Connection":
+				if k == "Keep-Alive" {
+					named = true // a Keep-Alive header goes with it
+				}
+			default:
+				named = true
+			}
+		}
+	}
+	if named {
+		// The named headers are dropped now, so capgate decides on the
+		// request without them, and the Connection header with them: the
+		// proxy would otherwise also drop a header the gateway adds
+		// later under a name it lists (X-Request-ID).
+		for _, v := range r.Header["Connection"] {
+			for tok := range strings.SplitSeq(v, ",") {
+				if k := http.CanonicalHeaderKey(textproto.TrimString(tok)); k != "" && k != "Upgrade" {
 					drop = append(drop, k)
 				}
 			}
 		}
+		drop = append(drop, "Connection")
 	}
 	if !upgrade && hasUpgrade(r.Header) {
 		drop = append(drop, "Upgrade")
@@ -76,6 +94,9 @@ func (g *Gateway) outgoing(r *http.Request, upgrade bool) (*http.Request, error)
 	out.Header = r.Header.Clone()
 	for _, k := range drop {
 		delete(out.Header, k)
+	}
+	if named && upgrade && hasUpgrade(r.Header) {
+		out.Header["Connection"] = []string{"Upgrade"} // for the proxy, which carries the upgrade
 	}
 	return out, nil
 }
