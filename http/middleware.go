@@ -241,8 +241,10 @@ func hasCredentials(r *http.Request) bool {
 // gated admits a heavy call and serves it (or refuses it).
 func (m *Middleware) gated(w http.ResponseWriter, r *http.Request, call capgate.Call, caller capgate.Caller, err error) {
 	ctx := r.Context()
-	rid := firstValue(r.Header, header.RequestID)
-	if rid == "" {
+	// The request id as the API reads it: gunicorn joins repeated lines.
+	rid := joined(r.Header, header.RequestID)
+	hadID := rid != ""
+	if !hadID {
 		rid = newRequestID()
 	}
 	m.attribute(&call, r)
@@ -268,7 +270,6 @@ func (m *Middleware) gated(w http.ResponseWriter, r *http.Request, call capgate.
 		return
 	}
 	actx := withAdmission(ctx, adm) // AdmissionFrom
-	hadID := firstValue(r.Header, header.RequestID) != ""
 	r = r.WithContext(actx)
 	if !hadID {
 		// The handler's request gets a header of its own, so the

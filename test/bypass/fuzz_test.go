@@ -322,6 +322,11 @@ func (m *mutator) extraHeaders(paused bool) []string {
 		h = append(h, "X-Request-ID: "+m.pick("reused-fuzz", url.QueryEscape(fmt.Sprint(m.rnd.IntN(5)))))
 	}
 	if m.chance(0.05) {
+		// Two request ids: gunicorn joins them, and so does capgate.
+		id := m.rnd.Uint64()
+		h = append(h, fmt.Sprintf("X-Request-ID: fz-%x", id), fmt.Sprintf("x-request-id: %s", m.pick("", fmt.Sprintf("fz2-%x", id))))
+	}
+	if m.chance(0.05) {
 		h = append(h, m.pick("X_Capgate_User: stan", "X-Capgate-User: stan", "SCRIPT_NAME: /x", "Upgrade: h2c", "Expect: 100-continue"))
 	}
 	return h
