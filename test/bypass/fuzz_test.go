@@ -19,8 +19,8 @@ import (
 // The upstream records every heavy call it runs and for whom; the
 // invariant (checkInvariants) is that it never runs one capgate did not
 // count, whatever the mutation. Most mutations carry pam's credentials
-// (preview, paused): any heavy run of hers is a bypass. On the gateway with
-// the wait on, cora (limit 1) calls too, held a little, so calls wait.
+// (preview, paused): any heavy run of hers is a bypass; cora (limit 1)
+// calls too, held a little, so with the wait on her calls queue.
 //
 // CI runs a fixed seed for -bypass.fuzz (20 s) per wait setting;
 // bench/bypass-fuzz.sh runs it longer, with a seed of its own
@@ -39,16 +39,22 @@ func TestDifferentialFuzz(t *testing.T) {
 		t.Skip("-bypass.fuzz 0")
 	}
 	r := getRig(t)
-	t.Run("wait=off", func(t *testing.T) {
+	// The rig's gateways have the wait of CAPGATE_BYPASS_WAIT; a gateway of
+	// the fuzzer's own has the other setting, so every run covers both.
+	rigWait, other := "on", "off"
+	if waitSeconds() == "0" {
+		rigWait, other = "off", "on"
+	}
+	t.Run("wait="+rigWait, func(t *testing.T) {
 		mark := r.mark(t)
-		n := r.fuzz(t, *fuzzSeed, *fuzzFor, []*gateway{r.gateways[gwUpstream], r.gateways[gwTokens], r.gateways[gwHeader]}, false)
+		n := r.fuzz(t, *fuzzSeed, *fuzzFor, []*gateway{r.gateways[gwUpstream], r.gateways[gwTokens], r.gateways[gwHeader]})
 		t.Logf("seed %d: %d mutations, %d heavy runs upstream", *fuzzSeed, n, len(r.runs(t))-mark)
 		r.checkInvariants(t, mark)
 	})
-	t.Run("wait=on", func(t *testing.T) {
-		g := r.waitGateway(t)
+	t.Run("wait="+other, func(t *testing.T) {
+		g := r.otherWaitGateway(t)
 		mark := r.mark(t)
-		n := r.fuzz(t, *fuzzSeed+1, *fuzzFor, []*gateway{g}, true)
+		n := r.fuzz(t, *fuzzSeed+1, *fuzzFor, []*gateway{g})
 		t.Logf("seed %d: %d mutations, %d heavy runs upstream", *fuzzSeed+1, n, len(r.runs(t))-mark)
 		r.checkInvariants(t, mark)
 	})
@@ -56,8 +62,9 @@ func TestDifferentialFuzz(t *testing.T) {
 
 // fuzz sends mutated requests to gws from fuzzWorkers workers for d and
 // returns how many it sent. Worker w draws from its own stream of seed, so
-// a seed gives the same mutations (their interleaving aside).
-func (r *rig) fuzz(t *testing.T, seed uint64, d time.Duration, gws []*gateway, withCora bool) int {
+// a seed gives the same mutations (their interleaving aside). cora's calls
+// all go to gws[0]: each gateway counts her limit in lanes of its own.
+func (r *rig) fuzz(t *testing.T, seed uint64, d time.Duration, gws []*gateway) int {
 	t.Helper()
 	deadline := time.Now().Add(d)
 	var mu sync.Mutex
@@ -65,10 +72,13 @@ func (r *rig) fuzz(t *testing.T, seed uint64, d time.Duration, gws []*gateway, w
 	var wg sync.WaitGroup
 	for w := range fuzzWorkers {
 		wg.Go(func() {
-			m := &mutator{r: r, rnd: rand.New(rand.NewPCG(seed, uint64(w))), cora: withCora}
+			m := &mutator{r: r, rnd: rand.New(rand.NewPCG(seed, uint64(w)))}
 			for i := 0; time.Now().Before(deadline); i++ {
+				q, user := m.request(fmt.Sprintf("fuzz %d/%d/%d", seed, w, i))
 				g := gws[m.rnd.IntN(len(gws))]
-				q := m.request(fmt.Sprintf("fuzz %d/%d/%d", seed, w, i))
+				if user != "pam" {
+					g = gws[0]
+				}
 				send(t, g.addr, q.raw(), 1)
 				mu.Lock()
 				sent++
@@ -80,17 +90,21 @@ func (r *rig) fuzz(t *testing.T, seed uint64, d time.Duration, gws []*gateway, w
 	return sent
 }
 
-// waitGateway starts (once) a gateway like the upstream one but with the
-// wait on: an enforced call that finds a lane full waits up to 2 s.
-func (r *rig) waitGateway(t *testing.T) *gateway {
+// otherWaitGateway starts (once) a gateway like the upstream one but with
+// the other wait setting than the rig's (CAPGATE_BYPASS_WAIT).
+func (r *rig) otherWaitGateway(t *testing.T) *gateway {
 	t.Helper()
-	const id = "upstream-wait"
+	const id = "upstream-other-wait"
 	if g := r.gateways[id]; g != nil {
 		return g
 	}
+	wait := "wait.max_seconds=0"
+	if waitSeconds() == "0" {
+		wait = "wait.max_seconds=2"
+	}
 	db := "sqlite:" + filepath.Join(r.dir, id+".db")
 	args := append([]string{"capacity", "set", "--create"}, configArgs...)
-	args = append(args, "wait.max_seconds=2", "--database", db)
+	args = append(args, wait, "--database", db)
 	if out, err := run(t.Context(), r.dir, nil, r.bin, args...); err != nil {
 		t.Fatalf("configure: %v: %s", err, out)
 	}
@@ -114,18 +128,19 @@ func (r *rig) waitGateway(t *testing.T) *gateway {
 
 // mutator builds mutated heavy requests.
 type mutator struct {
-	r    *rig
-	rnd  *rand.Rand
-	cora bool
+	r   *rig
+	rnd *rand.Rand
 }
 
 func (m *mutator) pick(s ...string) string { return s[m.rnd.IntN(len(s))] }
 func (m *mutator) chance(p float64) bool   { return m.rnd.Float64() < p }
 
-// request returns one mutated heavy request tagged with the case name.
-func (m *mutator) request(name string) request {
+// request returns one mutated heavy request tagged with the case name,
+// and whose credentials it carries: pam's (paused) mostly, cora's (limit 1,
+// held a little, so her calls queue when the wait is on) now and then.
+func (m *mutator) request(name string) (request, string) {
 	user := "pam"
-	if m.cora && m.chance(0.3) {
+	if m.chance(0.2) {
 		user = "cora"
 	}
 	var q request
@@ -153,7 +168,7 @@ func (m *mutator) request(name string) request {
 	if m.chance(0.3) {
 		m.rnd.Shuffle(len(q.headers), func(i, j int) { q.headers[i], q.headers[j] = q.headers[j], q.headers[i] })
 	}
-	return q
+	return q, user
 }
 
 func (m *mutator) path(rerank bool) string {
