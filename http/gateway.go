@@ -272,10 +272,12 @@ func (g *Gateway) proxyError(w http.ResponseWriter, r *http.Request, err error) 
 }
 
 // statusOf turns a proxying error into the status answered: 499 when the
-// client went away (ctx is the client's request context), 504 when the
-// upstream timed out, and 502 for any other upstream failure.
+// request's context ended (the client went away; for a held call, its
+// client left and max_hold_seconds passed), 504 when the upstream timed
+// out, and 502 for any other upstream failure (a cancellation the client
+// did not cause included: a connected client is sent a real status).
 func statusOf(ctx context.Context, err error) int {
-	if ctx.Err() != nil || errors.Is(err, context.Canceled) {
+	if ctx.Err() != nil {
 		return StatusClientClosedRequest
 	}
 	if errors.Is(err, context.DeadlineExceeded) {
