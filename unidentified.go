@@ -19,13 +19,14 @@ const DefaultUnidentified = 1
 // lookup must never mean an uncounted call: a flood of requests that
 // defeat or slow the lookup would otherwise all reach the API. The call
 // is gated as the user UnidentifiedUser, tier preview, in one lane of the
-// gateway's own (Gate.Local) whose limit is the config's unidentified
-// setting, per gateway: its decision is "unavailable" (the cluster did not
-// count it) with Degraded set while it holds that place, and an enforced
-// call that finds the lane full is refused with scope user. A call that is
-// not enforced is counted and never refused. Without local lanes nothing
-// can count it: an enforced call is refused, any other is unavailable and
-// uncounted. In mode off it passes untouched, as from Admit. The store is
+// gateway's own whose limit is the config's unidentified setting, per
+// gateway: in the local lanes (Gate.Local), its decision then
+// "unavailable" (the cluster did not count it) with Degraded set while it
+// holds that place; or, without local lanes, in a Store that lives in this
+// process (Kind "memory"), its decision then "admitted". An enforced call
+// that finds the lane full is refused with scope user. A call that is not
+// enforced is counted and never refused. With neither, nothing can count
+// it: an enforced call is refused, any other is unavailable and uncounted. In mode off it passes untouched, as from Admit. The store is
 // never asked and its skip window is not touched. The caller must call
 // Release, as after Admit.
 func (g *Gate) Unidentified(ctx context.Context, call Call, cause error) *Admission {
@@ -42,14 +43,20 @@ func (g *Gate) Unidentified(ctx context.Context, call Call, cause error) *Admiss
 	a.lanes = append(a.laneBuf[:0], lane)
 	a.keys = append(a.keyBuf[:0], lane.Key)
 	before := a.intBuf[:1:1]
-	if g.Local == nil {
+	// This gateway's own lanes: the local ones, or the store itself when
+	// it is in this process (then the whole of the lanes).
+	counter, inStore := g.Local, false
+	if counter == nil && laneStoreKind(g.Store) == "memory" {
+		counter, inStore = g.Store, true
+	}
+	if counter == nil {
 		if a.enforced {
 			a.refuseUnidentified(before)
 		}
 		return a
 	}
 	a.token = newToken()
-	taken, err := g.Local.Acquire(ctx, AcquireRequest{
+	taken, err := counter.Acquire(ctx, AcquireRequest{
 		Token:  a.token,
 		Keys:   a.keys,
 		Limits: []int{lane.Limit},
@@ -66,7 +73,12 @@ func (g *Gate) Unidentified(ctx context.Context, call Call, cause error) *Admiss
 		a.refuseUnidentified(before)
 		return a
 	}
-	a.local, a.degraded = true, true
+	if inStore {
+		// Counted by the store, as any admission.
+		a.taken, a.leased, a.decision = true, g.now(), DecisionAdmitted
+	} else {
+		a.local, a.degraded = true, true
+	}
 	a.full = fullLanes(a.lanes, before)
 	a.counts = append(a.intBuf[1:1:2], before[0]+1)
 	a.startRenewing(ctx)

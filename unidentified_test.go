@@ -71,3 +71,28 @@ func TestUnidentifiedCallsShareOneLocalLane(t *testing.T) {
 		t.Errorf("off: %s", a.Decision())
 	}
 }
+
+// Without local lanes, a store in this process counts the call itself;
+// with neither, an enforced call is refused.
+func TestUnidentifiedWithoutLocalLanes(t *testing.T) {
+	ctx := context.Background()
+	cfg := capgate.DefaultConfig(capgate.ModeEnforce)
+	cfg.EnforceFor = capgate.EnforceAll
+	call := capgate.Call{Endpoint: capgate.EndpointRerank, Rows: 1, UserID: "pam", Tier: capgate.TierCore}
+	g := capgate.NewGate(memory.New(nil), capgate.NewFixedConfig(cfg), nil, "t1")
+	defer g.Close(ctx)
+	first := g.Unidentified(ctx, call, errors.New("timeout"))
+	if first.Decision() != capgate.DecisionAdmitted || !first.Counted() {
+		t.Errorf("in-process store: %s counted %v; want admitted, counted", first.Decision(), first.Counted())
+	}
+	if second := g.Unidentified(ctx, call, errors.New("timeout")); !second.Refused() {
+		t.Errorf("second: %s; want refused", second.Decision())
+	}
+	first.Release(ctx)
+
+	g2 := capgate.NewGate(&mock.LaneStore{Base: memory.New(nil)}, capgate.NewFixedConfig(cfg), nil, "t1")
+	defer g2.Close(ctx)
+	if a := g2.Unidentified(ctx, call, errors.New("timeout")); !a.Refused() || a.Counted() {
+		t.Errorf("nothing to count in: %s counted %v; want refused", a.Decision(), a.Counted())
+	}
+}
