@@ -55,10 +55,11 @@ func (g *Gateway) outgoing(r *http.Request, upgrade bool) (*http.Request, error)
 				return nil, errHopByHopRead
 			}
 			switch k {
-			case "Close", "Keep-Alive", "Upgrade", "Connection":
-				if k == "Keep-Alive" {
-					named = true // a Keep-Alive header goes with it
-				}
+			case "Close", "Upgrade", "Connection":
+			case "Keep-Alive":
+				// What most clients send: a copy only when a
+				// Keep-Alive header is there to drop.
+				named = named || r.Header["Keep-Alive"] != nil
 			default:
 				named = true
 			}
