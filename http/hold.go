@@ -66,29 +66,41 @@ func holdUpstream(next http.Handler) http.Handler {
 // (at once if the client leaves later than deadline). stop releases its
 // resources; call it when the call ends.
 func holdContext(client context.Context, deadline time.Time) (context.Context, context.CancelFunc) {
-	ctx, cancel := context.WithCancel(context.WithoutCancel(client))
-	var (
-		mu    sync.Mutex
-		timer *time.Timer
-		ended bool
-	)
-	stopAfter := context.AfterFunc(client, func() {
-		mu.Lock()
-		defer mu.Unlock()
-		if !ended {
-			timer = time.AfterFunc(time.Until(deadline), cancel)
-		}
-	})
-	return ctx, func() {
-		stopAfter()
-		mu.Lock()
-		ended = true
-		if timer != nil {
-			timer.Stop()
-		}
-		mu.Unlock()
-		cancel()
+	h := &hold{deadline: deadline}
+	var ctx context.Context
+	ctx, h.cancel = context.WithCancel(context.WithoutCancel(client))
+	h.stopAfter = context.AfterFunc(client, h.clientLeft)
+	return ctx, h.stop
+}
+
+// hold is a holdContext's state, in one allocation.
+type hold struct {
+	deadline  time.Time
+	cancel    context.CancelFunc
+	stopAfter func() bool
+
+	mu    sync.Mutex
+	timer *time.Timer // set once the client left; requires mu held
+	ended bool        // requires mu held
+}
+
+func (h *hold) clientLeft() {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if !h.ended {
+		h.timer = time.AfterFunc(time.Until(h.deadline), h.cancel)
 	}
+}
+
+func (h *hold) stop() {
+	h.stopAfter()
+	h.mu.Lock()
+	h.ended = true
+	if h.timer != nil {
+		h.timer.Stop()
+	}
+	h.mu.Unlock()
+	h.cancel()
 }
 
 // holdWriter passes a response on to the client until a write fails (the
