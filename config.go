@@ -27,6 +27,12 @@ type Config struct {
 	MaxHoldSeconds   int        `json:"max_hold_seconds"`
 	RetryAfter       RetryAfter `json:"retry_after"`
 	Wait             Wait       `json:"wait"`
+	// Unidentified is how many heavy calls at once each gateway runs for
+	// callers it could not identify (the identity lookup failed or timed
+	// out): they share the user lane "(unidentified)", counted in the
+	// gateway's own lanes. A failed lookup never lets a call through
+	// uncounted.
+	Unidentified int `json:"unidentified"`
 }
 
 // APIHeavy holds the limits of the api_heavy lanes.
@@ -108,6 +114,7 @@ func DefaultConfig(mode Mode) Config {
 		RetryAfter:       RetryAfter{Policy: PolicyAdaptive, Base: 5, Max: 30, Paused: 120},
 		Wait: Wait{MaxSeconds: DefaultWaitMaxSeconds, MaxWaiting: DefaultWaitMaxWaiting,
 			MaxWaitingPerUser: DefaultWaitMaxWaitingPerUser},
+		Unidentified: DefaultUnidentified,
 	}
 }
 
@@ -175,6 +182,7 @@ var schema = []setting{
 		numSetting("max_waiting", func(c *Config) *int { return &c.Wait.MaxWaiting }),
 		numSetting("max_waiting_per_user", func(c *Config) *int { return &c.Wait.MaxWaitingPerUser }),
 	}},
+	numSetting("unidentified", func(c *Config) *int { return &c.Unidentified }),
 }
 
 // Doc returns c as a JSON object tree (numbers as json.Number): the form

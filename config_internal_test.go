@@ -41,7 +41,7 @@ func TestValidateMissing(t *testing.T) {
 		`"mode" is required.`, `"enforce_for" is required.`, `"api_heavy" is required.`,
 		`"es2_knn" is required.`, `"reserve_single_row" is required.`, `"tiers" is required.`,
 		`"per_user" is required.`, `"lease_seconds" is required.`, `"renew_seconds" is required.`,
-		`"max_hold_seconds" is required.`, `"retry_after" is required.`, `"wait" is required.`,
+		`"max_hold_seconds" is required.`, `"retry_after" is required.`, `"wait" is required.`, `"unidentified" is required.`,
 	}
 	if !slices.Equal(got, want) {
 		t.Fatalf("validate({})\n got %q\nwant %q", got, want)

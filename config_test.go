@@ -20,8 +20,9 @@ func TestDefaultConfig(t *testing.T) {
 		Tiers:        capgate.TierLimits{Staff: 4, Core: 4, EarlyAccess: 3, Preview: 2},
 		PerUser:      capgate.TierLimits{Staff: 4, Core: 3, EarlyAccess: 2, Preview: 1},
 		LeaseSeconds: 60, RenewSeconds: 20, MaxHoldSeconds: 900,
-		RetryAfter: capgate.RetryAfter{Policy: "adaptive", Base: 5, Max: 30, Paused: 120},
-		Wait:       capgate.Wait{MaxSeconds: 20, MaxWaiting: 200, MaxWaitingPerUser: 20},
+		RetryAfter:   capgate.RetryAfter{Policy: "adaptive", Base: 5, Max: 30, Paused: 120},
+		Wait:         capgate.Wait{MaxSeconds: 20, MaxWaiting: 200, MaxWaitingPerUser: 20},
+		Unidentified: 1,
 	}
 	if got != want {
 		t.Fatalf("DefaultConfig = %+v, want %+v", got, want)

@@ -252,8 +252,8 @@ func (g *Gate) config(ctx context.Context) (c Config, err error) {
 }
 
 // Unavailable returns an admission for a call the gate could not decide
-// because of cause (an identity lookup that failed, say): the call goes
-// ahead uncounted and its log line says why. In mode off it passes
+// because of cause: the call goes ahead uncounted and its log line says
+// why. (A failed identity lookup is not such a cause: see Unidentified.) In mode off it passes
 // untouched, as from Admit. The store's skip window is not touched.
 func (g *Gate) Unavailable(ctx context.Context, call Call, cause error) *Admission {
 	cfg, _ := g.config(ctx)

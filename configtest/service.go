@@ -439,6 +439,7 @@ func testConcurrentPatches(t *testing.T, open Opener) {
 		`{"per_user":{"early_access":5}}`, `{"per_user":{"preview":4}}`, `{"lease_seconds":90}`, `{"renew_seconds":15}`,
 		`{"max_hold_seconds":1000}`, `{"retry_after":{"base":6}}`, `{"retry_after":{"max":40}}`, `{"retry_after":{"paused":100}}`,
 		`{"wait":{"max_seconds":5}}`, `{"wait":{"max_waiting":50}}`, `{"wait":{"max_waiting_per_user":3}}`,
+		`{"unidentified":2}`,
 	}
 	var wg sync.WaitGroup
 	errs := make(chan error, len(changes))
@@ -462,8 +463,9 @@ func testConcurrentPatches(t *testing.T, open Opener) {
 		Tiers:        capgate.TierLimits{Staff: 9, Core: 8, EarlyAccess: 6, Preview: 5},
 		PerUser:      capgate.TierLimits{Staff: 7, Core: 6, EarlyAccess: 5, Preview: 4},
 		LeaseSeconds: 90, RenewSeconds: 15, MaxHoldSeconds: 1000,
-		RetryAfter: capgate.RetryAfter{Policy: capgate.PolicyAdaptive, Base: 6, Max: 40, Paused: 100},
-		Wait:       capgate.Wait{MaxSeconds: 5, MaxWaiting: 50, MaxWaitingPerUser: 3},
+		RetryAfter:   capgate.RetryAfter{Policy: capgate.PolicyAdaptive, Base: 6, Max: 40, Paused: 100},
+		Wait:         capgate.Wait{MaxSeconds: 5, MaxWaiting: 50, MaxWaitingPerUser: 3},
+		Unidentified: 2,
 	}
 	_, got, err := s.Current(context.Background())
 	if err != nil || got != want {

@@ -1,14 +1,23 @@
 package http
 
-import "sync/atomic"
+import (
+	"net/http"
+	"sync/atomic"
+)
 
 // DefaultMaxBufferedBytes is the default bound on the request bytes the
 // gateway holds for classification across every call in flight
 // (--max-buffered-bytes): 256 MiB.
 const DefaultMaxBufferedBytes = 256 << 20
 
+// DefaultMaxHeaderBytes is the default bound on one request's header, its
+// request line included (--max-header-bytes): 64 KiB. A larger one gets
+// 431. The OCL API's own requests carry a few KiB at most.
+const DefaultMaxHeaderBytes = 64 << 10
+
 // Budget bounds the bytes buffered for classification across every call
-// in flight, so many slow or large bodies can't grow the gateway without
+// in flight, and the header bytes of every request the gateway holds, so
+// many slow or large bodies or headers can't grow the gateway without
 // bound. A nil *Budget is unbounded. Safe for concurrent use.
 type Budget struct {
 	max  int64
@@ -48,4 +57,16 @@ func (b *Budget) give(n int64) {
 	if b != nil && n > 0 {
 		b.used.Add(-n)
 	}
+}
+
+// headerBytes estimates the memory r's header holds: the request line and
+// every name and value, with a line's framing.
+func headerBytes(r *http.Request) int64 {
+	n := len(r.Method) + len(r.RequestURI) + len(r.Proto) + len(r.Host) + 4
+	for k, vv := range r.Header {
+		for _, v := range vv {
+			n += len(k) + len(v) + 4
+		}
+	}
+	return int64(n)
 }

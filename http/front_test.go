@@ -193,13 +193,15 @@ func TestUpgradesOnlyWhereConfigured(t *testing.T) {
 }
 
 func TestBufferBudget(t *testing.T) {
-	budget := capgatehttp.NewBudget(int64(len(twoRows)))
+	// Room for one small call's header (counted too) and its body.
+	const headerRoom = 1 << 10
+	budget := capgatehttp.NewBudget(headerRoom + int64(len(twoRows)))
 	var full atomic.Int32
 	e := pausedEnv(t, func(c *capgatehttp.GatewayConfig) {
 		c.Classifier = &capgatehttp.Classifier{Budget: budget, BufferFull: func() { full.Add(1) }}
 	})
 	// Over the budget: 503 with Retry-After, and nothing sent on.
-	big := `{"rows":[1],"pad":"` + strings.Repeat("x", len(twoRows)) + `"}`
+	big := `{"rows":[1],"pad":"` + strings.Repeat("x", headerRoom+len(twoRows)) + `"}`
 	r := e.do(t.Context(), "POST", semanticMatch, big, "Authorization", "Token t-pam")
 	if r.StatusCode != 503 || r.Header.Get("Retry-After") == "" || len(e.up.requests()) != 0 {
 		t.Errorf("over budget: %d Retry-After %q, %d upstream requests", r.StatusCode, r.Header.Get("Retry-After"), len(e.up.requests()))

@@ -10,6 +10,7 @@ import (
 	"net/http/httputil"
 	"net/netip"
 	"net/url"
+	"strconv"
 	"strings"
 	"sync"
 
@@ -58,8 +59,9 @@ type GatewayConfig struct {
 	// false: staff only; anonymous → 401, non-staff → 403.
 	PublicMetrics bool
 	// Health answers GET /livez, /healthz (its alias) and /readyz; it
-	// never fails a probe because a store is down. Default (nil): live
-	// and ready, with no checks.
+	// never fails a probe because a store is down, and its bodies say only
+	// ready or not (PublicReadyz): the checks' details are for staff.
+	// Default (nil): live and ready, with no checks.
 	Health *Health
 
 	// MetricsToken, if set, is a static credential for GET /metrics
@@ -95,8 +97,9 @@ type GatewayConfig struct {
 // max_hold_seconds; see hold.go). Bodies pass byte for byte; responses of
 // unknown length and event streams are flushed as they arrive. An upstream failure becomes
 // 502, an upstream timeout 504 (both with a JSON {"detail", "request_id"}
-// body), and a client gone before the answer 499. With an Observer or an
-// AccessLog every request is recorded once answered (observe.go).
+// body); a client gone before the answer is sent nothing (499 is only
+// logged, as nginx does). With an Observer or an AccessLog every request is
+// recorded once answered (observe.go).
 //
 // Create one with NewGateway. Safe for concurrent use.
 type Gateway struct {
@@ -182,19 +185,35 @@ func (g *Gateway) route(w http.ResponseWriter, r *http.Request) {
 	get := r.Method == http.MethodGet || r.Method == http.MethodHead
 	switch {
 	case (p == "/livez" || p == "/healthz") && get:
-		g.health().Livez().ServeHTTP(w, r)
+		g.health().PublicLivez().ServeHTTP(w, r)
 	case p == "/readyz" && get:
-		g.health().Readyz().ServeHTTP(w, r)
+		g.health().PublicReadyz().ServeHTTP(w, r)
 	case p == "/metrics" && get && g.cfg.Metrics != nil:
 		g.metrics(w, r)
 	case strings.HasPrefix(p, "/capacity/") && g.cfg.Staff != nil:
 		g.cfg.Staff.ServeHTTP(w, r)
 	default:
-		if hasUpgrade(r.Header) && !g.upgradeAllowed(r) {
-			r = r.Clone(r.Context())
-			r.Header.Del("Upgrade")
+		// The header stays in memory while the call runs: it counts in
+		// the same budget as the bodies buffered to classify calls.
+		hb := headerBytes(r)
+		budget := g.cfg.Classifier.Budget
+		if !budget.take(hb) {
+			if f := g.cfg.Classifier.BufferFull; f != nil {
+				f()
+			}
+			w.Header().Set("Retry-After", strconv.Itoa(bufferFullRetryAfter))
+			http.Error(w, "The gateway is busy. Please retry.", http.StatusServiceUnavailable)
+			return
 		}
-		g.gated.ServeHTTP(w, r)
+		defer budget.give(hb)
+		// One reading: the middleware classifies and identifies the
+		// request as it will be forwarded (outgoing.go).
+		out, err := g.outgoing(r, hasUpgrade(r.Header) && g.upgradeAllowed(r))
+		if err != nil {
+			http.Error(w, "Bad Request: "+err.Error()+".", http.StatusBadRequest)
+			return
+		}
+		g.gated.ServeHTTP(w, out)
 	}
 }
 
@@ -248,25 +267,16 @@ func (g *Gateway) health() *Health {
 }
 
 // rewrite builds the upstream request: the upstream's URL joined with the
-// request's, and X-Forwarded-* set as a well-behaved proxy does.
+// request's, the query byte for byte, and X-Forwarded-* set as a
+// well-behaved proxy does. The headers capgate drops were dropped before
+// the call was classified (outgoing).
 func (g *Gateway) rewrite(pr *httputil.ProxyRequest) {
 	pr.SetURL(g.cfg.Upstream)
+	pr.Out.URL.RawQuery = outgoingQuery(g.cfg.Upstream.RawQuery, pr.In.URL.RawQuery)
 	if g.cfg.PreserveHost {
 		pr.Out.Host = pr.In.Host
 	}
-	trusted := g.trusted(pr.In.RemoteAddr)
-	for k := range pr.Out.Header {
-		// A "_" in a name: WSGI servers map "-" and "_" alike, so
-		// X_Capgate_User would pass as X-Capgate-User, and gunicorn takes
-		// a SCRIPT_NAME header as the mount point, moving the path the API
-		// routes away from the one classified. X-Capgate-* only from a
-		// trusted proxy.
-		if strings.Contains(k, "_") || !trusted && len(k) >= len(capgateHeaderPrefix) &&
-			strings.EqualFold(k[:len(capgateHeaderPrefix)], capgateHeaderPrefix) {
-			delete(pr.Out.Header, k)
-		}
-	}
-	if !trusted {
+	if !g.trusted(pr.In.RemoteAddr) {
 		pr.SetXForwarded()
 		return
 	}
@@ -294,15 +304,15 @@ func (g *Gateway) trusted(remoteAddr string) bool {
 }
 
 // StatusClientClosedRequest is the status logged when the client went away
-// before the upstream answered (nginx's 499).
+// before the upstream answered (nginx's 499). It is never sent.
 const StatusClientClosedRequest = 499
 
 // proxyError answers a request the upstream could not: see statusOf.
 func (g *Gateway) proxyError(w http.ResponseWriter, r *http.Request, err error) {
 	status := statusOf(r.Context(), err)
 	if status == StatusClientClosedRequest {
+		// Nobody to answer: 499 is not a status a client may be sent.
 		g.logger.Debug("capgate: client went away", "method", r.Method, "path", r.URL.Path)
-		w.WriteHeader(status) // nobody reads a body
 		return
 	}
 	g.logger.Warn("capgate: upstream failed", "method", r.Method, "path", r.URL.Path,
@@ -318,10 +328,12 @@ func (g *Gateway) proxyError(w http.ResponseWriter, r *http.Request, err error) 
 }
 
 // statusOf turns a proxying error into the status answered: 499 when the
-// client went away (ctx is the client's request context), 504 when the
-// upstream timed out, and 502 for any other upstream failure.
+// request's context ended (the client went away; for a held call, its
+// client left and max_hold_seconds passed), 504 when the upstream timed
+// out, and 502 for any other upstream failure (a cancellation the client
+// did not cause included: a connected client is sent a real status).
 func statusOf(ctx context.Context, err error) int {
-	if ctx.Err() != nil || errors.Is(err, context.Canceled) {
+	if ctx.Err() != nil {
 		return StatusClientClosedRequest
 	}
 	if errors.Is(err, context.DeadlineExceeded) {

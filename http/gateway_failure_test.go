@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"crypto/rand"
+	"fmt"
 	"io"
 	"net/http"
 	"strings"
@@ -13,6 +14,7 @@ import (
 	"github.com/capgate/capgate"
 	"github.com/capgate/capgate/header"
 	capgatehttp "github.com/capgate/capgate/http"
+	"github.com/capgate/capgate/mock"
 )
 
 // A client that is admitted and hangs up does not free its place while the
@@ -193,33 +195,43 @@ func TestIdentityLookupsAreCached(t *testing.T) {
 	}
 }
 
-func TestFailingLookupMakesTheCallUnavailable(t *testing.T) {
-	e := newEnv(t, func(c *capgate.Config) {
-		c.Mode, c.EnforceFor, c.Tiers.Preview, c.PerUser.Preview = capgate.ModeEnforce, capgate.EnforceAll, 0, 0
-	}, func(c *capgatehttp.GatewayConfig) {
-		id, err := capgatehttp.NewUpstreamIdentity(c.Upstream.String())
-		if err != nil {
-			t.Fatal(err)
-		}
-		c.Identify = id
-	})
-	e.up.setUserStatus(http.StatusServiceUnavailable)
-	r := e.do(t.Context(), "POST", semanticMatch, twoRows, "Authorization", "Token t-pam")
-	if r.StatusCode != 200 {
-		t.Fatalf("status %d: a failed lookup must never refuse", r.StatusCode)
-	}
-	if d := r.Header.Get(header.Decision); d != "unavailable" || r.Header.Get("Retry-After") != "" {
-		t.Errorf("headers %v", capacityHeaders(r.Header))
-	}
-	if n := len(e.up.requests()); n != 1 {
-		t.Errorf("upstream saw %d calls, want 1", n)
-	}
-	l := e.sink.Wait(t, 1, waitLimit)
-	if jsonText(l[0]["decision"]) != "unavailable" || !strings.Contains(jsonText(l[0]["error"]), "identity") {
-		t.Errorf("log line %v", l[0])
-	}
-	if strings.Contains(e.sink.Raw()[0], "t-pam") {
-		t.Errorf("the log line shows the token: %s", e.sink.Raw()[0])
+// Without local lanes, a call whose caller could not be identified is
+// counted in a lane store that lives in this process (the whole of the
+// lanes: "admitted"); with neither, nothing can count it, and enforced it
+// is refused (it used to pass as unavailable).
+func TestFailingLookupWithoutLocalLanes(t *testing.T) {
+	for _, inProcess := range []bool{true, false} {
+		t.Run(fmt.Sprintf("in-process store %v", inProcess), func(t *testing.T) {
+			e := newEnv(t, func(c *capgate.Config) {
+				c.Mode, c.EnforceFor = capgate.ModeEnforce, capgate.EnforceAll
+			}, func(c *capgatehttp.GatewayConfig) {
+				id, err := capgatehttp.NewUpstreamIdentity(c.Upstream.String())
+				if err != nil {
+					t.Fatal(err)
+				}
+				c.Identify = id
+			})
+			if !inProcess {
+				e.gate.Store = &mock.LaneStore{Base: e.store} // a store of unknown kind
+			}
+			e.up.setUserStatus(http.StatusServiceUnavailable)
+			want, decision := 429, "refused"
+			if inProcess {
+				want, decision = 200, "admitted"
+			}
+			r := e.do(t.Context(), "POST", semanticMatch, twoRows, "Authorization", "Token t-pam")
+			if r.StatusCode != want {
+				t.Fatalf("status %d; want %d", r.StatusCode, want)
+			}
+			l := e.sink.Wait(t, 1, waitLimit)
+			if jsonText(l[0]["decision"]) != decision || jsonText(l[0]["user_id"]) != capgate.UnidentifiedUser ||
+				!strings.Contains(jsonText(l[0]["error"]), "identity") {
+				t.Errorf("log line %v", l[0])
+			}
+			if strings.Contains(e.sink.Raw()[0], "t-pam") {
+				t.Errorf("the log line shows the token: %s", e.sink.Raw()[0])
+			}
+		})
 	}
 }
 

@@ -141,9 +141,9 @@ func (h *Health) ready() bool { return h.Ready == nil || h.Ready() }
 
 // healthBody is the JSON of both probes.
 type healthBody struct {
-	Status string            `json:"status"` // "ok", or "starting" before ready
-	Ready  bool              `json:"ready"`
-	Checks map[string]string `json:"checks"` // name → "ok", the error, or "unknown" before the first check
+	Status string            `json:"status"`           // "ok", or "starting" before ready
+	Ready  bool              `json:"ready"`            //
+	Checks map[string]string `json:"checks,omitempty"` // name → "ok", the error, or "unknown" before the first check; only for staff and the admin address
 }
 
 func (h *Health) body() healthBody {
@@ -172,6 +172,28 @@ func (h *Health) Readyz() http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		b := h.body()
 		code := http.StatusOK
+		if !b.Ready {
+			b.Status, code = "starting", http.StatusServiceUnavailable
+		}
+		writeHealth(w, code, b)
+	})
+}
+
+// PublicLivez and PublicReadyz are Livez and Readyz for the public port:
+// the same statuses, and a body that says only ready or not ready. The
+// checks' states (a store's "i/o timeout") would tell an attacker when a
+// gateway is degraded; they are for staff (the staff API's
+// /capacity/health) and the admin address.
+func (h *Health) PublicLivez() http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		writeHealth(w, http.StatusOK, healthBody{Status: StateOK, Ready: h.ready()})
+	})
+}
+
+// PublicReadyz: see PublicLivez.
+func (h *Health) PublicReadyz() http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		b, code := healthBody{Status: StateOK, Ready: h.ready()}, http.StatusOK
 		if !b.Ready {
 			b.Status, code = "starting", http.StatusServiceUnavailable
 		}

@@ -3,6 +3,8 @@ package http
 import (
 	"context"
 	"net/http"
+	"sync"
+	"time"
 
 	"github.com/capgate/capgate"
 )
@@ -14,7 +16,8 @@ import (
 // client that connects, is admitted and hangs up could run any number of
 // calls at once. The place is held until the upstream has finished the
 // call — its response read to the end, or an upstream error — bounded by
-// max_hold_seconds; then the middleware releases it. Calls that hold no
+// max_hold_seconds once the client has left (a call whose client is still
+// connected is never cut); then the middleware releases it. Calls that hold no
 // place (not heavy, mode off, unavailable without local lanes) keep the
 // usual cancel-on-disconnect.
 
@@ -39,9 +42,11 @@ func AdmissionFrom(ctx context.Context) *capgate.Admission {
 }
 
 // holdUpstream wraps the proxy: a counted call's request is detached from
-// its client's cancellation and bounded by max_hold_seconds instead, and
-// what the upstream answers after the client left is read to the end and
-// dropped.
+// its client's cancellation. While the client is connected the call is
+// never cut (max_hold_seconds only stops the renewals of its leases); once
+// the client has left, what the upstream answers is read to the end and
+// dropped, until max_hold_seconds after the call began, when the upstream
+// request is cancelled.
 func holdUpstream(next http.Handler) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		adm := AdmissionFrom(r.Context())
@@ -50,14 +55,56 @@ func holdUpstream(next http.Handler) http.Handler {
 			return
 		}
 		if r.Context().Err() != nil {
-			// Gone before the upstream was asked: start nothing.
-			w.WriteHeader(StatusClientClosedRequest)
+			// Gone before the upstream was asked: start nothing, and
+			// answer nothing (there is nobody to answer).
 			return
 		}
-		ctx, cancel := context.WithTimeout(context.WithoutCancel(r.Context()), adm.MaxHold())
-		defer cancel()
+		ctx, stop := holdContext(r.Context(), time.Now().Add(adm.MaxHold()))
+		defer stop()
 		next.ServeHTTP(&holdWriter{ResponseWriter: w}, r.WithContext(ctx))
 	})
+}
+
+// holdContext returns a context with client's values that is not cancelled
+// with it: it ends only once client is done and the deadline has passed
+// (at once if the client leaves later than deadline). stop releases its
+// resources; call it when the call ends.
+func holdContext(client context.Context, deadline time.Time) (context.Context, context.CancelFunc) {
+	h := &hold{deadline: deadline}
+	var ctx context.Context
+	ctx, h.cancel = context.WithCancel(context.WithoutCancel(client))
+	h.stopAfter = context.AfterFunc(client, h.clientLeft)
+	return ctx, h.stop
+}
+
+// hold is a holdContext's state, in one allocation.
+type hold struct {
+	deadline  time.Time
+	cancel    context.CancelFunc
+	stopAfter func() bool
+
+	mu    sync.Mutex
+	timer *time.Timer // set once the client left; requires mu held
+	ended bool        // requires mu held
+}
+
+func (h *hold) clientLeft() {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if !h.ended {
+		h.timer = time.AfterFunc(time.Until(h.deadline), h.cancel)
+	}
+}
+
+func (h *hold) stop() {
+	h.stopAfter()
+	h.mu.Lock()
+	h.ended = true
+	if h.timer != nil {
+		h.timer.Stop()
+	}
+	h.mu.Unlock()
+	h.cancel()
 }
 
 // holdWriter passes a response on to the client until a write fails (the

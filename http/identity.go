@@ -23,8 +23,8 @@ import (
 type Identifier interface {
 	// Identify returns the caller of r. ok is false when r carries no
 	// valid credentials (anonymous, or the API answered 401). An error
-	// means the lookup itself failed (timeout, upstream error): the gate
-	// makes the call unavailable and never refuses it for that.
+	// means the lookup itself failed (timeout, upstream error): the
+	// middleware gates the call as "(unidentified)" (Gate.Unidentified).
 	Identify(ctx context.Context, r *http.Request) (c capgate.Caller, ok bool, err error)
 }
 
@@ -196,7 +196,7 @@ func ReadTokens(path string) ([]TokenEntry, error) {
 
 // Identify implements Identifier.
 func (t *TokenIdentity) Identify(_ context.Context, r *http.Request) (capgate.Caller, bool, error) {
-	tok, ok := bearer(r.Header.Get("Authorization"))
+	tok, ok := bearer(joined(r.Header, "Authorization")) // as gunicorn hands it to DRF
 	if !ok {
 		return capgate.Caller{}, false, nil
 	}

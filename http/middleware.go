@@ -28,8 +28,9 @@ const headerTraceID = "X-Amzn-Trace-Id"
 //     goes to the handler untouched;
 //   - in mode off, lets the call go on untouched, looking nobody up;
 //   - asks who is calling; an anonymous call goes on untouched (the API
-//     answers it), and a lookup that fails makes the call "unavailable"
-//     (Gate.Unavailable): it goes ahead and is never refused for that;
+//     answers it), and a lookup that fails gates the call as the user
+//     "(unidentified)" under its own small limit (Gate.Unidentified): a
+//     failure never lets a call through uncounted;
 //   - fills in the call's attribution from X-OCL-Event-Metadata,
 //     X-OCL-Request-Source, X-Amzn-Trace-Id and X-Request-ID (kept, or made
 //     up as 32 hex characters, forwarded to the handler and returned; the
@@ -235,16 +236,19 @@ func (m *Middleware) identifyCaller(ctx context.Context, r *http.Request) (capga
 }
 
 // hasCredentials reports whether r carries anything the API could
-// authenticate it by.
+// authenticate it by: any Authorization or Cookie value, every one of them
+// read (gunicorn joins them; a blank first Cookie line hides nothing).
 func hasCredentials(r *http.Request) bool {
-	return r.Header.Get("Authorization") != "" || r.Header.Get("Cookie") != ""
+	return joined(r.Header, "Authorization") != "" || joined(r.Header, "Cookie") != ""
 }
 
 // gated admits a heavy call and serves it (or refuses it).
 func (m *Middleware) gated(w http.ResponseWriter, r *http.Request, call capgate.Call, caller capgate.Caller, err error) {
 	ctx := r.Context()
-	rid := firstValue(r.Header, header.RequestID)
-	if rid == "" {
+	// The request id as the API reads it: gunicorn joins repeated lines.
+	rid := joined(r.Header, header.RequestID)
+	hadID := rid != ""
+	if !hadID {
 		rid = newRequestID()
 	}
 	m.attribute(&call, r)
@@ -252,7 +256,9 @@ func (m *Middleware) gated(w http.ResponseWriter, r *http.Request, call capgate.
 	markHeavy(ctx, rid)
 	var adm *capgate.Admission
 	if err != nil {
-		adm = m.gate.Unavailable(ctx, call, fmt.Errorf("identity: %w", err))
+		// A failed lookup still counts: the call is gated as
+		// (unidentified), under its own small limit.
+		adm = m.gate.Unidentified(ctx, call, fmt.Errorf("identity: %w", err))
 	} else {
 		call.UserID = caller.UserID
 		call.Tier = m.groups.TierOf(caller.Staff, caller.Groups)
@@ -269,7 +275,6 @@ func (m *Middleware) gated(w http.ResponseWriter, r *http.Request, call capgate.
 		return
 	}
 	actx := withAdmission(ctx, adm) // AdmissionFrom
-	hadID := firstValue(r.Header, header.RequestID) != ""
 	r = r.WithContext(actx)
 	if !hadID {
 		// The handler's request gets a header of its own, so the

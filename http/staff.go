@@ -38,6 +38,7 @@ type StatusReporter interface {
 //	PUT   /capacity/config/            replace it: the change onto the defaults
 //	GET   /capacity/config/history/    ?limit=N (default 50, 1..500), newest first
 //	GET   /capacity/status/            the lanes' calls in flight and limits
+//	GET   /capacity/health/            /readyz with the stores' checks (Health; 404 without)
 //
 // The trailing slash is optional. Only staff may call it, known by the
 // Authorization header (never by cookies): anonymous → 401,
@@ -52,6 +53,9 @@ type StaffHandler struct {
 
 	// Logger gets the store and identity failures. Default slog.Default().
 	Logger *slog.Logger
+	// Health, if set, is served to staff at /capacity/health/ with its
+	// checks' details, which the public /readyz leaves out. Default: none.
+	Health *Health
 }
 
 // NewStaffHandler returns the staff API over configs, with callers told
@@ -119,6 +123,15 @@ func (h *StaffHandler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		allow = "GET"
 		if r.Method == http.MethodGet {
 			serve = h.getStatus
+		}
+	case "/capacity/health":
+		if h.Health == nil {
+			staffError(w, http.StatusNotFound, "Not found.")
+			return
+		}
+		allow = "GET"
+		if r.Method == http.MethodGet {
+			serve = func(w http.ResponseWriter, r *http.Request, _ capgate.Caller) { h.Health.Readyz().ServeHTTP(w, r) }
 		}
 	default:
 		staffError(w, http.StatusNotFound, "Not found.")

@@ -338,3 +338,28 @@ func TestMethodsAndPaths(t *testing.T) {
 		t.Errorf("%d rows; want 0", n)
 	}
 }
+
+// The stores' checks, which the public probes leave out, are for staff at
+// /capacity/health/.
+func TestStaffHealth(t *testing.T) {
+	s := newStaffServer(t)
+	h := capgatehttp.NewStaffHandler(s.configs, tokens{"staff-token": {UserID: "root", Staff: true},
+		"user-token": {UserID: "alice"}}, nil)
+	h.Health = &capgatehttp.Health{Checks: []capgatehttp.HealthCheck{{Name: "lanes",
+		Check: func(context.Context) error { return errors.New("i/o timeout") }}}}
+	h.Health.CheckNow(t.Context())
+	srv := httptest.NewServer(h)
+	defer srv.Close()
+	ss := &staffServer{Server: srv, store: s.store, configs: s.configs}
+	code, _, body := ss.do(t, "GET", "/capacity/health/", "staff-token", "")
+	if code != 200 {
+		t.Fatalf("staff: %d", code)
+	}
+	wantBody(t, "staff health", body, `{"status":"ok","ready":true,"checks":{"lanes":"i/o timeout"}}`)
+	if code, _, _ := ss.do(t, "GET", "/capacity/health/", "user-token", ""); code != 403 {
+		t.Errorf("non-staff: %d, want 403", code)
+	}
+	if code, _, _ := ss.do(t, "GET", "/capacity/health/", "", ""); code != 401 {
+		t.Errorf("anonymous: %d, want 401", code)
+	}
+}

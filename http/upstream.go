@@ -33,21 +33,29 @@ const maxUserBody = 1 << 20
 var ErrLookup = errors.New("user lookup failed")
 
 // UpstreamIdentity learns who calls by asking the API: GET
-// <upstream>/user/?includeAuthGroups=true with the caller's Authorization
-// and Cookie headers (--identity upstream), so a caller the API
-// knows by a session cookie is known here too. It uses the answer's
-// username, is_staff, is_superuser and auth_groups, with keys matched
-// exactly. It never follows a redirect: a 3xx answer is a failed lookup.
+// <upstream>/user/?includeAuthGroups=true with the credential the API will
+// use (--identity upstream), so a caller the API knows by a session cookie
+// is known here too. It uses the answer's username, is_staff, is_superuser
+// and auth_groups, with keys matched exactly. It never follows a redirect:
+// a 3xx answer is a failed lookup.
 //
-// Answers are cached per credential, keyed by the SHA-256 of every
-// Authorization and Cookie value sent (never the raw token), for TTL; the cache holds at
-// most CacheEntries credentials and evicts the least recently used.
-// Concurrent lookups of one credential share one request. A 401 or 403 means
-// the credential is not valid: the caller is anonymous (the API answers the
-// call itself), and that is cached for UnauthorizedTTL. A request with
-// neither an Authorization nor a Cookie header is anonymous and triggers no
-// lookup. A lookup that
-// fails or takes longer than Timeout returns an error; it is not cached.
+// The credential is read as the API (DRF's token, then session
+// authentication, behind gunicorn) reads it: the Authorization value
+// (repeated lines joined with ","), when it holds anything, alone; only if
+// the API does not know that (another scheme, which DRF's token check
+// skips) and the request has a session cookie, Authorization and the
+// session cookie together; with no Authorization, the session cookie alone
+// (SessionCookie, parsed as Django parses the Cookie header). Other cookies
+// play no part, so junk cookies can't defeat the cache.
+//
+// Answers are cached per credential, keyed by its SHA-256 (never the raw
+// token), for TTL; the cache holds at most CacheEntries credentials and
+// evicts the least recently used. Concurrent lookups of one credential
+// share one request. A 401 or 403 means the credential is not valid: the
+// caller is anonymous (the API answers the call itself), and that is
+// cached for UnauthorizedTTL. A request with neither credential is
+// anonymous and triggers no lookup. A lookup that fails or takes longer
+// than Timeout returns an error; it is not cached.
 //
 // Create one with NewUpstreamIdentity and set fields before first use. Safe
 // for concurrent use.
@@ -63,6 +71,9 @@ type UpstreamIdentity struct {
 	Timeout time.Duration
 	// CacheEntries bounds the cache. Default 10 000.
 	CacheEntries int
+	// SessionCookie is the name of the API's session cookie. Default
+	// DefaultSessionCookie.
+	SessionCookie string
 	// Now is the clock of the cache. Default time.Now.
 	Now func() time.Time
 
@@ -120,10 +131,40 @@ func (u *UpstreamIdentity) now() time.Time {
 
 // Identify implements Identifier.
 func (u *UpstreamIdentity) Identify(ctx context.Context, r *http.Request) (capgate.Caller, bool, error) {
-	cred := credentials{auth: r.Header.Values("Authorization"), cookie: r.Header.Values("Cookie")}
-	if cred.empty() {
-		return capgate.Caller{}, false, nil
+	// The credentials as the API reads them: DRF's TokenAuthentication
+	// first, from Authorization (gunicorn joins repeated lines with ","),
+	// then SessionAuthentication, from the session cookie alone.
+	auth := joined(r.Header, "Authorization")
+	hasAuth := len(splitASCIISpace(auth)) > 0
+	session, hasSession := djangoCookie(joined(r.Header, "Cookie"), u.sessionCookie())
+	switch {
+	case hasAuth:
+		// The token decides when it names a caller: no cookie then
+		// plays a part, so junk cookies can't defeat the cache.
+		c, ok, err := u.resolve(ctx, credentials{auth: auth, hasAuth: true})
+		if err != nil || ok || !hasSession {
+			return c, ok, err
+		}
+		// An Authorization DRF's token check skips (another scheme):
+		// the API may still know the caller by the session.
+		return u.resolve(ctx, credentials{auth: auth, hasAuth: true, session: session, hasSession: true})
+	case hasSession:
+		return u.resolve(ctx, credentials{session: session, hasSession: true})
 	}
+	return capgate.Caller{}, false, nil
+}
+
+// sessionCookie returns the session cookie's name.
+func (u *UpstreamIdentity) sessionCookie() string {
+	if u.SessionCookie != "" {
+		return u.SessionCookie
+	}
+	return DefaultSessionCookie
+}
+
+// resolve returns the caller cred names, from the cache or one lookup
+// shared by every request with the same cred.
+func (u *UpstreamIdentity) resolve(ctx context.Context, cred credentials) (capgate.Caller, bool, error) {
 	u.init()
 	k := cred.key()
 	if e, ok := u.cache.get(k, u.now()); ok {
@@ -161,27 +202,61 @@ func (u *UpstreamIdentity) Identify(ctx context.Context, r *http.Request) (capga
 	return f.e.caller, f.e.ok, f.err
 }
 
-// credentials are what the API authenticates a request by: every
-// Authorization and Cookie header value, in order.
-type credentials struct{ auth, cookie []string }
-
-func (c credentials) empty() bool {
-	return strings.TrimSpace(strings.Join(c.auth, "")) == "" && strings.TrimSpace(strings.Join(c.cookie, "")) == ""
+// credentials are what one lookup sends: the Authorization value as the
+// API reads it, and the session cookie's value.
+type credentials struct {
+	auth       string
+	hasAuth    bool
+	session    string
+	hasSession bool
 }
 
-// key hashes every value, each one length-prefixed, so no two different
-// sets of headers share a key.
+// key hashes the credentials, each part length-prefixed, so no two
+// different ones share a key.
 func (c credentials) key() credKey {
 	h := sha256.New()
-	for i, vals := range [][]string{c.auth, c.cookie} {
-		fmt.Fprintf(h, "%d:%d;", i, len(vals))
-		for _, v := range vals {
-			fmt.Fprintf(h, "%d:%s;", len(v), v)
-		}
-	}
+	fmt.Fprintf(h, "a%t:%d:%s;s%t:%d:%s;", c.hasAuth, len(c.auth), c.auth, c.hasSession, len(c.session), c.session)
 	var k credKey
 	h.Sum(k[:0])
 	return k
+}
+
+// DefaultSessionCookie is the name of Django's session cookie
+// (SESSION_COOKIE_NAME).
+const DefaultSessionCookie = "sessionid"
+
+// djangoCookie returns the value of the cookie named name in a Cookie
+// header as Django's parse_cookie reads it: chunks split on ";", each cut
+// at its first "=" (a chunk without one is a value with no name), name and
+// value stripped of whitespace as Python strips a Latin-1 string, the last
+// chunk of a name winning. ok is false when there is no such cookie.
+func djangoCookie(header, name string) (value string, ok bool) {
+	for chunk := range strings.SplitSeq(header, ";") {
+		k, v, eq := strings.Cut(chunk, "=")
+		if !eq {
+			k, v = "", chunk
+		}
+		if pyStrip(k) == name {
+			value, ok = pyStrip(v), true
+		}
+	}
+	return value, ok
+}
+
+// pyStrip strips s as Python's str.strip() strips the Latin-1 string WSGI
+// makes of a header: ASCII whitespace, \x1c–\x1f, \x85 and \xa0.
+func pyStrip(s string) string {
+	isSpace := func(c byte) bool {
+		return c == ' ' || c >= '\t' && c <= '\r' || c >= 0x1c && c <= 0x1f || c == 0x85 || c == 0xa0
+	}
+	i, j := 0, len(s)
+	for i < j && isSpace(s[i]) {
+		i++
+	}
+	for j > i && isSpace(s[j-1]) {
+		j--
+	}
+	return s[i:j]
 }
 
 // userAnswer is the part of the API's /user/ answer used.
@@ -205,11 +280,11 @@ func (u *UpstreamIdentity) lookup(ctx context.Context, cred credentials) (identi
 	if err != nil {
 		return identityEntry{}, fmt.Errorf("identify caller: %w", err)
 	}
-	for _, v := range cred.auth {
-		req.Header.Add("Authorization", v)
+	if cred.hasAuth {
+		req.Header.Set("Authorization", cred.auth)
 	}
-	for _, v := range cred.cookie {
-		req.Header.Add("Cookie", v)
+	if cred.hasSession {
+		req.Header.Set("Cookie", u.sessionCookie()+"="+cred.session)
 	}
 	req.Header.Set("Accept", "application/json")
 	client := http.Client{}

@@ -173,6 +173,26 @@ func (p *serveProcess) probe(path string) (int, probe) {
 	return code, b
 }
 
+// staffHealth is the body of GET /capacity/health/ as staff (ada, of
+// simapi.DemoUsers): /readyz with the stores' checks, which the public
+// probes leave out.
+func (p *serveProcess) staffHealth() (int, probe) {
+	p.t.Helper()
+	req, _ := http.NewRequest("GET", p.addr+"/capacity/health/", nil)
+	req.Header.Set("Authorization", "Token ada-token")
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		p.t.Fatalf("GET /capacity/health/: %v", err)
+	}
+	defer resp.Body.Close()
+	body, _ := io.ReadAll(resp.Body)
+	var b probe
+	if err := json.Unmarshal(body, &b); err != nil {
+		p.t.Fatalf("GET /capacity/health/: %d %q: %v", resp.StatusCode, body, err)
+	}
+	return resp.StatusCode, b
+}
+
 // until polls cond every 50 ms until it holds, failing after limit.
 func until(t *testing.T, limit time.Duration, what string, cond func() bool) {
 	t.Helper()

@@ -53,6 +53,7 @@ type serveFlags struct {
 	o           *ServeOptions
 	maxBody     string
 	maxBuffered string
+	maxHeader   string
 	public      string
 	// Start-up and operations (ops).
 	logFormat string
@@ -106,6 +107,7 @@ func (c *ServeCommand) flags() (*serveFlags, error) {
 	fs.StringVar(&o.EarlyGroup, "early-access-group", env("CAPGATE_EARLY_ACCESS_GROUP", "early_access"), "the auth group of the early_access tier (CAPGATE_EARLY_ACCESS_GROUP)")
 	// Request-front hardening (docs/SECURITY.md).
 	fs.StringVar(&f.maxBuffered, "max-buffered-bytes", env("CAPGATE_MAX_BUFFERED_BYTES", strconv.FormatInt(capgatehttp.DefaultMaxBufferedBytes, 10)), "the most request bytes held to classify calls, across all calls in flight; past it a heavy call gets 503 with Retry-After (CAPGATE_MAX_BUFFERED_BYTES)")
+	fs.StringVar(&f.maxHeader, "max-header-bytes", env("CAPGATE_MAX_HEADER_BYTES", strconv.Itoa(capgatehttp.DefaultMaxHeaderBytes)), "the most bytes of one request's header (request line and headers); a larger one gets 431 (CAPGATE_MAX_HEADER_BYTES)")
 	fs.StringVar(&o.UpgradePaths, "upgrade-paths", env("CAPGATE_UPGRADE_PATHS", ""), "comma-separated path prefixes where a connection upgrade (WebSocket) is passed on; never h2c, never the heavy paths (CAPGATE_UPGRADE_PATHS)")
 	fs.StringVar(&o.MetricsToken, "metrics-token", env("CAPGATE_METRICS_TOKEN", ""), "a static bearer token that may read /metrics without the identity lookup; best set through the environment (CAPGATE_METRICS_TOKEN)")
 	fs.StringVar(&o.StaffTokens, "staff-tokens", env("CAPGATE_STAFF_TOKENS", ""), "a file of static staff tokens (the --tokens format, every entry \"is_staff\": true) for the staff API and /metrics, taken before the identity lookup, so they work while the API is down; reloaded on SIGHUP (CAPGATE_STAFF_TOKENS)")
@@ -180,6 +182,9 @@ func (c *ServeCommand) parse(args []string) (ServeOptions, error) {
 		return o, fmt.Errorf("--max-buffered-bytes %q: want a positive number of bytes", f.maxBuffered)
 	}
 	o.MaxBufferedBytes = n
+	if o.MaxHeaderBytes, err = strconv.Atoi(f.maxHeader); err != nil || o.MaxHeaderBytes <= 0 {
+		return o, fmt.Errorf("--max-header-bytes %q: want a positive number of bytes", f.maxHeader)
+	}
 	if o.PublicMetrics, err = strconv.ParseBool(f.public); err != nil {
 		return o, fmt.Errorf("--public-metrics %q: want true or false", f.public)
 	}

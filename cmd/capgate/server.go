@@ -51,7 +51,8 @@ type ServeOptions struct {
 	LocalLanes bool
 
 	// Request-front hardening (docs/SECURITY.md).
-	MaxBufferedBytes int64  // --max-buffered-bytes, CAPGATE_MAX_BUFFERED_BYTES: bytes held for classification across calls
+	MaxBufferedBytes int64  // --max-buffered-bytes, CAPGATE_MAX_BUFFERED_BYTES: bytes held for classification (and headers) across calls
+	MaxHeaderBytes   int    // --max-header-bytes, CAPGATE_MAX_HEADER_BYTES: one request's header at most; 0: capgatehttp.DefaultMaxHeaderBytes
 	UpgradePaths     string // --upgrade-paths, CAPGATE_UPGRADE_PATHS: comma-separated path prefixes that may upgrade
 	PublicMetrics    bool   // --public-metrics, CAPGATE_PUBLIC_METRICS: /metrics without staff credentials
 
@@ -233,6 +234,7 @@ func NewServer(ctx context.Context, opts ServeOptions, lines io.Writer, logger *
 	}
 	staff := capgatehttp.NewStaffHandler(s.Configs, staffIDs, s.Gate)
 	staff.Logger = logger
+	staff.Health = s.Health
 	gcfg := capgatehttp.GatewayConfig{
 		Upstream: up,
 		Gate:     s.Gate,
@@ -404,7 +406,7 @@ func (s *Server) Serve(ctx context.Context, ln, admin net.Listener) error {
 			ReadHeaderTimeout: 10 * time.Second,
 			ReadTimeout:       requestReadTimeout,
 			IdleTimeout:       2 * time.Minute,
-			MaxHeaderBytes:    1 << 20,
+			MaxHeaderBytes:    s.maxHeaderBytes(),
 			ErrorLog:          slog.NewLogLogger(s.logger.Handler(), slog.LevelWarn),
 		}
 	}
@@ -452,6 +454,14 @@ func (s *Server) Serve(ctx context.Context, ln, admin net.Listener) error {
 		err = nil
 	}
 	return err
+}
+
+// maxHeaderBytes is --max-header-bytes, or its default when unset.
+func (s *Server) maxHeaderBytes() int {
+	if s.opts.MaxHeaderBytes > 0 {
+		return s.opts.MaxHeaderBytes
+	}
+	return capgatehttp.DefaultMaxHeaderBytes
 }
 
 // Close drains the log sink (2 s at most) and closes the stores.

@@ -76,7 +76,7 @@ func TestServeStartsWithPostgresDownAndPicksItUp(t *testing.T) {
 		"--config-cache", "1s", "--identity", "upstream")
 	p.waitFor("config database not ready at start", 10*time.Second)
 	waitReady(p)
-	code, b := p.probe("/readyz")
+	code, b := p.staffHealth()
 	if code != 200 || !b.Ready || !strings.Contains(b.Checks["config"], "refused") {
 		t.Errorf("/readyz with PostgreSQL down = %d %+v; want 200, ready, the config's error", code, b)
 	}
@@ -102,7 +102,7 @@ func TestServeStartsWithPostgresDownAndPicksItUp(t *testing.T) {
 	p.waitFor("config database migrated", 60*time.Second)
 	until(t, 20*time.Second, "the gateway reads the config", func() bool {
 		_, m := p.get("/metrics")
-		_, b := p.probe("/readyz")
+		_, b := p.staffHealth()
 		return strings.Contains(m, "\ncapgate_config_version 1\n") && b.Checks["config"] == "ok"
 	})
 }
@@ -115,7 +115,7 @@ func TestMigrateCommandAndServeWithoutMigrating(t *testing.T) {
 		p := startServeProcess(t, nil, "--upstream", newAPI(t), "--database", db, "--migrate=false", "--config-cache", "1s")
 		p.waitFor("run capgate migrate", 10*time.Second)
 		waitReady(p)
-		if code, b := p.probe("/readyz"); code != 200 || b.Checks["config"] == "ok" {
+		if code, b := p.staffHealth(); code != 200 || b.Checks["config"] == "ok" {
 			t.Errorf("/readyz before the migration = %d %+v; want 200 with the config's error", code, b)
 		}
 		code, out := runProcess(t, "migrate", "--database", db)
@@ -123,7 +123,7 @@ func TestMigrateCommandAndServeWithoutMigrating(t *testing.T) {
 			t.Fatalf("capgate migrate: exit %d: %s", code, out)
 		}
 		until(t, 20*time.Second, "the gateway reads the migrated database", func() bool {
-			_, b := p.probe("/readyz")
+			_, b := p.staffHealth()
 			return b.Checks["config"] == "ok"
 		})
 		// Again: nothing to do, same answer.
@@ -232,7 +232,7 @@ func TestServeRunsAsALeastPrivilegeDatabaseUser(t *testing.T) {
 	lu.User = url.User(role)
 	p := startServeProcess(t, nil, "--upstream", newAPI(t), "--database", lu.String(), "--migrate=false")
 	waitReady(p)
-	if _, b := p.probe("/readyz"); b.Checks["config"] != "ok" {
+	if _, b := p.staffHealth(); b.Checks["config"] != "ok" {
 		t.Fatalf("config as the least-privilege user: %v", b.Checks)
 	}
 	req, _ := http.NewRequest("PATCH", p.addr+"/capacity/config/", strings.NewReader(`{"es2_knn": 2}`))

@@ -160,6 +160,19 @@ func attacks(r *rig) []attack {
 		{"two Authorization headers", gwUpstream, post(match, oneRow, r.token("stan")), anyStatus},
 		{"X-Capgate-Staff on the upstream gateway", gwUpstream, post(match, oneRow, "X-Capgate-User: stan", "X-Capgate-Staff: true"), refused},
 		{"a reused X-Request-ID", gwUpstream, post(match, oneRow, "X-Request-ID: reused-1"), refused},
+		// The second attack run: one reading of the request.
+		{"one reading: semantic=true&semantic=%zz", gwUpstream, post("/concepts/$match/?semantic=true&semantic=%zz", oneRow), anyStatus},
+		{"one reading: semantic=true&semantic=false;x", gwUpstream, post("/concepts/$match/?semantic=true&semantic=false;x", oneRow), anyStatus},
+		{"one reading: semantic=1&semantic=;", gwUpstream, post("/concepts/$match/?semantic=1&semantic=;", oneRow), anyStatus},
+		{"one reading: reranker=1&reranker=%G0", gwUpstream, post("/concepts/$match/?reranker=1&reranker=%G0", oneRow), anyStatus},
+		{"one reading: Connection: Authorization with a session", gwUpstream, request{target: match, body: oneRow,
+			headers: append([]string{"Authorization: Token nope", "Connection: Authorization", jsonCT}, r.session("pam")...)}, http.StatusBadRequest},
+		{"one reading: Connection: Cookie", gwUpstream, request{target: match, body: oneRow,
+			headers: append([]string{"Connection: Cookie", jsonCT}, r.session("pam")...)}, http.StatusBadRequest},
+		{"one reading: a blank Cookie line first (tokens)", gwTokens, request{target: match, body: oneRow,
+			headers: []string{"Cookie: ", "Cookie: ;sessionid=" + r.creds.Sessions["pam"] + "; csrftoken=" + r.creds.CSRF, "X-CSRFToken: " + r.creds.CSRF, jsonCT}}, refused},
+		{"one reading: a blank Cookie line first (header)", gwHeader, request{target: match, body: oneRow,
+			headers: []string{"Cookie: ", "Cookie: ;sessionid=" + r.creds.Sessions["pam"] + "; csrftoken=" + r.creds.CSRF, "X-CSRFToken: " + r.creds.CSRF, jsonCT}}, refused},
 	}
 	return a
 }

@@ -22,7 +22,9 @@ func TestHangUpHoldsTheLease(t *testing.T) {
 	r := getRig(t)
 	mark := r.mark(t)
 	addr := r.gateways[gwUpstream].addr
-	first := request{target: match, body: oneRow, headers: []string{r.token("cora"), jsonCT, "X-Test-Hold-Ms: 2000", "X-Test-Case: hang-up"}}
+	// Held longer than the rig's wait (2 s), so the second call is
+	// refused whether it waits or not.
+	first := request{target: match, body: oneRow, headers: []string{r.token("cora"), jsonCT, "X-Test-Hold-Ms: 5000", "X-Test-Case: hang-up"}}
 	conn, err := net.Dial("tcp", addr)
 	if err != nil {
 		t.Fatal(err)

@@ -1,0 +1,107 @@
+package capgate_test
+
+import (
+	"context"
+	"errors"
+	"sync/atomic"
+	"testing"
+
+	"github.com/capgate/capgate"
+	"github.com/capgate/capgate/memory"
+	"github.com/capgate/capgate/mock"
+)
+
+// A call whose caller could not be identified is counted in the gateway's
+// own lane "(unidentified)" under the unidentified limit, never passed
+// uncounted, and never asks the store.
+func TestUnidentifiedCallsShareOneLocalLane(t *testing.T) {
+	ctx := context.Background()
+	cfg := capgate.DefaultConfig(capgate.ModeEnforce)
+	cfg.EnforceFor = capgate.EnforceAll
+	var asked atomic.Int32
+	store := &mock.LaneStore{Base: memory.New(nil), AcquireFn: func(context.Context, capgate.AcquireRequest, []int) (bool, error) {
+		asked.Add(1)
+		return false, errors.New("the store must not be asked")
+	}}
+	sink := &mock.Sink{}
+	g, err := capgate.NewGate(store, capgate.NewFixedConfig(cfg), sink, "t1")
+	if err != nil {
+		t.Fatal(err)
+	}
+	g.Local = memory.New(nil)
+	defer g.Close(ctx)
+	call := capgate.Call{Endpoint: capgate.EndpointMatch, Semantic: true, Rows: 2, UserID: "pam", Tier: capgate.TierCore}
+	cause := errors.New("identity: timeout")
+
+	first := g.Unidentified(ctx, call, cause)
+	if first.Decision() != capgate.DecisionUnavailable || !first.Degraded() || !first.Counted() {
+		t.Fatalf("first: %s degraded %v counted %v; want unavailable, degraded, counted", first.Decision(), first.Degraded(), first.Counted())
+	}
+	if c := first.Call(); c.UserID != capgate.UnidentifiedUser || c.Tier != capgate.TierPreview {
+		t.Errorf("call %+v; want user %q, tier preview", c, capgate.UnidentifiedUser)
+	}
+	second := g.Unidentified(ctx, call, cause)
+	if !second.Refused() || second.Scope() != capgate.LaneUser {
+		t.Errorf("second at limit 1: %s scope %q; want refused, scope user", second.Decision(), second.Scope())
+	}
+	second.Release(ctx)
+	first.Release(ctx)
+	third := g.Unidentified(ctx, call, cause)
+	if third.Refused() || !third.Counted() {
+		t.Errorf("after the release: %s; want a place", third.Decision())
+	}
+	third.Release(ctx)
+	if n := asked.Load(); n != 0 {
+		t.Errorf("the store was asked %d times", n)
+	}
+	lines := sink.All(t)
+	if len(lines) != 3 || lines[0]["user_id"] != capgate.UnidentifiedUser || lines[0]["error"] != "identity: timeout" {
+		t.Errorf("log lines %v", lines)
+	}
+
+	// Shadow counts and never refuses; off passes untouched.
+	cfg.Mode = capgate.ModeShadow
+	cfg.Unidentified = 0
+	g.Config = capgate.NewFixedConfig(cfg)
+	if a := g.Unidentified(ctx, call, cause); a.Refused() || !a.Counted() {
+		t.Errorf("shadow: %s counted %v", a.Decision(), a.Counted())
+	} else {
+		a.Release(ctx)
+	}
+	cfg.Mode = capgate.ModeOff
+	g.Config = capgate.NewFixedConfig(cfg)
+	if a := g.Unidentified(ctx, call, cause); a.Decision() != capgate.DecisionNone {
+		t.Errorf("off: %s", a.Decision())
+	}
+}
+
+// Without local lanes, a store in this process counts the call itself;
+// with neither, an enforced call is refused.
+func TestUnidentifiedWithoutLocalLanes(t *testing.T) {
+	ctx := context.Background()
+	cfg := capgate.DefaultConfig(capgate.ModeEnforce)
+	cfg.EnforceFor = capgate.EnforceAll
+	call := capgate.Call{Endpoint: capgate.EndpointRerank, Rows: 1, UserID: "pam", Tier: capgate.TierCore}
+	g, err := capgate.NewGate(memory.New(nil), capgate.NewFixedConfig(cfg), nil, "t1")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer g.Close(ctx)
+	first := g.Unidentified(ctx, call, errors.New("timeout"))
+	if first.Decision() != capgate.DecisionAdmitted || !first.Counted() {
+		t.Errorf("in-process store: %s counted %v; want admitted, counted", first.Decision(), first.Counted())
+	}
+	if second := g.Unidentified(ctx, call, errors.New("timeout")); !second.Refused() {
+		t.Errorf("second: %s; want refused", second.Decision())
+	}
+	first.Release(ctx)
+
+	g2, err := capgate.NewGate(&mock.LaneStore{Base: memory.New(nil)}, capgate.NewFixedConfig(cfg), nil, "t1")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer g2.Close(ctx)
+	if a := g2.Unidentified(ctx, call, errors.New("timeout")); !a.Refused() || a.Counted() {
+		t.Errorf("nothing to count in: %s counted %v; want refused", a.Decision(), a.Counted())
+	}
+}
