@@ -223,4 +223,3 @@ func adaptiveStored(stored map[string]any) (map[string]any, bool) {
 	}
 	return map[string]any{adaptiveKey: v}, true
 }
-
