@@ -15,8 +15,9 @@ import (
 //
 //   - R is the mean service time of the calls released in the window; R0,
 //     the no-load service time, is measured by a probe (below), lowered by
-//     any window faster than it, and raised only by a probe or by a shrink
-//     that did not make the calls faster (their time is not queueing).
+//     any window faster than it, and raised only by a probe (one starts
+//     when a shrink did not make the calls faster: the backend may have
+//     got slower rather than busier).
 //   - g = R0 / R ≤ 1. Below TuneShrinkBelow the backend queues: the limit
 //     becomes the concurrency the backend served in the window times g, the
 //     number of calls it serves at its no-load time (Vegas's estimate of
@@ -33,6 +34,8 @@ import (
 //     comes down in a few steps; the first halving that costs throughput
 //     ran below capacity, so its R is R0, and the limit goes back to the
 //     last one that kept the throughput.
+//   - A window right after a change is dropped: calls admitted under the
+//     old limit are still in it.
 //   - Every step stays within [limit/2, 2 × limit] and [Min, Max].
 
 // Parameters of the control loop.
@@ -92,6 +95,11 @@ func (w TuneWindow) throughput() float64 {
 type TuneBounds struct {
 	Min, Max int
 	Static   int
+	// Advise: the advised limit is not applied, the static one is. Steps
+	// then decide from the static limit's windows, without probing (a
+	// probe needs its limit applied), and the no-load time comes from the
+	// fastest window seen.
+	Advise bool
 }
 
 // TuneState is the state of one lane's control loop, shared by the
@@ -109,6 +117,7 @@ type TuneState struct {
 	Prev   TuneWindow   `json:"prev"`              // the last window decided on
 	Shrunk bool         `json:"shrunk,omitempty"`  // the last step shrank for queueing
 	Carry  TuneWindow   `json:"carry"`             // a window too small to decide on
+	Settle bool         `json:"settle,omitempty"`  // the limit just changed: the next window mixes both
 	Reason string       `json:"reason,omitempty"`  // why the last step did what it did
 	Last   TuneSnapshot `json:"last"`              // what the last step saw
 }
@@ -143,10 +152,19 @@ func clampLimit(l int, b TuneBounds) int {
 // (with what was carried) has fewer than TuneMinCalls calls, or when the
 // backend is healthy and the lane was not saturated.
 func (s TuneState) Next(w TuneWindow, b TuneBounds) TuneState {
-	cur := s.Start(b)
+	prev := s.Start(b)
+	cur := prev
+	if b.Advise {
+		cur = clampLimit(b.Static, b)
+	}
 	n := s
 	n.Step++
-	n.Limit = cur
+	n.Limit = prev
+	if s.Settle && !b.Advise {
+		// Calls admitted under the old limit are still in this window.
+		n.Settle, n.Carry, n.Reason = false, TuneWindow{}, "settling"
+		return n
+	}
 	w = s.Carry.Add(w)
 	if w.Calls < TuneMinCalls {
 		n.Carry, n.Reason = w, "few calls"
@@ -155,7 +173,7 @@ func (s TuneState) Next(w TuneWindow, b TuneBounds) TuneState {
 	n.Carry, n.Since, n.Prev, n.Shrunk = TuneWindow{}, s.Since+1, w, false
 	mean, x := w.Mean(), w.throughput()
 	saturated := w.Full > 0 || w.MaxInFlight >= int64(cur)
-	next := n.decide(s, w, cur, mean, x, saturated)
+	next := n.decide(s, w, cur, mean, x, saturated, b.Advise)
 	g := 1.0
 	if n.NoLoad > 0 && mean > 0 {
 		g = min(1, n.NoLoad/mean)
@@ -163,14 +181,15 @@ func (s TuneState) Next(w TuneWindow, b TuneBounds) TuneState {
 	n.Last = TuneSnapshot{Calls: w.Calls, MeanMS: round3(mean / 1000), NoLoadMS: round3(n.NoLoad / 1000),
 		Gradient: round3(g), MaxInFlight: w.MaxInFlight, Full: w.Full}
 	// At most ×2 or ÷2 in one step, and within the bounds.
-	next = min(max(next, (cur+1)/2), 2*cur)
+	next = min(max(next, (prev+1)/2), 2*prev) // cur is prev, but in advise
 	n.Limit = clampLimit(next, b)
+	n.Settle = n.Limit != prev && !b.Advise
 	return n
 }
 
 // decide returns the next limit and updates n (the state being built from
 // s) for a window w decided on at limit cur.
-func (n *TuneState) decide(s TuneState, w TuneWindow, cur int, mean, x float64, saturated bool) int {
+func (n *TuneState) decide(s TuneState, w TuneWindow, cur int, mean, x float64, saturated, advise bool) int {
 	if n.NoLoad == 0 || mean < n.NoLoad {
 		n.NoLoad = mean
 	}
@@ -178,7 +197,7 @@ func (n *TuneState) decide(s TuneState, w TuneWindow, cur int, mean, x float64, 
 	if w.MaxInFlight > 0 && w.MaxInFlight < int64(cur) {
 		served = int(w.MaxInFlight)
 	}
-	if s.Probe > 0 {
+	if s.Probe > 0 && !advise {
 		switch {
 		case served >= s.ProbeN && served > 1:
 			// The lower limit did not bind: fewer calls did not run.
@@ -193,16 +212,16 @@ func (n *TuneState) decide(s TuneState, w TuneWindow, cur int, mean, x float64, 
 		n.Reason = "probe: no-load time measured"
 		return s.Probe
 	}
-	if (s.NoLoad == 0 || saturated && s.Since >= TuneProbeEvery) && served > 1 {
+	if (s.NoLoad == 0 || saturated && s.Since >= TuneProbeEvery) && served > 1 && !advise {
 		// From the calls in flight: a limit above them does not bind.
 		n.Probe, n.ProbeX, n.ProbeN, n.Reason = cur, x, served, "probe: halving"
 		return served / 2
 	}
-	if s.Shrunk && mean >= 0.95*s.Prev.Mean() {
-		// Fewer calls at once did not make them faster: their time is not
-		// queueing, so it is the new no-load time.
-		n.NoLoad, n.Reason = mean, "no-load time re-measured"
-		return cur
+	if s.Shrunk && mean >= 0.95*s.Prev.Mean() && served > 1 && !advise {
+		// Fewer calls at once did not make them faster: their time may not
+		// be queueing (the backend got slower), so probe it again.
+		n.Probe, n.ProbeX, n.ProbeN, n.Reason = cur, x, served, "probe: the shrink did not help"
+		return served / 2
 	}
 	g := n.NoLoad / mean
 	switch {

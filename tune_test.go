@@ -97,7 +97,7 @@ func TestTuneHoldsWhenHealthyBelowCapacity(t *testing.T) {
 	f := fluid{demand: 10, capacity: 32, baseMicros: 50000}
 	b := capgate.TuneBounds{Min: 1, Max: 100, Static: 20}
 	// The first window probes the no-load time, and the limit comes back.
-	warm := run(f, capgate.TuneState{}, b, 3, nil)
+	warm := run(f, capgate.TuneState{}, b, 10, nil)
 	run(f, warm, b, 2000, func(i int, s capgate.TuneState) {
 		if s.Limit != 20 {
 			t.Fatalf("step %d: limit %d (%s); want 20 held", i, s.Limit, s.Reason)
