@@ -406,3 +406,16 @@ func (t *Tuner) annotate(cfg Config, st *Status) {
 		st.Tasks[t.Keys.TaskID] = task
 	}
 }
+
+// AdvisedLimits returns the advised limit of every adaptive lane that has
+// one under the config in force (for the metric).
+func (t *Tuner) AdvisedLimits(ctx context.Context) map[LaneName]int {
+	cfg := t.Config.Config(ctx)
+	out := map[LaneName]int{}
+	for _, name := range adaptiveLanes {
+		if l, ok := t.Advised(cfg, name); ok {
+			out[name] = l
+		}
+	}
+	return out
+}
