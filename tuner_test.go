@@ -74,7 +74,9 @@ func TestGateAppliesTheAdaptiveLimit(t *testing.T) {
 		t.Errorf("status es2_knn = %+v; want limit 3, advised 7, source static", *st.ES2KNN)
 	}
 	// A max below the advised limit bounds it at once.
-	src.Edit(func(c *capgate.Config) { c.Adaptive.ES2KNN = capgate.AdaptiveLane{Mode: capgate.AdaptiveApply, Min: 1, Max: 5} })
+	src.Edit(func(c *capgate.Config) {
+		c.Adaptive.ES2KNN = capgate.AdaptiveLane{Mode: capgate.AdaptiveApply, Min: 1, Max: 5}
+	})
 	if got := knnLimit(t, g); got != 5 {
 		t.Errorf("apply, max 5: es2_knn limit %d; want 5", got)
 	}
