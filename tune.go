@@ -16,7 +16,7 @@ import (
 //   - R is the mean service time of the calls released in the window; R0,
 //     the no-load service time, is measured by a probe (below), lowered by
 //     any window faster than it, and raised only by a probe (one starts
-//     when a shrink did not make the calls faster: the backend may have
+//     when two windows after a shrink were no faster: the backend may have
 //     got slower rather than busier).
 //   - g = R0 / R ≤ 1. Below TuneShrinkBelow the backend queues: the limit
 //     becomes the concurrency the backend served in the window times g, the
@@ -116,6 +116,7 @@ type TuneState struct {
 	Since  int64        `json:"since"`             // steps since the last probe
 	Prev   TuneWindow   `json:"prev"`              // the last window decided on
 	Shrunk bool         `json:"shrunk,omitempty"`  // the last step shrank for queueing
+	NoHelp bool         `json:"no_help,omitempty"` // the window after that shrink was no faster
 	Carry  TuneWindow   `json:"carry"`             // a window too small to decide on
 	Settle bool         `json:"settle,omitempty"`  // the limit just changed: the next window mixes both
 	Reason string       `json:"reason,omitempty"`  // why the last step did what it did
@@ -170,7 +171,7 @@ func (s TuneState) Next(w TuneWindow, b TuneBounds) TuneState {
 		n.Carry, n.Reason = w, "few calls"
 		return n
 	}
-	n.Carry, n.Since, n.Prev, n.Shrunk = TuneWindow{}, s.Since+1, w, false
+	n.Carry, n.Since, n.Prev, n.Shrunk, n.NoHelp = TuneWindow{}, s.Since+1, w, false, false
 	mean, x := w.Mean(), w.throughput()
 	saturated := w.Full > 0 || w.MaxInFlight >= int64(cur)
 	next := n.decide(s, w, cur, mean, x, saturated, b.Advise)
@@ -218,6 +219,12 @@ func (n *TuneState) decide(s TuneState, w TuneWindow, cur int, mean, x float64, 
 		return served / 2
 	}
 	if s.Shrunk && mean >= 0.95*s.Prev.Mean() && served > 1 && !advise {
+		if !s.NoHelp {
+			// One window may still hold calls of the old limit (the
+			// gateways send a second apart): look once more.
+			n.Shrunk, n.NoHelp, n.Prev, n.Reason = true, true, s.Prev, "the shrink has not helped yet"
+			return cur
+		}
 		// Fewer calls at once did not make them faster: their time may not
 		// be queueing (the backend got slower), so probe it again.
 		n.Probe, n.ProbeX, n.ProbeN, n.Reason = cur, x, served, "probe: the shrink did not help"

@@ -128,3 +128,17 @@ func TestTuneHoldsOnFewCalls(t *testing.T) {
 		t.Errorf("carried %d calls; want 5", s.Carry.Calls)
 	}
 }
+
+func TestTuneFollowsASlowerBackend(t *testing.T) {
+	// The backend gets twice as slow at the same capacity: not queueing.
+	// The loop shrinks, sees the calls no faster, probes, and comes back
+	// near the capacity instead of falling to min.
+	f := fluid{demand: 40, capacity: 16, baseMicros: 50000}
+	b := capgate.TuneBounds{Min: 1, Max: 64, Static: 16}
+	s := run(f, capgate.TuneState{}, b, 30, nil)
+	f.baseMicros = 100000
+	s = run(f, s, b, 40, nil)
+	if s.Limit*10 < 7*16 || s.Limit*10 > 15*16 {
+		t.Errorf("limit %d (%s) after the backend got slower; want within [0.7K, 1.5K] of 16", s.Limit, s.Reason)
+	}
+}
