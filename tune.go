@@ -205,7 +205,8 @@ func (n *TuneState) decide(s TuneState, w TuneWindow, cur int, mean, x float64, 
 			n.Reason = "probe: halving"
 			return served / 2
 		case x >= TuneProbeKeep*s.ProbeX && served > 1:
-			n.Probe, n.ProbeX, n.ProbeN, n.Avoid = cur, x, served, true
+			// Slow start ends at the queueing this shows, on the way back.
+			n.Probe, n.ProbeX, n.ProbeN = cur, x, served
 			n.Reason = "probe: halving kept the throughput"
 			return served / 2
 		}
