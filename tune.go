@@ -22,8 +22,8 @@ import (
 //     becomes the concurrency the backend served in the window times g, the
 //     number of calls it serves at its no-load time (Vegas's estimate of
 //     the queue, removed in one step).
-//   - At or above TuneGrowAbove, when the lane was saturated (a call found
-//     it full, or the calls in flight reached the limit), it grows: ×2
+//   - At or above TuneGrowAbove, when the lane was saturated (a tenth of
+//     the calls found it full, or the calls in flight reached the limit), it grows: ×2
 //     until the first sign of queueing (slow start), then by a tenth.
 //   - Otherwise, and when a window has too few calls, it holds: healthy
 //     and below capacity means no change, so there is no drift.
@@ -173,7 +173,10 @@ func (s TuneState) Next(w TuneWindow, b TuneBounds) TuneState {
 	}
 	n.Carry, n.Since, n.Prev, n.Shrunk, n.NoHelp = TuneWindow{}, s.Since+1, w, false, false
 	mean, x := w.Mean(), w.throughput()
-	saturated := w.Full > 0 || w.MaxInFlight >= int64(cur)
+	// Saturated: the calls in flight reached the limit, or a tenth of the
+	// calls found it full. A few calls that waited say little: a call
+	// queues behind others already waiting even when the lane has a slot.
+	saturated := w.MaxInFlight >= int64(cur) || 10*w.Full >= w.Calls
 	next := n.decide(s, w, cur, mean, x, saturated, b.Advise)
 	g := 1.0
 	if n.NoLoad > 0 && mean > 0 {
