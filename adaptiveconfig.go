@@ -223,3 +223,29 @@ func adaptiveStored(stored map[string]any) (map[string]any, bool) {
 	}
 	return map[string]any{adaptiveKey: v}, true
 }
+
+// MarshalJSON writes the "adaptive" object as the config document has it
+// (lanes by name, only those with a setting). A Config leaves the key out
+// when no lane has one (omitzero).
+func (a Adaptive) MarshalJSON() ([]byte, error) {
+	d := a.doc()
+	if d == nil {
+		d = map[string]any{}
+	}
+	return json.Marshal(d)
+}
+
+// UnmarshalJSON reads the "adaptive" object of a config document; it
+// fails with the validation messages when it is not valid.
+func (a *Adaptive) UnmarshalJSON(b []byte) error {
+	v, err := jsontree.Parse(b)
+	if err != nil {
+		return fmt.Errorf("adaptive: %w", err)
+	}
+	got, errs := parseAdaptive(v)
+	if len(errs) > 0 {
+		return &ValidationError{Messages: errs}
+	}
+	*a = got
+	return nil
+}

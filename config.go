@@ -29,7 +29,7 @@ type Config struct {
 	Wait             Wait       `json:"wait"`
 	// Adaptive is the optional "adaptive" key (adaptiveconfig.go): absent
 	// from the document when no lane has a setting.
-	Adaptive Adaptive `json:"adaptive"`
+	Adaptive Adaptive `json:"adaptive,omitzero"`
 }
 
 // APIHeavy holds the limits of the api_heavy lanes.

@@ -129,3 +129,20 @@ func TestNoAdaptiveKeyChangesNothing(t *testing.T) {
 		t.Errorf("advised limits %v; want none", got)
 	}
 }
+
+func TestConfigJSONWithAndWithoutAdaptive(t *testing.T) {
+	cfg := capgate.DefaultConfig(capgate.ModeShadow)
+	b, err := json.Marshal(cfg)
+	if err != nil || strings.Contains(string(b), `"adaptive":`) {
+		t.Fatalf("defaults as JSON = %s, %v; want no adaptive key", b, err)
+	}
+	cfg.Adaptive.ES2KNN = capgate.AdaptiveLane{Mode: capgate.AdaptiveApply, Min: 2, Max: 9}
+	b, err = json.Marshal(cfg)
+	if err != nil || !strings.Contains(string(b), `"adaptive":{"es2_knn":{"max":9,"min":2,"mode":"apply"}}`) {
+		t.Fatalf("with adaptive as JSON = %s, %v", b, err)
+	}
+	var back capgate.Config
+	if err := json.Unmarshal(b, &back); err != nil || back != cfg {
+		t.Errorf("read back = %+v, %v; want %+v", back, err, cfg)
+	}
+}
