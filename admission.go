@@ -260,6 +260,7 @@ func (a *Admission) Release(ctx context.Context) {
 	if a.taken {
 		a.releaseLeases(ctx)
 		a.observeHold()
+		a.observeService()
 	}
 	if a.local {
 		a.releaseLocal(ctx)

@@ -33,6 +33,9 @@ type Config struct {
 	// gateway's own lanes. A failed lookup never lets a call through
 	// uncounted.
 	Unidentified int `json:"unidentified"`
+	// Adaptive is the optional "adaptive" key (adaptiveconfig.go): absent
+	// from the document when no lane has a setting.
+	Adaptive Adaptive `json:"adaptive,omitzero"`
 }
 
 // APIHeavy holds the limits of the api_heavy lanes.
@@ -189,7 +192,11 @@ var schema = []setting{
 // of a stored version and of ConfigVersion.Config, which a Change is
 // merged onto.
 func (c Config) Doc() map[string]any {
-	return docOf(&c, schema)
+	doc := docOf(&c, schema)
+	if a := c.Adaptive.doc(); a != nil {
+		doc[adaptiveKey] = a
+	}
+	return doc
 }
 
 func docOf(c *Config, settings []setting) map[string]any {
@@ -214,6 +221,12 @@ func docOf(c *Config, settings []setting) map[string]any {
 // renew_seconds, max_hold_seconds, retry_after, wait) run only when the shape is
 // clean.
 func validate(doc any) []string {
+	if top, ok := doc.(map[string]any); ok {
+		if _, _, has := splitAdaptive(top); has {
+			_, errs := configFromDoc(top)
+			return errs
+		}
+	}
 	top, ok := doc.(map[string]any)
 	if !ok {
 		return []string{"config must be an object."}
@@ -309,6 +322,11 @@ func fill(c *Config, obj map[string]any, settings []setting) {
 // configFromDoc validates doc and converts it to a Config. When doc is
 // invalid it returns the zero Config and validate's messages.
 func configFromDoc(doc any) (Config, []string) {
+	if top, ok := doc.(map[string]any); ok {
+		if _, _, has := splitAdaptive(top); has {
+			return withAdaptive(top, configFromDoc)
+		}
+	}
 	if errs := validate(doc); len(errs) > 0 {
 		return Config{}, errs
 	}
@@ -333,7 +351,11 @@ func resolveStored(stored map[string]any, defaults Config) (Config, error) {
 	if stored == nil {
 		return defaults, nil
 	}
-	c, errs := configFromDoc(jsontree.Merge(defaults.Doc(), stored, true))
+	merged := jsontree.Merge(defaults.Doc(), stored, true)
+	if a, ok := adaptiveStored(stored); ok {
+		merged = jsontree.Merge(merged, a, false) // optional, so not in the defaults
+	}
+	c, errs := configFromDoc(merged)
 	if len(errs) > 0 {
 		return defaults, fmt.Errorf("%w (%s); using the defaults", ErrInvalidConfig, strings.Join(errs, " "))
 	}

@@ -61,6 +61,10 @@ type Gate struct {
 	// and while Store is unavailable they decide alone, with degraded
 	// limits (degraded.go). nil: none.
 	Local LaneStore
+	// Tuner, if set, runs the adaptive limits (tuner.go): the calls the
+	// gate releases feed it, and the lanes in mode apply take its limits.
+	// nil: the static limits.
+	Tuner *Tuner
 	// holds keeps the lanes' recent hold times for the adaptive
 	// Retry-After (hints.go); nil (a Gate built without NewGate): no
 	// history, the prior applies.
@@ -248,7 +252,7 @@ func (g *Gate) config(ctx context.Context) (c Config, err error) {
 			c, err = DefaultConfig(ModeShadow), fmt.Errorf("internal error: read config: %v", r)
 		}
 	}()
-	return g.Config.Config(ctx), nil
+	return g.Tuner.Apply(g.Config.Config(ctx)), nil
 }
 
 // Unavailable returns an admission for a call the gate could not decide

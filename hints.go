@@ -150,3 +150,17 @@ func (a *Admission) observeHold() {
 		a.g.holds.observe(a.lanes, held)
 	}
 }
+
+// observeService feeds the call's service time (from taking its leases to
+// its release) to the adaptive limits, unless its lease was lost.
+func (a *Admission) observeService() {
+	if a.g.Tuner == nil {
+		return
+	}
+	a.mu.Lock()
+	held, lost := a.finished.Sub(a.leased), a.leaseLost
+	a.mu.Unlock()
+	if !lost {
+		a.g.Tuner.observe(a, held)
+	}
+}

@@ -28,6 +28,11 @@ type APIHeavyStatus struct {
 	Limit     int `json:"limit"`
 	BulkLimit int `json:"bulk_limit"`
 	Waiting   int `json:"waiting,omitempty"` // calls waiting for this lane
+	// Advised and LimitSource are set for an adaptive lane (tuner.go):
+	// the limit the control loop advises, and where Limit comes from
+	// (LimitStatic or LimitAdaptive).
+	Advised     int    `json:"advised,omitempty"`
+	LimitSource string `json:"limit_source,omitempty"`
 }
 
 // LaneStatus is one lane's calls in flight and its limit.
@@ -35,6 +40,9 @@ type LaneStatus struct {
 	InFlight int `json:"in_flight"`
 	Limit    int `json:"limit"`
 	Waiting  int `json:"waiting,omitempty"` // calls waiting for this lane
+	// As in APIHeavyStatus, for an adaptive lane.
+	Advised     int    `json:"advised,omitempty"`
+	LimitSource string `json:"limit_source,omitempty"`
 }
 
 // UserStatus is one user's calls in flight.
@@ -93,7 +101,9 @@ func ReadStatus(ctx context.Context, store LaneStore, keys Keys, cfg Config) Sta
 // Status reads the live state of the gate's lanes under cfg (ReadStatus
 // over the gate's store and keys).
 func (g *Gate) Status(ctx context.Context, cfg Config) Status {
-	return ReadStatus(ctx, g.Store, g.keys(), cfg)
+	st := ReadStatus(ctx, g.Store, g.keys(), g.Tuner.Apply(cfg))
+	g.Tuner.annotate(cfg, &st)
+	return st
 }
 
 // ReadLanes is ReadStatus without listing keys: it reads the fixed lanes

@@ -47,6 +47,7 @@ func Run(t *testing.T, open Opener) {
 		{"RefreshIsSingleFlight", testRefreshIsSingleFlight},
 		{"FirstReadWaitsAtMostTheTimeout", testFirstReadBounded},
 		{"ConcurrentPatches", testConcurrentPatches},
+		{"Adaptive", testAdaptive},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) { tt.fn(t, open) })

@@ -3,8 +3,10 @@ package memory_test
 import (
 	"testing"
 
+	"github.com/capgate/capgate"
 	"github.com/capgate/capgate/lanetest"
 	"github.com/capgate/capgate/memory"
+	"github.com/capgate/capgate/mock"
 )
 
 func TestGate(t *testing.T) {
@@ -22,5 +24,11 @@ func TestWaitlist(t *testing.T) {
 func TestGateWithLocalLanes(t *testing.T) {
 	lanetest.RunGateWithLocalLanes(t, func(t testing.TB) lanetest.Store {
 		return memory.TestStore{Store: memory.New(nil)}
+	})
+}
+
+func TestTune(t *testing.T) {
+	lanetest.RunTune(t, func(t testing.TB, clock *mock.Clock) capgate.TuneStore {
+		return memory.New(clock.Now)
 	})
 }

@@ -56,6 +56,8 @@ type Store struct {
 
 	lists    map[string]*waitlist     // by key prefix; requires mu held
 	watchers map[string]chan struct{} // by prefix+token; requires mu held
+
+	tunes map[string]*tuneEntry // adaptive limits' state by key (tune.go); requires mu held
 }
 
 var (

@@ -81,6 +81,7 @@ var Scripts = map[string]struct {
 	"acquire.lua": {acquireSrc, acquireScript},
 	"renew.lua":   {renewSrc, renewScript},
 	"count.lua":   {countSrc, countScript},
+	"tune.lua":    {tuneSrc, tuneScript},
 
 	"waitjoin.lua":    {waitPassSrc + waitJoinSrc, waitJoinScript},
 	"waitpump.lua":    {waitPassSrc + waitPumpSrc, waitPumpScript},

@@ -191,7 +191,7 @@ func NewServer(ctx context.Context, opts ServeOptions, lines io.Writer, logger *
 	// gate's keys (WithLanes), so they read 0 once the load stops.
 	m, err := metrics.New(reg, metrics.WithLogDropped(s.Sink.Dropped), metrics.WithConfigVersion(s.Configs.Version),
 		metrics.WithStoreUp(s.Health.Up, "lanes", "config"), metrics.WithBuildInfo(version(), revision()),
-		metrics.WithLanes(s.Gate, s.Configs))
+		metrics.WithLanes(s.Gate, s.Configs), metrics.WithAdvisedLimits(s.advisedLimits))
 	if err != nil {
 		return nil, fmt.Errorf("metrics: %w", err)
 	}
@@ -202,6 +202,13 @@ func NewServer(ctx context.Context, opts ServeOptions, lines io.Writer, logger *
 	s.Gate.Observer = m
 	if opts.HasRedis() && opts.LocalLanes {
 		s.Gate.Local = memory.New(nil)
+	}
+	// The adaptive limits (capgate.Tuner): idle unless the config has an
+	// "adaptive" key; Serve runs its loop.
+	if t, err := s.Gate.NewTunerFor(); err == nil {
+		s.Gate.Tuner = t
+	} else {
+		logger.Warn("adaptive limits unavailable", "error", err)
 	}
 	// Before the stores close: the last try at releases still pending.
 	s.closers = append(s.closers, func() error {
@@ -426,6 +433,9 @@ func (s *Server) Serve(ctx context.Context, ln, admin net.Listener) error {
 	if s.migrateLater {
 		background.Go(func() { s.migrateInBackground(bctx) })
 	}
+	if s.Gate.Tuner != nil {
+		background.Go(func() { s.Gate.Tuner.Run(bctx) })
+	}
 	defer func() {
 		stopBackground()
 		background.Wait()
@@ -474,4 +484,17 @@ func (s *Server) closeStores() error {
 	}
 	s.closers = nil
 	return errors.Join(errs...)
+}
+
+// advisedLimits returns the adaptive lanes' advised limits by lane name,
+// for capgate_lane_advised_limit.
+func (s *Server) advisedLimits() map[string]int {
+	out := map[string]int{}
+	if s.Gate == nil || s.Gate.Tuner == nil {
+		return out
+	}
+	for lane, l := range s.Gate.Tuner.AdvisedLimits(context.Background()) {
+		out[string(lane)] = l
+	}
+	return out
 }

@@ -25,13 +25,21 @@ type SimAPICommand struct {
 // Usage returns the command's help.
 func (c *SimAPICommand) Usage() string {
 	return `Usage: capgate simapi [--listen ADDR] [--tokens FILE] [--latency LO-HI]
+                     [--backend-capacity K --backend-base-ms B]
 
 Serves a simulated OCL API: GET /user/ for the demo users (tokens such as
 core-1-token, preview-1-token, staff-1-token), and POST /concepts/$match/ and
 /concepts/$rerank/ that take a realistic, randomized time (or, with
 --latency 1.2s-1.4s, a time uniform in that range). GET /_simapi/stats gives
 the heavy calls served and their summed time in the API (busy_ms). --tokens
-writes the users as a tokens file for capgate serve --identity tokens. Flags:
+writes the users as a tokens file for capgate serve --identity tokens.
+
+With --backend-capacity K, semantic calls go to a model of a shared backend
+that serves K calls at once: each takes B × max(1, in_flight / K) ms
+(--backend-base-ms B), in_flight being the semantic calls running when it
+starts. GET /_sim/backend gives its capacity and the latencies it gave
+(p50_ms, p99_ms; ?reset=1 starts them over); POST /_sim/backend
+{"capacity": K} changes the capacity at runtime. Flags:
 `
 }
 
@@ -43,6 +51,8 @@ func (c *SimAPICommand) Run(ctx context.Context, args []string) error {
 	tokens := fs.String("tokens", "", "also write the users to this tokens file")
 	perTier := fs.Int("users-per-tier", 2, "users in each tier")
 	latency := fs.String("latency", "", "every heavy call takes LO-HI, uniform (e.g. 1.2s-1.4s); default: by rows")
+	capacity := fs.Int("backend-capacity", 0, "semantic calls use a backend of this many calls at once (0: none)")
+	baseMS := fs.Float64("backend-base-ms", 50, "the backend's time per call when not overloaded, ms")
 	if done, err := parseFlags(fs, args, c.Usage(), c.Stdout); done {
 		return err
 	}
@@ -74,7 +84,17 @@ func (c *SimAPICommand) Run(ctx context.Context, args []string) error {
 	if *latency != "" {
 		api.Latency = simapi.UniformLatency(lo, hi)
 	}
-	srv := &http.Server{Handler: api, ReadHeaderTimeout: 10 * time.Second}
+	var handler http.Handler = api
+	if *capacity > 0 {
+		if *baseMS <= 0 {
+			return &UsageError{Msg: fmt.Sprintf("--backend-base-ms %v: want a positive number of ms\n\n%s", *baseMS, helpOf(c.Usage(), fs))}
+		}
+		be := simapi.NewBackend(*capacity, time.Duration(*baseMS*float64(time.Millisecond)))
+		be.Use(api)
+		handler = be.Handler(api)
+		fmt.Fprintf(c.Stderr, "semantic backend: %d calls at once, %v ms each when not overloaded\n", *capacity, *baseMS)
+	}
+	srv := &http.Server{Handler: handler, ReadHeaderTimeout: 10 * time.Second}
 	fmt.Fprintf(c.Stderr, "simulated OCL API on http://%s; users:", ln.Addr())
 	for _, u := range users {
 		fmt.Fprintf(c.Stderr, " %s", u.Token)

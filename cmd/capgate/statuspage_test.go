@@ -117,6 +117,15 @@ func TestStatusPageInChromium(t *testing.T) {
 		t.Errorf("config version after the bad value = %d, want 1", v)
 	}
 
+	// An adaptive limit on es2_knn: advised beside the static limit, then
+	// applied, then switched back (the gateway steps it every second).
+	patchConfig(t, addr, `{"adaptive":{"es2_knn":{"mode":"advise","min":1,"max":8}}}`)
+	b.waitText(t, "#lane-es2_knn .count", "0 / 3 · limit static, advised 3", true, pageWait)
+	patchConfig(t, addr, `{"adaptive":{"es2_knn":{"mode":"apply"}}}`)
+	b.waitText(t, "#lane-es2_knn .count", "0 / 3 · limit adaptive (advised 3)", true, pageWait)
+	patchConfig(t, addr, `{"adaptive":null}`)
+	b.waitText(t, "#lane-es2_knn .count", "0 / 3", true, pageWait)
+
 	// The token lasts for the tab: a reload stays signed in; signing out
 	// forgets it.
 	b.do(t, "reload", pageWait, chromedp.Navigate(page), chromedp.WaitVisible(chromedp.CSS("#lane-api_heavy")))
@@ -153,6 +162,23 @@ func heavyCall(ctx context.Context, addr, token string) error {
 		return fmt.Errorf("heavy call as %s: status %d", token, resp.StatusCode)
 	}
 	return nil
+}
+
+// patchConfig sends a PATCH of the config through the staff API as staff.
+func patchConfig(t *testing.T, addr, body string) {
+	t.Helper()
+	req, _ := http.NewRequest("PATCH", addr+"/capacity/config/", strings.NewReader(body))
+	req.Header.Set("Authorization", "Token ada-token")
+	req.Header.Set("Content-Type", "application/json")
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	if resp.StatusCode != http.StatusOK {
+		msg, _ := io.ReadAll(resp.Body)
+		t.Fatalf("PATCH %s: %s %s", body, resp.Status, msg)
+	}
 }
 
 // configVersion reads the version in force through the staff API.

@@ -187,8 +187,23 @@
   }
 
   // laneRow is one row of a lanes table: name, "n / limit" and a meter.
-  function laneRow(id, name, note, inFlight, limit, waiting) {
-    return { id, name, note, inFlight, limit, waiting: waiting || 0 };
+  // A lane with an adaptive limit also has src (its status's
+  // limit_source: "adaptive" or "static") and advised.
+  function laneRow(id, name, note, inFlight, limit, waiting, lane) {
+    const r = { id, name, note, inFlight, limit, waiting: waiting || 0 };
+    if (lane && lane.limit_source) {
+      r.src = lane.limit_source;
+      r.advised = lane.advised;
+    }
+    return r;
+  }
+
+  // adaptiveText says where an adaptive lane's limit comes from and what
+  // the control loop advises, "" for a static lane.
+  function adaptiveText(r) {
+    if (!r.src) return "";
+    const adv = r.advised ? "advised " + r.advised : "no advice yet";
+    return r.src === "adaptive" ? " · limit adaptive (" + adv + ")" : " · limit static, " + adv;
   }
 
   // waitText says how many calls wait for a slot, "" when none.
@@ -227,7 +242,7 @@
 
   function updateLane(tr, r) {
     const max = Math.max(r.limit, 1);
-    tr.querySelector(".count").textContent = countText(r.inFlight, r.limit, r.waiting);
+    tr.querySelector(".count").textContent = countText(r.inFlight, r.limit, r.waiting) + adaptiveText(r);
     const m = tr.querySelector("meter");
     m.max = max;
     m.low = max / 2;
@@ -249,9 +264,9 @@
     const lanes = [];
     if (s.api_heavy) {
       lanes.push(laneRow("lane-api_heavy", "api_heavy", "(bulk calls up to " + s.api_heavy.bulk_limit + ")",
-        s.api_heavy.in_flight, s.api_heavy.limit, s.api_heavy.waiting));
+        s.api_heavy.in_flight, s.api_heavy.limit, s.api_heavy.waiting, s.api_heavy));
     }
-    if (s.es2_knn) lanes.push(laneRow("lane-es2_knn", "es2_knn", "", s.es2_knn.in_flight, s.es2_knn.limit, s.es2_knn.waiting));
+    if (s.es2_knn) lanes.push(laneRow("lane-es2_knn", "es2_knn", "", s.es2_knn.in_flight, s.es2_knn.limit, s.es2_knn.waiting, s.es2_knn));
     for (const t of TIERS) {
       const l = (s.tiers || {})[t];
       if (l) lanes.push(laneRow("lane-tier-" + t, "tier " + t, "", l.in_flight, l.limit, l.waiting));
@@ -259,7 +274,7 @@
     renderRows($("lanes").tBodies[0], lanes, buildLane, updateLane);
 
     const tasks = Object.entries(s.tasks || {}).sort((a, b) => b[1].in_flight - a[1].in_flight || (a[0] < b[0] ? -1 : 1))
-      .map(([id, l]) => laneRow("task-" + id, id, "", l.in_flight, l.limit, l.waiting));
+      .map(([id, l]) => laneRow("task-" + id, id, "", l.in_flight, l.limit, l.waiting, l));
     renderRows($("tasks").tBodies[0], tasks, buildLane, updateLane);
     $("tasks").hidden = tasks.length === 0;
     $("tasks-none").hidden = tasks.length > 0;

@@ -1,0 +1,144 @@
+package capgate_test
+
+import (
+	"math/rand/v2"
+	"testing"
+
+	"github.com/capgate/capgate"
+)
+
+// fluid is the simulated backend of the benchmark as a fluid model: demand
+// callers always waiting, a limit, and a service time of base ×
+// max(1, in flight / capacity).
+type fluid struct {
+	demand, capacity int
+	baseMicros       float64
+}
+
+// window is one second at limit l.
+func (f fluid) window(l int) capgate.TuneWindow {
+	n := min(l, f.demand)
+	r := f.baseMicros * max(1, float64(n)/float64(f.capacity))
+	calls := int64(float64(n) * 1e6 / r)
+	w := capgate.TuneWindow{Calls: calls, SumMicros: int64(float64(calls) * r), MaxInFlight: int64(n), SumInFlight: calls * int64(n)}
+	if f.demand > l {
+		w.Full = calls
+	}
+	return w
+}
+
+func run(f fluid, s capgate.TuneState, b capgate.TuneBounds, steps int, each func(i int, s capgate.TuneState)) capgate.TuneState {
+	for i := range steps {
+		s = s.Next(f.window(s.Start(b)), b)
+		if each != nil {
+			each(i, s)
+		}
+	}
+	return s
+}
+
+func TestTuneConvergesAndFollows(t *testing.T) {
+	const k = 16
+	for _, static := range []int{3 * k, k / 3} {
+		f := fluid{demand: 40, capacity: k, baseMicros: 50000}
+		b := capgate.TuneBounds{Min: 1, Max: 64, Static: static}
+		var converged = -1
+		s := run(f, capgate.TuneState{}, b, 60, func(i int, s capgate.TuneState) {
+			in := s.Limit >= 7*k/10 && s.Limit*10 <= 15*k
+			if in && converged < 0 {
+				converged = i
+			} else if !in && converged >= 0 && s.Reason != "probe: halving" {
+				t.Errorf("static %d: step %d: limit %d left [0.7K, 1.5K] after converging (%s)", static, i, s.Limit, s.Reason)
+			}
+		})
+		if converged < 0 || converged > 20 {
+			t.Errorf("static %d: converged at step %d (limit %d now); want within 20 steps", static, converged, s.Limit)
+		}
+		// The capacity halves.
+		f.capacity = k / 2
+		followed := -1
+		run(f, s, b, 40, func(i int, s capgate.TuneState) {
+			if followed < 0 && s.Limit*10 >= 7*f.capacity && s.Limit*10 <= 15*f.capacity {
+				followed = i
+			}
+		})
+		if followed < 0 || followed > 10 {
+			t.Errorf("static %d: followed the halved capacity at step %d; want within 10", static, followed)
+		}
+	}
+}
+
+func TestTuneStepsStayInBoundsAndHalfDouble(t *testing.T) {
+	rng := rand.New(rand.NewPCG(1, 2))
+	for trial := range 200 {
+		lo := 1 + rng.IntN(10)
+		b := capgate.TuneBounds{Min: lo, Max: lo + rng.IntN(50), Static: rng.IntN(80)}
+		s := capgate.TuneState{}
+		prev := s.Start(b)
+		for i := range 100 {
+			calls := int64(rng.IntN(200))
+			w := capgate.TuneWindow{Calls: calls, SumMicros: calls * int64(1+rng.IntN(100000)),
+				Full: int64(rng.IntN(2)) * calls, MaxInFlight: int64(rng.IntN(100)), SumInFlight: calls * int64(rng.IntN(100))}
+			s = s.Next(w, b)
+			if s.Limit < b.Min || s.Limit > b.Max {
+				t.Fatalf("trial %d step %d: limit %d outside [%d, %d]", trial, i, s.Limit, b.Min, b.Max)
+			}
+			if s.Limit > 2*prev || 2*s.Limit < prev {
+				t.Fatalf("trial %d step %d: limit %d → %d, more than ×2 or ÷2", trial, i, prev, s.Limit)
+			}
+			prev = s.Limit
+		}
+	}
+}
+
+func TestTuneHoldsWhenHealthyBelowCapacity(t *testing.T) {
+	// 10 callers, a backend that serves 32 at once and a limit of 20: the
+	// lane is never saturated, so nothing moves, however long.
+	f := fluid{demand: 10, capacity: 32, baseMicros: 50000}
+	b := capgate.TuneBounds{Min: 1, Max: 100, Static: 20}
+	// The first window probes the no-load time, and the limit comes back.
+	warm := run(f, capgate.TuneState{}, b, 10, nil)
+	run(f, warm, b, 2000, func(i int, s capgate.TuneState) {
+		if s.Limit != 20 {
+			t.Fatalf("step %d: limit %d (%s); want 20 held", i, s.Limit, s.Reason)
+		}
+	})
+	// Saturated at the capacity, after converging it stays within ±20 %
+	// between probes.
+	f = fluid{demand: 40, capacity: 16, baseMicros: 50000}
+	s := run(f, capgate.TuneState{}, capgate.TuneBounds{Min: 1, Max: 64, Static: 16}, 30, nil)
+	mid := s.Limit
+	run(f, s, capgate.TuneBounds{Min: 1, Max: 64, Static: 16}, capgate.TuneProbeEvery-40, func(i int, s capgate.TuneState) {
+		if s.Limit*10 < mid*8 || s.Limit*10 > mid*12 {
+			t.Fatalf("step %d: limit %d; want within ±20 %% of %d", i, s.Limit, mid)
+		}
+	})
+}
+
+func TestTuneHoldsOnFewCalls(t *testing.T) {
+	b := capgate.TuneBounds{Min: 1, Max: 50, Static: 7}
+	s := capgate.TuneState{}
+	for range 5 {
+		s = s.Next(capgate.TuneWindow{Calls: 1, SumMicros: 900000, MaxInFlight: 7, Full: 1, SumInFlight: 7}, b)
+		if s.Limit != 7 {
+			t.Fatalf("limit %d after a window of one call; want 7 held", s.Limit)
+		}
+	}
+	if s.Carry.Calls != 5 {
+		t.Errorf("carried %d calls; want 5", s.Carry.Calls)
+	}
+}
+
+func TestTuneFollowsASlowerBackend(t *testing.T) {
+	// The backend gets twice as slow at the same capacity: not queueing.
+	// The loop shrinks, sees the calls no faster, probes, and comes back
+	// near the capacity instead of falling to min.
+	f := fluid{demand: 40, capacity: 16, baseMicros: 50000}
+	b := capgate.TuneBounds{Min: 1, Max: 64, Static: 16}
+	s := run(f, capgate.TuneState{}, b, 30, nil)
+	f.baseMicros = 100000
+	s = run(f, s, b, 40, nil)
+	if s.Limit*10 < 7*16 || s.Limit*10 > 15*16 {
+		t.Errorf("limit %d (%s) after the backend got slower; want within [0.7K, 1.5K] of 16", s.Limit, s.Reason)
+	}
+}

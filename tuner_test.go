@@ -1,0 +1,151 @@
+package capgate_test
+
+import (
+	"context"
+	"encoding/json"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/capgate/capgate"
+	"github.com/capgate/capgate/memory"
+	"github.com/capgate/capgate/mock"
+)
+
+// tunedGate is a gate on a memory store with a Tuner, on a fake clock.
+func tunedGate(t *testing.T, cfg capgate.Config) (*capgate.Gate, *capgate.FixedConfig, *memory.Store, *mock.Clock) {
+	t.Helper()
+	clock := mock.NewClock(time.Date(2030, 1, 1, 0, 0, 0, 0, time.UTC))
+	store := memory.New(clock.Now)
+	src := capgate.NewFixedConfig(cfg)
+	g, err := capgate.NewGate(store, src, &mock.Sink{}, "t1")
+	if err != nil {
+		t.Fatal(err)
+	}
+	g.Now = clock.Now
+	tu, err := g.NewTunerFor()
+	if err != nil {
+		t.Fatal(err)
+	}
+	g.Tuner = tu
+	t.Cleanup(func() { _ = g.Close(context.Background()) })
+	return g, src, store, clock
+}
+
+func knnLimit(t *testing.T, g *capgate.Gate) int {
+	t.Helper()
+	a := g.Admit(context.Background(), capgate.Call{Endpoint: capgate.EndpointMatch, Rows: 2, Semantic: true, UserID: "u", Tier: capgate.TierCore})
+	defer a.Release(context.Background())
+	for _, l := range a.Lanes() {
+		if l.Name == capgate.LaneES2KNN {
+			return l.Limit
+		}
+	}
+	t.Fatal("no es2_knn lane")
+	return 0
+}
+
+func TestGateAppliesTheAdaptiveLimit(t *testing.T) {
+	cfg := capgate.DefaultConfig(capgate.ModeShadow)
+	cfg.Adaptive.ES2KNN = capgate.AdaptiveLane{Mode: capgate.AdaptiveApply, Min: 1, Max: 10}
+	g, src, store, _ := tunedGate(t, cfg)
+	ctx := context.Background()
+	if got := knnLimit(t, g); got != 3 {
+		t.Fatalf("before any step: es2_knn limit %d; want the static 3", got)
+	}
+	// The cluster's state says 7 (another gateway computed it).
+	if err := store.TuneSave(ctx, g.Tuner.TuneKey(capgate.LaneES2KNN), []byte(`{"limit":7,"step":4}`)); err != nil {
+		t.Fatal(err)
+	}
+	if err := g.Tuner.Step(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if got := knnLimit(t, g); got != 7 {
+		t.Errorf("apply: es2_knn limit %d; want the cluster's 7", got)
+	}
+	st := g.Status(ctx, src.Config(ctx))
+	if st.ES2KNN.Limit != 7 || st.ES2KNN.Advised != 7 || st.ES2KNN.LimitSource != capgate.LimitAdaptive {
+		t.Errorf("status es2_knn = %+v; want limit 7, advised 7, source adaptive", *st.ES2KNN)
+	}
+	// Staff switch back: at once.
+	src.Edit(func(c *capgate.Config) { c.Adaptive.ES2KNN.Mode = capgate.AdaptiveAdvise })
+	if got := knnLimit(t, g); got != 3 {
+		t.Errorf("advise: es2_knn limit %d; want the static 3 at once", got)
+	}
+	st = g.Status(ctx, src.Config(ctx))
+	if st.ES2KNN.Limit != 3 || st.ES2KNN.Advised != 7 || st.ES2KNN.LimitSource != capgate.LimitStatic {
+		t.Errorf("status es2_knn = %+v; want limit 3, advised 7, source static", *st.ES2KNN)
+	}
+	// A max below the advised limit bounds it at once.
+	src.Edit(func(c *capgate.Config) {
+		c.Adaptive.ES2KNN = capgate.AdaptiveLane{Mode: capgate.AdaptiveApply, Min: 1, Max: 5}
+	})
+	if got := knnLimit(t, g); got != 5 {
+		t.Errorf("apply, max 5: es2_knn limit %d; want 5", got)
+	}
+}
+
+func TestGateFeedsReleasedCallsToTheTuner(t *testing.T) {
+	cfg := capgate.DefaultConfig(capgate.ModeShadow)
+	cfg.Adaptive.ES2KNN = capgate.AdaptiveLane{Mode: capgate.AdaptiveAdvise, Min: 1, Max: 10}
+	g, _, store, clock := tunedGate(t, cfg)
+	ctx := context.Background()
+	for range 12 {
+		a := g.Admit(ctx, capgate.Call{Endpoint: capgate.EndpointMatch, Rows: 2, Semantic: true, UserID: "u", Tier: capgate.TierCore})
+		clock.Advance(40 * time.Millisecond)
+		a.Release(ctx)
+	}
+	// Lexical calls have no es2_knn lane and feed nothing.
+	a := g.Admit(ctx, capgate.Call{Endpoint: capgate.EndpointRerank, Rows: 2, UserID: "u", Tier: capgate.TierCore})
+	clock.Advance(time.Second)
+	a.Release(ctx)
+	if err := g.Tuner.Step(ctx); err != nil {
+		t.Fatal(err)
+	}
+	r, err := store.TuneExchange(ctx, g.Tuner.TuneKey(capgate.LaneES2KNN), capgate.TuneWindow{}, time.Hour)
+	if err != nil {
+		t.Fatal(err)
+	}
+	st, err := capgate.DecodeTuneState(r.State)
+	if err != nil || st.Step != 1 || st.Last.Calls != 12 || st.Last.MeanMS != 40 {
+		t.Errorf("state after one step = %+v, %v; want 12 calls of 40 ms", st, err)
+	}
+}
+
+func TestNoAdaptiveKeyChangesNothing(t *testing.T) {
+	g, src, _, _ := tunedGate(t, capgate.DefaultConfig(capgate.ModeShadow))
+	ctx := context.Background()
+	if err := g.Tuner.Step(ctx); err != nil {
+		t.Fatal(err)
+	}
+	b, err := json.Marshal(g.Status(ctx, src.Config(ctx)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if strings.Contains(string(b), "advised") || strings.Contains(string(b), "limit_source") {
+		t.Errorf("status without adaptive = %s; want no advised or limit_source", b)
+	}
+	if got := knnLimit(t, g); got != 3 {
+		t.Errorf("es2_knn limit %d; want the static 3", got)
+	}
+	if got := g.Tuner.AdvisedLimits(ctx); len(got) != 0 {
+		t.Errorf("advised limits %v; want none", got)
+	}
+}
+
+func TestConfigJSONWithAndWithoutAdaptive(t *testing.T) {
+	cfg := capgate.DefaultConfig(capgate.ModeShadow)
+	b, err := json.Marshal(cfg)
+	if err != nil || strings.Contains(string(b), `"adaptive":`) {
+		t.Fatalf("defaults as JSON = %s, %v; want no adaptive key", b, err)
+	}
+	cfg.Adaptive.ES2KNN = capgate.AdaptiveLane{Mode: capgate.AdaptiveApply, Min: 2, Max: 9}
+	b, err = json.Marshal(cfg)
+	if err != nil || !strings.Contains(string(b), `"adaptive":{"es2_knn":{"max":9,"min":2,"mode":"apply"}}`) {
+		t.Fatalf("with adaptive as JSON = %s, %v", b, err)
+	}
+	var back capgate.Config
+	if err := json.Unmarshal(b, &back); err != nil || back != cfg {
+		t.Errorf("read back = %+v, %v; want %+v", back, err, cfg)
+	}
+}
