@@ -7,6 +7,7 @@ import (
 	"errors"
 	"log/slog"
 	"net/http"
+	"strconv"
 	"strings"
 	"sync"
 	"time"
@@ -20,6 +21,12 @@ import (
 // DefaultMaxTasks is how many task ids other than the gate's own a Server
 // keeps a gate for.
 const DefaultMaxTasks = 64
+
+// HeaderWaitSeconds is sent, with the response's headers ahead of the
+// decision, when the call may wait: the most seconds it may (the config's
+// wait.max_seconds). A client allows that long beyond its own timeout for
+// the decision line.
+const HeaderWaitSeconds = "Capgate-Wait-Seconds"
 
 // Decision is the first line of the answer to POST /v1/calls.
 type Decision struct {
@@ -174,6 +181,14 @@ func (s *Server) decide(w http.ResponseWriter, r *http.Request) {
 	// request's context ends when the client closes it, which ends a wait
 	// (the ticket leaves the queue) or a held call.
 	ctx := r.Context()
+	if cfg := gate.Config.Config(ctx); cfg.Mode == capgate.ModeEnforce && cfg.Wait.MaxSeconds > 0 {
+		// The call may wait before its line: send the headers now, with
+		// how long it may wait, so a client tells a waiting call from a
+		// service that hangs.
+		w.Header().Set(HeaderWaitSeconds, strconv.Itoa(cfg.Wait.MaxSeconds))
+		setLineHeaders(w.Header())
+		_ = rc.Flush()
+	}
 	adm := gate.Admit(ctx, call)
 	d := Decision{ID: randhex.String(12), Headers: map[string]string{}}
 	if adm.Decision() == capgate.DecisionNone {
@@ -237,14 +252,19 @@ func (s *Server) writeLine(w http.ResponseWriter, rc *http.ResponseController, v
 		s.logger().Error("capgate decide: encode a line", "error", err)
 		return false
 	}
-	if h := w.Header(); h.Get("Content-Type") == "" {
-		h.Set("Content-Type", "application/x-ndjson")
-		h.Set("Cache-Control", "no-store")
-	}
+	setLineHeaders(w.Header())
 	if _, err := w.Write(append(b, '\n')); err != nil {
 		return false
 	}
 	return rc.Flush() == nil
+}
+
+// setLineHeaders sets the headers of a streamed answer, once.
+func setLineHeaders(h http.Header) {
+	if h.Get("Content-Type") == "" {
+		h.Set("Content-Type", "application/x-ndjson")
+		h.Set("Cache-Control", "no-store")
+	}
 }
 
 func (s *Server) release(w http.ResponseWriter, id string) {

@@ -250,6 +250,7 @@ func TestFairWait(t *testing.T) {
 		err error
 	}
 	waited := make(chan result, 1)
+	hdr := make(chan string, 1)
 	go func() {
 		req, _ := http.NewRequestWithContext(t.Context(), "POST", e.url+"/v1/calls", strings.NewReader(call("3")))
 		resp, err := http.DefaultClient.Do(req)
@@ -258,11 +259,23 @@ func TestFairWait(t *testing.T) {
 			return
 		}
 		defer resp.Body.Close()
+		hdr <- resp.Header.Get(decide.HeaderWaitSeconds)
 		var d decide.Decision
 		err = json.NewDecoder(resp.Body).Decode(&d)
 		waited <- result{d, err}
 	}()
 	awaitSignal(t, sig.started)
+	// The headers come ahead of the decision, while the call waits.
+	htimer := time.NewTimer(waitLimit)
+	defer htimer.Stop()
+	select {
+	case h := <-hdr:
+		if h != "60" {
+			t.Errorf("a call that may wait got %s %q before its line, want 60", decide.HeaderWaitSeconds, h)
+		}
+	case <-htimer.C:
+		t.Fatal("no headers while the call waited")
+	}
 	first.close()
 	timer := time.NewTimer(waitLimit)
 	defer timer.Stop()
