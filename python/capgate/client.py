@@ -92,6 +92,7 @@ class _Call:
         self._client = client
         self._body = body
         self._conn = None
+        self._sock = None
         self._resp = None
         self.decision = None
 
@@ -113,6 +114,9 @@ class _Call:
         conn = c._connect()
         self._conn = conn
         conn.request("POST", "/v1/calls", body=self._body, headers=c._headers)
+        # getresponse hands the socket to the response (Connection: close)
+        # and forgets it: keep it, for the timeout and the shutdown.
+        self._sock = conn.sock
         resp = conn.getresponse()
         self._resp = resp
         if resp.status != 200:
@@ -121,7 +125,7 @@ class _Call:
         wait = resp.getheader("Capgate-Wait-Seconds")
         if wait:
             # The call may wait in the service's queue: allow that long.
-            conn.sock.settimeout(c.timeout + float(wait))
+            self._sock.settimeout(c.timeout + float(wait))
         line = resp.readline(64 << 10)
         if not line.endswith(b"\n"):
             raise RuntimeError("capgate decide: the decision line ended early")
@@ -135,7 +139,7 @@ class _Call:
         conn, self._conn = self._conn, None
         if conn is None:
             return
-        sock = conn.sock
+        sock, self._sock = self._sock, None
         try:
             if sock is not None:
                 # The response object keeps its own reference to the socket:
