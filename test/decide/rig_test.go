@@ -92,6 +92,18 @@ func TestMain(m *testing.M) {
 	os.Exit(code)
 }
 
+// redisURL is the Redis the hosts share: CAPGATE_TEST_DECIDE_REDIS_URL,
+// else CAPGATE_TEST_REDIS_URL. The suite never flushes it (its keys have a
+// prefix of their own), but other packages' tests flush theirs when they
+// start, which would wipe this suite's leases mid-test: .ci/run gives it a
+// database of its own.
+func redisURL() string {
+	if u := os.Getenv("CAPGATE_TEST_DECIDE_REDIS_URL"); u != "" {
+		return u
+	}
+	return os.Getenv("CAPGATE_TEST_REDIS_URL")
+}
+
 // missingDeps says what the rig lacks, or "".
 func missingDeps() string {
 	if _, err := exec.LookPath("gunicorn"); err != nil {
@@ -100,8 +112,8 @@ func missingDeps() string {
 	if err := exec.Command(pythonBin, "-c", "import django, rest_framework").Run(); err != nil {
 		return pythonBin + " lacks Django or Django REST framework"
 	}
-	if os.Getenv("CAPGATE_TEST_REDIS_URL") == "" {
-		return "CAPGATE_TEST_REDIS_URL is not set (the hosts share a real Redis)"
+	if redisURL() == "" {
+		return "neither CAPGATE_TEST_DECIDE_REDIS_URL nor CAPGATE_TEST_REDIS_URL is set (the hosts share a real Redis)"
 	}
 	return ""
 }
@@ -147,7 +159,7 @@ func (r *rig) start() error {
 	if out, err := runCmd(ctx, root, nil, "go", "build", "-o", r.bin, "./cmd/capgate"); err != nil {
 		return fmt.Errorf("build capgate: %w: %s", err, out)
 	}
-	r.redis = os.Getenv("CAPGATE_TEST_REDIS_URL")
+	r.redis = redisURL()
 	r.prefix = "capgate-decide-test-" + randhex.String(4) // no flush: keys of its own
 	r.db = "sqlite:" + filepath.Join(r.dir, "config.db")
 	r.record = filepath.Join(r.dir, "heavy.jsonl")
