@@ -164,7 +164,17 @@ func (r *rig) start() error {
 	r.db = "sqlite:" + filepath.Join(r.dir, "config.db")
 	r.record = filepath.Join(r.dir, "heavy.jsonl")
 	r.appDir = filepath.Join(root, "test", "decide", "app")
+	// The app imports the package as pip installed it (pip install ./python,
+	// from no index); with no pip for this Python, from the source tree.
 	r.pyPath = filepath.Join(root, "python") + ":" + r.appDir
+	if exec.Command(pythonBin, "-m", "pip", "--version").Run() == nil {
+		site := filepath.Join(r.dir, "site")
+		if out, err := runCmd(ctx, root, nil, pythonBin, "-m", "pip", "install", "--quiet", "--no-index", "--no-deps",
+			"--target", site, filepath.Join(root, "python")); err != nil {
+			return fmt.Errorf("pip install ./python: %w: %s", err, out)
+		}
+		r.pyPath = site + ":" + r.appDir
+	}
 	out, err := runCmd(ctx, r.appDir, r.pyEnv(""), pythonBin, "-m", "decidesite.setup_db")
 	if err != nil {
 		return fmt.Errorf("set up the Django database: %w: %s", err, out)
