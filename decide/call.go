@@ -32,9 +32,9 @@ const (
 	maxRequestID     = 200
 )
 
-// CallRequest is the JSON body of POST /v1/calls: one heavy call as the
+// callRequest is the JSON body of POST /v1/calls: one heavy call as the
 // app sees it. Unknown fields are refused.
-type CallRequest struct {
+type callRequest struct {
 	User          string   `json:"user"`
 	Tier          string   `json:"tier,omitempty"`
 	Groups        []string `json:"groups,omitempty"`
@@ -52,32 +52,32 @@ type CallRequest struct {
 // taskPattern is what a task id may be: it becomes part of a lane key.
 var taskPattern = regexp.MustCompile(`^[A-Za-z0-9._:-]{1,64}$`)
 
-// decodeCall reads one CallRequest from body, refusing unknown fields,
+// decodeCall reads one callRequest from body, refusing unknown fields,
 // trailing data and anything past MaxCallBytes. The error's text is meant
 // for the client.
-func decodeCall(body io.Reader) (CallRequest, error) {
+func decodeCall(body io.Reader) (callRequest, error) {
 	b, err := io.ReadAll(io.LimitReader(body, MaxCallBytes+1))
 	if err != nil {
-		return CallRequest{}, fmt.Errorf("read the call: %w", err)
+		return callRequest{}, fmt.Errorf("read the call: %w", err)
 	}
 	if len(b) > MaxCallBytes {
-		return CallRequest{}, fmt.Errorf("the call is larger than %d bytes", MaxCallBytes)
+		return callRequest{}, fmt.Errorf("the call is larger than %d bytes", MaxCallBytes)
 	}
 	dec := json.NewDecoder(bytes.NewReader(b))
 	dec.DisallowUnknownFields()
-	var c CallRequest
+	var c callRequest
 	if err := dec.Decode(&c); err != nil {
-		return CallRequest{}, fmt.Errorf("the call is not a JSON object of the protocol's fields: %s", strings.TrimPrefix(err.Error(), "json: "))
+		return callRequest{}, fmt.Errorf("the call is not a JSON object of the protocol's fields: %s", strings.TrimPrefix(err.Error(), "json: "))
 	}
 	if dec.More() {
-		return CallRequest{}, errors.New("the call is followed by more data; send one JSON object")
+		return callRequest{}, errors.New("the call is followed by more data; send one JSON object")
 	}
 	return c, nil
 }
 
 // call checks c and returns the capgate.Call it names; tiers are resolved
 // from groups and is_staff as the gateway's identity does.
-func (c CallRequest) call(groups capgate.TierGroups) (capgate.Call, error) {
+func (c callRequest) call(groups capgate.TierGroups) (capgate.Call, error) {
 	switch {
 	case c.User == "":
 		return capgate.Call{}, errors.New(`"user" is required: the caller's username`)
