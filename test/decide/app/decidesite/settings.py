@@ -30,6 +30,9 @@ MIDDLEWARE = [
     "django.contrib.auth.middleware.AuthenticationMiddleware",
     "capgate.django.CapacityMiddleware",
 ]
+if os.environ.get("DECIDE_NO_LIMITER"):
+    # The same app with no limiter, for bench/decide.sh's baseline.
+    MIDDLEWARE.remove("capgate.django.CapacityMiddleware")
 DATABASES = {
     "default": {
         "ENGINE": "django.db.backends.sqlite3",
