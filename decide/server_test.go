@@ -350,3 +350,21 @@ func TestListenNeedsATokenOnTCP(t *testing.T) {
 		}
 	}
 }
+
+// TestMaxHold ends a call held past max_hold_seconds: its place is given
+// back and the stream says why.
+func TestMaxHold(t *testing.T) {
+	e := newEnv(t, "", func(c *capgate.Config) { c.MaxHoldSeconds, c.LeaseSeconds, c.RenewSeconds = 1, 1, 1 })
+	s := e.post(t, t.Context(), call("1"), "")
+	if !s.d.Held || s.d.MaxHoldSeconds != 1 {
+		t.Fatalf("%+v: want held for at most 1 s", s.d)
+	}
+	var end decide.End
+	s.nextLine(t, &end) // after max_hold_seconds
+	if end.Released != "max_hold" {
+		t.Errorf("end line %+v, want released: max_hold", end)
+	}
+	if s2 := e.post(t, t.Context(), call("2"), ""); s2.d.Decision != "admitted" {
+		t.Errorf("after max hold: %+v, want admitted", s2.d)
+	}
+}

@@ -252,3 +252,76 @@ func median(f func() time.Duration) time.Duration {
 	slices.Sort(d)
 	return d[2]
 }
+
+// awaitStart waits for user's next run since mark to start, and returns it.
+func (r *rig) awaitStart(t *testing.T, mark int, user string) runEvent {
+	t.Helper()
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		for _, x := range r.runs(t, mark) {
+			if x.start.User == user && !x.ended {
+				return x.start
+			}
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("no heavy run of %s started", user)
+		}
+		time.Sleep(10 * time.Millisecond) // another process's file: no event to wait on
+	}
+}
+
+// awaitAdmitted sends user's heavy call to h until it is admitted, for at
+// most 5 s, and returns how long that took.
+func (r *rig) awaitAdmitted(t *testing.T, h *host, user string) time.Duration {
+	t.Helper()
+	start := time.Now()
+	for {
+		if got := send(t, h.addr, r.heavy(user, 0).raw(), 1); slices.Equal(got, []int{200}) {
+			return time.Since(start)
+		}
+		if time.Since(start) > 5*time.Second {
+			t.Fatalf("%s's call was not admitted within 5 s", user)
+		}
+		time.Sleep(20 * time.Millisecond) // polling the limit from outside: no event to wait on
+	}
+}
+
+// TestDecoratorGatesAView: @capacity_limited on a DRF view's method gates
+// it with DRF's request, as the middleware gates the others.
+func TestDecoratorGatesAView(t *testing.T) {
+	r := getRig(t)
+	mark := r.mark(t)
+	v2 := func(hold int) request {
+		q := r.heavy("cora", hold)
+		q.target = "/v2/concepts/$match/"
+		return q
+	}
+	done := make(chan []reply, 1)
+	go func() {
+		got, _ := sendCtx(t.Context(), r.hosts[0].addr, v2(600).raw(), 1)
+		done <- got
+	}()
+	r.awaitStart(t, mark, "cora")
+	if got := send(t, r.hosts[1].addr, v2(0).raw(), 1); !slices.Equal(got, []int{refused}) {
+		t.Errorf("a second decorated call while the first runs: %v, want 429", got)
+	}
+	first := <-done
+	if len(first) != 1 || first[0].status != 200 || first[0].header.Get("X-Ocl-Capacity-Decision") != "admitted" {
+		t.Errorf("the first decorated call: %+v, want 200 with the capacity headers", first)
+	}
+	r.checkInvariants(t, mark, invariantOpts{})
+}
+
+// TestViewExceptionFreesThePlace: a view that raises gets Django's 500,
+// and the call's place is given back.
+func TestViewExceptionFreesThePlace(t *testing.T) {
+	r := getRig(t)
+	mark := r.mark(t)
+	if got := send(t, r.hosts[0].addr, r.heavy("cora", 0, "X-Test-Raise: 1").raw(), 1); !slices.Equal(got, []int{500}) {
+		t.Fatalf("the raising view: %v, want 500", got)
+	}
+	if d := r.awaitAdmitted(t, r.hosts[1], "cora"); d > time.Second {
+		t.Errorf("the place was free %v after the 500, want ≤ 1 s", d)
+	}
+	r.checkInvariants(t, mark, invariantOpts{})
+}

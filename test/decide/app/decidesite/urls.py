@@ -6,4 +6,5 @@ from decidesite import views
 urlpatterns = [
     re_path(r"^concepts/\$match/?$", views.MatchView.as_view()),
     re_path(r"^concepts/\$rerank/?$", views.RerankView.as_view()),
+    re_path(r"^v2/concepts/\$match/?$", views.DecoratedMatchView.as_view()),
 ]

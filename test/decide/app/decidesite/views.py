@@ -16,6 +16,8 @@ from django.http import StreamingHttpResponse
 from rest_framework.response import Response
 from rest_framework.views import APIView
 
+from capgate.django import capacity_limited
+
 TRUTHY = ["true", "True", 1, "1", True]
 
 
@@ -49,6 +51,11 @@ def run_heavy(request, endpoint, rows):
     }
     _record(dict(run, ev="start", t=time.monotonic()))
     hold = _hold_seconds(request)
+    if meta.get("HTTP_X_TEST_RAISE"):
+        try:
+            raise RuntimeError("the view failed mid-call (X-Test-Raise)")
+        finally:
+            _record(dict(run, ev="end", t=time.monotonic()))
     chunks = int(meta.get("HTTP_X_TEST_STREAM", "0") or 0)
     if chunks > 0:
         def stream():
@@ -98,3 +105,30 @@ class RerankView(APIView):
         if not request.data.get("q"):
             return Response({"detail": 'Missing "q" in request body.'}, status=400)
         return run_heavy(request, "$rerank", len(rows))
+
+
+def v2_classify(request):
+    """The decorated view's classifier: any authenticated caller's call with
+    rows is a heavy $match (the view is mounted where the OCL classifier,
+    and so the middleware, does not look)."""
+    user = request.user
+    if user is None or not user.is_authenticated:
+        return None
+    rows = _rows(request)
+    if rows is None:
+        return None
+    return {"user": user.username, "is_staff": user.is_staff, "groups": [g.name for g in user.groups.all()],
+            "endpoint": "$match", "semantic": True, "rows": len(rows),
+            "request_id": request.META.get("HTTP_X_REQUEST_ID")}
+
+
+class DecoratedMatchView(APIView):
+    """A view gated by @capacity_limited on its method: the classifier gets
+    DRF's request."""
+
+    @capacity_limited(v2_classify)
+    def post(self, request):
+        rows = _rows(request)
+        if rows is None:
+            return Response({"detail": 'Invalid or missing "rows" in request body.'}, status=400)
+        return run_heavy(request, "$match", len(rows))
