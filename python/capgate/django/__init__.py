@@ -145,30 +145,74 @@ def _begin(client, call_fields, django_request):
     return call, None
 
 
+# What a classifier may read of the request without DRF being asked: the
+# method, the path, the query and the headers.
+_PLAIN = frozenset(("method", "path", "path_info", "META", "GET", "headers", "COOKIES", "scheme", "get_full_path"))
+
+
+def _keep_body(request):
+    """Reads the body so that Django keeps it: the classifier's parse and the
+    view's then read the same bytes. Past DATA_UPLOAD_MAX_MEMORY_SIZE Django
+    refuses request.body, yet DRF's parsers read the stream with no limit:
+    read it here all the same, as DRF will, so such a body is classified,
+    not passed."""
+    from django.core.exceptions import RequestDataTooBig
+
+    try:
+        request.body
+    except RequestDataTooBig:
+        import io
+
+        request._body = request.read()
+        request._stream = io.BytesIO(request._body)
+
+
+class _LazyDRFRequest:
+    """The request as a DRF view will see it — its authenticators and
+    parsers: request.user, request.query_params, request.data — made only
+    when the classifier asks for more than the method, path, query and
+    headers, so a call that is not heavy costs no parse and no
+    authentication."""
+
+    def __init__(self, request, view_func, view_args, view_kwargs):
+        self._request = request
+        self._view = (view_func, view_args, view_kwargs)
+        self._drf = None
+
+    def drf(self):
+        if self._drf is None:
+            view_func, args, kwargs = self._view
+            request = self._request
+            if request.method not in ("GET", "HEAD", "OPTIONS"):
+                _keep_body(request)
+            view = view_func.cls(**(getattr(view_func, "initkwargs", None) or {}))
+            view.args, view.kwargs, view.request = args, kwargs, request
+            view.format_kwarg = None
+            self._drf = view.initialize_request(request, *args, **kwargs)
+        return self._drf
+
+    def __getattr__(self, name):
+        if name in _PLAIN:
+            return getattr(self._request, name)
+        return getattr(self.drf(), name)
+
+
 def _drf_request(request, view_func, view_args, view_kwargs):
-    """The request as a DRF view would see it: its authenticators and
-    parsers (request.user, request.data); the Django request otherwise."""
+    """The request for the classifier: a lazy DRF request for a DRF view,
+    else the Django request."""
     cls = getattr(view_func, "cls", None)
     if cls is None or not hasattr(cls, "initialize_request"):
         return request
-    if request.method not in ("GET", "HEAD", "OPTIONS"):
-        try:
-            # Django keeps the body, so the view's own parse reads it again.
-            request.body
-        except Exception:
-            return request
-    view = cls(**(getattr(view_func, "initkwargs", None) or {}))
-    view.args, view.kwargs, view.request = view_args, view_kwargs, request
-    view.format_kwarg = None
-    return view.initialize_request(request, *view_args, **view_kwargs)
+    return _LazyDRFRequest(request, view_func, view_args, view_kwargs)
 
 
-def _reuse_authentication(request, drf_request):
+def _reuse_authentication(request, lazy):
     """Hands the user the view's own authenticators found (for the
     classifier) to the view, so it does not authenticate the request a second
     time (a token lookup: about half of what the middleware adds to a call).
     Only a user that authenticated is handed on; DRF takes it as forced
     authentication."""
+    drf_request = getattr(lazy, "_drf", None)
     user = getattr(drf_request, "_user", None)
     if user is None or not getattr(user, "is_authenticated", False):
         return
@@ -214,7 +258,7 @@ class CapacityMiddleware:
             _misses.log(e)
             return None
         fields = _classify(self.classify, req)
-        if self.reuse_auth and req is not request:
+        if self.reuse_auth and isinstance(req, _LazyDRFRequest):
             _reuse_authentication(request, req)
         if not fields:
             return None
