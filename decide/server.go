@@ -156,6 +156,13 @@ func (s *Server) authorized(r *http.Request) bool {
 const bodyReadTimeout = 10 * time.Second
 
 func (s *Server) decide(w http.ResponseWriter, r *http.Request) {
+	if ct, _, _ := strings.Cut(r.Header.Get("Content-Type"), ";"); !strings.EqualFold(strings.TrimSpace(ct), "application/json") {
+		// A browser can't send this type across origins without a
+		// preflight, which the service never answers: a web page can't
+		// make a loopback service hold places.
+		httpError(w, http.StatusUnsupportedMediaType, "send the call as Content-Type: application/json")
+		return
+	}
 	rc := http.NewResponseController(w)
 	_ = rc.SetReadDeadline(time.Now().Add(bodyReadTimeout))
 	req, err := decodeCall(r.Body)

@@ -87,6 +87,7 @@ func (e *env) post(t *testing.T, ctx context.Context, body, token string) *strea
 	if err != nil {
 		t.Fatal(err)
 	}
+	req.Header.Set("Content-Type", "application/json")
 	if token != "" {
 		req.Header.Set("Authorization", "Bearer "+token)
 	}
@@ -125,6 +126,14 @@ func TestUnknownFieldIsRefused(t *testing.T) {
 		if s := e.post(t, t.Context(), bad, ""); s.resp.StatusCode != 400 {
 			t.Errorf("%s: status %d, want 400", bad, s.resp.StatusCode)
 		}
+	}
+	resp, err := http.Post(e.url+"/v1/calls", "text/plain", strings.NewReader(call("1")))
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	if resp.StatusCode != http.StatusUnsupportedMediaType {
+		t.Errorf("a call as text/plain (what a web page may send cross-origin): %d, want 415", resp.StatusCode)
 	}
 	if n := len(e.sink.Raw()); n != 0 {
 		t.Errorf("%d log lines for refused requests, want 0", n)
@@ -232,6 +241,7 @@ func TestFairWait(t *testing.T) {
 	gone := make(chan error, 1)
 	go func() {
 		req, _ := http.NewRequestWithContext(ctx, "POST", e.url+"/v1/calls", strings.NewReader(call("2")))
+		req.Header.Set("Content-Type", "application/json")
 		resp, err := http.DefaultClient.Do(req)
 		if err == nil {
 			resp.Body.Close()
@@ -253,6 +263,7 @@ func TestFairWait(t *testing.T) {
 	hdr := make(chan string, 1)
 	go func() {
 		req, _ := http.NewRequestWithContext(t.Context(), "POST", e.url+"/v1/calls", strings.NewReader(call("3")))
+		req.Header.Set("Content-Type", "application/json")
 		resp, err := http.DefaultClient.Do(req)
 		if err != nil {
 			waited <- result{err: err}
