@@ -156,32 +156,9 @@ func (s *Server) authorized(r *http.Request) bool {
 const bodyReadTimeout = 10 * time.Second
 
 func (s *Server) decide(w http.ResponseWriter, r *http.Request) {
-	if ct, _, _ := strings.Cut(r.Header.Get("Content-Type"), ";"); !strings.EqualFold(strings.TrimSpace(ct), "application/json") {
-		// A browser can't send this type across origins without a
-		// preflight, which the service never answers: a web page can't
-		// make a loopback service hold places.
-		httpError(w, http.StatusUnsupportedMediaType, "send the call as Content-Type: application/json")
-		return
-	}
 	rc := http.NewResponseController(w)
-	_ = rc.SetReadDeadline(time.Now().Add(bodyReadTimeout))
-	req, err := decodeCall(r.Body)
-	_ = rc.SetReadDeadline(time.Time{})
-	if err != nil {
-		httpError(w, http.StatusBadRequest, err.Error())
-		return
-	}
-	call, err := req.call(s.Groups)
-	if err == nil && s.shuttingDown() {
-		httpError(w, http.StatusServiceUnavailable, "the decision service is shutting down")
-		return
-	}
-	var gate *capgate.Gate
-	if err == nil {
-		gate, err = s.gateFor(req.Task)
-	}
-	if err != nil {
-		httpError(w, http.StatusBadRequest, err.Error())
+	call, gate, ok := s.readCall(w, r, rc)
+	if !ok {
 		return
 	}
 	// The whole body is read, so net/http now watches the connection: the
@@ -222,6 +199,46 @@ func (s *Server) decide(w http.ResponseWriter, r *http.Request) {
 	}
 	d.Held = true
 	d.MaxHoldSeconds = int(adm.MaxHold() / time.Second)
+	s.hold(ctx, w, rc, adm, d)
+}
+
+// readCall reads and checks the call of r, and finds its gate; it answers
+// the error itself (ok false) when there is one.
+func (s *Server) readCall(w http.ResponseWriter, r *http.Request, rc *http.ResponseController) (_ capgate.Call, _ *capgate.Gate, ok bool) {
+	if ct, _, _ := strings.Cut(r.Header.Get("Content-Type"), ";"); !strings.EqualFold(strings.TrimSpace(ct), "application/json") {
+		// A browser can't send this type across origins without a
+		// preflight, which the service never answers: a web page can't
+		// make a loopback service hold places.
+		httpError(w, http.StatusUnsupportedMediaType, "send the call as Content-Type: application/json")
+		return capgate.Call{}, nil, false
+	}
+	_ = rc.SetReadDeadline(time.Now().Add(bodyReadTimeout))
+	req, err := decodeCall(r.Body)
+	_ = rc.SetReadDeadline(time.Time{})
+	var call capgate.Call
+	if err == nil {
+		call, err = req.call(s.Groups)
+	}
+	var gate *capgate.Gate
+	if err == nil {
+		gate, err = s.gateFor(req.Task)
+	}
+	switch {
+	case err != nil:
+		httpError(w, http.StatusBadRequest, err.Error())
+		return capgate.Call{}, nil, false
+	case s.shuttingDown():
+		httpError(w, http.StatusServiceUnavailable, "the decision service is shutting down")
+		return capgate.Call{}, nil, false
+	}
+	return call, gate, true
+}
+
+// hold writes the decision d of a counted call and holds the call until
+// the client closes the connection (or dies), releases it by id,
+// max_hold_seconds pass, or the server shuts down; the caller's deferred
+// Release then gives the place back (at once, when the client is gone).
+func (s *Server) hold(ctx context.Context, w http.ResponseWriter, rc *http.ResponseController, adm *capgate.Admission, d Decision) {
 	hc := &heldCall{release: make(chan struct{})}
 	s.mu.Lock()
 	s.held[d.ID] = hc
@@ -232,14 +249,14 @@ func (s *Server) decide(w http.ResponseWriter, r *http.Request) {
 		s.mu.Unlock()
 	}()
 	if !s.writeLine(w, rc, d) {
-		return // the client is gone: the deferred Release gives the place back
+		return // the client is gone
 	}
 	timer := time.NewTimer(adm.MaxHold())
 	defer timer.Stop()
 	var why string
 	select {
 	case <-ctx.Done():
-		return // the client closed the connection (or died): release at once
+		return // the client closed the connection (or died)
 	case <-hc.release:
 		why = "release"
 	case <-timer.C:
