@@ -385,6 +385,9 @@ type runEvent struct {
 	Host     string  `json:"host"`
 	PID      int     `json:"pid"`
 	T        float64 `json:"t"` // CLOCK_MONOTONIC seconds, one clock for every process
+	// Delay is how long the middlewares took to let the view run
+	// (seconds): what the limiter added to the call.
+	Delay *float64 `json:"delay"`
 }
 
 // gateLine is the part of an ocl_capacity line the suite reads.

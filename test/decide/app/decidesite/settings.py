@@ -28,6 +28,7 @@ MIDDLEWARE = [
     "django.middleware.common.CommonMiddleware",
     "django.contrib.sessions.middleware.SessionMiddleware",
     "django.contrib.auth.middleware.AuthenticationMiddleware",
+    "decidesite.timing.Timing",  # the limiter's delay, for the record
     "capgate.django.CapacityMiddleware",
 ]
 if os.environ.get("DECIDE_NO_LIMITER"):

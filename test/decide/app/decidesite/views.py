@@ -49,7 +49,12 @@ def run_heavy(request, endpoint, rows):
         "host": os.environ.get("DECIDE_HOST", ""),
         "pid": os.getpid(),
     }
-    _record(dict(run, ev="start", t=time.monotonic()))
+    now = time.monotonic()
+    t0 = getattr(request, "decide_t0", None)
+    # How long the middlewares took between deciding to run this view and
+    # running it: the limiter's delay.
+    run["delay"] = now - t0 if t0 is not None else None
+    _record(dict(run, ev="start", t=now))
     hold = _hold_seconds(request)
     if meta.get("HTTP_X_TEST_RAISE"):
         try:
