@@ -36,6 +36,14 @@ _FIELDS = (
 )
 
 
+def _remaining(deadline):
+    """Seconds left until deadline; past it, a timeout that fails at once."""
+    left = deadline - time.monotonic()
+    if left <= 0:
+        raise socket.timeout("capgate decide: no answer within the timeout")
+    return left
+
+
 class Decision:
     """The service's decision on one call.
 
@@ -111,12 +119,19 @@ class _Call:
 
     def _ask(self):
         c = self._client
+        # One deadline for connecting, sending and the answer, not one
+        # timeout per step: a service that is slow at each step still costs
+        # the call at most the client's timeout (plus the announced wait).
+        deadline = time.monotonic() + c.timeout
         conn = c._connect()
         self._conn = conn
-        conn.request("POST", "/v1/calls", body=self._body, headers=c._headers)
+        conn.connect()
         # getresponse hands the socket to the response (Connection: close)
         # and forgets it: keep it, for the timeout and the shutdown.
         self._sock = conn.sock
+        self._sock.settimeout(_remaining(deadline))
+        conn.request("POST", "/v1/calls", body=self._body, headers=c._headers)
+        self._sock.settimeout(_remaining(deadline))
         resp = conn.getresponse()
         self._resp = resp
         if resp.status != 200:
@@ -125,7 +140,8 @@ class _Call:
         wait = resp.getheader("Capgate-Wait-Seconds")
         if wait:
             # The call may wait in the service's queue: allow that long.
-            self._sock.settimeout(c.timeout + float(wait))
+            deadline += float(wait)
+        self._sock.settimeout(_remaining(deadline))
         line = resp.readline(64 << 10)
         if not line.endswith(b"\n"):
             raise RuntimeError("capgate decide: the decision line ended early")

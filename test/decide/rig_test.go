@@ -196,19 +196,42 @@ func (r *rig) start() error {
 			return err
 		}
 		h.addr = addr
-		logPath := filepath.Join(r.dir, "gunicorn-"+name+".log")
-		h.gunicorn, err = r.spawn(r.appDir, r.pyEnv(h.name), logPath, "gunicorn", "--bind", addr,
-			"--workers", "2", "--worker-class", "gthread", "--threads", "4", "--timeout", "60",
-			"decidesite.wsgi:application")
-		if err != nil {
-			return err
-		}
-		if err := waitHTTP(ctx, "http://"+addr+"/", logPath); err != nil {
+		if err := r.startApp(ctx, h, appTimeout); err != nil {
 			return err
 		}
 		r.hosts = append(r.hosts, h)
 	}
 	return r.warm(ctx)
+}
+
+// appTimeout is the middleware's TIMEOUT on the hosts: generous, so that a
+// decision service slowed by a loaded machine does not make calls fail open
+// and break the limits under test; the fail-open test restarts a host with
+// the default (0.25 s).
+const appTimeout = "1.0"
+
+// startApp starts host's gunicorn (the middleware's TIMEOUT timeout) and
+// waits for it to answer.
+func (r *rig) startApp(ctx context.Context, h *host, timeout string) error {
+	logPath := filepath.Join(r.dir, "gunicorn-"+h.name+".log")
+	var err error
+	h.gunicorn, err = r.spawn(r.appDir, append(r.pyEnv(h.name), "CAPGATE_TIMEOUT="+timeout), logPath, "gunicorn",
+		"--bind", h.addr, "--workers", "2", "--worker-class", "gthread", "--threads", "4", "--timeout", "60",
+		"decidesite.wsgi:application")
+	if err != nil {
+		return err
+	}
+	return waitHTTP(ctx, "http://"+h.addr+"/", logPath)
+}
+
+// restartApp stops host's gunicorn and starts it again with timeout, warm.
+func (r *rig) restartApp(ctx context.Context, h *host, timeout string) error {
+	_ = syscall.Kill(-h.gunicorn.Process.Pid, syscall.SIGTERM)
+	_ = h.gunicorn.Wait()
+	if err := r.startApp(ctx, h, timeout); err != nil {
+		return err
+	}
+	return r.warmHost(ctx, h)
 }
 
 // pyEnv is the environment of the app on host (none for set-up).
@@ -268,15 +291,22 @@ func (r *rig) stopDecide(h *host) {
 // loaded Django (its first request does), so timing tests time calls.
 func (r *rig) warm(ctx context.Context) error {
 	for _, h := range r.hosts {
-		var wg sync.WaitGroup
-		for range 24 {
-			wg.Go(func() {
-				q := request{target: "/concepts/$match/", body: oneRow, headers: []string{r.token("cora"), jsonCT}}
-				_, _ = sendCtx(ctx, h.addr, q.raw(), 1)
-			})
+		if err := r.warmHost(ctx, h); err != nil {
+			return err
 		}
-		wg.Wait()
 	}
+	return nil
+}
+
+func (r *rig) warmHost(ctx context.Context, h *host) error {
+	var wg sync.WaitGroup
+	for range 24 {
+		wg.Go(func() {
+			q := request{target: "/concepts/$match/", body: oneRow, headers: []string{r.token("cora"), jsonCT}}
+			_, _ = sendCtx(ctx, h.addr, q.raw(), 1)
+		})
+	}
+	wg.Wait()
 	return ctx.Err()
 }
 

@@ -53,7 +53,7 @@ CAPGATE = {
     "URL": os.environ.get("CAPGATE_URL", ""),
     "TOKEN": os.environ.get("CAPGATE_TOKEN") or None,
     "CLASSIFY": "capgate.django.ocl.classify",
-    "TIMEOUT": 0.25,
+    "TIMEOUT": float(os.environ.get("CAPGATE_TIMEOUT", "0.25")),
 }
 LOGGING = {
     "version": 1,
