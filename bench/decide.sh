@@ -61,7 +61,7 @@ start_app() {
 	local name=$1 port
 	shift
 	port=$(free_port)
-	(cd "$APP" && env "$@" gunicorn --bind "127.0.0.1:$port" --workers 2 --worker-class gthread --threads 8 \
+	(cd "$APP" && exec env "$@" gunicorn --bind "127.0.0.1:$port" --workers 2 --worker-class gthread --threads 8 --graceful-timeout 2 \
 		--timeout 60 decidesite.wsgi:application 2>"$WORK/gunicorn-$name.log") &
 	PIDS+=($!)
 	wait_port "$port"
