@@ -36,6 +36,7 @@ Usage:
 
 Commands:
   serve      run the gateway in front of an API
+  decide     run the decision service an app asks from inside (docs/PROTOCOL.md)
   capacity   show and change the runtime config: show|set|reset|history|status
   demo       run a simulated API, the gateway and simulated users for ~30 s
   loadgen    drive a gateway with simulated Mapper users and report
@@ -64,6 +65,9 @@ func Run(ctx context.Context, args []string, stdin io.Reader, stdout, stderr io.
 		return 0
 	case "serve":
 		cmd := &ServeCommand{Stdout: stdout, Stderr: stderr}
+		return exitCode(stderr, cmd.Run(ctx, args[1:]))
+	case "decide":
+		cmd := &DecideCommand{Stdout: stdout, Stderr: stderr}
 		return exitCode(stderr, cmd.Run(ctx, args[1:]))
 	case "demo":
 		cmd := &DemoCommand{Stdout: stdout, Stderr: stderr, Live: isTerminal(stdout)}

@@ -121,6 +121,11 @@ func (c *ServeCommand) flags() (*serveFlags, error) {
 	}
 	fs.BoolVar(&f.migrate, "migrate", migrate, "migrate the config database at start (retried in the background while it is down); false: leave it to capgate migrate, for a database user without DDL rights (CAPGATE_MIGRATE)")
 	fs.StringVar(&f.logFormat, "log-format", env("CAPGATE_LOG_FORMAT", LogFormatText), "the operational logs' format on stderr, text or json; the ocl_capacity lines are always JSON (CAPGATE_LOG_FORMAT)")
+	// The decision service beside the gateway (decide.go).
+	fs.StringVar(&o.Decide.Listen, "decide-listen", env("CAPGATE_DECIDE_LISTEN", ""), "also serve the decision protocol (docs/PROTOCOL.md) on unix:<path> or host:port (CAPGATE_DECIDE_LISTEN)")
+	if err := decideTokenFlags(fs, &o.Decide, env); err != nil {
+		return nil, err
+	}
 	return f, nil
 }
 
@@ -231,6 +236,16 @@ func (c *ServeCommand) Run(ctx context.Context, args []string) error {
 			return fmt.Errorf("--admin-listen: %w", err)
 		}
 	}
+	waitDecide, err := startDecide(ctx, o.Decide, srv.Gate, capgate.TierGroups{Core: o.CoreGroup, EarlyAccess: o.EarlyGroup},
+		o.ShutdownTimeout, logger)
+	if err != nil {
+		ln.Close()
+		if admin != nil {
+			admin.Close()
+		}
+		return err
+	}
+	defer func() { _ = waitDecide() }() // before the gate closes (the deferred srv.Close)
 	logger.Info("capgate serving", "listen", ln.Addr().String(), "upstream", o.Upstream,
 		"task", o.TaskID, "identity", o.Identity)
 	if c.Ready != nil {

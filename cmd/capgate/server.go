@@ -62,6 +62,10 @@ type ServeOptions struct {
 	SkipMigrate bool   // --migrate=false, CAPGATE_MIGRATE=false: leave the schema to capgate migrate
 	LogFormat   string // --log-format, CAPGATE_LOG_FORMAT: text (default) or json
 	effective   []any  // every flag's value, for the start-up log line
+
+	// Decide serves the decision protocol beside the gateway
+	// (--decide-listen, --decide-token, --decide-no-token).
+	Decide DecideOptions
 }
 
 // Server is one running capgate gateway: its stores, gate and handlers.

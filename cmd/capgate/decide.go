@@ -1,0 +1,325 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"log/slog"
+	"net"
+	"net/http"
+	"os"
+	"sync"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/collectors"
+	"github.com/prometheus/client_golang/prometheus/promhttp"
+
+	"github.com/capgate/capgate"
+	"github.com/capgate/capgate/decide"
+	capgatehttp "github.com/capgate/capgate/http"
+	"github.com/capgate/capgate/logsink"
+	"github.com/capgate/capgate/memory"
+	"github.com/capgate/capgate/metrics"
+	"github.com/capgate/capgate/redis"
+)
+
+// DecideOptions are the decision service's own settings, shared by
+// `capgate decide` and `capgate serve --decide-listen`.
+type DecideOptions struct {
+	Listen  string // --listen (decide) or --decide-listen (serve): unix:<path> or host:port
+	Token   string // --decide-token, CAPGATE_DECIDE_TOKEN: the shared secret
+	NoToken bool   // --decide-no-token, CAPGATE_DECIDE_NO_TOKEN: allow a loopback TCP address without one
+}
+
+// decideTokenFlags registers the token flags on fs.
+func decideTokenFlags(fs *flag.FlagSet, o *DecideOptions, env func(name, def string) string) error {
+	fs.StringVar(&o.Token, "decide-token", env("CAPGATE_DECIDE_TOKEN", ""), "the decision service's shared secret, sent as Authorization: Bearer; required on TCP unless --decide-no-token on a loopback address (CAPGATE_DECIDE_TOKEN)")
+	no, err := parseBool("CAPGATE_DECIDE_NO_TOKEN", env("CAPGATE_DECIDE_NO_TOKEN", "false"))
+	if err != nil {
+		return err
+	}
+	fs.BoolVar(&o.NoToken, "decide-no-token", no, "serve the decision service without a token on a loopback TCP address (a unix socket never needs one) (CAPGATE_DECIDE_NO_TOKEN)")
+	return nil
+}
+
+// startDecide serves the decision protocol over gate on o.Listen until ctx
+// is done or stop is called; stop ends it and waits for it (call it before
+// the gate closes). With no address it does nothing.
+func startDecide(ctx context.Context, o DecideOptions, gate *capgate.Gate, groups capgate.TierGroups,
+	shutdown time.Duration, logger *slog.Logger) (stop func() error, err error) {
+	if o.Listen == "" {
+		return func() error { return nil }, nil
+	}
+	ln, err := decide.Listen(o.Listen, o.Token, o.NoToken)
+	if err != nil {
+		return nil, fmt.Errorf("decision service: %w", err)
+	}
+	s := decide.NewServer(gate)
+	s.Token, s.Groups, s.Logger = o.Token, groups, logger
+	logger.Info("capgate decision service", "listen", o.Listen, "token", o.Token != "")
+	ctx, cancel := context.WithCancel(ctx)
+	var wg sync.WaitGroup
+	var serr error
+	wg.Go(func() { serr = decide.Serve(ctx, s, ln, shutdown, logger) })
+	return func() error { cancel(); wg.Wait(); return serr }, nil
+}
+
+// DecideCommand is `capgate decide`: the decision service alone.
+type DecideCommand struct {
+	Stdout, Stderr io.Writer
+	// Getenv reads the environment. Default os.Getenv.
+	Getenv func(string) string
+	// Ready, if set, gets the service's address once it listens (tests).
+	Ready chan<- string
+}
+
+// Usage returns the command's help.
+func (c *DecideCommand) Usage() string {
+	return `Usage: capgate decide [flags]
+
+Runs the decision service: an app (the Python package's Django middleware,
+or any HTTP/1.1 client) asks POST /v1/calls whether a heavy call may run,
+and holds its place while the connection stays open (docs/PROTOCOL.md). It
+uses the same config, lanes, fair wait and ocl_capacity lines as serve,
+with no upstream and no identity lookup: the app says who calls. --listen
+unix:<path> needs no token; a TCP address needs --decide-token unless it is
+loopback and --decide-no-token is given. --admin-listen serves GET /metrics,
+/livez and /readyz. Flags:
+`
+}
+
+// decideFlags holds the parsed flag values of decide.
+type decideFlags struct {
+	fs        *flag.FlagSet
+	st        *Settings
+	o         *ServeOptions
+	d         DecideOptions
+	logFormat string
+	migrate   bool
+}
+
+func (c *DecideCommand) flags() (*decideFlags, error) {
+	getenv := c.Getenv
+	if getenv == nil {
+		getenv = os.Getenv
+	}
+	st, err := LoadSettings(getenv)
+	if err != nil {
+		return nil, err
+	}
+	env := func(name, def string) string {
+		if v := getenv(name); v != "" {
+			return v
+		}
+		return def
+	}
+	f := &decideFlags{fs: flag.NewFlagSet("capgate decide", flag.ContinueOnError), st: &st, o: &ServeOptions{}}
+	fs, o := f.fs, f.o
+	fs.SetOutput(io.Discard)
+	f.st.ConfigFlags(fs)
+	f.st.LaneFlags(fs)
+	fs.StringVar(&f.d.Listen, "listen", env("CAPGATE_DECIDE_LISTEN", "unix:capgate-decide.sock"), "where to serve the decision protocol: unix:<path> or host:port (CAPGATE_DECIDE_LISTEN)")
+	if err := decideTokenFlags(fs, &f.d, env); err != nil {
+		return nil, err
+	}
+	fs.StringVar(&o.AdminListen, "admin-listen", env("CAPGATE_ADMIN_LISTEN", ""), "serve GET /metrics, /livez and /readyz on this address (CAPGATE_ADMIN_LISTEN)")
+	fs.StringVar(&o.LogFile, "log-file", env("CAPGATE_LOG_FILE", ""), "append the ocl_capacity lines to this file instead of stdout (CAPGATE_LOG_FILE)")
+	fs.StringVar(&o.CoreGroup, "core-group", env("CAPGATE_CORE_GROUP", "core_user"), "the auth group of the core tier, for calls that send groups (CAPGATE_CORE_GROUP)")
+	fs.StringVar(&o.EarlyGroup, "early-access-group", env("CAPGATE_EARLY_ACCESS_GROUP", "early_access"), "the auth group of the early_access tier (CAPGATE_EARLY_ACCESS_GROUP)")
+	localLanes, err := parseBool("CAPGATE_LOCAL_LANES", env("CAPGATE_LOCAL_LANES", "true"))
+	if err != nil {
+		return nil, err
+	}
+	fs.BoolVar(&o.LocalLanes, "local-lanes", localLanes, "with Redis: keep local lanes of this service's calls and apply degraded limits while Redis is unavailable (CAPGATE_LOCAL_LANES)")
+	o.ShutdownTimeout = DefaultShutdownTimeout
+	if v := getenv("CAPGATE_SHUTDOWN_TIMEOUT"); v != "" {
+		if o.ShutdownTimeout, err = parseDuration(v, time.Second); err != nil {
+			return nil, fmt.Errorf("CAPGATE_SHUTDOWN_TIMEOUT=%q: want a duration such as 30s, or a number of seconds", v)
+		}
+	}
+	fs.Var(durationValue{&o.ShutdownTimeout, time.Second}, "shutdown-timeout", "how long held calls' handlers may take to end after SIGTERM, a `duration` (CAPGATE_SHUTDOWN_TIMEOUT)")
+	migrate, err := parseBool("CAPGATE_MIGRATE", env("CAPGATE_MIGRATE", "true"))
+	if err != nil {
+		return nil, err
+	}
+	fs.BoolVar(&f.migrate, "migrate", migrate, "migrate the config database at start (CAPGATE_MIGRATE)")
+	fs.StringVar(&f.logFormat, "log-format", env("CAPGATE_LOG_FORMAT", LogFormatText), "the operational logs' format on stderr, text or json (CAPGATE_LOG_FORMAT)")
+	return f, nil
+}
+
+// Run serves until ctx is done (SIGTERM or SIGINT).
+func (c *DecideCommand) Run(ctx context.Context, args []string) error {
+	f, err := c.flags()
+	if err != nil {
+		return err
+	}
+	if err := f.fs.Parse(args); err != nil {
+		if errors.Is(err, flag.ErrHelp) {
+			fmt.Fprint(c.Stdout, helpOf(c.Usage(), f.fs))
+			return nil
+		}
+		return &UsageError{Msg: fmt.Sprintf("capgate decide: %v (capgate decide -h lists the flags)", err)}
+	}
+	if f.fs.NArg() > 0 {
+		return &UsageError{Msg: fmt.Sprintf("capgate decide: unexpected argument %q (capgate decide -h lists the flags)", f.fs.Arg(0))}
+	}
+	o := *f.o
+	o.Settings = *f.st
+	o.LogFormat, o.SkipMigrate = f.logFormat, !f.migrate
+	logger, err := newLogger(o.LogFormat, c.Stderr)
+	if err != nil {
+		return err
+	}
+	setProcessLogger(ctx, logger)
+	logger.Info("capgate settings", append([]any{"version", version()}, effectiveSettings(f.fs)...)...)
+	s, reg, err := newDecideCore(ctx, o, c.Stdout, logger)
+	if err != nil {
+		return err
+	}
+	defer func() {
+		if cerr := s.Close(); cerr != nil {
+			logger.Warn("close", "error", cerr)
+		}
+	}()
+	var admin net.Listener
+	if o.AdminListen != "" {
+		if admin, err = net.Listen("tcp", o.AdminListen); err != nil {
+			return fmt.Errorf("--admin-listen: %w", err)
+		}
+	}
+	groups := capgate.TierGroups{Core: o.CoreGroup, EarlyAccess: o.EarlyGroup}
+	wait, err := startDecide(ctx, f.d, s.Gate, groups, o.ShutdownTimeout, logger)
+	if err != nil {
+		if admin != nil {
+			admin.Close()
+		}
+		return err
+	}
+	if c.Ready != nil {
+		c.Ready <- f.d.Listen
+	}
+	// The config watch and health checks run as under serve; /metrics and
+	// the probes on the admin address, if any.
+	bctx, stop := context.WithCancel(context.WithoutCancel(ctx))
+	var bg sync.WaitGroup
+	bg.Go(func() { s.Configs.Watch(bctx) })
+	bg.Go(func() { s.Health.Run(bctx) })
+	if s.migrateLater {
+		bg.Go(func() { s.migrateInBackground(bctx) })
+	}
+	var hs *http.Server
+	if admin != nil {
+		mux := http.NewServeMux()
+		mux.Handle("GET /metrics", promhttp.HandlerFor(reg, promhttp.HandlerOpts{}))
+		mux.Handle("GET /livez", s.Health.Livez())
+		mux.Handle("GET /healthz", s.Health.Livez())
+		mux.Handle("GET /readyz", s.Health.Readyz())
+		hs = &http.Server{Handler: mux, ReadHeaderTimeout: 10 * time.Second}
+		bg.Go(func() { _ = hs.Serve(admin) })
+	}
+	<-ctx.Done()
+	err = wait()
+	if hs != nil {
+		_ = hs.Close()
+	}
+	stop()
+	bg.Wait()
+	return err
+}
+
+// newDecideCore opens what the decision service shares with serve — the
+// log sink, the lanes, the config store and service, the gate, metrics and
+// health — without a gateway, an upstream or an identity.
+func newDecideCore(ctx context.Context, opts ServeOptions, lines io.Writer, logger *slog.Logger) (_ *Server, _ *prometheus.Registry, err error) {
+	s := &Server{opts: opts, logger: logger}
+	defer func() {
+		if err != nil {
+			s.closeStores()
+		}
+	}()
+	if opts.LogFile != "" {
+		f, err := openLogFile(opts.LogFile)
+		if err != nil {
+			return nil, nil, fmt.Errorf("--log-file: %w", err)
+		}
+		s.closers = append(s.closers, f.Close)
+		s.logFile = f
+		lines = f
+	}
+	s.Sink = logsink.New(lines)
+	s.closers = append(s.closers, func() error {
+		ctx, cancel := context.WithTimeout(context.Background(), logsink.DefaultDrainTimeout)
+		defer cancel()
+		return s.Sink.Close(ctx)
+	})
+	keyPrefix, err := opts.LaneKeyPrefix()
+	if err != nil {
+		return nil, nil, err
+	}
+	if opts.HasRedis() {
+		rs, err := redis.Open(opts.RedisOptions())
+		if err != nil {
+			return nil, nil, fmt.Errorf("redis lanes: %w", err)
+		}
+		s.closers = append(s.closers, rs.Close)
+		s.Lanes = rs
+		logger.Info("lanes in Redis", "redis", rs.String())
+	} else {
+		s.Lanes = memory.New(nil)
+		logger.Warn("lanes are in-process: they count this service's calls only; with more than one service or gateway set --redis")
+	}
+	cstore, err := ConnectConfigStore(ctx, opts.Database)
+	if err != nil {
+		return nil, nil, fmt.Errorf("config store: %w", err)
+	}
+	s.closers = append(s.closers, cstore.Close)
+	s.store = cstore
+	s.prepareSchema(ctx)
+	s.Configs = opts.NewConfigService(cstore)
+	s.Configs.Sink = s.Sink
+	s.Configs.Logger = logger
+
+	reg := prometheus.NewRegistry()
+	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+	s.Health = &capgatehttp.Health{
+		Checks: []capgatehttp.HealthCheck{
+			{Name: "lanes", Check: s.Lanes.Ping},
+			{Name: "config", Check: func(context.Context) error {
+				st := s.Configs.ReadState()
+				if !st.Ready {
+					return errors.New("not read yet")
+				}
+				return st.Err
+			}, Live: true},
+		},
+		Ready: func() bool { return s.Configs.ReadState().Ready },
+	}
+	m, err := metrics.New(reg, metrics.WithLogDropped(s.Sink.Dropped), metrics.WithConfigVersion(s.Configs.Version),
+		metrics.WithStoreUp(s.Health.Up, "lanes", "config"))
+	if err != nil {
+		return nil, nil, fmt.Errorf("metrics: %w", err)
+	}
+	if s.Gate, err = capgate.NewGate(s.Lanes, s.Configs, s.Sink, opts.TaskID); err != nil {
+		return nil, nil, err
+	}
+	s.Gate.KeyPrefix = keyPrefix
+	s.Gate.Skip = capgate.NewSkipWindow(opts.RedisRetry, nil)
+	s.Gate.Logger = logger
+	s.Gate.Observer = m
+	if opts.HasRedis() && opts.LocalLanes {
+		s.Gate.Local = memory.New(nil)
+	}
+	s.closers = append(s.closers, func() error {
+		d := opts.RedisDeadline
+		if d <= 0 {
+			d = capgate.DefaultStoreDeadline
+		}
+		ctx, cancel := context.WithTimeout(context.Background(), d)
+		defer cancel()
+		return s.Gate.Close(ctx)
+	})
+	return s, reg, nil
+}

@@ -1,0 +1,150 @@
+package main
+
+import (
+	"bufio"
+	"context"
+	"encoding/json"
+	"io"
+	"net"
+	"net/http"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+)
+
+// unixClient is an HTTP client whose every request goes to the unix
+// socket at path.
+func unixClient(path string) *http.Client {
+	return &http.Client{Transport: &http.Transport{
+		DialContext: func(ctx context.Context, _, _ string) (net.Conn, error) {
+			var d net.Dialer
+			return d.DialContext(ctx, "unix", path)
+		},
+		DisableKeepAlives: true,
+	}}
+}
+
+// startDecideCmd runs capgate decide with args and returns a function that
+// stops it and returns Run's error.
+func startDecideCmd(t *testing.T, args ...string) (stop func() error) {
+	t.Helper()
+	ready := make(chan string, 1)
+	cmd := &DecideCommand{Stdout: io.Discard, Stderr: io.Discard, Ready: ready, Getenv: func(string) string { return "" }}
+	ctx, cancel := context.WithCancel(context.Background())
+	errc := make(chan error, 1)
+	go func() { errc <- cmd.Run(ctx, args) }()
+	select {
+	case <-ready:
+	case err := <-errc:
+		cancel()
+		t.Fatalf("decide exited at start: %v", err)
+	}
+	var stopped bool
+	stop = func() error {
+		if stopped {
+			return nil
+		}
+		stopped = true
+		cancel()
+		timer := time.NewTimer(30 * time.Second)
+		defer timer.Stop()
+		select {
+		case err := <-errc:
+			return err
+		case <-timer.C:
+			t.Fatal("decide did not stop within 30 s")
+			return nil
+		}
+	}
+	t.Cleanup(func() { _ = stop() })
+	return stop
+}
+
+// decideLine posts call to the service and returns the first line and the
+// open response.
+func decideLine(t *testing.T, c *http.Client, call string) (map[string]any, *http.Response) {
+	t.Helper()
+	resp, err := c.Post("http://decide/v1/calls", "application/json", strings.NewReader(call))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { resp.Body.Close() })
+	if resp.StatusCode != 200 {
+		b, _ := io.ReadAll(resp.Body)
+		t.Fatalf("status %d: %s", resp.StatusCode, b)
+	}
+	line, err := bufio.NewReader(resp.Body).ReadBytes('\n')
+	if err != nil {
+		t.Fatal(err)
+	}
+	var d map[string]any
+	if err := json.Unmarshal(line, &d); err != nil {
+		t.Fatalf("%q: %v", line, err)
+	}
+	return d, resp
+}
+
+const previewCall = `{"user":"pia","tier":"preview","endpoint":"$match","semantic":true,"rows":2,"aware":true}`
+
+func TestDecideCommandServesTheProtocol(t *testing.T) {
+	dir := t.TempDir()
+	sock, lines := filepath.Join(dir, "d.sock"), filepath.Join(dir, "lines.log")
+	db := "sqlite:" + filepath.Join(dir, "c.db")
+	// No waiting: the second call is refused at once.
+	if code := Run(t.Context(), []string{"capacity", "set", "--create", "--database", db, "mode=enforce", "wait.max_seconds=0"},
+		nil, io.Discard, io.Discard); code != 0 {
+		t.Fatalf("capacity set: exit %d", code)
+	}
+	stop := startDecideCmd(t, "--listen", "unix:"+sock, "--database", db, "--task-id", "task-a", "--log-file", lines)
+	c := unixClient(sock)
+	first, resp := decideLine(t, c, previewCall)
+	if first["decision"] != "admitted" || first["held"] != true {
+		t.Fatalf("first: %v, want admitted and held", first)
+	}
+	second, _ := decideLine(t, c, previewCall)
+	if second["decision"] != "refused" || second["status"] != float64(429) {
+		t.Fatalf("second: %v, want refused with 429 (per_user.preview 1)", second)
+	}
+	resp.Body.Close()
+	if err := stop(); err != nil {
+		t.Fatalf("decide: %v", err)
+	}
+	b, err := os.ReadFile(lines)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if n := strings.Count(string(b), `"event":"ocl_capacity",`); n != 2 {
+		t.Errorf("%d ocl_capacity lines, want 2:\n%s", n, b)
+	}
+	if _, err := os.Stat(sock); !os.IsNotExist(err) {
+		t.Errorf("the socket file is left after exit: %v", err)
+	}
+}
+
+func TestDecideCommandNeedsATokenOnTCP(t *testing.T) {
+	dir := t.TempDir()
+	db := "sqlite:" + filepath.Join(dir, "c.db")
+	for _, args := range [][]string{
+		{"--listen", "127.0.0.1:0"},
+		{"--listen", "0.0.0.0:0", "--decide-no-token"},
+	} {
+		cmd := &DecideCommand{Stdout: io.Discard, Stderr: io.Discard, Getenv: func(string) string { return "" }}
+		err := cmd.Run(t.Context(), append(args, "--database", db))
+		if err == nil || !strings.Contains(err.Error(), "shared secret") {
+			t.Errorf("%v: %v, want a refusal for want of a token", args, err)
+		}
+	}
+	startDecideCmd(t, "--listen", "127.0.0.1:0", "--decide-no-token", "--database", db)
+	startDecideCmd(t, "--listen", "127.0.0.1:0", "--decide-token", "s3cret", "--database", db)
+}
+
+func TestServeDecideListen(t *testing.T) {
+	sock := filepath.Join(t.TempDir(), "d.sock")
+	startServe(t, http.NotFoundHandler(), "--decide-listen", "unix:"+sock, "--mode", "enforce")
+	d, _ := decideLine(t, unixClient(sock), previewCall)
+	if d["decision"] != "admitted" {
+		t.Errorf("serve --decide-listen: %v, want admitted", d)
+	}
+}

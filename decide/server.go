@@ -1,0 +1,376 @@
+package decide
+
+import (
+	"context"
+	"crypto/subtle"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net/http"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/capgate/capgate"
+	capgatehttp "github.com/capgate/capgate/http"
+	"github.com/capgate/capgate/internal/jsonenc"
+	"github.com/capgate/capgate/internal/randhex"
+)
+
+// DefaultMaxTasks is how many task ids other than the gate's own a Server
+// keeps a gate for.
+const DefaultMaxTasks = 64
+
+// HeaderWaitSeconds is sent, with the response's headers ahead of the
+// decision, when the call may wait: the most seconds it may (the config's
+// wait.max_seconds). A client allows that long beyond its own timeout for
+// the decision line.
+const HeaderWaitSeconds = "Capgate-Wait-Seconds"
+
+// Decision is the first line of the answer to POST /v1/calls.
+type Decision struct {
+	// ID names the call for POST /v1/calls/{id}/release.
+	ID string `json:"id"`
+	// Decision is the gate's: admitted, shadow-refused, refused,
+	// unavailable, or off (mode off: nothing counted).
+	Decision string `json:"decision"`
+	// Held reports whether the call holds a place in a lane: the response
+	// then stays open until the app closes it or releases the call.
+	Held bool `json:"held"`
+	// Status is 429 for a refused call (the app answers it with Headers and
+	// Body, never running the view), else 0.
+	Status int `json:"status,omitempty"`
+	// Headers are for the app's response, whatever the decision.
+	Headers map[string]string `json:"headers"`
+	// Body is the 429's JSON body, only for a refused call.
+	Body json.RawMessage `json:"body,omitempty"`
+	// MaxHoldSeconds bounds how long the service holds the call.
+	MaxHoldSeconds int `json:"max_hold_seconds,omitempty"`
+}
+
+// End is the line that ends a held call's answer when the service ends it
+// (not when the app closes the connection: nobody would read it).
+type End struct {
+	Released string `json:"released"` // release, max_hold or shutdown
+}
+
+// Server answers the decision protocol (docs/PROTOCOL.md) over a Gate.
+//
+//   - POST /v1/calls decides one call and answers one JSON line at once
+//     (Decision), after the fair wait if the call waits. A call that holds
+//     a place keeps the response open; the place is given back when the
+//     client closes the connection, releases it (POST
+//     /v1/calls/{id}/release), max_hold_seconds pass, or the server shuts
+//     down. A client that leaves while it waits leaves the queue.
+//   - POST /v1/calls/{id}/release ends a held call: 204, or 404 when no
+//     call of that id is held.
+//
+// With Token set, both need "Authorization: Bearer <Token>" (else 401).
+// Build one with NewServer; set the fields before first use. Safe for
+// concurrent use. Serve it with an http.Server whose ReadTimeout and
+// WriteTimeout are 0 (NewHTTPServer): a read deadline would end held calls.
+type Server struct {
+	// Gate decides the calls of its own task and of calls naming none
+	// (required).
+	Gate *capgate.Gate
+	// Groups name the auth groups of the core and early_access tiers, for
+	// calls that give groups rather than a tier. Default: the zero
+	// TierGroups (core_user, early_access).
+	Groups capgate.TierGroups
+	// Token, if set, is the shared secret every request must carry.
+	Token string
+	// MaxTasks bounds the other task ids the server keeps a gate for; a
+	// call naming one more gets 400. Default DefaultMaxTasks.
+	MaxTasks int
+	// Logger gets the server's warnings. Default slog.Default().
+	Logger *slog.Logger
+
+	mu    sync.Mutex
+	tasks map[string]*capgate.Gate // requires mu held
+	held  map[string]*heldCall     // requires mu held
+	done  chan struct{}            // closed by Shutdown
+	once  sync.Once
+}
+
+// heldCall is a call holding its place, until release is closed.
+type heldCall struct {
+	release chan struct{}
+	once    sync.Once
+}
+
+func (h *heldCall) end() { h.once.Do(func() { close(h.release) }) }
+
+// NewServer returns a server deciding with gate.
+func NewServer(gate *capgate.Gate) *Server {
+	return &Server{Gate: gate, MaxTasks: DefaultMaxTasks, Logger: slog.Default(),
+		tasks: map[string]*capgate.Gate{}, held: map[string]*heldCall{}, done: make(chan struct{})}
+}
+
+func (s *Server) logger() *slog.Logger {
+	if s.Logger != nil {
+		return s.Logger
+	}
+	return slog.Default()
+}
+
+// ServeHTTP implements http.Handler.
+func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	if !s.authorized(r) {
+		w.Header().Set("WWW-Authenticate", `Bearer realm="capgate decide"`)
+		httpError(w, http.StatusUnauthorized, "a valid Authorization: Bearer token is required")
+		return
+	}
+	path := strings.TrimSuffix(r.URL.Path, "/")
+	switch {
+	case path == "/v1/calls":
+		if r.Method != http.MethodPost {
+			w.Header().Set("Allow", http.MethodPost)
+			httpError(w, http.StatusMethodNotAllowed, "use POST")
+			return
+		}
+		s.decide(w, r)
+	case strings.HasPrefix(path, "/v1/calls/") && strings.HasSuffix(path, "/release"):
+		if r.Method != http.MethodPost {
+			w.Header().Set("Allow", http.MethodPost)
+			httpError(w, http.StatusMethodNotAllowed, "use POST")
+			return
+		}
+		s.release(w, strings.TrimSuffix(strings.TrimPrefix(path, "/v1/calls/"), "/release"))
+	default:
+		httpError(w, http.StatusNotFound, "no such endpoint; see POST /v1/calls")
+	}
+}
+
+// authorized checks the shared secret in constant time.
+func (s *Server) authorized(r *http.Request) bool {
+	if s.Token == "" {
+		return true
+	}
+	got, ok := strings.CutPrefix(r.Header.Get("Authorization"), "Bearer ")
+	return ok && subtle.ConstantTimeCompare([]byte(strings.TrimSpace(got)), []byte(s.Token)) == 1
+}
+
+// bodyReadTimeout bounds reading a call's body; the connection then has no
+// read deadline, so it can stay open while the call is held.
+const bodyReadTimeout = 10 * time.Second
+
+func (s *Server) decide(w http.ResponseWriter, r *http.Request) {
+	rc := http.NewResponseController(w)
+	call, gate, ok := s.readCall(w, r, rc)
+	if !ok {
+		return
+	}
+	// The whole body is read, so net/http now watches the connection: the
+	// request's context ends when the client closes it, which ends a wait
+	// (the ticket leaves the queue) or a held call.
+	ctx := r.Context()
+	if cfg := gate.Config.Config(ctx); cfg.Mode == capgate.ModeEnforce && cfg.Wait.MaxSeconds > 0 {
+		// The call may wait before its line: send the headers now, with
+		// how long it may wait, so a client tells a waiting call from a
+		// service that hangs.
+		w.Header().Set(HeaderWaitSeconds, strconv.Itoa(cfg.Wait.MaxSeconds))
+		setLineHeaders(w.Header())
+		_ = rc.Flush()
+	}
+	adm := gate.Admit(ctx, call)
+	d := Decision{ID: randhex.String(12), Headers: map[string]string{}}
+	if adm.Decision() == capgate.DecisionNone {
+		d.Decision = "off"
+		s.writeLine(w, rc, d)
+		return
+	}
+	defer adm.Release(ctx)
+	d.Decision = string(adm.Decision())
+	h := http.Header{}
+	capgatehttp.SetGatedHeaders(h, adm, call.CID)
+	for k, v := range h {
+		if len(v) > 0 {
+			d.Headers[k] = v[0]
+		}
+	}
+	if adm.Refused() {
+		d.Status = http.StatusTooManyRequests
+		d.Body = capgatehttp.RefusalBody(adm)
+	}
+	if !adm.Counted() || ctx.Err() != nil {
+		s.writeLine(w, rc, d)
+		return
+	}
+	d.Held = true
+	d.MaxHoldSeconds = int(adm.MaxHold() / time.Second)
+	s.hold(ctx, w, rc, adm, d)
+}
+
+// readCall reads and checks the call of r, and finds its gate; it answers
+// the error itself (ok false) when there is one.
+func (s *Server) readCall(w http.ResponseWriter, r *http.Request, rc *http.ResponseController) (_ capgate.Call, _ *capgate.Gate, ok bool) {
+	if ct, _, _ := strings.Cut(r.Header.Get("Content-Type"), ";"); !strings.EqualFold(strings.TrimSpace(ct), "application/json") {
+		// A browser can't send this type across origins without a
+		// preflight, which the service never answers: a web page can't
+		// make a loopback service hold places.
+		httpError(w, http.StatusUnsupportedMediaType, "send the call as Content-Type: application/json")
+		return capgate.Call{}, nil, false
+	}
+	_ = rc.SetReadDeadline(time.Now().Add(bodyReadTimeout))
+	req, err := decodeCall(r.Body)
+	_ = rc.SetReadDeadline(time.Time{})
+	var call capgate.Call
+	if err == nil {
+		call, err = req.call(s.Groups)
+	}
+	var gate *capgate.Gate
+	if err == nil {
+		gate, err = s.gateFor(req.Task)
+	}
+	switch {
+	case err != nil:
+		httpError(w, http.StatusBadRequest, err.Error())
+		return capgate.Call{}, nil, false
+	case s.shuttingDown():
+		httpError(w, http.StatusServiceUnavailable, "the decision service is shutting down")
+		return capgate.Call{}, nil, false
+	}
+	return call, gate, true
+}
+
+// hold writes the decision d of a counted call and holds the call until
+// the client closes the connection (or dies), releases it by id,
+// max_hold_seconds pass, or the server shuts down; the caller's deferred
+// Release then gives the place back (at once, when the client is gone).
+func (s *Server) hold(ctx context.Context, w http.ResponseWriter, rc *http.ResponseController, adm *capgate.Admission, d Decision) {
+	hc := &heldCall{release: make(chan struct{})}
+	s.mu.Lock()
+	s.held[d.ID] = hc
+	s.mu.Unlock()
+	defer func() {
+		s.mu.Lock()
+		delete(s.held, d.ID)
+		s.mu.Unlock()
+	}()
+	if !s.writeLine(w, rc, d) {
+		return // the client is gone
+	}
+	timer := time.NewTimer(adm.MaxHold())
+	defer timer.Stop()
+	var why string
+	select {
+	case <-ctx.Done():
+		return // the client closed the connection (or died)
+	case <-hc.release:
+		why = "release"
+	case <-timer.C:
+		why = "max_hold"
+	case <-s.done:
+		why = "shutdown"
+	}
+	adm.Release(ctx) // before telling the client, so its next call finds the place free
+	s.writeLine(w, rc, End{Released: why})
+}
+
+// writeLine writes v as one JSON line and flushes it; false when the
+// client is gone.
+func (s *Server) writeLine(w http.ResponseWriter, rc *http.ResponseController, v any) bool {
+	b, err := jsonenc.Marshal(v)
+	if err != nil {
+		s.logger().Error("capgate decide: encode a line", "error", err)
+		return false
+	}
+	setLineHeaders(w.Header())
+	if _, err := w.Write(append(b, '\n')); err != nil {
+		return false
+	}
+	return rc.Flush() == nil
+}
+
+// setLineHeaders sets the headers of a streamed answer, once.
+func setLineHeaders(h http.Header) {
+	if h.Get("Content-Type") == "" {
+		h.Set("Content-Type", "application/x-ndjson")
+		h.Set("Cache-Control", "no-store")
+	}
+}
+
+func (s *Server) release(w http.ResponseWriter, id string) {
+	s.mu.Lock()
+	hc := s.held[id]
+	s.mu.Unlock()
+	if hc == nil {
+		httpError(w, http.StatusNotFound, "no call of that id is held")
+		return
+	}
+	hc.end()
+	w.WriteHeader(http.StatusNoContent)
+}
+
+// gateFor returns the gate of task: the Server's own for "" or its task
+// id, else one made for it (sharing the store, config, sink and local
+// lanes), at most MaxTasks of them.
+func (s *Server) gateFor(task string) (*capgate.Gate, error) {
+	g := s.Gate
+	if task == "" || task == g.TaskID {
+		return g, nil
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if t, ok := s.tasks[task]; ok {
+		return t, nil
+	}
+	max := s.MaxTasks
+	if max <= 0 {
+		max = DefaultMaxTasks
+	}
+	if len(s.tasks) >= max {
+		return nil, errors.New(`too many distinct "task" ids; leave "task" out to use the service's own`)
+	}
+	t, err := capgate.NewGate(g.Store, g.Config, g.Sink, task)
+	if err != nil {
+		return nil, fmt.Errorf("task %q: %w", task, err)
+	}
+	t.KeyPrefix, t.Skip, t.Now, t.Logger, t.Observer, t.Local = g.KeyPrefix, g.Skip, g.Now, g.Logger, g.Observer, g.Local
+	s.tasks[task] = t
+	return t, nil
+}
+
+func (s *Server) shuttingDown() bool {
+	select {
+	case <-s.done:
+		return true
+	default:
+		return false
+	}
+}
+
+// Shutdown ends every held call (its client reads {"released":"shutdown"})
+// and refuses new ones with 503. Call it before the http.Server's
+// Shutdown, which then waits for the held calls' handlers to return.
+func (s *Server) Shutdown() {
+	s.once.Do(func() { close(s.done) })
+}
+
+// Close closes the gates the server made for other tasks (a last try at
+// their pending releases); call it once no handler runs. The Server's own
+// Gate is its owner's to close.
+func (s *Server) Close(ctx context.Context) error {
+	s.mu.Lock()
+	gates := make([]*capgate.Gate, 0, len(s.tasks))
+	for _, g := range s.tasks {
+		gates = append(gates, g)
+	}
+	s.tasks = map[string]*capgate.Gate{}
+	s.mu.Unlock()
+	var errs []error
+	for _, g := range gates {
+		errs = append(errs, g.Close(ctx))
+	}
+	return errors.Join(errs...)
+}
+
+// httpError answers a JSON {"detail": msg}.
+func httpError(w http.ResponseWriter, code int, msg string) {
+	b, _ := jsonenc.Marshal(map[string]string{"detail": msg})
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(code)
+	_, _ = w.Write(append(b, '\n'))
+}

@@ -1,0 +1,139 @@
+"""OCL's heavy views as the decision suite needs them.
+
+Each heavy run is recorded to DECIDE_RECORD: a "start" line when the view
+begins the heavy work and an "end" line when it is done (for a streamed
+response, after its last chunk), with the user, the capgate decision the
+middleware attached, the request id, the process and a monotonic clock
+shared by every process of the machine. X-Test-Hold-Ms holds the call;
+X-Test-Stream: n streams the answer in n chunks spread over the hold.
+"""
+import json
+import os
+import time
+import uuid
+
+from django.http import StreamingHttpResponse
+from rest_framework.response import Response
+from rest_framework.views import APIView
+
+from capgate.django import capacity_limited
+
+TRUTHY = ["true", "True", 1, "1", True]
+
+
+def _record(line):
+    with open(os.environ["DECIDE_RECORD"], "a") as f:
+        f.write(json.dumps(line) + "\n")
+
+
+def _hold_seconds(request):
+    try:
+        return min(max(int(request.META.get("HTTP_X_TEST_HOLD_MS", "0")), 0), 30000) / 1000
+    except ValueError:
+        return 0
+
+
+def run_heavy(request, endpoint, rows):
+    meta = request.META
+    d = getattr(request, "capgate_decision", None)
+    if d is None:
+        d = getattr(getattr(request, "_request", None), "capgate_decision", None)
+    run = {
+        "run": uuid.uuid4().hex,
+        "user": request.user.username,
+        "endpoint": endpoint,
+        "rows": rows,
+        "decision": d.decision if d is not None else "",
+        "cid": (d.headers.get("X-Request-Id", "") if d is not None else ""),
+        "case": meta.get("HTTP_X_TEST_CASE", ""),
+        "host": os.environ.get("DECIDE_HOST", ""),
+        "pid": os.getpid(),
+    }
+    now = time.monotonic()
+    t0 = getattr(request, "decide_t0", None)
+    # How long the middlewares took between deciding to run this view and
+    # running it: the limiter's delay.
+    run["delay"] = now - t0 if t0 is not None else None
+    _record(dict(run, ev="start", t=now))
+    hold = _hold_seconds(request)
+    if meta.get("HTTP_X_TEST_RAISE"):
+        try:
+            raise RuntimeError("the view failed mid-call (X-Test-Raise)")
+        finally:
+            _record(dict(run, ev="end", t=time.monotonic()))
+    chunks = int(meta.get("HTTP_X_TEST_STREAM", "0") or 0)
+    if chunks > 0:
+        def stream():
+            try:
+                for i in range(chunks):
+                    yield (json.dumps({"chunk": i}) + "\n").encode()
+                    time.sleep(hold / chunks)
+            finally:
+                _record(dict(run, ev="end", t=time.monotonic()))
+
+        return StreamingHttpResponse(stream(), content_type="application/x-ndjson")
+    try:
+        time.sleep(hold)
+    finally:
+        _record(dict(run, ev="end", t=time.monotonic()))
+    return Response({"results": [], "rows": rows, "endpoint": endpoint})
+
+
+def _rows(request):
+    try:
+        rows = request.data.get("rows")
+    except AttributeError:
+        return None
+    if not isinstance(rows, list) or not rows:
+        return None
+    return rows
+
+
+class MatchView(APIView):
+    def post(self, request):
+        semantic = request.query_params.get("semantic", None) in TRUTHY
+        reranker = request.query_params.get("reranker", None) in TRUTHY
+        rows = _rows(request)
+        if rows is None:
+            return Response({"detail": 'Invalid or missing "rows" in request body.'}, status=400)
+        if not (semantic or reranker):
+            return Response({"results": [], "rows": len(rows), "endpoint": "lexical"})
+        resp = run_heavy(request, "$match", len(rows))
+        return resp
+
+
+class RerankView(APIView):
+    def post(self, request):
+        rows = _rows(request)
+        if rows is None:
+            return Response({"detail": 'Invalid or missing "rows" in request body.'}, status=400)
+        if not request.data.get("q"):
+            return Response({"detail": 'Missing "q" in request body.'}, status=400)
+        return run_heavy(request, "$rerank", len(rows))
+
+
+def v2_classify(request):
+    """The decorated view's classifier: any authenticated caller's call with
+    rows is a heavy $match (the view is mounted where the OCL classifier,
+    and so the middleware, does not look)."""
+    user = request.user
+    if user is None or not user.is_authenticated:
+        return None
+    rows = _rows(request)
+    if rows is None:
+        return None
+    return {"user": user.username, "is_staff": user.is_staff, "groups": [g.name for g in user.groups.all()],
+            "endpoint": "$match", "semantic": True, "rows": len(rows),
+            "request_id": request.META.get("HTTP_X_REQUEST_ID")}
+
+
+class DecoratedMatchView(APIView):
+    """A view gated by @capacity_limited on its method: the classifier gets
+    DRF's request."""
+
+    @capacity_limited(v2_classify)
+    def post(self, request):
+        rows = _rows(request)
+        if rows is None:
+            return Response({"detail": 'Invalid or missing "rows" in request body.'}, status=400)
+        return run_heavy(request, "$match", len(rows))
