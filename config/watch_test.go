@@ -1,4 +1,4 @@
-package capgate_test
+package config_test
 
 import (
 	"context"

@@ -1,4 +1,4 @@
-package capgate
+package config
 
 import (
 	"context"
