@@ -315,19 +315,20 @@ func configFromDoc(doc any) (Config, []string) {
 // stored version.
 var ErrInvalidConfig = errors.New("capacity config is invalid")
 
-// resolveStored reads a stored config: defaults overlaid with the keys
-// stored that are still known (jsontree.Merge with knownOnly), so retired
-// keys are ignored and new ones take their defaults. A nil stored gives the defaults. An
-// invalid result returns the defaults and an error wrapping
-// ErrInvalidConfig, "capacity config is invalid (<messages>); using the
-// defaults", which the caller logs.
-func resolveStored(stored map[string]any, defaults Config) (Config, error) {
+// Overlay reads a stored config document on top of c (the defaults, as
+// config.Service calls it): c overlaid with the keys stored that are still
+// known, so retired keys are ignored and new ones keep c's values. A nil
+// stored gives c. Unlike Apply, unknown keys are not an error: a stored row
+// may predate a key's retirement. An invalid result returns c and an error
+// wrapping ErrInvalidConfig, "capacity config is invalid (<messages>);
+// using the defaults", which the caller logs.
+func (c Config) Overlay(stored map[string]any) (Config, error) {
 	if stored == nil {
-		return defaults, nil
+		return c, nil
 	}
-	c, errs := configFromDoc(jsontree.Merge(defaults.Doc(), stored, true))
+	next, errs := configFromDoc(jsontree.Merge(c.Doc(), stored, true))
 	if len(errs) > 0 {
-		return defaults, fmt.Errorf("%w (%s); using the defaults", ErrInvalidConfig, strings.Join(errs, " "))
+		return c, fmt.Errorf("%w (%s); using the defaults", ErrInvalidConfig, strings.Join(errs, " "))
 	}
-	return c, nil
+	return next, nil
 }

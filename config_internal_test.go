@@ -105,14 +105,14 @@ func TestConfigDocRoundTrip(t *testing.T) {
 
 func TestResolveStored(t *testing.T) {
 	defaults := DefaultConfig(ModeShadow)
-	if got, err := resolveStored(nil, defaults); err != nil || got != defaults {
+	if got, err := defaults.Overlay(nil); err != nil || got != defaults {
 		t.Errorf("resolveStored(nil) = %+v, %v; want the defaults", got, err)
 	}
 	stored := doc(t, `{"retired_setting":1,"es2_knn":5,"tiers":{"preview":1,"gold":9}}`)
 	storedText := jsonText(t, stored)
 	want := defaults
 	want.ES2KNN, want.Tiers.Preview = 5, 1
-	if got, err := resolveStored(stored, defaults); err != nil || got != want {
+	if got, err := defaults.Overlay(stored); err != nil || got != want {
 		t.Errorf("resolveStored(%s) = %+v, %v; want %+v", storedText, got, err, want)
 	}
 	if jsonText(t, stored) != storedText {
@@ -121,11 +121,11 @@ func TestResolveStored(t *testing.T) {
 
 	// A row stored before retry_after had a policy gets the default one.
 	old := doc(t, `{"retry_after":{"base":2,"max":20,"paused":60}}`)
-	if got, err := resolveStored(old, defaults); err != nil || got.RetryAfter != (RetryAfter{Policy: "adaptive", Base: 2, Max: 20, Paused: 60}) {
+	if got, err := defaults.Overlay(old); err != nil || got.RetryAfter != (RetryAfter{Policy: "adaptive", Base: 2, Max: 20, Paused: 60}) {
 		t.Errorf("resolveStored(a row without retry_after.policy) = %+v, %v; want the adaptive policy", got.RetryAfter, err)
 	}
 
-	got, err := resolveStored(doc(t, `{"es2_knn":-1,"lease_seconds":10}`), defaults)
+	got, err := defaults.Overlay(doc(t, `{"es2_knn":-1,"lease_seconds":10}`))
 	if got != defaults || !errors.Is(err, ErrInvalidConfig) {
 		t.Fatalf("resolveStored(invalid) = %+v, %v; want the defaults and ErrInvalidConfig", got, err)
 	}

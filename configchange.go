@@ -11,12 +11,12 @@ import (
 // integers), e.g. {"tiers": {"preview": 1}, "mode": "enforce"}. An object
 // is merged into the setting it names; any other value replaces it. A nil
 // or empty Change changes nothing.
-type Change map[string]any
+type Patch map[string]any
 
 // Changes is what a change did, per setting: {"dotted.path": [old, new]},
 // e.g. {"tiers.preview": [2, 1]}, the old and new values as JSON decodes
 // them (a setting one side lacks is nil). Empty when nothing changed.
-type Changes map[string][2]any
+type Diff map[string][2]any
 
 // ValidationError is a change that would make an invalid config. Messages
 // holds every problem found, with the original implementation's texts. It
@@ -37,16 +37,11 @@ func (e *ValidationError) Is(target error) bool { return target == ErrInvalidCon
 // the result is not a valid config Apply returns the zero Config, nil
 // Changes and a *ValidationError holding every problem found. It modifies
 // neither c nor change.
-func (c Config) Apply(change Change) (Config, Changes, error) {
+func (c Config) Apply(change Patch) (Config, Diff, error) {
 	old := c.Doc()
 	next, msgs := configFromDoc(jsontree.Merge(old, change, false))
 	if len(msgs) > 0 {
 		return Config{}, nil, &ValidationError{Messages: msgs}
 	}
-	return next, Changes(jsontree.Diff(old, next.Doc())), nil
-}
-
-// changesTo returns what differs from c to next.
-func (c Config) changesTo(next Config) Changes {
-	return Changes(jsontree.Diff(c.Doc(), next.Doc()))
+	return next, Diff(jsontree.Diff(old, next.Doc())), nil
 }
