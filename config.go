@@ -178,8 +178,8 @@ var schema = []setting{
 }
 
 // Doc returns c as a JSON object tree (numbers as json.Number): the form
-// of a stored version and of ConfigVersion.Config, which a Change is
-// merged onto.
+// of a stored version (config.Version.Config), which a Patch is merged
+// onto.
 func (c Config) Doc() map[string]any {
 	return docOf(&c, schema)
 }
@@ -311,8 +311,8 @@ func configFromDoc(doc any) (Config, []string) {
 
 // ErrInvalidConfig is matched (errors.Is) by the error of a change or a
 // stored config that is invalid: a *ValidationError from Config.Apply and
-// ConfigService.Save, and the error ConfigService logs for an invalid
-// stored version.
+// config.Service.Save, and the error of Config.Overlay that config.Service
+// logs for an invalid stored version.
 var ErrInvalidConfig = errors.New("capacity config is invalid")
 
 // Overlay reads a stored config document on top of c (the defaults, as

@@ -82,8 +82,8 @@ type SaveResult struct {
 	Version *Version
 	// Config is the config in force after the save.
 	Config capgate.Config
-	// Changes is what the save changed, against the config in force
-	// before it; empty (never nil) when nothing changed.
+	// Diff is what the save changed, against the config in force before
+	// it; empty (never nil) when nothing changed.
 	Diff capgate.Diff
 }
 
@@ -280,8 +280,9 @@ func (s *Service) History(ctx context.Context, limit int) ([]Version, error) {
 	return vs, nil
 }
 
-// Edit is one change for Service.Save: what to change and
-// the version's record of who made it. The zero value changes nothing.
+// Edit is one save for Service.Save: the Patch to apply (Set), whether it
+// replaces the config, and the version's record of who made it. The zero
+// value changes nothing.
 type Edit struct {
 	// Set holds the settings to change. Nil or empty changes nothing,
 	// unless Replace.
@@ -307,7 +308,7 @@ type Edit struct {
 // process at once, and one ocl_capacity_config line goes to the Sink (a
 // failing Sink logs a WARNING and never fails the save).
 //
-// An invalid result returns a *ValidationError and appends nothing. Other
+// An invalid result returns a *capgate.ValidationError and appends nothing. Other
 // errors are the store's.
 func (s *Service) Save(ctx context.Context, change Edit) (SaveResult, error) {
 	var res SaveResult

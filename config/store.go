@@ -26,7 +26,7 @@ type Version struct {
 	Note           string         // free text; "" for none
 }
 
-// Changes returns what the version changed: its Config against its
+// Diff returns what the version changed: its Config against its
 // PreviousConfig (all of Config when that is unknown).
 func (v *Version) Diff() capgate.Diff {
 	var prev any

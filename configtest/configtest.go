@@ -95,7 +95,7 @@ func (h *Logs) Count(prefix string) int {
 	return n
 }
 
-// Service returns a ConfigService over store with a fake clock, a
+// Service returns a config.Service over store with a fake clock, a
 // recording sink and a recording logger. Its ReadTimeout is a generous
 // 10 s, so a loaded machine doesn't turn reads into fallbacks; tests of
 // the timeout set their own.
