@@ -189,8 +189,8 @@ var schema = []setting{
 }
 
 // Doc returns c as a JSON object tree (numbers as json.Number): the form
-// of a stored version and of ConfigVersion.Config, which a Change is
-// merged onto.
+// of a stored version (config.Version.Config), which a Patch is merged
+// onto.
 func (c Config) Doc() map[string]any {
 	doc := docOf(&c, schema)
 	if a := c.Adaptive.doc(); a != nil {
@@ -337,27 +337,28 @@ func configFromDoc(doc any) (Config, []string) {
 
 // ErrInvalidConfig is matched (errors.Is) by the error of a change or a
 // stored config that is invalid: a *ValidationError from Config.Apply and
-// ConfigService.Save, and the error ConfigService logs for an invalid
-// stored version.
+// config.Service.Save, and the error of Config.Overlay that config.Service
+// logs for an invalid stored version.
 var ErrInvalidConfig = errors.New("capacity config is invalid")
 
-// resolveStored reads a stored config: defaults overlaid with the keys
-// stored that are still known (jsontree.Merge with knownOnly), so retired
-// keys are ignored and new ones take their defaults. A nil stored gives the defaults. An
-// invalid result returns the defaults and an error wrapping
-// ErrInvalidConfig, "capacity config is invalid (<messages>); using the
-// defaults", which the caller logs.
-func resolveStored(stored map[string]any, defaults Config) (Config, error) {
+// Overlay reads a stored config document on top of c (the defaults, as
+// config.Service calls it): c overlaid with the keys stored that are still
+// known, so retired keys are ignored and new ones keep c's values. A nil
+// stored gives c. Unlike Apply, unknown keys are not an error: a stored row
+// may predate a key's retirement. An invalid result returns c and an error
+// wrapping ErrInvalidConfig, "capacity config is invalid (<messages>);
+// using the defaults", which the caller logs.
+func (c Config) Overlay(stored map[string]any) (Config, error) {
 	if stored == nil {
-		return defaults, nil
+		return c, nil
 	}
-	merged := jsontree.Merge(defaults.Doc(), stored, true)
+	merged := jsontree.Merge(c.Doc(), stored, true)
 	if a, ok := adaptiveStored(stored); ok {
 		merged = jsontree.Merge(merged, a, false) // optional, so not in the defaults
 	}
-	c, errs := configFromDoc(merged)
+	next, errs := configFromDoc(merged)
 	if len(errs) > 0 {
-		return defaults, fmt.Errorf("%w (%s); using the defaults", ErrInvalidConfig, strings.Join(errs, " "))
+		return c, fmt.Errorf("%w (%s); using the defaults", ErrInvalidConfig, strings.Join(errs, " "))
 	}
-	return c, nil
+	return next, nil
 }

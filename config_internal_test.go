@@ -103,35 +103,35 @@ func TestConfigDocRoundTrip(t *testing.T) {
 	}
 }
 
-func TestResolveStored(t *testing.T) {
+func TestOverlay(t *testing.T) {
 	defaults := DefaultConfig(ModeShadow)
-	if got, err := resolveStored(nil, defaults); err != nil || got != defaults {
-		t.Errorf("resolveStored(nil) = %+v, %v; want the defaults", got, err)
+	if got, err := defaults.Overlay(nil); err != nil || got != defaults {
+		t.Errorf("Overlay(nil) = %+v, %v; want the defaults", got, err)
 	}
 	stored := doc(t, `{"retired_setting":1,"es2_knn":5,"tiers":{"preview":1,"gold":9}}`)
 	storedText := jsonText(t, stored)
 	want := defaults
 	want.ES2KNN, want.Tiers.Preview = 5, 1
-	if got, err := resolveStored(stored, defaults); err != nil || got != want {
-		t.Errorf("resolveStored(%s) = %+v, %v; want %+v", storedText, got, err, want)
+	if got, err := defaults.Overlay(stored); err != nil || got != want {
+		t.Errorf("Overlay(%s) = %+v, %v; want %+v", storedText, got, err, want)
 	}
 	if jsonText(t, stored) != storedText {
-		t.Errorf("resolveStored modified stored: %s", jsonText(t, stored))
+		t.Errorf("Overlay modified stored: %s", jsonText(t, stored))
 	}
 
 	// A row stored before retry_after had a policy gets the default one.
 	old := doc(t, `{"retry_after":{"base":2,"max":20,"paused":60}}`)
-	if got, err := resolveStored(old, defaults); err != nil || got.RetryAfter != (RetryAfter{Policy: "adaptive", Base: 2, Max: 20, Paused: 60}) {
-		t.Errorf("resolveStored(a row without retry_after.policy) = %+v, %v; want the adaptive policy", got.RetryAfter, err)
+	if got, err := defaults.Overlay(old); err != nil || got.RetryAfter != (RetryAfter{Policy: "adaptive", Base: 2, Max: 20, Paused: 60}) {
+		t.Errorf("Overlay(a row without retry_after.policy) = %+v, %v; want the adaptive policy", got.RetryAfter, err)
 	}
 
-	got, err := resolveStored(doc(t, `{"es2_knn":-1,"lease_seconds":10}`), defaults)
+	got, err := defaults.Overlay(doc(t, `{"es2_knn":-1,"lease_seconds":10}`))
 	if got != defaults || !errors.Is(err, ErrInvalidConfig) {
-		t.Fatalf("resolveStored(invalid) = %+v, %v; want the defaults and ErrInvalidConfig", got, err)
+		t.Fatalf("Overlay(invalid) = %+v, %v; want the defaults and ErrInvalidConfig", got, err)
 	}
 	wantErr := `capacity config is invalid ("es2_knn" must be a whole number from 0 to 100000.); using the defaults`
 	if err.Error() != wantErr {
-		t.Errorf("resolveStored(invalid) error\n got %s\nwant %s", err, wantErr)
+		t.Errorf("Overlay(invalid) error\n got %s\nwant %s", err, wantErr)
 	}
 }
 

@@ -47,7 +47,7 @@ func TestDefaultConfigMode(t *testing.T) {
 
 // applyProblems applies change to c and returns the messages of the
 // *ValidationError it fails with; none when it succeeds.
-func applyProblems(c capgate.Config, change capgate.Change) []string {
+func applyProblems(c capgate.Config, change capgate.Patch) []string {
 	_, _, err := c.Apply(change)
 	if err == nil {
 		return nil
@@ -82,7 +82,7 @@ func TestApply(t *testing.T) {
 		t.Errorf("Apply again = %+v, %v, %v; want the same config and empty, non-nil changes", same, changes, err)
 	}
 
-	bad, changes, err := base.Apply(capgate.Change{"es2_knn": -1, "bogus": 1})
+	bad, changes, err := base.Apply(capgate.Patch{"es2_knn": -1, "bogus": 1})
 	verr, ok := errors.AsType[*capgate.ValidationError](err)
 	if !ok || !errors.Is(err, capgate.ErrInvalidConfig) || bad != (capgate.Config{}) || changes != nil {
 		t.Fatalf("Apply(invalid) = %+v, %v, %v; want the zero Config, nil changes and a *ValidationError", bad, changes, err)
@@ -162,7 +162,7 @@ func TestApplyRejects(t *testing.T) {
 
 func TestApplyAccepts(t *testing.T) {
 	defaults := capgate.DefaultConfig(capgate.ModeShadow)
-	for _, change := range []capgate.Change{
+	for _, change := range []capgate.Patch{
 		{"es2_knn": json.Number("0")},
 		{"es2_knn": json.Number("-0")},
 		{"es2_knn": json.Number("100000")},
@@ -182,7 +182,7 @@ func TestApplyAccepts(t *testing.T) {
 	// Values a Go caller may build that JSON text can't hold.
 	for _, v := range []any{7.0, json.Number("03"), json.Number("-"), json.Number(""), json.Number("3.0"),
 		json.Number("+3"), uint64(1 << 63), int64(-1), "7"} {
-		errs := applyProblems(defaults, capgate.Change{"es2_knn": v})
+		errs := applyProblems(defaults, capgate.Patch{"es2_knn": v})
 		if !slices.Equal(errs, []string{`"es2_knn" must be a whole number from 0 to 100000.`}) {
 			t.Errorf("Apply with es2_knn %#v = %q, want the whole-number error", v, errs)
 		}

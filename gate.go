@@ -34,7 +34,7 @@ const DefaultStoreDeadline = time.Second
 // the store and uses the prior Retry-After spacing.
 type Gate struct {
 	Store  LaneStore    // required; its Deadline method, if any, bounds the gate's waits on it
-	Config ConfigSource // required
+	Source ConfigSource // required: the config in force (a config.Service, a FixedConfig)
 	Sink   Sink         // receives one line per gated call; nil: no lines
 
 	// TaskID names this API task's lane (api_heavy_task:<TaskID>);
@@ -99,7 +99,7 @@ func NewGate(store LaneStore, cfg ConfigSource, sink Sink, taskID string) (*Gate
 	}
 	return &Gate{
 		Store:     store,
-		Config:    cfg,
+		Source:    cfg,
 		Sink:      sink,
 		TaskID:    taskID,
 		KeyPrefix: prefix,
@@ -236,7 +236,7 @@ func (g *Gate) admitted(a *Admission) {
 // Off reports whether the mode in force is off: every call passes
 // untouched, and a caller can skip looking anybody up.
 func (g *Gate) Off(ctx context.Context) bool {
-	if g.Config == nil {
+	if g.Source == nil {
 		return false
 	}
 	cfg, _ := g.config(ctx)
@@ -252,7 +252,7 @@ func (g *Gate) config(ctx context.Context) (c Config, err error) {
 			c, err = DefaultConfig(ModeShadow), fmt.Errorf("internal error: read config: %v", r)
 		}
 	}()
-	return g.Tuner.Apply(g.Config.Config(ctx)), nil
+	return g.Tuner.Apply(g.Source.Config(ctx)), nil
 }
 
 // Unavailable returns an admission for a call the gate could not decide

@@ -76,7 +76,7 @@ func BenchmarkGateAdmitReleaseEnforceWait(b *testing.B) {
 	g := benchGate(b)
 	cfg := capgate.DefaultConfig(capgate.ModeEnforce)
 	cfg.EnforceFor = capgate.EnforceAll
-	g.Config = capgate.NewFixedConfig(cfg)
+	g.Source = capgate.NewFixedConfig(cfg)
 	benchAdmitRelease(b, g)
 }
 

@@ -426,7 +426,7 @@ func (panickingConfig) Config(context.Context) capgate.Config { panic("config bu
 
 func TestAPanickingConfigSourceFailsOpen(t *testing.T) {
 	e := newFaultEnv(t)
-	e.gate.Config = panickingConfig{}
+	e.gate.Source = panickingConfig{}
 	a := e.gate.Admit(context.Background(), lanetest.Match("p", capgate.TierPreview))
 	a.Release(context.Background())
 	if a.Decision() != capgate.DecisionUnavailable || a.Refused() || e.acquires.Load() != 0 {

@@ -62,7 +62,7 @@ const AdaptiveEvent = "ocl_capacity_adaptive"
 // concurrent use. Run it with Run; nothing is stepped without it.
 type Tuner struct {
 	Store  TuneStore    // required
-	Config ConfigSource // required
+	Source ConfigSource // required
 	Keys   Keys         // the lane keys; the task lane is Keys.TaskID's
 	Every  time.Duration
 	Sink   Sink         // receives the ocl_capacity_adaptive lines; nil: none
@@ -84,7 +84,7 @@ type tuneLane struct {
 
 // NewTuner returns a Tuner over store and cfg with the defaults set.
 func NewTuner(store TuneStore, cfg ConfigSource, keys Keys) *Tuner {
-	return &Tuner{Store: store, Config: cfg, Keys: keys, Every: DefaultTuneEvery, Now: time.Now}
+	return &Tuner{Store: store, Source: cfg, Keys: keys, Every: DefaultTuneEvery, Now: time.Now}
 }
 
 func (t *Tuner) now() time.Time {
@@ -244,7 +244,7 @@ func (t *Tuner) Run(ctx context.Context) {
 // this gateway got the window, and reads the state back. It returns the
 // first store error (the limits known stay in force).
 func (t *Tuner) Step(ctx context.Context) error {
-	cfg := t.Config.Config(ctx)
+	cfg := t.Source.Config(ctx)
 	var first error
 	for _, name := range adaptiveLanes {
 		i := tuneIndex(name)
@@ -366,7 +366,7 @@ func (g *Gate) NewTunerFor() (*Tuner, error) {
 	if !ok {
 		return nil, errNoTuneStore
 	}
-	t := NewTuner(ts, g.Config, Keys{Prefix: g.KeyPrefix, TaskID: g.TaskID})
+	t := NewTuner(ts, g.Source, Keys{Prefix: g.KeyPrefix, TaskID: g.TaskID})
 	t.Sink, t.Logger, t.Skip, t.Now = g.Sink, g.Logger, g.Skip, g.Now
 	return t, nil
 }
@@ -410,7 +410,7 @@ func (t *Tuner) annotate(cfg Config, st *Status) {
 // AdvisedLimits returns the advised limit of every adaptive lane that has
 // one under the config in force (for the metric).
 func (t *Tuner) AdvisedLimits(ctx context.Context) map[LaneName]int {
-	cfg := t.Config.Config(ctx)
+	cfg := t.Source.Config(ctx)
 	out := map[LaneName]int{}
 	for _, name := range adaptiveLanes {
 		if l, ok := t.Advised(cfg, name); ok {

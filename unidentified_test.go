@@ -62,14 +62,14 @@ func TestUnidentifiedCallsShareOneLocalLane(t *testing.T) {
 	// Shadow counts and never refuses; off passes untouched.
 	cfg.Mode = capgate.ModeShadow
 	cfg.Unidentified = 0
-	g.Config = capgate.NewFixedConfig(cfg)
+	g.Source = capgate.NewFixedConfig(cfg)
 	if a := g.Unidentified(ctx, call, cause); a.Refused() || !a.Counted() {
 		t.Errorf("shadow: %s counted %v", a.Decision(), a.Counted())
 	} else {
 		a.Release(ctx)
 	}
 	cfg.Mode = capgate.ModeOff
-	g.Config = capgate.NewFixedConfig(cfg)
+	g.Source = capgate.NewFixedConfig(cfg)
 	if a := g.Unidentified(ctx, call, cause); a.Decision() != capgate.DecisionNone {
 		t.Errorf("off: %s", a.Decision())
 	}

@@ -7,6 +7,7 @@ import (
 	"testing"
 
 	"github.com/capgate/capgate"
+	"github.com/capgate/capgate/config"
 )
 
 // testAdaptive: the optional "adaptive" key is validated, saved as a new
@@ -20,8 +21,8 @@ func testAdaptive(t *testing.T, open Opener) {
 	if _, has := capgate.DefaultConfig(capgate.ModeShadow).Doc()["adaptive"]; has {
 		t.Fatal(`the defaults have an "adaptive" key; want none when no lane has a setting`)
 	}
-	res := mustSave(t, s, `{"adaptive":{"es2_knn":{"mode":"advise","min":2,"max":32}}}`, false, "alice", capgate.SourceAPI, "")
-	wantJSON(t, "changes", res.Changes, `{"adaptive":[null,{"es2_knn":{"max":32,"min":2,"mode":"advise"}}]}`)
+	res := mustSave(t, s, `{"adaptive":{"es2_knn":{"mode":"advise","min":2,"max":32}}}`, false, "alice", config.SourceAPI, "")
+	wantJSON(t, "changes", res.Diff, `{"adaptive":[null,{"es2_knn":{"max":32,"min":2,"mode":"advise"}}]}`)
 	want := capgate.AdaptiveLane{Mode: capgate.AdaptiveAdvise, Min: 2, Max: 32}
 	if got := res.Config.Adaptive.ES2KNN; got != want {
 		t.Errorf("saved adaptive es2_knn = %+v; want %+v", got, want)
@@ -34,9 +35,9 @@ func testAdaptive(t *testing.T, open Opener) {
 	}
 
 	// Staff switch back at once: a PATCH of the mode alone.
-	res = mustSave(t, s, `{"adaptive":{"es2_knn":{"mode":"apply"}}}`, false, "alice", capgate.SourceAPI, "")
-	wantJSON(t, "apply changes", res.Changes, `{"adaptive.es2_knn.mode":["advise","apply"]}`)
-	res = mustSave(t, s, `{"adaptive":{"es2_knn":null}}`, false, "alice", capgate.SourceAPI, "off again")
+	res = mustSave(t, s, `{"adaptive":{"es2_knn":{"mode":"apply"}}}`, false, "alice", config.SourceAPI, "")
+	wantJSON(t, "apply changes", res.Diff, `{"adaptive.es2_knn.mode":["advise","apply"]}`)
+	res = mustSave(t, s, `{"adaptive":{"es2_knn":null}}`, false, "alice", config.SourceAPI, "off again")
 	if res.Config.Adaptive != (capgate.Adaptive{}) {
 		t.Errorf("after removing it, adaptive = %+v; want none", res.Config.Adaptive)
 	}
@@ -47,7 +48,7 @@ func testAdaptive(t *testing.T, open Opener) {
 	if err != nil || len(hist) != 3 {
 		t.Fatalf("History = %d versions, %v; want 3", len(hist), err)
 	}
-	if got := hist[0].Changes(); len(got) != 1 || got["adaptive"][0] == nil || got["adaptive"][1] != nil {
+	if got := hist[0].Diff(); len(got) != 1 || got["adaptive"][0] == nil || got["adaptive"][1] != nil {
 		t.Errorf("newest history changes = %v; want the adaptive key removed", got)
 	}
 
@@ -61,7 +62,7 @@ func testAdaptive(t *testing.T, open Opener) {
 		{`{"adaptive":{"api_heavy_task":{"mode":"apply","min":1,"max":3,"step":2}}}`, `Unknown setting "adaptive.api_heavy_task.step".`},
 		{`{"adaptive":{"es2_knn":{"mode":"apply","min":1.5,"max":3}}}`, `"adaptive.es2_knn.min" must be a whole number from 1 to 100000.`},
 	} {
-		_, err := s.Save(ctx, capgate.ConfigChange{Set: Doc(t, tc.change), Source: capgate.SourceAPI})
+		_, err := s.Save(ctx, config.Edit{Set: Doc(t, tc.change), Source: config.SourceAPI})
 		verr, ok := errors.AsType[*capgate.ValidationError](err)
 		if !ok || !slices.Contains(verr.Messages, tc.msg) {
 			t.Errorf("Save(%s) = %v; want a *ValidationError with %q", tc.change, err, tc.msg)

@@ -1,6 +1,6 @@
-// Package configtest is the conformance suite of capgate.ConfigStore: every
+// Package configtest is the conformance suite of config.Store: every
 // config store runs it, and it drives the store through the real
-// capgate.ConfigService too (as the original implementation behaved).
+// config.Service too (as the original implementation behaved).
 package configtest
 
 import (
@@ -15,13 +15,14 @@ import (
 	"time"
 
 	"github.com/capgate/capgate"
+	"github.com/capgate/capgate/config"
 	"github.com/capgate/capgate/internal/jsontree"
 	"github.com/capgate/capgate/mock"
 )
 
 // Opener opens an empty store for one test and closes it (and removes what
 // it made) in tb.Cleanup.
-type Opener func(tb testing.TB) capgate.ConfigStore
+type Opener func(tb testing.TB) config.Store
 
 // Run runs the suite, one subtest per behaviour, each on a store of its own.
 func Run(t *testing.T, open Opener) {
@@ -95,13 +96,13 @@ func (h *Logs) Count(prefix string) int {
 	return n
 }
 
-// Service returns a ConfigService over store with a fake clock, a
+// Service returns a config.Service over store with a fake clock, a
 // recording sink and a recording logger. Its ReadTimeout is a generous
 // 10 s, so a loaded machine doesn't turn reads into fallbacks; tests of
 // the timeout set their own.
-func Service(store capgate.ConfigStore) (*capgate.ConfigService, *mock.Clock, *mock.Sink, *Logs) {
+func Service(store config.Store) (*config.Service, *mock.Clock, *mock.Sink, *Logs) {
 	clock, lines, logs := mock.NewClock(time.Date(2026, 3, 1, 12, 0, 0, 0, time.UTC)), &mock.Sink{}, &Logs{}
-	s := capgate.NewConfigService(store, capgate.ModeShadow)
+	s := config.NewService(store, capgate.ModeShadow)
 	s.Now, s.Sink, s.Logger = clock.Now, lines, slog.New(logs)
 	s.ReadTimeout = 10 * time.Second
 	return s, clock, lines, logs
@@ -132,7 +133,7 @@ func JSON(tb testing.TB, v any) string {
 }
 
 // Rows returns how many versions the store holds (up to 1000).
-func Rows(tb testing.TB, store capgate.ConfigStore) int {
+func Rows(tb testing.TB, store config.Store) int {
 	tb.Helper()
 	vs, err := store.History(context.Background(), 1000)
 	if err != nil {
@@ -142,10 +143,10 @@ func Rows(tb testing.TB, store capgate.ConfigStore) int {
 }
 
 // Append writes a version straight to the store, bypassing any service.
-func Append(tb testing.TB, store capgate.ConfigStore, cfg map[string]any) *capgate.ConfigVersion {
+func Append(tb testing.TB, store config.Store, cfg map[string]any) *config.Version {
 	tb.Helper()
-	v, err := store.Update(context.Background(), func(*capgate.ConfigVersion) (*capgate.ConfigVersion, error) {
-		return &capgate.ConfigVersion{Config: cfg, Source: capgate.SourceCommand}, nil
+	v, err := store.Update(context.Background(), func(*config.Version) (*config.Version, error) {
+		return &config.Version{Config: cfg, Source: config.SourceCommand}, nil
 	})
 	if err != nil {
 		tb.Fatalf("Update: %v", err)
@@ -177,12 +178,12 @@ func testAppendAndRead(t *testing.T, open Opener) {
 	defaults := capgate.DefaultConfig(capgate.ModeShadow).Doc()
 	cfg := Doc(t, `{"mode":"off","es2_knn":2,"tiers":{"preview":1},"note":"a <b> & \"c\""}`)
 	before := time.Now().Add(-time.Minute)
-	first, err := store.Update(ctx, func(latest *capgate.ConfigVersion) (*capgate.ConfigVersion, error) {
+	first, err := store.Update(ctx, func(latest *config.Version) (*config.Version, error) {
 		if latest != nil {
 			t.Errorf("latest of an empty store = %+v; want nil", latest)
 		}
-		return &capgate.ConfigVersion{Config: cfg, PreviousConfig: defaults, CreatedBy: "alice",
-			Source: capgate.SourceAPI, Note: "quiet"}, nil
+		return &config.Version{Config: cfg, PreviousConfig: defaults, CreatedBy: "alice",
+			Source: config.SourceAPI, Note: "quiet"}, nil
 	})
 	if err != nil {
 		t.Fatalf("Update: %v", err)
@@ -205,11 +206,11 @@ func testAppendAndRead(t *testing.T, open Opener) {
 		t.Errorf("previous_config = %s; want %s", g, w)
 	}
 
-	second, err := store.Update(ctx, func(latest *capgate.ConfigVersion) (*capgate.ConfigVersion, error) {
+	second, err := store.Update(ctx, func(latest *config.Version) (*config.Version, error) {
 		if latest == nil || latest.ID != first.ID {
 			t.Errorf("latest = %+v; want version %d", latest, first.ID)
 		}
-		return &capgate.ConfigVersion{Config: defaults, Source: capgate.SourceCommand}, nil
+		return &config.Version{Config: defaults, Source: config.SourceCommand}, nil
 	})
 	if err != nil {
 		t.Fatalf("Update: %v", err)
@@ -235,7 +236,7 @@ func testAppendAndRead(t *testing.T, open Opener) {
 
 func testUpdateWithoutChange(t *testing.T, open Opener) {
 	store, ctx := open(t), context.Background()
-	v, err := store.Update(ctx, func(*capgate.ConfigVersion) (*capgate.ConfigVersion, error) { return nil, nil })
+	v, err := store.Update(ctx, func(*config.Version) (*config.Version, error) { return nil, nil })
 	if v != nil || err != nil {
 		t.Fatalf("Update returning nil = %v, %v; want nil, nil", v, err)
 	}
@@ -247,14 +248,14 @@ func testUpdateWithoutChange(t *testing.T, open Opener) {
 func testUpdateError(t *testing.T, open Opener) {
 	store, ctx := open(t), context.Background()
 	errBoom := errors.New("boom")
-	_, err := store.Update(ctx, func(*capgate.ConfigVersion) (*capgate.ConfigVersion, error) {
-		return &capgate.ConfigVersion{Config: map[string]any{}}, errBoom
+	_, err := store.Update(ctx, func(*config.Version) (*config.Version, error) {
+		return &config.Version{Config: map[string]any{}}, errBoom
 	})
 	if !errors.Is(err, errBoom) {
 		t.Fatalf("Update error = %v; want fn's error", err)
 	}
 	verr := &capgate.ValidationError{Messages: []string{"x"}}
-	_, err = store.Update(ctx, func(*capgate.ConfigVersion) (*capgate.ConfigVersion, error) { return nil, verr })
+	_, err = store.Update(ctx, func(*config.Version) (*config.Version, error) { return nil, verr })
 	if got, ok := errors.AsType[*capgate.ValidationError](err); !ok || got != verr {
 		t.Fatalf("Update error = %v; want the *ValidationError fn returned", err)
 	}
@@ -272,12 +273,12 @@ func testConcurrentUpdates(t *testing.T, open Opener) {
 	errs := make(chan error, n)
 	for range n {
 		wg.Go(func() {
-			_, err := store.Update(ctx, func(latest *capgate.ConfigVersion) (*capgate.ConfigVersion, error) {
+			_, err := store.Update(ctx, func(latest *config.Version) (*config.Version, error) {
 				count := 0
 				if latest != nil {
 					fmt.Sscan(fmt.Sprint(latest.Config["count"]), &count)
 				}
-				return &capgate.ConfigVersion{Config: map[string]any{"count": count + 1}, Source: "api"}, nil
+				return &config.Version{Config: map[string]any{"count": count + 1}, Source: "api"}, nil
 			})
 			errs <- err
 		})

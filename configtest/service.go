@@ -13,11 +13,12 @@ import (
 	"time"
 
 	"github.com/capgate/capgate"
+	"github.com/capgate/capgate/config"
 )
 
-func mustSave(t *testing.T, s *capgate.ConfigService, change string, replace bool, by, source, note string) capgate.SaveResult {
+func mustSave(t *testing.T, s *config.Service, change string, replace bool, by, source, note string) config.SaveResult {
 	t.Helper()
-	res, err := s.Save(context.Background(), capgate.ConfigChange{Set: Doc(t, change), Replace: replace, By: by, Source: source, Note: note})
+	res, err := s.Save(context.Background(), config.Edit{Set: Doc(t, change), Replace: replace, By: by, Source: source, Note: note})
 	if err != nil {
 		t.Fatalf("Save(%s): %v", change, err)
 	}
@@ -41,7 +42,7 @@ func testDefaults(t *testing.T, open Opener) {
 		t.Errorf("Config with nothing stored = %+v; want the defaults %+v", got, want)
 	}
 	for boot, mode := range map[capgate.Mode]capgate.Mode{"off": "off", "enforce": "enforce", "loud": "shadow", "": "shadow"} {
-		s := capgate.NewConfigService(store, boot)
+		s := config.NewService(store, boot)
 		s.ReadTimeout = 10 * time.Second
 		if got := s.Config(context.Background()).Mode; got != mode {
 			t.Errorf("boot mode %q: mode = %q; want %q", boot, got, mode)
@@ -56,8 +57,8 @@ func testSaveAddsAVersion(t *testing.T, open Opener) {
 	ctx := context.Background()
 	defaults := capgate.DefaultConfig(capgate.ModeShadow)
 
-	res := mustSave(t, s, `{"tiers":{"preview":1},"mode":"off"}`, false, "alice", capgate.SourceAPI, "quiet")
-	wantJSON(t, "changes", res.Changes, `{"mode":["shadow","off"],"tiers.preview":[2,1]}`)
+	res := mustSave(t, s, `{"tiers":{"preview":1},"mode":"off"}`, false, "alice", config.SourceAPI, "quiet")
+	wantJSON(t, "changes", res.Diff, `{"mode":["shadow","off"],"tiers.preview":[2,1]}`)
 	first := res.Version
 	latest, err := store.Latest(ctx)
 	if err != nil || latest == nil || latest.ID != first.ID {
@@ -78,8 +79,8 @@ func testSaveAddsAVersion(t *testing.T, open Opener) {
 		t.Errorf("log lines = %q; want %q", got, wantLines)
 	}
 
-	res = mustSave(t, s, `{"es2_knn":2}`, false, "", capgate.SourceCommand, "")
-	wantJSON(t, "second changes", res.Changes, `{"es2_knn":[3,2]}`)
+	res = mustSave(t, s, `{"es2_knn":2}`, false, "", config.SourceCommand, "")
+	wantJSON(t, "second changes", res.Diff, `{"es2_knn":[3,2]}`)
 	if res.Config.Tiers.Preview != 1 || res.Version.CreatedBy != "" || res.Version.Source != "command" {
 		t.Errorf("second save = %+v; want tiers.preview kept at 1, no user, source command", res)
 	}
@@ -90,9 +91,9 @@ func testSaveAddsAVersion(t *testing.T, open Opener) {
 		t.Errorf("second log line = %q; want no changed_by and no note", got[len(got)-1])
 	}
 
-	res = mustSave(t, s, `{"es2_knn":2}`, false, "bob", capgate.SourceAPI, "again")
-	if res.Version == nil || res.Version.ID != second.ID || len(res.Changes) != 0 || res.Changes == nil {
-		t.Errorf("identical save = version %+v, changes %v; want version %d and {}", res.Version, res.Changes, second.ID)
+	res = mustSave(t, s, `{"es2_knn":2}`, false, "bob", config.SourceAPI, "again")
+	if res.Version == nil || res.Version.ID != second.ID || len(res.Diff) != 0 || res.Diff == nil {
+		t.Errorf("identical save = version %+v, changes %v; want version %d and {}", res.Version, res.Diff, second.ID)
 	}
 	if res.Config.ES2KNN != 2 || res.Config.Tiers.Preview != 1 {
 		t.Errorf("identical save config = %+v", res.Config)
@@ -115,7 +116,7 @@ func testSaveReplace(t *testing.T, open Opener) {
 	if res.Config != want {
 		t.Errorf("replaced config = %+v; want the defaults with mode off", res.Config)
 	}
-	wantJSON(t, "changes", res.Changes, `{"es2_knn":[1,3],"mode":["shadow","off"],"tiers.preview":[1,2]}`)
+	wantJSON(t, "changes", res.Diff, `{"es2_knn":[1,3],"mode":["shadow","off"],"tiers.preview":[1,2]}`)
 }
 
 // testFailedLogLine: original §1.1 item 8.
@@ -141,7 +142,7 @@ func testFailedLogLine(t *testing.T, open Opener) {
 func testSaveRejectsInvalid(t *testing.T, open Opener) {
 	store := open(t)
 	s, _, lines, _ := Service(store)
-	_, err := s.Save(context.Background(), capgate.ConfigChange{Set: Doc(t, `{"es2_knn":-1}`), By: "alice", Source: "api"})
+	_, err := s.Save(context.Background(), config.Edit{Set: Doc(t, `{"es2_knn":-1}`), By: "alice", Source: "api"})
 	verr, ok := errors.AsType[*capgate.ValidationError](err)
 	if !ok || !slices.Contains(verr.Messages, `"es2_knn" must be a whole number from 0 to 100000.`) {
 		t.Fatalf("Save error = %v; want a *ValidationError about es2_knn", err)
@@ -163,11 +164,11 @@ func testBadInputAddsNoRow(t *testing.T, open Opener) {
 		`{"es2_knn":true}`, `{"es2_knn":3.0}`, `{"es2_knn":1e2}`, `{"per_user":{"preview":100001}}`,
 		`{"reserve_single_row":5}`, `{"renew_seconds":21}`, `{"api_heavy":null}`,
 	} {
-		_, err := s.Save(context.Background(), capgate.ConfigChange{Set: Doc(t, change), Source: "api"})
+		_, err := s.Save(context.Background(), config.Edit{Set: Doc(t, change), Source: "api"})
 		if _, ok := errors.AsType[*capgate.ValidationError](err); !ok {
 			t.Errorf("Save(%s) error = %v; want a *ValidationError", change, err)
 		}
-		_, err = s.Save(context.Background(), capgate.ConfigChange{Set: Doc(t, change), Replace: true, Source: "api"})
+		_, err = s.Save(context.Background(), config.Edit{Set: Doc(t, change), Replace: true, Source: "api"})
 		if _, ok := errors.AsType[*capgate.ValidationError](err); !ok {
 			t.Errorf("Save(%s, replace) error = %v; want a *ValidationError", change, err)
 		}
@@ -247,7 +248,7 @@ func testWithoutWait(t *testing.T, open Opener) {
 	}
 	put := capgate.DefaultConfig(capgate.ModeEnforce).Doc()
 	delete(put, "wait")
-	res, err := s.Save(ctx, capgate.ConfigChange{Set: put, Replace: true, By: "staff", Source: "api"})
+	res, err := s.Save(ctx, config.Edit{Set: put, Replace: true, By: "staff", Source: "api"})
 	if err != nil {
 		t.Fatalf("PUT without wait: %v", err)
 	}
@@ -258,32 +259,32 @@ func testWithoutWait(t *testing.T, open Opener) {
 
 // flaky wraps a store; its reads fail while fail is set.
 type flaky struct {
-	capgate.ConfigStore
+	config.Store
 	fail  atomic.Bool
 	reads atomic.Int32
 }
 
 var errDown = errors.New("database is down")
 
-func (f *flaky) Latest(ctx context.Context) (*capgate.ConfigVersion, error) {
+func (f *flaky) Latest(ctx context.Context) (*config.Version, error) {
 	f.reads.Add(1)
 	if f.fail.Load() {
 		return nil, errDown
 	}
-	return f.ConfigStore.Latest(ctx)
+	return f.Store.Latest(ctx)
 }
 
-func (f *flaky) LatestWithin(ctx context.Context, d time.Duration) (*capgate.ConfigVersion, error) {
+func (f *flaky) LatestWithin(ctx context.Context, d time.Duration) (*config.Version, error) {
 	f.reads.Add(1)
 	if f.fail.Load() {
 		return nil, errDown
 	}
-	return f.ConfigStore.LatestWithin(ctx, d)
+	return f.Store.LatestWithin(ctx, d)
 }
 
 // testFailedReadKeepsLastKnown: original §1.1 item 11.
 func testFailedReadKeepsLastKnown(t *testing.T, open Opener) {
-	store := &flaky{ConfigStore: open(t)}
+	store := &flaky{Store: open(t)}
 	s, clock, _, logs := Service(store)
 	ctx := context.Background()
 	store.fail.Store(true)
@@ -304,7 +305,7 @@ func testFailedReadKeepsLastKnown(t *testing.T, open Opener) {
 		t.Fatalf("Config after the save = %+v; want enforce and es2_knn 1", got)
 	}
 	store.fail.Store(true)
-	clock.Advance(capgate.DefaultConfigCacheTTL)
+	clock.Advance(config.DefaultCacheTTL)
 	got := s.Config(ctx)
 	if got.Mode != capgate.ModeShadow || got.ES2KNN != 1 {
 		t.Errorf("Config with the database down = mode %s, es2_knn %d; want shadow (enforce downgraded) and 1", got.Mode, got.ES2KNN)
@@ -313,7 +314,7 @@ func testFailedReadKeepsLastKnown(t *testing.T, open Opener) {
 		t.Errorf("logs = %q; want a second WARNING", logs.Records())
 	}
 	store.fail.Store(false)
-	clock.Advance(capgate.DefaultConfigCacheTTL)
+	clock.Advance(config.DefaultCacheTTL)
 	if got := s.Config(ctx); got.Mode != capgate.ModeEnforce {
 		t.Errorf("Config once the database works = mode %s; want enforce again", got.Mode)
 	}
@@ -322,7 +323,7 @@ func testFailedReadKeepsLastKnown(t *testing.T, open Opener) {
 // blocking wraps a store; while gate is set, LatestWithin reports on
 // entered and waits for gate to close or its deadline.
 type blocking struct {
-	capgate.ConfigStore
+	config.Store
 	mu      sync.Mutex
 	gate    chan struct{}
 	entered chan struct{}
@@ -336,7 +337,7 @@ func (b *blocking) block() (release func()) {
 	return sync.OnceFunc(func() { close(b.gate) })
 }
 
-func (b *blocking) LatestWithin(ctx context.Context, d time.Duration) (*capgate.ConfigVersion, error) {
+func (b *blocking) LatestWithin(ctx context.Context, d time.Duration) (*config.Version, error) {
 	b.reads.Add(1)
 	b.mu.Lock()
 	gate, entered := b.gate, b.entered
@@ -351,7 +352,7 @@ func (b *blocking) LatestWithin(ctx context.Context, d time.Duration) (*capgate.
 			return nil, fmt.Errorf("blocked read: %w", ctx.Err())
 		}
 	}
-	return b.ConfigStore.LatestWithin(ctx, d)
+	return b.Store.LatestWithin(ctx, d)
 }
 
 // within fails the test unless fn returns within a generous bound; a
@@ -370,7 +371,7 @@ func within(t *testing.T, what string, fn func()) {
 }
 
 func testRefreshIsSingleFlight(t *testing.T, open Opener) {
-	store := &blocking{ConfigStore: open(t)}
+	store := &blocking{Store: open(t)}
 	s, clock, _, _ := Service(store)
 	s.ReadTimeout = time.Minute // only the release ends the blocked read
 	ctx := context.Background()
@@ -378,7 +379,7 @@ func testRefreshIsSingleFlight(t *testing.T, open Opener) {
 	changed := capgate.DefaultConfig(capgate.ModeShadow)
 	changed.ES2KNN = 1
 	Append(t, store, changed.Doc())
-	clock.Advance(capgate.DefaultConfigCacheTTL)
+	clock.Advance(config.DefaultCacheTTL)
 
 	release := store.block()
 	refreshed := make(chan capgate.Config, 1)
@@ -404,7 +405,7 @@ func testRefreshIsSingleFlight(t *testing.T, open Opener) {
 }
 
 func testFirstReadBounded(t *testing.T, open Opener) {
-	store := &blocking{ConfigStore: open(t)}
+	store := &blocking{Store: open(t)}
 	s, _, _, logs := Service(store)
 	s.ReadTimeout = 50 * time.Millisecond
 	s.BootMode = capgate.ModeEnforce
@@ -446,7 +447,7 @@ func testConcurrentPatches(t *testing.T, open Opener) {
 	for i, c := range changes {
 		change := Doc(t, c)
 		wg.Go(func() {
-			_, err := s.Save(context.Background(), capgate.ConfigChange{Set: change, By: fmt.Sprintf("user%d", i), Source: "api"})
+			_, err := s.Save(context.Background(), config.Edit{Set: change, By: fmt.Sprintf("user%d", i), Source: "api"})
 			errs <- err
 		})
 	}
@@ -476,8 +477,8 @@ func testConcurrentPatches(t *testing.T, open Opener) {
 		t.Fatalf("History = %d rows, %v; want %d", len(vs), err, len(changes))
 	}
 	for _, v := range vs {
-		if n := len(v.Changes()); n != 1 {
-			t.Errorf("version %d changes %v; want exactly one setting", v.ID, v.Changes())
+		if n := len(v.Diff()); n != 1 {
+			t.Errorf("version %d changes %v; want exactly one setting", v.ID, v.Diff())
 		}
 	}
 	if n := len(lines.Raw()); n != len(changes) {

@@ -166,7 +166,7 @@ func (s *Server) decide(w http.ResponseWriter, r *http.Request) {
 	// request's context ends when the client closes it, which ends a wait
 	// (the ticket leaves the queue) or a held call.
 	ctx := r.Context()
-	if cfg := gate.Config.Config(ctx); cfg.Mode == capgate.ModeEnforce && cfg.Wait.MaxSeconds > 0 {
+	if cfg := gate.Source.Config(ctx); cfg.Mode == capgate.ModeEnforce && cfg.Wait.MaxSeconds > 0 {
 		// The call may wait before its line: send the headers now, with
 		// how long it may wait, so a client tells a waiting call from a
 		// service that hangs.
@@ -324,7 +324,7 @@ func (s *Server) gateFor(task string) (*capgate.Gate, error) {
 	if len(s.tasks) >= max {
 		return nil, errors.New(`too many distinct "task" ids; leave "task" out to use the service's own`)
 	}
-	t, err := capgate.NewGate(g.Store, g.Config, g.Sink, task)
+	t, err := capgate.NewGate(g.Store, g.Source, g.Sink, task)
 	if err != nil {
 		return nil, fmt.Errorf("task %q: %w", task, err)
 	}

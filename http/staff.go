@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/capgate/capgate"
+	"github.com/capgate/capgate/config"
 	"github.com/capgate/capgate/internal/jsonenc"
 	"github.com/capgate/capgate/internal/jsontree"
 )
@@ -47,7 +48,7 @@ type StatusReporter interface {
 // "note". Other methods get 405 with Allow, other paths 404. Errors are
 // {"detail": ...}. Create one with NewStaffHandler; safe for concurrent use.
 type StaffHandler struct {
-	configs *capgate.ConfigService
+	configs *config.Service
 	ids     Identifier
 	status  StatusReporter
 
@@ -60,7 +61,7 @@ type StaffHandler struct {
 
 // NewStaffHandler returns the staff API over configs, with callers told
 // apart by ids. status may be nil: GET /capacity/status/ then answers 503.
-func NewStaffHandler(configs *capgate.ConfigService, ids Identifier, status StatusReporter) *StaffHandler {
+func NewStaffHandler(configs *config.Service, ids Identifier, status StatusReporter) *StaffHandler {
 	return &StaffHandler{configs: configs, ids: ids, status: status}
 }
 
@@ -181,7 +182,7 @@ type staffMeta struct {
 	Note      *string `json:"note"`
 }
 
-func staffMetaOf(v *capgate.ConfigVersion) staffMeta {
+func staffMetaOf(v *config.Version) staffMeta {
 	if v == nil {
 		return staffMeta{}
 	}
@@ -247,8 +248,8 @@ func (h *StaffHandler) changeConfig(w http.ResponseWriter, r *http.Request, call
 		}
 		delete(change, "note")
 	}
-	res, err := h.configs.Save(r.Context(), capgate.ConfigChange{Set: change, Replace: r.Method == http.MethodPut,
-		By: caller.UserID, Source: capgate.SourceAPI, Note: note})
+	res, err := h.configs.Save(r.Context(), config.Edit{Set: change, Replace: r.Method == http.MethodPut,
+		By: caller.UserID, Source: config.SourceAPI, Note: note})
 	if verr, ok := errors.AsType[*capgate.ValidationError](err); ok {
 		staffJSON(w, http.StatusBadRequest, map[string][]string{"detail": verr.Messages})
 		return
@@ -259,9 +260,9 @@ func (h *StaffHandler) changeConfig(w http.ResponseWriter, r *http.Request, call
 	}
 	staffJSON(w, http.StatusOK, struct {
 		staffMeta
-		Config  capgate.Config  `json:"config"`
-		Changes capgate.Changes `json:"changes"`
-	}{staffMetaOf(res.Version), res.Config, res.Changes})
+		Config  capgate.Config `json:"config"`
+		Changes capgate.Diff   `json:"changes"`
+	}{staffMetaOf(res.Version), res.Config, res.Diff})
 }
 
 // staffHistoryLimit reads ?limit=: default 50 (also for a non-number or
@@ -283,12 +284,12 @@ func staffHistoryLimit(s string) int {
 // source and note, each null when empty, and the version's changes.
 type HistoryEntry struct {
 	staffMeta
-	Changes capgate.Changes `json:"changes"`
+	Changes capgate.Diff `json:"changes"`
 }
 
 // NewHistoryEntry returns v as history lists it.
-func NewHistoryEntry(v capgate.ConfigVersion) HistoryEntry {
-	return HistoryEntry{staffMetaOf(&v), v.Changes()}
+func NewHistoryEntry(v config.Version) HistoryEntry {
+	return HistoryEntry{staffMetaOf(&v), v.Diff()}
 }
 
 func (h *StaffHandler) history(w http.ResponseWriter, r *http.Request, _ capgate.Caller) {

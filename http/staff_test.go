@@ -14,6 +14,7 @@ import (
 	"testing"
 
 	"github.com/capgate/capgate"
+	"github.com/capgate/capgate/config"
 	"github.com/capgate/capgate/configtest"
 	capgatehttp "github.com/capgate/capgate/http"
 	"github.com/capgate/capgate/internal/jsontree"
@@ -40,7 +41,7 @@ func (m tokens) Identify(_ context.Context, r *http.Request) (capgate.Caller, bo
 type staffServer struct {
 	*httptest.Server
 	store   *sqlite.Store
-	configs *capgate.ConfigService
+	configs *config.Service
 }
 
 func newStaffServer(t *testing.T) *staffServer {
@@ -258,7 +259,7 @@ func TestChangeConfigRejectsBadInput(t *testing.T) {
 func TestHistoryLimit(t *testing.T) {
 	s := newStaffServer(t)
 	for i := range 3 {
-		if _, err := s.configs.Save(context.Background(), capgate.ConfigChange{Set: capgate.Change{"es2_knn": json.Number(string(rune('4' + i)))}, Source: "api"}); err != nil {
+		if _, err := s.configs.Save(context.Background(), config.Edit{Set: capgate.Patch{"es2_knn": json.Number(string(rune('4' + i)))}, Source: "api"}); err != nil {
 			t.Fatal(err)
 		}
 	}

@@ -11,12 +11,11 @@ import (
 	"fmt"
 	"time"
 
-	"github.com/jackc/pgx/v5"
-	"github.com/jackc/pgx/v5/pgxpool"
-
-	"github.com/capgate/capgate"
+	"github.com/capgate/capgate/config"
 	"github.com/capgate/capgate/internal/configrow"
 	"github.com/capgate/capgate/internal/migrate"
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
 )
 
 // The advisory lock keys.
@@ -33,14 +32,14 @@ const (
 // keeps its connection; the deadline still bounds a stalled connection.
 const statementMargin = 20 * time.Millisecond
 
-// Store is a capgate.ConfigStore in PostgreSQL. It is safe for concurrent
+// Store is a config.Store in PostgreSQL. It is safe for concurrent
 // use, also by several processes. Create one with Open.
 type Store struct {
 	pool *pgxpool.Pool
 	host string // for errors
 }
 
-var _ capgate.ConfigStore = (*Store)(nil)
+var _ config.Store = (*Store)(nil)
 
 // Open connects to the database at url (postgres://…; a search_path
 // parameter picks the schema) and brings its schema up to date (Connect,
@@ -84,7 +83,7 @@ func (s *Store) Ping(ctx context.Context) error {
 const selectColumns = `SELECT id, config::text, previous_config::text, created_by, created_at, source, note FROM capacity_configs`
 
 // Latest returns the newest version, or nil when there is none.
-func (s *Store) Latest(ctx context.Context) (*capgate.ConfigVersion, error) {
+func (s *Store) Latest(ctx context.Context) (*config.Version, error) {
 	v, err := latest(ctx, s.pool)
 	if err != nil {
 		return nil, fmt.Errorf("read latest capacity config: %w", err)
@@ -95,7 +94,7 @@ func (s *Store) Latest(ctx context.Context) (*capgate.ConfigVersion, error) {
 // LatestWithin is Latest, given up after timeout: the read runs in a short
 // read-only transaction with SET LOCAL statement_timeout, under a context
 // deadline of timeout.
-func (s *Store) LatestWithin(ctx context.Context, timeout time.Duration) (*capgate.ConfigVersion, error) {
+func (s *Store) LatestWithin(ctx context.Context, timeout time.Duration) (*config.Version, error) {
 	ctx, cancel := context.WithTimeout(ctx, timeout)
 	defer cancel()
 	v, err := s.latestWithin(ctx)
@@ -105,7 +104,7 @@ func (s *Store) LatestWithin(ctx context.Context, timeout time.Duration) (*capga
 	return v, nil
 }
 
-func (s *Store) latestWithin(ctx context.Context) (*capgate.ConfigVersion, error) {
+func (s *Store) latestWithin(ctx context.Context) (*config.Version, error) {
 	tx, err := s.pool.BeginTx(ctx, pgx.TxOptions{AccessMode: pgx.ReadOnly})
 	if err != nil {
 		return nil, fmt.Errorf("begin: %w", err)
@@ -127,7 +126,7 @@ func (s *Store) latestWithin(ctx context.Context) (*capgate.ConfigVersion, error
 }
 
 // History returns up to limit versions, newest first.
-func (s *Store) History(ctx context.Context, limit int) ([]capgate.ConfigVersion, error) {
+func (s *Store) History(ctx context.Context, limit int) ([]config.Version, error) {
 	vs, err := query(ctx, s.pool, selectColumns+` ORDER BY id DESC LIMIT $1`, max(limit, 1))
 	if err != nil {
 		return nil, fmt.Errorf("read capacity config history: %w", err)
@@ -140,7 +139,7 @@ type queryer interface {
 	Query(ctx context.Context, sql string, args ...any) (pgx.Rows, error)
 }
 
-func latest(ctx context.Context, q queryer) (*capgate.ConfigVersion, error) {
+func latest(ctx context.Context, q queryer) (*config.Version, error) {
 	vs, err := query(ctx, q, selectColumns+` ORDER BY id DESC LIMIT 1`)
 	if err != nil || len(vs) == 0 {
 		return nil, err
@@ -148,7 +147,7 @@ func latest(ctx context.Context, q queryer) (*capgate.ConfigVersion, error) {
 	return &vs[0], nil
 }
 
-func query(ctx context.Context, q queryer, sql string, args ...any) ([]capgate.ConfigVersion, error) {
+func query(ctx context.Context, q queryer, sql string, args ...any) ([]config.Version, error) {
 	rows, err := q.Query(ctx, sql, args...)
 	if err != nil {
 		return nil, err
@@ -159,8 +158,8 @@ func query(ctx context.Context, q queryer, sql string, args ...any) ([]capgate.C
 
 // Update runs fn on the latest version in a transaction that holds the
 // advisory lock UpdateLockKey, and appends what it returns.
-func (s *Store) Update(ctx context.Context, fn func(*capgate.ConfigVersion) (*capgate.ConfigVersion, error)) (*capgate.ConfigVersion, error) {
-	var out *capgate.ConfigVersion
+func (s *Store) Update(ctx context.Context, fn func(*config.Version) (*config.Version, error)) (*config.Version, error) {
+	var out *config.Version
 	err := pgx.BeginFunc(ctx, s.pool, func(tx pgx.Tx) error {
 		if _, err := tx.Exec(ctx, `SELECT pg_advisory_xact_lock($1)`, UpdateLockKey); err != nil {
 			return fmt.Errorf("lock: %w", err)

@@ -6,6 +6,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/capgate/capgate/config"
 	"github.com/jackc/pgx/v5"
 
 	"github.com/capgate/capgate"
@@ -30,7 +31,7 @@ func mustOpenURL(tb testing.TB, u string) *postgres.Store {
 }
 
 func TestConformance(t *testing.T) {
-	configtest.Run(t, func(tb testing.TB) capgate.ConfigStore { return MustOpen(tb) })
+	configtest.Run(t, func(tb testing.TB) config.Store { return MustOpen(tb) })
 }
 
 func TestOpenTwiceAndNewerSchema(t *testing.T) {
@@ -66,7 +67,7 @@ func TestLockedTable(t *testing.T) {
 	s, clock, _, logs := configtest.Service(store)
 	s.ReadTimeout = 200 * time.Millisecond
 	ctx := context.Background()
-	if _, err := s.Save(ctx, capgate.ConfigChange{Set: configtest.Doc(t, `{"es2_knn":1,"mode":"enforce"}`), Source: "api"}); err != nil {
+	if _, err := s.Save(ctx, config.Edit{Set: configtest.Doc(t, `{"es2_knn":1,"mode":"enforce"}`), Source: "api"}); err != nil {
 		t.Fatal(err)
 	}
 
@@ -84,7 +85,7 @@ func TestLockedTable(t *testing.T) {
 	}
 
 	for range 2 { // twice: a connection the first timeout spoiled must not make the second read hang
-		clock.Advance(capgate.DefaultConfigCacheTTL)
+		clock.Advance(config.DefaultCacheTTL)
 		start := time.Now()
 		got := s.Config(ctx)
 		if d := time.Since(start); d > 2*time.Second {
@@ -101,7 +102,7 @@ func TestLockedTable(t *testing.T) {
 	if err := tx.Rollback(ctx); err != nil {
 		t.Fatal(err)
 	}
-	clock.Advance(capgate.DefaultConfigCacheTTL)
+	clock.Advance(config.DefaultCacheTTL)
 	if got := s.Config(ctx); got.Mode != capgate.ModeEnforce || got.ES2KNN != 1 {
 		t.Errorf("Config after the lock is gone = %+v; want enforce and es2_knn 1", got)
 	}

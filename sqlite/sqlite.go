@@ -13,7 +13,7 @@ import (
 
 	_ "modernc.org/sqlite" // the "sqlite" database/sql driver
 
-	"github.com/capgate/capgate"
+	"github.com/capgate/capgate/config"
 	"github.com/capgate/capgate/internal/configrow"
 	"github.com/capgate/capgate/internal/migrate"
 )
@@ -25,7 +25,7 @@ const DefaultBusyTimeout = 10 * time.Second
 // timeFormat is how created_at is stored: fixed width, so it sorts.
 const timeFormat = "2006-01-02T15:04:05.000000Z07:00"
 
-// Store is a capgate.ConfigStore in a SQLite file. It is safe for
+// Store is a config.Store in a SQLite file. It is safe for
 // concurrent use, also with other processes on the same file: writers take
 // the file's write lock (BEGIN IMMEDIATE), readers never wait for them
 // (WAL). Create one with Open.
@@ -38,7 +38,7 @@ type Store struct {
 	Now func() time.Time
 }
 
-var _ capgate.ConfigStore = (*Store)(nil)
+var _ config.Store = (*Store)(nil)
 
 // Open opens the SQLite database at path, creating it if missing, and
 // brings its schema up to date (Connect, then Migrate). It fails if the
@@ -97,19 +97,19 @@ type queryer interface {
 }
 
 // Latest returns the newest version, or nil when there is none.
-func (s *Store) Latest(ctx context.Context) (*capgate.ConfigVersion, error) {
+func (s *Store) Latest(ctx context.Context) (*config.Version, error) {
 	return latest(ctx, s.db)
 }
 
 // LatestWithin is Latest, given up after timeout (a context deadline;
 // SQLite interrupts the statement).
-func (s *Store) LatestWithin(ctx context.Context, timeout time.Duration) (*capgate.ConfigVersion, error) {
+func (s *Store) LatestWithin(ctx context.Context, timeout time.Duration) (*config.Version, error) {
 	ctx, cancel := context.WithTimeout(ctx, timeout)
 	defer cancel()
 	return latest(ctx, s.db)
 }
 
-func latest(ctx context.Context, q queryer) (*capgate.ConfigVersion, error) {
+func latest(ctx context.Context, q queryer) (*config.Version, error) {
 	vs, err := query(ctx, q, selectColumns+` ORDER BY id DESC LIMIT 1`)
 	if err != nil {
 		return nil, fmt.Errorf("read latest capacity config: %w", err)
@@ -121,7 +121,7 @@ func latest(ctx context.Context, q queryer) (*capgate.ConfigVersion, error) {
 }
 
 // History returns up to limit versions, newest first.
-func (s *Store) History(ctx context.Context, limit int) ([]capgate.ConfigVersion, error) {
+func (s *Store) History(ctx context.Context, limit int) ([]config.Version, error) {
 	vs, err := query(ctx, s.db, selectColumns+` ORDER BY id DESC LIMIT ?`, max(limit, 1))
 	if err != nil {
 		return nil, fmt.Errorf("read capacity config history: %w", err)
@@ -129,7 +129,7 @@ func (s *Store) History(ctx context.Context, limit int) ([]capgate.ConfigVersion
 	return vs, nil
 }
 
-func query(ctx context.Context, q queryer, sqlText string, args ...any) ([]capgate.ConfigVersion, error) {
+func query(ctx context.Context, q queryer, sqlText string, args ...any) ([]config.Version, error) {
 	rows, err := q.QueryContext(ctx, sqlText, args...)
 	if err != nil {
 		return nil, err
@@ -140,7 +140,7 @@ func query(ctx context.Context, q queryer, sqlText string, args ...any) ([]capga
 
 // Update runs fn on the latest version inside a write transaction (BEGIN
 // IMMEDIATE) and appends what it returns.
-func (s *Store) Update(ctx context.Context, fn func(*capgate.ConfigVersion) (*capgate.ConfigVersion, error)) (*capgate.ConfigVersion, error) {
+func (s *Store) Update(ctx context.Context, fn func(*config.Version) (*config.Version, error)) (*config.Version, error) {
 	select {
 	case s.writer <- struct{}{}:
 		defer func() { <-s.writer }()

@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/capgate/capgate"
+	"github.com/capgate/capgate/config"
 	"github.com/capgate/capgate/configtest"
 	"github.com/capgate/capgate/sqlite"
 )
@@ -35,7 +36,7 @@ func mustOpenPath(tb testing.TB, path string) *sqlite.Store {
 }
 
 func TestConformance(t *testing.T) {
-	configtest.Run(t, func(tb testing.TB) capgate.ConfigStore { return MustOpen(tb) })
+	configtest.Run(t, func(tb testing.TB) config.Store { return MustOpen(tb) })
 }
 
 func TestReopenKeepsTheHistory(t *testing.T) {
@@ -88,8 +89,8 @@ func TestTwoStoresShareAFile(t *testing.T) {
 			store = b
 		}
 		wg.Go(func() {
-			_, err := store.Update(ctx, func(*capgate.ConfigVersion) (*capgate.ConfigVersion, error) {
-				return &capgate.ConfigVersion{Config: map[string]any{"i": i}, Source: "command"}, nil
+			_, err := store.Update(ctx, func(*config.Version) (*config.Version, error) {
+				return &config.Version{Config: map[string]any{"i": i}, Source: "command"}, nil
 			})
 			errs <- err
 		})

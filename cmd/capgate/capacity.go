@@ -15,6 +15,7 @@ import (
 	"time"
 
 	"github.com/capgate/capgate"
+	"github.com/capgate/capgate/config"
 	capgatehttp "github.com/capgate/capgate/http"
 	"github.com/capgate/capgate/internal/jsontree"
 	"github.com/capgate/capgate/logsink"
@@ -167,16 +168,16 @@ func (c *CapacityCommand) Run(ctx context.Context, args []string) error {
 		if err != nil {
 			return err
 		}
-		return c.save(ctx, a, capgate.ConfigChange{Set: change})
+		return c.save(ctx, a, config.Edit{Set: change})
 	case "reset":
-		return c.save(ctx, a, capgate.ConfigChange{Replace: true}) // assignments are ignored
+		return c.save(ctx, a, config.Edit{Replace: true}) // assignments are ignored
 	}
 	if len(rest) > 0 {
 		return &UsageError{Msg: fmt.Sprintf("capgate capacity %s takes no arguments, got %q\n\n%s", name, rest[0], a.usage())}
 	}
 	switch name {
 	case "show":
-		return c.withConfigs(ctx, a, func(svc *capgate.ConfigService) error {
+		return c.withConfigs(ctx, a, func(svc *config.Service) error {
 			v, cfg, err := svc.Current(ctx)
 			if err != nil {
 				return err
@@ -194,7 +195,7 @@ func (c *CapacityCommand) Run(ctx context.Context, args []string) error {
 
 // withConfigs opens the config store and runs fn with a service over it.
 // It refuses a database that is missing, unless --create.
-func (c *CapacityCommand) withConfigs(ctx context.Context, a *capacityAction, fn func(*capgate.ConfigService) error) error {
+func (c *CapacityCommand) withConfigs(ctx context.Context, a *capacityAction, fn func(*config.Service) error) error {
 	st := a.st
 	if p := sqlitePath(st.Database); p != "" && !a.create {
 		if _, err := os.Stat(p); errors.Is(err, fs.ErrNotExist) {
@@ -235,17 +236,17 @@ func osUser() string {
 }
 
 // save saves change, filling in who made it, the source and the note.
-func (c *CapacityCommand) save(ctx context.Context, a *capacityAction, change capgate.ConfigChange) error {
+func (c *CapacityCommand) save(ctx context.Context, a *capacityAction, change config.Edit) error {
 	if a.user != "" && a.tokens != "" {
 		if err := checkUser(a.tokens, a.user); err != nil {
 			return err
 		}
 	}
-	change.By, change.Source, change.Note = a.user, capgate.SourceCommand, a.note
+	change.By, change.Source, change.Note = a.user, config.SourceCommand, a.note
 	if change.By == "" {
 		change.By = osUser() // never a null created_by
 	}
-	return c.withConfigs(ctx, a, func(svc *capgate.ConfigService) error {
+	return c.withConfigs(ctx, a, func(svc *config.Service) error {
 		sink := logsink.New(c.Stderr)
 		defer func() {
 			ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), capacityDrain)
@@ -258,14 +259,14 @@ func (c *CapacityCommand) save(ctx context.Context, a *capacityAction, change ca
 			return err
 		}
 		return c.print(struct {
-			Version *int64          `json:"version"`
-			Changes capgate.Changes `json:"changes"`
-		}{versionID(res.Version), res.Changes})
+			Version *int64       `json:"version"`
+			Changes capgate.Diff `json:"changes"`
+		}{versionID(res.Version), res.Diff})
 	})
 }
 
 func (c *CapacityCommand) history(ctx context.Context, a *capacityAction) error {
-	return c.withConfigs(ctx, a, func(svc *capgate.ConfigService) error {
+	return c.withConfigs(ctx, a, func(svc *config.Service) error {
 		vs, err := svc.History(ctx, a.limit)
 		if err != nil {
 			return err
@@ -301,7 +302,7 @@ func (c *CapacityCommand) status(ctx context.Context, a *capacityAction) error {
 		return err
 	}
 	defer lanes.Close()
-	return c.withConfigs(ctx, a, func(svc *capgate.ConfigService) error {
+	return c.withConfigs(ctx, a, func(svc *config.Service) error {
 		_, cfg, err := svc.Current(ctx)
 		if err != nil {
 			return err
@@ -335,7 +336,7 @@ func checkUser(tokensFile, user string) error {
 
 func (c *CapacityCommand) print(v any) error { return printJSON(c.Stdout, v) }
 
-func versionID(v *capgate.ConfigVersion) *int64 {
+func versionID(v *config.Version) *int64 {
 	if v == nil {
 		return nil
 	}

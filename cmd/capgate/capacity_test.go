@@ -18,6 +18,7 @@ import (
 	"time"
 
 	"github.com/alicebob/miniredis/v2"
+	"github.com/capgate/capgate/config"
 
 	"github.com/capgate/capgate"
 	"github.com/capgate/capgate/configtest"
@@ -91,7 +92,7 @@ func databases(t *testing.T, fn func(t *testing.T, database string)) {
 	t.Run("postgres", func(t *testing.T) { fn(t, configtest.PostgresSchema(t)) })
 }
 
-func openStore(t *testing.T, database string) capgate.ConfigStore {
+func openStore(t *testing.T, database string) config.Store {
 	t.Helper()
 	store, err := OpenConfigStore(context.Background(), database)
 	if err != nil {
@@ -176,7 +177,7 @@ func TestCapacityHistoryMatchesStaffAPI(t *testing.T) {
 			cli = append(cli, compactJSON(t, e))
 		}
 
-		staff := capgatehttp.NewStaffHandler(capgate.NewConfigService(store, capgate.ModeShadow), staffCaller{}, nil)
+		staff := capgatehttp.NewStaffHandler(config.NewService(store, capgate.ModeShadow), staffCaller{}, nil)
 		rec := httptest.NewRecorder()
 		staff.ServeHTTP(rec, httptest.NewRequest(http.MethodGet, "/capacity/config/history/", nil))
 		var entries []json.RawMessage
@@ -318,7 +319,7 @@ func TestCapacityStatus(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer lanes.Close()
-	configs := capgate.NewConfigService(openStore(t, db), capgate.ModeShadow)
+	configs := config.NewService(openStore(t, db), capgate.ModeShadow)
 	gate, err := capgate.NewGate(lanes, configs, nil, "task1")
 	if err != nil {
 		t.Fatal(err)
@@ -371,8 +372,8 @@ func TestCLIAndGatewayShareSQLite(t *testing.T) {
 	var saveErr error
 	wg.Go(func() { // staff change the config through the gateway too, now and then
 		for i := range 50 {
-			change := capgate.Change{"tiers": map[string]any{"staff": json.Number(fmt.Sprint(i%5 + 1))}}
-			if _, err := configs.Save(ctx, capgate.ConfigChange{Set: change, By: "gw", Source: "api"}); err != nil && saveErr == nil {
+			change := capgate.Patch{"tiers": map[string]any{"staff": json.Number(fmt.Sprint(i%5 + 1))}}
+			if _, err := configs.Save(ctx, config.Edit{Set: change, By: "gw", Source: "api"}); err != nil && saveErr == nil {
 				saveErr = err
 			}
 			saves++

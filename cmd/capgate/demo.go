@@ -18,6 +18,7 @@ import (
 
 	"github.com/capgate/capgate"
 	"github.com/capgate/capgate/cmd/capgate/internal/loadgen"
+	"github.com/capgate/capgate/config"
 	"github.com/capgate/capgate/tools/simapi"
 )
 
@@ -105,12 +106,12 @@ func (c *DemoCommand) Run(ctx context.Context, args []string) error {
 	// its task lane gets the cluster's limit; and the simulated calls last
 	// about a second, not the minutes a real bulk match can take, so
 	// refused calls retry sooner than the default 5 s per call ahead.
-	change := capgate.ConfigChange{
-		Set: capgate.Change{
+	change := config.Edit{
+		Set: capgate.Patch{
 			"api_heavy":   map[string]any{"per_task": 4},
 			"retry_after": map[string]any{"base": 1, "max": 10, "paused": 30},
 		},
-		By: "demo", Source: capgate.SourceCommand, Note: "demo: one gateway, short calls",
+		By: "demo", Source: config.SourceCommand, Note: "demo: one gateway, short calls",
 	}
 	if _, err := srv.Configs.Save(ctx, change); err != nil {
 		srv.Close()

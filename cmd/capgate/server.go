@@ -15,6 +15,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/capgate/capgate/config"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
@@ -72,7 +73,7 @@ type ServeOptions struct {
 // Build it with NewServer, run it with Serve, and Close it.
 type Server struct {
 	Gate    *capgate.Gate
-	Configs *capgate.ConfigService
+	Configs *config.Service
 	Lanes   capgate.LaneStore
 	Sink    *logsink.Sink
 	Handler http.Handler // the gateway (and, without AdminListen, the staff API, /metrics, the probes)

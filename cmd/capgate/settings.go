@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/capgate/capgate"
+	"github.com/capgate/capgate/config"
 	"github.com/capgate/capgate/internal/migrate"
 	"github.com/capgate/capgate/postgres"
 	"github.com/capgate/capgate/redis"
@@ -58,8 +59,8 @@ func LoadSettings(getenv func(string) string) (Settings, error) {
 	s := Settings{
 		Database:      DefaultDatabase,
 		Mode:          capgate.ModeShadow,
-		CacheTTL:      capgate.DefaultConfigCacheTTL,
-		ReadTimeout:   capgate.DefaultConfigReadTimeout,
+		CacheTTL:      config.DefaultCacheTTL,
+		ReadTimeout:   config.DefaultReadTimeout,
 		RedisMaster:   redis.DefaultMasterName,
 		RedisTimeout:  redis.DefaultTimeout,
 		RedisDeadline: redis.DefaultDeadline,
@@ -253,14 +254,14 @@ func (s Settings) RedisOptions() redis.Options {
 // OpenConfigStore opens the config store that database names:
 // sqlite:<path> or postgres://… (postgresql:// too), and brings its schema
 // up to date.
-func OpenConfigStore(ctx context.Context, database string) (capgate.ConfigStore, error) {
+func OpenConfigStore(ctx context.Context, database string) (config.Store, error) {
 	return migrate.Open(ctx, ConnectConfigStore, database)
 }
 
 // MigratingStore is a config store that can bring its own schema up to
 // date.
 type MigratingStore interface {
-	capgate.ConfigStore
+	config.Store
 	// Migrate applies the schema migrations the database lacks.
 	Migrate(ctx context.Context) error
 	// DatabaseVersion returns the database's schema version, 0 when
@@ -301,8 +302,8 @@ func latestSchema(database string) int {
 
 // NewConfigService returns the config service of these settings over
 // store.
-func (s Settings) NewConfigService(store capgate.ConfigStore) *capgate.ConfigService {
-	svc := capgate.NewConfigService(store, s.Mode)
+func (s Settings) NewConfigService(store config.Store) *config.Service {
+	svc := config.NewService(store, s.Mode)
 	svc.CacheTTL, svc.ReadTimeout = s.CacheTTL, s.ReadTimeout
 	if s.CacheTTL == 0 {
 		svc.CacheTTL = -1 // 0 means no caching here; the service's 0 means its default

@@ -14,6 +14,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/capgate/capgate/config"
 	"github.com/jackc/pgx/v5"
 
 	"github.com/capgate/capgate"
@@ -94,8 +95,8 @@ func TestServeStartsWithPostgresDownAndPicksItUp(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer store.Close()
-	svc := capgate.NewConfigService(store, capgate.ModeShadow)
-	if _, err := svc.Save(context.Background(), capgate.ConfigChange{Set: capgate.Change{"es2_knn": 2}, By: "ops", Source: capgate.SourceCommand}); err != nil {
+	svc := config.NewService(store, capgate.ModeShadow)
+	if _, err := svc.Save(context.Background(), config.Edit{Set: capgate.Patch{"es2_knn": 2}, By: "ops", Source: config.SourceCommand}); err != nil {
 		t.Fatal(err)
 	}
 	forward(t, down, ru.Host)

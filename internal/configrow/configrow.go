@@ -1,5 +1,5 @@
 // Package configrow is the capacity_configs row both SQL config stores
-// (sqlite, postgres) keep: how a capgate.ConfigVersion is written to its
+// (sqlite, postgres) keep: how a config.Version is written to its
 // columns and read back. The SQL and the driver stay with each store.
 package configrow
 
@@ -8,7 +8,7 @@ import (
 	"fmt"
 	"time"
 
-	"github.com/capgate/capgate"
+	"github.com/capgate/capgate/config"
 	"github.com/capgate/capgate/internal/jsontree"
 )
 
@@ -25,11 +25,11 @@ type Rows interface {
 // unknown), created_by (NULL when unknown), created_at, source and note.
 // created_at is scanned into a T, which createdAt turns into a time, made
 // UTC. It returns the first error scanning, decoding or reading a row.
-func Collect[T any](rows Rows, createdAt func(T) (time.Time, error)) ([]capgate.ConfigVersion, error) {
-	var vs []capgate.ConfigVersion
+func Collect[T any](rows Rows, createdAt func(T) (time.Time, error)) ([]config.Version, error) {
+	var vs []config.Version
 	for rows.Next() {
 		var (
-			v        capgate.ConfigVersion
+			v        config.Version
 			cfg      string
 			prev, by sql.NullString
 			at       T
@@ -66,7 +66,7 @@ type Columns struct {
 }
 
 // Encode returns v's columns. It fails when a document can't be encoded.
-func Encode(v capgate.ConfigVersion) (Columns, error) {
+func Encode(v config.Version) (Columns, error) {
 	cfg, err := jsontree.Encode(v.Config)
 	if err != nil {
 		return Columns{}, fmt.Errorf("config: %w", err)

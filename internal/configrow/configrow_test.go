@@ -9,7 +9,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/capgate/capgate"
+	"github.com/capgate/capgate/config"
 	"github.com/capgate/capgate/internal/configrow"
 )
 
@@ -40,10 +40,10 @@ func (r *fakeRows) Scan(dest ...any) error {
 
 func TestEncodeThenCollect(t *testing.T) {
 	at := time.Date(2026, 11, 30, 23, 0, 0, 123456000, time.FixedZone("x", 3600))
-	v := capgate.ConfigVersion{
+	v := config.Version{
 		ID: 7, Config: map[string]any{"es2_knn": json.Number("3"), "note": "<a&b>"},
 		PreviousConfig: map[string]any{"es2_knn": json.Number("2")},
-		CreatedBy:      "alice", CreatedAt: at.UTC(), Source: capgate.SourceAPI, Note: "n",
+		CreatedBy:      "alice", CreatedAt: at.UTC(), Source: config.SourceAPI, Note: "n",
 	}
 	cols, err := configrow.Encode(v)
 	if err != nil {
@@ -53,7 +53,7 @@ func TestEncodeThenCollect(t *testing.T) {
 		cols.CreatedBy != (sql.NullString{String: "alice", Valid: true}) {
 		t.Fatalf("Encode = %+v", cols)
 	}
-	bare, err := configrow.Encode(capgate.ConfigVersion{Config: map[string]any{}})
+	bare, err := configrow.Encode(config.Version{Config: map[string]any{}})
 	if err != nil || bare.PreviousConfig.Valid || bare.CreatedBy.Valid {
 		t.Fatalf("Encode(no previous, no creator) = %+v, %v; want NULLs", bare, err)
 	}

@@ -60,7 +60,7 @@ var ErrInvalidWhatIf = errors.New("invalid what-if config")
 // error for malformed ones, and for bad values with an error wrapping both
 // ErrInvalidWhatIf and Apply's *capgate.ValidationError, whose messages it
 // lists.
-func WhatIfConfig(base capgate.Config, assignments []string) (capgate.Config, capgate.Changes, error) {
+func WhatIfConfig(base capgate.Config, assignments []string) (capgate.Config, capgate.Diff, error) {
 	change, err := jsontree.ParseAssignments(assignments)
 	if err != nil {
 		return capgate.Config{}, nil, err

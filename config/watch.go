@@ -1,4 +1,4 @@
-package capgate
+package config
 
 import (
 	"context"
@@ -22,7 +22,7 @@ func (r *readState) done(err error) {
 	}
 }
 
-// ReadState is what ConfigService.ReadState reports.
+// ReadState is what Service.ReadState reports.
 type ReadState struct {
 	// Ready is true once a read has finished: the stored config, or the
 	// defaults (with enforce as shadow) when it failed, is in force.
@@ -37,7 +37,7 @@ type ReadState struct {
 // ReadState reports how the last read of the store went, for health
 // checks: a store that can't be read is a state to report, never a reason
 // to stop serving.
-func (s *ConfigService) ReadState() ReadState {
+func (s *Service) ReadState() ReadState {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	return ReadState{Ready: s.read.attempted, Err: s.read.err, Version: s.version}
@@ -51,6 +51,6 @@ const minWatchInterval = time.Second
 // minWatchInterval). So the version in force (and what metrics report of
 // it) follows the store rather than the traffic, and a database that was
 // down at start is picked up as soon as it answers.
-func (s *ConfigService) Watch(ctx context.Context) {
+func (s *Service) Watch(ctx context.Context) {
 	loop.Every(ctx, max(s.cacheTTL(), minWatchInterval), func(ctx context.Context) { s.Config(ctx) })
 }

@@ -1,9 +1,10 @@
-package capgate
+package config
 
 import (
 	"context"
 	"time"
 
+	"github.com/capgate/capgate"
 	"github.com/capgate/capgate/internal/jsontree"
 )
 
@@ -13,9 +14,9 @@ const (
 	SourceCommand = "command" // the capgate capacity CLI
 )
 
-// ConfigVersion is one row of the config history (table capacity_configs).
+// Version is one row of the config history (table capacity_configs).
 // The newest version is the config in force; with none, the defaults.
-type ConfigVersion struct {
+type Version struct {
 	ID             int64          // assigned by the store, increasing
 	Config         map[string]any // the complete config this version put in force
 	PreviousConfig map[string]any // the config in force before it; nil if unknown
@@ -25,37 +26,37 @@ type ConfigVersion struct {
 	Note           string         // free text; "" for none
 }
 
-// Changes returns what the version changed: its Config against its
+// Diff returns what the version changed: its Config against its
 // PreviousConfig (all of Config when that is unknown).
-func (v *ConfigVersion) Changes() Changes {
+func (v *Version) Diff() capgate.Diff {
 	var prev any
 	if v.PreviousConfig != nil {
 		prev = v.PreviousConfig
 	}
-	return Changes(jsontree.Diff(prev, v.Config))
+	return capgate.Diff(jsontree.Diff(prev, v.Config))
 }
 
-// ConfigStore keeps the config history, append-only. Implementations
+// Store keeps the config history, append-only. Implementations
 // (sqlite, postgres) decode stored JSON keeping numbers exact, as
 // json.Number. Every method is safe for concurrent use, also by several
 // processes sharing one database. Any error but the one fn returns from
 // Update is a store failure.
-type ConfigStore interface {
+type Store interface {
 	// Latest returns the newest version, or nil and no error when there is
 	// none. It returns an error when the database can't be read or a row
 	// can't be decoded.
-	Latest(ctx context.Context) (*ConfigVersion, error)
+	Latest(ctx context.Context) (*Version, error)
 
 	// LatestWithin is Latest for the request path: the read gives up after
 	// timeout, by a context deadline and, where the database has one, a
 	// statement timeout, so neither a locked table nor a stalled connection
 	// holds the caller longer. A read that gave up returns an error
 	// wrapping context.DeadlineExceeded or the database's timeout error.
-	LatestWithin(ctx context.Context, timeout time.Duration) (*ConfigVersion, error)
+	LatestWithin(ctx context.Context, timeout time.Duration) (*Version, error)
 
 	// History returns up to limit versions, newest first (limit < 1 means
 	// 1). It returns an error when the database can't be read.
-	History(ctx context.Context, limit int) ([]ConfigVersion, error)
+	History(ctx context.Context, limit int) ([]Version, error)
 
 	// Update is a serialized read-modify-append: while holding the writers'
 	// lock (PostgreSQL pg_advisory_xact_lock, SQLite BEGIN IMMEDIATE), it
@@ -65,7 +66,7 @@ type ConfigStore interface {
 	// returns nil, nil. An error from fn is returned as is (match it with
 	// errors.Is/As) and nothing is appended. Other errors are store
 	// failures, wrapped; then nothing was appended either.
-	Update(ctx context.Context, fn func(latest *ConfigVersion) (*ConfigVersion, error)) (*ConfigVersion, error)
+	Update(ctx context.Context, fn func(latest *Version) (*Version, error)) (*Version, error)
 
 	// Ping reports whether the database answers.
 	Ping(ctx context.Context) error

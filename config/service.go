@@ -1,4 +1,4 @@
-package capgate
+package config
 
 import (
 	"context"
@@ -8,20 +8,22 @@ import (
 	"sync"
 	"time"
 
+	"github.com/capgate/capgate"
 	"github.com/capgate/capgate/internal/jsonenc"
+	"github.com/capgate/capgate/internal/jsontree"
 )
 
-// Defaults of the ConfigService.
+// Defaults of the Service.
 const (
-	// DefaultConfigCacheTTL is how long a gateway keeps the config it read
+	// DefaultCacheTTL is how long a gateway keeps the config it read
 	// (CAPACITY_CONFIG_CACHE_SECONDS).
-	DefaultConfigCacheTTL = 10 * time.Second
-	// DefaultConfigReadTimeout bounds the config read on the request path
+	DefaultCacheTTL = 10 * time.Second
+	// DefaultReadTimeout bounds the config read on the request path
 	// (CAPACITY_CONFIG_READ_TIMEOUT_MS).
-	DefaultConfigReadTimeout = 500 * time.Millisecond
+	DefaultReadTimeout = 500 * time.Millisecond
 )
 
-// ConfigService is the runtime config of one process: the cached config
+// Service is the runtime config of one process: the cached config
 // for the request path (it implements ConfigSource) and the one way to save
 // a change (Save), so that a change saved here applies at once.
 //
@@ -33,21 +35,21 @@ const (
 // and logs a WARNING; a stored row that is invalid logs an ERROR and the
 // defaults apply.
 //
-// Set the fields before first use; a ConfigService is safe for concurrent
-// use afterwards. Create one with NewConfigService.
-type ConfigService struct {
-	Store ConfigStore // required
+// Set the fields before first use; a Service is safe for concurrent
+// use afterwards. Create one with NewService.
+type Service struct {
+	Store Store // required
 	// Sink receives one ocl_capacity_config line per saved change. Default
 	// (nil): no lines.
-	Sink Sink
+	Sink capgate.Sink
 	// BootMode is the mode of the defaults until staff first change the
 	// config (--mode, CAPACITY_LIMIT_MODE). An invalid value means shadow.
-	BootMode Mode
+	BootMode capgate.Mode
 	// CacheTTL is how long a read config is used. Default (0)
-	// DefaultConfigCacheTTL; negative: read on every call.
+	// DefaultCacheTTL; negative: read on every call.
 	CacheTTL time.Duration
 	// ReadTimeout bounds each read on the request path. Default (0)
-	// DefaultConfigReadTimeout.
+	// DefaultReadTimeout.
 	ReadTimeout time.Duration
 	// Now is the clock of the cache. Default time.Now.
 	Now func() time.Time
@@ -55,71 +57,71 @@ type ConfigService struct {
 	Logger *slog.Logger
 
 	mu         sync.Mutex
-	snap       Config        // requires mu held
-	hasSnap    bool          // requires mu held
-	expires    time.Time     // requires mu held
-	lastGood   *Config       // the last config read without error; requires mu held
-	refreshing chan struct{} // non-nil while a refresh runs, closed at its end; requires mu held
-	gen        uint64        // bumped when a save or Invalidate makes a running refresh stale; requires mu held
-	version    int64         // the version of snap, 0 for the defaults; requires mu held
-	read       readState     // how the last store read went; requires mu held
+	snap       capgate.Config  // requires mu held
+	hasSnap    bool            // requires mu held
+	expires    time.Time       // requires mu held
+	lastGood   *capgate.Config // the last config read without error; requires mu held
+	refreshing chan struct{}   // non-nil while a refresh runs, closed at its end; requires mu held
+	gen        uint64          // bumped when a save or Invalidate makes a running refresh stale; requires mu held
+	version    int64           // the version of snap, 0 for the defaults; requires mu held
+	read       readState       // how the last store read went; requires mu held
 }
 
-var _ ConfigSource = (*ConfigService)(nil)
+var _ capgate.ConfigSource = (*Service)(nil)
 
-// NewConfigService returns a service over store with the defaults of the
+// NewService returns a service over store with the defaults of the
 // given boot mode.
-func NewConfigService(store ConfigStore, bootMode Mode) *ConfigService {
-	return &ConfigService{Store: store, BootMode: bootMode}
+func NewService(store Store, bootMode capgate.Mode) *Service {
+	return &Service{Store: store, BootMode: bootMode}
 }
 
 // SaveResult is what Save did.
 type SaveResult struct {
 	// Version is the row appended, or the latest row when nothing changed
 	// (nil when there is none).
-	Version *ConfigVersion
+	Version *Version
 	// Config is the config in force after the save.
-	Config Config
-	// Changes is what the save changed, against the config in force
-	// before it; empty (never nil) when nothing changed.
-	Changes Changes
+	Config capgate.Config
+	// Diff is what the save changed, against the config in force before
+	// it; empty (never nil) when nothing changed.
+	Diff capgate.Diff
 }
 
-func (s *ConfigService) now() time.Time {
+func (s *Service) now() time.Time {
 	if s.Now != nil {
 		return s.Now()
 	}
 	return time.Now()
 }
 
-func (s *ConfigService) logger() *slog.Logger {
+func (s *Service) logger() *slog.Logger {
 	if s.Logger != nil {
 		return s.Logger
 	}
 	return slog.Default()
 }
 
-func (s *ConfigService) cacheTTL() time.Duration {
+func (s *Service) cacheTTL() time.Duration {
 	if s.CacheTTL == 0 {
-		return DefaultConfigCacheTTL
+		return DefaultCacheTTL
 	}
 	return max(s.CacheTTL, 0)
 }
 
-func (s *ConfigService) readTimeout() time.Duration {
+func (s *Service) readTimeout() time.Duration {
 	if s.ReadTimeout <= 0 {
-		return DefaultConfigReadTimeout
+		return DefaultReadTimeout
 	}
 	return s.ReadTimeout
 }
 
 // Defaults returns the built-in config with the boot mode.
-func (s *ConfigService) Defaults() Config { return DefaultConfig(s.BootMode) }
+func (s *Service) Defaults() capgate.Config { return capgate.DefaultConfig(s.BootMode) }
 
 // Config returns the config in force for the request path. It never fails
 // and waits at most ReadTimeout (only when nothing was read yet, or when
 // this caller runs the refresh).
-func (s *ConfigService) Config(ctx context.Context) Config {
+func (s *Service) Config(ctx context.Context) capgate.Config {
 	start := s.now()
 	s.mu.Lock()
 	if s.hasSnap && start.Before(s.expires) {
@@ -145,7 +147,7 @@ func (s *ConfigService) Config(ctx context.Context) Config {
 
 // awaitFirst waits for the first refresh, run by another caller, at most
 // ReadTimeout.
-func (s *ConfigService) awaitFirst(ctx context.Context, done <-chan struct{}) Config {
+func (s *Service) awaitFirst(ctx context.Context, done <-chan struct{}) capgate.Config {
 	t := time.NewTimer(s.readTimeout())
 	defer t.Stop()
 	select {
@@ -163,13 +165,13 @@ func (s *ConfigService) awaitFirst(ctx context.Context, done <-chan struct{}) Co
 
 // fallbackLocked is the config of a failed read: the last known one, or
 // the defaults, with enforce turned into shadow. Requires mu held.
-func (s *ConfigService) fallbackLocked() Config {
+func (s *Service) fallbackLocked() capgate.Config {
 	c := s.Defaults()
 	if s.lastGood != nil {
 		c = *s.lastGood
 	}
-	if c.Mode == ModeEnforce {
-		c.Mode = ModeShadow
+	if c.Mode == capgate.ModeEnforce {
+		c.Mode = capgate.ModeShadow
 	}
 	return c
 }
@@ -177,9 +179,9 @@ func (s *ConfigService) fallbackLocked() Config {
 // refresh reads the store, bounded by ReadTimeout, and caches what it got
 // until start+CacheTTL. The read is detached from the caller's
 // cancellation: it serves every caller, and its own timeout bounds it.
-func (s *ConfigService) refresh(ctx context.Context, start time.Time, gen uint64, done chan struct{}) Config {
+func (s *Service) refresh(ctx context.Context, start time.Time, gen uint64, done chan struct{}) capgate.Config {
 	v, err := s.Store.LatestWithin(context.WithoutCancel(ctx), s.readTimeout())
-	var c Config
+	var c capgate.Config
 	if err == nil {
 		c = s.resolve(v)
 	}
@@ -219,7 +221,7 @@ func (s *ConfigService) refresh(ctx context.Context, start time.Time, gen uint64
 // Version returns the version of the config in force as this process last
 // read or saved it; 0 for the defaults (or before the first read). For
 // metrics.
-func (s *ConfigService) Version() int64 {
+func (s *Service) Version() int64 {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	return s.version
@@ -228,11 +230,11 @@ func (s *ConfigService) Version() int64 {
 // resolve turns a stored version into a config: the defaults overlaid with
 // the keys it sets that are still known. An invalid row logs an ERROR and
 // gives the defaults.
-func (s *ConfigService) resolve(v *ConfigVersion) Config {
+func (s *Service) resolve(v *Version) capgate.Config {
 	if v == nil {
 		return s.Defaults()
 	}
-	c, err := resolveStored(v.Config, s.Defaults())
+	c, err := s.Defaults().Overlay(v.Config)
 	if err != nil {
 		s.logger().Error(fmt.Sprintf("Capacity config version %d is invalid; using the defaults", v.ID),
 			slog.Int64("version", v.ID), slog.Any("error", err))
@@ -242,7 +244,7 @@ func (s *ConfigService) resolve(v *ConfigVersion) Config {
 
 // setLocked makes c the config in force now and the last known one.
 // Requires mu held.
-func (s *ConfigService) setLocked(c Config) {
+func (s *Service) setLocked(c capgate.Config) {
 	s.gen++
 	good := c
 	s.snap, s.hasSnap, s.expires, s.lastGood = c, true, s.now().Add(s.cacheTTL()), &good
@@ -250,7 +252,7 @@ func (s *ConfigService) setLocked(c Config) {
 
 // Invalidate makes the next Config read the store. Until that read ends,
 // other callers still get the last snapshot.
-func (s *ConfigService) Invalidate() {
+func (s *Service) Invalidate() {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	s.gen++
@@ -260,17 +262,17 @@ func (s *ConfigService) Invalidate() {
 // Current reads the latest version fresh from the store, never the cache,
 // and resolves it (an invalid row logs an ERROR and gives the defaults).
 // The version is nil when there is none. It returns the store's error.
-func (s *ConfigService) Current(ctx context.Context) (*ConfigVersion, Config, error) {
+func (s *Service) Current(ctx context.Context) (*Version, capgate.Config, error) {
 	v, err := s.Store.Latest(ctx)
 	if err != nil {
-		return nil, Config{}, fmt.Errorf("read capacity config: %w", err)
+		return nil, capgate.Config{}, fmt.Errorf("read capacity config: %w", err)
 	}
 	return v, s.resolve(v), nil
 }
 
 // History returns up to limit versions, newest first. It returns the
 // store's error.
-func (s *ConfigService) History(ctx context.Context, limit int) ([]ConfigVersion, error) {
+func (s *Service) History(ctx context.Context, limit int) ([]Version, error) {
 	vs, err := s.Store.History(ctx, limit)
 	if err != nil {
 		return nil, fmt.Errorf("read capacity config history: %w", err)
@@ -278,12 +280,13 @@ func (s *ConfigService) History(ctx context.Context, limit int) ([]ConfigVersion
 	return vs, nil
 }
 
-// ConfigChange is one change for ConfigService.Save: what to change and
-// the version's record of who made it. The zero value changes nothing.
-type ConfigChange struct {
+// Edit is one save for Service.Save: the Patch to apply (Set), whether it
+// replaces the config, and the version's record of who made it. The zero
+// value changes nothing.
+type Edit struct {
 	// Set holds the settings to change. Nil or empty changes nothing,
 	// unless Replace.
-	Set Change
+	Set capgate.Patch
 	// Replace merges Set onto the defaults instead of the config in force:
 	// the staff API's PUT and the CLI's reset. Default (false): onto the
 	// config in force, the staff API's PATCH and the CLI's set.
@@ -305,11 +308,11 @@ type ConfigChange struct {
 // process at once, and one ocl_capacity_config line goes to the Sink (a
 // failing Sink logs a WARNING and never fails the save).
 //
-// An invalid result returns a *ValidationError and appends nothing. Other
+// An invalid result returns a *capgate.ValidationError and appends nothing. Other
 // errors are the store's.
-func (s *ConfigService) Save(ctx context.Context, change ConfigChange) (SaveResult, error) {
+func (s *Service) Save(ctx context.Context, change Edit) (SaveResult, error) {
 	var res SaveResult
-	appended, err := s.Store.Update(ctx, func(latest *ConfigVersion) (*ConfigVersion, error) {
+	appended, err := s.Store.Update(ctx, func(latest *Version) (*Version, error) {
 		current := s.resolve(latest)
 		base := current
 		if change.Replace {
@@ -320,24 +323,24 @@ func (s *ConfigService) Save(ctx context.Context, change ConfigChange) (SaveResu
 			return nil, err
 		}
 		if change.Replace {
-			changes = current.changesTo(next)
+			changes = diff(current, next)
 		}
-		res = SaveResult{Version: latest, Config: next, Changes: changes}
+		res = SaveResult{Version: latest, Config: next, Diff: changes}
 		if len(changes) == 0 {
 			return nil, nil
 		}
-		return &ConfigVersion{Config: next.Doc(), PreviousConfig: current.Doc(), CreatedBy: change.By,
+		return &Version{Config: next.Doc(), PreviousConfig: current.Doc(), CreatedBy: change.By,
 			Source: change.Source, Note: change.Note}, nil
 	})
 	if err != nil {
-		var verr *ValidationError
+		var verr *capgate.ValidationError
 		if errors.As(err, &verr) {
 			return SaveResult{}, verr
 		}
 		return SaveResult{}, fmt.Errorf("save capacity config: %w", err)
 	}
-	if res.Changes == nil {
-		res.Changes = Changes{}
+	if res.Diff == nil {
+		res.Diff = capgate.Diff{}
 	}
 	s.mu.Lock()
 	s.setLocked(res.Config)
@@ -355,25 +358,31 @@ func (s *ConfigService) Save(ctx context.Context, change ConfigChange) (SaveResu
 	return res, nil
 }
 
+// diff returns what differs from c to next (a Replace's Diff: against the
+// config in force, not the defaults it was applied to).
+func diff(c, next capgate.Config) capgate.Diff {
+	return capgate.Diff(jsontree.Diff(c.Doc(), next.Doc()))
+}
+
 // configLine is the ocl_capacity_config log line; empty fields are dropped.
 type configLine struct {
-	Event     string  `json:"event"`
-	Version   int64   `json:"version"`
-	ChangedBy string  `json:"changed_by,omitempty"`
-	Source    string  `json:"source,omitempty"`
-	Note      string  `json:"note,omitempty"`
-	Changes   Changes `json:"changes,omitempty"`
-	Mode      Mode    `json:"mode,omitempty"`
+	Event     string       `json:"event"`
+	Version   int64        `json:"version"`
+	ChangedBy string       `json:"changed_by,omitempty"`
+	Source    string       `json:"source,omitempty"`
+	Note      string       `json:"note,omitempty"`
+	Diff      capgate.Diff `json:"changes,omitempty"`
+	Mode      capgate.Mode `json:"mode,omitempty"`
 }
 
 // emit writes the change's log line; a failure only logs a WARNING.
-func (s *ConfigService) emit(v *ConfigVersion, res SaveResult) {
+func (s *Service) emit(v *Version, res SaveResult) {
 	if s.Sink == nil {
 		return
 	}
 	line, err := jsonenc.Marshal(configLine{
 		Event: "ocl_capacity_config", Version: v.ID, ChangedBy: v.CreatedBy, Source: v.Source,
-		Note: v.Note, Changes: res.Changes, Mode: res.Config.Mode,
+		Note: v.Note, Diff: res.Diff, Mode: res.Config.Mode,
 	})
 	if err == nil {
 		err = s.Sink.Emit(line)

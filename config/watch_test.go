@@ -1,4 +1,4 @@
-package capgate_test
+package config_test
 
 import (
 	"context"
@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/capgate/capgate"
+	"github.com/capgate/capgate/config"
 )
 
 // flakyStore is a config store in memory whose reads fail while down is
@@ -16,12 +17,12 @@ import (
 type flakyStore struct {
 	mu     sync.Mutex
 	down   bool
-	latest *capgate.ConfigVersion
+	latest *config.Version
 }
 
 var errDown = errors.New("connection refused")
 
-func (s *flakyStore) Latest(context.Context) (*capgate.ConfigVersion, error) {
+func (s *flakyStore) Latest(context.Context) (*config.Version, error) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if s.down {
@@ -30,17 +31,17 @@ func (s *flakyStore) Latest(context.Context) (*capgate.ConfigVersion, error) {
 	return s.latest, nil
 }
 
-func (s *flakyStore) LatestWithin(ctx context.Context, _ time.Duration) (*capgate.ConfigVersion, error) {
+func (s *flakyStore) LatestWithin(ctx context.Context, _ time.Duration) (*config.Version, error) {
 	return s.Latest(ctx)
 }
-func (s *flakyStore) History(context.Context, int) ([]capgate.ConfigVersion, error) { return nil, nil }
-func (s *flakyStore) Update(context.Context, func(*capgate.ConfigVersion) (*capgate.ConfigVersion, error)) (*capgate.ConfigVersion, error) {
+func (s *flakyStore) History(context.Context, int) ([]config.Version, error) { return nil, nil }
+func (s *flakyStore) Update(context.Context, func(*config.Version) (*config.Version, error)) (*config.Version, error) {
 	return nil, errors.New("read only")
 }
 func (s *flakyStore) Ping(context.Context) error { return nil }
 func (s *flakyStore) Close() error               { return nil }
 
-func (s *flakyStore) set(down bool, v *capgate.ConfigVersion) {
+func (s *flakyStore) set(down bool, v *config.Version) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	s.down, s.latest = down, v
@@ -49,7 +50,7 @@ func (s *flakyStore) set(down bool, v *capgate.ConfigVersion) {
 func TestWatchFollowsTheStoreWithoutTraffic(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		store := &flakyStore{down: true}
-		svc := capgate.NewConfigService(store, capgate.ModeEnforce)
+		svc := config.NewService(store, capgate.ModeEnforce)
 		svc.CacheTTL = 5 * time.Second
 		if st := svc.ReadState(); st.Ready {
 			t.Fatalf("ReadState before any read = %+v; want not ready", st)
@@ -71,7 +72,7 @@ func TestWatchFollowsTheStoreWithoutTraffic(t *testing.T) {
 		// The database comes up with a version written by another process:
 		// the next background read takes it, with no call made.
 		cfg := capgate.DefaultConfig(capgate.ModeEnforce).Doc()
-		store.set(false, &capgate.ConfigVersion{ID: 7, Config: cfg})
+		store.set(false, &config.Version{ID: 7, Config: cfg})
 		time.Sleep(5 * time.Second) // the fake clock of the bubble
 		synctest.Wait()
 		st = svc.ReadState()

@@ -1,0 +1,16 @@
+// Package config is the runtime config of a capgate process: the Service
+// the gate reads the config in force from (a capgate.ConfigSource, cached,
+// kept fresh by Watch) and the one way to change it (Service.Save of an
+// Edit); the Store interface the SQL stores (sqlite, postgres) implement,
+// an append-only history of Versions; and the health of its reads
+// (ReadState).
+//
+// The config model itself (capgate.Config, its validation, Config.Apply of
+// a capgate.Patch giving a capgate.Diff) stays in the root package, which
+// the gate needs without any of this; config depends on the root, never
+// the other way round.
+//
+// Most programs need three names: NewService over a Store (sqlite.Open or
+// postgres.Open), Service.Watch in the background, and the Service as the
+// gate's config source (capgate.NewGate(lanes, svc, sink, taskID)).
+package config
