@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/capgate/capgate/internal/randhex"
@@ -40,6 +41,10 @@ type Admission struct {
 	taken     bool     // holds leases
 	local     bool     // holds leases in the gate's local lanes (degraded.go)
 	degraded  bool     // decided by the local lanes alone (degraded.go)
+	// stored: a call counted in the local lanes alone was written into
+	// the store later (background.go); its leases there are renewed and
+	// released as a taken call's. Set under mu.
+	stored atomic.Bool
 	localAt   []int    // per lane: the local lanes' count before this call
 	decision  Decision
 	full      laneSet
@@ -123,6 +128,9 @@ func (a *Admission) acquire(ctx context.Context) error {
 	if wl == nil && a.acquireLocal(ctx, req) {
 		return nil // refused: this gateway alone already fills a lane
 	}
+	// The calls the store never counted (admitted while it was out) are
+	// written into it before it decides anything again.
+	g.flushUnstored(ctx)
 	if g.skipping() {
 		g.storeSkipped("acquire")
 		a.setErr(ErrSkipped)
@@ -138,13 +146,21 @@ func (a *Admission) acquire(ctx context.Context) error {
 		// does, so a lease it took is never left behind.
 		taken, err = g.Store.Acquire(ctx, req, before)
 	}
-	if errors.Is(err, errCallerGone) || errors.Is(err, errTicketLost) {
-		// Not the store failing: no skip window. The call goes ahead
-		// uncounted (a client that left never reaches the API).
+	if errors.Is(err, errCallerGone) {
+		// Not the store failing: no skip window. A client that left never
+		// reaches the API: nothing to count.
 		a.dropLocal(ctx)
 		a.decision = DecisionUnavailable
 		a.setErr(err)
 		return nil
+	}
+	if errors.Is(err, errTicketLost) {
+		// The store answers but lost the ticket (a restart, a failover):
+		// not its failure, no skip window, but never "go uncounted" either.
+		// The local lanes decide, with degraded limits, and the call is
+		// written into the store (background.go).
+		a.setErr(err)
+		return a.degradeLate(ctx, wl, req, true)
 	}
 	if err != nil {
 		if ctx.Err() != nil && errors.Is(err, ctx.Err()) {
@@ -155,7 +171,9 @@ func (a *Admission) acquire(ctx context.Context) error {
 		}
 		g.storeFailed("acquire", err)
 		a.setErr(err)
-		return a.degradeLate(ctx, wl, req, errors.Is(err, ErrBusy) && !g.skipping())
+		derr := a.degradeLate(ctx, wl, req, errors.Is(err, ErrBusy) && !g.skipping())
+		a.releaseLost(wl, req, err)
+		return derr
 	}
 	g.storeWorked(ctx)
 	a.taken = taken
@@ -248,6 +266,7 @@ func (a *Admission) Release(ctx context.Context) {
 	if a.taken || a.local {
 		a.heldMS = a.finished.Sub(a.start).Milliseconds()
 	}
+	stored := a.stored.Load()
 	a.mu.Unlock()
 
 	g := a.g
@@ -255,11 +274,14 @@ func (a *Admission) Release(ctx context.Context) {
 	if a.renewCtx != nil {
 		g.rn.remove(a)
 	}
-	if a.taken {
+	if a.taken || stored {
 		a.releaseLeases(ctx)
+	}
+	if a.taken {
 		a.observeHold()
 	}
 	if a.local {
+		g.dropUnstored(a)
 		a.releaseLocal(ctx)
 	}
 	if a.decision != DecisionNone {

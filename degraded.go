@@ -2,6 +2,7 @@ package capgate
 
 import (
 	"context"
+	"errors"
 	"time"
 )
 
@@ -101,10 +102,11 @@ func (a *Admission) countLocal(ctx context.Context, req AcquireRequest) {
 
 // degrade decides a call the store could not count. Without local lanes
 // the call is unavailable, uncounted, except that an enforced call the
-// store was merely too busy for (busy) is refused, since nothing counted
-// it: scope api_heavy_task (this gateway is the one overloaded),
-// Retry-After retry_after.base. With local lanes they decide, with
-// degraded limits.
+// store was merely too busy for, or whose waiting ticket it lost (busy), is
+// refused, since nothing counted it: scope api_heavy_task (this gateway is
+// the one overloaded), Retry-After retry_after.base. With local lanes they
+// decide, with degraded limits, and a call they admit is written into the
+// store as soon as it is used again (background.go).
 func (a *Admission) degrade(ctx context.Context, busy bool) error {
 	a.decision = DecisionUnavailable
 	if !a.local {
@@ -135,7 +137,29 @@ func (a *Admission) degrade(ctx context.Context, busy bool) error {
 		a.counts[i] = n + 1
 	}
 	a.startRenewing(ctx)
+	a.g.addUnstored(a) // written into the store when it is back
 	return nil
+}
+
+// releaseLost releases, in the background, the leases an acquire or join
+// that failed with err may have taken all the same (the store ran it but
+// its answer was lost, a timeout say), unless the call is to be written
+// into the store under the same token anyway (it holds local leases). An
+// acquire the store refused to run late, or never sent, took nothing.
+func (a *Admission) releaseLost(wl Waitlist, req AcquireRequest, err error) {
+	if a.local || errors.Is(err, ErrLateAcquire) {
+		return
+	}
+	var te interface{ Timeout() bool }
+	if errors.Is(err, ErrBusy) && !(errors.As(err, &te) && te.Timeout()) {
+		return // never sent
+	}
+	g := a.g
+	if wl != nil {
+		g.retryLeave(Ticket{Prefix: g.keys().prefix(), Token: req.Token, Keys: req.Keys}, req.Lease)
+		return
+	}
+	g.retryRelease(req.Token, req.Keys, req.Lease)
 }
 
 // dropLocal gives back the call's local leases while it is being decided
