@@ -30,22 +30,22 @@ const maxErrorLen = 300
 // (DecisionNone), no lanes and no error, and Release does nothing: the call
 // passes untouched.
 type Admission struct {
-	g         *Gate
-	off       bool // mode off: passes untouched, every method a no-op
-	call      Call
-	cfg       Config
-	enforced  bool
-	lanes     []Lane
-	keys      []string // the lanes' keys, once a store call was planned
-	counts    []int    // per lane: count before, +1 if taken; nil when unknown
-	taken     bool     // holds leases
-	local     bool     // holds leases in the gate's local lanes (degraded.go)
-	degraded  bool     // decided by the local lanes alone (degraded.go)
+	g        *Gate
+	off      bool // mode off: passes untouched, every method a no-op
+	call     Call
+	cfg      Config
+	enforced bool
+	lanes    []Lane
+	keys     []string // the lanes' keys, once a store call was planned
+	counts   []int    // per lane: count before, +1 if taken; nil when unknown
+	taken    bool     // holds leases
+	local    bool     // holds leases in the gate's local lanes (degraded.go)
+	degraded bool     // decided by the local lanes alone (degraded.go)
 	// stored: a call counted in the local lanes alone was written into
 	// the store later (background.go); its leases there are renewed and
 	// released as a taken call's. Set under mu.
-	stored atomic.Bool
-	localAt   []int    // per lane: the local lanes' count before this call
+	stored    atomic.Bool
+	localAt   []int // per lane: the local lanes' count before this call
 	decision  Decision
 	full      laneSet
 	scope     int           // lane index, -1 none
