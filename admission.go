@@ -56,6 +56,7 @@ type Admission struct {
 	start     time.Time
 	granted   bool          // took a slot it waited for
 	waited    bool          // its ticket was queued
+	dropped   bool          // its ticket was dropped from a full waitlist
 	waitedFor time.Duration // how long it waited
 
 	mu        sync.Mutex
@@ -187,6 +188,11 @@ func (a *Admission) acquire(ctx context.Context) error {
 		a.countLocal(ctx, req)
 	}
 	a.full = fullLanes(a.lanes, before)
+	if a.dropped && a.full.empty() {
+		// It queued behind others, not on a full lane: the lane every
+		// ticket shares (api_heavy) is the one it could not get.
+		a.full = 1
+	}
 	d, err := decide(a.full, taken)
 	if err != nil {
 		return err

@@ -221,3 +221,68 @@ func TestLostTicketFallsBackToTheDegradedLimits(t *testing.T) {
 		}
 	})
 }
+
+// TestFullWaitlistMakesRoomForANewUser: 10 places, two users' floods fill
+// them; a third user with nothing waiting still gets a place: the newest
+// ticket of a user holding the most is dropped, and that call gets its 429
+// at once (woken, not left to time out).
+func TestFullWaitlistMakesRoomForANewUser(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		e := newWaitEnv(t) // max_waiting 10, 5 per user, per_user 1
+		e.cfg.Edit(func(c *capgate.Config) {
+			c.Tiers.Preview, c.ES2KNN, c.APIHeavy = 10, 10, capgate.APIHeavy{Cluster: 10, PerTask: 10}
+		})
+		var running []*capgate.Admission
+		for _, u := range []string{"a", "b", "c"} {
+			a := e.gate.Admit(t.Context(), lanetest.Match(u, capgate.TierPreview))
+			mustDecide(t, a, capgate.DecisionAdmitted)
+			running = append(running, a)
+		}
+		defer func() {
+			for _, a := range running {
+				a.Release(t.Context())
+			}
+		}()
+		var flood []<-chan *capgate.Admission
+		for _, u := range []string{"a", "b"} {
+			for range 5 {
+				flood = append(flood, e.admitAsync(t.Context(), lanetest.Match(u, capgate.TierPreview)))
+				synctest.Wait() // in arrival order
+			}
+		}
+		if n := e.waiting(t, "a") + e.waiting(t, "b"); n != 10 {
+			t.Fatalf("waiting = %d, want the full 10", n)
+		}
+		newcomer := e.admitAsync(t.Context(), lanetest.Match("c", capgate.TierPreview))
+		synctest.Wait()
+		select {
+		case a := <-newcomer:
+			a.Release(t.Context())
+			t.Fatalf("the newcomer was decided at once (%q): no place made for it", a.Decision())
+		default:
+		}
+		if n := e.waiting(t, "c"); n != 1 {
+			t.Fatalf("c's tickets waiting = %d, want 1", n)
+		}
+		dropped := <-flood[4] // a's newest: a and b hold 5 each, the tie goes to a
+		if !dropped.Refused() || dropped.Scope() != capgate.LaneUser {
+			t.Errorf("a's newest waiter: %q scope %q, want refused on its user lane", dropped.Decision(), dropped.Scope())
+		}
+		if _, ok := dropped.RetryAfter(); !ok {
+			t.Error("the dropped call has no Retry-After")
+		}
+		for _, a := range running {
+			a.Release(t.Context())
+		}
+		running = nil
+		got := []*capgate.Admission{<-newcomer}
+		for i, ch := range flood {
+			if i != 4 {
+				got = append(got, <-ch)
+			}
+		}
+		for _, a := range got {
+			a.Release(t.Context())
+		}
+	})
+}

@@ -125,6 +125,11 @@ func (a *Admission) join(ctx context.Context, wl Waitlist, req AcquireRequest, b
 			if granted, err = a.pickUp(sctx, t, req); err != nil {
 				return false, err
 			}
+		case res.Dropped:
+			// Taken off a full list to make room for a user holding
+			// fewer tickets: refused, as if there had been no room.
+			a.dropped = true
+			return false, nil
 		case !res.Queued:
 			return false, errTicketLost
 		}

@@ -43,8 +43,16 @@ type Waitlist interface {
 	// exactly as Acquire without Force (counts, the same result); else
 	// it queues t behind them and runs the grant pass, so a new arrival
 	// never overtakes a waiting ticket. counts get the lanes' counts
-	// before the call. A ticket past t.MaxWaiting in all or
-	// t.MaxPerUser for its user is not queued (Queued and Taken false).
+	// before the call. A ticket past t.MaxPerUser for its user is not
+	// queued (Queued and Taken false). When t.MaxWaiting tickets wait in
+	// all, room is made by the longest-queue drop: while the user holding
+	// the most tickets holds more than t's user + 1, that user's newest
+	// ticket leaves the list, its waiter is woken, and its next Pump
+	// reports Dropped; when no ticket can be dropped, t is not queued.
+	// Finding the expired tickets and the longest queue costs the store
+	// O(log n) in the tickets waiting (plus those dropped); the grant pass
+	// stops at once while the lane every ticket shares is full, and
+	// otherwise walks the tickets in fair order until it is.
 	// Run after t.NotAfter, it does nothing and returns an error wrapping
 	// ErrLateAcquire.
 	Join(ctx context.Context, t Ticket, counts []int) (JoinResult, error)
@@ -93,6 +101,10 @@ type JoinResult struct {
 	Taken bool
 	// Queued: the ticket waits.
 	Queued bool
+	// Dropped: the ticket was taken off a full list to make room for a
+	// user holding fewer (the newest ticket of the user holding the most
+	// is dropped): its call is refused.
+	Dropped bool
 	// Next is how long until the earliest lease of a lane that blocks
 	// the ticket expires (then Pump); 0 when unknown.
 	Next time.Duration

@@ -56,6 +56,7 @@ type Store struct {
 
 	lists    map[string]*waitlist     // by key prefix; requires mu held
 	watchers map[string]chan struct{} // by prefix+token; requires mu held
+	dropped  map[string]int64         // prefix+token → when the mark lapses: tickets dropped to make room; requires mu held
 }
 
 var _ capgate.LaneStore = (*Store)(nil)

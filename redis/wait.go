@@ -97,7 +97,7 @@ func (s *Store) Join(ctx context.Context, t capgate.Ticket, counts []int) (capga
 }
 
 func joinResult(state, next int64) capgate.JoinResult {
-	return capgate.JoinResult{Taken: state == 1, Queued: state == 2, Next: time.Duration(next) * time.Millisecond}
+	return capgate.JoinResult{Taken: state == 1, Queued: state == 2, Dropped: state == 3, Next: time.Duration(next) * time.Millisecond}
 }
 
 // Pump implements capgate.Waitlist with waitpump.lua. It returns an error

@@ -5,6 +5,8 @@ import (
 	"testing"
 	"time"
 
+	goredis "github.com/redis/go-redis/v9"
+
 	"github.com/capgate/capgate/lanetest"
 	"github.com/capgate/capgate/redis"
 )
@@ -36,12 +38,16 @@ func (h harness) SetTicketExpiry(t testing.TB, prefix, token string, d time.Dura
 	if err := json.Unmarshal([]byte(raw), &tk); err != nil {
 		t.Fatal(err)
 	}
-	tk["e"] = h.now(t) + d.Milliseconds()
+	exp := h.now(t) + d.Milliseconds()
+	tk["e"] = exp
 	b, err := json.Marshal(tk)
 	if err != nil {
 		t.Fatal(err)
 	}
 	if err := h.raw.HSet(t.Context(), key, token, b).Err(); err != nil {
+		t.Fatal(err)
+	}
+	if err := h.raw.ZAdd(t.Context(), prefix+":wait:e", goredis.Z{Score: float64(exp), Member: token}).Err(); err != nil {
 		t.Fatal(err)
 	}
 }

@@ -12,8 +12,17 @@
 --   P:wait:u  hash user → tickets waiting;
 --   P:wait:f  hash user → finish tag F of the user's newest ticket;
 --   P:wait:s  hash: v = virtual time V, seq = arrivals so far, k1 and l1
---             (see note_first).
--- When the queue empties, all six are deleted: the fair tags start over.
+--             (see note_first);
+--   P:wait:e  sorted set token → the ticket's expiry ms: expired tickets
+--             are found in O(log n), never by reading every ticket;
+--   P:wait:l  sorted set user → tickets waiting: the user holding the most
+--             in O(log n) (the longest-queue drop, in waitjoin);
+--   P:wait:uq:<user>  sorted set token → arrival seq of the user's tickets
+--             (its newest, for the drop);
+--   P:wait:x:<token>  set (with a TTL) when the ticket was dropped to make
+--             room: its waiter is refused, not treated as lost.
+-- When the queue empties, the first eight are deleted: the fair tags start
+-- over.
 -- Each join and pump raises their TTL to 2 x the ticket lease, so tickets
 -- nobody pumps (their gateways died) don't outlive them for long even if
 -- no call comes by to drop them.
@@ -26,8 +35,13 @@ end
 
 local function wkeys(prefix)
   local b = prefix .. ':wait:'
-  return {q = b .. 'q', t = b .. 't', n = b .. 'n', u = b .. 'u', f = b .. 'f', s = b .. 's'}
+  return {q = b .. 'q', t = b .. 't', n = b .. 'n', u = b .. 'u', f = b .. 'f', s = b .. 's',
+    e = b .. 'e', l = b .. 'l', b = b}
 end
+
+-- uq is the key of user's own queue; xk the dropped mark of token.
+local function uq(w, user) return w.b .. 'uq:' .. user end
+local function xk(w, token) return w.b .. 'x:' .. token end
 
 -- count prunes a lane's expired leases and returns how many are left.
 local function count(key, now)
@@ -50,6 +64,9 @@ end
 local function remove_ticket(w, token, tk, granted)
   redis.call('ZREM', w.q, tk.m)
   redis.call('HDEL', w.t, token)
+  redis.call('ZREM', w.e, token)
+  redis.call('ZREM', uq(w, tk.u), token)
+  if tonumber(redis.call('ZINCRBY', w.l, -1, tk.u)) <= 0 then redis.call('ZREM', w.l, tk.u) end
   if redis.call('HINCRBY', w.u, tk.u, -1) <= 0 then
     redis.call('HDEL', w.u, tk.u)
     if not granted then redis.call('HDEL', w.f, tk.u) end
@@ -61,7 +78,7 @@ end
 
 -- touch raises the waitlist keys' TTL to ms, never shortening it.
 local function touch(w, ms)
-  for _, k in ipairs({w.q, w.t, w.n, w.u, w.f, w.s}) do
+  for _, k in ipairs({w.q, w.t, w.n, w.u, w.f, w.s, w.e, w.l}) do
     local pttl = redis.call('PTTL', k)
     if pttl ~= -2 and pttl < ms then redis.call('PEXPIRE', k, ms) end
   end
@@ -69,7 +86,7 @@ end
 
 local function reset_if_empty(w)
   if redis.call('ZCARD', w.q) == 0 then
-    redis.call('DEL', w.q, w.t, w.n, w.u, w.f, w.s)
+    redis.call('DEL', w.q, w.t, w.n, w.u, w.f, w.s, w.e, w.l)
   end
 end
 
@@ -87,13 +104,47 @@ local function note_first(w, key, limit)
   if limit > tonumber(st[2] or '0') then redis.call('HSET', w.s, 'l1', limit) end
 end
 
--- drop_expired removes the tickets whose expiry has passed.
+-- drop_expired removes the tickets whose expiry has passed, found by
+-- their index (P:wait:e): O(log n) plus the tickets dropped.
 local function drop_expired(w, now)
-  local all = redis.call('HGETALL', w.t)
-  for i = 1, #all, 2 do
-    local tk = cjson.decode(all[i + 1])
-    if tk.e <= now then remove_ticket(w, all[i], tk, false) end
+  local gone = redis.call('ZRANGEBYSCORE', w.e, '-inf', now)
+  for _, token in ipairs(gone) do
+    local raw = redis.call('HGET', w.t, token)
+    if not raw then
+      redis.call('ZREM', w.e, token)
+    else
+      local tk = cjson.decode(raw)
+      if tk.e <= now then
+        remove_ticket(w, token, tk, false)
+      else
+        redis.call('ZADD', w.e, tk.e, token)
+      end
+    end
   end
+end
+
+-- drop_longest makes room on a full list for a user holding mine tickets:
+-- when another user holds more than mine + 1, that user's newest ticket
+-- is dropped (its waiter is woken and refused: P:wait:x). The user's
+-- finish tag goes back to the dropped ticket's start tag. Returns whether
+-- a ticket was dropped.
+local function drop_longest(w, mine, ms)
+  local top = redis.call('ZREVRANGE', w.l, 0, 0, 'WITHSCORES')
+  if #top < 2 or tonumber(top[2]) <= mine + 1 then return false end
+  local victim = redis.call('ZREVRANGE', uq(w, top[1]), 0, 0)[1]
+  if not victim then return false end
+  local raw = redis.call('HGET', w.t, victim)
+  if not raw then
+    redis.call('ZREM', uq(w, top[1]), victim)
+    return false
+  end
+  local tk = cjson.decode(raw)
+  local s = redis.call('ZSCORE', w.q, tk.m)
+  remove_ticket(w, victim, tk, false)
+  if s then redis.call('HSET', w.f, tk.u, s) end
+  redis.call('SET', xk(w, victim), '1', 'PX', ms)
+  redis.call('PUBLISH', tk.n, victim)
+  return true
 end
 
 -- pass is the grant pass: walk the tickets in fair order, counting each
@@ -162,10 +213,11 @@ local function holds(keys, token, now)
 end
 
 -- where returns {state, next_ms}: state 2 = queued, 1 = holds its lease
--- (granted), 0 = neither; next_ms = ms until the earliest lease of a lane
+-- (granted), 3 = dropped to make room (the mark is taken), 0 = neither; next_ms = ms until the earliest lease of a lane
 -- full for the queued ticket expires, 0 when none.
 local function where(w, token, keys, now)
   local raw = redis.call('HGET', w.t, token)
+  if not raw and redis.call('DEL', xk(w, token)) == 1 then return {3, 0} end
   if not raw then
     if holds(keys, token, now) then return {1, 0} end
     return {0, 0}
