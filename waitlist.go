@@ -108,6 +108,9 @@ type JoinResult struct {
 	// Next is how long until the earliest lease of a lane that blocks
 	// the ticket expires (then Pump); 0 when unknown.
 	Next time.Duration
+	// Waiting is how many tickets wait under the prefix, as Pump found
+	// them (0 from Join: unknown). Waiters space their pumps by it.
+	Waiting int
 }
 
 // Limits of the waiting, set by the gate.
@@ -120,9 +123,21 @@ const (
 	// also bounds how late a waiter learns of a grant whose wake-up was
 	// lost.
 	waitPumpEvery = 2 * time.Second
+	// waitPumpRate is the pumps a second that the waiters of one list
+	// aim at together once it is long (pumpEvery): at the ~70 µs of
+	// Redis time a pump took on a loaded 2-core machine, under 3 % of a
+	// core (docs/BENCHMARKS.md).
+	waitPumpRate = 400
+	// waitPumpMax bounds the pump interval; a ticket then lives 2 × that
+	// + waitPumpEvery unless pumped (one lost pump is forgiven), so a dead
+	// gateway's tickets vanish within about a minute even on the longest
+	// list.
+	waitPumpMax = 25 * time.Second
 	// waitClaim is how long a grant's leases live before the waiter picks
 	// the grant up: a grant to a dead gateway frees after this. It
-	// exceeds waitPumpEvery, so a waiter whose wake-up was lost still
-	// finds its grant at its next pump.
+	// exceeds waitPumpEvery, so a waiter on a short list whose wake-up was
+	// lost still finds its grant at its next pump (on a long list, whose
+	// waiters pump less often, such a waiter finds its ticket gone and
+	// falls back to the degraded local limits).
 	waitClaim = 3 * time.Second
 )

@@ -395,7 +395,11 @@ func (s *Store) Pump(ctx context.Context, t capgate.Ticket) (capgate.JoinResult,
 		}
 	}
 	s.pass(t.Prefix, now)
-	return s.where(t, now), nil
+	res := s.where(t, now)
+	if w := s.list(t.Prefix, false); w != nil {
+		res.Waiting = len(w.tickets)
+	}
+	return res, nil
 }
 
 // Leave implements capgate.Waitlist. It fails only when ctx is done.

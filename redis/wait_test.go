@@ -1,7 +1,6 @@
 package redis_test
 
 import (
-	"encoding/json"
 	"testing"
 	"time"
 
@@ -25,29 +24,15 @@ func TestWaitlistRealRedis(t *testing.T) {
 	})
 }
 
-// SetTicketExpiry rewrites the ticket's expiry in <prefix>:wait:t (see
-// waitpass.lua).
+// SetTicketExpiry sets the ticket's expiry in <prefix>:wait:e, the one
+// place it is kept (see waitpass.lua).
 func (h harness) SetTicketExpiry(t testing.TB, prefix, token string, d time.Duration) {
 	t.Helper()
-	key := prefix + ":wait:t"
-	raw, err := h.raw.HGet(t.Context(), key, token).Result()
-	if err != nil {
+	key := prefix + ":wait:e"
+	if _, err := h.raw.ZScore(t.Context(), key, token).Result(); err != nil {
 		t.Fatalf("ticket %s under %s: %v", token, prefix, err)
 	}
-	var tk map[string]any
-	if err := json.Unmarshal([]byte(raw), &tk); err != nil {
-		t.Fatal(err)
-	}
-	exp := h.now(t) + d.Milliseconds()
-	tk["e"] = exp
-	b, err := json.Marshal(tk)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := h.raw.HSet(t.Context(), key, token, b).Err(); err != nil {
-		t.Fatal(err)
-	}
-	if err := h.raw.ZAdd(t.Context(), prefix+":wait:e", goredis.Z{Score: float64(exp), Member: token}).Err(); err != nil {
+	if err := h.raw.ZAdd(t.Context(), key, goredis.Z{Score: float64(h.now(t) + d.Milliseconds()), Member: token}).Err(); err != nil {
 		t.Fatal(err)
 	}
 }

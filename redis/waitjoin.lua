@@ -85,15 +85,17 @@ local limits = {}
 for i = 1, #KEYS do limits[i] = tonumber(ARGV[10 + i]) end
 redis.call('ZADD', w.q, s, m)
 redis.call('HSET', w.t, token, cjson.encode({m = m, u = user, k = KEYS, l = limits,
-  e = now + tonumber(ARGV[5]), c = tonumber(ARGV[6]), n = ARGV[10]}))
+  c = tonumber(ARGV[6]), n = ARGV[10]}))
 redis.call('HINCRBY', w.u, user, 1)
 redis.call('ZINCRBY', w.l, 1, user)
 redis.call('ZADD', w.e, now + tonumber(ARGV[5]), token)
 redis.call('ZADD', uq(w, user), seq, token)
-redis.call('PEXPIRE', uq(w, user), 2 * tonumber(ARGV[5]))
+-- The user's queue empties as its tickets leave; its TTL only bounds what
+-- a list nobody touches again leaves behind (a pump does not renew it).
+redis.call('PEXPIRE', uq(w, user), 600000)
 for _, k in ipairs(KEYS) do redis.call('HINCRBY', w.n, k, 1) end
 note_first(w, KEYS[1], limits[1])
-touch(w, 2 * tonumber(ARGV[5]))
+touch_lazily(w, 2 * tonumber(ARGV[5]))
 pass(w, now)
 local st = where(w, token, KEYS, now)
 res[1], res[2] = st[1], st[2]

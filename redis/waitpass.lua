@@ -6,15 +6,17 @@
 --   P:wait:q  sorted set of waiting tickets: score = start tag S, member =
 --             <16-digit arrival seq>:<token>, so ties go by arrival;
 --   P:wait:t  hash token → the ticket as JSON {m = its member, u = user,
---             k = lane keys, l = limits, e = expiry ms, c = claim ms,
---             n = the channel to PUBLISH its token to when granted};
+--             k = lane keys, l = limits, c = claim ms, n = the channel to
+--             PUBLISH its token to when granted};
 --   P:wait:n  hash lane key → tickets waiting on it;
 --   P:wait:u  hash user → tickets waiting;
 --   P:wait:f  hash user → finish tag F of the user's newest ticket;
 --   P:wait:s  hash: v = virtual time V, seq = arrivals so far, k1 and l1
 --             (see note_first);
---   P:wait:e  sorted set token → the ticket's expiry ms: expired tickets
---             are found in O(log n), never by reading every ticket;
+--   P:wait:e  sorted set token → the ticket's expiry ms, the one place it
+--             is kept: expired tickets are found in O(log n), never by
+--             reading every ticket, and a pump renews a ticket without
+--             reading it;
 --   P:wait:l  sorted set user → tickets waiting: the user holding the most
 --             in O(log n) (the longest-queue drop, in waitjoin);
 --   P:wait:uq:<user>  sorted set token → arrival seq of the user's tickets
@@ -84,6 +86,12 @@ local function touch(w, ms)
   end
 end
 
+-- touch_lazily is touch when the queue's TTL has fallen below 3/4 of ms:
+-- one PTTL on most calls instead of one per key.
+local function touch_lazily(w, ms)
+  if redis.call('PTTL', w.q) < ms * 3 / 4 then touch(w, ms) end
+end
+
 local function reset_if_empty(w)
   if redis.call('ZCARD', w.q) == 0 then
     redis.call('DEL', w.q, w.t, w.n, w.u, w.f, w.s, w.e, w.l)
@@ -110,15 +118,10 @@ local function drop_expired(w, now)
   local gone = redis.call('ZRANGEBYSCORE', w.e, '-inf', now)
   for _, token in ipairs(gone) do
     local raw = redis.call('HGET', w.t, token)
-    if not raw then
-      redis.call('ZREM', w.e, token)
+    if raw then
+      remove_ticket(w, token, cjson.decode(raw), false)
     else
-      local tk = cjson.decode(raw)
-      if tk.e <= now then
-        remove_ticket(w, token, tk, false)
-      else
-        redis.call('ZADD', w.e, tk.e, token)
-      end
+      redis.call('ZREM', w.e, token)
     end
   end
 end
@@ -162,20 +165,24 @@ local function pass(w, now)
     return counts[k1] >= l1
   end
   if shut() then return end
-  local q = redis.call('ZRANGE', w.q, 0, -1, 'WITHSCORES')
-  if #q == 0 then return end
-  local granted = false
+  drop_expired(w, now)
+  -- The tickets are read a page at a time, so a pass that grants the
+  -- first ticket it reads costs O(log n), not a read of the whole list.
+  local granted, pos, done = false, 0, false
+  while not done do
+  local q = redis.call('ZRANGE', w.q, pos, pos + 63, 'WITHSCORES')
+  if #q == 0 then break end
+  pos = pos + #q / 2
   for i = 1, #q, 2 do
     local m, s = q[i], tonumber(q[i + 1])
     local token = string.sub(m, 18)
     local raw = redis.call('HGET', w.t, token)
     if not raw then
       redis.call('ZREM', w.q, m)
+      pos = pos - 1
     else
       local tk = cjson.decode(raw)
-      if tk.e <= now then
-        remove_ticket(w, token, tk, false)
-      else
+      do
         local fits = true
         for j, k in ipairs(tk.k) do
           local n = counts[k]
@@ -193,11 +200,16 @@ local function pass(w, now)
           if s > v then v = s end
           granted = true
           remove_ticket(w, token, tk, true)
+          pos = pos - 1
           redis.call('PUBLISH', tk.n, token)
-          if shut() then break end
+          if shut() then
+            done = true
+            break
+          end
         end
       end
     end
+  end
   end
   if granted then redis.call('HSET', w.s, 'v', v) end
   reset_if_empty(w)
@@ -215,17 +227,28 @@ end
 -- where returns {state, next_ms}: state 2 = queued, 1 = holds its lease
 -- (granted), 3 = dropped to make room (the mark is taken), 0 = neither; next_ms = ms until the earliest lease of a lane
 -- full for the queued ticket expires, 0 when none.
-local function where(w, token, keys, now)
-  local raw = redis.call('HGET', w.t, token)
-  if not raw and redis.call('DEL', xk(w, token)) == 1 then return {3, 0} end
-  if not raw then
+--
+-- limits, when given, are the ticket's own (a pump's): the ticket is then
+-- found queued by its expiry in the index, without reading it.
+local function where(w, token, keys, now, limits)
+  local queued
+  if limits then
+    queued = redis.call('ZSCORE', w.e, token) ~= false
+  else
+    local raw = redis.call('HGET', w.t, token)
+    if raw then
+      local tk = cjson.decode(raw)
+      keys, limits, queued = tk.k, tk.l, true
+    end
+  end
+  if not queued then
+    if redis.call('DEL', xk(w, token)) == 1 then return {3, 0} end
     if holds(keys, token, now) then return {1, 0} end
     return {0, 0}
   end
-  local tk = cjson.decode(raw)
   local soonest = nil
-  for j, k in ipairs(tk.k) do
-    if redis.call('ZCARD', k) >= tk.l[j] then
+  for j, k in ipairs(keys) do
+    if redis.call('ZCARD', k) >= limits[j] then
       local first = redis.call('ZRANGE', k, 0, 0, 'WITHSCORES')
       if #first == 2 then
         local e = tonumber(first[2])
