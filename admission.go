@@ -185,7 +185,14 @@ func (a *Admission) acquire(ctx context.Context) error {
 	case !taken:
 		a.dropLocal(ctx)
 	case wl != nil:
-		a.countLocal(ctx, req)
+		if !a.countLocal(ctx, req, before) {
+			// The store lost calls this gateway still runs: its answer
+			// would put the user past its limit. Give the slot back.
+			if err := a.releaseStore(context.WithoutCancel(ctx)); err != nil {
+				g.retryRelease(a.token, a.keys, req.Lease)
+			}
+			taken, a.taken, a.granted = false, false, false
+		}
 	}
 	a.full = fullLanes(a.lanes, before)
 	if a.dropped && a.full.empty() {

@@ -83,21 +83,44 @@ func (a *Admission) degradeLate(ctx context.Context, wl Waitlist, req AcquireReq
 	return a.degrade(ctx, busy)
 }
 
-// countLocal counts a call the store admitted after a wait in the local
-// lanes, whatever they hold (Force): they are this gateway's share of the
-// lanes, which the store has just found room for.
-func (a *Admission) countLocal(ctx context.Context, req AcquireRequest) {
+// countLocal counts a call the store admitted after a wait (or at once,
+// through the waitlist) in the local lanes. The cluster-wide lanes take it
+// whatever they hold: they are this gateway's share, which the store has
+// just found room for. But the user and task lanes have the same limit
+// here as in the store, and this gateway's own calls alone filling one
+// means the store lost some of them (a restart, a failover): then the
+// store's answer must not stand. countLocal reports false in that case,
+// with storeBefore raised to the local counts of those lanes, and the call
+// holds no local lease.
+func (a *Admission) countLocal(ctx context.Context, req AcquireRequest, storeBefore []int) bool {
 	g := a.g
 	if g.Local == nil || a.local {
-		return
+		return true
 	}
 	before := make([]int, len(a.lanes))
-	req.NotAfter, req.Force = time.Time{}, true
-	if _, err := g.Local.Acquire(ctx, req, before); err != nil {
+	limits := make([]int, len(a.lanes))
+	for i, l := range a.lanes {
+		limits[i] = l.Limit
+		if l.Name != LaneUser && l.Name != LaneTask {
+			limits[i] = maxNumber + 1 // never full: taken whatever it holds
+		}
+	}
+	req.NotAfter, req.Force, req.Limits = time.Time{}, false, limits
+	taken, err := g.Local.Acquire(ctx, req, before)
+	if err != nil {
 		g.logger().Warn("capacity local lanes failed", "op", "acquire", "error", err)
-		return
+		return true
+	}
+	if !taken {
+		for i, n := range before {
+			if n >= limits[i] {
+				storeBefore[i] = max(storeBefore[i], n)
+			}
+		}
+		return false
 	}
 	a.local, a.localAt = true, before
+	return true
 }
 
 // degrade decides a call the store could not count. Without local lanes

@@ -286,3 +286,29 @@ func TestFullWaitlistMakesRoomForANewUser(t *testing.T) {
 		}
 	})
 }
+
+// TestRestartedStoreDoesNotAdmitPastTheLocalCount: the store restarted
+// empty while a user's call runs here; with waiting on (no local
+// pre-check), the store admits the user's next call, but this gateway
+// alone already runs the user's limit: the store's answer does not stand.
+func TestRestartedStoreDoesNotAdmitPastTheLocalCount(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		e := newWaitEnv(t) // per_user 1
+		e.gate.Local = memory.New(nil)
+		first := e.gate.Admit(t.Context(), lanetest.Match("u", capgate.TierPreview))
+		defer first.Release(t.Context())
+		mustDecide(t, first, capgate.DecisionAdmitted)
+		restarted := memory.New(nil)
+		synctest.Wait()          // the gate's background count of the gateways is done
+		e.gate.Store = restarted // empty: the first call's lease is gone
+		second := e.gate.Admit(t.Context(), lanetest.Match("u", capgate.TierPreview))
+		defer second.Release(t.Context())
+		if !second.Refused() || second.Scope() != capgate.LaneUser {
+			t.Fatalf("the user's second call after the restart: %q scope %q, want refused on its user lane", second.Decision(), second.Scope())
+		}
+		counts := make([]int, 1)
+		if err := restarted.Count(t.Context(), []string{"ocl:capacity:user:u"}, counts); err != nil || counts[0] != 0 {
+			t.Errorf("the restarted store counts %d (%v) for the user, want 0: the refused call's lease given back", counts[0], err)
+		}
+	})
+}
