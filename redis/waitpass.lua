@@ -170,46 +170,46 @@ local function pass(w, now)
   -- first ticket it reads costs O(log n), not a read of the whole list.
   local granted, pos, done = false, 0, false
   while not done do
-  local q = redis.call('ZRANGE', w.q, pos, pos + 63, 'WITHSCORES')
-  if #q == 0 then break end
-  pos = pos + #q / 2
-  for i = 1, #q, 2 do
-    local m, s = q[i], tonumber(q[i + 1])
-    local token = string.sub(m, 18)
-    local raw = redis.call('HGET', w.t, token)
-    if not raw then
-      redis.call('ZREM', w.q, m)
-      pos = pos - 1
-    else
-      local tk = cjson.decode(raw)
-      do
-        local fits = true
-        for j, k in ipairs(tk.k) do
-          local n = counts[k]
-          if n == nil then
-            n = count(k, now)
-            counts[k] = n
+    local q = redis.call('ZRANGE', w.q, pos, pos + 63, 'WITHSCORES')
+    if #q == 0 then break end
+    pos = pos + #q / 2
+    for i = 1, #q, 2 do
+      local m, s = q[i], tonumber(q[i + 1])
+      local token = string.sub(m, 18)
+      local raw = redis.call('HGET', w.t, token)
+      if not raw then
+        redis.call('ZREM', w.q, m)
+        pos = pos - 1
+      else
+        local tk = cjson.decode(raw)
+        do
+          local fits = true
+          for j, k in ipairs(tk.k) do
+            local n = counts[k]
+            if n == nil then
+              n = count(k, now)
+              counts[k] = n
+            end
+            if n >= tk.l[j] then fits = false end
           end
-          if n >= tk.l[j] then fits = false end
-        end
-        if fits then
-          for _, k in ipairs(tk.k) do
-            counts[k] = counts[k] + 1
-            add(k, token, now, tk.c)
-          end
-          if s > v then v = s end
-          granted = true
-          remove_ticket(w, token, tk, true)
-          pos = pos - 1
-          redis.call('PUBLISH', tk.n, token)
-          if shut() then
-            done = true
-            break
+          if fits then
+            for _, k in ipairs(tk.k) do
+              counts[k] = counts[k] + 1
+              add(k, token, now, tk.c)
+            end
+            if s > v then v = s end
+            granted = true
+            remove_ticket(w, token, tk, true)
+            pos = pos - 1
+            redis.call('PUBLISH', tk.n, token)
+            if shut() then
+              done = true
+              break
+            end
           end
         end
       end
     end
-  end
   end
   if granted then redis.call('HSET', w.s, 'v', v) end
   reset_if_empty(w)
