@@ -138,7 +138,8 @@ func waitersCmd(args []string) error {
 		return err
 	}
 	if r.JoinDropUS, err = evalUS(func() error {
-		for i := range *joins {
+		// Each drops one of the users' extra tickets: there are that many.
+		for i := range min(*joins, *nTickets-min(*nUsers, *nTickets)) {
 			res, err := s.Join(ctx, ticket("drop"+strconv.Itoa(i), *nTickets+*joins), make([]int, 2))
 			if err != nil {
 				return err
