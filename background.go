@@ -54,6 +54,9 @@ type pendingRelease struct {
 	keys   []string
 	until  time.Time
 	ticket bool // a join's: its waiting ticket leaves the waitlist first
+	// lost: the release of an answer that was lost (a lease that may not
+	// exist); best effort, so its failure opens no skip window.
+	lost bool
 }
 
 // goLocked runs fn on a goroutine the gate owns; false once the gate is
@@ -88,10 +91,11 @@ func (g *Gate) retryRelease(token string, keys []string, lease time.Duration) {
 	g.addPending(pendingRelease{token: token, keys: keys, until: g.now().Add(lease)})
 }
 
-// retryLeave is retryRelease for a join whose answer was lost: its ticket
-// leaves the waitlist, then its leases are released.
-func (g *Gate) retryLeave(t Ticket, lease time.Duration) {
-	g.addPending(pendingRelease{token: t.Token, keys: t.Keys, until: g.now().Add(lease), ticket: true})
+// retryLost is retryRelease for an acquire or join (ticket) whose answer
+// was lost: a join's ticket leaves the waitlist first, then the leases are
+// released. Its failures open no skip window.
+func (g *Gate) retryLost(token string, keys []string, lease time.Duration, ticket bool) {
+	g.addPending(pendingRelease{token: token, keys: keys, until: g.now().Add(lease), ticket: ticket, lost: true})
 }
 
 func (g *Gate) addPending(p pendingRelease) {
@@ -174,7 +178,11 @@ func (g *Gate) releasePending(ctx context.Context) {
 		}
 		cancel()
 		if err != nil {
-			if ctx.Err() == nil {
+			switch {
+			case ctx.Err() != nil:
+			case p.lost:
+				g.logger().Debug("capacity lane store: release of a lost answer failed", "error", err)
+			default:
 				g.storeFailed("release", err)
 			}
 			keep = append(keep, p)

@@ -177,12 +177,7 @@ func (a *Admission) releaseLost(wl Waitlist, req AcquireRequest, err error) {
 	if errors.Is(err, ErrBusy) && !(errors.As(err, &te) && te.Timeout()) {
 		return // never sent
 	}
-	g := a.g
-	if wl != nil {
-		g.retryLeave(Ticket{Prefix: g.keys().prefix(), Token: req.Token, Keys: req.Keys}, req.Lease)
-		return
-	}
-	g.retryRelease(req.Token, req.Keys, req.Lease)
+	a.g.retryLost(req.Token, req.Keys, req.Lease, wl != nil)
 }
 
 // dropLocal gives back the call's local leases while it is being decided
