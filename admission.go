@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/capgate/capgate/internal/randhex"
@@ -31,18 +32,22 @@ const maxErrorLen = 300
 // capgatehttp.AdmissionFrom gives for a call nobody gated): every method
 // is safe on it.
 type Admission struct {
-	g         *Gate
-	off       bool // mode off: passes untouched, every method a no-op
-	call      Call
-	cfg       Config
-	enforced  bool
-	lanes     []Lane
-	keys      []string // the lanes' keys, once a store call was planned
-	counts    []int    // per lane: count before, +1 if taken; nil when unknown
-	taken     bool     // holds leases
-	local     bool     // holds leases in the gate's local lanes (degraded.go)
-	degraded  bool     // decided by the local lanes alone (degraded.go)
-	localAt   []int    // per lane: the local lanes' count before this call
+	g        *Gate
+	off      bool // mode off: passes untouched, every method a no-op
+	call     Call
+	cfg      Config
+	enforced bool
+	lanes    []Lane
+	keys     []string // the lanes' keys, once a store call was planned
+	counts   []int    // per lane: count before, +1 if taken; nil when unknown
+	taken    bool     // holds leases
+	local    bool     // holds leases in the gate's local lanes (degraded.go)
+	degraded bool     // decided by the local lanes alone (degraded.go)
+	// stored: a call counted in the local lanes alone was written into
+	// the store later (background.go); its leases there are renewed and
+	// released as a taken call's. Set under mu.
+	stored    atomic.Bool
+	localAt   []int // per lane: the local lanes' count before this call
 	decision  Decision
 	full      laneSet
 	scope     int           // lane index, -1 none
@@ -53,6 +58,7 @@ type Admission struct {
 	start     time.Time
 	granted   bool          // took a slot it waited for
 	waited    bool          // its ticket was queued
+	dropped   bool          // its ticket was dropped from a full waitlist
 	waitedFor time.Duration // how long it waited
 
 	mu        sync.Mutex
@@ -125,6 +131,9 @@ func (a *Admission) acquire(ctx context.Context) error {
 	if wl == nil && a.acquireLocal(ctx, req) {
 		return nil // refused: this gateway alone already fills a lane
 	}
+	// The calls the store never counted (admitted while it was out) are
+	// written into it before it decides anything again.
+	g.flushUnstored(ctx)
 	if g.skipping() {
 		g.storeSkipped("acquire")
 		a.setErr(ErrSkipped)
@@ -140,13 +149,21 @@ func (a *Admission) acquire(ctx context.Context) error {
 		// does, so a lease it took is never left behind.
 		taken, err = g.Store.Acquire(ctx, req, before)
 	}
-	if errors.Is(err, errCallerGone) || errors.Is(err, errTicketLost) {
-		// Not the store failing: no skip window. The call goes ahead
-		// uncounted (a client that left never reaches the API).
+	if errors.Is(err, errCallerGone) {
+		// Not the store failing: no skip window. A client that left never
+		// reaches the API: nothing to count.
 		a.dropLocal(ctx)
 		a.decision = DecisionUnavailable
 		a.setErr(err)
 		return nil
+	}
+	if errors.Is(err, errTicketLost) {
+		// The store answers but lost the ticket (a restart, a failover):
+		// not its failure, no skip window, but never "go uncounted" either.
+		// The local lanes decide, with degraded limits, and the call is
+		// written into the store (background.go).
+		a.setErr(err)
+		return a.degradeLate(ctx, wl, req, true)
 	}
 	if err != nil {
 		if ctx.Err() != nil && errors.Is(err, ctx.Err()) {
@@ -157,7 +174,9 @@ func (a *Admission) acquire(ctx context.Context) error {
 		}
 		g.storeFailed("acquire", err)
 		a.setErr(err)
-		return a.degradeLate(ctx, wl, req, errors.Is(err, ErrBusy) && !g.skipping())
+		derr := a.degradeLate(ctx, wl, req, errors.Is(err, ErrBusy) && !g.skipping())
+		a.releaseLost(wl, req, err)
+		return derr
 	}
 	g.storeWorked(ctx)
 	a.taken = taken
@@ -168,9 +187,21 @@ func (a *Admission) acquire(ctx context.Context) error {
 	case !taken:
 		a.dropLocal(ctx)
 	case wl != nil:
-		a.countLocal(ctx, req)
+		if !a.countLocal(ctx, req, before) {
+			// The store lost calls this gateway still runs: its answer
+			// would put the user past its limit. Give the slot back.
+			if err := a.releaseStore(context.WithoutCancel(ctx)); err != nil {
+				g.retryRelease(a.token, a.keys, req.Lease)
+			}
+			taken, a.taken, a.granted = false, false, false
+		}
 	}
 	a.full = fullLanes(a.lanes, before)
+	if a.dropped && a.full.empty() {
+		// It queued behind others, not on a full lane: the lane every
+		// ticket shares (api_heavy) is the one it could not get.
+		a.full = 1
+	}
 	d, err := decide(a.full, taken)
 	if err != nil {
 		return err
@@ -250,6 +281,7 @@ func (a *Admission) Release(ctx context.Context) {
 	if a.taken || a.local {
 		a.heldMS = a.finished.Sub(a.start).Milliseconds()
 	}
+	stored := a.stored.Load()
 	a.mu.Unlock()
 
 	g := a.g
@@ -257,12 +289,15 @@ func (a *Admission) Release(ctx context.Context) {
 	if a.renewCtx != nil {
 		g.rn.remove(a)
 	}
-	if a.taken {
+	if a.taken || stored {
 		a.releaseLeases(ctx)
+	}
+	if a.taken {
 		a.observeHold()
 		a.observeService()
 	}
 	if a.local {
+		g.dropUnstored(a)
 		a.releaseLocal(ctx)
 	}
 	if a.decision != DecisionNone {

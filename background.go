@@ -40,14 +40,23 @@ type background struct {
 	// countAfter is when the gateways may be counted again (Unix ns), read
 	// without the lock on every acquire.
 	countAfter atomic.Int64
+
+	unstored  map[*Admission]struct{} // calls the store never counted; requires mu held
+	flushing  bool                    // the flush loop runs; requires mu held
+	unstoredN atomic.Int64            // len(unstored), read without the lock on every acquire
+	flushMu   sync.Mutex              // one flush at a time; new calls wait for it
 }
 
 // pendingRelease is a release to try again until until, when its leases
 // have expired anyway.
 type pendingRelease struct {
-	token string
-	keys  []string
-	until time.Time
+	token  string
+	keys   []string
+	until  time.Time
+	ticket bool // a join's: its waiting ticket leaves the waitlist first
+	// lost: the release of an answer that was lost (a lease that may not
+	// exist); best effort, so its failure opens no skip window.
+	lost bool
 }
 
 // goLocked runs fn on a goroutine the gate owns; false once the gate is
@@ -79,13 +88,24 @@ func (g *Gate) goLocked(fn func(ctx context.Context, stop <-chan struct{})) bool
 // in the background until it succeeds or the leases expire, lease from
 // now.
 func (g *Gate) retryRelease(token string, keys []string, lease time.Duration) {
+	g.addPending(pendingRelease{token: token, keys: keys, until: g.now().Add(lease)})
+}
+
+// retryLost is retryRelease for an acquire or join (ticket) whose answer
+// was lost: a join's ticket leaves the waitlist first, then the leases are
+// released. Its failures open no skip window.
+func (g *Gate) retryLost(token string, keys []string, lease time.Duration, ticket bool) {
+	g.addPending(pendingRelease{token: token, keys: keys, until: g.now().Add(lease), ticket: ticket, lost: true})
+}
+
+func (g *Gate) addPending(p pendingRelease) {
 	b := &g.bg
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	if len(b.pending) >= maxPendingReleases || b.closed {
 		return // the leases expire
 	}
-	b.pending = append(b.pending, pendingRelease{token: token, keys: keys, until: g.now().Add(lease)})
+	b.pending = append(b.pending, p)
 	if !b.retrying {
 		b.retrying = g.goLocked(g.retryReleases)
 	}
@@ -146,14 +166,23 @@ func (g *Gate) releasePending(ctx context.Context) {
 		rctx, cancel := context.WithTimeout(ctx, deadline)
 		var err error
 		if wl, ok := g.Store.(Waitlist); ok {
+			if p.ticket {
+				_, err = wl.Leave(rctx, Ticket{Prefix: g.keys().prefix(), Token: p.token, Keys: p.keys})
+			}
 			// Tickets may wait for these slots: hand them over.
-			err = wl.ReleaseWait(rctx, g.keys().prefix(), p.token, p.keys)
+			if err == nil {
+				err = wl.ReleaseWait(rctx, g.keys().prefix(), p.token, p.keys)
+			}
 		} else {
 			err = g.Store.Release(rctx, p.token, p.keys)
 		}
 		cancel()
 		if err != nil {
-			if ctx.Err() == nil {
+			switch {
+			case ctx.Err() != nil:
+			case p.lost:
+				g.logger().Debug("capacity lane store: release of a lost answer failed", "error", err)
+			default:
 				g.storeFailed("release", err)
 			}
 			keep = append(keep, p)
@@ -258,4 +287,157 @@ func (g *Gate) Close(ctx context.Context) error {
 	}
 	<-done // bounded: every operation has the store's deadline, and ctx is cancelled
 	return err
+}
+
+// Calls the store never counted. A call the local lanes admitted while the
+// store was unavailable (degraded.go), or whose waiting ticket the store
+// lost, is kept here until it is written into the store: each is taken
+// there with Force, under its own token, as soon as the store is used
+// again, before any new call is decided by it, and by a background loop
+// every releaseRetryEvery once the skip window closes. So after an outage
+// the store counts the calls that ran through it, and a user with limit 1
+// never has two running.
+
+// addUnstored keeps a, which holds local leases only, to be written into
+// the store. A gate that is closed writes nothing more.
+func (g *Gate) addUnstored(a *Admission) {
+	b := &g.bg
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if b.closed {
+		return
+	}
+	if b.unstored == nil {
+		b.unstored = make(map[*Admission]struct{})
+	}
+	b.unstored[a] = struct{}{}
+	b.unstoredN.Store(int64(len(b.unstored)))
+	if !b.flushing {
+		b.flushing = g.goLocked(g.flushLoop)
+	}
+}
+
+// dropUnstored forgets a (it was released or written).
+func (g *Gate) dropUnstored(a *Admission) {
+	b := &g.bg
+	if b.unstoredN.Load() == 0 {
+		return
+	}
+	b.mu.Lock()
+	delete(b.unstored, a)
+	b.unstoredN.Store(int64(len(b.unstored)))
+	b.mu.Unlock()
+}
+
+// nextUnstored returns one call still to write, nil when none.
+func (g *Gate) nextUnstored() *Admission {
+	b := &g.bg
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	for a := range b.unstored {
+		delete(b.unstored, a)
+		b.unstoredN.Store(int64(len(b.unstored)))
+		return a
+	}
+	return nil
+}
+
+// flushUnstored writes the calls the store never counted into it, one
+// after another, unless the store is being skipped. A call that decides by
+// the store runs it first (and waits for one in progress), so the store
+// counts them before it decides anything. It stops at the first failure.
+func (g *Gate) flushUnstored(ctx context.Context) {
+	b := &g.bg
+	if b.unstoredN.Load() == 0 {
+		return
+	}
+	b.flushMu.Lock()
+	defer b.flushMu.Unlock()
+	for !g.skipping() {
+		a := g.nextUnstored()
+		if a == nil {
+			return
+		}
+		if !a.writeToStore(ctx) {
+			g.addUnstored(a)
+			return
+		}
+	}
+}
+
+// flushLoop writes the unstored calls every releaseRetryEvery while the
+// store is not skipped, until none is left or the gate closes.
+func (g *Gate) flushLoop(ctx context.Context, stop <-chan struct{}) {
+	t := time.NewTimer(releaseRetryEvery)
+	defer t.Stop()
+	for {
+		select {
+		case <-t.C:
+		case <-stop:
+			g.bg.mu.Lock()
+			g.bg.flushing = false
+			g.bg.mu.Unlock()
+			return
+		case <-ctx.Done():
+			return
+		}
+		g.flushUnstored(ctx)
+		b := &g.bg
+		b.mu.Lock()
+		if len(b.unstored) == 0 {
+			b.flushing = false
+			b.mu.Unlock()
+			return
+		}
+		b.mu.Unlock()
+		t.Reset(releaseRetryEvery)
+	}
+}
+
+// writeToStore takes a's leases in the store with Force, under its token
+// (merging with a lease an acquire whose answer was lost may have taken),
+// and from then on renews and releases them there. It reports false when
+// the store failed. A call released meanwhile is released in the store
+// too.
+func (a *Admission) writeToStore(ctx context.Context) bool {
+	g := a.g
+	a.mu.Lock()
+	released := a.released
+	a.mu.Unlock()
+	if released {
+		return true
+	}
+	lease := time.Duration(a.cfg.LeaseSeconds) * time.Second
+	limits := make([]int, len(a.lanes))
+	for i, l := range a.lanes {
+		limits[i] = l.Limit
+	}
+	req := AcquireRequest{Token: a.token, Keys: a.keys, Limits: limits, Lease: lease, Force: true}
+	sctx, cancel := g.storeContext(ctx)
+	_, err := g.Store.Acquire(sctx, req, make([]int, len(a.keys)))
+	cancel()
+	if err != nil {
+		g.storeFailed("acquire", err)
+		return false
+	}
+	a.mu.Lock()
+	released = a.released
+	if !released {
+		a.stored.Store(true)
+	}
+	a.mu.Unlock()
+	if released {
+		g.retryRelease(a.token, a.keys, lease) // its Release came while it was written
+	}
+	return true
+}
+
+// storeContext returns a context for one store operation that the
+// caller's cancellation does not reach, bounded by the gate when the
+// store states no bound of its own.
+func (g *Gate) storeContext(ctx context.Context) (context.Context, context.CancelFunc) {
+	if _, bounded := g.storeBound(); bounded {
+		return context.WithoutCancel(ctx), func() {}
+	}
+	return context.WithTimeout(context.WithoutCancel(ctx), DefaultStoreDeadline)
 }

@@ -2,6 +2,7 @@ package capgate
 
 import (
 	"context"
+	"errors"
 	"time"
 )
 
@@ -82,29 +83,53 @@ func (a *Admission) degradeLate(ctx context.Context, wl Waitlist, req AcquireReq
 	return a.degrade(ctx, busy)
 }
 
-// countLocal counts a call the store admitted after a wait in the local
-// lanes, whatever they hold (Force): they are this gateway's share of the
-// lanes, which the store has just found room for.
-func (a *Admission) countLocal(ctx context.Context, req AcquireRequest) {
+// countLocal counts a call the store admitted after a wait (or at once,
+// through the waitlist) in the local lanes. The cluster-wide lanes take it
+// whatever they hold: they are this gateway's share, which the store has
+// just found room for. But the user and task lanes have the same limit
+// here as in the store, and this gateway's own calls alone filling one
+// means the store lost some of them (a restart, a failover): then the
+// store's answer must not stand. countLocal reports false in that case,
+// with storeBefore raised to the local counts of those lanes, and the call
+// holds no local lease.
+func (a *Admission) countLocal(ctx context.Context, req AcquireRequest, storeBefore []int) bool {
 	g := a.g
 	if g.Local == nil || a.local {
-		return
+		return true
 	}
 	before := make([]int, len(a.lanes))
-	req.NotAfter, req.Force = time.Time{}, true
-	if _, err := g.Local.Acquire(ctx, req, before); err != nil {
+	limits := make([]int, len(a.lanes))
+	for i, l := range a.lanes {
+		limits[i] = l.Limit
+		if l.Name != LaneUser && l.Name != LaneTask {
+			limits[i] = maxNumber + 1 // never full: taken whatever it holds
+		}
+	}
+	req.NotAfter, req.Force, req.Limits = time.Time{}, false, limits
+	taken, err := g.Local.Acquire(ctx, req, before)
+	if err != nil {
 		g.logger().Warn("capacity local lanes failed", "op", "acquire", "error", err)
-		return
+		return true
+	}
+	if !taken {
+		for i, n := range before {
+			if n >= limits[i] {
+				storeBefore[i] = max(storeBefore[i], n)
+			}
+		}
+		return false
 	}
 	a.local, a.localAt = true, before
+	return true
 }
 
 // degrade decides a call the store could not count. Without local lanes
 // the call is unavailable, uncounted, except that an enforced call the
-// store was merely too busy for (busy) is refused, since nothing counted
-// it: scope api_heavy_task (this gateway is the one overloaded),
-// Retry-After retry_after.base. With local lanes they decide, with
-// degraded limits.
+// store was merely too busy for, or whose waiting ticket it lost (busy), is
+// refused, since nothing counted it: scope api_heavy_task (this gateway is
+// the one overloaded), Retry-After retry_after.base. With local lanes they
+// decide, with degraded limits, and a call they admit is written into the
+// store as soon as it is used again (background.go).
 func (a *Admission) degrade(ctx context.Context, busy bool) error {
 	a.decision = DecisionUnavailable
 	if !a.local {
@@ -135,7 +160,24 @@ func (a *Admission) degrade(ctx context.Context, busy bool) error {
 		a.counts[i] = n + 1
 	}
 	a.startRenewing(ctx)
+	a.g.addUnstored(a) // written into the store when it is back
 	return nil
+}
+
+// releaseLost releases, in the background, the leases an acquire or join
+// that failed with err may have taken all the same (the store ran it but
+// its answer was lost, a timeout say), unless the call is to be written
+// into the store under the same token anyway (it holds local leases). An
+// acquire the store refused to run late, or never sent, took nothing.
+func (a *Admission) releaseLost(wl Waitlist, req AcquireRequest, err error) {
+	if a.local || errors.Is(err, ErrLateAcquire) {
+		return
+	}
+	var te interface{ Timeout() bool }
+	if errors.Is(err, ErrBusy) && !(errors.As(err, &te) && te.Timeout()) {
+		return // never sent
+	}
+	a.g.retryLost(req.Token, req.Keys, req.Lease, wl != nil)
 }
 
 // dropLocal gives back the call's local leases while it is being decided

@@ -22,3 +22,6 @@ func (g *Gate) hooksFor() *gateHooks {
 
 // WaitPumpEvery is how often a waiting call pumps the waitlist.
 const WaitPumpEvery = waitPumpEvery
+
+// ErrTicketLost is the error of a waiter whose ticket the store lost.
+var ErrTicketLost = errTicketLost

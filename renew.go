@@ -197,7 +197,7 @@ func (a *Admission) renew() {
 		// In process: never fails, and a local lease lost is no news.
 		_, _ = g.Local.Renew(ctx, a.token, a.keys, lease)
 	}
-	if !a.taken {
+	if !a.taken && !a.stored.Load() {
 		return
 	}
 	if g.skipping() {

@@ -90,7 +90,8 @@ func (a *Admission) join(ctx context.Context, wl Waitlist, req AcquireRequest, b
 
 	limit := time.NewTimer(time.Duration(a.cfg.Wait.MaxSeconds) * time.Second)
 	defer limit.Stop()
-	pump := time.NewTimer(pumpAfter(res.Next))
+	every := waitPumpEvery
+	pump := time.NewTimer(pumpAfter(res.Next, every))
 	defer pump.Stop()
 	granted := false
 	for !granted {
@@ -120,15 +121,22 @@ func (a *Admission) join(ctx context.Context, wl Waitlist, req AcquireRequest, b
 		if err != nil {
 			return false, err
 		}
+		every = pumpEvery(res.Waiting)
+		t.TicketLease = max(waitTicketLease, 2*every+waitPumpEvery) // from its next pump on
 		switch {
 		case res.Taken:
 			if granted, err = a.pickUp(sctx, t, req); err != nil {
 				return false, err
 			}
+		case res.Dropped:
+			// Taken off a full list to make room for a user holding
+			// fewer tickets: refused, as if there had been no room.
+			a.dropped = true
+			return false, nil
 		case !res.Queued:
 			return false, errTicketLost
 		}
-		pump.Reset(pumpAfter(res.Next))
+		pump.Reset(pumpAfter(res.Next, every))
 	}
 	a.tookGrant(before, t.Limits)
 	return true, nil
@@ -169,12 +177,22 @@ func (a *Admission) leave(ctx context.Context, wl Waitlist, t Ticket, req Acquir
 }
 
 // pumpAfter is when a waiter next pumps: when the earliest blocking lease
-// expires (next), and at least every waitPumpEvery, to renew its ticket.
-func pumpAfter(next time.Duration) time.Duration {
-	if next > 0 && next < waitPumpEvery {
+// expires (next), and at least every every, to renew its ticket.
+func pumpAfter(next, every time.Duration) time.Duration {
+	if next > 0 && next < every {
 		return next
 	}
-	return waitPumpEvery
+	return every
+}
+
+// pumpEvery is how often each waiter pumps with waiting tickets on the
+// list: waitPumpEvery, or longer once the list is long, so that all the
+// waiters together pump about waitPumpRate times a second (each pump is a
+// script run in the store), up to waitPumpMax. Wake-ups, not pumps, hand
+// most slots over.
+func pumpEvery(waiting int) time.Duration {
+	d := time.Duration(waiting) * time.Second / waitPumpRate
+	return min(max(d, waitPumpEvery), waitPumpMax)
 }
 
 // tookGrant records that the call took the slot it waited for: its held

@@ -45,8 +45,16 @@ type Waitlist interface {
 	// exactly as Acquire without Force (counts, the same result); else
 	// it queues t behind them and runs the grant pass, so a new arrival
 	// never overtakes a waiting ticket. counts get the lanes' counts
-	// before the call. A ticket past t.MaxWaiting in all or
-	// t.MaxPerUser for its user is not queued (Queued and Taken false).
+	// before the call. A ticket past t.MaxPerUser for its user is not
+	// queued (Queued and Taken false). When t.MaxWaiting tickets wait in
+	// all, room is made by the longest-queue drop: while the user holding
+	// the most tickets holds more than t's user + 1, that user's newest
+	// ticket leaves the list, its waiter is woken, and its next Pump
+	// reports Dropped; when no ticket can be dropped, t is not queued.
+	// Finding the expired tickets and the longest queue costs the store
+	// O(log n) in the tickets waiting (plus those dropped); the grant pass
+	// stops at once while the lane every ticket shares is full, and
+	// otherwise walks the tickets in fair order until it is.
 	// Run after t.NotAfter, it does nothing and returns an error wrapping
 	// ErrLateAcquire.
 	Join(ctx context.Context, t Ticket, counts []int) (JoinResult, error)
@@ -124,9 +132,16 @@ type JoinResult struct {
 	Taken bool
 	// Queued: the ticket waits.
 	Queued bool
+	// Dropped: the ticket was taken off a full list to make room for a
+	// user holding fewer (the newest ticket of the user holding the most
+	// is dropped): its call is refused.
+	Dropped bool
 	// Next is how long until the earliest lease of a lane that blocks
 	// the ticket expires (then Pump); 0 when unknown.
 	Next time.Duration
+	// Waiting is how many tickets wait under the prefix, as Pump found
+	// them (0 from Join: unknown). Waiters space their pumps by it.
+	Waiting int
 }
 
 // Limits of the waiting, set by the gate.
@@ -139,9 +154,21 @@ const (
 	// also bounds how late a waiter learns of a grant whose wake-up was
 	// lost.
 	waitPumpEvery = 2 * time.Second
+	// waitPumpRate is the pumps a second that the waiters of one list
+	// aim at together once it is long (pumpEvery): at the ~70 µs of
+	// Redis time a pump took on a loaded 2-core machine, under 3 % of a
+	// core (docs/BENCHMARKS.md).
+	waitPumpRate = 400
+	// waitPumpMax bounds the pump interval; a ticket then lives 2 × that
+	// + waitPumpEvery unless pumped (one lost pump is forgiven), so a dead
+	// gateway's tickets vanish within about a minute even on the longest
+	// list.
+	waitPumpMax = 25 * time.Second
 	// waitClaim is how long a grant's leases live before the waiter picks
 	// the grant up: a grant to a dead gateway frees after this. It
-	// exceeds waitPumpEvery, so a waiter whose wake-up was lost still
-	// finds its grant at its next pump.
+	// exceeds waitPumpEvery, so a waiter on a short list whose wake-up was
+	// lost still finds its grant at its next pump (on a long list, whose
+	// waiters pump less often, such a waiter finds its ticket gone and
+	// falls back to the degraded local limits).
 	waitClaim = 3 * time.Second
 )

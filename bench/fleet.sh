@@ -14,7 +14,9 @@
 #   - the lane keys left once the load has stopped (0 once leases end).
 # Then, at 20 gateways x 100 000 users (one live lease in each user and task
 # lane), the wall time of `capgate capacity status` and Redis memory per
-# lease.
+# lease. Last, what waiting tickets cost the standalone Redis (`fleet
+# waiters`, for each count in TICKETS): Redis time of one join onto a full
+# list (INFO commandstats), and of the waiters' pumps, as % of a core.
 #
 # Everything runs on 127.0.0.1: a redis-server of its own on a spare port
 # (never the machine's 6379), a cluster on CLUSTER_BASE..+5 (default
@@ -32,6 +34,7 @@ PROBE=${PROBE:-5s}
 USERS=${USERS:-100000}
 CLUSTER_BASE=${CLUSTER_BASE:-7100}
 FLEETS=${FLEETS:-"1 5 20"}
+TICKETS=${TICKETS:-"200 10000"}
 
 # shellcheck source=bench/lib.sh
 . "$ROOT/bench/lib.sh"
@@ -112,6 +115,14 @@ for kind in standalone cluster; do
 	done
 done
 
+WAITERS=()
+for n in $TICKETS; do
+	log "waiters: $n tickets on the standalone Redis"
+	w=$("$WORK/fleet" waiters -redis "redis://127.0.0.1:$RPORT/0" -tickets "$n" -users $(((n + 9) / 10)))
+	log "$w"
+	WAITERS+=("$w")
+done
+
 # --- the report -----------------------------------------------------------
 field() { sed -n "s/.*\"$2\":\([^,}]*\).*/\1/p" <<<"$1" | tr -d '"'; }
 echo "Run: \`bench/fleet.sh\` (RATE=$RATE calls/s over the fleet, WINDOW=$WINDOW, PROBE=$PROBE) on $(date -u '+%Y-%m-%d %H:%M UTC'),"
@@ -136,4 +147,12 @@ for row in "${STATUS[@]}"; do
 	read -r kind j t1 t2 t3 users <<<"$row"
 	printf '| %s | %s + %s | %s bytes | %s, %s, %s | %s |\n' "$kind" "$(field "$j" Users)" "$(field "$j" Tasks)" \
 		"$(field "$j" bytes_per_lease)" "$t1" "$t2" "$t3" "$users"
+done
+echo
+echo "| tickets waiting | join onto the full list, Redis µs | join that drops a ticket, µs | pumps / s (every s) | Redis µs / pump | pumps' script time, % of a core | Redis CPU over the window, % of a core (idle) |"
+echo "|---|---|---|---|---|---|---|"
+for j in "${WAITERS[@]}"; do
+	printf '| %s | %.0f | %.0f | %.0f (%s) | %.0f | %.1f | %.1f (%.1f) |\n' "$(field "$j" tickets)" "$(field "$j" join_redis_us)" \
+		"$(field "$j" join_drop_redis_us)" "$(field "$j" pumps_per_s)" "$(field "$j" pump_every_s)" "$(field "$j" pump_redis_us)" \
+		"$(field "$j" script_core_pct)" "$(field "$j" redis_cpu_core_pct)" "$(field "$j" redis_idle_core_pct)"
 done

@@ -40,6 +40,7 @@ func RunWaitlist(t *testing.T, open WaitFactory) {
 		{"SingleRowReserveHoldsWhileBulkWaits", waitTestReserve},
 		{"MaxWaitingInAll", waitTestMaxWaiting},
 		{"MaxWaitingPerUser", waitTestMaxPerUser},
+		{"FullListDropsTheLongestQueue", waitTestLongestQueueDrop},
 		{"LeaveBeforeGrant", waitTestLeave},
 		{"LeaveAfterGrant", waitTestLeaveGranted},
 		{"ExpiredTicketIsDropped", waitTestTicketExpiry},
@@ -352,6 +353,57 @@ func waitTestMaxWaiting(t *testing.T, e *waitEnv) {
 		t.Errorf("Join on a full list after an expiry = %+v, want neither: a's ticket is owed the slot", res)
 	}
 	if got := e.granted(append(queued, late)...); !slices.Equal(got, []string{"a"}) {
+		t.Errorf("granted %v, want [a]", got)
+	}
+}
+
+// waitTestLongestQueueDrop: on a full list, a user with fewer tickets
+// still gets a place: the newest ticket of the user holding the most is
+// dropped (its next pump says so, once), until every user holds about as
+// many; the fair order of the rest is kept.
+func waitTestLongestQueueDrop(t *testing.T, e *waitEnv) {
+	held := e.hold(1)
+	ticket := func(user string) capgate.Ticket {
+		tk := e.ticket(user, 1)
+		tk.MaxWaiting = 4
+		return tk
+	}
+	a := []capgate.Ticket{ticket("a"), ticket("a"), ticket("a")}
+	b := ticket("b")
+	for _, tk := range append(slices.Clone(a), b) {
+		e.mustQueue(tk)
+	}
+	// a holds 3 of 4: a third user's ticket and the holder's own are
+	// handled differently.
+	if res, _ := e.join(ticket("a")); res.Queued || res.Taken || res.Dropped {
+		t.Fatalf("a 4th ticket of the user holding the most = %+v, want not queued", res)
+	}
+	c := ticket("c")
+	e.mustQueue(c)
+	if res := e.pump(a[2]); !res.Dropped || res.Queued || res.Taken {
+		t.Fatalf("pump of a's newest ticket after c joined = %+v, want dropped", res)
+	}
+	if res := e.pump(a[2]); res.Dropped || res.Queued || res.Taken {
+		t.Errorf("second pump of the dropped ticket = %+v, want neither (the mark is read once)", res)
+	}
+	if res := e.pump(a[1]); !res.Queued {
+		t.Errorf("a's other ticket = %+v, want still queued", res)
+	}
+	d := ticket("d")
+	e.mustQueue(d) // a holds 2 > 0+1: its newest goes
+	if res := e.pump(a[1]); !res.Dropped {
+		t.Errorf("a's second ticket after d joined = %+v, want dropped", res)
+	}
+	// Now a, b, c, d hold one each: nobody holds more than a newcomer + 1.
+	if res, _ := e.join(ticket("f")); res.Queued || res.Taken {
+		t.Errorf("Join on a full list of one ticket each = %+v, want not queued", res)
+	}
+	if got := e.waiting(e.shared); got[0] != 4 {
+		t.Errorf("waiting = %d, want 4", got[0])
+	}
+	// The fair order of the rest holds: a's first ticket is served first.
+	e.release(held[0])
+	if got := e.granted(a[0], b, c, d); !slices.Equal(got, []string{"a"}) {
 		t.Errorf("granted %v, want [a]", got)
 	}
 }

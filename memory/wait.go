@@ -256,6 +256,10 @@ func (s *Store) Join(ctx context.Context, t capgate.Ticket, counts []int) (capga
 			counts[i] = s.count(k, now)
 		}
 	}
+	if w != nil && t.MaxWaiting >= 1 && t.MaxPerUser >= 1 && w.perUser[t.UserID] < t.MaxPerUser {
+		for len(w.tickets) >= t.MaxWaiting && s.dropLongest(t.Prefix, w, w.perUser[t.UserID], now+2*int64(t.TicketLease)) {
+		}
+	}
 	if t.MaxWaiting < 1 || t.MaxPerUser < 1 || w != nil && (len(w.tickets) >= t.MaxWaiting || w.perUser[t.UserID] >= t.MaxPerUser) {
 		// No room to wait. After a pass (a lease may have expired since
 		// the last), a call that fits takes nothing a waiting ticket
@@ -307,7 +311,59 @@ func (s *Store) where(t capgate.Ticket, now int64) capgate.JoinResult {
 			return capgate.JoinResult{Queued: true, Next: s.next(tk, now)}
 		}
 	}
+	if s.takeDropped(t.Prefix, t.Token, now) {
+		return capgate.JoinResult{Dropped: true}
+	}
 	return capgate.JoinResult{Taken: s.holds(t.Token, t.Keys, now)}
+}
+
+// dropLongest makes room on w, which is full, for a user holding mine
+// tickets: when another user holds more than mine + 1, that user's newest
+// ticket is dropped, its waiter woken and marked until until (its next
+// Pump reports Dropped), and the user's finish tag goes back to the
+// dropped ticket's start tag. It reports whether a ticket was dropped.
+// Requires s.mu held.
+func (s *Store) dropLongest(prefix string, w *waitlist, mine int, until int64) bool {
+	top, most := "", 0
+	for u, n := range w.perUser {
+		if n > most || n == most && u < top {
+			top, most = u, n
+		}
+	}
+	if most <= mine+1 {
+		return false
+	}
+	var victim *ticket
+	for _, tk := range w.tickets {
+		if tk.user == top && (victim == nil || tk.seq > victim.seq) {
+			victim = tk
+		}
+	}
+	s.remove(prefix, w, victim, false)
+	w.fin[top] = victim.start
+	if s.dropped == nil {
+		s.dropped = make(map[string]int64)
+	}
+	s.dropped[prefix+"\x00"+victim.token] = until
+	s.notify(prefix, victim.token)
+	return true
+}
+
+// takeDropped reports whether token's ticket was dropped to make room,
+// and forgets the mark (and any that lapsed). Requires s.mu held.
+func (s *Store) takeDropped(prefix, token string, now int64) bool {
+	if len(s.dropped) == 0 {
+		return false
+	}
+	id := prefix + "\x00" + token
+	until, ok := s.dropped[id]
+	delete(s.dropped, id)
+	for k, u := range s.dropped {
+		if u <= now {
+			delete(s.dropped, k)
+		}
+	}
+	return ok && until > now
 }
 
 // Pump implements capgate.Waitlist. It fails when ctx is done or t is
@@ -329,7 +385,11 @@ func (s *Store) Pump(ctx context.Context, t capgate.Ticket) (capgate.JoinResult,
 		}
 	}
 	s.pass(t.Prefix, now)
-	return s.where(t, now), nil
+	res := s.where(t, now)
+	if w := s.list(t.Prefix, false); w != nil {
+		res.Waiting = len(w.tickets)
+	}
+	return res, nil
 }
 
 // Leave implements capgate.Waitlist. It fails only when ctx is done.
@@ -346,6 +406,7 @@ func (s *Store) Leave(ctx context.Context, t capgate.Ticket) (bool, error) {
 			return false, nil
 		}
 	}
+	s.takeDropped(t.Prefix, t.Token, now)
 	return s.holds(t.Token, t.Keys, now), nil
 }
 

@@ -370,3 +370,30 @@ func TestOnlyThePlainClientRunsOnTheCallersGoroutine(t *testing.T) {
 			redis.Direct(plain), redis.Direct(sentinel), redis.Direct(cluster), redis.Direct(given))
 	}
 }
+
+// TestQueueDeadlineIsBusyNotARedisFailure: of two operations cut off by
+// the deadline, the one on the wire is Redis's failure (a *DeadlineError
+// only) and the one that spent it in this process's queue is back-pressure
+// (a *DeadlineError that matches ErrBusy), so the gate does not open its
+// skip window for it.
+func TestQueueDeadlineIsBusyNotARedisFailure(t *testing.T) {
+	s, srv := openHung(t, redis.Options{MaxInFlight: 1, MaxQueued: 1, Deadline: 200 * time.Millisecond})
+	queued := make(chan struct{}, 1)
+	redis.SetTestHookQueued(s, func() { queued <- struct{}{} })
+	sent, waited := make(chan error, 1), make(chan error, 1)
+	go func() { sent <- s.Ping(t.Context()) }() // in flight, hangs
+	<-srv.Got
+	go func() { waited <- s.Ping(t.Context()) }() // queued behind it
+	<-queued
+	var de *redis.DeadlineError
+	if err := <-sent; !errors.As(err, &de) || errors.Is(err, capgate.ErrBusy) || de.Queued {
+		t.Errorf("the operation on the wire got %v, want Redis's own deadline error", err)
+	}
+	err := <-waited
+	if !errors.As(err, &de) || !de.Queued || !errors.Is(err, capgate.ErrBusy) {
+		t.Errorf("the queued operation got %v, want a queued deadline error matching ErrBusy", err)
+	}
+	if err == nil || err.Error() != "no answer from Redis within 0.2 s" {
+		t.Errorf("error text %q", err)
+	}
+}

@@ -181,6 +181,7 @@ type proxy struct {
 
 	mu     sync.Mutex
 	resume chan struct{} // nil while not paused; closed on Resume
+	delay  time.Duration // added before each chunk is sent: a slow Redis
 }
 
 func newProxy(t testing.TB, target string) *proxy {
@@ -237,8 +238,11 @@ func (p *proxy) pump(server, client net.Conn) {
 			return
 		}
 		p.mu.Lock()
-		resume := p.resume
+		resume, delay := p.resume, p.delay
 		p.mu.Unlock()
+		if delay > 0 {
+			time.Sleep(delay) // stands in for a Redis that takes this long
+		}
 		if resume != nil {
 			p.Held <- struct{}{}
 			<-resume
@@ -247,6 +251,13 @@ func (p *proxy) pump(server, client net.Conn) {
 			return
 		}
 	}
+}
+
+// SetDelay makes each chunk clients send wait d before it goes on.
+func (p *proxy) SetDelay(d time.Duration) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	p.delay = d
 }
 
 // Pause holds back what clients send from now on.

@@ -22,6 +22,7 @@ import (
 	"fmt"
 	"io"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	goredis "github.com/redis/go-redis/v9"
@@ -50,8 +51,21 @@ var ErrClosed = errors.New("the Redis lane store is closed")
 // is exactly "no answer from Redis within 1.0 s" (the deadline in seconds,
 // with at least one decimal), and it is returned as is, not wrapped, so the
 // text can be logged as the call's error.
+//
+// Queued is set when the time went on this process's own load rather
+// than on Redis: the operation expired in the queue, was sent with less
+// than half the deadline left, or Redis answered other operations of this
+// Store while it was out. Then the error also matches capgate.ErrBusy:
+// back-pressure from the gateway's own load (a flood), not a sign that
+// Redis failed, and the gate must not open its skip window for it.
 type DeadlineError struct {
 	Deadline time.Duration
+	Queued   bool
+}
+
+// Is makes a queued deadline match capgate.ErrBusy.
+func (e *DeadlineError) Is(target error) bool {
+	return e.Queued && target == capgate.ErrBusy
 }
 
 func (e *DeadlineError) Error() string {
@@ -70,9 +84,11 @@ func (e *DeadlineError) Timeout() bool { return true }
 //     wait in order for a slot, and an operation that finds the queue full
 //     waits for a place in it. One that gets no place within the deadline
 //     fails with an error wrapping capgate.ErrBusy (this process's own
-//     load, not a failed Redis); one still queued at the deadline gets a
-//     *DeadlineError; one whose caller gives up while it waits is never
-//     sent;
+//     load, not a failed Redis); one still queued at the deadline, or
+//     sent with less than half the deadline left and cut off by it, gets
+//     a *DeadlineError with Queued set, which matches capgate.ErrBusy too
+//     (a flood of this process's calls, not Redis failing); one whose
+//     caller gives up while it waits is never sent;
 //   - the caller gets an answer within the deadline: past it, a
 //     *DeadlineError. With the client Open makes for a Redis URL, the
 //     command runs on the caller's goroutine: that client bounds the dial,
@@ -101,7 +117,12 @@ type Store struct {
 	// (Open's client for a Redis URL).
 	direct      bool
 	opts        Options // with defaults
-	deadlineErr error
+	deadlineErr error   // Redis's own: the command was on the wire
+	queuedErr   error   // the gateway's own queue took the time
+
+	// answered is when an operation last got Redis's answer (Unix ns):
+	// a deadline is Redis's failure only if nothing answered meanwhile.
+	answered atomic.Int64
 
 	slots     chan struct{} // one per operation sent
 	queue     chan struct{} // one per operation waiting for a slot
@@ -196,6 +217,7 @@ func newStore(c Client, o Options) *Store {
 		client:      c,
 		opts:        o,
 		deadlineErr: &DeadlineError{Deadline: o.Deadline},
+		queuedErr:   &DeadlineError{Deadline: o.Deadline, Queued: true},
 		slots:       make(chan struct{}, o.MaxInFlight),
 		queue:       make(chan struct{}, o.MaxQueued),
 		closed:      make(chan struct{}),
@@ -356,7 +378,7 @@ func runOp[T any](ctx context.Context, s *Store, op string, toAnswer bool, fn fu
 
 	if err := s.enter(ctx, expiry); err != nil {
 		if err == errExpired {
-			return zero, s.deadlineErr
+			return zero, s.queuedErr
 		}
 		return zero, fmt.Errorf("%s: %w", op, err)
 	}
@@ -373,6 +395,7 @@ func runOp[T any](ctx context.Context, s *Store, op string, toAnswer bool, fn fu
 	default:
 	}
 
+	sent := time.Now()
 	parent, gone := ctx, ctx.Done()
 	if toAnswer {
 		parent, gone = context.WithoutCancel(ctx), nil
@@ -384,7 +407,7 @@ func runOp[T any](ctx context.Context, s *Store, op string, toAnswer bool, fn fu
 			defer cancel()
 			return fn(opCtx)
 		}()
-		return answer(ctx, s, op, toAnswer, deadline, v, err)
+		return answer(ctx, s, op, toAnswer, deadline, sent, v, err)
 	}
 	done := make(chan result[T], 1)
 	go func() {
@@ -396,9 +419,9 @@ func runOp[T any](ctx context.Context, s *Store, op string, toAnswer bool, fn fu
 
 	select {
 	case r := <-done:
-		return answer(ctx, s, op, toAnswer, deadline, r.v, r.err)
+		return answer(ctx, s, op, toAnswer, deadline, sent, r.v, r.err)
 	case <-expiry():
-		return zero, s.deadlineErr
+		return zero, s.timedOut(sent, deadline)
 	case <-gone:
 		return zero, fmt.Errorf("%s: %w", op, ctx.Err())
 	case <-s.closed:
@@ -409,10 +432,14 @@ func runOp[T any](ctx context.Context, s *Store, op string, toAnswer bool, fn fu
 // answer turns the result of an operation that ran into what its caller
 // gets: the value, the context's error of a caller that gave up (unless
 // toAnswer), ErrClosed when Close cut the command off, the
-// *DeadlineError when the client gave up at the deadline, else the error
-// wrapped with op.
-func answer[T any](ctx context.Context, s *Store, op string, toAnswer bool, deadline time.Time, v T, err error) (T, error) {
+// *DeadlineError when the client gave up at the deadline (see timedOut),
+// else the error wrapped with op. Any answer from Redis, an error reply
+// included, is noted as one.
+func answer[T any](ctx context.Context, s *Store, op string, toAnswer bool, deadline, sent time.Time, v T, err error) (T, error) {
 	var zero T
+	if err == nil || isRedisReply(err) {
+		s.answered.Store(time.Now().UnixNano())
+	}
 	if err == nil {
 		return v, nil
 	}
@@ -425,7 +452,25 @@ func answer[T any](ctx context.Context, s *Store, op string, toAnswer bool, dead
 	default:
 	}
 	if !time.Now().Before(deadline) {
-		return zero, s.deadlineErr // the client gave up at our deadline
+		return zero, s.timedOut(sent, deadline) // the client gave up at our deadline
 	}
 	return zero, fmt.Errorf("%s: %w", op, err)
+}
+
+// timedOut is the error of an operation sent at sent that its deadline
+// cut off on the wire: Redis's own failure, unless the time went on this
+// process's load: it was sent with less than half its deadline left (the
+// queue took the time), or Redis answered other operations meanwhile.
+func (s *Store) timedOut(sent, deadline time.Time) error {
+	if deadline.Sub(sent) < s.opts.Deadline/2 || s.answered.Load() > sent.UnixNano() {
+		return s.queuedErr
+	}
+	return s.deadlineErr
+}
+
+// isRedisReply reports whether err is an error reply from Redis (a script
+// error, say): Redis answered.
+func isRedisReply(err error) bool {
+	var re goredis.Error
+	return errors.As(err, &re) && !errors.Is(err, context.DeadlineExceeded)
 }

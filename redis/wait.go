@@ -90,7 +90,7 @@ func (s *Store) Join(ctx context.Context, t capgate.Ticket, counts []int) (capga
 }
 
 func joinResult(state, next int64) capgate.JoinResult {
-	return capgate.JoinResult{Taken: state == 1, Queued: state == 2, Next: time.Duration(next) * time.Millisecond}
+	return capgate.JoinResult{Taken: state == 1, Queued: state == 2, Dropped: state == 3, Next: time.Duration(next) * time.Millisecond}
 }
 
 // Pump implements capgate.Waitlist with waitpump.lua. It returns an error
@@ -104,16 +104,23 @@ func (s *Store) Pump(ctx context.Context, t capgate.Ticket) (capgate.JoinResult,
 		return capgate.JoinResult{}, err
 	}
 	keys := slices.Clone(t.Keys)
+	args := make([]any, 0, 3+len(keys))
+	args = append(args, t.Prefix, t.Token, t.TicketLease.Milliseconds())
+	for _, l := range t.Limits[:len(keys)] {
+		args = append(args, l)
+	}
 	res, err := run(ctx, s, op, func(ctx context.Context) ([]int64, error) {
-		return waitPumpScript.Run(ctx, s.client, keys, t.Prefix, t.Token, t.TicketLease.Milliseconds()).Int64Slice()
+		return waitPumpScript.Run(ctx, s.client, keys, args...).Int64Slice()
 	})
 	if err != nil {
 		return capgate.JoinResult{}, err
 	}
-	if len(res) != 2 {
+	if len(res) != 3 {
 		return capgate.JoinResult{}, fmt.Errorf("%s: the script returned %d values", op, len(res))
 	}
-	return joinResult(res[0], res[1]), nil
+	r := joinResult(res[0], res[1])
+	r.Waiting = int(res[2])
+	return r, nil
 }
 
 // Leave implements capgate.Waitlist with waitleave.lua. It returns the

@@ -1,9 +1,10 @@
 package redis_test
 
 import (
-	"encoding/json"
 	"testing"
 	"time"
+
+	goredis "github.com/redis/go-redis/v9"
 
 	"github.com/capgate/capgate/lanetest"
 	"github.com/capgate/capgate/redis"
@@ -23,25 +24,15 @@ func TestWaitlistRealRedis(t *testing.T) {
 	})
 }
 
-// SetTicketExpiry rewrites the ticket's expiry in <prefix>:wait:t (see
-// waitpass.lua).
+// SetTicketExpiry sets the ticket's expiry in <prefix>:wait:e, the one
+// place it is kept (see waitpass.lua).
 func (h harness) SetTicketExpiry(t testing.TB, prefix, token string, d time.Duration) {
 	t.Helper()
-	key := prefix + ":wait:t"
-	raw, err := h.raw.HGet(t.Context(), key, token).Result()
-	if err != nil {
+	key := prefix + ":wait:e"
+	if _, err := h.raw.ZScore(t.Context(), key, token).Result(); err != nil {
 		t.Fatalf("ticket %s under %s: %v", token, prefix, err)
 	}
-	var tk map[string]any
-	if err := json.Unmarshal([]byte(raw), &tk); err != nil {
-		t.Fatal(err)
-	}
-	tk["e"] = h.now(t) + d.Milliseconds()
-	b, err := json.Marshal(tk)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := h.raw.HSet(t.Context(), key, token, b).Err(); err != nil {
+	if err := h.raw.ZAdd(t.Context(), key, goredis.Z{Score: float64(h.now(t) + d.Milliseconds()), Member: token}).Err(); err != nil {
 		t.Fatal(err)
 	}
 }

@@ -16,7 +16,9 @@
 -- Returns: {-1} when run after not-after (nothing done); otherwise
 --          {state, next_ms, count_1, ..., count_n}: state 1 = holds the
 --          leases (at once, or granted by the pass this join ran), 2 =
---          queued, 0 = neither (no room to wait); next_ms as in waitpass's
+--          queued, 0 = neither (no room to wait). A full list makes room
+--          by dropping the newest ticket of the user holding the most
+--          (drop_longest) when that user holds more than this one + 1; next_ms as in waitpass's
 --          where; count_i = the unexpired leases in KEYS[i] before.
 local now = now_ms()
 local notafter = tonumber(ARGV[4])
@@ -50,6 +52,9 @@ if not busy and fits then return take() end
 
 local total = redis.call('ZCARD', w.q)
 local mine = tonumber(redis.call('HGET', w.u, user) or '0')
+if maxw >= 1 and maxu >= 1 and total >= maxw and mine < maxu then
+  while total >= maxw and drop_longest(w, mine, 2 * tonumber(ARGV[5])) do total = total - 1 end
+end
 if maxw < 1 or maxu < 1 or total >= maxw or mine >= maxu then
   -- No room to wait. After a pass (a lease may have expired since the
   -- last), a call that fits takes nothing a waiting ticket could use: none
@@ -80,11 +85,17 @@ local limits = {}
 for i = 1, #KEYS do limits[i] = tonumber(ARGV[10 + i]) end
 redis.call('ZADD', w.q, s, m)
 redis.call('HSET', w.t, token, cjson.encode({m = m, u = user, k = KEYS, l = limits,
-  e = now + tonumber(ARGV[5]), c = tonumber(ARGV[6]), n = ARGV[10]}))
+  c = tonumber(ARGV[6]), n = ARGV[10]}))
 redis.call('HINCRBY', w.u, user, 1)
+redis.call('ZINCRBY', w.l, 1, user)
+redis.call('ZADD', w.e, now + tonumber(ARGV[5]), token)
+redis.call('ZADD', uq(w, user), seq, token)
+-- The user's queue empties as its tickets leave; its TTL only bounds what
+-- a list nobody touches again leaves behind (a pump does not renew it).
+redis.call('PEXPIRE', uq(w, user), 600000)
 for _, k in ipairs(KEYS) do redis.call('HINCRBY', w.n, k, 1) end
 note_first(w, KEYS[1], limits[1])
-touch(w, 2 * tonumber(ARGV[5]))
+touch_lazily(w, 2 * tonumber(ARGV[5]))
 pass(w, now)
 local st = where(w, token, KEYS, now)
 res[1], res[2] = st[1], st[2]

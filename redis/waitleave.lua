@@ -14,5 +14,6 @@ if raw then
   reset_if_empty(w)
   return 0
 end
+redis.call('DEL', xk(w, token))
 if holds(KEYS, token, now) then return 1 end
 return 0

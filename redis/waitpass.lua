@@ -6,14 +6,25 @@
 --   P:wait:q  sorted set of waiting tickets: score = start tag S, member =
 --             <16-digit arrival seq>:<token>, so ties go by arrival;
 --   P:wait:t  hash token → the ticket as JSON {m = its member, u = user,
---             k = lane keys, l = limits, e = expiry ms, c = claim ms,
---             n = the channel to PUBLISH its token to when granted};
+--             k = lane keys, l = limits, c = claim ms, n = the channel to
+--             PUBLISH its token to when granted};
 --   P:wait:n  hash lane key → tickets waiting on it;
 --   P:wait:u  hash user → tickets waiting;
 --   P:wait:f  hash user → finish tag F of the user's newest ticket;
 --   P:wait:s  hash: v = virtual time V, seq = arrivals so far, k1 and l1
---             (see note_first).
--- When the queue empties, all six are deleted: the fair tags start over.
+--             (see note_first);
+--   P:wait:e  sorted set token → the ticket's expiry ms, the one place it
+--             is kept: expired tickets are found in O(log n), never by
+--             reading every ticket, and a pump renews a ticket without
+--             reading it;
+--   P:wait:l  sorted set user → tickets waiting: the user holding the most
+--             in O(log n) (the longest-queue drop, in waitjoin);
+--   P:wait:uq:<user>  sorted set token → arrival seq of the user's tickets
+--             (its newest, for the drop);
+--   P:wait:x:<token>  set (with a TTL) when the ticket was dropped to make
+--             room: its waiter is refused, not treated as lost.
+-- When the queue empties, the first eight are deleted: the fair tags start
+-- over.
 -- Each join and pump raises their TTL to 2 x the ticket lease, so tickets
 -- nobody pumps (their gateways died) don't outlive them for long even if
 -- no call comes by to drop them.
@@ -26,8 +37,13 @@ end
 
 local function wkeys(prefix)
   local b = prefix .. ':wait:'
-  return {q = b .. 'q', t = b .. 't', n = b .. 'n', u = b .. 'u', f = b .. 'f', s = b .. 's'}
+  return {q = b .. 'q', t = b .. 't', n = b .. 'n', u = b .. 'u', f = b .. 'f', s = b .. 's',
+    e = b .. 'e', l = b .. 'l', b = b}
 end
+
+-- uq is the key of user's own queue; xk the dropped mark of token.
+local function uq(w, user) return w.b .. 'uq:' .. user end
+local function xk(w, token) return w.b .. 'x:' .. token end
 
 -- count prunes a lane's expired leases and returns how many are left.
 local function count(key, now)
@@ -50,6 +66,9 @@ end
 local function remove_ticket(w, token, tk, granted)
   redis.call('ZREM', w.q, tk.m)
   redis.call('HDEL', w.t, token)
+  redis.call('ZREM', w.e, token)
+  redis.call('ZREM', uq(w, tk.u), token)
+  if tonumber(redis.call('ZINCRBY', w.l, -1, tk.u)) <= 0 then redis.call('ZREM', w.l, tk.u) end
   if redis.call('HINCRBY', w.u, tk.u, -1) <= 0 then
     redis.call('HDEL', w.u, tk.u)
     if not granted then redis.call('HDEL', w.f, tk.u) end
@@ -61,15 +80,21 @@ end
 
 -- touch raises the waitlist keys' TTL to ms, never shortening it.
 local function touch(w, ms)
-  for _, k in ipairs({w.q, w.t, w.n, w.u, w.f, w.s}) do
+  for _, k in ipairs({w.q, w.t, w.n, w.u, w.f, w.s, w.e, w.l}) do
     local pttl = redis.call('PTTL', k)
     if pttl ~= -2 and pttl < ms then redis.call('PEXPIRE', k, ms) end
   end
 end
 
+-- touch_lazily is touch when the queue's TTL has fallen below 3/4 of ms:
+-- one PTTL on most calls instead of one per key.
+local function touch_lazily(w, ms)
+  if redis.call('PTTL', w.q) < ms * 3 / 4 then touch(w, ms) end
+end
+
 local function reset_if_empty(w)
   if redis.call('ZCARD', w.q) == 0 then
-    redis.call('DEL', w.q, w.t, w.n, w.u, w.f, w.s)
+    redis.call('DEL', w.q, w.t, w.n, w.u, w.f, w.s, w.e, w.l)
   end
 end
 
@@ -87,13 +112,42 @@ local function note_first(w, key, limit)
   if limit > tonumber(st[2] or '0') then redis.call('HSET', w.s, 'l1', limit) end
 end
 
--- drop_expired removes the tickets whose expiry has passed.
+-- drop_expired removes the tickets whose expiry has passed, found by
+-- their index (P:wait:e): O(log n) plus the tickets dropped.
 local function drop_expired(w, now)
-  local all = redis.call('HGETALL', w.t)
-  for i = 1, #all, 2 do
-    local tk = cjson.decode(all[i + 1])
-    if tk.e <= now then remove_ticket(w, all[i], tk, false) end
+  local gone = redis.call('ZRANGEBYSCORE', w.e, '-inf', now)
+  for _, token in ipairs(gone) do
+    local raw = redis.call('HGET', w.t, token)
+    if raw then
+      remove_ticket(w, token, cjson.decode(raw), false)
+    else
+      redis.call('ZREM', w.e, token)
+    end
   end
+end
+
+-- drop_longest makes room on a full list for a user holding mine tickets:
+-- when another user holds more than mine + 1, that user's newest ticket
+-- is dropped (its waiter is woken and refused: P:wait:x). The user's
+-- finish tag goes back to the dropped ticket's start tag. Returns whether
+-- a ticket was dropped.
+local function drop_longest(w, mine, ms)
+  local top = redis.call('ZREVRANGE', w.l, 0, 0, 'WITHSCORES')
+  if #top < 2 or tonumber(top[2]) <= mine + 1 then return false end
+  local victim = redis.call('ZREVRANGE', uq(w, top[1]), 0, 0)[1]
+  if not victim then return false end
+  local raw = redis.call('HGET', w.t, victim)
+  if not raw then
+    redis.call('ZREM', uq(w, top[1]), victim)
+    return false
+  end
+  local tk = cjson.decode(raw)
+  local s = redis.call('ZSCORE', w.q, tk.m)
+  remove_ticket(w, victim, tk, false)
+  if s then redis.call('HSET', w.f, tk.u, s) end
+  redis.call('SET', xk(w, victim), '1', 'PX', ms)
+  redis.call('PUBLISH', tk.n, victim)
+  return true
 end
 
 -- pass is the grant pass: walk the tickets in fair order, counting each
@@ -111,39 +165,48 @@ local function pass(w, now)
     return counts[k1] >= l1
   end
   if shut() then return end
-  local q = redis.call('ZRANGE', w.q, 0, -1, 'WITHSCORES')
-  if #q == 0 then return end
-  local granted = false
-  for i = 1, #q, 2 do
-    local m, s = q[i], tonumber(q[i + 1])
-    local token = string.sub(m, 18)
-    local raw = redis.call('HGET', w.t, token)
-    if not raw then
-      redis.call('ZREM', w.q, m)
-    else
-      local tk = cjson.decode(raw)
-      if tk.e <= now then
-        remove_ticket(w, token, tk, false)
+  drop_expired(w, now)
+  -- The tickets are read a page at a time, so a pass that grants the
+  -- first ticket it reads costs O(log n), not a read of the whole list.
+  local granted, pos, done = false, 0, false
+  while not done do
+    local q = redis.call('ZRANGE', w.q, pos, pos + 63, 'WITHSCORES')
+    if #q == 0 then break end
+    pos = pos + #q / 2
+    for i = 1, #q, 2 do
+      local m, s = q[i], tonumber(q[i + 1])
+      local token = string.sub(m, 18)
+      local raw = redis.call('HGET', w.t, token)
+      if not raw then
+        redis.call('ZREM', w.q, m)
+        pos = pos - 1
       else
-        local fits = true
-        for j, k in ipairs(tk.k) do
-          local n = counts[k]
-          if n == nil then
-            n = count(k, now)
-            counts[k] = n
+        local tk = cjson.decode(raw)
+        do
+          local fits = true
+          for j, k in ipairs(tk.k) do
+            local n = counts[k]
+            if n == nil then
+              n = count(k, now)
+              counts[k] = n
+            end
+            if n >= tk.l[j] then fits = false end
           end
-          if n >= tk.l[j] then fits = false end
-        end
-        if fits then
-          for _, k in ipairs(tk.k) do
-            counts[k] = counts[k] + 1
-            add(k, token, now, tk.c)
+          if fits then
+            for _, k in ipairs(tk.k) do
+              counts[k] = counts[k] + 1
+              add(k, token, now, tk.c)
+            end
+            if s > v then v = s end
+            granted = true
+            remove_ticket(w, token, tk, true)
+            pos = pos - 1
+            redis.call('PUBLISH', tk.n, token)
+            if shut() then
+              done = true
+              break
+            end
           end
-          if s > v then v = s end
-          granted = true
-          remove_ticket(w, token, tk, true)
-          redis.call('PUBLISH', tk.n, token)
-          if shut() then break end
         end
       end
     end
@@ -162,18 +225,30 @@ local function holds(keys, token, now)
 end
 
 -- where returns {state, next_ms}: state 2 = queued, 1 = holds its lease
--- (granted), 0 = neither; next_ms = ms until the earliest lease of a lane
+-- (granted), 3 = dropped to make room (the mark is taken), 0 = neither; next_ms = ms until the earliest lease of a lane
 -- full for the queued ticket expires, 0 when none.
-local function where(w, token, keys, now)
-  local raw = redis.call('HGET', w.t, token)
-  if not raw then
+--
+-- limits, when given, are the ticket's own (a pump's): the ticket is then
+-- found queued by its expiry in the index, without reading it.
+local function where(w, token, keys, now, limits)
+  local queued
+  if limits then
+    queued = redis.call('ZSCORE', w.e, token) ~= false
+  else
+    local raw = redis.call('HGET', w.t, token)
+    if raw then
+      local tk = cjson.decode(raw)
+      keys, limits, queued = tk.k, tk.l, true
+    end
+  end
+  if not queued then
+    if redis.call('DEL', xk(w, token)) == 1 then return {3, 0} end
     if holds(keys, token, now) then return {1, 0} end
     return {0, 0}
   end
-  local tk = cjson.decode(raw)
   local soonest = nil
-  for j, k in ipairs(tk.k) do
-    if redis.call('ZCARD', k) >= tk.l[j] then
+  for j, k in ipairs(keys) do
+    if redis.call('ZCARD', k) >= limits[j] then
       local first = redis.call('ZRANGE', k, 0, 0, 'WITHSCORES')
       if #first == 2 then
         local e = tonumber(first[2])

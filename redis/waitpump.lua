@@ -4,19 +4,22 @@
 -- ARGV[1]: the key prefix P. ARGV[2]: the token.
 -- ARGV[3]: the ticket's lease in ms: a queued, unexpired ticket now
 --          expires this long from now.
+-- ARGV[4..3+#KEYS]: the ticket's limit on each lane.
 --
--- Returns: {state, next_ms} as waitpass's where.
+-- Returns: {state, next_ms, waiting} as waitpass's where (3: the ticket
+--          was dropped to make room), and the tickets waiting under P.
 local now = now_ms()
 local w = wkeys(ARGV[1])
 local token = ARGV[2]
-local raw = redis.call('HGET', w.t, token)
-if raw then
-  local tk = cjson.decode(raw)
-  if tk.e > now then
-    tk.e = now + tonumber(ARGV[3])
-    redis.call('HSET', w.t, token, cjson.encode(tk))
-    touch(w, 2 * tonumber(ARGV[3]))
-  end
+-- The expiry lives in the index alone: renewing reads no ticket.
+local e = redis.call('ZSCORE', w.e, token)
+if e and tonumber(e) > now then
+  redis.call('ZADD', w.e, now + tonumber(ARGV[3]), token)
+  touch_lazily(w, 2 * tonumber(ARGV[3]))
 end
 pass(w, now)
-return where(w, token, KEYS, now)
+local limits = {}
+for i = 1, #KEYS do limits[i] = tonumber(ARGV[3 + i]) end
+local res = where(w, token, KEYS, now, limits)
+res[3] = redis.call('ZCARD', w.q)
+return res

@@ -4,7 +4,7 @@
 # gateways and a counting upstream, all on loopback spare ports.
 #
 #   scripts/faults.sh           every scenario (< 10 min); regenerates docs/RELIABILITY.md
-#   scripts/faults.sh --short   scenarios 1, 3, 6, 7 with small durations, 12, 13 and 14 (limits and a failover on a Redis Cluster; < 6 min), for CI
+#   scripts/faults.sh --short   scenarios 1, 3, 6, 7 with small durations, 12, 13, 14 (limits and a failover on a Redis Cluster), 15 and 16 (a Redis restart under a full waitlist, a stall then recovery; < 8 min), for CI
 #
 # Extra arguments go to `go test` (e.g. -run 'TestS0[45]').
 # Exits non-zero when any assertion fails. Needs root (or the postgres
@@ -27,7 +27,7 @@ if ! command -v redis-server >/dev/null; then
 fi
 
 if [ "$short" = 1 ]; then
-	exec go test -tags faults -count=1 -v -timeout 6m -run 'TestS0[1367]|TestS1[23]|TestS14ClusterFailover$' "${args[@]}" ./test/faults \
+	exec go test -tags faults -count=1 -v -timeout 8m -run 'TestS0[1367]|TestS1[2356]|TestS14ClusterFailover$' "${args[@]}" ./test/faults \
 		-args -faults.short
 fi
 go test -tags faults -count=1 -v -timeout 15m "${args[@]}" ./test/faults \

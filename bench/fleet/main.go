@@ -40,7 +40,7 @@ import (
 )
 
 func main() {
-	subcmd.Main("fleet", map[string]func([]string) error{"run": runCmd, "seed": seedCmd})
+	subcmd.Main("fleet", map[string]func([]string) error{"run": runCmd, "seed": seedCmd, "waiters": waitersCmd})
 }
 
 // target is the Redis under test: its raw client, the store's options and
