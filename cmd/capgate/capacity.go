@@ -103,7 +103,8 @@ func (c *CapacityCommand) newAction(name string, st Settings) *capacityAction {
 	case "history":
 		a.fs.IntVar(&a.limit, "limit", capacityHistoryDefault, "how many versions, newest first")
 	case "status":
-		a.st.StatusFlags(a.fs)
+		a.st.LaneFlags(a.fs) // every lane-store flag serve takes
+		a.fs.Lookup("redis").Usage = "the lanes' Redis, redis://[:password@]host:port/db (CAPGATE_REDIS, CAPGATE_REDIS_URL, or REDIS_HOST, REDIS_PORT, REDIS_DB, REDIS_PASSWORD)"
 	}
 	return a
 }
@@ -160,6 +161,13 @@ func (c *CapacityCommand) Run(ctx context.Context, args []string) error {
 	}
 	if err != nil {
 		return &UsageError{Msg: fmt.Sprintf("%v\n\n%s", err, a.usage())}
+	}
+	getenv := c.Getenv
+	if getenv == nil {
+		getenv = os.Getenv
+	}
+	if _, err := applyEnv(a.fs, getenv); err != nil {
+		return err
 	}
 	switch name {
 	case "set":

@@ -9,7 +9,6 @@ import (
 	"net"
 	"os"
 	"os/signal"
-	"strconv"
 	"strings"
 	"syscall"
 	"time"
@@ -27,6 +26,10 @@ type ServeCommand struct {
 	Stdout, Stderr io.Writer
 	// Getenv reads the environment. Default os.Getenv.
 	Getenv func(string) string
+	// Environ lists the environment, for refusing a CAPGATE_ variable no
+	// flag reads. Default os.Environ; with Getenv set and Environ nil, no
+	// variable is refused.
+	Environ func() []string
 	// Ready, if set, gets the gateway's address once it listens (tests).
 	Ready chan<- string
 }
@@ -41,19 +44,17 @@ and the probes GET /livez and GET /readyz (/healthz: /livez), and writes
 one ocl_capacity JSON line per gated call to stdout (or --log-file). SIGHUP reopens --log-file and reloads --tokens. A
 sqlite: database is created if missing (its absolute path is logged at start);
 the gateway starts even when the database is down, on the defaults. Every
-flag also reads the environment variable named in its help; an invalid value
-refuses to start. Flags:
+flag also reads the environment variable CAPGATE_<FLAG> (--redis-cluster:
+CAPGATE_REDIS_CLUSTER; some also the original's names, in their help); an
+invalid value, or a CAPGATE_ variable no flag reads, refuses to start. Flags:
 `
 }
 
 // serveFlags holds the parsed flag values until they are checked.
 type serveFlags struct {
-	fs          *flag.FlagSet
-	st          *Settings
-	o           *ServeOptions
-	maxBody     string
-	maxBuffered string
-	public      string
+	fs *flag.FlagSet
+	st *Settings
+	o  *ServeOptions
 	// Start-up and operations (ops).
 	logFormat string
 	migrate   bool
@@ -87,34 +88,25 @@ func (c *ServeCommand) flags() (*serveFlags, error) {
 	fs.StringVar(&o.Tokens, "tokens", env("CAPGATE_TOKENS", ""), "the tokens file for --identity tokens (CAPGATE_TOKENS)")
 	fs.StringVar(&o.TrustedProxies, "trusted-proxies", env("CAPGATE_TRUSTED_PROXIES", ""), "comma-separated CIDRs of proxies whose X-Forwarded-* and X-Capgate-* headers are trusted (CAPGATE_TRUSTED_PROXIES)")
 	fs.StringVar(&o.PathPrefix, "path-prefix", env("CAPGATE_PATH_PREFIX", ""), "where the API is mounted, e.g. /api (CAPGATE_PATH_PREFIX)")
-	fs.StringVar(&f.maxBody, "max-body-bytes", env("CAPGATE_MAX_BODY_BYTES", strconv.FormatInt(capgatehttp.DefaultMaxBodyBytes, 10)), "the most `bytes` of a body read to classify it; a larger heavy-path body is gated as bulk (CAPGATE_MAX_BODY_BYTES)")
+	o.MaxBodyBytes = capgatehttp.DefaultMaxBodyBytes
+	fs.Var(bytesValue{&o.MaxBodyBytes}, "max-body-bytes", "the most `bytes` of a body read to classify it, such as 65536 or 64KiB; a larger heavy-path body is gated as bulk (CAPGATE_MAX_BODY_BYTES)")
 	fs.StringVar(&o.CORSOrigins, "cors-origins", env("CAPGATE_CORS_ORIGINS", ""), "comma-separated origins allowed, with credentials, on the gateway's own 429; default: echo the request's Origin without credentials (CAPGATE_CORS_ORIGINS)")
 	fs.StringVar(&o.LogFile, "log-file", env("CAPGATE_LOG_FILE", ""), "append the ocl_capacity lines to this file instead of stdout (CAPGATE_LOG_FILE)")
 	o.ShutdownTimeout = DefaultShutdownTimeout
-	if v := getenv("CAPGATE_SHUTDOWN_TIMEOUT"); v != "" {
-		if o.ShutdownTimeout, err = parseDuration(v, time.Second); err != nil {
-			return nil, fmt.Errorf("CAPGATE_SHUTDOWN_TIMEOUT=%q: want a duration such as 30s, or a number of seconds", v)
-		}
-	}
 	fs.Var(durationValue{&o.ShutdownTimeout, time.Second}, "shutdown-timeout", "how long calls in flight may finish after SIGTERM, a `duration` such as 30s or a number of seconds (CAPGATE_SHUTDOWN_TIMEOUT)")
 	fs.StringVar(&o.CoreGroup, "core-group", env("CAPGATE_CORE_GROUP", "core_user"), "the auth group of the core tier (CAPGATE_CORE_GROUP)")
-	localLanes, err := parseBool("CAPGATE_LOCAL_LANES", env("CAPGATE_LOCAL_LANES", "true"))
-	if err != nil {
-		return nil, err
-	}
-	fs.BoolVar(&o.LocalLanes, "local-lanes", localLanes, "with Redis: keep local lanes of this gateway's calls, refuse what they find full, and apply degraded limits while Redis is unavailable (CAPGATE_LOCAL_LANES)")
+	o.LocalLanes = true
+	fs.Var(boolValue{&o.LocalLanes}, "local-lanes", "with Redis: keep local lanes of this gateway's calls, refuse what they find full, and apply degraded limits while Redis is unavailable (CAPGATE_LOCAL_LANES)")
 	fs.StringVar(&o.EarlyGroup, "early-access-group", env("CAPGATE_EARLY_ACCESS_GROUP", "early_access"), "the auth group of the early_access tier (CAPGATE_EARLY_ACCESS_GROUP)")
 	// Request-front hardening (docs/SECURITY.md).
-	fs.StringVar(&f.maxBuffered, "max-buffered-bytes", env("CAPGATE_MAX_BUFFERED_BYTES", strconv.FormatInt(capgatehttp.DefaultMaxBufferedBytes, 10)), "the most request bytes held to classify calls, across all calls in flight; past it a heavy call gets 503 with Retry-After (CAPGATE_MAX_BUFFERED_BYTES)")
+	o.MaxBufferedBytes = capgatehttp.DefaultMaxBufferedBytes
+	fs.Var(bytesValue{&o.MaxBufferedBytes}, "max-buffered-bytes", "the most request `bytes` (such as 32MiB) held to classify calls, across all calls in flight; past it a heavy call gets 503 with Retry-After (CAPGATE_MAX_BUFFERED_BYTES)")
 	fs.StringVar(&o.UpgradePaths, "upgrade-paths", env("CAPGATE_UPGRADE_PATHS", ""), "comma-separated path prefixes where a connection upgrade (WebSocket) is passed on; never h2c, never the heavy paths (CAPGATE_UPGRADE_PATHS)")
-	fs.StringVar(&f.public, "public-metrics", env("CAPGATE_PUBLIC_METRICS", "false"), "serve /metrics to anyone, not only staff, when there is no --admin-listen (CAPGATE_PUBLIC_METRICS)")
+	fs.Var(boolValue{&o.PublicMetrics}, "public-metrics", "serve /metrics to anyone, not only staff, when there is no --admin-listen (CAPGATE_PUBLIC_METRICS)")
 
 	// Start-up and operations (ops).
-	migrate, err := parseBool("CAPGATE_MIGRATE", env("CAPGATE_MIGRATE", "true"))
-	if err != nil {
-		return nil, err
-	}
-	fs.BoolVar(&f.migrate, "migrate", migrate, "migrate the config database at start (retried in the background while it is down); false: leave it to capgate migrate, for a database user without DDL rights (CAPGATE_MIGRATE)")
+	f.migrate = true
+	fs.Var(boolValue{&f.migrate}, "migrate", "migrate the config database at start (retried in the background while it is down); false: leave it to capgate migrate, for a database user without DDL rights (CAPGATE_MIGRATE)")
 	fs.StringVar(&f.logFormat, "log-format", env("CAPGATE_LOG_FORMAT", LogFormatText), "the operational logs' format on stderr, text or json; the ocl_capacity lines are always JSON (CAPGATE_LOG_FORMAT)")
 	return f, nil
 }
@@ -129,13 +121,23 @@ func effectiveSettings(fs *flag.FlagSet) []any {
 	return kv
 }
 
-// parseBool reads a boolean environment variable: true/false, 1/0.
-func parseBool(name, v string) (bool, error) {
-	b, err := strconv.ParseBool(strings.TrimSpace(v))
-	if err != nil {
-		return false, fmt.Errorf("%s=%q: want true or false", name, v)
+// afterBoolFlag explains an unexpected argument that follows a boolean
+// flag: "--public-metrics false" is the flag and an argument; it must be
+// written --public-metrics=false.
+func afterBoolFlag(fs *flag.FlagSet, args []string) string {
+	rest := len(args) - fs.NArg()
+	if rest < 1 {
+		return ""
 	}
-	return b, nil
+	name := strings.TrimLeft(args[rest-1], "-")
+	fl := fs.Lookup(name)
+	if fl == nil {
+		return ""
+	}
+	if b, ok := fl.Value.(interface{ IsBoolFlag() bool }); !ok || !b.IsBoolFlag() {
+		return ""
+	}
+	return fmt.Sprintf(" after --%s, which takes no separate value: write --%s=%s", name, name, fs.Arg(0))
 }
 
 func (f *serveFlags) help(usage string) string { return helpOf(usage, f.fs) }
@@ -152,29 +154,39 @@ func (c *ServeCommand) parse(args []string) (ServeOptions, error) {
 			return ServeOptions{}, err
 		}
 		// One line: the flag and why; -h has the rest.
-		return ServeOptions{}, &UsageError{Msg: fmt.Sprintf("capgate serve: %v (capgate serve -h lists the flags)", err)}
+		msg := strings.ReplaceAll(err.Error(), "flag -", "flag --")
+		return ServeOptions{}, &UsageError{Msg: fmt.Sprintf("capgate serve: %s (capgate serve -h lists the flags)", msg)}
 	}
 	if f.fs.NArg() > 0 {
-		return ServeOptions{}, &UsageError{Msg: fmt.Sprintf("capgate serve: unexpected argument %q (capgate serve -h lists the flags)", f.fs.Arg(0))}
+		return ServeOptions{}, &UsageError{Msg: fmt.Sprintf("capgate serve: unexpected argument %q%s (capgate serve -h lists the flags)",
+			f.fs.Arg(0), afterBoolFlag(f.fs, args))}
+	}
+	getenv, environ := c.Getenv, c.Environ
+	if getenv == nil {
+		getenv = os.Getenv
+		if environ == nil {
+			environ = os.Environ
+		}
+	}
+	src, err := applyEnv(f.fs, getenv)
+	if err != nil {
+		return ServeOptions{}, err
+	}
+	if environ != nil {
+		if err := unknownEnv(f.fs, environ()); err != nil {
+			return ServeOptions{}, err
+		}
 	}
 	o := *f.o
 	o.Settings = *f.st
-	n, err := strconv.ParseInt(f.maxBody, 10, 64)
-	if err != nil || n <= 0 {
-		return o, fmt.Errorf("--max-body-bytes %q: want a positive number of bytes", f.maxBody)
-	}
-	o.MaxBodyBytes = n
+	o.envSrc = src
 	o.LogFormat = f.logFormat
 	o.SkipMigrate = !f.migrate
 	if _, err := newLogger(o.LogFormat, io.Discard); err != nil {
-		return o, err
+		return o, src.name(err)
 	}
-	if n, err = strconv.ParseInt(f.maxBuffered, 10, 64); err != nil || n <= 0 {
-		return o, fmt.Errorf("--max-buffered-bytes %q: want a positive number of bytes", f.maxBuffered)
-	}
-	o.MaxBufferedBytes = n
-	if o.PublicMetrics, err = strconv.ParseBool(f.public); err != nil {
-		return o, fmt.Errorf("--public-metrics %q: want true or false", f.public)
+	if o.Tokens != "" && o.Identity != "tokens" {
+		return o, src.name(fmt.Errorf("--tokens needs --identity tokens (the identity is %q): set both, or neither", o.Identity))
 	}
 	o.effective = effectiveSettings(f.fs)
 	return o, nil
@@ -201,7 +213,7 @@ func (c *ServeCommand) Run(ctx context.Context, args []string) error {
 	}
 	srv, err := NewServer(ctx, o, c.Stdout, logger)
 	if err != nil {
-		return err
+		return o.envSrc.name(err)
 	}
 	defer func() {
 		if cerr := srv.Close(); cerr != nil {
@@ -219,7 +231,7 @@ func (c *ServeCommand) Run(ctx context.Context, args []string) error {
 			return fmt.Errorf("--admin-listen: %w", err)
 		}
 	}
-	logger.Info("capgate serving", "listen", ln.Addr().String(), "upstream", o.Upstream,
+	logger.Info("capgate serving", "listen", ln.Addr().String(), "upstream", maskURL(o.Upstream),
 		"task", o.TaskID, "identity", o.Identity)
 	if c.Ready != nil {
 		c.Ready <- ln.Addr().String()

@@ -56,9 +56,10 @@ type ServeOptions struct {
 	PublicMetrics    bool   // --public-metrics, CAPGATE_PUBLIC_METRICS: /metrics without staff credentials
 
 	// Start-up and operations (ops).
-	SkipMigrate bool   // --migrate=false, CAPGATE_MIGRATE=false: leave the schema to capgate migrate
-	LogFormat   string // --log-format, CAPGATE_LOG_FORMAT: text (default) or json
-	effective   []any  // every flag's value, for the start-up log line
+	SkipMigrate bool       // --migrate=false, CAPGATE_MIGRATE=false: leave the schema to capgate migrate
+	LogFormat   string     // --log-format, CAPGATE_LOG_FORMAT: text (default) or json
+	effective   []any      // every flag's value, for the start-up log line
+	envSrc      envSources // the flags set from the environment, for errors
 }
 
 // Server is one running capgate gateway: its stores, gate and handlers.
