@@ -9,9 +9,11 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strings"
 	"time"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/capgate/capgate"
@@ -207,3 +209,15 @@ type fnError struct{ err error }
 
 func (e fnError) Error() string { return e.err.Error() }
 func (e fnError) Unwrap() error { return e.err }
+
+// IsConfigError reports whether err is PostgreSQL refusing the connection
+// settings in a way no retry heals: a password or user refused (SQLSTATE
+// class 28) or a database that does not exist (3D000). A gateway should not
+// start on it, unlike on a database that is merely down.
+func IsConfigError(err error) bool {
+	var pe *pgconn.PgError
+	if !errors.As(err, &pe) {
+		return false
+	}
+	return strings.HasPrefix(pe.Code, "28") || pe.Code == "3D000"
+}

@@ -5,11 +5,13 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"io/fs"
 	"log/slog"
 	"net"
 	"net/http"
 	"net/netip"
 	"net/url"
+	"os"
 	"path/filepath"
 	"strings"
 	"sync"
@@ -25,6 +27,7 @@ import (
 	"github.com/capgate/capgate/logsink"
 	"github.com/capgate/capgate/memory"
 	"github.com/capgate/capgate/metrics"
+	"github.com/capgate/capgate/postgres"
 	"github.com/capgate/capgate/redis"
 )
 
@@ -136,6 +139,12 @@ func NewServer(ctx context.Context, opts ServeOptions, lines io.Writer, logger *
 			return nil, fmt.Errorf("redis lanes: %w", err)
 		}
 		s.closers = append(s.closers, rs.Close)
+		// A Redis that refuses these settings for good (DB index, password,
+		// cluster mode) would fail open for ever: refuse to start instead.
+		// One that does not answer is no error here.
+		if err := rs.CheckConfig(ctx); err != nil {
+			return nil, fmt.Errorf("--redis %s: %w", rs, err)
+		}
 		s.Lanes = rs
 		logger.Info("lanes in Redis", "redis", rs.String())
 	} else {
@@ -143,13 +152,18 @@ func NewServer(ctx context.Context, opts ServeOptions, lines io.Writer, logger *
 		logger.Warn("lanes are in-process: they count this gateway only; with more than one gateway set --redis, --redis-sentinels or --redis-cluster")
 	}
 
+	if err := checkSQLiteDir(opts.Database); err != nil {
+		return nil, err
+	}
 	cstore, err := ConnectConfigStore(ctx, opts.Database)
 	if err != nil {
 		return nil, fmt.Errorf("config store: %w", err)
 	}
 	s.closers = append(s.closers, cstore.Close)
 	s.store = cstore
-	s.prepareSchema(ctx)
+	if err := s.prepareSchema(ctx); err != nil {
+		return nil, err
+	}
 	s.Configs = opts.NewConfigService(cstore)
 	s.Configs.Sink = s.Sink
 	s.Configs.Logger = logger
@@ -254,7 +268,9 @@ const startMigrateTimeout = 5 * time.Second
 // =false). A database that is down is not fatal: the gateway serves on
 // the defaults (enforce as shadow) and migrates in the background once it
 // answers. With --migrate=false it only warns when the schema is behind.
-func (s *Server) prepareSchema(ctx context.Context) {
+// It fails only for a database that refuses the settings for good (a
+// PostgreSQL password or database that is wrong).
+func (s *Server) prepareSchema(ctx context.Context) error {
 	if p := sqlitePath(s.opts.Database); p != "" {
 		if abs, err := filepath.Abs(p); err == nil {
 			s.logger.Info("config in SQLite", "path", abs)
@@ -265,19 +281,43 @@ func (s *Server) prepareSchema(ctx context.Context) {
 	if s.opts.SkipMigrate {
 		have, err := s.store.DatabaseVersion(ctx)
 		switch {
+		case postgres.IsConfigError(err):
+			return fmt.Errorf("--database %s: %w", maskURL(s.opts.Database), err)
 		case err != nil:
 			s.logger.Warn("config database not readable at start; serving on the defaults until it is", "error", err)
 		case have < latestSchema(s.opts.Database):
 			s.logger.Warn("config database schema is behind and --migrate=false: run capgate migrate; serving on the defaults until then",
 				"have", have, "want", latestSchema(s.opts.Database))
 		}
-		return
+		return nil
 	}
 	if err := s.store.Migrate(ctx); err != nil {
+		if postgres.IsConfigError(err) {
+			return fmt.Errorf("--database %s: %w", maskURL(s.opts.Database), err)
+		}
 		s.logger.Warn("config database not ready at start; serving on the defaults (enforce as shadow), migrating in the background",
 			"error", err)
 		s.migrateLater = true
 	}
+	return nil
+}
+
+// checkSQLiteDir refuses a sqlite: database whose directory does not exist:
+// the file can never be made there, so it is no outage to wait out.
+func checkSQLiteDir(database string) error {
+	p := sqlitePath(database)
+	if p == "" {
+		return nil
+	}
+	dir := filepath.Dir(p)
+	fi, err := os.Stat(dir)
+	switch {
+	case errors.Is(err, fs.ErrNotExist):
+		return fmt.Errorf("--database %s: the directory %s does not exist", database, dir)
+	case err == nil && !fi.IsDir():
+		return fmt.Errorf("--database %s: %s is not a directory", database, dir)
+	}
+	return nil
 }
 
 // Backoff of the background migration.
