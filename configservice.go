@@ -53,6 +53,10 @@ type ConfigService struct {
 	Now func() time.Time
 	// Logger gets the warnings and errors. Default slog.Default().
 	Logger *slog.Logger
+	// Notifiers announce each saved change to the other processes (Redis
+	// pub/sub), so it applies there at once. A store that announces its
+	// own changes (PostgreSQL NOTIFY) needs none. Default: none.
+	Notifiers []ConfigNotifier
 
 	mu         sync.Mutex
 	snap       Config        // requires mu held
@@ -351,6 +355,7 @@ func (s *ConfigService) Save(ctx context.Context, change ConfigChange) (SaveResu
 	if appended != nil {
 		res.Version = appended
 		s.emit(appended, res)
+		s.notify(ctx, appended.ID)
 	}
 	return res, nil
 }

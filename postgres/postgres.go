@@ -9,6 +9,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strconv"
 	"strings"
 	"time"
 
@@ -191,6 +192,11 @@ func (s *Store) Update(ctx context.Context, fn func(*capgate.ConfigVersion) (*ca
 			return fmt.Errorf("insert: %w", err)
 		}
 		v.CreatedAt = v.CreatedAt.UTC()
+		// Delivered at commit, to every gateway listening (Follow): the
+		// change applies there at once, whoever made it.
+		if _, err := tx.Exec(ctx, `SELECT pg_notify($1, $2)`, ConfigChannelName, strconv.FormatInt(v.ID, 10)); err != nil {
+			return fmt.Errorf("notify: %w", err)
+		}
 		out = &v
 		return nil
 	})

@@ -18,6 +18,7 @@ import (
 	capgatehttp "github.com/capgate/capgate/http"
 	"github.com/capgate/capgate/internal/jsontree"
 	"github.com/capgate/capgate/logsink"
+	"github.com/capgate/capgate/postgres"
 	"github.com/capgate/capgate/redis"
 )
 
@@ -100,6 +101,7 @@ func (c *CapacityCommand) newAction(name string, st Settings) *capacityAction {
 		a.fs.StringVar(&a.note, "note", "", "why the change was made")
 		a.fs.StringVar(&a.user, "user", "", "who made the change (default: the operating system user)")
 		a.fs.StringVar(&a.tokens, "tokens", "", `the gateway's tokens file; --user must be a username in it`)
+		a.st.LaneFlags(a.fs) // the lanes' Redis carries the change to the gateways at once
 	case "history":
 		a.fs.IntVar(&a.limit, "limit", capacityHistoryDefault, "how many versions, newest first")
 	case "status":
@@ -265,11 +267,42 @@ func (c *CapacityCommand) save(ctx context.Context, a *capacityAction, change ca
 		if err != nil {
 			return err
 		}
+		applies := ""
+		if len(res.Changes) > 0 {
+			applies = c.announce(ctx, a.st, res.Version.ID)
+		}
 		return c.print(struct {
 			Version *int64          `json:"version"`
 			Changes capgate.Changes `json:"changes"`
-		}{versionID(res.Version), res.Changes})
+			Applies string          `json:"applies,omitempty"`
+		}{versionID(res.Version), res.Changes, applies})
 	})
+}
+
+// announce pushes a saved version to the gateways where it can (the
+// lanes' Redis; PostgreSQL notified in the save itself) and says when the
+// change applies.
+func (c *CapacityCommand) announce(ctx context.Context, st Settings, version int64) string {
+	poll := fmt.Sprintf("within each gateway's --config-cache (%s by default)", capgate.DefaultConfigCacheTTL)
+	var pushed []string
+	if sqlitePath(st.Database) == "" {
+		pushed = append(pushed, "PostgreSQL NOTIFY "+postgres.ConfigChannelName)
+	}
+	if st.HasRedis() {
+		if lanes, err := redis.Open(st.RedisOptions()); err == nil {
+			n, err := redis.NewConfigChannel(lanes, st.KeyPrefix).Publish(ctx, version)
+			lanes.Close()
+			if err == nil {
+				pushed = append(pushed, fmt.Sprintf("Redis pub/sub (%d gateway(s) listening)", n))
+			} else {
+				fmt.Fprintf(c.Stderr, "capgate: the change could not be published on Redis (%v); the gateways pick it up %s\n", err, poll)
+			}
+		}
+	}
+	if len(pushed) == 0 {
+		return "on every gateway " + poll + " (set --redis to push it at once)"
+	}
+	return "now: pushed through " + strings.Join(pushed, " and ") + "; a gateway that missed it, " + poll
 }
 
 func (c *CapacityCommand) history(ctx context.Context, a *capacityAction) error {

@@ -1,6 +1,7 @@
 package main
 
 import (
+	"fmt"
 	"net/url"
 	"os"
 	"path/filepath"
@@ -9,6 +10,8 @@ import (
 	"time"
 
 	"github.com/alicebob/miniredis/v2"
+
+	"github.com/capgate/capgate/configtest"
 )
 
 // Why: the `capgate serving` line logged the upstream URL with its
@@ -72,5 +75,55 @@ func TestServeRefusesWhatCannotHeal(t *testing.T) {
 		if code != 1 || !strings.Contains(last, c.want) || strings.Contains(stderr, "wrong@") {
 			t.Errorf("serve %v: exit %d, stderr:\n%s\nwant exit 1 and a last line with %q", c.args, code, stderr, c.want)
 		}
+	}
+}
+
+// metricValue returns the value of the metric line starting with name on
+// the gateway's /metrics, "" when there is none.
+func (p *serveProcess) metricValue(name string) string {
+	_, body := p.get("/metrics")
+	for _, l := range strings.Split(body, "\n") {
+		if v, ok := strings.CutPrefix(l, name+" "); ok {
+			return v
+		}
+	}
+	return ""
+}
+
+// Why: a change made with `capgate capacity set` reached the gateways up
+// to --config-cache later. It is pushed now: through Redis where the lanes
+// are, through PostgreSQL NOTIFY where the config is. The gateways here
+// keep their config for an hour: only the push can bring the change.
+func TestConfigChangeIsPushed(t *testing.T) {
+	clearLaneEnv(t)
+	api := newAPI(t)
+	cases := map[string]func(t *testing.T) (db string, lanes []string){
+		"redis": func(t *testing.T) (string, []string) {
+			m := miniredis.RunT(t)
+			return "sqlite:" + filepath.Join(t.TempDir(), "c.db"), []string{"--redis", "redis://" + m.Addr() + "/0"}
+		},
+		"postgres": func(t *testing.T) (string, []string) { return configtest.PostgresSchema(t), nil },
+	}
+	for name, setup := range cases {
+		t.Run(name, func(t *testing.T) {
+			db, lanes := setup(t)
+			var gws []*serveProcess
+			for range 2 {
+				p := startServeProcess(t, nil, append([]string{"--upstream", api, "--database", db, "--config-cache", "1h"}, lanes...)...)
+				p.waitFor("Capacity config changes are pushed", 10*time.Second)
+				gws = append(gws, p)
+			}
+			out := mustRun(t, append([]string{"capacity", "set", "mode=off", "--database", db}, lanes...)...)
+			applies, _ := out["applies"].(string)
+			if !strings.HasPrefix(applies, "now: pushed through") {
+				t.Errorf("applies = %q, want it to say the change applies now", applies)
+			}
+			want := fmt.Sprint(out["version"])
+			for i, p := range gws {
+				until(t, 10*time.Second, fmt.Sprintf("gateway %d on version %s", i, want), func() bool {
+					return p.metricValue("capgate_config_version") == want
+				})
+			}
+		})
 	}
 }

@@ -228,7 +228,7 @@ func TestEveryCommandHasItsOwnHelp(t *testing.T) {
 	}{
 		{[]string{"capacity", "history", "-h"}, []string{"--limit", "-create"}, []string{"assignments", "-redis", "-note"}},
 		{[]string{"capacity", "status", "-h"}, []string{"-redis", "exits 1", "-create"}, []string{"assignments", "in-process lanes"}},
-		{[]string{"capacity", "set", "-h"}, []string{"assignments", "-user", "operating system user"}, []string{"-limit", "-redis"}},
+		{[]string{"capacity", "set", "-h"}, []string{"assignments", "-user", "operating system user"}, []string{"-limit"}},
 		{[]string{"capacity", "show", "-h"}, []string{"-create"}, []string{"assignments", "-limit"}},
 		{[]string{"migrate", "-h"}, []string{"Usage: capgate migrate", "-database"}, []string{"-redis"}},
 		{[]string{"serve", "-h"}, []string{"-log-format", "-migrate", "/readyz", "-mode off|shadow|enforce", "-config-cache duration", "-shutdown-timeout duration", "-max-body-bytes bytes", "SIGHUP"}, []string{"invalid means shadow"}},

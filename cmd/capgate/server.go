@@ -82,6 +82,9 @@ type Server struct {
 	store   MigratingStore
 	logFile *reopenFile      // --log-file, reopened on SIGHUP
 	tokens  *reloadingTokens // --identity tokens, reloaded on SIGHUP
+	// pushes are the channels config changes are announced on (Redis
+	// pub/sub, PostgreSQL LISTEN): Serve follows each.
+	pushes []capgate.ConfigSubscriber
 	// migrateLater is set when the migration at start failed (the
 	// database was down): Serve retries it in the background.
 	migrateLater bool
@@ -167,6 +170,17 @@ func NewServer(ctx context.Context, opts ServeOptions, lines io.Writer, logger *
 	s.Configs = opts.NewConfigService(cstore)
 	s.Configs.Sink = s.Sink
 	s.Configs.Logger = logger
+	// Changes are pushed: through PostgreSQL where the config is (the
+	// store notifies its own), through Redis where the lanes are; the
+	// poll (Watch) stays the fallback.
+	if sub, ok := cstore.(capgate.ConfigSubscriber); ok {
+		s.pushes = append(s.pushes, sub)
+	}
+	if rs, ok := s.Lanes.(*redis.Store); ok {
+		ch := redis.NewConfigChannel(rs, opts.KeyPrefix)
+		s.pushes = append(s.pushes, ch)
+		s.Configs.Notifiers = append(s.Configs.Notifiers, ch)
+	}
 
 	reg := prometheus.NewRegistry()
 	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
@@ -424,6 +438,9 @@ func (s *Server) Serve(ctx context.Context, ln, admin net.Listener) error {
 	bctx, stopBackground := context.WithCancel(context.WithoutCancel(ctx))
 	var background sync.WaitGroup
 	background.Go(func() { s.Configs.Watch(bctx) })
+	for _, p := range s.pushes {
+		background.Go(func() { s.Configs.Follow(bctx, p) })
+	}
 	background.Go(func() { s.Health.Run(bctx) })
 	if s.migrateLater {
 		background.Go(func() { s.migrateInBackground(bctx) })

@@ -1,0 +1,38 @@
+package postgres_test
+
+import (
+	"context"
+	"testing"
+	"time"
+
+	"github.com/capgate/capgate"
+)
+
+// A saved version is notified to the listeners, at commit.
+func TestSubscribeConfig(t *testing.T) {
+	s := MustOpen(t)
+	ctx, cancel := context.WithCancel(t.Context())
+	ready, got, done := make(chan struct{}), make(chan int64, 8), make(chan error, 1)
+	go func() { done <- s.SubscribeConfig(ctx, func() { close(ready) }, func(v int64) { got <- v }) }()
+	<-ready
+	v, err := s.Update(ctx, func(*capgate.ConfigVersion) (*capgate.ConfigVersion, error) {
+		return &capgate.ConfigVersion{Config: map[string]any{"mode": "off"}, Source: capgate.SourceCommand}, nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	// Other tests' schemas share the channel: wait for this version.
+	timeout := time.After(10 * time.Second)
+	for found := false; !found; {
+		select {
+		case id := <-got:
+			found = id == v.ID
+		case <-timeout:
+			t.Fatalf("version %d not notified", v.ID)
+		}
+	}
+	cancel()
+	if err := <-done; err != nil {
+		t.Errorf("SubscribeConfig at cancel: %v", err)
+	}
+}
