@@ -52,6 +52,11 @@ func holdUpstream(next http.Handler) http.Handler {
 		}
 		ctx, cancel := context.WithTimeout(context.WithoutCancel(r.Context()), adm.MaxHold())
 		defer cancel()
+		// The gateway shutting down past its timeout cuts it nonetheless.
+		if cut := shutdownOf(r.Context()); cut != nil {
+			stop := context.AfterFunc(cut, cancel)
+			defer stop()
+		}
 		next.ServeHTTP(&holdWriter{ResponseWriter: w}, r.WithContext(ctx))
 	})
 }

@@ -93,7 +93,9 @@ func (c *ServeCommand) flags() (*serveFlags, error) {
 	fs.StringVar(&o.CORSOrigins, "cors-origins", env("CAPGATE_CORS_ORIGINS", ""), "comma-separated origins allowed, with credentials, on the gateway's own 429; default: echo the request's Origin without credentials (CAPGATE_CORS_ORIGINS)")
 	fs.StringVar(&o.LogFile, "log-file", env("CAPGATE_LOG_FILE", ""), "append the ocl_capacity lines to this file instead of stdout (CAPGATE_LOG_FILE)")
 	o.ShutdownTimeout = DefaultShutdownTimeout
-	fs.Var(durationValue{&o.ShutdownTimeout, time.Second}, "shutdown-timeout", "how long calls in flight may finish after SIGTERM, a `duration` such as 30s or a number of seconds (CAPGATE_SHUTDOWN_TIMEOUT)")
+	fs.Var(durationValue{&o.ShutdownTimeout, time.Second}, "shutdown-timeout", "how long calls in flight may finish after SIGTERM and the drain delay, a `duration` such as 30s or a number of seconds; calls still running then are cut (their lines say error shutdown, their leases are released) and the exit code is 1 (CAPGATE_SHUTDOWN_TIMEOUT)")
+	o.DrainDelay = DefaultDrainDelay
+	fs.Var(durationValue{&o.DrainDelay, time.Second}, "drain-delay", "after SIGTERM, how long /readyz answers 503 while the gateway still serves, before it stops accepting, a `duration` such as 5s or a number of seconds; a second SIGTERM or SIGINT skips it and exits at once (CAPGATE_DRAIN_DELAY)")
 	fs.StringVar(&o.CoreGroup, "core-group", env("CAPGATE_CORE_GROUP", "core_user"), "the auth group of the core tier (CAPGATE_CORE_GROUP)")
 	o.LocalLanes = true
 	fs.Var(boolValue{&o.LocalLanes}, "local-lanes", "with Redis: keep local lanes of this gateway's calls, refuse what they find full, and apply degraded limits while Redis is unavailable (CAPGATE_LOCAL_LANES)")
@@ -211,6 +213,29 @@ func (c *ServeCommand) Run(ctx context.Context, args []string) error {
 	if o.Mode == capgate.ModeEnforce {
 		logger.Info("boot mode enforce: the defaults refuse enforced calls until staff change the config")
 	}
+	// A second SIGTERM or SIGINT ends the shutdown at once.
+	force := make(chan struct{})
+	sigs := make(chan os.Signal, 2)
+	signal.Notify(sigs, os.Interrupt, syscall.SIGTERM)
+	defer signal.Stop(sigs)
+	ended := make(chan struct{})
+	defer close(ended)
+	go func() {
+		for n := 0; ; {
+			select {
+			case <-sigs:
+				// The first one also ended ctx (processMain).
+				if n++; n == 2 {
+					logger.Warn("second signal: cutting the calls in flight and exiting")
+					close(force)
+					return
+				}
+			case <-ended:
+				return
+			}
+		}
+	}()
+	o.Force = force
 	srv, err := NewServer(ctx, o, c.Stdout, logger)
 	if err != nil {
 		return o.envSrc.name(err)

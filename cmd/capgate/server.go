@@ -15,6 +15,7 @@ import (
 	"path/filepath"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -45,8 +46,12 @@ type ServeOptions struct {
 	CORSOrigins     string        // --cors-origins, CAPGATE_CORS_ORIGINS: comma-separated; empty: echo Origin
 	LogFile         string        // --log-file, CAPGATE_LOG_FILE: the ocl_capacity lines; empty: stdout
 	ShutdownTimeout time.Duration // --shutdown-timeout, CAPGATE_SHUTDOWN_TIMEOUT
-	CoreGroup       string        // --core-group
-	EarlyGroup      string        // --early-access-group
+	DrainDelay      time.Duration // --drain-delay, CAPGATE_DRAIN_DELAY: /readyz fails this long before the listener closes
+	// Force, when closed, ends a shutdown at once (a second signal): calls
+	// in flight are cut and their leases released. Default nil: never.
+	Force      <-chan struct{}
+	CoreGroup  string // --core-group
+	EarlyGroup string // --early-access-group
 	// LocalLanes (--local-lanes, CAPGATE_LOCAL_LANES, default true) keeps
 	// this gateway's own count of its calls beside the Redis lanes: it
 	// refuses what this gateway alone knows is full, and holds degraded
@@ -84,7 +89,10 @@ type Server struct {
 	tokens  *reloadingTokens // --identity tokens, reloaded on SIGHUP
 	// pushes are the channels config changes are announced on (Redis
 	// pub/sub, PostgreSQL LISTEN): Serve follows each.
-	pushes []capgate.ConfigSubscriber
+	pushes   []capgate.ConfigSubscriber
+	draining atomic.Bool // set at shutdown: /readyz answers 503
+	inFlight sync.WaitGroup
+	running  atomic.Int64 // requests being served
 	// migrateLater is set when the migration at start failed (the
 	// database was down): Serve retries it in the background.
 	migrateLater bool
@@ -197,7 +205,9 @@ func NewServer(ctx context.Context, opts ServeOptions, lines io.Writer, logger *
 				return st.Err
 			}, Live: true},
 		},
-		Ready: func() bool { return s.Configs.ReadState().Ready },
+		// Draining, the gateway still serves but asks to be taken out of
+		// the load balancer first.
+		Ready: func() bool { return !s.draining.Load() && s.Configs.ReadState().Ready },
 	}
 	m, err := metrics.New(reg, metrics.WithLogDropped(s.Sink.Dropped), metrics.WithConfigVersion(s.Configs.Version),
 		metrics.WithStoreUp(s.Health.Up, "lanes", "config"))
@@ -407,15 +417,32 @@ func splitList(s string) []string {
 // client sending a byte a second can't hold a connection for ever.
 const requestReadTimeout = 2 * time.Minute
 
+// ErrCut is what Serve returns when calls were still running at the
+// shutdown timeout (or a second signal) and were cut: the exit code is 1.
+var ErrCut = errors.New("calls cut at shutdown")
+
+// DefaultDrainDelay is how long /readyz fails before the listener closes.
+const DefaultDrainDelay = 5 * time.Second
+
 // Serve serves the gateway on ln (and the admin handler on admin, if
-// given) until ctx is done, then shuts down gracefully: it stops
-// accepting, lets calls in flight finish for at most ShutdownTimeout (their
-// leases are released as each one ends), and returns. Close the Server
-// after it to drain the log sink.
+// given) until ctx is done, then shuts down: /readyz answers 503 for
+// DrainDelay while the listeners still serve (so load balancers take the
+// gateway out first), then it stops accepting and lets calls in flight
+// finish for at most ShutdownTimeout (their leases are released as each
+// one ends). Calls still running then are cut: each writes its line with
+// error "shutdown" and releases its leases, and Serve returns an error
+// wrapping ErrCut. Force, when closed, skips the waits and cuts at once.
+// Close the Server after it to drain the log sink.
 func (s *Server) Serve(ctx context.Context, ln, admin net.Listener) error {
+	// Done when the gateway stops waiting for calls in flight: each
+	// request's context carries it (capgatehttp.WithShutdown) and derives
+	// from it.
+	cutCtx, cut := context.WithCancel(context.WithoutCancel(ctx))
+	defer cut()
+	base := capgatehttp.WithShutdown(cutCtx, cutCtx)
 	newHTTP := func(h http.Handler) *http.Server {
 		return &http.Server{
-			Handler: h,
+			Handler: s.track(h),
 			// Slow clients can't hold a connection open before or
 			// while sending a request; a heavy call may then run for
 			// many minutes, so there is no overall write timeout.
@@ -424,6 +451,7 @@ func (s *Server) Serve(ctx context.Context, ln, admin net.Listener) error {
 			IdleTimeout:       2 * time.Minute,
 			MaxHeaderBytes:    1 << 20,
 			ErrorLog:          slog.NewLogLogger(s.logger.Handler(), slog.LevelWarn),
+			BaseContext:       func(net.Listener) context.Context { return base },
 		}
 	}
 	servers := []*http.Server{newHTTP(s.Handler)}
@@ -458,21 +486,104 @@ func (s *Server) Serve(ctx context.Context, ln, admin net.Listener) error {
 	case <-ctx.Done():
 	case err = <-errc:
 	}
-	s.logger.Info("shutting down", "timeout", s.opts.ShutdownTimeout.String())
+	force := s.opts.Force
+	forced := func() bool {
+		select {
+		case <-force:
+			return true
+		default:
+			return false
+		}
+	}
+	s.draining.Store(true)
+	if err == nil && s.opts.DrainDelay > 0 {
+		s.logger.Info("draining: /readyz answers 503 while calls are still served", "drain_delay", s.opts.DrainDelay.String())
+		t := time.NewTimer(s.opts.DrainDelay)
+		select {
+		case <-t.C:
+		case <-force:
+		}
+		t.Stop()
+	}
+	s.logger.Info("shutting down", "timeout", s.opts.ShutdownTimeout.String(), "in_flight", s.running.Load())
 	sctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), s.opts.ShutdownTimeout)
 	defer cancel()
+	if force != nil {
+		go func() {
+			select {
+			case <-force:
+				cancel()
+			case <-sctx.Done():
+			}
+		}()
+	}
+	var shut sync.WaitGroup
+	var timedOut atomic.Bool
 	for _, srv := range servers {
-		if serr := srv.Shutdown(sctx); serr != nil {
-			// Calls still running past the timeout: cut them; their
-			// handlers release their leases as they return.
-			s.logger.Warn("calls still in flight at the shutdown timeout; closing them", "error", serr)
+		shut.Go(func() {
+			if serr := srv.Shutdown(sctx); serr != nil {
+				timedOut.Store(true)
+			}
+		})
+	}
+	shut.Wait()
+	if timedOut.Load() || forced() {
+		n := s.running.Load()
+		why := "the shutdown timeout"
+		if forced() {
+			why = "a second signal"
+		}
+		s.logger.Warn("calls still in flight; cutting them: each writes its line with error shutdown and releases its leases",
+			"calls", n, "after", why)
+		cut()
+		s.awaitCut()
+		for _, srv := range servers {
 			_ = srv.Close()
+		}
+		if n > 0 {
+			return fmt.Errorf("%w: %d call(s) still running after %s", ErrCut, n, why)
 		}
 	}
 	if errors.Is(err, http.ErrServerClosed) {
 		err = nil
 	}
 	return err
+}
+
+// track counts the requests being served, so a shutdown can wait for the
+// calls it cut to release their leases.
+func (s *Server) track(h http.Handler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		s.inFlight.Add(1)
+		s.running.Add(1)
+		defer func() {
+			s.running.Add(-1)
+			s.inFlight.Done()
+		}()
+		h.ServeHTTP(w, r)
+	})
+}
+
+// awaitCut waits for the handlers of the calls just cut to return, which
+// release their leases: at most the store's deadline twice (a release,
+// and the upstream request's end), plus a second.
+func (s *Server) awaitCut() {
+	d := s.opts.RedisDeadline
+	if d <= 0 {
+		d = capgate.DefaultStoreDeadline
+	}
+	done := make(chan struct{})
+	go func() {
+		s.inFlight.Wait()
+		close(done)
+	}()
+	t := time.NewTimer(2*d + time.Second)
+	defer t.Stop()
+	select {
+	case <-done:
+	case <-t.C:
+		s.logger.Warn("calls cut at shutdown did not all end in time; their leases expire on their own", "calls", s.running.Load())
+	}
 }
 
 // Close drains the log sink (2 s at most) and closes the stores.
