@@ -299,6 +299,9 @@ type ConfigChange struct {
 	Source string
 	// Note is free text kept with the version. Default (""): none.
 	Note string
+	// RollbackOf records the version a rollback restores (Rollback sets
+	// it). Default (0): not a rollback.
+	RollbackOf int64
 }
 
 // Save changes the config. The change is applied (Config.Apply) to a
@@ -331,7 +334,7 @@ func (s *ConfigService) Save(ctx context.Context, change ConfigChange) (SaveResu
 			return nil, nil
 		}
 		return &ConfigVersion{Config: next.Doc(), PreviousConfig: current.Doc(), CreatedBy: change.By,
-			Source: change.Source, Note: change.Note}, nil
+			Source: change.Source, Note: change.Note, RollbackOf: change.RollbackOf}, nil
 	})
 	if err != nil {
 		var verr *ValidationError
@@ -369,6 +372,8 @@ type configLine struct {
 	Note      string  `json:"note,omitempty"`
 	Changes   Changes `json:"changes,omitempty"`
 	Mode      Mode    `json:"mode,omitempty"`
+	// RollbackOf is the version a rollback restored.
+	RollbackOf int64 `json:"rollback_of,omitempty"`
 }
 
 // emit writes the change's log line; a failure only logs a WARNING.
@@ -378,7 +383,7 @@ func (s *ConfigService) emit(v *ConfigVersion, res SaveResult) {
 	}
 	line, err := jsonenc.Marshal(configLine{
 		Event: "ocl_capacity_config", Version: v.ID, ChangedBy: v.CreatedBy, Source: v.Source,
-		Note: v.Note, Changes: res.Changes, Mode: res.Config.Mode,
+		Note: v.Note, Changes: res.Changes, Mode: res.Config.Mode, RollbackOf: v.RollbackOf,
 	})
 	if err == nil {
 		err = s.Sink.Emit(line)
@@ -387,4 +392,36 @@ func (s *ConfigService) emit(v *ConfigVersion, res SaveResult) {
 		s.logger().Warn(fmt.Sprintf("Capacity config version %d was saved, but its log line failed: %v", v.ID, err),
 			slog.Int64("version", v.ID))
 	}
+}
+
+// ErrNoVersion is Rollback's error for a version the history does not
+// hold.
+var ErrNoVersion = errors.New("no such config version")
+
+// ErrNoRollback is Rollback's error for a store that can't read a given
+// version (it is no ConfigVersionReader).
+var ErrNoRollback = errors.New("this config store can't read past versions")
+
+// Rollback makes a new version whose config equals version to's: the
+// change is recorded like any other (change.By, Source and Note: who and
+// why), with RollbackOf set to to, and applies as a Save does. It fails
+// with ErrNoVersion for a version the history does not hold, and with a
+// *ValidationError when that version's config is no longer valid. A
+// rollback to the config already in force appends nothing.
+func (s *ConfigService) Rollback(ctx context.Context, to int64, change ConfigChange) (SaveResult, error) {
+	r, ok := s.Store.(ConfigVersionReader)
+	if !ok {
+		return SaveResult{}, ErrNoRollback
+	}
+	v, err := r.Version(ctx, to)
+	if err != nil {
+		return SaveResult{}, fmt.Errorf("roll back capacity config: %w", err)
+	}
+	if v == nil {
+		return SaveResult{}, fmt.Errorf("%w: %d", ErrNoVersion, to)
+	}
+	// Onto the defaults: every version holds its complete config, so the
+	// result is that version's config, whatever came since.
+	change.Set, change.Replace, change.RollbackOf = Change(v.Config), true, to
+	return s.Save(ctx, change)
 }

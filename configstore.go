@@ -23,6 +23,7 @@ type ConfigVersion struct {
 	CreatedAt      time.Time      // set by the store on insert
 	Source         string         // SourceAPI or SourceCommand
 	Note           string         // free text; "" for none
+	RollbackOf     int64          // the version this one restored (a rollback); 0 for any other change
 }
 
 // Changes returns what the version changed: its Config against its
@@ -33,6 +34,15 @@ func (v *ConfigVersion) Changes() Changes {
 		prev = v.PreviousConfig
 	}
 	return Changes(jsontree.Diff(prev, v.Config))
+}
+
+// ConfigVersionReader is a ConfigStore that reads any one version, for a
+// rollback (ConfigService.Rollback). The sqlite and postgres stores are
+// ones.
+type ConfigVersionReader interface {
+	// Version returns the version id, or nil and no error when there is
+	// none.
+	Version(ctx context.Context, id int64) (*ConfigVersion, error)
 }
 
 // ConfigStore keeps the config history, append-only. Implementations

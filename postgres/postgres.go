@@ -84,7 +84,7 @@ func (s *Store) Ping(ctx context.Context) error {
 	return nil
 }
 
-const selectColumns = `SELECT id, config::text, previous_config::text, created_by, created_at, source, note FROM capacity_configs`
+const selectColumns = `SELECT id, config::text, previous_config::text, created_by, created_at, source, note, rollback_of FROM capacity_configs`
 
 // Latest returns the newest version, or nil when there is none.
 func (s *Store) Latest(ctx context.Context) (*capgate.ConfigVersion, error) {
@@ -127,6 +127,18 @@ func (s *Store) latestWithin(ctx context.Context) (*capgate.ConfigVersion, error
 		return nil, fmt.Errorf("commit: %w", err)
 	}
 	return v, nil
+}
+
+// Version returns the version id, or nil and no error when there is none.
+func (s *Store) Version(ctx context.Context, id int64) (*capgate.ConfigVersion, error) {
+	vs, err := query(ctx, s.pool, selectColumns+` WHERE id = $1`, id)
+	if err != nil {
+		return nil, fmt.Errorf("read capacity config version %d: %w", id, err)
+	}
+	if len(vs) == 0 {
+		return nil, nil
+	}
+	return &vs[0], nil
 }
 
 // History returns up to limit versions, newest first.
@@ -185,9 +197,9 @@ func (s *Store) Update(ctx context.Context, fn func(*capgate.ConfigVersion) (*ca
 			return err
 		}
 		err = tx.QueryRow(ctx,
-			`INSERT INTO capacity_configs (config, previous_config, created_by, source, note)
-			 VALUES ($1::text::jsonb, $2::text::jsonb, $3, $4, $5) RETURNING id, created_at`,
-			cols.Config, cols.PreviousConfig, cols.CreatedBy, v.Source, v.Note).Scan(&v.ID, &v.CreatedAt)
+			`INSERT INTO capacity_configs (config, previous_config, created_by, source, note, rollback_of)
+			 VALUES ($1::text::jsonb, $2::text::jsonb, $3, $4, $5, $6) RETURNING id, created_at`,
+			cols.Config, cols.PreviousConfig, cols.CreatedBy, v.Source, v.Note, cols.RollbackOf).Scan(&v.ID, &v.CreatedAt)
 		if err != nil {
 			return fmt.Errorf("insert: %w", err)
 		}

@@ -51,6 +51,9 @@ func (c *CapacityCommand) Usage() string {
                                                merge a change: {version, changes}
   capgate capacity reset [--note TEXT] [--user NAME]
                                                back to the defaults: {version, changes}
+  capgate capacity rollback --to N [--note TEXT] [--user NAME]
+                                               a new version equal to version N:
+                                               {version, changes, rollback_of}
   capgate capacity history [--limit N]         the changes, newest first (default 20)
   capgate capacity status                      the lanes in flight (needs Redis);
                                                exits 1 when a store fails
@@ -79,16 +82,18 @@ type capacityAction struct {
 	user   string
 	tokens string
 	limit  int
+	to     int64
 	st     Settings
 }
 
 // capacitySynopsis is each action's first line of help.
 var capacitySynopsis = map[string]string{
-	"show":    "capgate capacity show: print the config in force, {version, config}.",
-	"set":     "capgate capacity set <setting>=<value>... [--note TEXT] [--user NAME]: merge a change, print {version, changes}.",
-	"reset":   "capgate capacity reset [--note TEXT] [--user NAME]: go back to the defaults, print {version, changes}.",
-	"history": "capgate capacity history [--limit N]: print the changes, newest first, one JSON object each.",
-	"status":  "capgate capacity status: print the lanes' calls in flight and limits (needs the lanes' Redis); exits 1 when a store fails.",
+	"show":     "capgate capacity show: print the config in force, {version, config}.",
+	"set":      "capgate capacity set <setting>=<value>... [--note TEXT] [--user NAME]: merge a change, print {version, changes}.",
+	"reset":    "capgate capacity reset [--note TEXT] [--user NAME]: go back to the defaults, print {version, changes}.",
+	"rollback": "capgate capacity rollback --to N [--note TEXT] [--user NAME]: make a new version equal to version N (recorded as a change: who and why), print {version, changes, rollback_of}.",
+	"history":  "capgate capacity history [--limit N]: print the changes, newest first, one JSON object each.",
+	"status":   "capgate capacity status: print the lanes' calls in flight and limits (needs the lanes' Redis); exits 1 when a store fails.",
 }
 
 func (c *CapacityCommand) newAction(name string, st Settings) *capacityAction {
@@ -97,7 +102,10 @@ func (c *CapacityCommand) newAction(name string, st Settings) *capacityAction {
 	a.st.CLIStoreFlags(a.fs)
 	a.fs.BoolVar(&a.create, "create", false, "make the database (and its tables) if it is missing; without it a missing database is an error")
 	switch name {
-	case "set", "reset":
+	case "set", "reset", "rollback":
+		if name == "rollback" {
+			a.fs.Int64Var(&a.to, "to", 0, "the version to restore (see capgate capacity history)")
+		}
 		a.fs.StringVar(&a.note, "note", "", "why the change was made")
 		a.fs.StringVar(&a.user, "user", "", "who made the change (default: the operating system user)")
 		a.fs.StringVar(&a.tokens, "tokens", "", `the gateway's tokens file; --user must be a username in it`)
@@ -147,7 +155,7 @@ func (c *CapacityCommand) Run(ctx context.Context, args []string) error {
 	case "-h", "-help", "--help", "help":
 		fmt.Fprint(c.Stdout, c.Usage())
 		return nil
-	case "show", "set", "reset", "history", "status":
+	case "show", "set", "reset", "rollback", "history", "status":
 	default:
 		return &UsageError{Msg: fmt.Sprintf("capgate capacity: unknown action %q\n\n%s", name, c.Usage())}
 	}
@@ -180,6 +188,11 @@ func (c *CapacityCommand) Run(ctx context.Context, args []string) error {
 		return c.save(ctx, a, capgate.ConfigChange{Set: change})
 	case "reset":
 		return c.save(ctx, a, capgate.ConfigChange{Replace: true}) // assignments are ignored
+	case "rollback":
+		if a.to < 1 {
+			return &UsageError{Msg: fmt.Sprintf("capgate capacity rollback needs --to N, a version of the history\n\n%s", a.usage())}
+		}
+		return c.save(ctx, a, capgate.ConfigChange{RollbackOf: a.to})
 	}
 	if len(rest) > 0 {
 		return &UsageError{Msg: fmt.Sprintf("capgate capacity %s takes no arguments, got %q\n\n%s", name, rest[0], a.usage())}
@@ -263,7 +276,13 @@ func (c *CapacityCommand) save(ctx context.Context, a *capacityAction, change ca
 			sink.Close(ctx)
 		}()
 		svc.Sink = sink
-		res, err := svc.Save(ctx, change)
+		var res capgate.SaveResult
+		var err error
+		if change.RollbackOf != 0 {
+			res, err = svc.Rollback(ctx, change.RollbackOf, change)
+		} else {
+			res, err = svc.Save(ctx, change)
+		}
 		if err != nil {
 			return err
 		}
@@ -271,11 +290,16 @@ func (c *CapacityCommand) save(ctx context.Context, a *capacityAction, change ca
 		if len(res.Changes) > 0 {
 			applies = c.announce(ctx, a.st, res.Version.ID)
 		}
+		var rollbackOf *int64
+		if change.RollbackOf != 0 {
+			rollbackOf = &change.RollbackOf
+		}
 		return c.print(struct {
-			Version *int64          `json:"version"`
-			Changes capgate.Changes `json:"changes"`
-			Applies string          `json:"applies,omitempty"`
-		}{versionID(res.Version), res.Changes, applies})
+			Version    *int64          `json:"version"`
+			Changes    capgate.Changes `json:"changes"`
+			RollbackOf *int64          `json:"rollback_of,omitempty"`
+			Applies    string          `json:"applies,omitempty"`
+		}{versionID(res.Version), res.Changes, rollbackOf, applies})
 	})
 }
 
