@@ -5,6 +5,7 @@ import (
 	"flag"
 	"fmt"
 	"math"
+	"slices"
 	"sort"
 	"strconv"
 	"strings"
@@ -14,9 +15,23 @@ import (
 // reads CAPGATE_REDIS_CLUSTER.
 const EnvPrefix = "CAPGATE_"
 
-// envTestPrefix marks the variables of capgate's own tests, which are not
-// settings and never refused.
-const envTestPrefix = "CAPGATE_TEST_"
+// envNotSettings are the CAPGATE_ variables of capgate's own tests and
+// tools (prefixes, and whole names), which are not settings and never
+// refused: CAPGATE_TEST_REDIS_URL, CAPGATE_REQUIRE_BROWSER, ….
+var (
+	envNotSettingPrefixes = []string{"CAPGATE_TEST_", "CAPGATE_REQUIRE_"}
+	envNotSettings        = []string{"CAPGATE_CHROMIUM", "CAPGATE_IMAGE_TOOL", "CAPGATE_BYPASS_BIN"}
+)
+
+// notSetting reports whether name is a test's or tool's variable.
+func notSetting(name string) bool {
+	for _, p := range envNotSettingPrefixes {
+		if strings.HasPrefix(name, p) {
+			return true
+		}
+	}
+	return slices.Contains(envNotSettings, name)
+}
 
 // envName is the environment variable a flag reads: CAPGATE_ and the
 // flag's name in capitals, '-' as '_'.
@@ -78,8 +93,8 @@ func applyEnv(fs *flag.FlagSet, getenv func(string) string) (envSources, error) 
 
 // unknownEnv returns an error for each CAPGATE_ variable of environ that no
 // flag of fs reads, with the nearest one that is, so a misspelt setting
-// refuses to start rather than being ignored. The tests' CAPGATE_TEST_
-// variables are not settings and pass.
+// refuses to start rather than being ignored. The variables of the tests
+// and tools (notSetting) pass.
 func unknownEnv(fs *flag.FlagSet, environ []string) error {
 	known := map[string]bool{}
 	for _, n := range envExtra {
@@ -94,7 +109,7 @@ func unknownEnv(fs *flag.FlagSet, environ []string) error {
 	var errs []error
 	for _, kv := range environ {
 		name, _, _ := strings.Cut(kv, "=")
-		if !strings.HasPrefix(name, EnvPrefix) || strings.HasPrefix(name, envTestPrefix) || known[name] {
+		if !strings.HasPrefix(name, EnvPrefix) || notSetting(name) || known[name] {
 			continue
 		}
 		errs = append(errs, fmt.Errorf("unknown setting %s in the environment: did you mean %s?", name, nearest(name, names)))
