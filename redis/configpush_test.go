@@ -2,6 +2,7 @@ package redis_test
 
 import (
 	"context"
+	"os"
 	"testing"
 	"time"
 
@@ -42,5 +43,33 @@ func TestConfigChannel(t *testing.T) {
 	cancel()
 	if err := <-done; err != nil {
 		t.Errorf("SubscribeConfig at cancel: %v", err)
+	}
+}
+
+// BenchmarkConfigPush is the push's latency: a version published to its
+// arrival at a subscriber (the gateway then reads the config once). On the
+// real Redis with CAPGATE_TEST_REDIS_URL, else miniredis.
+func BenchmarkConfigPush(b *testing.B) {
+	url := os.Getenv("CAPGATE_TEST_REDIS_URL")
+	if url == "" {
+		url = "redis://" + miniredis.RunT(b).Addr()
+	}
+	s, err := redis.Open(redis.Options{URL: url})
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer s.Close()
+	ch := redis.NewConfigChannel(s, "bench:"+b.Name())
+	ctx, cancel := context.WithCancel(b.Context())
+	defer cancel()
+	ready, got := make(chan struct{}), make(chan int64, 1)
+	go func() { _ = ch.SubscribeConfig(ctx, func() { close(ready) }, func(v int64) { got <- v }) }()
+	<-ready
+	b.ResetTimer()
+	for i := range b.N {
+		if _, err := ch.Publish(ctx, int64(i)); err != nil {
+			b.Fatal(err)
+		}
+		<-got
 	}
 }

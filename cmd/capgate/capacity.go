@@ -20,6 +20,7 @@ import (
 	"github.com/capgate/capgate/logsink"
 	"github.com/capgate/capgate/postgres"
 	"github.com/capgate/capgate/redis"
+	"github.com/capgate/capgate/sqlite"
 )
 
 // capacityHistoryDefault is history's default --limit.
@@ -311,6 +312,8 @@ func (c *CapacityCommand) announce(ctx context.Context, st Settings, version int
 	var pushed []string
 	if sqlitePath(st.Database) == "" {
 		pushed = append(pushed, "PostgreSQL NOTIFY "+postgres.ConfigChannelName)
+	} else {
+		pushed = append(pushed, "SQLite's commit counter (the gateways on this file check it every "+sqlite.DataVersionInterval.String()+")")
 	}
 	if st.HasRedis() {
 		if lanes, err := redis.Open(st.RedisOptions()); err == nil {

@@ -92,7 +92,8 @@ func (p *serveProcess) metricValue(name string) string {
 
 // Why: a change made with `capgate capacity set` reached the gateways up
 // to --config-cache later. It is pushed now: through Redis where the lanes
-// are, through PostgreSQL NOTIFY where the config is. The gateways here
+// are, through PostgreSQL NOTIFY where the config is, and SQLite's commit
+// counter for a database file on the gateways' host. The gateways here
 // keep their config for an hour: only the push can bring the change.
 func TestConfigChangeIsPushed(t *testing.T) {
 	clearLaneEnv(t)
@@ -103,6 +104,9 @@ func TestConfigChangeIsPushed(t *testing.T) {
 			return "sqlite:" + filepath.Join(t.TempDir(), "c.db"), []string{"--redis", "redis://" + m.Addr() + "/0"}
 		},
 		"postgres": func(t *testing.T) (string, []string) { return configtest.PostgresSchema(t), nil },
+		"sqlite": func(t *testing.T) (string, []string) {
+			return "sqlite:" + filepath.Join(t.TempDir(), "c.db"), nil
+		},
 	}
 	for name, setup := range cases {
 		t.Run(name, func(t *testing.T) {

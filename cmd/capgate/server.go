@@ -178,9 +178,10 @@ func NewServer(ctx context.Context, opts ServeOptions, lines io.Writer, logger *
 	s.Configs = opts.NewConfigService(cstore)
 	s.Configs.Sink = s.Sink
 	s.Configs.Logger = logger
-	// Changes are pushed: through PostgreSQL where the config is (the
-	// store notifies its own), through Redis where the lanes are; the
-	// poll (Watch) stays the fallback.
+	// Changes are pushed: through PostgreSQL NOTIFY where the config is
+	// (the store notifies its own), SQLite's commit counter for a file on
+	// this host, and Redis pub/sub where the lanes are; the poll (Watch)
+	// stays the fallback.
 	if sub, ok := cstore.(capgate.ConfigSubscriber); ok {
 		s.pushes = append(s.pushes, sub)
 	}
