@@ -66,6 +66,17 @@ func TestServeRefusesWhatCannotHeal(t *testing.T) {
 			want string
 		}{[]string{"--database", db, "--redis", "redis://" + host + "/99"}, "DB index is out of range"})
 	}
+	if u := os.Getenv(configtest.PostgresURLEnv); u != "" {
+		pu, err := url.Parse(u)
+		if err != nil {
+			t.Fatal(err)
+		}
+		pu.Path = "/capgate_no_such_database"
+		cases = append(cases, struct {
+			args []string
+			want string
+		}{[]string{"--database", pu.String()}, "capgate_no_such_database"})
+	}
 	for _, c := range cases {
 		code, _, stderr := runIn(t, t.TempDir(), nil, append([]string{"serve", "--listen", "127.0.0.1:0", "--upstream", api}, c.args...)...)
 		last := strings.TrimSpace(stderr)
