@@ -54,6 +54,9 @@ func (s *Store) CheckConfig(ctx context.Context) error {
 // reply that does not pass.
 func configError(err error) error {
 	var reply goredis.Error
+	if errors.Is(err, goredis.Nil) {
+		return nil // no answer to a lookup (a Sentinel without the master yet): not a refusal
+	}
 	if err == nil || !errors.As(err, &reply) {
 		if err != nil && strings.Contains(err.Error(), "cluster support disabled") {
 			return &ConfigError{Err: fmt.Errorf("%w (not a Redis Cluster: use --redis)", err)}
