@@ -108,8 +108,24 @@ func (s *ConfigService) Follow(ctx context.Context, sub ConfigSubscriber) {
 	})
 }
 
-// reread makes the config in force the store's latest, now.
+// reread makes the config in force the store's latest, now. A refresh
+// already running is waited for first (at most ReadTimeout): invalidating
+// under it would make it discard what it got, and a read that failed (a
+// locked table) would then leave the snapshot from before in force rather
+// than the fallback's enforce-as-shadow.
 func (s *ConfigService) reread(ctx context.Context) {
+	s.mu.Lock()
+	running := s.refreshing
+	s.mu.Unlock()
+	if running != nil {
+		t := time.NewTimer(s.readTimeout())
+		select {
+		case <-running:
+		case <-t.C:
+		case <-ctx.Done():
+		}
+		t.Stop()
+	}
 	s.Invalidate()
 	s.Config(ctx)
 }
