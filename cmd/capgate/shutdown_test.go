@@ -115,9 +115,7 @@ func wantShutdownLine(t *testing.T, logFile string) {
 func TestShutdownDrainsReadyzFirst(t *testing.T) {
 	p := startServeProcess(t, nil, "--upstream", newAPI(t), "--database", "sqlite:"+filepath.Join(t.TempDir(), "c.db"),
 		"--drain-delay", "1h")
-	if code, _ := p.get("/readyz"); code != http.StatusOK {
-		t.Fatalf("/readyz before SIGTERM: %d", code)
-	}
+	waitReady(p) // the first config read done
 	p.signal(syscall.SIGTERM)
 	p.waitFor("draining", 10*time.Second)
 	if code, _ := p.get("/readyz"); code != http.StatusServiceUnavailable {
