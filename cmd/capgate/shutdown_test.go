@@ -52,6 +52,7 @@ func shutdownGateway(t *testing.T, args ...string) (*serveProcess, *miniredis.Mi
 	p := startServeProcess(t, nil, append([]string{"--upstream", api, "--database", "sqlite:" + filepath.Join(dir, "c.db"),
 		"--identity", "tokens", "--tokens", tokens, "--log-file", logFile, "--mode", "enforce",
 		"--redis", "redis://" + m.Addr() + "/0"}, args...)...)
+	waitReady(p)
 	return p, m, logFile, started
 }
 
