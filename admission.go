@@ -253,6 +253,16 @@ func (a *Admission) fail(err error) {
 	a.retry, a.spacing = 0, 0
 }
 
+// Interrupt records err as the call's error when something outside the
+// call cut it short (the gateway shutting down past its timeout): its
+// line then says why. The decision stands. Call it before Release.
+func (a *Admission) Interrupt(err error) {
+	if a == nil || a.off {
+		return
+	}
+	a.setErr(err)
+}
+
 // setErr records err as the call's error; the last one wins.
 func (a *Admission) setErr(err error) {
 	a.mu.Lock()

@@ -55,6 +55,10 @@ type Service struct {
 	Now func() time.Time
 	// Logger gets the warnings and errors. Default slog.Default().
 	Logger *slog.Logger
+	// Notifiers announce each saved change to the other processes (Redis
+	// pub/sub), so it applies there at once. A store that announces its
+	// own changes (PostgreSQL NOTIFY) needs none. Default: none.
+	Notifiers []Notifier
 
 	mu         sync.Mutex
 	snap       capgate.Config  // requires mu held
@@ -298,6 +302,9 @@ type Edit struct {
 	Source string
 	// Note is free text kept with the version. Default (""): none.
 	Note string
+	// RollbackOf records the version a rollback restores (Rollback sets
+	// it). Default (0): not a rollback.
+	RollbackOf int64
 }
 
 // Save changes the config. The change is applied (Config.Apply) to a
@@ -330,7 +337,7 @@ func (s *Service) Save(ctx context.Context, change Edit) (SaveResult, error) {
 			return nil, nil
 		}
 		return &Version{Config: next.Doc(), PreviousConfig: current.Doc(), CreatedBy: change.By,
-			Source: change.Source, Note: change.Note}, nil
+			Source: change.Source, Note: change.Note, RollbackOf: change.RollbackOf}, nil
 	})
 	if err != nil {
 		var verr *capgate.ValidationError
@@ -354,6 +361,7 @@ func (s *Service) Save(ctx context.Context, change Edit) (SaveResult, error) {
 	if appended != nil {
 		res.Version = appended
 		s.emit(appended, res)
+		s.notify(ctx, appended.ID)
 	}
 	return res, nil
 }
@@ -373,6 +381,8 @@ type configLine struct {
 	Note      string       `json:"note,omitempty"`
 	Diff      capgate.Diff `json:"changes,omitempty"`
 	Mode      capgate.Mode `json:"mode,omitempty"`
+	// RollbackOf is the version a rollback restored.
+	RollbackOf int64 `json:"rollback_of,omitempty"`
 }
 
 // emit writes the change's log line; a failure only logs a WARNING.
@@ -382,7 +392,7 @@ func (s *Service) emit(v *Version, res SaveResult) {
 	}
 	line, err := jsonenc.Marshal(configLine{
 		Event: "ocl_capacity_config", Version: v.ID, ChangedBy: v.CreatedBy, Source: v.Source,
-		Note: v.Note, Diff: res.Diff, Mode: res.Config.Mode,
+		Note: v.Note, Diff: res.Diff, Mode: res.Config.Mode, RollbackOf: v.RollbackOf,
 	})
 	if err == nil {
 		err = s.Sink.Emit(line)
@@ -391,4 +401,36 @@ func (s *Service) emit(v *Version, res SaveResult) {
 		s.logger().Warn(fmt.Sprintf("Capacity config version %d was saved, but its log line failed: %v", v.ID, err),
 			slog.Int64("version", v.ID))
 	}
+}
+
+// ErrNoVersion is Rollback's error for a version the history does not
+// hold.
+var ErrNoVersion = errors.New("no such config version")
+
+// ErrNoRollback is Rollback's error for a store that can't read a given
+// version (it is no VersionReader).
+var ErrNoRollback = errors.New("this config store can't read past versions")
+
+// Rollback makes a new version whose config equals version to's: the
+// change is recorded like any other (change.By, Source and Note: who and
+// why), with RollbackOf set to to, and applies as a Save does. It fails
+// with ErrNoVersion for a version the history does not hold, and with a
+// *ValidationError when that version's config is no longer valid. A
+// rollback to the config already in force appends nothing.
+func (s *Service) Rollback(ctx context.Context, to int64, change Edit) (SaveResult, error) {
+	r, ok := s.Store.(VersionReader)
+	if !ok {
+		return SaveResult{}, ErrNoRollback
+	}
+	v, err := r.Version(ctx, to)
+	if err != nil {
+		return SaveResult{}, fmt.Errorf("roll back capacity config: %w", err)
+	}
+	if v == nil {
+		return SaveResult{}, fmt.Errorf("%w: %d", ErrNoVersion, to)
+	}
+	// Onto the defaults: every version holds its complete config, so the
+	// result is that version's config, whatever came since.
+	change.Set, change.Replace, change.RollbackOf = capgate.Patch(v.Config), true, to
+	return s.Save(ctx, change)
 }

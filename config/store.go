@@ -24,6 +24,7 @@ type Version struct {
 	CreatedAt      time.Time      // set by the store on insert
 	Source         string         // SourceAPI or SourceCommand
 	Note           string         // free text; "" for none
+	RollbackOf     int64          // the version this one restored (a rollback); 0 for any other change
 }
 
 // Diff returns what the version changed: its Config against its
@@ -34,6 +35,15 @@ func (v *Version) Diff() capgate.Diff {
 		prev = v.PreviousConfig
 	}
 	return capgate.Diff(jsontree.Diff(prev, v.Config))
+}
+
+// VersionReader is a Store that reads any one version, for a
+// rollback (Service.Rollback). The sqlite and postgres stores are
+// ones.
+type VersionReader interface {
+	// Version returns the version id, or nil and no error when there is
+	// none.
+	Version(ctx context.Context, id int64) (*Version, error)
 }
 
 // Store keeps the config history, append-only. Implementations

@@ -2,6 +2,8 @@ package config
 
 import (
 	"context"
+	"fmt"
+	"log/slog"
 	"time"
 
 	"github.com/capgate/capgate/internal/loop"
@@ -53,4 +55,88 @@ const minWatchInterval = time.Second
 // down at start is picked up as soon as it answers.
 func (s *Service) Watch(ctx context.Context) {
 	loop.Every(ctx, max(s.cacheTTL(), minWatchInterval), func(ctx context.Context) { s.Config(ctx) })
+}
+
+// Notifier announces a saved config change to the other processes
+// (the gateways), so it applies there at once instead of when their cache
+// expires.
+type Notifier interface {
+	// NotifyConfig announces that version is the newest config.
+	NotifyConfig(ctx context.Context, version int64) error
+}
+
+// Subscriber delivers the config changes that other processes
+// announce.
+type Subscriber interface {
+	// SubscribeConfig calls changed for each change announced, until ctx
+	// is done or the subscription fails, and returns then (nil when ctx
+	// is done). ready, if not nil, is called once the subscription
+	// listens.
+	SubscribeConfig(ctx context.Context, ready func(), changed func(version int64)) error
+	// ConfigChannel names the channel for logs: "Redis pub/sub …",
+	// "PostgreSQL LISTEN …".
+	ConfigChannel() string
+}
+
+// Backoff of Follow's resubscription.
+const (
+	followRetryMin = 500 * time.Millisecond
+	followRetryMax = 15 * time.Second
+)
+
+// Follow keeps the cached config in step with the changes sub announces,
+// until ctx is done: each one makes the service read the store at once. A
+// subscription that fails is made again, backing off; meanwhile Watch's
+// poll stays the fallback. A change announced before the subscription
+// listens is caught by the read made as it starts listening.
+func (s *Service) Follow(ctx context.Context, sub Subscriber) {
+	wait := followRetryMin
+	loop.Run(ctx, 0, func(ctx context.Context) (time.Duration, bool) {
+		err := sub.SubscribeConfig(ctx, func() {
+			wait = followRetryMin
+			s.logger().Info("Capacity config changes are pushed", slog.String("channel", sub.ConfigChannel()))
+			s.reread(ctx)
+		}, func(int64) { s.reread(ctx) })
+		if ctx.Err() != nil {
+			return 0, true
+		}
+		s.logger().Warn("Capacity config change subscription failed; polling until it is back",
+			slog.String("channel", sub.ConfigChannel()), slog.Any("error", err))
+		d := wait
+		wait = min(2*wait, followRetryMax)
+		return d, false
+	})
+}
+
+// reread makes the config in force the store's latest, now. A refresh
+// already running is waited for first (at most ReadTimeout): invalidating
+// under it would make it discard what it got, and a read that failed (a
+// locked table) would then leave the snapshot from before in force rather
+// than the fallback's enforce-as-shadow.
+func (s *Service) reread(ctx context.Context) {
+	s.mu.Lock()
+	running := s.refreshing
+	s.mu.Unlock()
+	if running != nil {
+		t := time.NewTimer(s.readTimeout())
+		select {
+		case <-running:
+		case <-t.C:
+		case <-ctx.Done():
+		}
+		t.Stop()
+	}
+	s.Invalidate()
+	s.Config(ctx)
+}
+
+// notify announces a saved version through every Notifiers; a failure
+// only logs a WARNING (the gateways' poll still picks the change up).
+func (s *Service) notify(ctx context.Context, version int64) {
+	for _, n := range s.Notifiers {
+		if err := n.NotifyConfig(ctx, version); err != nil {
+			s.logger().Warn(fmt.Sprintf("Capacity config version %d was saved, but announcing it failed; the gateways pick it up within their --config-cache", version),
+				slog.Int64("version", version), slog.Any("error", err))
+		}
+	}
 }

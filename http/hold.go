@@ -61,6 +61,14 @@ func holdUpstream(next http.Handler) http.Handler {
 		}
 		ctx, stop := holdContext(r.Context(), time.Now().Add(adm.MaxHold()))
 		defer stop()
+		// The gateway shutting down past its timeout cuts it nonetheless.
+		if cut := shutdownOf(r.Context()); cut != nil {
+			var cancel context.CancelFunc
+			ctx, cancel = context.WithCancel(ctx)
+			defer cancel()
+			unhook := context.AfterFunc(cut, cancel)
+			defer unhook()
+		}
 		next.ServeHTTP(&holdWriter{ResponseWriter: w}, r.WithContext(ctx))
 	})
 }

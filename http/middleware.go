@@ -269,6 +269,11 @@ func (m *Middleware) gated(w http.ResponseWriter, r *http.Request, call capgate.
 		return
 	}
 	defer adm.Release(ctx)
+	defer func() {
+		if cutShort(ctx) {
+			adm.Interrupt(ErrShutdown) // before Release writes the line
+		}
+	}()
 
 	if adm.Refused() {
 		m.refuse(w, r, adm, rid)

@@ -2,6 +2,7 @@ package http
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"io"
 	"log/slog"
@@ -38,6 +39,7 @@ type StatusReporter interface {
 //	PATCH /capacity/config/            merge a change into it
 //	PUT   /capacity/config/            replace it: the change onto the defaults
 //	GET   /capacity/config/history/    ?limit=N (default 50, 1..500), newest first
+//	POST  /capacity/config/rollback/   {"version": N, "note": "why"}: a new version equal to N
 //	GET   /capacity/status/            the lanes' calls in flight and limits
 //	GET   /capacity/health/            /readyz with the stores' checks (Health; 404 without)
 //
@@ -114,6 +116,11 @@ func (h *StaffHandler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 			serve = h.getConfig
 		case http.MethodPatch, http.MethodPut:
 			serve = h.changeConfig
+		}
+	case "/capacity/config/rollback":
+		allow = "POST"
+		if r.Method == http.MethodPost {
+			serve = h.rollback
 		}
 	case "/capacity/config/history":
 		allow = "GET"
@@ -265,6 +272,43 @@ func (h *StaffHandler) changeConfig(w http.ResponseWriter, r *http.Request, call
 	}{staffMetaOf(res.Version), res.Config, res.Diff})
 }
 
+// rollback makes a new version equal to the one the body names:
+// {"version": N, "note": "why"}. An unknown version is 404.
+func (h *StaffHandler) rollback(w http.ResponseWriter, r *http.Request, caller capgate.Caller) {
+	body, err := io.ReadAll(http.MaxBytesReader(w, r.Body, staffMaxBodyBytes))
+	if err != nil {
+		staffError(w, http.StatusRequestEntityTooLarge, staffDetailTooLarge)
+		return
+	}
+	var req struct {
+		Version *int64 `json:"version"`
+		Note    string `json:"note"`
+	}
+	if err := json.Unmarshal(body, &req); err != nil || req.Version == nil || *req.Version < 1 {
+		staffError(w, http.StatusBadRequest, `Send {"version": N}, N a version of the history, and an optional "note".`)
+		return
+	}
+	res, err := h.configs.Rollback(r.Context(), *req.Version, config.Edit{By: caller.UserID, Source: config.SourceAPI, Note: req.Note})
+	if verr, ok := errors.AsType[*capgate.ValidationError](err); ok {
+		staffJSON(w, http.StatusBadRequest, map[string][]string{"detail": verr.Messages})
+		return
+	}
+	if errors.Is(err, config.ErrNoVersion) {
+		staffError(w, http.StatusNotFound, "No version "+strconv.FormatInt(*req.Version, 10)+".")
+		return
+	}
+	if err != nil {
+		h.storeFailed(w, "roll back the capacity config", err)
+		return
+	}
+	staffJSON(w, http.StatusOK, struct {
+		staffMeta
+		Config     capgate.Config `json:"config"`
+		Changes    capgate.Diff   `json:"changes"`
+		RollbackOf int64          `json:"rollback_of"`
+	}{staffMetaOf(res.Version), res.Config, res.Diff, *req.Version})
+}
+
 // staffHistoryLimit reads ?limit=: default 50 (also for a non-number or
 // 0), a negative value means 1, at most 500.
 func staffHistoryLimit(s string) int {
@@ -285,11 +329,17 @@ func staffHistoryLimit(s string) int {
 type HistoryEntry struct {
 	staffMeta
 	Changes capgate.Diff `json:"changes"`
+	// RollbackOf is the version a rollback restored; absent otherwise.
+	RollbackOf *int64 `json:"rollback_of,omitempty"`
 }
 
 // NewHistoryEntry returns v as history lists it.
 func NewHistoryEntry(v config.Version) HistoryEntry {
-	return HistoryEntry{staffMetaOf(&v), v.Diff()}
+	e := HistoryEntry{staffMeta: staffMetaOf(&v), Changes: v.Diff()}
+	if v.RollbackOf != 0 {
+		e.RollbackOf = &v.RollbackOf
+	}
+	return e
 }
 
 func (h *StaffHandler) history(w http.ResponseWriter, r *http.Request, _ capgate.Caller) {

@@ -9,12 +9,15 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strconv"
+	"strings"
 	"time"
 
 	"github.com/capgate/capgate/config"
 	"github.com/capgate/capgate/internal/configrow"
 	"github.com/capgate/capgate/internal/migrate"
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgxpool"
 )
 
@@ -80,7 +83,7 @@ func (s *Store) Ping(ctx context.Context) error {
 	return nil
 }
 
-const selectColumns = `SELECT id, config::text, previous_config::text, created_by, created_at, source, note FROM capacity_configs`
+const selectColumns = `SELECT id, config::text, previous_config::text, created_by, created_at, source, note, rollback_of FROM capacity_configs`
 
 // Latest returns the newest version, or nil when there is none.
 func (s *Store) Latest(ctx context.Context) (*config.Version, error) {
@@ -123,6 +126,18 @@ func (s *Store) latestWithin(ctx context.Context) (*config.Version, error) {
 		return nil, fmt.Errorf("commit: %w", err)
 	}
 	return v, nil
+}
+
+// Version returns the version id, or nil and no error when there is none.
+func (s *Store) Version(ctx context.Context, id int64) (*config.Version, error) {
+	vs, err := query(ctx, s.pool, selectColumns+` WHERE id = $1`, id)
+	if err != nil {
+		return nil, fmt.Errorf("read capacity config version %d: %w", id, err)
+	}
+	if len(vs) == 0 {
+		return nil, nil
+	}
+	return &vs[0], nil
 }
 
 // History returns up to limit versions, newest first.
@@ -181,13 +196,18 @@ func (s *Store) Update(ctx context.Context, fn func(*config.Version) (*config.Ve
 			return err
 		}
 		err = tx.QueryRow(ctx,
-			`INSERT INTO capacity_configs (config, previous_config, created_by, source, note)
-			 VALUES ($1::text::jsonb, $2::text::jsonb, $3, $4, $5) RETURNING id, created_at`,
-			cols.Config, cols.PreviousConfig, cols.CreatedBy, v.Source, v.Note).Scan(&v.ID, &v.CreatedAt)
+			`INSERT INTO capacity_configs (config, previous_config, created_by, source, note, rollback_of)
+			 VALUES ($1::text::jsonb, $2::text::jsonb, $3, $4, $5, $6) RETURNING id, created_at`,
+			cols.Config, cols.PreviousConfig, cols.CreatedBy, v.Source, v.Note, cols.RollbackOf).Scan(&v.ID, &v.CreatedAt)
 		if err != nil {
 			return fmt.Errorf("insert: %w", err)
 		}
 		v.CreatedAt = v.CreatedAt.UTC()
+		// Delivered at commit, to every gateway listening (Follow): the
+		// change applies there at once, whoever made it.
+		if _, err := tx.Exec(ctx, `SELECT pg_notify($1, $2)`, ConfigChannelName, strconv.FormatInt(v.ID, 10)); err != nil {
+			return fmt.Errorf("notify: %w", err)
+		}
 		out = &v
 		return nil
 	})
@@ -206,3 +226,15 @@ type fnError struct{ err error }
 
 func (e fnError) Error() string { return e.err.Error() }
 func (e fnError) Unwrap() error { return e.err }
+
+// IsConfigError reports whether err is PostgreSQL refusing the connection
+// settings in a way no retry heals: a password or user refused (SQLSTATE
+// class 28) or a database that does not exist (3D000). A gateway should not
+// start on it, unlike on a database that is merely down.
+func IsConfigError(err error) bool {
+	var pe *pgconn.PgError
+	if !errors.As(err, &pe) {
+		return false
+	}
+	return strings.HasPrefix(pe.Code, "28") || pe.Code == "3D000"
+}

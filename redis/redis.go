@@ -40,6 +40,7 @@ type Client interface {
 	Scan(ctx context.Context, cursor uint64, match string, count int64) *goredis.ScanCmd
 	Ping(ctx context.Context) *goredis.StatusCmd
 	Subscribe(ctx context.Context, channels ...string) *goredis.PubSub
+	Publish(ctx context.Context, channel string, message any) *goredis.IntCmd
 }
 
 // ErrClosed is returned by operations on a closed Store.

@@ -89,7 +89,7 @@ func (s *Store) now() time.Time {
 	return time.Now()
 }
 
-const selectColumns = `SELECT id, config, previous_config, created_by, created_at, source, note FROM capacity_configs`
+const selectColumns = `SELECT id, config, previous_config, created_by, created_at, source, note, rollback_of FROM capacity_configs`
 
 // queryer is what reads run on: the database or a transaction.
 type queryer interface {
@@ -113,6 +113,18 @@ func latest(ctx context.Context, q queryer) (*config.Version, error) {
 	vs, err := query(ctx, q, selectColumns+` ORDER BY id DESC LIMIT 1`)
 	if err != nil {
 		return nil, fmt.Errorf("read latest capacity config: %w", err)
+	}
+	if len(vs) == 0 {
+		return nil, nil
+	}
+	return &vs[0], nil
+}
+
+// Version returns the version id, or nil and no error when there is none.
+func (s *Store) Version(ctx context.Context, id int64) (*config.Version, error) {
+	vs, err := query(ctx, s.db, selectColumns+` WHERE id = ?`, id)
+	if err != nil {
+		return nil, fmt.Errorf("read capacity config version %d: %w", id, err)
 	}
 	if len(vs) == 0 {
 		return nil, nil
@@ -167,9 +179,9 @@ func (s *Store) Update(ctx context.Context, fn func(*config.Version) (*config.Ve
 	}
 	v.CreatedAt = s.now().UTC().Truncate(time.Microsecond)
 	err = tx.QueryRowContext(ctx,
-		`INSERT INTO capacity_configs (config, previous_config, created_by, created_at, source, note)
-		 VALUES (?, ?, ?, ?, ?, ?) RETURNING id`,
-		cols.Config, cols.PreviousConfig, cols.CreatedBy, v.CreatedAt.Format(timeFormat), v.Source, v.Note).Scan(&v.ID)
+		`INSERT INTO capacity_configs (config, previous_config, created_by, created_at, source, note, rollback_of)
+		 VALUES (?, ?, ?, ?, ?, ?, ?) RETURNING id`,
+		cols.Config, cols.PreviousConfig, cols.CreatedBy, v.CreatedAt.Format(timeFormat), v.Source, v.Note, cols.RollbackOf).Scan(&v.ID)
 	if err != nil {
 		return nil, fmt.Errorf("update capacity config: insert: %w", err)
 	}

@@ -19,7 +19,9 @@ import (
 	capgatehttp "github.com/capgate/capgate/http"
 	"github.com/capgate/capgate/internal/jsontree"
 	"github.com/capgate/capgate/logsink"
+	"github.com/capgate/capgate/postgres"
 	"github.com/capgate/capgate/redis"
+	"github.com/capgate/capgate/sqlite"
 )
 
 // capacityHistoryDefault is history's default --limit.
@@ -51,6 +53,9 @@ func (c *CapacityCommand) Usage() string {
                                                merge a change: {version, changes}
   capgate capacity reset [--note TEXT] [--user NAME]
                                                back to the defaults: {version, changes}
+  capgate capacity rollback --to N [--note TEXT] [--user NAME]
+                                               a new version equal to version N:
+                                               {version, changes, rollback_of}
   capgate capacity history [--limit N]         the changes, newest first (default 20)
   capgate capacity status                      the lanes in flight (needs Redis);
                                                exits 1 when a store fails
@@ -79,16 +84,18 @@ type capacityAction struct {
 	user   string
 	tokens string
 	limit  int
+	to     int64
 	st     Settings
 }
 
 // capacitySynopsis is each action's first line of help.
 var capacitySynopsis = map[string]string{
-	"show":    "capgate capacity show: print the config in force, {version, config}.",
-	"set":     "capgate capacity set <setting>=<value>... [--note TEXT] [--user NAME]: merge a change, print {version, changes}.",
-	"reset":   "capgate capacity reset [--note TEXT] [--user NAME]: go back to the defaults, print {version, changes}.",
-	"history": "capgate capacity history [--limit N]: print the changes, newest first, one JSON object each.",
-	"status":  "capgate capacity status: print the lanes' calls in flight and limits (needs the lanes' Redis); exits 1 when a store fails.",
+	"show":     "capgate capacity show: print the config in force, {version, config}.",
+	"set":      "capgate capacity set <setting>=<value>... [--note TEXT] [--user NAME]: merge a change, print {version, changes}.",
+	"reset":    "capgate capacity reset [--note TEXT] [--user NAME]: go back to the defaults, print {version, changes}.",
+	"rollback": "capgate capacity rollback --to N [--note TEXT] [--user NAME]: make a new version equal to version N (recorded as a change: who and why), print {version, changes, rollback_of}.",
+	"history":  "capgate capacity history [--limit N]: print the changes, newest first, one JSON object each.",
+	"status":   "capgate capacity status: print the lanes' calls in flight and limits (needs the lanes' Redis); exits 1 when a store fails.",
 }
 
 func (c *CapacityCommand) newAction(name string, st Settings) *capacityAction {
@@ -97,14 +104,19 @@ func (c *CapacityCommand) newAction(name string, st Settings) *capacityAction {
 	a.st.CLIStoreFlags(a.fs)
 	a.fs.BoolVar(&a.create, "create", false, "make the database (and its tables) if it is missing; without it a missing database is an error")
 	switch name {
-	case "set", "reset":
+	case "set", "reset", "rollback":
+		if name == "rollback" {
+			a.fs.Int64Var(&a.to, "to", 0, "the version to restore (see capgate capacity history)")
+		}
 		a.fs.StringVar(&a.note, "note", "", "why the change was made")
 		a.fs.StringVar(&a.user, "user", "", "who made the change (default: the operating system user)")
 		a.fs.StringVar(&a.tokens, "tokens", "", `the gateway's tokens file; --user must be a username in it`)
+		a.st.LaneFlags(a.fs) // the lanes' Redis carries the change to the gateways at once
 	case "history":
 		a.fs.IntVar(&a.limit, "limit", capacityHistoryDefault, "how many versions, newest first")
 	case "status":
-		a.st.StatusFlags(a.fs)
+		a.st.LaneFlags(a.fs) // every lane-store flag serve takes
+		a.fs.Lookup("redis").Usage = "the lanes' Redis, redis://[:password@]host:port/db (CAPGATE_REDIS, CAPGATE_REDIS_URL, or REDIS_HOST, REDIS_PORT, REDIS_DB, REDIS_PASSWORD)"
 	}
 	return a
 }
@@ -145,7 +157,7 @@ func (c *CapacityCommand) Run(ctx context.Context, args []string) error {
 	case "-h", "-help", "--help", "help":
 		fmt.Fprint(c.Stdout, c.Usage())
 		return nil
-	case "show", "set", "reset", "history", "status":
+	case "show", "set", "reset", "rollback", "history", "status":
 	default:
 		return &UsageError{Msg: fmt.Sprintf("capgate capacity: unknown action %q\n\n%s", name, c.Usage())}
 	}
@@ -162,6 +174,13 @@ func (c *CapacityCommand) Run(ctx context.Context, args []string) error {
 	if err != nil {
 		return &UsageError{Msg: fmt.Sprintf("%v\n\n%s", err, a.usage())}
 	}
+	getenv := c.Getenv
+	if getenv == nil {
+		getenv = os.Getenv
+	}
+	if _, err := applyEnv(a.fs, getenv); err != nil {
+		return err
+	}
 	switch name {
 	case "set":
 		change, err := jsontree.ParseAssignments(rest)
@@ -171,6 +190,11 @@ func (c *CapacityCommand) Run(ctx context.Context, args []string) error {
 		return c.save(ctx, a, config.Edit{Set: change})
 	case "reset":
 		return c.save(ctx, a, config.Edit{Replace: true}) // assignments are ignored
+	case "rollback":
+		if a.to < 1 {
+			return &UsageError{Msg: fmt.Sprintf("capgate capacity rollback needs --to N, a version of the history\n\n%s", a.usage())}
+		}
+		return c.save(ctx, a, config.Edit{RollbackOf: a.to})
 	}
 	if len(rest) > 0 {
 		return &UsageError{Msg: fmt.Sprintf("capgate capacity %s takes no arguments, got %q\n\n%s", name, rest[0], a.usage())}
@@ -254,15 +278,59 @@ func (c *CapacityCommand) save(ctx context.Context, a *capacityAction, change co
 			sink.Close(ctx)
 		}()
 		svc.Sink = sink
-		res, err := svc.Save(ctx, change)
+		var res config.SaveResult
+		var err error
+		if change.RollbackOf != 0 {
+			res, err = svc.Rollback(ctx, change.RollbackOf, change)
+		} else {
+			res, err = svc.Save(ctx, change)
+		}
 		if err != nil {
 			return err
 		}
+		applies := ""
+		if len(res.Diff) > 0 {
+			applies = c.announce(ctx, a.st, res.Version.ID)
+		}
+		var rollbackOf *int64
+		if change.RollbackOf != 0 {
+			rollbackOf = &change.RollbackOf
+		}
 		return c.print(struct {
-			Version *int64       `json:"version"`
-			Changes capgate.Diff `json:"changes"`
-		}{versionID(res.Version), res.Diff})
+			Version    *int64       `json:"version"`
+			Changes    capgate.Diff `json:"changes"`
+			RollbackOf *int64       `json:"rollback_of,omitempty"`
+			Applies    string       `json:"applies,omitempty"`
+		}{versionID(res.Version), res.Diff, rollbackOf, applies})
 	})
+}
+
+// announce pushes a saved version to the gateways where it can (the
+// lanes' Redis; PostgreSQL notified in the save itself) and says when the
+// change applies.
+func (c *CapacityCommand) announce(ctx context.Context, st Settings, version int64) string {
+	poll := fmt.Sprintf("within each gateway's --config-cache (%s by default)", config.DefaultCacheTTL)
+	var pushed []string
+	if sqlitePath(st.Database) == "" {
+		pushed = append(pushed, "PostgreSQL NOTIFY "+postgres.ConfigChannelName)
+	} else {
+		pushed = append(pushed, "SQLite's commit counter (the gateways on this file check it every "+sqlite.DataVersionInterval.String()+")")
+	}
+	if st.HasRedis() {
+		if lanes, err := redis.Open(st.RedisOptions()); err == nil {
+			n, err := redis.NewConfigChannel(lanes, st.KeyPrefix).Publish(ctx, version)
+			lanes.Close()
+			if err == nil {
+				pushed = append(pushed, fmt.Sprintf("Redis pub/sub (%d gateway(s) listening)", n))
+			} else {
+				fmt.Fprintf(c.Stderr, "capgate: the change could not be published on Redis (%v); the gateways pick it up %s\n", err, poll)
+			}
+		}
+	}
+	if len(pushed) == 0 {
+		return "on every gateway " + poll + " (set --redis to push it at once)"
+	}
+	return "now: pushed through " + strings.Join(pushed, " and ") + "; a gateway that missed it, " + poll
 }
 
 func (c *CapacityCommand) history(ctx context.Context, a *capacityAction) error {

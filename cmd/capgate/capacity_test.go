@@ -54,7 +54,7 @@ func runProcess(t *testing.T, args ...string) (int, string) {
 // clearLaneEnv keeps the machine's environment out of the settings.
 func clearLaneEnv(t *testing.T) {
 	for _, name := range []string{"CAPGATE_DATABASE", "CAPACITY_LIMIT_MODE", "CAPGATE_REDIS_URL", "REDIS_HOST",
-		"REDIS_SENTINELS", "REDIS_PASSWORD", "CAPGATE_KEY_PREFIX"} {
+		"REDIS_SENTINELS", "REDIS_PASSWORD", "CAPGATE_KEY_PREFIX", "CAPGATE_REDIS"} {
 		t.Setenv(name, "")
 	}
 }

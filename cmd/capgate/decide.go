@@ -37,11 +37,7 @@ type DecideOptions struct {
 // decideTokenFlags registers the token flags on fs.
 func decideTokenFlags(fs *flag.FlagSet, o *DecideOptions, env func(name, def string) string) error {
 	fs.StringVar(&o.Token, "decide-token", env("CAPGATE_DECIDE_TOKEN", ""), "the decision service's shared secret, sent as Authorization: Bearer; required on TCP unless --decide-no-token on a loopback address (CAPGATE_DECIDE_TOKEN)")
-	no, err := parseBool("CAPGATE_DECIDE_NO_TOKEN", env("CAPGATE_DECIDE_NO_TOKEN", "false"))
-	if err != nil {
-		return err
-	}
-	fs.BoolVar(&o.NoToken, "decide-no-token", no, "serve the decision service without a token on a loopback TCP address (a unix socket never needs one) (CAPGATE_DECIDE_NO_TOKEN)")
+	fs.Var(boolValue{&o.NoToken}, "decide-no-token", "serve the decision service without a token on a loopback TCP address (a unix socket never needs one) (CAPGATE_DECIDE_NO_TOKEN)")
 	return nil
 }
 
@@ -129,23 +125,12 @@ func (c *DecideCommand) flags() (*decideFlags, error) {
 	fs.StringVar(&o.LogFile, "log-file", env("CAPGATE_LOG_FILE", ""), "append the ocl_capacity lines to this file instead of stdout (CAPGATE_LOG_FILE)")
 	fs.StringVar(&o.CoreGroup, "core-group", env("CAPGATE_CORE_GROUP", "core_user"), "the auth group of the core tier, for calls that send groups (CAPGATE_CORE_GROUP)")
 	fs.StringVar(&o.EarlyGroup, "early-access-group", env("CAPGATE_EARLY_ACCESS_GROUP", "early_access"), "the auth group of the early_access tier (CAPGATE_EARLY_ACCESS_GROUP)")
-	localLanes, err := parseBool("CAPGATE_LOCAL_LANES", env("CAPGATE_LOCAL_LANES", "true"))
-	if err != nil {
-		return nil, err
-	}
-	fs.BoolVar(&o.LocalLanes, "local-lanes", localLanes, "with Redis: keep local lanes of this service's calls and apply degraded limits while Redis is unavailable (CAPGATE_LOCAL_LANES)")
+	o.LocalLanes = true
+	fs.Var(boolValue{&o.LocalLanes}, "local-lanes", "with Redis: keep local lanes of this service's calls and apply degraded limits while Redis is unavailable (CAPGATE_LOCAL_LANES)")
 	o.ShutdownTimeout = DefaultShutdownTimeout
-	if v := getenv("CAPGATE_SHUTDOWN_TIMEOUT"); v != "" {
-		if o.ShutdownTimeout, err = parseDuration(v, time.Second); err != nil {
-			return nil, fmt.Errorf("CAPGATE_SHUTDOWN_TIMEOUT=%q: want a duration such as 30s, or a number of seconds", v)
-		}
-	}
 	fs.Var(durationValue{&o.ShutdownTimeout, time.Second}, "shutdown-timeout", "how long held calls' handlers may take to end after SIGTERM, a `duration` (CAPGATE_SHUTDOWN_TIMEOUT)")
-	migrate, err := parseBool("CAPGATE_MIGRATE", env("CAPGATE_MIGRATE", "true"))
-	if err != nil {
-		return nil, err
-	}
-	fs.BoolVar(&f.migrate, "migrate", migrate, "migrate the config database at start (CAPGATE_MIGRATE)")
+	f.migrate = true
+	fs.Var(boolValue{&f.migrate}, "migrate", "migrate the config database at start (CAPGATE_MIGRATE)")
 	fs.StringVar(&f.logFormat, "log-format", env("CAPGATE_LOG_FORMAT", LogFormatText), "the operational logs' format on stderr, text or json (CAPGATE_LOG_FORMAT)")
 	return f, nil
 }
@@ -165,6 +150,13 @@ func (c *DecideCommand) Run(ctx context.Context, args []string) error {
 	}
 	if f.fs.NArg() > 0 {
 		return &UsageError{Msg: fmt.Sprintf("capgate decide: unexpected argument %q (capgate decide -h lists the flags)", f.fs.Arg(0))}
+	}
+	getenv := c.Getenv
+	if getenv == nil {
+		getenv = os.Getenv
+	}
+	if _, err := applyEnv(f.fs, getenv); err != nil { // CAPGATE_<FLAG> for every flag, as serve
+		return err
 	}
 	o := *f.o
 	o.Settings = *f.st

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"regexp"
 	"strings"
 )
 
@@ -15,15 +16,56 @@ const (
 	LogFormatJSON = "json"
 )
 
-// newLogger returns the operational logger writing format to w.
+// newLogger returns the operational logger writing format to w. Every
+// value it writes has the passwords of URLs in it masked (maskSecrets).
 func newLogger(format string, w io.Writer) (*slog.Logger, error) {
+	opts := &slog.HandlerOptions{ReplaceAttr: maskAttr}
 	switch strings.ToLower(strings.TrimSpace(format)) {
 	case LogFormatText, "":
-		return slog.New(slog.NewTextHandler(w, nil)), nil
+		return slog.New(slog.NewTextHandler(w, opts)), nil
 	case LogFormatJSON:
-		return slog.New(slog.NewJSONHandler(w, nil)), nil
+		return slog.New(slog.NewJSONHandler(w, opts)), nil
 	}
 	return nil, fmt.Errorf("--log-format %q: use text or json", format)
+}
+
+// urlPassword matches the password of a URL written in text:
+// scheme://user:password@.
+var urlPassword = regexp.MustCompile(`([a-zA-Z][a-zA-Z0-9+.-]*://[^:/@\s]*):[^@\s/]*@`)
+
+// maskSecrets masks the passwords of the URLs in s.
+func maskSecrets(s string) string {
+	if !strings.Contains(s, "://") {
+		return s
+	}
+	return urlPassword.ReplaceAllString(s, "${1}:xxxxx@")
+}
+
+// maskAttr is the loggers' ReplaceAttr: a string, error or Stringer value
+// (a URL, an error quoting one) is written with its passwords masked, the
+// message too, so no log line carries a secret however it was built.
+func maskAttr(_ []string, a slog.Attr) slog.Attr {
+	v := a.Value
+	switch v.Kind() {
+	case slog.KindString:
+		if m := maskSecrets(v.String()); m != v.String() {
+			a.Value = slog.StringValue(m)
+		}
+	case slog.KindAny:
+		var s string
+		switch x := v.Any().(type) {
+		case error:
+			s = x.Error()
+		case fmt.Stringer:
+			s = x.String()
+		default:
+			return a
+		}
+		if m := maskSecrets(s); m != s {
+			a.Value = slog.StringValue(m)
+		}
+	}
+	return a
 }
 
 // redisLogger routes go-redis's own log lines (a dial that failed, a

@@ -37,7 +37,7 @@ Usage:
 Commands:
   serve      run the gateway in front of an API
   decide     run the decision service an app asks from inside (docs/PROTOCOL.md)
-  capacity   show and change the runtime config: show|set|reset|history|status
+  capacity   show and change the runtime config: show|set|reset|rollback|history|status
   demo       run a simulated API, the gateway and simulated users for ~30 s
   loadgen    drive a gateway with simulated Mapper users and report
   analyze    report on ocl_capacity log lines; --what-if replays them against a changed config

@@ -5,6 +5,7 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"os"
 	"time"
 )
 
@@ -50,6 +51,13 @@ func (c *MigrateCommand) Run(ctx context.Context, args []string) error {
 	}
 	if fs.NArg() > 0 {
 		return &UsageError{Msg: fmt.Sprintf("capgate migrate takes no arguments, got %q\n\n%s", fs.Arg(0), helpOf(c.Usage(), fs))}
+	}
+	getenv := c.Getenv
+	if getenv == nil {
+		getenv = os.Getenv
+	}
+	if _, err := applyEnv(fs, getenv); err != nil { // CAPGATE_DATABASE, CAPGATE_WAIT
+		return err
 	}
 	ctx, cancel := context.WithTimeout(ctx, migrateTimeout)
 	defer cancel()

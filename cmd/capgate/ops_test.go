@@ -111,7 +111,7 @@ func TestServeSettingsOneSyntaxAndOneLineErrors(t *testing.T) {
 		{nil, []string{"--mode", "enforc"}, `"enforc" is not a mode`},
 		{[]string{"CAPACITY_LIMIT_MODE=enforc"}, nil, `CAPACITY_LIMIT_MODE="enforc" is not a mode`},
 		{[]string{"CAPACITY_CONFIG_CACHE_SECONDS=ten"}, nil, `CAPACITY_CONFIG_CACHE_SECONDS="ten"`},
-		{nil, []string{"--config-cache", "-1s"}, `flag -config-cache`},
+		{nil, []string{"--config-cache", "-1s"}, `flag --config-cache`},
 		{[]string{"CAPGATE_SHUTDOWN_TIMEOUT=soon"}, nil, `CAPGATE_SHUTDOWN_TIMEOUT="soon"`},
 		{nil, []string{"--log-format", "xml"}, `--log-format "xml"`},
 		{[]string{"CAPGATE_MIGRATE=maybe"}, nil, `CAPGATE_MIGRATE="maybe"`},
@@ -227,8 +227,8 @@ func TestEveryCommandHasItsOwnHelp(t *testing.T) {
 		want, notWant []string
 	}{
 		{[]string{"capacity", "history", "-h"}, []string{"--limit", "-create"}, []string{"assignments", "-redis", "-note"}},
-		{[]string{"capacity", "status", "-h"}, []string{"-redis", "exits 1", "-create"}, []string{"assignments", "-redis-retry", "-task-id", "in-process lanes"}},
-		{[]string{"capacity", "set", "-h"}, []string{"assignments", "-user", "operating system user"}, []string{"-limit", "-redis"}},
+		{[]string{"capacity", "status", "-h"}, []string{"-redis", "exits 1", "-create"}, []string{"assignments", "in-process lanes"}},
+		{[]string{"capacity", "set", "-h"}, []string{"assignments", "-user", "operating system user"}, []string{"-limit"}},
 		{[]string{"capacity", "show", "-h"}, []string{"-create"}, []string{"assignments", "-limit"}},
 		{[]string{"migrate", "-h"}, []string{"Usage: capgate migrate", "-database"}, []string{"-redis"}},
 		{[]string{"serve", "-h"}, []string{"-log-format", "-migrate", "/readyz", "-mode off|shadow|enforce", "-config-cache duration", "-shutdown-timeout duration", "-max-body-bytes bytes", "SIGHUP"}, []string{"invalid means shadow"}},

@@ -40,7 +40,9 @@ func startServeProcess(t *testing.T, env []string, args ...string) *serveProcess
 	cmd.Env = append([]string{"CAPGATE_TEST_MAIN=1", "GORACE=atexit_sleep_ms=0", "PATH=" + os.Getenv("PATH"),
 		"HOME=" + os.Getenv("HOME"),
 		// The tests read /metrics without a staff token.
-		"CAPGATE_PUBLIC_METRICS=true"}, env...)
+		"CAPGATE_PUBLIC_METRICS=true",
+		// No drain phase unless a test asks: SIGTERM ends the test processes.
+		"CAPGATE_DRAIN_DELAY=0"}, env...)
 	cmd.Stdout = io.Discard
 	errPipe, err := cmd.StderrPipe()
 	if err != nil {

@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"net/http"
 	"os"
-	"sync"
 	"sync/atomic"
 
 	"github.com/capgate/capgate"
@@ -15,11 +14,12 @@ import (
 
 // reopenFile is an append-only log file that can be reopened by path
 // (SIGHUP), so logrotate can move it away and the next line goes to a new
-// file. Safe for concurrent use.
+// file. Safe for concurrent use. No lock is held across a write: a write
+// blocked for good (a FIFO whose reader stalled) never holds up Reopen or
+// Close, and Close unblocks it.
 type reopenFile struct {
 	path string
-	mu   sync.Mutex
-	f    *os.File // requires mu held
+	f    atomic.Pointer[os.File]
 }
 
 func openLogFile(path string) (*reopenFile, error) {
@@ -27,14 +27,14 @@ func openLogFile(path string) (*reopenFile, error) {
 	if err != nil {
 		return nil, err
 	}
-	return &reopenFile{path: path, f: f}, nil
+	r := &reopenFile{path: path}
+	r.f.Store(f)
+	return r, nil
 }
 
-func (r *reopenFile) Write(p []byte) (int, error) {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	return r.f.Write(p)
-}
+// Write writes p to the file in force. Only the sink's one writer
+// goroutine writes, so a line never straddles a Reopen.
+func (r *reopenFile) Write(p []byte) (int, error) { return r.f.Load().Write(p) }
 
 // Reopen opens the path again and closes the old file. If the path can't
 // be opened, writing goes on to the old file and the error is returned.
@@ -43,18 +43,10 @@ func (r *reopenFile) Reopen() error {
 	if err != nil {
 		return fmt.Errorf("reopen %s: %w", r.path, err)
 	}
-	r.mu.Lock()
-	old := r.f
-	r.f = f
-	r.mu.Unlock()
-	return old.Close()
+	return r.f.Swap(f).Close()
 }
 
-func (r *reopenFile) Close() error {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	return r.f.Close()
-}
+func (r *reopenFile) Close() error { return r.f.Load().Close() }
 
 // reloadingTokens is the tokens identity whose file can be read again
 // (SIGHUP) without a restart. A file that fails to load keeps the tokens

@@ -9,7 +9,6 @@ import (
 	"net"
 	"os"
 	"os/signal"
-	"strconv"
 	"strings"
 	"syscall"
 	"time"
@@ -27,6 +26,10 @@ type ServeCommand struct {
 	Stdout, Stderr io.Writer
 	// Getenv reads the environment. Default os.Getenv.
 	Getenv func(string) string
+	// Environ lists the environment, for refusing a CAPGATE_ variable no
+	// flag reads. Default os.Environ; with Getenv set and Environ nil, no
+	// variable is refused.
+	Environ func() []string
 	// Ready, if set, gets the gateway's address once it listens (tests).
 	Ready chan<- string
 }
@@ -41,20 +44,18 @@ and the probes GET /livez and GET /readyz (/healthz: /livez), and writes
 one ocl_capacity JSON line per gated call to stdout (or --log-file). SIGHUP reopens --log-file and reloads --tokens. A
 sqlite: database is created if missing (its absolute path is logged at start);
 the gateway starts even when the database is down, on the defaults. Every
-flag also reads the environment variable named in its help; an invalid value
-refuses to start. Flags:
+flag also reads the environment variable CAPGATE_<FLAG> (--redis-cluster:
+CAPGATE_REDIS_CLUSTER; some also the original's names, in their help); an
+invalid value, or a CAPGATE_ variable no flag reads, refuses to start. Flags:
 `
 }
 
 // serveFlags holds the parsed flag values until they are checked.
 type serveFlags struct {
-	fs          *flag.FlagSet
-	st          *Settings
-	o           *ServeOptions
-	maxBody     string
-	maxBuffered string
-	maxHeader   string
-	public      string
+	fs        *flag.FlagSet
+	st        *Settings
+	o         *ServeOptions
+	maxHeader int64
 	// Start-up and operations (ops).
 	logFormat string
 	migrate   bool
@@ -88,38 +89,32 @@ func (c *ServeCommand) flags() (*serveFlags, error) {
 	fs.StringVar(&o.Tokens, "tokens", env("CAPGATE_TOKENS", ""), "the tokens file for --identity tokens (CAPGATE_TOKENS)")
 	fs.StringVar(&o.TrustedProxies, "trusted-proxies", env("CAPGATE_TRUSTED_PROXIES", ""), "comma-separated CIDRs of proxies whose X-Forwarded-* and X-Capgate-* headers are trusted (CAPGATE_TRUSTED_PROXIES)")
 	fs.StringVar(&o.PathPrefix, "path-prefix", env("CAPGATE_PATH_PREFIX", ""), "where the API is mounted, e.g. /api (CAPGATE_PATH_PREFIX)")
-	fs.StringVar(&f.maxBody, "max-body-bytes", env("CAPGATE_MAX_BODY_BYTES", strconv.FormatInt(capgatehttp.DefaultMaxBodyBytes, 10)), "the most `bytes` of a body read to classify it; a larger heavy-path body is gated as bulk (CAPGATE_MAX_BODY_BYTES)")
+	o.MaxBodyBytes = capgatehttp.DefaultMaxBodyBytes
+	fs.Var(bytesValue{&o.MaxBodyBytes}, "max-body-bytes", "the most `bytes` of a body read to classify it, such as 65536 or 64KiB; a larger heavy-path body is gated as bulk (CAPGATE_MAX_BODY_BYTES)")
 	fs.StringVar(&o.CORSOrigins, "cors-origins", env("CAPGATE_CORS_ORIGINS", ""), "comma-separated origins allowed, with credentials, on the gateway's own 429; default: echo the request's Origin without credentials (CAPGATE_CORS_ORIGINS)")
 	fs.StringVar(&o.LogFile, "log-file", env("CAPGATE_LOG_FILE", ""), "append the ocl_capacity lines to this file instead of stdout (CAPGATE_LOG_FILE)")
 	o.ShutdownTimeout = DefaultShutdownTimeout
-	if v := getenv("CAPGATE_SHUTDOWN_TIMEOUT"); v != "" {
-		if o.ShutdownTimeout, err = parseDuration(v, time.Second); err != nil {
-			return nil, fmt.Errorf("CAPGATE_SHUTDOWN_TIMEOUT=%q: want a duration such as 30s, or a number of seconds", v)
-		}
-	}
-	fs.Var(durationValue{&o.ShutdownTimeout, time.Second}, "shutdown-timeout", "how long calls in flight may finish after SIGTERM, a `duration` such as 30s or a number of seconds (CAPGATE_SHUTDOWN_TIMEOUT)")
+	fs.Var(durationValue{&o.ShutdownTimeout, time.Second}, "shutdown-timeout", "how long calls in flight may finish after SIGTERM and the drain delay, a `duration` such as 30s or a number of seconds; calls still running then are cut (their lines say error shutdown, their leases are released) and the exit code is 1 (CAPGATE_SHUTDOWN_TIMEOUT)")
+	o.DrainDelay = DefaultDrainDelay
+	fs.Var(durationValue{&o.DrainDelay, time.Second}, "drain-delay", "after SIGTERM, how long /readyz answers 503 while the gateway still serves, before it stops accepting, a `duration` such as 5s or a number of seconds; a second SIGTERM or SIGINT skips it and exits at once (CAPGATE_DRAIN_DELAY)")
 	fs.StringVar(&o.CoreGroup, "core-group", env("CAPGATE_CORE_GROUP", "core_user"), "the auth group of the core tier (CAPGATE_CORE_GROUP)")
-	localLanes, err := parseBool("CAPGATE_LOCAL_LANES", env("CAPGATE_LOCAL_LANES", "true"))
-	if err != nil {
-		return nil, err
-	}
-	fs.BoolVar(&o.LocalLanes, "local-lanes", localLanes, "with Redis: keep local lanes of this gateway's calls, refuse what they find full, and apply degraded limits while Redis is unavailable (CAPGATE_LOCAL_LANES)")
+	o.LocalLanes = true
+	fs.Var(boolValue{&o.LocalLanes}, "local-lanes", "with Redis: keep local lanes of this gateway's calls, refuse what they find full, and apply degraded limits while Redis is unavailable (CAPGATE_LOCAL_LANES)")
 	fs.StringVar(&o.EarlyGroup, "early-access-group", env("CAPGATE_EARLY_ACCESS_GROUP", "early_access"), "the auth group of the early_access tier (CAPGATE_EARLY_ACCESS_GROUP)")
 	// Request-front hardening (docs/SECURITY.md).
-	fs.StringVar(&f.maxBuffered, "max-buffered-bytes", env("CAPGATE_MAX_BUFFERED_BYTES", strconv.FormatInt(capgatehttp.DefaultMaxBufferedBytes, 10)), "the most request bytes held to classify calls, across all calls in flight; past it a heavy call gets 503 with Retry-After (CAPGATE_MAX_BUFFERED_BYTES)")
-	fs.StringVar(&f.maxHeader, "max-header-bytes", env("CAPGATE_MAX_HEADER_BYTES", strconv.Itoa(capgatehttp.DefaultMaxHeaderBytes)), "the most bytes of one request's header (request line and headers); a larger one gets 431 (CAPGATE_MAX_HEADER_BYTES)")
+	o.MaxBufferedBytes = capgatehttp.DefaultMaxBufferedBytes
+	fs.Var(bytesValue{&o.MaxBufferedBytes}, "max-buffered-bytes", "the most request `bytes` (such as 32MiB) held to classify calls, across all calls in flight, request headers included; past it a heavy call gets 503 with Retry-After (CAPGATE_MAX_BUFFERED_BYTES)")
+	f.maxHeader = capgatehttp.DefaultMaxHeaderBytes
+	fs.Var(bytesValue{&f.maxHeader}, "max-header-bytes", "the most `bytes` (such as 64KiB) of one request's header (request line and headers); a larger one gets 431 (CAPGATE_MAX_HEADER_BYTES)")
 	fs.StringVar(&o.UpgradePaths, "upgrade-paths", env("CAPGATE_UPGRADE_PATHS", ""), "comma-separated path prefixes where a connection upgrade (WebSocket) is passed on; never h2c, never the heavy paths (CAPGATE_UPGRADE_PATHS)")
 	fs.StringVar(&o.MetricsToken, "metrics-token", env("CAPGATE_METRICS_TOKEN", ""), "a static bearer token that may read /metrics without the identity lookup; best set through the environment (CAPGATE_METRICS_TOKEN)")
 	fs.StringVar(&o.StaffTokens, "staff-tokens", env("CAPGATE_STAFF_TOKENS", ""), "a file of static staff tokens (the --tokens format, every entry \"is_staff\": true) for the staff API and /metrics, taken before the identity lookup, so they work while the API is down; reloaded on SIGHUP (CAPGATE_STAFF_TOKENS)")
 	fs.StringVar(&o.AccessLog, "access-log", env("CAPGATE_ACCESS_LOG", ""), "append one JSON line per request (request id, method, path, status, class, bytes, duration) to this file; reopened on SIGHUP (CAPGATE_ACCESS_LOG)")
-	fs.StringVar(&f.public, "public-metrics", env("CAPGATE_PUBLIC_METRICS", "false"), "serve /metrics to anyone, not only staff, when there is no --admin-listen (CAPGATE_PUBLIC_METRICS)")
+	fs.Var(boolValue{&o.PublicMetrics}, "public-metrics", "serve /metrics to anyone, not only staff, when there is no --admin-listen (CAPGATE_PUBLIC_METRICS)")
 
 	// Start-up and operations (ops).
-	migrate, err := parseBool("CAPGATE_MIGRATE", env("CAPGATE_MIGRATE", "true"))
-	if err != nil {
-		return nil, err
-	}
-	fs.BoolVar(&f.migrate, "migrate", migrate, "migrate the config database at start (retried in the background while it is down); false: leave it to capgate migrate, for a database user without DDL rights (CAPGATE_MIGRATE)")
+	f.migrate = true
+	fs.Var(boolValue{&f.migrate}, "migrate", "migrate the config database at start (retried in the background while it is down); false: leave it to capgate migrate, for a database user without DDL rights (CAPGATE_MIGRATE)")
 	fs.StringVar(&f.logFormat, "log-format", env("CAPGATE_LOG_FORMAT", LogFormatText), "the operational logs' format on stderr, text or json; the ocl_capacity lines are always JSON (CAPGATE_LOG_FORMAT)")
 	// The decision service beside the gateway (decide.go).
 	fs.StringVar(&o.Decide.Listen, "decide-listen", env("CAPGATE_DECIDE_LISTEN", ""), "also serve the decision protocol (docs/PROTOCOL.md) on unix:<path> or host:port (CAPGATE_DECIDE_LISTEN)")
@@ -143,13 +138,23 @@ func effectiveSettings(fs *flag.FlagSet) []any {
 	return kv
 }
 
-// parseBool reads a boolean environment variable: true/false, 1/0.
-func parseBool(name, v string) (bool, error) {
-	b, err := strconv.ParseBool(strings.TrimSpace(v))
-	if err != nil {
-		return false, fmt.Errorf("%s=%q: want true or false", name, v)
+// afterBoolFlag explains an unexpected argument that follows a boolean
+// flag: "--public-metrics false" is the flag and an argument; it must be
+// written --public-metrics=false.
+func afterBoolFlag(fs *flag.FlagSet, args []string) string {
+	rest := len(args) - fs.NArg()
+	if rest < 1 {
+		return ""
 	}
-	return b, nil
+	name := strings.TrimLeft(args[rest-1], "-")
+	fl := fs.Lookup(name)
+	if fl == nil {
+		return ""
+	}
+	if b, ok := fl.Value.(interface{ IsBoolFlag() bool }); !ok || !b.IsBoolFlag() {
+		return ""
+	}
+	return fmt.Sprintf(" after --%s, which takes no separate value: write --%s=%s", name, name, fs.Arg(0))
 }
 
 func (f *serveFlags) help(usage string) string { return helpOf(usage, f.fs) }
@@ -166,32 +171,43 @@ func (c *ServeCommand) parse(args []string) (ServeOptions, error) {
 			return ServeOptions{}, err
 		}
 		// One line: the flag and why; -h has the rest.
-		return ServeOptions{}, &UsageError{Msg: fmt.Sprintf("capgate serve: %v (capgate serve -h lists the flags)", err)}
+		msg := strings.ReplaceAll(err.Error(), "flag -", "flag --")
+		return ServeOptions{}, &UsageError{Msg: fmt.Sprintf("capgate serve: %s (capgate serve -h lists the flags)", msg)}
 	}
 	if f.fs.NArg() > 0 {
-		return ServeOptions{}, &UsageError{Msg: fmt.Sprintf("capgate serve: unexpected argument %q (capgate serve -h lists the flags)", f.fs.Arg(0))}
+		return ServeOptions{}, &UsageError{Msg: fmt.Sprintf("capgate serve: unexpected argument %q%s (capgate serve -h lists the flags)",
+			f.fs.Arg(0), afterBoolFlag(f.fs, args))}
+	}
+	getenv, environ := c.Getenv, c.Environ
+	if getenv == nil {
+		getenv = os.Getenv
+		if environ == nil {
+			environ = os.Environ
+		}
+	}
+	src, err := applyEnv(f.fs, getenv)
+	if err != nil {
+		return ServeOptions{}, err
+	}
+	if environ != nil {
+		if err := unknownEnv(f.fs, environ()); err != nil {
+			return ServeOptions{}, err
+		}
 	}
 	o := *f.o
 	o.Settings = *f.st
-	n, err := strconv.ParseInt(f.maxBody, 10, 64)
-	if err != nil || n <= 0 {
-		return o, fmt.Errorf("--max-body-bytes %q: want a positive number of bytes", f.maxBody)
-	}
-	o.MaxBodyBytes = n
+	o.envSrc = src
 	o.LogFormat = f.logFormat
 	o.SkipMigrate = !f.migrate
 	if _, err := newLogger(o.LogFormat, io.Discard); err != nil {
-		return o, err
+		return o, src.name(err)
 	}
-	if n, err = strconv.ParseInt(f.maxBuffered, 10, 64); err != nil || n <= 0 {
-		return o, fmt.Errorf("--max-buffered-bytes %q: want a positive number of bytes", f.maxBuffered)
+	if f.maxHeader <= 0 || f.maxHeader > 1<<30 {
+		return o, src.name(fmt.Errorf("--max-header-bytes %d: want a positive number of bytes, at most 1GiB", f.maxHeader))
 	}
-	o.MaxBufferedBytes = n
-	if o.MaxHeaderBytes, err = strconv.Atoi(f.maxHeader); err != nil || o.MaxHeaderBytes <= 0 {
-		return o, fmt.Errorf("--max-header-bytes %q: want a positive number of bytes", f.maxHeader)
-	}
-	if o.PublicMetrics, err = strconv.ParseBool(f.public); err != nil {
-		return o, fmt.Errorf("--public-metrics %q: want true or false", f.public)
+	o.MaxHeaderBytes = int(f.maxHeader)
+	if o.Tokens != "" && o.Identity != "tokens" {
+		return o, src.name(fmt.Errorf("--tokens needs --identity tokens (the identity is %q): set both, or neither", o.Identity))
 	}
 	o.effective = effectiveSettings(f.fs)
 	return o, nil
@@ -216,9 +232,32 @@ func (c *ServeCommand) Run(ctx context.Context, args []string) error {
 	if o.Mode == capgate.ModeEnforce {
 		logger.Info("boot mode enforce: the defaults refuse enforced calls until staff change the config")
 	}
+	// A second SIGTERM or SIGINT ends the shutdown at once.
+	force := make(chan struct{})
+	sigs := make(chan os.Signal, 2)
+	signal.Notify(sigs, os.Interrupt, syscall.SIGTERM)
+	defer signal.Stop(sigs)
+	ended := make(chan struct{})
+	defer close(ended)
+	go func() {
+		for n := 0; ; {
+			select {
+			case <-sigs:
+				// The first one also ended ctx (processMain).
+				if n++; n == 2 {
+					logger.Warn("second signal: cutting the calls in flight and exiting")
+					close(force)
+					return
+				}
+			case <-ended:
+				return
+			}
+		}
+	}()
+	o.Force = force
 	srv, err := NewServer(ctx, o, c.Stdout, logger)
 	if err != nil {
-		return err
+		return o.envSrc.name(err)
 	}
 	defer func() {
 		if cerr := srv.Close(); cerr != nil {
@@ -246,7 +285,7 @@ func (c *ServeCommand) Run(ctx context.Context, args []string) error {
 		return err
 	}
 	defer func() { _ = waitDecide() }() // before the gate closes (the deferred srv.Close)
-	logger.Info("capgate serving", "listen", ln.Addr().String(), "upstream", o.Upstream,
+	logger.Info("capgate serving", "listen", ln.Addr().String(), "upstream", maskURL(o.Upstream),
 		"task", o.TaskID, "identity", o.Identity)
 	if c.Ready != nil {
 		c.Ready <- ln.Addr().String()

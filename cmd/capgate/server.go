@@ -5,14 +5,17 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"io/fs"
 	"log/slog"
 	"net"
 	"net/http"
 	"net/netip"
 	"net/url"
+	"os"
 	"path/filepath"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/capgate/capgate/config"
@@ -26,6 +29,7 @@ import (
 	"github.com/capgate/capgate/logsink"
 	"github.com/capgate/capgate/memory"
 	"github.com/capgate/capgate/metrics"
+	"github.com/capgate/capgate/postgres"
 	"github.com/capgate/capgate/redis"
 )
 
@@ -43,8 +47,12 @@ type ServeOptions struct {
 	CORSOrigins     string        // --cors-origins, CAPGATE_CORS_ORIGINS: comma-separated; empty: echo Origin
 	LogFile         string        // --log-file, CAPGATE_LOG_FILE: the ocl_capacity lines; empty: stdout
 	ShutdownTimeout time.Duration // --shutdown-timeout, CAPGATE_SHUTDOWN_TIMEOUT
-	CoreGroup       string        // --core-group
-	EarlyGroup      string        // --early-access-group
+	DrainDelay      time.Duration // --drain-delay, CAPGATE_DRAIN_DELAY: /readyz fails this long before the listener closes
+	// Force, when closed, ends a shutdown at once (a second signal): calls
+	// in flight are cut and their leases released. Default nil: never.
+	Force      <-chan struct{}
+	CoreGroup  string // --core-group
+	EarlyGroup string // --early-access-group
 	// LocalLanes (--local-lanes, CAPGATE_LOCAL_LANES, default true) keeps
 	// this gateway's own count of its calls beside the Redis lanes: it
 	// refuses what this gateway alone knows is full, and holds degraded
@@ -60,9 +68,10 @@ type ServeOptions struct {
 	// Start-up and operations (ops).
 	observeOptions // --metrics-token, --staff-tokens, --access-log (observe.go)
 
-	SkipMigrate bool   // --migrate=false, CAPGATE_MIGRATE=false: leave the schema to capgate migrate
-	LogFormat   string // --log-format, CAPGATE_LOG_FORMAT: text (default) or json
-	effective   []any  // every flag's value, for the start-up log line
+	SkipMigrate bool       // --migrate=false, CAPGATE_MIGRATE=false: leave the schema to capgate migrate
+	LogFormat   string     // --log-format, CAPGATE_LOG_FORMAT: text (default) or json
+	effective   []any      // every flag's value, for the start-up log line
+	envSrc      envSources // the flags set from the environment, for errors
 
 	// Decide serves the decision protocol beside the gateway
 	// (--decide-listen, --decide-token, --decide-no-token).
@@ -90,6 +99,12 @@ type Server struct {
 	// reloaded and reopened on SIGHUP.
 	staffTokens *reloadingTokens
 	accessFile  *reopenFile
+	// pushes are the channels config changes are announced on (Redis
+	// pub/sub, PostgreSQL LISTEN): Serve follows each.
+	pushes   []config.Subscriber
+	draining atomic.Bool // set at shutdown: /readyz answers 503
+	inFlight sync.WaitGroup
+	running  atomic.Int64 // requests being served
 	// migrateLater is set when the migration at start failed (the
 	// database was down): Serve retries it in the background.
 	migrateLater bool
@@ -154,6 +169,12 @@ func NewServer(ctx context.Context, opts ServeOptions, lines io.Writer, logger *
 			return nil, fmt.Errorf("redis lanes: %w", err)
 		}
 		s.closers = append(s.closers, rs.Close)
+		// A Redis that refuses these settings for good (DB index, password,
+		// cluster mode) would fail open for ever: refuse to start instead.
+		// One that does not answer is no error here.
+		if err := rs.CheckConfig(ctx); err != nil {
+			return nil, fmt.Errorf("--redis %s: %w", rs, err)
+		}
 		s.Lanes = rs
 		logger.Info("lanes in Redis", "redis", rs.String())
 	} else {
@@ -161,16 +182,33 @@ func NewServer(ctx context.Context, opts ServeOptions, lines io.Writer, logger *
 		logger.Warn("lanes are in-process: they count this gateway only; with more than one gateway set --redis, --redis-sentinels or --redis-cluster")
 	}
 
+	if err := checkSQLiteDir(opts.Database); err != nil {
+		return nil, err
+	}
 	cstore, err := ConnectConfigStore(ctx, opts.Database)
 	if err != nil {
 		return nil, fmt.Errorf("config store: %w", err)
 	}
 	s.closers = append(s.closers, cstore.Close)
 	s.store = cstore
-	s.prepareSchema(ctx)
+	if err := s.prepareSchema(ctx); err != nil {
+		return nil, err
+	}
 	s.Configs = opts.NewConfigService(cstore)
 	s.Configs.Sink = s.Sink
 	s.Configs.Logger = logger
+	// Changes are pushed: through PostgreSQL NOTIFY where the config is
+	// (the store notifies its own), SQLite's commit counter for a file on
+	// this host, and Redis pub/sub where the lanes are; the poll (Watch)
+	// stays the fallback.
+	if sub, ok := cstore.(config.Subscriber); ok {
+		s.pushes = append(s.pushes, sub)
+	}
+	if rs, ok := s.Lanes.(*redis.Store); ok {
+		ch := redis.NewConfigChannel(rs, opts.KeyPrefix)
+		s.pushes = append(s.pushes, ch)
+		s.Configs.Notifiers = append(s.Configs.Notifiers, ch)
+	}
 
 	reg := prometheus.NewRegistry()
 	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
@@ -187,7 +225,9 @@ func NewServer(ctx context.Context, opts ServeOptions, lines io.Writer, logger *
 				return st.Err
 			}, Live: true},
 		},
-		Ready: func() bool { return s.Configs.ReadState().Ready },
+		// Draining, the gateway still serves but asks to be taken out of
+		// the load balancer first.
+		Ready: func() bool { return !s.draining.Load() && s.Configs.ReadState().Ready },
 	}
 	if s.Gate, err = capgate.NewGate(s.Lanes, s.Configs, s.Sink, opts.TaskID); err != nil {
 		return nil, err
@@ -304,7 +344,9 @@ const startMigrateTimeout = 5 * time.Second
 // =false). A database that is down is not fatal: the gateway serves on
 // the defaults (enforce as shadow) and migrates in the background once it
 // answers. With --migrate=false it only warns when the schema is behind.
-func (s *Server) prepareSchema(ctx context.Context) {
+// It fails only for a database that refuses the settings for good (a
+// PostgreSQL password or database that is wrong).
+func (s *Server) prepareSchema(ctx context.Context) error {
 	if p := sqlitePath(s.opts.Database); p != "" {
 		if abs, err := filepath.Abs(p); err == nil {
 			s.logger.Info("config in SQLite", "path", abs)
@@ -315,19 +357,43 @@ func (s *Server) prepareSchema(ctx context.Context) {
 	if s.opts.SkipMigrate {
 		have, err := s.store.DatabaseVersion(ctx)
 		switch {
+		case postgres.IsConfigError(err):
+			return fmt.Errorf("--database %s: %w", maskURL(s.opts.Database), err)
 		case err != nil:
 			s.logger.Warn("config database not readable at start; serving on the defaults until it is", "error", err)
 		case have < latestSchema(s.opts.Database):
 			s.logger.Warn("config database schema is behind and --migrate=false: run capgate migrate; serving on the defaults until then",
 				"have", have, "want", latestSchema(s.opts.Database))
 		}
-		return
+		return nil
 	}
 	if err := s.store.Migrate(ctx); err != nil {
+		if postgres.IsConfigError(err) {
+			return fmt.Errorf("--database %s: %w", maskURL(s.opts.Database), err)
+		}
 		s.logger.Warn("config database not ready at start; serving on the defaults (enforce as shadow), migrating in the background",
 			"error", err)
 		s.migrateLater = true
 	}
+	return nil
+}
+
+// checkSQLiteDir refuses a sqlite: database whose directory does not exist:
+// the file can never be made there, so it is no outage to wait out.
+func checkSQLiteDir(database string) error {
+	p := sqlitePath(database)
+	if p == "" {
+		return nil
+	}
+	dir := filepath.Dir(p)
+	fi, err := os.Stat(dir)
+	switch {
+	case errors.Is(err, fs.ErrNotExist):
+		return fmt.Errorf("--database %s: the directory %s does not exist", database, dir)
+	case err == nil && !fi.IsDir():
+		return fmt.Errorf("--database %s: %s is not a directory", database, dir)
+	}
+	return nil
 }
 
 // Backoff of the background migration.
@@ -403,15 +469,32 @@ func splitList(s string) []string {
 // client sending a byte a second can't hold a connection for ever.
 const requestReadTimeout = 2 * time.Minute
 
+// ErrCut is what Serve returns when calls were still running at the
+// shutdown timeout (or a second signal) and were cut: the exit code is 1.
+var ErrCut = errors.New("calls cut at shutdown")
+
+// DefaultDrainDelay is how long /readyz fails before the listener closes.
+const DefaultDrainDelay = 5 * time.Second
+
 // Serve serves the gateway on ln (and the admin handler on admin, if
-// given) until ctx is done, then shuts down gracefully: it stops
-// accepting, lets calls in flight finish for at most ShutdownTimeout (their
-// leases are released as each one ends), and returns. Close the Server
-// after it to drain the log sink.
+// given) until ctx is done, then shuts down: /readyz answers 503 for
+// DrainDelay while the listeners still serve (so load balancers take the
+// gateway out first), then it stops accepting and lets calls in flight
+// finish for at most ShutdownTimeout (their leases are released as each
+// one ends). Calls still running then are cut: each writes its line with
+// error "shutdown" and releases its leases, and Serve returns an error
+// wrapping ErrCut. Force, when closed, skips the waits and cuts at once.
+// Close the Server after it to drain the log sink.
 func (s *Server) Serve(ctx context.Context, ln, admin net.Listener) error {
+	// Done when the gateway stops waiting for calls in flight: each
+	// request's context carries it (capgatehttp.WithShutdown) and derives
+	// from it.
+	cutCtx, cut := context.WithCancel(context.WithoutCancel(ctx))
+	defer cut()
+	base := capgatehttp.WithShutdown(cutCtx, cutCtx)
 	newHTTP := func(h http.Handler) *http.Server {
 		return &http.Server{
-			Handler: h,
+			Handler: s.track(h),
 			// Slow clients can't hold a connection open before or
 			// while sending a request; a heavy call may then run for
 			// many minutes, so there is no overall write timeout.
@@ -420,6 +503,7 @@ func (s *Server) Serve(ctx context.Context, ln, admin net.Listener) error {
 			IdleTimeout:       2 * time.Minute,
 			MaxHeaderBytes:    s.maxHeaderBytes(),
 			ErrorLog:          slog.NewLogLogger(s.logger.Handler(), slog.LevelWarn),
+			BaseContext:       func(net.Listener) context.Context { return base },
 		}
 	}
 	servers := []*http.Server{newHTTP(s.Handler)}
@@ -434,6 +518,9 @@ func (s *Server) Serve(ctx context.Context, ln, admin net.Listener) error {
 	bctx, stopBackground := context.WithCancel(context.WithoutCancel(ctx))
 	var background sync.WaitGroup
 	background.Go(func() { s.Configs.Watch(bctx) })
+	for _, p := range s.pushes {
+		background.Go(func() { s.Configs.Follow(bctx, p) })
+	}
 	background.Go(func() { s.Health.Run(bctx) })
 	if s.migrateLater {
 		background.Go(func() { s.migrateInBackground(bctx) })
@@ -454,15 +541,62 @@ func (s *Server) Serve(ctx context.Context, ln, admin net.Listener) error {
 	case <-ctx.Done():
 	case err = <-errc:
 	}
-	s.logger.Info("shutting down", "timeout", s.opts.ShutdownTimeout.String())
+	force := s.opts.Force
+	forced := func() bool {
+		select {
+		case <-force:
+			return true
+		default:
+			return false
+		}
+	}
+	s.draining.Store(true)
+	if err == nil && s.opts.DrainDelay > 0 {
+		s.logger.Info("draining: /readyz answers 503 while calls are still served", "drain_delay", s.opts.DrainDelay.String())
+		t := time.NewTimer(s.opts.DrainDelay)
+		select {
+		case <-t.C:
+		case <-force:
+		}
+		t.Stop()
+	}
+	s.logger.Info("shutting down", "timeout", s.opts.ShutdownTimeout.String(), "in_flight", s.running.Load())
 	sctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), s.opts.ShutdownTimeout)
 	defer cancel()
+	if force != nil {
+		go func() {
+			select {
+			case <-force:
+				cancel()
+			case <-sctx.Done():
+			}
+		}()
+	}
+	var shut sync.WaitGroup
+	var timedOut atomic.Bool
 	for _, srv := range servers {
-		if serr := srv.Shutdown(sctx); serr != nil {
-			// Calls still running past the timeout: cut them; their
-			// handlers release their leases as they return.
-			s.logger.Warn("calls still in flight at the shutdown timeout; closing them", "error", serr)
+		shut.Go(func() {
+			if serr := srv.Shutdown(sctx); serr != nil {
+				timedOut.Store(true)
+			}
+		})
+	}
+	shut.Wait()
+	if timedOut.Load() || forced() {
+		n := s.running.Load()
+		why := "the shutdown timeout"
+		if forced() {
+			why = "a second signal"
+		}
+		s.logger.Warn("calls still in flight; cutting them: each writes its line with error shutdown and releases its leases",
+			"calls", n, "after", why)
+		cut()
+		s.awaitCut()
+		for _, srv := range servers {
 			_ = srv.Close()
+		}
+		if n > 0 {
+			return fmt.Errorf("%w: %d call(s) still running after %s", ErrCut, n, why)
 		}
 	}
 	if errors.Is(err, http.ErrServerClosed) {
@@ -477,6 +611,42 @@ func (s *Server) maxHeaderBytes() int {
 		return s.opts.MaxHeaderBytes
 	}
 	return capgatehttp.DefaultMaxHeaderBytes
+}
+
+// track counts the requests being served, so a shutdown can wait for the
+// calls it cut to release their leases.
+func (s *Server) track(h http.Handler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		s.inFlight.Add(1)
+		s.running.Add(1)
+		defer func() {
+			s.running.Add(-1)
+			s.inFlight.Done()
+		}()
+		h.ServeHTTP(w, r)
+	})
+}
+
+// awaitCut waits for the handlers of the calls just cut to return, which
+// release their leases: at most the store's deadline twice (a release,
+// and the upstream request's end), plus a second.
+func (s *Server) awaitCut() {
+	d := s.opts.RedisDeadline
+	if d <= 0 {
+		d = capgate.DefaultStoreDeadline
+	}
+	done := make(chan struct{})
+	go func() {
+		s.inFlight.Wait()
+		close(done)
+	}()
+	t := time.NewTimer(2*d + time.Second)
+	defer t.Stop()
+	select {
+	case <-done:
+	case <-t.C:
+		s.logger.Warn("calls cut at shutdown did not all end in time; their leases expire on their own", "calls", s.running.Load())
+	}
 }
 
 // Close drains the log sink (2 s at most) and closes the stores.

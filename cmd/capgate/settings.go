@@ -175,16 +175,6 @@ func (s *Settings) CLIStoreFlags(fs *flag.FlagSet) {
 	fs.Var(modeValue{&s.Mode}, "mode", "the defaults' `off|shadow|enforce` mode, as the gateways were started with (CAPACITY_LIMIT_MODE)")
 }
 
-// StatusFlags registers what capacity status needs of the lane store.
-func (s *Settings) StatusFlags(fs *flag.FlagSet) {
-	fs.StringVar(&s.Redis, "redis", s.Redis, "the lanes' Redis, redis://[:password@]host:port/db (CAPGATE_REDIS_URL, or REDIS_HOST, REDIS_PORT, REDIS_DB, REDIS_PASSWORD)")
-	fs.StringVar(&s.RedisSentinels, "redis-sentinels", s.RedisSentinels, "Redis Sentinels, host:port;host:port (REDIS_SENTINELS)")
-	fs.StringVar(&s.RedisMaster, "redis-master", s.RedisMaster, "the Sentinels' master name (REDIS_SENTINELS_MASTER)")
-	fs.Var(durationValue{&s.RedisTimeout, time.Second}, "redis-timeout", "Redis socket and connect timeout, a `duration` such as 500ms or a number of seconds (CAPACITY_REDIS_TIMEOUT_SECONDS)")
-	fs.Var(durationValue{&s.RedisDeadline, time.Second}, "redis-deadline", "the longest one Redis operation may take, a `duration` such as 1s or a number of seconds (CAPACITY_REDIS_DEADLINE_SECONDS)")
-	fs.StringVar(&s.KeyPrefix, "key-prefix", s.KeyPrefix, "the lane keys' prefix (CAPGATE_KEY_PREFIX)")
-}
-
 // LaneFlags registers the lane store settings on fs, defaulting to s's
 // values.
 func (s *Settings) LaneFlags(fs *flag.FlagSet) {

@@ -3,6 +3,7 @@ package main
 import (
 	"bufio"
 	"context"
+	"fmt"
 	"io"
 	"net"
 	"net/http"
@@ -120,7 +121,7 @@ func TestMigrateCommandAndServeWithoutMigrating(t *testing.T) {
 			t.Errorf("/readyz before the migration = %d %+v; want 200 with the config's error", code, b)
 		}
 		code, out := runProcess(t, "migrate", "--database", db)
-		if code != 0 || !strings.Contains(out, `"schema_version": 1`) {
+		if code != 0 || !strings.Contains(out, fmt.Sprintf(`"schema_version": %d`, latestSchema(db))) {
 			t.Fatalf("capgate migrate: exit %d: %s", code, out)
 		}
 		until(t, 20*time.Second, "the gateway reads the migrated database", func() bool {
@@ -128,7 +129,7 @@ func TestMigrateCommandAndServeWithoutMigrating(t *testing.T) {
 			return b.Checks["config"] == "ok"
 		})
 		// Again: nothing to do, same answer.
-		if code, out := runProcess(t, "migrate", "--database", db); code != 0 || !strings.Contains(out, `"schema_version": 1`) {
+		if code, out := runProcess(t, "migrate", "--database", db); code != 0 || !strings.Contains(out, fmt.Sprintf(`"schema_version": %d`, latestSchema(db))) {
 			t.Fatalf("capgate migrate again: exit %d: %s", code, out)
 		}
 	})
@@ -178,7 +179,7 @@ func TestMigrateWaitsForTheDatabase(t *testing.T) {
 	go func() { done <- cmd.Wait() }()
 	select {
 	case err := <-done:
-		if err != nil || !strings.Contains(out.String(), `"schema_version": 1`) {
+		if err != nil || !strings.Contains(out.String(), fmt.Sprintf(`"schema_version": %d`, latestSchema("postgres://"))) {
 			t.Errorf("migrate --wait = %v %q; want success once the database answered", err, out.String())
 		}
 	case <-time.After(90 * time.Second):

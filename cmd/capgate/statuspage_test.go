@@ -117,6 +117,24 @@ func TestStatusPageInChromium(t *testing.T) {
 		t.Errorf("config version after the bad value = %d, want 1", v)
 	}
 
+	// Roll back from a history row: version 2 (made through the API)
+	// raised api_heavy.cluster to 8; the row of version 1 restores 6.
+	req, _ := http.NewRequest("PATCH", addr+"/capacity/config/", strings.NewReader(`{"api_heavy":{"cluster":8},"note":"more"}`))
+	req.Header.Set("Authorization", "Token ada-token")
+	req.Header.Set("Content-Type", "application/json")
+	if resp, err := http.DefaultClient.Do(req); err != nil || resp.StatusCode != 200 {
+		t.Fatalf("PATCH: %v %v", resp, err)
+	} else {
+		resp.Body.Close()
+	}
+	b.do(t, "reload for the new history", pageWait, chromedp.Navigate(page), chromedp.WaitVisible(chromedp.CSS("#history-1 button.rollback")))
+	b.do(t, "roll back to version 1", pageWait, clearField("f-note"),
+		chromedp.SendKeys(chromedp.CSS("#f-note"), "8 was too many"),
+		chromedp.Click(chromedp.CSS("#history-1 button.rollback")))
+	b.waitText(t, "#change-result", "Saved version 3: back to version 1.", true, pageWait)
+	b.waitText(t, `[id="config-api_heavy.cluster"] td`, "6", true, pageWait)
+	b.waitText(t, "#history-3", "rollback to version 1", false, pageWait)
+
 	// An adaptive limit on es2_knn: advised beside the static limit, then
 	// applied, then switched back (the gateway steps it every second).
 	patchConfig(t, addr, `{"adaptive":{"es2_knn":{"mode":"advise","min":1,"max":8}}}`)

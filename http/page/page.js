@@ -344,19 +344,58 @@
       tbody.replaceChildren();
       return;
     }
-    tbody.replaceChildren(...res.data.map((v) => {
+    tbody.replaceChildren(...res.data.map((v, i) => {
       const tr = el("tr");
+      tr.id = "history-" + v.version;
       const changes = el("td", "", "changes");
       for (const [k, [from, to]] of Object.entries(v.changes || {}).sort()) {
         changes.append(el("div", k + ": " + shown(from) + " → " + shown(to)));
       }
+      if (v.rollback_of) changes.append(el("div", "rollback to version " + v.rollback_of, "quiet"));
       const when = v.created_at ? utcTime(v.created_at) : "–";
+      // Every version but the one in force can be restored: a new version
+      // equal to it, with the form's note as the why.
+      const back = el("td");
+      if (i > 0) {
+        const b = el("button", "Roll back to " + v.version);
+        b.type = "button";
+        b.className = "rollback";
+        b.addEventListener("click", () => rollback(v.version, b));
+        back.append(b);
+      }
       tr.append(el("td", v.version), el("td", when), el("td", shown(v.created_by)), el("td", shown(v.source)),
-        el("td", v.note || ""), changes);
+        el("td", v.note || ""), changes, back);
       return tr;
     }));
     $("history").hidden = res.data.length === 0;
     $("history-none").hidden = res.data.length > 0;
+  }
+
+  // rollback makes a new version equal to version, with the form's note.
+  async function rollback(version, button) {
+    clearErrors();
+    const note = $("f-note").value.trim();
+    if (!note) {
+      showErrors(["Say in the note why you roll back to version " + version + "."], [$("f-note")]);
+      return;
+    }
+    button.disabled = true;
+    try {
+      const res = await api("POST", "config/rollback/", { version, note });
+      if (!res.ok) {
+        const d = res.data && res.data.detail;
+        showErrors(Array.isArray(d) ? d : [detailText(res.data) || "The gateway answered HTTP " + res.status + "."], []);
+        return;
+      }
+      setText("change-result", "Saved version " + res.data.version + ": back to version " + version + ".");
+      $("f-note").value = "";
+      await Promise.all([refreshConfig(), refreshHistory(), refreshStatus()]);
+    } catch (err) {
+      if (err instanceof AuthError) showLogin(err);
+      else showErrors(["Could not reach the gateway: " + err.message], []);
+    } finally {
+      button.disabled = false;
+    }
   }
 
   // ---- the change form ----

@@ -33,8 +33,9 @@ func Collect[T any](rows Rows, createdAt func(T) (time.Time, error)) ([]config.V
 			cfg      string
 			prev, by sql.NullString
 			at       T
+			rollback sql.NullInt64
 		)
-		if err := rows.Scan(&v.ID, &cfg, &prev, &by, &at, &v.Source, &v.Note); err != nil {
+		if err := rows.Scan(&v.ID, &cfg, &prev, &by, &at, &v.Source, &v.Note, &rollback); err != nil {
 			return nil, err
 		}
 		var err error
@@ -47,6 +48,7 @@ func Collect[T any](rows Rows, createdAt func(T) (time.Time, error)) ([]config.V
 			}
 		}
 		v.CreatedBy = by.String
+		v.RollbackOf = rollback.Int64
 		t, err := createdAt(at)
 		if err != nil {
 			return nil, fmt.Errorf("version %d: created_at: %w", v.ID, err)
@@ -63,6 +65,7 @@ type Columns struct {
 	Config         string
 	PreviousConfig sql.NullString
 	CreatedBy      sql.NullString
+	RollbackOf     sql.NullInt64
 }
 
 // Encode returns v's columns. It fails when a document can't be encoded.
@@ -71,7 +74,8 @@ func Encode(v config.Version) (Columns, error) {
 	if err != nil {
 		return Columns{}, fmt.Errorf("config: %w", err)
 	}
-	c := Columns{Config: cfg, CreatedBy: sql.NullString{String: v.CreatedBy, Valid: v.CreatedBy != ""}}
+	c := Columns{Config: cfg, CreatedBy: sql.NullString{String: v.CreatedBy, Valid: v.CreatedBy != ""},
+		RollbackOf: sql.NullInt64{Int64: v.RollbackOf, Valid: v.RollbackOf != 0}}
 	if v.PreviousConfig != nil {
 		if c.PreviousConfig.String, err = jsontree.Encode(v.PreviousConfig); err != nil {
 			return Columns{}, fmt.Errorf("previous_config: %w", err)

@@ -31,6 +31,10 @@ func (r *fakeRows) Scan(dest ...any) error {
 			if err := d.Scan(row[i]); err != nil {
 				return err
 			}
+		case *sql.NullInt64:
+			if err := d.Scan(row[i]); err != nil {
+				return err
+			}
 		default:
 			reflect.ValueOf(d).Elem().Set(reflect.ValueOf(row[i]))
 		}
@@ -43,24 +47,24 @@ func TestEncodeThenCollect(t *testing.T) {
 	v := config.Version{
 		ID: 7, Config: map[string]any{"es2_knn": json.Number("3"), "note": "<a&b>"},
 		PreviousConfig: map[string]any{"es2_knn": json.Number("2")},
-		CreatedBy:      "alice", CreatedAt: at.UTC(), Source: config.SourceAPI, Note: "n",
+		CreatedBy:      "alice", CreatedAt: at.UTC(), Source: config.SourceAPI, Note: "n", RollbackOf: 3,
 	}
 	cols, err := configrow.Encode(v)
 	if err != nil {
 		t.Fatal(err)
 	}
 	if cols.Config != `{"es2_knn":3,"note":"<a&b>"}` || cols.PreviousConfig != (sql.NullString{String: `{"es2_knn":2}`, Valid: true}) ||
-		cols.CreatedBy != (sql.NullString{String: "alice", Valid: true}) {
+		cols.CreatedBy != (sql.NullString{String: "alice", Valid: true}) || cols.RollbackOf != (sql.NullInt64{Int64: 3, Valid: true}) {
 		t.Fatalf("Encode = %+v", cols)
 	}
 	bare, err := configrow.Encode(config.Version{Config: map[string]any{}})
-	if err != nil || bare.PreviousConfig.Valid || bare.CreatedBy.Valid {
+	if err != nil || bare.PreviousConfig.Valid || bare.CreatedBy.Valid || bare.RollbackOf.Valid {
 		t.Fatalf("Encode(no previous, no creator) = %+v, %v; want NULLs", bare, err)
 	}
 
 	rows := &fakeRows{rows: [][]any{
-		{int64(7), cols.Config, cols.PreviousConfig.String, "alice", at.Format(time.RFC3339Nano), "api", "n"},
-		{int64(8), `{}`, nil, nil, at.Format(time.RFC3339Nano), "command", ""},
+		{int64(7), cols.Config, cols.PreviousConfig.String, "alice", at.Format(time.RFC3339Nano), "api", "n", int64(3)},
+		{int64(8), `{}`, nil, nil, at.Format(time.RFC3339Nano), "command", "", nil},
 	}}
 	vs, err := configrow.Collect(rows, func(s string) (time.Time, error) { return time.Parse(time.RFC3339Nano, s) })
 	if err != nil {
@@ -83,9 +87,9 @@ func TestCollectErrors(t *testing.T) {
 		row  []any
 		want string
 	}{
-		{[]any{int64(1), `[1]`, nil, nil, "2026-01-01T00:00:00Z", "api", ""}, "version 1: config: "},
-		{[]any{int64(2), `{}`, `{`, nil, "2026-01-01T00:00:00Z", "api", ""}, "version 2: previous_config: "},
-		{[]any{int64(3), `{}`, nil, nil, "yesterday", "api", ""}, "version 3: created_at: "},
+		{[]any{int64(1), `[1]`, nil, nil, "2026-01-01T00:00:00Z", "api", "", nil}, "version 1: config: "},
+		{[]any{int64(2), `{}`, `{`, nil, "2026-01-01T00:00:00Z", "api", "", nil}, "version 2: previous_config: "},
+		{[]any{int64(3), `{}`, nil, nil, "yesterday", "api", "", nil}, "version 3: created_at: "},
 	} {
 		_, err := configrow.Collect(&fakeRows{rows: [][]any{tt.row}}, parse)
 		if err == nil || !strings.HasPrefix(err.Error(), tt.want) {

@@ -227,7 +227,7 @@ func (r *rig) start() error {
 		g := &gateway{id: id, addr: addr, logFile: filepath.Join(r.dir, string(id)+".log")}
 		args := append([]string{"serve", "--listen", addr, "--upstream", r.upstream, "--database", db,
 			"--task-id", "bypass-" + string(id), "--log-file", g.logFile, "--max-body-bytes", fmt.Sprint(maxBodyBytes),
-			"--shutdown-timeout", "2s"}, extra...)
+			"--shutdown-timeout", "2s", "--drain-delay", "0"}, extra...)
 		stderr := filepath.Join(r.dir, string(id)+".stderr")
 		if err := r.spawn(r.dir, nil, stderr, bin, args...); err != nil {
 			return err

@@ -45,7 +45,9 @@ func startGateway(t testing.TB, o gwOptions) *gateway {
 	t.Helper()
 	g := &gateway{task: o.Task, addr: fmt.Sprintf("127.0.0.1:%d", freePort(t))}
 	args := []string{"serve", "--listen", g.addr, "--upstream", o.Upstream, "--database", o.Database,
-		"--task-id", o.Task, "--shutdown-timeout", "5s"}
+		"--task-id", o.Task, "--shutdown-timeout", "5s",
+		// No drain phase: the scenarios time the exit after SIGTERM.
+		"--drain-delay", "0"}
 	if o.Redis != "" {
 		args = append(args, "--redis", o.Redis)
 	}
