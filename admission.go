@@ -299,16 +299,19 @@ func (a *Admission) Release(ctx context.Context) {
 	if a.renewCtx != nil {
 		g.rn.remove(a)
 	}
+	// The local lanes first: a waiter of this gateway that the store's
+	// release lets in checks them (countLocal), and must not find this
+	// call still counted there.
+	if a.local {
+		g.dropUnstored(a)
+		a.releaseLocal(ctx)
+	}
 	if a.taken || stored {
 		a.releaseLeases(ctx)
 	}
 	if a.taken {
 		a.observeHold()
 		a.observeService()
-	}
-	if a.local {
-		g.dropUnstored(a)
-		a.releaseLocal(ctx)
 	}
 	if a.decision != DecisionNone {
 		a.emit()
