@@ -13,17 +13,10 @@ import (
 	"sync"
 	"time"
 
-	"github.com/prometheus/client_golang/prometheus"
-	"github.com/prometheus/client_golang/prometheus/collectors"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 
 	"github.com/capgate/capgate"
 	"github.com/capgate/capgate/decide"
-	capgatehttp "github.com/capgate/capgate/http"
-	"github.com/capgate/capgate/logsink"
-	"github.com/capgate/capgate/memory"
-	"github.com/capgate/capgate/metrics"
-	"github.com/capgate/capgate/redis"
 )
 
 // DecideOptions are the decision service's own settings, shared by
@@ -167,10 +160,14 @@ func (c *DecideCommand) Run(ctx context.Context, args []string) error {
 	}
 	setProcessLogger(ctx, logger)
 	logger.Info("capgate settings", append([]any{"version", version()}, effectiveSettings(f.fs)...)...)
-	s, reg, err := newDecideCore(ctx, o, c.Stdout, logger)
-	if err != nil {
+	// The same stores, gate, pushes and metrics as serve (openCore), with
+	// no gateway, upstream or identity.
+	s := &Server{opts: o, logger: logger}
+	if err := s.openCore(ctx, c.Stdout, "decision service"); err != nil {
+		s.closeStores()
 		return err
 	}
+	reg := s.registry
 	defer func() {
 		if cerr := s.Close(); cerr != nil {
 			logger.Warn("close", "error", cerr)
@@ -195,13 +192,8 @@ func (c *DecideCommand) Run(ctx context.Context, args []string) error {
 	}
 	// The config watch and health checks run as under serve; /metrics and
 	// the probes on the admin address, if any.
-	bctx, stop := context.WithCancel(context.WithoutCancel(ctx))
-	var bg sync.WaitGroup
-	bg.Go(func() { s.Configs.Watch(bctx) })
-	bg.Go(func() { s.Health.Run(bctx) })
-	if s.migrateLater {
-		bg.Go(func() { s.migrateInBackground(bctx) })
-	}
+	stop := s.startBackground(ctx)
+	defer stop()
 	var hs *http.Server
 	if admin != nil {
 		mux := http.NewServeMux()
@@ -210,108 +202,12 @@ func (c *DecideCommand) Run(ctx context.Context, args []string) error {
 		mux.Handle("GET /healthz", s.Health.Livez())
 		mux.Handle("GET /readyz", s.Health.Readyz())
 		hs = &http.Server{Handler: mux, ReadHeaderTimeout: 10 * time.Second}
-		bg.Go(func() { _ = hs.Serve(admin) })
+		go func() { _ = hs.Serve(admin) }()
 	}
 	<-ctx.Done()
 	err = wait()
 	if hs != nil {
 		_ = hs.Close()
 	}
-	stop()
-	bg.Wait()
 	return err
-}
-
-// newDecideCore opens what the decision service shares with serve — the
-// log sink, the lanes, the config store and service, the gate, metrics and
-// health — without a gateway, an upstream or an identity.
-func newDecideCore(ctx context.Context, opts ServeOptions, lines io.Writer, logger *slog.Logger) (_ *Server, _ *prometheus.Registry, err error) {
-	s := &Server{opts: opts, logger: logger}
-	defer func() {
-		if err != nil {
-			s.closeStores()
-		}
-	}()
-	if opts.LogFile != "" {
-		f, err := openLogFile(opts.LogFile)
-		if err != nil {
-			return nil, nil, fmt.Errorf("--log-file: %w", err)
-		}
-		s.closers = append(s.closers, f.Close)
-		s.logFile = f
-		lines = f
-	}
-	s.Sink = logsink.New(lines)
-	s.closers = append(s.closers, func() error {
-		ctx, cancel := context.WithTimeout(context.Background(), logsink.DefaultDrainTimeout)
-		defer cancel()
-		return s.Sink.Close(ctx)
-	})
-	keyPrefix, err := opts.LaneKeyPrefix()
-	if err != nil {
-		return nil, nil, err
-	}
-	if opts.HasRedis() {
-		rs, err := redis.Open(opts.RedisOptions())
-		if err != nil {
-			return nil, nil, fmt.Errorf("redis lanes: %w", err)
-		}
-		s.closers = append(s.closers, rs.Close)
-		s.Lanes = rs
-		logger.Info("lanes in Redis", "redis", rs.String())
-	} else {
-		s.Lanes = memory.New(nil)
-		logger.Warn("lanes are in-process: they count this service's calls only; with more than one service or gateway set --redis")
-	}
-	cstore, err := ConnectConfigStore(ctx, opts.Database)
-	if err != nil {
-		return nil, nil, fmt.Errorf("config store: %w", err)
-	}
-	s.closers = append(s.closers, cstore.Close)
-	s.store = cstore
-	s.prepareSchema(ctx)
-	s.Configs = opts.NewConfigService(cstore)
-	s.Configs.Sink = s.Sink
-	s.Configs.Logger = logger
-
-	reg := prometheus.NewRegistry()
-	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
-	s.Health = &capgatehttp.Health{
-		Checks: []capgatehttp.HealthCheck{
-			{Name: "lanes", Check: s.Lanes.Ping},
-			{Name: "config", Check: func(context.Context) error {
-				st := s.Configs.ReadState()
-				if !st.Ready {
-					return errors.New("not read yet")
-				}
-				return st.Err
-			}, Live: true},
-		},
-		Ready: func() bool { return s.Configs.ReadState().Ready },
-	}
-	m, err := metrics.New(reg, metrics.WithLogDropped(s.Sink.Dropped), metrics.WithConfigVersion(s.Configs.Version),
-		metrics.WithStoreUp(s.Health.Up, "lanes", "config"))
-	if err != nil {
-		return nil, nil, fmt.Errorf("metrics: %w", err)
-	}
-	if s.Gate, err = capgate.NewGate(s.Lanes, s.Configs, s.Sink, opts.TaskID); err != nil {
-		return nil, nil, err
-	}
-	s.Gate.KeyPrefix = keyPrefix
-	s.Gate.Skip = capgate.NewSkipWindow(opts.RedisRetry, nil)
-	s.Gate.Logger = logger
-	s.Gate.Observer = m
-	if opts.HasRedis() && opts.LocalLanes {
-		s.Gate.Local = memory.New(nil)
-	}
-	s.closers = append(s.closers, func() error {
-		d := opts.RedisDeadline
-		if d <= 0 {
-			d = capgate.DefaultStoreDeadline
-		}
-		ctx, cancel := context.WithTimeout(context.Background(), d)
-		defer cancel()
-		return s.Gate.Close(ctx)
-	})
-	return s, reg, nil
 }

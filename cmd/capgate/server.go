@@ -101,7 +101,11 @@ type Server struct {
 	accessFile  *reopenFile
 	// pushes are the channels config changes are announced on (Redis
 	// pub/sub, PostgreSQL LISTEN): Serve follows each.
-	pushes   []config.Subscriber
+	pushes []config.Subscriber
+	// metrics and registry are the gate's metrics and where they are
+	// registered (openCore).
+	metrics  *metrics.Metrics
+	registry *prometheus.Registry
 	draining atomic.Bool // set at shutdown: /readyz answers 503
 	inFlight sync.WaitGroup
 	running  atomic.Int64 // requests being served
@@ -130,143 +134,15 @@ func NewServer(ctx context.Context, opts ServeOptions, lines io.Writer, logger *
 	if opts.MaxBodyBytes <= 0 {
 		return nil, fmt.Errorf("--max-body-bytes %d: want a positive number of bytes", opts.MaxBodyBytes)
 	}
-	if opts.TaskID == "" {
-		// One shared api_heavy_task lane would make the per-task limit act
-		// cluster-wide and hide this gateway from the degraded limits.
-		return nil, errors.New("--task-id is empty (CAPACITY_TASK_ID; default the hostname): each gateway needs a task id of its own")
-	}
 	proxies, err := parsePrefixes(opts.TrustedProxies)
 	if err != nil {
 		return nil, err
 	}
 
-	// The log sink first: the config service writes its change lines there.
-	if opts.LogFile != "" {
-		f, err := openLogFile(opts.LogFile)
-		if err != nil {
-			return nil, fmt.Errorf("--log-file: %w", err)
-		}
-		s.closers = append(s.closers, f.Close)
-		s.logFile = f
-		lines = f
-	}
-	s.Sink = logsink.New(lines)
-	s.closers = append(s.closers, func() error {
-		ctx, cancel := context.WithTimeout(context.Background(), logsink.DefaultDrainTimeout)
-		defer cancel()
-		return s.Sink.Close(ctx)
-	})
-
-	keyPrefix, err := opts.LaneKeyPrefix()
-	if err != nil {
+	if err := s.openCore(ctx, lines, "gateway"); err != nil {
 		return nil, err
 	}
-	if opts.HasRedis() {
-		ro := opts.RedisOptions()
-		ro.KeyPrefix = keyPrefix // the store checks it (and tags it on a cluster)
-		rs, err := redis.Open(ro)
-		if err != nil {
-			return nil, fmt.Errorf("redis lanes: %w", err)
-		}
-		s.closers = append(s.closers, rs.Close)
-		// A Redis that refuses these settings for good (DB index, password,
-		// cluster mode) would fail open for ever: refuse to start instead.
-		// One that does not answer is no error here.
-		if err := rs.CheckConfig(ctx); err != nil {
-			return nil, fmt.Errorf("--redis %s: %w", rs, err)
-		}
-		s.Lanes = rs
-		logger.Info("lanes in Redis", "redis", rs.String())
-	} else {
-		s.Lanes = memory.New(nil)
-		logger.Warn("lanes are in-process: they count this gateway only; with more than one gateway set --redis, --redis-sentinels or --redis-cluster")
-	}
-
-	if err := checkSQLiteDir(opts.Database); err != nil {
-		return nil, err
-	}
-	cstore, err := ConnectConfigStore(ctx, opts.Database)
-	if err != nil {
-		return nil, fmt.Errorf("config store: %w", err)
-	}
-	s.closers = append(s.closers, cstore.Close)
-	s.store = cstore
-	if err := s.prepareSchema(ctx); err != nil {
-		return nil, err
-	}
-	s.Configs = opts.NewConfigService(cstore)
-	s.Configs.Sink = s.Sink
-	s.Configs.Logger = logger
-	// Changes are pushed: through PostgreSQL NOTIFY where the config is
-	// (the store notifies its own), SQLite's commit counter for a file on
-	// this host, and Redis pub/sub where the lanes are; the poll (Watch)
-	// stays the fallback.
-	if sub, ok := cstore.(config.Subscriber); ok {
-		s.pushes = append(s.pushes, sub)
-	}
-	if rs, ok := s.Lanes.(*redis.Store); ok {
-		ch := redis.NewConfigChannel(rs, opts.KeyPrefix)
-		s.pushes = append(s.pushes, ch)
-		s.Configs.Notifiers = append(s.Configs.Notifiers, ch)
-	}
-
-	reg := prometheus.NewRegistry()
-	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
-	// Health: the probes never fail for a store that is down (fail open);
-	// the stores' state is in their bodies and in capgate_store_up.
-	s.Health = &capgatehttp.Health{
-		Checks: []capgatehttp.HealthCheck{
-			{Name: "lanes", Check: s.Lanes.Ping},
-			{Name: "config", Check: func(context.Context) error {
-				st := s.Configs.ReadState()
-				if !st.Ready {
-					return errors.New("not read yet")
-				}
-				return st.Err
-			}, Live: true},
-		},
-		// Draining, the gateway still serves but asks to be taken out of
-		// the load balancer first.
-		Ready: func() bool { return !s.draining.Load() && s.Configs.ReadState().Ready },
-	}
-	if s.Gate, err = capgate.NewGate(s.Lanes, s.Configs, s.Sink, opts.TaskID); err != nil {
-		return nil, err
-	}
-	// The lane gauges are read from the store at scrape time, through the
-	// gate's keys (WithLanes), so they read 0 once the load stops.
-	m, err := metrics.New(reg, metrics.WithLogDropped(s.Sink.Dropped), metrics.WithConfigVersion(s.Configs.Version),
-		metrics.WithStoreUp(s.Health.Up, "lanes", "config"), metrics.WithBuildInfo(version(), revision()),
-		metrics.WithLanes(s.Gate, s.Configs), metrics.WithAdvisedLimits(s.advisedLimits))
-	if err != nil {
-		return nil, fmt.Errorf("metrics: %w", err)
-	}
-
-	s.Gate.KeyPrefix = keyPrefix
-	s.Gate.Skip = capgate.NewSkipWindow(opts.RedisRetry, nil)
-	s.Gate.Logger = logger
-	s.Gate.Observer = m
-	if opts.HasRedis() && opts.LocalLanes {
-		s.Gate.Local = memory.New(nil)
-	}
-	// The adaptive limits (capgate.Tuner): idle unless the config has an
-	// "adaptive" key; Serve runs its loop.
-	if t, err := s.Gate.NewTunerFor(); err == nil {
-		s.Gate.Tuner = t
-	} else {
-		logger.Warn("adaptive limits unavailable", "error", err)
-	}
-	// Before the stores close: the last try at releases still pending.
-	s.closers = append(s.closers, func() error {
-		// The store owns its deadline (redis.Options.Deadline); a store
-		// that states none gets the gate's default, as in the gate.
-		d := capgate.DefaultStoreDeadline
-		if sd, ok := s.Lanes.(capgate.StoreDeadline); ok && sd.Deadline() > 0 {
-			d = sd.Deadline()
-		}
-		ctx, cancel := context.WithTimeout(context.Background(), d)
-		defer cancel()
-		return s.Gate.Close(ctx)
-	})
+	m, reg := s.metrics, s.registry
 
 	ids, err := newIdentity(opts, proxies)
 	if err != nil {
@@ -339,6 +215,148 @@ func NewServer(ctx context.Context, opts ServeOptions, lines io.Writer, logger *
 // startMigrateTimeout bounds the migration tried at start: a database
 // that doesn't answer by then is migrated in the background.
 const startMigrateTimeout = 5 * time.Second
+
+// openCore opens what the gateway and the decision service share: the log
+// sink, the lanes, the config store and service (with its pushes), the
+// health checks, the gate and its metrics. who names the process in the
+// warnings. On an error the caller closes what was opened (closeStores).
+func (s *Server) openCore(ctx context.Context, lines io.Writer, who string) error {
+	logger := s.logger
+	if s.opts.TaskID == "" {
+		// One shared api_heavy_task lane would make the per-task limit act
+		// cluster-wide and hide this process from the degraded limits.
+		return fmt.Errorf("--task-id is empty (CAPACITY_TASK_ID; default the hostname): each %s needs a task id of its own", who)
+	}
+	// The log sink first: the config service writes its change lines there.
+	if s.opts.LogFile != "" {
+		f, err := openLogFile(s.opts.LogFile)
+		if err != nil {
+			return fmt.Errorf("--log-file: %w", err)
+		}
+		s.closers = append(s.closers, f.Close)
+		s.logFile = f
+		lines = f
+	}
+	s.Sink = logsink.New(lines)
+	s.closers = append(s.closers, func() error {
+		ctx, cancel := context.WithTimeout(context.Background(), logsink.DefaultDrainTimeout)
+		defer cancel()
+		return s.Sink.Close(ctx)
+	})
+
+	keyPrefix, err := s.opts.LaneKeyPrefix()
+	if err != nil {
+		return err
+	}
+	if s.opts.HasRedis() {
+		ro := s.opts.RedisOptions()
+		ro.KeyPrefix = keyPrefix // the store checks it (and tags it on a cluster)
+		rs, err := redis.Open(ro)
+		if err != nil {
+			return fmt.Errorf("redis lanes: %w", err)
+		}
+		s.closers = append(s.closers, rs.Close)
+		// A Redis that refuses these settings for good (DB index, password,
+		// cluster mode) would fail open for ever: refuse to start instead.
+		// One that does not answer is no error here.
+		if err := rs.CheckConfig(ctx); err != nil {
+			return fmt.Errorf("--redis %s: %w", rs, err)
+		}
+		s.Lanes = rs
+		logger.Info("lanes in Redis", "redis", rs.String())
+	} else {
+		s.Lanes = memory.New(nil)
+		logger.Warn("lanes are in-process: they count this " + who + " only; with more than one set --redis, --redis-sentinels or --redis-cluster")
+	}
+
+	if err := checkSQLiteDir(s.opts.Database); err != nil {
+		return err
+	}
+	cstore, err := ConnectConfigStore(ctx, s.opts.Database)
+	if err != nil {
+		return fmt.Errorf("config store: %w", err)
+	}
+	s.closers = append(s.closers, cstore.Close)
+	s.store = cstore
+	if err := s.prepareSchema(ctx); err != nil {
+		return err
+	}
+	s.Configs = s.opts.NewConfigService(cstore)
+	s.Configs.Sink = s.Sink
+	s.Configs.Logger = logger
+	// Changes are pushed: through PostgreSQL NOTIFY where the config is
+	// (the store notifies its own), SQLite's commit counter for a file on
+	// this host, and Redis pub/sub where the lanes are; the poll (Watch)
+	// stays the fallback.
+	if sub, ok := cstore.(config.Subscriber); ok {
+		s.pushes = append(s.pushes, sub)
+	}
+	if rs, ok := s.Lanes.(*redis.Store); ok {
+		ch := redis.NewConfigChannel(rs, s.opts.KeyPrefix)
+		s.pushes = append(s.pushes, ch)
+		s.Configs.Notifiers = append(s.Configs.Notifiers, ch)
+	}
+
+	s.registry = prometheus.NewRegistry()
+	s.registry.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+	// Health: the probes never fail for a store that is down (fail open);
+	// the stores' state is in their bodies and in capgate_store_up.
+	s.Health = &capgatehttp.Health{
+		Checks: []capgatehttp.HealthCheck{
+			{Name: "lanes", Check: s.Lanes.Ping},
+			{Name: "config", Check: func(context.Context) error {
+				st := s.Configs.ReadState()
+				if !st.Ready {
+					return errors.New("not read yet")
+				}
+				return st.Err
+			}, Live: true},
+		},
+		// Draining, the gateway still serves but asks to be taken out of
+		// the load balancer first.
+		Ready: func() bool { return !s.draining.Load() && s.Configs.ReadState().Ready },
+	}
+	if s.Gate, err = capgate.NewGate(s.Lanes, s.Configs, s.Sink, s.opts.TaskID); err != nil {
+		return err
+	}
+	// The lane gauges are read from the store at scrape time, through the
+	// gate's keys (WithLanes), so they read 0 once the load stops.
+	s.metrics, err = metrics.New(s.registry, metrics.WithLogDropped(s.Sink.Dropped), metrics.WithConfigVersion(s.Configs.Version),
+		metrics.WithStoreUp(s.Health.Up, "lanes", "config"), metrics.WithBuildInfo(version(), revision()),
+		metrics.WithLanes(s.Gate, s.Configs), metrics.WithAdvisedLimits(s.advisedLimits))
+	if err != nil {
+		return fmt.Errorf("metrics: %w", err)
+	}
+
+	s.Gate.KeyPrefix = keyPrefix
+	s.Gate.Skip = capgate.NewSkipWindow(s.opts.RedisRetry, nil)
+	s.Gate.Logger = logger
+	s.Gate.Observer = s.metrics
+	if s.opts.HasRedis() && s.opts.LocalLanes {
+		s.Gate.Local = memory.New(nil)
+	}
+	// The adaptive limits (capgate.Tuner): idle unless the config has an
+	// "adaptive" key; Serve runs its loop.
+	if t, err := s.Gate.NewTunerFor(); err == nil {
+		s.Gate.Tuner = t
+	} else {
+		logger.Warn("adaptive limits unavailable", "error", err)
+	}
+	// Before the stores close: the last try at releases still pending.
+	s.closers = append(s.closers, func() error {
+		// The store owns its deadline (redis.Options.Deadline); a store
+		// that states none gets the gate's default, as in the gate.
+		d := capgate.DefaultStoreDeadline
+		if sd, ok := s.Lanes.(capgate.StoreDeadline); ok && sd.Deadline() > 0 {
+			d = sd.Deadline()
+		}
+		ctx, cancel := context.WithTimeout(context.Background(), d)
+		defer cancel()
+		return s.Gate.Close(ctx)
+	})
+
+	return nil
+}
 
 // prepareSchema migrates the config database at start (unless --migrate
 // =false). A database that is down is not fatal: the gateway serves on
@@ -515,23 +533,7 @@ func (s *Server) Serve(ctx context.Context, ln, admin net.Listener) error {
 	// The background loops: the config read (so the version in force
 	// follows the store, and a database down at start is picked up) and
 	// the stores' health checks. They stop when Serve returns.
-	bctx, stopBackground := context.WithCancel(context.WithoutCancel(ctx))
-	var background sync.WaitGroup
-	background.Go(func() { s.Configs.Watch(bctx) })
-	for _, p := range s.pushes {
-		background.Go(func() { s.Configs.Follow(bctx, p) })
-	}
-	background.Go(func() { s.Health.Run(bctx) })
-	if s.migrateLater {
-		background.Go(func() { s.migrateInBackground(bctx) })
-	}
-	if s.Gate.Tuner != nil {
-		background.Go(func() { s.Gate.Tuner.Run(bctx) })
-	}
-	defer func() {
-		stopBackground()
-		background.Wait()
-	}()
+	defer s.startBackground(ctx)()
 	errc := make(chan error, len(servers))
 	for i, srv := range servers {
 		go func() { errc <- srv.Serve(listeners[i]) }()
@@ -603,6 +605,31 @@ func (s *Server) Serve(ctx context.Context, ln, admin net.Listener) error {
 		err = nil
 	}
 	return err
+}
+
+// startBackground starts the background loops of a serving process: the
+// config read (so the version in force follows the store, and a database
+// down at start is picked up) and the pushes it follows, the stores' health
+// checks, a migration left for later, and the adaptive limits. The func it
+// returns stops them and waits for them.
+func (s *Server) startBackground(ctx context.Context) (stop func()) {
+	bctx, cancel := context.WithCancel(context.WithoutCancel(ctx))
+	var background sync.WaitGroup
+	background.Go(func() { s.Configs.Watch(bctx) })
+	for _, p := range s.pushes {
+		background.Go(func() { s.Configs.Follow(bctx, p) })
+	}
+	background.Go(func() { s.Health.Run(bctx) })
+	if s.migrateLater {
+		background.Go(func() { s.migrateInBackground(bctx) })
+	}
+	if s.Gate.Tuner != nil {
+		background.Go(func() { s.Gate.Tuner.Run(bctx) })
+	}
+	return func() {
+		cancel()
+		background.Wait()
+	}
 }
 
 // maxHeaderBytes is --max-header-bytes, or its default when unset.
