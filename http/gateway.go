@@ -60,7 +60,7 @@ type GatewayConfig struct {
 	PublicMetrics bool
 	// Health answers GET /livez, /healthz (its alias) and /readyz; it
 	// never fails a probe because a store is down, and its bodies say only
-	// ready or not (PublicReadyz): the checks' details are for staff.
+	// ready or not (publicReadyz): the checks' details are for staff.
 	// Default (nil): live and ready, with no checks.
 	Health *Health
 
@@ -185,9 +185,9 @@ func (g *Gateway) route(w http.ResponseWriter, r *http.Request) {
 	get := r.Method == http.MethodGet || r.Method == http.MethodHead
 	switch {
 	case (p == "/livez" || p == "/healthz") && get:
-		g.health().PublicLivez().ServeHTTP(w, r)
+		g.health().publicLivez().ServeHTTP(w, r)
 	case p == "/readyz" && get:
-		g.health().PublicReadyz().ServeHTTP(w, r)
+		g.health().publicReadyz().ServeHTTP(w, r)
 	case p == "/metrics" && get && g.cfg.Metrics != nil:
 		g.metrics(w, r)
 	case strings.HasPrefix(p, "/capacity/") && g.cfg.Staff != nil:
@@ -303,14 +303,14 @@ func (g *Gateway) trusted(remoteAddr string) bool {
 	return (&HeaderIdentity{Trusted: g.cfg.TrustedProxies}).trusted(remoteAddr)
 }
 
-// StatusClientClosedRequest is the status logged when the client went away
+// statusClientClosedRequest is the status logged when the client went away
 // before the upstream answered (nginx's 499). It is never sent.
-const StatusClientClosedRequest = 499
+const statusClientClosedRequest = 499
 
 // proxyError answers a request the upstream could not: see statusOf.
 func (g *Gateway) proxyError(w http.ResponseWriter, r *http.Request, err error) {
 	status := statusOf(r.Context(), err)
-	if status == StatusClientClosedRequest {
+	if status == statusClientClosedRequest {
 		// Nobody to answer: 499 is not a status a client may be sent.
 		g.logger.Debug("capgate: client went away", "method", r.Method, "path", r.URL.Path)
 		return
@@ -334,7 +334,7 @@ func (g *Gateway) proxyError(w http.ResponseWriter, r *http.Request, err error) 
 // did not cause included: a connected client is sent a real status).
 func statusOf(ctx context.Context, err error) int {
 	if ctx.Err() != nil {
-		return StatusClientClosedRequest
+		return statusClientClosedRequest
 	}
 	if errors.Is(err, context.DeadlineExceeded) {
 		return http.StatusGatewayTimeout

@@ -30,9 +30,9 @@ type Identifier interface {
 
 // The headers an auth proxy in front sets for HeaderIdentity.
 const (
-	HeaderUser   = "X-Capgate-User"   // the username
-	HeaderGroups = "X-Capgate-Groups" // auth groups, comma-separated
-	HeaderStaff  = "X-Capgate-Staff"  // true or 1 (any case) for staff
+	headerUser   = "X-Capgate-User"   // the username
+	headerGroups = "X-Capgate-Groups" // auth groups, comma-separated
+	headerStaff  = "X-Capgate-Staff"  // true or 1 (any case) for staff
 )
 
 // HeaderIdentity trusts the caller headers an auth proxy sets
@@ -88,17 +88,17 @@ func (h *HeaderIdentity) Identify(_ context.Context, r *http.Request) (capgate.C
 	if !h.trusted(r.RemoteAddr) {
 		return capgate.Caller{}, false, nil
 	}
-	user := strings.TrimSpace(r.Header.Get(HeaderUser))
+	user := strings.TrimSpace(r.Header.Get(headerUser))
 	if user == "" {
 		return capgate.Caller{}, false, nil
 	}
 	var groups []string
-	for g := range strings.SplitSeq(r.Header.Get(HeaderGroups), ",") {
+	for g := range strings.SplitSeq(r.Header.Get(headerGroups), ",") {
 		if g = strings.TrimSpace(g); g != "" {
 			groups = append(groups, g)
 		}
 	}
-	staff := strings.TrimSpace(r.Header.Get(HeaderStaff))
+	staff := strings.TrimSpace(r.Header.Get(headerStaff))
 	return capgate.Caller{
 		UserID: user,
 		Staff:  staff == "1" || strings.EqualFold(staff, "true"),
