@@ -15,6 +15,7 @@ import (
 	"sync"
 
 	"github.com/capgate/capgate"
+	"github.com/capgate/capgate/identity"
 )
 
 // GatewayConfig is what a Gateway needs. Upstream, Gate and Identify are
@@ -27,7 +28,7 @@ type GatewayConfig struct {
 	Gate *capgate.Gate
 	// Identify says who calls (UpstreamIdentity, HeaderIdentity or
 	// TokenIdentity).
-	Identify Identifier
+	Identify identity.Identifier
 
 	// Classifier decides which calls are heavy. Default: the OCL profile
 	// with no path prefix and DefaultMaxBodyBytes.
@@ -71,7 +72,7 @@ type GatewayConfig struct {
 	MetricsToken string
 	// StaffIdentify, if set, says who calls /metrics instead of Identify
 	// (a StaffIdentity: the static staff tokens first). Default: Identify.
-	StaffIdentify Identifier
+	StaffIdentify identity.Identifier
 
 	// Observer, if set, is told every request's status and class, the
 	// upstream's latency and its failures. Default: none.
@@ -221,7 +222,7 @@ func (g *Gateway) route(w http.ResponseWriter, r *http.Request) {
 // metrics token is checked first, and StaffIdentify's static tokens before
 // any lookup, so neither needs the API.
 func (g *Gateway) metrics(w http.ResponseWriter, r *http.Request) {
-	if !g.cfg.PublicMetrics && !metricsTokenOK(r, g.cfg.MetricsToken) {
+	if !g.cfg.PublicMetrics && !identity.HasToken(r, g.cfg.MetricsToken) {
 		ids := g.cfg.Identify
 		if g.cfg.StaffIdentify != nil {
 			ids = g.cfg.StaffIdentify
@@ -300,7 +301,7 @@ func (g *Gateway) trusted(remoteAddr string) bool {
 	if len(g.cfg.TrustedProxies) == 0 {
 		return false
 	}
-	return (&HeaderIdentity{Trusted: g.cfg.TrustedProxies}).trusted(remoteAddr)
+	return identity.TrustedPeer(g.cfg.TrustedProxies, remoteAddr)
 }
 
 // statusClientClosedRequest is the status logged when the client went away

@@ -1,4 +1,4 @@
-package http
+package identity
 
 import (
 	"context"
@@ -327,7 +327,7 @@ func (u *UpstreamIdentity) lookup(ctx context.Context, cred credentials) (identi
 	if ttl <= 0 {
 		ttl = defaultIdentityTTL
 	}
-	if !usernameOK(ans.Username) {
+	if !ValidUsername(ans.Username) {
 		// Not a name Django gives; cached as anonymous so a cache entry
 		// never holds more than a bounded name (the middleware logs it).
 		return identityEntry{expires: now.Add(ttl)}, nil
