@@ -66,11 +66,11 @@ func (h *Health) Run(ctx context.Context) {
 	if every <= 0 {
 		every = defaultHealthInterval
 	}
-	loop.Every(ctx, every, h.CheckNow)
+	loop.Every(ctx, every, h.checkNow)
 }
 
-// CheckNow runs every check once, concurrently, and records the results.
-func (h *Health) CheckNow(ctx context.Context) {
+// checkNow runs every check once, concurrently, and records the results.
+func (h *Health) checkNow(ctx context.Context) {
 	timeout := h.Timeout
 	if timeout <= 0 {
 		timeout = defaultHealthTimeout

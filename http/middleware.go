@@ -140,8 +140,8 @@ func WithLogger(l *slog.Logger) Option {
 	return func(m *Middleware) { m.logger = l }
 }
 
-// WithClock sets the clock queue_ms is measured against. Default time.Now.
-func WithClock(now func() time.Time) Option {
+// withClock sets the clock queue_ms is measured against. Default time.Now.
+func withClock(now func() time.Time) Option {
 	return func(m *Middleware) { m.now = now }
 }
 
