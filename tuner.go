@@ -14,8 +14,8 @@ import (
 	"github.com/capgate/capgate/tune"
 )
 
-// DefaultTuneEvery is how often a lane's limit is stepped, for the cluster.
-const DefaultTuneEvery = time.Second
+// defaultTuneEvery is how often a lane's limit is stepped, for the cluster.
+const defaultTuneEvery = time.Second
 
 // AdaptiveEvent is the "event" of the line written on each change of an
 // advised limit.
@@ -33,12 +33,12 @@ const AdaptiveEvent = "ocl_capacity_adaptive"
 // limits until it answers. Build it with NewTuner; a Tuner is safe for
 // concurrent use. Run it with Run; nothing is stepped without it.
 type Tuner struct {
-	Store  tune.Store   // required
-	Source ConfigSource // required
-	Keys   Keys         // the lane keys; the task lane is Keys.TaskID's
-	Every  time.Duration
-	Sink   Sink         // receives the ocl_capacity_adaptive lines; nil: none
-	Logger *slog.Logger // nil: slog.Default()
+	Store  tune.Store    // required
+	Source ConfigSource  // required
+	Keys   Keys          // the lane keys; the task lane is Keys.TaskID's
+	Every  time.Duration // how often a lane is stepped, for the cluster; 0: 1 s
+	Sink   Sink          // receives the ocl_capacity_adaptive lines; nil: none
+	Logger *slog.Logger  // nil: slog.Default()
 	Now    func() time.Time
 	// Skip, when set, is the gate's skip window: while it is open the
 	// store is not used.
@@ -56,7 +56,7 @@ type tuneLane struct {
 
 // NewTuner returns a Tuner over store and cfg with the defaults set.
 func NewTuner(store tune.Store, cfg ConfigSource, keys Keys) *Tuner {
-	return &Tuner{Store: store, Source: cfg, Keys: keys, Every: DefaultTuneEvery, Now: time.Now}
+	return &Tuner{Store: store, Source: cfg, Keys: keys, Every: defaultTuneEvery, Now: time.Now}
 }
 
 func (t *Tuner) now() time.Time {
@@ -70,7 +70,7 @@ func (t *Tuner) every() time.Duration {
 	if t.Every > 0 {
 		return t.Every
 	}
-	return DefaultTuneEvery
+	return defaultTuneEvery
 }
 
 func (t *Tuner) logger() *slog.Logger {
@@ -88,10 +88,10 @@ func (t *Tuner) laneKey(name LaneName) string {
 	return t.Keys.Lane(name, "")
 }
 
-// TuneKey returns the store key of the adaptive state of lane name:
+// tuneKey returns the store key of the adaptive state of lane name:
 // <prefix>:tune:<lane>[:<task>], under the lanes' prefix (so a hash-tagged
 // prefix keeps it in their slot) but outside every lane's key space.
-func (t *Tuner) TuneKey(name LaneName) string {
+func (t *Tuner) tuneKey(name LaneName) string {
 	k := t.Keys.prefix() + ":tune:" + string(name)
 	if name == LaneTask {
 		k += ":" + t.Keys.TaskID
@@ -128,10 +128,10 @@ func (t *Tuner) Advised(cfg Config, name LaneName) (limit int, ok bool) {
 	return tune.Bounds{Min: set.Min, Max: set.Max}.Clamp(adv), true
 }
 
-// InForce returns the limit of lane name in force under cfg and where it
+// inForce returns the limit of lane name in force under cfg and where it
 // comes from: "adaptive" when its mode is apply and a limit was advised,
 // else "static". A paused lane (static limit 0) stays paused.
-func (t *Tuner) InForce(cfg Config, name LaneName) (limit int, source string) {
+func (t *Tuner) inForce(cfg Config, name LaneName) (limit int, source string) {
 	static := staticLimit(cfg, name)
 	if adv, ok := t.Advised(cfg, name); ok && cfg.Adaptive.Lane(name).Mode == AdaptiveApply && static > 0 {
 		return adv, LimitAdaptive
@@ -139,7 +139,7 @@ func (t *Tuner) InForce(cfg Config, name LaneName) (limit int, source string) {
 	return static, LimitStatic
 }
 
-// Where a lane's limit in force comes from (Status, InForce).
+// Where a lane's limit in force comes from (Status.LimitSource).
 const (
 	LimitStatic   = "static"
 	LimitAdaptive = "adaptive"
@@ -152,13 +152,13 @@ func (t *Tuner) Apply(cfg Config) Config {
 	if t == nil || cfg.Adaptive == (Adaptive{}) {
 		return cfg
 	}
-	if l, src := t.InForce(cfg, LaneAPIHeavy); src == LimitAdaptive {
+	if l, src := t.inForce(cfg, LaneAPIHeavy); src == LimitAdaptive {
 		cfg.APIHeavy.Cluster = max(l, cfg.ReserveSingleRow)
 	}
-	if l, src := t.InForce(cfg, LaneTask); src == LimitAdaptive {
+	if l, src := t.inForce(cfg, LaneTask); src == LimitAdaptive {
 		cfg.APIHeavy.PerTask = l
 	}
-	if l, src := t.InForce(cfg, LaneES2KNN); src == LimitAdaptive {
+	if l, src := t.inForce(cfg, LaneES2KNN); src == LimitAdaptive {
 		cfg.ES2KNN = l
 	}
 	return cfg
@@ -250,7 +250,7 @@ func (t *Tuner) stepLane(ctx context.Context, cfg Config, name LaneName) (err er
 	batch := t.lanes[i].batch
 	t.lanes[i].batch = tune.Window{}
 	t.mu.Unlock()
-	key := t.TuneKey(name)
+	key := t.tuneKey(name)
 	round, err := t.Store.TuneExchange(ctx, key, batch, t.every())
 	if err != nil {
 		t.mu.Lock()
@@ -354,7 +354,7 @@ func (t *Tuner) annotate(cfg Config, st *Status) {
 		if !cfg.Adaptive.Lane(name).On() {
 			return
 		}
-		*limit, *source = t.InForce(cfg, name)
+		*limit, *source = t.inForce(cfg, name)
 		if adv, ok := t.Advised(cfg, name); ok {
 			*advised = adv
 		}
