@@ -11,7 +11,7 @@ import (
 )
 
 // AdaptiveMode says what an adaptive limit does with the limit it
-// computes (tune.go).
+// computes (package tune).
 type AdaptiveMode string
 
 // The adaptive modes. The empty mode is a lane with no adaptive setting.
@@ -22,7 +22,7 @@ const (
 )
 
 // Adaptive is the config key "adaptive": per lane that protects a shared
-// resource, whether its limit is found by the control loop (tune.go). A
+// resource, whether its limit is found by the control loop (package tune). A
 // lane left out is off. The zero value (no key in the config) changes
 // nothing: the config reads and writes as it did before adaptive limits
 // existed.

@@ -11,6 +11,7 @@ import (
 	"github.com/capgate/capgate"
 	"github.com/capgate/capgate/header"
 	capgatehttp "github.com/capgate/capgate/http"
+	"github.com/capgate/capgate/identity"
 	"github.com/capgate/capgate/logsink"
 	"github.com/capgate/capgate/memory"
 )
@@ -28,7 +29,7 @@ func Example() {
 		panic(err)
 	}
 	defer gate.Close(context.Background())
-	identify, err := capgatehttp.NewTokenIdentity([]capgatehttp.TokenEntry{{Token: "t-pam", Username: "pam"}})
+	identify, err := identity.NewTokenIdentity([]identity.TokenEntry{{Token: "t-pam", Username: "pam"}})
 	if err != nil {
 		panic(err)
 	}

@@ -25,3 +25,6 @@ const WaitPumpEvery = waitPumpEvery
 
 // ErrTicketLost is the error of a waiter whose ticket the store lost.
 var ErrTicketLost = errTicketLost
+
+// TuneKey returns the store key of lane name's adaptive state.
+func (t *Tuner) TuneKey(name LaneName) string { return t.tuneKey(name) }

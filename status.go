@@ -106,12 +106,12 @@ func (g *Gate) Status(ctx context.Context, cfg Config) Status {
 	return st
 }
 
-// ReadLanes is ReadStatus without listing keys: it reads the fixed lanes
+// readLanes is ReadStatus without listing keys: it reads the fixed lanes
 // (api_heavy, es2_knn, every tier) and the task lane of keys.TaskID only,
 // in one count and one waiting count, so it costs the store no scan. Tasks
 // holds that one task, also when idle; Users is empty. For metrics, read
 // on every scrape.
-func ReadLanes(ctx context.Context, store LaneStore, keys Keys, cfg Config) Status {
+func readLanes(ctx context.Context, store LaneStore, keys Keys, cfg Config) Status {
 	st := Status{Mode: cfg.Mode, EnforceFor: cfg.EnforceFor, Lanes: laneStoreKind(store)}
 	counts, waiting, err := countStatus(ctx, store, keys, cfg, &st, []string{keys.Lane(LaneTask, keys.TaskID)})
 	if err != nil {
@@ -123,10 +123,13 @@ func ReadLanes(ctx context.Context, store LaneStore, keys Keys, cfg Config) Stat
 	return st
 }
 
-// ReadLanes reads the gate's fixed lanes and its own task lane under cfg
-// (ReadLanes over the gate's store and keys).
+// ReadLanes is ReadStatus without listing keys: it reads the gate's fixed
+// lanes (api_heavy, es2_knn, every tier) and its own task lane only, in one
+// count and one waiting count, so it costs the store no scan. Tasks holds
+// that one task, also when idle; Users is empty. For metrics, read on every
+// scrape.
 func (g *Gate) ReadLanes(ctx context.Context, cfg Config) Status {
-	return ReadLanes(ctx, g.Store, g.keys(), cfg)
+	return readLanes(ctx, g.Store, g.keys(), cfg)
 }
 
 func readStatus(ctx context.Context, store LaneStore, k Keys, cfg Config, st *Status) error {

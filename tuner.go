@@ -11,47 +11,19 @@ import (
 
 	"github.com/capgate/capgate/internal/jsonenc"
 	"github.com/capgate/capgate/internal/loop"
+	"github.com/capgate/capgate/tune"
 )
 
-// TuneStore is an optional part of a LaneStore (memory.Store and
-// redis.Store have it): the samples and state of the adaptive limits,
-// shared by the gateways so that each lane's limit is computed once for the
-// cluster. Its keys are the Tuner's (TuneKey), one per lane key.
-type TuneStore interface {
-	// TuneExchange adds add to the window being gathered for key. When
-	// every has passed by the store's clock since a window of key was last
-	// taken (or none ever was), it also takes the window: it returns it
-	// with Due set and starts a new one, so one gateway of the cluster gets
-	// it. It always returns the state last saved for key (nil: none).
-	// Errors are the store's failures.
-	TuneExchange(ctx context.Context, key string, add TuneWindow, every time.Duration) (TuneRound, error)
-	// TuneSave keeps state as key's state. The state lives for
-	// TuneStateTTL after its last exchange or save.
-	TuneSave(ctx context.Context, key string, state []byte) error
-}
-
-// TuneRound is what TuneExchange returns.
-type TuneRound struct {
-	State  []byte     // the state last saved; nil when none
-	Due    bool       // the window was taken: the caller takes the step
-	Window TuneWindow // the window taken, when Due
-}
-
-// TuneStateTTL is how long the store keeps a lane's state after it was
-// last used: long enough to outlive a restart of every gateway, short
-// enough that a lane no longer adaptive leaves nothing for ever.
-const TuneStateTTL = 7 * 24 * time.Hour
-
-// DefaultTuneEvery is how often a lane's limit is stepped, for the cluster.
-const DefaultTuneEvery = time.Second
+// defaultTuneEvery is how often a lane's limit is stepped, for the cluster.
+const defaultTuneEvery = time.Second
 
 // AdaptiveEvent is the "event" of the line written on each change of an
 // advised limit.
 const AdaptiveEvent = "ocl_capacity_adaptive"
 
-// Tuner runs the adaptive limits (tune.go) of one gateway: it gathers the
+// Tuner runs the adaptive limits (package tune) of one gateway: it gathers the
 // service times of the calls the gate releases on each adaptive lane, and
-// every Every sends them to the TuneStore; the gateway that gets a window
+// every Every sends them to the tune.Store; the gateway that gets a window
 // takes the step for the cluster and saves the new state, and every
 // gateway reads the state back. Apply gives the gate the limits in force.
 //
@@ -61,12 +33,12 @@ const AdaptiveEvent = "ocl_capacity_adaptive"
 // limits until it answers. Build it with NewTuner; a Tuner is safe for
 // concurrent use. Run it with Run; nothing is stepped without it.
 type Tuner struct {
-	Store  TuneStore    // required
-	Source ConfigSource // required
-	Keys   Keys         // the lane keys; the task lane is Keys.TaskID's
-	Every  time.Duration
-	Sink   Sink         // receives the ocl_capacity_adaptive lines; nil: none
-	Logger *slog.Logger // nil: slog.Default()
+	Store  tune.Store    // required
+	Source ConfigSource  // required
+	Keys   Keys          // the lane keys; the task lane is Keys.TaskID's
+	Every  time.Duration // how often a lane is stepped, for the cluster; 0: 1 s
+	Sink   Sink          // receives the ocl_capacity_adaptive lines; nil: none
+	Logger *slog.Logger  // nil: slog.Default()
 	Now    func() time.Time
 	// Skip, when set, is the gate's skip window: while it is open the
 	// store is not used.
@@ -78,13 +50,13 @@ type Tuner struct {
 
 // tuneLane is what the Tuner knows of one adaptive lane.
 type tuneLane struct {
-	batch   TuneWindow // samples not yet sent
-	advised int        // the last advised limit known; 0: none yet
+	batch   tune.Window // samples not yet sent
+	advised int         // the last advised limit known; 0: none yet
 }
 
 // NewTuner returns a Tuner over store and cfg with the defaults set.
-func NewTuner(store TuneStore, cfg ConfigSource, keys Keys) *Tuner {
-	return &Tuner{Store: store, Source: cfg, Keys: keys, Every: DefaultTuneEvery, Now: time.Now}
+func NewTuner(store tune.Store, cfg ConfigSource, keys Keys) *Tuner {
+	return &Tuner{Store: store, Source: cfg, Keys: keys, Every: defaultTuneEvery, Now: time.Now}
 }
 
 func (t *Tuner) now() time.Time {
@@ -98,7 +70,7 @@ func (t *Tuner) every() time.Duration {
 	if t.Every > 0 {
 		return t.Every
 	}
-	return DefaultTuneEvery
+	return defaultTuneEvery
 }
 
 func (t *Tuner) logger() *slog.Logger {
@@ -116,10 +88,10 @@ func (t *Tuner) laneKey(name LaneName) string {
 	return t.Keys.Lane(name, "")
 }
 
-// TuneKey returns the store key of the adaptive state of lane name:
+// tuneKey returns the store key of the adaptive state of lane name:
 // <prefix>:tune:<lane>[:<task>], under the lanes' prefix (so a hash-tagged
 // prefix keeps it in their slot) but outside every lane's key space.
-func (t *Tuner) TuneKey(name LaneName) string {
+func (t *Tuner) tuneKey(name LaneName) string {
 	k := t.Keys.prefix() + ":tune:" + string(name)
 	if name == LaneTask {
 		k += ":" + t.Keys.TaskID
@@ -153,13 +125,13 @@ func (t *Tuner) Advised(cfg Config, name LaneName) (limit int, ok bool) {
 	if adv <= 0 {
 		return 0, false
 	}
-	return clampLimit(adv, TuneBounds{Min: set.Min, Max: set.Max}), true
+	return tune.Bounds{Min: set.Min, Max: set.Max}.Clamp(adv), true
 }
 
-// InForce returns the limit of lane name in force under cfg and where it
+// inForce returns the limit of lane name in force under cfg and where it
 // comes from: "adaptive" when its mode is apply and a limit was advised,
 // else "static". A paused lane (static limit 0) stays paused.
-func (t *Tuner) InForce(cfg Config, name LaneName) (limit int, source string) {
+func (t *Tuner) inForce(cfg Config, name LaneName) (limit int, source string) {
 	static := staticLimit(cfg, name)
 	if adv, ok := t.Advised(cfg, name); ok && cfg.Adaptive.Lane(name).Mode == AdaptiveApply && static > 0 {
 		return adv, LimitAdaptive
@@ -167,7 +139,7 @@ func (t *Tuner) InForce(cfg Config, name LaneName) (limit int, source string) {
 	return static, LimitStatic
 }
 
-// Where a lane's limit in force comes from (Status, InForce).
+// Where a lane's limit in force comes from (Status.LimitSource).
 const (
 	LimitStatic   = "static"
 	LimitAdaptive = "adaptive"
@@ -180,13 +152,13 @@ func (t *Tuner) Apply(cfg Config) Config {
 	if t == nil || cfg.Adaptive == (Adaptive{}) {
 		return cfg
 	}
-	if l, src := t.InForce(cfg, LaneAPIHeavy); src == LimitAdaptive {
+	if l, src := t.inForce(cfg, LaneAPIHeavy); src == LimitAdaptive {
 		cfg.APIHeavy.Cluster = max(l, cfg.ReserveSingleRow)
 	}
-	if l, src := t.InForce(cfg, LaneTask); src == LimitAdaptive {
+	if l, src := t.inForce(cfg, LaneTask); src == LimitAdaptive {
 		cfg.APIHeavy.PerTask = l
 	}
-	if l, src := t.InForce(cfg, LaneES2KNN); src == LimitAdaptive {
+	if l, src := t.inForce(cfg, LaneES2KNN); src == LimitAdaptive {
 		cfg.ES2KNN = l
 	}
 	return cfg
@@ -218,14 +190,14 @@ func (t *Tuner) observe(a *Admission, service time.Duration) {
 			full = 1
 		}
 		n := int64(a.counts[i])
-		t.Observe(l.Name, TuneWindow{Calls: 1, SumMicros: us, Full: full, MaxInFlight: n, SumInFlight: n})
+		t.Observe(l.Name, tune.Window{Calls: 1, SumMicros: us, Full: full, MaxInFlight: n, SumInFlight: n})
 	}
 }
 
 // Observe adds w to the samples of lane name to be sent at the next Step.
 // The gate calls it for each call it releases on an adaptive lane; a
 // program that measures service times elsewhere may call it too.
-func (t *Tuner) Observe(name LaneName, w TuneWindow) {
+func (t *Tuner) Observe(name LaneName, w tune.Window) {
 	if !slices.Contains(adaptiveLanes, name) {
 		return
 	}
@@ -276,9 +248,9 @@ func (t *Tuner) stepLane(ctx context.Context, cfg Config, name LaneName) (err er
 	i := tuneIndex(name)
 	t.mu.Lock()
 	batch := t.lanes[i].batch
-	t.lanes[i].batch = TuneWindow{}
+	t.lanes[i].batch = tune.Window{}
 	t.mu.Unlock()
-	key := t.TuneKey(name)
+	key := t.tuneKey(name)
 	round, err := t.Store.TuneExchange(ctx, key, batch, t.every())
 	if err != nil {
 		t.mu.Lock()
@@ -286,16 +258,16 @@ func (t *Tuner) stepLane(ctx context.Context, cfg Config, name LaneName) (err er
 		t.mu.Unlock()
 		return fmt.Errorf("adaptive %s: exchange: %w", name, err)
 	}
-	state, derr := DecodeTuneState(round.State)
+	state, derr := tune.Decode(round.State)
 	if derr != nil {
-		state = TuneState{} // a state we can't read starts over from the static limit
+		state = tune.State{} // a state we can't read starts over from the static limit
 	}
 	set := cfg.Adaptive.Lane(name)
-	b := TuneBounds{Min: set.Min, Max: set.Max, Static: staticLimit(cfg, name), Advise: set.Mode == AdaptiveAdvise}
+	b := tune.Bounds{Min: set.Min, Max: set.Max, Static: staticLimit(cfg, name), Advise: set.Mode == AdaptiveAdvise}
 	if round.Due {
 		prev := state.Start(b)
 		state = state.Next(round.Window, b)
-		enc, err := EncodeTuneState(state)
+		enc, err := tune.Encode(state)
 		if err != nil {
 			return err
 		}
@@ -328,12 +300,12 @@ type adaptiveLine struct {
 	Max      int          `json:"max"`
 	Reason   string       `json:"reason"`
 	Step     int64        `json:"step"`
-	TuneSnapshot
+	tune.Snapshot
 	Task string `json:"task,omitempty"`
 	TS   string `json:"ts"`
 }
 
-func (t *Tuner) emit(cfg Config, name LaneName, prev int, s TuneState) {
+func (t *Tuner) emit(cfg Config, name LaneName, prev int, s tune.State) {
 	set := cfg.Adaptive.Lane(name)
 	static := staticLimit(cfg, name)
 	limit, src := static, LimitStatic
@@ -342,7 +314,7 @@ func (t *Tuner) emit(cfg Config, name LaneName, prev int, s TuneState) {
 	}
 	line := adaptiveLine{Event: AdaptiveEvent, Lane: name, Mode: set.Mode, Advised: s.Limit, Previous: prev,
 		Limit: limit, Source: src, Static: static, Min: set.Min, Max: set.Max, Reason: s.Reason, Step: s.Step,
-		TuneSnapshot: s.Last, Task: t.Keys.TaskID, TS: t.now().UTC().Format("2006-01-02T15:04:05.000Z")}
+		Snapshot: s.Last, Task: t.Keys.TaskID, TS: t.now().UTC().Format("2006-01-02T15:04:05.000Z")}
 	t.logger().Info("adaptive limit changed", "lane", name, "mode", set.Mode, "from", prev, "to", s.Limit, "reason", s.Reason, "mean_ms", s.Last.MeanMS, "no_load_ms", s.Last.NoLoadMS, "calls", s.Last.Calls, "maxin", s.Last.MaxInFlight)
 	if t.Sink == nil {
 		return
@@ -356,13 +328,13 @@ func (t *Tuner) emit(cfg Config, name LaneName, prev int, s TuneState) {
 	}
 }
 
-// errNoTuneStore is returned by NewTunerFor for a store without TuneStore.
+// errNoTuneStore is returned by NewTunerFor for a store without tune.Store.
 var errNoTuneStore = errors.New("the lane store keeps no adaptive state")
 
 // NewTunerFor returns a Tuner for the gate's store, config, keys, sink and
-// skip window, or an error when the store is no TuneStore.
+// skip window, or an error when the store is no tune.Store.
 func (g *Gate) NewTunerFor() (*Tuner, error) {
-	ts, ok := g.Store.(TuneStore)
+	ts, ok := g.Store.(tune.Store)
 	if !ok {
 		return nil, errNoTuneStore
 	}
@@ -382,7 +354,7 @@ func (t *Tuner) annotate(cfg Config, st *Status) {
 		if !cfg.Adaptive.Lane(name).On() {
 			return
 		}
-		*limit, *source = t.InForce(cfg, name)
+		*limit, *source = t.inForce(cfg, name)
 		if adv, ok := t.Advised(cfg, name); ok {
 			*advised = adv
 		}

@@ -10,6 +10,7 @@ import (
 	"github.com/capgate/capgate"
 	"github.com/capgate/capgate/memory"
 	"github.com/capgate/capgate/mock"
+	"github.com/capgate/capgate/tune"
 )
 
 // tunedGate is a gate on a memory store with a Tuner, on a fake clock.
@@ -102,11 +103,11 @@ func TestGateFeedsReleasedCallsToTheTuner(t *testing.T) {
 	if err := g.Tuner.Step(ctx); err != nil {
 		t.Fatal(err)
 	}
-	r, err := store.TuneExchange(ctx, g.Tuner.TuneKey(capgate.LaneES2KNN), capgate.TuneWindow{}, time.Hour)
+	r, err := store.TuneExchange(ctx, g.Tuner.TuneKey(capgate.LaneES2KNN), tune.Window{}, time.Hour)
 	if err != nil {
 		t.Fatal(err)
 	}
-	st, err := capgate.DecodeTuneState(r.State)
+	st, err := tune.Decode(r.State)
 	if err != nil || st.Step != 1 || st.Last.Calls != 12 || st.Last.MeanMS != 40 {
 		t.Errorf("state after one step = %+v, %v; want 12 calls of 40 ms", st, err)
 	}

@@ -18,7 +18,7 @@ import (
 	"unicode/utf8"
 
 	"github.com/capgate/capgate"
-	capgatehttp "github.com/capgate/capgate/http"
+	"github.com/capgate/capgate/identity"
 	"github.com/capgate/capgate/internal/randhex"
 	"github.com/capgate/capgate/internal/truncate"
 )
@@ -81,8 +81,8 @@ func (c callRequest) call(groups capgate.TierGroups) (capgate.Call, error) {
 	switch {
 	case c.User == "":
 		return capgate.Call{}, errors.New(`"user" is required: the caller's username`)
-	case utf8.RuneCountInString(c.User) > capgatehttp.MaxUsername:
-		return capgate.Call{}, fmt.Errorf(`"user" is longer than %d characters`, capgatehttp.MaxUsername)
+	case utf8.RuneCountInString(c.User) > identity.MaxUsername:
+		return capgate.Call{}, fmt.Errorf(`"user" is longer than %d characters`, identity.MaxUsername)
 	case c.Endpoint != capgate.EndpointMatch && c.Endpoint != capgate.EndpointRerank:
 		return capgate.Call{}, fmt.Errorf(`"endpoint" %q: want %q or %q`, c.Endpoint, capgate.EndpointMatch, capgate.EndpointRerank)
 	case c.Rows < 0:

@@ -32,8 +32,8 @@ func NewBudget(max int64) *Budget {
 	return &Budget{max: max}
 }
 
-// Used returns the bytes reserved now.
-func (b *Budget) Used() int64 {
+// used returns the bytes reserved now (for tests).
+func (b *Budget) usedNow() int64 {
 	if b == nil {
 		return 0
 	}

@@ -1,7 +1,7 @@
 // Package http holds capgate's HTTP adapters: the OCL call classifier, the
-// identity resolvers, the net/http middleware that gates heavy calls, and
-// the gateway (a reverse proxy with the middleware in front). Outside this
-// package, import it as capgatehttp.
+// net/http middleware that gates heavy calls (who calls: an
+// identity.Identifier), and the gateway (a reverse proxy with the middleware
+// in front). Outside this package, import it as capgatehttp.
 package http
 
 import (

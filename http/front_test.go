@@ -16,6 +16,7 @@ import (
 	"github.com/capgate/capgate"
 	"github.com/capgate/capgate/header"
 	capgatehttp "github.com/capgate/capgate/http"
+	"github.com/capgate/capgate/identity"
 )
 
 // The tests here send the attacks of docs/SECURITY.md at a gateway in
@@ -233,13 +234,13 @@ type nopCloser struct{ *strings.Reader }
 func (nopCloser) Close() error { return nil }
 
 func TestHeaderIdentityGatesUntrustedCallers(t *testing.T) {
-	ids, err := capgatehttp.NewHeaderIdentity([]string{"10.0.0.0/8"}) // not the test's loopback
+	ids, err := identity.NewHeaderIdentity([]string{"10.0.0.0/8"}) // not the test's loopback
 	if err != nil {
 		t.Fatal(err)
 	}
 	e := pausedEnv(t, func(c *capgatehttp.GatewayConfig) {
 		c.Identify = ids
-		c.Options = append(c.Options, capgatehttp.WithAnonymousAs(capgatehttp.AnonymousUser))
+		c.Options = append(c.Options, capgatehttp.WithAnonymousAs(identity.AnonymousUser))
 	})
 	// A spoofed staff header from an untrusted peer: gated as anonymous
 	// (preview, paused), and the header never reaches the API.
@@ -247,8 +248,8 @@ func TestHeaderIdentityGatesUntrustedCallers(t *testing.T) {
 	if r.StatusCode != 429 || r.Header.Get(header.Tier) != "preview" || len(e.up.requests()) != 0 {
 		t.Errorf("untrusted: %d tier %q, %d upstream requests", r.StatusCode, r.Header.Get(header.Tier), len(e.up.requests()))
 	}
-	if lines := e.sink.Wait(t, 1, waitLimit); lines[0]["user_id"] != capgatehttp.AnonymousUser {
-		t.Errorf("user %v, want %q", lines[0]["user_id"], capgatehttp.AnonymousUser)
+	if lines := e.sink.Wait(t, 1, waitLimit); lines[0]["user_id"] != identity.AnonymousUser {
+		t.Errorf("user %v, want %q", lines[0]["user_id"], identity.AnonymousUser)
 	}
 	// With a session cookie only: the same.
 	if r := e.do(t.Context(), "POST", semanticMatch, oneRow, "Cookie", "sessionid=x"); r.StatusCode != 429 {
@@ -261,8 +262,8 @@ func TestHeaderIdentityGatesUntrustedCallers(t *testing.T) {
 }
 
 func TestLongUsernamesAreAnonymous(t *testing.T) {
-	long := strings.Repeat("é", capgatehttp.MaxUsername+1)
-	ids, err := capgatehttp.NewTokenIdentity([]capgatehttp.TokenEntry{{Token: "t-long", Username: long}, {Token: "t-max", Username: long[:2*capgatehttp.MaxUsername]}})
+	long := strings.Repeat("é", identity.MaxUsername+1)
+	ids, err := identity.NewTokenIdentity([]identity.TokenEntry{{Token: "t-long", Username: long}, {Token: "t-max", Username: long[:2*identity.MaxUsername]}})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -319,7 +320,7 @@ func TestUpstreamLookupSendsTheCookieAndKeysOnIt(t *testing.T) {
 		}
 	}))
 	defer api.Close()
-	id, err := capgatehttp.NewUpstreamIdentity(api.URL)
+	id, err := identity.NewUpstreamIdentity(api.URL)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -348,7 +349,7 @@ func TestUpstreamLookupNeverFollowsRedirects(t *testing.T) {
 		http.Redirect(w, r, evil.URL+"/user/", http.StatusFound)
 	}))
 	defer api.Close()
-	id, err := capgatehttp.NewUpstreamIdentity(api.URL)
+	id, err := identity.NewUpstreamIdentity(api.URL)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -365,7 +366,7 @@ func TestUpstreamLookupKeysAreExact(t *testing.T) {
 		w.Write([]byte(`{"username":"pam","is_staff":false,"IS_STAFF":true,"Is_Superuser":true,"auth_groups":[]}`))
 	}))
 	defer api.Close()
-	id, err := capgatehttp.NewUpstreamIdentity(api.URL)
+	id, err := identity.NewUpstreamIdentity(api.URL)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -404,7 +405,7 @@ func TestCookiesAreNeverAStaffCredential(t *testing.T) {
 		w.WriteHeader(http.StatusUnauthorized)
 	}))
 	defer api.Close()
-	id, err := capgatehttp.NewUpstreamIdentity(api.URL)
+	id, err := identity.NewUpstreamIdentity(api.URL)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -428,7 +429,7 @@ func TestNoHTTP2PriorKnowledge(t *testing.T) {
 }
 
 func TestUpstreamLookupBoundsWhatItKeeps(t *testing.T) {
-	long := strings.Repeat("x", capgatehttp.MaxUsername+1)
+	long := strings.Repeat("x", identity.MaxUsername+1)
 	api := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		if r.Header.Get("Authorization") == "Token long" {
 			fmt.Fprintf(w, `{"username":%q,"is_staff":true}`, long)
@@ -443,7 +444,7 @@ func TestUpstreamLookupBoundsWhatItKeeps(t *testing.T) {
 		w.Write(b)
 	}))
 	defer api.Close()
-	id, err := capgatehttp.NewUpstreamIdentity(api.URL)
+	id, err := identity.NewUpstreamIdentity(api.URL)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -15,6 +15,7 @@ import (
 	"sync"
 
 	"github.com/capgate/capgate"
+	"github.com/capgate/capgate/identity"
 )
 
 // GatewayConfig is what a Gateway needs. Upstream, Gate and Identify are
@@ -27,7 +28,7 @@ type GatewayConfig struct {
 	Gate *capgate.Gate
 	// Identify says who calls (UpstreamIdentity, HeaderIdentity or
 	// TokenIdentity).
-	Identify Identifier
+	Identify identity.Identifier
 
 	// Classifier decides which calls are heavy. Default: the OCL profile
 	// with no path prefix and DefaultMaxBodyBytes.
@@ -60,7 +61,7 @@ type GatewayConfig struct {
 	PublicMetrics bool
 	// Health answers GET /livez, /healthz (its alias) and /readyz; it
 	// never fails a probe because a store is down, and its bodies say only
-	// ready or not (PublicReadyz): the checks' details are for staff.
+	// ready or not (publicReadyz): the checks' details are for staff.
 	// Default (nil): live and ready, with no checks.
 	Health *Health
 
@@ -71,7 +72,7 @@ type GatewayConfig struct {
 	MetricsToken string
 	// StaffIdentify, if set, says who calls /metrics instead of Identify
 	// (a StaffIdentity: the static staff tokens first). Default: Identify.
-	StaffIdentify Identifier
+	StaffIdentify identity.Identifier
 
 	// Observer, if set, is told every request's status and class, the
 	// upstream's latency and its failures. Default: none.
@@ -185,9 +186,9 @@ func (g *Gateway) route(w http.ResponseWriter, r *http.Request) {
 	get := r.Method == http.MethodGet || r.Method == http.MethodHead
 	switch {
 	case (p == "/livez" || p == "/healthz") && get:
-		g.health().PublicLivez().ServeHTTP(w, r)
+		g.health().publicLivez().ServeHTTP(w, r)
 	case p == "/readyz" && get:
-		g.health().PublicReadyz().ServeHTTP(w, r)
+		g.health().publicReadyz().ServeHTTP(w, r)
 	case p == "/metrics" && get && g.cfg.Metrics != nil:
 		g.metrics(w, r)
 	case strings.HasPrefix(p, "/capacity/") && g.cfg.Staff != nil:
@@ -221,7 +222,7 @@ func (g *Gateway) route(w http.ResponseWriter, r *http.Request) {
 // metrics token is checked first, and StaffIdentify's static tokens before
 // any lookup, so neither needs the API.
 func (g *Gateway) metrics(w http.ResponseWriter, r *http.Request) {
-	if !g.cfg.PublicMetrics && !metricsTokenOK(r, g.cfg.MetricsToken) {
+	if !g.cfg.PublicMetrics && !identity.HasToken(r, g.cfg.MetricsToken) {
 		ids := g.cfg.Identify
 		if g.cfg.StaffIdentify != nil {
 			ids = g.cfg.StaffIdentify
@@ -300,17 +301,17 @@ func (g *Gateway) trusted(remoteAddr string) bool {
 	if len(g.cfg.TrustedProxies) == 0 {
 		return false
 	}
-	return (&HeaderIdentity{Trusted: g.cfg.TrustedProxies}).trusted(remoteAddr)
+	return identity.TrustedPeer(g.cfg.TrustedProxies, remoteAddr)
 }
 
-// StatusClientClosedRequest is the status logged when the client went away
+// statusClientClosedRequest is the status logged when the client went away
 // before the upstream answered (nginx's 499). It is never sent.
-const StatusClientClosedRequest = 499
+const statusClientClosedRequest = 499
 
 // proxyError answers a request the upstream could not: see statusOf.
 func (g *Gateway) proxyError(w http.ResponseWriter, r *http.Request, err error) {
 	status := statusOf(r.Context(), err)
-	if status == StatusClientClosedRequest {
+	if status == statusClientClosedRequest {
 		// Nobody to answer: 499 is not a status a client may be sent.
 		g.logger.Debug("capgate: client went away", "method", r.Method, "path", r.URL.Path)
 		return
@@ -334,7 +335,7 @@ func (g *Gateway) proxyError(w http.ResponseWriter, r *http.Request, err error) 
 // did not cause included: a connected client is sent a real status).
 func statusOf(ctx context.Context, err error) int {
 	if ctx.Err() != nil {
-		return StatusClientClosedRequest
+		return statusClientClosedRequest
 	}
 	if errors.Is(err, context.DeadlineExceeded) {
 		return http.StatusGatewayTimeout

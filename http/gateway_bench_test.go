@@ -19,6 +19,7 @@ import (
 	"github.com/capgate/capgate"
 	"github.com/capgate/capgate/header"
 	capgatehttp "github.com/capgate/capgate/http"
+	"github.com/capgate/capgate/identity"
 	"github.com/capgate/capgate/internal/randhex"
 	"github.com/capgate/capgate/logsink"
 	"github.com/capgate/capgate/memory"
@@ -75,12 +76,12 @@ func benchGatewayServerWith(b *testing.B, store capgate.LaneStore, prefix string
 	}
 	gate.KeyPrefix = prefix
 	gate.Logger = quiet
-	entries := make([]capgatehttp.TokenEntry, benchUsers)
+	entries := make([]identity.TokenEntry, benchUsers)
 	for i := range entries {
-		entries[i] = capgatehttp.TokenEntry{Token: "bench-token-" + strconv.Itoa(i), Username: "user" + strconv.Itoa(i),
+		entries[i] = identity.TokenEntry{Token: "bench-token-" + strconv.Itoa(i), Username: "user" + strconv.Itoa(i),
 			AuthGroups: []string{"core_user"}}
 	}
-	ids, err := capgatehttp.NewTokenIdentity(entries)
+	ids, err := identity.NewTokenIdentity(entries)
 	if err != nil {
 		b.Fatal(err)
 	}

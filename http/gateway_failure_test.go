@@ -14,6 +14,7 @@ import (
 	"github.com/capgate/capgate"
 	"github.com/capgate/capgate/header"
 	capgatehttp "github.com/capgate/capgate/http"
+	"github.com/capgate/capgate/identity"
 	"github.com/capgate/capgate/mock"
 )
 
@@ -157,7 +158,7 @@ func TestUpstreamTimeoutIs504(t *testing.T) {
 func TestIdentityLookupsAreCached(t *testing.T) {
 	clock := newFakeClock()
 	e := newEnv(t, nil, func(c *capgatehttp.GatewayConfig) {
-		id, err := capgatehttp.NewUpstreamIdentity(c.Upstream.String())
+		id, err := identity.NewUpstreamIdentity(c.Upstream.String())
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -205,7 +206,7 @@ func TestFailingLookupWithoutLocalLanes(t *testing.T) {
 			e := newEnv(t, func(c *capgate.Config) {
 				c.Mode, c.EnforceFor = capgate.ModeEnforce, capgate.EnforceAll
 			}, func(c *capgatehttp.GatewayConfig) {
-				id, err := capgatehttp.NewUpstreamIdentity(c.Upstream.String())
+				id, err := identity.NewUpstreamIdentity(c.Upstream.String())
 				if err != nil {
 					t.Fatal(err)
 				}
@@ -286,7 +287,7 @@ func TestBodiesArriveByteForByte(t *testing.T) {
 
 func TestModeOffLooksNobodyUp(t *testing.T) {
 	e := newEnv(t, func(c *capgate.Config) { c.Mode = capgate.ModeOff }, func(c *capgatehttp.GatewayConfig) {
-		id, err := capgatehttp.NewUpstreamIdentity(c.Upstream.String())
+		id, err := identity.NewUpstreamIdentity(c.Upstream.String())
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -300,3 +301,5 @@ func TestModeOffLooksNobodyUp(t *testing.T) {
 		t.Errorf("%d identity lookups in mode off", n)
 	}
 }
+
+func newFakeClock() *mock.Clock { return mock.NewClock(time.Date(2025, 1, 1, 0, 0, 0, 0, time.UTC)) }

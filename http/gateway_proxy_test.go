@@ -16,6 +16,7 @@ import (
 	"github.com/capgate/capgate"
 	"github.com/capgate/capgate/header"
 	capgatehttp "github.com/capgate/capgate/http"
+	"github.com/capgate/capgate/identity"
 )
 
 // exposed returns the names in Access-Control-Expose-Headers.
@@ -251,7 +252,7 @@ func TestNewGatewayRejects(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	ids, _ := capgatehttp.NewTokenIdentity(nil)
+	ids, _ := identity.NewTokenIdentity(nil)
 	for _, c := range []capgatehttp.GatewayConfig{
 		{Gate: gate, Identify: ids},
 		{Upstream: mustURL(t, "ftp://x"), Gate: gate, Identify: ids},

@@ -16,6 +16,7 @@ import (
 
 	"github.com/capgate/capgate"
 	capgatehttp "github.com/capgate/capgate/http"
+	"github.com/capgate/capgate/identity"
 	"github.com/capgate/capgate/memory"
 	"github.com/capgate/capgate/mock"
 )
@@ -248,7 +249,7 @@ func newEnv(t *testing.T, cfg func(*capgate.Config), gc func(*capgatehttp.Gatewa
 		t.Fatal(err)
 	}
 	e.gate = gate
-	var entries []capgatehttp.TokenEntry
+	var entries []identity.TokenEntry
 	for auth, body := range users {
 		var ans struct {
 			Username   string   `json:"username"`
@@ -258,10 +259,10 @@ func newEnv(t *testing.T, cfg func(*capgate.Config), gc func(*capgatehttp.Gatewa
 		if err := json.Unmarshal([]byte(body), &ans); err != nil {
 			t.Fatal(err)
 		}
-		entries = append(entries, capgatehttp.TokenEntry{Token: strings.TrimPrefix(auth, "Token "),
+		entries = append(entries, identity.TokenEntry{Token: strings.TrimPrefix(auth, "Token "),
 			Username: ans.Username, IsStaff: ans.IsStaff, AuthGroups: ans.AuthGroups})
 	}
-	ids, err := capgatehttp.NewTokenIdentity(entries)
+	ids, err := identity.NewTokenIdentity(entries)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -12,10 +12,10 @@ import (
 
 // Defaults of Health.
 const (
-	// DefaultHealthInterval is how often Health checks the stores.
-	DefaultHealthInterval = 5 * time.Second
-	// DefaultHealthTimeout bounds one check.
-	DefaultHealthTimeout = 2 * time.Second
+	// defaultHealthInterval is how often Health checks the stores.
+	defaultHealthInterval = 5 * time.Second
+	// defaultHealthTimeout bounds one check.
+	defaultHealthTimeout = 2 * time.Second
 )
 
 // HealthCheck is one dependency Health watches: the lane store, the
@@ -48,32 +48,32 @@ type Health struct {
 	// Ready reports whether the gateway may take traffic. Default (nil):
 	// always.
 	Ready func() bool
-	// Interval between rounds of checks. Default DefaultHealthInterval.
+	// Interval between rounds of checks. Default 5 s.
 	Interval time.Duration
-	// Timeout bounds each check. Default DefaultHealthTimeout.
+	// Timeout bounds each check. Default 2 s.
 	Timeout time.Duration
 
 	mu    sync.Mutex
 	state map[string]string // name → "ok" or the error; requires mu held
 }
 
-// StateOK is a check's state when it passed.
-const StateOK = "ok"
+// stateOK is a check's state when it passed.
+const stateOK = "ok"
 
 // Run checks at once, then every Interval until ctx is done.
 func (h *Health) Run(ctx context.Context) {
 	every := h.Interval
 	if every <= 0 {
-		every = DefaultHealthInterval
+		every = defaultHealthInterval
 	}
-	loop.Every(ctx, every, h.CheckNow)
+	loop.Every(ctx, every, h.checkNow)
 }
 
-// CheckNow runs every check once, concurrently, and records the results.
-func (h *Health) CheckNow(ctx context.Context) {
+// checkNow runs every check once, concurrently, and records the results.
+func (h *Health) checkNow(ctx context.Context) {
 	timeout := h.Timeout
 	if timeout <= 0 {
-		timeout = DefaultHealthTimeout
+		timeout = defaultHealthTimeout
 	}
 	results := make([]string, len(h.Checks))
 	var wg sync.WaitGroup
@@ -84,7 +84,7 @@ func (h *Health) CheckNow(ctx context.Context) {
 		wg.Go(func() {
 			cctx, cancel := context.WithTimeout(ctx, timeout)
 			defer cancel()
-			results[i] = StateOK
+			results[i] = stateOK
 			if err := c.Check(cctx); err != nil {
 				results[i] = err.Error()
 			}
@@ -110,7 +110,7 @@ func (h *Health) stateOf(c HealthCheck) (string, bool) {
 		if err := c.Check(context.Background()); err != nil {
 			return err.Error(), true
 		}
-		return StateOK, true
+		return stateOK, true
 	}
 	s, ok := h.state[c.Name]
 	return s, ok
@@ -131,7 +131,7 @@ func (h *Health) Up(name string) float64 {
 	switch {
 	case !ok:
 		return -1
-	case s == StateOK:
+	case s == stateOK:
 		return 1
 	}
 	return 0
@@ -147,7 +147,7 @@ type healthBody struct {
 }
 
 func (h *Health) body() healthBody {
-	b := healthBody{Status: StateOK, Ready: h.ready(), Checks: make(map[string]string, len(h.Checks))}
+	b := healthBody{Status: stateOK, Ready: h.ready(), Checks: make(map[string]string, len(h.Checks))}
 	h.mu.Lock()
 	for _, c := range h.Checks {
 		s, ok := h.stateOf(c)
@@ -179,21 +179,21 @@ func (h *Health) Readyz() http.Handler {
 	})
 }
 
-// PublicLivez and PublicReadyz are Livez and Readyz for the public port:
+// publicLivez and publicReadyz are Livez and Readyz for the public port:
 // the same statuses, and a body that says only ready or not ready. The
 // checks' states (a store's "i/o timeout") would tell an attacker when a
 // gateway is degraded; they are for staff (the staff API's
 // /capacity/health) and the admin address.
-func (h *Health) PublicLivez() http.Handler {
+func (h *Health) publicLivez() http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		writeHealth(w, http.StatusOK, healthBody{Status: StateOK, Ready: h.ready()})
+		writeHealth(w, http.StatusOK, healthBody{Status: stateOK, Ready: h.ready()})
 	})
 }
 
-// PublicReadyz: see PublicLivez.
-func (h *Health) PublicReadyz() http.Handler {
+// publicReadyz: see publicLivez.
+func (h *Health) publicReadyz() http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		b, code := healthBody{Status: StateOK, Ready: h.ready()}, http.StatusOK
+		b, code := healthBody{Status: stateOK, Ready: h.ready()}, http.StatusOK
 		if !b.Ready {
 			b.Status, code = "starting", http.StatusServiceUnavailable
 		}

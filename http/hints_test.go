@@ -13,6 +13,7 @@ import (
 	"github.com/capgate/capgate"
 	"github.com/capgate/capgate/header"
 	capgatehttp "github.com/capgate/capgate/http"
+	"github.com/capgate/capgate/identity"
 	"github.com/capgate/capgate/memory"
 )
 
@@ -73,7 +74,7 @@ func TestMiddlewareShadowRefusalCarriesTheSpacingHint(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	ids, err := capgatehttp.NewTokenIdentity([]capgatehttp.TokenEntry{{Token: "t-pam", Username: "pam"}})
+	ids, err := identity.NewTokenIdentity([]identity.TokenEntry{{Token: "t-pam", Username: "pam"}})
 	if err != nil {
 		t.Fatal(err)
 	}

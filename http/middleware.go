@@ -13,6 +13,7 @@ import (
 
 	"github.com/capgate/capgate"
 	"github.com/capgate/capgate/header"
+	"github.com/capgate/capgate/identity"
 	"github.com/capgate/capgate/internal/randhex"
 	"github.com/capgate/capgate/internal/truncate"
 )
@@ -49,7 +50,7 @@ type Middleware struct {
 	next     http.Handler
 	gate     *capgate.Gate
 	classify twoStep // WithClassifier, WithClassifyFunc
-	identify Identifier
+	identify identity.Identifier
 
 	anonymous string // WithAnonymousAs: gate anonymous callers as this user
 
@@ -139,8 +140,8 @@ func WithLogger(l *slog.Logger) Option {
 	return func(m *Middleware) { m.logger = l }
 }
 
-// WithClock sets the clock queue_ms is measured against. Default time.Now.
-func WithClock(now func() time.Time) Option {
+// withClock sets the clock queue_ms is measured against. Default time.Now.
+func withClock(now func() time.Time) Option {
 	return func(m *Middleware) { m.now = now }
 }
 
@@ -148,7 +149,7 @@ func WithClock(now func() time.Time) Option {
 // calls; the calls are classified by the OCL profile (a zero Classifier)
 // unless WithClassifier or WithClassifyFunc say otherwise. It returns an
 // error if next, gate or identify is nil.
-func NewMiddleware(next http.Handler, gate *capgate.Gate, identify Identifier, opts ...Option) (*Middleware, error) {
+func NewMiddleware(next http.Handler, gate *capgate.Gate, identify identity.Identifier, opts ...Option) (*Middleware, error) {
 	switch {
 	case next == nil:
 		return nil, errors.New("capgate middleware: no handler")
@@ -224,9 +225,9 @@ const bufferFullRetryAfter = 1
 // anonymous caller under that user id.
 func (m *Middleware) identifyCaller(ctx context.Context, r *http.Request) (capgate.Caller, bool, error) {
 	caller, ok, err := m.identify.Identify(ctx, r)
-	if err == nil && ok && !usernameOK(caller.UserID) {
+	if err == nil && ok && !identity.ValidUsername(caller.UserID) {
 		m.logger.Warn("capgate: username too long; the caller is anonymous",
-			"length", utf8.RuneCountInString(caller.UserID), "max", MaxUsername)
+			"length", utf8.RuneCountInString(caller.UserID), "max", identity.MaxUsername)
 		caller, ok = capgate.Caller{}, false
 	}
 	if err == nil && !ok && m.anonymous != "" && hasCredentials(r) {

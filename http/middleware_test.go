@@ -12,6 +12,7 @@ import (
 	"github.com/capgate/capgate"
 	"github.com/capgate/capgate/header"
 	capgatehttp "github.com/capgate/capgate/http"
+	"github.com/capgate/capgate/identity"
 	"github.com/capgate/capgate/memory"
 	"github.com/capgate/capgate/mock"
 )
@@ -31,7 +32,7 @@ func newMWEnv(t *testing.T, next http.Handler) *mwEnv {
 	if err != nil {
 		t.Fatal(err)
 	}
-	ids, err := capgatehttp.NewTokenIdentity([]capgatehttp.TokenEntry{{Token: "t-pam", Username: "pam"}})
+	ids, err := identity.NewTokenIdentity([]identity.TokenEntry{{Token: "t-pam", Username: "pam"}})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -198,7 +199,7 @@ func TestNewMiddlewareRejectsMissingParts(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	ids, _ := capgatehttp.NewTokenIdentity(nil)
+	ids, _ := identity.NewTokenIdentity(nil)
 	next := http.NotFoundHandler()
 	for i, f := range []func() (*capgatehttp.Middleware, error){
 		func() (*capgatehttp.Middleware, error) { return capgatehttp.NewMiddleware(nil, gate, ids) },
@@ -224,7 +225,7 @@ func TestResponseIsSentBeforeRelease(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	ids, err := capgatehttp.NewTokenIdentity([]capgatehttp.TokenEntry{{Token: "t-pam", Username: "pam"}})
+	ids, err := identity.NewTokenIdentity([]identity.TokenEntry{{Token: "t-pam", Username: "pam"}})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -97,7 +97,7 @@ func (g *Gateway) serveObserved(w http.ResponseWriter, r *http.Request, staff bo
 		}
 		code := sw.status()
 		if r.Context().Err() != nil && !sw.wrote {
-			code = StatusClientClosedRequest
+			code = statusClientClosedRequest
 		}
 		if g.cfg.Observer != nil {
 			g.cfg.Observer.Request(class, code)

@@ -14,6 +14,7 @@ import (
 
 	"github.com/capgate/capgate"
 	capgatehttp "github.com/capgate/capgate/http"
+	"github.com/capgate/capgate/identity"
 	"github.com/capgate/capgate/mock"
 )
 
@@ -186,13 +187,13 @@ func (failingIdentity) Identify(context.Context, *http.Request) (capgate.Caller,
 // while the API is down": the metrics token and a static staff token are
 // taken without asking the identifier.
 func TestMetricsWithoutTheIdentityLookup(t *testing.T) {
-	staffTokens, err := capgatehttp.NewStaffTokens([]capgatehttp.TokenEntry{{Token: "s3cret-staff", Username: "ops", IsStaff: true}})
+	staffTokens, err := identity.NewStaffTokens([]identity.TokenEntry{{Token: "s3cret-staff", Username: "ops", IsStaff: true}})
 	if err != nil {
 		t.Fatal(err)
 	}
 	e := newEnv(t, nil, func(c *capgatehttp.GatewayConfig) {
 		c.Identify = failingIdentity{}
-		c.StaffIdentify = capgatehttp.NewStaffIdentity(staffTokens, failingIdentity{})
+		c.StaffIdentify = identity.NewStaffIdentity(staffTokens, failingIdentity{})
 		c.Metrics = http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { w.Write([]byte("capgate_up 1\n")) })
 		c.MetricsToken = "m-token"
 	})
@@ -214,7 +215,7 @@ func TestMetricsWithoutTheIdentityLookup(t *testing.T) {
 			t.Errorf("%q: status %d, want %d", tc.auth, r.StatusCode, tc.want)
 		}
 	}
-	if _, err := capgatehttp.NewStaffTokens([]capgatehttp.TokenEntry{{Token: "x", Username: "pam"}}); err == nil {
+	if _, err := identity.NewStaffTokens([]identity.TokenEntry{{Token: "x", Username: "pam"}}); err == nil {
 		t.Error("a staff tokens entry that is not staff was accepted")
 	}
 }
@@ -241,3 +242,7 @@ func TestObserveStaff(t *testing.T) {
 		t.Error("ObserveStaff with nothing to do returned nil")
 	}
 }
+
+type roundTripFunc func(*http.Request) (*http.Response, error)
+
+func (f roundTripFunc) RoundTrip(r *http.Request) (*http.Response, error) { return f(r) }

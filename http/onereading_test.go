@@ -11,6 +11,7 @@ import (
 	"github.com/capgate/capgate"
 	"github.com/capgate/capgate/header"
 	capgatehttp "github.com/capgate/capgate/http"
+	"github.com/capgate/capgate/identity"
 	"github.com/capgate/capgate/memory"
 )
 
@@ -87,13 +88,13 @@ func TestConnectionNamingAReadHeaderIs400(t *testing.T) {
 // ",;sessionid=…", and Django finds sessionid), so the call carries
 // credentials and is gated.
 func TestRepeatedCookieLinesAreReadJoined(t *testing.T) {
-	ids, err := capgatehttp.NewHeaderIdentity([]string{"10.0.0.0/8"})
+	ids, err := identity.NewHeaderIdentity([]string{"10.0.0.0/8"})
 	if err != nil {
 		t.Fatal(err)
 	}
 	e := pausedEnv(t, func(c *capgatehttp.GatewayConfig) {
 		c.Identify = ids
-		c.Options = append(c.Options, capgatehttp.WithAnonymousAs(capgatehttp.AnonymousUser))
+		c.Options = append(c.Options, capgatehttp.WithAnonymousAs(identity.AnonymousUser))
 	})
 	raw := "POST " + semanticMatch + " HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nCookie: \r\nCookie: ;sessionid=s-pam\r\n" +
 		fmt.Sprintf("Content-Length: %d\r\nConnection: close\r\n\r\n%s", len(oneRow), oneRow)
@@ -143,7 +144,7 @@ func (a *lookupAPI) count() int {
 // per request, no longer make every request a new lookup.
 func TestJunkCookiesCannotDefeatTheIdentityCache(t *testing.T) {
 	api := newLookupAPI(t)
-	id, err := capgatehttp.NewUpstreamIdentity(api.URL)
+	id, err := identity.NewUpstreamIdentity(api.URL)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -206,7 +207,7 @@ func unidentifiedEnv(t *testing.T, cfg func(*capgate.Config)) *env {
 			cfg(c)
 		}
 	}, func(c *capgatehttp.GatewayConfig) {
-		id, err := capgatehttp.NewUpstreamIdentity(c.Upstream.String())
+		id, err := identity.NewUpstreamIdentity(c.Upstream.String())
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -13,6 +13,7 @@ import (
 
 	"github.com/capgate/capgate"
 	"github.com/capgate/capgate/config"
+	"github.com/capgate/capgate/identity"
 	"github.com/capgate/capgate/internal/jsonenc"
 	"github.com/capgate/capgate/internal/jsontree"
 )
@@ -51,7 +52,7 @@ type StatusReporter interface {
 // {"detail": ...}. Create one with NewStaffHandler; safe for concurrent use.
 type StaffHandler struct {
 	configs *config.Service
-	ids     Identifier
+	ids     identity.Identifier
 	status  StatusReporter
 
 	// Logger gets the store and identity failures. Default slog.Default().
@@ -63,7 +64,7 @@ type StaffHandler struct {
 
 // NewStaffHandler returns the staff API over configs, with callers told
 // apart by ids. status may be nil: GET /capacity/status/ then answers 503.
-func NewStaffHandler(configs *config.Service, ids Identifier, status StatusReporter) *StaffHandler {
+func NewStaffHandler(configs *config.Service, ids identity.Identifier, status StatusReporter) *StaffHandler {
 	return &StaffHandler{configs: configs, ids: ids, status: status}
 }
 
@@ -162,14 +163,14 @@ func (h *StaffHandler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 // no cross-site request acts as staff) and answers 401 for no one, 403 for
 // a caller who is not staff and 503 when the lookup fails; ok is true only
 // for staff, and then nothing was written.
-func requireStaff(w http.ResponseWriter, r *http.Request, ids Identifier, logger *slog.Logger) (capgate.Caller, bool) {
+func requireStaff(w http.ResponseWriter, r *http.Request, ids identity.Identifier, logger *slog.Logger) (capgate.Caller, bool) {
 	caller, ok, err := ids.Identify(r.Context(), withoutCookies(r))
 	switch {
 	case err != nil:
 		logger.Warn("staff endpoint: the identity lookup failed", slog.Any("error", err))
 		staffError(w, http.StatusServiceUnavailable, "Could not tell who is calling. Please retry.")
 		return capgate.Caller{}, false
-	case !ok || !usernameOK(caller.UserID):
+	case !ok || !identity.ValidUsername(caller.UserID):
 		w.Header().Set("WWW-Authenticate", "Token")
 		staffError(w, http.StatusUnauthorized, staffDetailAnonymous)
 		return capgate.Caller{}, false

@@ -10,14 +10,15 @@ import (
 
 	"github.com/capgate/capgate"
 	"github.com/capgate/capgate/mock"
+	"github.com/capgate/capgate/tune"
 )
 
-// TuneFactory opens an empty TuneStore for one test whose clock is clock
+// TuneFactory opens an empty tune.Store for one test whose clock is clock
 // (the store's own: the memory store's Now, miniredis's TIME), and
 // registers its cleanup on t.
-type TuneFactory func(t testing.TB, clock *mock.Clock) capgate.TuneStore
+type TuneFactory func(t testing.TB, clock *mock.Clock) tune.Store
 
-// RunTune runs the conformance suite of capgate.TuneStore and, on top of
+// RunTune runs the conformance suite of tune.Store and, on top of
 // it, the invariants of the cluster-wide control loop (capgate.Tuner), all
 // on a fake clock: three gateways share one store, a simulated backend of
 // known capacity answers, and nothing sleeps.
@@ -45,16 +46,16 @@ func testTuneExchange(t *testing.T, open TuneFactory) {
 	s := open(t, clock)
 	ctx := t.Context()
 	const key = "test:tune:es2_knn"
-	a := capgate.TuneWindow{Calls: 2, SumMicros: 300, Full: 1, MaxInFlight: 4, SumInFlight: 7}
+	a := tune.Window{Calls: 2, SumMicros: 300, Full: 1, MaxInFlight: 4, SumInFlight: 7}
 	r, err := s.TuneExchange(ctx, key, a, time.Second)
 	if err != nil || !r.Due || r.Window != a || r.State != nil {
 		t.Fatalf("first exchange = %+v, %v; want due with its own window and no state", r, err)
 	}
-	b := capgate.TuneWindow{Calls: 3, SumMicros: 100, MaxInFlight: 9, SumInFlight: 20}
-	c := capgate.TuneWindow{Calls: 1, SumMicros: 50, Full: 1, MaxInFlight: 2, SumInFlight: 2}
-	for _, w := range []capgate.TuneWindow{b, c} {
+	b := tune.Window{Calls: 3, SumMicros: 100, MaxInFlight: 9, SumInFlight: 20}
+	c := tune.Window{Calls: 1, SumMicros: 50, Full: 1, MaxInFlight: 2, SumInFlight: 2}
+	for _, w := range []tune.Window{b, c} {
 		clock.Advance(300 * time.Millisecond)
-		if r, err := s.TuneExchange(ctx, key, w, time.Second); err != nil || r.Due || r.Window != (capgate.TuneWindow{}) {
+		if r, err := s.TuneExchange(ctx, key, w, time.Second); err != nil || r.Due || r.Window != (tune.Window{}) {
 			t.Fatalf("exchange within the second = %+v, %v; want not due", r, err)
 		}
 	}
@@ -62,11 +63,11 @@ func testTuneExchange(t *testing.T, open TuneFactory) {
 		t.Fatal(err)
 	}
 	clock.Advance(500 * time.Millisecond)
-	r, err = s.TuneExchange(ctx, key, capgate.TuneWindow{}, time.Second)
+	r, err = s.TuneExchange(ctx, key, tune.Window{}, time.Second)
 	if want := b.Add(c); err != nil || !r.Due || r.Window != want || string(r.State) != `{"limit":7}` {
 		t.Fatalf("exchange a second later = %+v (state %s), %v; want due with %+v and the saved state", r, r.State, err, want)
 	}
-	if r, _ := s.TuneExchange(ctx, "test:tune:other", capgate.TuneWindow{}, time.Second); r.State != nil || r.Window != (capgate.TuneWindow{}) {
+	if r, _ := s.TuneExchange(ctx, "test:tune:other", tune.Window{}, time.Second); r.State != nil || r.Window != (tune.Window{}) {
 		t.Errorf("another key = %+v; want nothing of the first", r)
 	}
 }
@@ -79,11 +80,11 @@ type backend struct {
 }
 
 // second returns one second of the lane at limit l, as the cluster saw it.
-func (b backend) second(l int) capgate.TuneWindow {
+func (b backend) second(l int) tune.Window {
 	n := min(l, b.demand)
 	r := float64(b.base.Microseconds()) * max(1, float64(n)/float64(b.capacity))
 	calls := int64(float64(n) * 1e6 / r)
-	w := capgate.TuneWindow{Calls: calls, SumMicros: int64(float64(calls) * r), MaxInFlight: int64(n), SumInFlight: calls * int64(n)}
+	w := tune.Window{Calls: calls, SumMicros: int64(float64(calls) * r), MaxInFlight: int64(n), SumInFlight: calls * int64(n)}
 	if b.demand > l {
 		w.Full = calls
 	}
@@ -91,26 +92,26 @@ func (b backend) second(l int) capgate.TuneWindow {
 }
 
 // split returns w's share of gateway i of n.
-func split(w capgate.TuneWindow, i, n int) capgate.TuneWindow {
+func split(w tune.Window, i, n int) tune.Window {
 	part := func(v int64) int64 { return v/int64(n) + map[bool]int64{true: v % int64(n), false: 0}[i == 0] }
-	return capgate.TuneWindow{Calls: part(w.Calls), SumMicros: part(w.SumMicros), Full: part(w.Full),
+	return tune.Window{Calls: part(w.Calls), SumMicros: part(w.SumMicros), Full: part(w.Full),
 		MaxInFlight: w.MaxInFlight, SumInFlight: part(w.SumInFlight)}
 }
 
 // countingStore counts the saves (the steps taken) and fails while down.
 type countingStore struct {
-	capgate.TuneStore
+	tune.Store
 	saves atomic.Int64
 	down  atomic.Bool
 }
 
 var errDown = errors.New("store down")
 
-func (c *countingStore) TuneExchange(ctx context.Context, key string, add capgate.TuneWindow, every time.Duration) (capgate.TuneRound, error) {
+func (c *countingStore) TuneExchange(ctx context.Context, key string, add tune.Window, every time.Duration) (tune.Round, error) {
 	if c.down.Load() {
-		return capgate.TuneRound{}, errDown
+		return tune.Round{}, errDown
 	}
-	return c.TuneStore.TuneExchange(ctx, key, add, every)
+	return c.Store.TuneExchange(ctx, key, add, every)
 }
 
 func (c *countingStore) TuneSave(ctx context.Context, key string, state []byte) error {
@@ -118,7 +119,7 @@ func (c *countingStore) TuneSave(ctx context.Context, key string, state []byte) 
 		return errDown
 	}
 	c.saves.Add(1)
-	return c.TuneStore.TuneSave(ctx, key, state)
+	return c.Store.TuneSave(ctx, key, state)
 }
 
 // cluster is three gateways' Tuners on one store and config.
@@ -134,7 +135,7 @@ type cluster struct {
 
 func newCluster(t *testing.T, open TuneFactory, static int, mode capgate.AdaptiveMode, be backend) *cluster {
 	clock := mock.NewClock(tuneEpoch)
-	c := &cluster{t: t, clock: clock, store: &countingStore{TuneStore: open(t, clock)}, sink: &mock.Sink{}, be: be}
+	c := &cluster{t: t, clock: clock, store: &countingStore{Store: open(t, clock)}, sink: &mock.Sink{}, be: be}
 	cfg := capgate.DefaultConfig(capgate.ModeEnforce)
 	cfg.ES2KNN = static
 	cfg.Adaptive.ES2KNN = capgate.AdaptiveLane{Mode: mode, Min: 1, Max: 64}

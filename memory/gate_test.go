@@ -3,10 +3,10 @@ package memory_test
 import (
 	"testing"
 
-	"github.com/capgate/capgate"
 	"github.com/capgate/capgate/lanetest"
 	"github.com/capgate/capgate/memory"
 	"github.com/capgate/capgate/mock"
+	"github.com/capgate/capgate/tune"
 )
 
 func TestGate(t *testing.T) {
@@ -28,7 +28,7 @@ func TestGateWithLocalLanes(t *testing.T) {
 }
 
 func TestTune(t *testing.T) {
-	lanetest.RunTune(t, func(t testing.TB, clock *mock.Clock) capgate.TuneStore {
+	lanetest.RunTune(t, func(t testing.TB, clock *mock.Clock) tune.Store {
 		return memory.New(clock.Now)
 	})
 }

@@ -6,16 +6,16 @@ import (
 	"slices"
 	"time"
 
-	"github.com/capgate/capgate"
+	"github.com/capgate/capgate/tune"
 )
 
-var _ capgate.TuneStore = (*Store)(nil)
+var _ tune.Store = (*Store)(nil)
 
 // tuneEntry is one adaptive lane's shared state and the window being
 // gathered. Times are nanoseconds since Store.start.
 type tuneEntry struct {
 	state   []byte
-	window  capgate.TuneWindow
+	window  tune.Window
 	taken   bool  // a window was ever taken
 	at      int64 // when the last window was taken
 	expires int64
@@ -32,30 +32,30 @@ func (s *Store) tune(key string, now int64) *tuneEntry {
 		e = &tuneEntry{}
 		s.tunes[key] = e
 	}
-	e.expires = now + int64(capgate.TuneStateTTL)
+	e.expires = now + int64(tune.StateTTL)
 	return e
 }
 
-// TuneExchange implements capgate.TuneStore by the store's clock. It fails
+// TuneExchange implements tune.Store by the store's clock. It fails
 // only when ctx is done.
-func (s *Store) TuneExchange(ctx context.Context, key string, add capgate.TuneWindow, every time.Duration) (capgate.TuneRound, error) {
+func (s *Store) TuneExchange(ctx context.Context, key string, add tune.Window, every time.Duration) (tune.Round, error) {
 	if err := ctx.Err(); err != nil {
-		return capgate.TuneRound{}, fmt.Errorf("tune exchange: %w", err)
+		return tune.Round{}, fmt.Errorf("tune exchange: %w", err)
 	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	_, now := s.clock()
 	e := s.tune(key, now)
 	e.window = e.window.Add(add)
-	r := capgate.TuneRound{State: slices.Clone(e.state)}
+	r := tune.Round{State: slices.Clone(e.state)}
 	if !e.taken || now-e.at >= int64(every) {
 		r.Due, r.Window = true, e.window
-		e.window, e.taken, e.at = capgate.TuneWindow{}, true, now
+		e.window, e.taken, e.at = tune.Window{}, true, now
 	}
 	return r, nil
 }
 
-// TuneSave implements capgate.TuneStore. It fails only when ctx is done.
+// TuneSave implements tune.Store. It fails only when ctx is done.
 func (s *Store) TuneSave(ctx context.Context, key string, state []byte) error {
 	if err := ctx.Err(); err != nil {
 		return fmt.Errorf("tune save: %w", err)

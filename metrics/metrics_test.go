@@ -17,6 +17,7 @@ import (
 
 	"github.com/capgate/capgate"
 	capgatehttp "github.com/capgate/capgate/http"
+	"github.com/capgate/capgate/identity"
 	"github.com/capgate/capgate/memory"
 	"github.com/capgate/capgate/metrics"
 	"github.com/capgate/capgate/mock"
@@ -109,7 +110,7 @@ func TestMetricsThroughTheGateway(t *testing.T) {
 	}
 	released := make(chan struct{}, 4)
 	gate.Observer = signalling{m, released}
-	ids, err := capgatehttp.NewTokenIdentity([]capgatehttp.TokenEntry{{Token: "t", Username: "pam"}})
+	ids, err := identity.NewTokenIdentity([]identity.TokenEntry{{Token: "t", Username: "pam"}})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -9,8 +9,6 @@ import (
 	"time"
 
 	goredis "github.com/redis/go-redis/v9"
-
-	"github.com/capgate/capgate"
 )
 
 const (
@@ -171,7 +169,7 @@ func (r *clusterRefresher) Close() error {
 // acquires follow ASK.
 func scanCluster(ctx context.Context, c clusterScanner, prefix, match string) (map[string]struct{}, error) {
 	seen := make(map[string]struct{})
-	if capgate.HashTag(prefix) != "" {
+	if HashTag(prefix) != "" {
 		node, err := c.MasterForKey(ctx, prefix)
 		if err != nil {
 			return nil, err

@@ -26,9 +26,9 @@ func (s *Store) onCluster() bool {
 // the cluster key layout on a cluster (wrapped in a hash tag unless it has
 // one).
 func keyPrefix(o Options, cluster bool) (string, error) {
-	layout := capgate.KeyLayoutDefault
+	layout := KeyLayoutDefault
 	if cluster {
-		layout = capgate.KeyLayoutCluster
+		layout = KeyLayoutCluster
 	}
 	return layout.Prefix(o.KeyPrefix)
 }
@@ -54,9 +54,9 @@ func (s *Store) checkSlot(op string, keys []string, prefixes ...string) error {
 	tag, first := "", ""
 	for _, list := range [][]string{keys, prefixes} {
 		for _, k := range list {
-			t := capgate.HashTag(k)
+			t := HashTag(k)
 			if t == "" {
-				return fmt.Errorf("%s: key %q has no hash tag: on a Redis Cluster every lane key must be under one hash-tagged prefix (redis.Options.KeyPrefix, given to the gate by NewGate; capgate.KeyLayoutCluster)", op, k)
+				return fmt.Errorf("%s: key %q has no hash tag: on a Redis Cluster every lane key must be under one hash-tagged prefix (redis.Options.KeyPrefix, given to the gate by NewGate; redis.KeyLayoutCluster)", op, k)
 			}
 			if first == "" {
 				tag, first = t, k

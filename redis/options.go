@@ -42,7 +42,7 @@ type Options struct {
 	MasterName string
 	// Cluster are host:port addresses of Redis Cluster nodes (any of them;
 	// the client learns the rest). A cluster has only database 0, and the
-	// lane keys must share one hash slot (capgate.KeyLayoutCluster).
+	// lane keys must share one hash slot (KeyLayoutCluster).
 	Cluster []string
 	// Password authenticates to the master and to the Sentinels, or to
 	// every cluster node. With URL
@@ -55,7 +55,7 @@ type Options struct {
 	// KeyPrefix is the prefix of the lane keys, which the store gives the
 	// gate (Store.KeyPrefix, read by capgate.NewGate). Default
 	// capgate.DefaultKeyPrefix. On a Redis Cluster the store wraps it in a
-	// hash tag (capgate.KeyLayoutCluster) unless it has one, so a call's
+	// hash tag (KeyLayoutCluster) unless it has one, so a call's
 	// keys share one slot, and refuses keys that don't.
 	KeyPrefix string
 

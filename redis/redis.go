@@ -33,7 +33,7 @@ import (
 // Client is the part of a go-redis client the store uses: a
 // *goredis.Client (standalone or failover) and a *goredis.ClusterClient
 // satisfy it. On a cluster, every key of one call must hash to one slot
-// (capgate.KeyLayoutCluster sees to it).
+// (KeyLayoutCluster sees to it).
 type Client interface {
 	goredis.Scripter
 	Pipelined(ctx context.Context, fn func(goredis.Pipeliner) error) ([]goredis.Cmder, error)

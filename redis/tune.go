@@ -8,7 +8,7 @@ import (
 
 	goredis "github.com/redis/go-redis/v9"
 
-	"github.com/capgate/capgate"
+	"github.com/capgate/capgate/tune"
 )
 
 var (
@@ -17,35 +17,35 @@ var (
 	tuneScript = goredis.NewScript(tuneSrc)
 )
 
-var _ capgate.TuneStore = (*Store)(nil)
+var _ tune.Store = (*Store)(nil)
 
-// TuneExchange implements capgate.TuneStore with one script (tune.lua) on
+// TuneExchange implements tune.Store with one script (tune.lua) on
 // the lane's tune hash, timed by Redis's clock. It returns the errors of
 // Store.
-func (s *Store) TuneExchange(ctx context.Context, key string, add capgate.TuneWindow, every time.Duration) (capgate.TuneRound, error) {
+func (s *Store) TuneExchange(ctx context.Context, key string, add tune.Window, every time.Duration) (tune.Round, error) {
 	const op = "tune exchange"
 	res, err := run(ctx, s, op, func(ctx context.Context) ([]any, error) {
 		return tuneScript.Run(ctx, s.client, []string{key}, add.Calls, add.SumMicros, add.Full, add.MaxInFlight,
-			add.SumInFlight, every.Milliseconds(), capgate.TuneStateTTL.Milliseconds()).Slice()
+			add.SumInFlight, every.Milliseconds(), tune.StateTTL.Milliseconds()).Slice()
 	})
 	if err != nil {
-		return capgate.TuneRound{}, err
+		return tune.Round{}, err
 	}
 	if len(res) != 7 {
-		return capgate.TuneRound{}, fmt.Errorf("%s: the script returned %d values; want 7", op, len(res))
+		return tune.Round{}, fmt.Errorf("%s: the script returned %d values; want 7", op, len(res))
 	}
-	var r capgate.TuneRound
+	var r tune.Round
 	if st, ok := res[0].(string); ok {
 		r.State = []byte(st)
 	}
 	num := func(v any) int64 { n, _ := v.(int64); return n }
 	r.Due = num(res[1]) == 1
-	r.Window = capgate.TuneWindow{Calls: num(res[2]), SumMicros: num(res[3]), Full: num(res[4]),
+	r.Window = tune.Window{Calls: num(res[2]), SumMicros: num(res[3]), Full: num(res[4]),
 		MaxInFlight: num(res[5]), SumInFlight: num(res[6])}
 	return r, nil
 }
 
-// TuneSave implements capgate.TuneStore with HSET and PEXPIRE. It returns
+// TuneSave implements tune.Store with HSET and PEXPIRE. It returns
 // the errors of Store.
 func (s *Store) TuneSave(ctx context.Context, key string, state []byte) error {
 	const op = "tune save"
@@ -53,7 +53,7 @@ func (s *Store) TuneSave(ctx context.Context, key string, state []byte) error {
 	_, err := run(ctx, s, op, func(ctx context.Context) (struct{}, error) {
 		_, err := s.client.Pipelined(ctx, func(p goredis.Pipeliner) error {
 			p.HSet(ctx, key, "state", st)
-			p.PExpire(ctx, key, capgate.TuneStateTTL)
+			p.PExpire(ctx, key, tune.StateTTL)
 			return nil
 		})
 		return struct{}{}, err

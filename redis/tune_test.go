@@ -7,10 +7,10 @@ import (
 
 	"github.com/alicebob/miniredis/v2"
 
-	"github.com/capgate/capgate"
 	"github.com/capgate/capgate/lanetest"
 	"github.com/capgate/capgate/mock"
 	"github.com/capgate/capgate/redis"
+	"github.com/capgate/capgate/tune"
 )
 
 // clockedTune runs the tune script with miniredis's TIME set to clock's
@@ -21,13 +21,13 @@ type clockedTune struct {
 	clock *mock.Clock
 }
 
-func (c clockedTune) TuneExchange(ctx context.Context, key string, add capgate.TuneWindow, every time.Duration) (capgate.TuneRound, error) {
+func (c clockedTune) TuneExchange(ctx context.Context, key string, add tune.Window, every time.Duration) (tune.Round, error) {
 	c.m.SetTime(c.clock.Now())
 	return c.Store.TuneExchange(ctx, key, add, every)
 }
 
 func TestTuneMiniredis(t *testing.T) {
-	lanetest.RunTune(t, func(t testing.TB, clock *mock.Clock) capgate.TuneStore {
+	lanetest.RunTune(t, func(t testing.TB, clock *mock.Clock) tune.Store {
 		m, h := openMini(t)
 		return clockedTune{Store: h.Store, m: m, clock: clock}
 	})
@@ -40,7 +40,7 @@ func TestTuneRealRedis(t *testing.T) {
 	h := openHarness(t, redis.RealRedisURL(t))
 	ctx := t.Context()
 	const key = "test:tune:es2_knn"
-	w := capgate.TuneWindow{Calls: 3, SumMicros: 900, Full: 1, MaxInFlight: 5, SumInFlight: 12}
+	w := tune.Window{Calls: 3, SumMicros: 900, Full: 1, MaxInFlight: 5, SumInFlight: 12}
 	if r, err := h.TuneExchange(ctx, key, w, time.Hour); err != nil || !r.Due || r.Window != w || r.State != nil {
 		t.Fatalf("first exchange = %+v, %v; want due with its window", r, err)
 	}
@@ -54,7 +54,7 @@ func TestTuneRealRedis(t *testing.T) {
 	if want := w.Add(w); err != nil || !r.Due || r.Window != want || string(r.State) != `{"limit":9}` {
 		t.Fatalf("exchange with no period = %+v (state %s), %v; want due with %+v and the state", r, r.State, err, want)
 	}
-	if ttl := h.TTL(t, key); ttl < capgate.TuneStateTTL-time.Minute {
-		t.Errorf("TTL %v; want about %v", ttl, capgate.TuneStateTTL)
+	if ttl := h.TTL(t, key); ttl < tune.StateTTL-time.Minute {
+		t.Errorf("TTL %v; want about %v", ttl, tune.StateTTL)
 	}
 }

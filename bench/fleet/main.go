@@ -55,7 +55,7 @@ func openTarget(url, cluster string) (*target, error) {
 	switch {
 	case cluster != "":
 		seeds := strings.Split(cluster, ",")
-		p, _ := capgate.KeyLayoutCluster.Prefix(capgate.DefaultKeyPrefix)
+		p, _ := redis.KeyLayoutCluster.Prefix(capgate.DefaultKeyPrefix)
 		return &target{raw: goredis.NewClusterClient(&goredis.ClusterOptions{Addrs: seeds, Protocol: 2, DisableIdentity: true}),
 			opts: redis.Options{Cluster: seeds}, prefix: p}, nil
 	case url != "":

@@ -17,6 +17,7 @@ import (
 	"github.com/capgate/capgate"
 	"github.com/capgate/capgate/config"
 	capgatehttp "github.com/capgate/capgate/http"
+	"github.com/capgate/capgate/identity"
 	"github.com/capgate/capgate/internal/jsontree"
 	"github.com/capgate/capgate/logsink"
 	"github.com/capgate/capgate/postgres"
@@ -390,7 +391,7 @@ func (c *CapacityCommand) status(ctx context.Context, a *capacityAction) error {
 // checkUser fails with `No user "<name>".` unless the tokens file names
 // user. The file is read as the gateway reads it.
 func checkUser(tokensFile, user string) error {
-	entries, err := capgatehttp.ReadTokens(tokensFile)
+	entries, err := identity.ReadTokens(tokensFile)
 	if err != nil {
 		return fmt.Errorf("read --tokens: %w", err)
 	}

@@ -5,7 +5,7 @@ import (
 	"fmt"
 	"runtime/debug"
 
-	capgatehttp "github.com/capgate/capgate/http"
+	"github.com/capgate/capgate/identity"
 	"github.com/capgate/capgate/logsink"
 )
 
@@ -36,12 +36,12 @@ func revision() string {
 // loadStaffTokens reads a --staff-tokens file: the --tokens format, every
 // entry staff. Reloaded on SIGHUP.
 func loadStaffTokens(path string) (*reloadingTokens, error) {
-	t := &reloadingTokens{path: path, load: func(path string) (*capgatehttp.TokenIdentity, error) {
-		entries, err := capgatehttp.ReadTokens(path)
+	t := &reloadingTokens{path: path, load: func(path string) (*identity.TokenIdentity, error) {
+		entries, err := identity.ReadTokens(path)
 		if err != nil {
 			return nil, err
 		}
-		return capgatehttp.NewStaffTokens(entries)
+		return identity.NewStaffTokens(entries)
 	}}
 	if err := t.Reload(); err != nil {
 		return nil, fmt.Errorf("--staff-tokens: %w", err)

@@ -9,7 +9,7 @@ import (
 	"sync/atomic"
 
 	"github.com/capgate/capgate"
-	capgatehttp "github.com/capgate/capgate/http"
+	"github.com/capgate/capgate/identity"
 )
 
 // reopenFile is an append-only log file that can be reopened by path
@@ -53,11 +53,11 @@ func (r *reopenFile) Close() error { return r.f.Load().Close() }
 // in force.
 type reloadingTokens struct {
 	path string
-	load func(path string) (*capgatehttp.TokenIdentity, error) // default capgatehttp.LoadTokenIdentity
-	cur  atomic.Pointer[capgatehttp.TokenIdentity]
+	load func(path string) (*identity.TokenIdentity, error) // default identity.LoadTokenIdentity
+	cur  atomic.Pointer[identity.TokenIdentity]
 }
 
-var _ capgatehttp.Identifier = (*reloadingTokens)(nil)
+var _ identity.Identifier = (*reloadingTokens)(nil)
 
 func loadTokens(path string) (*reloadingTokens, error) {
 	t := &reloadingTokens{path: path}
@@ -68,7 +68,7 @@ func loadTokens(path string) (*reloadingTokens, error) {
 func (t *reloadingTokens) Reload() error {
 	load := t.load
 	if load == nil {
-		load = capgatehttp.LoadTokenIdentity
+		load = identity.LoadTokenIdentity
 	}
 	id, err := load(t.path)
 	if err != nil {

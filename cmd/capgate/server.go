@@ -19,6 +19,7 @@ import (
 	"time"
 
 	"github.com/capgate/capgate/config"
+	"github.com/capgate/capgate/identity"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
@@ -158,7 +159,7 @@ func NewServer(ctx context.Context, opts ServeOptions, lines io.Writer, logger *
 		if s.staffTokens, err = loadStaffTokens(opts.StaffTokens); err != nil {
 			return nil, err
 		}
-		staffIDs = capgatehttp.NewStaffIdentity(s.staffTokens, ids)
+		staffIDs = identity.NewStaffIdentity(s.staffTokens, ids)
 	}
 	staff := capgatehttp.NewStaffHandler(s.Configs, staffIDs, s.Gate)
 	staff.Logger = logger
@@ -185,7 +186,7 @@ func NewServer(ctx context.Context, opts ServeOptions, lines io.Writer, logger *
 		// Callers these modes can't name (no trusted proxy's word, a session
 		// cookie, a token not in the file) may still carry credentials the
 		// API accepts: their heavy calls share one lane, never pass ungated.
-		gcfg.Options = append(gcfg.Options, capgatehttp.WithAnonymousAs(capgatehttp.AnonymousUser))
+		gcfg.Options = append(gcfg.Options, capgatehttp.WithAnonymousAs(identity.AnonymousUser))
 	}
 	if opts.AccessLog != "" {
 		if gcfg.AccessLog, err = s.openAccessLog(opts.AccessLog); err != nil {
@@ -440,10 +441,10 @@ func (s *Server) migrateInBackground(ctx context.Context) {
 	})
 }
 
-func newIdentity(opts ServeOptions, proxies []netip.Prefix) (capgatehttp.Identifier, error) {
+func newIdentity(opts ServeOptions, proxies []netip.Prefix) (identity.Identifier, error) {
 	switch opts.Identity {
 	case "upstream", "":
-		id, err := capgatehttp.NewUpstreamIdentity(opts.Upstream)
+		id, err := identity.NewUpstreamIdentity(opts.Upstream)
 		if err != nil {
 			return nil, err
 		}
@@ -455,7 +456,7 @@ func newIdentity(opts ServeOptions, proxies []netip.Prefix) (capgatehttp.Identif
 		if len(proxies) == 0 {
 			return nil, errors.New("--identity header needs --trusted-proxies: the auth proxies whose X-Capgate-* headers to trust")
 		}
-		return capgatehttp.NewHeaderIdentity(splitList(opts.TrustedProxies))
+		return identity.NewHeaderIdentity(splitList(opts.TrustedProxies))
 	case "tokens":
 		if opts.Tokens == "" {
 			return nil, errors.New("--identity tokens needs --tokens FILE")
@@ -466,7 +467,7 @@ func newIdentity(opts ServeOptions, proxies []netip.Prefix) (capgatehttp.Identif
 }
 
 func parsePrefixes(list string) ([]netip.Prefix, error) {
-	p, err := capgatehttp.ParseTrustedProxies(splitList(list))
+	p, err := identity.ParseTrustedProxies(splitList(list))
 	if err != nil {
 		return nil, fmt.Errorf("--trusted-proxies: %w", err)
 	}

@@ -201,18 +201,18 @@ func (s Settings) HasRedis() bool {
 // cluster layout (the default with a Redis Cluster). It refuses the default
 // layout on a cluster, where a call's lanes would land in different slots.
 func (s Settings) LaneKeyPrefix() (string, error) {
-	layout := capgate.KeyLayoutDefault
+	layout := redis.KeyLayoutDefault
 	if s.RedisCluster != "" {
-		layout = capgate.KeyLayoutCluster
+		layout = redis.KeyLayoutCluster
 	}
 	if s.KeyLayout != "" {
-		l, err := capgate.ParseKeyLayout(s.KeyLayout)
+		l, err := redis.ParseKeyLayout(s.KeyLayout)
 		if err != nil {
 			return "", fmt.Errorf("--key-layout: %w", err)
 		}
 		layout = l
 	}
-	if s.RedisCluster != "" && layout != capgate.KeyLayoutCluster {
+	if s.RedisCluster != "" && layout != redis.KeyLayoutCluster {
 		return "", errors.New("--key-layout default can't be used with --redis-cluster: a call's lanes must share one hash slot there; use --key-layout cluster (the default with a cluster)")
 	}
 	p, err := layout.Prefix(s.KeyPrefix)

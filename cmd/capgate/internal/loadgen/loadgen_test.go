@@ -11,6 +11,7 @@ import (
 	"github.com/capgate/capgate"
 	"github.com/capgate/capgate/cmd/capgate/internal/loadgen"
 	capgatehttp "github.com/capgate/capgate/http"
+	"github.com/capgate/capgate/identity"
 	"github.com/capgate/capgate/memory"
 	"github.com/capgate/capgate/mock"
 	"github.com/capgate/capgate/tools/simapi"
@@ -59,7 +60,7 @@ func newStack(t *testing.T, cfg capgate.Config) *stack {
 	if err != nil {
 		t.Fatal(err)
 	}
-	ids, err := capgatehttp.NewUpstreamIdentity(up.URL)
+	ids, err := identity.NewUpstreamIdentity(up.URL)
 	if err != nil {
 		t.Fatal(err)
 	}

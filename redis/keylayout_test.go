@@ -1,34 +1,35 @@
-package capgate_test
+package redis_test
 
 import (
 	"testing"
 
 	"github.com/capgate/capgate"
+	"github.com/capgate/capgate/redis"
 )
 
 func TestKeyLayoutPrefix(t *testing.T) {
 	for _, tt := range []struct {
-		layout capgate.KeyLayout
+		layout redis.KeyLayout
 		prefix string
 		want   string
 	}{
-		{capgate.KeyLayoutDefault, "", "ocl:capacity"},
-		{capgate.KeyLayoutDefault, "ocl:capacity", "ocl:capacity"},
+		{redis.KeyLayoutDefault, "", "ocl:capacity"},
+		{redis.KeyLayoutDefault, "ocl:capacity", "ocl:capacity"},
 		{"", "app:lanes", "app:lanes"},
-		{capgate.KeyLayoutCluster, "", "{ocl:capacity}"},
-		{capgate.KeyLayoutCluster, "app:lanes", "{app:lanes}"},
-		{capgate.KeyLayoutCluster, "{app}:lanes", "{app}:lanes"}, // already tagged
-		{capgate.KeyLayoutCluster, "a{}b", "{a{}b}"},             // an empty tag is none
+		{redis.KeyLayoutCluster, "", "{ocl:capacity}"},
+		{redis.KeyLayoutCluster, "app:lanes", "{app:lanes}"},
+		{redis.KeyLayoutCluster, "{app}:lanes", "{app}:lanes"}, // already tagged
+		{redis.KeyLayoutCluster, "a{}b", "{a{}b}"},             // an empty tag is none
 	} {
 		got, err := tt.layout.Prefix(tt.prefix)
 		if err != nil || got != tt.want {
 			t.Errorf("%q.Prefix(%q) = %q, %v; want %q", tt.layout, tt.prefix, got, err, tt.want)
 		}
 	}
-	if got, err := capgate.KeyLayoutCluster.Prefix("}x"); err == nil {
+	if got, err := redis.KeyLayoutCluster.Prefix("}x"); err == nil {
 		t.Errorf("cluster prefix of %q = %q, want an error", "}x", got)
 	}
-	if _, err := capgate.KeyLayout("slots").Prefix("x"); err == nil {
+	if _, err := redis.KeyLayout("slots").Prefix("x"); err == nil {
 		t.Error("an unknown layout gave no error")
 	}
 }
@@ -39,12 +40,12 @@ func TestKeyLayoutLaneKeys(t *testing.T) {
 	call := capgate.Call{Endpoint: capgate.EndpointMatch, Rows: 10, Semantic: true, UserID: "alice", Tier: capgate.TierCore}
 	cfg := capgate.DefaultConfig(capgate.ModeShadow)
 	for _, tt := range []struct {
-		layout capgate.KeyLayout
+		layout redis.KeyLayout
 		want   []string
 	}{
-		{capgate.KeyLayoutDefault, []string{"ocl:capacity:api_heavy", "ocl:capacity:api_heavy_task:t1",
+		{redis.KeyLayoutDefault, []string{"ocl:capacity:api_heavy", "ocl:capacity:api_heavy_task:t1",
 			"ocl:capacity:es2_knn", "ocl:capacity:tier:core", "ocl:capacity:user:alice"}},
-		{capgate.KeyLayoutCluster, []string{"{ocl:capacity}:api_heavy", "{ocl:capacity}:api_heavy_task:t1",
+		{redis.KeyLayoutCluster, []string{"{ocl:capacity}:api_heavy", "{ocl:capacity}:api_heavy_task:t1",
 			"{ocl:capacity}:es2_knn", "{ocl:capacity}:tier:core", "{ocl:capacity}:user:alice"}},
 	} {
 		p, err := tt.layout.Prefix(capgate.DefaultKeyPrefix)
@@ -59,9 +60,9 @@ func TestKeyLayoutLaneKeys(t *testing.T) {
 		}
 		tags := map[string]bool{}
 		for _, l := range lanes {
-			tags[capgate.HashTag(l.Key)] = true
+			tags[redis.HashTag(l.Key)] = true
 		}
-		if tt.layout == capgate.KeyLayoutCluster && (len(tags) != 1 || tags[""]) {
+		if tt.layout == redis.KeyLayoutCluster && (len(tags) != 1 || tags[""]) {
 			t.Errorf("cluster layout: hash tags %v, want one", tags)
 		}
 	}
@@ -76,7 +77,7 @@ func TestHashTag(t *testing.T) {
 		"x{":                    "",
 		"{a}}":                  "a",
 	} {
-		if got := capgate.HashTag(key); got != want {
+		if got := redis.HashTag(key); got != want {
 			t.Errorf("HashTag(%q) = %q, want %q", key, got, want)
 		}
 	}

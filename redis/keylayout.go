@@ -1,8 +1,10 @@
-package capgate
+package redis
 
 import (
 	"fmt"
 	"strings"
+
+	"github.com/capgate/capgate"
 )
 
 // KeyLayout says how the lane keys are formed from the key prefix.
@@ -29,14 +31,14 @@ func ParseKeyLayout(s string) (KeyLayout, error) {
 }
 
 // Prefix returns the key prefix the layout makes of prefix
-// (DefaultKeyPrefix when empty). The default layout returns it unchanged;
+// (capgate.DefaultKeyPrefix when empty). The default layout returns it unchanged;
 // the cluster layout wraps it in braces, unless it already carries a hash
 // tag (then every key under it already shares one slot). It returns an
 // error when the cluster layout can't pin the keys to one slot (a prefix
 // that starts with "}").
 func (l KeyLayout) Prefix(prefix string) (string, error) {
 	if prefix == "" {
-		prefix = DefaultKeyPrefix
+		prefix = capgate.DefaultKeyPrefix
 	}
 	switch l {
 	case KeyLayoutDefault, "":

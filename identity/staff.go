@@ -1,4 +1,4 @@
-package http
+package identity
 
 import (
 	"context"
@@ -52,10 +52,10 @@ func NewStaffTokens(entries []TokenEntry) (*TokenIdentity, error) {
 	return NewTokenIdentity(entries)
 }
 
-// metricsTokenOK reports whether r carries token (non-empty) as
+// HasToken reports whether r carries token (non-empty) as
 // "Authorization: Bearer <token>" (or "Token <token>"), compared in
-// constant time.
-func metricsTokenOK(r *http.Request, token string) bool {
+// constant time: the gateway's check of its /metrics token.
+func HasToken(r *http.Request, token string) bool {
 	if token == "" {
 		return false
 	}

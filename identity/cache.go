@@ -1,4 +1,4 @@
-package http
+package identity
 
 import (
 	"container/list"

@@ -1,4 +1,9 @@
-package http
+// Package identity tells who makes a request: the Identifier interface and
+// its resolvers (trusted proxy headers, a tokens file, the upstream API's
+// /user/ lookup with its cache of hashed credentials, the staff tokens).
+// It knows nothing of the gateway: the http package uses it through
+// Identifier, and cmd/capgate builds the resolvers.
+package identity
 
 import (
 	"context"
@@ -30,9 +35,9 @@ type Identifier interface {
 
 // The headers an auth proxy in front sets for HeaderIdentity.
 const (
-	HeaderUser   = "X-Capgate-User"   // the username
-	HeaderGroups = "X-Capgate-Groups" // auth groups, comma-separated
-	HeaderStaff  = "X-Capgate-Staff"  // true or 1 (any case) for staff
+	headerUser   = "X-Capgate-User"   // the username
+	headerGroups = "X-Capgate-Groups" // auth groups, comma-separated
+	headerStaff  = "X-Capgate-Staff"  // true or 1 (any case) for staff
 )
 
 // HeaderIdentity trusts the caller headers an auth proxy sets
@@ -88,17 +93,17 @@ func (h *HeaderIdentity) Identify(_ context.Context, r *http.Request) (capgate.C
 	if !h.trusted(r.RemoteAddr) {
 		return capgate.Caller{}, false, nil
 	}
-	user := strings.TrimSpace(r.Header.Get(HeaderUser))
+	user := strings.TrimSpace(r.Header.Get(headerUser))
 	if user == "" {
 		return capgate.Caller{}, false, nil
 	}
 	var groups []string
-	for g := range strings.SplitSeq(r.Header.Get(HeaderGroups), ",") {
+	for g := range strings.SplitSeq(r.Header.Get(headerGroups), ",") {
 		if g = strings.TrimSpace(g); g != "" {
 			groups = append(groups, g)
 		}
 	}
-	staff := strings.TrimSpace(r.Header.Get(HeaderStaff))
+	staff := strings.TrimSpace(r.Header.Get(headerStaff))
 	return capgate.Caller{
 		UserID: user,
 		Staff:  staff == "1" || strings.EqualFold(staff, "true"),
@@ -108,7 +113,11 @@ func (h *HeaderIdentity) Identify(_ context.Context, r *http.Request) (capgate.C
 
 // trusted reports whether the peer at remoteAddr ("host:port") is a
 // trusted proxy.
-func (h *HeaderIdentity) trusted(remoteAddr string) bool {
+func (h *HeaderIdentity) trusted(remoteAddr string) bool { return TrustedPeer(h.Trusted, remoteAddr) }
+
+// TrustedPeer reports whether the peer at remoteAddr ("host:port") is in
+// one of trusted (the proxies whose forwarding headers are believed).
+func TrustedPeer(trusted []netip.Prefix, remoteAddr string) bool {
 	host, _, err := net.SplitHostPort(remoteAddr)
 	if err != nil {
 		host = remoteAddr
@@ -118,7 +127,7 @@ func (h *HeaderIdentity) trusted(remoteAddr string) bool {
 		return false
 	}
 	a = a.Unmap().WithZone("")
-	for _, p := range h.Trusted {
+	for _, p := range trusted {
 		if p.Contains(a) {
 			return true
 		}
@@ -239,4 +248,12 @@ const AnonymousUser = "(anonymous)"
 // long lane keys and log lines.
 const MaxUsername = 150
 
-func usernameOK(u string) bool { return utf8.RuneCountInString(u) <= MaxUsername }
+// ValidUsername reports whether u is short enough to be a username (at
+// most MaxUsername characters); the middleware and the staff API refuse a
+// caller whose resolver returned a longer one.
+func ValidUsername(u string) bool { return utf8.RuneCountInString(u) <= MaxUsername }
+
+// joined returns the values of the header named by canonical key k as the
+// API's server hands it to the application: joined with "," (gunicorn).
+// strings.Join returns a single value as it is, without copying.
+func joined(h http.Header, k string) string { return strings.Join(h[k], ",") }

@@ -1,4 +1,9 @@
-package capgate
+// Package tune is the control loop of the adaptive lane limits, as pure
+// functions: no I/O, no clock, the standard library only. State.Next is
+// one step; the root's Tuner (tuner.go) gathers the windows and keeps the
+// state in a Store (a lane store's optional part), so that one step is
+// taken for the whole cluster.
+package tune
 
 import (
 	"encoding/json"
@@ -6,11 +11,6 @@ import (
 	"math"
 )
 
-// The control loop of the adaptive limits, as pure functions: no I/O, no
-// clock. TuneState.Next is one step; the Tuner (tuner.go) gathers the
-// windows and keeps the state in the lane store, so that one step is taken
-// for the whole cluster.
-//
 // The algorithm (docs/ARCHITECTURE.md, Adaptive limits, says why):
 //
 //   - R is the mean service time of the calls released in the window; R0,
@@ -18,16 +18,16 @@ import (
 //     any window faster than it, and raised only by a probe (one starts
 //     when two windows after a shrink were no faster: the backend may have
 //     got slower rather than busier).
-//   - g = R0 / R ≤ 1. Below TuneShrinkBelow the backend queues: the limit
+//   - g = R0 / R ≤ 1. Below ShrinkBelow the backend queues: the limit
 //     becomes the concurrency the backend served in the window times g, the
 //     number of calls it serves at its no-load time (Vegas's estimate of
 //     the queue, removed in one step).
-//   - At or above TuneGrowAbove, when the lane was saturated (a tenth of
+//   - At or above GrowAbove, when the lane was saturated (a tenth of
 //     the calls found it full, or the calls in flight reached the limit), it grows: ×2
 //     until the first sign of queueing (slow start), then by a tenth.
 //   - Otherwise, and when a window has too few calls, it holds: healthy
 //     and below capacity means no change, so there is no drift.
-//   - The probe (at the first window, and every TuneProbeEvery steps after
+//   - The probe (at the first window, and every ProbeEvery steps after
 //     while the lane is saturated): the limit (or the calls in flight,
 //     when fewer) halves while halving costs no throughput
 //     (calls in flight ÷ R, Little's law), so a limit far above capacity
@@ -40,25 +40,25 @@ import (
 
 // Parameters of the control loop.
 const (
-	// TuneMinCalls is the fewest calls a step decides on; fewer are
+	// MinCalls is the fewest calls a step decides on; fewer are
 	// carried into the next window.
-	TuneMinCalls = 10
-	// TuneProbeEvery is how many steps pass between probes of the no-load
+	MinCalls = 10
+	// ProbeEvery is how many steps pass between probes of the no-load
 	// time (at one step a second, 5 minutes).
-	TuneProbeEvery = 300
-	// TuneProbeKeep: a halving whose throughput stays above this share of
+	ProbeEvery = 300
+	// ProbeKeep: a halving whose throughput stays above this share of
 	// the one before cost nothing.
-	TuneProbeKeep = 0.9
-	// TuneShrinkBelow: g below this shrinks the limit (a queue of 15 %).
-	TuneShrinkBelow = 1 / 1.15
-	// TuneGrowAbove: g at or above this, with the lane saturated, grows it.
-	TuneGrowAbove = 1 / 1.05
+	ProbeKeep = 0.9
+	// ShrinkBelow: g below this shrinks the limit (a queue of 15 %).
+	ShrinkBelow = 1 / 1.15
+	// GrowAbove: g at or above this, with the lane saturated, grows it.
+	GrowAbove = 1 / 1.05
 )
 
-// TuneWindow is what the gateways saw of one lane between two steps.
+// Window is what the gateways saw of one lane between two steps.
 // Windows add up (Add), so each gateway sends its own and the store sums
 // them.
-type TuneWindow struct {
+type Window struct {
 	Calls       int64 // calls released that held the lane
 	SumMicros   int64 // their service times summed, in microseconds
 	Full        int64 // calls that found the lane full (or waited for it)
@@ -67,14 +67,14 @@ type TuneWindow struct {
 }
 
 // Add returns w and o summed.
-func (w TuneWindow) Add(o TuneWindow) TuneWindow {
-	return TuneWindow{Calls: w.Calls + o.Calls, SumMicros: w.SumMicros + o.SumMicros,
+func (w Window) Add(o Window) Window {
+	return Window{Calls: w.Calls + o.Calls, SumMicros: w.SumMicros + o.SumMicros,
 		Full: w.Full + o.Full, MaxInFlight: max(w.MaxInFlight, o.MaxInFlight), SumInFlight: w.SumInFlight + o.SumInFlight}
 }
 
 // Mean returns the window's mean service time in microseconds; 0 when it
 // has no calls.
-func (w TuneWindow) Mean() float64 {
+func (w Window) Mean() float64 {
 	if w.Calls <= 0 {
 		return 0
 	}
@@ -83,16 +83,16 @@ func (w TuneWindow) Mean() float64 {
 
 // throughput returns the window's calls in flight on average over its mean
 // service time (Little's law), in calls a microsecond; 0 when unknown.
-func (w TuneWindow) throughput() float64 {
+func (w Window) throughput() float64 {
 	if w.Calls <= 0 || w.SumMicros <= 0 {
 		return 0
 	}
 	return float64(w.SumInFlight) / float64(w.SumMicros)
 }
 
-// TuneBounds are what a step must respect: the configured bounds and the
+// Bounds are what a step must respect: the configured bounds and the
 // static limit, the starting point.
-type TuneBounds struct {
+type Bounds struct {
 	Min, Max int
 	Static   int
 	// Advise: the advised limit is not applied, the static one is. Steps
@@ -102,29 +102,29 @@ type TuneBounds struct {
 	Advise bool
 }
 
-// TuneState is the state of one lane's control loop, shared by the
+// State is the state of one lane's control loop, shared by the
 // gateways through the lane store as JSON. Its zero value starts from the
 // static limit.
-type TuneState struct {
-	Limit  int          `json:"limit"`             // the advised limit; 0: none yet
-	Step   int64        `json:"step"`              // steps taken
-	NoLoad float64      `json:"no_load,omitempty"` // R0, µs; 0: not measured yet
-	Avoid  bool         `json:"avoid,omitempty"`   // slow start is over: grow by a tenth
-	Probe  int          `json:"probe,omitempty"`   // in a probe: the last limit that kept the throughput
-	ProbeX float64      `json:"probe_x,omitempty"` // the throughput at Probe
-	ProbeN int          `json:"probe_n,omitempty"` // the calls in flight at Probe
-	Since  int64        `json:"since"`             // steps since the last probe
-	Prev   TuneWindow   `json:"prev"`              // the last window decided on
-	Shrunk bool         `json:"shrunk,omitempty"`  // the last step shrank for queueing
-	NoHelp bool         `json:"no_help,omitempty"` // the window after that shrink was no faster
-	Carry  TuneWindow   `json:"carry"`             // a window too small to decide on
-	Settle bool         `json:"settle,omitempty"`  // the limit just changed: the next window mixes both
-	Reason string       `json:"reason,omitempty"`  // why the last step did what it did
-	Last   TuneSnapshot `json:"last"`              // what the last step saw
+type State struct {
+	Limit  int      `json:"limit"`             // the advised limit; 0: none yet
+	Step   int64    `json:"step"`              // steps taken
+	NoLoad float64  `json:"no_load,omitempty"` // R0, µs; 0: not measured yet
+	Avoid  bool     `json:"avoid,omitempty"`   // slow start is over: grow by a tenth
+	Probe  int      `json:"probe,omitempty"`   // in a probe: the last limit that kept the throughput
+	ProbeX float64  `json:"probe_x,omitempty"` // the throughput at Probe
+	ProbeN int      `json:"probe_n,omitempty"` // the calls in flight at Probe
+	Since  int64    `json:"since"`             // steps since the last probe
+	Prev   Window   `json:"prev"`              // the last window decided on
+	Shrunk bool     `json:"shrunk,omitempty"`  // the last step shrank for queueing
+	NoHelp bool     `json:"no_help,omitempty"` // the window after that shrink was no faster
+	Carry  Window   `json:"carry"`             // a window too small to decide on
+	Settle bool     `json:"settle,omitempty"`  // the limit just changed: the next window mixes both
+	Reason string   `json:"reason,omitempty"`  // why the last step did what it did
+	Last   Snapshot `json:"last"`              // what the last step saw
 }
 
-// TuneSnapshot is what one step saw, for the log line.
-type TuneSnapshot struct {
+// Snapshot is what one step saw, for the log line.
+type Snapshot struct {
 	Calls       int64   `json:"calls"`
 	MeanMS      float64 `json:"mean_ms"`
 	NoLoadMS    float64 `json:"no_load_ms"`
@@ -135,43 +135,44 @@ type TuneSnapshot struct {
 
 // Start returns the limit the state stands for under b: its own, or the
 // static limit clamped to the bounds when it has none yet.
-func (s TuneState) Start(b TuneBounds) int {
+func (s State) Start(b Bounds) int {
 	l := s.Limit
 	if l <= 0 {
 		l = b.Static
 	}
-	return clampLimit(l, b)
+	return b.Clamp(l)
 }
 
-func clampLimit(l int, b TuneBounds) int {
+// Clamp returns l within the bounds (and at least 1).
+func (b Bounds) Clamp(l int) int {
 	lo, hi := max(b.Min, 1), max(b.Max, max(b.Min, 1))
 	return min(max(l, lo), hi)
 }
 
 // Next is one step of the control loop: the state after window w. It
 // never leaves [b.Min, b.Max], moves at most ×2 or ÷2, and holds when w
-// (with what was carried) has fewer than TuneMinCalls calls, or when the
+// (with what was carried) has fewer than MinCalls calls, or when the
 // backend is healthy and the lane was not saturated.
-func (s TuneState) Next(w TuneWindow, b TuneBounds) TuneState {
+func (s State) Next(w Window, b Bounds) State {
 	prev := s.Start(b)
 	cur := prev
 	if b.Advise {
-		cur = clampLimit(b.Static, b)
+		cur = b.Clamp(b.Static)
 	}
 	n := s
 	n.Step++
 	n.Limit = prev
 	if s.Settle && !b.Advise {
 		// Calls admitted under the old limit are still in this window.
-		n.Settle, n.Carry, n.Reason = false, TuneWindow{}, "settling"
+		n.Settle, n.Carry, n.Reason = false, Window{}, "settling"
 		return n
 	}
 	w = s.Carry.Add(w)
-	if w.Calls < TuneMinCalls {
+	if w.Calls < MinCalls {
 		n.Carry, n.Reason = w, "few calls"
 		return n
 	}
-	n.Carry, n.Since, n.Prev, n.Shrunk, n.NoHelp = TuneWindow{}, s.Since+1, w, false, false
+	n.Carry, n.Since, n.Prev, n.Shrunk, n.NoHelp = Window{}, s.Since+1, w, false, false
 	mean, x := w.Mean(), w.throughput()
 	// Saturated: the calls in flight reached the limit, or a tenth of the
 	// calls found it full. A few calls that waited say little: a call
@@ -182,18 +183,18 @@ func (s TuneState) Next(w TuneWindow, b TuneBounds) TuneState {
 	if n.NoLoad > 0 && mean > 0 {
 		g = min(1, n.NoLoad/mean)
 	}
-	n.Last = TuneSnapshot{Calls: w.Calls, MeanMS: round3(mean / 1000), NoLoadMS: round3(n.NoLoad / 1000),
+	n.Last = Snapshot{Calls: w.Calls, MeanMS: round3(mean / 1000), NoLoadMS: round3(n.NoLoad / 1000),
 		Gradient: round3(g), MaxInFlight: w.MaxInFlight, Full: w.Full}
 	// At most ×2 or ÷2 in one step, and within the bounds.
 	next = min(max(next, (prev+1)/2), 2*prev) // cur is prev, but in advise
-	n.Limit = clampLimit(next, b)
+	n.Limit = b.Clamp(next)
 	n.Settle = n.Limit != prev && !b.Advise
 	return n
 }
 
 // decide returns the next limit and updates n (the state being built from
 // s) for a window w decided on at limit cur.
-func (n *TuneState) decide(s TuneState, w TuneWindow, cur int, mean, x float64, saturated, advise bool) int {
+func (n *State) decide(s State, w Window, cur int, mean, x float64, saturated, advise bool) int {
 	if n.NoLoad == 0 || mean < n.NoLoad {
 		n.NoLoad = mean
 	}
@@ -207,7 +208,7 @@ func (n *TuneState) decide(s TuneState, w TuneWindow, cur int, mean, x float64, 
 			// The lower limit did not bind: fewer calls did not run.
 			n.Reason = "probe: halving"
 			return served / 2
-		case x >= TuneProbeKeep*s.ProbeX && served > 1:
+		case x >= ProbeKeep*s.ProbeX && served > 1:
 			// Slow start ends at the queueing this shows, on the way back.
 			n.Probe, n.ProbeX, n.ProbeN = cur, x, served
 			n.Reason = "probe: halving kept the throughput"
@@ -217,7 +218,7 @@ func (n *TuneState) decide(s TuneState, w TuneWindow, cur int, mean, x float64, 
 		n.Reason = "probe: no-load time measured"
 		return s.Probe
 	}
-	if (s.NoLoad == 0 || saturated && s.Since >= TuneProbeEvery) && served > 1 && !advise {
+	if (s.NoLoad == 0 || saturated && s.Since >= ProbeEvery) && served > 1 && !advise {
 		// From the calls in flight: a limit above them does not bind.
 		n.Probe, n.ProbeX, n.ProbeN, n.Reason = cur, x, served, "probe: halving"
 		return served / 2
@@ -236,10 +237,10 @@ func (n *TuneState) decide(s TuneState, w TuneWindow, cur int, mean, x float64, 
 	}
 	g := n.NoLoad / mean
 	switch {
-	case g < TuneShrinkBelow:
+	case g < ShrinkBelow:
 		n.Avoid, n.Shrunk, n.Reason = true, true, "queueing"
 		return int(math.Floor(float64(served) * g))
-	case g >= TuneGrowAbove && saturated:
+	case g >= GrowAbove && saturated:
 		n.Reason = "saturated and healthy"
 		if n.Avoid {
 			return cur + max(1, int(math.Ceil(float64(cur)/10)))
@@ -252,8 +253,8 @@ func (n *TuneState) decide(s TuneState, w TuneWindow, cur int, mean, x float64, 
 
 func round3(f float64) float64 { return math.Round(f*1000) / 1000 }
 
-// EncodeTuneState returns s as the lane store keeps it.
-func EncodeTuneState(s TuneState) ([]byte, error) {
+// Encode returns s as the lane store keeps it.
+func Encode(s State) ([]byte, error) {
 	b, err := json.Marshal(s)
 	if err != nil {
 		return nil, fmt.Errorf("encode tune state: %w", err)
@@ -261,15 +262,15 @@ func EncodeTuneState(s TuneState) ([]byte, error) {
 	return b, nil
 }
 
-// DecodeTuneState reads a state the lane store kept; empty b is the zero
+// Decode reads a state the lane store kept; empty b is the zero
 // state.
-func DecodeTuneState(b []byte) (TuneState, error) {
-	var s TuneState
+func Decode(b []byte) (State, error) {
+	var s State
 	if len(b) == 0 {
 		return s, nil
 	}
 	if err := json.Unmarshal(b, &s); err != nil {
-		return TuneState{}, fmt.Errorf("decode tune state: %w", err)
+		return State{}, fmt.Errorf("decode tune state: %w", err)
 	}
 	return s, nil
 }

@@ -1,10 +1,10 @@
-package capgate_test
+package tune_test
 
 import (
 	"math/rand/v2"
 	"testing"
 
-	"github.com/capgate/capgate"
+	"github.com/capgate/capgate/tune"
 )
 
 // fluid is the simulated backend of the benchmark as a fluid model: demand
@@ -16,18 +16,18 @@ type fluid struct {
 }
 
 // window is one second at limit l.
-func (f fluid) window(l int) capgate.TuneWindow {
+func (f fluid) window(l int) tune.Window {
 	n := min(l, f.demand)
 	r := f.baseMicros * max(1, float64(n)/float64(f.capacity))
 	calls := int64(float64(n) * 1e6 / r)
-	w := capgate.TuneWindow{Calls: calls, SumMicros: int64(float64(calls) * r), MaxInFlight: int64(n), SumInFlight: calls * int64(n)}
+	w := tune.Window{Calls: calls, SumMicros: int64(float64(calls) * r), MaxInFlight: int64(n), SumInFlight: calls * int64(n)}
 	if f.demand > l {
 		w.Full = calls
 	}
 	return w
 }
 
-func run(f fluid, s capgate.TuneState, b capgate.TuneBounds, steps int, each func(i int, s capgate.TuneState)) capgate.TuneState {
+func run(f fluid, s tune.State, b tune.Bounds, steps int, each func(i int, s tune.State)) tune.State {
 	for i := range steps {
 		s = s.Next(f.window(s.Start(b)), b)
 		if each != nil {
@@ -41,9 +41,9 @@ func TestTuneConvergesAndFollows(t *testing.T) {
 	const k = 16
 	for _, static := range []int{3 * k, k / 3} {
 		f := fluid{demand: 40, capacity: k, baseMicros: 50000}
-		b := capgate.TuneBounds{Min: 1, Max: 64, Static: static}
+		b := tune.Bounds{Min: 1, Max: 64, Static: static}
 		var converged = -1
-		s := run(f, capgate.TuneState{}, b, 60, func(i int, s capgate.TuneState) {
+		s := run(f, tune.State{}, b, 60, func(i int, s tune.State) {
 			in := s.Limit >= 7*k/10 && s.Limit*10 <= 15*k
 			if in && converged < 0 {
 				converged = i
@@ -57,7 +57,7 @@ func TestTuneConvergesAndFollows(t *testing.T) {
 		// The capacity halves.
 		f.capacity = k / 2
 		followed := -1
-		run(f, s, b, 40, func(i int, s capgate.TuneState) {
+		run(f, s, b, 40, func(i int, s tune.State) {
 			if followed < 0 && s.Limit*10 >= 7*f.capacity && s.Limit*10 <= 15*f.capacity {
 				followed = i
 			}
@@ -72,12 +72,12 @@ func TestTuneStepsStayInBoundsAndHalfDouble(t *testing.T) {
 	rng := rand.New(rand.NewPCG(1, 2))
 	for trial := range 200 {
 		lo := 1 + rng.IntN(10)
-		b := capgate.TuneBounds{Min: lo, Max: lo + rng.IntN(50), Static: rng.IntN(80)}
-		s := capgate.TuneState{}
+		b := tune.Bounds{Min: lo, Max: lo + rng.IntN(50), Static: rng.IntN(80)}
+		s := tune.State{}
 		prev := s.Start(b)
 		for i := range 100 {
 			calls := int64(rng.IntN(200))
-			w := capgate.TuneWindow{Calls: calls, SumMicros: calls * int64(1+rng.IntN(100000)),
+			w := tune.Window{Calls: calls, SumMicros: calls * int64(1+rng.IntN(100000)),
 				Full: int64(rng.IntN(2)) * calls, MaxInFlight: int64(rng.IntN(100)), SumInFlight: calls * int64(rng.IntN(100))}
 			s = s.Next(w, b)
 			if s.Limit < b.Min || s.Limit > b.Max {
@@ -95,10 +95,10 @@ func TestTuneHoldsWhenHealthyBelowCapacity(t *testing.T) {
 	// 10 callers, a backend that serves 32 at once and a limit of 20: the
 	// lane is never saturated, so nothing moves, however long.
 	f := fluid{demand: 10, capacity: 32, baseMicros: 50000}
-	b := capgate.TuneBounds{Min: 1, Max: 100, Static: 20}
+	b := tune.Bounds{Min: 1, Max: 100, Static: 20}
 	// The first window probes the no-load time, and the limit comes back.
-	warm := run(f, capgate.TuneState{}, b, 10, nil)
-	run(f, warm, b, 2000, func(i int, s capgate.TuneState) {
+	warm := run(f, tune.State{}, b, 10, nil)
+	run(f, warm, b, 2000, func(i int, s tune.State) {
 		if s.Limit != 20 {
 			t.Fatalf("step %d: limit %d (%s); want 20 held", i, s.Limit, s.Reason)
 		}
@@ -106,9 +106,9 @@ func TestTuneHoldsWhenHealthyBelowCapacity(t *testing.T) {
 	// Saturated at the capacity, after converging it stays within ±20 %
 	// between probes.
 	f = fluid{demand: 40, capacity: 16, baseMicros: 50000}
-	s := run(f, capgate.TuneState{}, capgate.TuneBounds{Min: 1, Max: 64, Static: 16}, 30, nil)
+	s := run(f, tune.State{}, tune.Bounds{Min: 1, Max: 64, Static: 16}, 30, nil)
 	mid := s.Limit
-	run(f, s, capgate.TuneBounds{Min: 1, Max: 64, Static: 16}, capgate.TuneProbeEvery-40, func(i int, s capgate.TuneState) {
+	run(f, s, tune.Bounds{Min: 1, Max: 64, Static: 16}, tune.ProbeEvery-40, func(i int, s tune.State) {
 		if s.Limit*10 < mid*8 || s.Limit*10 > mid*12 {
 			t.Fatalf("step %d: limit %d; want within ±20 %% of %d", i, s.Limit, mid)
 		}
@@ -116,10 +116,10 @@ func TestTuneHoldsWhenHealthyBelowCapacity(t *testing.T) {
 }
 
 func TestTuneHoldsOnFewCalls(t *testing.T) {
-	b := capgate.TuneBounds{Min: 1, Max: 50, Static: 7}
-	s := capgate.TuneState{}
+	b := tune.Bounds{Min: 1, Max: 50, Static: 7}
+	s := tune.State{}
 	for range 5 {
-		s = s.Next(capgate.TuneWindow{Calls: 1, SumMicros: 900000, MaxInFlight: 7, Full: 1, SumInFlight: 7}, b)
+		s = s.Next(tune.Window{Calls: 1, SumMicros: 900000, MaxInFlight: 7, Full: 1, SumInFlight: 7}, b)
 		if s.Limit != 7 {
 			t.Fatalf("limit %d after a window of one call; want 7 held", s.Limit)
 		}
@@ -134,8 +134,8 @@ func TestTuneFollowsASlowerBackend(t *testing.T) {
 	// The loop shrinks, sees the calls no faster, probes, and comes back
 	// near the capacity instead of falling to min.
 	f := fluid{demand: 40, capacity: 16, baseMicros: 50000}
-	b := capgate.TuneBounds{Min: 1, Max: 64, Static: 16}
-	s := run(f, capgate.TuneState{}, b, 30, nil)
+	b := tune.Bounds{Min: 1, Max: 64, Static: 16}
+	s := run(f, tune.State{}, b, 30, nil)
 	f.baseMicros = 100000
 	s = run(f, s, b, 40, nil)
 	if s.Limit*10 < 7*16 || s.Limit*10 > 15*16 {

@@ -1,4 +1,4 @@
-package http
+package identity
 
 import (
 	"context"
@@ -72,7 +72,7 @@ type UpstreamIdentity struct {
 	// CacheEntries bounds the cache. Default 10 000.
 	CacheEntries int
 	// SessionCookie is the name of the API's session cookie. Default
-	// DefaultSessionCookie.
+	// "sessionid" (Django's).
 	SessionCookie string
 	// Now is the clock of the cache. Default time.Now.
 	Now func() time.Time
@@ -159,7 +159,7 @@ func (u *UpstreamIdentity) sessionCookie() string {
 	if u.SessionCookie != "" {
 		return u.SessionCookie
 	}
-	return DefaultSessionCookie
+	return defaultSessionCookie
 }
 
 // resolve returns the caller cred names, from the cache or one lookup
@@ -221,9 +221,9 @@ func (c credentials) key() credKey {
 	return k
 }
 
-// DefaultSessionCookie is the name of Django's session cookie
+// defaultSessionCookie is the name of Django's session cookie
 // (SESSION_COOKIE_NAME).
-const DefaultSessionCookie = "sessionid"
+const defaultSessionCookie = "sessionid"
 
 // djangoCookie returns the value of the cookie named name in a Cookie
 // header as Django's parse_cookie reads it: chunks split on ";", each cut
@@ -327,7 +327,7 @@ func (u *UpstreamIdentity) lookup(ctx context.Context, cred credentials) (identi
 	if ttl <= 0 {
 		ttl = defaultIdentityTTL
 	}
-	if !usernameOK(ans.Username) {
+	if !ValidUsername(ans.Username) {
 		// Not a name Django gives; cached as anonymous so a cache entry
 		// never holds more than a bounded name (the middleware logs it).
 		return identityEntry{expires: now.Add(ttl)}, nil

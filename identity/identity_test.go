@@ -1,4 +1,4 @@
-package http_test
+package identity_test
 
 import (
 	"context"
@@ -19,7 +19,7 @@ import (
 	"time"
 
 	"github.com/capgate/capgate"
-	capgatehttp "github.com/capgate/capgate/http"
+	"github.com/capgate/capgate/identity"
 	"github.com/capgate/capgate/mock"
 )
 
@@ -87,9 +87,9 @@ func requestWithAuth(auth string) *http.Request {
 	return r
 }
 
-func mustUpstreamIdentity(t *testing.T, api *userAPI, clock *mock.Clock) *capgatehttp.UpstreamIdentity {
+func mustUpstreamIdentity(t *testing.T, api *userAPI, clock *mock.Clock) *identity.UpstreamIdentity {
 	t.Helper()
-	id, err := capgatehttp.NewUpstreamIdentity(api.URL + "/api")
+	id, err := identity.NewUpstreamIdentity(api.URL + "/api")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -152,14 +152,14 @@ func TestUpstreamIdentityFailures(t *testing.T) {
 	ctx := t.Context()
 
 	// No username: an error, not a caller.
-	if _, ok, err := id.Identify(ctx, requestWithAuth("Token nobody")); ok || !errors.Is(err, capgatehttp.ErrLookup) {
+	if _, ok, err := id.Identify(ctx, requestWithAuth("Token nobody")); ok || !errors.Is(err, identity.ErrLookup) {
 		t.Errorf("no username: ok=%v err=%v; want ErrLookup", ok, err)
 	}
 
 	api.SetStatus(http.StatusBadGateway)
 	for i := range 2 {
 		_, ok, err := id.Identify(ctx, requestWithAuth("Token bob"))
-		if ok || !errors.Is(err, capgatehttp.ErrLookup) {
+		if ok || !errors.Is(err, identity.ErrLookup) {
 			t.Errorf("502: ok=%v err=%v; want ErrLookup", ok, err)
 		}
 		if err != nil && strings.Contains(err.Error(), "bob") {
@@ -177,7 +177,7 @@ func TestUpstreamIdentityFailures(t *testing.T) {
 	}
 
 	// An API that is down.
-	down, err := capgatehttp.NewUpstreamIdentity("http://127.0.0.1:1")
+	down, err := identity.NewUpstreamIdentity("http://127.0.0.1:1")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -196,7 +196,7 @@ func TestUpstreamIdentityTimeout(t *testing.T) {
 	}))
 	t.Cleanup(srv.Close)
 	t.Cleanup(func() { close(release) })
-	id, err := capgatehttp.NewUpstreamIdentity(srv.URL)
+	id, err := identity.NewUpstreamIdentity(srv.URL)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -218,7 +218,7 @@ func TestUpstreamIdentitySharesConcurrentLookups(t *testing.T) {
 		var mu sync.Mutex
 		calls := 0
 		answer := make(chan struct{})
-		id, err := capgatehttp.NewUpstreamIdentity("http://api.test")
+		id, err := identity.NewUpstreamIdentity("http://api.test")
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -282,14 +282,14 @@ func TestUpstreamIdentityCacheIsBounded(t *testing.T) {
 
 func TestNewUpstreamIdentityRejectsBadURLs(t *testing.T) {
 	for _, u := range []string{"", "api:8000", "ftp://x/", "http://", "://x"} {
-		if _, err := capgatehttp.NewUpstreamIdentity(u); err == nil {
+		if _, err := identity.NewUpstreamIdentity(u); err == nil {
 			t.Errorf("NewUpstreamIdentity(%q) accepted", u)
 		}
 	}
 }
 
 func TestHeaderIdentity(t *testing.T) {
-	id, err := capgatehttp.NewHeaderIdentity([]string{"10.0.0.0/8", " 192.168.1.7 ", "::1"})
+	id, err := identity.NewHeaderIdentity([]string{"10.0.0.0/8", " 192.168.1.7 ", "::1"})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -320,7 +320,7 @@ func TestHeaderIdentity(t *testing.T) {
 			t.Errorf("%s %s: %+v, %v, %v; want %+v, %v", tt.remote, tt.user, got, ok, err, tt.want, tt.ok)
 		}
 	}
-	if _, err := capgatehttp.NewHeaderIdentity([]string{"10.0.0.0/33"}); err == nil {
+	if _, err := identity.NewHeaderIdentity([]string{"10.0.0.0/33"}); err == nil {
 		t.Error("a bad CIDR was accepted")
 	}
 }
@@ -334,7 +334,7 @@ func TestTokenIdentity(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	id, err := capgatehttp.LoadTokenIdentity(path)
+	id, err := identity.LoadTokenIdentity(path)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -369,11 +369,11 @@ func TestTokenIdentity(t *testing.T) {
 		if err := os.WriteFile(p, []byte(bad), 0o600); err != nil {
 			t.Fatal(err)
 		}
-		if _, err := capgatehttp.LoadTokenIdentity(p); err == nil {
+		if _, err := identity.LoadTokenIdentity(p); err == nil {
 			t.Errorf("LoadTokenIdentity accepted %s", bad)
 		}
 	}
-	if _, err := capgatehttp.LoadTokenIdentity(filepath.Join(t.TempDir(), "missing.json")); !errors.Is(err, os.ErrNotExist) {
+	if _, err := identity.LoadTokenIdentity(filepath.Join(t.TempDir(), "missing.json")); !errors.Is(err, os.ErrNotExist) {
 		t.Errorf("missing file: %v; want ErrNotExist", err)
 	}
 }
@@ -382,7 +382,7 @@ func TestTokenIdentity(t *testing.T) {
 // gateway's X-Forwarded-* trust and HeaderIdentity's, IPv4-mapped
 // prefixes unmapped and every prefix masked (peers are matched unmapped).
 func TestParseTrustedProxies(t *testing.T) {
-	got, err := capgatehttp.ParseTrustedProxies([]string{"10.1.2.3/8", " ::ffff:172.16.0.0/108 ", "", "192.168.1.5", "::1", "::ffff:10.9.9.9"})
+	got, err := identity.ParseTrustedProxies([]string{"10.1.2.3/8", " ::ffff:172.16.0.0/108 ", "", "192.168.1.5", "::1", "::ffff:10.9.9.9"})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -391,11 +391,11 @@ func TestParseTrustedProxies(t *testing.T) {
 	if !slices.Equal(got, want) {
 		t.Errorf("ParseTrustedProxies = %v, want %v", got, want)
 	}
-	h, err := capgatehttp.NewHeaderIdentity([]string{"::ffff:172.16.0.0/108"})
+	h, err := identity.NewHeaderIdentity([]string{"::ffff:172.16.0.0/108"})
 	if err != nil || !slices.Equal(h.Trusted, want[1:2]) {
 		t.Errorf("NewHeaderIdentity trusts %v (%v), want %v as the gateway does", h.Trusted, err, want[1:2])
 	}
-	if _, err := capgatehttp.ParseTrustedProxies([]string{"10.0.0.0/8", "proxy.internal"}); err == nil || !strings.Contains(err.Error(), "proxy.internal") {
+	if _, err := identity.ParseTrustedProxies([]string{"10.0.0.0/8", "proxy.internal"}); err == nil || !strings.Contains(err.Error(), "proxy.internal") {
 		t.Errorf("a name: err = %v, want one naming it", err)
 	}
 }
@@ -405,8 +405,8 @@ func TestReadTokens(t *testing.T) {
 	if err := os.WriteFile(path, []byte(`[{"token":"t-a","username":"a","auth_groups":["g"]},{"token":"t-b","username":"b","is_staff":true}]`), 0o600); err != nil {
 		t.Fatal(err)
 	}
-	got, err := capgatehttp.ReadTokens(path)
-	want := []capgatehttp.TokenEntry{{Token: "t-a", Username: "a", AuthGroups: []string{"g"}}, {Token: "t-b", Username: "b", IsStaff: true}}
+	got, err := identity.ReadTokens(path)
+	want := []identity.TokenEntry{{Token: "t-a", Username: "a", AuthGroups: []string{"g"}}, {Token: "t-b", Username: "b", IsStaff: true}}
 	if err != nil || !reflect.DeepEqual(got, want) {
 		t.Fatalf("ReadTokens = %+v, %v; want %+v", got, err, want)
 	}
@@ -415,7 +415,7 @@ func TestReadTokens(t *testing.T) {
 		if err := os.WriteFile(p, []byte(bad), 0o600); err != nil {
 			t.Fatal(err)
 		}
-		if _, err := capgatehttp.ReadTokens(p); err == nil {
+		if _, err := identity.ReadTokens(p); err == nil {
 			t.Errorf("ReadTokens accepted %s", bad)
 		}
 	}
