@@ -28,10 +28,9 @@ type DecideOptions struct {
 }
 
 // decideTokenFlags registers the token flags on fs.
-func decideTokenFlags(fs *flag.FlagSet, o *DecideOptions, env func(name, def string) string) error {
+func decideTokenFlags(fs *flag.FlagSet, o *DecideOptions, env func(name, def string) string) {
 	fs.StringVar(&o.Token, "decide-token", env("CAPGATE_DECIDE_TOKEN", ""), "the decision service's shared secret, sent as Authorization: Bearer; required on TCP unless --decide-no-token on a loopback address (CAPGATE_DECIDE_TOKEN)")
 	fs.Var(boolValue{&o.NoToken}, "decide-no-token", "serve the decision service without a token on a loopback TCP address (a unix socket never needs one) (CAPGATE_DECIDE_NO_TOKEN)")
-	return nil
 }
 
 // startDecide serves the decision protocol over gate on o.Listen until ctx
@@ -91,29 +90,14 @@ type decideFlags struct {
 }
 
 func (c *DecideCommand) flags() (*decideFlags, error) {
-	getenv := c.Getenv
-	if getenv == nil {
-		getenv = os.Getenv
-	}
-	st, err := LoadSettings(getenv)
+	fs, st, env, err := storeFlags("capgate decide", c.Getenv)
 	if err != nil {
 		return nil, err
 	}
-	env := func(name, def string) string {
-		if v := getenv(name); v != "" {
-			return v
-		}
-		return def
-	}
-	f := &decideFlags{fs: flag.NewFlagSet("capgate decide", flag.ContinueOnError), st: &st, o: &ServeOptions{}}
-	fs, o := f.fs, f.o
-	fs.SetOutput(io.Discard)
-	f.st.ConfigFlags(fs)
-	f.st.LaneFlags(fs)
+	f := &decideFlags{fs: fs, st: st, o: &ServeOptions{}}
+	o := f.o
 	fs.StringVar(&f.d.Listen, "listen", env("CAPGATE_DECIDE_LISTEN", "unix:capgate-decide.sock"), "where to serve the decision protocol: unix:<path> or host:port (CAPGATE_DECIDE_LISTEN)")
-	if err := decideTokenFlags(fs, &f.d, env); err != nil {
-		return nil, err
-	}
+	decideTokenFlags(fs, &f.d, env)
 	fs.StringVar(&o.AdminListen, "admin-listen", env("CAPGATE_ADMIN_LISTEN", ""), "serve GET /metrics, /livez and /readyz on this address (CAPGATE_ADMIN_LISTEN)")
 	fs.StringVar(&o.LogFile, "log-file", env("CAPGATE_LOG_FILE", ""), "append the ocl_capacity lines to this file instead of stdout (CAPGATE_LOG_FILE)")
 	fs.StringVar(&o.CoreGroup, "core-group", env("CAPGATE_CORE_GROUP", "core_user"), "the auth group of the core tier, for calls that send groups (CAPGATE_CORE_GROUP)")

@@ -4,7 +4,9 @@ import (
 	"errors"
 	"flag"
 	"fmt"
+	"io"
 	"math"
+	"os"
 	"slices"
 	"sort"
 	"strconv"
@@ -246,4 +248,29 @@ func parseBytes(s string) (int64, error) {
 		return 0, bad
 	}
 	return int64(n), nil
+}
+
+// storeFlags starts the flag set of a command that opens the stores (serve,
+// decide): the settings read through getenv (nil: os.Getenv), their config
+// and lane flags on the set, and env, which gives a variable's value or
+// def, for the defaults of the command's own flags.
+func storeFlags(name string, getenv func(string) string) (*flag.FlagSet, *Settings, func(name, def string) string, error) {
+	if getenv == nil {
+		getenv = os.Getenv
+	}
+	st, err := LoadSettings(getenv)
+	if err != nil {
+		return nil, nil, nil, err
+	}
+	env := func(name, def string) string {
+		if v := getenv(name); v != "" {
+			return v
+		}
+		return def
+	}
+	fs := flag.NewFlagSet(name, flag.ContinueOnError)
+	fs.SetOutput(io.Discard)
+	st.ConfigFlags(fs)
+	st.LaneFlags(fs)
+	return fs, &st, env, nil
 }

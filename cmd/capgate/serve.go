@@ -63,25 +63,12 @@ type serveFlags struct {
 
 // flags registers every flag of serve, defaulting to the environment.
 func (c *ServeCommand) flags() (*serveFlags, error) {
-	getenv := c.Getenv
-	if getenv == nil {
-		getenv = os.Getenv
-	}
-	st, err := LoadSettings(getenv)
+	fs, st, env, err := storeFlags("capgate serve", c.Getenv)
 	if err != nil {
 		return nil, err
 	}
-	env := func(name, def string) string {
-		if v := getenv(name); v != "" {
-			return v
-		}
-		return def
-	}
-	f := &serveFlags{fs: flag.NewFlagSet("capgate serve", flag.ContinueOnError), st: &st, o: &ServeOptions{}}
-	fs, o := f.fs, f.o
-	fs.SetOutput(io.Discard)
-	f.st.ConfigFlags(fs)
-	f.st.LaneFlags(fs)
+	f := &serveFlags{fs: fs, st: st, o: &ServeOptions{}}
+	o := f.o
 	fs.StringVar(&o.Listen, "listen", env("CAPGATE_LISTEN", "127.0.0.1:8080"), "address to serve the gateway on (CAPGATE_LISTEN)")
 	fs.StringVar(&o.AdminListen, "admin-listen", env("CAPGATE_ADMIN_LISTEN", ""), "serve the staff API, /metrics and the probes only on this address (CAPGATE_ADMIN_LISTEN)")
 	fs.StringVar(&o.Upstream, "upstream", env("CAPGATE_UPSTREAM", ""), "the API, e.g. http://127.0.0.1:8000 (CAPGATE_UPSTREAM; required)")
@@ -118,9 +105,7 @@ func (c *ServeCommand) flags() (*serveFlags, error) {
 	fs.StringVar(&f.logFormat, "log-format", env("CAPGATE_LOG_FORMAT", LogFormatText), "the operational logs' format on stderr, text or json; the ocl_capacity lines are always JSON (CAPGATE_LOG_FORMAT)")
 	// The decision service beside the gateway (decide.go).
 	fs.StringVar(&o.Decide.Listen, "decide-listen", env("CAPGATE_DECIDE_LISTEN", ""), "also serve the decision protocol (docs/PROTOCOL.md) on unix:<path> or host:port (CAPGATE_DECIDE_LISTEN)")
-	if err := decideTokenFlags(fs, &o.Decide, env); err != nil {
-		return nil, err
-	}
+	decideTokenFlags(fs, &o.Decide, env)
 	return f, nil
 }
 
