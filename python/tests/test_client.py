@@ -16,6 +16,29 @@ sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."
 import capgate  # noqa: E402
 
 
+def read_request(c):
+    """Reads one whole request from c (headers, then Content-Length bytes):
+    http.client may send the body in a write of its own, and answering
+    before it arrived would make the client's send fail (EPIPE)."""
+    data = b""
+    while b"\r\n\r\n" not in data:
+        chunk = c.recv(65536)
+        if not chunk:
+            return
+        data += chunk
+    head, _, body = data.partition(b"\r\n\r\n")
+    length = 0
+    for line in head.split(b"\r\n")[1:]:
+        name, _, value = line.partition(b":")
+        if name.strip().lower() == b"content-length":
+            length = int(value.strip())
+    while len(body) < length:
+        chunk = c.recv(65536)
+        if not chunk:
+            return
+        body += chunk
+
+
 class Stub:
     """A unix-socket server that answers every connection with reply (bytes,
     or None to say nothing and hold the connection)."""
@@ -40,7 +63,7 @@ class Stub:
             except socket.timeout:
                 continue
             self.conns.append(c)
-            c.recv(65536)
+            read_request(c)
             if self.reply is not None:
                 c.sendall(self.reply)
                 c.close()
