@@ -397,3 +397,120 @@ func TestLostWakeUpIsFoundByThePump(t *testing.T) {
 		}
 	})
 }
+
+// laneLimit returns the limit a's lane name was judged by.
+func laneLimit(a *capgate.Admission, name capgate.LaneName) int {
+	for _, l := range a.Lanes() {
+		if l.Name == name {
+			return l.Limit
+		}
+	}
+	return -1
+}
+
+// TestWaitTakesARaisedLimit: a call waits on its user lane (limit 1, held
+// by the user's first call); staff raise the limit to 2. The waiter is
+// admitted by its next re-check, with nobody releasing, and judged by the
+// new limit.
+func TestWaitTakesARaisedLimit(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		e := newWaitEnv(t)
+		first := e.gate.Admit(t.Context(), lanetest.Match("p", capgate.TierPreview))
+		mustDecide(t, first, capgate.DecisionAdmitted)
+		defer first.Release(t.Context())
+		ch := e.admitAsync(t.Context(), lanetest.Match("p", capgate.TierPreview))
+		synctest.Wait()
+		if n := e.waiting(t, "p"); n != 1 {
+			t.Fatalf("waiting on p's lane = %d, want 1", n)
+		}
+		time.Sleep(300 * time.Millisecond)
+		e.cfg.Edit(func(c *capgate.Config) { c.PerUser.Preview = 2 })
+		raised := time.Now()
+		second := <-ch
+		defer second.Release(t.Context())
+		mustDecide(t, second, capgate.DecisionAdmitted)
+		if d := time.Since(raised); d > capgate.WaitPumpEvery {
+			t.Errorf("admitted %v after the limit rose, want by the next re-check (%v)", d, capgate.WaitPumpEvery)
+		}
+		if l := laneLimit(second, capgate.LaneUser); l != 2 {
+			t.Errorf("user lane limit = %d, want the raised 2", l)
+		}
+		if n := e.waiting(t, "p"); n != 0 {
+			t.Errorf("waiting after the grant = %d, want 0", n)
+		}
+	})
+}
+
+// TestWaitHonoursALoweredLimit: user p runs two calls at its limit of 2 and
+// a third waits; staff lower the limit to 1. Once the waiter re-checked,
+// the release of one call (1 left, at the new limit) does not let it in;
+// the release of the other does.
+func TestWaitHonoursALoweredLimit(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		e := newWaitEnv(t)
+		e.cfg.Edit(func(c *capgate.Config) {
+			c.APIHeavy = capgate.APIHeavy{Cluster: 10, PerTask: 10}
+			c.ES2KNN, c.Tiers.Preview, c.PerUser.Preview = 10, 10, 2
+		})
+		var held []*capgate.Admission
+		for range 2 {
+			a := e.gate.Admit(t.Context(), lanetest.Match("p", capgate.TierPreview))
+			mustDecide(t, a, capgate.DecisionAdmitted)
+			held = append(held, a)
+		}
+		ch := e.admitAsync(t.Context(), lanetest.Match("p", capgate.TierPreview))
+		synctest.Wait()
+		if n := e.waiting(t, "p"); n != 1 {
+			t.Fatalf("waiting on p's lane = %d, want 1", n)
+		}
+		e.cfg.Edit(func(c *capgate.Config) { c.PerUser.Preview = 1 })
+		time.Sleep(capgate.WaitPumpEvery) // the waiter's next re-check
+		synctest.Wait()
+		held[0].Release(t.Context())
+		synctest.Wait()
+		select {
+		case a := <-ch:
+			a.Release(t.Context())
+			t.Fatalf("decided %q with 1 call running at the lowered limit of 1, want still waiting", a.Decision())
+		default:
+		}
+		if n := e.waiting(t, "p"); n != 1 {
+			t.Fatalf("waiting on p's lane = %d, want 1", n)
+		}
+		held[1].Release(t.Context())
+		third := <-ch
+		defer third.Release(t.Context())
+		mustDecide(t, third, capgate.DecisionAdmitted)
+		if l := laneLimit(third, capgate.LaneUser); l != 1 {
+			t.Errorf("user lane limit = %d, want the lowered 1", l)
+		}
+	})
+}
+
+// TestWaitEndsWhenItsLanePauses: a lane paused while a call waits on it
+// refuses the call by the next re-check, as a paused lane refuses at once
+// a call that arrives, with Retry-After retry_after.paused.
+func TestWaitEndsWhenItsLanePauses(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		e := newWaitEnv(t)
+		first := e.gate.Admit(t.Context(), lanetest.Match("p", capgate.TierPreview))
+		mustDecide(t, first, capgate.DecisionAdmitted)
+		defer first.Release(t.Context())
+		ch := e.admitAsync(t.Context(), lanetest.Match("p", capgate.TierPreview))
+		synctest.Wait()
+		e.cfg.Edit(func(c *capgate.Config) { c.PerUser.Preview = 0 })
+		paused := time.Now()
+		second := <-ch
+		second.Release(t.Context())
+		mustDecide(t, second, capgate.DecisionRefused)
+		if d := time.Since(paused); d > capgate.WaitPumpEvery {
+			t.Errorf("refused %v after the lane paused, want by the next re-check (%v)", d, capgate.WaitPumpEvery)
+		}
+		if s, _ := second.RetryAfter(); s != 120 {
+			t.Errorf("Retry-After = %d, want retry_after.paused (120)", s)
+		}
+		if n := e.waiting(t, "p"); n != 0 {
+			t.Errorf("waiting after the refusal = %d, want 0", n)
+		}
+	})
+}

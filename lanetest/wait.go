@@ -48,6 +48,8 @@ func RunWaitlist(t *testing.T, open WaitFactory) {
 		{"ExpiryFreedSlotReachesWaiter", waitTestExpiryFreed},
 		{"ReleaseWakesTheWaiter", waitTestWake},
 		{"WaitingCountsPerLane", waitTestWaitingCounts},
+		{"PumpRaisesTheTicketsLimits", waitTestRaisedLimit},
+		{"PumpLowersTheTicketsLimits", waitTestLoweredLimit},
 		{"RefusesBadTickets", waitTestRefusesBadTickets},
 	}
 	for _, tt := range tests {
@@ -538,5 +540,50 @@ func waitTestWaitingCounts(t *testing.T, e *waitEnv) {
 	e.release(held[0])
 	if got := e.waiting(e.shared, a.Keys[1]); !slices.Equal(got, []int{1, 0}) {
 		t.Errorf("waiting after a grant = %v, want [1 0]", got)
+	}
+}
+
+// waitTestRaisedLimit: a ticket is judged by the limits its latest Pump
+// carries (the limits in force), not those it joined with. Raised, it is
+// granted by that pump, with nobody releasing; a ticket whose pump carried
+// no change keeps its own.
+func waitTestRaisedLimit(t *testing.T, e *waitEnv) {
+	e.hold(1)
+	a, b := e.ticket("a", 1), e.ticket("b", 1)
+	e.mustQueue(a)
+	e.mustQueue(b)
+	b.Limits = []int{2, 10}
+	if res := e.pump(b); !res.Taken || res.Queued {
+		t.Fatalf("Pump with the shared limit raised to 2 (1 held) = %+v, want taken", res)
+	}
+	if got := e.granted(a, b); !slices.Equal(got, []string{"b"}) {
+		t.Errorf("granted %v, want [b]: a's ticket still has limit 1", got)
+	}
+	if res := e.pump(a); !res.Queued || res.Taken {
+		t.Errorf("Pump of a at limit 1 = %+v, want queued", res)
+	}
+}
+
+// waitTestLoweredLimit: a pump that lowers a ticket's limit holds it to
+// the new limit: a release that frees a slot under the old limit but not
+// under the new one grants nothing.
+func waitTestLoweredLimit(t *testing.T, e *waitEnv) {
+	held := e.hold(2)
+	tk := e.ticket("a", 2)
+	e.mustQueue(tk)
+	tk.Limits = []int{1, 10}
+	if res := e.pump(tk); !res.Queued || res.Taken {
+		t.Fatalf("Pump with the limit lowered to 1 = %+v, want queued", res)
+	}
+	e.release(held[0])
+	if got := e.granted(tk); got != nil {
+		t.Fatalf("granted %v with 1 held and the limit lowered to 1, want none", got)
+	}
+	if got := e.waiting(e.shared); got[0] != 1 {
+		t.Errorf("waiting = %d, want 1", got[0])
+	}
+	e.release(held[1])
+	if got := e.granted(tk); !slices.Equal(got, []string{"a"}) {
+		t.Errorf("granted %v once the lane is empty, want [a]", got)
 	}
 }
