@@ -23,6 +23,9 @@ func (g *Gate) hooksFor() *gateHooks {
 // WaitPumpEvery is how often a waiting call pumps the waitlist.
 const WaitPumpEvery = waitPumpEvery
 
+// WaitLimitsEvery is how often a waiting call reads the limits in force.
+const WaitLimitsEvery = waitLimitsEvery
+
 // ErrTicketLost is the error of a waiter whose ticket the store lost.
 var ErrTicketLost = errTicketLost
 

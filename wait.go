@@ -93,8 +93,11 @@ func (a *Admission) join(ctx context.Context, wl Waitlist, req AcquireRequest, b
 	every := waitPumpEvery
 	pump := time.NewTimer(pumpAfter(res.Next, every))
 	defer pump.Stop()
+	recheck := time.NewTicker(waitLimitsEvery)
+	defer recheck.Stop()
 	granted := false
 	for !granted {
+		onlyLimits := false
 		select {
 		case <-wake:
 			// Most wake-ups are grants: picking one up is one round trip.
@@ -109,6 +112,8 @@ func (a *Admission) join(ctx context.Context, wl Waitlist, req AcquireRequest, b
 				continue
 			}
 		case <-pump.C:
+		case <-recheck.C:
+			onlyLimits = true
 		case <-limit.C:
 			return a.leave(sctx, wl, t, req, before, true)
 		case <-ctx.Done():
@@ -116,6 +121,17 @@ func (a *Admission) join(ctx context.Context, wl Waitlist, req AcquireRequest, b
 				return false, err
 			}
 			return false, fmt.Errorf("%w: %w", errCallerGone, ctx.Err())
+		}
+		// The ticket is judged by the limits in force, which the config
+		// or the adaptive limits may have changed since the call joined:
+		// each pump carries them, and a change is sent at once.
+		changed, paused := a.readLimits(ctx, t.Limits)
+		if paused {
+			// Refused, as a call that finds a paused lane on arrival.
+			return a.leave(sctx, wl, t, req, before, false)
+		}
+		if onlyLimits && !changed {
+			continue
 		}
 		res, err := wl.Pump(sctx, t)
 		if err != nil {
@@ -140,6 +156,29 @@ func (a *Admission) join(ctx context.Context, wl Waitlist, req AcquireRequest, b
 	}
 	a.tookGrant(before, t.Limits)
 	return true, nil
+}
+
+// readLimits sets limits (one per lane of a) and a's lanes to the limits
+// in force now, read from the config source and the adaptive limits, as
+// Admit reads them. It reports whether any changed, and whether a lane is
+// now paused. A config it can't read changes nothing.
+func (a *Admission) readLimits(ctx context.Context, limits []int) (changed, paused bool) {
+	cfg, err := a.g.config(ctx)
+	if err != nil {
+		return false, false
+	}
+	var buf [planLanes]Lane
+	lanes := a.g.keys().AppendPlan(buf[:0], cfg, a.call)
+	if len(lanes) != len(a.lanes) {
+		return false, false // the same call plans the same lanes: never
+	}
+	for i, l := range lanes {
+		if l.Limit != limits[i] {
+			limits[i], a.lanes[i].Limit, changed = l.Limit, l.Limit, true
+		}
+		paused = paused || l.Limit <= 0
+	}
+	return changed, paused
 }
 
 // pickUp renews a grant's leases to the full lease; false means the grant

@@ -411,7 +411,8 @@ func laneLimit(a *capgate.Admission, name capgate.LaneName) int {
 // TestWaitTakesARaisedLimit: a call waits on its user lane (limit 1, held
 // by the user's first call); staff raise the limit to 2. The waiter is
 // admitted by its next re-check, with nobody releasing, and judged by the
-// new limit.
+// new limit. The re-check reads the config in process; it sends the store
+// nothing unless the limits changed (TestLostWakeUpIsFoundByThePump).
 func TestWaitTakesARaisedLimit(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		e := newWaitEnv(t)
@@ -429,8 +430,8 @@ func TestWaitTakesARaisedLimit(t *testing.T) {
 		second := <-ch
 		defer second.Release(t.Context())
 		mustDecide(t, second, capgate.DecisionAdmitted)
-		if d := time.Since(raised); d > capgate.WaitPumpEvery {
-			t.Errorf("admitted %v after the limit rose, want by the next re-check (%v)", d, capgate.WaitPumpEvery)
+		if d := time.Since(raised); d > capgate.WaitLimitsEvery {
+			t.Errorf("admitted %v after the limit rose, want by the next re-check (%v)", d, capgate.WaitLimitsEvery)
 		}
 		if l := laneLimit(second, capgate.LaneUser); l != 2 {
 			t.Errorf("user lane limit = %d, want the raised 2", l)
@@ -464,7 +465,7 @@ func TestWaitHonoursALoweredLimit(t *testing.T) {
 			t.Fatalf("waiting on p's lane = %d, want 1", n)
 		}
 		e.cfg.Edit(func(c *capgate.Config) { c.PerUser.Preview = 1 })
-		time.Sleep(capgate.WaitPumpEvery) // the waiter's next re-check
+		time.Sleep(capgate.WaitLimitsEvery) // the waiter's next re-check
 		synctest.Wait()
 		held[0].Release(t.Context())
 		synctest.Wait()
@@ -503,8 +504,8 @@ func TestWaitEndsWhenItsLanePauses(t *testing.T) {
 		second := <-ch
 		second.Release(t.Context())
 		mustDecide(t, second, capgate.DecisionRefused)
-		if d := time.Since(paused); d > capgate.WaitPumpEvery {
-			t.Errorf("refused %v after the lane paused, want by the next re-check (%v)", d, capgate.WaitPumpEvery)
+		if d := time.Since(paused); d > capgate.WaitLimitsEvery {
+			t.Errorf("refused %v after the lane paused, want by the next re-check (%v)", d, capgate.WaitLimitsEvery)
 		}
 		if s, _ := second.RetryAfter(); s != 120 {
 			t.Errorf("Retry-After = %d, want retry_after.paused (120)", s)

@@ -13,8 +13,9 @@ import (
 // "refuse at once". Every method is safe for concurrent use, and every
 // error is a store failure (the gate fails open).
 //
-// A ticket is a waiting call: its lease token, lanes and per-lane limits,
-// its user, an expiry and the instance to wake. The waitlist of one key
+// A ticket is a waiting call: its lease token, lanes and per-lane limits
+// (those in force: each Pump brings the ticket's up to date), its user, an
+// expiry and the instance to wake. The waitlist of one key
 // prefix is shared by every gateway on the store. Tickets are served in
 // start-time fair order: the list keeps a virtual time V (the start tag of
 // the newest ticket granted) and, per user, the finish tag F of the user's
@@ -59,10 +60,14 @@ type Waitlist interface {
 	// ErrLateAcquire.
 	Join(ctx context.Context, t Ticket, counts []int) (JoinResult, error)
 
-	// Pump renews t's ticket to expire t.TicketLease from now (if it is still
-	// queued) and runs the grant pass; it tells where t stands, as Join
-	// does. Waiters call it when a blocking lease expires (nobody releases
-	// a dead gateway's leases) and every so often while they wait.
+	// Pump renews t's ticket to expire t.TicketLease from now and makes
+	// t.Limits its limits (if it is still queued), then runs the grant
+	// pass; it tells where t stands, as Join does. A ticket is judged by
+	// the limits of its latest Join or Pump: the waiter sends the limits
+	// in force, so a raised limit lets it in at this pass and a lowered
+	// one holds it back from now on. Waiters call it when a blocking
+	// lease expires (nobody releases a dead gateway's leases), every so
+	// often while they wait, and at once when their limits change.
 	Pump(ctx context.Context, t Ticket) (JoinResult, error)
 
 	// Leave removes t's ticket. granted reports that the ticket had been
@@ -86,7 +91,7 @@ type Ticket struct {
 	NotAfter    time.Time     // Join takes and queues nothing if the store runs it later (as AcquireRequest.NotAfter)
 	Token       string        // the call's lease token
 	Keys        []string      // the call's lane keys, in lane order; the last is the user's lane
-	Limits      []int         // each lane's limit for this call; none is 0 (paused lanes never wait)
+	Limits      []int         // each lane's limit for this call, as in force now: a Pump's replace its Join's; each at least 1 (paused lanes never wait)
 	UserID      string        // whose ticket, for fair order and MaxPerUser
 	Lease       time.Duration // the call's lease when Join takes it at once (as AcquireRequest.Lease)
 	TicketLease time.Duration // the ticket expires this long after Join or Pump
@@ -96,15 +101,22 @@ type Ticket struct {
 }
 
 // Validate reports whether a Waitlist can run t (Join, Pump): a token, at
-// least one key, a limit per key, and a lease, ticket lease and claim of at
-// least 1ms each. Every Waitlist runs it (or ValidateJoin) first and does
-// nothing with a ticket it refuses, so all stores refuse the same tickets.
+// least one key, a limit of at least 1 per key (a ticket on a paused lane
+// could never be granted: the gate refuses such a call instead), and a
+// lease, ticket lease and claim of at least 1ms each. Every Waitlist runs
+// it (or ValidateJoin) first and does nothing with a ticket it refuses, so
+// all stores refuse the same tickets.
 func (t Ticket) Validate() error {
 	if t.Token == "" {
 		return errors.New("no lease token")
 	}
 	if len(t.Keys) == 0 || len(t.Limits) < len(t.Keys) {
 		return fmt.Errorf("%d keys, %d limits: want at least one key, and a limit for each", len(t.Keys), len(t.Limits))
+	}
+	for i, l := range t.Limits[:len(t.Keys)] {
+		if l < 1 {
+			return fmt.Errorf("limit %d of lane %s: want at least 1 (a paused lane never waits)", l, t.Keys[i])
+		}
 	}
 	if t.Lease < time.Millisecond || t.TicketLease < time.Millisecond || t.Claim < time.Millisecond {
 		return errBadLease
@@ -164,6 +176,10 @@ const (
 	// gateway's tickets vanish within about a minute even on the longest
 	// list.
 	waitPumpMax = 25 * time.Second
+	// waitLimitsEvery is how often a waiting call reads the limits in
+	// force (in process: no store call). A change is sent to the store at
+	// once, by a pump: from then on the ticket is judged by the new limits.
+	waitLimitsEvery = 250 * time.Millisecond
 	// waitClaim is how long a grant's leases live before the waiter picks
 	// the grant up: a grant to a dead gateway frees after this. It
 	// exceeds waitPumpEvery, so a waiter on a short list whose wake-up was

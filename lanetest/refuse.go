@@ -55,6 +55,7 @@ func waitTestRefusesBadTickets(t *testing.T, e *waitEnv) {
 		{"no token", func(tk *capgate.Ticket) { tk.Token = "" }},
 		{"no keys", func(tk *capgate.Ticket) { tk.Keys, tk.Limits = nil, nil }},
 		{"a limit short", func(tk *capgate.Ticket) { tk.Limits = tk.Limits[:1] }},
+		{"a limit under 1", func(tk *capgate.Ticket) { tk.Limits = []int{2, 0} }},
 		{"lease under 1ms", func(tk *capgate.Ticket) { tk.Lease = time.Microsecond }},
 		{"ticket lease under 1ms", func(tk *capgate.Ticket) { tk.TicketLease = 0 }},
 		{"claim under 1ms", func(tk *capgate.Ticket) { tk.Claim = 0 }},

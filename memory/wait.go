@@ -22,9 +22,10 @@ type waitlist struct {
 	perUser map[string]int
 	perKey  map[string]int // lane key → tickets waiting on it
 	// first is the first lane of every ticket ("" once two differ), and
-	// firstMax the largest limit any ticket has had on it: once that lane
-	// is full even for firstMax, no ticket can be granted. Neither shrinks
-	// as tickets leave (the early stop stays safe, only less early).
+	// firstMax the largest limit any ticket has had on it (at its Join or
+	// a Pump): once that lane is full even for firstMax, no ticket can be
+	// granted. Neither shrinks as tickets leave or limits fall (the early
+	// stop stays safe, only less early).
 	first    string
 	mixed    bool
 	firstMax int
@@ -382,6 +383,9 @@ func (s *Store) Pump(ctx context.Context, t capgate.Ticket) (capgate.JoinResult,
 	if w := s.list(t.Prefix, false); w != nil {
 		if tk := w.byToken[t.Token]; tk != nil && tk.exp > now {
 			tk.exp = now + int64(t.TicketLease)
+			// The ticket is judged by the limits in force, which t carries.
+			copy(tk.limits, t.Limits)
+			w.firstMax = max(w.firstMax, tk.limits[0])
 		}
 	}
 	s.pass(t.Prefix, now)

@@ -15,8 +15,9 @@
 --             (see note_first);
 --   P:wait:e  sorted set token → the ticket's expiry ms, the one place it
 --             is kept: expired tickets are found in O(log n), never by
---             reading every ticket, and a pump renews a ticket without
---             reading it;
+--             reading every ticket, and a pump renews a ticket's expiry
+--             without rewriting it (it rewrites the ticket only when the
+--             limits it carries changed: set_limits);
 --   P:wait:l  sorted set user → tickets waiting: the user holding the most
 --             in O(log n) (the longest-queue drop, in waitjoin);
 --   P:wait:uq:<user>  sorted set token → arrival seq of the user's tickets
@@ -98,10 +99,11 @@ local function reset_if_empty(w)
   end
 end
 
--- note_first records a new ticket's first lane and its limit there: s.k1
--- is the first lane of every ticket ('' once two tickets differ) and s.l1
--- the largest limit on it. Neither shrinks as tickets leave (the early stop
--- stays safe, only less early) until the list empties.
+-- note_first records a ticket's first lane and its limit there (at its
+-- join, and when a pump raises it): s.k1 is the first lane of every ticket
+-- ('' once two tickets differ) and s.l1 the largest limit on it. Neither
+-- shrinks as tickets leave or limits fall (the early stop stays safe, only
+-- less early) until the list empties.
 local function note_first(w, key, limit)
   local st = redis.call('HMGET', w.s, 'k1', 'l1')
   if st[1] == false or st[1] == nil then
@@ -110,6 +112,24 @@ local function note_first(w, key, limit)
   end
   if st[1] ~= key then redis.call('HSET', w.s, 'k1', '') end
   if limit > tonumber(st[2] or '0') then redis.call('HSET', w.s, 'l1', limit) end
+end
+
+-- set_limits makes limits (one per lane, as the waiter's pump sends them:
+-- the limits in force) the queued ticket's own, so every pass judges it by
+-- them. The ticket is rewritten only when they changed; a raised first
+-- limit raises s.l1, or the early stop would hold the ticket back.
+local function set_limits(w, token, limits)
+  local raw = redis.call('HGET', w.t, token)
+  if not raw then return end
+  local tk = cjson.decode(raw)
+  local same = #tk.l == #limits
+  for j = 1, #tk.l do
+    if tk.l[j] ~= limits[j] then same = false end
+  end
+  if same then return end
+  tk.l = limits
+  redis.call('HSET', w.t, token, cjson.encode(tk))
+  note_first(w, tk.k[1], limits[1])
 end
 
 -- drop_expired removes the tickets whose expiry has passed, found by
