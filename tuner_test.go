@@ -13,7 +13,8 @@ import (
 	"github.com/capgate/capgate/tune"
 )
 
-// tunedGate is a gate on a memory store with a Tuner, on a fake clock.
+// tunedGate is a gate on a memory store (a tune.Store: NewGate gives the
+// gate its adaptive limits), on a fake clock.
 func tunedGate(t *testing.T, cfg capgate.Config) (*capgate.Gate, *capgate.FixedConfig, *memory.Store, *mock.Clock) {
 	t.Helper()
 	clock := mock.NewClock(time.Date(2030, 1, 1, 0, 0, 0, 0, time.UTC))
@@ -24,11 +25,6 @@ func tunedGate(t *testing.T, cfg capgate.Config) (*capgate.Gate, *capgate.FixedC
 		t.Fatal(err)
 	}
 	g.Now = clock.Now
-	tu, err := g.NewTunerFor()
-	if err != nil {
-		t.Fatal(err)
-	}
-	g.Tuner = tu
 	t.Cleanup(func() { _ = g.Close(context.Background()) })
 	return g, src, store, clock
 }
@@ -48,17 +44,17 @@ func knnLimit(t *testing.T, g *capgate.Gate) int {
 
 func TestGateAppliesTheAdaptiveLimit(t *testing.T) {
 	cfg := capgate.DefaultConfig(capgate.ModeShadow)
-	cfg.Adaptive.ES2KNN = capgate.AdaptiveLane{Mode: capgate.AdaptiveApply, Min: 1, Max: 10}
+	cfg.Adaptive.ES2KNN = tune.LaneSettings{Mode: tune.Apply, Min: 1, Max: 10}
 	g, src, store, _ := tunedGate(t, cfg)
 	ctx := context.Background()
 	if got := knnLimit(t, g); got != 3 {
 		t.Fatalf("before any step: es2_knn limit %d; want the static 3", got)
 	}
 	// The cluster's state says 7 (another gateway computed it).
-	if err := store.TuneSave(ctx, g.Tuner.TuneKey(capgate.LaneES2KNN), []byte(`{"limit":7,"step":4}`)); err != nil {
+	if err := store.TuneSave(ctx, capgate.TuneKey(g, capgate.LaneES2KNN), []byte(`{"limit":7,"step":4}`)); err != nil {
 		t.Fatal(err)
 	}
-	if err := g.Tuner.Step(ctx); err != nil {
+	if err := g.StepAdaptive(ctx, nil); err != nil {
 		t.Fatal(err)
 	}
 	if got := knnLimit(t, g); got != 7 {
@@ -69,7 +65,7 @@ func TestGateAppliesTheAdaptiveLimit(t *testing.T) {
 		t.Errorf("status es2_knn = %+v; want limit 7, advised 7, source adaptive", *st.ES2KNN)
 	}
 	// Staff switch back: at once.
-	src.Edit(func(c *capgate.Config) { c.Adaptive.ES2KNN.Mode = capgate.AdaptiveAdvise })
+	src.Edit(func(c *capgate.Config) { c.Adaptive.ES2KNN.Mode = tune.Advise })
 	if got := knnLimit(t, g); got != 3 {
 		t.Errorf("advise: es2_knn limit %d; want the static 3 at once", got)
 	}
@@ -79,16 +75,16 @@ func TestGateAppliesTheAdaptiveLimit(t *testing.T) {
 	}
 	// A max below the advised limit bounds it at once.
 	src.Edit(func(c *capgate.Config) {
-		c.Adaptive.ES2KNN = capgate.AdaptiveLane{Mode: capgate.AdaptiveApply, Min: 1, Max: 5}
+		c.Adaptive.ES2KNN = tune.LaneSettings{Mode: tune.Apply, Min: 1, Max: 5}
 	})
 	if got := knnLimit(t, g); got != 5 {
 		t.Errorf("apply, max 5: es2_knn limit %d; want 5", got)
 	}
 }
 
-func TestGateFeedsReleasedCallsToTheTuner(t *testing.T) {
+func TestGateFeedsReleasedCallsToTheAdaptiveLimits(t *testing.T) {
 	cfg := capgate.DefaultConfig(capgate.ModeShadow)
-	cfg.Adaptive.ES2KNN = capgate.AdaptiveLane{Mode: capgate.AdaptiveAdvise, Min: 1, Max: 10}
+	cfg.Adaptive.ES2KNN = tune.LaneSettings{Mode: tune.Advise, Min: 1, Max: 10}
 	g, _, store, clock := tunedGate(t, cfg)
 	ctx := context.Background()
 	for range 12 {
@@ -100,10 +96,10 @@ func TestGateFeedsReleasedCallsToTheTuner(t *testing.T) {
 	a := g.Admit(ctx, capgate.Call{Endpoint: capgate.EndpointRerank, Rows: 2, UserID: "u", Tier: capgate.TierCore})
 	clock.Advance(time.Second)
 	a.Release(ctx)
-	if err := g.Tuner.Step(ctx); err != nil {
+	if err := g.StepAdaptive(ctx, nil); err != nil {
 		t.Fatal(err)
 	}
-	r, err := store.TuneExchange(ctx, g.Tuner.TuneKey(capgate.LaneES2KNN), tune.Window{}, time.Hour)
+	r, err := store.TuneExchange(ctx, capgate.TuneKey(g, capgate.LaneES2KNN), tune.Window{}, time.Hour)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -116,7 +112,7 @@ func TestGateFeedsReleasedCallsToTheTuner(t *testing.T) {
 func TestNoAdaptiveKeyChangesNothing(t *testing.T) {
 	g, src, _, _ := tunedGate(t, capgate.DefaultConfig(capgate.ModeShadow))
 	ctx := context.Background()
-	if err := g.Tuner.Step(ctx); err != nil {
+	if err := g.StepAdaptive(ctx, nil); err != nil {
 		t.Fatal(err)
 	}
 	b, err := json.Marshal(g.Status(ctx, src.Config(ctx)))
@@ -129,7 +125,7 @@ func TestNoAdaptiveKeyChangesNothing(t *testing.T) {
 	if got := knnLimit(t, g); got != 3 {
 		t.Errorf("es2_knn limit %d; want the static 3", got)
 	}
-	if got := g.Tuner.AdvisedLimits(ctx); len(got) != 0 {
+	if got := g.AdvisedLimits(ctx); len(got) != 0 {
 		t.Errorf("advised limits %v; want none", got)
 	}
 }
@@ -140,7 +136,7 @@ func TestConfigJSONWithAndWithoutAdaptive(t *testing.T) {
 	if err != nil || strings.Contains(string(b), `"adaptive":`) {
 		t.Fatalf("defaults as JSON = %s, %v; want no adaptive key", b, err)
 	}
-	cfg.Adaptive.ES2KNN = capgate.AdaptiveLane{Mode: capgate.AdaptiveApply, Min: 2, Max: 9}
+	cfg.Adaptive.ES2KNN = tune.LaneSettings{Mode: tune.Apply, Min: 2, Max: 9}
 	b, err = json.Marshal(cfg)
 	if err != nil || !strings.Contains(string(b), `"adaptive":{"es2_knn":{"max":9,"min":2,"mode":"apply"}}`) {
 		t.Fatalf("with adaptive as JSON = %s, %v", b, err)
