@@ -3,8 +3,10 @@ package capgate_test
 import (
 	"context"
 	"encoding/json"
+	"log/slog"
 	"strings"
 	"testing"
+	"testing/synctest"
 	"time"
 
 	"github.com/capgate/capgate"
@@ -145,4 +147,75 @@ func TestConfigJSONWithAndWithoutAdaptive(t *testing.T) {
 	if err := json.Unmarshal(b, &back); err != nil || back != cfg {
 		t.Errorf("read back = %+v, %v; want %+v", back, err, cfg)
 	}
+}
+
+// RunAdaptive steps at once, then every second, until its context ends.
+func TestRunAdaptiveStepsUntilCancelled(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		cfg := capgate.DefaultConfig(capgate.ModeShadow)
+		cfg.Adaptive.ES2KNN = tune.LaneSettings{Mode: tune.Apply, Min: 1, Max: 10}
+		store := memory.New(nil)
+		g, err := capgate.NewGate(store, capgate.NewFixedConfig(cfg), &mock.Sink{}, "t1")
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer func() { _ = g.Close(context.Background()) }()
+		ctx, cancel := context.WithCancel(t.Context())
+		if err := store.TuneSave(ctx, capgate.TuneKey(g, capgate.LaneES2KNN), []byte(`{"limit":7,"step":4}`)); err != nil {
+			t.Fatal(err)
+		}
+		done := make(chan struct{})
+		go func() { g.RunAdaptive(ctx); close(done) }()
+		synctest.Wait()
+		if got := knnLimit(t, g); got != 7 {
+			t.Errorf("after RunAdaptive's first step: es2_knn limit %d; want the cluster's 7", got)
+		}
+		if err := store.TuneSave(ctx, capgate.TuneKey(g, capgate.LaneES2KNN), []byte(`{"limit":5,"step":5}`)); err != nil {
+			t.Fatal(err)
+		}
+		time.Sleep(time.Second)
+		synctest.Wait()
+		if got := knnLimit(t, g); got != 5 {
+			t.Errorf("a second later: es2_knn limit %d; want the cluster's 5", got)
+		}
+		cancel()
+		synctest.Wait()
+		select {
+		case <-done:
+		default:
+			t.Error("RunAdaptive still runs after its context ended")
+		}
+	})
+}
+
+// A Gate built by hand has no adaptive state: static limits, and
+// RunAdaptive returns at once.
+func TestHandBuiltGateKeepsTheStaticLimits(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		cfg := capgate.DefaultConfig(capgate.ModeShadow)
+		cfg.Adaptive.ES2KNN = tune.LaneSettings{Mode: tune.Apply, Min: 1, Max: 10}
+		store := memory.New(nil)
+		g := &capgate.Gate{Store: store, Source: capgate.NewFixedConfig(cfg), TaskID: "t1", Logger: slog.New(slog.DiscardHandler)}
+		defer func() { _ = g.Close(context.Background()) }()
+		if err := store.TuneSave(t.Context(), capgate.TuneKey(g, capgate.LaneES2KNN), []byte(`{"limit":7,"step":4}`)); err != nil {
+			t.Fatal(err)
+		}
+		done := make(chan struct{})
+		go func() { g.RunAdaptive(t.Context()); close(done) }()
+		synctest.Wait()
+		select {
+		case <-done:
+		default:
+			t.Fatal("RunAdaptive on a gate without adaptive state still runs")
+		}
+		if err := g.StepAdaptive(t.Context(), nil); err == nil {
+			t.Error("StepAdaptive on a gate without adaptive state: no error")
+		}
+		if got := knnLimit(t, g); got != 3 {
+			t.Errorf("es2_knn limit %d; want the static 3", got)
+		}
+		if got := g.AdvisedLimits(t.Context()); len(got) != 0 {
+			t.Errorf("advised limits %v; want none", got)
+		}
+	})
 }
