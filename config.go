@@ -10,6 +10,7 @@ import (
 	"strings"
 
 	"github.com/capgate/capgate/internal/jsontree"
+	"github.com/capgate/capgate/tune"
 )
 
 // Config is the runtime config. Its JSON form is the one stored,
@@ -33,9 +34,10 @@ type Config struct {
 	// gateway's own lanes. A failed lookup never lets a call through
 	// uncounted.
 	Unidentified int `json:"unidentified"`
-	// Adaptive is the optional "adaptive" key (adaptiveconfig.go): absent
-	// from the document when no lane has a setting.
-	Adaptive Adaptive `json:"adaptive,omitzero"`
+	// Adaptive is the optional "adaptive" key (package tune;
+	// adaptiveconfig.go): absent from the document when no lane has a
+	// setting.
+	Adaptive tune.Settings `json:"adaptive,omitzero"`
 }
 
 // APIHeavy holds the limits of the api_heavy lanes.
@@ -193,8 +195,8 @@ var schema = []setting{
 // onto.
 func (c Config) Doc() map[string]any {
 	doc := docOf(&c, schema)
-	if a := c.Adaptive.doc(); a != nil {
-		doc[adaptiveKey] = a
+	if a := c.Adaptive.Doc(); a != nil {
+		doc[tune.ConfigKey] = a
 	}
 	return doc
 }

@@ -9,6 +9,7 @@ import (
 	"testing"
 
 	"github.com/capgate/capgate/internal/jsontree"
+	"github.com/capgate/capgate/tune"
 )
 
 // doc parses a JSON literal for a test, failing it on bad JSON.
@@ -236,4 +237,22 @@ func FuzzValidate(f *testing.F) {
 			t.Fatalf("Doc() of the accepted config differs from its source: %v", d)
 		}
 	})
+}
+
+// The "adaptive" object's keys are package tune's; the root looks a
+// setting up by LaneName. They must name the same lanes.
+func TestAdaptiveLanesAreTunesKeys(t *testing.T) {
+	for i, name := range adaptiveLanes {
+		a, errs := tune.ParseSettings(doc(t, fmt.Sprintf(`{%q: {"mode": "advise", "min": %d, "max": 10}}`, name, i+1)))
+		if len(errs) > 0 {
+			t.Fatalf("adaptive %s: %v", name, errs)
+		}
+		want := tune.LaneSettings{Mode: tune.Advise, Min: i + 1, Max: 10}
+		if got := adaptiveLane(a, name); got != want {
+			t.Errorf("adaptiveLane(%s) = %+v; want %+v", name, got, want)
+		}
+		if d := a.Doc(); len(d) != 1 || d[string(name)] == nil {
+			t.Errorf("Doc() = %v; want only %s", d, name)
+		}
+	}
 }

@@ -29,5 +29,5 @@ const WaitLimitsEvery = waitLimitsEvery
 // ErrTicketLost is the error of a waiter whose ticket the store lost.
 var ErrTicketLost = errTicketLost
 
-// TuneKey returns the store key of lane name's adaptive state.
-func (t *Tuner) TuneKey(name LaneName) string { return t.tuneKey(name) }
+// TuneKey returns the store key of the adaptive state of g's lane name.
+func TuneKey(g *Gate, name LaneName) string { return g.keys().tuneKey(name) }

@@ -30,8 +30,10 @@ const DefaultStoreDeadline = time.Second
 // A Gate is configured through its fields, as client.Transport is; set
 // them before first use. Each field's comment says what its zero value
 // does. NewGate fills in the required ones and gives the gate a skip
-// window and hold history; a Gate built by hand without them never skips
-// the store and uses the prior Retry-After spacing.
+// window, hold history and, when the store is a tune.Store, the state of
+// the adaptive limits (which RunAdaptive steps); a Gate built by hand
+// without them never skips the store, uses the prior Retry-After spacing
+// and keeps the static limits.
 type Gate struct {
 	Store  LaneStore    // required; its Deadline method, if any, bounds the gate's waits on it
 	Source ConfigSource // required: the config in force (a config.Service, a FixedConfig)
@@ -61,10 +63,11 @@ type Gate struct {
 	// and while Store is unavailable they decide alone, with degraded
 	// limits (degraded.go). nil: none.
 	Local LaneStore
-	// Tuner, if set, runs the adaptive limits (tuner.go): the calls the
-	// gate releases feed it, and the lanes in mode apply take its limits.
-	// nil: the static limits.
-	Tuner *Tuner
+	// tuner runs the adaptive limits (tuner.go, RunAdaptive): the calls
+	// the gate releases feed it, and the lanes in mode apply take its
+	// limits. nil (a Gate built without NewGate, or a store that is no
+	// tune.Store): the static limits.
+	tuner *tuner
 	// holds keeps the lanes' recent hold times for the adaptive
 	// Retry-After (hints.go); nil (a Gate built without NewGate): no
 	// history, the prior applies.
@@ -107,6 +110,7 @@ func NewGate(store LaneStore, cfg ConfigSource, sink Sink, taskID string) (*Gate
 		Now:       time.Now,
 		Logger:    slog.Default(),
 		holds:     &holdTimes{},
+		tuner:     newTuner(store),
 	}, nil
 }
 
@@ -252,7 +256,7 @@ func (g *Gate) config(ctx context.Context) (c Config, err error) {
 			c, err = DefaultConfig(ModeShadow), fmt.Errorf("internal error: read config: %v", r)
 		}
 	}()
-	return g.Tuner.Apply(g.Source.Config(ctx)), nil
+	return g.tuner.apply(g.Source.Config(ctx)), nil
 }
 
 // Unavailable returns an admission for a call the gate could not decide

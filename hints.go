@@ -154,13 +154,13 @@ func (a *Admission) observeHold() {
 // observeService feeds the call's service time (from taking its leases to
 // its release) to the adaptive limits, unless its lease was lost.
 func (a *Admission) observeService() {
-	if a.g.Tuner == nil {
+	if a.g.tuner == nil {
 		return
 	}
 	a.mu.Lock()
 	held, lost := a.finished.Sub(a.leased), a.leaseLost
 	a.mu.Unlock()
 	if !lost {
-		a.g.Tuner.observe(a, held)
+		a.g.tuner.observe(a, held)
 	}
 }

@@ -101,8 +101,8 @@ func ReadStatus(ctx context.Context, store LaneStore, keys Keys, cfg Config) Sta
 // Status reads the live state of the gate's lanes under cfg (ReadStatus
 // over the gate's store and keys).
 func (g *Gate) Status(ctx context.Context, cfg Config) Status {
-	st := ReadStatus(ctx, g.Store, g.keys(), g.Tuner.Apply(cfg))
-	g.Tuner.annotate(cfg, &st)
+	st := ReadStatus(ctx, g.Store, g.keys(), g.tuner.apply(cfg))
+	g.tuner.annotate(cfg, g.TaskID, &st)
 	return st
 }
 

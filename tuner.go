@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"log/slog"
 	"slices"
 	"sync"
 	"time"
@@ -14,89 +13,59 @@ import (
 	"github.com/capgate/capgate/tune"
 )
 
-// defaultTuneEvery is how often a lane's limit is stepped, for the cluster.
-const defaultTuneEvery = time.Second
+// tuneEvery is how often a lane's limit is stepped, for the cluster.
+const tuneEvery = time.Second
 
-// AdaptiveEvent is the "event" of the line written on each change of an
+// adaptiveEvent is the "event" of the line written on each change of an
 // advised limit.
-const AdaptiveEvent = "ocl_capacity_adaptive"
+const adaptiveEvent = "ocl_capacity_adaptive"
 
-// Tuner runs the adaptive limits (package tune) of one gateway: it gathers the
-// service times of the calls the gate releases on each adaptive lane, and
-// every Every sends them to the tune.Store; the gateway that gets a window
-// takes the step for the cluster and saves the new state, and every
-// gateway reads the state back. Apply gives the gate the limits in force.
+// tuner is the gate's part that runs the adaptive limits (package tune): it
+// gathers the service times of the calls the gate releases on each adaptive
+// lane, and every second (Gate.RunAdaptive) sends them to the store's
+// tune.Store; the gateway that gets a window takes the step for the cluster
+// and saves the new state, and every gateway reads the state back. apply
+// gives the gate the limits in force.
 //
-// When the store fails, the Tuner keeps the last limit it knew (never
+// When the store fails, the gate keeps the last limit it knew (never
 // falling to min) and keeps the samples it could not send for the next
 // try; a gateway that starts while the store is down uses the static
-// limits until it answers. Build it with NewTuner; a Tuner is safe for
-// concurrent use. Run it with Run; nothing is stepped without it.
-type Tuner struct {
-	Store  tune.Store    // required
-	Source ConfigSource  // required
-	Keys   Keys          // the lane keys; the task lane is Keys.TaskID's
-	Every  time.Duration // how often a lane is stepped, for the cluster; 0: 1 s
-	Sink   Sink          // receives the ocl_capacity_adaptive lines; nil: none
-	Logger *slog.Logger  // nil: slog.Default()
-	Now    func() time.Time
-	// Skip, when set, is the gate's skip window: while it is open the
-	// store is not used.
-	Skip *SkipWindow
+// limits until it answers. NewGate gives a gate one when its store is a
+// tune.Store; the gate's fields (Source, keys, Sink, Logger, Skip, Now)
+// are read at each step, so they may be set after NewGate. nil (a
+// hand-built Gate, or a store without tune.Store): the static limits. Its
+// methods are safe for concurrent use.
+type tuner struct {
+	store tune.Store
 
 	mu    sync.Mutex
 	lanes [3]tuneLane // by index in adaptiveLanes; requires mu held
 }
 
-// tuneLane is what the Tuner knows of one adaptive lane.
+// tuneLane is what the tuner knows of one adaptive lane.
 type tuneLane struct {
 	batch   tune.Window // samples not yet sent
 	advised int         // the last advised limit known; 0: none yet
 }
 
-// NewTuner returns a Tuner over store and cfg with the defaults set.
-func NewTuner(store tune.Store, cfg ConfigSource, keys Keys) *Tuner {
-	return &Tuner{Store: store, Source: cfg, Keys: keys, Every: defaultTuneEvery, Now: time.Now}
-}
-
-func (t *Tuner) now() time.Time {
-	if t.Now != nil {
-		return t.Now()
+// newTuner returns the tuner of a gate over store; nil when the store
+// keeps no adaptive state.
+func newTuner(store LaneStore) *tuner {
+	if ts, ok := store.(tune.Store); ok {
+		return &tuner{store: ts}
 	}
-	return time.Now()
-}
-
-func (t *Tuner) every() time.Duration {
-	if t.Every > 0 {
-		return t.Every
-	}
-	return defaultTuneEvery
-}
-
-func (t *Tuner) logger() *slog.Logger {
-	if t.Logger != nil {
-		return t.Logger
-	}
-	return slog.Default()
-}
-
-// laneKey returns the lane key of the adaptive lane name.
-func (t *Tuner) laneKey(name LaneName) string {
-	if name == LaneTask {
-		return t.Keys.Lane(LaneTask, t.Keys.TaskID)
-	}
-	return t.Keys.Lane(name, "")
+	return nil
 }
 
 // tuneKey returns the store key of the adaptive state of lane name:
 // <prefix>:tune:<lane>[:<task>], under the lanes' prefix (so a hash-tagged
 // prefix keeps it in their slot) but outside every lane's key space.
-func (t *Tuner) tuneKey(name LaneName) string {
-	k := t.Keys.prefix() + ":tune:" + string(name)
+func (k Keys) tuneKey(name LaneName) string {
+	key := k.prefix() + ":tune:" + string(name)
 	if name == LaneTask {
-		k += ":" + t.Keys.TaskID
+		key += ":" + k.TaskID
 	}
-	return k
+	return key
 }
 
 // staticLimit returns the static limit an adaptive lane replaces.
@@ -110,11 +79,11 @@ func staticLimit(cfg Config, name LaneName) int {
 	return cfg.ES2KNN
 }
 
-// Advised returns the advised limit of lane name under cfg: the last one
+// advised returns the advised limit of lane name under cfg: the last one
 // computed, kept within the bounds set now; ok is false when the lane is
 // not adaptive or none is known yet.
-func (t *Tuner) Advised(cfg Config, name LaneName) (limit int, ok bool) {
-	set := cfg.Adaptive.Lane(name)
+func (t *tuner) advised(cfg Config, name LaneName) (limit int, ok bool) {
+	set := adaptiveLane(cfg.Adaptive, name)
 	if t == nil || !set.On() {
 		return 0, false
 	}
@@ -131,9 +100,9 @@ func (t *Tuner) Advised(cfg Config, name LaneName) (limit int, ok bool) {
 // inForce returns the limit of lane name in force under cfg and where it
 // comes from: "adaptive" when its mode is apply and a limit was advised,
 // else "static". A paused lane (static limit 0) stays paused.
-func (t *Tuner) inForce(cfg Config, name LaneName) (limit int, source string) {
+func (t *tuner) inForce(cfg Config, name LaneName) (limit int, source string) {
 	static := staticLimit(cfg, name)
-	if adv, ok := t.Advised(cfg, name); ok && cfg.Adaptive.Lane(name).Mode == AdaptiveApply && static > 0 {
+	if adv, ok := t.advised(cfg, name); ok && adaptiveLane(cfg.Adaptive, name).Mode == tune.Apply && static > 0 {
 		return adv, LimitAdaptive
 	}
 	return static, LimitStatic
@@ -145,11 +114,11 @@ const (
 	LimitAdaptive = "adaptive"
 )
 
-// Apply returns cfg with the limits of the lanes in mode apply replaced
-// by their advised limits (the bulk limit follows api_heavy). A nil Tuner
+// apply returns cfg with the limits of the lanes in mode apply replaced
+// by their advised limits (the bulk limit follows api_heavy). A nil tuner
 // or a config with no adaptive lane returns cfg unchanged.
-func (t *Tuner) Apply(cfg Config) Config {
-	if t == nil || cfg.Adaptive == (Adaptive{}) {
+func (t *tuner) apply(cfg Config) Config {
+	if t == nil || cfg.Adaptive == (tune.Settings{}) {
 		return cfg
 	}
 	if l, src := t.inForce(cfg, LaneAPIHeavy); src == LimitAdaptive {
@@ -176,13 +145,13 @@ func tuneIndex(name LaneName) int {
 
 // observe takes the service time of a released call into each of its
 // adaptive lanes' windows.
-func (t *Tuner) observe(a *Admission, service time.Duration) {
-	if t == nil || a.cfg.Adaptive == (Adaptive{}) || a.counts == nil {
+func (t *tuner) observe(a *Admission, service time.Duration) {
+	if t == nil || a.cfg.Adaptive == (tune.Settings{}) || a.counts == nil {
 		return
 	}
 	us := max(service.Microseconds(), 1)
 	for i, l := range a.lanes {
-		if !a.cfg.Adaptive.Lane(l.Name).On() || i >= len(a.counts) {
+		if !adaptiveLane(a.cfg.Adaptive, l.Name).On() || i >= len(a.counts) {
 			continue
 		}
 		var full int64
@@ -190,14 +159,12 @@ func (t *Tuner) observe(a *Admission, service time.Duration) {
 			full = 1
 		}
 		n := int64(a.counts[i])
-		t.Observe(l.Name, tune.Window{Calls: 1, SumMicros: us, Full: full, MaxInFlight: n, SumInFlight: n})
+		t.add(l.Name, tune.Window{Calls: 1, SumMicros: us, Full: full, MaxInFlight: n, SumInFlight: n})
 	}
 }
 
-// Observe adds w to the samples of lane name to be sent at the next Step.
-// The gate calls it for each call it releases on an adaptive lane; a
-// program that measures service times elsewhere may call it too.
-func (t *Tuner) Observe(name LaneName, w tune.Window) {
+// add adds w to the samples of lane name to be sent at the next step.
+func (t *tuner) add(name LaneName, w tune.Window) {
 	if !slices.Contains(adaptiveLanes, name) {
 		return
 	}
@@ -207,42 +174,66 @@ func (t *Tuner) Observe(name LaneName, w tune.Window) {
 	t.mu.Unlock()
 }
 
-// Run steps the adaptive lanes every Every until ctx is done.
-func (t *Tuner) Run(ctx context.Context) {
-	loop.Every(ctx, t.every(), func(ctx context.Context) { _ = t.Step(ctx) })
+// errNoTuneStore is the error of StepAdaptive on a gate without adaptive
+// state.
+var errNoTuneStore = errors.New("adaptive limits: the gate keeps no adaptive state (its lane store is no tune.Store, or the Gate was not made by NewGate)")
+
+// RunAdaptive runs the gate's adaptive limits (the config key "adaptive")
+// until ctx is done: it steps them at once and then every second
+// (StepAdaptive). Nothing is stepped without it, so a gate that never runs
+// it keeps the static limits. It is idle while the config has no adaptive
+// lane. On a gate that keeps no adaptive state (its store is no tune.Store,
+// or the Gate was built by hand) it logs a warning and returns at once.
+func (g *Gate) RunAdaptive(ctx context.Context) {
+	if g.tuner == nil {
+		g.logger().Warn("adaptive limits unavailable", "error", errNoTuneStore)
+		return
+	}
+	loop.Every(ctx, tuneEvery, func(ctx context.Context) { _ = g.StepAdaptive(ctx, nil) })
 }
 
-// Step sends each adaptive lane's samples to the store, takes the step when
-// this gateway got the window, and reads the state back. It returns the
-// first store error (the limits known stay in force).
-func (t *Tuner) Step(ctx context.Context) error {
-	cfg := t.Source.Config(ctx)
+// StepAdaptive takes one step of the adaptive limits now, as RunAdaptive
+// does every second: it adds observed (samples of service times measured
+// outside the gate, by lane; nil: none) to those of the calls the gate
+// released, sends each adaptive lane's samples to the store, takes the
+// step when this gateway got the window, and reads the state back. It
+// returns the first store error (the limits known stay in force), or an
+// error when the gate keeps no adaptive state.
+func (g *Gate) StepAdaptive(ctx context.Context, observed map[LaneName]tune.Window) error {
+	t := g.tuner
+	if t == nil {
+		return errNoTuneStore
+	}
+	for name, w := range observed {
+		t.add(name, w)
+	}
+	cfg := g.Source.Config(ctx)
 	var first error
 	for _, name := range adaptiveLanes {
 		i := tuneIndex(name)
-		if !cfg.Adaptive.Lane(name).On() {
+		if !adaptiveLane(cfg.Adaptive, name).On() {
 			t.mu.Lock()
 			t.lanes[i] = tuneLane{} // samples of a lane switched off say nothing later
 			t.mu.Unlock()
 			continue
 		}
-		if t.Skip != nil && t.Skip.Skipping() {
+		if g.skipping() {
 			return nil
 		}
-		if err := t.stepLane(ctx, cfg, name); err != nil && first == nil {
+		if err := g.stepLane(ctx, t, cfg, name); err != nil && first == nil {
 			first = err
 		}
 	}
 	return first
 }
 
-func (t *Tuner) stepLane(ctx context.Context, cfg Config, name LaneName) (err error) {
+func (g *Gate) stepLane(ctx context.Context, t *tuner, cfg Config, name LaneName) (err error) {
 	defer func() {
 		if r := recover(); r != nil {
 			err = fmt.Errorf("adaptive %s: internal error: %v", name, r)
 		}
 		if err != nil {
-			t.logger().Warn("adaptive limit: step failed; the last limit stays", "lane", name, "error", err)
+			g.logger().Warn("adaptive limit: step failed; the last limit stays", "lane", name, "error", err)
 		}
 	}()
 	i := tuneIndex(name)
@@ -250,8 +241,8 @@ func (t *Tuner) stepLane(ctx context.Context, cfg Config, name LaneName) (err er
 	batch := t.lanes[i].batch
 	t.lanes[i].batch = tune.Window{}
 	t.mu.Unlock()
-	key := t.tuneKey(name)
-	round, err := t.Store.TuneExchange(ctx, key, batch, t.every())
+	key := g.keys().tuneKey(name)
+	round, err := t.store.TuneExchange(ctx, key, batch, tuneEvery)
 	if err != nil {
 		t.mu.Lock()
 		t.lanes[i].batch = t.lanes[i].batch.Add(batch) // sent next time
@@ -262,8 +253,8 @@ func (t *Tuner) stepLane(ctx context.Context, cfg Config, name LaneName) (err er
 	if derr != nil {
 		state = tune.State{} // a state we can't read starts over from the static limit
 	}
-	set := cfg.Adaptive.Lane(name)
-	b := tune.Bounds{Min: set.Min, Max: set.Max, Static: staticLimit(cfg, name), Advise: set.Mode == AdaptiveAdvise}
+	set := adaptiveLane(cfg.Adaptive, name)
+	b := tune.Bounds{Min: set.Min, Max: set.Max, Static: staticLimit(cfg, name), Advise: set.Mode == tune.Advise}
 	if round.Due {
 		prev := state.Start(b)
 		state = state.Next(round.Window, b)
@@ -271,11 +262,11 @@ func (t *Tuner) stepLane(ctx context.Context, cfg Config, name LaneName) (err er
 		if err != nil {
 			return err
 		}
-		if err := t.Store.TuneSave(ctx, key, enc); err != nil {
+		if err := t.store.TuneSave(ctx, key, enc); err != nil {
 			return fmt.Errorf("adaptive %s: save: %w", name, err)
 		}
 		if state.Limit != prev {
-			t.emit(cfg, name, prev, state)
+			g.emitAdaptive(cfg, name, prev, state)
 		}
 	}
 	if state.Limit > 0 || round.Due {
@@ -288,74 +279,61 @@ func (t *Tuner) stepLane(ctx context.Context, cfg Config, name LaneName) (err er
 
 // adaptiveLine is the ocl_capacity_adaptive log line.
 type adaptiveLine struct {
-	Event    string       `json:"event"`
-	Lane     LaneName     `json:"lane"`
-	Mode     AdaptiveMode `json:"mode"`
-	Advised  int          `json:"advised"`
-	Previous int          `json:"previous"`
-	Limit    int          `json:"limit"`        // in force now
-	Source   string       `json:"limit_source"` // adaptive or static
-	Static   int          `json:"static"`
-	Min      int          `json:"min"`
-	Max      int          `json:"max"`
-	Reason   string       `json:"reason"`
-	Step     int64        `json:"step"`
+	Event    string    `json:"event"`
+	Lane     LaneName  `json:"lane"`
+	Mode     tune.Mode `json:"mode"`
+	Advised  int       `json:"advised"`
+	Previous int       `json:"previous"`
+	Limit    int       `json:"limit"`        // in force now
+	Source   string    `json:"limit_source"` // adaptive or static
+	Static   int       `json:"static"`
+	Min      int       `json:"min"`
+	Max      int       `json:"max"`
+	Reason   string    `json:"reason"`
+	Step     int64     `json:"step"`
 	tune.Snapshot
 	Task string `json:"task,omitempty"`
 	TS   string `json:"ts"`
 }
 
-func (t *Tuner) emit(cfg Config, name LaneName, prev int, s tune.State) {
-	set := cfg.Adaptive.Lane(name)
+// emitAdaptive writes the ocl_capacity_adaptive line of a step of lane
+// name that changed its advised limit from prev to s.Limit.
+func (g *Gate) emitAdaptive(cfg Config, name LaneName, prev int, s tune.State) {
+	set := adaptiveLane(cfg.Adaptive, name)
 	static := staticLimit(cfg, name)
 	limit, src := static, LimitStatic
-	if set.Mode == AdaptiveApply && static > 0 {
+	if set.Mode == tune.Apply && static > 0 {
 		limit, src = s.Limit, LimitAdaptive
 	}
-	line := adaptiveLine{Event: AdaptiveEvent, Lane: name, Mode: set.Mode, Advised: s.Limit, Previous: prev,
+	line := adaptiveLine{Event: adaptiveEvent, Lane: name, Mode: set.Mode, Advised: s.Limit, Previous: prev,
 		Limit: limit, Source: src, Static: static, Min: set.Min, Max: set.Max, Reason: s.Reason, Step: s.Step,
-		Snapshot: s.Last, Task: t.Keys.TaskID, TS: t.now().UTC().Format("2006-01-02T15:04:05.000Z")}
-	t.logger().Info("adaptive limit changed", "lane", name, "mode", set.Mode, "from", prev, "to", s.Limit, "reason", s.Reason, "mean_ms", s.Last.MeanMS, "no_load_ms", s.Last.NoLoadMS, "calls", s.Last.Calls, "maxin", s.Last.MaxInFlight)
-	if t.Sink == nil {
+		Snapshot: s.Last, Task: g.TaskID, TS: g.now().UTC().Format("2006-01-02T15:04:05.000Z")}
+	g.logger().Info("adaptive limit changed", "lane", name, "mode", set.Mode, "from", prev, "to", s.Limit, "reason", s.Reason, "mean_ms", s.Last.MeanMS, "no_load_ms", s.Last.NoLoadMS, "calls", s.Last.Calls, "maxin", s.Last.MaxInFlight)
+	if g.Sink == nil {
 		return
 	}
 	b, err := jsonenc.Marshal(line)
 	if err == nil {
-		err = t.Sink.Emit(b)
+		err = g.Sink.Emit(b)
 	}
 	if err != nil {
-		t.logger().Warn("adaptive limit: log line failed", "error", err)
+		g.logger().Warn("adaptive limit: log line failed", "error", err)
 	}
-}
-
-// errNoTuneStore is returned by NewTunerFor for a store without tune.Store.
-var errNoTuneStore = errors.New("the lane store keeps no adaptive state")
-
-// NewTunerFor returns a Tuner for the gate's store, config, keys, sink and
-// skip window, or an error when the store is no tune.Store.
-func (g *Gate) NewTunerFor() (*Tuner, error) {
-	ts, ok := g.Store.(tune.Store)
-	if !ok {
-		return nil, errNoTuneStore
-	}
-	t := NewTuner(ts, g.Source, Keys{Prefix: g.KeyPrefix, TaskID: g.TaskID})
-	t.Sink, t.Logger, t.Skip, t.Now = g.Sink, g.Logger, g.Skip, g.Now
-	return t, nil
 }
 
 // annotate sets the limit in force, the advised limit and the limit's
 // source of each adaptive lane in st, read under cfg (the static config).
-// The task lane is this gateway's.
-func (t *Tuner) annotate(cfg Config, st *Status) {
-	if t == nil || cfg.Adaptive == (Adaptive{}) || st.Store != StatusOK {
+// The task lane is task's (the gate's own).
+func (t *tuner) annotate(cfg Config, task string, st *Status) {
+	if t == nil || cfg.Adaptive == (tune.Settings{}) || st.Store != StatusOK {
 		return
 	}
 	mark := func(name LaneName, limit, advised *int, source *string) {
-		if !cfg.Adaptive.Lane(name).On() {
+		if !adaptiveLane(cfg.Adaptive, name).On() {
 			return
 		}
 		*limit, *source = t.inForce(cfg, name)
-		if adv, ok := t.Advised(cfg, name); ok {
+		if adv, ok := t.advised(cfg, name); ok {
 			*advised = adv
 		}
 	}
@@ -369,23 +347,28 @@ func (t *Tuner) annotate(cfg Config, st *Status) {
 	if e := st.ES2KNN; e != nil {
 		mark(LaneES2KNN, &e.Limit, &e.Advised, &e.LimitSource)
 	}
-	if cfg.Adaptive.Lane(LaneTask).On() {
-		task := st.Tasks[t.Keys.TaskID]
-		mark(LaneTask, &task.Limit, &task.Advised, &task.LimitSource)
+	if adaptiveLane(cfg.Adaptive, LaneTask).On() {
+		ts := st.Tasks[task]
+		mark(LaneTask, &ts.Limit, &ts.Advised, &ts.LimitSource)
 		if st.Tasks == nil {
 			st.Tasks = map[string]LaneStatus{}
 		}
-		st.Tasks[t.Keys.TaskID] = task
+		st.Tasks[task] = ts
 	}
 }
 
 // AdvisedLimits returns the advised limit of every adaptive lane that has
-// one under the config in force (for the metric).
-func (t *Tuner) AdvisedLimits(ctx context.Context) map[LaneName]int {
-	cfg := t.Source.Config(ctx)
+// one under the config in force, whether it is applied or not (for the
+// metric capgate_lane_advised_limit); empty when there is none, or the
+// gate keeps no adaptive state.
+func (g *Gate) AdvisedLimits(ctx context.Context) map[LaneName]int {
 	out := map[LaneName]int{}
+	if g.tuner == nil {
+		return out
+	}
+	cfg := g.Source.Config(ctx)
 	for _, name := range adaptiveLanes {
-		if l, ok := t.Advised(cfg, name); ok {
+		if l, ok := g.tuner.advised(cfg, name); ok {
 			out[name] = l
 		}
 	}

@@ -3,8 +3,10 @@ package capgate_test
 import (
 	"context"
 	"encoding/json"
+	"log/slog"
 	"strings"
 	"testing"
+	"testing/synctest"
 	"time"
 
 	"github.com/capgate/capgate"
@@ -13,7 +15,8 @@ import (
 	"github.com/capgate/capgate/tune"
 )
 
-// tunedGate is a gate on a memory store with a Tuner, on a fake clock.
+// tunedGate is a gate on a memory store (a tune.Store: NewGate gives the
+// gate its adaptive limits), on a fake clock.
 func tunedGate(t *testing.T, cfg capgate.Config) (*capgate.Gate, *capgate.FixedConfig, *memory.Store, *mock.Clock) {
 	t.Helper()
 	clock := mock.NewClock(time.Date(2030, 1, 1, 0, 0, 0, 0, time.UTC))
@@ -24,11 +27,6 @@ func tunedGate(t *testing.T, cfg capgate.Config) (*capgate.Gate, *capgate.FixedC
 		t.Fatal(err)
 	}
 	g.Now = clock.Now
-	tu, err := g.NewTunerFor()
-	if err != nil {
-		t.Fatal(err)
-	}
-	g.Tuner = tu
 	t.Cleanup(func() { _ = g.Close(context.Background()) })
 	return g, src, store, clock
 }
@@ -48,17 +46,17 @@ func knnLimit(t *testing.T, g *capgate.Gate) int {
 
 func TestGateAppliesTheAdaptiveLimit(t *testing.T) {
 	cfg := capgate.DefaultConfig(capgate.ModeShadow)
-	cfg.Adaptive.ES2KNN = capgate.AdaptiveLane{Mode: capgate.AdaptiveApply, Min: 1, Max: 10}
+	cfg.Adaptive.ES2KNN = tune.LaneSettings{Mode: tune.Apply, Min: 1, Max: 10}
 	g, src, store, _ := tunedGate(t, cfg)
 	ctx := context.Background()
 	if got := knnLimit(t, g); got != 3 {
 		t.Fatalf("before any step: es2_knn limit %d; want the static 3", got)
 	}
 	// The cluster's state says 7 (another gateway computed it).
-	if err := store.TuneSave(ctx, g.Tuner.TuneKey(capgate.LaneES2KNN), []byte(`{"limit":7,"step":4}`)); err != nil {
+	if err := store.TuneSave(ctx, capgate.TuneKey(g, capgate.LaneES2KNN), []byte(`{"limit":7,"step":4}`)); err != nil {
 		t.Fatal(err)
 	}
-	if err := g.Tuner.Step(ctx); err != nil {
+	if err := g.StepAdaptive(ctx, nil); err != nil {
 		t.Fatal(err)
 	}
 	if got := knnLimit(t, g); got != 7 {
@@ -69,7 +67,7 @@ func TestGateAppliesTheAdaptiveLimit(t *testing.T) {
 		t.Errorf("status es2_knn = %+v; want limit 7, advised 7, source adaptive", *st.ES2KNN)
 	}
 	// Staff switch back: at once.
-	src.Edit(func(c *capgate.Config) { c.Adaptive.ES2KNN.Mode = capgate.AdaptiveAdvise })
+	src.Edit(func(c *capgate.Config) { c.Adaptive.ES2KNN.Mode = tune.Advise })
 	if got := knnLimit(t, g); got != 3 {
 		t.Errorf("advise: es2_knn limit %d; want the static 3 at once", got)
 	}
@@ -79,16 +77,16 @@ func TestGateAppliesTheAdaptiveLimit(t *testing.T) {
 	}
 	// A max below the advised limit bounds it at once.
 	src.Edit(func(c *capgate.Config) {
-		c.Adaptive.ES2KNN = capgate.AdaptiveLane{Mode: capgate.AdaptiveApply, Min: 1, Max: 5}
+		c.Adaptive.ES2KNN = tune.LaneSettings{Mode: tune.Apply, Min: 1, Max: 5}
 	})
 	if got := knnLimit(t, g); got != 5 {
 		t.Errorf("apply, max 5: es2_knn limit %d; want 5", got)
 	}
 }
 
-func TestGateFeedsReleasedCallsToTheTuner(t *testing.T) {
+func TestGateFeedsReleasedCallsToTheAdaptiveLimits(t *testing.T) {
 	cfg := capgate.DefaultConfig(capgate.ModeShadow)
-	cfg.Adaptive.ES2KNN = capgate.AdaptiveLane{Mode: capgate.AdaptiveAdvise, Min: 1, Max: 10}
+	cfg.Adaptive.ES2KNN = tune.LaneSettings{Mode: tune.Advise, Min: 1, Max: 10}
 	g, _, store, clock := tunedGate(t, cfg)
 	ctx := context.Background()
 	for range 12 {
@@ -100,10 +98,10 @@ func TestGateFeedsReleasedCallsToTheTuner(t *testing.T) {
 	a := g.Admit(ctx, capgate.Call{Endpoint: capgate.EndpointRerank, Rows: 2, UserID: "u", Tier: capgate.TierCore})
 	clock.Advance(time.Second)
 	a.Release(ctx)
-	if err := g.Tuner.Step(ctx); err != nil {
+	if err := g.StepAdaptive(ctx, nil); err != nil {
 		t.Fatal(err)
 	}
-	r, err := store.TuneExchange(ctx, g.Tuner.TuneKey(capgate.LaneES2KNN), tune.Window{}, time.Hour)
+	r, err := store.TuneExchange(ctx, capgate.TuneKey(g, capgate.LaneES2KNN), tune.Window{}, time.Hour)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -116,7 +114,7 @@ func TestGateFeedsReleasedCallsToTheTuner(t *testing.T) {
 func TestNoAdaptiveKeyChangesNothing(t *testing.T) {
 	g, src, _, _ := tunedGate(t, capgate.DefaultConfig(capgate.ModeShadow))
 	ctx := context.Background()
-	if err := g.Tuner.Step(ctx); err != nil {
+	if err := g.StepAdaptive(ctx, nil); err != nil {
 		t.Fatal(err)
 	}
 	b, err := json.Marshal(g.Status(ctx, src.Config(ctx)))
@@ -129,7 +127,7 @@ func TestNoAdaptiveKeyChangesNothing(t *testing.T) {
 	if got := knnLimit(t, g); got != 3 {
 		t.Errorf("es2_knn limit %d; want the static 3", got)
 	}
-	if got := g.Tuner.AdvisedLimits(ctx); len(got) != 0 {
+	if got := g.AdvisedLimits(ctx); len(got) != 0 {
 		t.Errorf("advised limits %v; want none", got)
 	}
 }
@@ -140,7 +138,7 @@ func TestConfigJSONWithAndWithoutAdaptive(t *testing.T) {
 	if err != nil || strings.Contains(string(b), `"adaptive":`) {
 		t.Fatalf("defaults as JSON = %s, %v; want no adaptive key", b, err)
 	}
-	cfg.Adaptive.ES2KNN = capgate.AdaptiveLane{Mode: capgate.AdaptiveApply, Min: 2, Max: 9}
+	cfg.Adaptive.ES2KNN = tune.LaneSettings{Mode: tune.Apply, Min: 2, Max: 9}
 	b, err = json.Marshal(cfg)
 	if err != nil || !strings.Contains(string(b), `"adaptive":{"es2_knn":{"max":9,"min":2,"mode":"apply"}}`) {
 		t.Fatalf("with adaptive as JSON = %s, %v", b, err)
@@ -149,4 +147,75 @@ func TestConfigJSONWithAndWithoutAdaptive(t *testing.T) {
 	if err := json.Unmarshal(b, &back); err != nil || back != cfg {
 		t.Errorf("read back = %+v, %v; want %+v", back, err, cfg)
 	}
+}
+
+// RunAdaptive steps at once, then every second, until its context ends.
+func TestRunAdaptiveStepsUntilCancelled(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		cfg := capgate.DefaultConfig(capgate.ModeShadow)
+		cfg.Adaptive.ES2KNN = tune.LaneSettings{Mode: tune.Apply, Min: 1, Max: 10}
+		store := memory.New(nil)
+		g, err := capgate.NewGate(store, capgate.NewFixedConfig(cfg), &mock.Sink{}, "t1")
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer func() { _ = g.Close(context.Background()) }()
+		ctx, cancel := context.WithCancel(t.Context())
+		if err := store.TuneSave(ctx, capgate.TuneKey(g, capgate.LaneES2KNN), []byte(`{"limit":7,"step":4}`)); err != nil {
+			t.Fatal(err)
+		}
+		done := make(chan struct{})
+		go func() { g.RunAdaptive(ctx); close(done) }()
+		synctest.Wait()
+		if got := knnLimit(t, g); got != 7 {
+			t.Errorf("after RunAdaptive's first step: es2_knn limit %d; want the cluster's 7", got)
+		}
+		if err := store.TuneSave(ctx, capgate.TuneKey(g, capgate.LaneES2KNN), []byte(`{"limit":5,"step":5}`)); err != nil {
+			t.Fatal(err)
+		}
+		time.Sleep(time.Second)
+		synctest.Wait()
+		if got := knnLimit(t, g); got != 5 {
+			t.Errorf("a second later: es2_knn limit %d; want the cluster's 5", got)
+		}
+		cancel()
+		synctest.Wait()
+		select {
+		case <-done:
+		default:
+			t.Error("RunAdaptive still runs after its context ended")
+		}
+	})
+}
+
+// A Gate built by hand has no adaptive state: static limits, and
+// RunAdaptive returns at once.
+func TestHandBuiltGateKeepsTheStaticLimits(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		cfg := capgate.DefaultConfig(capgate.ModeShadow)
+		cfg.Adaptive.ES2KNN = tune.LaneSettings{Mode: tune.Apply, Min: 1, Max: 10}
+		store := memory.New(nil)
+		g := &capgate.Gate{Store: store, Source: capgate.NewFixedConfig(cfg), TaskID: "t1", Logger: slog.New(slog.DiscardHandler)}
+		defer func() { _ = g.Close(context.Background()) }()
+		if err := store.TuneSave(t.Context(), capgate.TuneKey(g, capgate.LaneES2KNN), []byte(`{"limit":7,"step":4}`)); err != nil {
+			t.Fatal(err)
+		}
+		done := make(chan struct{})
+		go func() { g.RunAdaptive(t.Context()); close(done) }()
+		synctest.Wait()
+		select {
+		case <-done:
+		default:
+			t.Fatal("RunAdaptive on a gate without adaptive state still runs")
+		}
+		if err := g.StepAdaptive(t.Context(), nil); err == nil {
+			t.Error("StepAdaptive on a gate without adaptive state: no error")
+		}
+		if got := knnLimit(t, g); got != 3 {
+			t.Errorf("es2_knn limit %d; want the static 3", got)
+		}
+		if got := g.AdvisedLimits(t.Context()); len(got) != 0 {
+			t.Errorf("advised limits %v; want none", got)
+		}
+	})
 }

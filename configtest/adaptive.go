@@ -8,6 +8,7 @@ import (
 
 	"github.com/capgate/capgate"
 	"github.com/capgate/capgate/config"
+	"github.com/capgate/capgate/tune"
 )
 
 // testAdaptive: the optional "adaptive" key is validated, saved as a new
@@ -23,7 +24,7 @@ func testAdaptive(t *testing.T, open Opener) {
 	}
 	res := mustSave(t, s, `{"adaptive":{"es2_knn":{"mode":"advise","min":2,"max":32}}}`, false, "alice", config.SourceAPI, "")
 	wantJSON(t, "changes", res.Diff, `{"adaptive":[null,{"es2_knn":{"max":32,"min":2,"mode":"advise"}}]}`)
-	want := capgate.AdaptiveLane{Mode: capgate.AdaptiveAdvise, Min: 2, Max: 32}
+	want := tune.LaneSettings{Mode: tune.Advise, Min: 2, Max: 32}
 	if got := res.Config.Adaptive.ES2KNN; got != want {
 		t.Errorf("saved adaptive es2_knn = %+v; want %+v", got, want)
 	}
@@ -38,7 +39,7 @@ func testAdaptive(t *testing.T, open Opener) {
 	res = mustSave(t, s, `{"adaptive":{"es2_knn":{"mode":"apply"}}}`, false, "alice", config.SourceAPI, "")
 	wantJSON(t, "apply changes", res.Diff, `{"adaptive.es2_knn.mode":["advise","apply"]}`)
 	res = mustSave(t, s, `{"adaptive":{"es2_knn":null}}`, false, "alice", config.SourceAPI, "off again")
-	if res.Config.Adaptive != (capgate.Adaptive{}) {
+	if res.Config.Adaptive != (tune.Settings{}) {
 		t.Errorf("after removing it, adaptive = %+v; want none", res.Config.Adaptive)
 	}
 	if _, has := res.Config.Doc()["adaptive"]; has {

@@ -306,7 +306,9 @@ func (s *Server) release(w http.ResponseWriter, id string) {
 
 // gateFor returns the gate of task: the Server's own for "" or its task
 // id, else one made for it (sharing the store, config, sink and local
-// lanes), at most MaxTasks of them.
+// lanes), at most MaxTasks of them. A task's gate uses the static limits:
+// nothing runs its adaptive limits (Gate.RunAdaptive), so it never has an
+// advised one.
 func (s *Server) gateFor(task string) (*capgate.Gate, error) {
 	g := s.Gate
 	if task == "" || task == g.TaskID {

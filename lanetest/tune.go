@@ -13,15 +13,23 @@ import (
 	"github.com/capgate/capgate/tune"
 )
 
-// TuneFactory opens an empty tune.Store for one test whose clock is clock
+// TuneStore is a lane store that keeps the adaptive limits' state (a
+// tune.Store), under test.
+type TuneStore interface {
+	capgate.LaneStore
+	tune.Store
+}
+
+// TuneFactory opens an empty TuneStore for one test whose clock is clock
 // (the store's own: the memory store's Now, miniredis's TIME), and
 // registers its cleanup on t.
-type TuneFactory func(t testing.TB, clock *mock.Clock) tune.Store
+type TuneFactory func(t testing.TB, clock *mock.Clock) TuneStore
 
 // RunTune runs the conformance suite of tune.Store and, on top of
-// it, the invariants of the cluster-wide control loop (capgate.Tuner), all
-// on a fake clock: three gateways share one store, a simulated backend of
-// known capacity answers, and nothing sleeps.
+// it, the invariants of the cluster-wide control loop (the gate's adaptive
+// limits: Gate.StepAdaptive, as Gate.RunAdaptive runs it), all on a fake
+// clock: three gateways share one store, a simulated backend of known
+// capacity answers, and nothing sleeps.
 func RunTune(t *testing.T, open TuneFactory) {
 	tests := []struct {
 		name string
@@ -100,7 +108,7 @@ func split(w tune.Window, i, n int) tune.Window {
 
 // countingStore counts the saves (the steps taken) and fails while down.
 type countingStore struct {
-	tune.Store
+	TuneStore
 	saves atomic.Int64
 	down  atomic.Bool
 }
@@ -111,7 +119,7 @@ func (c *countingStore) TuneExchange(ctx context.Context, key string, add tune.W
 	if c.down.Load() {
 		return tune.Round{}, errDown
 	}
-	return c.Store.TuneExchange(ctx, key, add, every)
+	return c.TuneStore.TuneExchange(ctx, key, add, every)
 }
 
 func (c *countingStore) TuneSave(ctx context.Context, key string, state []byte) error {
@@ -119,61 +127,69 @@ func (c *countingStore) TuneSave(ctx context.Context, key string, state []byte) 
 		return errDown
 	}
 	c.saves.Add(1)
-	return c.Store.TuneSave(ctx, key, state)
+	return c.TuneStore.TuneSave(ctx, key, state)
 }
 
-// cluster is three gateways' Tuners on one store and config.
+// cluster is three gateways' gates on one store and config.
 type cluster struct {
-	t      *testing.T
-	clock  *mock.Clock
-	store  *countingStore
-	cfg    *capgate.FixedConfig
-	tuners []*capgate.Tuner
-	sink   *mock.Sink
-	be     backend
+	t     *testing.T
+	clock *mock.Clock
+	store *countingStore
+	cfg   *capgate.FixedConfig
+	gates []*capgate.Gate
+	sink  *mock.Sink
+	be    backend
 }
 
-func newCluster(t *testing.T, open TuneFactory, static int, mode capgate.AdaptiveMode, be backend) *cluster {
+func newCluster(t *testing.T, open TuneFactory, static int, mode tune.Mode, be backend) *cluster {
 	clock := mock.NewClock(tuneEpoch)
-	c := &cluster{t: t, clock: clock, store: &countingStore{Store: open(t, clock)}, sink: &mock.Sink{}, be: be}
+	c := &cluster{t: t, clock: clock, store: &countingStore{TuneStore: open(t, clock)}, sink: &mock.Sink{}, be: be}
 	cfg := capgate.DefaultConfig(capgate.ModeEnforce)
 	cfg.ES2KNN = static
-	cfg.Adaptive.ES2KNN = capgate.AdaptiveLane{Mode: mode, Min: 1, Max: 64}
+	cfg.Adaptive.ES2KNN = tune.LaneSettings{Mode: mode, Min: 1, Max: 64}
 	c.cfg = capgate.NewFixedConfig(cfg)
 	for _, task := range []string{"gw-a", "gw-b", "gw-c"} {
-		c.tuners = append(c.tuners, c.newTuner(task))
+		c.gates = append(c.gates, c.newGate(task))
 	}
 	return c
 }
 
-func (c *cluster) newTuner(task string) *capgate.Tuner {
-	tu := capgate.NewTuner(c.store, c.cfg, capgate.Keys{Prefix: "test", TaskID: task})
-	tu.Now, tu.Sink, tu.Logger = c.clock.Now, c.sink, slog.New(slog.DiscardHandler)
-	return tu
+// newGate starts gateway task: a new gate, knowing nothing yet.
+func (c *cluster) newGate(task string) *capgate.Gate {
+	g, err := capgate.NewGate(c.store, c.cfg, c.sink, task)
+	if err != nil {
+		c.t.Fatal(err)
+	}
+	g.KeyPrefix, g.Now, g.Logger = "test", c.clock.Now, slog.New(slog.DiscardHandler)
+	c.t.Cleanup(func() { _ = g.Close(context.Background()) })
+	return g
 }
 
-// inForce returns the es2_knn limit gateway i applies.
+// inForce returns the es2_knn limit gateway i applies, from its status
+// (the limits the gate applies, as staff see them).
 func (c *cluster) inForce(i int) int {
-	return c.tuners[i].Apply(c.cfg.Config(context.Background())).ES2KNN
+	ctx := context.Background()
+	st := c.gates[i].Status(ctx, c.cfg.Config(ctx))
+	if st.ES2KNN == nil {
+		c.t.Fatalf("gateway %d: status %+v has no es2_knn lane", i, st)
+	}
+	return st.ES2KNN.Limit
 }
 
 // second runs one second: the backend answers at the limit in force (the
-// first gateway's; they agree), each gateway observes its share and steps.
+// first gateway's; they agree), each gateway adds its share and steps.
 func (c *cluster) second() {
 	c.clock.Advance(time.Second)
 	w := c.be.second(c.inForce(0))
-	for i, tu := range c.tuners {
-		tu.Observe(capgate.LaneES2KNN, split(w, i, len(c.tuners)))
-	}
-	for _, tu := range c.tuners {
-		_ = tu.Step(context.Background())
+	for i, g := range c.gates {
+		_ = g.StepAdaptive(context.Background(), map[capgate.LaneName]tune.Window{capgate.LaneES2KNN: split(w, i, len(c.gates))})
 	}
 }
 
 func testTuneCluster(t *testing.T, open TuneFactory) {
 	const k = 16
 	for _, static := range []int{3 * k, k / 3} {
-		c := newCluster(t, open, static, capgate.AdaptiveApply, backend{demand: 40, capacity: k, base: 50 * time.Millisecond})
+		c := newCluster(t, open, static, tune.Apply, backend{demand: 40, capacity: k, base: 50 * time.Millisecond})
 		prev, converged := static, -1
 		for sec := range 90 {
 			if sec == 60 {
@@ -186,7 +202,7 @@ func testTuneCluster(t *testing.T, open TuneFactory) {
 				t.Fatalf("static %d, second %d: %d steps taken by the cluster; want exactly 1", static, sec, got)
 			}
 			l := c.inForce(0)
-			for i := range c.tuners {
+			for i := range c.gates {
 				if got := c.inForce(i); got != l {
 					t.Fatalf("static %d, second %d: gateway %d applies %d, gateway 0 %d; want one limit for the cluster", static, sec, i, got, l)
 				}
@@ -207,14 +223,14 @@ func testTuneCluster(t *testing.T, open TuneFactory) {
 			t.Errorf("static %d: limit %d after the capacity halved to %d; want within [0.7K, 1.5K]", static, l, k/2)
 		}
 		lines := c.sink.All(t)
-		if len(lines) == 0 || lines[0]["event"] != capgate.AdaptiveEvent || lines[0]["lane"] != "es2_knn" {
+		if len(lines) == 0 || lines[0]["event"] != "ocl_capacity_adaptive" || lines[0]["lane"] != "es2_knn" {
 			t.Errorf("static %d: log lines %v; want ocl_capacity_adaptive lines for es2_knn", static, lines)
 		}
 	}
 }
 
 func testTuneOutage(t *testing.T, open TuneFactory) {
-	c := newCluster(t, open, 48, capgate.AdaptiveApply, backend{demand: 40, capacity: 16, base: 50 * time.Millisecond})
+	c := newCluster(t, open, 48, tune.Apply, backend{demand: 40, capacity: 16, base: 50 * time.Millisecond})
 	for range 30 {
 		c.second()
 	}
@@ -222,7 +238,7 @@ func testTuneOutage(t *testing.T, open TuneFactory) {
 	c.store.down.Store(true)
 	for sec := range 60 {
 		c.second()
-		for i := range c.tuners {
+		for i := range c.gates {
 			if got := c.inForce(i); got != before {
 				t.Fatalf("second %d of the outage: gateway %d applies %d; want the last limit %d kept", sec, i, got, before)
 			}
@@ -236,20 +252,20 @@ func testTuneOutage(t *testing.T, open TuneFactory) {
 }
 
 func testTuneRestart(t *testing.T, open TuneFactory) {
-	c := newCluster(t, open, 48, capgate.AdaptiveApply, backend{demand: 40, capacity: 16, base: 50 * time.Millisecond})
+	c := newCluster(t, open, 48, tune.Apply, backend{demand: 40, capacity: 16, base: 50 * time.Millisecond})
 	for range 30 {
 		c.second()
 	}
 	before := c.inForce(0)
-	// Every gateway restarts: new Tuners, same store.
+	// Every gateway restarts: new gates, same store.
 	for i, task := range []string{"gw-a", "gw-b", "gw-c"} {
-		c.tuners[i] = c.newTuner(task)
+		c.gates[i] = c.newGate(task)
 	}
 	if got := c.inForce(0); got != 48 {
 		t.Errorf("a gateway that has not read the store yet applies %d; want the static 48", got)
 	}
-	for _, tu := range c.tuners {
-		_ = tu.Step(context.Background()) // reads the state; not due yet
+	for _, g := range c.gates {
+		_ = g.StepAdaptive(context.Background(), nil) // reads the state; not due yet
 	}
 	if got := c.inForce(0); got != before {
 		t.Errorf("after a restart: limit %d; want the cluster's %d, not the static limit or min", got, before)
@@ -257,7 +273,7 @@ func testTuneRestart(t *testing.T, open TuneFactory) {
 }
 
 func testTuneNoDrift(t *testing.T, open TuneFactory) {
-	c := newCluster(t, open, 20, capgate.AdaptiveApply, backend{demand: 10, capacity: 32, base: 50 * time.Millisecond})
+	c := newCluster(t, open, 20, tune.Apply, backend{demand: 10, capacity: 32, base: 50 * time.Millisecond})
 	for range 12 { // the first windows probe the no-load time
 		c.second()
 	}
@@ -272,7 +288,7 @@ func testTuneNoDrift(t *testing.T, open TuneFactory) {
 func testTuneAdvise(t *testing.T, open TuneFactory) {
 	// Advise can't probe (the static limit is in force): a quiet spell
 	// shows the no-load time, then the load comes.
-	c := newCluster(t, open, 48, capgate.AdaptiveAdvise, backend{demand: 4, capacity: 16, base: 50 * time.Millisecond})
+	c := newCluster(t, open, 48, tune.Advise, backend{demand: 4, capacity: 16, base: 50 * time.Millisecond})
 	for range 10 {
 		c.second()
 	}
@@ -280,19 +296,22 @@ func testTuneAdvise(t *testing.T, open TuneFactory) {
 	for range 20 {
 		c.second()
 	}
-	cfg := c.cfg.Config(context.Background())
-	adv, ok := c.tuners[0].Advised(cfg, capgate.LaneES2KNN)
+	ctx := context.Background()
+	adv, ok := c.gates[0].AdvisedLimits(ctx)[capgate.LaneES2KNN]
 	if !ok || adv == 48 || 10*adv < 7*16 || 10*adv > 15*16 {
 		t.Errorf("advised = %d, %v; want within [0.7K, 1.5K] of 16", adv, ok)
+	}
+	if st := c.gates[0].Status(ctx, c.cfg.Config(ctx)); st.ES2KNN == nil || st.ES2KNN.Advised != adv || st.ES2KNN.LimitSource != capgate.LimitStatic {
+		t.Errorf("status es2_knn = %+v; want advised %d, limit source static", st.ES2KNN, adv)
 	}
 	if got := c.inForce(0); got != 48 {
 		t.Errorf("advise applies %d; want the static 48", got)
 	}
-	c.cfg.Edit(func(cfg *capgate.Config) { cfg.Adaptive.ES2KNN.Mode = capgate.AdaptiveApply })
+	c.cfg.Edit(func(cfg *capgate.Config) { cfg.Adaptive.ES2KNN.Mode = tune.Apply })
 	if got := c.inForce(0); got != adv {
 		t.Errorf("apply: limit %d; want the advised %d at once", got, adv)
 	}
-	c.cfg.Edit(func(cfg *capgate.Config) { cfg.Adaptive.ES2KNN.Mode = capgate.AdaptiveAdvise })
+	c.cfg.Edit(func(cfg *capgate.Config) { cfg.Adaptive.ES2KNN.Mode = tune.Advise })
 	if got := c.inForce(0); got != 48 {
 		t.Errorf("back to advise: limit %d; want the static 48 at once", got)
 	}

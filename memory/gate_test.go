@@ -6,7 +6,6 @@ import (
 	"github.com/capgate/capgate/lanetest"
 	"github.com/capgate/capgate/memory"
 	"github.com/capgate/capgate/mock"
-	"github.com/capgate/capgate/tune"
 )
 
 func TestGate(t *testing.T) {
@@ -28,7 +27,7 @@ func TestGateWithLocalLanes(t *testing.T) {
 }
 
 func TestTune(t *testing.T) {
-	lanetest.RunTune(t, func(t testing.TB, clock *mock.Clock) tune.Store {
+	lanetest.RunTune(t, func(t testing.TB, clock *mock.Clock) lanetest.TuneStore {
 		return memory.New(clock.Now)
 	})
 }

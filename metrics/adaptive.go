@@ -6,7 +6,7 @@ import (
 
 // WithAdvisedLimits exports advised() as capgate_lane_advised_limit{lane}:
 // the limit the adaptive control loop advises for each adaptive lane that
-// has one (capgate.Tuner.AdvisedLimits), whether it is applied or not. A
+// has one (capgate.Gate.AdvisedLimits), whether it is applied or not. A
 // lane without an adaptive setting has no series.
 func WithAdvisedLimits(advised func() map[string]int) Option {
 	return func(m *Metrics) {

@@ -27,7 +27,7 @@ func (c clockedTune) TuneExchange(ctx context.Context, key string, add tune.Wind
 }
 
 func TestTuneMiniredis(t *testing.T) {
-	lanetest.RunTune(t, func(t testing.TB, clock *mock.Clock) tune.Store {
+	lanetest.RunTune(t, func(t testing.TB, clock *mock.Clock) lanetest.TuneStore {
 		m, h := openMini(t)
 		return clockedTune{Store: h.Store, m: m, clock: clock}
 	})

@@ -1,8 +1,10 @@
 // Package tune is the control loop of the adaptive lane limits, as pure
-// functions: no I/O, no clock, the standard library only. State.Next is
-// one step; the root's Tuner (tuner.go) gathers the windows and keeps the
-// state in a Store (a lane store's optional part), so that one step is
-// taken for the whole cluster.
+// functions: no I/O, no clock, no capgate package but the internal jsontree.
+// State.Next is one step; the root's gate (tuner.go, Gate.RunAdaptive)
+// gathers the windows and keeps the state in a Store (a lane store's
+// optional part), so that one step is taken for the whole cluster. Settings
+// is the config key "adaptive" that switches it on per lane
+// (capgate.Config.Adaptive).
 package tune
 
 import (

@@ -336,13 +336,6 @@ func (s *Server) openCore(ctx context.Context, lines io.Writer, who string) erro
 	if s.opts.HasRedis() && s.opts.LocalLanes {
 		s.Gate.Local = memory.New(nil)
 	}
-	// The adaptive limits (capgate.Tuner): idle unless the config has an
-	// "adaptive" key; Serve runs its loop.
-	if t, err := s.Gate.NewTunerFor(); err == nil {
-		s.Gate.Tuner = t
-	} else {
-		logger.Warn("adaptive limits unavailable", "error", err)
-	}
 	// Before the stores close: the last try at releases still pending.
 	s.closers = append(s.closers, func() error {
 		// The store owns its deadline (redis.Options.Deadline); a store
@@ -624,9 +617,10 @@ func (s *Server) startBackground(ctx context.Context) (stop func()) {
 	if s.migrateLater {
 		background.Go(func() { s.migrateInBackground(bctx) })
 	}
-	if s.Gate.Tuner != nil {
-		background.Go(func() { s.Gate.Tuner.Run(bctx) })
-	}
+	// The adaptive limits: idle unless the config has an "adaptive" key
+	// (it returns at once, with a warning, if the lane store keeps no
+	// adaptive state).
+	background.Go(func() { s.Gate.RunAdaptive(bctx) })
 	return func() {
 		cancel()
 		background.Wait()
@@ -693,10 +687,10 @@ func (s *Server) closeStores() error {
 // for capgate_lane_advised_limit.
 func (s *Server) advisedLimits() map[string]int {
 	out := map[string]int{}
-	if s.Gate == nil || s.Gate.Tuner == nil {
+	if s.Gate == nil {
 		return out
 	}
-	for lane, l := range s.Gate.Tuner.AdvisedLimits(context.Background()) {
+	for lane, l := range s.Gate.AdvisedLimits(context.Background()) {
 		out[string(lane)] = l
 	}
 	return out
