@@ -82,6 +82,14 @@ type GatewayConfig struct {
 	// method, path, status, class, size, duration and peer. Default: none.
 	AccessLog capgate.Sink
 
+	// Shutdown, if set, is done when the gateway stops waiting for the
+	// calls in flight (its server's shutdown timeout passed, or a second
+	// signal came). A call still running then is cut: its upstream request
+	// is cancelled, even a counted call's (which otherwise outlives its
+	// client), its line says error "shutdown", and its leases are released
+	// as the handler returns. Default nil: never.
+	Shutdown context.Context
+
 	// Logger gets upstream failures and handler panics. Default
 	// slog.Default().
 	Logger *slog.Logger
@@ -143,8 +151,8 @@ func NewGateway(cfg GatewayConfig) (*Gateway, error) {
 		// once (its flush interval is -1 for those).
 	}
 	opts := append([]Option{WithLogger(cfg.Logger)}, cfg.Options...)
-	opts = append(opts, WithClassifier(cfg.Classifier))
-	mw, err := NewMiddleware(holdUpstream(proxy), cfg.Gate, cfg.Identify, opts...)
+	opts = append(opts, WithClassifier(cfg.Classifier), withShutdown(cfg.Shutdown))
+	mw, err := NewMiddleware(holdUpstream(proxy, cfg.Shutdown), cfg.Gate, cfg.Identify, opts...)
 	if err != nil {
 		return nil, fmt.Errorf("gateway: %w", err)
 	}
@@ -155,7 +163,7 @@ func NewGateway(cfg GatewayConfig) (*Gateway, error) {
 // ServeHTTP implements http.Handler. It routes by exact path so the API's
 // own paths reach it unchanged (no cleaning or redirects).
 func (g *Gateway) ServeHTTP(w http.ResponseWriter, r *http.Request) {
-	NormalizeRequest(r)
+	normalizeRequest(r)
 	if r.Method == "PRI" && r.ProtoMajor == 2 {
 		// net/http hands the HTTP/2 prior-knowledge preface to handlers so
 		// an h2c handler can take over the connection; capgate speaks no
