@@ -26,8 +26,7 @@ type GatewayConfig struct {
 	Upstream *url.URL
 	// Gate admits heavy calls.
 	Gate *capgate.Gate
-	// Identify says who calls (UpstreamIdentity, HeaderIdentity or
-	// TokenIdentity).
+	// Identify says who calls (an identity.Upstream, Header or Tokens).
 	Identify identity.Identifier
 
 	// Classifier decides which calls are heavy. Default: the OCL profile
@@ -71,7 +70,7 @@ type GatewayConfig struct {
 	// /user/ lookup names staff) is down. Default "": staff only.
 	MetricsToken string
 	// StaffIdentify, if set, says who calls /metrics instead of Identify
-	// (a StaffIdentity: the static staff tokens first). Default: Identify.
+	// (an identity.Staff: the static staff tokens first). Default: Identify.
 	StaffIdentify identity.Identifier
 
 	// Observer, if set, is told every request's status and class, the
@@ -302,7 +301,7 @@ func (g *Gateway) rewrite(pr *httputil.ProxyRequest) {
 }
 
 // capgateHeaderPrefix starts the headers an auth proxy sets for
-// HeaderIdentity.
+// Header.
 const capgateHeaderPrefix = "X-Capgate-"
 
 func (g *Gateway) trusted(remoteAddr string) bool {

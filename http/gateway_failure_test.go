@@ -158,7 +158,7 @@ func TestUpstreamTimeoutIs504(t *testing.T) {
 func TestIdentityLookupsAreCached(t *testing.T) {
 	clock := newFakeClock()
 	e := newEnv(t, nil, func(c *capgatehttp.GatewayConfig) {
-		id, err := identity.NewUpstreamIdentity(c.Upstream.String())
+		id, err := identity.NewUpstream(c.Upstream.String())
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -206,7 +206,7 @@ func TestFailingLookupWithoutLocalLanes(t *testing.T) {
 			e := newEnv(t, func(c *capgate.Config) {
 				c.Mode, c.EnforceFor = capgate.ModeEnforce, capgate.EnforceAll
 			}, func(c *capgatehttp.GatewayConfig) {
-				id, err := identity.NewUpstreamIdentity(c.Upstream.String())
+				id, err := identity.NewUpstream(c.Upstream.String())
 				if err != nil {
 					t.Fatal(err)
 				}
@@ -287,7 +287,7 @@ func TestBodiesArriveByteForByte(t *testing.T) {
 
 func TestModeOffLooksNobodyUp(t *testing.T) {
 	e := newEnv(t, func(c *capgate.Config) { c.Mode = capgate.ModeOff }, func(c *capgatehttp.GatewayConfig) {
-		id, err := identity.NewUpstreamIdentity(c.Upstream.String())
+		id, err := identity.NewUpstream(c.Upstream.String())
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -167,7 +167,7 @@ func NewServer(ctx context.Context, opts ServeOptions, lines io.Writer, logger *
 		if s.staffTokens, err = loadStaffTokens(opts.StaffTokens); err != nil {
 			return nil, err
 		}
-		staffIDs = identity.NewStaffIdentity(s.staffTokens, ids)
+		staffIDs = identity.NewStaff(s.staffTokens, ids)
 	}
 	staff := capgatehttp.NewStaffHandler(s.Configs, staffIDs)
 	staff.Status = s.Gate.Status
@@ -454,7 +454,7 @@ func (s *Server) migrateInBackground(ctx context.Context) {
 func newIdentity(opts ServeOptions, proxies []netip.Prefix) (identity.Identifier, error) {
 	switch opts.Identity {
 	case "upstream", "":
-		id, err := identity.NewUpstreamIdentity(opts.Upstream)
+		id, err := identity.NewUpstream(opts.Upstream)
 		if err != nil {
 			return nil, err
 		}
@@ -466,7 +466,7 @@ func newIdentity(opts ServeOptions, proxies []netip.Prefix) (identity.Identifier
 		if len(proxies) == 0 {
 			return nil, errors.New("--identity header needs --trusted-proxies: the auth proxies whose X-Capgate-* headers to trust")
 		}
-		return identity.NewHeaderIdentity(splitList(opts.TrustedProxies))
+		return identity.NewHeader(splitList(opts.TrustedProxies))
 	case "tokens":
 		if opts.Tokens == "" {
 			return nil, errors.New("--identity tokens needs --tokens FILE")
