@@ -29,7 +29,7 @@ func Example() {
 		panic(err)
 	}
 	defer gate.Close(context.Background())
-	identify, err := identity.NewTokenIdentity([]identity.TokenEntry{{Token: "t-pam", Username: "pam"}})
+	identify, err := identity.NewTokens([]identity.TokenEntry{{Token: "t-pam", Username: "pam"}})
 	if err != nil {
 		panic(err)
 	}

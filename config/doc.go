@@ -2,7 +2,8 @@
 // the gate reads the config in force from (a capgate.ConfigSource, cached,
 // kept fresh by Watch) and the one way to change it (Service.Save of an
 // Edit); the Store interface the SQL stores (sqlite, postgres) implement,
-// an append-only history of Versions; and the health of its reads
+// an append-only history of Versions, and the capacity_configs row those
+// two share (Version.Columns, ScanVersions); and the health of its reads
 // (ReadState).
 //
 // The config model itself (capgate.Config, its validation, Config.Apply of

@@ -70,7 +70,7 @@ type Classifier struct {
 // Classify is a ClassifyFunc: HeavyPath, then ClassifyBody. A call whose
 // body would overrun the Budget is not heavy.
 func (c *Classifier) Classify(r *http.Request) (capgate.Call, bool) {
-	NormalizeRequest(r)
+	normalizeRequest(r)
 	call, ok := c.HeavyPath(r)
 	if !ok {
 		return capgate.Call{}, false
@@ -81,7 +81,7 @@ func (c *Classifier) Classify(r *http.Request) (capgate.Call, bool) {
 
 // HeavyPath decides from the method, path and query alone (no body read)
 // whether r may be a heavy call, and describes what it can. Call
-// NormalizeRequest first.
+// normalizeRequest first.
 func (c *Classifier) HeavyPath(r *http.Request) (capgate.Call, bool) {
 	if r.Method != http.MethodPost {
 		return capgate.Call{}, false

@@ -234,7 +234,7 @@ type nopCloser struct{ *strings.Reader }
 func (nopCloser) Close() error { return nil }
 
 func TestHeaderIdentityGatesUntrustedCallers(t *testing.T) {
-	ids, err := identity.NewHeaderIdentity([]string{"10.0.0.0/8"}) // not the test's loopback
+	ids, err := identity.NewHeader([]string{"10.0.0.0/8"}) // not the test's loopback
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -263,7 +263,7 @@ func TestHeaderIdentityGatesUntrustedCallers(t *testing.T) {
 
 func TestLongUsernamesAreAnonymous(t *testing.T) {
 	long := strings.Repeat("é", identity.MaxUsername+1)
-	ids, err := identity.NewTokenIdentity([]identity.TokenEntry{{Token: "t-long", Username: long}, {Token: "t-max", Username: long[:2*identity.MaxUsername]}})
+	ids, err := identity.NewTokens([]identity.TokenEntry{{Token: "t-long", Username: long}, {Token: "t-max", Username: long[:2*identity.MaxUsername]}})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -320,7 +320,7 @@ func TestUpstreamLookupSendsTheCookieAndKeysOnIt(t *testing.T) {
 		}
 	}))
 	defer api.Close()
-	id, err := identity.NewUpstreamIdentity(api.URL)
+	id, err := identity.NewUpstream(api.URL)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -349,7 +349,7 @@ func TestUpstreamLookupNeverFollowsRedirects(t *testing.T) {
 		http.Redirect(w, r, evil.URL+"/user/", http.StatusFound)
 	}))
 	defer api.Close()
-	id, err := identity.NewUpstreamIdentity(api.URL)
+	id, err := identity.NewUpstream(api.URL)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -366,7 +366,7 @@ func TestUpstreamLookupKeysAreExact(t *testing.T) {
 		w.Write([]byte(`{"username":"pam","is_staff":false,"IS_STAFF":true,"Is_Superuser":true,"auth_groups":[]}`))
 	}))
 	defer api.Close()
-	id, err := identity.NewUpstreamIdentity(api.URL)
+	id, err := identity.NewUpstream(api.URL)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -405,7 +405,7 @@ func TestCookiesAreNeverAStaffCredential(t *testing.T) {
 		w.WriteHeader(http.StatusUnauthorized)
 	}))
 	defer api.Close()
-	id, err := identity.NewUpstreamIdentity(api.URL)
+	id, err := identity.NewUpstream(api.URL)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -444,7 +444,7 @@ func TestUpstreamLookupBoundsWhatItKeeps(t *testing.T) {
 		w.Write(b)
 	}))
 	defer api.Close()
-	id, err := identity.NewUpstreamIdentity(api.URL)
+	id, err := identity.NewUpstream(api.URL)
 	if err != nil {
 		t.Fatal(err)
 	}

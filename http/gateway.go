@@ -26,8 +26,7 @@ type GatewayConfig struct {
 	Upstream *url.URL
 	// Gate admits heavy calls.
 	Gate *capgate.Gate
-	// Identify says who calls (UpstreamIdentity, HeaderIdentity or
-	// TokenIdentity).
+	// Identify says who calls (an identity.Upstream, Header or Tokens).
 	Identify identity.Identifier
 
 	// Classifier decides which calls are heavy. Default: the OCL profile
@@ -71,7 +70,7 @@ type GatewayConfig struct {
 	// /user/ lookup names staff) is down. Default "": staff only.
 	MetricsToken string
 	// StaffIdentify, if set, says who calls /metrics instead of Identify
-	// (a StaffIdentity: the static staff tokens first). Default: Identify.
+	// (an identity.Staff: the static staff tokens first). Default: Identify.
 	StaffIdentify identity.Identifier
 
 	// Observer, if set, is told every request's status and class, the
@@ -81,6 +80,14 @@ type GatewayConfig struct {
 	// its request id (kept, or made up and then forwarded and returned),
 	// method, path, status, class, size, duration and peer. Default: none.
 	AccessLog capgate.Sink
+
+	// Shutdown, if set, is done when the gateway stops waiting for the
+	// calls in flight (its server's shutdown timeout passed, or a second
+	// signal came). A call still running then is cut: its upstream request
+	// is cancelled, even a counted call's (which otherwise outlives its
+	// client), its line says error "shutdown", and its leases are released
+	// as the handler returns. Default nil: never.
+	Shutdown context.Context
 
 	// Logger gets upstream failures and handler panics. Default
 	// slog.Default().
@@ -143,8 +150,8 @@ func NewGateway(cfg GatewayConfig) (*Gateway, error) {
 		// once (its flush interval is -1 for those).
 	}
 	opts := append([]Option{WithLogger(cfg.Logger)}, cfg.Options...)
-	opts = append(opts, WithClassifier(cfg.Classifier))
-	mw, err := NewMiddleware(holdUpstream(proxy), cfg.Gate, cfg.Identify, opts...)
+	opts = append(opts, WithClassifier(cfg.Classifier), withShutdown(cfg.Shutdown))
+	mw, err := NewMiddleware(holdUpstream(proxy, cfg.Shutdown), cfg.Gate, cfg.Identify, opts...)
 	if err != nil {
 		return nil, fmt.Errorf("gateway: %w", err)
 	}
@@ -155,7 +162,7 @@ func NewGateway(cfg GatewayConfig) (*Gateway, error) {
 // ServeHTTP implements http.Handler. It routes by exact path so the API's
 // own paths reach it unchanged (no cleaning or redirects).
 func (g *Gateway) ServeHTTP(w http.ResponseWriter, r *http.Request) {
-	NormalizeRequest(r)
+	normalizeRequest(r)
 	if r.Method == "PRI" && r.ProtoMajor == 2 {
 		// net/http hands the HTTP/2 prior-knowledge preface to handlers so
 		// an h2c handler can take over the connection; capgate speaks no
@@ -294,7 +301,7 @@ func (g *Gateway) rewrite(pr *httputil.ProxyRequest) {
 }
 
 // capgateHeaderPrefix starts the headers an auth proxy sets for
-// HeaderIdentity.
+// Header.
 const capgateHeaderPrefix = "X-Capgate-"
 
 func (g *Gateway) trusted(remoteAddr string) bool {

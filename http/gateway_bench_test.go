@@ -81,7 +81,7 @@ func benchGatewayServerWith(b *testing.B, store capgate.LaneStore, prefix string
 		entries[i] = identity.TokenEntry{Token: "bench-token-" + strconv.Itoa(i), Username: "user" + strconv.Itoa(i),
 			AuthGroups: []string{"core_user"}}
 	}
-	ids, err := identity.NewTokenIdentity(entries)
+	ids, err := identity.NewTokens(entries)
 	if err != nil {
 		b.Fatal(err)
 	}

@@ -158,7 +158,7 @@ func TestUpstreamTimeoutIs504(t *testing.T) {
 func TestIdentityLookupsAreCached(t *testing.T) {
 	clock := newFakeClock()
 	e := newEnv(t, nil, func(c *capgatehttp.GatewayConfig) {
-		id, err := identity.NewUpstreamIdentity(c.Upstream.String())
+		id, err := identity.NewUpstream(c.Upstream.String())
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -206,7 +206,7 @@ func TestFailingLookupWithoutLocalLanes(t *testing.T) {
 			e := newEnv(t, func(c *capgate.Config) {
 				c.Mode, c.EnforceFor = capgate.ModeEnforce, capgate.EnforceAll
 			}, func(c *capgatehttp.GatewayConfig) {
-				id, err := identity.NewUpstreamIdentity(c.Upstream.String())
+				id, err := identity.NewUpstream(c.Upstream.String())
 				if err != nil {
 					t.Fatal(err)
 				}
@@ -287,7 +287,7 @@ func TestBodiesArriveByteForByte(t *testing.T) {
 
 func TestModeOffLooksNobodyUp(t *testing.T) {
 	e := newEnv(t, func(c *capgate.Config) { c.Mode = capgate.ModeOff }, func(c *capgatehttp.GatewayConfig) {
-		id, err := identity.NewUpstreamIdentity(c.Upstream.String())
+		id, err := identity.NewUpstream(c.Upstream.String())
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -303,3 +303,32 @@ func TestModeOffLooksNobodyUp(t *testing.T) {
 }
 
 func newFakeClock() *mock.Clock { return mock.NewClock(time.Date(2025, 1, 1, 0, 0, 0, 0, time.UTC)) }
+
+// Why: at shutdown, past its timeout, the gateway cuts the calls still
+// running (GatewayConfig.Shutdown): a counted call's upstream request,
+// which otherwise outlives its client, is cancelled, its line says error
+// "shutdown", and its leases are given back.
+func TestShutdownCutsACountedCall(t *testing.T) {
+	cut, cutCalls := context.WithCancel(t.Context())
+	defer cutCalls()
+	e := newEnv(t, nil, func(c *capgatehttp.GatewayConfig) { c.Shutdown = cut })
+	res := e.async(t.Context(), "POST", semanticMatch, twoRows, "Authorization", "Token t-pam", "X-Test-Do", "hold")
+	e.up.waitEntered(t)
+	if m := e.inFlight(); len(m) != 5 {
+		t.Fatalf("lanes while the call runs: %v; want 5 lanes with one lease each", m)
+	}
+	cutCalls()
+	select {
+	case <-e.up.cancels:
+	case <-time.After(waitLimit):
+		t.Fatal("the upstream request was not cancelled by the shutdown")
+	}
+	recv(t, res)
+	l := e.sink.Wait(t, 1, waitLimit)
+	if jsonText(l[0]["error"]) != "shutdown" {
+		t.Errorf("log line %v; want error shutdown", l[0])
+	}
+	if m := e.inFlight(); len(m) != 0 {
+		t.Errorf("leases left after the cut call ended: %v", m)
+	}
+}

@@ -252,7 +252,7 @@ func TestNewGatewayRejects(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	ids, _ := identity.NewTokenIdentity(nil)
+	ids, _ := identity.NewTokens(nil)
 	for _, c := range []capgatehttp.GatewayConfig{
 		{Gate: gate, Identify: ids},
 		{Upstream: mustURL(t, "ftp://x"), Gate: gate, Identify: ids},

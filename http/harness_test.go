@@ -262,7 +262,7 @@ func newEnv(t *testing.T, cfg func(*capgate.Config), gc func(*capgatehttp.Gatewa
 		entries = append(entries, identity.TokenEntry{Token: strings.TrimPrefix(auth, "Token "),
 			Username: ans.Username, IsStaff: ans.IsStaff, AuthGroups: ans.AuthGroups})
 	}
-	ids, err := identity.NewTokenIdentity(entries)
+	ids, err := identity.NewTokens(entries)
 	if err != nil {
 		t.Fatal(err)
 	}

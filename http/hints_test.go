@@ -74,7 +74,7 @@ func TestMiddlewareShadowRefusalCarriesTheSpacingHint(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	ids, err := identity.NewTokenIdentity([]identity.TokenEntry{{Token: "t-pam", Username: "pam"}})
+	ids, err := identity.NewTokens([]identity.TokenEntry{{Token: "t-pam", Username: "pam"}})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -46,8 +46,9 @@ func AdmissionFrom(ctx context.Context) *capgate.Admission {
 // never cut (max_hold_seconds only stops the renewals of its leases); once
 // the client has left, what the upstream answers is read to the end and
 // dropped, until max_hold_seconds after the call began, when the upstream
-// request is cancelled.
-func holdUpstream(next http.Handler) http.Handler {
+// request is cancelled. When cut (GatewayConfig.Shutdown; nil: never) is
+// done, the upstream request is cancelled nonetheless.
+func holdUpstream(next http.Handler, cut context.Context) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		adm := AdmissionFrom(r.Context())
 		if !adm.Counted() {
@@ -62,7 +63,7 @@ func holdUpstream(next http.Handler) http.Handler {
 		ctx, stop := holdContext(r.Context(), time.Now().Add(adm.MaxHold()))
 		defer stop()
 		// The gateway shutting down past its timeout cuts it nonetheless.
-		if cut := shutdownOf(r.Context()); cut != nil {
+		if cut != nil {
 			var cancel context.CancelFunc
 			ctx, cancel = context.WithCancel(ctx)
 			defer cancel()

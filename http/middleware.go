@@ -58,6 +58,7 @@ type Middleware struct {
 	cors   corsPolicy
 	logger *slog.Logger
 	now    func() time.Time
+	cut    context.Context // withShutdown; nil: never cut
 }
 
 // Option configures a Middleware (or a Gateway, which passes them on).
@@ -145,6 +146,16 @@ func withClock(now func() time.Time) Option {
 	return func(m *Middleware) { m.now = now }
 }
 
+// withShutdown makes calls still running when cut is done end with
+// errShutdown (GatewayConfig.Shutdown). Default nil: never.
+func withShutdown(cut context.Context) Option {
+	return func(m *Middleware) { m.cut = cut }
+}
+
+// errShutdown is the error of a call cut short because the gateway shut
+// down before it ended: its ocl_capacity line has error "shutdown".
+var errShutdown = errors.New("shutdown")
+
 // NewMiddleware returns next behind the gate. identify says who makes the
 // calls; the calls are classified by the OCL profile (a zero Classifier)
 // unless WithClassifier or WithClassifyFunc say otherwise. It returns an
@@ -168,7 +179,7 @@ func NewMiddleware(next http.Handler, gate *capgate.Gate, identify identity.Iden
 
 // ServeHTTP implements http.Handler.
 func (m *Middleware) ServeHTTP(w http.ResponseWriter, r *http.Request) {
-	NormalizeRequest(r)
+	normalizeRequest(r)
 	if r.Method == http.MethodOptions {
 		m.next.ServeHTTP(w, r) // preflight: the API answers
 		return
@@ -271,8 +282,8 @@ func (m *Middleware) gated(w http.ResponseWriter, r *http.Request, call capgate.
 	}
 	defer adm.Release(ctx)
 	defer func() {
-		if cutShort(ctx) {
-			adm.Interrupt(ErrShutdown) // before Release writes the line
+		if m.cut != nil && m.cut.Err() != nil {
+			adm.Interrupt(errShutdown) // before Release writes the line
 		}
 	}()
 

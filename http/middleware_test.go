@@ -32,7 +32,7 @@ func newMWEnv(t *testing.T, next http.Handler) *mwEnv {
 	if err != nil {
 		t.Fatal(err)
 	}
-	ids, err := identity.NewTokenIdentity([]identity.TokenEntry{{Token: "t-pam", Username: "pam"}})
+	ids, err := identity.NewTokens([]identity.TokenEntry{{Token: "t-pam", Username: "pam"}})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -199,7 +199,7 @@ func TestNewMiddlewareRejectsMissingParts(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	ids, _ := identity.NewTokenIdentity(nil)
+	ids, _ := identity.NewTokens(nil)
 	next := http.NotFoundHandler()
 	for i, f := range []func() (*capgatehttp.Middleware, error){
 		func() (*capgatehttp.Middleware, error) { return capgatehttp.NewMiddleware(nil, gate, ids) },
@@ -225,7 +225,7 @@ func TestResponseIsSentBeforeRelease(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	ids, err := identity.NewTokenIdentity([]identity.TokenEntry{{Token: "t-pam", Username: "pam"}})
+	ids, err := identity.NewTokens([]identity.TokenEntry{{Token: "t-pam", Username: "pam"}})
 	if err != nil {
 		t.Fatal(err)
 	}

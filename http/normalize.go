@@ -6,13 +6,13 @@ import (
 	"strings"
 )
 
-// NormalizeRequest makes r read as the API behind the gateway (gunicorn and
+// normalizeRequest makes r read as the API behind the gateway (gunicorn and
 // Django) reads it, before it is classified and forwarded: the method in
 // upper case (Django upper-cases it, so "post" is a POST), and the request
 // target cut at the first "#" (gunicorn drops a fragment, and what follows
 // it, query included). It changes r in place; the middleware calls it
 // first.
-func NormalizeRequest(r *http.Request) {
+func normalizeRequest(r *http.Request) {
 	if m := r.Method; m != strings.ToUpper(m) {
 		r.Method = strings.ToUpper(m)
 	}

@@ -193,7 +193,7 @@ func TestMetricsWithoutTheIdentityLookup(t *testing.T) {
 	}
 	e := newEnv(t, nil, func(c *capgatehttp.GatewayConfig) {
 		c.Identify = failingIdentity{}
-		c.StaffIdentify = identity.NewStaffIdentity(staffTokens, failingIdentity{})
+		c.StaffIdentify = identity.NewStaff(staffTokens, failingIdentity{})
 		c.Metrics = http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { w.Write([]byte("capgate_up 1\n")) })
 		c.MetricsToken = "m-token"
 	})

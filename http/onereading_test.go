@@ -88,7 +88,7 @@ func TestConnectionNamingAReadHeaderIs400(t *testing.T) {
 // ",;sessionid=…", and Django finds sessionid), so the call carries
 // credentials and is gated.
 func TestRepeatedCookieLinesAreReadJoined(t *testing.T) {
-	ids, err := identity.NewHeaderIdentity([]string{"10.0.0.0/8"})
+	ids, err := identity.NewHeader([]string{"10.0.0.0/8"})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -144,7 +144,7 @@ func (a *lookupAPI) count() int {
 // per request, no longer make every request a new lookup.
 func TestJunkCookiesCannotDefeatTheIdentityCache(t *testing.T) {
 	api := newLookupAPI(t)
-	id, err := identity.NewUpstreamIdentity(api.URL)
+	id, err := identity.NewUpstream(api.URL)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -207,7 +207,7 @@ func unidentifiedEnv(t *testing.T, cfg func(*capgate.Config)) *env {
 			cfg(c)
 		}
 	}, func(c *capgatehttp.GatewayConfig) {
-		id, err := identity.NewUpstreamIdentity(c.Upstream.String())
+		id, err := identity.NewUpstream(c.Upstream.String())
 		if err != nil {
 			t.Fatal(err)
 		}

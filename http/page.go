@@ -77,7 +77,7 @@ var loadStatusPage = sync.OnceValues(func() (*statusPage, error) {
 // Auth design: the page asks for the staff member's API token once, keeps
 // it in sessionStorage (this tab only, gone when the tab closes) and sends
 // it as "Authorization: Token <t>" on each fetch. It first tries without
-// one, so behind an auth proxy (HeaderIdentity) it needs no token at all.
+// one, so behind an auth proxy (identity.Header) it needs no token at all.
 // We chose this over a login that sets a session cookie because it adds
 // no server state (sessions would have to be shared between gateways),
 // works unchanged with every Identifier, and gives cross-site requests no

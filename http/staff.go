@@ -27,12 +27,6 @@ const (
 	staffHistoryMax     = 500
 )
 
-// StatusReporter gives the live state of the lanes under a config; the
-// Gate implements it.
-type StatusReporter interface {
-	Status(ctx context.Context, cfg capgate.Config) capgate.Status
-}
-
 // StaffHandler serves the staff API under /capacity/:
 //
 //	GET   /capacity/                   the status page (HTML, no data; see serveStatusPage)
@@ -53,8 +47,11 @@ type StatusReporter interface {
 type StaffHandler struct {
 	configs *config.Service
 	ids     identity.Identifier
-	status  StatusReporter
 
+	// Status, if set, gives the live state of the lanes under a config
+	// (Gate.Status), for GET /capacity/status/. Default nil: that answers
+	// 503.
+	Status func(ctx context.Context, cfg capgate.Config) capgate.Status
 	// Logger gets the store and identity failures. Default slog.Default().
 	Logger *slog.Logger
 	// Health, if set, is served to staff at /capacity/health/ with its
@@ -63,9 +60,9 @@ type StaffHandler struct {
 }
 
 // NewStaffHandler returns the staff API over configs, with callers told
-// apart by ids. status may be nil: GET /capacity/status/ then answers 503.
-func NewStaffHandler(configs *config.Service, ids identity.Identifier, status StatusReporter) *StaffHandler {
-	return &StaffHandler{configs: configs, ids: ids, status: status}
+// apart by ids.
+func NewStaffHandler(configs *config.Service, ids identity.Identifier) *StaffHandler {
+	return &StaffHandler{configs: configs, ids: ids}
 }
 
 func (h *StaffHandler) logger() *slog.Logger {
@@ -357,7 +354,7 @@ func (h *StaffHandler) history(w http.ResponseWriter, r *http.Request, _ capgate
 }
 
 func (h *StaffHandler) getStatus(w http.ResponseWriter, r *http.Request, _ capgate.Caller) {
-	if h.status == nil {
+	if h.Status == nil {
 		staffError(w, http.StatusServiceUnavailable, "This gateway has no lane store to report on.")
 		return
 	}
@@ -366,7 +363,7 @@ func (h *StaffHandler) getStatus(w http.ResponseWriter, r *http.Request, _ capga
 		h.logger().Warn("staff API: status uses the cached config; the fresh read failed", slog.Any("error", err))
 		cfg = h.configs.Config(r.Context())
 	}
-	staffJSON(w, http.StatusOK, h.status.Status(r.Context(), cfg))
+	staffJSON(w, http.StatusOK, h.Status(r.Context(), cfg))
 }
 
 func (h *StaffHandler) storeFailed(w http.ResponseWriter, what string, err error) {

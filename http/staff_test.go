@@ -60,7 +60,8 @@ func newStaffServer(t *testing.T) *staffServer {
 	if err != nil {
 		t.Fatal(err)
 	}
-	h := capgatehttp.NewStaffHandler(configs, ids, gate)
+	h := capgatehttp.NewStaffHandler(configs, ids)
+	h.Status = gate.Status
 	h.Logger = slog.New(slog.DiscardHandler)
 	srv := httptest.NewServer(h)
 	t.Cleanup(srv.Close)
@@ -290,7 +291,8 @@ func TestStatus(t *testing.T) {
 		t.Fatalf("Admit = %v; want admitted", a)
 	}
 	defer a.Release(ctx)
-	h := capgatehttp.NewStaffHandler(configs, tokens{"staff-token": {UserID: "root", Staff: true}}, gate)
+	h := capgatehttp.NewStaffHandler(configs, tokens{"staff-token": {UserID: "root", Staff: true}})
+	h.Status = gate.Status
 	srv := httptest.NewServer(h)
 	defer srv.Close()
 	s := &staffServer{Server: srv, store: store, configs: configs}
@@ -311,7 +313,7 @@ func TestStatus(t *testing.T) {
 
 func TestStatusWithoutALaneStore(t *testing.T) {
 	s := newStaffServer(t)
-	h := capgatehttp.NewStaffHandler(s.configs, tokens{"staff-token": {UserID: "root", Staff: true}}, nil)
+	h := capgatehttp.NewStaffHandler(s.configs, tokens{"staff-token": {UserID: "root", Staff: true}})
 	srv := httptest.NewServer(h)
 	defer srv.Close()
 	if code, _, _ := (&staffServer{Server: srv, store: s.store, configs: s.configs}).do(t, "GET", "/capacity/status/", "staff-token", ""); code != 503 {
@@ -345,7 +347,7 @@ func TestMethodsAndPaths(t *testing.T) {
 func TestStaffHealth(t *testing.T) {
 	s := newStaffServer(t)
 	h := capgatehttp.NewStaffHandler(s.configs, tokens{"staff-token": {UserID: "root", Staff: true},
-		"user-token": {UserID: "alice"}}, nil)
+		"user-token": {UserID: "alice"}})
 	h.Health = &capgatehttp.Health{Checks: []capgatehttp.HealthCheck{{Name: "lanes",
 		Check: func(context.Context) error { return errors.New("i/o timeout") }}}}
 	h.Health.CheckNow(t.Context())

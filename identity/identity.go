@@ -1,6 +1,7 @@
 // Package identity tells who makes a request: the Identifier interface and
-// its resolvers (trusted proxy headers, a tokens file, the upstream API's
-// /user/ lookup with its cache of hashed credentials, the staff tokens).
+// its resolvers (Header: a trusted auth proxy's headers; Tokens: a tokens
+// file; Upstream: the API's /user/ lookup with its cache of hashed
+// credentials; Staff: the staff tokens before another resolver).
 // It knows nothing of the gateway: the http package uses it through
 // Identifier, and cmd/capgate builds the resolvers.
 package identity
@@ -33,38 +34,38 @@ type Identifier interface {
 	Identify(ctx context.Context, r *http.Request) (c capgate.Caller, ok bool, err error)
 }
 
-// The headers an auth proxy in front sets for HeaderIdentity.
+// The headers an auth proxy in front sets for Header.
 const (
 	headerUser   = "X-Capgate-User"   // the username
 	headerGroups = "X-Capgate-Groups" // auth groups, comma-separated
 	headerStaff  = "X-Capgate-Staff"  // true or 1 (any case) for staff
 )
 
-// HeaderIdentity trusts the caller headers an auth proxy sets
+// Header trusts the caller headers an auth proxy sets
 // (--identity header): X-Capgate-User, X-Capgate-Groups and X-Capgate-Staff.
 // They are believed only on requests whose peer address is in Trusted; on
 // any other request, and on one without X-Capgate-User, the caller is
 // anonymous. It never returns an error. Safe for concurrent use.
-type HeaderIdentity struct {
+type Header struct {
 	Trusted []netip.Prefix
 }
 
-// NewHeaderIdentity returns a HeaderIdentity trusting cidrs
+// NewHeader returns a Header trusting cidrs
 // (--trusted-proxies, read by ParseTrustedProxies). It returns an error
 // naming the first entry that does not parse.
-func NewHeaderIdentity(cidrs []string) (*HeaderIdentity, error) {
+func NewHeader(cidrs []string) (*Header, error) {
 	trusted, err := ParseTrustedProxies(cidrs)
 	if err != nil {
 		return nil, err
 	}
-	return &HeaderIdentity{Trusted: trusted}, nil
+	return &Header{Trusted: trusted}, nil
 }
 
 // ParseTrustedProxies reads --trusted-proxies: CIDRs, or bare addresses
 // meaning just that address; empty entries are skipped. IPv4-mapped IPv6
 // prefixes are turned into IPv4 ones and every prefix is masked, as peers'
 // addresses are unmapped before they are matched, so the gateway's trust
-// (X-Forwarded-*) and HeaderIdentity's (X-Capgate-*) are the same one.
+// (X-Forwarded-*) and Header's (X-Capgate-*) are the same one.
 func ParseTrustedProxies(cidrs []string) ([]netip.Prefix, error) {
 	var out []netip.Prefix
 	for _, s := range cidrs {
@@ -89,7 +90,7 @@ func ParseTrustedProxies(cidrs []string) ([]netip.Prefix, error) {
 }
 
 // Identify implements Identifier.
-func (h *HeaderIdentity) Identify(_ context.Context, r *http.Request) (capgate.Caller, bool, error) {
+func (h *Header) Identify(_ context.Context, r *http.Request) (capgate.Caller, bool, error) {
 	if !h.trusted(r.RemoteAddr) {
 		return capgate.Caller{}, false, nil
 	}
@@ -113,7 +114,7 @@ func (h *HeaderIdentity) Identify(_ context.Context, r *http.Request) (capgate.C
 
 // trusted reports whether the peer at remoteAddr ("host:port") is a
 // trusted proxy.
-func (h *HeaderIdentity) trusted(remoteAddr string) bool { return TrustedPeer(h.Trusted, remoteAddr) }
+func (h *Header) trusted(remoteAddr string) bool { return TrustedPeer(h.Trusted, remoteAddr) }
 
 // TrustedPeer reports whether the peer at remoteAddr ("host:port") is in
 // one of trusted (the proxies whose forwarding headers are believed).
@@ -143,19 +144,19 @@ type TokenEntry struct {
 	AuthGroups []string `json:"auth_groups"`
 }
 
-// TokenIdentity knows callers from a fixed list of tokens
+// Tokens knows callers from a fixed list of tokens
 // (--identity tokens), for small deployments, the demo and tests. A request
 // carries its token as "Authorization: Token <t>" or "Bearer <t>"; one
 // without, or with a token not in the list, is anonymous. It never returns
-// an error. Tokens are kept only as their SHA-256. Safe for concurrent use.
-type TokenIdentity struct {
+// an error. The tokens are kept only as their SHA-256. Safe for concurrent use.
+type Tokens struct {
 	callers map[credKey]capgate.Caller
 }
 
-// NewTokenIdentity returns a TokenIdentity knowing entries. It returns an
+// NewTokens returns the Tokens knowing entries. It returns an
 // error for an entry with no token or username, or a token given twice.
-func NewTokenIdentity(entries []TokenEntry) (*TokenIdentity, error) {
-	t := &TokenIdentity{callers: make(map[credKey]capgate.Caller, len(entries))}
+func NewTokens(entries []TokenEntry) (*Tokens, error) {
+	t := &Tokens{callers: make(map[credKey]capgate.Caller, len(entries))}
 	for i, e := range entries {
 		if e.Token == "" || e.Username == "" {
 			return nil, fmt.Errorf("tokens: entry %d: token and username are required", i)
@@ -169,15 +170,15 @@ func NewTokenIdentity(entries []TokenEntry) (*TokenIdentity, error) {
 	return t, nil
 }
 
-// LoadTokenIdentity reads a tokens file (ReadTokens) and returns a
-// TokenIdentity knowing its entries. It returns an error as ReadTokens and
-// NewTokenIdentity do.
-func LoadTokenIdentity(path string) (*TokenIdentity, error) {
+// LoadTokens reads a tokens file (ReadTokens) and returns the Tokens
+// knowing its entries. It returns an error as ReadTokens and
+// NewTokens do.
+func LoadTokens(path string) (*Tokens, error) {
 	entries, err := ReadTokens(path)
 	if err != nil {
 		return nil, err
 	}
-	return NewTokenIdentity(entries)
+	return NewTokens(entries)
 }
 
 // ReadTokens reads a tokens file (--tokens): a JSON array of {"token",
@@ -204,7 +205,7 @@ func ReadTokens(path string) ([]TokenEntry, error) {
 }
 
 // Identify implements Identifier.
-func (t *TokenIdentity) Identify(_ context.Context, r *http.Request) (capgate.Caller, bool, error) {
+func (t *Tokens) Identify(_ context.Context, r *http.Request) (capgate.Caller, bool, error) {
 	tok, ok := bearer(joined(r.Header, "Authorization")) // as gunicorn hands it to DRF
 	if !ok {
 		return capgate.Caller{}, false, nil
@@ -233,8 +234,8 @@ func splitASCIISpace(s string) []string {
 }
 
 var (
-	_ Identifier = (*HeaderIdentity)(nil)
-	_ Identifier = (*TokenIdentity)(nil)
+	_ Identifier = (*Header)(nil)
+	_ Identifier = (*Tokens)(nil)
 )
 
 // AnonymousUser is the user id under which WithAnonymousAs gates the heavy

@@ -87,9 +87,9 @@ func requestWithAuth(auth string) *http.Request {
 	return r
 }
 
-func mustUpstreamIdentity(t *testing.T, api *userAPI, clock *mock.Clock) *identity.UpstreamIdentity {
+func mustUpstreamIdentity(t *testing.T, api *userAPI, clock *mock.Clock) *identity.Upstream {
 	t.Helper()
-	id, err := identity.NewUpstreamIdentity(api.URL + "/api")
+	id, err := identity.NewUpstream(api.URL + "/api")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -177,7 +177,7 @@ func TestUpstreamIdentityFailures(t *testing.T) {
 	}
 
 	// An API that is down.
-	down, err := identity.NewUpstreamIdentity("http://127.0.0.1:1")
+	down, err := identity.NewUpstream("http://127.0.0.1:1")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -196,7 +196,7 @@ func TestUpstreamIdentityTimeout(t *testing.T) {
 	}))
 	t.Cleanup(srv.Close)
 	t.Cleanup(func() { close(release) })
-	id, err := identity.NewUpstreamIdentity(srv.URL)
+	id, err := identity.NewUpstream(srv.URL)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -218,7 +218,7 @@ func TestUpstreamIdentitySharesConcurrentLookups(t *testing.T) {
 		var mu sync.Mutex
 		calls := 0
 		answer := make(chan struct{})
-		id, err := identity.NewUpstreamIdentity("http://api.test")
+		id, err := identity.NewUpstream("http://api.test")
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -282,14 +282,14 @@ func TestUpstreamIdentityCacheIsBounded(t *testing.T) {
 
 func TestNewUpstreamIdentityRejectsBadURLs(t *testing.T) {
 	for _, u := range []string{"", "api:8000", "ftp://x/", "http://", "://x"} {
-		if _, err := identity.NewUpstreamIdentity(u); err == nil {
-			t.Errorf("NewUpstreamIdentity(%q) accepted", u)
+		if _, err := identity.NewUpstream(u); err == nil {
+			t.Errorf("NewUpstream(%q) accepted", u)
 		}
 	}
 }
 
 func TestHeaderIdentity(t *testing.T) {
-	id, err := identity.NewHeaderIdentity([]string{"10.0.0.0/8", " 192.168.1.7 ", "::1"})
+	id, err := identity.NewHeader([]string{"10.0.0.0/8", " 192.168.1.7 ", "::1"})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -320,7 +320,7 @@ func TestHeaderIdentity(t *testing.T) {
 			t.Errorf("%s %s: %+v, %v, %v; want %+v, %v", tt.remote, tt.user, got, ok, err, tt.want, tt.ok)
 		}
 	}
-	if _, err := identity.NewHeaderIdentity([]string{"10.0.0.0/33"}); err == nil {
+	if _, err := identity.NewHeader([]string{"10.0.0.0/33"}); err == nil {
 		t.Error("a bad CIDR was accepted")
 	}
 }
@@ -334,7 +334,7 @@ func TestTokenIdentity(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	id, err := identity.LoadTokenIdentity(path)
+	id, err := identity.LoadTokens(path)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -369,17 +369,17 @@ func TestTokenIdentity(t *testing.T) {
 		if err := os.WriteFile(p, []byte(bad), 0o600); err != nil {
 			t.Fatal(err)
 		}
-		if _, err := identity.LoadTokenIdentity(p); err == nil {
-			t.Errorf("LoadTokenIdentity accepted %s", bad)
+		if _, err := identity.LoadTokens(p); err == nil {
+			t.Errorf("LoadTokens accepted %s", bad)
 		}
 	}
-	if _, err := identity.LoadTokenIdentity(filepath.Join(t.TempDir(), "missing.json")); !errors.Is(err, os.ErrNotExist) {
+	if _, err := identity.LoadTokens(filepath.Join(t.TempDir(), "missing.json")); !errors.Is(err, os.ErrNotExist) {
 		t.Errorf("missing file: %v; want ErrNotExist", err)
 	}
 }
 
 // TestParseTrustedProxies: one reading of --trusted-proxies for the
-// gateway's X-Forwarded-* trust and HeaderIdentity's, IPv4-mapped
+// gateway's X-Forwarded-* trust and Header's, IPv4-mapped
 // prefixes unmapped and every prefix masked (peers are matched unmapped).
 func TestParseTrustedProxies(t *testing.T) {
 	got, err := identity.ParseTrustedProxies([]string{"10.1.2.3/8", " ::ffff:172.16.0.0/108 ", "", "192.168.1.5", "::1", "::ffff:10.9.9.9"})
@@ -391,9 +391,9 @@ func TestParseTrustedProxies(t *testing.T) {
 	if !slices.Equal(got, want) {
 		t.Errorf("ParseTrustedProxies = %v, want %v", got, want)
 	}
-	h, err := identity.NewHeaderIdentity([]string{"::ffff:172.16.0.0/108"})
+	h, err := identity.NewHeader([]string{"::ffff:172.16.0.0/108"})
 	if err != nil || !slices.Equal(h.Trusted, want[1:2]) {
-		t.Errorf("NewHeaderIdentity trusts %v (%v), want %v as the gateway does", h.Trusted, err, want[1:2])
+		t.Errorf("NewHeader trusts %v (%v), want %v as the gateway does", h.Trusted, err, want[1:2])
 	}
 	if _, err := identity.ParseTrustedProxies([]string{"10.0.0.0/8", "proxy.internal"}); err == nil || !strings.Contains(err.Error(), "proxy.internal") {
 		t.Errorf("a name: err = %v, want one naming it", err)

@@ -10,26 +10,26 @@ import (
 	"github.com/capgate/capgate"
 )
 
-// StaffIdentity identifies the callers of capgate's own staff endpoints
+// Staff identifies the callers of capgate's own staff endpoints
 // (the staff API, /metrics): by a static staff token first (--staff-tokens,
 // no lookup), then by Next. With Next the upstream's /user/ lookup, the
 // status page and /metrics keep working, for holders of a static token,
-// while the API is down. Create one with NewStaffIdentity; safe for
+// while the API is down. Create one with NewStaff; safe for
 // concurrent use.
-type StaffIdentity struct {
+type Staff struct {
 	static Identifier
 	next   Identifier
 }
 
-// NewStaffIdentity returns the staff identity of static (the staff tokens:
-// a TokenIdentity, or any Identifier that never looks anything up) over
+// NewStaff returns the staff identity of static (the staff tokens:
+// Tokens, or any Identifier that never looks anything up) over
 // next. A caller static knows is taken as it says, staff or not.
-func NewStaffIdentity(static, next Identifier) *StaffIdentity {
-	return &StaffIdentity{static: static, next: next}
+func NewStaff(static, next Identifier) *Staff {
+	return &Staff{static: static, next: next}
 }
 
 // Identify implements Identifier.
-func (s *StaffIdentity) Identify(ctx context.Context, r *http.Request) (capgate.Caller, bool, error) {
+func (s *Staff) Identify(ctx context.Context, r *http.Request) (capgate.Caller, bool, error) {
 	if s.static != nil {
 		c, ok, err := s.static.Identify(ctx, r)
 		if err == nil && ok {
@@ -39,17 +39,17 @@ func (s *StaffIdentity) Identify(ctx context.Context, r *http.Request) (capgate.
 	return s.next.Identify(ctx, r)
 }
 
-// NewStaffTokens returns a TokenIdentity of entries that must all be staff
+// NewStaffTokens returns the Tokens of entries that must all be staff
 // (--staff-tokens: the same format as --tokens, every entry "is_staff":
 // true, so that the file says what it grants). It returns an error as
-// NewTokenIdentity does, and for an entry that is not staff.
-func NewStaffTokens(entries []TokenEntry) (*TokenIdentity, error) {
+// NewTokens does, and for an entry that is not staff.
+func NewStaffTokens(entries []TokenEntry) (*Tokens, error) {
 	for i, e := range entries {
 		if !e.IsStaff {
 			return nil, fmt.Errorf("staff tokens: entry %d (%s): not staff; every entry must have \"is_staff\": true", i, e.Username)
 		}
 	}
-	return NewTokenIdentity(entries)
+	return NewTokens(entries)
 }
 
 // HasToken reports whether r carries token (non-empty) as
@@ -67,4 +67,4 @@ func HasToken(r *http.Request, token string) bool {
 	return subtle.ConstantTimeCompare(a[:], b[:]) == 1
 }
 
-var _ Identifier = (*StaffIdentity)(nil)
+var _ Identifier = (*Staff)(nil)

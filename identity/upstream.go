@@ -17,7 +17,7 @@ import (
 	"github.com/capgate/capgate"
 )
 
-// Defaults of UpstreamIdentity.
+// Defaults of Upstream.
 const (
 	defaultIdentityTTL          = 60 * time.Second // how long a caller is cached
 	defaultUnauthorizedTTL      = 5 * time.Second  // how long a 401 is cached
@@ -32,7 +32,7 @@ const maxUserBody = 1 << 20
 // answered with an unexpected status or an unreadable body.
 var ErrLookup = errors.New("user lookup failed")
 
-// UpstreamIdentity learns who calls by asking the API: GET
+// Upstream learns who calls by asking the API: GET
 // <upstream>/user/?includeAuthGroups=true with the credential the API will
 // use (--identity upstream), so a caller the API knows by a session cookie
 // is known here too. It uses the answer's username, is_staff, is_superuser
@@ -57,9 +57,9 @@ var ErrLookup = errors.New("user lookup failed")
 // anonymous and triggers no lookup. A lookup that fails or takes longer
 // than Timeout returns an error; it is not cached.
 //
-// Create one with NewUpstreamIdentity and set fields before first use. Safe
+// Create one with NewUpstream and set fields before first use. Safe
 // for concurrent use.
-type UpstreamIdentity struct {
+type Upstream struct {
 	// Client makes the lookups. Default: a client on http.DefaultTransport.
 	Client *http.Client
 	// TTL is how long a caller is cached. Default 60 s.
@@ -94,10 +94,10 @@ type flight struct {
 	err  error
 }
 
-// NewUpstreamIdentity returns a resolver that asks the API at upstream (an
+// NewUpstream returns a resolver that asks the API at upstream (an
 // absolute http or https URL, possibly with a path) with the defaults. It
 // returns an error for a URL that is not absolute http(s).
-func NewUpstreamIdentity(upstream string) (*UpstreamIdentity, error) {
+func NewUpstream(upstream string) (*Upstream, error) {
 	u, err := url.Parse(upstream)
 	if err != nil {
 		return nil, fmt.Errorf("upstream identity: %w", err)
@@ -108,10 +108,10 @@ func NewUpstreamIdentity(upstream string) (*UpstreamIdentity, error) {
 	u = u.JoinPath("user/")
 	u.RawQuery = "includeAuthGroups=true"
 	u.Fragment = ""
-	return &UpstreamIdentity{url: u.String()}, nil
+	return &Upstream{url: u.String()}, nil
 }
 
-func (u *UpstreamIdentity) init() {
+func (u *Upstream) init() {
 	u.once.Do(func() {
 		n := u.CacheEntries
 		if n <= 0 {
@@ -122,7 +122,7 @@ func (u *UpstreamIdentity) init() {
 	})
 }
 
-func (u *UpstreamIdentity) now() time.Time {
+func (u *Upstream) now() time.Time {
 	if u.Now != nil {
 		return u.Now()
 	}
@@ -130,7 +130,7 @@ func (u *UpstreamIdentity) now() time.Time {
 }
 
 // Identify implements Identifier.
-func (u *UpstreamIdentity) Identify(ctx context.Context, r *http.Request) (capgate.Caller, bool, error) {
+func (u *Upstream) Identify(ctx context.Context, r *http.Request) (capgate.Caller, bool, error) {
 	// The credentials as the API reads them: DRF's TokenAuthentication
 	// first, from Authorization (gunicorn joins repeated lines with ","),
 	// then SessionAuthentication, from the session cookie alone.
@@ -155,7 +155,7 @@ func (u *UpstreamIdentity) Identify(ctx context.Context, r *http.Request) (capga
 }
 
 // sessionCookie returns the session cookie's name.
-func (u *UpstreamIdentity) sessionCookie() string {
+func (u *Upstream) sessionCookie() string {
 	if u.SessionCookie != "" {
 		return u.SessionCookie
 	}
@@ -164,7 +164,7 @@ func (u *UpstreamIdentity) sessionCookie() string {
 
 // resolve returns the caller cred names, from the cache or one lookup
 // shared by every request with the same cred.
-func (u *UpstreamIdentity) resolve(ctx context.Context, cred credentials) (capgate.Caller, bool, error) {
+func (u *Upstream) resolve(ctx context.Context, cred credentials) (capgate.Caller, bool, error) {
 	u.init()
 	k := cred.key()
 	if e, ok := u.cache.get(k, u.now()); ok {
@@ -268,7 +268,7 @@ type userAnswer struct {
 }
 
 // lookup asks the API who auth is.
-func (u *UpstreamIdentity) lookup(ctx context.Context, cred credentials) (identityEntry, error) {
+func (u *Upstream) lookup(ctx context.Context, cred credentials) (identityEntry, error) {
 	timeout := u.Timeout
 	if timeout <= 0 {
 		timeout = defaultIdentityTimeout
@@ -383,4 +383,4 @@ func decodeUserAnswer(r io.Reader) (userAnswer, error) {
 	return ans, nil
 }
 
-var _ Identifier = (*UpstreamIdentity)(nil)
+var _ Identifier = (*Upstream)(nil)

@@ -110,7 +110,7 @@ func TestMetricsThroughTheGateway(t *testing.T) {
 	}
 	released := make(chan struct{}, 4)
 	gate.Observer = signalling{m, released}
-	ids, err := identity.NewTokenIdentity([]identity.TokenEntry{{Token: "t", Username: "pam"}})
+	ids, err := identity.NewTokens([]identity.TokenEntry{{Token: "t", Username: "pam"}})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -14,7 +14,6 @@ import (
 	"time"
 
 	"github.com/capgate/capgate/config"
-	"github.com/capgate/capgate/internal/configrow"
 	"github.com/capgate/capgate/internal/migrate"
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
@@ -168,7 +167,7 @@ func query(ctx context.Context, q queryer, sql string, args ...any) ([]config.Ve
 		return nil, err
 	}
 	defer rows.Close()
-	return configrow.Collect(rows, func(t time.Time) (time.Time, error) { return t, nil })
+	return config.ScanVersions(rows, func(t time.Time) (time.Time, error) { return t, nil })
 }
 
 // Update runs fn on the latest version in a transaction that holds the
@@ -191,7 +190,7 @@ func (s *Store) Update(ctx context.Context, fn func(*config.Version) (*config.Ve
 			return nil
 		}
 		v := *next
-		cols, err := configrow.Encode(v)
+		cols, err := v.Columns()
 		if err != nil {
 			return err
 		}

@@ -14,7 +14,6 @@ import (
 	_ "modernc.org/sqlite" // the "sqlite" database/sql driver
 
 	"github.com/capgate/capgate/config"
-	"github.com/capgate/capgate/internal/configrow"
 	"github.com/capgate/capgate/internal/migrate"
 )
 
@@ -147,7 +146,7 @@ func query(ctx context.Context, q queryer, sqlText string, args ...any) ([]confi
 		return nil, err
 	}
 	defer rows.Close()
-	return configrow.Collect(rows, func(s string) (time.Time, error) { return time.Parse(time.RFC3339Nano, s) })
+	return config.ScanVersions(rows, func(s string) (time.Time, error) { return time.Parse(time.RFC3339Nano, s) })
 }
 
 // Update runs fn on the latest version inside a write transaction (BEGIN
@@ -173,7 +172,7 @@ func (s *Store) Update(ctx context.Context, fn func(*config.Version) (*config.Ve
 		return nil, err
 	}
 	v := *next
-	cols, err := configrow.Encode(v)
+	cols, err := v.Columns()
 	if err != nil {
 		return nil, fmt.Errorf("update capacity config: %w", err)
 	}

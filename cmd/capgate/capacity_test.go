@@ -177,7 +177,7 @@ func TestCapacityHistoryMatchesStaffAPI(t *testing.T) {
 			cli = append(cli, compactJSON(t, e))
 		}
 
-		staff := capgatehttp.NewStaffHandler(config.NewService(store, capgate.ModeShadow), staffCaller{}, nil)
+		staff := capgatehttp.NewStaffHandler(config.NewService(store, capgate.ModeShadow), staffCaller{})
 		rec := httptest.NewRecorder()
 		staff.ServeHTTP(rec, httptest.NewRequest(http.MethodGet, "/capacity/config/history/", nil))
 		var entries []json.RawMessage

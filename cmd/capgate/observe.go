@@ -36,7 +36,7 @@ func revision() string {
 // loadStaffTokens reads a --staff-tokens file: the --tokens format, every
 // entry staff. Reloaded on SIGHUP.
 func loadStaffTokens(path string) (*reloadingTokens, error) {
-	t := &reloadingTokens{path: path, load: func(path string) (*identity.TokenIdentity, error) {
+	t := &reloadingTokens{path: path, load: func(path string) (*identity.Tokens, error) {
 		entries, err := identity.ReadTokens(path)
 		if err != nil {
 			return nil, err

@@ -53,8 +53,8 @@ func (r *reopenFile) Close() error { return r.f.Load().Close() }
 // in force.
 type reloadingTokens struct {
 	path string
-	load func(path string) (*identity.TokenIdentity, error) // default identity.LoadTokenIdentity
-	cur  atomic.Pointer[identity.TokenIdentity]
+	load func(path string) (*identity.Tokens, error) // default identity.LoadTokens
+	cur  atomic.Pointer[identity.Tokens]
 }
 
 var _ identity.Identifier = (*reloadingTokens)(nil)
@@ -68,7 +68,7 @@ func loadTokens(path string) (*reloadingTokens, error) {
 func (t *reloadingTokens) Reload() error {
 	load := t.load
 	if load == nil {
-		load = identity.LoadTokenIdentity
+		load = identity.LoadTokens
 	}
 	id, err := load(t.path)
 	if err != nil {

@@ -113,6 +113,12 @@ type Server struct {
 	// migrateLater is set when the migration at start failed (the
 	// database was down): Serve retries it in the background.
 	migrateLater bool
+	// cutCtx is done when Serve stops waiting for the calls in flight
+	// (cutCalls): the gateway cuts those still running
+	// (GatewayConfig.Shutdown), and every request's context derives from
+	// it.
+	cutCtx   context.Context
+	cutCalls context.CancelFunc
 }
 
 // NewServer opens the stores and builds the gateway of opts. lines
@@ -120,8 +126,10 @@ type Server struct {
 // an error for an invalid setting; an upstream that is down is not one.
 func NewServer(ctx context.Context, opts ServeOptions, lines io.Writer, logger *slog.Logger) (_ *Server, err error) {
 	s := &Server{opts: opts, logger: logger}
+	s.cutCtx, s.cutCalls = context.WithCancel(context.WithoutCancel(ctx))
 	defer func() {
 		if err != nil {
+			s.cutCalls()
 			s.closeStores()
 		}
 	}()
@@ -159,9 +167,10 @@ func NewServer(ctx context.Context, opts ServeOptions, lines io.Writer, logger *
 		if s.staffTokens, err = loadStaffTokens(opts.StaffTokens); err != nil {
 			return nil, err
 		}
-		staffIDs = identity.NewStaffIdentity(s.staffTokens, ids)
+		staffIDs = identity.NewStaff(s.staffTokens, ids)
 	}
-	staff := capgatehttp.NewStaffHandler(s.Configs, staffIDs, s.Gate)
+	staff := capgatehttp.NewStaffHandler(s.Configs, staffIDs)
+	staff.Status = s.Gate.Status
 	staff.Logger = logger
 	staff.Health = s.Health
 	gcfg := capgatehttp.GatewayConfig{
@@ -175,6 +184,7 @@ func NewServer(ctx context.Context, opts ServeOptions, lines io.Writer, logger *
 		PublicMetrics:  opts.PublicMetrics,
 		MetricsToken:   opts.MetricsToken,
 		StaffIdentify:  staffIDs,
+		Shutdown:       s.cutCtx,
 		Observer:       m,
 		Logger:         logger,
 		Options: []capgatehttp.Option{
@@ -437,7 +447,7 @@ func (s *Server) migrateInBackground(ctx context.Context) {
 func newIdentity(opts ServeOptions, proxies []netip.Prefix) (identity.Identifier, error) {
 	switch opts.Identity {
 	case "upstream", "":
-		id, err := identity.NewUpstreamIdentity(opts.Upstream)
+		id, err := identity.NewUpstream(opts.Upstream)
 		if err != nil {
 			return nil, err
 		}
@@ -449,7 +459,7 @@ func newIdentity(opts ServeOptions, proxies []netip.Prefix) (identity.Identifier
 		if len(proxies) == 0 {
 			return nil, errors.New("--identity header needs --trusted-proxies: the auth proxies whose X-Capgate-* headers to trust")
 		}
-		return identity.NewHeaderIdentity(splitList(opts.TrustedProxies))
+		return identity.NewHeader(splitList(opts.TrustedProxies))
 	case "tokens":
 		if opts.Tokens == "" {
 			return nil, errors.New("--identity tokens needs --tokens FILE")
@@ -498,12 +508,11 @@ const DefaultDrainDelay = 5 * time.Second
 // wrapping ErrCut. Force, when closed, skips the waits and cuts at once.
 // Close the Server after it to drain the log sink.
 func (s *Server) Serve(ctx context.Context, ln, admin net.Listener) error {
-	// Done when the gateway stops waiting for calls in flight: each
-	// request's context carries it (capgatehttp.WithShutdown) and derives
-	// from it.
-	cutCtx, cut := context.WithCancel(context.WithoutCancel(ctx))
-	defer cut()
-	base := capgatehttp.WithShutdown(cutCtx, cutCtx)
+	// Cancelled when the gateway stops waiting for calls in flight: the
+	// gateway cuts them (GatewayConfig.Shutdown), and each request's
+	// context derives from it.
+	defer s.cutCalls()
+	base := s.cutCtx
 	newHTTP := func(h http.Handler) *http.Server {
 		return &http.Server{
 			Handler: s.track(h),
@@ -586,7 +595,7 @@ func (s *Server) Serve(ctx context.Context, ln, admin net.Listener) error {
 		}
 		s.logger.Warn("calls still in flight; cutting them: each writes its line with error shutdown and releases its leases",
 			"calls", n, "after", why)
-		cut()
+		s.cutCalls()
 		s.awaitCut()
 		for _, srv := range servers {
 			_ = srv.Close()
@@ -672,7 +681,12 @@ func (s *Server) awaitCut() {
 }
 
 // Close drains the log sink (2 s at most) and closes the stores.
-func (s *Server) Close() error { return s.closeStores() }
+func (s *Server) Close() error {
+	if s.cutCalls != nil { // nil for decide's core, which serves no gateway
+		s.cutCalls()
+	}
+	return s.closeStores()
+}
 
 func (s *Server) closeStores() error {
 	var errs []error

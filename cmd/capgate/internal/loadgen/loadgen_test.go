@@ -60,7 +60,7 @@ func newStack(t *testing.T, cfg capgate.Config) *stack {
 	if err != nil {
 		t.Fatal(err)
 	}
-	ids, err := identity.NewUpstreamIdentity(up.URL)
+	ids, err := identity.NewUpstream(up.URL)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -1,35 +1,36 @@
-// Package configrow is the capacity_configs row both SQL config stores
-// (sqlite, postgres) keep: how a config.Version is written to its
-// columns and read back. The SQL and the driver stay with each store.
-package configrow
+package config
 
 import (
 	"database/sql"
 	"fmt"
 	"time"
 
-	"github.com/capgate/capgate/config"
 	"github.com/capgate/capgate/internal/jsontree"
 )
 
-// Rows is what a query's result offers in both drivers (database/sql's
-// *sql.Rows, pgx.Rows). Closing it stays with the caller.
-type Rows interface {
+// The capacity_configs row both SQL stores (sqlite, postgres) keep: how a
+// Version is written to its columns (Version.Columns) and read back
+// (ScanVersions). It is here, beside Version, so the two stores share one
+// row format; the SQL and the driver stay with each store.
+
+// VersionRows is what a query's result offers in both drivers
+// (database/sql's *sql.Rows, pgx.Rows). Closing it stays with the caller.
+type VersionRows interface {
 	Next() bool
 	Scan(dest ...any) error
 	Err() error
 }
 
-// Collect reads the versions of rows, whose columns are, in order: id,
+// ScanVersions reads the versions of rows, whose columns are, in order: id,
 // config and previous_config (JSON text, previous_config NULL when
 // unknown), created_by (NULL when unknown), created_at, source and note.
 // created_at is scanned into a T, which createdAt turns into a time, made
 // UTC. It returns the first error scanning, decoding or reading a row.
-func Collect[T any](rows Rows, createdAt func(T) (time.Time, error)) ([]config.Version, error) {
-	var vs []config.Version
+func ScanVersions[T any](rows VersionRows, createdAt func(T) (time.Time, error)) ([]Version, error) {
+	var vs []Version
 	for rows.Next() {
 		var (
-			v        config.Version
+			v        Version
 			cfg      string
 			prev, by sql.NullString
 			at       T
@@ -59,26 +60,27 @@ func Collect[T any](rows Rows, createdAt func(T) (time.Time, error)) ([]config.V
 	return vs, rows.Err()
 }
 
-// Columns are a version's values to insert: its JSON documents as text,
-// NULL for an unknown previous config, NULL for an empty CreatedBy.
-type Columns struct {
+// VersionColumns are a version's values to insert: its JSON documents as
+// text, NULL for an unknown previous config, NULL for an empty CreatedBy,
+// NULL for a RollbackOf of 0.
+type VersionColumns struct {
 	Config         string
 	PreviousConfig sql.NullString
 	CreatedBy      sql.NullString
 	RollbackOf     sql.NullInt64
 }
 
-// Encode returns v's columns. It fails when a document can't be encoded.
-func Encode(v config.Version) (Columns, error) {
+// Columns returns v's columns. It fails when a document can't be encoded.
+func (v *Version) Columns() (VersionColumns, error) {
 	cfg, err := jsontree.Encode(v.Config)
 	if err != nil {
-		return Columns{}, fmt.Errorf("config: %w", err)
+		return VersionColumns{}, fmt.Errorf("config: %w", err)
 	}
-	c := Columns{Config: cfg, CreatedBy: sql.NullString{String: v.CreatedBy, Valid: v.CreatedBy != ""},
+	c := VersionColumns{Config: cfg, CreatedBy: sql.NullString{String: v.CreatedBy, Valid: v.CreatedBy != ""},
 		RollbackOf: sql.NullInt64{Int64: v.RollbackOf, Valid: v.RollbackOf != 0}}
 	if v.PreviousConfig != nil {
 		if c.PreviousConfig.String, err = jsontree.Encode(v.PreviousConfig); err != nil {
-			return Columns{}, fmt.Errorf("previous_config: %w", err)
+			return VersionColumns{}, fmt.Errorf("previous_config: %w", err)
 		}
 		c.PreviousConfig.Valid = true
 	}
