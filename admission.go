@@ -13,9 +13,9 @@ import (
 )
 
 // ErrSkipped is the error of a call decided without the lane store
-// because the store failed recently (SkipWindow). Its text, and that of
-// errReleaseSkipped, is what the log line has always said, whatever the
-// lane store; log readers match it.
+// because the store failed recently (the skip window, Gate.SkipFor). Its
+// text, and that of errReleaseSkipped, is what the log line has always
+// said, whatever the lane store; log readers match it.
 var ErrSkipped = errors.New("skipped: Redis failed recently")
 
 // errReleaseSkipped is the error of a call whose release skipped the store.

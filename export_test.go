@@ -28,3 +28,12 @@ var ErrTicketLost = errTicketLost
 
 // TuneKey returns the store key of lane name's adaptive state.
 func (t *Tuner) TuneKey(name LaneName) string { return t.tuneKey(name) }
+
+// Skipping reports whether the gate's skip window is open.
+func (g *Gate) Skipping() bool { return g.skipping() }
+
+// FailStore opens the skip window, as a store error does.
+func (g *Gate) FailStore() { g.failStore() }
+
+// ResetSkip closes the skip window, as if the store had never failed.
+func (g *Gate) ResetSkip() { g.window().reset() }

@@ -11,6 +11,7 @@ import (
 
 	"github.com/capgate/capgate/internal/jsonenc"
 	"github.com/capgate/capgate/internal/loop"
+	"github.com/capgate/capgate/status"
 	"github.com/capgate/capgate/tune"
 )
 
@@ -40,9 +41,9 @@ type Tuner struct {
 	Sink   Sink          // receives the ocl_capacity_adaptive lines; nil: none
 	Logger *slog.Logger  // nil: slog.Default()
 	Now    func() time.Time
-	// Skip, when set, is the gate's skip window: while it is open the
-	// store is not used.
-	Skip *SkipWindow
+	// skipping, when set, reports whether the gate's skip window is open:
+	// while it is, the store is not used (NewTunerFor sets it).
+	skipping func() bool
 
 	mu    sync.Mutex
 	lanes [3]tuneLane // by index in adaptiveLanes; requires mu held
@@ -134,16 +135,10 @@ func (t *Tuner) Advised(cfg Config, name LaneName) (limit int, ok bool) {
 func (t *Tuner) inForce(cfg Config, name LaneName) (limit int, source string) {
 	static := staticLimit(cfg, name)
 	if adv, ok := t.Advised(cfg, name); ok && cfg.Adaptive.Lane(name).Mode == AdaptiveApply && static > 0 {
-		return adv, LimitAdaptive
+		return adv, status.LimitAdaptive
 	}
-	return static, LimitStatic
+	return static, status.LimitStatic
 }
-
-// Where a lane's limit in force comes from (Status.LimitSource).
-const (
-	LimitStatic   = "static"
-	LimitAdaptive = "adaptive"
-)
 
 // Apply returns cfg with the limits of the lanes in mode apply replaced
 // by their advised limits (the bulk limit follows api_heavy). A nil Tuner
@@ -152,13 +147,13 @@ func (t *Tuner) Apply(cfg Config) Config {
 	if t == nil || cfg.Adaptive == (Adaptive{}) {
 		return cfg
 	}
-	if l, src := t.inForce(cfg, LaneAPIHeavy); src == LimitAdaptive {
+	if l, src := t.inForce(cfg, LaneAPIHeavy); src == status.LimitAdaptive {
 		cfg.APIHeavy.Cluster = max(l, cfg.ReserveSingleRow)
 	}
-	if l, src := t.inForce(cfg, LaneTask); src == LimitAdaptive {
+	if l, src := t.inForce(cfg, LaneTask); src == status.LimitAdaptive {
 		cfg.APIHeavy.PerTask = l
 	}
-	if l, src := t.inForce(cfg, LaneES2KNN); src == LimitAdaptive {
+	if l, src := t.inForce(cfg, LaneES2KNN); src == status.LimitAdaptive {
 		cfg.ES2KNN = l
 	}
 	return cfg
@@ -226,7 +221,7 @@ func (t *Tuner) Step(ctx context.Context) error {
 			t.mu.Unlock()
 			continue
 		}
-		if t.Skip != nil && t.Skip.Skipping() {
+		if t.skipping != nil && t.skipping() {
 			return nil
 		}
 		if err := t.stepLane(ctx, cfg, name); err != nil && first == nil {
@@ -308,9 +303,9 @@ type adaptiveLine struct {
 func (t *Tuner) emit(cfg Config, name LaneName, prev int, s tune.State) {
 	set := cfg.Adaptive.Lane(name)
 	static := staticLimit(cfg, name)
-	limit, src := static, LimitStatic
+	limit, src := static, status.LimitStatic
 	if set.Mode == AdaptiveApply && static > 0 {
-		limit, src = s.Limit, LimitAdaptive
+		limit, src = s.Limit, status.LimitAdaptive
 	}
 	line := adaptiveLine{Event: AdaptiveEvent, Lane: name, Mode: set.Mode, Advised: s.Limit, Previous: prev,
 		Limit: limit, Source: src, Static: static, Min: set.Min, Max: set.Max, Reason: s.Reason, Step: s.Step,
@@ -339,15 +334,15 @@ func (g *Gate) NewTunerFor() (*Tuner, error) {
 		return nil, errNoTuneStore
 	}
 	t := NewTuner(ts, g.Source, Keys{Prefix: g.KeyPrefix, TaskID: g.TaskID})
-	t.Sink, t.Logger, t.Skip, t.Now = g.Sink, g.Logger, g.Skip, g.Now
+	t.Sink, t.Logger, t.skipping, t.Now = g.Sink, g.Logger, g.skipping, g.Now
 	return t, nil
 }
 
 // annotate sets the limit in force, the advised limit and the limit's
 // source of each adaptive lane in st, read under cfg (the static config).
 // The task lane is this gateway's.
-func (t *Tuner) annotate(cfg Config, st *Status) {
-	if t == nil || cfg.Adaptive == (Adaptive{}) || st.Store != StatusOK {
+func (t *Tuner) annotate(cfg Config, st *status.Snapshot) {
+	if t == nil || cfg.Adaptive == (Adaptive{}) || st.Store != status.OK {
 		return
 	}
 	mark := func(name LaneName, limit, advised *int, source *string) {
@@ -361,7 +356,7 @@ func (t *Tuner) annotate(cfg Config, st *Status) {
 	}
 	if h := st.APIHeavy; h != nil {
 		mark(LaneAPIHeavy, &h.Limit, &h.Advised, &h.LimitSource)
-		if h.LimitSource == LimitAdaptive {
+		if h.LimitSource == status.LimitAdaptive {
 			h.Limit = max(h.Limit, cfg.ReserveSingleRow)
 			h.BulkLimit = max(h.Limit-cfg.ReserveSingleRow, 0)
 		}
@@ -373,7 +368,7 @@ func (t *Tuner) annotate(cfg Config, st *Status) {
 		task := st.Tasks[t.Keys.TaskID]
 		mark(LaneTask, &task.Limit, &task.Advised, &task.LimitSource)
 		if st.Tasks == nil {
-			st.Tasks = map[string]LaneStatus{}
+			st.Tasks = map[string]status.Lane{}
 		}
 		st.Tasks[t.Keys.TaskID] = task
 	}

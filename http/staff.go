@@ -16,6 +16,7 @@ import (
 	"github.com/capgate/capgate/identity"
 	"github.com/capgate/capgate/internal/jsonenc"
 	"github.com/capgate/capgate/internal/jsontree"
+	"github.com/capgate/capgate/status"
 )
 
 // staffMaxBodyBytes is the largest request body the staff API reads (1 MiB).
@@ -30,7 +31,7 @@ const (
 // StatusReporter gives the live state of the lanes under a config; the
 // Gate implements it.
 type StatusReporter interface {
-	Status(ctx context.Context, cfg capgate.Config) capgate.Status
+	Status(ctx context.Context, cfg capgate.Config) status.Snapshot
 }
 
 // StaffHandler serves the staff API under /capacity/:

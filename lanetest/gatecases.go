@@ -3,6 +3,7 @@ package lanetest
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"net/http"
 	"reflect"
@@ -16,6 +17,7 @@ import (
 	"github.com/capgate/capgate"
 	capgatehttp "github.com/capgate/capgate/http"
 	"github.com/capgate/capgate/memory"
+	"github.com/capgate/capgate/status"
 )
 
 // RunGate runs the gate's scenarios (the original
@@ -392,8 +394,10 @@ func testGateLateAcquire(t *testing.T, e *Env) {
 	if m := e.Store.Members(t, e.Key(capgate.LaneAPIHeavy, "")); len(m) != 0 {
 		t.Fatalf("api_heavy holds %v after a late acquire", m)
 	}
-	if !e.Gate.Skip.Skipping() {
-		t.Fatal("a late acquire did not open the skip window")
+	// The skip window is open (by the gate's clock): the next call does
+	// not ask the store.
+	if b := e.Admit(Match("p", capgate.TierPreview)); !errors.Is(b.Err(), capgate.ErrSkipped) {
+		t.Fatalf("after a late acquire: next call's error %q, want %q (the skip window open)", b.Err(), capgate.ErrSkipped)
 	}
 }
 
@@ -477,30 +481,31 @@ func testStatus(t *testing.T, e *Env) {
 	e.Admit(Match("p", capgate.TierPreview))
 	e.Admit(Lexical("c", capgate.TierCore))
 	st := e.Gate.Status(context.Background(), e.Cfg.Config(context.Background()))
-	if st.Store != capgate.StatusOK {
+	if st.Store != status.OK {
 		t.Fatalf("status store = %q", st.Store)
 	}
-	if got := *st.APIHeavy; got != (capgate.APIHeavyStatus{InFlight: 2, Limit: 4, BulkLimit: 3}) {
+	if got := *st.APIHeavy; got != (status.APIHeavy{InFlight: 2, Limit: 4, BulkLimit: 3}) {
 		t.Fatalf("api_heavy = %+v", got)
 	}
-	if got := *st.ES2KNN; got != (capgate.LaneStatus{InFlight: 1, Limit: 3}) {
+	if got := *st.ES2KNN; got != (status.Lane{InFlight: 1, Limit: 3}) {
 		t.Fatalf("es2_knn = %+v", got)
 	}
-	if want := map[string]capgate.LaneStatus{"task-a": {InFlight: 2, Limit: 2}}; !reflect.DeepEqual(st.Tasks, want) {
+	if want := map[string]status.Lane{"task-a": {InFlight: 2, Limit: 2}}; !reflect.DeepEqual(st.Tasks, want) {
 		t.Fatalf("tasks = %v, want %v", st.Tasks, want)
 	}
-	if st.Tiers[capgate.TierPreview] != (capgate.LaneStatus{InFlight: 1, Limit: 2}) ||
-		st.Tiers[capgate.TierCore] != (capgate.LaneStatus{InFlight: 1, Limit: 4}) ||
+	if st.Tiers[string(capgate.TierPreview)] != (status.Lane{InFlight: 1, Limit: 2}) ||
+		st.Tiers[string(capgate.TierCore)] != (status.Lane{InFlight: 1, Limit: 4}) ||
 		len(st.Tiers) != 4 {
 		t.Fatalf("tiers = %v", st.Tiers)
 	}
-	if want := map[string]capgate.UserStatus{"p": {InFlight: 1}, "c": {InFlight: 1}}; !reflect.DeepEqual(st.Users, want) {
+	if want := map[string]status.User{"p": {InFlight: 1}, "c": {InFlight: 1}}; !reflect.DeepEqual(st.Users, want) {
 		t.Fatalf("users = %v, want %v", st.Users, want)
 	}
-	// Without a gate: the store, the keys and the config are enough.
-	keys := capgate.Keys{Prefix: e.Gate.KeyPrefix, TaskID: e.Gate.TaskID}
-	if got := capgate.ReadStatus(context.Background(), e.Gate.Store, keys, e.Cfg.Config(context.Background())); !reflect.DeepEqual(got, st) {
-		t.Fatalf("ReadStatus = %+v, want the gate's %+v", got, st)
+	// A gate built by hand over the same store and keys reads the same
+	// (the CLI's capacity status does that).
+	bare := &capgate.Gate{Store: e.Gate.Store, KeyPrefix: e.Gate.KeyPrefix, TaskID: "other"}
+	if got := bare.Status(context.Background(), e.Cfg.Config(context.Background())); !reflect.DeepEqual(got, st) {
+		t.Fatalf("a bare gate's Status = %+v, want the gate's %+v", got, st)
 	}
 }
 
@@ -519,7 +524,7 @@ func testConcurrentLimit(t *testing.T, e *Env) {
 	// A store may shed load under 64 callers (the Redis store's bounded
 	// queue fails at once when full): such calls are unavailable, which is
 	// fine here, and must not close the gate to the rest for 15 s.
-	e.Gate.Skip = nil
+	e.Gate.SkipFor = 0
 	var holders, peak, admitted, unavailable atomic.Int64
 	var wg sync.WaitGroup
 	for w := range workers {
