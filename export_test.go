@@ -37,3 +37,9 @@ func (g *Gate) FailStore() { g.failStore() }
 
 // ResetSkip closes the skip window, as if the store had never failed.
 func (g *Gate) ResetSkip() { g.window().reset() }
+
+// Record is the log line of one gated call (record).
+type Record = record
+
+// Record returns the call's log record.
+func (a *Admission) Record() Record { return a.record() }

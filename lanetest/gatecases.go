@@ -76,9 +76,22 @@ func wantDecision(t *testing.T, a *capgate.Admission, want capgate.Decision) {
 	}
 }
 
-func wantFull(t *testing.T, a *capgate.Admission, want ...string) {
+// wantFull releases a (a refused call: its lanes hold nothing) and checks
+// the full lanes its log line names.
+func wantFull(t *testing.T, e *Env, a *capgate.Admission, want ...string) {
 	t.Helper()
-	if got := Full(a); !slices.Equal(got, want) {
+	a.Release(context.Background())
+	lines := e.Sink.All(t)
+	if len(lines) == 0 {
+		t.Fatal("no log line")
+	}
+	var got []string
+	if full, ok := lines[len(lines)-1]["full"].([]any); ok {
+		for _, f := range full {
+			got = append(got, fmt.Sprint(f))
+		}
+	}
+	if !slices.Equal(got, want) {
 		t.Fatalf("full = %v, want %v", got, want)
 	}
 }
@@ -128,7 +141,7 @@ func testSingleRowReserve(t *testing.T, e *Env) {
 	}
 	bulk2 := e.Admit(Match("c2", capgate.TierCore))
 	wantDecision(t, bulk2, capgate.DecisionRefused)
-	wantFull(t, bulk2, "api_heavy")
+	wantFull(t, e, bulk2, "api_heavy")
 
 	single := Match("c3", capgate.TierCore)
 	single.Rows = 1
@@ -149,7 +162,7 @@ func testPerTaskLanes(t *testing.T, e *Env) {
 	wantDecision(t, e.Admit(Match("c1", capgate.TierCore)), capgate.DecisionAdmitted)
 	second := e.Admit(Match("c2", capgate.TierCore))
 	wantDecision(t, second, capgate.DecisionRefused)
-	wantFull(t, second, "api_heavy_task")
+	wantFull(t, e, second, "api_heavy_task")
 	onB := e.AdmitOn(e.TaskGate("task-b"), Match("c3", capgate.TierCore))
 	wantDecision(t, onB, capgate.DecisionAdmitted)
 	if got := LaneCounts(onB)["api_heavy"]; got != 2 {
@@ -168,7 +181,7 @@ func testTierCeilings(t *testing.T, e *Env) {
 	wantDecision(t, e.Admit(Match("p2", capgate.TierPreview)), capgate.DecisionAdmitted)
 	third := e.Admit(Match("p3", capgate.TierPreview))
 	wantDecision(t, third, capgate.DecisionRefused)
-	wantFull(t, third, "tier")
+	wantFull(t, e, third, "tier")
 	if got := LaneCounts(third)["tier"]; got != 2 {
 		t.Fatalf("refused call's tier count = %d, want 2 (it doesn't count itself)", got)
 	}
@@ -188,7 +201,7 @@ func testES2KNNOnlySemantic(t *testing.T, e *Env) {
 	}
 	second := e.Admit(Match("c2", capgate.TierCore))
 	wantDecision(t, second, capgate.DecisionRefused)
-	wantFull(t, second, "es2_knn")
+	wantFull(t, e, second, "es2_knn")
 	lex := e.Admit(Lexical("c3", capgate.TierCore))
 	wantDecision(t, lex, capgate.DecisionAdmitted)
 	if _, ok := LaneLimits(lex)["es2_knn"]; ok {
@@ -203,7 +216,7 @@ func testShadowNeverRefuses(t *testing.T, e *Env) {
 	if !a.Holding() || a.Refused() {
 		t.Fatalf("shadow-refused call: holding %v refused %v, want true false", a.Holding(), a.Refused())
 	}
-	wantFull(t, a, "user")
+	wantFull(t, e, a, "user")
 	if got := LaneCounts(a)["user"]; got != 2 {
 		t.Fatalf("user count = %d, want 2", got)
 	}
@@ -281,7 +294,7 @@ func testPausedTier(t *testing.T, e *Env) {
 	e.Enforce(func(c *capgate.Config) { c.Tiers.Preview = 0 })
 	a := e.Admit(Match("p", capgate.TierPreview))
 	wantDecision(t, a, capgate.DecisionRefused)
-	wantFull(t, a, "tier")
+	wantFull(t, e, a, "tier")
 	if s, _ := a.RetryAfter(); s != 120 {
 		t.Fatalf("retry after = %d, want 120", s)
 	}
@@ -303,7 +316,7 @@ func testPausedScope(t *testing.T, e *Env) {
 	wantDecision(t, e.Admit(Match("c", capgate.TierCore)), capgate.DecisionAdmitted)
 	a := e.Admit(Match("p", capgate.TierPreview))
 	wantDecision(t, a, capgate.DecisionRefused)
-	wantFull(t, a, "api_heavy", "tier")
+	wantFull(t, e, a, "api_heavy", "tier")
 	if got := a.Scope(); got != capgate.LaneTier {
 		t.Fatalf("scope = %q, want tier (a paused lane wins)", got)
 	}
