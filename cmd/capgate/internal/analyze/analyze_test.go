@@ -38,8 +38,6 @@ type call struct {
 	degraded     bool
 }
 
-func ip(n int) *int { return &n }
-
 // line encodes c as the gate writes an ocl_capacity line: the fields in
 // the documented order, unset ones left out, the lanes' fields named by
 // capgate.LaneName.LogFields. (The lines of the real gate reach analyze in
