@@ -13,9 +13,9 @@ import (
 )
 
 // ErrSkipped is the error of a call decided without the lane store
-// because the store failed recently (SkipWindow). Its text, and that of
-// errReleaseSkipped, is what the log line has always said, whatever the
-// lane store; log readers match it.
+// because the store failed recently (the skip window, Gate.SkipFor). Its
+// text, and that of errReleaseSkipped, is what the log line has always
+// said, whatever the lane store; log readers match it.
 var ErrSkipped = errors.New("skipped: Redis failed recently")
 
 // errReleaseSkipped is the error of a call whose release skipped the store.
@@ -362,7 +362,7 @@ func (a *Admission) releaseLeases(ctx context.Context) {
 
 func (a *Admission) emit() {
 	defer func() { _ = recover() }() // a failing log line never fails the call
-	rec := a.Record()
+	rec := a.record()
 	line := rec.AppendJSON(make([]byte, 0, 768)) // a gateway's usual line is 450–600 bytes
 	if h := a.g.hooks; h != nil && h.emit != nil {
 		_ = h.emit(line)
@@ -455,10 +455,10 @@ func (a *Admission) lane(name LaneName) int {
 	return -1
 }
 
-// Record returns the call's log record. Its timestamp and held_ms are set
+// record returns the call's log record. Its timestamp and held_ms are set
 // once the call is released.
-func (a *Admission) Record() Record {
-	r := Record{
+func (a *Admission) record() record {
+	r := record{
 		Decision:       a.decision,
 		Mode:           a.cfg.Mode,
 		Enforced:       a.enforced,
@@ -530,7 +530,7 @@ func (a *Admission) Record() Record {
 	return r
 }
 
-// recordValues holds what a Record's pointer fields and Full point to.
+// recordValues holds what a record's pointer fields and Full point to.
 type recordValues struct {
 	limits                [planLanes]int
 	suggested, retryAfter int

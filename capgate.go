@@ -12,8 +12,9 @@
 //
 // The root package is the domain. It holds the config model, the lane plan,
 // the decisions and the Gate that admits one heavy call; it imports the
-// standard library, the pure tune package (the adaptive limits' algorithm)
-// and the module's small internal/ helpers (JSON, random
+// standard library, the pure tune package (the adaptive limits' algorithm),
+// the status package (the lanes' live state it reports) and the module's
+// small internal/ helpers (JSON, random
 // ids, a timer loop, truncation), nothing else. Lane stores (memory, redis),
 // config stores (sqlite, postgres), the log sink and HTTP adapters live in
 // subpackages and talk to each other only through the types and interfaces

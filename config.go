@@ -54,8 +54,8 @@ type TierLimits struct {
 	Preview     int `json:"preview"`
 }
 
-// Of returns the number for tier t; an unknown tier gets the preview number.
-func (l TierLimits) Of(t Tier) int {
+// of returns the number for tier t; an unknown tier gets the preview number.
+func (l TierLimits) of(t Tier) int {
 	switch t {
 	case TierStaff:
 		return l.Staff
@@ -94,9 +94,9 @@ type Wait struct {
 // covers a queue of about 20 calls. 200 waiters in all bounds the store's
 // grant pass; 20 per user keeps one user's burst from filling it.
 const (
-	DefaultWaitMaxSeconds        = 20
-	DefaultWaitMaxWaiting        = 200
-	DefaultWaitMaxWaitingPerUser = 20
+	defaultWaitMaxSeconds        = 20
+	defaultWaitMaxWaiting        = 200
+	defaultWaitMaxWaitingPerUser = 20
 )
 
 // DefaultConfig returns the built-in config with the given boot mode; an
@@ -117,20 +117,20 @@ func DefaultConfig(mode Mode) Config {
 		RenewSeconds:     20,
 		MaxHoldSeconds:   900,
 		RetryAfter:       RetryAfter{Policy: PolicyAdaptive, Base: 5, Max: 30, Paused: 120},
-		Wait: Wait{MaxSeconds: DefaultWaitMaxSeconds, MaxWaiting: DefaultWaitMaxWaiting,
-			MaxWaitingPerUser: DefaultWaitMaxWaitingPerUser},
-		Unidentified: DefaultUnidentified,
+		Wait: Wait{MaxSeconds: defaultWaitMaxSeconds, MaxWaiting: defaultWaitMaxWaiting,
+			MaxWaitingPerUser: defaultWaitMaxWaitingPerUser},
+		Unidentified: defaultUnidentified,
 	}
 }
 
-// BulkLimit is the api_heavy limit of every call but a single-row $match:
+// bulkLimit is the api_heavy limit of every call but a single-row $match:
 // max(cluster − reserve_single_row, 0).
-func (c Config) BulkLimit() int {
+func (c Config) bulkLimit() int {
 	return max(c.APIHeavy.Cluster-c.ReserveSingleRow, 0)
 }
 
-// MaxWaitSeconds is the largest wait.max_seconds.
-const MaxWaitSeconds = 300
+// maxWaitSeconds is the largest wait.max_seconds.
+const maxWaitSeconds = 300
 
 // maxNumber is the largest number a config accepts; the smallest is 0.
 const maxNumber = 100000
@@ -297,8 +297,8 @@ func checkCross(c Config) []string {
 	if ra.Base < 1 || ra.Paused < 1 || ra.Max < ra.Base {
 		errs = append(errs, `"retry_after" needs "base" and "paused" of at least 1, and "max" of at least "base".`)
 	}
-	if c.Wait.MaxSeconds > MaxWaitSeconds {
-		errs = append(errs, fmt.Sprintf(`"wait.max_seconds" must be at most %d.`, MaxWaitSeconds))
+	if c.Wait.MaxSeconds > maxWaitSeconds {
+		errs = append(errs, fmt.Sprintf(`"wait.max_seconds" must be at most %d.`, maxWaitSeconds))
 	}
 	if c.Wait.MaxWaitingPerUser > c.Wait.MaxWaiting {
 		errs = append(errs, `"wait.max_waiting_per_user" can't be more than "wait.max_waiting".`)

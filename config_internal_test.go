@@ -148,8 +148,8 @@ func configProblems(c Config) []string {
 		"wait.max_waiting": c.Wait.MaxWaiting, "wait.max_waiting_per_user": c.Wait.MaxWaitingPerUser,
 	}
 	for _, tier := range AllTiers() {
-		numbers["tiers."+string(tier)] = c.Tiers.Of(tier)
-		numbers["per_user."+string(tier)] = c.PerUser.Of(tier)
+		numbers["tiers."+string(tier)] = c.Tiers.of(tier)
+		numbers["per_user."+string(tier)] = c.PerUser.of(tier)
 	}
 	for name, n := range numbers {
 		if n < 0 || n > 100000 {

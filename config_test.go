@@ -30,9 +30,6 @@ func TestDefaultConfig(t *testing.T) {
 	if _, _, err := got.Apply(nil); err != nil {
 		t.Fatalf("the defaults are invalid: %v", err)
 	}
-	if got.BulkLimit() != 3 {
-		t.Fatalf("BulkLimit = %d, want 3", got.BulkLimit())
-	}
 }
 
 func TestDefaultConfigMode(t *testing.T) {

@@ -233,17 +233,17 @@ func TestABusyStoreIsNotAFailure(t *testing.T) {
 	e.failAcquires(busy)
 	a := e.gate.Admit(ctx, lanetest.Match("p", capgate.TierPreview))
 	a.Release(ctx)
-	if a.Decision() != capgate.DecisionUnavailable || e.gate.Skip.Skipping() {
-		t.Fatalf("shadow: decision %q, skipping %v", a.Decision(), e.gate.Skip.Skipping())
+	if a.Decision() != capgate.DecisionUnavailable || e.gate.Skipping() {
+		t.Fatalf("shadow: decision %q, skipping %v", a.Decision(), e.gate.Skipping())
 	}
 	enforce(e, nil)
 	b := e.gate.Admit(ctx, lanetest.Match("p", capgate.TierPreview))
 	b.Release(ctx)
 	h := http.Header{}
 	capgatehttp.SetHeaders(h, b)
-	if b.Decision() != capgate.DecisionRefused || b.Scope() != capgate.LaneTask || h.Get("Retry-After") != "5" || e.gate.Skip.Skipping() {
+	if b.Decision() != capgate.DecisionRefused || b.Scope() != capgate.LaneTask || h.Get("Retry-After") != "5" || e.gate.Skipping() {
 		t.Fatalf("enforced: decision %q scope %q Retry-After %q skipping %v; want refused on api_heavy_task after 5 s",
-			b.Decision(), b.Scope(), h.Get("Retry-After"), e.gate.Skip.Skipping())
+			b.Decision(), b.Scope(), h.Get("Retry-After"), e.gate.Skipping())
 	}
 	if got := string(capgatehttp.RefusalBody(b)); got != `{"detail":"Matching is busy. Please retry in 5 seconds.","error_code":"capacity_exceeded","scope":"api_heavy_task","paused":false,"retry_after":5}` {
 		t.Fatalf("refusal body %s", got)
@@ -254,8 +254,8 @@ func TestABusyStoreIsNotAFailure(t *testing.T) {
 	e.failAcquires(busy)
 	c := e.gate.Admit(ctx, lanetest.Match("p", capgate.TierPreview))
 	c.Release(ctx)
-	if c.Decision() != capgate.DecisionUnavailable || !c.Degraded() || e.gate.Skip.Skipping() {
-		t.Fatalf("with local lanes: decision %q degraded %v skipping %v", c.Decision(), c.Degraded(), e.gate.Skip.Skipping())
+	if c.Decision() != capgate.DecisionUnavailable || !c.Degraded() || e.gate.Skipping() {
+		t.Fatalf("with local lanes: decision %q degraded %v skipping %v", c.Decision(), c.Degraded(), e.gate.Skipping())
 	}
 }
 
@@ -296,8 +296,8 @@ func TestFailedReleaseIsRetried(t *testing.T) {
 		ctx := context.Background()
 		a := e.gate.Admit(ctx, lanetest.Match("p", capgate.TierPreview))
 		a.Release(ctx)
-		if n := e.userLane(t, "p"); n != 1 || e.gate.Skip.Skipping() {
-			t.Fatalf("after a busy release: user lane %d skipping %v", n, e.gate.Skip.Skipping())
+		if n := e.userLane(t, "p"); n != 1 || e.gate.Skipping() {
+			t.Fatalf("after a busy release: user lane %d skipping %v", n, e.gate.Skipping())
 		}
 		time.Sleep(5 * time.Second)
 		synctest.Wait()

@@ -31,3 +31,18 @@ var ErrTicketLost = errTicketLost
 
 // TuneKey returns the store key of the adaptive state of g's lane name.
 func TuneKey(g *Gate, name LaneName) string { return g.keys().tuneKey(name) }
+
+// Skipping reports whether the gate's skip window is open.
+func (g *Gate) Skipping() bool { return g.skipping() }
+
+// FailStore opens the skip window, as a store error does.
+func (g *Gate) FailStore() { g.failStore() }
+
+// ResetSkip closes the skip window, as if the store had never failed.
+func (g *Gate) ResetSkip() { g.window().reset() }
+
+// Record is the log line of one gated call (record).
+type Record = record
+
+// Record returns the call's log record.
+func (a *Admission) Record() Record { return a.record() }

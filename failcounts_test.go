@@ -100,7 +100,7 @@ func TestRecoveredStoreCountsDegradedCallsBeforeDeciding(t *testing.T) {
 			t.Fatalf("during the stall: degraded %v counted %v decision %q", first.Degraded(), first.Counted(), first.Decision())
 		}
 		s.stalled.Store(false)
-		e.gate.Skip.Reset() // the window closes between two loop rounds
+		e.gate.ResetSkip() // the window closes between two loop rounds
 		ch := e.admitAsync(t.Context(), lanetest.Match("u", capgate.TierPreview))
 		synctest.Wait()
 		select {

@@ -29,11 +29,11 @@ const DefaultStoreDeadline = time.Second
 //
 // A Gate is configured through its fields, as client.Transport is; set
 // them before first use. Each field's comment says what its zero value
-// does. NewGate fills in the required ones and gives the gate a skip
-// window, hold history and, when the store is a tune.Store, the state of
-// the adaptive limits (which RunAdaptive steps); a Gate built by hand
-// without them never skips the store, uses the prior Retry-After spacing
-// and keeps the static limits.
+// does. NewGate fills in the required ones, SkipFor, the hold history and,
+// when the store is a tune.Store, the state of the adaptive limits (which
+// RunAdaptive steps); a Gate built by hand without them never skips the
+// store, uses the prior Retry-After spacing and keeps the static limits.
+// ForTask derives the gate of another API task in the same process.
 type Gate struct {
 	Store  LaneStore    // required; its Deadline method, if any, bounds the gate's waits on it
 	Source ConfigSource // required: the config in force (a config.Service, a FixedConfig)
@@ -46,10 +46,11 @@ type Gate struct {
 	// sets the store's own (StoreKeyPrefix: a Redis Cluster's is
 	// hash-tagged), else DefaultKeyPrefix.
 	KeyPrefix string
-	// Skip is the per-process window during which the store is not used
-	// after it failed; nil: the store is never skipped. NewGate sets one
-	// of DefaultSkipDuration.
-	Skip *SkipWindow
+	// SkipFor is how long the store is skipped after it failed (the skip
+	// window, by the gate's clock); 0: the store is never skipped. NewGate
+	// sets DefaultSkipDuration. The window is per process: gates derived
+	// with ForTask share this gate's.
+	SkipFor time.Duration
 	// Now is the gateway's clock (for held_ms and not-after); nil: time.Now.
 	Now func() time.Time
 	// Logger gets the gate's own warnings; nil: slog.Default().
@@ -72,6 +73,10 @@ type Gate struct {
 	// Retry-After (hints.go); nil (a Gate built without NewGate): no
 	// history, the prior applies.
 	holds *holdTimes
+	// skip is the skip window shared with the gate this one was derived
+	// from (ForTask); nil: ownSkip (skip.go).
+	skip    *skipWindow
+	ownSkip skipWindow
 
 	bg    background // release retries and the gateway count (background.go)
 	hooks *gateHooks // fault injection for tests; nil in production
@@ -106,12 +111,32 @@ func NewGate(store LaneStore, cfg ConfigSource, sink Sink, taskID string) (*Gate
 		Sink:      sink,
 		TaskID:    taskID,
 		KeyPrefix: prefix,
-		Skip:      NewSkipWindow(DefaultSkipDuration, nil),
+		SkipFor:   DefaultSkipDuration,
 		Now:       time.Now,
 		Logger:    slog.Default(),
 		holds:     &holdTimes{},
 		tuner:     newTuner(store),
 	}, nil
+}
+
+// ForTask returns a gate for API task taskID that shares g's process
+// state: the store, config, sink, key prefix, clock, logger, observer,
+// local lanes and skip window (a store failure seen by one skips it for
+// all) and the adaptive limits (g's RunAdaptive steps them for both).
+// Its renewals, background releases and hold history are its own. Close
+// it as any gate. It refuses an empty taskID, as NewGate does.
+func (g *Gate) ForTask(taskID string) (*Gate, error) {
+	t, err := NewGate(g.Store, g.Source, g.Sink, taskID)
+	if err != nil {
+		return nil, err
+	}
+	t.KeyPrefix, t.SkipFor, t.skip = g.KeyPrefix, g.SkipFor, g.window()
+	t.Now, t.Logger, t.Observer, t.Local = g.Now, g.Logger, g.Observer, g.Local
+	// One adaptive state per process, as one skip window: the task's calls
+	// feed g's windows and take g's advised limits (the task lane's is g's
+	// task's, a per-gateway limit), and g.RunAdaptive steps them all.
+	t.tuner = g.tuner
+	return t, nil
 }
 
 // Observer is told what the gate does, for metrics. Its methods must be
@@ -159,8 +184,6 @@ func (g *Gate) storeDeadline() time.Duration {
 
 func (g *Gate) keys() Keys { return Keys{Prefix: g.KeyPrefix, TaskID: g.TaskID, cache: &g.keyCache} }
 
-func (g *Gate) skipping() bool { return g.Skip != nil && g.Skip.Skipping() }
-
 // storeFailed opens the skip window after a store error. A store that
 // is merely busy (its bounded queue is full) fails that one call at once
 // but does not open the window: that is back-pressure from this process's
@@ -168,8 +191,8 @@ func (g *Gate) skipping() bool { return g.Skip != nil && g.Skip.Skipping() }
 // gate off for every call for 15 s. A store that is really stuck opens it
 // through the deadlines of the operations in flight.
 func (g *Gate) storeFailed(op string, err error) {
-	if g.Skip != nil && !errors.Is(err, ErrBusy) {
-		g.Skip.Fail()
+	if !errors.Is(err, ErrBusy) {
+		g.failStore()
 	}
 	if g.Observer != nil {
 		g.Observer.StoreError(op, err)

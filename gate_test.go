@@ -88,7 +88,7 @@ func TestStoreFailureFailsOpenAndSkipsTheStore(t *testing.T) {
 	if fmt.Sprint(a.Err()) != errRefused.Error() {
 		t.Fatalf("error = %q, want %q", a.Err(), errRefused)
 	}
-	if !e.gate.Skip.Skipping() {
+	if !e.gate.Skipping() {
 		t.Fatal("a store error did not open the skip window")
 	}
 	a.Release(ctx)
@@ -110,10 +110,61 @@ func TestStoreFailureFailsOpenAndSkipsTheStore(t *testing.T) {
 	}
 	b.Release(ctx)
 
-	e.gate.Skip.Reset()
+	e.gate.ResetSkip()
 	e.gate.Admit(ctx, lanetest.Match("p", capgate.TierPreview)).Release(ctx)
 	if n := e.acquires.Load(); n != 2 {
 		t.Fatalf("after the window the store was not tried again: %d acquires", n)
+	}
+}
+
+// The skip window is per process: a gate derived with ForTask shares it,
+// by the gate's clock, and a gate with no SkipFor never skips the store.
+func TestForTaskSharesTheSkipWindow(t *testing.T) {
+	e := newFaultEnv(t)
+	clock := mock.NewClock(time.Now()) // near the store's clock: a call's acquire must not look late
+	e.gate.Now = clock.Now
+	if _, err := e.gate.ForTask(""); err == nil {
+		t.Fatal("ForTask(\"\") gave a gate; want an error")
+	}
+	other, err := e.gate.ForTask("task-b")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = other.Close(context.Background()) })
+	if other.TaskID != "task-b" || other.KeyPrefix != e.gate.KeyPrefix || other.SkipFor != capgate.DefaultSkipDuration {
+		t.Fatalf("derived gate: task %q prefix %q skip for %v", other.TaskID, other.KeyPrefix, other.SkipFor)
+	}
+	failing := true
+	e.store.AcquireFn = func(ctx context.Context, req capgate.AcquireRequest, counts []int) (bool, error) {
+		e.acquires.Add(1)
+		if failing {
+			return false, errRefused
+		}
+		return e.mem.Acquire(ctx, req, counts)
+	}
+	ctx := context.Background()
+	other.Admit(ctx, lanetest.Match("p", capgate.TierPreview)).Release(ctx)
+	a := e.gate.Admit(ctx, lanetest.Match("p", capgate.TierPreview))
+	a.Release(ctx)
+	if !errors.Is(a.Err(), capgate.ErrSkipped) || e.acquires.Load() != 1 {
+		t.Fatalf("after the derived gate's store error: error %q, %d acquires; want skipped, 1", a.Err(), e.acquires.Load())
+	}
+	clock.Advance(capgate.DefaultSkipDuration)
+	failing = false
+	b := other.Admit(ctx, lanetest.Match("p", capgate.TierPreview))
+	b.Release(ctx)
+	if b.Decision() != capgate.DecisionAdmitted || e.acquires.Load() != 2 {
+		t.Fatalf("after the window: decision %q (%v), %d acquires; want admitted, 2", b.Decision(), b.Err(), e.acquires.Load())
+	}
+
+	failing = true
+	bare := &capgate.Gate{Store: e.store, Source: e.cfg, TaskID: "task-c"}
+	t.Cleanup(func() { _ = bare.Close(context.Background()) })
+	for range 2 {
+		bare.Admit(ctx, lanetest.Match("p", capgate.TierPreview)).Release(ctx)
+	}
+	if n := e.acquires.Load(); n != 4 {
+		t.Fatalf("a gate with no SkipFor: %d acquires, want 4 (the store never skipped)", n)
 	}
 }
 
@@ -142,7 +193,7 @@ func TestFailedReleaseIsLoggedNotRaised(t *testing.T) {
 	if len(lines) != 1 || lines[0]["error"] != "gone" || lines[0]["decision"] != "admitted" {
 		t.Fatalf("log line = %v, want decision admitted and error gone", lines)
 	}
-	if !e.gate.Skip.Skipping() {
+	if !e.gate.Skipping() {
 		t.Fatal("a failed release did not open the skip window")
 	}
 }
@@ -154,7 +205,7 @@ func TestReleaseSkipsTheStoreInsideTheWindow(t *testing.T) {
 		e := newFaultEnv(t)
 		ctx := context.Background()
 		a := e.gate.Admit(ctx, lanetest.Match("p", capgate.TierPreview))
-		e.gate.Skip.Fail()
+		e.gate.FailStore()
 		a.Release(ctx)
 		if n := e.releases.Load(); n != 0 {
 			t.Fatalf("release called the store %d times inside the skip window", n)
@@ -228,7 +279,7 @@ func TestUnexpectedErrorFailsOpenWithoutTheSkipWindow(t *testing.T) {
 	if a.Decision() != capgate.DecisionUnavailable || fmt.Sprint(a.Err()) != `unknown tier "gold"` {
 		t.Fatalf("decision %q error %q", a.Decision(), a.Err())
 	}
-	if e.gate.Skip.Skipping() {
+	if e.gate.Skipping() {
 		t.Fatal("a non-store error opened the skip window")
 	}
 	if lines := e.lines.All(t); len(lines) != 1 || lines[0]["decision"] != "unavailable" {
@@ -382,8 +433,8 @@ func TestRenewalErrorOpensTheWindow(t *testing.T) {
 		defer a.Release(ctx)
 		time.Sleep(21 * time.Second)
 		synctest.Wait()
-		if fmt.Sprint(a.Err()) != "slow" || !e.gate.Skip.Skipping() || a.Decision() != capgate.DecisionAdmitted {
-			t.Fatalf("after a failed renewal: error %q, skipping %v, decision %q", a.Err(), e.gate.Skip.Skipping(), a.Decision())
+		if fmt.Sprint(a.Err()) != "slow" || !e.gate.Skipping() || a.Decision() != capgate.DecisionAdmitted {
+			t.Fatalf("after a failed renewal: error %q, skipping %v, decision %q", a.Err(), e.gate.Skipping(), a.Decision())
 		}
 	})
 }
@@ -395,7 +446,7 @@ func TestRenewalSkipsTheStoreInsideTheWindow(t *testing.T) {
 		a := e.gate.Admit(ctx, lanetest.Match("p", capgate.TierPreview))
 		defer a.Release(ctx)
 		time.Sleep(19 * time.Second)
-		e.gate.Skip.Fail() // the store failed for someone else: skip until 34 s
+		e.gate.FailStore() // the store failed for someone else: skip until 34 s
 		time.Sleep(2 * time.Second)
 		synctest.Wait()
 		if n := e.renews.Load(); n != 0 {
@@ -445,8 +496,8 @@ func TestClientAbortIsNotAStoreFailure(t *testing.T) {
 	cancel()
 	a := e.gate.Admit(ctx, lanetest.Match("p", capgate.TierPreview))
 	a.Release(ctx)
-	if a.Decision() != capgate.DecisionUnavailable || e.acquires.Load() != 0 || e.gate.Skip.Skipping() {
-		t.Fatalf("gone before acquire: decision %q, acquires %d, skipping %v", a.Decision(), e.acquires.Load(), e.gate.Skip.Skipping())
+	if a.Decision() != capgate.DecisionUnavailable || e.acquires.Load() != 0 || e.gate.Skipping() {
+		t.Fatalf("gone before acquire: decision %q, acquires %d, skipping %v", a.Decision(), e.acquires.Load(), e.gate.Skipping())
 	}
 
 	// Gone while the store had not yet sent the acquire: the store takes
@@ -461,8 +512,8 @@ func TestClientAbortIsNotAStoreFailure(t *testing.T) {
 		return e.mem.Acquire(actx, req, counts)
 	}
 	b := e.gate.Admit(ctx, lanetest.Match("p", capgate.TierPreview))
-	if b.Decision() != capgate.DecisionUnavailable || b.Holding() || e.gate.Skip.Skipping() {
-		t.Fatalf("gone during acquire: decision %q (%s), holding %v, skipping %v", b.Decision(), b.Err(), b.Holding(), e.gate.Skip.Skipping())
+	if b.Decision() != capgate.DecisionUnavailable || b.Holding() || e.gate.Skipping() {
+		t.Fatalf("gone during acquire: decision %q (%s), holding %v, skipping %v", b.Decision(), b.Err(), b.Holding(), e.gate.Skipping())
 	}
 	b.Release(ctx)
 	if n := e.userLane(t, "p"); n != 0 {
@@ -494,8 +545,8 @@ func TestABusyStoreFailsOneCallWithoutTheSkipWindow(t *testing.T) {
 	}
 	a := e.gate.Admit(context.Background(), lanetest.Match("p", capgate.TierPreview))
 	a.Release(context.Background())
-	if a.Decision() != capgate.DecisionUnavailable || e.gate.Skip.Skipping() {
-		t.Fatalf("decision %q, skipping %v: busy must fail one call, not open the window", a.Decision(), e.gate.Skip.Skipping())
+	if a.Decision() != capgate.DecisionUnavailable || e.gate.Skipping() {
+		t.Fatalf("decision %q, skipping %v: busy must fail one call, not open the window", a.Decision(), e.gate.Skipping())
 	}
 }
 

@@ -97,16 +97,13 @@ func (k Keys) Lane(name LaneName, id string) string {
 // es2_knn, tier and user.
 const planLanes = 5
 
-// Plan returns the lanes of call under cfg, in lane order: api_heavy (the
-// cluster limit for a single-row $match, else the bulk limit), the task
-// lane, es2_knn for semantic calls, the tier lane and the user lane.
-func (k Keys) Plan(cfg Config, call Call) []Lane {
-	return k.AppendPlan(make([]Lane, 0, planLanes), cfg, call)
-}
-
-// AppendPlan is Plan appending to lanes, so a hot path can reuse a buffer.
+// AppendPlan appends the lanes of call under cfg to lanes, in lane order:
+// api_heavy (the cluster limit for a single-row $match, else the bulk
+// limit), the task lane, es2_knn for semantic calls, the tier lane and the
+// user lane. Appending lets a hot path reuse a buffer (the gate's is in
+// the Admission).
 func (k Keys) AppendPlan(lanes []Lane, cfg Config, call Call) []Lane {
-	limit := cfg.BulkLimit()
+	limit := cfg.bulkLimit()
 	if call.SingleRow() {
 		limit = cfg.APIHeavy.Cluster
 	}
@@ -125,7 +122,7 @@ func (k Keys) AppendPlan(lanes []Lane, cfg Config, call Call) []Lane {
 		lanes = append(lanes, Lane{LaneES2KNN, c.knn, cfg.ES2KNN})
 	}
 	return append(lanes,
-		Lane{LaneTier, c.tierKey(k, call.Tier), cfg.Tiers.Of(call.Tier)},
-		Lane{LaneUser, k.Lane(LaneUser, call.UserID), cfg.PerUser.Of(call.Tier)},
+		Lane{LaneTier, c.tierKey(k, call.Tier), cfg.Tiers.of(call.Tier)},
+		Lane{LaneUser, k.Lane(LaneUser, call.UserID), cfg.PerUser.of(call.Tier)},
 	)
 }

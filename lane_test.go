@@ -18,13 +18,13 @@ func TestPlan(t *testing.T) {
 		{Name: "tier", Key: "ocl:capacity:tier:early_access", Limit: 3},
 		{Name: "user", Key: "ocl:capacity:user:42", Limit: 2},
 	}
-	if got := k.Plan(cfg, bulk); !reflect.DeepEqual(got, want) {
+	if got := k.AppendPlan(nil, cfg, bulk); !reflect.DeepEqual(got, want) {
 		t.Fatalf("plan = %+v\nwant %+v", got, want)
 	}
 
 	single := bulk
 	single.Rows, single.Semantic = 1, false
-	got := k.Plan(cfg, single)
+	got := k.AppendPlan(nil, cfg, single)
 	if len(got) != 4 || got[0].Limit != 4 || got[2].Name != capgate.LaneTier {
 		t.Fatalf("single-row lexical plan = %+v, want 4 lanes, api_heavy limit 4, no es2_knn", got)
 	}
@@ -32,11 +32,11 @@ func TestPlan(t *testing.T) {
 	if rerank.SingleRow() {
 		t.Fatal("a one-row $rerank is single-row")
 	}
-	if got := k.Plan(cfg, rerank)[0].Limit; got != 3 {
+	if got := k.AppendPlan(nil, cfg, rerank)[0].Limit; got != 3 {
 		t.Fatalf("one-row $rerank api_heavy limit = %d, want the bulk limit 3", got)
 	}
 	cfg.ReserveSingleRow = 5 // more than the cluster: the bulk limit stops at 0
-	if got := k.Plan(cfg, bulk)[0].Limit; got != 0 {
+	if got := k.AppendPlan(nil, cfg, bulk)[0].Limit; got != 0 {
 		t.Fatalf("bulk limit = %d, want 0", got)
 	}
 }

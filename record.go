@@ -6,10 +6,10 @@ import (
 	"unicode/utf8"
 )
 
-// Record is the log line of one gated call. Zero or unset
+// record is the log line of one gated call. Zero or unset
 // values are left out of the line; the pointer fields distinguish "0" from
 // "unknown".
-type Record struct {
+type record struct {
 	Decision       Decision
 	Mode           Mode
 	Enforced       bool
@@ -50,7 +50,7 @@ type Record struct {
 
 // AppendJSON appends the record as one compact JSON object, fields in the
 // documented order, nulls and empty strings left out.
-func (r *Record) AppendJSON(b []byte) []byte {
+func (r *record) AppendJSON(b []byte) []byte {
 	b = append(b, `{"event":"ocl_capacity"`...)
 	b = appendStr(b, "decision", string(r.Decision))
 	b = appendStr(b, "mode", string(r.Mode))
@@ -108,7 +108,7 @@ func (r *Record) AppendJSON(b []byte) []byte {
 	return append(b, '}')
 }
 
-// laneField is one lane's count and limit in a Record, and the names of
+// laneField is one lane's count and limit in a record, and the names of
 // their fields in the log line.
 type laneField struct {
 	lane                  LaneName
@@ -118,7 +118,7 @@ type laneField struct {
 
 // laneFields returns r's per-lane fields in lane order: the one table
 // that AppendJSON, SetLane and LogFields go by.
-func (r *Record) laneFields() [5]laneField {
+func (r *record) laneFields() [5]laneField {
 	return [...]laneField{
 		{LaneAPIHeavy, "in_flight", "limit", &r.InFlight, &r.Limit},
 		{LaneTask, "task_in_flight", "task_limit", &r.TaskInFlight, &r.TaskLimit},
@@ -130,7 +130,7 @@ func (r *Record) laneFields() [5]laneField {
 
 // SetLane sets the count (nil: not known) and the limit of lane; an
 // unknown lane is ignored.
-func (r *Record) SetLane(lane LaneName, inFlight, limit *int) {
+func (r *record) SetLane(lane LaneName, inFlight, limit *int) {
 	for _, f := range r.laneFields() {
 		if f.lane == lane {
 			*f.inFlight, *f.limit = inFlight, limit
@@ -142,7 +142,7 @@ func (r *Record) SetLane(lane LaneName, inFlight, limit *int) {
 // LogFields returns the names of the ocl_capacity line's fields that hold
 // the lane's count and limit; "" for an unknown lane.
 func (n LaneName) LogFields() (inFlight, limit string) {
-	var r Record
+	var r record
 	for _, f := range r.laneFields() {
 		if f.lane == n {
 			return f.inFlightKey, f.limitKey

@@ -6,33 +6,22 @@ import (
 )
 
 // DefaultSkipDuration is how long the gate skips the store after a store
-// error (CAPACITY_REDIS_RETRY_SECONDS). It is shorter than lease − 2×renew
-// with the default config, so one error can't cost a long call its lease.
+// error (Gate.SkipFor; CAPACITY_REDIS_RETRY_SECONDS). It is shorter than
+// lease − 2×renew with the default config, so one error can't cost a long
+// call its lease.
 const DefaultSkipDuration = 15 * time.Second
 
-// SkipWindow is the per-process memory that the lane store failed
-// recently. It is the one piece of per-process state the spec asks for; the
-// gateway makes one and shares it by pointer. Safe for concurrent use.
-type SkipWindow struct {
-	d   time.Duration
-	now func() time.Time
-
+// skipWindow is the per-process memory that the lane store failed
+// recently: the one piece of per-process state the spec asks for. A gate
+// owns one; the gates ForTask derives share it. Safe for concurrent use.
+// The zero value is closed.
+type skipWindow struct {
 	mu    sync.Mutex
-	until time.Time // requires mu held
+	until time.Time // the store is skipped before it; requires mu held
 }
 
-// NewSkipWindow returns a window that lasts d after each failure; now is
-// the clock (nil: time.Now).
-func NewSkipWindow(d time.Duration, now func() time.Time) *SkipWindow {
-	if now == nil {
-		now = time.Now
-	}
-	return &SkipWindow{d: d, now: now}
-}
-
-// Fail opens the window: the store is skipped for d from now.
-func (w *SkipWindow) Fail() {
-	t := w.now().Add(w.d)
+// fail opens the window until t, unless it is already open longer.
+func (w *skipWindow) fail(t time.Time) {
 	w.mu.Lock()
 	if t.After(w.until) {
 		w.until = t
@@ -40,17 +29,36 @@ func (w *SkipWindow) Fail() {
 	w.mu.Unlock()
 }
 
-// Skipping reports whether the store failed within the last d.
-func (w *SkipWindow) Skipping() bool {
-	now := w.now()
+// open reports whether the window is open at now.
+func (w *skipWindow) open(now time.Time) bool {
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	return now.Before(w.until)
 }
 
-// Reset closes the window, as if the store had never failed.
-func (w *SkipWindow) Reset() {
+// reset closes the window, as if the store had never failed.
+func (w *skipWindow) reset() {
 	w.mu.Lock()
 	w.until = time.Time{}
 	w.mu.Unlock()
+}
+
+// window returns the skip window the gate uses: the one it shares with
+// the gate it was derived from (ForTask), else its own.
+func (g *Gate) window() *skipWindow {
+	if g.skip != nil {
+		return g.skip
+	}
+	return &g.ownSkip
+}
+
+// skipping reports whether the store failed within the last SkipFor, by
+// the gate's clock.
+func (g *Gate) skipping() bool { return g.SkipFor > 0 && g.window().open(g.now()) }
+
+// failStore opens the skip window for SkipFor from now.
+func (g *Gate) failStore() {
+	if g.SkipFor > 0 {
+		g.window().fail(g.now().Add(g.SkipFor))
+	}
 }

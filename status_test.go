@@ -7,10 +7,11 @@ import (
 	"github.com/capgate/capgate"
 	"github.com/capgate/capgate/memory"
 	"github.com/capgate/capgate/mock"
+	"github.com/capgate/capgate/status"
 )
 
 // ReadLanes reads the fixed lanes and the gate's own task lane with no key
-// scan; ReadStatus lists the task and user lanes too.
+// scan; Status lists the task and user lanes too.
 func TestReadLanesScansNothing(t *testing.T) {
 	ctx := t.Context()
 	base := memory.New(nil)
@@ -39,10 +40,10 @@ func TestReadLanesScansNothing(t *testing.T) {
 	if scans != 0 {
 		t.Errorf("ReadLanes listed keys %d times, want none", scans)
 	}
-	if st.Store != capgate.StatusOK || st.APIHeavy.InFlight != 2 || st.ES2KNN.InFlight != 2 || st.Tiers[capgate.TierCore].InFlight != 2 {
+	if st.Store != status.OK || st.APIHeavy.InFlight != 2 || st.ES2KNN.InFlight != 2 || st.Tiers[string(capgate.TierCore)].InFlight != 2 {
 		t.Errorf("ReadLanes: %+v; want 2 in flight on api_heavy, es2_knn and tier core", st)
 	}
-	if want := (capgate.LaneStatus{InFlight: 1, Limit: cfg.APIHeavy.PerTask}); len(st.Tasks) != 1 || st.Tasks["task-1"] != want {
+	if want := (status.Lane{InFlight: 1, Limit: cfg.APIHeavy.PerTask}); len(st.Tasks) != 1 || st.Tasks["task-1"] != want {
 		t.Errorf("ReadLanes tasks %v, want only task-1: %+v", st.Tasks, want)
 	}
 	if len(st.Users) != 0 {
@@ -54,7 +55,7 @@ func TestReadLanesScansNothing(t *testing.T) {
 	}
 
 	store.CountFn = func(context.Context, []string, []int) error { return context.DeadlineExceeded }
-	if st := g1.ReadLanes(ctx, cfg); st.Store == capgate.StatusOK || st.APIHeavy != nil {
+	if st := g1.ReadLanes(ctx, cfg); st.Store == status.OK || st.APIHeavy != nil {
 		t.Errorf("ReadLanes with a failing store: %+v; want the error and no lanes", st)
 	}
 }

@@ -10,6 +10,7 @@ import (
 
 	"github.com/capgate/capgate/internal/jsonenc"
 	"github.com/capgate/capgate/internal/loop"
+	"github.com/capgate/capgate/status"
 	"github.com/capgate/capgate/tune"
 )
 
@@ -103,16 +104,10 @@ func (t *tuner) advised(cfg Config, name LaneName) (limit int, ok bool) {
 func (t *tuner) inForce(cfg Config, name LaneName) (limit int, source string) {
 	static := staticLimit(cfg, name)
 	if adv, ok := t.advised(cfg, name); ok && adaptiveLane(cfg.Adaptive, name).Mode == tune.Apply && static > 0 {
-		return adv, LimitAdaptive
+		return adv, status.LimitAdaptive
 	}
-	return static, LimitStatic
+	return static, status.LimitStatic
 }
-
-// Where a lane's limit in force comes from (Status.LimitSource).
-const (
-	LimitStatic   = "static"
-	LimitAdaptive = "adaptive"
-)
 
 // apply returns cfg with the limits of the lanes in mode apply replaced
 // by their advised limits (the bulk limit follows api_heavy). A nil tuner
@@ -121,13 +116,13 @@ func (t *tuner) apply(cfg Config) Config {
 	if t == nil || cfg.Adaptive == (tune.Settings{}) {
 		return cfg
 	}
-	if l, src := t.inForce(cfg, LaneAPIHeavy); src == LimitAdaptive {
+	if l, src := t.inForce(cfg, LaneAPIHeavy); src == status.LimitAdaptive {
 		cfg.APIHeavy.Cluster = max(l, cfg.ReserveSingleRow)
 	}
-	if l, src := t.inForce(cfg, LaneTask); src == LimitAdaptive {
+	if l, src := t.inForce(cfg, LaneTask); src == status.LimitAdaptive {
 		cfg.APIHeavy.PerTask = l
 	}
-	if l, src := t.inForce(cfg, LaneES2KNN); src == LimitAdaptive {
+	if l, src := t.inForce(cfg, LaneES2KNN); src == status.LimitAdaptive {
 		cfg.ES2KNN = l
 	}
 	return cfg
@@ -301,9 +296,9 @@ type adaptiveLine struct {
 func (g *Gate) emitAdaptive(cfg Config, name LaneName, prev int, s tune.State) {
 	set := adaptiveLane(cfg.Adaptive, name)
 	static := staticLimit(cfg, name)
-	limit, src := static, LimitStatic
+	limit, src := static, status.LimitStatic
 	if set.Mode == tune.Apply && static > 0 {
-		limit, src = s.Limit, LimitAdaptive
+		limit, src = s.Limit, status.LimitAdaptive
 	}
 	line := adaptiveLine{Event: adaptiveEvent, Lane: name, Mode: set.Mode, Advised: s.Limit, Previous: prev,
 		Limit: limit, Source: src, Static: static, Min: set.Min, Max: set.Max, Reason: s.Reason, Step: s.Step,
@@ -324,8 +319,8 @@ func (g *Gate) emitAdaptive(cfg Config, name LaneName, prev int, s tune.State) {
 // annotate sets the limit in force, the advised limit and the limit's
 // source of each adaptive lane in st, read under cfg (the static config).
 // The task lane is task's (the gate's own).
-func (t *tuner) annotate(cfg Config, task string, st *Status) {
-	if t == nil || cfg.Adaptive == (tune.Settings{}) || st.Store != StatusOK {
+func (t *tuner) annotate(cfg Config, task string, st *status.Snapshot) {
+	if t == nil || cfg.Adaptive == (tune.Settings{}) || st.Store != status.OK {
 		return
 	}
 	mark := func(name LaneName, limit, advised *int, source *string) {
@@ -339,7 +334,7 @@ func (t *tuner) annotate(cfg Config, task string, st *Status) {
 	}
 	if h := st.APIHeavy; h != nil {
 		mark(LaneAPIHeavy, &h.Limit, &h.Advised, &h.LimitSource)
-		if h.LimitSource == LimitAdaptive {
+		if h.LimitSource == status.LimitAdaptive {
 			h.Limit = max(h.Limit, cfg.ReserveSingleRow)
 			h.BulkLimit = max(h.Limit-cfg.ReserveSingleRow, 0)
 		}
@@ -351,7 +346,7 @@ func (t *tuner) annotate(cfg Config, task string, st *Status) {
 		ts := st.Tasks[task]
 		mark(LaneTask, &ts.Limit, &ts.Advised, &ts.LimitSource)
 		if st.Tasks == nil {
-			st.Tasks = map[string]LaneStatus{}
+			st.Tasks = map[string]status.Lane{}
 		}
 		st.Tasks[task] = ts
 	}

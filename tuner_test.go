@@ -12,6 +12,7 @@ import (
 	"github.com/capgate/capgate"
 	"github.com/capgate/capgate/memory"
 	"github.com/capgate/capgate/mock"
+	"github.com/capgate/capgate/status"
 	"github.com/capgate/capgate/tune"
 )
 
@@ -63,7 +64,7 @@ func TestGateAppliesTheAdaptiveLimit(t *testing.T) {
 		t.Errorf("apply: es2_knn limit %d; want the cluster's 7", got)
 	}
 	st := g.Status(ctx, src.Config(ctx))
-	if st.ES2KNN.Limit != 7 || st.ES2KNN.Advised != 7 || st.ES2KNN.LimitSource != capgate.LimitAdaptive {
+	if st.ES2KNN.Limit != 7 || st.ES2KNN.Advised != 7 || st.ES2KNN.LimitSource != status.LimitAdaptive {
 		t.Errorf("status es2_knn = %+v; want limit 7, advised 7, source adaptive", *st.ES2KNN)
 	}
 	// Staff switch back: at once.
@@ -72,7 +73,7 @@ func TestGateAppliesTheAdaptiveLimit(t *testing.T) {
 		t.Errorf("advise: es2_knn limit %d; want the static 3 at once", got)
 	}
 	st = g.Status(ctx, src.Config(ctx))
-	if st.ES2KNN.Limit != 3 || st.ES2KNN.Advised != 7 || st.ES2KNN.LimitSource != capgate.LimitStatic {
+	if st.ES2KNN.Limit != 3 || st.ES2KNN.Advised != 7 || st.ES2KNN.LimitSource != status.LimitStatic {
 		t.Errorf("status es2_knn = %+v; want limit 3, advised 7, source static", *st.ES2KNN)
 	}
 	// A max below the advised limit bounds it at once.

@@ -10,9 +10,9 @@ import (
 // parentheses keep it apart from any Django username.
 const UnidentifiedUser = "(unidentified)"
 
-// DefaultUnidentified is the default of the unidentified setting: one
+// defaultUnidentified is the default of the unidentified setting: one
 // heavy call at once per gateway for callers it could not identify.
-const DefaultUnidentified = 1
+const defaultUnidentified = 1
 
 // Unidentified admits a heavy call whose caller could not be identified
 // because of cause (an identity lookup that failed or timed out). A failed

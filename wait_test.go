@@ -193,7 +193,7 @@ func TestWaitClientGoneLeavesAtOnce(t *testing.T) {
 		if n := e.waiting(t, "p"); n != 0 {
 			t.Errorf("waiting after the client left = %d, want 0", n)
 		}
-		if e.gate.Skip.Skipping() {
+		if e.gate.Skipping() {
 			t.Error("a client that left opened the skip window")
 		}
 	})
@@ -211,7 +211,7 @@ func TestWaitStoreFailureFailsOpen(t *testing.T) {
 		if !strings.Contains(fmt.Sprint(second.Err()), "connection reset") {
 			t.Errorf("error = %q, want the store's", second.Err())
 		}
-		if !e.gate.Skip.Skipping() {
+		if !e.gate.Skipping() {
 			t.Error("a store failure while waiting did not open the skip window")
 		}
 	})
@@ -317,9 +317,9 @@ func TestStatusShowsWaiters(t *testing.T) {
 		synctest.Wait()
 		c := e.cfg.Config(t.Context())
 		st := e.gate.Status(t.Context(), c)
-		if st.APIHeavy == nil || st.APIHeavy.Waiting != 1 || st.Users["p"].Waiting != 1 || st.Tiers[capgate.TierPreview].Waiting != 1 {
+		if st.APIHeavy == nil || st.APIHeavy.Waiting != 1 || st.Users["p"].Waiting != 1 || st.Tiers[string(capgate.TierPreview)].Waiting != 1 {
 			t.Errorf("status while one call waits: api_heavy %+v, user %+v, tier %+v; want 1 waiting each",
-				st.APIHeavy, st.Users["p"], st.Tiers[capgate.TierPreview])
+				st.APIHeavy, st.Users["p"], st.Tiers[string(capgate.TierPreview)])
 		}
 		first.Release(t.Context())
 		second := <-ch

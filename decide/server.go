@@ -305,10 +305,8 @@ func (s *Server) release(w http.ResponseWriter, id string) {
 }
 
 // gateFor returns the gate of task: the Server's own for "" or its task
-// id, else one made for it (sharing the store, config, sink and local
-// lanes), at most MaxTasks of them. A task's gate uses the static limits:
-// nothing runs its adaptive limits (Gate.RunAdaptive), so it never has an
-// advised one.
+// id, else one made for it by Gate.ForTask (sharing the store, config,
+// sink, local lanes, skip window and adaptive limits), at most MaxTasks of them.
 func (s *Server) gateFor(task string) (*capgate.Gate, error) {
 	g := s.Gate
 	if task == "" || task == g.TaskID {
@@ -326,11 +324,10 @@ func (s *Server) gateFor(task string) (*capgate.Gate, error) {
 	if len(s.tasks) >= max {
 		return nil, errors.New(`too many distinct "task" ids; leave "task" out to use the service's own`)
 	}
-	t, err := capgate.NewGate(g.Store, g.Source, g.Sink, task)
+	t, err := g.ForTask(task) // one skip window per process, as the spec asks
 	if err != nil {
 		return nil, fmt.Errorf("task %q: %w", task, err)
 	}
-	t.KeyPrefix, t.Skip, t.Now, t.Logger, t.Observer, t.Local = g.KeyPrefix, g.Skip, g.Now, g.Logger, g.Observer, g.Local
 	s.tasks[task] = t
 	return t, nil
 }

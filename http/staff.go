@@ -16,6 +16,7 @@ import (
 	"github.com/capgate/capgate/identity"
 	"github.com/capgate/capgate/internal/jsonenc"
 	"github.com/capgate/capgate/internal/jsontree"
+	"github.com/capgate/capgate/status"
 )
 
 // staffMaxBodyBytes is the largest request body the staff API reads (1 MiB).
@@ -51,7 +52,7 @@ type StaffHandler struct {
 	// Status, if set, gives the live state of the lanes under a config
 	// (Gate.Status), for GET /capacity/status/. Default nil: that answers
 	// 503.
-	Status func(ctx context.Context, cfg capgate.Config) capgate.Status
+	Status func(ctx context.Context, cfg capgate.Config) status.Snapshot
 	// Logger gets the store and identity failures. Default slog.Default().
 	Logger *slog.Logger
 	// Health, if set, is served to staff at /capacity/health/ with its

@@ -116,8 +116,3 @@ func LaneLimits(a *capgate.Admission) map[capgate.LaneName]int {
 	}
 	return out
 }
-
-// Full returns the admission's full lanes, from its record.
-func Full(a *capgate.Admission) []string {
-	return a.Record().Full
-}

@@ -3,6 +3,7 @@ package lanetest
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"net/http"
 	"reflect"
@@ -16,6 +17,7 @@ import (
 	"github.com/capgate/capgate"
 	capgatehttp "github.com/capgate/capgate/http"
 	"github.com/capgate/capgate/memory"
+	"github.com/capgate/capgate/status"
 )
 
 // RunGate runs the gate's scenarios (the original
@@ -74,9 +76,22 @@ func wantDecision(t *testing.T, a *capgate.Admission, want capgate.Decision) {
 	}
 }
 
-func wantFull(t *testing.T, a *capgate.Admission, want ...string) {
+// wantFull releases a (a refused call: its lanes hold nothing) and checks
+// the full lanes its log line names.
+func wantFull(t *testing.T, e *Env, a *capgate.Admission, want ...string) {
 	t.Helper()
-	if got := Full(a); !slices.Equal(got, want) {
+	a.Release(context.Background())
+	lines := e.Sink.All(t)
+	if len(lines) == 0 {
+		t.Fatal("no log line")
+	}
+	var got []string
+	if full, ok := lines[len(lines)-1]["full"].([]any); ok {
+		for _, f := range full {
+			got = append(got, fmt.Sprint(f))
+		}
+	}
+	if !slices.Equal(got, want) {
 		t.Fatalf("full = %v, want %v", got, want)
 	}
 }
@@ -126,7 +141,7 @@ func testSingleRowReserve(t *testing.T, e *Env) {
 	}
 	bulk2 := e.Admit(Match("c2", capgate.TierCore))
 	wantDecision(t, bulk2, capgate.DecisionRefused)
-	wantFull(t, bulk2, "api_heavy")
+	wantFull(t, e, bulk2, "api_heavy")
 
 	single := Match("c3", capgate.TierCore)
 	single.Rows = 1
@@ -147,7 +162,7 @@ func testPerTaskLanes(t *testing.T, e *Env) {
 	wantDecision(t, e.Admit(Match("c1", capgate.TierCore)), capgate.DecisionAdmitted)
 	second := e.Admit(Match("c2", capgate.TierCore))
 	wantDecision(t, second, capgate.DecisionRefused)
-	wantFull(t, second, "api_heavy_task")
+	wantFull(t, e, second, "api_heavy_task")
 	onB := e.AdmitOn(e.TaskGate("task-b"), Match("c3", capgate.TierCore))
 	wantDecision(t, onB, capgate.DecisionAdmitted)
 	if got := LaneCounts(onB)["api_heavy"]; got != 2 {
@@ -166,7 +181,7 @@ func testTierCeilings(t *testing.T, e *Env) {
 	wantDecision(t, e.Admit(Match("p2", capgate.TierPreview)), capgate.DecisionAdmitted)
 	third := e.Admit(Match("p3", capgate.TierPreview))
 	wantDecision(t, third, capgate.DecisionRefused)
-	wantFull(t, third, "tier")
+	wantFull(t, e, third, "tier")
 	if got := LaneCounts(third)["tier"]; got != 2 {
 		t.Fatalf("refused call's tier count = %d, want 2 (it doesn't count itself)", got)
 	}
@@ -186,7 +201,7 @@ func testES2KNNOnlySemantic(t *testing.T, e *Env) {
 	}
 	second := e.Admit(Match("c2", capgate.TierCore))
 	wantDecision(t, second, capgate.DecisionRefused)
-	wantFull(t, second, "es2_knn")
+	wantFull(t, e, second, "es2_knn")
 	lex := e.Admit(Lexical("c3", capgate.TierCore))
 	wantDecision(t, lex, capgate.DecisionAdmitted)
 	if _, ok := LaneLimits(lex)["es2_knn"]; ok {
@@ -201,7 +216,7 @@ func testShadowNeverRefuses(t *testing.T, e *Env) {
 	if !a.Holding() || a.Refused() {
 		t.Fatalf("shadow-refused call: holding %v refused %v, want true false", a.Holding(), a.Refused())
 	}
-	wantFull(t, a, "user")
+	wantFull(t, e, a, "user")
 	if got := LaneCounts(a)["user"]; got != 2 {
 		t.Fatalf("user count = %d, want 2", got)
 	}
@@ -279,7 +294,7 @@ func testPausedTier(t *testing.T, e *Env) {
 	e.Enforce(func(c *capgate.Config) { c.Tiers.Preview = 0 })
 	a := e.Admit(Match("p", capgate.TierPreview))
 	wantDecision(t, a, capgate.DecisionRefused)
-	wantFull(t, a, "tier")
+	wantFull(t, e, a, "tier")
 	if s, _ := a.RetryAfter(); s != 120 {
 		t.Fatalf("retry after = %d, want 120", s)
 	}
@@ -301,7 +316,7 @@ func testPausedScope(t *testing.T, e *Env) {
 	wantDecision(t, e.Admit(Match("c", capgate.TierCore)), capgate.DecisionAdmitted)
 	a := e.Admit(Match("p", capgate.TierPreview))
 	wantDecision(t, a, capgate.DecisionRefused)
-	wantFull(t, a, "api_heavy", "tier")
+	wantFull(t, e, a, "api_heavy", "tier")
 	if got := a.Scope(); got != capgate.LaneTier {
 		t.Fatalf("scope = %q, want tier (a paused lane wins)", got)
 	}
@@ -392,8 +407,10 @@ func testGateLateAcquire(t *testing.T, e *Env) {
 	if m := e.Store.Members(t, e.Key(capgate.LaneAPIHeavy, "")); len(m) != 0 {
 		t.Fatalf("api_heavy holds %v after a late acquire", m)
 	}
-	if !e.Gate.Skip.Skipping() {
-		t.Fatal("a late acquire did not open the skip window")
+	// The skip window is open (by the gate's clock): the next call does
+	// not ask the store.
+	if b := e.Admit(Match("p", capgate.TierPreview)); !errors.Is(b.Err(), capgate.ErrSkipped) {
+		t.Fatalf("after a late acquire: next call's error %q, want %q (the skip window open)", b.Err(), capgate.ErrSkipped)
 	}
 }
 
@@ -477,30 +494,31 @@ func testStatus(t *testing.T, e *Env) {
 	e.Admit(Match("p", capgate.TierPreview))
 	e.Admit(Lexical("c", capgate.TierCore))
 	st := e.Gate.Status(context.Background(), e.Cfg.Config(context.Background()))
-	if st.Store != capgate.StatusOK {
+	if st.Store != status.OK {
 		t.Fatalf("status store = %q", st.Store)
 	}
-	if got := *st.APIHeavy; got != (capgate.APIHeavyStatus{InFlight: 2, Limit: 4, BulkLimit: 3}) {
+	if got := *st.APIHeavy; got != (status.APIHeavy{InFlight: 2, Limit: 4, BulkLimit: 3}) {
 		t.Fatalf("api_heavy = %+v", got)
 	}
-	if got := *st.ES2KNN; got != (capgate.LaneStatus{InFlight: 1, Limit: 3}) {
+	if got := *st.ES2KNN; got != (status.Lane{InFlight: 1, Limit: 3}) {
 		t.Fatalf("es2_knn = %+v", got)
 	}
-	if want := map[string]capgate.LaneStatus{"task-a": {InFlight: 2, Limit: 2}}; !reflect.DeepEqual(st.Tasks, want) {
+	if want := map[string]status.Lane{"task-a": {InFlight: 2, Limit: 2}}; !reflect.DeepEqual(st.Tasks, want) {
 		t.Fatalf("tasks = %v, want %v", st.Tasks, want)
 	}
-	if st.Tiers[capgate.TierPreview] != (capgate.LaneStatus{InFlight: 1, Limit: 2}) ||
-		st.Tiers[capgate.TierCore] != (capgate.LaneStatus{InFlight: 1, Limit: 4}) ||
+	if st.Tiers[string(capgate.TierPreview)] != (status.Lane{InFlight: 1, Limit: 2}) ||
+		st.Tiers[string(capgate.TierCore)] != (status.Lane{InFlight: 1, Limit: 4}) ||
 		len(st.Tiers) != 4 {
 		t.Fatalf("tiers = %v", st.Tiers)
 	}
-	if want := map[string]capgate.UserStatus{"p": {InFlight: 1}, "c": {InFlight: 1}}; !reflect.DeepEqual(st.Users, want) {
+	if want := map[string]status.User{"p": {InFlight: 1}, "c": {InFlight: 1}}; !reflect.DeepEqual(st.Users, want) {
 		t.Fatalf("users = %v, want %v", st.Users, want)
 	}
-	// Without a gate: the store, the keys and the config are enough.
-	keys := capgate.Keys{Prefix: e.Gate.KeyPrefix, TaskID: e.Gate.TaskID}
-	if got := capgate.ReadStatus(context.Background(), e.Gate.Store, keys, e.Cfg.Config(context.Background())); !reflect.DeepEqual(got, st) {
-		t.Fatalf("ReadStatus = %+v, want the gate's %+v", got, st)
+	// A gate built by hand over the same store and keys reads the same
+	// (the CLI's capacity status does that).
+	bare := &capgate.Gate{Store: e.Gate.Store, KeyPrefix: e.Gate.KeyPrefix, TaskID: "other"}
+	if got := bare.Status(context.Background(), e.Cfg.Config(context.Background())); !reflect.DeepEqual(got, st) {
+		t.Fatalf("a bare gate's Status = %+v, want the gate's %+v", got, st)
 	}
 }
 
@@ -519,7 +537,7 @@ func testConcurrentLimit(t *testing.T, e *Env) {
 	// A store may shed load under 64 callers (the Redis store's bounded
 	// queue fails at once when full): such calls are unavailable, which is
 	// fine here, and must not close the gate to the rest for 15 s.
-	e.Gate.Skip = nil
+	e.Gate.SkipFor = 0
 	var holders, peak, admitted, unavailable atomic.Int64
 	var wg sync.WaitGroup
 	for w := range workers {

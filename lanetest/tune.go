@@ -10,6 +10,7 @@ import (
 
 	"github.com/capgate/capgate"
 	"github.com/capgate/capgate/mock"
+	"github.com/capgate/capgate/status"
 	"github.com/capgate/capgate/tune"
 )
 
@@ -301,7 +302,7 @@ func testTuneAdvise(t *testing.T, open TuneFactory) {
 	if !ok || adv == 48 || 10*adv < 7*16 || 10*adv > 15*16 {
 		t.Errorf("advised = %d, %v; want within [0.7K, 1.5K] of 16", adv, ok)
 	}
-	if st := c.gates[0].Status(ctx, c.cfg.Config(ctx)); st.ES2KNN == nil || st.ES2KNN.Advised != adv || st.ES2KNN.LimitSource != capgate.LimitStatic {
+	if st := c.gates[0].Status(ctx, c.cfg.Config(ctx)); st.ES2KNN == nil || st.ES2KNN.Advised != adv || st.ES2KNN.LimitSource != status.LimitStatic {
 		t.Errorf("status es2_knn = %+v; want advised %d, limit source static", st.ES2KNN, adv)
 	}
 	if got := c.inForce(0); got != 48 {

@@ -8,6 +8,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/capgate/capgate"
+	"github.com/capgate/capgate/status"
 )
 
 // Defaults of the lane read behind the lane gauges.
@@ -22,7 +23,7 @@ const (
 // LaneReader reads the lanes' state now; capgate.Gate implements it
 // (ReadLanes: the fixed lanes and the gate's own task lane, no key scan).
 type LaneReader interface {
-	ReadLanes(ctx context.Context, cfg capgate.Config) capgate.Status
+	ReadLanes(ctx context.Context, cfg capgate.Config) status.Snapshot
 }
 
 // WithLanes exports the lanes as the lane store holds them at scrape time
@@ -65,7 +66,7 @@ type laneCollector struct {
 
 	mu     sync.Mutex // held across a read, so concurrent scrapes share it
 	at     time.Time  // when st was read; requires mu held
-	st     capgate.Status
+	st     status.Snapshot
 	cfg    capgate.Config
 	failed uint64
 }
@@ -78,7 +79,7 @@ func (c *laneCollector) Describe(ch chan<- *prometheus.Desc) {
 
 // snapshot returns the lanes read within maxAge, reading them now if
 // there is none.
-func (c *laneCollector) snapshot() (capgate.Status, capgate.Config, uint64) {
+func (c *laneCollector) snapshot() (status.Snapshot, capgate.Config, uint64) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	now := c.now()
@@ -92,7 +93,7 @@ func (c *laneCollector) snapshot() (capgate.Status, capgate.Config, uint64) {
 	c.cfg = c.configs.Config(ctx)
 	c.st = c.read.ReadLanes(ctx, c.cfg)
 	c.at = now
-	if c.st.Store != capgate.StatusOK {
+	if c.st.Store != status.OK {
 		c.failed++
 	}
 	return c.st, c.cfg, c.failed
@@ -102,20 +103,20 @@ func (c *laneCollector) Collect(ch chan<- prometheus.Metric) {
 	st, cfg, failed := c.snapshot()
 	ch <- prometheus.MustNewConstMetric(descReadsFailed, prometheus.CounterValue, float64(failed))
 	ch <- prometheus.MustNewConstMetric(descMaxWaiting, prometheus.GaugeValue, float64(cfg.Wait.MaxWaiting))
-	if st.Store != capgate.StatusOK || st.APIHeavy == nil || st.ES2KNN == nil {
+	if st.Store != status.OK || st.APIHeavy == nil || st.ES2KNN == nil {
 		return
 	}
-	lane := func(name string, l capgate.LaneStatus) {
+	lane := func(name string, l status.Lane) {
 		ch <- prometheus.MustNewConstMetric(descInFlight, prometheus.GaugeValue, float64(l.InFlight), name)
 		ch <- prometheus.MustNewConstMetric(descLimit, prometheus.GaugeValue, float64(l.Limit), name)
 		ch <- prometheus.MustNewConstMetric(descQueued, prometheus.GaugeValue, float64(l.Waiting), name)
 	}
-	lane(string(capgate.LaneAPIHeavy), capgate.LaneStatus{InFlight: st.APIHeavy.InFlight, Limit: st.APIHeavy.Limit, Waiting: st.APIHeavy.Waiting})
+	lane(string(capgate.LaneAPIHeavy), status.Lane{InFlight: st.APIHeavy.InFlight, Limit: st.APIHeavy.Limit, Waiting: st.APIHeavy.Waiting})
 	lane(string(capgate.LaneES2KNN), *st.ES2KNN)
 	for _, t := range st.Tasks { // ReadLanes: this gateway's own task only
 		lane(string(capgate.LaneTask), t)
 	}
 	for t, l := range st.Tiers {
-		lane("tier:"+string(t), l)
+		lane("tier:"+t, l)
 	}
 }

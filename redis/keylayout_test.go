@@ -52,7 +52,7 @@ func TestKeyLayoutLaneKeys(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		lanes := capgate.Keys{Prefix: p, TaskID: "t1"}.Plan(cfg, call)
+		lanes := capgate.Keys{Prefix: p, TaskID: "t1"}.AppendPlan(nil, cfg, call)
 		for i, l := range lanes {
 			if l.Key != tt.want[i] {
 				t.Errorf("%s layout: lane %s key %q, want %q", tt.layout, l.Name, l.Key, tt.want[i])

@@ -35,6 +35,7 @@ import (
 	"github.com/capgate/capgate/internal/randhex"
 	"github.com/capgate/capgate/memory"
 	"github.com/capgate/capgate/redis"
+	"github.com/capgate/capgate/status"
 )
 
 func main() {
@@ -378,7 +379,7 @@ func scale(args []string) error {
 		if i == 0 {
 			r.ScanCalls, r.CountMaxBlock = commandStats(ctx, raw)
 		}
-		if s.Store != capgate.StatusOK {
+		if s.Store != status.OK {
 			r.StatusError = s.Store
 			r.StatusFailed++
 		} else {

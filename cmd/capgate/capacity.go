@@ -23,6 +23,7 @@ import (
 	"github.com/capgate/capgate/postgres"
 	"github.com/capgate/capgate/redis"
 	"github.com/capgate/capgate/sqlite"
+	"github.com/capgate/capgate/status"
 )
 
 // capacityHistoryDefault is history's default --limit.
@@ -376,13 +377,16 @@ func (c *CapacityCommand) status(ctx context.Context, a *capacityAction) error {
 		if err != nil {
 			return err
 		}
-		status := capgate.ReadStatus(ctx, lanes, capgate.Keys{Prefix: keyPrefix, TaskID: st.TaskID}, cfg)
-		if err := c.print(status); err != nil {
+		// A gate over the lanes, only to read them: it admits nothing and
+		// runs no adaptive limits, so the limits shown are the config's.
+		g := &capgate.Gate{Store: lanes, KeyPrefix: keyPrefix, TaskID: st.TaskID}
+		snap := g.Status(ctx, cfg)
+		if err := c.print(snap); err != nil {
 			return err
 		}
-		if status.Store != capgate.StatusOK {
+		if snap.Store != status.OK {
 			// The JSON says it too; the exit code is for scripts.
-			return fmt.Errorf("lane store %s: %s", lanes, status.Store)
+			return fmt.Errorf("lane store %s: %s", lanes, snap.Store)
 		}
 		return nil
 	})

@@ -209,7 +209,7 @@ func (c *DemoCommand) progressLine(ctx context.Context, g *capgate.Gate, cfg cap
 		fmt.Fprintf(&b, "  in flight: api_heavy %d/%d  es2_knn %d/%d  tiers", st.APIHeavy.InFlight, st.APIHeavy.Limit,
 			st.ES2KNN.InFlight, st.ES2KNN.Limit)
 		for _, t := range capgate.AllTiers() {
-			l := st.Tiers[t]
+			l := st.Tiers[string(t)]
 			fmt.Fprintf(&b, " %s %d/%d", t, l.InFlight, l.Limit)
 		}
 	}

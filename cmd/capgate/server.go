@@ -340,7 +340,7 @@ func (s *Server) openCore(ctx context.Context, lines io.Writer, who string) erro
 	}
 
 	s.Gate.KeyPrefix = keyPrefix
-	s.Gate.Skip = capgate.NewSkipWindow(s.opts.RedisRetry, nil)
+	s.Gate.SkipFor = s.opts.RedisRetry
 	s.Gate.Logger = logger
 	s.Gate.Observer = s.metrics
 	if s.opts.HasRedis() && s.opts.LocalLanes {

@@ -116,8 +116,7 @@ func Generate(ctx context.Context, w io.Writer, opts Options) (Stats, error) {
 		if err != nil {
 			return Stats{}, err
 		}
-		g.Now, g.Logger = now, quiet
-		g.Skip = capgate.NewSkipWindow(capgate.DefaultSkipDuration, now)
+		g.Now, g.Logger = now, quiet // the skip window follows the simulated clock too
 		gates[i] = g
 	}
 	st := Stats{Decisions: map[string]int64{}}

@@ -2,6 +2,7 @@ package analyze_test
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"strconv"
 	"strings"
@@ -37,9 +38,10 @@ type call struct {
 	degraded     bool
 }
 
-func ip(n int) *int { return &n }
-
-// line encodes c with the gate's own encoder, capgate.Record.AppendJSON.
+// line encodes c as the gate writes an ocl_capacity line: the fields in
+// the documented order, unset ones left out, the lanes' fields named by
+// capgate.LaneName.LogFields. (The lines of the real gate reach analyze in
+// the genlog tests.)
 func line(c call) string {
 	if c.endpoint == "" {
 		c.endpoint = capgate.EndpointMatch
@@ -53,51 +55,81 @@ func line(c call) string {
 	if c.task == "" {
 		c.task = "gw1"
 	}
-	r := capgate.Record{Decision: c.decision, Mode: capgate.ModeShadow, Enforced: c.enforced,
-		Endpoint: c.endpoint, Semantic: c.semantic, Rows: c.rows, Tier: c.tier, UserID: c.user,
-		Full: c.full, Task: c.task, Error: c.err, Degraded: c.degraded}
-	r.SingleRow = c.endpoint == capgate.EndpointMatch && c.rows == 1
+	mode := capgate.ModeShadow
 	if c.enforced {
-		r.Mode = capgate.ModeEnforce
+		mode = capgate.ModeEnforce
 	}
+	var l lineWriter
+	l.str("event", "ocl_capacity")
+	l.str("decision", string(c.decision))
+	l.str("mode", string(mode))
+	l.raw("enforced", strconv.FormatBool(c.enforced))
+	l.str("endpoint", c.endpoint)
+	l.raw("semantic", strconv.FormatBool(c.semantic))
+	l.raw("reranker", "false")
+	l.raw("rows", strconv.Itoa(c.rows))
+	l.raw("single_row", strconv.FormatBool(c.endpoint == capgate.EndpointMatch && c.rows == 1))
+	l.str("tier", string(c.tier))
+	l.str("user_id", c.user)
 	if len(c.full) > 0 {
-		r.Scope = c.full[0]
-	}
-	end := c.endOverride
-	if c.held >= 0 {
-		h := c.held
-		r.HeldMS, end = &h, c.start+c.held
-	}
-	r.TS = t0.Add(time.Duration(end) * time.Millisecond)
-	if c.queue >= 0 {
-		q := c.queue
-		r.QueueMS = &q
-	}
-	if c.retryAfter > 0 {
-		r.RetryAfter = ip(c.retryAfter)
+		l.str("scope", c.full[0])
+		full, _ := json.Marshal(c.full)
+		l.raw("full", string(full))
 	}
 	lanes := []capgate.LaneName{capgate.LaneAPIHeavy, capgate.LaneTask}
 	if c.semantic {
 		lanes = append(lanes, capgate.LaneES2KNN)
 	}
 	lanes = append(lanes, capgate.LaneTier, capgate.LaneUser)
-	for i, l := range lanes {
-		var inFlight, limit *int
-		if i < len(c.limits) {
-			limit = ip(c.limits[i])
-		}
+	for i, name := range lanes {
+		inFlight, limit := name.LogFields()
 		if i < len(c.counts) && !c.withoutCount {
-			inFlight = ip(c.counts[i])
+			l.raw(inFlight, strconv.Itoa(c.counts[i]))
 		}
-		r.SetLane(l, inFlight, limit)
+		if i < len(c.limits) {
+			l.raw(limit, strconv.Itoa(c.limits[i]))
+		}
 	}
-	b := r.AppendJSON(nil)
+	if c.retryAfter > 0 {
+		l.raw("retry_after", strconv.Itoa(c.retryAfter))
+	}
+	end := c.endOverride
+	if c.held >= 0 {
+		l.raw("held_ms", strconv.FormatInt(c.held, 10))
+		end = c.start + c.held
+	}
+	if c.queue >= 0 {
+		l.raw("queue_ms", strconv.FormatInt(c.queue, 10))
+	}
+	l.str("error", c.err)
+	if c.degraded {
+		l.raw("degraded", "true")
+	}
+	l.str("task", c.task)
+	l.str("ts", t0.Add(time.Duration(end)*time.Millisecond).UTC().Format("2006-01-02T15:04:05.000Z07:00"))
 	if c.logDropped > 0 {
-		b = append(b[:len(b)-1], `,"log_dropped":`...)
-		b = append(b, strconv.Itoa(c.logDropped)...)
-		b = append(b, '}')
+		l.raw("log_dropped", strconv.Itoa(c.logDropped))
 	}
-	return string(b)
+	return "{" + l.b.String() + "}"
+}
+
+// lineWriter appends "key":value pairs to a JSON object's body.
+type lineWriter struct{ b strings.Builder }
+
+func (l *lineWriter) raw(k, v string) {
+	if l.b.Len() > 0 {
+		l.b.WriteByte(',')
+	}
+	l.b.WriteString(strconv.Quote(k) + ":" + v)
+}
+
+// str writes a string field; "" is left out, as the gate does.
+func (l *lineWriter) str(k, v string) {
+	if v == "" {
+		return
+	}
+	s, _ := json.Marshal(v)
+	l.raw(k, string(s))
 }
 
 func run(t *testing.T, log string, opts analyze.Options) *analyze.Report {

@@ -1,0 +1,95 @@
+// Package status is the live state of the lanes as a gate reads it from
+// the lane store (capgate.Gate.Status and Gate.ReadLanes): the JSON of GET
+// /capacity/status/ and of `capgate capacity status`, the data of the
+// status page, and what the lane gauges of package metrics export.
+//
+// It is a leaf: it imports nothing of capgate, so the root can return its
+// types. Mode, enforce_for and tiers are therefore plain strings here, with
+// the values of capgate.Mode, capgate.EnforceFor and capgate.Tier.
+package status
+
+import "encoding/json"
+
+// Snapshot is the state of the lanes at one read. When the lane store
+// fails, only Mode, EnforceFor, Store and Lanes are set, Store holding the
+// error.
+type Snapshot struct {
+	Mode       string          `json:"mode"`        // a capgate.Mode
+	EnforceFor string          `json:"enforce_for"` // a capgate.EnforceFor
+	Store      string          `json:"redis"`       // OK, or the lane store's error; "redis" on the wire, whatever the store
+	Lanes      string          `json:"lanes"`       // where the lanes live: memory, redis, redis-sentinel
+	APIHeavy   *APIHeavy       `json:"api_heavy,omitempty"`
+	ES2KNN     *Lane           `json:"es2_knn,omitempty"`
+	Tasks      map[string]Lane `json:"-"` // by task id
+	Tiers      map[string]Lane `json:"-"` // by capgate.Tier
+	Users      map[string]User `json:"-"` // by user id
+}
+
+// OK is Snapshot.Store when the lane store answered.
+const OK = "ok"
+
+// Where a lane's limit in force comes from (LimitSource).
+const (
+	LimitStatic   = "static"   // the config's limit
+	LimitAdaptive = "adaptive" // the limit the adaptive control loop advises
+)
+
+// APIHeavy is the cluster lane: its limit and the bulk limit.
+type APIHeavy struct {
+	InFlight  int `json:"in_flight"`
+	Limit     int `json:"limit"`
+	BulkLimit int `json:"bulk_limit"`
+	Waiting   int `json:"waiting,omitempty"` // calls waiting for this lane
+	// Advised and LimitSource are set for an adaptive lane: the limit the
+	// control loop advises, and where Limit comes from (LimitStatic or
+	// LimitAdaptive).
+	Advised     int    `json:"advised,omitempty"`
+	LimitSource string `json:"limit_source,omitempty"`
+}
+
+// Lane is one lane's calls in flight and its limit.
+type Lane struct {
+	InFlight int `json:"in_flight"`
+	Limit    int `json:"limit"`
+	Waiting  int `json:"waiting,omitempty"` // calls waiting for this lane
+	// As in APIHeavy, for an adaptive lane.
+	Advised     int    `json:"advised,omitempty"`
+	LimitSource string `json:"limit_source,omitempty"`
+}
+
+// User is one user's calls in flight.
+type User struct {
+	InFlight int `json:"in_flight"`
+	Waiting  int `json:"waiting,omitempty"` // calls waiting for a slot
+}
+
+// MarshalJSON writes the full snapshot when the store answered (tasks,
+// tiers and users as objects, empty ones too), and only mode, enforce_for,
+// the error and where the lanes live when it did not.
+func (s Snapshot) MarshalJSON() ([]byte, error) {
+	if s.Store != OK {
+		return json.Marshal(struct {
+			Mode       string `json:"mode"`
+			EnforceFor string `json:"enforce_for"`
+			Redis      string `json:"redis"`
+			Lanes      string `json:"lanes"`
+		}{s.Mode, s.EnforceFor, s.Store, s.Lanes})
+	}
+	type full Snapshot // without this method
+	f := full(s)
+	if f.Tasks == nil {
+		f.Tasks = map[string]Lane{}
+	}
+	if f.Users == nil {
+		f.Users = map[string]User{}
+	}
+	if f.Tiers == nil {
+		f.Tiers = map[string]Lane{}
+	}
+	return json.Marshal(struct {
+		full
+		Tasks map[string]Lane `json:"tasks"`
+		Tiers map[string]Lane `json:"tiers"`
+		Users map[string]User `json:"users"`
+	}{f, f.Tasks, f.Tiers, f.Users})
+}
