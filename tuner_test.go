@@ -220,3 +220,44 @@ func TestHandBuiltGateKeepsTheStaticLimits(t *testing.T) {
 		}
 	})
 }
+
+// A gate derived with ForTask (decide's per-task gates) takes the adaptive
+// limits its parent's loop steps, and its released calls feed that loop:
+// the cluster lanes see every call of the process.
+func TestForTaskSharesTheAdaptiveLimits(t *testing.T) {
+	cfg := capgate.DefaultConfig(capgate.ModeShadow)
+	cfg.Adaptive.ES2KNN = tune.LaneSettings{Mode: tune.Apply, Min: 1, Max: 10}
+	g, _, store, clock := tunedGate(t, cfg)
+	ctx := context.Background()
+	task, err := g.ForTask("t2")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = task.Close(ctx) })
+	if err := store.TuneSave(ctx, capgate.TuneKey(g, capgate.LaneES2KNN), []byte(`{"limit":7,"step":4}`)); err != nil {
+		t.Fatal(err)
+	}
+	if err := g.StepAdaptive(ctx, nil); err != nil {
+		t.Fatal(err)
+	}
+	if got := knnLimit(t, task); got != 7 {
+		t.Errorf("task gate: es2_knn limit %d; want the parent's adaptive 7", got)
+	}
+	// knnLimit's call above was one; eleven more through the task's gate.
+	for range 11 {
+		a := task.Admit(ctx, capgate.Call{Endpoint: capgate.EndpointMatch, Rows: 2, Semantic: true, UserID: "u", Tier: capgate.TierCore})
+		clock.Advance(40 * time.Millisecond)
+		a.Release(ctx)
+	}
+	clock.Advance(time.Second) // the cluster's window is handed over once a second
+	if err := g.StepAdaptive(ctx, nil); err != nil {
+		t.Fatal(err)
+	}
+	r, err := store.TuneExchange(ctx, capgate.TuneKey(g, capgate.LaneES2KNN), tune.Window{}, time.Hour)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if st, err := tune.Decode(r.State); err != nil || st.Last.Calls != 12 {
+		t.Errorf("state after the task's calls = %+v, %v; want the 12 calls of the task's gate in the parent's window", st, err)
+	}
+}
