@@ -23,8 +23,11 @@ func TestHangUpHoldsTheLease(t *testing.T) {
 	mark := r.mark(t)
 	addr := r.gateways[gwUpstream].addr
 	// Held longer than the rig's wait (2 s), so the second call is
-	// refused whether it waits or not.
-	first := e2e.Request{Target: match, Body: oneRow, Headers: []string{r.creds.Token("cora"), jsonCT, "X-Test-Hold-Ms: 5000", "X-Test-Case: hang-up"}}
+	// refused whether it waits or not; and well under the 5 s
+	// checkInvariants waits for its line, written when it ends (held 5 s,
+	// the line came 5.0x s after a check that began at once, with the
+	// wait off: a miss under load).
+	first := e2e.Request{Target: match, Body: oneRow, Headers: []string{r.creds.Token("cora"), jsonCT, "X-Test-Hold-Ms: 3500", "X-Test-Case: hang-up"}}
 	conn, err := net.Dial("tcp", addr)
 	if err != nil {
 		t.Fatal(err)
