@@ -3,7 +3,8 @@ package capgate
 import (
 	"strconv"
 	"time"
-	"unicode/utf8"
+
+	"github.com/capgate/capgate/internal/jsonenc"
 )
 
 // record is the log line of one gated call. Zero or unset
@@ -161,7 +162,9 @@ func appendStr(b []byte, k, v string) []byte {
 	if v == "" {
 		return b
 	}
-	return appendJSONString(appendKey(b, k), v)
+	// HTML-safe, and a hostile header can't break the line (invalid UTF-8
+	// becomes U+FFFD).
+	return jsonenc.AppendStringHTMLSafe(appendKey(b, k), v)
 }
 
 func appendBool(b []byte, k string, v bool) []byte {
@@ -177,40 +180,4 @@ func appendIntP(b []byte, k string, v *int) []byte {
 		return b
 	}
 	return appendInt(b, k, int64(*v))
-}
-
-const hexDigits = "0123456789abcdef"
-
-// appendJSONString appends s as a JSON string. Invalid UTF-8 is replaced by
-// U+FFFD, as encoding/json does, so a hostile header can't break the line.
-// Runs of ASCII that need no escape (nearly every value) are copied whole.
-func appendJSONString(b []byte, s string) []byte {
-	b = append(b, '"')
-	start := 0 // s[start:i] is plain ASCII not yet appended
-	for i := 0; i < len(s); {
-		if c := s[i]; c >= 0x20 && c < utf8.RuneSelf && c != '"' && c != '\\' && c != '<' && c != '>' && c != '&' {
-			i++
-			continue
-		}
-		b = append(b, s[start:i]...)
-		r, size := utf8.DecodeRuneInString(s[i:])
-		i += size
-		start = i
-		switch {
-		case r == '"' || r == '\\':
-			b = append(b, '\\', byte(r))
-		case r == '\n':
-			b = append(b, '\\', 'n')
-		case r == '\r':
-			b = append(b, '\\', 'r')
-		case r == '\t':
-			b = append(b, '\\', 't')
-		case r < 0x20 || r == '<' || r == '>' || r == '&' || r == '\u2028' || r == '\u2029':
-			b = append(b, '\\', 'u', hexDigits[r>>12&0xf], hexDigits[r>>8&0xf], hexDigits[r>>4&0xf], hexDigits[r&0xf])
-		default:
-			b = utf8.AppendRune(b, r)
-		}
-	}
-	b = append(b, s[start:]...)
-	return append(b, '"')
 }

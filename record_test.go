@@ -34,6 +34,10 @@ func TestRecordEscapesHostileStrings(t *testing.T) {
 	if got, want := m["request_source"], "a\"b\\c\n\x01<\uFFFD"; got != want {
 		t.Fatalf("request_source = %q, want %q", got, want)
 	}
+	// The bytes too: <, > and & escaped, invalid UTF-8 as U+FFFD itself.
+	if want := `"request_source":"a\"b\\c\n\u0001\u003c` + "\uFFFD" + `"`; !strings.Contains(string(b), want) {
+		t.Errorf("line %s; want it to hold %s", b, want)
+	}
 	if got, want := m["ts"], "2026-11-30T08:01:02.345Z"; got != want {
 		t.Fatalf("ts = %q, want %q", got, want)
 	}

@@ -29,9 +29,9 @@ go build -o "$WORK/capgate" ./cmd/capgate
 start_redis
 
 APP="$ROOT/test/decide/app"
-export PYTHONPATH="$ROOT/python:$APP" DECIDE_DIR="$WORK" DECIDE_RECORD=/dev/null \
+export PYTHONPATH="$ROOT/test/internal/python:$ROOT/python:$APP" DECIDE_DIR="$WORK" DECIDE_RECORD=/dev/null \
 	DJANGO_SETTINGS_MODULE=decidesite.settings PYTHONDONTWRITEBYTECODE=1
-(cd "$APP" && "$PY" -m decidesite.setup_db) | tail -1 >"$WORK/creds.json"
+(cd "$APP" && "$PY" -m oclapi.setup_db) | tail -1 >"$WORK/creds.json"
 TOKEN=$("$PY" -c 'import json,sys; print(json.load(open(sys.argv[1]))["tokens"]["stan"])' "$WORK/creds.json")
 DB="sqlite:$WORK/config.db"
 "$WORK/capgate" capacity set --create --database "$DB" mode=enforce enforce_for=all wait.max_seconds=0 \

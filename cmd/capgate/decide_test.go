@@ -11,7 +11,6 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
-	"time"
 )
 
 // unixClient is an HTTP client whose every request goes to the unix
@@ -32,33 +31,7 @@ func startDecideCmd(t *testing.T, args ...string) (stop func() error) {
 	t.Helper()
 	ready := make(chan string, 1)
 	cmd := &DecideCommand{Stdout: io.Discard, Stderr: io.Discard, Ready: ready, Getenv: func(string) string { return "" }}
-	ctx, cancel := context.WithCancel(context.Background())
-	errc := make(chan error, 1)
-	go func() { errc <- cmd.Run(ctx, args) }()
-	select {
-	case <-ready:
-	case err := <-errc:
-		cancel()
-		t.Fatalf("decide exited at start: %v", err)
-	}
-	var stopped bool
-	stop = func() error {
-		if stopped {
-			return nil
-		}
-		stopped = true
-		cancel()
-		timer := time.NewTimer(30 * time.Second)
-		defer timer.Stop()
-		select {
-		case err := <-errc:
-			return err
-		case <-timer.C:
-			t.Fatal("decide did not stop within 30 s")
-			return nil
-		}
-	}
-	t.Cleanup(func() { _ = stop() })
+	_, stop = startCommand(t, "decide", ready, func(ctx context.Context) error { return cmd.Run(ctx, args) })
 	return stop
 }
 

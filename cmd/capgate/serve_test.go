@@ -27,16 +27,25 @@ func startServe(t *testing.T, api http.Handler, args ...string) (addr string, st
 	ready := make(chan string, 1)
 	cmd := &ServeCommand{Stdout: io.Discard, Stderr: io.Discard, Ready: ready,
 		Getenv: func(string) string { return "" }}
-	ctx, cancel := context.WithCancel(context.Background())
-	errc := make(chan error, 1)
 	base := []string{"--listen", "127.0.0.1:0", "--upstream", up.URL, "--database", "sqlite:" + filepath.Join(dir, "c.db"),
 		"--task-id", "task-a", "--log-file", filepath.Join(dir, "lines.log")}
-	go func() { errc <- cmd.Run(ctx, append(base, args...)) }()
+	addr, stop = startCommand(t, "serve", ready, func(ctx context.Context) error { return cmd.Run(ctx, append(base, args...)) })
+	return "http://" + addr, stop
+}
+
+// startCommand runs run (a command's Run) until it sends its address on
+// ready, and returns the address and a function that stops it (cancels its
+// context) and returns run's error, at most once; t's cleanup stops it too.
+func startCommand(t *testing.T, name string, ready <-chan string, run func(context.Context) error) (addr string, stop func() error) {
+	t.Helper()
+	ctx, cancel := context.WithCancel(context.Background())
+	errc := make(chan error, 1)
+	go func() { errc <- run(ctx) }()
 	select {
 	case addr = <-ready:
 	case err := <-errc:
 		cancel()
-		t.Fatalf("serve exited at start: %v", err)
+		t.Fatalf("%s exited at start: %v", name, err)
 	}
 	var stopped bool
 	stop = func() error {
@@ -45,16 +54,18 @@ func startServe(t *testing.T, api http.Handler, args ...string) (addr string, st
 		}
 		stopped = true
 		cancel()
+		timer := time.NewTimer(30 * time.Second)
+		defer timer.Stop()
 		select {
 		case err := <-errc:
 			return err
-		case <-time.After(30 * time.Second):
-			t.Fatal("serve did not stop within 30 s")
+		case <-timer.C:
+			t.Fatalf("%s did not stop within 30 s", name)
 			return nil
 		}
 	}
 	t.Cleanup(func() { _ = stop() })
-	return "http://" + addr, stop
+	return addr, stop
 }
 
 func post(t *testing.T, url, token, body string) *http.Response {

@@ -2,6 +2,7 @@ package bypass
 
 import (
 	"fmt"
+	"github.com/capgate/capgate/test/internal/e2e"
 	"sync"
 	"testing"
 )
@@ -12,15 +13,15 @@ func TestJunkCookieFlood(t *testing.T) {
 	// missed the identity cache; the lookups queued at the API, timed out,
 	// and the calls ran as "unavailable". The cache key is now the session
 	// alone, and a lookup that fails still counts.
-	r := getRig(t)
+	r := suite.Get(t)
 	mark := r.mark(t)
 	var wg sync.WaitGroup
 	for i := range 300 {
 		wg.Go(func() {
-			q := request{target: match, body: oneRow, headers: []string{jsonCT, "X-Test-Hold-Ms: 200", "X-Test-Case: junk cookie flood",
+			q := e2e.Request{Target: match, Body: oneRow, Headers: []string{jsonCT, "X-Test-Hold-Ms: 200", "X-Test-Case: junk cookie flood",
 				fmt.Sprintf("Cookie: junk%d=%d; sessionid=%s; csrftoken=%s", i, i, r.creds.Sessions["pam"], r.creds.CSRF),
 				"X-CSRFToken: " + r.creds.CSRF}}
-			send(t, r.gateways[gwUpstream].addr, q.raw(), 1)
+			e2e.Statuses(t, r.gateways[gwUpstream].addr, q.Raw(), 1)
 		})
 	}
 	wg.Wait()

@@ -3,9 +3,10 @@ package bypass
 import (
 	"flag"
 	"fmt"
+	"github.com/capgate/capgate/test/internal/e2e"
 	"math/rand/v2"
 	"net/url"
-	"path/filepath"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -38,7 +39,7 @@ func TestDifferentialFuzz(t *testing.T) {
 	if *fuzzFor <= 0 {
 		t.Skip("-bypass.fuzz 0")
 	}
-	r := getRig(t)
+	r := suite.Get(t)
 	// The rig's gateways have the wait of CAPGATE_BYPASS_WAIT; a gateway of
 	// the fuzzer's own has the other setting, so every run covers both.
 	rigWait, other := "on", "off"
@@ -79,7 +80,7 @@ func (r *rig) fuzz(t *testing.T, seed uint64, d time.Duration, gws []*gateway) i
 				if user != "pam" {
 					g = gws[0]
 				}
-				send(t, g.addr, q.raw(), 1)
+				e2e.Statuses(t, g.addr, q.Raw(), 1)
 				mu.Lock()
 				sent++
 				mu.Unlock()
@@ -102,27 +103,11 @@ func (r *rig) otherWaitGateway(t *testing.T) *gateway {
 	if waitSeconds() == "0" {
 		wait = "wait.max_seconds=2"
 	}
-	db := "sqlite:" + filepath.Join(r.dir, id+".db")
-	args := append([]string{"capacity", "set", "--create"}, configArgs...)
-	args = append(args, wait, "--database", db)
-	if out, err := run(t.Context(), r.dir, nil, r.bin, args...); err != nil {
-		t.Fatalf("configure: %v: %s", err, out)
-	}
-	addr, err := spareAddr()
+	g, err := r.startGateway(t.Context(), id, append(slices.Clone(configArgs), wait),
+		"--max-body-bytes", fmt.Sprint(maxBodyBytes), "--identity", "upstream")
 	if err != nil {
 		t.Fatal(err)
 	}
-	g := &gateway{id: id, addr: addr, logFile: filepath.Join(r.dir, id+".log")}
-	stderr := filepath.Join(r.dir, id+".stderr")
-	if err := r.spawn(r.dir, nil, stderr, r.bin, "serve", "--listen", addr, "--upstream", r.upstream,
-		"--database", db, "--task-id", "bypass-"+id, "--log-file", g.logFile, "--max-body-bytes", fmt.Sprint(maxBodyBytes),
-		"--shutdown-timeout", "2s", "--identity", "upstream"); err != nil {
-		t.Fatal(err)
-	}
-	if err := waitHTTP(t.Context(), "http://"+addr+"/healthz", stderr); err != nil {
-		t.Fatal(err)
-	}
-	r.gateways[id] = g
 	return g
 }
 
@@ -138,35 +123,35 @@ func (m *mutator) chance(p float64) bool   { return m.rnd.Float64() < p }
 // request returns one mutated heavy request tagged with the case name,
 // and whose credentials it carries: pam's (paused) mostly, cora's (limit 1,
 // held a little, so her calls queue when the wait is on) now and then.
-func (m *mutator) request(name string) (request, string) {
+func (m *mutator) request(name string) (e2e.Request, string) {
 	user := "pam"
 	if m.chance(0.2) {
 		user = "cora"
 	}
-	var q request
-	q.method = "POST"
+	var q e2e.Request
+	q.Method = "POST"
 	if m.chance(0.1) {
-		q.method = m.pick("post", "Post", "pOST")
+		q.Method = m.pick("post", "Post", "pOST")
 	}
 	rerank := m.chance(0.25)
-	q.target = m.path(rerank) + m.query(rerank)
+	q.Target = m.path(rerank) + m.query(rerank)
 	body, ct := m.body(rerank)
-	q.headers = append(q.headers, m.credentials(user)...)
-	q.headers = append(q.headers, ct...)
-	q.headers = append(q.headers, m.extraHeaders(user == "pam")...)
-	q.body = body
+	q.Headers = append(q.Headers, m.credentials(user)...)
+	q.Headers = append(q.Headers, ct...)
+	q.Headers = append(q.Headers, m.extraHeaders(user == "pam")...)
+	q.Body = body
 	if m.chance(0.1) {
-		q.noLength = true
-		q.headers = append(q.headers, "Transfer-Encoding: chunked")
-		q.body = fmt.Sprintf("%x\r\n%s\r\n0\r\n\r\n", len(body), body)
+		q.NoLength = true
+		q.Headers = append(q.Headers, "Transfer-Encoding: chunked")
+		q.Body = fmt.Sprintf("%x\r\n%s\r\n0\r\n\r\n", len(body), body)
 	}
 	if user == "cora" {
-		q.headers = append(q.headers, "X-Test-Hold-Ms: "+m.pick("20", "50", "150"))
+		q.Headers = append(q.Headers, "X-Test-Hold-Ms: "+m.pick("20", "50", "150"))
 	}
-	q.headers = append(q.headers, "X-Test-Case: "+name)
+	q.Headers = append(q.Headers, "X-Test-Case: "+name)
 	// Shuffle the header lines: order matters to "first" and "last" rules.
 	if m.chance(0.3) {
-		m.rnd.Shuffle(len(q.headers), func(i, j int) { q.headers[i], q.headers[j] = q.headers[j], q.headers[i] })
+		m.rnd.Shuffle(len(q.Headers), func(i, j int) { q.Headers[i], q.Headers[j] = q.Headers[j], q.Headers[i] })
 	}
 	return q, user
 }
@@ -301,13 +286,13 @@ func (m *mutator) body(rerank bool) (string, []string) {
 	switch m.rnd.IntN(10) {
 	case 0:
 		ct += "; charset=utf-16"
-		enc = utf16le(doc, true)
+		enc = e2e.UTF16LE(doc, true)
 	case 1:
 		ct += "; charset=UTF-16LE"
-		enc = utf16le(doc, false)
+		enc = e2e.UTF16LE(doc, false)
 	case 2:
 		ct += `; charset="utf-32-be"`
-		enc = utf32be(doc)
+		enc = e2e.UTF32BE(doc)
 	case 3:
 		ct += "; charset=utf-8-sig"
 		enc = "\xef\xbb\xbf" + doc

@@ -2,9 +2,9 @@ package bypass
 
 import (
 	"fmt"
+	"github.com/capgate/capgate/test/internal/e2e"
 	"net"
 	"os"
-	"path/filepath"
 	"slices"
 	"sync"
 	"testing"
@@ -19,17 +19,20 @@ func TestHangUpHoldsTheLease(t *testing.T) {
 	// Row 2: cora (limit 1) is admitted, her call runs upstream, and she
 	// hangs up. The upstream keeps running it, so her next call must be
 	// refused until it ends.
-	r := getRig(t)
+	r := suite.Get(t)
 	mark := r.mark(t)
 	addr := r.gateways[gwUpstream].addr
 	// Held longer than the rig's wait (2 s), so the second call is
-	// refused whether it waits or not.
-	first := request{target: match, body: oneRow, headers: []string{r.token("cora"), jsonCT, "X-Test-Hold-Ms: 5000", "X-Test-Case: hang-up"}}
+	// refused whether it waits or not; and well under the 5 s
+	// checkInvariants waits for its line, written when it ends (held 5 s,
+	// the line came 5.0x s after a check that began at once, with the
+	// wait off: a miss under load).
+	first := e2e.Request{Target: match, Body: oneRow, Headers: []string{r.creds.Token("cora"), jsonCT, "X-Test-Hold-Ms: 3500", "X-Test-Case: hang-up"}}
 	conn, err := net.Dial("tcp", addr)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if _, err := conn.Write([]byte(first.raw())); err != nil {
+	if _, err := conn.Write([]byte(first.Raw())); err != nil {
 		t.Fatal(err)
 	}
 	// Wait until the upstream runs it, then hang up.
@@ -41,8 +44,8 @@ func TestHangUpHoldsTheLease(t *testing.T) {
 		time.Sleep(10 * time.Millisecond) // another process's file: no event to wait on
 	}
 	conn.Close()
-	second := request{target: match, body: oneRow, headers: []string{r.token("cora"), jsonCT, "X-Test-Case: after the hang-up"}}
-	if got := send(t, addr, second.raw(), 1); !slices.Equal(got, []int{refused}) {
+	second := e2e.Request{Target: match, Body: oneRow, Headers: []string{r.creds.Token("cora"), jsonCT, "X-Test-Case: after the hang-up"}}
+	if got := e2e.Statuses(t, addr, second.Raw(), 1); !slices.Equal(got, []int{refused}) {
 		t.Errorf("cora's call while her abandoned one still runs = %v, want 429", got)
 	}
 	r.checkInvariants(t, mark)
@@ -56,14 +59,14 @@ func TestFloodOnRedis(t *testing.T) {
 	if url == "" {
 		t.Skip("CAPGATE_TEST_REDIS_URL is not set")
 	}
-	r := getRig(t)
+	r := suite.Get(t)
 	g := r.redisGateway(t, url)
 	mark := r.mark(t)
 	var wg sync.WaitGroup
 	for range 400 {
 		wg.Go(func() {
-			q := request{target: match, body: oneRow, headers: []string{r.token("pam"), jsonCT, "X-Test-Hold-Ms: 200", "X-Test-Case: redis flood"}}
-			send(t, g.addr, q.raw(), 1)
+			q := e2e.Request{Target: match, Body: oneRow, Headers: []string{r.creds.Token("pam"), jsonCT, "X-Test-Hold-Ms: 200", "X-Test-Case: redis flood"}}
+			e2e.Statuses(t, g.addr, q.Raw(), 1)
 		})
 	}
 	wg.Wait()
@@ -77,25 +80,10 @@ func (r *rig) redisGateway(t *testing.T, redisURL string) *gateway {
 	if g := r.gateways["redis"]; g != nil {
 		return g
 	}
-	db := "sqlite:" + filepath.Join(r.dir, "redis.db")
-	set := append([]string{"capacity", "set", "--create"}, configArgs...)
-	if out, err := run(t.Context(), r.dir, nil, r.bin, append(set, "--database", db)...); err != nil {
-		t.Fatalf("configure: %v: %s", err, out)
-	}
-	addr, err := spareAddr()
+	g, err := r.startGateway(t.Context(), "redis", configArgs,
+		"--redis", redisURL, "--key-prefix", fmt.Sprintf("bypass-%d:capacity", os.Getpid()))
 	if err != nil {
 		t.Fatal(err)
 	}
-	g := &gateway{id: "redis", addr: addr, logFile: filepath.Join(r.dir, "redis.log")}
-	stderr := filepath.Join(r.dir, "redis.stderr")
-	if err := r.spawn(r.dir, nil, stderr, r.bin, "serve", "--listen", addr, "--upstream", r.upstream,
-		"--database", db, "--task-id", "bypass-redis", "--log-file", g.logFile, "--redis", redisURL,
-		"--key-prefix", fmt.Sprintf("bypass-%d:capacity", os.Getpid()), "--shutdown-timeout", "2s"); err != nil {
-		t.Fatal(err)
-	}
-	if err := waitHTTP(t.Context(), "http://"+addr+"/healthz", stderr); err != nil {
-		t.Fatal(err)
-	}
-	r.gateways["redis"] = g
 	return g
 }

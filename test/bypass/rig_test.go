@@ -1,23 +1,15 @@
 package bypass
 
 import (
-	"bufio"
-	"bytes"
 	"context"
 	"encoding/json"
-	"errors"
 	"fmt"
-	"net"
 	"net/http"
 	"os"
-	"os/exec"
 	"path/filepath"
-	"runtime"
-	"strings"
-	"sync"
-	"syscall"
 	"testing"
-	"time"
+
+	"github.com/capgate/capgate/test/internal/e2e"
 )
 
 // The rig: one gunicorn serving the Django upstream (test/bypass/upstream),
@@ -26,16 +18,13 @@ import (
 // (per_user.preview 0) and core users at one call (per_user.core 1). It is
 // started once, by the first test that needs it, and stopped by TestMain.
 
-// pythonBin is the Python with Debian's Django and DRF.
-const pythonBin = "/usr/bin/python3"
-
 // gatewayID names one of the rig's gateways.
 type gatewayID string
 
 const (
-	gwUpstream gatewayID = "upstream" // --identity upstream: asks Django's /user/
-	gwHeader   gatewayID = "header"   // --identity header, trusting a proxy range the tests are not in
-	gwTokens   gatewayID = "tokens"   // --identity tokens, the same tokens as Django's
+	gwUpstream gatewayID = e2e.ViaUpstream // --identity upstream: asks Django's /user/
+	gwHeader   gatewayID = e2e.ViaHeader   // --identity header, trusting a proxy range the tests are not in
+	gwTokens   gatewayID = e2e.ViaTokens   // --identity tokens, the same tokens as Django's
 )
 
 // Gateway limits the suite sets, and the per-user limits they make.
@@ -62,9 +51,16 @@ func waitSeconds() string {
 	return "2"
 }
 
-// maxBodyBytes is the gateways' --max-body-bytes: small, so the oversize
-// attack needs only a few KiB.
-const maxBodyBytes = 4096
+// What the attacks send.
+const (
+	match   = e2e.Match
+	oneRow  = e2e.OneRow
+	jsonCT  = e2e.JSONCT
+	refused = http.StatusTooManyRequests
+)
+
+// maxBodyBytes is the gateways' --max-body-bytes.
+const maxBodyBytes = e2e.MaxBodyBytes
 
 type rig struct {
 	dir      string
@@ -72,12 +68,9 @@ type rig struct {
 	record   string // the upstream's JSON lines of heavy runs
 	upstream string // http://127.0.0.1:port
 	gateways map[gatewayID]*gateway
-	creds    struct {
-		Tokens   map[string]string `json:"tokens"`
-		Sessions map[string]string `json:"sessions"`
-		CSRF     string            `json:"csrf"`
-	}
-	procs []*exec.Cmd
+	logs     []string // the gateways' ocl_capacity lines
+	creds    e2e.Creds
+	procs    *e2e.Procs
 }
 
 type gateway struct {
@@ -86,111 +79,44 @@ type gateway struct {
 	logFile string
 }
 
-var (
-	rigOnce sync.Once
-	theRig  *rig
-	rigErr  error
-	rigDir  string
-)
-
-func TestMain(m *testing.M) {
-	dir, err := os.MkdirTemp("", "capgate-bypass-")
-	if err != nil {
-		fmt.Fprintln(os.Stderr, "bypass:", err)
-		os.Exit(1)
-	}
-	rigDir = dir
-	code := m.Run()
-	if theRig != nil {
-		theRig.stop()
-	}
-	os.RemoveAll(dir)
-	os.Exit(code)
-}
-
-// missingDeps says what the rig lacks, or "".
-func missingDeps() string {
-	if _, err := exec.LookPath("gunicorn"); err != nil {
-		return "gunicorn is not installed"
-	}
-	if err := exec.Command(pythonBin, "-c", "import django, rest_framework").Run(); err != nil {
-		return pythonBin + " lacks Django or Django REST framework"
-	}
-	return ""
-}
-
-// getRig returns the running rig, starting it on first use. Without
+// suite.Get(t) returns the running rig, starting it on first use. Without
 // Django, DRF or gunicorn it skips the test, or fails it when
 // CAPGATE_REQUIRE_BYPASS=1.
-func getRig(t *testing.T) *rig {
-	t.Helper()
-	if why := missingDeps(); why != "" {
-		msg := "bypass suite: " + why + " (scripts/bypass-deps.sh installs Debian's python3-django, python3-djangorestframework and gunicorn)"
-		if os.Getenv("CAPGATE_REQUIRE_BYPASS") == "1" {
-			t.Fatal(msg + "; CAPGATE_REQUIRE_BYPASS=1")
-		}
-		t.Skip(msg)
-	}
-	rigOnce.Do(func() {
-		theRig = &rig{dir: rigDir, gateways: map[gatewayID]*gateway{}}
-		rigErr = theRig.start()
-	})
-	if rigErr != nil {
-		t.Fatalf("bypass rig: %v", rigErr)
-	}
-	return theRig
-}
+var suite = e2e.Suite[*rig]{Name: "bypass", Missing: e2e.MissingDjango,
+	Start: func(ctx context.Context, s e2e.Setup) (*rig, error) {
+		r := &rig{dir: s.Dir, procs: s.Procs, gateways: map[gatewayID]*gateway{}}
+		return r, r.start(ctx, s.Root)
+	}}
 
-func moduleRoot() (string, error) {
-	_, file, _, ok := runtime.Caller(0)
-	if !ok {
-		return "", errors.New("no caller")
-	}
-	return filepath.Abs(filepath.Join(filepath.Dir(file), "..", ".."))
-}
+func TestMain(m *testing.M) { suite.Main(m) }
 
-func (r *rig) start() error {
-	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
-	defer cancel()
-	root, err := moduleRoot()
-	if err != nil {
-		return err
-	}
+func (r *rig) start(ctx context.Context, root string) error {
+	var err error
 	// CAPGATE_BYPASS_BIN runs the suite against another build (say, main's,
 	// to see the attacks land).
-	bin := os.Getenv("CAPGATE_BYPASS_BIN")
-	if bin == "" {
-		bin = filepath.Join(r.dir, "capgate")
-		if out, err := run(ctx, root, nil, "go", "build", "-o", bin, "./cmd/capgate"); err != nil {
-			return fmt.Errorf("build capgate: %w: %s", err, out)
+	r.bin = os.Getenv("CAPGATE_BYPASS_BIN")
+	if r.bin == "" {
+		r.bin = filepath.Join(r.dir, "capgate")
+		if err := e2e.BuildCapgate(ctx, root, r.bin); err != nil {
+			return err
 		}
 	}
-	r.bin = bin
 
 	// The upstream: database and users first, then gunicorn.
 	updir := filepath.Join(root, "test", "bypass", "upstream")
 	r.record = filepath.Join(r.dir, "heavy.jsonl")
-	env := append(os.Environ(), "BYPASS_DIR="+r.dir, "BYPASS_RECORD="+r.record,
-		"DJANGO_SETTINGS_MODULE=oclsim.settings", "PYTHONDONTWRITEBYTECODE=1")
-	out, err := run(ctx, updir, env, pythonBin, "-m", "oclsim.setup_db")
-	if err != nil {
-		return fmt.Errorf("set up the Django database: %w: %s", err, out)
+	env := e2e.DjangoEnv(root, "oclsim.settings", nil, "BYPASS_DIR="+r.dir, "BYPASS_RECORD="+r.record)
+	if r.creds, err = e2e.SetUpUsers(ctx, updir, env); err != nil {
+		return err
 	}
-	if err := json.Unmarshal([]byte(lastLine(out)), &r.creds); err != nil {
-		return fmt.Errorf("read the credentials: %w: %s", err, out)
-	}
-	upAddr, err := spareAddr()
+	upAddr, err := e2e.SpareAddr()
 	if err != nil {
 		return err
 	}
 	r.upstream = "http://" + upAddr
 	// One process, many threads: the record's in-flight counts are exact.
-	if err := r.spawn(updir, env, filepath.Join(r.dir, "gunicorn.log"), "gunicorn", "--bind", upAddr,
-		"--workers", "1", "--worker-class", "gthread", "--threads", "48", "--timeout", "60",
-		"oclsim.wsgi:application"); err != nil {
-		return err
-	}
-	if err := waitHTTP(ctx, r.upstream+"/user/", filepath.Join(r.dir, "gunicorn.log")); err != nil {
+	if _, err := r.procs.StartGunicorn(ctx, e2e.Gunicorn{Dir: updir, Env: env, App: "oclsim.wsgi:application",
+		Addr: upAddr, Workers: 1, Threads: 48, Log: filepath.Join(r.dir, "gunicorn.log"), ReadyURL: r.upstream + "/user/"}); err != nil {
 		return err
 	}
 
@@ -215,122 +141,39 @@ func (r *rig) start() error {
 		gwHeader:   {"--identity", "header", "--trusted-proxies", "10.255.255.0/24"},
 		gwTokens:   {"--identity", "tokens", "--tokens", tokens},
 	} {
-		db := "sqlite:" + filepath.Join(r.dir, string(id)+".db")
-		set := append([]string{"capacity", "set", "--create"}, configArgs...)
-		if out, err := run(ctx, r.dir, nil, bin, append(set, "--database", db, "--note", "bypass suite")...); err != nil {
-			return fmt.Errorf("configure %s: %w: %s", id, err, out)
-		}
-		addr, err := spareAddr()
-		if err != nil {
+		args := append([]string{"--max-body-bytes", fmt.Sprint(maxBodyBytes), "--drain-delay", "0"}, extra...)
+		if _, err := r.startGateway(ctx, id, configArgs, args...); err != nil {
 			return err
 		}
-		g := &gateway{id: id, addr: addr, logFile: filepath.Join(r.dir, string(id)+".log")}
-		args := append([]string{"serve", "--listen", addr, "--upstream", r.upstream, "--database", db,
-			"--task-id", "bypass-" + string(id), "--log-file", g.logFile, "--max-body-bytes", fmt.Sprint(maxBodyBytes),
-			"--shutdown-timeout", "2s", "--drain-delay", "0"}, extra...)
-		stderr := filepath.Join(r.dir, string(id)+".stderr")
-		if err := r.spawn(r.dir, nil, stderr, bin, args...); err != nil {
-			return err
-		}
-		if err := waitHTTP(ctx, "http://"+addr+"/healthz", stderr); err != nil {
-			return err
-		}
-		r.gateways[id] = g
 	}
 	return nil
 }
 
-// spawn starts a long-running process, its output to logPath.
-func (r *rig) spawn(dir string, env []string, logPath, name string, args ...string) error {
-	f, err := os.Create(logPath)
+// startGateway configures gateway id (a config database of its own, with
+// settings) and starts it, `capgate serve` in front of the upstream with
+// args, and waits until it answers.
+func (r *rig) startGateway(ctx context.Context, id gatewayID, settings []string, args ...string) (*gateway, error) {
+	db := "sqlite:" + filepath.Join(r.dir, string(id)+".db")
+	if err := e2e.Configure(ctx, r.bin, r.dir, db, "bypass suite", settings...); err != nil {
+		return nil, err
+	}
+	addr, err := e2e.SpareAddr()
 	if err != nil {
-		return err
+		return nil, err
 	}
-	cmd := exec.Command(name, args...)
-	cmd.Dir, cmd.Env, cmd.Stdout, cmd.Stderr = dir, env, f, f
-	// Its own process group (stop signals gunicorn's workers too), and
-	// killed if the test binary dies before TestMain can stop it.
-	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGKILL}
-	if err := cmd.Start(); err != nil {
-		f.Close()
-		return fmt.Errorf("start %s: %w", name, err)
+	g := &gateway{id: id, addr: addr, logFile: filepath.Join(r.dir, string(id)+".log")}
+	args = append([]string{"serve", "--listen", addr, "--upstream", r.upstream, "--database", db,
+		"--task-id", "bypass-" + string(id), "--log-file", g.logFile, "--shutdown-timeout", "2s"}, args...)
+	stderr := filepath.Join(r.dir, string(id)+".stderr")
+	if _, err := r.procs.Spawn(r.dir, nil, stderr, r.bin, args...); err != nil {
+		return nil, err
 	}
-	f.Close() // the child has its own descriptor
-	r.procs = append(r.procs, cmd)
-	return nil
-}
-
-// stop ends every process the rig started: SIGTERM to its process group,
-// SIGKILL after 5 s.
-func (r *rig) stop() {
-	for _, cmd := range r.procs {
-		_ = syscall.Kill(-cmd.Process.Pid, syscall.SIGTERM)
-		done := make(chan struct{})
-		go func() { _ = cmd.Wait(); close(done) }()
-		timer := time.NewTimer(5 * time.Second)
-		select {
-		case <-done:
-		case <-timer.C:
-			_ = syscall.Kill(-cmd.Process.Pid, syscall.SIGKILL)
-			<-done
-		}
-		timer.Stop()
+	if err := e2e.WaitHTTP(ctx, "http://"+addr+"/healthz", stderr); err != nil {
+		return nil, err
 	}
-}
-
-// run runs a short command and returns its combined output.
-func run(ctx context.Context, dir string, env []string, name string, args ...string) (string, error) {
-	cmd := exec.CommandContext(ctx, name, args...)
-	cmd.Dir, cmd.Env = dir, env
-	var out bytes.Buffer
-	cmd.Stdout, cmd.Stderr = &out, &out
-	err := cmd.Run()
-	return out.String(), err
-}
-
-func lastLine(s string) string {
-	lines := strings.Split(strings.TrimSpace(s), "\n")
-	return lines[len(lines)-1]
-}
-
-func spareAddr() (string, error) {
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		return "", fmt.Errorf("find a free port: %w", err)
-	}
-	defer l.Close()
-	return l.Addr().String(), nil
-}
-
-// waitHTTP polls u until it answers at all (any status), for at most 30 s.
-// A process start has no event to wait on but its port.
-func waitHTTP(ctx context.Context, u, logPath string) error {
-	ctx, cancel := context.WithTimeout(ctx, 30*time.Second)
-	defer cancel()
-	tick := time.NewTicker(50 * time.Millisecond)
-	defer tick.Stop()
-	for {
-		req, _ := http.NewRequestWithContext(ctx, "GET", u, nil)
-		resp, err := http.DefaultClient.Do(req)
-		if err == nil {
-			resp.Body.Close()
-			return nil
-		}
-		select {
-		case <-ctx.Done():
-			b, _ := os.ReadFile(logPath)
-			return fmt.Errorf("%s never answered: %w\n%s", u, err, tail(string(b), 20))
-		case <-tick.C:
-		}
-	}
-}
-
-func tail(s string, n int) string {
-	lines := strings.Split(strings.TrimRight(s, "\n"), "\n")
-	if len(lines) > n {
-		lines = lines[len(lines)-n:]
-	}
-	return strings.Join(lines, "\n")
+	r.gateways[id] = g
+	r.logs = append(r.logs, g.logFile)
+	return g, nil
 }
 
 // heavyRun is one heavy call the upstream ran (a line of its record).
@@ -344,64 +187,8 @@ type heavyRun struct {
 	Case         string `json:"case"` // the X-Test-Case header: which attack
 }
 
-// gateLine is the part of a gateway's ocl_capacity line the suite reads.
-type gateLine struct {
-	Event    string `json:"event"`
-	Decision string `json:"decision"`
-	UserID   string `json:"user_id"`
-	Tier     string `json:"tier"`
-	CID      string `json:"cid"`
-	// Degraded marks a call counted by the gateway's local lanes while the
-	// store was out (the gatecore branch): counted, though "unavailable".
-	Degraded bool `json:"degraded"`
-}
-
-func readLines[T any](path string) ([]T, error) {
-	f, err := os.Open(path)
-	if errors.Is(err, os.ErrNotExist) {
-		return nil, nil
-	}
-	if err != nil {
-		return nil, err
-	}
-	defer f.Close()
-	var out []T
-	sc := bufio.NewScanner(f)
-	sc.Buffer(make([]byte, 1<<20), 1<<20)
-	for sc.Scan() {
-		var v T
-		if err := json.Unmarshal(sc.Bytes(), &v); err != nil {
-			continue // a line being written
-		}
-		out = append(out, v)
-	}
-	return out, sc.Err()
-}
-
 // runs returns the heavy calls the upstream has run so far.
 func (r *rig) runs(t *testing.T) []heavyRun {
 	t.Helper()
-	runs, err := readLines[heavyRun](r.record)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return runs
-}
-
-// gateLines returns every gateway's ocl_capacity lines, by cid.
-func (r *rig) gateLines(t *testing.T) map[string]gateLine {
-	t.Helper()
-	m := map[string]gateLine{}
-	for _, g := range r.gateways {
-		lines, err := readLines[gateLine](g.logFile)
-		if err != nil {
-			t.Fatal(err)
-		}
-		for _, l := range lines {
-			if l.Event == "ocl_capacity" {
-				m[l.CID] = l
-			}
-		}
-	}
-	return m
+	return e2e.ReadLines[heavyRun](t, r.record)
 }

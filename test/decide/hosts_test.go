@@ -4,6 +4,7 @@ import (
 	"bufio"
 	"context"
 	"fmt"
+	"github.com/capgate/capgate/test/internal/e2e"
 	"net/http"
 	"os"
 	"path/filepath"
@@ -15,23 +16,24 @@ import (
 	"time"
 )
 
+// What the tests send.
 const (
-	match   = "/concepts/$match/?semantic=true"
-	oneRow  = `{"rows":[{"name":"fever"}]}`
-	jsonCT  = "Content-Type: application/json"
+	match   = e2e.Match
+	oneRow  = e2e.OneRow
+	jsonCT  = e2e.JSONCT
 	refused = http.StatusTooManyRequests
 )
 
 // heavy is user's heavy call, held holdMS by the view.
-func (r *rig) heavy(user string, holdMS int, extra ...string) request {
-	h := append([]string{r.token(user), jsonCT, fmt.Sprintf("X-Test-Hold-Ms: %d", holdMS)}, extra...)
-	return request{target: match, body: oneRow, headers: h}
+func (r *rig) heavy(user string, holdMS int, extra ...string) e2e.Request {
+	h := append([]string{r.creds.Token(user), jsonCT, fmt.Sprintf("X-Test-Hold-Ms: %d", holdMS)}, extra...)
+	return e2e.Request{Target: match, Body: oneRow, Headers: h}
 }
 
 // TestExactLimitAcrossHosts: calls of one user spread over both hosts, each
 // with its own decision service, never overlap past the user's limit.
 func TestExactLimitAcrossHosts(t *testing.T) {
-	r := getRig(t)
+	r := suite.Get(t)
 	mark := r.mark(t)
 	var mu sync.Mutex
 	statuses := map[string][]int{}
@@ -40,7 +42,7 @@ func TestExactLimitAcrossHosts(t *testing.T) {
 		user := []string{"cora", "stan", "pam"}[i%3]
 		h := r.hosts[i%2]
 		wg.Go(func() {
-			got := send(t, h.addr, r.heavy(user, 300).raw(), 1)
+			got := e2e.Statuses(t, h.addr, r.heavy(user, 300).Raw(), 1)
 			mu.Lock()
 			statuses[user] = append(statuses[user], got...)
 			mu.Unlock()
@@ -62,7 +64,7 @@ func TestExactLimitAcrossHosts(t *testing.T) {
 // TestStreamingHoldsTheLease: a streamed answer holds the user's place
 // until its last byte has gone; then the place is free.
 func TestStreamingHoldsTheLease(t *testing.T) {
-	r := getRig(t)
+	r := suite.Get(t)
 	mark := r.mark(t)
 	req, _ := http.NewRequestWithContext(t.Context(), "POST", "http://"+r.hosts[0].addr+match, strings.NewReader(oneRow))
 	req.Header.Set("Authorization", "Token "+r.creds.Tokens["cora"])
@@ -80,7 +82,7 @@ func TestStreamingHoldsTheLease(t *testing.T) {
 	}
 	cid := resp.Header.Get("X-Request-Id")
 	// Mid-stream, the other host refuses cora.
-	if got := send(t, r.hosts[1].addr, r.heavy("cora", 0).raw(), 1); !slices.Equal(got, []int{refused}) {
+	if got := e2e.Statuses(t, r.hosts[1].addr, r.heavy("cora", 0).Raw(), 1); !slices.Equal(got, []int{refused}) {
 		t.Errorf("mid-stream call: %v, want 429", got)
 	}
 	for {
@@ -96,7 +98,7 @@ func TestStreamingHoldsTheLease(t *testing.T) {
 	if !ok || l.HeldMS == nil || *l.HeldMS < 750 {
 		t.Errorf("the streamed call's line %+v: want held_ms ≥ 750 (the whole stream)", l)
 	}
-	if got := send(t, r.hosts[1].addr, r.heavy("cora", 0).raw(), 1); !slices.Equal(got, []int{200}) {
+	if got := e2e.Statuses(t, r.hosts[1].addr, r.heavy("cora", 0).Raw(), 1); !slices.Equal(got, []int{200}) {
 		t.Errorf("after the stream: %v, want 200", got)
 	}
 	r.checkInvariants(t, mark, invariantOpts{})
@@ -105,7 +107,7 @@ func TestStreamingHoldsTheLease(t *testing.T) {
 // TestFairWaitThroughMiddleware: with waiting on, calls over the user's
 // limit wait in the services' shared queue and all run, one at a time.
 func TestFairWaitThroughMiddleware(t *testing.T) {
-	r := getRig(t)
+	r := suite.Get(t)
 	if err := r.setConfig(t.Context(), "wait.max_seconds=20"); err != nil {
 		t.Fatal(err)
 	}
@@ -116,11 +118,11 @@ func TestFairWaitThroughMiddleware(t *testing.T) {
 	})
 	mark := r.mark(t)
 	var mu sync.Mutex
-	var replies []reply
+	var replies []e2e.Reply
 	var wg sync.WaitGroup
 	for i := range 4 {
 		wg.Go(func() {
-			got, err := sendCtx(t.Context(), r.hosts[i%2].addr, r.heavy("cora", 200).raw(), 1)
+			got, err := e2e.Send(t.Context(), r.hosts[i%2].addr, r.heavy("cora", 200).Raw(), 1)
 			if err != nil {
 				t.Error(err)
 			}
@@ -132,10 +134,10 @@ func TestFairWaitThroughMiddleware(t *testing.T) {
 	wg.Wait()
 	waited := 0
 	for _, rp := range replies {
-		if rp.status != 200 {
-			t.Errorf("a waiting call got %d, want 200: %s", rp.status, rp.body)
+		if rp.Status != 200 {
+			t.Errorf("a waiting call got %d, want 200: %s", rp.Status, rp.Body)
 		}
-		if rp.header.Get("X-Ocl-Capacity-Waited-Ms") != "" {
+		if rp.Header.Get("X-Ocl-Capacity-Waited-Ms") != "" {
 			waited++
 		}
 	}
@@ -148,11 +150,11 @@ func TestFairWaitThroughMiddleware(t *testing.T) {
 // TestWorkerKilledFreesItsPlace: SIGKILL of the gunicorn worker running a
 // call frees the call's place within 1 s (its socket to the service closes).
 func TestWorkerKilledFreesItsPlace(t *testing.T) {
-	r := getRig(t)
+	r := suite.Get(t)
 	mark := r.mark(t)
 	go func() {
 		// Its connection dies with the worker.
-		_, _ = sendCtx(t.Context(), r.hosts[0].addr, r.heavy("cora", 20000).raw(), 1)
+		_, _ = e2e.Send(t.Context(), r.hosts[0].addr, r.heavy("cora", 20000).Raw(), 1)
 	}()
 	var victim runEvent
 	deadline := time.Now().Add(10 * time.Second)
@@ -176,7 +178,7 @@ func TestWorkerKilledFreesItsPlace(t *testing.T) {
 	end := victim.T + killed.Sub(seen).Seconds()
 	var freed time.Duration
 	for {
-		if got := send(t, r.hosts[1].addr, r.heavy("cora", 0).raw(), 1); slices.Equal(got, []int{200}) {
+		if got := e2e.Statuses(t, r.hosts[1].addr, r.heavy("cora", 0).Raw(), 1); slices.Equal(got, []int{200}) {
 			freed = time.Since(killed)
 			break
 		}
@@ -198,7 +200,7 @@ func TestWorkerKilledFreesItsPlace(t *testing.T) {
 // middleware's TIMEOUT (0.25 s) and the scheduling of a loaded machine. The
 // miss is logged at most once a minute per process.
 func TestServiceStoppedFailsOpen(t *testing.T) {
-	r := getRig(t)
+	r := suite.Get(t)
 	h := r.hosts[1]
 	// The default TIMEOUT (the rig's hosts run with a longer one).
 	if err := r.restartApp(t.Context(), h, "0.25"); err != nil {
@@ -216,7 +218,7 @@ func TestServiceStoppedFailsOpen(t *testing.T) {
 	check := func(what string, bound float64) {
 		mark := r.mark(t)
 		for range 5 {
-			if got := send(t, h.addr, r.heavy("cora", 0).raw(), 1); !slices.Equal(got, []int{200}) {
+			if got := e2e.Statuses(t, h.addr, r.heavy("cora", 0).Raw(), 1); !slices.Equal(got, []int{200}) {
 				t.Errorf("%s: %v, want 200", what, got)
 			}
 		}
@@ -280,7 +282,7 @@ func (r *rig) awaitAdmitted(t *testing.T, h *host, user string) time.Duration {
 	t.Helper()
 	start := time.Now()
 	for {
-		if got := send(t, h.addr, r.heavy(user, 0).raw(), 1); slices.Equal(got, []int{200}) {
+		if got := e2e.Statuses(t, h.addr, r.heavy(user, 0).Raw(), 1); slices.Equal(got, []int{200}) {
 			return time.Since(start)
 		}
 		if time.Since(start) > 5*time.Second {
@@ -293,24 +295,24 @@ func (r *rig) awaitAdmitted(t *testing.T, h *host, user string) time.Duration {
 // TestDecoratorGatesAView: @capacity_limited on a DRF view's method gates
 // it with DRF's request, as the middleware gates the others.
 func TestDecoratorGatesAView(t *testing.T) {
-	r := getRig(t)
+	r := suite.Get(t)
 	mark := r.mark(t)
-	v2 := func(hold int) request {
+	v2 := func(hold int) e2e.Request {
 		q := r.heavy("cora", hold)
-		q.target = "/v2/concepts/$match/"
+		q.Target = "/v2/concepts/$match/"
 		return q
 	}
-	done := make(chan []reply, 1)
+	done := make(chan []e2e.Reply, 1)
 	go func() {
-		got, _ := sendCtx(t.Context(), r.hosts[0].addr, v2(600).raw(), 1)
+		got, _ := e2e.Send(t.Context(), r.hosts[0].addr, v2(600).Raw(), 1)
 		done <- got
 	}()
 	r.awaitStart(t, mark, "cora")
-	if got := send(t, r.hosts[1].addr, v2(0).raw(), 1); !slices.Equal(got, []int{refused}) {
+	if got := e2e.Statuses(t, r.hosts[1].addr, v2(0).Raw(), 1); !slices.Equal(got, []int{refused}) {
 		t.Errorf("a second decorated call while the first runs: %v, want 429", got)
 	}
 	first := <-done
-	if len(first) != 1 || first[0].status != 200 || first[0].header.Get("X-Ocl-Capacity-Decision") != "admitted" {
+	if len(first) != 1 || first[0].Status != 200 || first[0].Header.Get("X-Ocl-Capacity-Decision") != "admitted" {
 		t.Errorf("the first decorated call: %+v, want 200 with the capacity headers", first)
 	}
 	r.checkInvariants(t, mark, invariantOpts{})
@@ -319,9 +321,9 @@ func TestDecoratorGatesAView(t *testing.T) {
 // TestViewExceptionFreesThePlace: a view that raises gets Django's 500,
 // and the call's place is given back.
 func TestViewExceptionFreesThePlace(t *testing.T) {
-	r := getRig(t)
+	r := suite.Get(t)
 	mark := r.mark(t)
-	if got := send(t, r.hosts[0].addr, r.heavy("cora", 0, "X-Test-Raise: 1").raw(), 1); !slices.Equal(got, []int{500}) {
+	if got := e2e.Statuses(t, r.hosts[0].addr, r.heavy("cora", 0, "X-Test-Raise: 1").Raw(), 1); !slices.Equal(got, []int{500}) {
 		t.Fatalf("the raising view: %v, want 500", got)
 	}
 	if d := r.awaitAdmitted(t, r.hosts[1], "cora"); d > time.Second {

@@ -5,6 +5,8 @@ import (
 	"slices"
 	"testing"
 	"time"
+
+	"github.com/capgate/capgate/test/internal/e2e"
 )
 
 // run is one heavy run of a view: its start and end events.
@@ -109,13 +111,7 @@ func (r *rig) checkInvariants(t *testing.T, mark int, opts invariantOpts) {
 			}
 		}
 	}
-	for i, e := range errs {
-		if i == 20 {
-			t.Errorf("... and %d more", len(errs)-20)
-			break
-		}
-		t.Error(e)
-	}
+	e2e.Report(t, errs)
 }
 
 // waitEnded returns the runs since mark once each has ended (or has an
@@ -144,20 +140,11 @@ func (r *rig) waitEnded(t *testing.T, mark int, opts invariantOpts) []*run {
 
 // waitLines returns the services' lines once every run's is there (a line
 // is written at the release, after the response), waiting at most 5 s.
-func (r *rig) waitLines(t *testing.T, runs []*run) map[string]gateLine {
+func (r *rig) waitLines(t *testing.T, runs []*run) map[string]e2e.GateLine {
 	t.Helper()
-	deadline := time.Now().Add(5 * time.Second)
-	for {
-		lines := r.gateLines(t)
-		missing := 0
-		for _, x := range runs {
-			if _, ok := lines[x.start.CID]; !ok {
-				missing++
-			}
-		}
-		if missing == 0 || time.Now().After(deadline) {
-			return lines
-		}
-		time.Sleep(20 * time.Millisecond) // other processes' files: no event to wait on
+	cids := make([]string, len(runs))
+	for i, x := range runs {
+		cids[i] = x.start.CID
 	}
+	return e2e.AwaitGateLines(t, r.logs, cids)
 }

@@ -1,11 +1,10 @@
 """The API surface capgate stands in front of, as OCL behaves.
 
 GET /user/?includeAuthGroups=true answers who is calling. POST
-/concepts/$match/ and POST /concepts/$rerank/ read request.query_params and
-request.data exactly as DRF hands them to OCL's views, decide whether the
-heavy work runs, and record every heavy run (who, the X-Request-ID capgate
-forwarded, and how many heavy runs of that user were in flight at its
-start) to BYPASS_RECORD before holding the call for X-Test-Hold-Ms.
+/concepts/$match/ and POST /concepts/$rerank/ are OCL's views (oclapi.views)
+around run_heavy, which records every heavy run (who, the X-Request-ID
+capgate forwarded, and how many heavy runs of that user were in flight at
+its start) to BYPASS_RECORD before holding the call for X-Test-Hold-Ms.
 """
 import json
 import os
@@ -15,19 +14,11 @@ import time
 from rest_framework.response import Response
 from rest_framework.views import APIView
 
-# OCL's truthy query values (get_truthy_values): exact strings, no folding.
-TRUTHY = ["true", "True", 1, "1", True]
+from oclapi.views import TRUTHY, hold_seconds
 
 _lock = threading.Lock()
 _in_flight = {}  # username -> heavy runs in flight
 _total = [0]
-
-
-def _hold_seconds(request):
-    try:
-        return min(max(int(request.META.get("HTTP_X_TEST_HOLD_MS", "0")), 0), 10000) / 1000
-    except ValueError:
-        return 0
 
 
 def run_heavy(request, endpoint, rows):
@@ -52,7 +43,7 @@ def run_heavy(request, endpoint, rows):
         with open(os.environ["BYPASS_RECORD"], "a") as f:
             f.write(json.dumps(line) + "\n")
     try:
-        time.sleep(_hold_seconds(request))
+        time.sleep(hold_seconds(request, 10000))
     finally:
         with _lock:
             _in_flight[user] -= 1
@@ -68,31 +59,3 @@ class UserView(APIView):
             body["auth_groups"] = sorted(g.name for g in u.groups.all())
         return Response(body)
 
-
-def _rows(request):
-    rows = request.data.get("rows")
-    if not isinstance(rows, list) or not rows:
-        return None
-    return rows
-
-
-class MatchView(APIView):
-    def post(self, request):
-        semantic = request.query_params.get("semantic", None) in TRUTHY
-        reranker = request.query_params.get("reranker", None) in TRUTHY
-        rows = _rows(request)
-        if rows is None:
-            return Response({"detail": 'Invalid or missing "rows" in request body.'}, status=400)
-        if not (semantic or reranker):
-            return Response({"results": [], "rows": len(rows), "endpoint": "lexical"})
-        return run_heavy(request, "$match", len(rows))
-
-
-class RerankView(APIView):
-    def post(self, request):
-        rows = _rows(request)
-        if rows is None:
-            return Response({"detail": 'Invalid or missing "rows" in request body.'}, status=400)
-        if not request.data.get("q"):
-            return Response({"detail": 'Missing "q" in request body.'}, status=400)
-        return run_heavy(request, "$rerank", len(rows))

@@ -1,5 +1,5 @@
-"""Settings of the decision suite's API host: a DRF app gated from inside by
-capgate.django.CapacityMiddleware.
+"""Settings of the decision suite's API host: the sites' shared settings
+(oclapi.settings), gated from inside by capgate.django.CapacityMiddleware.
 
 From the environment the Go test sets: DECIDE_DIR holds the SQLite
 database (shared by both hosts), DECIDE_RECORD is the JSON-lines file every
@@ -8,26 +8,14 @@ host's own decision service.
 """
 import os
 
+from oclapi.settings import *  # noqa: F401,F403
+
 BASE_DIR = os.environ.get("DECIDE_DIR", "/tmp")
 SECRET_KEY = "decide-suite-not-a-secret"
-DEBUG = False
-ALLOWED_HOSTS = ["*"]
-USE_TZ = True
 ROOT_URLCONF = "decidesite.urls"
 WSGI_APPLICATION = "decidesite.wsgi.application"
-DEFAULT_AUTO_FIELD = "django.db.models.AutoField"
 
-INSTALLED_APPS = [
-    "django.contrib.auth",
-    "django.contrib.contenttypes",
-    "django.contrib.sessions",
-    "rest_framework",
-    "rest_framework.authtoken",
-]
-MIDDLEWARE = [
-    "django.middleware.common.CommonMiddleware",
-    "django.contrib.sessions.middleware.SessionMiddleware",
-    "django.contrib.auth.middleware.AuthenticationMiddleware",
+MIDDLEWARE = MIDDLEWARE + [  # noqa: F405
     "decidesite.timing.Timing",  # the limiter's delay, for the record
     "capgate.django.CapacityMiddleware",
 ]
@@ -40,14 +28,6 @@ DATABASES = {
         "NAME": os.path.join(BASE_DIR, "app.sqlite3"),
         "OPTIONS": {"timeout": 20},
     }
-}
-REST_FRAMEWORK = {
-    "DEFAULT_AUTHENTICATION_CLASSES": [
-        "rest_framework.authentication.TokenAuthentication",
-        "rest_framework.authentication.SessionAuthentication",
-    ],
-    "DEFAULT_PERMISSION_CLASSES": ["rest_framework.permissions.IsAuthenticated"],
-    "UNAUTHENTICATED_USER": None,
 }
 CAPGATE = {
     "URL": os.environ.get("CAPGATE_URL", ""),

@@ -1,4 +1,5 @@
-"""OCL's heavy views as the decision suite needs them.
+"""The decision suite's heavy run behind OCL's views (oclapi.views), and a
+view gated by @capacity_limited.
 
 Each heavy run is recorded to DECIDE_RECORD: a "start" line when the view
 begins the heavy work and an "end" line when it is done (for a streamed
@@ -17,8 +18,7 @@ from rest_framework.response import Response
 from rest_framework.views import APIView
 
 from capgate.django import capacity_limited
-
-TRUTHY = ["true", "True", 1, "1", True]
+from oclapi.views import hold_seconds, no_rows, rows
 
 
 def _record(line):
@@ -26,14 +26,7 @@ def _record(line):
         f.write(json.dumps(line) + "\n")
 
 
-def _hold_seconds(request):
-    try:
-        return min(max(int(request.META.get("HTTP_X_TEST_HOLD_MS", "0")), 0), 30000) / 1000
-    except ValueError:
-        return 0
-
-
-def run_heavy(request, endpoint, rows):
+def run_heavy(request, endpoint, nrows):
     meta = request.META
     d = getattr(request, "capgate_decision", None)
     if d is None:
@@ -42,7 +35,7 @@ def run_heavy(request, endpoint, rows):
         "run": uuid.uuid4().hex,
         "user": request.user.username,
         "endpoint": endpoint,
-        "rows": rows,
+        "rows": nrows,
         "decision": d.decision if d is not None else "",
         "cid": (d.headers.get("X-Request-Id", "") if d is not None else ""),
         "case": meta.get("HTTP_X_TEST_CASE", ""),
@@ -55,7 +48,7 @@ def run_heavy(request, endpoint, rows):
     # running it: the limiter's delay.
     run["delay"] = now - t0 if t0 is not None else None
     _record(dict(run, ev="start", t=now))
-    hold = _hold_seconds(request)
+    hold = hold_seconds(request, 30000)
     if meta.get("HTTP_X_TEST_RAISE"):
         try:
             raise RuntimeError("the view failed mid-call (X-Test-Raise)")
@@ -76,40 +69,7 @@ def run_heavy(request, endpoint, rows):
         time.sleep(hold)
     finally:
         _record(dict(run, ev="end", t=time.monotonic()))
-    return Response({"results": [], "rows": rows, "endpoint": endpoint})
-
-
-def _rows(request):
-    try:
-        rows = request.data.get("rows")
-    except AttributeError:
-        return None
-    if not isinstance(rows, list) or not rows:
-        return None
-    return rows
-
-
-class MatchView(APIView):
-    def post(self, request):
-        semantic = request.query_params.get("semantic", None) in TRUTHY
-        reranker = request.query_params.get("reranker", None) in TRUTHY
-        rows = _rows(request)
-        if rows is None:
-            return Response({"detail": 'Invalid or missing "rows" in request body.'}, status=400)
-        if not (semantic or reranker):
-            return Response({"results": [], "rows": len(rows), "endpoint": "lexical"})
-        resp = run_heavy(request, "$match", len(rows))
-        return resp
-
-
-class RerankView(APIView):
-    def post(self, request):
-        rows = _rows(request)
-        if rows is None:
-            return Response({"detail": 'Invalid or missing "rows" in request body.'}, status=400)
-        if not request.data.get("q"):
-            return Response({"detail": 'Missing "q" in request body.'}, status=400)
-        return run_heavy(request, "$rerank", len(rows))
+    return Response({"results": [], "rows": nrows, "endpoint": endpoint})
 
 
 def v2_classify(request):
@@ -119,11 +79,11 @@ def v2_classify(request):
     user = request.user
     if user is None or not user.is_authenticated:
         return None
-    rows = _rows(request)
-    if rows is None:
+    found = rows(request)
+    if found is None:
         return None
     return {"user": user.username, "is_staff": user.is_staff, "groups": [g.name for g in user.groups.all()],
-            "endpoint": "$match", "semantic": True, "rows": len(rows),
+            "endpoint": "$match", "semantic": True, "rows": len(found),
             "request_id": request.META.get("HTTP_X_REQUEST_ID")}
 
 
@@ -133,7 +93,7 @@ class DecoratedMatchView(APIView):
 
     @capacity_limited(v2_classify)
     def post(self, request):
-        rows = _rows(request)
-        if rows is None:
-            return Response({"detail": 'Invalid or missing "rows" in request body.'}, status=400)
-        return run_heavy(request, "$match", len(rows))
+        found = rows(request)
+        if found is None:
+            return no_rows()
+        return run_heavy(request, "$match", len(found))

@@ -1,11 +1,10 @@
-"""Creates the database and users of the decision suite; prints their
-tokens as JSON: {"tokens": {user: key}, "sessions": {user: key}, "csrf": token}."""
+"""Creates the database and the users of the site DJANGO_SETTINGS_MODULE
+names; prints their credentials as JSON: {"tokens": {user: key},
+"sessions": {user: key}, "csrf": token}."""
 import json
-import os
 
 import django
 
-os.environ.setdefault("DJANGO_SETTINGS_MODULE", "decidesite.settings")
 django.setup()
 
 from django.contrib.auth import BACKEND_SESSION_KEY, HASH_SESSION_KEY, SESSION_KEY  # noqa: E402
@@ -17,7 +16,8 @@ from rest_framework.authtoken.models import Token  # noqa: E402
 
 call_command("migrate", verbosity=0, interactive=False)
 
-# pam and pat: preview (limit 0 in the suite); cora: core (limit 1); stan: staff.
+# pam and pat: preview (per-user limit 0 in the suites); cora: core (limit
+# 1); stan: staff.
 USERS = {"pam": ([], False), "pat": ([], False), "cora": (["core_user"], False), "stan": ([], True)}
 out = {"tokens": {}, "sessions": {}}
 for name, (groups, staff) in USERS.items():
