@@ -133,10 +133,14 @@ func (a *Admission) join(ctx context.Context, wl Waitlist, req AcquireRequest, b
 		if onlyLimits && !changed {
 			continue
 		}
+		// Sent until a Pump has taken them: most pumps carry no change,
+		// and the store then renews the ticket without reading it.
+		t.NewLimits = t.NewLimits || changed
 		res, err := wl.Pump(sctx, t)
 		if err != nil {
 			return false, err
 		}
+		t.NewLimits = false
 		every = pumpEvery(res.Waiting)
 		t.TicketLease = max(waitTicketLease, 2*every+waitPumpEvery) // from its next pump on
 		switch {

@@ -60,12 +60,14 @@ type Waitlist interface {
 	// ErrLateAcquire.
 	Join(ctx context.Context, t Ticket, counts []int) (JoinResult, error)
 
-	// Pump renews t's ticket to expire t.TicketLease from now and makes
-	// t.Limits its limits (if it is still queued), then runs the grant
-	// pass; it tells where t stands, as Join does. A ticket is judged by
-	// the limits of its latest Join or Pump: the waiter sends the limits
-	// in force, so a raised limit lets it in at this pass and a lowered
-	// one holds it back from now on. Waiters call it when a blocking
+	// Pump renews t's ticket to expire t.TicketLease from now and, when
+	// t.NewLimits is set, makes t.Limits its limits (if it is still
+	// queued), then runs the grant pass; it tells where t stands, as Join
+	// does. A ticket is judged by the limits of its Join or of its latest
+	// Pump with NewLimits: the waiter sends the limits in force when they
+	// change, so a raised limit lets it in at this pass and a lowered one
+	// holds it back from now on; a Pump without NewLimits need not read
+	// the ticket (Redis: it renews it from the expiry index alone). Waiters call it when a blocking
 	// lease expires (nobody releases a dead gateway's leases), every so
 	// often while they wait, and at once when their limits change.
 	Pump(ctx context.Context, t Ticket) (JoinResult, error)
@@ -91,7 +93,8 @@ type Ticket struct {
 	NotAfter    time.Time     // Join takes and queues nothing if the store runs it later (as AcquireRequest.NotAfter)
 	Token       string        // the call's lease token
 	Keys        []string      // the call's lane keys, in lane order; the last is the user's lane
-	Limits      []int         // each lane's limit for this call, as in force now: a Pump's replace its Join's; each at least 1 (paused lanes never wait)
+	Limits      []int         // each lane's limit for this call, as in force now; each at least 1 (paused lanes never wait)
+	NewLimits   bool          // Pump only: Limits changed since the Join or the last Pump that sent them, and replace the ticket's
 	UserID      string        // whose ticket, for fair order and MaxPerUser
 	Lease       time.Duration // the call's lease when Join takes it at once (as AcquireRequest.Lease)
 	TicketLease time.Duration // the ticket expires this long after Join or Pump

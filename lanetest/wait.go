@@ -544,15 +544,20 @@ func waitTestWaitingCounts(t *testing.T, e *waitEnv) {
 }
 
 // waitTestRaisedLimit: a ticket is judged by the limits its latest Pump
-// carries (the limits in force), not those it joined with. Raised, it is
-// granted by that pump, with nobody releasing; a ticket whose pump carried
-// no change keeps its own.
+// with NewLimits carries (the limits in force), not those it joined with.
+// Raised, it is granted by that pump, with nobody releasing; a ticket whose
+// pumps carried no change keeps its own, whatever Limits they hold.
 func waitTestRaisedLimit(t *testing.T, e *waitEnv) {
 	e.hold(1)
 	a, b := e.ticket("a", 1), e.ticket("b", 1)
 	e.mustQueue(a)
 	e.mustQueue(b)
-	b.Limits = []int{2, 10}
+	a.Limits = []int{2, 10} // not sent: no NewLimits
+	if res := e.pump(a); !res.Queued || res.Taken {
+		t.Fatalf("Pump of a with Limits 2 but no NewLimits = %+v, want queued: its ticket keeps limit 1", res)
+	}
+	a.Limits = []int{1, 10}
+	b.Limits, b.NewLimits = []int{2, 10}, true
 	if res := e.pump(b); !res.Taken || res.Queued {
 		t.Fatalf("Pump with the shared limit raised to 2 (1 held) = %+v, want taken", res)
 	}
@@ -571,7 +576,7 @@ func waitTestLoweredLimit(t *testing.T, e *waitEnv) {
 	held := e.hold(2)
 	tk := e.ticket("a", 2)
 	e.mustQueue(tk)
-	tk.Limits = []int{1, 10}
+	tk.Limits, tk.NewLimits = []int{1, 10}, true
 	if res := e.pump(tk); !res.Queued || res.Taken {
 		t.Fatalf("Pump with the limit lowered to 1 = %+v, want queued", res)
 	}

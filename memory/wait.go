@@ -383,9 +383,11 @@ func (s *Store) Pump(ctx context.Context, t capgate.Ticket) (capgate.JoinResult,
 	if w := s.list(t.Prefix, false); w != nil {
 		if tk := w.byToken[t.Token]; tk != nil && tk.exp > now {
 			tk.exp = now + int64(t.TicketLease)
-			// The ticket is judged by the limits in force, which t carries.
-			copy(tk.limits, t.Limits)
-			w.firstMax = max(w.firstMax, tk.limits[0])
+			if t.NewLimits {
+				// Judged by the limits in force from now on.
+				copy(tk.limits, t.Limits)
+				w.firstMax = max(w.firstMax, tk.limits[0])
+			}
 		}
 	}
 	s.pass(t.Prefix, now)

@@ -104,11 +104,16 @@ func (s *Store) Pump(ctx context.Context, t capgate.Ticket) (capgate.JoinResult,
 		return capgate.JoinResult{}, err
 	}
 	keys := slices.Clone(t.Keys)
-	args := make([]any, 0, 3+len(keys))
+	args := make([]any, 0, 4+len(keys))
 	args = append(args, t.Prefix, t.Token, t.TicketLease.Milliseconds())
 	for _, l := range t.Limits[:len(keys)] {
 		args = append(args, l)
 	}
+	newLimits := 0
+	if t.NewLimits {
+		newLimits = 1
+	}
+	args = append(args, newLimits)
 	res, err := run(ctx, s, op, func(ctx context.Context) ([]int64, error) {
 		return waitPumpScript.Run(ctx, s.client, keys, args...).Int64Slice()
 	})

@@ -16,8 +16,8 @@
 --   P:wait:e  sorted set token → the ticket's expiry ms, the one place it
 --             is kept: expired tickets are found in O(log n), never by
 --             reading every ticket, and a pump renews a ticket's expiry
---             without rewriting it (it rewrites the ticket only when the
---             limits it carries changed: set_limits);
+--             without reading it (a pump with new limits reads it, and
+--             rewrites it when they differ: set_limits);
 --   P:wait:l  sorted set user → tickets waiting: the user holding the most
 --             in O(log n) (the longest-queue drop, in waitjoin);
 --   P:wait:uq:<user>  sorted set token → arrival seq of the user's tickets
