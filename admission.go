@@ -143,6 +143,15 @@ func (a *Admission) acquire(ctx context.Context) error {
 	var err error
 	if wl != nil {
 		taken, err = a.join(ctx, wl, req, before) // may wait (wait.go)
+		// The config in force may have stopped enforcing the call while
+		// it waited: from here on it is decided as an unenforced call.
+		req.Force = !a.enforced
+		if errors.Is(err, errNotEnforced) {
+			// It left the waitlist ungranted, the store answering: it
+			// goes ahead as such a call arriving now would, counted.
+			req.NotAfter = g.now().Add(deadline + 2*time.Second)
+			taken, err = g.Store.Acquire(ctx, req, before)
+		}
 	} else {
 		// ctx bounds only the wait before the store sends the acquire;
 		// once sent, the store reports its answer whatever the client

@@ -91,7 +91,9 @@ func (a *Admission) degradeLate(ctx context.Context, wl Waitlist, req AcquireReq
 // means the store lost some of them (a restart, a failover): then the
 // store's answer must not stand. countLocal reports false in that case,
 // with storeBefore raised to the local counts of those lanes, and the call
-// holds no local lease.
+// holds no local lease. A call no longer enforced (the config in force
+// stopped enforcing it while it waited) is counted whatever they hold, as
+// on arrival.
 func (a *Admission) countLocal(ctx context.Context, req AcquireRequest, storeBefore []int) bool {
 	g := a.g
 	if g.Local == nil || a.local {
@@ -105,7 +107,7 @@ func (a *Admission) countLocal(ctx context.Context, req AcquireRequest, storeBef
 			limits[i] = maxNumber + 1 // never full: taken whatever it holds
 		}
 	}
-	req.NotAfter, req.Force, req.Limits = time.Time{}, false, limits
+	req.NotAfter, req.Force, req.Limits = time.Time{}, !a.enforced, limits
 	taken, err := g.Local.Acquire(ctx, req, before)
 	if err != nil {
 		g.logger().Warn("capacity local lanes failed", "op", "acquire", "error", err)

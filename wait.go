@@ -46,11 +46,18 @@ var errTicketLost = errors.New("the waiting ticket vanished from the lane store"
 // failure, and nothing to count.
 var errCallerGone = errors.New("caller gone while waiting")
 
+// errNotEnforced ends the wait of a call that the config in force no
+// longer enforces: it left the waitlist ungranted, and acquire now takes
+// its leases as an unenforced call's (forced). Not a failure.
+var errNotEnforced = errors.New("no longer enforced while waiting")
+
 // join is acquire for a call that may wait: it joins the waitlist and, if
-// queued, waits until its ticket is granted, max_seconds pass, or the
-// client leaves. It returns as Acquire does: taken and the counts before
-// (for a grant, each at most limit-1: at the grant every lane had room).
-// A store error is returned as is; the ticket then expires by itself.
+// queued, waits until its ticket is granted, max_seconds pass, the client
+// leaves, or the config in force no longer enforces the call (then it
+// returns errNotEnforced, unless a grant raced the change). It returns as
+// Acquire does: taken and the counts before (for a grant, each at most
+// limit-1: at the grant every lane had room). A store error is returned as
+// is; the ticket then expires by itself.
 func (a *Admission) join(ctx context.Context, wl Waitlist, req AcquireRequest, before []int) (bool, error) {
 	g := a.g
 	t := Ticket{
@@ -88,7 +95,8 @@ func (a *Admission) join(ctx context.Context, wl Waitlist, req AcquireRequest, b
 	}
 	defer func() { a.waitedFor = time.Since(start) }()
 
-	limit := time.NewTimer(time.Duration(a.cfg.Wait.MaxSeconds) * time.Second)
+	maxWait := time.Duration(a.cfg.Wait.MaxSeconds) * time.Second
+	limit := time.NewTimer(maxWait)
 	defer limit.Stop()
 	every := waitPumpEvery
 	pump := time.NewTimer(pumpAfter(res.Next, every))
@@ -122,10 +130,30 @@ func (a *Admission) join(ctx context.Context, wl Waitlist, req AcquireRequest, b
 			}
 			return false, fmt.Errorf("%w: %w", errCallerGone, ctx.Err())
 		}
-		// The ticket is judged by the limits in force, which the config
-		// or the adaptive limits may have changed since the call joined:
-		// each pump carries them, and a change is sent at once.
-		changed, paused := a.readLimits(ctx, t.Limits)
+		// The call waits under the config in force, which staff, the
+		// adaptive limits or a failed config read (enforce served as
+		// shadow) may have changed since it joined.
+		cfg, err := g.config(ctx)
+		if err != nil || !cfg.enforces(a.call) {
+			// Not enforced any more: it goes ahead as an unenforced call
+			// arriving now would (fail open: it must not get the 429).
+			if err != nil {
+				a.setErr(err) // and its lanes keep the limits they had
+			} else {
+				a.readLimits(cfg, t.Limits) // judged by the change's limits too
+			}
+			return a.stopEnforcing(sctx, wl, t, req, before, cfg)
+		}
+		if d := time.Duration(cfg.Wait.MaxSeconds) * time.Second; d < maxWait {
+			// Lowered: the wait ends by the new bound, from when it
+			// queued. A raised one is not taken: the caller was told the
+			// bound it arrived under (the decide protocol's wait header).
+			maxWait = d
+			limit.Reset(max(0, maxWait-time.Since(start)))
+		}
+		// The ticket is judged by the limits in force: each pump carries
+		// them, and a change is sent at once.
+		changed, paused := a.readLimits(cfg, t.Limits)
 		if paused {
 			// Refused, as a call that finds a paused lane on arrival.
 			return a.leave(sctx, wl, t, req, before, false)
@@ -163,14 +191,10 @@ func (a *Admission) join(ctx context.Context, wl Waitlist, req AcquireRequest, b
 }
 
 // readLimits sets limits (one per lane of a) and a's lanes to the limits
-// in force now, read from the config source and the adaptive limits, as
-// Admit reads them. It reports whether any changed, and whether a lane is
-// now paused. A config it can't read changes nothing.
-func (a *Admission) readLimits(ctx context.Context, limits []int) (changed, paused bool) {
-	cfg, err := a.g.config(ctx)
-	if err != nil {
-		return false, false
-	}
+// of cfg, the config in force now (read from the config source through the
+// adaptive limits, as Admit reads it). It reports whether any changed, and
+// whether a lane is now paused.
+func (a *Admission) readLimits(cfg Config, limits []int) (changed, paused bool) {
 	var buf [planLanes]Lane
 	lanes := a.g.keys().AppendPlan(buf[:0], cfg, a.call)
 	if len(lanes) != len(a.lanes) {
@@ -183,6 +207,23 @@ func (a *Admission) readLimits(ctx context.Context, limits []int) (changed, paus
 		paused = paused || l.Limit <= 0
 	}
 	return changed, paused
+}
+
+// stopEnforcing ends the wait of a call that cfg, the config in force, no
+// longer enforces (mode shadow or off, or enforce_for not covering it):
+// from now on it is an unenforced call of cfg's mode, as its line says. It
+// leaves the waitlist; a grant that raced the change is taken (true), else
+// it returns errNotEnforced and acquire takes its leases forced. Mode off
+// is taken as shadow: the call was classified and counted already, so it
+// goes ahead counted, with its line, rather than untouched.
+func (a *Admission) stopEnforcing(ctx context.Context, wl Waitlist, t Ticket, req AcquireRequest, before []int, cfg Config) (bool, error) {
+	a.enforced = false
+	a.cfg.Mode, a.cfg.EnforceFor = cfg.Mode, cfg.EnforceFor
+	taken, err := a.leave(ctx, wl, t, req, before, true)
+	if err != nil || taken {
+		return taken, err
+	}
+	return false, errNotEnforced
 }
 
 // pickUp renews a grant's leases to the full lease; false means the grant

@@ -25,6 +25,10 @@ limits (cluster 4 with 1 reserved for single-row calls, per task 2, es2_knn 2, t
 user 2/1/1/1) and a 5 s Redis deadline, since they test the limits, not fail-open.
 Scenarios 1, 2, 9 and 13 run with waiting off (` + "`wait.max_seconds=0`" + `): they test refusals.
 Scenario 12 tests waiting.
+A call already waiting for a slot when the config can't be read goes ahead too (the config
+service serves enforce as shadow, and a waiter re-reads the config every 250 ms: docs/ARCHITECTURE.md,
+*Mode and limits that change*), as shadow-refused or admitted, within the cache time plus 250 ms; the
+root's ` + "`TestWaitGoesAheadWhenTheConfigDatabaseFails`" + ` checks that, not scenario 9.
 
 | # | what is done | what is asserted |
 |---|---|---|
