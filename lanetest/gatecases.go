@@ -54,6 +54,7 @@ func runGate(t *testing.T, open Factory, local bool) {
 		{"LogLine", testLogLine},
 		{"Status", testStatus},
 		{"ConcurrentEnforceNeverExceedsLimit", testConcurrentLimit},
+		{"WaitGoesAheadWhenNoLongerEnforced", testWaitNoLongerEnforced},
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
