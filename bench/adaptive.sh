@@ -144,7 +144,8 @@ echo
 echo "Limit in force each second (es2_knn, or for local the sum of the three gateways' own limits):"
 echo
 for row in $ROWS; do
-	echo "- $row: $(sed -n 's/.*"limit_per_s":\[\([^]]*\)\].*/\1/p' <<<"${OUT[$row]}" | tr ',' ' ')"
+	each=$(sed -n 's/.*"limits_end_per_gw":\[\([^]]*\)\].*/\1/p' <<<"${OUT[$row]}" | sed 's/,/, /g')
+	echo "- $row: $(sed -n 's/.*"limit_per_s":\[\([^]]*\)\].*/\1/p' <<<"${OUT[$row]}" | tr ',' ' ')${each:+ (at the end, each gateway: $each)}"
 done
 if [[ $ROWS == *uneven* ]]; then
 	echo
