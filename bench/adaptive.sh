@@ -22,15 +22,23 @@
 #   cluster-high  es2_knn adaptive (apply), starting at 3K: one control loop
 #                 for the cluster, samples shared through Redis
 #   cluster-low   the same, starting at K/3
+#   local-uneven, cluster-uneven
+#                 local and cluster-high under an uneven load: the callers
+#                 spread SPREAD (30,8,2) over the three gateways, and at
+#                 MOVE_AT (25 s) each gateway's callers move to the one
+#                 before it (gw1's 30 to gw3, gw2's 8 to gw1, gw3's 2 to
+#                 gw2). The total load stays 40 callers; only where
+#                 it arrives changes: what a per-gateway loop cannot see.
 #
 # The issue's run has the capacity halve at t = 60 s; this one halves it at
 # HALVE_AT (40 s) and runs DURATION (70 s) per row, to keep the machine
 # free: the loop steps every second, so it converges well within 40 s.
-# About 6 minutes for the five rows.
+# About 6 minutes for the five default rows, 80 s more per uneven row.
 #
 #   bench/adaptive.sh                      # prints the Markdown table
 #   K=16 B=100 bench/adaptive.sh
 #   ROWS="cluster-high local" bench/adaptive.sh
+#   ROWS="local-uneven cluster-uneven" bench/adaptive.sh
 #   KEEP_WORK=1 bench/adaptive.sh          # keeps the JSON lines and logs
 #
 # Needs Go; installs redis-server with apt-get if missing.
@@ -43,6 +51,8 @@ CALLERS=${CALLERS:-40}
 DURATION=${DURATION:-70s}
 HALVE_AT=${HALVE_AT:-40s}
 ROWS=${ROWS:-"static-high static-low local cluster-high cluster-low"}
+SPREAD=${SPREAD:-30,8,2}
+MOVE_AT=${MOVE_AT:-25s}
 
 # shellcheck source=bench/lib.sh
 . "$ROOT/bench/lib.sh"
@@ -74,8 +84,8 @@ row_config() {
 	case $1 in
 	static-high) echo "es2_knn=$HIGH" ;;
 	static-low) echo "es2_knn=$LOW" ;;
-	local) echo "es2_knn=1000 api_heavy.per_task=$K adaptive.api_heavy_task.mode=apply adaptive.api_heavy_task.min=1 adaptive.api_heavy_task.max=64" ;;
-	cluster-high) echo "es2_knn=$HIGH adaptive.es2_knn.mode=apply adaptive.es2_knn.min=1 adaptive.es2_knn.max=64" ;;
+	local | local-uneven) echo "es2_knn=1000 api_heavy.per_task=$K adaptive.api_heavy_task.mode=apply adaptive.api_heavy_task.min=1 adaptive.api_heavy_task.max=64" ;;
+	cluster-high | cluster-uneven) echo "es2_knn=$HIGH adaptive.es2_knn.mode=apply adaptive.es2_knn.min=1 adaptive.es2_knn.max=64" ;;
 	cluster-low) echo "es2_knn=$LOW adaptive.es2_knn.mode=apply adaptive.es2_knn.min=1 adaptive.es2_knn.max=64" ;;
 	esac
 }
@@ -103,9 +113,11 @@ for row in $ROWS; do
 		URLS+="${URLS:+,}http://127.0.0.1:$port"
 	done
 	lane=es2_knn
-	[[ $row == local ]] && lane=task
+	[[ $row == local* ]] && lane=task
+	uneven=()
+	[[ $row == *-uneven ]] && uneven=(-spread "$SPREAD" -move-at "$MOVE_AT")
 	OUT[$row]=$("$WORK/adaptive" -urls "$URLS" -sim "http://127.0.0.1:$SPORT" -tokens "$WORK/users.json" \
-		-callers "$CALLERS" -duration "$DURATION" -halve-at "$HALVE_AT" -capacity "$K" -base-ms "$B" -lane "$lane")
+		-callers "$CALLERS" -duration "$DURATION" -halve-at "$HALVE_AT" -capacity "$K" -base-ms "$B" -lane "$lane" "${uneven[@]}")
 	echo "${OUT[$row]}" >"$WORK/$row.json"
 	log "$(cut -c1-300 <<<"${OUT[$row]}")"
 	stop_pids "${GW_PIDS[@]}"
@@ -117,19 +129,25 @@ field() { sed -n "s/.*\"$2\":\([^,}]*\).*/\1/p" <<<"$1" | tr -d '"'; }
 echo "Run: \`bench/adaptive.sh\` (K=$K calls at once, B=$B ms, $CALLERS callers, 3 gateways on one Redis, capacity halved at $HALVE_AT of $DURATION) on $(date -u '+%Y-%m-%d %H:%M UTC'),"
 echo "$(nproc) CPUs, $(go version | cut -d' ' -f3), load average $LOAD_START at the start, $(cut -d' ' -f1-3 /proc/loadavg) at the end."
 echo
-echo "| row | limit at start → end | converge (s) | swing (steady window) | throughput / (K/B) | backend p50 / p99 (ms, B=$B) | follow K/2 (s) | throughput / (K/2/B) after | p50 / p99 after (ms) | 429s |"
-echo "|---|---|---|---|---|---|---|---|---|---|"
+echo "| row | limit at start → end | converge (s) | swing (steady window) | throughput / (K/B) | backend p50 / p99 (ms, B=$B) | follow K/2 (s) | throughput / (K/2/B) after | p50 / p99 after (ms) | 429s | calls/s per caller by group (fairness) |"
+echo "|---|---|---|---|---|---|---|---|---|---|---|"
 for row in $ROWS; do
 	j=${OUT[$row]}
-	printf '| %s | %s → %s | %s | ±%.0f %% | %.0f/s = %.2f | %.0f / %.0f | %s | %.0f/s = %.2f | %.0f / %.0f | %s |\n' "$row" \
+	printf '| %s | %s → %s | %s | ±%.0f %% | %.0f/s = %.2f | %.0f / %.0f | %s | %.0f/s = %.2f | %.0f / %.0f | %s | %s |\n' "$row" \
 		"$(field "$j" limit_start)" "$(field "$j" limit_end)" "$(field "$j" converge_s)" "$(field "$j" swing_pct)" \
 		"$(field "$j" throughput)" "$(field "$j" ratio)" "$(field "$j" p50_ms)" "$(field "$j" p99_ms)" \
 		"$(field "$j" follow_s)" "$(field "$j" throughput2)" "$(field "$j" ratio2)" "$(field "$j" p50_ms2)" \
-		"$(field "$j" p99_ms2)" "$(field "$j" refused)"
+		"$(field "$j" p99_ms2)" "$(field "$j" refused)" \
+		"$(sed -n 's/.*"per_caller":\[\([^]]*\)\].*/\1/p' <<<"$j" | sed 's/,/ · /g') ($(field "$j" fairness))"
 done
 echo
 echo "Limit in force each second (es2_knn, or for local the sum of the three gateways' own limits):"
 echo
 for row in $ROWS; do
-	echo "- $row: $(sed -n 's/.*"limit_per_s":\[\([^]]*\)\].*/\1/p' <<<"${OUT[$row]}" | tr ',' ' ')"
+	each=$(sed -n 's/.*"limits_end_per_gw":\[\([^]]*\)\].*/\1/p' <<<"${OUT[$row]}" | sed 's/,/, /g')
+	echo "- $row: $(sed -n 's/.*"limit_per_s":\[\([^]]*\)\].*/\1/p' <<<"${OUT[$row]}" | tr ',' ' ')${each:+ (at the end, each gateway: $each)}"
 done
+if [[ $ROWS == *uneven* ]]; then
+	echo
+	echo "Uneven rows: callers $SPREAD on gw1..gw3, moved one gateway back (gw1's to gw3) at $MOVE_AT; a group is the callers that started on one gateway."
+fi

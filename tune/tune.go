@@ -23,7 +23,12 @@ import (
 //   - g = R0 / R ≤ 1. Below ShrinkBelow the backend queues: the limit
 //     becomes the concurrency the backend served in the window times g, the
 //     number of calls it serves at its no-load time (Vegas's estimate of
-//     the queue, removed in one step).
+//     the queue, removed in one step). A small queue (g at or above
+//     shrinkAtOnceBelow) is removed only when the window before showed
+//     one too: one window's mean can be that much above R0 by noise alone
+//     (the CPU the gateways share, a burst of slow calls), and a shrink on
+//     noise is followed by a regrowth, or by a probe when the next windows
+//     are no faster, which is most of the limit's swing on a loaded machine.
 //   - At or above GrowAbove, when the lane was saturated (a tenth of
 //     the calls found it full, or the calls in flight reached the limit), it grows: ×2
 //     until the first sign of queueing (slow start), then by a tenth.
@@ -55,6 +60,9 @@ const (
 	ShrinkBelow = 1 / 1.15
 	// GrowAbove: g at or above this, with the lane saturated, grows it.
 	GrowAbove = 1 / 1.05
+	// shrinkAtOnceBelow: g below this (a queue of 43 %) shrinks at once;
+	// between it and ShrinkBelow, only on the second window in a row.
+	shrinkAtOnceBelow = 0.7
 )
 
 // Window is what the gateways saw of one lane between two steps.
@@ -118,6 +126,7 @@ type State struct {
 	Since  int64    `json:"since"`             // steps since the last probe
 	Prev   Window   `json:"prev"`              // the last window decided on
 	Shrunk bool     `json:"shrunk,omitempty"`  // the last step shrank for queueing
+	Queued bool     `json:"queued,omitempty"`  // the last window decided on showed a small queue, not acted on
 	NoHelp bool     `json:"no_help,omitempty"` // the window after that shrink was no faster
 	Carry  Window   `json:"carry"`             // a window too small to decide on
 	Settle bool     `json:"settle,omitempty"`  // the limit just changed: the next window mixes both
@@ -174,7 +183,7 @@ func (s State) Next(w Window, b Bounds) State {
 		n.Carry, n.Reason = w, "few calls"
 		return n
 	}
-	n.Carry, n.Since, n.Prev, n.Shrunk, n.NoHelp = Window{}, s.Since+1, w, false, false
+	n.Carry, n.Since, n.Prev, n.Shrunk, n.NoHelp, n.Queued = Window{}, s.Since+1, w, false, false, false
 	mean, x := w.Mean(), w.throughput()
 	// Saturated: the calls in flight reached the limit, or a tenth of the
 	// calls found it full. A few calls that waited say little: a call
@@ -239,6 +248,9 @@ func (n *State) decide(s State, w Window, cur int, mean, x float64, saturated, a
 	}
 	g := n.NoLoad / mean
 	switch {
+	case g < ShrinkBelow && g >= shrinkAtOnceBelow && !s.Queued:
+		n.Queued, n.Reason = true, "queueing: once, look again"
+		return cur
 	case g < ShrinkBelow:
 		n.Avoid, n.Shrunk, n.Reason = true, true, "queueing"
 		return int(math.Floor(float64(served) * g))

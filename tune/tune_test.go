@@ -142,3 +142,89 @@ func TestTuneFollowsASlowerBackend(t *testing.T) {
 		t.Errorf("limit %d (%s) after the backend got slower; want within [0.7K, 1.5K] of 16", s.Limit, s.Reason)
 	}
 }
+
+// saturatedAt is one second of a lane saturated at limit l whose calls
+// take meanMicros each.
+func saturatedAt(l int, meanMicros float64) tune.Window {
+	calls := int64(float64(l) * 1e6 / meanMicros)
+	return tune.Window{Calls: calls, SumMicros: int64(float64(calls) * meanMicros), Full: calls,
+		MaxInFlight: int64(l), SumInFlight: calls * int64(l)}
+}
+
+func TestTuneShrinksForASmallQueueOnlyWhenItLasts(t *testing.T) {
+	// Converged at 18 with R0 = 100 ms (growing by a tenth now).
+	b := tune.Bounds{Min: 1, Max: 64, Static: 16}
+	at18 := tune.State{Limit: 18, Step: 30, NoLoad: 100000, Avoid: true, Since: 25}
+	// One window 20 % slower (g = 0.83): the limit holds, and a normal
+	// window after it moves nothing: the slow one was noise.
+	s := at18.Next(saturatedAt(18, 120000), b)
+	if s.Limit != 18 {
+		t.Fatalf("one window 20 %% slower: limit %d (%s); want 18 held until the next window says the same", s.Limit, s.Reason)
+	}
+	if s = s.Next(saturatedAt(18, 108000), b); s.Limit != 18 {
+		t.Errorf("a window in the dead band after it: limit %d (%s); want 18", s.Limit, s.Reason)
+	}
+	// The same slowness twice in a row is a queue: removed (18 × 100/120).
+	s = at18.Next(saturatedAt(18, 120000), b)
+	if s = s.Next(saturatedAt(18, 120000), b); s.Limit != 15 {
+		t.Errorf("two windows 20 %% slower: limit %d (%s); want 15", s.Limit, s.Reason)
+	}
+	// A window between them resets the count: slow, healthy (grows by a
+	// tenth, 18 + 2), the window that settles it, slow again: held.
+	s = at18.Next(saturatedAt(18, 120000), b)
+	if s = s.Next(saturatedAt(18, 101000), b); s.Limit != 20 {
+		t.Fatalf("healthy saturated window: limit %d (%s); want 20", s.Limit, s.Reason)
+	}
+	s = s.Next(saturatedAt(20, 101000), b) // settling
+	if s = s.Next(saturatedAt(20, 120000), b); s.Limit != 20 {
+		t.Errorf("slow once more, not twice in a row: limit %d (%s); want 20 held", s.Limit, s.Reason)
+	}
+	// A big queue (g = 0.67) is removed at once: 18 × 100/150 = 12.
+	if s = at18.Next(saturatedAt(18, 150000), b); s.Limit != 12 {
+		t.Errorf("one window 50 %% slower: limit %d (%s); want 12 at once", s.Limit, s.Reason)
+	}
+}
+
+// noisy is fluid with what the benchmark's shared machine adds: service
+// times that grow a little with the calls in flight before the backend
+// queues (CPU shared with the gateways), and ±jitter per window.
+type noisy struct {
+	fluid
+	overhead, jitter float64
+	rng              *rand.Rand
+}
+
+func (f noisy) window(l int) tune.Window {
+	n := min(l, f.demand)
+	r := f.baseMicros * max(1, float64(n)/float64(f.capacity)) * (1 + f.overhead*float64(n)/float64(f.capacity))
+	r *= 1 + f.jitter*(2*f.rng.Float64()-1)
+	calls := int64(float64(n) * 1e6 / r)
+	w := tune.Window{Calls: calls, SumMicros: int64(float64(calls) * r), MaxInFlight: int64(n), SumInFlight: calls * int64(n)}
+	if f.demand > l {
+		w.Full = calls
+	}
+	return w
+}
+
+func TestTuneSwingFromALowStartWithNoise(t *testing.T) {
+	// From K/3, on a backend whose calls slow by up to 8 % before it
+	// queues and whose windows jitter by ±4 %, the limit stays within
+	// ±20 % once converged (steps 20 to 60, as the benchmark's window).
+	const k = 16
+	for seed := range uint64(20) {
+		f := noisy{fluid: fluid{demand: 40, capacity: k, baseMicros: 100000}, overhead: 0.08, jitter: 0.04,
+			rng: rand.New(rand.NewPCG(seed, 7))}
+		b := tune.Bounds{Min: 1, Max: 64, Static: k / 3}
+		s := tune.State{}
+		lo, hi := 1000, 0
+		for i := range 60 {
+			s = s.Next(f.window(s.Start(b)), b)
+			if i >= 20 {
+				lo, hi = min(lo, s.Limit), max(hi, s.Limit)
+			}
+		}
+		if mid := float64(lo+hi) / 2; float64(hi-lo)/2 > 0.2*mid {
+			t.Errorf("seed %d: limit %d–%d after converging, ±%.0f %%; want within ±20 %%", seed, lo, hi, 100*float64(hi-lo)/2/mid)
+		}
+	}
+}

@@ -15,9 +15,11 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"math"
 	"net/http"
 	"os"
 	"slices"
+	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -36,11 +38,13 @@ type options struct {
 	lane       string // es2_knn: the cluster lane; task: the sum of each gateway's own task lane
 	tasks      []string
 	settleFrom time.Duration // converged stats are read from here to halveAt
+	spread     []int         // callers per gateway, in -urls order; nil: even
+	moveAt     time.Duration // the load moves one gateway back (gateway i's callers to i-1) here; 0: never
 }
 
 func main() {
 	var o options
-	var urls, tasks string
+	var urls, tasks, spread string
 	flag.StringVar(&urls, "urls", "", "gateways, comma-separated")
 	flag.StringVar(&o.sim, "sim", "", "the simapi URL")
 	flag.StringVar(&o.tokens, "tokens", "", "the users (simapi --tokens)")
@@ -52,8 +56,26 @@ func main() {
 	flag.Float64Var(&o.baseMS, "base-ms", 100, "the backend's base time B, ms")
 	flag.StringVar(&o.lane, "lane", "es2_knn", "the limit to sample: es2_knn, or task (the sum of the gateways' own task lanes)")
 	flag.StringVar(&tasks, "tasks", "gw1,gw2,gw3", "the gateways' task ids, in -urls order")
+	flag.StringVar(&spread, "spread", "", "callers per gateway, in -urls order (e.g. 30,8,2; their sum is the callers); empty: even")
+	flag.DurationVar(&o.moveAt, "move-at", 0, "when each gateway's callers move to the gateway before it (gw1's to gw3); 0: never")
 	flag.Parse()
 	o.urls, o.tasks = strings.Split(urls, ","), strings.Split(tasks, ",")
+	if spread != "" {
+		o.callers = 0
+		for _, f := range strings.Split(spread, ",") {
+			n, err := strconv.Atoi(f)
+			if err != nil || n < 0 {
+				fmt.Fprintln(os.Stderr, "adaptive: -spread: want counts, e.g. 30,8,2")
+				os.Exit(2)
+			}
+			o.spread = append(o.spread, n)
+			o.callers += n
+		}
+		if len(o.spread) != len(o.urls) {
+			fmt.Fprintln(os.Stderr, "adaptive: -spread: one count per gateway")
+			os.Exit(2)
+		}
+	}
 	out, err := run(context.Background(), o)
 	if err != nil {
 		fmt.Fprintln(os.Stderr, "adaptive:", err)
@@ -70,27 +92,30 @@ type user struct {
 
 // result is the JSON line.
 type result struct {
-	Capacity      int     `json:"k"`
-	BaseMS        float64 `json:"b_ms"`
-	Ideal         float64 `json:"ideal_per_s"`   // K / B
-	Throughput    float64 `json:"throughput"`    // calls/s in the converged window
-	Ratio         float64 `json:"ratio"`         // Throughput / Ideal
-	P50MS         float64 `json:"p50_ms"`        // backend, converged window
-	P99MS         float64 `json:"p99_ms"`        // backend, converged window
-	ConvergeS     int     `json:"converge_s"`    // -1: never
-	SwingPct      float64 `json:"swing_pct"`     // ±, in the converged window (-steady-from to -halve-at)
-	Throughput2   float64 `json:"throughput2"`   // after halving, last 15 s
-	Ratio2        float64 `json:"ratio2"`        // against K/2 / B
-	P50MS2        float64 `json:"p50_ms2"`       // backend, last 15 s
-	P99MS2        float64 `json:"p99_ms2"`       // backend, last 15 s
-	FollowS       int     `json:"follow_s"`      // seconds after halving; -1: never
-	LimitStart    int     `json:"limit_start"`   // limit in force at t = 1 s
-	LimitEnd      int     `json:"limit_end"`     // at the end
-	LimitTimeline []int   `json:"limit_per_s"`   // limit in force each second
-	DonePerS      []int64 `json:"done_per_s"`    // calls completed each second
-	Refused       int64   `json:"refused"`       // 429s (callers retry)
-	Errors        int64   `json:"errors"`        // other failures
-	StatusErrors  int     `json:"status_errors"` // status reads that failed
+	Capacity      int       `json:"k"`
+	BaseMS        float64   `json:"b_ms"`
+	Ideal         float64   `json:"ideal_per_s"`                 // K / B
+	Throughput    float64   `json:"throughput"`                  // calls/s in the converged window
+	Ratio         float64   `json:"ratio"`                       // Throughput / Ideal
+	P50MS         float64   `json:"p50_ms"`                      // backend, converged window
+	P99MS         float64   `json:"p99_ms"`                      // backend, converged window
+	ConvergeS     int       `json:"converge_s"`                  // -1: never
+	SwingPct      float64   `json:"swing_pct"`                   // ±, in the converged window (-steady-from to -halve-at)
+	Throughput2   float64   `json:"throughput2"`                 // after halving, last 15 s
+	Ratio2        float64   `json:"ratio2"`                      // against K/2 / B
+	P50MS2        float64   `json:"p50_ms2"`                     // backend, last 15 s
+	P99MS2        float64   `json:"p99_ms2"`                     // backend, last 15 s
+	FollowS       int       `json:"follow_s"`                    // seconds after halving; -1: never
+	LimitStart    int       `json:"limit_start"`                 // limit in force at t = 1 s
+	LimitEnd      int       `json:"limit_end"`                   // at the end
+	LimitTimeline []int     `json:"limit_per_s"`                 // limit in force each second
+	DonePerS      []int64   `json:"done_per_s"`                  // calls completed each second
+	PerCaller     []float64 `json:"per_caller"`                  // calls/s per caller of each group (the callers that started on gateway i), converged window
+	Fairness      float64   `json:"fairness"`                    // the least per_caller over the most; 1: every caller served alike
+	LimitsEnd     []int     `json:"limits_end_per_gw,omitempty"` // lane task: each gateway's own limit at the end
+	Refused       int64     `json:"refused"`                     // 429s (callers retry)
+	Errors        int64     `json:"errors"`                      // other failures
+	StatusErrors  int       `json:"status_errors"`               // status reads that failed
 }
 
 func run(ctx context.Context, o options) (*result, error) {
@@ -114,6 +139,28 @@ func run(ctx context.Context, o options) (*result, error) {
 	}
 	secs := int(o.duration / time.Second)
 	done := make([]atomic.Int64, secs+1)
+	ngw := len(o.urls)
+	group := make([]int, o.callers) // the gateway each caller starts on
+	for i := range group {
+		group[i] = i % ngw
+	}
+	if o.spread != nil {
+		i := 0
+		for g, n := range o.spread {
+			for range n {
+				group[i] = g
+				i++
+			}
+		}
+	}
+	groupSize := make([]int, ngw)
+	for _, g := range group {
+		groupSize[g]++
+	}
+	groupDone := make([][]atomic.Int64, ngw)
+	for g := range groupDone {
+		groupDone[g] = make([]atomic.Int64, secs+1)
+	}
 	var refused, failed atomic.Int64
 	client := &http.Client{Transport: &http.Transport{MaxIdleConnsPerHost: o.callers, Proxy: nil}, Timeout: 60 * time.Second}
 	ctx, cancel := context.WithTimeout(ctx, o.duration)
@@ -123,10 +170,15 @@ func run(ctx context.Context, o options) (*result, error) {
 
 	var wg sync.WaitGroup
 	for i := range o.callers {
-		url := o.urls[i%len(o.urls)] + "/concepts/$match/?semantic=true"
+		g := group[i]
 		token := users[i%len(users)].Token
 		wg.Go(func() {
 			for ctx.Err() == nil {
+				at := g
+				if o.moveAt > 0 && time.Since(start) >= o.moveAt {
+					at = (g + ngw - 1) % ngw
+				}
+				url := o.urls[at] + "/concepts/$match/?semantic=true"
 				req, _ := http.NewRequestWithContext(ctx, http.MethodPost, url, bytes.NewReader(body))
 				req.Header.Set("Authorization", "Token "+token)
 				req.Header.Set("Content-Type", "application/json")
@@ -145,6 +197,7 @@ func run(ctx context.Context, o options) (*result, error) {
 				case http.StatusOK:
 					if s := int(time.Since(start) / time.Second); s < len(done) {
 						done[s].Add(1)
+						groupDone[g][s].Add(1)
 					}
 				case http.StatusTooManyRequests:
 					refused.Add(1)
@@ -169,7 +222,10 @@ func run(ctx context.Context, o options) (*result, error) {
 		case <-tick.C:
 		}
 		el := time.Since(start)
-		l, err := limitInForce(client, o, staff)
+		l, each, err := limitInForce(client, o, staff)
+		if each != nil {
+			out.LimitsEnd = each
+		}
 		if err != nil {
 			out.StatusErrors++
 			if n := len(out.LimitTimeline); n > 0 {
@@ -209,6 +265,29 @@ func run(ctx context.Context, o options) (*result, error) {
 		return float64(n) / float64(max(to-from, 1))
 	}
 	out.Throughput = sum(steady.reset, steady.at)
+	out.Fairness = 1
+	if steady.at > steady.reset {
+		lo, hi := -1.0, 0.0
+		for g := range ngw {
+			if groupSize[g] == 0 {
+				out.PerCaller = append(out.PerCaller, 0)
+				continue
+			}
+			var n int64
+			for s := steady.reset; s < steady.at; s++ {
+				n += groupDone[g][s].Load()
+			}
+			pc := float64(n) / float64(steady.at-steady.reset) / float64(groupSize[g])
+			out.PerCaller = append(out.PerCaller, math.Round(pc*100)/100)
+			if lo < 0 || pc < lo {
+				lo = pc
+			}
+			hi = max(hi, pc)
+		}
+		if hi > 0 {
+			out.Fairness = math.Round(lo/hi*100) / 100
+		}
+	}
 	out.Ratio = out.Throughput / out.Ideal
 	out.P50MS, out.P99MS = steady.read.P50MS, steady.read.P99MS
 	out.Throughput2 = sum(after.reset, secs)
@@ -297,8 +376,8 @@ type status struct {
 }
 
 // limitInForce reads the es2_knn limit from the first gateway, or the sum
-// of each gateway's own task limit.
-func limitInForce(c *http.Client, o options, staff string) (int, error) {
+// of each gateway's own task limit (and those limits).
+func limitInForce(c *http.Client, o options, staff string) (int, []int, error) {
 	get := func(url string) (status, error) {
 		var st status
 		req, _ := http.NewRequest(http.MethodGet, url+"/capacity/status/", nil)
@@ -316,21 +395,22 @@ func limitInForce(c *http.Client, o options, staff string) (int, error) {
 	if o.lane == "es2_knn" {
 		st, err := get(o.urls[0])
 		if err != nil || st.ES2KNN == nil {
-			return 0, fmt.Errorf("status: %v", err)
+			return 0, nil, fmt.Errorf("status: %v", err)
 		}
-		return st.ES2KNN.Limit, nil
+		return st.ES2KNN.Limit, nil, nil
 	}
-	total := 0
+	total, each := 0, []int{}
 	for i, u := range o.urls {
 		st, err := get(u)
 		if err != nil {
-			return 0, err
+			return 0, nil, err
 		}
 		t := st.Tasks[o.tasks[i]]
 		if t == nil {
-			return 0, fmt.Errorf("status of %s: no task %s", u, o.tasks[i])
+			return 0, nil, fmt.Errorf("status of %s: no task %s", u, o.tasks[i])
 		}
 		total += t.Limit
+		each = append(each, t.Limit)
 	}
-	return total, nil
+	return total, each, nil
 }
