@@ -126,6 +126,9 @@ func (s *Service) Defaults() capgate.Config { return capgate.DefaultConfig(s.Boo
 // and waits at most ReadTimeout (only when nothing was read yet, or when
 // this caller runs the refresh).
 func (s *Service) Config(ctx context.Context) capgate.Config {
+	if s.CacheTTL < 0 {
+		return s.readNow(ctx)
+	}
 	start := s.now()
 	s.mu.Lock()
 	if s.hasSnap && start.Before(s.expires) {
@@ -219,6 +222,36 @@ func (s *Service) refresh(ctx context.Context, start time.Time, gen uint64, done
 		}
 	}
 	s.snap, s.hasSnap, s.expires = c, true, start.Add(s.cacheTTL())
+	return c
+}
+
+// readNow is Config without a cache (CacheTTL negative: "read on every
+// call"): the caller reads the store itself. It never shares a read in
+// flight or returns the last snapshot while one runs, as the cached path
+// does: a read that began before a change would hand a caller that
+// arrived after it the config before it (a waiting call's re-check, the
+// adaptive loop and a new call can all be reading at once).
+func (s *Service) readNow(ctx context.Context) capgate.Config {
+	v, err := s.Store.LatestWithin(context.WithoutCancel(ctx), s.readTimeout())
+	var c capgate.Config
+	if err == nil {
+		c = s.resolve(v)
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.read.done(err)
+	if err != nil {
+		c = s.fallbackLocked()
+		s.logger().Warn("Capacity config could not be read; using the last known config, with enforce as shadow",
+			slog.String("mode", string(c.Mode)), slog.Any("error", err))
+		return c
+	}
+	good := c
+	s.snap, s.hasSnap, s.lastGood = c, true, &good
+	s.version = 0
+	if v != nil {
+		s.version = v.ID
+	}
 	return c
 }
 

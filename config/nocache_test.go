@@ -1,0 +1,66 @@
+package config_test
+
+import (
+	"context"
+	"testing"
+	"time"
+
+	"github.com/capgate/capgate"
+	"github.com/capgate/capgate/config"
+)
+
+// slowStore is a config store in memory whose reads can be held, as a
+// read in flight on a loaded database is.
+type slowStore struct {
+	flakyStore
+	hold chan chan struct{} // a read sends itself here, then waits for release
+}
+
+func (s *slowStore) LatestWithin(ctx context.Context, d time.Duration) (*config.Version, error) {
+	v, err := s.Latest(ctx)
+	release := make(chan struct{})
+	select {
+	case s.hold <- release:
+		<-release
+	default:
+	}
+	return v, err
+}
+
+// With no cache (--config-cache 0: "read on every call"), a call that
+// arrives after a change gets it, even while a read that began before the
+// change is still in flight: it must not be handed that read's answer, nor
+// the last snapshot.
+func TestNoCacheNeverServesAReadThatBeganBeforeTheCall(t *testing.T) {
+	store := &slowStore{hold: make(chan chan struct{})}
+	doc := func(seconds int) *config.Version {
+		c := capgate.DefaultConfig(capgate.ModeEnforce)
+		c.Wait.MaxSeconds = seconds
+		return &config.Version{ID: int64(seconds + 1), Config: c.Doc()}
+	}
+	store.set(false, doc(0))
+	svc := config.NewService(store, capgate.ModeEnforce)
+	svc.CacheTTL = -1
+	if got := svc.Config(t.Context()).Wait.MaxSeconds; got != 0 {
+		t.Fatalf("first read: max_seconds %d; want 0", got)
+	}
+
+	// A read begins (a waiting call's re-check), reads version 1 and is
+	// held; then another process saves max_seconds 20.
+	old := make(chan capgate.Config)
+	go func() { old <- svc.Config(context.Background()) }()
+	release := <-store.hold
+	store.set(false, doc(20))
+
+	// A call arriving now reads the change, whatever is in flight.
+	if got := svc.Config(t.Context()).Wait.MaxSeconds; got != 20 {
+		t.Errorf("a call after the change: max_seconds %d; want 20", got)
+	}
+	close(release)
+	if got := (<-old).Wait.MaxSeconds; got != 0 {
+		t.Errorf("the held read: max_seconds %d; want the 0 it read", got)
+	}
+	if got := svc.Config(t.Context()).Wait.MaxSeconds; got != 20 {
+		t.Errorf("after the held read ended: max_seconds %d; want 20", got)
+	}
+}
