@@ -187,24 +187,14 @@ func (s *Service) fallbackLocked() capgate.Config {
 // until start+CacheTTL. The read is detached from the caller's
 // cancellation: it serves every caller, and its own timeout bounds it.
 func (s *Service) refresh(ctx context.Context, start time.Time, gen uint64, done chan struct{}) capgate.Config {
-	v, err := s.Store.LatestWithin(context.WithoutCancel(ctx), s.readTimeout())
-	var c capgate.Config
-	if err == nil {
-		c = s.resolve(v)
-	}
-
+	v, c, err := s.readLatest(ctx)
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	defer func() {
 		s.refreshing = nil
 		close(done)
 	}()
-	s.read.done(err)
-	if err != nil {
-		c = s.fallbackLocked()
-		s.logger().Warn("Capacity config could not be read; using the last known config, with enforce as shadow",
-			slog.String("mode", string(c.Mode)), slog.Any("error", err))
-	}
+	c = s.tookLocked(v, c, err, s.gen == gen)
 	if s.gen != gen {
 		// A save or Invalidate happened during the read: what it read
 		// may be older than what is cached now.
@@ -213,7 +203,34 @@ func (s *Service) refresh(ctx context.Context, start time.Time, gen uint64, done
 		}
 		return c
 	}
-	if err == nil {
+	s.snap, s.hasSnap, s.expires = c, true, start.Add(s.cacheTTL())
+	return c
+}
+
+// readLatest reads and resolves the latest version, bounded by ReadTimeout and
+// detached from the caller's cancellation (a read may serve other
+// callers; its own timeout bounds it).
+func (s *Service) readLatest(ctx context.Context) (*Version, capgate.Config, error) {
+	v, err := s.Store.LatestWithin(context.WithoutCancel(ctx), s.readTimeout())
+	if err != nil {
+		return nil, capgate.Config{}, err
+	}
+	return v, s.resolve(v), nil
+}
+
+// tookLocked records a read's outcome for the probes and returns the
+// config it gives: c, or after a failed read the last known config with
+// enforce as shadow (logged). A good read becomes the last known config
+// and version when keep is set. Requires mu held.
+func (s *Service) tookLocked(v *Version, c capgate.Config, err error, keep bool) capgate.Config {
+	s.read.done(err)
+	if err != nil {
+		c = s.fallbackLocked()
+		s.logger().Warn("Capacity config could not be read; using the last known config, with enforce as shadow",
+			slog.String("mode", string(c.Mode)), slog.Any("error", err))
+		return c
+	}
+	if keep {
 		good := c
 		s.lastGood = &good
 		s.version = 0
@@ -221,7 +238,6 @@ func (s *Service) refresh(ctx context.Context, start time.Time, gen uint64, done
 			s.version = v.ID
 		}
 	}
-	s.snap, s.hasSnap, s.expires = c, true, start.Add(s.cacheTTL())
 	return c
 }
 
@@ -232,25 +248,12 @@ func (s *Service) refresh(ctx context.Context, start time.Time, gen uint64, done
 // arrived after it the config before it (a waiting call's re-check, the
 // adaptive loop and a new call can all be reading at once).
 func (s *Service) readNow(ctx context.Context) capgate.Config {
-	v, err := s.Store.LatestWithin(context.WithoutCancel(ctx), s.readTimeout())
-	var c capgate.Config
-	if err == nil {
-		c = s.resolve(v)
-	}
+	v, c, err := s.readLatest(ctx)
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	s.read.done(err)
-	if err != nil {
-		c = s.fallbackLocked()
-		s.logger().Warn("Capacity config could not be read; using the last known config, with enforce as shadow",
-			slog.String("mode", string(c.Mode)), slog.Any("error", err))
-		return c
-	}
-	good := c
-	s.snap, s.hasSnap, s.lastGood = c, true, &good
-	s.version = 0
-	if v != nil {
-		s.version = v.ID
+	c = s.tookLocked(v, c, err, true)
+	if err == nil {
+		s.snap, s.hasSnap = c, true
 	}
 	return c
 }
