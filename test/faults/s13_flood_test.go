@@ -111,10 +111,19 @@ func TestS13Flood(t *testing.T) {
 		t.Fatal(err)
 	}
 	check("Redis stopped", stopped, "unavailable", limit)
+	// A call's line is written when it is released, after its client
+	// has the whole answer, and through the log's queue: wait for the
+	// lines (a few ms; 5 s at most) before counting them.
 	degraded := 0
-	for _, rec := range records(t, r.gws[0]) {
-		if rec.Degraded && rec.Decision == "unavailable" {
-			degraded++
+	for deadline := time.Now().Add(5 * time.Second); ; time.Sleep(20 * time.Millisecond) {
+		degraded = 0
+		for _, rec := range records(t, r.gws[0]) {
+			if rec.Degraded && rec.Decision == "unavailable" {
+				degraded++
+			}
+		}
+		if degraded >= limit || time.Now().After(deadline) {
+			break
 		}
 	}
 	if degraded != limit {
