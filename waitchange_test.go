@@ -36,14 +36,8 @@ func laneLimit(a *capgate.Admission, name capgate.LaneName) int {
 func TestWaitTakesARaisedLimit(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		e := newWaitEnv(t)
-		first := e.gate.Admit(t.Context(), lanetest.Match("p", capgate.TierPreview))
-		mustDecide(t, first, capgate.DecisionAdmitted)
+		first, ch := e.queueBehind(t, "p")
 		defer first.Release(t.Context())
-		ch := e.admitAsync(t.Context(), lanetest.Match("p", capgate.TierPreview))
-		synctest.Wait()
-		if n := e.waiting(t, "p"); n != 1 {
-			t.Fatalf("waiting on p's lane = %d, want 1", n)
-		}
 		time.Sleep(300 * time.Millisecond)
 		e.cfg.Edit(func(c *capgate.Config) { c.PerUser.Preview = 2 })
 		raised := time.Now()
@@ -114,11 +108,8 @@ func TestWaitHonoursALoweredLimit(t *testing.T) {
 func TestWaitEndsWhenItsLanePauses(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		e := newWaitEnv(t)
-		first := e.gate.Admit(t.Context(), lanetest.Match("p", capgate.TierPreview))
-		mustDecide(t, first, capgate.DecisionAdmitted)
+		first, ch := e.queueBehind(t, "p")
 		defer first.Release(t.Context())
-		ch := e.admitAsync(t.Context(), lanetest.Match("p", capgate.TierPreview))
-		synctest.Wait()
 		e.cfg.Edit(func(c *capgate.Config) { c.PerUser.Preview = 0 })
 		paused := time.Now()
 		second := <-ch
@@ -134,6 +125,21 @@ func TestWaitEndsWhenItsLanePauses(t *testing.T) {
 			t.Errorf("waiting after the refusal = %d, want 0", n)
 		}
 	})
+}
+
+// queueBehind admits user's first call (it holds the user lane, limit 1)
+// and starts a second that queues behind it: the set-up of every test
+// here. The caller releases first.
+func (e *waitEnv) queueBehind(t *testing.T, user string) (*capgate.Admission, <-chan *capgate.Admission) {
+	t.Helper()
+	first := e.gate.Admit(t.Context(), lanetest.Match(user, capgate.TierPreview))
+	mustDecide(t, first, capgate.DecisionAdmitted)
+	ch := e.admitAsync(t.Context(), lanetest.Match(user, capgate.TierPreview))
+	synctest.Wait()
+	if n := e.waiting(t, user); n != 1 {
+		t.Fatalf("waiting on %s's lane = %d, want 1", user, n)
+	}
+	return first, ch
 }
 
 // inLane returns how many leases the store holds in lane key.
@@ -172,14 +178,8 @@ func TestWaitGoesAheadWhenNoLongerEnforced(t *testing.T) {
 		t.Run(tt.name, func(t *testing.T) {
 			synctest.Test(t, func(t *testing.T) {
 				e := newWaitEnv(t)
-				first := e.gate.Admit(t.Context(), lanetest.Match("p", capgate.TierPreview))
-				mustDecide(t, first, capgate.DecisionAdmitted)
+				first, ch := e.queueBehind(t, "p")
 				defer first.Release(t.Context())
-				ch := e.admitAsync(t.Context(), lanetest.Match("p", capgate.TierPreview))
-				synctest.Wait()
-				if n := e.waiting(t, "p"); n != 1 {
-					t.Fatalf("waiting on p's lane = %d, want 1", n)
-				}
 				// Past the NotAfter of its arrival's acquire, between two
 				// re-checks.
 				const waited = 5100 * time.Millisecond
@@ -231,10 +231,7 @@ func TestWaitNoLongerEnforcedTakesARacingGrant(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		e := newWaitEnv(t)
 		e.gate.Store = deafStore{e.store.Store}
-		first := e.gate.Admit(t.Context(), lanetest.Match("p", capgate.TierPreview))
-		mustDecide(t, first, capgate.DecisionAdmitted)
-		ch := e.admitAsync(t.Context(), lanetest.Match("p", capgate.TierPreview))
-		synctest.Wait()
+		first, ch := e.queueBehind(t, "p")
 		time.Sleep(100 * time.Millisecond)
 		first.Release(t.Context()) // grants the ticket; nobody is woken
 		e.cfg.Edit(func(c *capgate.Config) { c.Mode = capgate.ModeShadow })
@@ -271,11 +268,8 @@ func TestWaitNoLongerEnforcedWithLocalLanes(t *testing.T) {
 			}
 			return counts[0]
 		}
-		first := e.gate.Admit(t.Context(), lanetest.Match("p", capgate.TierPreview))
-		mustDecide(t, first, capgate.DecisionAdmitted)
+		first, ch := e.queueBehind(t, "p")
 		defer first.Release(t.Context())
-		ch := e.admitAsync(t.Context(), lanetest.Match("p", capgate.TierPreview))
-		synctest.Wait()
 		e.cfg.Edit(func(c *capgate.Config) { c.Mode = capgate.ModeShadow })
 		second := <-ch
 		mustDecide(t, second, capgate.DecisionShadowRefused)
@@ -330,14 +324,8 @@ func TestWaitGoesAheadWhenTheConfigDatabaseFails(t *testing.T) {
 		svc.CacheTTL = time.Second
 		svc.Logger = slog.New(slog.DiscardHandler)
 		e.gate.Source = svc
-		first := e.gate.Admit(t.Context(), lanetest.Match("p", capgate.TierPreview))
-		mustDecide(t, first, capgate.DecisionAdmitted)
+		first, ch := e.queueBehind(t, "p")
 		defer first.Release(t.Context())
-		ch := e.admitAsync(t.Context(), lanetest.Match("p", capgate.TierPreview))
-		synctest.Wait()
-		if n := e.waiting(t, "p"); n != 1 {
-			t.Fatalf("waiting on p's lane = %d, want 1", n)
-		}
 		store.down.Store(true)
 		down := time.Now()
 		second := <-ch
@@ -374,11 +362,8 @@ func TestWaitFollowsALoweredMaxSeconds(t *testing.T) {
 		t.Run(tt.name, func(t *testing.T) {
 			synctest.Test(t, func(t *testing.T) {
 				e := newWaitEnv(t)
-				first := e.gate.Admit(t.Context(), lanetest.Match("p", capgate.TierPreview))
-				mustDecide(t, first, capgate.DecisionAdmitted)
+				first, ch := e.queueBehind(t, "p")
 				defer first.Release(t.Context())
-				ch := e.admitAsync(t.Context(), lanetest.Match("p", capgate.TierPreview))
-				synctest.Wait()
 				time.Sleep(changeAt)
 				e.cfg.Edit(func(c *capgate.Config) { c.Wait.MaxSeconds = tt.max })
 				second := <-ch
