@@ -23,6 +23,7 @@ an answered call into an uncounted one.
 from __future__ import annotations
 
 import http.client
+import io
 import json
 import logging
 import socket
@@ -66,11 +67,64 @@ class DecisionError(Exception):
     the call is refused, not run uncounted."""
 
 
-def _remaining(deadline: float) -> float:
-    """Seconds left until deadline; past it, the last read's short poll
-    (never an error before reading: data the service sent in time is an
-    answer, however late this process gets round to reading it)."""
-    return max(deadline - time.monotonic(), LAST_READ)
+class _PatientReader(io.RawIOBase):
+    """The answer's socket, read against the call's deadline (``Bound``).
+    A read never fails before it has looked: past the deadline it still
+    takes what the kernel holds, and a poll that timed out is followed by
+    one non-blocking read, since the thread may have waited for the GIL
+    long after the poll gave up (another thread parsing a large body) while
+    the answer arrived."""
+
+    def __init__(self, sock: socket.socket, bound: "Bound") -> None:
+        super().__init__()
+        self._sock = sock
+        self._bound = bound
+        # The socket's own file, read through recv_into here, keeps it open
+        # for the response when http.client closes the connection's
+        # reference (Connection: close), as its makefile would.
+        self._file = sock.makefile("rb", buffering=0)
+
+    def readable(self) -> bool:
+        return True
+
+    def close(self) -> None:
+        if not self.closed:
+            self._file.close()
+        super().close()
+
+    def readinto(self, b: Any) -> int:
+        self._sock.settimeout(max(self._bound.deadline - time.monotonic(), LAST_READ))
+        try:
+            return self._sock.recv_into(b)
+        except socket.timeout:
+            self._sock.setblocking(False)
+            try:
+                return self._sock.recv_into(b)
+            except BlockingIOError:
+                raise socket.timeout("capgate decide: no answer within the timeout") from None
+            finally:
+                self._sock.settimeout(LAST_READ)
+
+
+class Bound:
+    """The deadline of one call's answer (monotonic seconds)."""
+
+    __slots__ = ("deadline",)
+
+    def __init__(self, deadline: float) -> None:
+        self.deadline = deadline
+
+
+class _PatientSocket:
+    """What http.client.HTTPResponse reads an answer from: the socket
+    through _PatientReader."""
+
+    def __init__(self, sock: socket.socket, bound: Bound) -> None:
+        self._sock = sock
+        self._bound = bound
+
+    def makefile(self, mode: str = "rb", *args: Any, **kwargs: Any) -> io.BufferedReader:
+        return io.BufferedReader(_PatientReader(self._sock, self._bound))
 
 
 class Decision:
@@ -219,8 +273,9 @@ class _Call:
         assert sock is not None
         self._sock = sock
         conn.request("POST", "/v1/calls", body=self._body, headers=c._headers)
-        deadline = time.monotonic() + c.timeout
-        sock.settimeout(_remaining(deadline))
+        bound = Bound(time.monotonic() + c.timeout)
+        conn.response_class = lambda sock, method=None: http.client.HTTPResponse(  # type: ignore[assignment]
+            _PatientSocket(sock, bound), method=method)  # type: ignore[arg-type]
         resp = conn.getresponse()
         self._resp = resp
         if resp.status != 200:
@@ -230,10 +285,9 @@ class _Call:
         if wait:
             # The call may wait in the service's queue: allow that long.
             try:
-                deadline += min(max(float(wait), 0.0), 3600.0)
+                bound.deadline += min(max(float(wait), 0.0), 3600.0)
             except ValueError as e:
                 raise DecisionError("capgate decide: Capgate-Wait-Seconds %r" % (wait,)) from e
-        sock.settimeout(_remaining(deadline))
         line = resp.readline(64 << 10)
         if not line:
             raise EOFError("capgate decide: the answer ended before its decision")

@@ -6,7 +6,9 @@ the connection as the lease, and a count of what it holds.
     python3 decidestub.py SOCKET
 
 Besides ``POST /v1/calls`` it answers ``PUT /limits`` (a JSON object, user
-→ limit; a user not named is unlimited; ``{"*": n}`` sets the default) and
+→ limit; a user not named is unlimited; ``{"*": n}`` sets the default;
+``{"_wait": s}`` makes a call over its limit wait up to s seconds for a
+place, announced with ``Capgate-Wait-Seconds``) and
 ``GET /stats`` (``{"held": {user: n}, "max": {user: n}, "calls": [call,
 …]}``: what it holds now, the most it held at once, every call it was
 asked). It is no capgate: the real service is tested from Go (test/decide).
@@ -19,7 +21,7 @@ import sys
 import threading
 import uuid
 
-lock = threading.Lock()
+lock = threading.Condition()
 limits = {}
 held = {}
 most = {}
@@ -60,24 +62,38 @@ def decide(c, call):
     with lock:
         calls.append(call)
         limit = limits.get(user, limits.get("*"))
-        n = held.get(user, 0)
-        admitted = limit is None or n < limit
+        wait = float(limits.get("_wait", 0))
+        admitted = limit is None or held.get(user, 0) < limit
+    announced = False
+    if not admitted and wait > 0 and limit:
+        # Wait for a place: the headers first, so the client allows the wait.
+        c.sendall(b"HTTP/1.1 200 OK\r\nContent-Type: application/x-ndjson\r\nConnection: close\r\n"
+                  b"Capgate-Wait-Seconds: %d\r\n\r\n" % int(wait))
+        announced = True
+        with lock:
+            admitted = lock.wait_for(lambda: held.get(user, 0) < limit, timeout=wait)
+    with lock:
         if admitted:
-            held[user] = n + 1
-            most[user] = max(most.get(user, 0), n + 1)
+            n = held.get(user, 0) + 1
+            held[user] = n
+            most[user] = max(most.get(user, 0), n)
     cid = uuid.uuid4().hex
     if not admitted:
         line = {"id": cid, "decision": "refused", "held": False, "status": 429,
                 "headers": {"Retry-After": "5", "X-Ocl-Capacity-Decision": "refused"},
                 "body": {"detail": "Matching is busy. Please retry in 5 seconds.",
                          "error_code": "capacity_exceeded", "scope": "user", "paused": limit == 0}}
-        answer(c, line)
+        if announced:
+            c.sendall(json.dumps(line).encode() + b"\n")
+        else:
+            answer(c, line)
         return
     line = {"id": cid, "decision": "admitted", "held": True,
             "headers": {"X-Ocl-Capacity-Decision": "admitted"}}
     # Streamed, close-delimited: the answer stays open while the call runs.
-    c.sendall(b"HTTP/1.1 200 OK\r\nContent-Type: application/x-ndjson\r\nConnection: close\r\n\r\n" +
-              json.dumps(line).encode() + b"\n")
+    if not announced:
+        c.sendall(b"HTTP/1.1 200 OK\r\nContent-Type: application/x-ndjson\r\nConnection: close\r\n\r\n")
+    c.sendall(json.dumps(line).encode() + b"\n")
     try:
         while c.recv(4096):
             pass  # bytes after the call: keep watching the connection
@@ -86,6 +102,7 @@ def decide(c, call):
     finally:
         with lock:
             held[user] -= 1
+            lock.notify_all()
 
 
 def serve(c):

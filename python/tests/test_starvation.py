@@ -13,12 +13,16 @@ CALL = dict(user="cora", groups=["core_user"], endpoint="$match", semantic=True,
 
 
 def test_a_gil_starved_worker_reads_the_decision_it_was_sent(stub):
-    big = json.dumps([{"name": "fever %d" % i, "rows": [i, i + 1]} for i in range(120000)])
-    start = time.monotonic()
-    json.loads(big)
-    parse = time.monotonic() - start
-    timeout = 0.05
-    assert parse > 2 * timeout, "the parse (%.3fs) must outlast the client's timeout" % parse
+    timeout = 0.1
+    # A document whose parse outlasts the client's timeout 2.5 times over
+    # (each parse holds the GIL throughout).
+    n, parse = 30000, 0.0
+    while parse < 2.5 * timeout:
+        n *= 2
+        big = json.dumps([{"name": "fever %d" % i, "rows": [i, i + 1]} for i in range(n)])
+        start = time.monotonic()
+        json.loads(big)
+        parse = time.monotonic() - start
 
     stub.limits(cora=0)  # every answer a refusal: a miss would run the call
     stop = threading.Event()
@@ -27,13 +31,13 @@ def test_a_gil_starved_worker_reads_the_decision_it_was_sent(stub):
         while not stop.is_set():
             json.loads(big)
 
-    threads = [threading.Thread(target=hog, daemon=True) for _ in range(1)]
+    threads = [threading.Thread(target=hog, daemon=True) for _ in range(2)]
     for t in threads:
         t.start()
     client = capgate.Client(stub.url, timeout=timeout)
     decisions, took = [], []
     try:
-        for _ in range(8):
+        for _ in range(10):
             t0 = time.monotonic()
             with client.call(**CALL) as d:
                 decisions.append(d)

@@ -3,6 +3,7 @@ user and the decision the request carried), so a test sees whether the
 view ran. The middleware's classifier (classify) names POSTs under /mw/
 heavy, with OCL's rules for /concepts/; the per-view classifier
 (pv_classify) names any POST with rows heavy."""
+import asyncio
 import json
 import re
 import threading
@@ -115,6 +116,9 @@ async def heavy_async(request):
     d = getattr(request, "capgate_decision", None)
     with _lock:
         RUNS.append({"kind": "async", "user": user.username if user else None, "decision": d.decision if d else None})
+    hold = int(request.META.get("HTTP_X_TEST_HOLD_MS", "0") or 0)
+    if hold:
+        await asyncio.sleep(hold / 1000)  # held without a thread
     return JsonResponse({"ran": "async"})
 
 
