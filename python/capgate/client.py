@@ -68,14 +68,14 @@ class DecisionError(Exception):
 
 
 class _PatientReader(io.RawIOBase):
-    """The answer's socket, read against the call's deadline (``Bound``).
+    """The answer's socket, read against the call's deadline (``_Bound``).
     A read never fails before it has looked: past the deadline it still
     takes what the kernel holds, and a poll that timed out is followed by
     one non-blocking read, since the thread may have waited for the GIL
     long after the poll gave up (another thread parsing a large body) while
     the answer arrived."""
 
-    def __init__(self, sock: socket.socket, bound: "Bound") -> None:
+    def __init__(self, sock: socket.socket, bound: "_Bound") -> None:
         super().__init__()
         self._sock = sock
         self._bound = bound
@@ -106,7 +106,7 @@ class _PatientReader(io.RawIOBase):
                 self._sock.settimeout(LAST_READ)
 
 
-class Bound:
+class _Bound:
     """The deadline of one call's answer (monotonic seconds)."""
 
     __slots__ = ("deadline",)
@@ -119,7 +119,7 @@ class _PatientSocket:
     """What http.client.HTTPResponse reads an answer from: the socket
     through _PatientReader."""
 
-    def __init__(self, sock: socket.socket, bound: Bound) -> None:
+    def __init__(self, sock: socket.socket, bound: _Bound) -> None:
         self._sock = sock
         self._bound = bound
 
@@ -273,7 +273,7 @@ class _Call:
         assert sock is not None
         self._sock = sock
         conn.request("POST", "/v1/calls", body=self._body, headers=c._headers)
-        bound = Bound(time.monotonic() + c.timeout)
+        bound = _Bound(time.monotonic() + c.timeout)
         conn.response_class = lambda sock, method=None: http.client.HTTPResponse(  # type: ignore[assignment]
             _PatientSocket(sock, bound), method=method)  # type: ignore[arg-type]
         resp = conn.getresponse()

@@ -1,5 +1,5 @@
 """The decision suite's heavy run behind OCL's views (oclapi.views), and a
-view gated by @capacity_limited.
+DRF view gated by @capacity_limited on its class.
 
 Each heavy run is recorded to DECIDE_RECORD: a "start" line when the view
 begins the heavy work and an "end" line when it is done (for a streamed
@@ -87,11 +87,12 @@ def v2_classify(request):
             "request_id": request.META.get("HTTP_X_REQUEST_ID")}
 
 
+@capacity_limited(v2_classify)
 class DecoratedMatchView(APIView):
-    """A view gated by @capacity_limited on its method: the classifier gets
-    DRF's request."""
+    """A DRF view gated the way the README recommends: @capacity_limited on
+    the class, deciding after authentication and permissions and before the
+    throttles; the classifier gets DRF's request."""
 
-    @capacity_limited(v2_classify)
     def post(self, request):
         found = rows(request)
         if found is None:
