@@ -14,11 +14,12 @@ import time
 import uuid
 
 from django.http import StreamingHttpResponse
+from rest_framework import viewsets
 from rest_framework.response import Response
 from rest_framework.views import APIView
 
 from capgate.django import capacity_limited
-from oclapi.views import hold_seconds, no_rows, rows
+from oclapi.views import RerankView, hold_seconds, no_rows, rows
 
 
 def _record(line):
@@ -98,3 +99,12 @@ class DecoratedMatchView(APIView):
         if found is None:
             return no_rows()
         return run_heavy(request, "$match", len(found))
+
+
+class RerankViewSet(viewsets.ViewSet):
+    """OCL's $rerank view (oclapi.views.RerankView) as a ViewSet action."""
+
+    heavy = None  # as_view(actions, heavy=f)
+
+    def create(self, request):
+        return RerankView.post(self, request)
