@@ -11,7 +11,7 @@
 capgate.django has the Django/DRF middleware and view decorator.
 """
 
-from capgate.client import DEFAULT_TIMEOUT, Client, Decision
+from capgate.client import DEFAULT_TIMEOUT, Client, Decision, DecisionError
 
-__all__ = ["Client", "Decision", "DEFAULT_TIMEOUT"]
+__all__ = ["Client", "Decision", "DecisionError", "DEFAULT_TIMEOUT"]
 __version__ = "0.1.0"

@@ -6,20 +6,34 @@ block runs the connection stays open, and closing it gives the call's place
 back. A process that dies closes its sockets, so its places are freed at once
 with no renewal logic here.
 
-Anything that goes wrong (service down, slow, broken, a refused request)
-fails open: the decision says the call may run (``failed_open`` is set), and
-the miss is logged at most once a minute per client.
+One rule for what goes wrong: the call runs uncounted (``failed_open``)
+only when the service cannot be reached (no socket, connection refused or
+reset, permission denied) or sends no decision within the bound. An answer
+it can't read (not ``200``, not HTTP, no JSON, an unknown decision) is not a
+miss: the call is refused (``decision == "error"``, a 503). Misses and errors
+are logged at most once a minute per client.
+
+The bound is measured on the service, not on this process: it starts once
+the call is sent, and when it has passed the client still reads what the
+service already sent before calling it a miss, so a worker that was paused
+or starved of the GIL (another thread parsing a large body) does not turn
+an answered call into an uncounted one.
 """
 
+from __future__ import annotations
+
 import http.client
+import io
 import json
 import logging
 import socket
 import threading
 import time
+from types import TracebackType
+from typing import Any, Callable, Dict, Mapping, Optional, Type
 from urllib.parse import urlsplit
 
-__all__ = ["Client", "Decision", "DEFAULT_TIMEOUT"]
+__all__ = ["Client", "Decision", "DecisionError", "DEFAULT_TIMEOUT"]
 
 logger = logging.getLogger("capgate")
 
@@ -36,12 +50,81 @@ _FIELDS = (
 )
 
 
-def _remaining(deadline):
-    """Seconds left until deadline; past it, a timeout that fails at once."""
-    left = deadline - time.monotonic()
-    if left <= 0:
-        raise socket.timeout("capgate decide: no answer within the timeout")
-    return left
+#: The last read once the bound has passed: long enough to take what the
+#: kernel holds already, too short to wait for anything new.
+LAST_READ = 0.001
+
+#: The decisions a service may answer (docs/PROTOCOL.md).
+DECISIONS = frozenset(("admitted", "shadow-refused", "refused", "unavailable", "off"))
+
+#: What the app answers when the service's answer can't be read.
+ERROR_STATUS = 503
+ERROR_RETRY_AFTER = "1"
+
+
+class DecisionError(Exception):
+    """The service answered, but not with a decision the client can read:
+    the call is refused, not run uncounted."""
+
+
+class _PatientReader(io.RawIOBase):
+    """The answer's socket, read against the call's deadline (``_Bound``).
+    A read never fails before it has looked: past the deadline it still
+    takes what the kernel holds, and a poll that timed out is followed by
+    one non-blocking read, since the thread may have waited for the GIL
+    long after the poll gave up (another thread parsing a large body) while
+    the answer arrived."""
+
+    def __init__(self, sock: socket.socket, bound: "_Bound") -> None:
+        super().__init__()
+        self._sock = sock
+        self._bound = bound
+        # The socket's own file, read through recv_into here, keeps it open
+        # for the response when http.client closes the connection's
+        # reference (Connection: close), as its makefile would.
+        self._file = sock.makefile("rb", buffering=0)
+
+    def readable(self) -> bool:
+        return True
+
+    def close(self) -> None:
+        if not self.closed:
+            self._file.close()
+        super().close()
+
+    def readinto(self, b: Any) -> int:
+        self._sock.settimeout(max(self._bound.deadline - time.monotonic(), LAST_READ))
+        try:
+            return self._sock.recv_into(b)
+        except socket.timeout:
+            self._sock.setblocking(False)
+            try:
+                return self._sock.recv_into(b)
+            except BlockingIOError:
+                raise socket.timeout("capgate decide: no answer within the timeout") from None
+            finally:
+                self._sock.settimeout(LAST_READ)
+
+
+class _Bound:
+    """The deadline of one call's answer (monotonic seconds)."""
+
+    __slots__ = ("deadline",)
+
+    def __init__(self, deadline: float) -> None:
+        self.deadline = deadline
+
+
+class _PatientSocket:
+    """What http.client.HTTPResponse reads an answer from: the socket
+    through _PatientReader."""
+
+    def __init__(self, sock: socket.socket, bound: _Bound) -> None:
+        self._sock = sock
+        self._bound = bound
+
+    def makefile(self, mode: str = "rb", *args: Any, **kwargs: Any) -> io.BufferedReader:
+        return io.BufferedReader(_PatientReader(self._sock, self._bound))
 
 
 class Decision:
@@ -56,33 +139,63 @@ class Decision:
 
     __slots__ = ("decision", "held", "status", "headers", "body", "id", "failed_open", "error")
 
-    def __init__(self, line=None, error=None):
+    def __init__(self, line: Optional[Mapping[str, Any]] = None, error: Optional[BaseException] = None) -> None:
         line = line or {}
-        self.decision = line.get("decision", "failed-open")
-        self.held = bool(line.get("held", False))
-        self.status = line.get("status") or None
-        self.headers = dict(line.get("headers") or {})
-        self.body = line.get("body")
-        self.id = line.get("id")
-        self.failed_open = line == {} or error is not None
-        self.error = error
+        self.decision: str = line.get("decision", "failed-open")
+        self.held: bool = bool(line.get("held", False))
+        self.status: Optional[int] = line.get("status") or None
+        self.headers: Dict[str, str] = dict(line.get("headers") or {})
+        self.body: Any = line.get("body")
+        self.id: Optional[str] = line.get("id")
+        self.failed_open: bool = line == {} or error is not None
+        self.error: Optional[BaseException] = error
+
+    @classmethod
+    def from_line(cls, raw: bytes) -> "Decision":
+        """The decision of the answer's first line; DecisionError if it is
+        not one."""
+        try:
+            line = json.loads(raw)
+        except (ValueError, RecursionError) as e:
+            raise DecisionError("capgate decide: the decision line is not JSON: %s" % e) from e
+        if not isinstance(line, dict) or line.get("decision") not in DECISIONS:
+            raise DecisionError("capgate decide: not a decision: %.200r" % (raw,))
+        if not isinstance(line.get("headers") or {}, dict):
+            raise DecisionError("capgate decide: the decision's headers are not an object")
+        if line["decision"] == "refused" and not isinstance(line.get("status") or 429, int):
+            raise DecisionError("capgate decide: the refusal's status is not a number")
+        return cls(line)
+
+    @classmethod
+    def failed(cls, error: BaseException) -> "Decision":
+        """The call refused because the service's answer could not be read."""
+        d = cls({
+            "decision": "error",
+            "status": ERROR_STATUS,
+            "headers": {"Retry-After": ERROR_RETRY_AFTER, "X-OCL-Capacity-Decision": "error"},
+            "body": {"detail": "Matching is busy. Please retry.", "error_code": "capacity_error"},
+        })
+        d.error = error
+        return d
 
     @property
-    def refused(self):
-        return self.decision == "refused" and not self.failed_open
+    def refused(self) -> bool:
+        """The app answers status with headers and body and never runs the
+        call: the service refused it, or its answer could not be read."""
+        return self.decision in ("refused", "error") and not self.failed_open
 
-    def __repr__(self):
+    def __repr__(self) -> str:
         return "Decision(%r, held=%r, status=%r)" % (self.decision, self.held, self.status)
 
 
 class _UnixConnection(http.client.HTTPConnection):
     """HTTP over a unix socket."""
 
-    def __init__(self, path, timeout):
+    def __init__(self, path: str, timeout: float) -> None:
         super().__init__("localhost", timeout=timeout)
         self._path = path
 
-    def connect(self):
+    def connect(self) -> None:
         s = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
         s.settimeout(self.timeout)
         try:
@@ -96,61 +209,96 @@ class _UnixConnection(http.client.HTTPConnection):
 class _Call:
     """The context manager of one call: holds the connection while it runs."""
 
-    def __init__(self, client, body):
+    def __init__(self, client: "Client", body: bytes) -> None:
         self._client = client
         self._body = body
-        self._conn = None
-        self._sock = None
-        self._resp = None
-        self.decision = None
+        self._conn: Optional[http.client.HTTPConnection] = None
+        self._sock: Optional[socket.socket] = None
+        self._resp: Optional[http.client.HTTPResponse] = None
+        self.decision: Optional[Decision] = None
 
-    def __enter__(self):
+    def __enter__(self) -> Decision:
         try:
             self.decision = self._ask()
-        except Exception as e:  # fail open, whatever went wrong
-            self.close()
-            self.decision = Decision(error=e)
-            self._client._missed(e)
+        except (http.client.RemoteDisconnected, http.client.IncompleteRead, EOFError) as e:
+            # The connection ended before a decision: the service is gone
+            # (crashed, restarting), a miss.
+            return self._miss(e)
+        except (DecisionError, http.client.HTTPException) as e:
+            # The service answered something that is no decision (not 200,
+            # not HTTP, no JSON): refuse the call rather than run it
+            # uncounted.
+            return self._refuse(e)
+        except OSError as e:
+            # Not reached (no socket, refused, reset, denied) or no answer
+            # within the bound (socket.timeout is an OSError): the only
+            # case where the call runs uncounted.
+            return self._miss(e)
+        except Exception as e:  # anything else is a bug here: count it
+            return self._refuse(e)
         return self.decision
 
-    def __exit__(self, *exc):
+    def _refuse(self, e: BaseException) -> Decision:
         self.close()
-        return False
+        self.decision = Decision.failed(e)
+        self._client._missed(e, refused=True)
+        return self.decision
 
-    def _ask(self):
+    def _miss(self, e: BaseException) -> Decision:
+        self.close()
+        self.decision = Decision(error=e)
+        self._client._missed(e)
+        return self.decision
+
+    def __exit__(
+        self,
+        exc_type: Optional[Type[BaseException]],
+        exc: Optional[BaseException],
+        tb: Optional[TracebackType],
+    ) -> None:
+        self.close()
+
+    def _ask(self) -> Decision:
         c = self._client
-        # One deadline for connecting, sending and the answer, not one
-        # timeout per step: a service that is slow at each step still costs
-        # the call at most the client's timeout (plus the announced wait).
-        deadline = time.monotonic() + c.timeout
         conn = c._connect()
         self._conn = conn
+        # Connecting and sending have the timeout each; the bound on the
+        # answer starts once the call is sent, so time this process spent
+        # not running (a GIL held by a parse, a paused worker) before then
+        # is not charged to the service.
         conn.connect()
         # getresponse hands the socket to the response (Connection: close)
         # and forgets it: keep it, for the timeout and the shutdown.
-        self._sock = conn.sock
-        self._sock.settimeout(_remaining(deadline))
+        sock = conn.sock
+        assert sock is not None
+        self._sock = sock
         conn.request("POST", "/v1/calls", body=self._body, headers=c._headers)
-        self._sock.settimeout(_remaining(deadline))
+        bound = _Bound(time.monotonic() + c.timeout)
+        conn.response_class = lambda sock, method=None: http.client.HTTPResponse(  # type: ignore[assignment]
+            _PatientSocket(sock, bound), method=method)  # type: ignore[arg-type]
         resp = conn.getresponse()
         self._resp = resp
         if resp.status != 200:
             detail = resp.read(4096).decode("utf-8", "replace").strip()
-            raise RuntimeError("capgate decide answered %d: %s" % (resp.status, detail))
+            raise DecisionError("capgate decide answered %d: %s" % (resp.status, detail[:500]))
         wait = resp.getheader("Capgate-Wait-Seconds")
         if wait:
             # The call may wait in the service's queue: allow that long.
-            deadline += float(wait)
-        self._sock.settimeout(_remaining(deadline))
+            try:
+                bound.deadline += min(max(float(wait), 0.0), 3600.0)
+            except ValueError as e:
+                raise DecisionError("capgate decide: Capgate-Wait-Seconds %r" % (wait,)) from e
         line = resp.readline(64 << 10)
+        if not line:
+            raise EOFError("capgate decide: the answer ended before its decision")
         if not line.endswith(b"\n"):
-            raise RuntimeError("capgate decide: the decision line ended early")
-        d = Decision(json.loads(line))
+            raise DecisionError("capgate decide: the decision line is cut or too long")
+        d = Decision.from_line(line)
         if not d.held:
             self.close()  # nothing to hold: the answer has ended
         return d
 
-    def close(self):
+    def close(self) -> None:
         """Ends the call: closing the connection gives its place back."""
         conn, self._conn = self._conn, None
         if conn is None:
@@ -180,14 +328,14 @@ class Client:
     says a call may take. Safe to share between threads.
     """
 
-    def __init__(self, url, token=None, timeout=DEFAULT_TIMEOUT):
+    def __init__(self, url: str, token: Optional[str] = None, timeout: float = DEFAULT_TIMEOUT) -> None:
         self.url = url
         self.timeout = float(timeout)
         if url.startswith("unix:"):
             path = url[len("unix:"):]
             if path.startswith("//"):
                 path = path[2:]
-            self._connect = lambda: _UnixConnection(path, self.timeout)
+            self._connect: Callable[[], http.client.HTTPConnection] = lambda: _UnixConnection(path, self.timeout)
         else:
             u = urlsplit(url)
             if u.scheme != "http" or not u.hostname:
@@ -198,9 +346,9 @@ class Client:
         if token:
             self._headers["Authorization"] = "Bearer " + token
         self._lock = threading.Lock()
-        self._last_miss = None
+        self._last_miss: Optional[float] = None
 
-    def call(self, **call):
+    def call(self, **call: Any) -> _Call:
         """Returns a context manager whose value is the call's Decision.
 
         The fields are those of the protocol: user, tier (or groups and
@@ -214,11 +362,17 @@ class Client:
         body = json.dumps({k: v for k, v in call.items() if v is not None}).encode()
         return _Call(self, body)
 
-    def _missed(self, err):
-        """Logs that a call failed open, at most once a minute."""
+    def _missed(self, err: BaseException, refused: bool = False) -> None:
+        """Logs that a call failed open (or was refused for an answer that
+        could not be read), at most once a minute."""
         now = time.monotonic()
         with self._lock:
             if self._last_miss is not None and now - self._last_miss < MISS_LOG_INTERVAL:
                 return
             self._last_miss = now
-        logger.warning("capgate: decision service %s not usable; calls run unlimited (fail open): %s", self.url, err)
+        if refused:
+            logger.error("capgate: decision service %s answered what is no decision; calls are refused: %s",
+                         self.url, err)
+        else:
+            logger.warning("capgate: decision service %s not usable; calls run unlimited (fail open): %s",
+                           self.url, err)

@@ -1,5 +1,5 @@
 """capgate.Client against stand-ins for a broken or slow decision service
-(standard library only: python3 -m unittest discover -s python/tests).
+(standard library only; run with the rest: cd python && python3 -m pytest).
 The real service is exercised by the Go suite in test/decide."""
 
 import logging
@@ -96,13 +96,30 @@ class ClientTest(unittest.TestCase):
         self.assertEqual(d.decision, "failed-open")
         self.assertLess(took, 0.25)
 
-    def test_broken_answers_fail_open(self):
+    def test_answers_that_are_no_decision_refuse_the_call(self):
+        # The service answered, but nothing a client can read: counted as
+        # refused (503), never run uncounted (issue 28).
         for reply in (
             b"HTTP/1.1 500 Internal Server Error\r\nContent-Length: 2\r\n\r\nno",
+            b"HTTP/1.1 401 Unauthorized\r\nContent-Length: 2\r\n\r\nno",
             b"HTTP/1.1 200 OK\r\nContent-Length: 9\r\n\r\nnot json\n",
             b"HTTP/1.1 200 OK\r\nContent-Length: 5\r\n\r\n{\"a\":",
+            b"HTTP/1.1 200 OK\r\nContent-Length: 21\r\n\r\n{\"decision\":\"maybe\"}\n",
+            b"HTTP/1.1 200 OK\r\nContent-Length: 3001\r\n\r\n" + b"[" * 3000 + b"\n",
             b"garbage\r\n\r\n",
         ):
+            s = Stub(reply)
+            try:
+                d, _ = self.ask("unix:" + s.path)
+                self.assertFalse(d.failed_open, reply)
+                self.assertTrue(d.refused, reply)
+                self.assertEqual((d.decision, d.status), ("error", 503), reply)
+                self.assertEqual(d.headers["Retry-After"], "1")
+            finally:
+                s.close()
+
+    def test_a_service_that_hangs_up_before_answering_fails_open(self):
+        for reply in (b"", b"HTTP/1.1 200 OK\r\nContent-Type: application/x-ndjson\r\n\r\n"):
             s = Stub(reply)
             try:
                 d, _ = self.ask("unix:" + s.path)

@@ -105,11 +105,12 @@ func (r *rig) start(ctx context.Context) error {
 	r.record = filepath.Join(r.dir, "heavy.jsonl")
 	r.appDir = filepath.Join(root, "test", "decide", "app")
 	// The app imports the package as pip installed it (pip install ./python,
-	// from no index); with no pip for this Python, from the source tree.
+	// from no index: its setuptools build runs with the machine's setuptools,
+	// --no-build-isolation); with no pip for this Python, from the source tree.
 	r.pyPath = []string{filepath.Join(root, "python"), r.appDir}
 	if exec.Command(e2e.PythonBin, "-m", "pip", "--version").Run() == nil {
 		site := filepath.Join(r.dir, "site")
-		if out, err := e2e.Run(ctx, root, nil, e2e.PythonBin, "-m", "pip", "install", "--quiet", "--no-index", "--no-deps",
+		if out, err := e2e.Run(ctx, root, nil, e2e.PythonBin, "-m", "pip", "install", "--quiet", "--no-index", "--no-deps", "--no-build-isolation",
 			"--target", site, filepath.Join(root, "python")); err != nil {
 			return fmt.Errorf("pip install ./python: %w: %s", err, out)
 		}

@@ -1,5 +1,5 @@
 """The decision suite's heavy run behind OCL's views (oclapi.views), and a
-view gated by @capacity_limited.
+DRF view gated by @capacity_limited on its class.
 
 Each heavy run is recorded to DECIDE_RECORD: a "start" line when the view
 begins the heavy work and an "end" line when it is done (for a streamed
@@ -14,11 +14,12 @@ import time
 import uuid
 
 from django.http import StreamingHttpResponse
+from rest_framework import viewsets
 from rest_framework.response import Response
 from rest_framework.views import APIView
 
 from capgate.django import capacity_limited
-from oclapi.views import hold_seconds, no_rows, rows
+from oclapi.views import RerankView, hold_seconds, no_rows, rows
 
 
 def _record(line):
@@ -87,13 +88,23 @@ def v2_classify(request):
             "request_id": request.META.get("HTTP_X_REQUEST_ID")}
 
 
+@capacity_limited(v2_classify)
 class DecoratedMatchView(APIView):
-    """A view gated by @capacity_limited on its method: the classifier gets
-    DRF's request."""
+    """A DRF view gated the way the README recommends: @capacity_limited on
+    the class, deciding after authentication and permissions and before the
+    throttles; the classifier gets DRF's request."""
 
-    @capacity_limited(v2_classify)
     def post(self, request):
         found = rows(request)
         if found is None:
             return no_rows()
         return run_heavy(request, "$match", len(found))
+
+
+class RerankViewSet(viewsets.ViewSet):
+    """OCL's $rerank view (oclapi.views.RerankView) as a ViewSet action."""
+
+    heavy = None  # as_view(actions, heavy=f)
+
+    def create(self, request):
+        return RerankView.post(self, request)
