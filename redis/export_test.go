@@ -83,6 +83,11 @@ var Scripts = map[string]struct {
 	"count.lua":   {countSrc, countScript},
 	"tune.lua":    {tuneSrc, tuneScript},
 
+	"repeatclaim.lua":  {repeatClaimSrc, repeatClaimScript},
+	"repeattouch.lua":  {repeatTouchSrc, repeatTouchScript},
+	"repeatfinish.lua": {repeatFinishSrc, repeatFinishScript},
+	"repeatbytes.lua":  {repeatBytesSrc, repeatBytesScript},
+
 	"waitjoin.lua":    {waitPassSrc + waitJoinSrc, waitJoinScript},
 	"waitpump.lua":    {waitPassSrc + waitPumpSrc, waitPumpScript},
 	"waitleave.lua":   {waitPassSrc + waitLeaveSrc, waitLeaveScript},
