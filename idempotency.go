@@ -257,7 +257,7 @@ func (g *Gate) Repeat(ctx context.Context, req RepeatRequest) (*Repeat, error) {
 			}
 			select {
 			case <-ctx.Done():
-				return nil, fmt.Errorf("caller gone while waiting for the call it repeats: %w", ctx.Err())
+				return nil, fmt.Errorf("%w: %w", errRepeatGone, ctx.Err())
 			case <-timer.C:
 			}
 			poll = min(2*poll, repeatPollMax)
@@ -280,11 +280,16 @@ func (g *Gate) Repeat(ctx context.Context, req RepeatRequest) (*Repeat, error) {
 // failed records a store failure of op (a caller that gave up is not one)
 // and returns it wrapped.
 func (r *Repeat) failed(ctx context.Context, op string, err error) error {
-	if ctx.Err() == nil {
-		r.g.storeFailed(op, err)
+	if ctx.Err() != nil {
+		return fmt.Errorf("%w: %w", errRepeatGone, ctx.Err())
 	}
+	r.g.storeFailed(op, err)
 	return fmt.Errorf("%s: %w", op, err)
 }
+
+// errRepeatGone is the error of a call whose caller left before it
+// learnt whether it repeats one.
+var errRepeatGone = errors.New("caller gone while waiting for the call it repeats")
 
 // startTouching keeps the first call's marker alive while it runs: a
 // marker lives one lease, so the repeats of a call whose gateway died run

@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"net/http"
+	"net/url"
 	"strings"
 	"testing"
 	"time"
@@ -63,6 +64,7 @@ func newRepeatEnv(t *testing.T, mode capgate.IdempotencyMode, gc func(*capgateht
 		}
 	})
 	e.store = rs.Store // for inFlight
+	t.Cleanup(e.up.release) // before the gateway's server closes: a held call would keep it open
 	return &repeatEnv{env: e, rs: rs, sink: sink}
 }
 
@@ -323,5 +325,39 @@ func TestIdempotencyOffByDefault(t *testing.T) {
 	}
 	if n := len(e.up.requests()); n != 2 {
 		t.Fatalf("the API ran %d calls; want 2", n)
+	}
+}
+
+// Two gateways on one store: a repeat sent to the second joins the call
+// running through the first.
+func TestIdempotencyAcrossGateways(t *testing.T) {
+	e := newRepeatEnv(t, capgate.IdempotencyKey, nil)
+	c := capgate.DefaultConfig(capgate.ModeShadow)
+	c.Idempotency.Mode = capgate.IdempotencyKey
+	sink2 := &mock.Sink{}
+	gate2, err := capgate.NewGate(e.rs, capgate.NewFixedConfig(c), sink2, "task-2")
+	if err != nil {
+		t.Fatal(err)
+	}
+	second := newEnv(t, nil, func(conf *capgatehttp.GatewayConfig) {
+		conf.Gate = gate2
+		u, _ := url.Parse(e.up.URL)
+		conf.Upstream = u // the first env's API
+	})
+	ctx := t.Context()
+	first := e.async(ctx, "POST", semanticMatch, twoRows, append(keyed, "X-Test-Do", "hold", "X-Request-ID", "cid-a")...)
+	e.up.waitEntered(t)
+	repeat := second.async(ctx, "POST", semanticMatch, twoRows, keyed...)
+	e.waitPolled(t)
+	e.up.release()
+	a, b := recv(t, first), recv(t, repeat)
+	if a.StatusCode != 200 || b.StatusCode != 200 || string(a.Body) != string(b.Body) || b.Header.Get("Idempotent-Replayed") != "true" {
+		t.Fatalf("first %d, repeat through the other gateway %d %v", a.StatusCode, b.StatusCode, b.Header)
+	}
+	if n := len(e.up.requests()); n != 1 {
+		t.Fatalf("the API ran %d calls; want 1", n)
+	}
+	if l := sink2.Wait(t, 1, waitLimit)[0]; l["decision"] != "joined" || l["dedup_of"] != "cid-a" || l["task"] != "task-2" {
+		t.Fatalf("second gateway's line %v", l)
 	}
 }

@@ -99,3 +99,6 @@ var FormatSeconds = formatSeconds
 
 // Direct reports whether s runs commands on the caller's goroutine.
 func Direct(s *Store) bool { return s.direct }
+
+// RepeatKey returns the key of an idempotency entry.
+func RepeatKey(s *Store, id string) string { return s.repeatKey(id) }
