@@ -63,7 +63,7 @@ func newRepeatEnv(t *testing.T, mode capgate.IdempotencyMode, gc func(*capgateht
 			gc(conf)
 		}
 	})
-	e.store = rs.Store // for inFlight
+	e.store = rs.Store      // for inFlight
 	t.Cleanup(e.up.release) // before the gateway's server closes: a held call would keep it open
 	return &repeatEnv{env: e, rs: rs, sink: sink}
 }
