@@ -30,9 +30,9 @@ var answerHeaders = []string{"Accept", "Accept-Encoding", "Accept-Language", "Co
 // maxIdempotencyKey bounds an Idempotency-Key's length.
 const maxIdempotencyKey = 255
 
-// errBodyNotRead is the dedup_error of a call whose body the gateway did
-// not read whole (past --max-body-bytes, compressed, or classified by a
-// ClassifyFunc), so it can't tell a repeat from another request.
+// errBodyNotRead is the dedup_error of a call whose body the gateway could
+// not read whole (past --max-body-bytes, or the buffer budget spent), so it
+// can't tell a repeat from another request.
 var errBodyNotRead = errors.New("idempotency: the body was not read whole; not deduplicated")
 
 // idempotencyKey returns the request's Idempotency-Key: a Structured
@@ -109,6 +109,27 @@ func wholeBody(r *http.Request) ([]byte, bool) {
 	return nil, r.Body == http.NoBody
 }
 
+// bufferForRepeat reads a body the classifier left unread (a
+// ClassifyFunc's call, a compressed body) as the classifier reads one, so
+// that it can be hashed: at most MaxBodyBytes, under its Budget (a
+// ClassifyFunc's: none). It reports whether the body is now read whole; a
+// body read once and not whole (past MaxBodyBytes) is not read again.
+func (m *Middleware) bufferForRepeat(r *http.Request) bool {
+	if _, read := r.Body.(*replayBody); read {
+		return false
+	}
+	c, ok := m.classify.(*Classifier)
+	if !ok {
+		c = &Classifier{}
+	}
+	_, over, err := c.buffer(r)
+	if err != nil || over {
+		return false
+	}
+	_, whole := wholeBody(r)
+	return whole
+}
+
 // repeatID is the store's id of a call's key: a hash of the caller and
 // the Idempotency-Key, or of the caller and the request's fingerprint
 // (mode auto), so that keys never cross callers and neither the key nor
@@ -146,6 +167,9 @@ func (m *Middleware) repeat(w http.ResponseWriter, r *http.Request, call capgate
 		return nil, nil, false
 	}
 	fp, ok := fingerprint(r)
+	if !ok && m.bufferForRepeat(r) {
+		fp, ok = fingerprint(r)
+	}
 	if !ok {
 		return nil, errBodyNotRead, false
 	}

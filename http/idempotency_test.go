@@ -4,14 +4,18 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"io"
 	"net/http"
+	"net/http/httptest"
 	"net/url"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
 	"github.com/capgate/capgate"
 	capgatehttp "github.com/capgate/capgate/http"
+	"github.com/capgate/capgate/identity"
 	"github.com/capgate/capgate/memory"
 	"github.com/capgate/capgate/mock"
 )
@@ -359,5 +363,52 @@ func TestIdempotencyAcrossGateways(t *testing.T) {
 	}
 	if l := sink2.Wait(t, 1, waitLimit)[0]; l["decision"] != "joined" || l["dedup_of"] != "cid-a" || l["task"] != "task-2" {
 		t.Fatalf("second gateway's line %v", l)
+	}
+}
+
+// Every policy: a call classified by a ClassifyFunc (its body never read
+// by a Classifier) is deduplicated too, and its handler reads the body
+// whole.
+func TestIdempotencyWithAClassifyFunc(t *testing.T) {
+	c := capgate.DefaultConfig(capgate.ModeShadow)
+	c.Idempotency.Mode = capgate.IdempotencyKey
+	sink := &mock.Sink{}
+	gate, err := capgate.NewGate(memory.New(nil), capgate.NewFixedConfig(c), sink, "t")
+	if err != nil {
+		t.Fatal(err)
+	}
+	ids, err := identity.NewTokens([]identity.TokenEntry{{Token: "t-pam", Username: "pam"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var runs atomic.Int32
+	next := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		b, _ := io.ReadAll(r.Body)
+		runs.Add(1)
+		w.Header().Set("Content-Type", "text/plain")
+		w.Write(append([]byte("ran: "), b...))
+	})
+	heavy := func(r *http.Request) (capgate.Call, bool) {
+		return capgate.Call{Endpoint: "/search", Rows: 1}, r.Method == "POST"
+	}
+	h, err := capgatehttp.NewMiddleware(next, gate, ids, capgatehttp.WithClassifyFunc(heavy))
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv := httptest.NewServer(h)
+	t.Cleanup(srv.Close)
+	var bodies []string
+	for range 2 {
+		r := send(t, newRequest(t, t.Context(), "POST", srv.URL+"/search", "q=fever", "Authorization", "Token t-pam", "Idempotency-Key", "k"))
+		bodies = append(bodies, string(r.Body))
+		if r.StatusCode != 200 {
+			t.Fatalf("%d %s", r.StatusCode, r.Body)
+		}
+	}
+	if runs.Load() != 1 || bodies[0] != "ran: q=fever" || bodies[1] != bodies[0] {
+		t.Fatalf("handler ran %d times; answers %q", runs.Load(), bodies)
+	}
+	if l := sink.Wait(t, 2, waitLimit); l[1]["decision"] != "replayed" {
+		t.Fatalf("lines %v", l)
 	}
 }
