@@ -2,6 +2,8 @@ package http_test
 
 import (
 	"context"
+	"crypto/sha256"
+	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"io"
@@ -410,5 +412,26 @@ func TestIdempotencyWithAClassifyFunc(t *testing.T) {
 	}
 	if l := sink.Wait(t, 2, waitLimit); l[1]["decision"] != "replayed" {
 		t.Fatalf("lines %v", l)
+	}
+}
+
+// A call cut at shutdown is not kept: its key is let go.
+func TestIdempotencyCallCutAtShutdownNotKept(t *testing.T) {
+	cut, shutdown := context.WithCancel(context.Background())
+	defer shutdown()
+	e := newRepeatEnv(t, capgate.IdempotencyKey, func(c *capgatehttp.GatewayConfig) { c.Shutdown = cut })
+	first := e.async(t.Context(), "POST", semanticMatch, twoRows, append(keyed, "X-Test-Do", "hold")...)
+	e.up.waitEntered(t)
+	id := sha256.Sum256([]byte("key\x00pam\x00k-1")) // the gateway's id of pam's key k-1
+	if _, ok, _ := e.rs.Store.GetRepeat(t.Context(), hex.EncodeToString(id[:])); !ok {
+		t.Fatal("no entry for the call running")
+	}
+	shutdown()
+	recv(t, first) // the gateway writes nothing for a call it cut
+	if l := e.sink.Wait(t, 1, waitLimit)[0]; l["error"] != "shutdown" {
+		t.Fatalf("the cut call's line %v; want error shutdown", l)
+	}
+	if e, ok, _ := e.rs.Store.GetRepeat(t.Context(), hex.EncodeToString(id[:])); ok {
+		t.Fatalf("the cut call left an entry: %+v", e)
 	}
 }

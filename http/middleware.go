@@ -279,12 +279,33 @@ func (m *Middleware) gated(w http.ResponseWriter, r *http.Request, call capgate.
 	if done {
 		return
 	}
+	var adm *capgate.Admission
+	if err != nil {
+		// A failed lookup still counts: the call is gated as
+		// (unidentified), under its own small limit.
+		adm = m.gate.Unidentified(ctx, call, fmt.Errorf("identity: %w", err))
+	} else {
+		adm = m.gate.Admit(ctx, call)
+	}
+	if adm.Decision() == capgate.DecisionNone {
+		rp.Finish(ctx, nil)
+		m.next.ServeHTTP(w, r) // mode off (since the check above): untouched
+		return
+	}
+	adm.NoteRepeat(note)
+	defer adm.Release(ctx)
+	defer func() {
+		if m.cut != nil && m.cut.Err() != nil {
+			adm.Interrupt(errShutdown) // before Release writes the line
+		}
+	}()
 	var aw *answerWriter // the first call's answer, kept for its repeats
 	if rp != nil {
 		defer func() {
-			// Runs after the handler's panic handling below: a panic
-			// still here (a cut stream: ErrAbortHandler) keeps nothing,
-			// nor does a call cut at shutdown.
+			// Runs after the handler's panic handling below and before
+			// Release: a panic still here (a cut stream:
+			// ErrAbortHandler) keeps nothing, nor does a call cut at
+			// shutdown; once its line is written the key is settled.
 			p := recover()
 			var answer []byte
 			if p == nil && aw != nil && (m.cut == nil || m.cut.Err() == nil) {
@@ -296,25 +317,6 @@ func (m *Middleware) gated(w http.ResponseWriter, r *http.Request, call capgate.
 			}
 		}()
 	}
-	var adm *capgate.Admission
-	if err != nil {
-		// A failed lookup still counts: the call is gated as
-		// (unidentified), under its own small limit.
-		adm = m.gate.Unidentified(ctx, call, fmt.Errorf("identity: %w", err))
-	} else {
-		adm = m.gate.Admit(ctx, call)
-	}
-	if adm.Decision() == capgate.DecisionNone {
-		m.next.ServeHTTP(w, r) // mode off (since the check above): untouched
-		return
-	}
-	adm.NoteRepeat(note)
-	defer adm.Release(ctx)
-	defer func() {
-		if m.cut != nil && m.cut.Err() != nil {
-			adm.Interrupt(errShutdown) // before Release writes the line
-		}
-	}()
 
 	if adm.Refused() {
 		m.refuse(w, r, adm, rid)
