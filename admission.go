@@ -60,12 +60,14 @@ type Admission struct {
 	waited    bool          // its ticket was queued
 	dropped   bool          // its ticket was dropped from a full waitlist
 	waitedFor time.Duration // how long it waited
+	repeatOf  string        // the cid of the call it repeated (DecisionJoined, DecisionReplayed)
 
 	mu        sync.Mutex
 	err       error // requires mu held
 	leaseLost bool  // requires mu held
 	released  bool  // requires mu held
 	heldMS    int64 // requires mu held; -1 when no lease was held
+	repeatErr error // why it was not checked for repeats; requires mu held
 	finished  time.Time
 
 	// The renewer's (renew.go). Renewing never revives or adds a lease,
@@ -531,6 +533,10 @@ func (a *Admission) record() record {
 	}
 	r.LeaseLost, r.TS = a.leaseLost, a.finished
 	r.Degraded = a.degraded
+	r.DedupOf = a.repeatOf
+	if a.repeatErr != nil {
+		r.DedupError = truncate.Runes(a.repeatErr.Error(), maxErrorLen)
+	}
 	if a.released && a.heldMS >= 0 {
 		v.heldMS = a.heldMS
 		r.HeldMS = &v.heldMS

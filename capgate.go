@@ -117,6 +117,12 @@ const (
 	DecisionShadowRefused Decision = "shadow-refused"
 	DecisionRefused       Decision = "refused"
 	DecisionUnavailable   Decision = "unavailable"
+	// DecisionJoined: the call repeated one still running (idempotency.go)
+	// and got its answer, holding no lane place.
+	DecisionJoined Decision = "joined"
+	// DecisionReplayed: the call repeated one that had finished and got
+	// its kept answer.
+	DecisionReplayed Decision = "replayed"
 )
 
 // Errors a LaneStore returns. Any error from a LaneStore counts as a store

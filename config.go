@@ -34,6 +34,9 @@ type Config struct {
 	// gateway's own lanes. A failed lookup never lets a call through
 	// uncounted.
 	Unidentified int `json:"unidentified"`
+	// Idempotency says whether a heavy call that repeats one running or
+	// just answered joins it instead of running again (idempotency.go).
+	Idempotency Idempotency `json:"idempotency"`
 	// Adaptive is the optional "adaptive" key (package tune;
 	// adaptiveconfig.go): absent from the document when no lane has a
 	// setting.
@@ -120,6 +123,7 @@ func DefaultConfig(mode Mode) Config {
 		Wait: Wait{MaxSeconds: defaultWaitMaxSeconds, MaxWaiting: defaultWaitMaxWaiting,
 			MaxWaitingPerUser: defaultWaitMaxWaitingPerUser},
 		Unidentified: defaultUnidentified,
+		Idempotency:  defaultIdempotency,
 	}
 }
 
@@ -188,6 +192,13 @@ var schema = []setting{
 		numSetting("max_waiting_per_user", func(c *Config) *int { return &c.Wait.MaxWaitingPerUser }),
 	}},
 	numSetting("unidentified", func(c *Config) *int { return &c.Unidentified }),
+	{key: "idempotency", kids: []setting{
+		{key: "mode", oneOf: []string{string(IdempotencyOff), string(IdempotencyKey), string(IdempotencyAuto)},
+			text: func(c *Config) *string { return (*string)(&c.Idempotency.Mode) }},
+		numSetting("ttl_seconds", func(c *Config) *int { return &c.Idempotency.TTLSeconds }),
+		numSetting("max_answer_kib", func(c *Config) *int { return &c.Idempotency.MaxAnswerKiB }),
+		numSetting("max_total_mib", func(c *Config) *int { return &c.Idempotency.MaxTotalMiB }),
+	}},
 }
 
 // Doc returns c as a JSON object tree (numbers as json.Number): the form
@@ -303,7 +314,7 @@ func checkCross(c Config) []string {
 	if c.Wait.MaxWaitingPerUser > c.Wait.MaxWaiting {
 		errs = append(errs, `"wait.max_waiting_per_user" can't be more than "wait.max_waiting".`)
 	}
-	return errs
+	return append(errs, c.Idempotency.check()...)
 }
 
 // fill copies the settings of a well-shaped doc into c.

@@ -43,6 +43,7 @@ func TestValidateMissing(t *testing.T) {
 		`"es2_knn" is required.`, `"reserve_single_row" is required.`, `"tiers" is required.`,
 		`"per_user" is required.`, `"lease_seconds" is required.`, `"renew_seconds" is required.`,
 		`"max_hold_seconds" is required.`, `"retry_after" is required.`, `"wait" is required.`, `"unidentified" is required.`,
+		`"idempotency" is required.`,
 	}
 	if !slices.Equal(got, want) {
 		t.Fatalf("validate({})\n got %q\nwant %q", got, want)
@@ -180,6 +181,10 @@ func configProblems(c Config) []string {
 	if c.EnforceFor != "aware" && c.EnforceFor != "all" {
 		p = append(p, "bad enforce_for")
 	}
+	if i := c.Idempotency; i.TTLSeconds < 1 || i.TTLSeconds > 86400 || i.MaxAnswerKiB > 1024*i.MaxTotalMiB ||
+		i.Mode != "off" && i.Mode != "key" && i.Mode != "auto" {
+		p = append(p, "bad idempotency")
+	}
 	return p
 }
 
@@ -189,7 +194,8 @@ func badNumbers(v any, path string) []string {
 	if m, ok := v.(map[string]any); ok {
 		var bad []string
 		for k, x := range m {
-			if path == "" && (k == "mode" || k == "enforce_for") || path == ".retry_after" && k == "policy" {
+			if path == "" && (k == "mode" || k == "enforce_for") || path == ".retry_after" && k == "policy" ||
+				path == ".idempotency" && k == "mode" {
 				continue
 			}
 			bad = append(bad, badNumbers(x, path+"."+k)...)

@@ -23,6 +23,7 @@ func TestDefaultConfig(t *testing.T) {
 		RetryAfter:   capgate.RetryAfter{Policy: "adaptive", Base: 5, Max: 30, Paused: 120},
 		Wait:         capgate.Wait{MaxSeconds: 20, MaxWaiting: 200, MaxWaitingPerUser: 20},
 		Unidentified: 1,
+		Idempotency:  capgate.Idempotency{Mode: "off", TTLSeconds: 300, MaxAnswerKiB: 1024, MaxTotalMiB: 64},
 	}
 	if got != want {
 		t.Fatalf("DefaultConfig = %+v, want %+v", got, want)

@@ -40,7 +40,9 @@ type record struct {
 	WaitMS         *int64 // how long the call waited for a slot; nil: it never waited
 	LeaseLost      bool
 	Error          string
-	Degraded       bool // decided by the gateway's local lanes alone
+	Degraded       bool   // decided by the gateway's local lanes alone
+	DedupOf        string // the cid of the call this one repeated (joined, replayed)
+	DedupError     string // why the call could not be checked for repeats
 	Task           string
 	RequestSource  string
 	AlgorithmID    string
@@ -96,6 +98,8 @@ func (r *record) AppendJSON(b []byte) []byte {
 	if r.Degraded {
 		b = append(b, `,"degraded":true`...)
 	}
+	b = appendStr(b, "dedup_of", r.DedupOf)
+	b = appendStr(b, "dedup_error", r.DedupError)
 	b = appendStr(b, "task", r.Task)
 	b = appendStr(b, "request_source", r.RequestSource)
 	b = appendStr(b, "algorithm_id", r.AlgorithmID)

@@ -99,3 +99,17 @@ func TestRecordSetLaneAndLogFields(t *testing.T) {
 		t.Errorf("line %s; want tier_limit alone when the count is not known", got)
 	}
 }
+
+// A repeat's fields sit after degraded; a call that is no repeat has none
+// of them, so its line's bytes are as before.
+func TestRecordDedupFields(t *testing.T) {
+	r := capgate.Record{Decision: capgate.DecisionJoined, Error: "x", Degraded: true, DedupOf: "cid-1", DedupError: "y", Task: "t"}
+	if got := string(r.AppendJSON(nil)); !strings.Contains(got, `"decision":"joined",`) ||
+		!strings.Contains(got, `"error":"x","degraded":true,"dedup_of":"cid-1","dedup_error":"y","task":"t"`) {
+		t.Fatalf("line %s", got)
+	}
+	r = capgate.Record{Decision: capgate.DecisionAdmitted, Task: "t"}
+	if got := string(r.AppendJSON(nil)); strings.Contains(got, "dedup") {
+		t.Fatalf("line %s: no dedup fields for a call that repeats none", got)
+	}
+}

@@ -46,7 +46,11 @@ func (g *Gate) ReadLanes(ctx context.Context, cfg Config) status.Snapshot {
 }
 
 func newSnapshot(store LaneStore, cfg Config) status.Snapshot {
-	return status.Snapshot{Mode: string(cfg.Mode), EnforceFor: string(cfg.EnforceFor), Lanes: laneStoreKind(store)}
+	st := status.Snapshot{Mode: string(cfg.Mode), EnforceFor: string(cfg.EnforceFor), Lanes: laneStoreKind(store)}
+	if m := cfg.Idempotency.Mode; m != IdempotencyOff && cfg.Mode != ModeOff {
+		st.Idempotency = string(m)
+	}
+	return st
 }
 
 // failedSnapshot is st with the store's error and nothing read.

@@ -15,9 +15,10 @@ import (
 // A store may also implement the optional interfaces the gate looks for by
 // a type assertion: Waitlist (enforced calls wait for a slot instead of
 // being refused), StoreDeadline (the store bounds its own operations),
-// StoreKind (where the lanes live, for status) and StoreKeyPrefix (the
-// store lays out its own keys). memory.Store implements the first three,
-// redis.Store all four.
+// StoreKind (where the lanes live, for status), StoreKeyPrefix (the
+// store lays out its own keys) and IdempotencyStore (the entries of
+// idempotent calls, idempotency.go). memory.Store implements all but
+// StoreKeyPrefix, redis.Store all five.
 type LaneStore interface {
 	// Acquire is atomic across req.Keys: it drops leases that have expired,
 	// counts the rest into counts (len(req.Keys); the count before this

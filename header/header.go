@@ -35,6 +35,9 @@ const (
 	// RequestID identifies the call: the caller's own, or one the gateway
 	// makes; the log line keeps it as cid.
 	RequestID = "X-Request-Id"
+	// IdempotentReplayed is "true" on the answer of a call that repeated
+	// another (it joined the call running, or got its kept answer).
+	IdempotentReplayed = "Idempotent-Replayed"
 )
 
 // The request headers a client sends.
@@ -45,4 +48,7 @@ const (
 	// RequestSource names what sent the call; the log line keeps its first
 	// 50 characters.
 	RequestSource = "X-Ocl-Request-Source"
+	// IdempotencyKey names a call so that a repeat of it joins it instead
+	// of running again (draft-ietf-httpapi-idempotency-key-header).
+	IdempotencyKey = "Idempotency-Key"
 )

@@ -241,7 +241,8 @@ func (c *Classifier) buffer(r *http.Request) (body []byte, over bool, err error)
 		c.Budget.give(extra)
 		reserved = int64(buf.Len())
 	}
-	rb := &replayBody{buf: buf, data: buf.Bytes(), rest: r.Body, err: rerr, budget: c.Budget, reserved: reserved}
+	rb := &replayBody{buf: buf, data: buf.Bytes(), rest: r.Body, err: rerr, budget: c.Budget, reserved: reserved,
+		whole: rerr == nil && int64(buf.Len()) <= limit}
 	r.Body = rb
 	if rerr != nil {
 		// The upstream gets what arrived, then the read error; the API
@@ -271,6 +272,9 @@ type replayBody struct {
 	data []byte        // the unread part of buf
 	rest io.ReadCloser
 	err  error // the error that ended the buffered read, if any
+	// whole: data is the whole body (read to its end, within
+	// MaxBodyBytes), so it can be hashed (idempotency.go).
+	whole bool
 
 	budget   *Budget // given back reserved bytes on Close
 	reserved int64

@@ -41,6 +41,8 @@ type recorded struct {
 //	stream   send an event, flush, wait for release, send another
 //	500      answer 500
 //
+// and X-Test-No-Cookie leaves Set-Cookie out of the usual answer.
+//
 // GET /user/ is the OCL identity endpoint; it knows users by token and
 // counts lookups per Authorization header.
 type upstream struct {
@@ -156,7 +158,9 @@ func (u *upstream) serve(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	h.Set("Content-Type", "application/json")
-	h.Set("Set-Cookie", "csrftoken=abc; Path=/")
+	if r.Header.Get("X-Test-No-Cookie") == "" {
+		h.Set("Set-Cookie", "csrftoken=abc; Path=/")
+	}
 	io.WriteString(w, `[{"row":0,"results":[]}]`)
 }
 

@@ -266,26 +266,57 @@ func (m *Middleware) gated(w http.ResponseWriter, r *http.Request, call capgate.
 	m.attribute(&call, r)
 	call.CID = truncate.Runes(rid, maxRequestID)
 	markHeavy(ctx, rid)
+	if err == nil {
+		call.UserID = caller.UserID
+		call.Tier = m.groups.TierOf(caller.Staff, caller.Groups)
+	}
+	// A repeat of a call running or answered is answered here, before it
+	// could take a lane place (idempotency.go). Only a caller named as
+	// itself is deduplicated: not one the lookup failed for, nor the
+	// shared user of WithAnonymousAs.
+	identified := err == nil && (m.anonymous == "" || caller.UserID != m.anonymous)
+	rp, note, done := m.repeat(w, r, call, identified, rid)
+	if done {
+		return
+	}
 	var adm *capgate.Admission
 	if err != nil {
 		// A failed lookup still counts: the call is gated as
 		// (unidentified), under its own small limit.
 		adm = m.gate.Unidentified(ctx, call, fmt.Errorf("identity: %w", err))
 	} else {
-		call.UserID = caller.UserID
-		call.Tier = m.groups.TierOf(caller.Staff, caller.Groups)
 		adm = m.gate.Admit(ctx, call)
 	}
 	if adm.Decision() == capgate.DecisionNone {
+		rp.Finish(ctx, nil)
 		m.next.ServeHTTP(w, r) // mode off (since the check above): untouched
 		return
 	}
+	adm.NoteRepeat(note)
 	defer adm.Release(ctx)
 	defer func() {
 		if m.cut != nil && m.cut.Err() != nil {
 			adm.Interrupt(errShutdown) // before Release writes the line
 		}
 	}()
+	var aw *answerWriter // the first call's answer, kept for its repeats
+	if rp != nil {
+		defer func() {
+			// Runs after the handler's panic handling below and before
+			// Release: a panic still here (a cut stream:
+			// ErrAbortHandler) keeps nothing, nor does a call cut at
+			// shutdown; once its line is written the key is settled.
+			p := recover()
+			var answer []byte
+			if p == nil && aw != nil && (m.cut == nil || m.cut.Err() == nil) {
+				answer = aw.answer()
+			}
+			rp.Finish(ctx, answer)
+			if p != nil {
+				panic(p)
+			}
+		}()
+	}
 
 	if adm.Refused() {
 		m.refuse(w, r, adm, rid)
@@ -299,6 +330,10 @@ func (m *Middleware) gated(w http.ResponseWriter, r *http.Request, call capgate.
 		r.Header = cloneHeaderWith(r.Header, header.RequestID, rid)
 	}
 	gw := &gatedWriter{ResponseWriter: w, adm: adm, rid: rid}
+	if rp != nil {
+		aw = &answerWriter{ResponseWriter: w, max: rp.MaxAnswerBytes()}
+		gw.ResponseWriter = aw
+	}
 	defer func() {
 		if p := recover(); p != nil {
 			m.recovered(gw, r, p)

@@ -309,6 +309,14 @@ func TestStatus(t *testing.T) {
 	s.do(t, "PATCH", "/capacity/config/", "staff-token", `{"api_heavy":{"cluster":6}}`)
 	_, _, body = s.do(t, "GET", "/capacity/status/", "staff-token", "")
 	wantBody(t, "status api_heavy after a change", body.(map[string]any)["api_heavy"], `{"in_flight":1,"limit":6,"bulk_limit":5}`)
+	if v, ok := body.(map[string]any)["idempotency"]; ok {
+		t.Errorf("status idempotency %v in mode off; want it left out", v)
+	}
+	s.do(t, "PATCH", "/capacity/config/", "staff-token", `{"idempotency":{"mode":"auto"}}`)
+	_, _, body = s.do(t, "GET", "/capacity/status/", "staff-token", "")
+	if v := body.(map[string]any)["idempotency"]; v != "auto" {
+		t.Errorf("status idempotency %v; want auto", v)
+	}
 }
 
 func TestStatusWithoutALaneStore(t *testing.T) {
@@ -364,5 +372,41 @@ func TestStaffHealth(t *testing.T) {
 	}
 	if code, _, _ := ss.do(t, "GET", "/capacity/health/", "", ""); code != 401 {
 		t.Errorf("anonymous: %d, want 401", code)
+	}
+}
+
+// The idempotency key is part of the config document: changed, validated,
+// in the history and rolled back like any other setting.
+func TestIdempotencyConfigHistoryAndRollback(t *testing.T) {
+	s := newStaffServer(t)
+	code, _, body := s.do(t, "PATCH", "/capacity/config/", "staff-token", `{"idempotency":{"mode":"key","ttl_seconds":60}}`)
+	if code != 200 {
+		t.Fatalf("PATCH = %d %v", code, body)
+	}
+	first := body.(map[string]any)
+	wantBody(t, "changes", first["changes"], `{"idempotency.mode":["off","key"],"idempotency.ttl_seconds":[300,60]}`)
+	if got := s.configs.Config(context.Background()).Idempotency.Mode; got != capgate.IdempotencyKey {
+		t.Fatalf("mode in force %q", got)
+	}
+	code, _, body = s.do(t, "PATCH", "/capacity/config/", "staff-token", `{"idempotency":{"mode":"sometimes"}}`)
+	wantBody(t, "bad PATCH", body, `{"detail":["\"idempotency.mode\" must be one of off, key, auto."]}`)
+	if code != 400 {
+		t.Fatalf("bad PATCH = %d", code)
+	}
+	s.do(t, "PATCH", "/capacity/config/", "staff-token", `{"idempotency":{"mode":"auto"}}`)
+	_, _, body = s.do(t, "GET", "/capacity/config/history/", "staff-token", "")
+	if list := body.([]any); len(list) != 2 {
+		t.Fatalf("history %v; want 2 entries", list)
+	} else {
+		wantBody(t, "history[0].changes", list[0].(map[string]any)["changes"], `{"idempotency.mode":["key","auto"]}`)
+	}
+	code, _, body = s.do(t, "POST", "/capacity/config/rollback/", "staff-token",
+		`{"version":`+configtest.JSON(t, first["version"])+`}`)
+	if code != 200 {
+		t.Fatalf("rollback = %d %v", code, body)
+	}
+	wantBody(t, "rollback changes", body.(map[string]any)["changes"], `{"idempotency.mode":["auto","key"]}`)
+	if got := s.configs.Config(context.Background()).Idempotency; got.Mode != capgate.IdempotencyKey || got.TTLSeconds != 60 {
+		t.Fatalf("after rollback %+v", got)
 	}
 }

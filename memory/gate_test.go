@@ -2,6 +2,7 @@ package memory_test
 
 import (
 	"testing"
+	"time"
 
 	"github.com/capgate/capgate/lanetest"
 	"github.com/capgate/capgate/memory"
@@ -29,5 +30,12 @@ func TestGateWithLocalLanes(t *testing.T) {
 func TestTune(t *testing.T) {
 	lanetest.RunTune(t, func(t testing.TB, clock *mock.Clock) lanetest.TuneStore {
 		return memory.New(clock.Now)
+	})
+}
+
+func TestRepeats(t *testing.T) {
+	lanetest.RunRepeats(t, func(t testing.TB) (lanetest.RepeatStore, func(time.Duration)) {
+		clock := mock.NewClock(time.Date(2030, 1, 1, 0, 0, 0, 0, time.UTC))
+		return memory.New(clock.Now), clock.Advance
 	})
 }

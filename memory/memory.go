@@ -59,6 +59,9 @@ type Store struct {
 
 	tunes   map[string]*tuneEntry // adaptive limits' state by key (tune/); requires mu held
 	dropped map[string]int64      // prefix+token → when the mark lapses: tickets dropped to make room; requires mu held
+
+	repeats     map[string]*repeatEntry // idempotency entries by id (idem.go); requires mu held
+	repeatBytes int64                   // the bytes of the answers in repeats; requires mu held
 }
 
 var (

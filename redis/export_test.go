@@ -83,6 +83,11 @@ var Scripts = map[string]struct {
 	"count.lua":   {countSrc, countScript},
 	"tune.lua":    {tuneSrc, tuneScript},
 
+	"repeatclaim.lua":  {repeatClaimSrc, repeatClaimScript},
+	"repeattouch.lua":  {repeatTouchSrc, repeatTouchScript},
+	"repeatfinish.lua": {repeatFinishSrc, repeatFinishScript},
+	"repeatbytes.lua":  {repeatBytesSrc, repeatBytesScript},
+
 	"waitjoin.lua":    {waitPassSrc + waitJoinSrc, waitJoinScript},
 	"waitpump.lua":    {waitPassSrc + waitPumpSrc, waitPumpScript},
 	"waitleave.lua":   {waitPassSrc + waitLeaveSrc, waitLeaveScript},
@@ -94,3 +99,6 @@ var FormatSeconds = formatSeconds
 
 // Direct reports whether s runs commands on the caller's goroutine.
 func Direct(s *Store) bool { return s.direct }
+
+// RepeatKey returns the key of an idempotency entry.
+func RepeatKey(s *Store, id string) string { return s.repeatKey(id) }

@@ -14,15 +14,18 @@ import "encoding/json"
 // fails, only Mode, EnforceFor, Store and Lanes are set, Store holding the
 // error.
 type Snapshot struct {
-	Mode       string          `json:"mode"`        // a capgate.Mode
-	EnforceFor string          `json:"enforce_for"` // a capgate.EnforceFor
-	Store      string          `json:"redis"`       // OK, or the lane store's error; "redis" on the wire, whatever the store
-	Lanes      string          `json:"lanes"`       // where the lanes live: memory, redis, redis-sentinel
-	APIHeavy   *APIHeavy       `json:"api_heavy,omitempty"`
-	ES2KNN     *Lane           `json:"es2_knn,omitempty"`
-	Tasks      map[string]Lane `json:"-"` // by task id
-	Tiers      map[string]Lane `json:"-"` // by capgate.Tier
-	Users      map[string]User `json:"-"` // by user id
+	Mode       string `json:"mode"`        // a capgate.Mode
+	EnforceFor string `json:"enforce_for"` // a capgate.EnforceFor
+	Store      string `json:"redis"`       // OK, or the lane store's error; "redis" on the wire, whatever the store
+	Lanes      string `json:"lanes"`       // where the lanes live: memory, redis, redis-sentinel
+	// Idempotency is the idempotency mode in force (a
+	// capgate.IdempotencyMode), "" (left out) when off.
+	Idempotency string          `json:"idempotency,omitempty"`
+	APIHeavy    *APIHeavy       `json:"api_heavy,omitempty"`
+	ES2KNN      *Lane           `json:"es2_knn,omitempty"`
+	Tasks       map[string]Lane `json:"-"` // by task id
+	Tiers       map[string]Lane `json:"-"` // by capgate.Tier
+	Users       map[string]User `json:"-"` // by user id
 }
 
 // OK is Snapshot.Store when the lane store answered.

@@ -498,3 +498,17 @@ func TestCancel(t *testing.T) {
 		t.Errorf("Analyze after cancel = %v, want context.Canceled", err)
 	}
 }
+
+// A repeat's line (idempotency) is no call of its own: listed with the
+// other events, not as an invalid line.
+func TestRepeatLinesAreNoCalls(t *testing.T) {
+	log := join(
+		line(call{decision: "admitted", user: "a", start: 0, held: 100, counts: []int{1, 1, 1, 1}, limits: bulk, queue: -1}),
+		`{"event":"ocl_capacity","decision":"joined","user_id":"a","dedup_of":"c1","ts":"2026-03-01T12:00:01.000Z"}`,
+		`{"event":"ocl_capacity","decision":"replayed","user_id":"a","dedup_of":"c1","ts":"2026-03-01T12:00:02.000Z"}`,
+	)
+	l := run(t, log, analyze.Options{}).Lines
+	if l.Events != 1 || l.Invalid != 0 || l.OtherEvents["ocl_capacity joined"] != 1 || l.OtherEvents["ocl_capacity replayed"] != 1 {
+		t.Fatalf("lines = %+v", l)
+	}
+}

@@ -157,6 +157,11 @@ func (p *parser) parse(line []byte, ev *event) lineKind {
 	}
 	switch ev.decision {
 	case "admitted", "shadow-refused", "refused", "unavailable":
+	case "joined", "replayed":
+		// A repeat of another call (idempotency): it held no lane, so it
+		// is no call of the replay; listed with the other events.
+		p.otherName = "ocl_capacity " + ev.decision
+		return kindOther
 	default:
 		return kindInvalid
 	}

@@ -1,0 +1,393 @@
+package capgate
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync"
+	"time"
+)
+
+// The config key "idempotency" and the gate's side of idempotent heavy
+// calls: a call that repeats one still running (anywhere in the cluster)
+// waits for it and gets its answer instead of running again, and, with an
+// Idempotency-Key, a repeat of a call that finished gets its kept answer.
+// The gateway (capgatehttp) says what a request is (its key and its
+// fingerprint) and what its answer was; the gate keeps the entries in the
+// lane store (an IdempotencyStore) and says whether a call is the first,
+// a repeat, or a reuse of a key for another request.
+
+// IdempotencyMode says which heavy calls are deduplicated.
+type IdempotencyMode string
+
+// The idempotency modes.
+const (
+	// IdempotencyOff: none (the default).
+	IdempotencyOff IdempotencyMode = "off"
+	// IdempotencyKey: calls that send an Idempotency-Key, keyed by the
+	// caller and the key; a repeat joins the call running or gets its kept
+	// answer.
+	IdempotencyKey IdempotencyMode = "key"
+	// IdempotencyAuto: as key for calls that send one; every other call is
+	// keyed by the caller and the request itself, and a repeat only joins
+	// a call still running (a finished one is never replayed: the user may
+	// re-run on purpose).
+	IdempotencyAuto IdempotencyMode = "auto"
+)
+
+// Idempotency is the config key "idempotency".
+type Idempotency struct {
+	Mode IdempotencyMode `json:"mode"` // off (default), key or auto
+	// TTLSeconds is how long a finished call's answer is kept for its
+	// repeats (mode key); default 300, 1..86400.
+	TTLSeconds int `json:"ttl_seconds"`
+	// MaxAnswerKiB bounds one kept answer (status, headers and body);
+	// a larger one is not kept. Default 1024 (1 MiB); 0 keeps none.
+	MaxAnswerKiB int `json:"max_answer_kib"`
+	// MaxTotalMiB bounds the answers kept at once in the store, all
+	// gateways together. Default 64.
+	MaxTotalMiB int `json:"max_total_mib"`
+}
+
+var defaultIdempotency = Idempotency{Mode: IdempotencyOff, TTLSeconds: 300, MaxAnswerKiB: 1024, MaxTotalMiB: 64}
+
+// maxIdempotencyTTL is the largest idempotency.ttl_seconds: a day.
+const maxIdempotencyTTL = 86400
+
+// check returns the problems between the idempotency settings.
+func (i Idempotency) check() []string {
+	var errs []string
+	if i.TTLSeconds < 1 || i.TTLSeconds > maxIdempotencyTTL {
+		errs = append(errs, fmt.Sprintf(`"idempotency.ttl_seconds" must be from 1 to %d.`, maxIdempotencyTTL))
+	}
+	if i.MaxAnswerKiB > i.MaxTotalMiB*1024 {
+		errs = append(errs, `"idempotency.max_answer_kib" can't be more than "idempotency.max_total_mib" (1 MiB is 1024 KiB).`)
+	}
+	return errs
+}
+
+// MaxAnswerBytes is the largest answer kept, in bytes.
+func (i Idempotency) MaxAnswerBytes() int { return i.MaxAnswerKiB << 10 }
+
+// MaxTotalBytes bounds all the answers kept, in bytes.
+func (i Idempotency) MaxTotalBytes() int64 { return int64(i.MaxTotalMiB) << 20 }
+
+// TTL is how long a finished answer is kept.
+func (i Idempotency) TTL() time.Duration { return time.Duration(i.TTLSeconds) * time.Second }
+
+// IdempotencyStore is the optional part of a LaneStore that keeps the
+// entries of idempotent calls: per key, the call running (a marker that
+// expires unless touched) or its kept answer (expiring after the ttl).
+// Keys are opaque ids the gate makes (hex hashes); the store lays them
+// out (on a Redis Cluster each in a hash slot of its own). Every error
+// is a store failure: the call runs as it would without idempotency.
+// memory.Store and redis.Store implement it.
+type IdempotencyStore interface {
+	// ClaimRepeat sets id's entry to e, a call running, expiring after
+	// ttl, when id has none; else it changes nothing and returns the entry
+	// it has (claimed false). With replaceFinished, an entry holding an
+	// answer counts as none.
+	ClaimRepeat(ctx context.Context, id string, e RepeatEntry, ttl time.Duration, replaceFinished bool) (cur RepeatEntry, claimed bool, err error)
+	// GetRepeat returns id's entry; ok is false when there is none.
+	GetRepeat(ctx context.Context, id string) (e RepeatEntry, ok bool, err error)
+	// TouchRepeat makes the entry of the running call token at id expire
+	// ttl from now; false (and nothing changed) when id holds no running
+	// call of token.
+	TouchRepeat(ctx context.Context, id, token string, ttl time.Duration) (bool, error)
+	// FinishRepeat ends the running call token at id. With answer
+	// non-nil the entry keeps it for keep, if every answer the store
+	// keeps then fits in maxTotal bytes; else (answer nil, or no room:
+	// kept false) the entry is deleted. Nothing changes when id holds no
+	// running call of token.
+	FinishRepeat(ctx context.Context, id, token string, answer []byte, keep time.Duration, maxTotal int64) (kept bool, err error)
+}
+
+// RepeatEntry is what the store keeps for one key.
+type RepeatEntry struct {
+	Token       string // the running call's own random token
+	CID         string // its request id: the dedup_of of its repeats
+	Fingerprint string // a hash of the request (method, path, query, body, the headers that change the answer)
+	Answer      []byte // the kept answer; nil while the call runs
+}
+
+// RepeatRequest is a heavy call that may repeat another.
+type RepeatRequest struct {
+	// ID is the key: a hash of the caller and the Idempotency-Key, or of
+	// the caller and the request (mode auto). Ids never cross callers.
+	ID          string
+	Fingerprint string // a hash of the request
+	CID         string // the call's request id
+	// Replay makes a finished call's kept answer answer this call (an
+	// Idempotency-Key was sent). false: it only joins a call running.
+	Replay bool
+}
+
+// RepeatOutcome is what Gate.Repeat found.
+type RepeatOutcome int
+
+// The outcomes of Gate.Repeat.
+const (
+	// RepeatFirst: no call with the key runs; this one runs, holding the
+	// key until Finish.
+	RepeatFirst RepeatOutcome = iota
+	// RepeatReplayed: the call with the key finished and its answer was
+	// kept; this call gets it at once.
+	RepeatReplayed
+	// RepeatJoined: the call with the key was running; this call waited
+	// for it and gets its answer.
+	RepeatJoined
+	// RepeatReused: the key names a different request (422).
+	RepeatReused
+)
+
+// The errors of Gate.Repeat that are not the store's.
+var (
+	// ErrRepeatWait: the call it repeats ran longer than max_hold_seconds
+	// while this one waited.
+	ErrRepeatWait = errors.New("the call this one repeats ran past max_hold_seconds")
+	// ErrNoRepeatStore: the lane store keeps no idempotency entries.
+	ErrNoRepeatStore = errors.New("the lane store keeps no idempotency entries")
+)
+
+// Repeat is one call's passage through idempotency: what Gate.Repeat found
+// and, for the first call, the key it holds until Finish. Safe for
+// concurrent use.
+type Repeat struct {
+	Outcome RepeatOutcome
+	Of      string // the cid of the call repeated (Replayed, Joined)
+	Answer  []byte // its answer (Replayed, Joined)
+
+	g      *Gate
+	st     IdempotencyStore
+	cfg    Config
+	req    RepeatRequest
+	token  string
+	stop   chan struct{} // closed by Finish: the marker's refresh ends
+	done   chan struct{} // closed when the refresh has ended
+	finish sync.Once
+}
+
+// repeatPoll bounds how often a waiting repeat reads the entry of the call
+// it joined: from repeatPollFirst, doubling up to repeatPollMax. A repeat
+// learns of the answer at most repeatPollMax late; 50 waiting repeats
+// read the store 500 times a second at most.
+const (
+	repeatPollFirst = 5 * time.Millisecond
+	repeatPollMax   = 100 * time.Millisecond
+)
+
+// autoKeep is how long mode auto keeps a finished answer: only for the
+// repeats that joined the call while it ran to read it (they poll every
+// repeatPollMax); a call arriving later runs (replaceFinished).
+const autoKeep = 10 * time.Second
+
+// Idempotency returns the idempotency settings in force; mode off when the
+// gate's mode is off (nothing is gated then).
+func (g *Gate) Idempotency(ctx context.Context) Idempotency {
+	if g.Source == nil {
+		return Idempotency{Mode: IdempotencyOff}
+	}
+	cfg, _ := g.config(ctx)
+	if cfg.Mode == ModeOff || cfg.Idempotency.Mode == "" {
+		cfg.Idempotency.Mode = IdempotencyOff
+	}
+	return cfg.Idempotency
+}
+
+// Repeat looks up req's key. It returns RepeatFirst (claimed: the caller
+// runs the call and must Finish the Repeat), RepeatReplayed or
+// RepeatJoined (Answer and Of set: the caller answers with it), or
+// RepeatReused. A repeat of a call running waits for it, polling the store,
+// until it finishes (its answer kept: RepeatJoined; not kept: this call
+// claims the key and runs), ctx ends (ctx's error) or max_hold_seconds
+// pass (ErrRepeatWait). A store failure (or the skip window: ErrSkipped)
+// returns an error and a nil Repeat: the caller runs the call as if
+// idempotency were off, and says why on its line (Admission.NoteRepeat).
+func (g *Gate) Repeat(ctx context.Context, req RepeatRequest) (*Repeat, error) {
+	st, ok := g.Store.(IdempotencyStore)
+	if !ok {
+		return nil, ErrNoRepeatStore
+	}
+	cfg, err := g.config(ctx)
+	if err != nil {
+		return nil, err
+	}
+	r := &Repeat{g: g, st: st, cfg: cfg, req: req, token: newToken()}
+	lease := time.Duration(cfg.LeaseSeconds) * time.Second
+	waitUntil := time.Now().Add(time.Duration(cfg.MaxHoldSeconds) * time.Second)
+	poll := repeatPollFirst
+	var timer *time.Timer
+	defer func() {
+		if timer != nil {
+			timer.Stop()
+		}
+	}()
+	for {
+		if g.skipping() {
+			g.storeSkipped("idempotency")
+			return nil, ErrSkipped
+		}
+		mine := RepeatEntry{Token: r.token, CID: req.CID, Fingerprint: req.Fingerprint}
+		cur, claimed, err := st.ClaimRepeat(ctx, req.ID, mine, lease, !req.Replay)
+		if err != nil {
+			return nil, r.failed(ctx, "idempotency claim", err)
+		}
+		if claimed {
+			r.Outcome = RepeatFirst
+			r.startTouching(lease, time.Duration(cfg.RenewSeconds)*time.Second)
+			return r, nil
+		}
+		if cur.Fingerprint != req.Fingerprint {
+			r.Outcome = RepeatReused
+			return r, nil
+		}
+		if cur.Answer != nil {
+			r.Outcome, r.Of, r.Answer = RepeatReplayed, cur.CID, cur.Answer
+			return r, nil
+		}
+		// Running: wait for it, holding nothing.
+		for {
+			if !time.Now().Before(waitUntil) {
+				return nil, ErrRepeatWait
+			}
+			if timer == nil {
+				timer = time.NewTimer(poll)
+			} else {
+				timer.Reset(poll)
+			}
+			select {
+			case <-ctx.Done():
+				return nil, fmt.Errorf("%w: %w", errRepeatGone, ctx.Err())
+			case <-timer.C:
+			}
+			poll = min(2*poll, repeatPollMax)
+			e, ok, err := st.GetRepeat(ctx, req.ID)
+			if err != nil {
+				return nil, r.failed(ctx, "idempotency wait", err)
+			}
+			if ok && e.Token == cur.Token && e.Answer == nil {
+				continue // still running
+			}
+			if ok && e.Token == cur.Token {
+				r.Outcome, r.Of, r.Answer = RepeatJoined, e.CID, e.Answer
+				return r, nil
+			}
+			break // gone (not kept) or another call's: claim again
+		}
+	}
+}
+
+// failed records a store failure of op (a caller that gave up is not one)
+// and returns it wrapped.
+func (r *Repeat) failed(ctx context.Context, op string, err error) error {
+	if ctx.Err() != nil {
+		return fmt.Errorf("%w: %w", errRepeatGone, ctx.Err())
+	}
+	r.g.storeFailed(op, err)
+	return fmt.Errorf("%s: %w", op, err)
+}
+
+// errRepeatGone is the error of a call whose caller left before it
+// learnt whether it repeats one.
+var errRepeatGone = errors.New("caller gone while waiting for the call it repeats")
+
+// startTouching keeps the first call's marker alive while it runs: a
+// marker lives one lease, so the repeats of a call whose gateway died run
+// once it has expired.
+func (r *Repeat) startTouching(lease, every time.Duration) {
+	r.stop, r.done = make(chan struct{}), make(chan struct{})
+	go func() {
+		defer close(r.done)
+		defer func() { _ = recover() }() // a failing refresh never fails the call
+		t := time.NewTicker(every)
+		defer t.Stop()
+		for {
+			select {
+			case <-r.stop:
+				return
+			case <-t.C:
+			}
+			ctx, cancel := context.WithTimeout(context.Background(), r.g.storeDeadline())
+			_, err := r.st.TouchRepeat(ctx, r.req.ID, r.token, lease)
+			cancel()
+			if err != nil {
+				r.g.storeFailed("idempotency touch", err)
+			}
+		}
+	}()
+}
+
+// Finish ends the first call's hold on its key: answer (nil: none worth
+// keeping) is kept for its repeats — within the byte bounds, for
+// ttl_seconds with an Idempotency-Key, else only for the repeats that
+// joined it — or the key is let go, so the next repeat runs. It does
+// nothing for a Repeat that is not RepeatFirst, or a second time, and runs
+// even when ctx is done (bounded by the store's deadline). It returns
+// whether the answer was kept.
+func (r *Repeat) Finish(ctx context.Context, answer []byte) (kept bool) {
+	if r == nil || r.Outcome != RepeatFirst || r.stop == nil {
+		return false
+	}
+	r.finish.Do(func() {
+		close(r.stop)
+		<-r.done
+		idem := r.cfg.Idempotency
+		keep := idem.TTL()
+		if !r.req.Replay {
+			keep = min(keep, autoKeep)
+		}
+		if len(answer) > idem.MaxAnswerBytes() {
+			answer = nil
+		}
+		fctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), r.g.storeDeadline())
+		defer cancel()
+		var err error
+		kept, err = r.st.FinishRepeat(fctx, r.req.ID, r.token, answer, keep, idem.MaxTotalBytes())
+		if err != nil {
+			r.g.storeFailed("idempotency finish", err)
+		}
+	})
+	return kept
+}
+
+// MaxAnswerBytes is the largest answer the first call may keep
+// (idempotency.max_answer_kib as it was read for the call).
+func (r *Repeat) MaxAnswerBytes() int { return r.cfg.Idempotency.MaxAnswerBytes() }
+
+// Repeated returns the admission of a call answered by the call it
+// repeats (rp's outcome RepeatReplayed or RepeatJoined), or of one that
+// gave up waiting for it (err; rp nil): it holds no lane place, and its
+// Release writes its line (decision replayed or joined, dedup_of the
+// cid of the call it repeated) and tells the Observer. In mode off it
+// passes untouched, as from Admit.
+func (g *Gate) Repeated(ctx context.Context, call Call, rp *Repeat, err error) *Admission {
+	cfg, _ := g.config(ctx)
+	a := g.newAdmission(cfg, call)
+	if a.off {
+		return a
+	}
+	a.decision = DecisionJoined
+	if rp != nil {
+		if rp.Outcome == RepeatReplayed {
+			a.decision = DecisionReplayed
+		}
+		a.repeatOf = rp.Of
+	}
+	if err != nil {
+		a.setErr(err)
+	}
+	g.admitted(a)
+	return a
+}
+
+// NoteRepeat records why the call could not be checked for repeats (the
+// store failed): it runs as it would without idempotency, and its line
+// says why (dedup_error). Call it before Release.
+func (a *Admission) NoteRepeat(err error) {
+	if a == nil || a.off || err == nil {
+		return
+	}
+	a.mu.Lock()
+	a.repeatErr = err
+	a.mu.Unlock()
+}

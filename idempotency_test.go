@@ -1,0 +1,96 @@
+package capgate_test
+
+import (
+	"context"
+	"errors"
+	"testing"
+
+	"github.com/capgate/capgate"
+	"github.com/capgate/capgate/memory"
+	"github.com/capgate/capgate/mock"
+)
+
+func repeatGate(t *testing.T, store capgate.LaneStore, mutate func(*capgate.Config)) *capgate.Gate {
+	t.Helper()
+	cfg := capgate.DefaultConfig(capgate.ModeShadow)
+	cfg.Idempotency.Mode = capgate.IdempotencyKey
+	if mutate != nil {
+		mutate(&cfg)
+	}
+	g, err := capgate.NewGate(store, capgate.NewFixedConfig(cfg), nil, "task-1")
+	if err != nil {
+		t.Fatal(err)
+	}
+	return g
+}
+
+func TestRepeatOutcomes(t *testing.T) {
+	g := repeatGate(t, memory.New(nil), nil)
+	ctx := t.Context()
+	req := capgate.RepeatRequest{ID: "id", Fingerprint: "fp", CID: "c1", Replay: true}
+	first, err := g.Repeat(ctx, req)
+	if err != nil || first.Outcome != capgate.RepeatFirst {
+		t.Fatalf("first = %+v, %v", first, err)
+	}
+	other := req
+	other.Fingerprint = "fp2"
+	if r, err := g.Repeat(ctx, other); err != nil || r.Outcome != capgate.RepeatReused {
+		t.Fatalf("other request = %+v, %v; want reused", r, err)
+	}
+	// A repeat of the call running waits, and gets its answer.
+	joined := make(chan *capgate.Repeat, 1)
+	go func() {
+		r, err := g.Repeat(ctx, capgate.RepeatRequest{ID: "id", Fingerprint: "fp", CID: "c2", Replay: true})
+		if err != nil {
+			t.Error(err)
+		}
+		joined <- r
+	}()
+	// Finishing before the repeat asked is fine too: it is then replayed.
+	if !first.Finish(ctx, []byte("ans")) {
+		t.Fatal("answer not kept")
+	}
+	r := <-joined
+	if (r.Outcome != capgate.RepeatJoined && r.Outcome != capgate.RepeatReplayed) || r.Of != "c1" || string(r.Answer) != "ans" {
+		t.Fatalf("repeat = %+v", r)
+	}
+	if first.Finish(ctx, nil) {
+		t.Fatal("a second Finish kept something")
+	}
+}
+
+// An answer past max_answer_kib is not kept, and the key is let go.
+func TestRepeatAnswerTooLarge(t *testing.T) {
+	g := repeatGate(t, memory.New(nil), func(c *capgate.Config) { c.Idempotency.MaxAnswerKiB = 1 })
+	ctx := t.Context()
+	req := capgate.RepeatRequest{ID: "id", Fingerprint: "fp", Replay: true}
+	first, _ := g.Repeat(ctx, req)
+	if first.Finish(ctx, make([]byte, 1025)) {
+		t.Fatal("an answer past the bound was kept")
+	}
+	if r, err := g.Repeat(ctx, req); err != nil || r.Outcome != capgate.RepeatFirst {
+		t.Fatalf("after = %+v, %v; want the next call to run", r, err)
+	}
+}
+
+// A repeat leaves at once when its caller does.
+func TestRepeatWaitBounds(t *testing.T) {
+	g := repeatGate(t, memory.New(nil), nil)
+	ctx := t.Context()
+	req := capgate.RepeatRequest{ID: "id", Fingerprint: "fp", Replay: true}
+	first, _ := g.Repeat(ctx, req)
+	defer first.Finish(ctx, nil)
+	gone, cancel := context.WithCancel(ctx)
+	cancel()
+	if _, err := g.Repeat(gone, req); !errors.Is(err, context.Canceled) {
+		t.Fatalf("err %v; want the caller's", err)
+	}
+}
+
+// A store that keeps no idempotency entries: the call runs, and says why.
+func TestRepeatFailsOpen(t *testing.T) {
+	g := repeatGate(t, &mock.LaneStore{Base: memory.New(nil)}, nil)
+	if _, err := g.Repeat(t.Context(), capgate.RepeatRequest{ID: "id"}); !errors.Is(err, capgate.ErrNoRepeatStore) {
+		t.Fatalf("err %v; want ErrNoRepeatStore", err)
+	}
+}

@@ -1,0 +1,155 @@
+package memory
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"slices"
+	"time"
+
+	"github.com/capgate/capgate"
+)
+
+var _ capgate.IdempotencyStore = (*Store)(nil)
+
+// MaxRepeatEntries bounds the idempotency entries the store holds at once
+// (calls running plus answers kept): past it, expired entries are swept,
+// and a claim that still finds no room fails (the call runs as it would
+// without idempotency). The answers' bytes are bounded by the config
+// (idempotency.max_total_mib), counted exactly.
+const MaxRepeatEntries = 10000
+
+// errRepeatsFull is the error of a claim that finds MaxRepeatEntries held.
+var errRepeatsFull = errors.New("too many idempotency entries")
+
+// repeatEntry is one key's entry. Times are nanoseconds since Store.start.
+type repeatEntry struct {
+	e       capgate.RepeatEntry
+	expires int64
+}
+
+// repeat returns id's entry, nil when none or expired (then it is
+// deleted). Requires s.mu held.
+func (s *Store) repeat(id string, now int64) *repeatEntry {
+	r := s.repeats[id]
+	if r != nil && now >= r.expires {
+		s.dropRepeat(id, r)
+		return nil
+	}
+	return r
+}
+
+// dropRepeat deletes id's entry r. Requires s.mu held.
+func (s *Store) dropRepeat(id string, r *repeatEntry) {
+	s.repeatBytes -= int64(len(r.e.Answer))
+	delete(s.repeats, id)
+}
+
+// sweepRepeats deletes every expired entry. Requires s.mu held.
+func (s *Store) sweepRepeats(now int64) {
+	for id, r := range s.repeats {
+		if now >= r.expires {
+			s.dropRepeat(id, r)
+		}
+	}
+}
+
+// ClaimRepeat implements capgate.IdempotencyStore. It fails when ctx is
+// done, and when MaxRepeatEntries are held.
+func (s *Store) ClaimRepeat(ctx context.Context, id string, e capgate.RepeatEntry, ttl time.Duration, replaceFinished bool) (capgate.RepeatEntry, bool, error) {
+	if err := ctx.Err(); err != nil {
+		return capgate.RepeatEntry{}, false, fmt.Errorf("claim repeat: %w", err)
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	_, now := s.clock()
+	if s.repeats == nil {
+		s.repeats = map[string]*repeatEntry{}
+	}
+	if r := s.repeat(id, now); r != nil {
+		if !replaceFinished || r.e.Answer == nil {
+			return cloneEntry(r.e), false, nil
+		}
+		s.dropRepeat(id, r)
+	}
+	if len(s.repeats) >= MaxRepeatEntries {
+		s.sweepRepeats(now)
+		if len(s.repeats) >= MaxRepeatEntries {
+			return capgate.RepeatEntry{}, false, fmt.Errorf("claim repeat: %w", errRepeatsFull)
+		}
+	}
+	e.Answer = nil
+	s.repeats[id] = &repeatEntry{e: e, expires: now + int64(ttl)}
+	return capgate.RepeatEntry{}, true, nil
+}
+
+// GetRepeat implements capgate.IdempotencyStore. It fails only when ctx
+// is done.
+func (s *Store) GetRepeat(ctx context.Context, id string) (capgate.RepeatEntry, bool, error) {
+	if err := ctx.Err(); err != nil {
+		return capgate.RepeatEntry{}, false, fmt.Errorf("get repeat: %w", err)
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	_, now := s.clock()
+	r := s.repeat(id, now)
+	if r == nil {
+		return capgate.RepeatEntry{}, false, nil
+	}
+	return cloneEntry(r.e), true, nil
+}
+
+// TouchRepeat implements capgate.IdempotencyStore. It fails only when ctx
+// is done.
+func (s *Store) TouchRepeat(ctx context.Context, id, token string, ttl time.Duration) (bool, error) {
+	if err := ctx.Err(); err != nil {
+		return false, fmt.Errorf("touch repeat: %w", err)
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	_, now := s.clock()
+	r := s.repeat(id, now)
+	if r == nil || r.e.Token != token || r.e.Answer != nil {
+		return false, nil
+	}
+	r.expires = now + int64(ttl)
+	return true, nil
+}
+
+// FinishRepeat implements capgate.IdempotencyStore. It fails only when
+// ctx is done.
+func (s *Store) FinishRepeat(ctx context.Context, id, token string, answer []byte, keep time.Duration, maxTotal int64) (bool, error) {
+	if err := ctx.Err(); err != nil {
+		return false, fmt.Errorf("finish repeat: %w", err)
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	_, now := s.clock()
+	r := s.repeat(id, now)
+	if r == nil || r.e.Token != token || r.e.Answer != nil {
+		return false, nil
+	}
+	if answer != nil && s.repeatBytes+int64(len(answer)) > maxTotal {
+		s.sweepRepeats(now)
+	}
+	if answer == nil || s.repeatBytes+int64(len(answer)) > maxTotal {
+		s.dropRepeat(id, r)
+		return false, nil
+	}
+	r.e.Answer = slices.Clone(answer)
+	if r.e.Answer == nil {
+		r.e.Answer = []byte{}
+	}
+	r.expires = now + int64(keep)
+	s.repeatBytes += int64(len(answer))
+	return true, nil
+}
+
+// cloneEntry returns e with an answer of its own, so that no caller
+// shares the store's bytes.
+func cloneEntry(e capgate.RepeatEntry) capgate.RepeatEntry {
+	if e.Answer != nil {
+		e.Answer = append([]byte{}, e.Answer...)
+	}
+	return e
+}
