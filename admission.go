@@ -60,6 +60,7 @@ type Admission struct {
 	waited    bool          // its ticket was queued
 	dropped   bool          // its ticket was dropped from a full waitlist
 	waitedFor time.Duration // how long it waited
+	opts      AdmitOptions
 
 	mu        sync.Mutex
 	err       error // requires mu held
@@ -128,6 +129,14 @@ func (a *Admission) acquire(ctx context.Context) error {
 	// refuse. It counts in the local lanes once it holds a slot, or when
 	// the local lanes must decide for it.
 	wl := a.waitlist(limits)
+	if wl != nil && a.opts.MayWait != nil {
+		done, ok := a.opts.MayWait()
+		if !ok {
+			wl = nil // no room to wait: decided at once
+		} else {
+			defer done()
+		}
+	}
 	if wl == nil && a.acquireLocal(ctx, req) {
 		return nil // refused: this gateway alone already fills a lane
 	}
@@ -531,6 +540,7 @@ func (a *Admission) record() record {
 	}
 	r.LeaseLost, r.TS = a.leaseLost, a.finished
 	r.Degraded = a.degraded
+	r.Resumed = a.opts.Resumed
 	if a.released && a.heldMS >= 0 {
 		v.heldMS = a.heldMS
 		r.HeldMS = &v.heldMS

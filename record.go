@@ -41,6 +41,7 @@ type record struct {
 	LeaseLost      bool
 	Error          string
 	Degraded       bool // decided by the gateway's local lanes alone
+	Resumed        bool // a running call counted again (AdmitOptions.Resumed)
 	Task           string
 	RequestSource  string
 	AlgorithmID    string
@@ -95,6 +96,9 @@ func (r *record) AppendJSON(b []byte) []byte {
 	b = appendStr(b, "error", r.Error)
 	if r.Degraded {
 		b = append(b, `,"degraded":true`...)
+	}
+	if r.Resumed {
+		b = append(b, `,"resumed":true`...)
 	}
 	b = appendStr(b, "task", r.Task)
 	b = appendStr(b, "request_source", r.RequestSource)

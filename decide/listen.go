@@ -104,6 +104,7 @@ func Serve(ctx context.Context, s *Server, ln net.Listener, timeout time.Duratio
 	if serr := hs.Shutdown(sctx); serr != nil {
 		_ = hs.Close()
 	}
+	s.Wait(sctx) // the calls' connections, which net/http no longer tracks
 	if errors.Is(err, http.ErrServerClosed) {
 		err = nil
 	}
