@@ -102,7 +102,7 @@ func leaseEnv(t *testing.T) (e *env, addrs map[string]string) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	ln, err := decide.Listen(decide.UnixPrefix+t.TempDir()+"/d.sock", "", false)
+	ln, err := decide.Listen(decide.UnixPrefix+t.TempDir()+"/d.sock", "", false, decide.SocketOptions{})
 	if err != nil {
 		t.Fatal(err)
 	}

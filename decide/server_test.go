@@ -355,7 +355,7 @@ func TestListenNeedsATokenOnTCP(t *testing.T) {
 		{"0.0.0.0:0", "t", false, true},
 		{decide.UnixPrefix + t.TempDir() + "/d.sock", "", false, true},
 	} {
-		ln, err := decide.Listen(tt.addr, tt.token, tt.noToken)
+		ln, err := decide.Listen(tt.addr, tt.token, tt.noToken, decide.SocketOptions{})
 		if (err == nil) != tt.ok {
 			t.Errorf("Listen(%q, token %q, no-token %v): %v, want ok %v", tt.addr, tt.token, tt.noToken, err, tt.ok)
 		}

@@ -6,10 +6,12 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"io/fs"
 	"log/slog"
 	"net"
 	"net/http"
 	"os"
+	"strings"
 	"sync"
 	"time"
 
@@ -25,6 +27,40 @@ type DecideOptions struct {
 	Listen  string // --listen (decide) or --decide-listen (serve): unix:<path> or host:port
 	Token   string // --decide-token, CAPGATE_DECIDE_TOKEN: the shared secret
 	NoToken bool   // --decide-no-token, CAPGATE_DECIDE_NO_TOKEN: allow a loopback TCP address without one
+	// Socket is the unix socket's mode and group (--socket-mode and
+	// --socket-group; serve: --decide-socket-mode, --decide-socket-group).
+	Socket decide.SocketOptions
+	// MaxWaiting bounds the calls of one API task waiting at once
+	// (--max-waiting; serve: --decide-max-waiting); 0: no bound.
+	MaxWaiting int
+}
+
+// socketModeValue is an octal file mode flag (0660).
+type socketModeValue struct{ m *fs.FileMode }
+
+func (v socketModeValue) String() string {
+	if v.m == nil || *v.m == 0 {
+		return ""
+	}
+	return fmt.Sprintf("%04o", uint32(*v.m))
+}
+
+func (v socketModeValue) Set(s string) error {
+	m, err := decide.ParseSocketMode(s)
+	if err != nil {
+		return err
+	}
+	*v.m = m
+	return nil
+}
+
+// decideSocketFlags registers the socket's and the wait's flags on fs,
+// each name after prefix ("" for decide, "decide-" for serve).
+func decideSocketFlags(fs *flag.FlagSet, o *DecideOptions, prefix string) {
+	env := "CAPGATE_" + strings.ToUpper(strings.ReplaceAll(prefix, "-", "_"))
+	fs.Var(socketModeValue{&o.Socket.Mode}, prefix+"socket-mode", "the unix socket's permission bits, an octal `mode` such as 0660 (the app's group may connect); set as the socket is created, never after. Default: what the umask leaves ("+env+"SOCKET_MODE)")
+	fs.StringVar(&o.Socket.Group, prefix+"socket-group", "", "the unix socket's `group`, a name or id: the app's, with --"+prefix+"socket-mode 0660; the service must be a member of it ("+env+"SOCKET_GROUP)")
+	fs.IntVar(&o.MaxWaiting, prefix+"max-waiting", 0, "the most calls of one API task that may wait in the service at once (each holds an app worker); past it a call that would wait is refused at once with Retry-After. Below the app's worker count, e.g. half its sync workers; 0: no bound ("+env+"MAX_WAITING)")
 }
 
 // decideTokenFlags registers the token flags on fs.
@@ -41,13 +77,16 @@ func startDecide(ctx context.Context, o DecideOptions, gate *capgate.Gate, group
 	if o.Listen == "" {
 		return func() error { return nil }, nil
 	}
-	ln, err := decide.Listen(o.Listen, o.Token, o.NoToken)
+	if o.MaxWaiting < 0 {
+		return nil, fmt.Errorf("decision service: max waiting %d: want 0 (no bound) or more", o.MaxWaiting)
+	}
+	ln, err := decide.Listen(o.Listen, o.Token, o.NoToken, o.Socket)
 	if err != nil {
 		return nil, fmt.Errorf("decision service: %w", err)
 	}
 	s := decide.NewServer(gate)
-	s.Token, s.Groups, s.Logger = o.Token, groups, logger
-	logger.Info("capgate decision service", "listen", o.Listen, "token", o.Token != "")
+	s.Token, s.Groups, s.Logger, s.MaxWaiting = o.Token, groups, logger, o.MaxWaiting
+	logger.Info("capgate decision service", "listen", o.Listen, "token", o.Token != "", "max_waiting", o.MaxWaiting)
 	ctx, cancel := context.WithCancel(ctx)
 	var wg sync.WaitGroup
 	var serr error
@@ -98,6 +137,7 @@ func (c *DecideCommand) flags() (*decideFlags, error) {
 	o := f.o
 	fs.StringVar(&f.d.Listen, "listen", env("CAPGATE_DECIDE_LISTEN", "unix:capgate-decide.sock"), "where to serve the decision protocol: unix:<path> or host:port (CAPGATE_DECIDE_LISTEN)")
 	decideTokenFlags(fs, &f.d, env)
+	decideSocketFlags(fs, &f.d, "")
 	fs.StringVar(&o.AdminListen, "admin-listen", env("CAPGATE_ADMIN_LISTEN", ""), "serve GET /metrics, /livez and /readyz on this address (CAPGATE_ADMIN_LISTEN)")
 	fs.StringVar(&o.LogFile, "log-file", env("CAPGATE_LOG_FILE", ""), "append the ocl_capacity lines to this file instead of stdout (CAPGATE_LOG_FILE)")
 	fs.StringVar(&o.CoreGroup, "core-group", env("CAPGATE_CORE_GROUP", "core_user"), "the auth group of the core tier, for calls that send groups (CAPGATE_CORE_GROUP)")

@@ -9,7 +9,9 @@ import (
 	"net/http"
 	"os"
 	"path/filepath"
+	"strconv"
 	"strings"
+	"syscall"
 	"testing"
 )
 
@@ -119,5 +121,36 @@ func TestServeDecideListen(t *testing.T) {
 	d, _ := decideLine(t, unixClient(sock), previewCall)
 	if d["decision"] != "admitted" {
 		t.Errorf("serve --decide-listen: %v, want admitted", d)
+	}
+}
+
+// TestDecideSocketFlags: --socket-mode and --socket-group make the socket
+// so; bad values are usage errors naming the flag.
+func TestDecideSocketFlags(t *testing.T) {
+	dir := t.TempDir()
+	db := "sqlite:" + filepath.Join(dir, "c.db")
+	sock := filepath.Join(dir, "d.sock")
+	for _, tt := range []struct {
+		args []string
+		want string
+	}{
+		{[]string{"--socket-mode", "0999"}, "octal"},
+		{[]string{"--socket-mode", "u+rw"}, "octal"},
+		{[]string{"--socket-group", "no-such-group-capgate"}, "no-such-group-capgate"},
+		{[]string{"--max-waiting", "-1"}, "max waiting"},
+	} {
+		cmd := &DecideCommand{Stdout: io.Discard, Stderr: io.Discard, Getenv: func(string) string { return "" }}
+		err := cmd.Run(t.Context(), append(tt.args, "--listen", "unix:"+sock, "--database", db))
+		if err == nil || !strings.Contains(err.Error(), tt.want) {
+			t.Errorf("%v: %v, want an error naming %q", tt.args, err, tt.want)
+		}
+	}
+	startDecideCmd(t, "--listen", "unix:"+sock, "--database", db, "--socket-mode", "0660", "--socket-group", strconv.Itoa(os.Getgid()))
+	fi, err := os.Lstat(sock)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if fi.Mode().Perm() != 0o660 || int(fi.Sys().(*syscall.Stat_t).Gid) != os.Getgid() {
+		t.Errorf("socket %v gid %d, want 0660 and gid %d", fi.Mode(), fi.Sys().(*syscall.Stat_t).Gid, os.Getgid())
 	}
 }
