@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -453,6 +454,18 @@ func (a *Admission) Held() (d time.Duration, ok bool) {
 		return 0, false
 	}
 	return time.Duration(a.heldMS) * time.Millisecond, true
+}
+
+// StoreLease returns the call's lease token and the keys it holds leases
+// in, in the lane store; ok is false when the store holds none for it (not
+// taken, mode off, or counted in the local lanes alone). The decision
+// service journals them, so its next incarnation can release a killed
+// one's leases.
+func (a *Admission) StoreLease() (token string, keys []string, ok bool) {
+	if a == nil || a.off || !a.taken {
+		return "", nil, false
+	}
+	return a.token, slices.Clone(a.keys), true
 }
 
 // LeaseLost reports whether a renewal found a lease gone.

@@ -91,6 +91,8 @@ type Server struct {
 	// decided at once (refused, with the usual Retry-After, when a lane is
 	// full). 0: no bound.
 	MaxWaiting int
+	// Journal, if set, records the held calls' leases for Recover.
+	Journal Journal
 
 	mu      sync.Mutex
 	tasks   map[string]*capgate.Gate // requires mu held
@@ -297,6 +299,11 @@ func (s *Server) decide(w http.ResponseWriter, r *http.Request) {
 	}
 	d.Held = true
 	d.MaxHoldSeconds = int(adm.MaxHold() / time.Second)
+	forget := s.journal(ctx, adm)
+	defer func() {
+		adm.Release(ctx) // idempotent: then the journal forgets it (a crash between leaves a harmless record)
+		forget()
+	}()
 	finished = s.hold(ctx, cc, adm, d)
 }
 

@@ -86,6 +86,17 @@ func startDecide(ctx context.Context, o DecideOptions, gate *capgate.Gate, group
 	}
 	s := decide.NewServer(gate)
 	s.Token, s.Groups, s.Logger, s.MaxWaiting = o.Token, groups, logger, o.MaxWaiting
+	if j, ok := gate.Store.(decide.Journal); ok {
+		// Before serving: a killed predecessor's places are freed now,
+		// not after lease_seconds; the calls still running re-register.
+		s.Journal = j
+		n, err := s.Recover(ctx)
+		if err != nil {
+			logger.Warn("capgate decision service: release the previous incarnation's calls", "error", err)
+		} else if n > 0 {
+			logger.Info("capgate decision service: released the calls a previous incarnation left held", "calls", n)
+		}
+	}
 	logger.Info("capgate decision service", "listen", o.Listen, "token", o.Token != "", "max_waiting", o.MaxWaiting)
 	ctx, cancel := context.WithCancel(ctx)
 	var wg sync.WaitGroup
