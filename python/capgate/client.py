@@ -107,6 +107,8 @@ class _Call:
     def __enter__(self):
         try:
             self.decision = self._ask()
+            if self.decision.held:
+                self._watch()
         except Exception as e:  # fail open, whatever went wrong
             self.close()
             self.decision = Decision(error=e)
@@ -150,8 +152,13 @@ class _Call:
             self.close()  # nothing to hold: the answer has ended
         return d
 
+    def _watch(self):
+        """Re-registers the call if its connection drops while it runs."""
+        _rewatcher.watch(self)
+
     def close(self):
         """Ends the call: closing the connection gives its place back."""
+        _rewatcher.forget(self)
         conn, self._conn = self._conn, None
         if conn is None:
             return
@@ -222,3 +229,133 @@ class Client:
                 return
             self._last_miss = now
         logger.warning("capgate: decision service %s not usable; calls run unlimited (fail open): %s", self.url, err)
+
+
+# --- Re-registering held calls whose connection dropped -------------------
+#
+# The connection is the lease: if the service restarts (or is killed) while
+# a held call's ``with`` block still runs, its connection ends without the
+# client closing it, and the call would run uncounted. One background thread
+# per process watches the held calls' sockets; when one ends that way it
+# re-sends the call with ``"running": true`` every REREGISTER_EVERY seconds
+# while the block runs, until a service counts it again (docs/PROTOCOL.md,
+# "A call that already runs"), and then holds the new connection instead.
+
+#: Seconds between tries to re-register a call whose connection dropped.
+REREGISTER_EVERY = 0.25
+
+
+class _Rewatcher:
+    """Watches held calls' connections and re-registers dropped ones."""
+
+    def __init__(self):
+        self._lock = threading.Lock()
+        self._calls = {}  # _Call → its state: {"sock", "buf", "lost", "next"}
+        self._thread = None
+        self._pid = None
+
+    def watch(self, call):
+        """Starts watching a held call's connection."""
+        if call._sock is None:
+            return
+        with self._lock:
+            self._calls[call] = {"sock": call._sock, "buf": b"", "lost": False, "next": 0.0}
+            self._start_locked()
+
+    def forget(self, call):
+        """Stops watching call: its block ended, the client closes it."""
+        with self._lock:
+            self._calls.pop(call, None)
+
+    def _start_locked(self):
+        # A forked worker (gunicorn's preload) has no thread of its parent's.
+        import os
+
+        if self._thread is not None and self._thread.is_alive() and self._pid == os.getpid():
+            return
+        self._pid = os.getpid()
+        self._thread = threading.Thread(target=self._run, name="capgate-rewatch", daemon=True)
+        self._thread.start()
+
+    def _run(self):
+        import select
+
+        while True:
+            with self._lock:
+                if not self._calls:
+                    self._thread = None
+                    return
+                watched = {st["sock"]: c for c, st in self._calls.items() if not st["lost"]}
+                lost = [c for c, st in self._calls.items() if st["lost"]]
+            if watched:
+                try:
+                    ready, _, _ = select.select(list(watched), [], [], REREGISTER_EVERY)
+                except (OSError, ValueError):
+                    ready = list(watched)  # a socket closed under us: look at each
+                for sock in ready:
+                    self._read(watched[sock], sock)
+            else:
+                time.sleep(REREGISTER_EVERY)
+            now = time.monotonic()
+            for call in lost:
+                with self._lock:
+                    st = self._calls.get(call)
+                    due = st is not None and st["lost"] and st["next"] <= now
+                if due:
+                    self._reregister(call)
+
+    def _read(self, call, sock):
+        """Reads what the service sent after the decision; a connection
+        that ends (or resets) without the service ending the call, or one
+        the service ended for shutting down, is lost."""
+        try:
+            data = sock.recv(4096)
+        except (BlockingIOError, socket.timeout, InterruptedError):
+            return
+        except OSError:
+            data = b""
+        with self._lock:
+            st = self._calls.get(call)
+            if st is None or st["sock"] is not sock:
+                return
+            if data:
+                st["buf"] = (st["buf"] + data)[-256:]
+                if b'"released":"release"' in st["buf"] or b'"released":"max_hold"' in st["buf"]:
+                    # The service ended the hold on purpose: nothing to re-register.
+                    self._calls.pop(call, None)
+                return
+            st["lost"], st["next"], st["buf"] = True, 0.0, b""
+        try:
+            sock.close()
+        except OSError:
+            pass
+
+    def _reregister(self, call):
+        """One try at counting call again; on success the call holds the
+        new connection."""
+        try:
+            body = json.loads(call._body)
+            body["running"] = True
+            again = _Call(call._client, json.dumps(body).encode())
+            d = again._ask()
+        except Exception:
+            d, again = None, None
+        ok = d is not None and d.held
+        with self._lock:
+            st = self._calls.get(call)
+            if st is None or not ok:
+                if st is not None:
+                    st["next"] = time.monotonic() + REREGISTER_EVERY
+                keep = False
+            else:
+                # The block still runs: it holds the new connection, which
+                # its close() ends.
+                call._conn, call._sock, call._resp = again._conn, again._sock, again._resp
+                again._conn = again._sock = again._resp = None
+                self._calls[call] = {"sock": call._sock, "buf": b"", "lost": False, "next": 0.0}
+                keep = True
+        if again is not None and not keep:
+            again.close()
+
+
+_rewatcher = _Rewatcher()
