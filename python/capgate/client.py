@@ -343,6 +343,10 @@ class _Rewatcher:
         ok = d is not None and d.held
         with self._lock:
             st = self._calls.get(call)
+            if st is not None and d is not None and not ok:
+                # The service answered but holds nothing (mode off): done.
+                self._calls.pop(call, None)
+                st = None
             if st is None or not ok:
                 if st is not None:
                     st["next"] = time.monotonic() + REREGISTER_EVERY
