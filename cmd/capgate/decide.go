@@ -11,14 +11,17 @@ import (
 	"net"
 	"net/http"
 	"os"
+	"os/signal"
 	"strings"
 	"sync"
+	"syscall"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 
 	"github.com/capgate/capgate"
 	"github.com/capgate/capgate/decide"
+	capgatehttp "github.com/capgate/capgate/http"
 )
 
 // DecideOptions are the decision service's own settings, shared by
@@ -112,6 +115,9 @@ type DecideCommand struct {
 	Getenv func(string) string
 	// Ready, if set, gets the service's address once it listens (tests).
 	Ready chan<- string
+	// AdminReady, if set, gets the --admin-listen address, before Ready
+	// (tests).
+	AdminReady chan<- string
 }
 
 // Usage returns the command's help.
@@ -125,7 +131,8 @@ uses the same config, lanes, fair wait and ocl_capacity lines as serve,
 with no upstream and no identity lookup: the app says who calls. --listen
 unix:<path> needs no token; a TCP address needs --decide-token unless it is
 loopback and --decide-no-token is given. --admin-listen serves GET /metrics,
-/livez and /readyz. Flags:
+/livez and /readyz, and with --staff-tokens the staff API and status page
+(/capacity/) for those tokens' holders. Flags:
 `
 }
 
@@ -149,7 +156,8 @@ func (c *DecideCommand) flags() (*decideFlags, error) {
 	fs.StringVar(&f.d.Listen, "listen", env("CAPGATE_DECIDE_LISTEN", "unix:capgate-decide.sock"), "where to serve the decision protocol: unix:<path> or host:port (CAPGATE_DECIDE_LISTEN)")
 	decideTokenFlags(fs, &f.d, env)
 	decideSocketFlags(fs, &f.d, "")
-	fs.StringVar(&o.AdminListen, "admin-listen", env("CAPGATE_ADMIN_LISTEN", ""), "serve GET /metrics, /livez and /readyz on this address (CAPGATE_ADMIN_LISTEN)")
+	fs.StringVar(&o.AdminListen, "admin-listen", env("CAPGATE_ADMIN_LISTEN", ""), "serve GET /metrics, /livez and /readyz on this address, and with --staff-tokens the staff API and status page under /capacity/ (CAPGATE_ADMIN_LISTEN)")
+	fs.StringVar(&o.StaffTokens, "staff-tokens", env("CAPGATE_STAFF_TOKENS", ""), "a file of static staff tokens (the --tokens format, every entry \"is_staff\": true): with --admin-listen, the staff API and status page (/capacity/, /capacity/status/, config, history, rollback) for them only; reloaded on SIGHUP (CAPGATE_STAFF_TOKENS)")
 	fs.StringVar(&o.LogFile, "log-file", env("CAPGATE_LOG_FILE", ""), "append the ocl_capacity lines to this file instead of stdout (CAPGATE_LOG_FILE)")
 	fs.StringVar(&o.CoreGroup, "core-group", env("CAPGATE_CORE_GROUP", "core_user"), "the auth group of the core tier, for calls that send groups (CAPGATE_CORE_GROUP)")
 	fs.StringVar(&o.EarlyGroup, "early-access-group", env("CAPGATE_EARLY_ACCESS_GROUP", "early_access"), "the auth group of the early_access tier (CAPGATE_EARLY_ACCESS_GROUP)")
@@ -208,6 +216,33 @@ func (c *DecideCommand) Run(ctx context.Context, args []string) error {
 			logger.Warn("close", "error", cerr)
 		}
 	}()
+	if o.StaffTokens != "" && o.AdminListen == "" {
+		return &UsageError{Msg: "capgate decide: --staff-tokens serves the staff API on --admin-listen; set it too"}
+	}
+	var staff http.Handler
+	if o.StaffTokens != "" {
+		// The staff API and page as serve has them, for the holders of the
+		// static staff tokens alone: the service has no identity lookup.
+		if s.staffTokens, err = loadStaffTokens(o.StaffTokens); err != nil {
+			return err
+		}
+		h := capgatehttp.NewStaffHandler(s.Configs, s.staffTokens)
+		h.Status, h.Logger, h.Health = s.Gate.Status, logger, s.Health
+		staff = capgatehttp.ObserveStaff(h, s.metrics, nil)
+		hup := make(chan os.Signal, 1)
+		signal.Notify(hup, syscall.SIGHUP)
+		defer signal.Stop(hup)
+		go func() {
+			for {
+				select {
+				case <-ctx.Done():
+					return
+				case <-hup:
+					_ = s.Reload()
+				}
+			}
+		}()
+	}
 	var admin net.Listener
 	if o.AdminListen != "" {
 		if admin, err = net.Listen("tcp", o.AdminListen); err != nil {
@@ -221,6 +256,9 @@ func (c *DecideCommand) Run(ctx context.Context, args []string) error {
 			admin.Close()
 		}
 		return err
+	}
+	if c.AdminReady != nil && admin != nil {
+		c.AdminReady <- admin.Addr().String()
 	}
 	if c.Ready != nil {
 		c.Ready <- f.d.Listen
@@ -236,6 +274,9 @@ func (c *DecideCommand) Run(ctx context.Context, args []string) error {
 		mux.Handle("GET /livez", s.Health.Livez())
 		mux.Handle("GET /healthz", s.Health.Livez())
 		mux.Handle("GET /readyz", s.Health.Readyz())
+		if staff != nil {
+			mux.Handle("/capacity/", staff)
+		}
 		hs = &http.Server{Handler: mux, ReadHeaderTimeout: 10 * time.Second}
 		go func() { _ = hs.Serve(admin) }()
 	}
