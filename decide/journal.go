@@ -3,6 +3,7 @@ package decide
 import (
 	"context"
 	"fmt"
+	"sync"
 	"time"
 
 	"github.com/capgate/capgate"
@@ -28,19 +29,54 @@ type Journal interface {
 // name.
 func (s *Server) journalName() string { return "decide:" + s.Gate.TaskID }
 
-// Recover releases the leases a previous incarnation of this service (the
-// same task id) recorded in the Journal and never released: it was killed.
-// Call it before serving: the calls that still run in the app re-register
-// (docs/PROTOCOL.md, "A call that already runs") and take new leases. It
-// returns how many calls it released.
-func (s *Server) Recover(ctx context.Context) (int, error) {
+// DefaultRecoverDelay is how long after start a Server releases its
+// predecessor's leases: longer than the Python client takes to re-register
+// a running call (every 0.25 s).
+const DefaultRecoverDelay = time.Second
+
+// Recover takes the leases a previous incarnation of this service (the
+// same task id) recorded in the Journal and never released — it was killed
+// — and releases them after delay, in the background; release waits for
+// that and says how many calls it released. Call it before serving: what
+// it takes must be the predecessor's alone. The calls still running in the
+// app re-register meanwhile (docs/PROTOCOL.md, "A call that already runs")
+// and take new leases: for delay such a call is counted twice, the safe
+// side (releasing first would let it run uncounted until it re-registered),
+// and the places of calls that ended are freed after delay, not
+// lease_seconds.
+func (s *Server) Recover(ctx context.Context, delay time.Duration) (release func() (int, error), err error) {
 	if s.Journal == nil {
-		return 0, nil
+		return func() (int, error) { return 0, nil }, nil
 	}
 	left, err := s.Journal.JournalTake(ctx, s.journalName())
 	if err != nil {
-		return 0, fmt.Errorf("read the previous incarnation's leases: %w", err)
+		return nil, fmt.Errorf("read the previous incarnation's leases: %w", err)
 	}
+	type result struct {
+		n   int
+		err error
+	}
+	done := make(chan result, 1)
+	go func() {
+		t := time.NewTimer(delay)
+		defer t.Stop()
+		select {
+		case <-t.C:
+		case <-ctx.Done(): // shutting down: release now
+		}
+		n, err := s.releaseLeft(context.WithoutCancel(ctx), left)
+		done <- result{n, err}
+	}()
+	var once sync.Once
+	var res result
+	return func() (int, error) {
+		once.Do(func() { res = <-done })
+		return res.n, res.err
+	}, nil
+}
+
+// releaseLeft releases the leases left (token → keys).
+func (s *Server) releaseLeft(ctx context.Context, left map[string][]string) (int, error) {
 	n := 0
 	var errs []error
 	for token, keys := range left {

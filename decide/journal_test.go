@@ -94,7 +94,11 @@ func TestRecoverReleasesAPredecessorsCalls(t *testing.T) {
 	// The old incarnation is "killed": its two calls stay in Redis. The
 	// new one releases them before it serves.
 	next := startIncarnation(t, store, cfg)
-	n, err := next.srv.Recover(t.Context())
+	release, err := next.srv.Recover(t.Context(), 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	n, err := release()
 	if err != nil || n != 2 {
 		t.Fatalf("Recover: %d, %v; want the 2 calls released", n, err)
 	}
@@ -104,7 +108,11 @@ func TestRecoverReleasesAPredecessorsCalls(t *testing.T) {
 	if m.Exists(journal) {
 		t.Error("the journal is left after Recover")
 	}
-	if n, err := next.srv.Recover(t.Context()); err != nil || n != 0 {
+	release, err = next.srv.Recover(t.Context(), 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if n, err := release(); err != nil || n != 0 {
 		t.Errorf("a second Recover: %d, %v; want nothing to release", n, err)
 	}
 }

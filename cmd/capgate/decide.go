@@ -93,11 +93,18 @@ func startDecide(ctx context.Context, o DecideOptions, gate *capgate.Gate, group
 		// Before serving: a killed predecessor's places are freed now,
 		// not after lease_seconds; the calls still running re-register.
 		s.Journal = j
-		n, err := s.Recover(ctx)
+		release, err := s.Recover(ctx, decide.DefaultRecoverDelay)
 		if err != nil {
-			logger.Warn("capgate decision service: release the previous incarnation's calls", "error", err)
-		} else if n > 0 {
-			logger.Info("capgate decision service: released the calls a previous incarnation left held", "calls", n)
+			logger.Warn("capgate decision service: read the previous incarnation's calls", "error", err)
+		} else {
+			go func() {
+				n, err := release()
+				if err != nil {
+					logger.Warn("capgate decision service: release the previous incarnation's calls", "error", err)
+				} else if n > 0 {
+					logger.Info("capgate decision service: released the calls a previous incarnation left held", "calls", n)
+				}
+			}()
 		}
 	}
 	logger.Info("capgate decision service", "listen", o.Listen, "token", o.Token != "", "max_waiting", o.MaxWaiting)

@@ -336,6 +336,11 @@ class _Rewatcher:
         try:
             body = json.loads(call._body)
             body["running"] = True
+            # The same correlation id as the first decision's (the
+            # service made one up if the call had none): one call, one cid.
+            rid = (call.decision.headers.get("X-Request-Id") if call.decision is not None else None)
+            if rid and not body.get("request_id"):
+                body["request_id"] = rid
             again = _Call(call._client, json.dumps(body).encode())
             d = again._ask()
         except Exception:
