@@ -31,6 +31,7 @@ type callConn struct {
 	gone     chan struct{} // closed when the client closed the connection
 	goneOnce sync.Once
 	ended    chan struct{} // closed when the service is done with the connection
+	headOut  chan struct{} // closed when the head is written: probes may follow
 }
 
 // writeTimeout bounds each write: a client that stops reading is taken as
@@ -45,7 +46,7 @@ var probeDelays = []time.Duration{0, 2 * time.Millisecond, 10 * time.Millisecond
 var probe = []byte("1\r\n\n\r\n")
 
 func newCallConn(conn net.Conn) *callConn {
-	c := &callConn{conn: conn, gone: make(chan struct{}), ended: make(chan struct{})}
+	c := &callConn{conn: conn, gone: make(chan struct{}), ended: make(chan struct{}), headOut: make(chan struct{})}
 	_ = conn.SetDeadline(time.Time{})
 	go c.watch()
 	return c
@@ -69,6 +70,14 @@ func (c *callConn) watch() {
 		}
 		break
 	}
+	// Probes go after the head (until then the answer comes within the
+	// store's deadline, or the head is sent as the call queues), each
+	// schedule from its start.
+	select {
+	case <-c.headOut:
+	case <-c.ended:
+		return
+	}
 	for i := 0; ; i++ {
 		t := time.NewTimer(probeDelays[min(i, len(probeDelays)-1)])
 		select {
@@ -84,13 +93,11 @@ func (c *callConn) watch() {
 	}
 }
 
-// probe writes a blank line, once the head is out (before it, the answer
-// comes within the store's deadline, or its head is sent when the call
-// queues). False when the write failed.
+// probe writes a blank line; false when the write failed.
 func (c *callConn) probe() bool {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	if !c.head || c.closed {
+	if c.closed {
 		return true
 	}
 	return c.writeLocked(probe) == nil
@@ -109,6 +116,7 @@ func (c *callConn) headLocked(waitSeconds int) error {
 		return nil
 	}
 	c.head = true
+	close(c.headOut)
 	b := make([]byte, 0, 256)
 	b = append(b, "HTTP/1.1 200 OK\r\nContent-Type: application/x-ndjson\r\nCache-Control: no-store\r\n"...)
 	if waitSeconds > 0 {
