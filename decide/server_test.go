@@ -9,6 +9,7 @@ import (
 	"net"
 	"net/http"
 	"net/http/httptest"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -483,5 +484,42 @@ func TestRunningIsCountedAgain(t *testing.T) {
 	lines := e.sink.Wait(t, 1, waitLimit)
 	if lines[0]["resumed"] != true || lines[0]["decision"] != "shadow-refused" {
 		t.Errorf("its line %v: want resumed, the gate's decision shadow-refused", lines[0])
+	}
+}
+
+// panicConfig is a config source that panics: the gate's guard reads it
+// as shadow with the defaults.
+type panicConfig struct{}
+
+func (panicConfig) Config(context.Context) capgate.Config { panic("config store exploded") }
+
+// TestAPanickingConfigIsTheGates: a config source that panics is read
+// through the gate's guard, as the gateway reads it: the call gets its
+// line (it runs, counted as unavailable), no wait header, and the service
+// keeps serving. (Before, the handler read the source itself and its
+// panic cut the connection.)
+func TestAPanickingConfigIsTheGates(t *testing.T) {
+	gate, err := capgate.NewGate(memory.New(nil), panicConfig{}, &mock.Sink{}, "host-a")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = gate.Close(context.Background()) })
+	srv := decide.NewServer(gate)
+	hs := httptest.NewUnstartedServer(srv)
+	hs.Config = decide.NewHTTPServer(srv, gate.Logger)
+	hs.Config.ErrorLog = nil
+	hs.Start()
+	t.Cleanup(func() {
+		srv.Shutdown()
+		hs.Close()
+		srv.Wait(context.Background())
+	})
+	e := &env{url: hs.URL}
+	for i := range 2 {
+		s := e.post(t, t.Context(), call(strconv.Itoa(i)), "")
+		if s.resp.StatusCode != 200 || s.d.Decision != "unavailable" || s.resp.Header.Get(decide.HeaderWaitSeconds) != "" {
+			t.Errorf("call %d: status %d, %+v; want its line, unavailable, no wait header", i, s.resp.StatusCode, s.d)
+		}
+		s.close()
 	}
 }
