@@ -4,6 +4,7 @@ import (
 	"io/fs"
 	"net"
 	"os"
+	"os/user"
 	"path/filepath"
 	"strconv"
 	"strings"
@@ -51,6 +52,19 @@ func TestSocketModeAndGroup(t *testing.T) {
 	ln.Close()
 	if _, err := os.Lstat(path); !os.IsNotExist(err) {
 		t.Errorf("after close: %v, want the socket file gone", err)
+	}
+	// The group by name.
+	g, err := user.LookupGroupId(strconv.Itoa(gid))
+	if err != nil {
+		t.Skipf("no name for gid %d: %v", gid, err)
+	}
+	ln, err = decide.Listen(decide.UnixPrefix+path, "", false, decide.SocketOptions{Mode: 0o660, Group: g.Name})
+	if err != nil {
+		t.Fatalf("socket group %q by name: %v", g.Name, err)
+	}
+	defer ln.Close()
+	if fi, err := os.Lstat(path); err != nil || int(fi.Sys().(*syscall.Stat_t).Gid) != gid {
+		t.Errorf("socket group by name %q: %v, want gid %d", g.Name, err, gid)
 	}
 }
 
