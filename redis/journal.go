@@ -18,8 +18,11 @@ var journalTakeScript = goredis.NewScript(`local all = redis.call('HGETALL', KEY
 redis.call('DEL', KEYS[1])
 return all`)
 
-// JournalKey returns the journal hash of name.
-func (s *Store) JournalKey(name string) string { return "ocl:capgate:journal:" + name }
+// JournalKey returns the journal hash of name: outside the lane prefix
+// (lane listings must never see it) yet distinct per prefix, so that
+// deployments sharing a Redis under their own prefixes never take each
+// other's journals.
+func (s *Store) JournalKey(name string) string { return "capgate:journal:" + s.KeyPrefix() + name }
 
 // JournalAdd records that token holds leases in keys under journal name,
 // and keeps the journal at least ttl. It returns the errors of Store.
