@@ -278,7 +278,7 @@ class _Rewatcher:
         self._thread.start()
 
     def _run(self):
-        import select
+        import selectors
 
         while True:
             with self._lock:
@@ -288,10 +288,16 @@ class _Rewatcher:
                 watched = {st["sock"]: c for c, st in self._calls.items() if not st["lost"]}
                 lost = [c for c, st in self._calls.items() if st["lost"]]
             if watched:
-                try:
-                    ready, _, _ = select.select(list(watched), [], [], REREGISTER_EVERY)
-                except (OSError, ValueError):
-                    ready = list(watched)  # a socket closed under us: look at each
+                ready = []
+                # epoll or poll: no limit on descriptor numbers, unlike select.
+                with selectors.DefaultSelector() as sel:
+                    for sock in watched:
+                        try:
+                            sel.register(sock, selectors.EVENT_READ)
+                        except (OSError, ValueError):
+                            ready.append(sock)  # closed under us: look at it
+                    if sel.get_map():
+                        ready += [key.fileobj for key, _ in sel.select(REREGISTER_EVERY)]
                 for sock in ready:
                     self._read(watched[sock], sock)
             else:
