@@ -3,6 +3,7 @@ package decide_test
 import (
 	"bufio"
 	"bytes"
+	"context"
 	"encoding/json"
 	"fmt"
 	"net"
@@ -173,5 +174,52 @@ func TestBytesAfterTheCallKeepTheWatch(t *testing.T) {
 				t.Errorf("after the second closed: %+v, want admitted", fourth.d)
 			}
 		})
+	}
+}
+
+// TestServeShutdownEndsHeldCalls: Serve's shutdown ends a held call with
+// {"released":"shutdown"} and waits for its handler (which net/http no
+// longer tracks once the connection is taken over) before it returns; a
+// waiting call is ended when the timeout passes.
+func TestServeShutdownEndsHeldCalls(t *testing.T) {
+	e := newEnv(t, "", func(c *capgate.Config) { c.Wait.MaxSeconds = 60 })
+	sig := waitSignal{started: make(chan struct{}, 1)}
+	e.gate.Observer = sig
+	ln, err := decide.Listen(decide.UnixPrefix+t.TempDir()+"/d.sock", "", false, decide.SocketOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv := decide.NewServer(e.gate)
+	ctx, cancel := context.WithCancel(t.Context())
+	served := make(chan error, 1)
+	go func() { served <- decide.Serve(ctx, srv, ln, 200*time.Millisecond, e.gate.Logger) }()
+	addr := ln.Addr().String()
+	held := dialCall(t, "unix", addr, call("1"), nil)
+	if !held.d.Held {
+		t.Fatalf("%+v: want held", held.d)
+	}
+	// A second call of the user waits: no line until the shutdown.
+	waiter, err := net.Dial("unix", addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer waiter.Close()
+	body := call("2")
+	fmt.Fprintf(waiter, "POST /v1/calls HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nContent-Length: %d\r\n\r\n%s", len(body), body)
+	awaitSignal(t, sig.started)
+	cancel()
+	var end decide.End
+	if line := held.line(t); line == nil || json.Unmarshal(line, &end) != nil || end.Released != "shutdown" {
+		t.Errorf("the held call's end: %q, want released: shutdown", line)
+	}
+	timer := time.NewTimer(waitLimit)
+	defer timer.Stop()
+	select {
+	case err := <-served:
+		if err != nil {
+			t.Errorf("Serve: %v", err)
+		}
+	case <-timer.C:
+		t.Fatal("Serve did not return after its shutdown timeout")
 	}
 }

@@ -99,10 +99,11 @@ type Server struct {
 	held    map[string]*heldCall     // requires mu held
 	waiting map[string]int           // task id → calls waiting; requires mu held
 	killed  bool                     // requires mu held
+	active  int                      // handlers of POST /v1/calls; requires mu held
+	idle    chan struct{}            // closed when active drops to 0; requires mu held
 	done    chan struct{}            // closed by Shutdown
 	once    sync.Once
-	conns   sync.WaitGroup // the handlers of taken-over connections
-	kill    context.Context
+	kill    context.Context // done when Wait gave up waiting: ends every call
 	killFn  context.CancelFunc
 }
 
@@ -122,28 +123,49 @@ func NewServer(gate *capgate.Gate) *Server {
 		done: make(chan struct{}), kill: kill, killFn: killFn}
 }
 
-// track counts a handler of a taken-over connection (net/http no longer
-// does); false once the server stopped waiting for them.
+// track counts a handler of POST /v1/calls, whose connection it takes
+// over (net/http then no longer counts it); false once the server stopped
+// waiting for them.
 func (s *Server) track() bool {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if s.killed {
 		return false
 	}
-	s.conns.Add(1)
+	if s.active == 0 {
+		s.idle = make(chan struct{})
+	}
+	s.active++
 	return true
 }
 
-func (s *Server) untrack() { s.conns.Done() }
+func (s *Server) untrack() {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.active--; s.active == 0 {
+		close(s.idle)
+	}
+}
+
+// idleChan returns a channel closed when no handler is counted.
+func (s *Server) idleChan() <-chan struct{} {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.active == 0 {
+		c := make(chan struct{})
+		close(c)
+		return c
+	}
+	return s.idle
+}
 
 // Wait waits until every call's handler has returned, or ctx is done: it
 // then ends the calls still waiting or held (their contexts end, their
-// places are given back) and waits for their handlers once more.
+// places are given back), refuses new ones, and waits for their handlers
+// once more.
 func (s *Server) Wait(ctx context.Context) {
-	all := make(chan struct{})
-	go func() { s.conns.Wait(); close(all) }()
 	select {
-	case <-all:
+	case <-s.idleChan():
 		return
 	case <-ctx.Done():
 	}
@@ -151,7 +173,7 @@ func (s *Server) Wait(ctx context.Context) {
 	s.killed = true
 	s.mu.Unlock()
 	s.killFn()
-	<-all
+	<-s.idleChan()
 }
 
 // mayWait returns the AdmitOptions.MayWait of task's calls: a place among
@@ -231,6 +253,13 @@ func (s *Server) decide(w http.ResponseWriter, r *http.Request) {
 	if !ok {
 		return
 	}
+	// Counted before the take-over, so that no moment exists when neither
+	// the http.Server nor Wait knows of the handler.
+	if !s.track() {
+		httpError(w, http.StatusServiceUnavailable, "the decision service is shutting down")
+		return
+	}
+	defer s.untrack()
 	// From here on the service answers on the connection itself and
 	// watches it (conn.go): the connection is the lease.
 	conn, _, err := rc.Hijack()
@@ -239,11 +268,6 @@ func (s *Server) decide(w http.ResponseWriter, r *http.Request) {
 		httpError(w, http.StatusInternalServerError, "the decision service could not hold the connection")
 		return
 	}
-	if !s.track() {
-		_ = conn.Close() // shutting down past its timeout
-		return
-	}
-	defer s.untrack()
 	cc := newCallConn(conn)
 	finished := false
 	defer func() { cc.finish(finished) }()
