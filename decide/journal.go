@@ -25,9 +25,15 @@ type Journal interface {
 }
 
 // journalName is the Server's journal: one per service, named by its own
-// task id (one service per API host and task id), whatever task its calls
-// name.
-func (s *Server) journalName() string { return "decide:" + s.Gate.TaskID }
+// task id and its Instance (its listen address), whatever task its calls
+// name. Two live services never share one: they can't listen on one
+// address, and a restarted one listens where its predecessor did.
+func (s *Server) journalName() string {
+	if s.Instance == "" {
+		return "decide:" + s.Gate.TaskID
+	}
+	return "decide:" + s.Gate.TaskID + ":" + s.Instance
+}
 
 // DefaultRecoverDelay is how long after start a Server releases its
 // predecessor's leases: longer than the Python client takes to re-register

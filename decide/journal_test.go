@@ -91,10 +91,22 @@ func TestRecoverReleasesAPredecessorsCalls(t *testing.T) {
 		t.Fatalf("journal holds %d calls, want the 2 still held", n)
 	}
 
+	// Another live service of the task id, on another address, never
+	// takes this one's journal.
+	other := startIncarnation(t, store, cfg)
+	other.srv.Instance = "unix:/run/other.sock"
+	release, err := other.srv.Recover(t.Context(), 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if n, err := release(); err != nil || n != 0 || journalled() != 2 {
+		t.Fatalf("another service's Recover: %d, %v, journal %d; want nothing taken", n, err, journalled())
+	}
+
 	// The old incarnation is "killed": its two calls stay in Redis. The
 	// new one releases them before it serves.
 	next := startIncarnation(t, store, cfg)
-	release, err := next.srv.Recover(t.Context(), 0)
+	release, err = next.srv.Recover(t.Context(), 0)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -93,6 +93,10 @@ type Server struct {
 	MaxWaiting int
 	// Journal, if set, records the held calls' leases for Recover.
 	Journal Journal
+	// Instance names this service among those of its task id, for the
+	// journal: its listen address (two live services can't share one; a
+	// restarted service must give its predecessor's).
+	Instance string
 
 	mu      sync.Mutex
 	tasks   map[string]*capgate.Gate // requires mu held

@@ -92,7 +92,7 @@ func startDecide(ctx context.Context, o DecideOptions, gate *capgate.Gate, group
 	if j, ok := gate.Store.(decide.Journal); ok {
 		// Before serving: a killed predecessor's places are freed now,
 		// not after lease_seconds; the calls still running re-register.
-		s.Journal = j
+		s.Journal, s.Instance = j, o.Listen
 		release, err := s.Recover(ctx, decide.DefaultRecoverDelay)
 		if err != nil {
 			logger.Warn("capgate decision service: read the previous incarnation's calls", "error", err)
