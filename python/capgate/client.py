@@ -269,11 +269,9 @@ class _Rewatcher:
 
     def _start_locked(self):
         # A forked worker (gunicorn's preload) has no thread of its parent's.
-        import os
-
-        if self._thread is not None and self._thread.is_alive() and self._pid == os.getpid():
+        if self._thread is not None and self._thread.is_alive() and self._pid == _os.getpid():
             return
-        self._pid = os.getpid()
+        self._pid = _os.getpid()
         self._thread = threading.Thread(target=self._run, name="capgate-rewatch", daemon=True)
         self._thread.start()
 
@@ -374,3 +372,16 @@ class _Rewatcher:
 
 
 _rewatcher = _Rewatcher()
+
+
+def _rewatcher_after_fork():
+    # A forked child has none of its parent's calls nor its thread, and its
+    # copy of the lock may have been held at the fork.
+    global _rewatcher
+    _rewatcher = _Rewatcher()
+
+
+import os as _os  # noqa: E402 (the watcher's part of the module)
+
+if hasattr(_os, "register_at_fork"):
+    _os.register_at_fork(after_in_child=_rewatcher_after_fork)
