@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -61,6 +62,7 @@ type Admission struct {
 	dropped   bool          // its ticket was dropped from a full waitlist
 	waitedFor time.Duration // how long it waited
 	repeatOf  string        // the cid of the call it repeated (DecisionJoined, DecisionReplayed)
+	opts      AdmitOptions
 
 	mu        sync.Mutex
 	err       error // requires mu held
@@ -130,6 +132,14 @@ func (a *Admission) acquire(ctx context.Context) error {
 	// refuse. It counts in the local lanes once it holds a slot, or when
 	// the local lanes must decide for it.
 	wl := a.waitlist(limits)
+	if wl != nil && a.opts.MayWait != nil {
+		done, ok := a.opts.MayWait()
+		if !ok {
+			wl = nil // no room to wait: decided at once
+		} else {
+			defer done()
+		}
+	}
 	if wl == nil && a.acquireLocal(ctx, req) {
 		return nil // refused: this gateway alone already fills a lane
 	}
@@ -448,6 +458,18 @@ func (a *Admission) Held() (d time.Duration, ok bool) {
 	return time.Duration(a.heldMS) * time.Millisecond, true
 }
 
+// StoreLease returns the call's lease token and the keys it holds leases
+// in, in the lane store; ok is false when the store holds none for it (not
+// taken, mode off, or counted in the local lanes alone). The decision
+// service journals them, so its next incarnation can release a killed
+// one's leases.
+func (a *Admission) StoreLease() (token string, keys []string, ok bool) {
+	if a == nil || a.off || !a.taken {
+		return "", nil, false
+	}
+	return a.token, slices.Clone(a.keys), true
+}
+
 // LeaseLost reports whether a renewal found a lease gone.
 func (a *Admission) LeaseLost() bool {
 	a.mu.Lock()
@@ -537,6 +559,7 @@ func (a *Admission) record() record {
 	if a.repeatErr != nil {
 		r.DedupError = truncate.Runes(a.repeatErr.Error(), maxErrorLen)
 	}
+	r.Resumed = a.opts.Resumed
 	if a.released && a.heldMS >= 0 {
 		v.heldMS = a.heldMS
 		r.HeldMS = &v.heldMS

@@ -221,10 +221,38 @@ func (g *Gate) logger() *slog.Logger {
 // its wait runs out, or ctx is done (it then leaves the waitlist at once).
 // Admit never returns nil.
 func (g *Gate) Admit(ctx context.Context, call Call) *Admission {
+	return g.AdmitWith(ctx, call, AdmitOptions{})
+}
+
+// AdmitOptions are what a caller of AdmitWith (the decision service) takes
+// part in. The zero value is Admit.
+type AdmitOptions struct {
+	// MayWait, if set, is asked before a call that may wait (enforced,
+	// waiting on, the store a Waitlist, no lane paused) joins the
+	// waitlist: false means no room to wait, and the call is decided at
+	// once as with waiting off (refused, with the usual hints, when a lane
+	// is full). With true, done is called when the call stops waiting.
+	MayWait func() (done func(), ok bool)
+	// Queued, if set, is called when the call's ticket is queued, with the
+	// longest it may wait (wait.max_seconds of the config it arrived under).
+	Queued func(maxWait time.Duration)
+	// Resumed marks a call that already runs (its client re-registers it
+	// after the decision service lost it): it takes its leases forced, as
+	// an unenforced call, never waits nor is refused, and its log line
+	// says "resumed":true.
+	Resumed bool
+}
+
+// AdmitWith is Admit with opts.
+func (g *Gate) AdmitWith(ctx context.Context, call Call, opts AdmitOptions) *Admission {
 	cfg, cerr := g.config(ctx)
 	a := g.newAdmission(cfg, call)
 	if a.off {
 		return a
+	}
+	a.opts = opts
+	if opts.Resumed {
+		a.enforced = false
 	}
 	if cerr != nil {
 		a.fail(cerr)

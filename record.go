@@ -43,6 +43,7 @@ type record struct {
 	Degraded       bool   // decided by the gateway's local lanes alone
 	DedupOf        string // the cid of the call this one repeated (joined, replayed)
 	DedupError     string // why the call could not be checked for repeats
+	Resumed        bool   // a running call counted again (AdmitOptions.Resumed)
 	Task           string
 	RequestSource  string
 	AlgorithmID    string
@@ -100,6 +101,9 @@ func (r *record) AppendJSON(b []byte) []byte {
 	}
 	b = appendStr(b, "dedup_of", r.DedupOf)
 	b = appendStr(b, "dedup_error", r.DedupError)
+	if r.Resumed {
+		b = append(b, `,"resumed":true`...)
+	}
 	b = appendStr(b, "task", r.Task)
 	b = appendStr(b, "request_source", r.RequestSource)
 	b = appendStr(b, "algorithm_id", r.AlgorithmID)

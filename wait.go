@@ -86,6 +86,9 @@ func (a *Admission) join(ctx context.Context, wl Waitlist, req AcquireRequest, b
 	if err != nil || res.Taken || !res.Queued {
 		return res.Taken, err
 	}
+	if a.opts.Queued != nil {
+		a.opts.Queued(time.Duration(a.cfg.Wait.MaxSeconds) * time.Second)
+	}
 
 	start := time.Now() // real timers: the wait sleeps on them
 	a.waited = true

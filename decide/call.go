@@ -47,6 +47,9 @@ type callRequest struct {
 	RequestID     string   `json:"request_id,omitempty"`
 	Task          string   `json:"task,omitempty"`
 	RequestSource string   `json:"request_source,omitempty"`
+	// Running: the call runs already and its earlier connection dropped
+	// (the service restarted): counted again, forced (docs/PROTOCOL.md).
+	Running bool `json:"running,omitempty"`
 }
 
 // taskPattern is what a task id may be: it becomes part of a lane key.

@@ -10,7 +10,11 @@ import (
 	"net/http"
 	"net/netip"
 	"os"
+	"os/user"
+	"path/filepath"
+	"strconv"
 	"strings"
+	"sync"
 	"time"
 )
 
@@ -20,22 +24,65 @@ const UnixPrefix = "unix:"
 // ErrNoToken is returned by Listen for a TCP address without a token.
 var ErrNoToken = errors.New("a TCP address needs a shared secret (--decide-token); without one only a unix socket, or a loopback address with --decide-no-token, is allowed")
 
-// Listen opens the decision service's address: "unix:<path>" (a socket
-// file left there by a process that is gone is removed first) or
+// SocketOptions are how Listen creates a unix socket's file.
+type SocketOptions struct {
+	// Mode is the socket file's permission bits (0660: the owner and the
+	// group may connect); 0 leaves what the umask gives.
+	Mode fs.FileMode
+	// Group, if not "", is the group the socket file is given: a name or
+	// a numeric id (the app's group, so its workers may connect).
+	Group string
+}
+
+// ParseSocketMode parses an octal permission mode such as 0660.
+func ParseSocketMode(s string) (fs.FileMode, error) {
+	if s == "" {
+		return 0, nil
+	}
+	n, err := strconv.ParseUint(s, 8, 32)
+	if err != nil || n == 0 || n > 0o777 {
+		return 0, fmt.Errorf("socket mode %q: want octal permission bits such as 0660", s)
+	}
+	return fs.FileMode(n), nil
+}
+
+// lookupGroup returns the id of group, a name or a number.
+func lookupGroup(group string) (int, error) {
+	if id, err := strconv.Atoi(group); err == nil {
+		if id < 0 {
+			return 0, fmt.Errorf("socket group %q: a group id is 0 or more", group)
+		}
+		return id, nil
+	}
+	g, err := user.LookupGroup(group)
+	if err != nil {
+		return 0, fmt.Errorf("socket group %q: %w", group, err)
+	}
+	id, err := strconv.Atoi(g.Gid)
+	if err != nil {
+		return 0, fmt.Errorf("socket group %q: id %q: %w", group, g.Gid, err)
+	}
+	return id, nil
+}
+
+// Listen opens the decision service's address: "unix:<path>" or
 // host:port. A TCP address needs a token, unless allowNoToken is set and
 // the address is loopback (127.0.0.0/8, ::1, localhost): anyone who can
-// reach the port could otherwise hold every place in every lane.
-func Listen(addr, token string, allowNoToken bool) (net.Listener, error) {
+// reach the port could otherwise hold every place in every lane. A unix
+// socket is created with so's mode and group, atomically (listenUnix).
+func Listen(addr, token string, allowNoToken bool, so SocketOptions) (net.Listener, error) {
 	if path, ok := strings.CutPrefix(addr, UnixPrefix); ok {
 		if path == "" {
 			return nil, fmt.Errorf("%q: want unix:<path>", addr)
 		}
-		removeStaleSocket(path)
-		ln, err := net.Listen("unix", path)
+		ln, err := listenUnix(path, so)
 		if err != nil {
 			return nil, fmt.Errorf("listen on %s: %w", addr, err)
 		}
 		return ln, nil
+	}
+	if so != (SocketOptions{}) {
+		return nil, fmt.Errorf("%s: a socket mode or group is for a unix socket (unix:<path>)", addr)
 	}
 	if token == "" && !(allowNoToken && loopback(addr)) {
 		return nil, fmt.Errorf("%s: %w", addr, ErrNoToken)
@@ -47,19 +94,86 @@ func Listen(addr, token string, allowNoToken bool) (net.Listener, error) {
 	return ln, nil
 }
 
-// removeStaleSocket removes the socket file at path if nobody answers on
-// it; anything else there is left for net.Listen to refuse.
-func removeStaleSocket(path string) {
-	fi, err := os.Lstat(path)
-	if err != nil || fi.Mode().Type() != fs.ModeSocket {
-		return
+// listenUnix listens on a unix socket at path that has so's mode and group
+// from the moment it exists there: it is bound in a private directory
+// (0700, beside path, so on the same file system), given its mode and
+// group, and renamed into place. A socket file left at path by a process
+// that is gone is replaced; one that answers is an error.
+func listenUnix(path string, so SocketOptions) (net.Listener, error) {
+	gid := -1
+	if so.Group != "" {
+		id, err := lookupGroup(so.Group)
+		if err != nil {
+			return nil, err
+		}
+		gid = id
 	}
-	if c, err := net.DialTimeout("unix", path, 100*time.Millisecond); err == nil {
-		c.Close() // in use: let Listen fail
-		return
+	if fi, err := os.Lstat(path); err == nil {
+		if fi.Mode().Type() != fs.ModeSocket {
+			return nil, fmt.Errorf("%s exists and is not a socket", path)
+		}
+		if c, err := net.DialTimeout("unix", path, 100*time.Millisecond); err == nil {
+			c.Close()
+			return nil, fmt.Errorf("%s: another process serves on it", path)
+		}
 	}
-	_ = os.Remove(path)
+	dir, err := os.MkdirTemp(filepath.Dir(path), ".capgate-sock-")
+	if err != nil {
+		return nil, fmt.Errorf("make a private directory beside the socket: %w", err)
+	}
+	defer os.RemoveAll(dir)
+	tmp := filepath.Join(dir, "s")
+	ln, err := net.Listen("unix", tmp)
+	if err != nil {
+		return nil, err
+	}
+	ul := ln.(*net.UnixListener)
+	ul.SetUnlinkOnClose(false) // it is unlinked at its final path (unixListener.Close)
+	fail := func(err error) (net.Listener, error) {
+		ul.Close()
+		return nil, err
+	}
+	if so.Mode != 0 {
+		if err := os.Chmod(tmp, so.Mode); err != nil {
+			return fail(fmt.Errorf("socket mode %04o: %w", so.Mode, err))
+		}
+	}
+	if gid >= 0 {
+		if err := os.Lchown(tmp, -1, gid); err != nil {
+			return fail(fmt.Errorf("socket group %s (gid %d): %w (the service must run as a member of the group, or as root)", so.Group, gid, err))
+		}
+	}
+	fi, err := os.Lstat(tmp)
+	if err != nil {
+		return fail(err)
+	}
+	if err := os.Rename(tmp, path); err != nil {
+		return fail(fmt.Errorf("move the socket into place: %w", err))
+	}
+	return &unixListener{UnixListener: ul, path: path, fi: fi}, nil
 }
+
+// unixListener removes its socket file when closed, as net's does for the
+// path it bound.
+type unixListener struct {
+	*net.UnixListener
+	path string
+	fi   fs.FileInfo // the socket file, so that one a later process put there is left alone
+	once sync.Once
+}
+
+func (l *unixListener) Close() error {
+	err := l.UnixListener.Close()
+	l.once.Do(func() {
+		if fi, serr := os.Lstat(l.path); serr == nil && os.SameFile(fi, l.fi) {
+			_ = os.Remove(l.path)
+		}
+	})
+	return err
+}
+
+// Addr returns the socket's final path.
+func (l *unixListener) Addr() net.Addr { return &net.UnixAddr{Name: l.path, Net: "unix"} }
 
 // loopback reports whether addr's host is a loopback address.
 func loopback(addr string) bool {
@@ -104,6 +218,7 @@ func Serve(ctx context.Context, s *Server, ln net.Listener, timeout time.Duratio
 	if serr := hs.Shutdown(sctx); serr != nil {
 		_ = hs.Close()
 	}
+	s.Wait(sctx) // the calls' connections, which net/http no longer tracks
 	if errors.Is(err, http.ErrServerClosed) {
 		err = nil
 	}

@@ -8,7 +8,6 @@ import (
 	"fmt"
 	"log/slog"
 	"net/http"
-	"strconv"
 	"strings"
 	"sync"
 	"time"
@@ -86,12 +85,30 @@ type Server struct {
 	MaxTasks int
 	// Logger gets the server's warnings. Default slog.Default().
 	Logger *slog.Logger
+	// MaxWaiting bounds how many calls of one API task (its "task" id, or
+	// the gate's own) may wait in the service at once: each holds one of
+	// the app's workers while it waits. A call that would wait past it is
+	// decided at once (refused, with the usual Retry-After, when a lane is
+	// full). 0: no bound.
+	MaxWaiting int
+	// Journal, if set, records the held calls' leases for Recover.
+	Journal Journal
+	// Instance names this service among those of its task id, for the
+	// journal: its listen address (two live services can't share one; a
+	// restarted service must give its predecessor's).
+	Instance string
 
-	mu    sync.Mutex
-	tasks map[string]*capgate.Gate // requires mu held
-	held  map[string]*heldCall     // requires mu held
-	done  chan struct{}            // closed by Shutdown
-	once  sync.Once
+	mu      sync.Mutex
+	tasks   map[string]*capgate.Gate // requires mu held
+	held    map[string]*heldCall     // requires mu held
+	waiting map[string]int           // task id → calls waiting; requires mu held
+	killed  bool                     // requires mu held
+	active  int                      // handlers of POST /v1/calls; requires mu held
+	idle    chan struct{}            // closed when active drops to 0; requires mu held
+	done    chan struct{}            // closed by Shutdown
+	once    sync.Once
+	kill    context.Context // done when Wait gave up waiting: ends every call
+	killFn  context.CancelFunc
 }
 
 // heldCall is a call holding its place, until release is closed.
@@ -104,8 +121,86 @@ func (h *heldCall) end() { h.once.Do(func() { close(h.release) }) }
 
 // NewServer returns a server deciding with gate.
 func NewServer(gate *capgate.Gate) *Server {
+	kill, killFn := context.WithCancel(context.Background())
 	return &Server{Gate: gate, MaxTasks: DefaultMaxTasks, Logger: slog.Default(),
-		tasks: map[string]*capgate.Gate{}, held: map[string]*heldCall{}, done: make(chan struct{})}
+		tasks: map[string]*capgate.Gate{}, held: map[string]*heldCall{}, waiting: map[string]int{},
+		done: make(chan struct{}), kill: kill, killFn: killFn}
+}
+
+// track counts a handler of POST /v1/calls, whose connection it takes
+// over (net/http then no longer counts it); false once the server stopped
+// waiting for them.
+func (s *Server) track() bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.killed {
+		return false
+	}
+	if s.active == 0 {
+		s.idle = make(chan struct{})
+	}
+	s.active++
+	return true
+}
+
+func (s *Server) untrack() {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.active--; s.active == 0 {
+		close(s.idle)
+	}
+}
+
+// idleChan returns a channel closed when no handler is counted.
+func (s *Server) idleChan() <-chan struct{} {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.active == 0 {
+		c := make(chan struct{})
+		close(c)
+		return c
+	}
+	return s.idle
+}
+
+// Wait waits until every call's handler has returned, or ctx is done: it
+// then ends the calls still waiting or held (their contexts end, their
+// places are given back), refuses new ones, and waits for their handlers
+// once more.
+func (s *Server) Wait(ctx context.Context) {
+	select {
+	case <-s.idleChan():
+		return
+	case <-ctx.Done():
+	}
+	s.mu.Lock()
+	s.killed = true
+	s.mu.Unlock()
+	s.killFn()
+	<-s.idleChan()
+}
+
+// mayWait returns the AdmitOptions.MayWait of task's calls: a place among
+// its MaxWaiting waiters.
+func (s *Server) mayWait(task string) func() (func(), bool) {
+	if s.MaxWaiting <= 0 {
+		return nil
+	}
+	return func() (func(), bool) {
+		s.mu.Lock()
+		defer s.mu.Unlock()
+		if s.waiting[task] >= s.MaxWaiting {
+			return nil, false
+		}
+		s.waiting[task]++
+		return func() {
+			s.mu.Lock()
+			if s.waiting[task]--; s.waiting[task] <= 0 {
+				delete(s.waiting, task)
+			}
+			s.mu.Unlock()
+		}, true
+	}
 }
 
 func (s *Server) logger() *slog.Logger {
@@ -158,31 +253,63 @@ const bodyReadTimeout = 10 * time.Second
 
 func (s *Server) decide(w http.ResponseWriter, r *http.Request) {
 	rc := http.NewResponseController(w)
-	call, gate, ok := s.readCall(w, r, rc)
+	req, call, gate, ok := s.readCall(w, r, rc)
 	if !ok {
 		return
 	}
-	// The whole body is read, so net/http now watches the connection: the
-	// request's context ends when the client closes it, which ends a wait
-	// (the ticket leaves the queue) or a held call.
-	ctx := r.Context()
-	if cfg := gate.Source.Config(ctx); cfg.Mode == capgate.ModeEnforce && cfg.Wait.MaxSeconds > 0 {
-		// The call may wait before its line: send the headers now, with
-		// how long it may wait, so a client tells a waiting call from a
-		// service that hangs.
-		w.Header().Set(HeaderWaitSeconds, strconv.Itoa(cfg.Wait.MaxSeconds))
-		setLineHeaders(w.Header())
-		_ = rc.Flush()
+	// Counted before the take-over, so that no moment exists when neither
+	// the http.Server nor Wait knows of the handler.
+	if !s.track() {
+		httpError(w, http.StatusServiceUnavailable, "the decision service is shutting down")
+		return
 	}
-	adm := gate.Admit(ctx, call)
+	defer s.untrack()
+	// From here on the service answers on the connection itself and
+	// watches it (conn.go): the connection is the lease.
+	conn, _, err := rc.Hijack()
+	if err != nil {
+		s.logger().Error("capgate decide: take over the connection", "error", err)
+		httpError(w, http.StatusInternalServerError, "the decision service could not hold the connection")
+		return
+	}
+	cc := newCallConn(conn)
+	finished := false
+	defer func() { cc.finish(finished) }()
+	// The call's context keeps the request's values and ends when the
+	// client closes the connection (which ends a wait: the ticket leaves
+	// the queue) or the server stops waiting for its handlers.
+	ctx, cancel := context.WithCancel(context.WithoutCancel(r.Context()))
+	defer cancel()
+	stopGone := context.AfterFunc(s.kill, cancel)
+	defer stopGone()
+	go func() {
+		select {
+		case <-cc.gone:
+			cancel()
+		case <-ctx.Done():
+		}
+	}()
+	opts := capgate.AdmitOptions{
+		// Only a call that queues tells the client it may wait, with the
+		// bound the gate's own reading of the config gave it.
+		Queued: func(maxWait time.Duration) {
+			_ = cc.writeHead(max(1, int(maxWait/time.Second)))
+		},
+		MayWait: s.mayWait(gate.TaskID),
+		Resumed: req.Running,
+	}
+	adm := gate.AdmitWith(ctx, call, opts)
 	d := Decision{ID: randhex.String(12), Headers: map[string]string{}}
 	if adm.Decision() == capgate.DecisionNone {
 		d.Decision = "off"
-		s.writeLine(w, rc, d)
+		finished = s.writeLine(cc, d)
 		return
 	}
 	defer adm.Release(ctx)
 	d.Decision = string(adm.Decision())
+	if req.Running && adm.Counted() {
+		d.Decision = string(capgate.DecisionAdmitted) // it runs already; its line says resumed
+	}
 	h := http.Header{}
 	capgatehttp.SetGatedHeaders(h, adm, call.CID)
 	for k, v := range h {
@@ -195,23 +322,28 @@ func (s *Server) decide(w http.ResponseWriter, r *http.Request) {
 		d.Body = capgatehttp.RefusalBody(adm)
 	}
 	if !adm.Counted() || ctx.Err() != nil {
-		s.writeLine(w, rc, d)
+		finished = s.writeLine(cc, d)
 		return
 	}
 	d.Held = true
 	d.MaxHoldSeconds = int(adm.MaxHold() / time.Second)
-	s.hold(ctx, w, rc, adm, d)
+	forget := s.journal(ctx, adm)
+	defer func() {
+		adm.Release(ctx) // idempotent: then the journal forgets it (a crash between leaves a harmless record)
+		forget()
+	}()
+	finished = s.hold(ctx, cc, adm, d)
 }
 
 // readCall reads and checks the call of r, and finds its gate; it answers
 // the error itself (ok false) when there is one.
-func (s *Server) readCall(w http.ResponseWriter, r *http.Request, rc *http.ResponseController) (_ capgate.Call, _ *capgate.Gate, ok bool) {
+func (s *Server) readCall(w http.ResponseWriter, r *http.Request, rc *http.ResponseController) (_ callRequest, _ capgate.Call, _ *capgate.Gate, ok bool) {
 	if ct, _, _ := strings.Cut(r.Header.Get("Content-Type"), ";"); !strings.EqualFold(strings.TrimSpace(ct), "application/json") {
 		// A browser can't send this type across origins without a
 		// preflight, which the service never answers: a web page can't
 		// make a loopback service hold places.
 		httpError(w, http.StatusUnsupportedMediaType, "send the call as Content-Type: application/json")
-		return capgate.Call{}, nil, false
+		return callRequest{}, capgate.Call{}, nil, false
 	}
 	_ = rc.SetReadDeadline(time.Now().Add(bodyReadTimeout))
 	req, err := decodeCall(r.Body)
@@ -227,19 +359,20 @@ func (s *Server) readCall(w http.ResponseWriter, r *http.Request, rc *http.Respo
 	switch {
 	case err != nil:
 		httpError(w, http.StatusBadRequest, err.Error())
-		return capgate.Call{}, nil, false
+		return callRequest{}, capgate.Call{}, nil, false
 	case s.shuttingDown():
 		httpError(w, http.StatusServiceUnavailable, "the decision service is shutting down")
-		return capgate.Call{}, nil, false
+		return callRequest{}, capgate.Call{}, nil, false
 	}
-	return call, gate, true
+	return req, call, gate, true
 }
 
 // hold writes the decision d of a counted call and holds the call until
 // the client closes the connection (or dies), releases it by id,
 // max_hold_seconds pass, or the server shuts down; the caller's deferred
 // Release then gives the place back (at once, when the client is gone).
-func (s *Server) hold(ctx context.Context, w http.ResponseWriter, rc *http.ResponseController, adm *capgate.Admission, d Decision) {
+// It reports whether the answer was written to its end.
+func (s *Server) hold(ctx context.Context, cc *callConn, adm *capgate.Admission, d Decision) bool {
 	hc := &heldCall{release: make(chan struct{})}
 	s.mu.Lock()
 	s.held[d.ID] = hc
@@ -249,15 +382,15 @@ func (s *Server) hold(ctx context.Context, w http.ResponseWriter, rc *http.Respo
 		delete(s.held, d.ID)
 		s.mu.Unlock()
 	}()
-	if !s.writeLine(w, rc, d) {
-		return // the client is gone
+	if !s.writeLine(cc, d) {
+		return false // the client is gone
 	}
 	timer := time.NewTimer(adm.MaxHold())
 	defer timer.Stop()
 	var why string
 	select {
 	case <-ctx.Done():
-		return // the client closed the connection (or died)
+		return false // the client closed the connection (or died)
 	case <-hc.release:
 		why = "release"
 	case <-timer.C:
@@ -266,30 +399,17 @@ func (s *Server) hold(ctx context.Context, w http.ResponseWriter, rc *http.Respo
 		why = "shutdown"
 	}
 	adm.Release(ctx) // before telling the client, so its next call finds the place free
-	s.writeLine(w, rc, End{Released: why})
+	return s.writeLine(cc, End{Released: why})
 }
 
-// writeLine writes v as one JSON line and flushes it; false when the
-// client is gone.
-func (s *Server) writeLine(w http.ResponseWriter, rc *http.ResponseController, v any) bool {
+// writeLine writes v as one JSON line; false when the client is gone.
+func (s *Server) writeLine(cc *callConn, v any) bool {
 	b, err := jsonenc.Marshal(v)
 	if err != nil {
 		s.logger().Error("capgate decide: encode a line", "error", err)
 		return false
 	}
-	setLineHeaders(w.Header())
-	if _, err := w.Write(append(b, '\n')); err != nil {
-		return false
-	}
-	return rc.Flush() == nil
-}
-
-// setLineHeaders sets the headers of a streamed answer, once.
-func setLineHeaders(h http.Header) {
-	if h.Get("Content-Type") == "" {
-		h.Set("Content-Type", "application/x-ndjson")
-		h.Set("Cache-Control", "no-store")
-	}
+	return cc.writeLine(append(b, '\n')) == nil
 }
 
 func (s *Server) release(w http.ResponseWriter, id string) {

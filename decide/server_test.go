@@ -9,6 +9,7 @@ import (
 	"net"
 	"net/http"
 	"net/http/httptest"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -56,6 +57,9 @@ func newEnv(t *testing.T, token string, edit func(*capgate.Config)) *env {
 	t.Cleanup(func() {
 		e.srv.Shutdown()
 		hs.Close()
+		ctx, cancel := context.WithTimeout(context.Background(), waitLimit)
+		defer cancel()
+		e.srv.Wait(ctx)
 		_ = e.srv.Close(context.Background())
 		_ = e.gate.Close(context.Background())
 	})
@@ -352,7 +356,7 @@ func TestListenNeedsATokenOnTCP(t *testing.T) {
 		{"0.0.0.0:0", "t", false, true},
 		{decide.UnixPrefix + t.TempDir() + "/d.sock", "", false, true},
 	} {
-		ln, err := decide.Listen(tt.addr, tt.token, tt.noToken)
+		ln, err := decide.Listen(tt.addr, tt.token, tt.noToken, decide.SocketOptions{})
 		if (err == nil) != tt.ok {
 			t.Errorf("Listen(%q, token %q, no-token %v): %v, want ok %v", tt.addr, tt.token, tt.noToken, err, tt.ok)
 		}
@@ -383,5 +387,139 @@ func TestMaxHold(t *testing.T) {
 	}
 	if s2 := e.post(t, t.Context(), call("2"), ""); s2.d.Decision != "admitted" {
 		t.Errorf("after max hold: %+v, want admitted", s2.d)
+	}
+}
+
+// TestWaitComesFromTheGate: whether a call may wait, and for how long, is
+// the gate's reading of the config in force: under enforce_for aware an
+// unaware call over its limit is never told it may wait (it goes ahead at
+// once, shadow-refused), while an aware one queues and is told the bound.
+func TestWaitComesFromTheGate(t *testing.T) {
+	e := newEnv(t, "", func(c *capgate.Config) { c.EnforceFor, c.Wait.MaxSeconds = capgate.EnforceAware, 30 })
+	sig := waitSignal{started: make(chan struct{}, 2)}
+	e.gate.Observer = sig
+	first := e.post(t, t.Context(), call("1"), "")
+	if first.d.Decision != "admitted" || first.resp.Header.Get(decide.HeaderWaitSeconds) != "" {
+		t.Fatalf("first: %+v, %s %q; want admitted, no wait header (it did not queue)", first.d,
+			decide.HeaderWaitSeconds, first.resp.Header.Get(decide.HeaderWaitSeconds))
+	}
+	unaware := e.post(t, t.Context(), call("2"), "")
+	if unaware.d.Decision != "shadow-refused" || unaware.resp.Header.Get(decide.HeaderWaitSeconds) != "" {
+		t.Errorf("an unaware call over its limit: %+v, %s %q; want shadow-refused at once, no wait header",
+			unaware.d, decide.HeaderWaitSeconds, unaware.resp.Header.Get(decide.HeaderWaitSeconds))
+	}
+	unaware.close()
+	aware := strings.Replace(call("3"), `"rows":1`, `"rows":1,"aware":true`, 1)
+	got := make(chan *http.Response, 1)
+	go func() {
+		req, _ := http.NewRequestWithContext(t.Context(), "POST", e.url+"/v1/calls", strings.NewReader(aware))
+		req.Header.Set("Content-Type", "application/json")
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			got <- nil
+			return
+		}
+		got <- resp
+	}()
+	awaitSignal(t, sig.started)
+	timer := time.NewTimer(waitLimit)
+	defer timer.Stop()
+	select {
+	case resp := <-got:
+		if resp == nil {
+			t.Fatal("the aware call failed")
+		}
+		defer resp.Body.Close()
+		if h := resp.Header.Get(decide.HeaderWaitSeconds); h != "30" {
+			t.Errorf("an aware call that queued: %s %q, want 30", decide.HeaderWaitSeconds, h)
+		}
+	case <-timer.C:
+		t.Fatal("no head for the queued call")
+	}
+}
+
+// TestMaxWaiting: past MaxWaiting calls waiting for one task, a call that
+// would wait is refused at once, with Retry-After.
+func TestMaxWaiting(t *testing.T) {
+	e := newEnv(t, "", func(c *capgate.Config) { c.Wait.MaxSeconds = 30 })
+	e.srv.MaxWaiting = 1
+	sig := waitSignal{started: make(chan struct{}, 2)}
+	e.gate.Observer = sig
+	if first := e.post(t, t.Context(), call("1"), ""); first.d.Decision != "admitted" {
+		t.Fatalf("first: %+v", first.d)
+	}
+	go func() {
+		req, _ := http.NewRequestWithContext(t.Context(), "POST", e.url+"/v1/calls", strings.NewReader(call("2")))
+		req.Header.Set("Content-Type", "application/json")
+		if resp, err := http.DefaultClient.Do(req); err == nil {
+			_, _ = io.Copy(io.Discard, resp.Body)
+			resp.Body.Close()
+		}
+	}()
+	awaitSignal(t, sig.started) // the second waits
+	third := e.post(t, t.Context(), call("3"), "")
+	if third.d.Decision != "refused" || third.d.Headers["Retry-After"] == "" || third.resp.Header.Get(decide.HeaderWaitSeconds) != "" {
+		t.Errorf("a call past MaxWaiting: %+v (wait header %q), want refused at once with Retry-After",
+			third.d, third.resp.Header.Get(decide.HeaderWaitSeconds))
+	}
+}
+
+// TestRunningIsCountedAgain: a call sent with "running": true is taken
+// forced even over its limit, held, and its line says resumed.
+func TestRunningIsCountedAgain(t *testing.T) {
+	e := newEnv(t, "", func(c *capgate.Config) { c.Wait.MaxSeconds = 30 })
+	first := e.post(t, t.Context(), call("1"), "")
+	if first.d.Decision != "admitted" {
+		t.Fatalf("first: %+v", first.d)
+	}
+	running := e.post(t, t.Context(), strings.Replace(call("2"), `"rows":1`, `"rows":1,"running":true`, 1), "")
+	if running.d.Decision != "admitted" || !running.d.Held || running.resp.Header.Get(decide.HeaderWaitSeconds) != "" {
+		t.Fatalf("a running call over its limit: %+v, want admitted and held at once", running.d)
+	}
+	counts := make([]int, 1)
+	if err := e.store.Count(t.Context(), []string{"ocl:capacity:user:cora"}, counts); err != nil || counts[0] != 2 {
+		t.Errorf("user lane count %v (%v), want 2: the running call counted again", counts, err)
+	}
+	running.close()
+	lines := e.sink.Wait(t, 1, waitLimit)
+	if lines[0]["resumed"] != true || lines[0]["decision"] != "shadow-refused" {
+		t.Errorf("its line %v: want resumed, the gate's decision shadow-refused", lines[0])
+	}
+}
+
+// panicConfig is a config source that panics: the gate's guard reads it
+// as shadow with the defaults.
+type panicConfig struct{}
+
+func (panicConfig) Config(context.Context) capgate.Config { panic("config store exploded") }
+
+// TestAPanickingConfigIsTheGates: a config source that panics is read
+// through the gate's guard, as the gateway reads it: the call gets its
+// line (it runs, counted as unavailable), no wait header, and the service
+// keeps serving. (Before, the handler read the source itself and its
+// panic cut the connection.)
+func TestAPanickingConfigIsTheGates(t *testing.T) {
+	gate, err := capgate.NewGate(memory.New(nil), panicConfig{}, &mock.Sink{}, "host-a")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = gate.Close(context.Background()) })
+	srv := decide.NewServer(gate)
+	hs := httptest.NewUnstartedServer(srv)
+	hs.Config = decide.NewHTTPServer(srv, gate.Logger)
+	hs.Config.ErrorLog = nil
+	hs.Start()
+	t.Cleanup(func() {
+		srv.Shutdown()
+		hs.Close()
+		srv.Wait(context.Background())
+	})
+	e := &env{url: hs.URL}
+	for i := range 2 {
+		s := e.post(t, t.Context(), call(strconv.Itoa(i)), "")
+		if s.resp.StatusCode != 200 || s.d.Decision != "unavailable" || s.resp.Header.Get(decide.HeaderWaitSeconds) != "" {
+			t.Errorf("call %d: status %d, %+v; want its line, unavailable, no wait header", i, s.resp.StatusCode, s.d)
+		}
+		s.close()
 	}
 }

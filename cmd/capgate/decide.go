@@ -6,17 +6,22 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"io/fs"
 	"log/slog"
 	"net"
 	"net/http"
 	"os"
+	"os/signal"
+	"strings"
 	"sync"
+	"syscall"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 
 	"github.com/capgate/capgate"
 	"github.com/capgate/capgate/decide"
+	capgatehttp "github.com/capgate/capgate/http"
 )
 
 // DecideOptions are the decision service's own settings, shared by
@@ -25,6 +30,40 @@ type DecideOptions struct {
 	Listen  string // --listen (decide) or --decide-listen (serve): unix:<path> or host:port
 	Token   string // --decide-token, CAPGATE_DECIDE_TOKEN: the shared secret
 	NoToken bool   // --decide-no-token, CAPGATE_DECIDE_NO_TOKEN: allow a loopback TCP address without one
+	// Socket is the unix socket's mode and group (--socket-mode and
+	// --socket-group; serve: --decide-socket-mode, --decide-socket-group).
+	Socket decide.SocketOptions
+	// MaxWaiting bounds the calls of one API task waiting at once
+	// (--max-waiting; serve: --decide-max-waiting); 0: no bound.
+	MaxWaiting int
+}
+
+// socketModeValue is an octal file mode flag (0660).
+type socketModeValue struct{ m *fs.FileMode }
+
+func (v socketModeValue) String() string {
+	if v.m == nil || *v.m == 0 {
+		return ""
+	}
+	return fmt.Sprintf("%04o", uint32(*v.m))
+}
+
+func (v socketModeValue) Set(s string) error {
+	m, err := decide.ParseSocketMode(s)
+	if err != nil {
+		return err
+	}
+	*v.m = m
+	return nil
+}
+
+// decideSocketFlags registers the socket's and the wait's flags on fs,
+// each name after prefix ("" for decide, "decide-" for serve).
+func decideSocketFlags(fs *flag.FlagSet, o *DecideOptions, prefix string) {
+	env := "CAPGATE_" + strings.ToUpper(strings.ReplaceAll(prefix, "-", "_"))
+	fs.Var(socketModeValue{&o.Socket.Mode}, prefix+"socket-mode", "the unix socket's permission bits, an octal `mode` such as 0660 (the app's group may connect); set as the socket is created, never after. Default: what the umask leaves ("+env+"SOCKET_MODE)")
+	fs.StringVar(&o.Socket.Group, prefix+"socket-group", "", "the unix socket's `group`, a name or id: the app's, with --"+prefix+"socket-mode 0660; the service must be a member of it ("+env+"SOCKET_GROUP)")
+	fs.IntVar(&o.MaxWaiting, prefix+"max-waiting", 0, "the most calls of one API task that may wait in the service at once (each holds an app worker); past it a call that would wait is refused at once with Retry-After. Below the app's worker count, e.g. half its sync workers; 0: no bound ("+env+"MAX_WAITING)")
 }
 
 // decideTokenFlags registers the token flags on fs.
@@ -41,13 +80,34 @@ func startDecide(ctx context.Context, o DecideOptions, gate *capgate.Gate, group
 	if o.Listen == "" {
 		return func() error { return nil }, nil
 	}
-	ln, err := decide.Listen(o.Listen, o.Token, o.NoToken)
+	if o.MaxWaiting < 0 {
+		return nil, fmt.Errorf("decision service: max waiting %d: want 0 (no bound) or more", o.MaxWaiting)
+	}
+	ln, err := decide.Listen(o.Listen, o.Token, o.NoToken, o.Socket)
 	if err != nil {
 		return nil, fmt.Errorf("decision service: %w", err)
 	}
 	s := decide.NewServer(gate)
-	s.Token, s.Groups, s.Logger = o.Token, groups, logger
-	logger.Info("capgate decision service", "listen", o.Listen, "token", o.Token != "")
+	s.Token, s.Groups, s.Logger, s.MaxWaiting = o.Token, groups, logger, o.MaxWaiting
+	if j, ok := gate.Store.(decide.Journal); ok {
+		// Before serving: a killed predecessor's places are freed now,
+		// not after lease_seconds; the calls still running re-register.
+		s.Journal, s.Instance = j, o.Listen
+		release, err := s.Recover(ctx, decide.DefaultRecoverDelay)
+		if err != nil {
+			logger.Warn("capgate decision service: read the previous incarnation's calls", "error", err)
+		} else {
+			go func() {
+				n, err := release()
+				if err != nil {
+					logger.Warn("capgate decision service: release the previous incarnation's calls", "error", err)
+				} else if n > 0 {
+					logger.Info("capgate decision service: released the calls a previous incarnation left held", "calls", n)
+				}
+			}()
+		}
+	}
+	logger.Info("capgate decision service", "listen", o.Listen, "token", o.Token != "", "max_waiting", o.MaxWaiting)
 	ctx, cancel := context.WithCancel(ctx)
 	var wg sync.WaitGroup
 	var serr error
@@ -62,6 +122,9 @@ type DecideCommand struct {
 	Getenv func(string) string
 	// Ready, if set, gets the service's address once it listens (tests).
 	Ready chan<- string
+	// AdminReady, if set, gets the --admin-listen address, before Ready
+	// (tests).
+	AdminReady chan<- string
 }
 
 // Usage returns the command's help.
@@ -75,7 +138,8 @@ uses the same config, lanes, fair wait and ocl_capacity lines as serve,
 with no upstream and no identity lookup: the app says who calls. --listen
 unix:<path> needs no token; a TCP address needs --decide-token unless it is
 loopback and --decide-no-token is given. --admin-listen serves GET /metrics,
-/livez and /readyz. Flags:
+/livez and /readyz, and with --staff-tokens the staff API and status page
+(/capacity/) for those tokens' holders. Flags:
 `
 }
 
@@ -98,7 +162,9 @@ func (c *DecideCommand) flags() (*decideFlags, error) {
 	o := f.o
 	fs.StringVar(&f.d.Listen, "listen", env("CAPGATE_DECIDE_LISTEN", "unix:capgate-decide.sock"), "where to serve the decision protocol: unix:<path> or host:port (CAPGATE_DECIDE_LISTEN)")
 	decideTokenFlags(fs, &f.d, env)
-	fs.StringVar(&o.AdminListen, "admin-listen", env("CAPGATE_ADMIN_LISTEN", ""), "serve GET /metrics, /livez and /readyz on this address (CAPGATE_ADMIN_LISTEN)")
+	decideSocketFlags(fs, &f.d, "")
+	fs.StringVar(&o.AdminListen, "admin-listen", env("CAPGATE_ADMIN_LISTEN", ""), "serve GET /metrics, /livez and /readyz on this address, and with --staff-tokens the staff API and status page under /capacity/ (CAPGATE_ADMIN_LISTEN)")
+	fs.StringVar(&o.StaffTokens, "staff-tokens", env("CAPGATE_STAFF_TOKENS", ""), "a file of static staff tokens (the --tokens format, every entry \"is_staff\": true): with --admin-listen, the staff API and status page (/capacity/, /capacity/status/, config, history, rollback) for them only; reloaded on SIGHUP (CAPGATE_STAFF_TOKENS)")
 	fs.StringVar(&o.LogFile, "log-file", env("CAPGATE_LOG_FILE", ""), "append the ocl_capacity lines to this file instead of stdout (CAPGATE_LOG_FILE)")
 	fs.StringVar(&o.CoreGroup, "core-group", env("CAPGATE_CORE_GROUP", "core_user"), "the auth group of the core tier, for calls that send groups (CAPGATE_CORE_GROUP)")
 	fs.StringVar(&o.EarlyGroup, "early-access-group", env("CAPGATE_EARLY_ACCESS_GROUP", "early_access"), "the auth group of the early_access tier (CAPGATE_EARLY_ACCESS_GROUP)")
@@ -157,6 +223,33 @@ func (c *DecideCommand) Run(ctx context.Context, args []string) error {
 			logger.Warn("close", "error", cerr)
 		}
 	}()
+	if o.StaffTokens != "" && o.AdminListen == "" {
+		return &UsageError{Msg: "capgate decide: --staff-tokens serves the staff API on --admin-listen; set it too"}
+	}
+	var staff http.Handler
+	if o.StaffTokens != "" {
+		// The staff API and page as serve has them, for the holders of the
+		// static staff tokens alone: the service has no identity lookup.
+		if s.staffTokens, err = loadStaffTokens(o.StaffTokens); err != nil {
+			return err
+		}
+		h := capgatehttp.NewStaffHandler(s.Configs, s.staffTokens)
+		h.Status, h.Logger, h.Health = s.Gate.Status, logger, s.Health
+		staff = capgatehttp.ObserveStaff(h, s.metrics, nil)
+		hup := make(chan os.Signal, 1)
+		signal.Notify(hup, syscall.SIGHUP)
+		defer signal.Stop(hup)
+		go func() {
+			for {
+				select {
+				case <-ctx.Done():
+					return
+				case <-hup:
+					_ = s.Reload()
+				}
+			}
+		}()
+	}
 	var admin net.Listener
 	if o.AdminListen != "" {
 		if admin, err = net.Listen("tcp", o.AdminListen); err != nil {
@@ -170,6 +263,9 @@ func (c *DecideCommand) Run(ctx context.Context, args []string) error {
 			admin.Close()
 		}
 		return err
+	}
+	if c.AdminReady != nil && admin != nil {
+		c.AdminReady <- admin.Addr().String()
 	}
 	if c.Ready != nil {
 		c.Ready <- f.d.Listen
@@ -185,6 +281,9 @@ func (c *DecideCommand) Run(ctx context.Context, args []string) error {
 		mux.Handle("GET /livez", s.Health.Livez())
 		mux.Handle("GET /healthz", s.Health.Livez())
 		mux.Handle("GET /readyz", s.Health.Readyz())
+		if staff != nil {
+			mux.Handle("/capacity/", staff)
+		}
 		hs = &http.Server{Handler: mux, ReadHeaderTimeout: 10 * time.Second}
 		go func() { _ = hs.Serve(admin) }()
 	}

@@ -9,7 +9,9 @@ import (
 	"net/http"
 	"os"
 	"path/filepath"
+	"strconv"
 	"strings"
+	"syscall"
 	"testing"
 )
 
@@ -119,5 +121,93 @@ func TestServeDecideListen(t *testing.T) {
 	d, _ := decideLine(t, unixClient(sock), previewCall)
 	if d["decision"] != "admitted" {
 		t.Errorf("serve --decide-listen: %v, want admitted", d)
+	}
+}
+
+// TestDecideSocketFlags: --socket-mode and --socket-group make the socket
+// so; bad values are usage errors naming the flag.
+func TestDecideSocketFlags(t *testing.T) {
+	dir := t.TempDir()
+	db := "sqlite:" + filepath.Join(dir, "c.db")
+	sock := filepath.Join(dir, "d.sock")
+	for _, tt := range []struct {
+		args []string
+		want string
+	}{
+		{[]string{"--socket-mode", "0999"}, "octal"},
+		{[]string{"--socket-mode", "u+rw"}, "octal"},
+		{[]string{"--socket-group", "no-such-group-capgate"}, "no-such-group-capgate"},
+		{[]string{"--max-waiting", "-1"}, "max waiting"},
+	} {
+		cmd := &DecideCommand{Stdout: io.Discard, Stderr: io.Discard, Getenv: func(string) string { return "" }}
+		err := cmd.Run(t.Context(), append(tt.args, "--listen", "unix:"+sock, "--database", db))
+		if err == nil || !strings.Contains(err.Error(), tt.want) {
+			t.Errorf("%v: %v, want an error naming %q", tt.args, err, tt.want)
+		}
+	}
+	startDecideCmd(t, "--listen", "unix:"+sock, "--database", db, "--socket-mode", "0660", "--socket-group", strconv.Itoa(os.Getgid()))
+	fi, err := os.Lstat(sock)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if fi.Mode().Perm() != 0o660 || int(fi.Sys().(*syscall.Stat_t).Gid) != os.Getgid() {
+		t.Errorf("socket %v gid %d, want 0660 and gid %d", fi.Mode(), fi.Sys().(*syscall.Stat_t).Gid, os.Getgid())
+	}
+}
+
+// TestDecideStaffAPI: with --admin-listen and --staff-tokens, decide serves
+// the staff API and status page as serve does, to the staff tokens only.
+func TestDecideStaffAPI(t *testing.T) {
+	dir := t.TempDir()
+	db := "sqlite:" + filepath.Join(dir, "c.db")
+	staff := filepath.Join(dir, "staff.json")
+	if err := os.WriteFile(staff, []byte(`[{"token":"ops-static","username":"ops","is_staff":true}]`), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	for _, change := range []string{"mode=shadow", "mode=enforce"} { // versions 1 and 2
+		if code := Run(t.Context(), []string{"capacity", "set", "--create", "--database", db, change}, nil, io.Discard, io.Discard); code != 0 {
+			t.Fatalf("capacity set: exit %d", code)
+		}
+	}
+	cmd := &DecideCommand{Stdout: io.Discard, Stderr: io.Discard, Getenv: func(string) string { return "" }}
+	if err := cmd.Run(t.Context(), []string{"--listen", "unix:" + filepath.Join(dir, "x.sock"), "--database", db, "--staff-tokens", staff}); err == nil || !strings.Contains(err.Error(), "--admin-listen") {
+		t.Errorf("--staff-tokens without --admin-listen: %v, want a usage error naming --admin-listen", err)
+	}
+	ready, adminReady := make(chan string, 1), make(chan string, 1)
+	cmd = &DecideCommand{Stdout: io.Discard, Stderr: io.Discard, Ready: ready, AdminReady: adminReady, Getenv: func(string) string { return "" }}
+	args := []string{"--listen", "unix:" + filepath.Join(dir, "d.sock"), "--database", db, "--admin-listen", "127.0.0.1:0", "--staff-tokens", staff}
+	startCommand(t, "decide", ready, func(ctx context.Context) error { return cmd.Run(ctx, args) })
+	admin := "http://" + <-adminReady
+	code, body := get(t, admin+"/capacity/status/", "Token ops-static")
+	if code != http.StatusOK || !strings.Contains(body, `"api_heavy"`) {
+		t.Errorf("/capacity/status/ with a staff token: %d %s, want 200 and the lanes", code, body)
+	}
+	for _, path := range []string{"/capacity/config/", "/capacity/config/history/"} {
+		if code, _ := get(t, admin+path, "Token ops-static"); code != http.StatusOK {
+			t.Errorf("%s with a staff token: %d, want 200", path, code)
+		}
+		if code, _ := get(t, admin+path, "Token someone"); code != http.StatusUnauthorized {
+			t.Errorf("%s with an unknown token: %d, want 401", path, code)
+		}
+		if code, _ := get(t, admin+path, ""); code != http.StatusUnauthorized {
+			t.Errorf("%s anonymous: %d, want 401", path, code)
+		}
+	}
+	if code, body := get(t, admin+"/capacity/", ""); code != http.StatusOK || !strings.Contains(body, "<html") {
+		t.Errorf("the status page: %d, want 200 and the page (it holds no data)", code)
+	}
+	req, _ := http.NewRequestWithContext(t.Context(), "POST", admin+"/capacity/config/rollback/", strings.NewReader(`{"version":1}`))
+	req.Header.Set("Authorization", "Token ops-static")
+	req.Header.Set("Content-Type", "application/json")
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	if resp.StatusCode != http.StatusOK {
+		t.Errorf("rollback to version 1 with a staff token: %d, want 200", resp.StatusCode)
+	}
+	if code, body := get(t, admin+"/capacity/config/", "Token ops-static"); code != http.StatusOK || !strings.Contains(body, `"mode":"shadow"`) {
+		t.Errorf("the config after the rollback: %d %s, want mode shadow", code, body)
 	}
 }

@@ -106,6 +106,7 @@ func (c *ServeCommand) flags() (*serveFlags, error) {
 	// The decision service beside the gateway (decide.go).
 	fs.StringVar(&o.Decide.Listen, "decide-listen", env("CAPGATE_DECIDE_LISTEN", ""), "also serve the decision protocol (docs/PROTOCOL.md) on unix:<path> or host:port (CAPGATE_DECIDE_LISTEN)")
 	decideTokenFlags(fs, &o.Decide, env)
+	decideSocketFlags(fs, &o.Decide, "decide-")
 	return f, nil
 }
 
