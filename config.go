@@ -108,7 +108,7 @@ func DefaultConfig(mode Mode) Config {
 	return Config{
 		Mode:             mode,
 		EnforceFor:       EnforceAware,
-		APIHeavy:         APIHeavy{Cluster: 4, PerTask: 2},
+		APIHeavy:         APIHeavy{Cluster: 4, PerTask: 4},
 		ES2KNN:           3,
 		ReserveSingleRow: 1,
 		Tiers:            TierLimits{Staff: 4, Core: 4, EarlyAccess: 3, Preview: 2},

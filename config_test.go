@@ -16,7 +16,7 @@ func TestDefaultConfig(t *testing.T) {
 	got := capgate.DefaultConfig(capgate.ModeShadow)
 	want := capgate.Config{
 		Mode: "shadow", EnforceFor: "aware",
-		APIHeavy: capgate.APIHeavy{Cluster: 4, PerTask: 2}, ES2KNN: 3, ReserveSingleRow: 1,
+		APIHeavy: capgate.APIHeavy{Cluster: 4, PerTask: 4}, ES2KNN: 3, ReserveSingleRow: 1,
 		Tiers:        capgate.TierLimits{Staff: 4, Core: 4, EarlyAccess: 3, Preview: 2},
 		PerUser:      capgate.TierLimits{Staff: 4, Core: 3, EarlyAccess: 2, Preview: 1},
 		LeaseSeconds: 60, RenewSeconds: 20, MaxHoldSeconds: 900,
