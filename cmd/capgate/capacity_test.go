@@ -213,7 +213,7 @@ func TestCapacitySetWait(t *testing.T) {
 	out := mustRun(t, "capacity", "set", "wait.max_seconds=5", "--database", db, "--create")
 	wantJSON(t, "set changes", out["changes"], `{"wait.max_seconds":[20,5]}`)
 	code, _, stderr := run(t, "capacity", "set", "wait.max_seconds=301", "--database", db)
-	if code == 0 || !strings.Contains(stderr, `"wait.max_seconds" must be at most 300.`) {
+	if code == 0 || !strings.Contains(stderr, `"wait.max_seconds" (301) must be at most 300.`) {
 		t.Errorf("set wait.max_seconds=301 = %d %q; want the validation message", code, stderr)
 	}
 }
