@@ -23,6 +23,7 @@ import (
 	"github.com/capgate/capgate"
 	"github.com/capgate/capgate/configtest"
 	capgatehttp "github.com/capgate/capgate/http"
+	"github.com/capgate/capgate/internal/skipnote"
 	"github.com/capgate/capgate/redis"
 )
 
@@ -32,7 +33,7 @@ func TestMain(m *testing.M) {
 	if os.Getenv("CAPGATE_TEST_MAIN") == "1" {
 		os.Exit(processMain())
 	}
-	os.Exit(m.Run())
+	skipnote.Main(m)
 }
 
 // runProcess runs capgate with args in a process of its own.
