@@ -24,6 +24,7 @@ func (g *Gate) Status(ctx context.Context, cfg Config) status.Snapshot {
 	}
 	st.Store = status.OK
 	g.tuner.annotate(cfg, g.TaskID, &st)
+	st.Binding = status.BindingLane(st)
 	return st
 }
 

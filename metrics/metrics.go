@@ -18,6 +18,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/capgate/capgate"
+	"github.com/capgate/capgate/status"
 )
 
 // Namespace prefixes every metric name.
@@ -43,6 +44,7 @@ type Metrics struct {
 	bufFull   prometheus.Counter     // heavy calls answered 503: the classification buffer was full
 	funcs     []prometheus.Collector // from options
 	lanes     *laneCollector         // WithLanes, or nil
+	recent    *status.Recent         // WithRecent, or nil
 
 	requests     *prometheus.CounterVec   // code, class: every request the gateway answered
 	upstream     *prometheus.HistogramVec // class: seconds to the upstream's response header
@@ -121,6 +123,12 @@ func WithStoreUp(up func(store string) float64, stores ...string) Option {
 			}, func() float64 { return up(name) }))
 		}
 	}
+}
+
+// WithRecent also counts each decision in r, by tier and lane, for the
+// status page's counts over the last minutes (status.Recent).
+func WithRecent(r *status.Recent) Option {
+	return func(m *Metrics) { m.recent = r }
 }
 
 // New returns metrics registered on reg. It returns an error if reg
@@ -226,6 +234,19 @@ func (m *Metrics) Released(a *capgate.Admission) {
 	}
 	if d, ok := a.Held(); ok {
 		m.held.Observe(d.Seconds())
+	}
+	if m.recent != nil && a.Decision() != "" {
+		var lanes []string
+		scope := ""
+		switch a.Decision() {
+		case capgate.DecisionRefused, capgate.DecisionShadowRefused:
+			scope = string(a.Scope())
+		default:
+			for _, l := range a.Lanes() {
+				lanes = append(lanes, string(l.Name))
+			}
+		}
+		m.recent.Record(string(call.Tier), string(a.Decision()), lanes, scope)
 	}
 }
 
