@@ -167,6 +167,7 @@ func New(reg prometheus.Registerer, opts ...Option) (*Metrics, error) {
 	for _, o := range opts {
 		o(m)
 	}
+	m.zeros()
 	cs = append(cs, m.funcs...)
 	var errs []error
 	for _, c := range cs {
@@ -178,6 +179,52 @@ func New(reg prometheus.Registerer, opts ...Option) (*Metrics, error) {
 		return nil, fmt.Errorf("register metrics: %w", err)
 	}
 	return m, nil
+}
+
+// Label values every family starts with, at zero (see zeros).
+var (
+	storeOps           = []string{"acquire", "renew", "release"}
+	upstreamErrorKinds = []string{"timeout", "connect", "reset", "other"}
+	decisionValues     = []capgate.Decision{capgate.DecisionAdmitted, capgate.DecisionShadowRefused,
+		capgate.DecisionRefused, capgate.DecisionUnavailable}
+	requestClasses = []string{"heavy", "light", "staff"}
+)
+
+// zeros makes every labelled family exist from the start, each known
+// series at 0: a counter that appears only at its first event leaves a
+// dashboard panel at "No data" and an alert's rate() without a series
+// until then. The user lane has no series (one per user would grow
+// without bound); requests_total starts with code 200 of each class, its
+// other codes appear as they are answered.
+func (m *Metrics) zeros() {
+	for _, op := range storeOps {
+		m.storeErrs.WithLabelValues(op)
+		m.skipped.WithLabelValues(op)
+	}
+	for _, k := range upstreamErrorKinds {
+		m.upstreamErrs.WithLabelValues(k)
+	}
+	for _, d := range decisionValues {
+		m.degraded.WithLabelValues(string(d))
+		for _, e := range []string{capgate.EndpointMatch, capgate.EndpointRerank} {
+			for _, t := range capgate.AllTiers() {
+				m.decisions.WithLabelValues(string(d), e, string(t))
+			}
+		}
+	}
+	for _, c := range requestClasses {
+		m.requests.WithLabelValues("200", c)
+	}
+	for _, c := range []string{"heavy", "light"} {
+		m.upstream.WithLabelValues(c)
+	}
+	lanes := []string{string(capgate.LaneAPIHeavy), string(capgate.LaneTask), string(capgate.LaneES2KNN)}
+	for _, t := range capgate.AllTiers() {
+		lanes = append(lanes, "tier:"+string(t))
+	}
+	for _, l := range lanes {
+		m.waiting.WithLabelValues(l)
+	}
 }
 
 // collectors gathers the metrics New declares, in the order they are
