@@ -94,7 +94,9 @@ func freeAddr(t *testing.T) string {
 // anything, spacing is ignored) and exits 0. What it changes: the ports
 // (8000 and 8080 become free ones), ./capgate (this test binary acting as
 // capgate, not a go build) and loadgen's --duration 20s (3s); it waits for
-// each server started in the background to answer before going on.
+// each server started in the background to answer, and after each config
+// change from the command line for the gateway to have it, before going
+// on, where a person would take a moment.
 func TestReadmeWalkthrough(t *testing.T) {
 	if testing.Short() {
 		t.Skip("runs the README's walkthrough for about half a minute")
@@ -140,6 +142,15 @@ func TestReadmeWalkthrough(t *testing.T) {
 			fmt.Fprintf(&script, "echo '@@end %d 0'\n", i)
 		default:
 			fmt.Fprintf(&script, "echo '@@%d'\n%s\necho; echo \"@@end %d $?\"\n", i, line, i)
+			if regexp.MustCompile(`capgate capacity (set|reset|rollback)`).MatchString(line) {
+				// A person takes a moment before the next command; the
+				// script waits instead until the gateway has the
+				// version (pushed within 250 ms, later on a loaded
+				// machine), at most 10 s.
+				fmt.Fprintf(&script, `v=$(./capgate capacity show | sed -n 's/^  "version": \([0-9]*\),$/\1/p')
+for n in $(seq 200); do curl -s http://%s/capacity/config/ -H 'Authorization: Token staff-1-token' | grep -Eq "\"version\": ?$v[,}]" && break; sleep 0.05; done
+`, gwAddr)
+			}
 		}
 	}
 	script.WriteString("wait\n")
