@@ -137,7 +137,15 @@ func TestReadmeWalkthrough(t *testing.T) {
 			code = strings.TrimSuffix(strings.TrimSpace(code), "&")
 			fmt.Fprintf(&script, "echo '@@%d'; %s > bg%d.log 2>&1 &\n", i, code, i)
 			if m := regexp.MustCompile(`--listen (\S+)`).FindStringSubmatch(line); m != nil {
-				fmt.Fprintf(&script, "for n in $(seq 200); do curl -s -o /dev/null http://%s/readyz && break; sleep 0.05; done\n", m[1])
+				// The gateway is ready for the walkthrough once the staff
+				// API reads the config: /readyz is ready on the defaults
+				// already, while the SQLite migration may still run (on a
+				// loaded machine, seconds), and a change sent then fails.
+				probe := "curl -s -o /dev/null http://" + m[1] + "/readyz"
+				if strings.Contains(line, " serve ") {
+					probe = "[ \"$(curl -s -o /dev/null -w '%{http_code}' http://" + m[1] + "/capacity/config/ -H 'Authorization: Token staff-1-token')\" = 200 ]"
+				}
+				fmt.Fprintf(&script, "for n in $(seq 600); do %s && break; sleep 0.05; done\n", probe)
 			}
 			fmt.Fprintf(&script, "echo '@@end %d 0'\n", i)
 		default:
@@ -146,9 +154,9 @@ func TestReadmeWalkthrough(t *testing.T) {
 				// A person takes a moment before the next command; the
 				// script waits instead until the gateway has the
 				// version (pushed within 250 ms, later on a loaded
-				// machine), at most 10 s.
+				// machine), at most 30 s.
 				fmt.Fprintf(&script, `v=$(./capgate capacity show | sed -n 's/^  "version": \([0-9]*\),$/\1/p')
-for n in $(seq 200); do curl -s http://%s/capacity/config/ -H 'Authorization: Token staff-1-token' | grep -Eq "\"version\": ?$v[,}]" && break; sleep 0.05; done
+for n in $(seq 600); do curl -s http://%s/capacity/config/ -H 'Authorization: Token staff-1-token' | grep -Eq "\"version\": ?$v[,}]" && break; sleep 0.05; done
 `, gwAddr)
 			}
 		}
