@@ -155,7 +155,8 @@ func (c *DemoCommand) Run(ctx context.Context, args []string) error {
 	} else {
 		progress("ocl_capacity lines: " + *logFile)
 	}
-	fmt.Fprintf(c.Stdout, "capgate demo: %d users (%d per tier, 2 calls at once each), %s\n\n", len(loadUsers), *perTier, *duration)
+	fmt.Fprintf(c.Stdout, "capgate demo: %d users (%d per tier, 2 calls at once each), %s\n", len(loadUsers), *perTier, *duration)
+	fmt.Fprintf(c.Stdout, "live: the API's load, then each lane's calls in flight / limit (tiers: staff, core, early_access, preview)\n\n")
 
 	phases := make([]demoPhase, len(modes))
 	var runErr error
@@ -174,12 +175,13 @@ func (c *DemoCommand) Run(ctx context.Context, args []string) error {
 		fmt.Fprintf(c.Stdout, "== %s for %s: %s\n", m, ph.dur, phaseStory(m))
 		ph.t = tally.begin()
 		api.TakeWindow()
+		failedBefore := api.Stats().Failed // the live line counts this phase's failures
 		cfgNow := srv.Configs.Config(ctx)
 		var lastPrint time.Time
 		ph.rep, runErr = loadgen.Run(ctx, loadgen.Config{BaseURL: gwURL, Users: loadUsers, Duration: ph.dur,
 			Workers: 2, Think: time.Second, Grace: 10 * time.Second, BulkRows: [2]int{5, 25}},
 			func(p loadgen.Progress) {
-				line := c.progressLine(ctx, srv.Gate, cfgNow, api, p)
+				line := c.progressLine(ctx, srv.Gate, cfgNow, api, failedBefore, p)
 				if c.Live {
 					fmt.Fprintf(c.Stdout, "\r%s\033[K", line)
 				} else if time.Since(lastPrint) >= 5*time.Second {
@@ -287,21 +289,23 @@ func demoUsers(n int) ([]simapi.User, []loadgen.User) {
 	return su, lu
 }
 
-func (c *DemoCommand) progressLine(ctx context.Context, g *capgate.Gate, cfg capgate.Config, api *simapi.API, p loadgen.Progress) string {
+// progressLine is the live line: the phase's calls, the API's load and
+// failures (since failedBefore), and the lanes, limits as they apply.
+func (c *DemoCommand) progressLine(ctx context.Context, g *capgate.Gate, cfg capgate.Config, api *simapi.API, failedBefore int, p loadgen.Progress) string {
 	st := g.Status(ctx, cfg)
 	as := api.Stats()
 	var b strings.Builder
-	fmt.Fprintf(&b, "%3.0fs  %-7s calls %-4d rows %-5d  API: %2d at once, %d failed", p.Elapsed.Seconds(), cfg.Mode,
-		p.Calls, p.RowsDone, as.InFlight, as.Failed)
+	fmt.Fprintf(&b, "%3.0fs %-7s calls %-4d rows %-5d | API %2d at once, %d failed", p.Elapsed.Seconds(), cfg.Mode,
+		p.Calls, p.RowsDone, as.InFlight, as.Failed-failedBefore)
 	if st.APIHeavy != nil {
-		fmt.Fprintf(&b, "  lanes: api_heavy %d/%s  es2_knn %d/%d  tiers", st.APIHeavy.InFlight,
+		fmt.Fprintf(&b, " | api_heavy %d/%s es2_knn %d/%d | tiers", st.APIHeavy.InFlight,
 			heavyLimit(st.APIHeavy.Limit, st.APIHeavy.BulkLimit), st.ES2KNN.InFlight, st.ES2KNN.Limit)
 		for _, t := range capgate.AllTiers() {
 			l := st.Tiers[string(t)]
-			fmt.Fprintf(&b, " %s %d/%d", t, l.InFlight, l.Limit)
+			fmt.Fprintf(&b, " %d/%d", l.InFlight, l.Limit)
 		}
 		if w := st.APIHeavy.Waiting; w > 0 {
-			fmt.Fprintf(&b, "  waiting %d", w)
+			fmt.Fprintf(&b, " | waiting %d", w)
 		}
 	}
 	return b.String()
