@@ -111,7 +111,7 @@ func DefaultConfig(mode Mode) Config {
 	return Config{
 		Mode:             mode,
 		EnforceFor:       EnforceAware,
-		APIHeavy:         APIHeavy{Cluster: 4, PerTask: 2},
+		APIHeavy:         APIHeavy{Cluster: 4, PerTask: 4},
 		ES2KNN:           3,
 		ReserveSingleRow: 1,
 		Tiers:            TierLimits{Staff: 4, Core: 4, EarlyAccess: 3, Preview: 2},
@@ -291,28 +291,35 @@ func checkShape(obj map[string]any, settings []setting, prefix string, errs, unk
 
 // checkCross returns the problems between settings of a well-shaped config.
 func checkCross(c Config) []string {
+	// Each message shows the values that broke its rule, so a change
+	// refused for a value it did not touch says which one is in force.
 	var errs []string
 	if c.ReserveSingleRow > c.APIHeavy.Cluster {
-		errs = append(errs, `"reserve_single_row" can't be more than "api_heavy.cluster".`)
+		errs = append(errs, fmt.Sprintf(`"reserve_single_row" (%d) can't be more than "api_heavy.cluster" (%d).`,
+			c.ReserveSingleRow, c.APIHeavy.Cluster))
 	}
 	if c.LeaseSeconds < 15 {
-		errs = append(errs, `"lease_seconds" must be at least 15.`)
+		errs = append(errs, fmt.Sprintf(`"lease_seconds" (%d) must be at least 15.`, c.LeaseSeconds))
 	}
 	if c.RenewSeconds < 1 || c.RenewSeconds > c.LeaseSeconds/3 {
-		errs = append(errs, `"renew_seconds" must be at least 1 and at most a third of "lease_seconds".`)
+		errs = append(errs, fmt.Sprintf(`"renew_seconds" (%d) must be at least 1 and at most a third of "lease_seconds" (%d).`,
+			c.RenewSeconds, c.LeaseSeconds))
 	}
 	if c.MaxHoldSeconds < c.LeaseSeconds {
-		errs = append(errs, `"max_hold_seconds" can't be less than "lease_seconds".`)
+		errs = append(errs, fmt.Sprintf(`"max_hold_seconds" (%d) can't be less than "lease_seconds" (%d).`,
+			c.MaxHoldSeconds, c.LeaseSeconds))
 	}
 	ra := c.RetryAfter
 	if ra.Base < 1 || ra.Paused < 1 || ra.Max < ra.Base {
-		errs = append(errs, `"retry_after" needs "base" and "paused" of at least 1, and "max" of at least "base".`)
+		errs = append(errs, fmt.Sprintf(`"retry_after" needs "base" (%d) and "paused" (%d) of at least 1, and "max" (%d) of at least "base".`,
+			ra.Base, ra.Paused, ra.Max))
 	}
 	if c.Wait.MaxSeconds > maxWaitSeconds {
-		errs = append(errs, fmt.Sprintf(`"wait.max_seconds" must be at most %d.`, maxWaitSeconds))
+		errs = append(errs, fmt.Sprintf(`"wait.max_seconds" (%d) must be at most %d.`, c.Wait.MaxSeconds, maxWaitSeconds))
 	}
 	if c.Wait.MaxWaitingPerUser > c.Wait.MaxWaiting {
-		errs = append(errs, `"wait.max_waiting_per_user" can't be more than "wait.max_waiting".`)
+		errs = append(errs, fmt.Sprintf(`"wait.max_waiting_per_user" (%d) can't be more than "wait.max_waiting" (%d).`,
+			c.Wait.MaxWaitingPerUser, c.Wait.MaxWaiting))
 	}
 	return append(errs, c.Idempotency.check()...)
 }

@@ -16,7 +16,7 @@ func TestDefaultConfig(t *testing.T) {
 	got := capgate.DefaultConfig(capgate.ModeShadow)
 	want := capgate.Config{
 		Mode: "shadow", EnforceFor: "aware",
-		APIHeavy: capgate.APIHeavy{Cluster: 4, PerTask: 2}, ES2KNN: 3, ReserveSingleRow: 1,
+		APIHeavy: capgate.APIHeavy{Cluster: 4, PerTask: 4}, ES2KNN: 3, ReserveSingleRow: 1,
 		Tiers:        capgate.TierLimits{Staff: 4, Core: 4, EarlyAccess: 3, Preview: 2},
 		PerUser:      capgate.TierLimits{Staff: 4, Core: 3, EarlyAccess: 2, Preview: 1},
 		LeaseSeconds: 60, RenewSeconds: 20, MaxHoldSeconds: 900,
@@ -96,9 +96,13 @@ func TestApply(t *testing.T) {
 func TestApplyRejects(t *testing.T) {
 	const (
 		whole = `"es2_knn" must be a whole number from 0 to 100000.`
-		renew = `"renew_seconds" must be at least 1 and at most a third of "lease_seconds".`
-		retry = `"retry_after" needs "base" and "paused" of at least 1, and "max" of at least "base".`
 	)
+	renew := func(renew, lease int) string {
+		return fmt.Sprintf(`"renew_seconds" (%d) must be at least 1 and at most a third of "lease_seconds" (%d).`, renew, lease)
+	}
+	retry := func(base, paused, max int) string {
+		return fmt.Sprintf(`"retry_after" needs "base" (%d) and "paused" (%d) of at least 1, and "max" (%d) of at least "base".`, base, paused, max)
+	}
 	tests := []struct {
 		change string
 		want   []string
@@ -124,17 +128,17 @@ func TestApplyRejects(t *testing.T) {
 		{`{"es2_knn":100001}`, []string{whole}},
 		{`{"es2_knn":99999999999999999999999}`, []string{whole}},
 		{`{"per_user":{"preview":100001}}`, []string{`"per_user.preview" must be a whole number from 0 to 100000.`}},
-		{`{"reserve_single_row":5}`, []string{`"reserve_single_row" can't be more than "api_heavy.cluster".`}},
-		{`{"lease_seconds":14,"renew_seconds":1}`, []string{`"lease_seconds" must be at least 15.`}},
-		{`{"renew_seconds":21}`, []string{renew}},
-		{`{"renew_seconds":0}`, []string{renew}},
-		{`{"lease_seconds":59}`, []string{renew}}, // floor(59/3) = 19 < 20
-		{`{"max_hold_seconds":30}`, []string{`"max_hold_seconds" can't be less than "lease_seconds".`}},
-		{`{"retry_after":{"base":0}}`, []string{retry}},
-		{`{"retry_after":{"base":10,"max":5}}`, []string{retry}},
-		{`{"retry_after":{"paused":0}}`, []string{retry}},
-		{`{"wait":{"max_seconds":301}}`, []string{`"wait.max_seconds" must be at most 300.`}},
-		{`{"wait":{"max_waiting":10}}`, []string{`"wait.max_waiting_per_user" can't be more than "wait.max_waiting".`}},
+		{`{"reserve_single_row":5}`, []string{`"reserve_single_row" (5) can't be more than "api_heavy.cluster" (4).`}},
+		{`{"lease_seconds":14,"renew_seconds":1}`, []string{`"lease_seconds" (14) must be at least 15.`}},
+		{`{"renew_seconds":21}`, []string{renew(21, 60)}},
+		{`{"renew_seconds":0}`, []string{renew(0, 60)}},
+		{`{"lease_seconds":59}`, []string{renew(20, 59)}}, // floor(59/3) = 19 < 20
+		{`{"max_hold_seconds":30}`, []string{`"max_hold_seconds" (30) can't be less than "lease_seconds" (60).`}},
+		{`{"retry_after":{"base":0}}`, []string{retry(0, 120, 30)}},
+		{`{"retry_after":{"base":10,"max":5}}`, []string{retry(10, 120, 5)}},
+		{`{"retry_after":{"paused":0}}`, []string{retry(5, 0, 30)}},
+		{`{"wait":{"max_seconds":301}}`, []string{`"wait.max_seconds" (301) must be at most 300.`}},
+		{`{"wait":{"max_waiting":10}}`, []string{`"wait.max_waiting_per_user" (20) can't be more than "wait.max_waiting" (10).`}},
 		{`{"wait":{"max_seconds":-1}}`, []string{`"wait.max_seconds" must be a whole number from 0 to 100000.`}},
 		{`{"wait":{"max_seconds":5,"fifo":true}}`, []string{`Unknown setting "wait.fifo".`}},
 		{`{"wait":3}`, []string{`wait must be an object.`}},
@@ -145,8 +149,8 @@ func TestApplyRejects(t *testing.T) {
 			`Unknown setting "alpha".`, `Unknown setting "tiers.gold".`, `Unknown setting "zeta".`,
 		}},
 		{`{"lease_seconds":14,"max_hold_seconds":14,"renew_seconds":5,"reserve_single_row":9}`, []string{
-			`"reserve_single_row" can't be more than "api_heavy.cluster".`,
-			`"lease_seconds" must be at least 15.`, renew,
+			`"reserve_single_row" (9) can't be more than "api_heavy.cluster" (4).`,
+			`"lease_seconds" (14) must be at least 15.`, renew(5, 14),
 		}},
 	}
 	defaults := capgate.DefaultConfig(capgate.ModeShadow)

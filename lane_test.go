@@ -13,7 +13,7 @@ func TestPlan(t *testing.T) {
 	bulk := capgate.Call{Endpoint: capgate.EndpointMatch, Rows: 10, Semantic: true, UserID: "42", Tier: capgate.TierEarlyAccess}
 	want := []capgate.Lane{
 		{Name: "api_heavy", Key: "ocl:capacity:api_heavy", Limit: 3},
-		{Name: "api_heavy_task", Key: "ocl:capacity:api_heavy_task:task-a", Limit: 2},
+		{Name: "api_heavy_task", Key: "ocl:capacity:api_heavy_task:task-a", Limit: 4},
 		{Name: "es2_knn", Key: "ocl:capacity:es2_knn", Limit: 3},
 		{Name: "tier", Key: "ocl:capacity:tier:early_access", Limit: 3},
 		{Name: "user", Key: "ocl:capacity:user:42", Limit: 2},

@@ -24,6 +24,7 @@ func (g *Gate) Status(ctx context.Context, cfg Config) status.Snapshot {
 	}
 	st.Store = status.OK
 	g.tuner.annotate(cfg, g.TaskID, &st)
+	st.Binding = status.BindingLane(st)
 	return st
 }
 
@@ -43,6 +44,35 @@ func (g *Gate) ReadLanes(ctx context.Context, cfg Config) status.Snapshot {
 	st.Users = map[string]status.User{}
 	st.Store = status.OK
 	return st
+}
+
+// ReadLocalLanes is ReadLanes over the gate's local lanes (Gate.Local):
+// the calls this gateway alone counts, which decide while the lane store
+// is unavailable, with the degraded limits they then apply (the
+// cluster-wide lanes divided among the gateways last seen). ok is false
+// for a gate without local lanes. For the lane gauges during an outage.
+func (g *Gate) ReadLocalLanes(ctx context.Context, cfg Config) (st status.Snapshot, ok bool) {
+	if g.Local == nil {
+		return status.Snapshot{}, false
+	}
+	k := g.keys()
+	st = newSnapshot(g.Local, cfg)
+	counts, waiting, err := countStatus(ctx, g.Local, k, cfg, &st, []string{k.Lane(LaneTask, k.TaskID)})
+	if err != nil {
+		return failedSnapshot(st, err), true
+	}
+	n := g.gatewaysSeen()
+	cluster := func(limit int) int { return degradedLimit(Lane{Name: LaneAPIHeavy, Limit: limit}, n) }
+	st.APIHeavy.Limit, st.APIHeavy.BulkLimit = cluster(st.APIHeavy.Limit), cluster(st.APIHeavy.BulkLimit)
+	st.ES2KNN.Limit = cluster(st.ES2KNN.Limit)
+	for t, l := range st.Tiers {
+		l.Limit = cluster(l.Limit)
+		st.Tiers[t] = l
+	}
+	st.Tasks = map[string]status.Lane{k.TaskID: {InFlight: counts[0], Limit: cfg.APIHeavy.PerTask, Waiting: waiting[0]}}
+	st.Users = map[string]status.User{}
+	st.Store = status.OK
+	return st, true
 }
 
 func newSnapshot(store LaneStore, cfg Config) status.Snapshot {

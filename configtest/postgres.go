@@ -9,6 +9,7 @@ import (
 	"github.com/jackc/pgx/v5"
 
 	"github.com/capgate/capgate/internal/randhex"
+	"github.com/capgate/capgate/internal/skipnote"
 )
 
 // PostgresURLEnv names the PostgreSQL the tests run against, e.g.
@@ -22,7 +23,7 @@ func PostgresSchema(tb testing.TB) string {
 	tb.Helper()
 	base := os.Getenv(PostgresURLEnv)
 	if base == "" {
-		tb.Skipf("set %s (e.g. postgres://postgres@127.0.0.1:5432/test?sslmode=disable) to run the PostgreSQL tests", PostgresURLEnv)
+		skipnote.Skip(tb, "the PostgreSQL tests", "set "+PostgresURLEnv+"='postgres://postgres@127.0.0.1:5432/test?sslmode=disable'")
 	}
 	ctx := context.Background()
 	conn, err := pgx.Connect(ctx, base)

@@ -39,9 +39,10 @@ func TestRateLimitFields(t *testing.T) {
 	exposesRateLimit(t, "admitted", r.Header.Get("Access-Control-Expose-Headers"))
 
 	// cora (core, 3 per user) has room: the lane with the least room left
-	// is this gateway's task lane (2 per task, this call in it).
+	// is the cluster's bulk limit (4 − the single-row reserve 1, this call
+	// in it).
 	r = e.do(ctx, "POST", semanticMatch, twoRows, "Authorization", "Token t-cora")
-	if p, l := r.Header.Get("RateLimit-Policy"), r.Header.Get("RateLimit"); p != `"api_heavy_task";q=2;qu="concurrent-requests"` || l != `"api_heavy_task";r=1` {
+	if p, l := r.Header.Get("RateLimit-Policy"), r.Header.Get("RateLimit"); p != `"api_heavy";q=3;qu="concurrent-requests"` || l != `"api_heavy";r=2` {
 		t.Errorf("core: RateLimit-Policy %q, RateLimit %q", p, l)
 	}
 }

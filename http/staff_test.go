@@ -304,7 +304,7 @@ func TestStatus(t *testing.T) {
 	}
 	wantBody(t, "status api_heavy", got["api_heavy"], `{"in_flight":1,"limit":4,"bulk_limit":3}`)
 	wantBody(t, "status users", got["users"], `{"alice":{"in_flight":1}}`)
-	wantBody(t, "status tasks", got["tasks"], `{"task1":{"in_flight":1,"limit":2}}`)
+	wantBody(t, "status tasks", got["tasks"], `{"task1":{"in_flight":1,"limit":4}}`)
 
 	s.do(t, "PATCH", "/capacity/config/", "staff-token", `{"api_heavy":{"cluster":6}}`)
 	_, _, body = s.do(t, "GET", "/capacity/status/", "staff-token", "")

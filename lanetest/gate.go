@@ -21,12 +21,15 @@ type Env struct {
 
 // NewEnv opens a store and a gate over it on task "task-a", with a fresh
 // random key prefix (so runs against a shared Redis don't meet) and the
-// default config in shadow mode, waiting off. Admissions are the test's to release.
+// default config in shadow mode (per_task 2, the original's), waiting off. Admissions are the test's to release.
 func NewEnv(t testing.TB, open Factory) *Env {
 	t.Helper()
 	s := open(t)
 	def := capgate.DefaultConfig(capgate.ModeShadow)
 	def.Wait.MaxSeconds = 0 // the cases of RunGate refuse at once; RunWait's wait
+	// The original's per_task (2, below cluster): the cases check the
+	// seed's lanes with the seed's numbers, the task lane binding first.
+	def.APIHeavy.PerTask = 2
 	cfg := capgate.NewFixedConfig(def)
 	sink := &mock.Sink{}
 	g, err := capgate.NewGate(s, cfg, sink, "task-a")

@@ -26,15 +26,31 @@ type LaneReader interface {
 	ReadLanes(ctx context.Context, cfg capgate.Config) status.Snapshot
 }
 
+// LocalLaneReader is a LaneReader that also reads the gateway's own local
+// lanes (capgate.Gate.ReadLocalLanes): what decides while the lane store
+// is unavailable. ok is false when there are none.
+type LocalLaneReader interface {
+	ReadLocalLanes(ctx context.Context, cfg capgate.Config) (st status.Snapshot, ok bool)
+}
+
+// Where the lane series come from (the source label).
+const (
+	SourceStore = "store" // the lane store: all gateways
+	SourceLocal = "local" // this gateway's local lanes, while the store is unavailable
+)
+
 // WithLanes exports the lanes as the lane store holds them at scrape time
 // (not as some call last saw them, which stays stale once the load stops):
 // capgate_lane_in_flight{lane} and capgate_lane_limit{lane} for api_heavy,
 // es2_knn, this gateway's api_heavy_task and every tier:<tier>;
 // capgate_lane_queued{lane}, the calls of all gateways waiting on it; and
 // capgate_wait_max_waiting, the config's wait.max_waiting. One read serves
-// every scrape for DefaultLanesMaxAge. A read that fails exports none of
-// the lane series (no stale values) and counts in
-// capgate_lane_reads_failed_total.
+// every scrape for DefaultLanesMaxAge. Each series has source="store".
+// A read that fails counts in capgate_lane_reads_failed_total; then, if
+// lanes is a LocalLaneReader with local lanes, the series come from them,
+// with source="local" (this gateway's calls, against the degraded limits
+// it applies: exactly what decides during the outage), else there are
+// none (no stale values).
 func WithLanes(lanes LaneReader, configs capgate.ConfigSource) Option {
 	return func(m *Metrics) {
 		m.lanes = &laneCollector{read: lanes, configs: configs, now: time.Now,
@@ -45,15 +61,15 @@ func WithLanes(lanes LaneReader, configs capgate.ConfigSource) Option {
 
 var (
 	descInFlight = prometheus.NewDesc(Namespace+"_lane_in_flight",
-		"Calls in flight per lane, all gateways, read from the lane store (at most 2 s old).", []string{"lane"}, nil)
+		"Calls in flight per lane, all gateways, read from the lane store (at most 2 s old); source local: this gateway's local lanes while the store is unavailable.", []string{"lane", "source"}, nil)
 	descLimit = prometheus.NewDesc(Namespace+"_lane_limit",
-		"Limit per lane in the config in force (api_heavy: the cluster limit).", []string{"lane"}, nil)
+		"Limit per lane in the config in force (api_heavy: the cluster limit); source local: the degraded limit the local lanes apply.", []string{"lane", "source"}, nil)
 	descQueued = prometheus.NewDesc(Namespace+"_lane_queued",
-		"Calls of all gateways waiting for a slot per lane, read from the lane store (at most 2 s old).", []string{"lane"}, nil)
+		"Calls of all gateways waiting for a slot per lane, read from the lane store (at most 2 s old); source local: this gateway's local lanes while the store is unavailable.", []string{"lane", "source"}, nil)
 	descMaxWaiting = prometheus.NewDesc(Namespace+"_wait_max_waiting",
 		"The config's wait.max_waiting: the most calls that may wait at once, in all.", nil, nil)
 	descReadsFailed = prometheus.NewDesc(Namespace+"_lane_reads_failed_total",
-		"Reads of the lanes for metrics that failed (the lane series are then absent).", nil, nil)
+		"Reads of the lane store for metrics that failed (the lane series then come from the local lanes, source local, or are absent).", nil, nil)
 )
 
 // laneCollector reads the lanes on Collect, at most once per maxAge.
@@ -67,6 +83,7 @@ type laneCollector struct {
 	mu     sync.Mutex // held across a read, so concurrent scrapes share it
 	at     time.Time  // when st was read; requires mu held
 	st     status.Snapshot
+	source string // SourceStore, or SourceLocal when st is the local lanes
 	cfg    capgate.Config
 	failed uint64
 }
@@ -79,12 +96,12 @@ func (c *laneCollector) Describe(ch chan<- *prometheus.Desc) {
 
 // snapshot returns the lanes read within maxAge, reading them now if
 // there is none.
-func (c *laneCollector) snapshot() (status.Snapshot, capgate.Config, uint64) {
+func (c *laneCollector) snapshot() (status.Snapshot, string, capgate.Config, uint64) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	now := c.now()
 	if !c.at.IsZero() && now.Sub(c.at) < c.maxAge {
-		return c.st, c.cfg, c.failed
+		return c.st, c.source, c.cfg, c.failed
 	}
 	// A scrape carries no context (promhttp's Collect has none): the read
 	// gets its own deadline so a store that hangs can't hold the scrape.
@@ -93,23 +110,29 @@ func (c *laneCollector) snapshot() (status.Snapshot, capgate.Config, uint64) {
 	c.cfg = c.configs.Config(ctx)
 	c.st = c.read.ReadLanes(ctx, c.cfg)
 	c.at = now
+	c.source = SourceStore
 	if c.st.Store != status.OK {
 		c.failed++
+		if local, ok := c.read.(LocalLaneReader); ok {
+			if st, ok := local.ReadLocalLanes(ctx, c.cfg); ok && st.Store == status.OK {
+				c.st, c.source = st, SourceLocal
+			}
+		}
 	}
-	return c.st, c.cfg, c.failed
+	return c.st, c.source, c.cfg, c.failed
 }
 
 func (c *laneCollector) Collect(ch chan<- prometheus.Metric) {
-	st, cfg, failed := c.snapshot()
+	st, source, cfg, failed := c.snapshot()
 	ch <- prometheus.MustNewConstMetric(descReadsFailed, prometheus.CounterValue, float64(failed))
 	ch <- prometheus.MustNewConstMetric(descMaxWaiting, prometheus.GaugeValue, float64(cfg.Wait.MaxWaiting))
 	if st.Store != status.OK || st.APIHeavy == nil || st.ES2KNN == nil {
 		return
 	}
 	lane := func(name string, l status.Lane) {
-		ch <- prometheus.MustNewConstMetric(descInFlight, prometheus.GaugeValue, float64(l.InFlight), name)
-		ch <- prometheus.MustNewConstMetric(descLimit, prometheus.GaugeValue, float64(l.Limit), name)
-		ch <- prometheus.MustNewConstMetric(descQueued, prometheus.GaugeValue, float64(l.Waiting), name)
+		ch <- prometheus.MustNewConstMetric(descInFlight, prometheus.GaugeValue, float64(l.InFlight), name, source)
+		ch <- prometheus.MustNewConstMetric(descLimit, prometheus.GaugeValue, float64(l.Limit), name, source)
+		ch <- prometheus.MustNewConstMetric(descQueued, prometheus.GaugeValue, float64(l.Waiting), name, source)
 	}
 	lane(string(capgate.LaneAPIHeavy), status.Lane{InFlight: st.APIHeavy.InFlight, Limit: st.APIHeavy.Limit, Waiting: st.APIHeavy.Waiting})
 	lane(string(capgate.LaneES2KNN), *st.ES2KNN)

@@ -14,6 +14,7 @@ import (
 
 	"github.com/capgate/capgate"
 	"github.com/capgate/capgate/internal/randhex"
+	"github.com/capgate/capgate/internal/skipnote"
 	"github.com/capgate/capgate/memory"
 	"github.com/capgate/capgate/metrics"
 	"github.com/capgate/capgate/mock"
@@ -28,7 +29,7 @@ func TestLaneGaugesAreReadFromTheStore(t *testing.T) {
 	t.Run("redis", func(t *testing.T) {
 		u := os.Getenv("CAPGATE_TEST_REDIS_URL")
 		if u == "" {
-			t.Skip("no real Redis: set CAPGATE_TEST_REDIS_URL")
+			skipnote.Skip(t, "the real-Redis tests", "set CAPGATE_TEST_REDIS_URL=redis://127.0.0.1:6379/15")
 		}
 		rs, err := redis.Open(redis.Options{URL: u})
 		if err != nil {
@@ -71,15 +72,15 @@ func testLaneGauges(t *testing.T, base capgate.LaneStore, prefix string) {
 		}
 	}
 	inFlight(`
-# HELP capgate_lane_in_flight Calls in flight per lane, all gateways, read from the lane store (at most 2 s old).
+# HELP capgate_lane_in_flight Calls in flight per lane, all gateways, read from the lane store (at most 2 s old); source local: this gateway's local lanes while the store is unavailable.
 # TYPE capgate_lane_in_flight gauge
-capgate_lane_in_flight{lane="api_heavy"} 1
-capgate_lane_in_flight{lane="api_heavy_task"} 1
-capgate_lane_in_flight{lane="es2_knn"} 1
-capgate_lane_in_flight{lane="tier:core"} 0
-capgate_lane_in_flight{lane="tier:early_access"} 0
-capgate_lane_in_flight{lane="tier:preview"} 1
-capgate_lane_in_flight{lane="tier:staff"} 0
+capgate_lane_in_flight{lane="api_heavy",source="store"} 1
+capgate_lane_in_flight{lane="api_heavy_task",source="store"} 1
+capgate_lane_in_flight{lane="es2_knn",source="store"} 1
+capgate_lane_in_flight{lane="tier:core",source="store"} 0
+capgate_lane_in_flight{lane="tier:early_access",source="store"} 0
+capgate_lane_in_flight{lane="tier:preview",source="store"} 1
+capgate_lane_in_flight{lane="tier:staff",source="store"} 0
 `)
 	a.Release(ctx)
 	// Within the cache's age a scrape reuses the read: no store call.
@@ -91,26 +92,26 @@ capgate_lane_in_flight{lane="tier:staff"} 0
 	}
 	clock.Advance(metrics.DefaultLanesMaxAge)
 	inFlight(`
-# HELP capgate_lane_in_flight Calls in flight per lane, all gateways, read from the lane store (at most 2 s old).
+# HELP capgate_lane_in_flight Calls in flight per lane, all gateways, read from the lane store (at most 2 s old); source local: this gateway's local lanes while the store is unavailable.
 # TYPE capgate_lane_in_flight gauge
-capgate_lane_in_flight{lane="api_heavy"} 0
-capgate_lane_in_flight{lane="api_heavy_task"} 0
-capgate_lane_in_flight{lane="es2_knn"} 0
-capgate_lane_in_flight{lane="tier:core"} 0
-capgate_lane_in_flight{lane="tier:early_access"} 0
-capgate_lane_in_flight{lane="tier:preview"} 0
-capgate_lane_in_flight{lane="tier:staff"} 0
+capgate_lane_in_flight{lane="api_heavy",source="store"} 0
+capgate_lane_in_flight{lane="api_heavy_task",source="store"} 0
+capgate_lane_in_flight{lane="es2_knn",source="store"} 0
+capgate_lane_in_flight{lane="tier:core",source="store"} 0
+capgate_lane_in_flight{lane="tier:early_access",source="store"} 0
+capgate_lane_in_flight{lane="tier:preview",source="store"} 0
+capgate_lane_in_flight{lane="tier:staff",source="store"} 0
 `)
 	if err := testutil.GatherAndCompare(reg, strings.NewReader(`
-# HELP capgate_lane_limit Limit per lane in the config in force (api_heavy: the cluster limit).
+# HELP capgate_lane_limit Limit per lane in the config in force (api_heavy: the cluster limit); source local: the degraded limit the local lanes apply.
 # TYPE capgate_lane_limit gauge
-capgate_lane_limit{lane="api_heavy"} 4
-capgate_lane_limit{lane="api_heavy_task"} 2
-capgate_lane_limit{lane="es2_knn"} 3
-capgate_lane_limit{lane="tier:core"} 4
-capgate_lane_limit{lane="tier:early_access"} 3
-capgate_lane_limit{lane="tier:preview"} 2
-capgate_lane_limit{lane="tier:staff"} 4
+capgate_lane_limit{lane="api_heavy",source="store"} 4
+capgate_lane_limit{lane="api_heavy_task",source="store"} 4
+capgate_lane_limit{lane="es2_knn",source="store"} 3
+capgate_lane_limit{lane="tier:core",source="store"} 4
+capgate_lane_limit{lane="tier:early_access",source="store"} 3
+capgate_lane_limit{lane="tier:preview",source="store"} 2
+capgate_lane_limit{lane="tier:staff",source="store"} 4
 # HELP capgate_wait_max_waiting The config's wait.max_waiting: the most calls that may wait at once, in all.
 # TYPE capgate_wait_max_waiting gauge
 capgate_wait_max_waiting 200
@@ -137,11 +138,48 @@ func TestLaneGaugesAbsentWhenTheStoreFails(t *testing.T) {
 		t.Errorf("lane series while the store fails: %d (%v), want 0", n, err)
 	}
 	if err := testutil.GatherAndCompare(reg, strings.NewReader(`
-# HELP capgate_lane_reads_failed_total Reads of the lanes for metrics that failed (the lane series are then absent).
+# HELP capgate_lane_reads_failed_total Reads of the lane store for metrics that failed (the lane series then come from the local lanes, source local, or are absent).
 # TYPE capgate_lane_reads_failed_total counter
 capgate_lane_reads_failed_total 1
 `), "capgate_lane_reads_failed_total"); err != nil {
 		t.Error(err)
+	}
+}
+
+// While the store fails, a gate with local lanes exports them instead,
+// labelled source="local": this gateway's calls against the degraded
+// limits, exactly what decides during the outage.
+func TestLaneGaugesFromTheLocalLanesWhenTheStoreFails(t *testing.T) {
+	reg := prometheus.NewPedanticRegistry()
+	store := &mock.LaneStore{Base: memory.New(nil)}
+	store.CountFn = func(context.Context, []string, []int) error { return errors.New("connection refused") }
+	cfg := capgate.NewFixedConfig(capgate.DefaultConfig(capgate.ModeShadow))
+	gate, err := capgate.NewGate(store, cfg, nil, "task-1")
+	if err != nil {
+		t.Fatal(err)
+	}
+	gate.Local = memory.New(nil)
+	if _, err := metrics.New(reg, metrics.WithLanes(gate, cfg)); err != nil {
+		t.Fatal(err)
+	}
+	if err := testutil.GatherAndCompare(reg, strings.NewReader(`
+# HELP capgate_lane_limit Limit per lane in the config in force (api_heavy: the cluster limit); source local: the degraded limit the local lanes apply.
+# TYPE capgate_lane_limit gauge
+capgate_lane_limit{lane="api_heavy",source="local"} 4
+capgate_lane_limit{lane="api_heavy_task",source="local"} 4
+capgate_lane_limit{lane="es2_knn",source="local"} 3
+capgate_lane_limit{lane="tier:core",source="local"} 4
+capgate_lane_limit{lane="tier:early_access",source="local"} 3
+capgate_lane_limit{lane="tier:preview",source="local"} 2
+capgate_lane_limit{lane="tier:staff",source="local"} 4
+# HELP capgate_lane_reads_failed_total Reads of the lane store for metrics that failed (the lane series then come from the local lanes, source local, or are absent).
+# TYPE capgate_lane_reads_failed_total counter
+capgate_lane_reads_failed_total 1
+`), "capgate_lane_limit", "capgate_lane_reads_failed_total"); err != nil {
+		t.Error(err)
+	}
+	if n, err := testutil.GatherAndCount(reg, "capgate_lane_in_flight"); n != 7 || err != nil {
+		t.Errorf("local in-flight series: %d (%v), want 7", n, err)
 	}
 }
 
@@ -173,7 +211,7 @@ func TestPromlint(t *testing.T) {
 	for _, p := range problems {
 		t.Errorf("promlint: %s: %s", p.Metric, p.Text)
 	}
-	if err := testutil.GatherAndCompare(reg, strings.NewReader(`
+	if err := testutil.GatherAndCompare(nonZero{reg}, strings.NewReader(`
 # HELP capgate_build_info The capgate build running: always 1, labelled with its version and VCS revision.
 # TYPE capgate_build_info gauge
 capgate_build_info{revision="abc",version="v1.2.3"} 1

@@ -18,6 +18,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/capgate/capgate"
+	"github.com/capgate/capgate/status"
 )
 
 // Namespace prefixes every metric name.
@@ -43,6 +44,7 @@ type Metrics struct {
 	bufFull   prometheus.Counter     // heavy calls answered 503: the classification buffer was full
 	funcs     []prometheus.Collector // from options
 	lanes     *laneCollector         // WithLanes, or nil
+	recent    *status.Recent         // WithRecent, or nil
 
 	requests     *prometheus.CounterVec   // code, class: every request the gateway answered
 	upstream     *prometheus.HistogramVec // class: seconds to the upstream's response header
@@ -123,6 +125,12 @@ func WithStoreUp(up func(store string) float64, stores ...string) Option {
 	}
 }
 
+// WithRecent also counts each decision in r, by tier and lane, for the
+// status page's counts over the last minutes (status.Recent).
+func WithRecent(r *status.Recent) Option {
+	return func(m *Metrics) { m.recent = r }
+}
+
 // New returns metrics registered on reg. It returns an error if reg
 // refuses one of them (a name already registered, say).
 func New(reg prometheus.Registerer, opts ...Option) (*Metrics, error) {
@@ -159,6 +167,7 @@ func New(reg prometheus.Registerer, opts ...Option) (*Metrics, error) {
 	for _, o := range opts {
 		o(m)
 	}
+	m.zeros()
 	cs = append(cs, m.funcs...)
 	var errs []error
 	for _, c := range cs {
@@ -170,6 +179,52 @@ func New(reg prometheus.Registerer, opts ...Option) (*Metrics, error) {
 		return nil, fmt.Errorf("register metrics: %w", err)
 	}
 	return m, nil
+}
+
+// Label values every family starts with, at zero (see zeros).
+var (
+	storeOps           = []string{"acquire", "renew", "release"}
+	upstreamErrorKinds = []string{"timeout", "connect", "reset", "other"}
+	decisionValues     = []capgate.Decision{capgate.DecisionAdmitted, capgate.DecisionShadowRefused,
+		capgate.DecisionRefused, capgate.DecisionUnavailable}
+	requestClasses = []string{"heavy", "light", "staff"}
+)
+
+// zeros makes every labelled family exist from the start, each known
+// series at 0: a counter that appears only at its first event leaves a
+// dashboard panel at "No data" and an alert's rate() without a series
+// until then. The user lane has no series (one per user would grow
+// without bound); requests_total starts with code 200 of each class, its
+// other codes appear as they are answered.
+func (m *Metrics) zeros() {
+	for _, op := range storeOps {
+		m.storeErrs.WithLabelValues(op)
+		m.skipped.WithLabelValues(op)
+	}
+	for _, k := range upstreamErrorKinds {
+		m.upstreamErrs.WithLabelValues(k)
+	}
+	for _, d := range decisionValues {
+		m.degraded.WithLabelValues(string(d))
+		for _, e := range []string{capgate.EndpointMatch, capgate.EndpointRerank} {
+			for _, t := range capgate.AllTiers() {
+				m.decisions.WithLabelValues(string(d), e, string(t))
+			}
+		}
+	}
+	for _, c := range requestClasses {
+		m.requests.WithLabelValues("200", c)
+	}
+	for _, c := range []string{"heavy", "light"} {
+		m.upstream.WithLabelValues(c)
+	}
+	lanes := []string{string(capgate.LaneAPIHeavy), string(capgate.LaneTask), string(capgate.LaneES2KNN)}
+	for _, t := range capgate.AllTiers() {
+		lanes = append(lanes, "tier:"+string(t))
+	}
+	for _, l := range lanes {
+		m.waiting.WithLabelValues(l)
+	}
 }
 
 // collectors gathers the metrics New declares, in the order they are
@@ -226,6 +281,19 @@ func (m *Metrics) Released(a *capgate.Admission) {
 	}
 	if d, ok := a.Held(); ok {
 		m.held.Observe(d.Seconds())
+	}
+	if m.recent != nil && a.Decision() != "" {
+		var lanes []string
+		scope := ""
+		switch a.Decision() {
+		case capgate.DecisionRefused, capgate.DecisionShadowRefused:
+			scope = string(a.Scope())
+		default:
+			for _, l := range a.Lanes() {
+				lanes = append(lanes, string(l.Name))
+			}
+		}
+		m.recent.Record(string(call.Tier), string(a.Decision()), lanes, scope)
 	}
 }
 

@@ -21,7 +21,68 @@ import (
 	"github.com/capgate/capgate/memory"
 	"github.com/capgate/capgate/metrics"
 	"github.com/capgate/capgate/mock"
+
+	dto "github.com/prometheus/client_model/go"
 )
+
+// nonZero gathers from g without the counter series still at 0, which
+// New exports from the start (TestEveryFamilyFromTheStart): the
+// comparisons below check what the events counted.
+type nonZero struct{ g prometheus.Gatherer }
+
+func (n nonZero) Gather() ([]*dto.MetricFamily, error) {
+	fams, err := n.g.Gather()
+	var out []*dto.MetricFamily
+	for _, f := range fams {
+		var kept []*dto.Metric
+		for _, m := range f.GetMetric() {
+			if c := m.GetCounter(); c != nil && c.GetValue() == 0 {
+				continue
+			}
+			kept = append(kept, m)
+		}
+		if len(kept) > 0 {
+			f.Metric = kept
+			out = append(out, f)
+		}
+	}
+	return out, err
+}
+
+// Every labelled counter and gauge family is exported from the start,
+// its known series at 0, so dashboards and alerts have a series before
+// the first event: the store's errors and skips by op, the upstream's
+// errors by kind, the decisions (degraded too) by decision, the waiting
+// gauge by lane, requests by class.
+func TestEveryFamilyFromTheStart(t *testing.T) {
+	reg := prometheus.NewPedanticRegistry()
+	if _, err := metrics.New(reg); err != nil {
+		t.Fatal(err)
+	}
+	for name, want := range map[string]int{
+		"capgate_store_errors_total":       3,  // acquire, renew, release
+		"capgate_store_skipped_total":      3,  // the same
+		"capgate_upstream_errors_total":    4,  // timeout, connect, reset, other
+		"capgate_degraded_decisions_total": 4,  // every decision
+		"capgate_decisions_total":          32, // decision × endpoint × tier
+		"capgate_requests_total":           3,  // code 200 of heavy, light, staff
+		"capgate_lane_waiting":             7,  // api_heavy, api_heavy_task, es2_knn, every tier
+	} {
+		if n, err := testutil.GatherAndCount(reg, name); n != want || err != nil {
+			t.Errorf("%s at start: %d series (%v), want %d", name, n, err, want)
+		}
+	}
+	if err := testutil.GatherAndCompare(reg, strings.NewReader(`
+# HELP capgate_upstream_errors_total Calls the upstream did not answer, by kind (timeout, connect, reset, other); clients that left are not counted.
+# TYPE capgate_upstream_errors_total counter
+capgate_upstream_errors_total{kind="connect"} 0
+capgate_upstream_errors_total{kind="other"} 0
+capgate_upstream_errors_total{kind="reset"} 0
+capgate_upstream_errors_total{kind="timeout"} 0
+`), "capgate_upstream_errors_total"); err != nil {
+		t.Error(err)
+	}
+}
 
 func call(user string, tier capgate.Tier) capgate.Call {
 	return capgate.Call{Endpoint: capgate.EndpointMatch, Rows: 2, Semantic: true, UserID: user, Tier: tier}
@@ -75,7 +136,7 @@ capgate_config_version 12
 # TYPE capgate_oversize_bodies_total counter
 capgate_oversize_bodies_total 1
 `
-	if err := testutil.GatherAndCompare(reg, strings.NewReader(want),
+	if err := testutil.GatherAndCompare(nonZero{reg}, strings.NewReader(want),
 		"capgate_decisions_total", "capgate_store_errors_total", "capgate_store_skipped_total",
 		"capgate_log_lines_dropped_total", "capgate_config_version", "capgate_oversize_bodies_total"); err != nil {
 		t.Error(err)
@@ -192,7 +253,7 @@ func TestDegradedDecisionsCounted(t *testing.T) {
 # TYPE capgate_degraded_decisions_total counter
 capgate_degraded_decisions_total{decision="unavailable"} 1
 `
-	if err := testutil.GatherAndCompare(reg, strings.NewReader(want), "capgate_degraded_decisions_total"); err != nil {
+	if err := testutil.GatherAndCompare(nonZero{reg}, strings.NewReader(want), "capgate_degraded_decisions_total"); err != nil {
 		t.Error(err)
 	}
 }

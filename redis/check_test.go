@@ -8,6 +8,7 @@ import (
 
 	"github.com/alicebob/miniredis/v2"
 
+	"github.com/capgate/capgate/internal/skipnote"
 	"github.com/capgate/capgate/redis"
 )
 
@@ -50,7 +51,7 @@ func TestCheckConfig(t *testing.T) {
 func TestCheckConfigRealRedis(t *testing.T) {
 	u := os.Getenv("CAPGATE_TEST_REDIS_URL")
 	if u == "" {
-		t.Skip("CAPGATE_TEST_REDIS_URL not set")
+		skipnote.Skip(t, "the real-Redis tests", "set CAPGATE_TEST_REDIS_URL=redis://127.0.0.1:6379/15 (a database the tests may flush)")
 	}
 	host := strings.TrimPrefix(u, "redis://")
 	host, _, _ = strings.Cut(host, "/")

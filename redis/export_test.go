@@ -5,6 +5,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/capgate/capgate/internal/skipnote"
 	goredis "github.com/redis/go-redis/v9"
 )
 
@@ -17,7 +18,7 @@ func RealRedisURL(t testing.TB) string {
 	t.Helper()
 	u := os.Getenv(EnvTestRedisURL)
 	if u == "" {
-		t.Skipf("no real Redis: set %s (e.g. redis://127.0.0.1:6379/15, a database the tests may flush)", EnvTestRedisURL)
+		skipnote.Skip(t, "the real-Redis tests", "set "+EnvTestRedisURL+"=redis://127.0.0.1:6379/15 (a database the tests may flush)")
 	}
 	return u
 }
@@ -33,7 +34,7 @@ func RealRedisCluster(t testing.TB) []string {
 	t.Helper()
 	v := os.Getenv(EnvTestRedisCluster)
 	if v == "" {
-		t.Skipf("no Redis Cluster: set %s (scripts/cluster.sh starts one on 127.0.0.1:7000-7005 and prints it)", EnvTestRedisCluster)
+		skipnote.Skip(t, "the Redis Cluster tests", "set "+EnvTestRedisCluster+" (scripts/cluster.sh starts one on 127.0.0.1:7000-7005 and prints it)")
 	}
 	return strings.Split(v, ",")
 }

@@ -233,11 +233,14 @@ func (s *Store) String() string { return s.opts.String() }
 // its default). The gate times its own waits on the store by it.
 func (s *Store) Deadline() time.Duration { return s.opts.Deadline }
 
-// Kind implements capgate.StoreKind: "redis" or
-// "redis-sentinel".
+// Kind implements capgate.StoreKind: "redis", "redis-sentinel" or
+// "redis-cluster".
 func (s *Store) Kind() string {
-	if len(s.opts.Sentinels) > 0 {
+	switch {
+	case len(s.opts.Sentinels) > 0:
 		return "redis-sentinel"
+	case len(s.opts.Cluster) > 0:
+		return "redis-cluster"
 	}
 	return "redis"
 }

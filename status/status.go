@@ -17,15 +17,21 @@ type Snapshot struct {
 	Mode       string `json:"mode"`        // a capgate.Mode
 	EnforceFor string `json:"enforce_for"` // a capgate.EnforceFor
 	Store      string `json:"redis"`       // OK, or the lane store's error; "redis" on the wire, whatever the store
-	Lanes      string `json:"lanes"`       // where the lanes live: memory, redis, redis-sentinel
+	Lanes      string `json:"lanes"`       // where the lanes live: memory, redis, redis-sentinel, redis-cluster
 	// Idempotency is the idempotency mode in force (a
 	// capgate.IdempotencyMode), "" (left out) when off.
-	Idempotency string          `json:"idempotency,omitempty"`
-	APIHeavy    *APIHeavy       `json:"api_heavy,omitempty"`
-	ES2KNN      *Lane           `json:"es2_knn,omitempty"`
-	Tasks       map[string]Lane `json:"-"` // by task id
-	Tiers       map[string]Lane `json:"-"` // by capgate.Tier
-	Users       map[string]User `json:"-"` // by user id
+	Idempotency string `json:"idempotency,omitempty"`
+	// Binding is the lane calls wait on (see BindingLane): "api_heavy",
+	// "es2_knn", "task:<id>" or "tier:<tier>"; "" when no lane is full.
+	Binding string `json:"binding,omitempty"`
+	// Decisions counts this gateway's decisions of the last minutes, when
+	// the server keeps them (Recent); nil otherwise.
+	Decisions *Decisions      `json:"decisions,omitempty"`
+	APIHeavy  *APIHeavy       `json:"api_heavy,omitempty"`
+	ES2KNN    *Lane           `json:"es2_knn,omitempty"`
+	Tasks     map[string]Lane `json:"-"` // by task id
+	Tiers     map[string]Lane `json:"-"` // by capgate.Tier
+	Users     map[string]User `json:"-"` // by user id
 }
 
 // OK is Snapshot.Store when the lane store answered.
@@ -72,11 +78,13 @@ type User struct {
 func (s Snapshot) MarshalJSON() ([]byte, error) {
 	if s.Store != OK {
 		return json.Marshal(struct {
-			Mode       string `json:"mode"`
-			EnforceFor string `json:"enforce_for"`
-			Redis      string `json:"redis"`
-			Lanes      string `json:"lanes"`
-		}{s.Mode, s.EnforceFor, s.Store, s.Lanes})
+			Mode       string     `json:"mode"`
+			EnforceFor string     `json:"enforce_for"`
+			Redis      string     `json:"redis"`
+			Lanes      string     `json:"lanes"`
+			Health     string     `json:"lanes_health"`
+			Decisions  *Decisions `json:"decisions,omitempty"`
+		}{s.Mode, s.EnforceFor, s.Store, s.Lanes, s.Store, s.Decisions})
 	}
 	type full Snapshot // without this method
 	f := full(s)
@@ -89,10 +97,54 @@ func (s Snapshot) MarshalJSON() ([]byte, error) {
 	if f.Tiers == nil {
 		f.Tiers = map[string]Lane{}
 	}
+	// lanes_health is "redis" under a name that fits every store (the
+	// in-process lanes are no Redis); "redis" stays for existing readers.
 	return json.Marshal(struct {
 		full
-		Tasks map[string]Lane `json:"tasks"`
-		Tiers map[string]Lane `json:"tiers"`
-		Users map[string]User `json:"users"`
-	}{f, f.Tasks, f.Tiers, f.Users})
+		Health string          `json:"lanes_health"`
+		Tasks  map[string]Lane `json:"tasks"`
+		Tiers  map[string]Lane `json:"tiers"`
+		Users  map[string]User `json:"users"`
+	}{f, f.Store, f.Tasks, f.Tiers, f.Users})
+}
+
+// BindingLane returns the lane calls wait on in st: of the full lanes (in
+// flight at or over the limit) that have calls waiting, the one with the
+// most waiting; with none waiting (shadow, or no wait), the fullest full
+// lane. A waiting call is counted in every lane of its plan, so the most
+// waiting alone would name a lane with free slots; a full lane is where
+// it waits. Per-user lanes are not named: one user's lane binds that user
+// only. "" when no lane is full.
+func BindingLane(st Snapshot) string {
+	type cand struct {
+		name                     string
+		inFlight, limit, waiting int
+	}
+	var cands []cand
+	if st.APIHeavy != nil {
+		// The bulk limit binds bulk calls, the most of them.
+		cands = append(cands, cand{"api_heavy", st.APIHeavy.InFlight, st.APIHeavy.BulkLimit, st.APIHeavy.Waiting})
+	}
+	if st.ES2KNN != nil {
+		cands = append(cands, cand{"es2_knn", st.ES2KNN.InFlight, st.ES2KNN.Limit, st.ES2KNN.Waiting})
+	}
+	for id, l := range st.Tasks {
+		cands = append(cands, cand{"task:" + id, l.InFlight, l.Limit, l.Waiting})
+	}
+	for t, l := range st.Tiers {
+		cands = append(cands, cand{"tier:" + t, l.InFlight, l.Limit, l.Waiting})
+	}
+	best, bestWait, bestRatio := "", -1, -1.0
+	for _, c := range cands {
+		if c.inFlight < c.limit || (c.limit == 0 && c.inFlight == 0 && c.waiting == 0) {
+			continue
+		}
+		ratio := float64(c.inFlight) / float64(max(c.limit, 1))
+		better := c.waiting > bestWait || (c.waiting == bestWait && ratio > bestRatio) ||
+			(c.waiting == bestWait && ratio == bestRatio && c.name < best)
+		if better {
+			best, bestWait, bestRatio = c.name, c.waiting, ratio
+		}
+	}
+	return best
 }

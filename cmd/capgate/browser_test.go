@@ -11,6 +11,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/capgate/capgate/internal/skipnote"
 	"github.com/chromedp/chromedp"
 )
 
@@ -27,6 +28,7 @@ func browserSkip(t *testing.T, format string, args ...any) {
 	if os.Getenv("CAPGATE_REQUIRE_BROWSER") == "1" {
 		t.Fatal(msg)
 	}
+	skipnote.Record("the Chromium tests", "install chromium (scripts/browser-deps.sh) or set CAPGATE_CHROMIUM")
 	t.Skip(msg)
 }
 

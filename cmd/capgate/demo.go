@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"maps"
 	"net"
 	"net/http"
 	"os"
@@ -22,9 +23,10 @@ import (
 	"github.com/capgate/capgate/tools/simapi"
 )
 
-// DemoCommand is `capgate demo`: a simulated OCL API, the real gateway in
-// front of it on embedded defaults, and simulated Mapper users of every
-// tier, for about 30 s; then a summary.
+// DemoCommand is `capgate demo`: a simulated OCL API with a knee (it slows
+// past its capacity and fails past twice that), the real gateway in front
+// of it on embedded defaults, and simulated Mapper users of every tier;
+// half the run in shadow, half in enforce, then the two side by side.
 type DemoCommand struct {
 	Stdout, Stderr io.Writer
 	// Live rewrites the progress line in place (a terminal); otherwise a
@@ -36,29 +38,48 @@ type DemoCommand struct {
 func (c *DemoCommand) Usage() string {
 	return `Usage: capgate demo [flags]
 
-Starts a simulated OCL API on loopback, the real capgate gateway in front of
-it (in-process lanes, SQLite config in a temporary directory), and simulated
+Starts a simulated OCL API on loopback whose capacity is the default
+api_heavy.cluster limit (4 heavy calls at once: past it every call is slower,
+past 8 calls fail with 503), the real capgate gateway in front of it
+(in-process lanes, SQLite config in a temporary directory), and simulated
 Mapper users of every tier sending bulk and single-row $match and $rerank
-calls. Shows live progress, then a summary: decisions by tier and endpoint,
-peak calls in flight per lane against its limit, latency percentiles, and
-what enforce would have refused. Needs no services. Flags:
+calls through the capacity-aware client. The first half of the run is in
+shadow (capgate counts, refuses nothing: the API is overloaded), the second
+in enforce (calls wait at the gateway for a slot: the API stays at its
+knee). Shows live progress, then the two halves side by side: what the API
+served and failed, its latency, time waited at the gateway, refusals, and
+each tier's share; decisions by tier and endpoint; peak calls in flight per
+lane against its limit. Needs no services. Flags:
 `
+}
+
+// demoPhase is one half of the demo: its mode and what happened.
+type demoPhase struct {
+	mode capgate.Mode
+	dur  time.Duration
+	rep  *loadgen.Report
+	api  simapi.Window
+	t    *phaseTally
 }
 
 // Run runs the demo.
 func (c *DemoCommand) Run(ctx context.Context, args []string) error {
 	fs := flag.NewFlagSet("capgate demo", flag.ContinueOnError)
 	fs.SetOutput(io.Discard)
-	duration := fs.Duration("duration", 30*time.Second, "how long the users send new calls")
-	mode := fs.String("mode", "shadow", "the gateway's mode: shadow (count, refuse nothing) or enforce (refuse; the users wait out refusals)")
+	duration := fs.Duration("duration", 20*time.Second, "how long the users send new calls, both halves together")
+	mode := fs.String("mode", "both", "both (shadow, then enforce), or only shadow or only enforce")
 	perTier := fs.Int("users-per-tier", 2, "simulated users in each tier")
 	logFile := fs.String("log-file", "", "write the ocl_capacity lines here (default: a file in the demo's temporary directory)")
 	if done, err := parseFlags(fs, args, c.Usage(), c.Stdout); done {
 		return err
 	}
-	m, ok := capgate.ParseMode(*mode)
-	if !ok || m == capgate.ModeOff {
-		return &UsageError{Msg: fmt.Sprintf("--mode %q: use shadow or enforce", *mode)}
+	var modes []capgate.Mode
+	if *mode == "both" {
+		modes = []capgate.Mode{capgate.ModeShadow, capgate.ModeEnforce}
+	} else if m, ok := capgate.ParseMode(*mode); ok && m != capgate.ModeOff {
+		modes = []capgate.Mode{m}
+	} else {
+		return &UsageError{Msg: fmt.Sprintf("--mode %q: use both, shadow or enforce", *mode)}
 	}
 	if *perTier < 1 || *perTier > 50 {
 		return &UsageError{Msg: "--users-per-tier: want 1 to 50"}
@@ -67,6 +88,8 @@ func (c *DemoCommand) Run(ctx context.Context, args []string) error {
 		return &UsageError{Msg: "--duration: want a positive duration such as 30s"}
 	}
 
+	progress := func(step string) { fmt.Fprintf(c.Stdout, "capgate demo: %s\n", step) }
+	progress("building the pieces: a temporary directory")
 	dir, err := os.MkdirTemp("", "capgate-demo-")
 	if err != nil {
 		return fmt.Errorf("temporary directory: %w", err)
@@ -77,8 +100,11 @@ func (c *DemoCommand) Run(ctx context.Context, args []string) error {
 		*logFile = filepath.Join(dir, "capacity.log")
 	}
 
+	defaults := capgate.DefaultConfig(capgate.ModeShadow)
+	knee := &simapi.Knee{Capacity: defaults.APIHeavy.Cluster, FailAt: 2 * defaults.APIHeavy.Cluster}
 	users, loadUsers := demoUsers(*perTier)
 	api := simapi.New(users)
+	api.Knee = knee
 	apiLn, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		return fmt.Errorf("listen for the simulated API: %w", err)
@@ -86,13 +112,15 @@ func (c *DemoCommand) Run(ctx context.Context, args []string) error {
 	apiSrv := &http.Server{Handler: api, ReadHeaderTimeout: 10 * time.Second}
 	go func() { _ = apiSrv.Serve(apiLn) }()
 	defer apiSrv.Close()
+	progress(fmt.Sprintf("building the pieces: the simulated API at %s (its knee: %d heavy calls at once; slower past it, 503 past %d)",
+		apiLn.Addr(), knee.Capacity, knee.FailAt))
 
 	st, err := LoadSettings(func(string) string { return "" }) // embedded defaults, whatever the environment says
 	if err != nil {
 		return err
 	}
 	st.Database = "sqlite:" + filepath.Join(dir, "capgate.db")
-	st.Mode = m
+	st.Mode = modes[0]
 	st.TaskID = "demo"
 	opts := ServeOptions{Settings: st, Upstream: "http://" + apiLn.Addr().String(), Identity: "upstream",
 		MaxBodyBytes: 32 << 20, ShutdownTimeout: 5 * time.Second, LogFile: *logFile}
@@ -101,23 +129,16 @@ func (c *DemoCommand) Run(ctx context.Context, args []string) error {
 	if err != nil {
 		return err
 	}
-	// Two changes to the defaults, made like any staff change (a version
-	// with a note): the one demo gateway stands for the whole cluster, so
-	// its task lane gets the cluster's limit; and the simulated calls last
-	// about a second, not the minutes a real bulk match can take, so
-	// refused calls retry sooner than the default 5 s per call ahead.
-	change := config.Edit{
-		Set: capgate.Patch{
-			"api_heavy":   map[string]any{"per_task": 4},
-			"retry_after": map[string]any{"base": 1, "max": 10, "paused": 30},
-		},
-		By: "demo", Source: config.SourceCommand, Note: "demo: one gateway, short calls",
-	}
-	if _, err := srv.Configs.Save(ctx, change); err != nil {
+	// One change to the defaults, made like any staff change (a version
+	// with a note): the simulated calls last about a second, not the
+	// minutes a real bulk match can take, so refused calls retry sooner
+	// than the default 5 s per call ahead.
+	if err := demoSave(ctx, srv, capgate.Patch{"retry_after": map[string]any{"base": 1, "max": 10, "paused": 30}},
+		"demo: short calls"); err != nil {
 		srv.Close()
-		return fmt.Errorf("demo config: %w", err)
+		return err
 	}
-	tally := &demoTally{decisions: map[[3]string]int{}, peaks: map[string]demoPeak{}}
+	tally := &demoTally{}
 	srv.Gate.Observer = teeObserver{srv.Gate.Observer, tally}
 	gwLn, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
@@ -127,37 +148,65 @@ func (c *DemoCommand) Run(ctx context.Context, args []string) error {
 	serveCtx, stopServe := context.WithCancel(ctx)
 	served := make(chan error, 1)
 	go func() { served <- srv.Serve(serveCtx, gwLn, nil) }()
-
 	gwURL := "http://" + gwLn.Addr().String()
-	fmt.Fprintf(c.Stdout, "capgate demo: simulated API at %s, gateway at %s, mode %s, %d users, %s\n",
-		opts.Upstream, gwURL, m, len(loadUsers), *duration)
+	progress(fmt.Sprintf("building the pieces: the gateway at %s (in-process lanes, SQLite config)", gwURL))
 	if tempLog {
-		fmt.Fprintf(c.Stdout, "ocl_capacity lines: a temporary file, removed at the end (--log-file FILE keeps them)\n\n")
+		progress("ocl_capacity lines: a temporary file, removed at the end (--log-file FILE keeps them)")
 	} else {
-		fmt.Fprintf(c.Stdout, "ocl_capacity lines: %s\n\n", *logFile)
+		progress("ocl_capacity lines: " + *logFile)
 	}
+	fmt.Fprintf(c.Stdout, "capgate demo: %d users (%d per tier, 2 calls at once each), %s\n", len(loadUsers), *perTier, *duration)
+	fmt.Fprintf(c.Stdout, "live: the API's load, then each lane's calls in flight / limit (tiers: staff, core, early_access, preview)\n\n")
 
-	cfgNow := srv.Configs.Config(ctx)
-	var lastPrint time.Time
-	rep, err := loadgen.Run(ctx, loadgen.Config{BaseURL: gwURL, Users: loadUsers, Duration: *duration,
-		Workers: 2, Think: 1500 * time.Millisecond, Grace: 15 * time.Second},
-		func(p loadgen.Progress) {
-			line := c.progressLine(ctx, srv.Gate, cfgNow, p)
-			if c.Live {
-				fmt.Fprintf(c.Stdout, "\r%s\033[K", line)
-			} else if time.Since(lastPrint) >= 5*time.Second {
-				fmt.Fprintln(c.Stdout, line)
-				lastPrint = time.Now()
+	phases := make([]demoPhase, len(modes))
+	var runErr error
+	for i, m := range modes {
+		ph := &phases[i]
+		ph.mode, ph.dur = m, *duration/time.Duration(len(modes))
+		if i > 0 {
+			// The switch staff make at runtime: no restart, no deploy.
+			// enforce_for all: every demo user runs the capacity-aware client.
+			if err := demoSave(ctx, srv, capgate.Patch{"mode": string(m), "enforce_for": string(capgate.EnforceAll)},
+				"demo: "+string(m)); err != nil {
+				runErr = err
+				break
 			}
-		})
-	if c.Live {
-		fmt.Fprintln(c.Stdout)
+		}
+		fmt.Fprintf(c.Stdout, "== %s for %s: %s\n", m, ph.dur, phaseStory(m))
+		ph.t = tally.begin()
+		api.TakeWindow()
+		failedBefore := api.Stats().Failed // the live line counts this phase's failures
+		cfgNow := srv.Configs.Config(ctx)
+		var lastPrint time.Time
+		ph.rep, runErr = loadgen.Run(ctx, loadgen.Config{BaseURL: gwURL, Users: loadUsers, Duration: ph.dur,
+			Workers: 2, Think: time.Second, Grace: 10 * time.Second, BulkRows: [2]int{5, 25}},
+			func(p loadgen.Progress) {
+				line := c.progressLine(ctx, srv.Gate, cfgNow, api, failedBefore, p)
+				if c.Live {
+					fmt.Fprintf(c.Stdout, "\r%s\033[K", line)
+				} else if time.Since(lastPrint) >= 5*time.Second {
+					fmt.Fprintln(c.Stdout, line)
+					lastPrint = time.Now()
+				}
+			})
+		if c.Live {
+			fmt.Fprintln(c.Stdout)
+		}
+		if runErr != nil {
+			break
+		}
+		// Calls the users gave up on at the end still run in the API
+		// (the gateway keeps them until it answers); the next phase
+		// starts once the API and the lanes are idle, so it counts only
+		// its own calls.
+		settle(ctx, api, srv.Gate, cfgNow)
+		ph.api = api.TakeWindow()
 	}
 	stopServe()
 	serr := <-served
 	cerr := srv.Close() // drains the log lines
-	if err != nil {
-		return err
+	if runErr != nil {
+		return runErr
 	}
 	if serr != nil {
 		return fmt.Errorf("gateway: %w", serr)
@@ -169,11 +218,50 @@ func (c *DemoCommand) Run(ctx context.Context, args []string) error {
 	if tempLog {
 		kept = "" // removed with the demo's directory
 	}
-	c.summary(rep, tally, api.Stats(), cfgNow, kept)
-	if n := rep.Failed(); n > 0 {
-		return fmt.Errorf("demo: %d rows failed", n)
+	c.summary(phases, tally, srv.Configs.Config(ctx), knee, kept)
+	for _, ph := range phases {
+		if n := ph.rep.Failed(); n > 0 && ph.mode == capgate.ModeEnforce {
+			return fmt.Errorf("demo: %d rows failed in enforce", n)
+		}
 	}
 	return nil
+}
+
+// settle waits, at most 15 s, until the API runs no call and the lanes
+// hold none.
+func settle(ctx context.Context, api *simapi.API, g *capgate.Gate, cfg capgate.Config) {
+	t := time.NewTicker(50 * time.Millisecond)
+	defer t.Stop()
+	deadline := time.After(15 * time.Second)
+	for {
+		st := g.Status(ctx, cfg)
+		if api.Stats().InFlight == 0 && (st.APIHeavy == nil || st.APIHeavy.InFlight == 0) {
+			return
+		}
+		select {
+		case <-t.C:
+		case <-deadline:
+			return
+		case <-ctx.Done():
+			return
+		}
+	}
+}
+
+// demoSave makes a change to the demo gateway's config, as staff would.
+func demoSave(ctx context.Context, srv *Server, set capgate.Patch, note string) error {
+	_, err := srv.Configs.Save(ctx, config.Edit{Set: set, By: "demo", Source: config.SourceCommand, Note: note})
+	if err != nil {
+		return fmt.Errorf("demo config (%s): %w", note, err)
+	}
+	return nil
+}
+
+func phaseStory(m capgate.Mode) string {
+	if m == capgate.ModeShadow {
+		return "capgate counts and refuses nothing; watch the API pass its knee"
+	}
+	return "calls that find a lane full wait at the gateway for a slot; the API stays at its knee"
 }
 
 // demoUsers makes n users per tier, known to the simulated API.
@@ -201,32 +289,65 @@ func demoUsers(n int) ([]simapi.User, []loadgen.User) {
 	return su, lu
 }
 
-func (c *DemoCommand) progressLine(ctx context.Context, g *capgate.Gate, cfg capgate.Config, p loadgen.Progress) string {
+// progressLine is the live line: the phase's calls, the API's load and
+// failures (since failedBefore), and the lanes, limits as they apply.
+func (c *DemoCommand) progressLine(ctx context.Context, g *capgate.Gate, cfg capgate.Config, api *simapi.API, failedBefore int, p loadgen.Progress) string {
 	st := g.Status(ctx, cfg)
+	as := api.Stats()
 	var b strings.Builder
-	fmt.Fprintf(&b, "%3.0fs  calls %-5d rows %-6d", p.Elapsed.Seconds(), p.Calls, p.RowsDone)
+	fmt.Fprintf(&b, "%3.0fs %-7s calls %-4d rows %-5d | API %2d at once, %d failed", p.Elapsed.Seconds(), cfg.Mode,
+		p.Calls, p.RowsDone, as.InFlight, as.Failed-failedBefore)
 	if st.APIHeavy != nil {
-		fmt.Fprintf(&b, "  in flight: api_heavy %d/%d  es2_knn %d/%d  tiers", st.APIHeavy.InFlight, st.APIHeavy.Limit,
-			st.ES2KNN.InFlight, st.ES2KNN.Limit)
+		fmt.Fprintf(&b, " | api_heavy %d/%s es2_knn %d/%d | tiers", st.APIHeavy.InFlight,
+			heavyLimit(st.APIHeavy.Limit, st.APIHeavy.BulkLimit), st.ES2KNN.InFlight, st.ES2KNN.Limit)
 		for _, t := range capgate.AllTiers() {
 			l := st.Tiers[string(t)]
-			fmt.Fprintf(&b, " %s %d/%d", t, l.InFlight, l.Limit)
+			fmt.Fprintf(&b, " %d/%d", l.InFlight, l.Limit)
+		}
+		if w := st.APIHeavy.Waiting; w > 0 {
+			fmt.Fprintf(&b, " | waiting %d", w)
 		}
 	}
 	return b.String()
 }
 
-// demoTally counts the gated calls as the gate released them: the same
-// records the log lines are made of, so capgate analyze of the log agrees.
-type demoTally struct {
-	mu        sync.Mutex
-	decisions map[[3]string]int // tier, endpoint, decision
-	peaks     map[string]demoPeak
-	wouldRef  map[string]int // shadow-refused by scope
-	refused   map[string]int // refused by scope
+// heavyLimit writes api_heavy's limit as the lanes apply it: the cluster
+// limit (a single-row $match's) and the bulk limit below it.
+func heavyLimit(limit, bulk int) string {
+	if limit == bulk {
+		return fmt.Sprint(limit)
+	}
+	return fmt.Sprintf("%d (bulk %d)", limit, bulk)
 }
 
-type demoPeak struct{ peak, limit int }
+// demoTally counts the gated calls as the gate released them, per phase:
+// the same records the log lines are made of, so capgate analyze of the
+// log agrees.
+type demoTally struct {
+	mu     sync.Mutex
+	phases []*phaseTally // requires mu held
+}
+
+// phaseTally is one phase's count; its fields require demoTally.mu held.
+type phaseTally struct {
+	decisions map[[3]string]int // tier, endpoint, decision
+	peaks     map[string]demoPeak
+	wouldRef  map[string]int  // shadow-refused by scope
+	refused   map[string]int  // refused by scope
+	waits     []time.Duration // of the calls that waited at the gateway
+	gated     int
+}
+
+type demoPeak struct{ peak, limit, bulk int }
+
+// begin starts a phase: the calls released from now on count in it.
+func (d *demoTally) begin() *phaseTally {
+	p := &phaseTally{decisions: map[[3]string]int{}, peaks: map[string]demoPeak{}, wouldRef: map[string]int{}, refused: map[string]int{}}
+	d.mu.Lock()
+	d.phases = append(d.phases, p)
+	d.mu.Unlock()
+	return p
+}
 
 func (d *demoTally) Admitted(*capgate.Admission) {}
 func (d *demoTally) StoreError(string, error)    {}
@@ -235,15 +356,20 @@ func (d *demoTally) Released(a *capgate.Admission) {
 	call := a.Call()
 	d.mu.Lock()
 	defer d.mu.Unlock()
-	d.decisions[[3]string{string(call.Tier), call.Endpoint, string(a.Decision())}]++
-	if d.wouldRef == nil {
-		d.wouldRef, d.refused = map[string]int{}, map[string]int{}
+	if len(d.phases) == 0 {
+		return
 	}
+	t := d.phases[len(d.phases)-1]
+	t.gated++
+	t.decisions[[3]string{string(call.Tier), call.Endpoint, string(a.Decision())}]++
 	switch a.Decision() {
 	case capgate.DecisionShadowRefused:
-		d.wouldRef[string(a.Scope())]++
+		t.wouldRef[string(a.Scope())]++
 	case capgate.DecisionRefused:
-		d.refused[string(a.Scope())]++
+		t.refused[string(a.Scope())]++
+	}
+	if w, ok := a.Waited(); ok {
+		t.waits = append(t.waits, w)
 	}
 	counts := a.Counts()
 	for i, l := range a.Lanes() {
@@ -257,12 +383,18 @@ func (d *demoTally) Released(a *capgate.Admission) {
 		case capgate.LaneUser:
 			name = "user (busiest, " + string(call.Tier) + ")"
 		}
-		p := d.peaks[name]
+		p := t.peaks[name]
 		p.peak = max(p.peak, counts[i])
-		if l.Name == capgate.LaneAPIHeavy && !call.SingleRow() || l.Name != capgate.LaneAPIHeavy {
+		// api_heavy has two limits: a single-row $match's (the cluster
+		// limit) and the bulk limit below it; show both.
+		if l.Name == capgate.LaneAPIHeavy && call.SingleRow() {
 			p.limit = l.Limit
+		} else if l.Name == capgate.LaneAPIHeavy {
+			p.bulk = l.Limit
+		} else {
+			p.limit, p.bulk = l.Limit, l.Limit
 		}
-		d.peaks[name] = p
+		t.peaks[name] = p
 	}
 }
 
@@ -289,70 +421,184 @@ func (t teeObserver) StoreSkipped(op string) {
 	}
 }
 
-func (c *DemoCommand) summary(rep *loadgen.Report, d *demoTally, api simapi.Stats, cfg capgate.Config, logFile string) {
+func pct(sorted []time.Duration, p int) time.Duration {
+	if len(sorted) == 0 {
+		return 0
+	}
+	return sorted[(len(sorted)-1)*p/100]
+}
+
+func (c *DemoCommand) summary(phases []demoPhase, d *demoTally, cfg capgate.Config, knee *simapi.Knee, logFile string) {
 	w := c.Stdout
 	d.mu.Lock()
 	defer d.mu.Unlock()
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
+	row := func(label string, f func(ph demoPhase) string) {
+		fmt.Fprintf(tw, "%s\t", label)
+		for _, ph := range phases {
+			fmt.Fprintf(tw, "%s\t", f(ph))
+		}
+		fmt.Fprintln(tw)
+	}
+	fmt.Fprintf(w, "\n== What the API went through (its knee: %d heavy calls at once; slower past it, 503 past %d)\n", knee.Capacity, knee.FailAt)
+	row("", func(ph demoPhase) string { return fmt.Sprintf("%s (%s)", ph.mode, ph.dur) })
+	row("heavy calls served by the API", func(ph demoPhase) string { return fmt.Sprint(ph.api.Served) })
+	row("failed by the API (503, overloaded)", func(ph demoPhase) string { return fmt.Sprint(ph.api.Failed) })
+	row("most at once in the API", func(ph demoPhase) string {
+		s := fmt.Sprint(ph.api.Peak)
+		if ph.api.Peak > knee.Capacity {
+			s += " (past the knee)"
+		}
+		return s
+	})
+	row("time in the API p50 / p95", func(ph demoPhase) string {
+		return fmt.Sprintf("%s / %s", ms(ph.api.P50), ms(ph.api.P95))
+	})
+	row("calls that waited at the gateway", func(ph demoPhase) string { return fmt.Sprintf("%d of %d", len(ph.t.waits), ph.t.gated) })
+	row("  their wait p50 / p95", func(ph demoPhase) string {
+		if len(ph.t.waits) == 0 {
+			return "-"
+		}
+		ws := slices.Clone(ph.t.waits)
+		slices.Sort(ws)
+		return fmt.Sprintf("%s / %s", ms(pct(ws, 50)), ms(pct(ws, 95)))
+	})
+	row("refused (429), retried by the client", func(ph demoPhase) string { return fmt.Sprintf("%d (%s)", sum(ph.t.refused), byScope(ph.t.refused)) })
+	row("shadow-refused (would have met a full lane)", func(ph demoPhase) string { return fmt.Sprint(sum(ph.t.wouldRef)) })
+	for _, kind := range []string{loadgen.KindBulk, loadgen.KindSingle, loadgen.KindRerank} {
+		row("users' "+kind+" p50 / p99", func(ph demoPhase) string {
+			for _, l := range ph.rep.Latencies {
+				if l.Kind == kind {
+					return fmt.Sprintf("%s / %s", ms(l.P50), ms(l.P99))
+				}
+			}
+			return "-"
+		})
+	}
+	row("rows done / failed (the client retries 503s)", func(ph demoPhase) string {
+		done := 0
+		for _, t := range ph.rep.Tiers {
+			done += t.RowsDone
+		}
+		return fmt.Sprintf("%d / %d", done, ph.rep.Failed())
+	})
+	for _, tier := range capgate.AllTiers() {
+		row("share of rows done: "+string(tier), func(ph demoPhase) string {
+			done, all := 0, 0
+			for _, t := range ph.rep.Tiers {
+				all += t.RowsDone
+				if t.Tier == string(tier) {
+					done = t.RowsDone
+				}
+			}
+			if all == 0 {
+				return "-"
+			}
+			return fmt.Sprintf("%.0f %%", 100*float64(done)/float64(all))
+		})
+	}
+	row("users who got rows done", func(ph demoPhase) string {
+		n := 0
+		for _, u := range ph.rep.Users {
+			if u.RowsDone > 0 {
+				n++
+			}
+		}
+		return fmt.Sprintf("%d of %d", n, len(ph.rep.Users))
+	})
+	tw.Flush()
+	fmt.Fprintln(w, "(users' times include the wait at the gateway and any retry; the API's do not)")
+
 	fmt.Fprintf(w, "\n== Decisions by tier and endpoint\n")
 	decisions := []capgate.Decision{capgate.DecisionAdmitted, capgate.DecisionShadowRefused, capgate.DecisionRefused, capgate.DecisionUnavailable}
-	fmt.Fprintln(tw, "tier\tendpoint\tadmitted\tshadow-refused\trefused\tunavailable\t")
+	fmt.Fprintln(tw, "tier\tendpoint\tmode\tadmitted\tshadow-refused\trefused\tunavailable\t")
 	total := map[capgate.Decision]int{}
 	for _, t := range capgate.AllTiers() {
 		for _, e := range []string{capgate.EndpointMatch, capgate.EndpointRerank} {
-			var row []string
-			any := false
-			for _, dec := range decisions {
-				n := d.decisions[[3]string{string(t), e, string(dec)}]
-				total[dec] += n
-				any = any || n > 0
-				row = append(row, fmt.Sprint(n))
-			}
-			if any {
-				fmt.Fprintf(tw, "%s\t%s\t%s\t\n", t, e, strings.Join(row, "\t"))
+			for _, ph := range phases {
+				var cells []string
+				any := false
+				for _, dec := range decisions {
+					n := ph.t.decisions[[3]string{string(t), e, string(dec)}]
+					total[dec] += n
+					any = any || n > 0
+					cells = append(cells, fmt.Sprint(n))
+				}
+				if any {
+					fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t\n", t, e, ph.mode, strings.Join(cells, "\t"))
+				}
 			}
 		}
 	}
-	fmt.Fprintf(tw, "all\t\t%d\t%d\t%d\t%d\t\n", total[capgate.DecisionAdmitted], total[capgate.DecisionShadowRefused],
+	fmt.Fprintf(tw, "all\t\t\t%d\t%d\t%d\t%d\t\n", total[capgate.DecisionAdmitted], total[capgate.DecisionShadowRefused],
 		total[capgate.DecisionRefused], total[capgate.DecisionUnavailable])
 	tw.Flush()
 
-	fmt.Fprintf(w, "\n== Peak calls in flight per lane (as the gate counted them) against the limit\n")
-	fmt.Fprintln(tw, "lane\tpeak\tlimit\t")
-	// api_heavy's limit is the bulk limit; a single-row $match may use one more.
-	names := make([]string, 0, len(d.peaks))
-	for n := range d.peaks {
-		names = append(names, n)
+	fmt.Fprintf(w, "\n== Peak calls in flight per lane (as the gate counted them) against its limit\n")
+	head := "lane\tlimit\t"
+	for _, ph := range phases {
+		head += "peak in " + string(ph.mode) + "\t"
 	}
-	slices.Sort(names)
-	for _, n := range names {
-		p := d.peaks[n]
-		over := ""
-		if p.peak > p.limit {
-			over = "over the limit: shadow lets calls through"
+	fmt.Fprintln(tw, head)
+	names := map[string]demoPeak{}
+	for _, ph := range phases {
+		for n, p := range ph.t.peaks {
+			q := names[n]
+			q.limit, q.bulk = max(q.limit, p.limit), max(q.bulk, p.bulk)
+			names[n] = q
 		}
-		fmt.Fprintf(tw, "%s\t%d\t%d\t%s\n", n, p.peak, p.limit, over)
+	}
+	for _, n := range slices.Sorted(maps.Keys(names)) {
+		l := names[n]
+		limit := heavyLimit(l.limit, l.bulk)
+		if l.limit == 0 { // only bulk calls took it
+			limit = fmt.Sprintf("(bulk %d)", l.bulk)
+		}
+		fmt.Fprintf(tw, "%s\t%s\t", n, limit)
+		for _, ph := range phases {
+			p := ph.t.peaks[n]
+			cell := fmt.Sprint(p.peak)
+			if p.peak > max(l.limit, l.bulk) && ph.mode == capgate.ModeShadow {
+				cell += " (over: shadow lets it through)"
+			}
+			fmt.Fprintf(tw, "%s\t", cell)
+		}
+		fmt.Fprintln(tw)
 	}
 	tw.Flush()
-	fmt.Fprintf(w, "The simulated API saw at most %d heavy calls at once (%d bulk, %d semantic).\n",
-		api.Peak, api.PeakBulk, api.PeakSemantic)
 
-	fmt.Fprintf(w, "\n== What enforce refuses\n")
-	if cfg.Mode == capgate.ModeShadow {
-		fmt.Fprintf(w, "In shadow mode nothing was refused. Enforce would have refused %d calls: %s.\n",
-			total[capgate.DecisionShadowRefused], byScope(d.wouldRef))
-	} else {
-		fmt.Fprintf(w, "Refused %d calls (%s); the users waited them out and retried.\n",
-			total[capgate.DecisionRefused], byScope(d.refused))
+	fmt.Fprintf(w, "\n== What this shows\n")
+	for _, ph := range phases {
+		if ph.mode == capgate.ModeShadow {
+			fmt.Fprintf(w, "shadow: %d calls found a lane full (%s); all went ahead, the API ran up to %d at once against its knee of %d, and failed %d.\n",
+				sum(ph.t.wouldRef), byScope(ph.t.wouldRef), ph.api.Peak, knee.Capacity, ph.api.Failed)
+		} else {
+			fmt.Fprintf(w, "enforce: the API ran at most %d at once and failed %d; %d calls waited at the gateway instead, %d were refused and retried, and %d rows failed.\n",
+				ph.api.Peak, ph.api.Failed, len(ph.t.waits), sum(ph.t.refused), ph.rep.Failed())
+		}
 	}
-
-	fmt.Fprintf(w, "\n== The users (latency includes time spent waiting out refusals)\n")
-	rep.Write(w)
+	fmt.Fprintf(w, "The config in force now: mode %s, enforce_for %s, api_heavy %s, per_task %d.\n", cfg.Mode, cfg.EnforceFor,
+		heavyLimit(cfg.APIHeavy.Cluster, max(cfg.APIHeavy.Cluster-cfg.ReserveSingleRow, 0)), cfg.APIHeavy.PerTask)
 	if logFile == "" {
 		fmt.Fprintf(w, "\nThe log of this run was temporary and is gone; run with --log-file FILE to keep it for capgate analyze.\n")
 		return
 	}
 	fmt.Fprintf(w, "\nThe log of this run: %s (capgate analyze reads it).\n", logFile)
+}
+
+func sum(m map[string]int) int {
+	n := 0
+	for _, v := range m {
+		n += v
+	}
+	return n
+}
+
+func ms(d time.Duration) string {
+	if d >= 10*time.Second {
+		return d.Round(100 * time.Millisecond).String()
+	}
+	return d.Round(10 * time.Millisecond).String()
 }
 
 func byScope(m map[string]int) string {

@@ -8,6 +8,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/capgate/capgate/logsink"
 )
 
 // The deploy/ examples, relative to this package.
@@ -55,10 +57,33 @@ func serveKnows(t *testing.T) map[string]bool {
 	return known
 }
 
+// graceMargin is the margin the examples keep between the time a stop may
+// take (preStop, drain delay, shutdown timeout, log drain) and the kill.
+const graceMargin = 5 * time.Second
+
+// stopBudget is how long a gateway may take to exit after SIGTERM: the
+// drain delay, the shutdown timeout and the log sink's drain.
+func stopBudget(t *testing.T, drain, shutdown string) time.Duration {
+	t.Helper()
+	d, err := parseDuration(drain, time.Second)
+	if drain == "" {
+		d, err = DefaultDrainDelay, nil
+	}
+	if err != nil {
+		t.Fatal(err)
+	}
+	s, err := parseDuration(shutdown, time.Second)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return d + s + logsink.DefaultDrainTimeout
+}
+
 // TestKubernetesExample keeps the manifests consistent with each other and
 // with serve: the admin port everywhere, a grace period above the preStop
-// sleep plus the shutdown timeout, probes on the admin port, and only
-// variables serve reads.
+// sleep plus the drain, the shutdown timeout and the log drain, with
+// graceMargin to spare, probes on the admin port, and only variables serve
+// reads.
 func TestKubernetesExample(t *testing.T) {
 	cm, dep, svc := readDeploy(t, k8sConfigMap), readDeploy(t, k8sDeployment), readDeploy(t, k8sService)
 	admin := one(t, cm, "configmap", `CAPGATE_ADMIN_LISTEN: "0\.0\.0\.0:(\d+)"`)
@@ -76,14 +101,13 @@ func TestKubernetesExample(t *testing.T) {
 			t.Errorf("capgate's %s is not an httpGet on the admin port", probe)
 		}
 	}
-	shutdown, err := parseDuration(one(t, cm, "configmap", `CAPGATE_SHUTDOWN_TIMEOUT: "([^"]+)"`), time.Second)
-	if err != nil {
-		t.Fatal(err)
-	}
+	budget := stopBudget(t, one(t, cm, "configmap", `CAPGATE_DRAIN_DELAY: "([^"]+)"`),
+		one(t, cm, "configmap", `CAPGATE_SHUTDOWN_TIMEOUT: "([^"]+)"`))
 	grace, _ := strconv.Atoi(one(t, dep, "deployment", `terminationGracePeriodSeconds: (\d+)`))
 	preStop, _ := strconv.Atoi(one(t, dep, "deployment", `preStop:\s+sleep:\s+seconds: (\d+)`))
-	if time.Duration(grace)*time.Second <= shutdown+time.Duration(preStop)*time.Second {
-		t.Errorf("terminationGracePeriodSeconds %d ≤ preStop %d s + shutdown timeout %v: calls in flight are killed", grace, preStop, shutdown)
+	if need := time.Duration(preStop)*time.Second + budget + graceMargin; time.Duration(grace)*time.Second < need {
+		t.Errorf("terminationGracePeriodSeconds %d < preStop %d s + drain, shutdown and log drain %v + margin %v = %v: calls in flight are killed",
+			grace, preStop, budget, graceMargin, need)
 	}
 	known := serveKnows(t)
 	for _, m := range regexp.MustCompile(`(?m)^\s+((?:CAPGATE|CAPACITY|REDIS)_[A-Z_]+):`).FindAllStringSubmatch(cm, -1) {
@@ -98,7 +122,8 @@ func TestKubernetesExample(t *testing.T) {
 	}
 }
 
-// TestECSExample: the stop timeout is above the shutdown timeout, the
+// TestECSExample: the stop timeout is above the drain delay, the shutdown
+// timeout and the log drain with graceMargin to spare, the
 // admin port is mapped, and every variable is one serve reads.
 func TestECSExample(t *testing.T) {
 	var task struct {
@@ -132,12 +157,9 @@ func TestECSExample(t *testing.T) {
 				t.Errorf("the task's secret %s is not a variable serve reads", s.Name)
 			}
 		}
-		shutdown, err := parseDuration(env["CAPGATE_SHUTDOWN_TIMEOUT"], time.Second)
-		if err != nil {
-			t.Fatal(err)
-		}
-		if time.Duration(c.StopTimeout)*time.Second <= shutdown {
-			t.Errorf("stopTimeout %d s ≤ CAPGATE_SHUTDOWN_TIMEOUT %v", c.StopTimeout, shutdown)
+		budget := stopBudget(t, env["CAPGATE_DRAIN_DELAY"], env["CAPGATE_SHUTDOWN_TIMEOUT"])
+		if need := budget + graceMargin; time.Duration(c.StopTimeout)*time.Second < need {
+			t.Errorf("stopTimeout %d s < drain, shutdown and log drain %v + margin %v = %v", c.StopTimeout, budget, graceMargin, need)
 		}
 		_, port, _ := strings.Cut(env["CAPGATE_ADMIN_LISTEN"], ":")
 		mapped := false

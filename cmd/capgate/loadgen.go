@@ -39,7 +39,8 @@ With several URLs, user i sends to the (i mod n)th gateway. Ends with rows
 done / throttled / failed per user and tier, Jain's fairness index per tier,
 latency percentiles, 429s, the makespan, and with --bottleneck-limit the
 bottleneck lane's utilization (from --sim-stats when given, else from the
-calls' times as the client saw them). The users file is the tokens file of
+calls' times as the client saw them) where the limit held the calls; where
+calls went past it (shadow-refused, unavailable) it says so instead. The users file is the tokens file of
 capgate serve: [{"token","username","auth_groups",...}]. Flags:
 `
 }

@@ -52,9 +52,9 @@ func TestMetricsLaneGaugesAreNotStale(t *testing.T) {
 		t.Fatalf("/metrics: %d", code)
 	}
 	for _, want := range []string{
-		`capgate_lane_in_flight{lane="api_heavy"} 0`,
-		`capgate_lane_in_flight{lane="es2_knn"} 0`,
-		`capgate_lane_in_flight{lane="api_heavy_task"} 0`,
+		`capgate_lane_in_flight{lane="api_heavy",source="store"} 0`,
+		`capgate_lane_in_flight{lane="es2_knn",source="store"} 0`,
+		`capgate_lane_in_flight{lane="api_heavy_task",source="store"} 0`,
 		`capgate_requests_total{class="heavy",code="200"} 1`,
 		`capgate_upstream_seconds_count{class="heavy"} 1`,
 		`capgate_build_info{`,

@@ -15,6 +15,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/capgate/capgate/internal/skipnote"
 	"github.com/capgate/capgate/tools/simapi"
 )
 
@@ -38,6 +39,7 @@ func needProm(t *testing.T, name string) string {
 	if os.Getenv("CAPGATE_REQUIRE_PROMETHEUS") == "1" {
 		t.Fatalf("%s not found and CAPGATE_REQUIRE_PROMETHEUS=1: %v", name, err)
 	}
+	skipnote.Record("the Prometheus tests", "install prometheus and promtool (scripts/prometheus-deps.sh)")
 	t.Skipf("%s not installed (Debian's prometheus package; scripts/prometheus-deps.sh installs it): skipping", name)
 	return ""
 }

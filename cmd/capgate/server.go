@@ -32,6 +32,7 @@ import (
 	"github.com/capgate/capgate/metrics"
 	"github.com/capgate/capgate/postgres"
 	"github.com/capgate/capgate/redis"
+	"github.com/capgate/capgate/status"
 )
 
 // ServeOptions are the settings of capgate serve beyond the shared ones.
@@ -92,6 +93,7 @@ type Server struct {
 
 	opts    ServeOptions
 	logger  *slog.Logger
+	recent  *status.Recent // this gateway's decisions of the last 15 minutes, for the status
 	closers []func() error
 	store   MigratingStore
 	logFile *reopenFile      // --log-file, reopened on SIGHUP
@@ -170,7 +172,7 @@ func NewServer(ctx context.Context, opts ServeOptions, lines io.Writer, logger *
 		staffIDs = identity.NewStaff(s.staffTokens, ids)
 	}
 	staff := capgatehttp.NewStaffHandler(s.Configs, staffIDs)
-	staff.Status = s.Gate.Status
+	staff.Status = s.status
 	staff.Logger = logger
 	staff.Health = s.Health
 	gcfg := capgatehttp.GatewayConfig{
@@ -330,11 +332,12 @@ func (s *Server) openCore(ctx context.Context, lines io.Writer, who string) erro
 	if s.Gate, err = capgate.NewGate(s.Lanes, s.Configs, s.Sink, s.opts.TaskID); err != nil {
 		return err
 	}
+	s.recent = status.NewRecent(nil)
 	// The lane gauges are read from the store at scrape time, through the
 	// gate's keys (WithLanes), so they read 0 once the load stops.
 	s.metrics, err = metrics.New(s.registry, metrics.WithLogDropped(s.Sink.Dropped), metrics.WithConfigVersion(s.Configs.Version),
 		metrics.WithStoreUp(s.Health.Up, "lanes", "config"), metrics.WithBuildInfo(version(), revision()),
-		metrics.WithLanes(s.Gate, s.Configs), metrics.WithAdvisedLimits(s.advisedLimits))
+		metrics.WithLanes(s.Gate, s.Configs), metrics.WithAdvisedLimits(s.advisedLimits), metrics.WithRecent(s.recent))
 	if err != nil {
 		return fmt.Errorf("metrics: %w", err)
 	}
@@ -678,6 +681,15 @@ func (s *Server) awaitCut() {
 	case <-t.C:
 		s.logger.Warn("calls cut at shutdown did not all end in time; their leases expire on their own", "calls", s.running.Load())
 	}
+}
+
+// status is the staff API's GET /capacity/status/: the lanes' live state
+// (the lane calls wait on among it) and this gateway's decisions of the
+// last 1, 5 and 15 minutes.
+func (s *Server) status(ctx context.Context, cfg capgate.Config) status.Snapshot {
+	st := s.Gate.Status(ctx, cfg)
+	st.Decisions = s.recent.Decisions()
+	return st
 }
 
 // Close drains the log sink (2 s at most) and closes the stores.

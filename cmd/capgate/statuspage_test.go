@@ -27,8 +27,10 @@ var screenshots = flag.Bool("screenshots", false, "write the status page's scree
 const pageWait = 15 * time.Second
 
 // TestStatusPageInChromium loads the staff status page from a real
-// gateway in headless Chromium: it signs in as staff, watches the
-// api_heavy bar follow two calls held in flight, raises a limit through
+// gateway in headless Chromium: it signs in as staff, sees the lane store
+// named and the time in UTC, sees a shadow-refused call counted in the
+// decisions of the last minutes, watches the api_heavy bar follow three
+// calls held in flight and the full lane marked as the one calls wait on, raises a limit through
 // the form and sees it in force, and sees the API's validation error for a
 // bad value inline.
 func TestStatusPageInChromium(t *testing.T) {
@@ -38,7 +40,7 @@ func TestStatusPageInChromium(t *testing.T) {
 
 	api := simapi.New(simapi.DemoUsers())
 	api.Hold = make(chan struct{})
-	api.Started = make(chan string, 2)
+	api.Started = make(chan string, 3)
 	addr, _ := startServe(t, api)
 	page := addr + "/capacity/"
 
@@ -63,12 +65,37 @@ func TestStatusPageInChromium(t *testing.T) {
 		t.Errorf("controls without a label: %v (%v)", unlabelled, err)
 	}
 
-	// Two heavy calls held in flight: the bar follows them, live.
-	done := make(chan error, 2)
-	for _, user := range []string{"grace", "ken"} {
-		go func() { done <- heavyCall(ctx, addr, user+"-token") }()
+	b.waitText(t, "#store", "memory (in-process: this gateway only) · ok", true, pageWait)
+	b.waitText(t, "#updated", " UTC", false, pageWait)
+	b.waitText(t, "#binding", "No lane is full: no call waits.", true, pageWait)
+
+	// Two calls of margaret (preview: one at a time) answered one after
+	// the other, held until both are in: the second is shadow-refused in
+	// her user lane, and the decisions of the last minutes count both.
+	first := make(chan error, 2)
+	for range 2 {
+		go func() { first <- heavyCall(ctx, addr, "margaret-token") }()
 	}
 	for range 2 {
+		<-api.Started
+	}
+	for range 2 {
+		api.Hold <- struct{}{}
+		if err := <-first; err != nil {
+			t.Fatal(err)
+		}
+	}
+	b.waitText(t, "#dec-tier-preview .dec-admitted", "1 / 1 / 1", true, pageWait)
+	b.waitText(t, "#dec-tier-preview .dec-shadow-refused", "1 / 1 / 1", true, pageWait)
+	b.waitText(t, "#dec-lane-user .dec-shadow-refused", "1 / 1 / 1", true, pageWait)
+
+	// Three heavy calls held in flight: the bar follows them, live, and
+	// api_heavy's bulk limit (3) is full: the lane calls would wait on.
+	done := make(chan error, 3)
+	for _, user := range []string{"grace", "ken", "linus"} {
+		go func() { done <- heavyCall(ctx, addr, user+"-token") }()
+	}
+	for range 3 {
 		select {
 		case <-api.Started:
 		case err := <-done:
@@ -77,19 +104,26 @@ func TestStatusPageInChromium(t *testing.T) {
 			t.Fatal("the heavy calls did not reach the API")
 		}
 	}
-	b.waitText(t, "#lane-api_heavy .count", "2 / 4", true, pageWait)
+	b.waitText(t, "#lane-api_heavy .count", "3 / 4", true, pageWait)
 	b.waitText(t, "#users tbody", "grace", false, pageWait)
-	if v, err := chromedp.Run(b.ctx, chromedp.Evaluate[float64](`document.querySelector("#lane-api_heavy meter").value`)); err != nil || v != 2 {
-		t.Errorf("api_heavy meter value = %v (%v), want 2", v, err)
+	if v, err := chromedp.Run(b.ctx, chromedp.Evaluate[float64](`document.querySelector("#lane-api_heavy meter").value`)); err != nil || v != 3 {
+		t.Errorf("api_heavy meter value = %v (%v), want 3", v, err)
+	}
+	b.waitText(t, "#binding", "Full: api_heavy (bulk calls up to 3): 3 / 4. In shadow nothing waits; in enforce calls would wait on this lane.", true, pageWait)
+	b.waitText(t, "#lane-api_heavy.binding .binding-mark", "full: enforce would make calls wait here", true, pageWait)
+	if n, err := chromedp.Run(b.ctx, chromedp.Evaluate[int](`document.querySelectorAll("tr.binding").length`)); err != nil || n != 1 {
+		t.Errorf("%d rows marked binding (%v), want 1", n, err)
 	}
 	saveScreenshot(t, b, "status-page.png")
 	close(api.Hold)
-	for range 2 {
+	for range 3 {
 		if err := <-done; err != nil {
 			t.Fatal(err)
 		}
 	}
 	b.waitText(t, "#lane-api_heavy .count", "0 / 4", true, pageWait)
+	b.waitText(t, "#binding", "No lane is full: no call waits.", true, pageWait)
+	b.waitText(t, "#dec-tier-core .dec-admitted", "2 / 2 / 2", true, pageWait)
 
 	// Raise api_heavy.cluster through the form.
 	b.do(t, "change a limit", pageWait, clearField("f-api_heavy-cluster"),

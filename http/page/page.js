@@ -253,13 +253,33 @@
     m.textContent = r.inFlight + " / " + r.limit;
   }
 
+  // STORE_NAMES says where each kind of lane store keeps the lanes.
+  const STORE_NAMES = {
+    memory: "memory (in-process: this gateway only)",
+    redis: "Redis",
+    "redis-sentinel": "Redis (Sentinel)",
+    "redis-cluster": "Redis Cluster",
+  };
+
+  // bindingRowId is the id of the row of the lane calls wait on.
+  function bindingRowId(binding) {
+    if (!binding) return "";
+    if (binding.startsWith("task:")) return "task-" + binding.slice(5);
+    if (binding.startsWith("tier:")) return "lane-tier-" + binding.slice(5);
+    return "lane-" + binding;
+  }
+
   function renderStatus(s) {
     badge("mode", s.mode, s.mode === "enforce" ? "enforce" : "");
     badge("enforce-for", s.enforce_for);
-    const storeOK = s.redis === "ok";
-    badge("store", storeOK ? "ok" : "unavailable", storeOK ? "" : "bad");
-    if (!storeOK) setText("status-problem", "The lane store failed: " + s.redis);
-    setText("updated", "updated " + new Date().toLocaleTimeString());
+    // lanes_health is the store's health under a name for every store;
+    // an older gateway sends only "redis".
+    const health = s.lanes_health !== undefined ? s.lanes_health : s.redis;
+    const storeOK = health === "ok";
+    badge("store", (STORE_NAMES[s.lanes] || s.lanes || "unknown") + " · " + (storeOK ? "ok" : "unavailable"), storeOK ? "" : "bad");
+    if (!storeOK) setText("status-problem", "The lane store failed: " + health);
+    // One time zone on the page: UTC, as the history.
+    setText("updated", "updated " + new Date().toISOString().slice(11, 19) + " UTC");
 
     const lanes = [];
     if (s.api_heavy) {
@@ -294,9 +314,78 @@
     $("users").hidden = users.length === 0;
     $("users-none").hidden = users.length > 0;
 
+    // The lane calls wait on: its row marked, and said in words.
+    const bindId = bindingRowId(s.binding);
+    for (const tr of document.querySelectorAll("tr.binding")) {
+      if (tr.id !== bindId) {
+        tr.classList.remove("binding");
+        const mark = tr.querySelector(".binding-mark");
+        if (mark) mark.remove();
+      }
+    }
+    // Only enforced calls wait; in shadow the full lane is where they
+    // would.
+    const waits = s.mode === "enforce";
+    const bindRow = bindId && document.getElementById(bindId);
+    if (bindRow) {
+      bindRow.classList.add("binding");
+      let mark = bindRow.querySelector(".binding-mark");
+      if (!mark) {
+        mark = el("span", "", "binding-mark");
+        bindRow.querySelector("th").append(mark);
+      }
+      const want = waits ? "calls wait here" : "full: enforce would make calls wait here";
+      if (mark.textContent !== want) mark.textContent = want;
+    }
+    const bound = lanes.concat(tasks).find((r) => r.id === bindId);
+    const where = bound ? bound.name + (bound.note ? " " + bound.note : "") + ": " + countText(bound.inFlight, bound.limit, bound.waiting) : "";
+    setText("binding", !bound ? "No lane is full: no call waits."
+      : waits ? "Calls wait on " + where + "."
+        : "Full: " + where + ". In shadow nothing waits; in enforce calls would wait on this lane.");
+    renderDecisions(s.decisions);
+
     // The live region: one short sentence, changed only when it changes.
     const parts = lanes.slice(0, 2).map((l) => l.name + " " + l.inFlight + " of " + l.limit);
     setText("live-summary", "Mode " + s.mode + ". " + parts.join(", ") + ".");
+  }
+
+  // DECISIONS are the columns of the decisions table.
+  const DECISIONS = ["admitted", "shadow-refused", "refused", "unavailable"];
+
+  // renderDecisions fills the decisions table: one row per tier, then per
+  // lane, each cell the counts over the last 1, 5 and 15 minutes.
+  function renderDecisions(d) {
+    const box = $("decisions");
+    if (!d) {
+      box.hidden = true;
+      return;
+    }
+    box.hidden = false;
+    const rows = [];
+    const add = (kind, by, names) => {
+      for (const name of names) {
+        const counts = by[name];
+        if (!counts) continue;
+        rows.push({ id: "dec-" + kind + "-" + name, name: kind + " " + name, counts });
+      }
+    };
+    add("tier", d.by_tier || {}, TIERS.concat(Object.keys(d.by_tier || {}).filter((t) => !TIERS.includes(t)).sort()));
+    add("lane", d.by_lane || {}, Object.keys(d.by_lane || {}).sort());
+    renderRows($("decisions-table").tBodies[0], rows, (r) => {
+      const tr = el("tr");
+      tr.id = r.id;
+      const th = el("th", r.name);
+      th.scope = "row";
+      tr.append(th, ...DECISIONS.map((dec) => el("td", "", "count dec-" + dec)));
+      return tr;
+    }, (tr, r) => {
+      DECISIONS.forEach((dec, i) => {
+        const c = r.counts[dec] || [0, 0, 0];
+        tr.children[i + 1].textContent = c.join(" / ");
+      });
+    });
+    $("decisions-none").hidden = rows.length > 0;
+    $("decisions-table").hidden = rows.length === 0;
   }
 
   // ---- config and history ----

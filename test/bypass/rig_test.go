@@ -34,10 +34,10 @@ var (
 	// CI. Paused users (pam, pat) never wait, so the attacks' statuses are
 	// the same either way; cora's calls over her limit wait, then run or
 	// are refused, and the invariants check the same limits.
-	configArgs = []string{"mode=enforce", "enforce_for=all", "per_user.preview=0", "per_user.core=1", "wait.max_seconds=" + waitSeconds()}
+	configArgs = []string{"mode=enforce", "enforce_for=all", "api_heavy.per_task=2", "per_user.preview=0", "per_user.core=1", "wait.max_seconds=" + waitSeconds()}
 	// userLimit is the most heavy calls of each user the upstream may run
 	// at once: pam and pat are preview (0), cora core (1), stan staff (4,
-	// but per_task 2 binds first).
+	// but per_task 2, set above, binds first).
 	userLimit = map[string]int{"pam": 0, "pat": 0, "cora": 1, "stan": 2}
 	staffUser = map[string]bool{"stan": true}
 )

@@ -47,10 +47,15 @@ type API struct {
 	Hold chan struct{}
 	// Started, when set, gets one value per heavy call as it starts.
 	Started chan string
+	// Knee, when set, gives the API a capacity: calls past it are slower,
+	// and past its FailAt they fail (see Knee). Default: none, every call
+	// takes its Latency however many run.
+	Knee *Knee
 
 	mu    sync.Mutex
 	stats Stats          // requires mu held
 	now   map[string]int // calls in flight per user; requires mu held
+	win   window         // see TakeWindow; requires mu held
 }
 
 // Stats is what the API saw.
@@ -65,7 +70,9 @@ type Stats struct {
 	// Busy is the heavy calls' time in the API summed: the integral of
 	// InFlight over time, so Busy ÷ (slots × span) is how busy a lane
 	// that every heavy call takes was kept.
-	Busy          time.Duration
+	Busy time.Duration
+	// Failed is the heavy calls the Knee failed (503), counted in Calls.
+	Failed        int
 	semantic      int
 	bulk          int
 	Rerank, Match int
@@ -181,10 +188,24 @@ func (a *API) serveHeavy(w http.ResponseWriter, r *http.Request, rerank bool) {
 		endpoint = "$rerank"
 	}
 
-	began := a.enter(u.Username, semantic, single, rerank)
-	defer a.leave(u.Username, semantic, single, began)
+	began, n := a.enter(u.Username, semantic, single, rerank)
+	failed := a.Knee != nil && a.Knee.fails(n)
+	defer func() { a.leave(u.Username, semantic, single, began, failed) }()
 	if a.Started != nil {
 		a.Started <- u.Username
+	}
+	if failed {
+		t := time.NewTimer(a.Knee.failAfter())
+		defer t.Stop()
+		select {
+		case <-t.C:
+		case <-r.Context().Done():
+			return
+		}
+		w.Header().Set("Content-Type", "application/json")
+		w.WriteHeader(http.StatusServiceUnavailable)
+		_, _ = io.WriteString(w, overloaded)
+		return
 	}
 	if a.Hold != nil {
 		select {
@@ -194,6 +215,9 @@ func (a *API) serveHeavy(w http.ResponseWriter, r *http.Request, rerank bool) {
 		}
 	} else {
 		d := a.latency(endpoint, len(body.Rows), semantic)
+		if a.Knee != nil {
+			d = a.Knee.slow(d, n)
+		}
 		t := time.NewTimer(d)
 		select {
 		case <-t.C:
@@ -219,7 +243,9 @@ func (a *API) latency(endpoint string, rows int, semantic bool) time.Duration {
 	return min(d, 5*time.Second)
 }
 
-func (a *API) enter(user string, semantic, single, rerank bool) time.Time {
+// enter counts a heavy call in; it returns when, and the heavy calls
+// running now, this one included.
+func (a *API) enter(user string, semantic, single, rerank bool) (time.Time, int) {
 	a.mu.Lock()
 	defer a.mu.Unlock()
 	s := &a.stats
@@ -231,6 +257,7 @@ func (a *API) enter(user string, semantic, single, rerank bool) time.Time {
 	}
 	s.InFlight++
 	s.Peak = max(s.Peak, s.InFlight)
+	a.win.peak = max(a.win.peak, s.InFlight)
 	if semantic {
 		s.semantic++
 		s.PeakSemantic = max(s.PeakSemantic, s.semantic)
@@ -244,13 +271,23 @@ func (a *API) enter(user string, semantic, single, rerank bool) time.Time {
 		s.PeakPerUser = map[string]int{}
 	}
 	s.PeakPerUser[user] = max(s.PeakPerUser[user], a.now[user])
-	return time.Now()
+	return time.Now(), s.InFlight
 }
 
-func (a *API) leave(user string, semantic, single bool, began time.Time) {
+func (a *API) leave(user string, semantic, single bool, began time.Time, failed bool) {
 	a.mu.Lock()
 	defer a.mu.Unlock()
-	a.stats.Busy += time.Since(began)
+	took := time.Since(began)
+	a.stats.Busy += took
+	if failed {
+		a.stats.Failed++
+		a.win.failed++
+	} else {
+		a.win.served++
+		if len(a.win.times) < maxWindowSamples {
+			a.win.times = append(a.win.times, took)
+		}
+	}
 	a.stats.InFlight--
 	if semantic {
 		a.stats.semantic--

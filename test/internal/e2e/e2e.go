@@ -14,6 +14,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"github.com/capgate/capgate/internal/skipnote"
 	"net"
 	"net/http"
 	"os"
@@ -270,6 +271,7 @@ func (s *Suite[R]) Main(m *testing.M) {
 	s.dir = dir
 	code := m.Run()
 	s.procs.Stop()
+	skipnote.Report()
 	os.RemoveAll(dir)
 	os.Exit(code)
 }
@@ -280,6 +282,9 @@ func (s *Suite[R]) Main(m *testing.M) {
 func (s *Suite[R]) Get(t *testing.T) R {
 	t.Helper()
 	if why := s.Missing(); why != "" {
+		if os.Getenv("CAPGATE_REQUIRE_BYPASS") != "1" {
+			skipnote.Record("the "+s.Name+" suite ("+why+")", "run scripts/bypass-deps.sh")
+		}
 		SkipOrFail(t, s.Name+" suite: "+why+" ("+DepsHint+")")
 	}
 	s.once.Do(func() {

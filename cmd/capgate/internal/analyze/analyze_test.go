@@ -452,7 +452,7 @@ func TestWhatIfConfigErrors(t *testing.T) {
 		{[]string{"mode"}, false, `Expected <setting>=<value>, got "mode".`},
 		{[]string{"tiers.preview=lots"}, true, `"tiers.preview" must be a whole number from 0 to 100000.`},
 		{[]string{"mode=loud"}, true, `"mode" must be one of off, shadow, enforce.`},
-		{[]string{"reserve_single_row=9"}, true, `"reserve_single_row" can't be more than "api_heavy.cluster".`},
+		{[]string{"reserve_single_row=9"}, true, `"reserve_single_row" (9) can't be more than "api_heavy.cluster" (4).`},
 		{[]string{"tiers.gold=1"}, true, `Unknown setting "tiers.gold".`},
 	} {
 		_, _, err := analyze.WhatIfConfig(base, tt.assign)

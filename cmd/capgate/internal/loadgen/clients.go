@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
+	"maps"
 	"math/rand/v2"
 	"net/http"
 	"strconv"
@@ -13,6 +14,7 @@ import (
 	"time"
 
 	"github.com/capgate/capgate/client"
+	"github.com/capgate/capgate/header"
 )
 
 // The clients loadgen can drive the gateway with (Config.Client).
@@ -53,6 +55,9 @@ type meter struct {
 	busy   time.Duration // requires mu held
 	served int           // requires mu held
 	n429   int           // requires mu held
+	// decisions counts the gateway's X-OCL-Capacity-Decision answers;
+	// requires mu held.
+	decisions map[string]int
 }
 
 func (m *meter) RoundTrip(req *http.Request) (*http.Response, error) {
@@ -63,6 +68,12 @@ func (m *meter) RoundTrip(req *http.Request) (*http.Response, error) {
 	}
 	d := time.Since(start)
 	m.mu.Lock()
+	if dec := resp.Header.Get(header.Decision); dec != "" {
+		if m.decisions == nil {
+			m.decisions = map[string]int{}
+		}
+		m.decisions[dec]++
+	}
 	switch {
 	case resp.StatusCode == http.StatusTooManyRequests:
 		m.n429++
@@ -78,6 +89,13 @@ func (m *meter) totals() (busy time.Duration, served, n429 int) {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	return m.busy, m.served, m.n429
+}
+
+// decided returns a copy of the decisions counted.
+func (m *meter) decided() map[string]int {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	return maps.Clone(m.decisions)
 }
 
 // errThrottled marks a call the retry-after client gave up on.

@@ -107,6 +107,13 @@ type Report struct {
 	BottleneckLimit int
 	Ideal           time.Duration
 	Utilization     float64
+	// UtilizationNote, when set, says why Utilization means nothing for
+	// this run: the limit did not hold the calls (shadow, fail-open), so
+	// busy ÷ (limit × makespan) is not a share of the lane's slots. The
+	// report then prints the note instead of the number.
+	UtilizationNote string
+	// Decisions counts the gateway's X-OCL-Capacity-Decision answers.
+	Decisions map[string]int
 	// MaxSlowdown is the largest Slowdown among the users with the fewest
 	// calls (the light users; all users when demand is equal).
 	MaxSlowdown float64
@@ -164,9 +171,11 @@ func (r *run) report() *Report {
 	if r.cfg.SimStatsURL != "" {
 		rep.Busy, rep.BusySource = r.simAfter-r.simBefore, "upstream"
 	}
+	rep.Decisions = r.meter.decided()
 	if l := r.cfg.BottleneckLimit; l > 0 {
 		rep.Ideal = rep.Busy / time.Duration(l)
 		rep.Utilization = Utilization(rep.Busy, l, rep.Makespan)
+		rep.UtilizationNote = utilizationNote(rep.Decisions, rep.Utilization)
 	}
 	secs := r.cfg.Duration.Seconds()
 	tiers := map[string]*TierReport{}
@@ -223,6 +232,27 @@ func (r *run) report() *Report {
 			P50: percentile(d, 0.5), P90: percentile(d, 0.9), P99: percentile(d, 0.99), Max: d[len(d)-1]})
 	}
 	return rep
+}
+
+// utilizationNote says why a utilization means nothing, or "" when it
+// does: the limit bounded the calls only when none went past it —
+// none shadow-refused (shadow, or a call enforce_for did not cover) or
+// unavailable (let through while the lane store failed) — and the
+// number is then at most 1.
+func utilizationNote(decisions map[string]int, u float64) string {
+	var past []string
+	for _, d := range []string{"shadow-refused", "unavailable"} {
+		if n := decisions[d]; n > 0 {
+			past = append(past, fmt.Sprintf("%d %s", n, d))
+		}
+	}
+	switch {
+	case len(past) > 0:
+		return fmt.Sprintf("not meaningful: calls ran past the limit (%s), as in shadow; it measures how busy enforce keeps the lane", strings.Join(past, ", "))
+	case u > 1+1e-9:
+		return fmt.Sprintf("not meaningful: %.3f is over 1, so calls ran past the limit (is it the lane that binds, and is the gateway in enforce?)", u)
+	}
+	return ""
 }
 
 // fixedWorkload fills each user's demand, finish, round-robin share and
@@ -338,7 +368,10 @@ func (r *Report) Write(w io.Writer) {
 	fmt.Fprintf(w, "\nclient %s; 429s: %d; capacity 429s by scope (aware client): %s; rate-limit 429s: %d; time waited: %s\n",
 		r.Client, r.Total429, strings.Join(scopes, ", "), r.RateLimit429, r.Waited.Round(time.Millisecond))
 	fmt.Fprintf(w, "makespan %s; calls served %d, busy %s (%s)", ms(r.Makespan), r.Served, ms(r.Busy), r.BusySource)
-	if r.BottleneckLimit > 0 {
+	switch {
+	case r.BottleneckLimit > 0 && r.UtilizationNote != "":
+		fmt.Fprintf(w, "; bottleneck utilization (limit %d) %s", r.BottleneckLimit, r.UtilizationNote)
+	case r.BottleneckLimit > 0:
 		fmt.Fprintf(w, "; ideal %s; bottleneck utilization %.3f (limit %d)", ms(r.Ideal), r.Utilization, r.BottleneckLimit)
 	}
 	if r.MaxSlowdown > 0 {

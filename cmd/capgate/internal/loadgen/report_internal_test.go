@@ -2,6 +2,7 @@ package loadgen
 
 import (
 	"math"
+	"strings"
 	"testing"
 	"time"
 )
@@ -51,5 +52,42 @@ func TestFixedWorkloadReport(t *testing.T) {
 	}
 	if got := rep.MaxSlowdown; math.Abs(got-8.0/6) > 1e-9 {
 		t.Errorf("light users' worst slowdown %v, want 8/6 (a)", got)
+	}
+}
+
+// A utilization is reported only where the limit held the calls: not
+// when some went past it (shadow-refused, unavailable), nor when it comes
+// out over 1; the report says why instead of printing the number.
+func TestUtilizationOnlyWhereItMeansSomething(t *testing.T) {
+	s := time.Second
+	start := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
+	for _, c := range []struct {
+		name      string
+		busy      time.Duration
+		decisions map[string]int
+		note      string // a part of the note; "" for none
+	}{
+		{"enforce", 8 * s, map[string]int{"admitted": 8, "refused": 3}, ""},
+		{"shadow", 8 * s, map[string]int{"admitted": 2, "shadow-refused": 6}, "6 shadow-refused"},
+		{"store down", 8 * s, map[string]int{"unavailable": 8}, "8 unavailable"},
+		{"over 1", 111 * s, map[string]int{"admitted": 8}, "11.100 is over 1"},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			r := &run{cfg: Config{Client: ClientPlain, BottleneckLimit: 1, Duration: time.Minute},
+				meter: &meter{busy: c.busy, served: 8, decisions: c.decisions}, start: start, end: start.Add(10 * s)}
+			rep := r.report()
+			var out strings.Builder
+			rep.Write(&out)
+			if c.note == "" {
+				if rep.UtilizationNote != "" || !strings.Contains(out.String(), "bottleneck utilization 0.800 (limit 1)") {
+					t.Errorf("note %q, report %q; want utilization 0.800", rep.UtilizationNote, out.String())
+				}
+				return
+			}
+			if !strings.Contains(rep.UtilizationNote, c.note) || !strings.Contains(out.String(), "not meaningful") ||
+				strings.Contains(out.String(), "ideal") {
+				t.Errorf("note %q, report %q; want a note with %q and no number", rep.UtilizationNote, out.String(), c.note)
+			}
+		})
 	}
 }

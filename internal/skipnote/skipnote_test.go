@@ -1,0 +1,22 @@
+package skipnote
+
+import (
+	"slices"
+	"testing"
+)
+
+func TestOneLinePerSuite(t *testing.T) {
+	reset()
+	t.Cleanup(reset)
+	for range 3 {
+		t.Run("redis", func(t *testing.T) { Skip(t, "the Redis tests", "set CAPGATE_TEST_REDIS_URL=redis://127.0.0.1:6379/15") })
+	}
+	t.Run("pg", func(t *testing.T) { Skip(t, "the PostgreSQL tests", "set CAPGATE_TEST_POSTGRES_URL=postgres://…") })
+	want := []string{
+		"SKIP ./internal/skipnote: the PostgreSQL tests (1 test): set CAPGATE_TEST_POSTGRES_URL=postgres://… to run them",
+		"SKIP ./internal/skipnote: the Redis tests (3 tests): set CAPGATE_TEST_REDIS_URL=redis://127.0.0.1:6379/15 to run them",
+	}
+	if got := Lines(); !slices.Equal(got, want) {
+		t.Errorf("lines\n%q\nwant\n%q", got, want)
+	}
+}

@@ -1,0 +1,75 @@
+package simapi
+
+import (
+	"slices"
+	"time"
+)
+
+// Knee makes the whole API behave like a service of limited capacity, as a
+// real API's workers and shared backend do: up to Capacity heavy calls at
+// once each take their usual time; past it every call is slower in
+// proportion (Latency × n / Capacity, n being the heavy calls running when
+// it starts, itself included), and a call that finds more than FailAt
+// running fails with 503 (after FailAfter) as an overloaded API times out
+// or sheds load. It is what the demo shows: what overload does in shadow,
+// and a gateway holding the API at its knee in enforce.
+type Knee struct {
+	Capacity  int           // calls at once at the usual time (at least 1)
+	FailAt    int           // past this many at once a call fails; 0: never
+	FailAfter time.Duration // how long a failing call takes (default 1 s)
+}
+
+// overloaded is the 503 body of a call the knee failed.
+const overloaded = `{"detail":"The API is overloaded: too many calls at once."}`
+
+// slow returns d stretched for n calls at once.
+func (k *Knee) slow(d time.Duration, n int) time.Duration {
+	if c := max(k.Capacity, 1); n > c {
+		return time.Duration(float64(d) * float64(n) / float64(c))
+	}
+	return d
+}
+
+// fails reports whether a call that finds n calls running (itself
+// included) fails.
+func (k *Knee) fails(n int) bool { return k.FailAt > 0 && n > k.FailAt }
+
+func (k *Knee) failAfter() time.Duration {
+	if k.FailAfter > 0 {
+		return k.FailAfter
+	}
+	return time.Second
+}
+
+// Window is what the API saw between two calls of TakeWindow: the heavy
+// calls that ended (served or failed by the knee), the most at once, and
+// the served calls' time in the API.
+type Window struct {
+	Served, Failed int
+	Peak           int
+	P50, P95       time.Duration
+}
+
+// maxWindowSamples bounds the call times a window keeps.
+const maxWindowSamples = 1 << 20
+
+// window is the running Window; requires the API's mu held.
+type window struct {
+	served, failed, peak int
+	times                []time.Duration
+}
+
+// TakeWindow returns what the API saw since the last call (or its start)
+// and starts a new window, whose peak starts at the calls running now.
+func (a *API) TakeWindow() Window {
+	a.mu.Lock()
+	w := a.win
+	a.win = window{peak: a.stats.InFlight}
+	a.mu.Unlock()
+	slices.Sort(w.times)
+	out := Window{Served: w.served, Failed: w.failed, Peak: w.peak}
+	if n := len(w.times); n > 0 {
+		out.P50, out.P95 = w.times[(n-1)*50/100], w.times[(n-1)*95/100]
+	}
+	return out
+}
