@@ -188,6 +188,9 @@ var (
 	decisionValues     = []capgate.Decision{capgate.DecisionAdmitted, capgate.DecisionShadowRefused,
 		capgate.DecisionRefused, capgate.DecisionUnavailable}
 	requestClasses = []string{"heavy", "light", "staff"}
+	// A repeat of a call (idempotency) is never decided by the local lanes,
+	// so these have a decisions_total series but no degraded one.
+	repeatDecisions = []capgate.Decision{capgate.DecisionJoined, capgate.DecisionReplayed}
 )
 
 // zeros makes every labelled family exist from the start, each known
@@ -206,6 +209,8 @@ func (m *Metrics) zeros() {
 	}
 	for _, d := range decisionValues {
 		m.degraded.WithLabelValues(string(d))
+	}
+	for _, d := range append(decisionValues[:len(decisionValues):len(decisionValues)], repeatDecisions...) {
 		for _, e := range []string{capgate.EndpointMatch, capgate.EndpointRerank} {
 			for _, t := range capgate.AllTiers() {
 				m.decisions.WithLabelValues(string(d), e, string(t))

@@ -64,7 +64,7 @@ func TestEveryFamilyFromTheStart(t *testing.T) {
 		"capgate_store_skipped_total":      3,  // the same
 		"capgate_upstream_errors_total":    4,  // timeout, connect, reset, other
 		"capgate_degraded_decisions_total": 4,  // every decision
-		"capgate_decisions_total":          32, // decision × endpoint × tier
+		"capgate_decisions_total":          48, // decision (the four, joined, replayed) × endpoint × tier
 		"capgate_requests_total":           3,  // code 200 of heavy, light, staff
 		"capgate_lane_waiting":             7,  // api_heavy, api_heavy_task, es2_knn, every tier
 	} {
