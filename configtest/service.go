@@ -467,6 +467,7 @@ func testConcurrentPatches(t *testing.T, open Opener) {
 		RetryAfter:   capgate.RetryAfter{Policy: capgate.PolicyAdaptive, Base: 6, Max: 40, Paused: 100},
 		Wait:         capgate.Wait{MaxSeconds: 5, MaxWaiting: 50, MaxWaitingPerUser: 3},
 		Unidentified: 2,
+		Idempotency:  capgate.DefaultConfig(capgate.ModeOff).Idempotency, // not patched: the defaults
 	}
 	_, got, err := s.Current(context.Background())
 	if err != nil || got != want {

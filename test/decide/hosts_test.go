@@ -229,7 +229,11 @@ func TestServiceStoppedFailsOpen(t *testing.T) {
 		worst := 0.0
 		for i, x := range runs {
 			if d := x.start.Delay; d == nil || *d > bound || x.start.Decision != "failed-open" {
-				t.Errorf("%s, call %d: %s, delayed %v s; want failed-open, ≤ %v s", what, i, x.start.Decision, d, bound)
+				delay := "unknown"
+				if d != nil {
+					delay = fmt.Sprintf("%.3f s", *d)
+				}
+				t.Errorf("%s, call %d: %s, delayed %s; want failed-open, ≤ %v s", what, i, x.start.Decision, delay, bound)
 			} else {
 				worst = max(worst, *d)
 			}
