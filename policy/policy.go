@@ -1,0 +1,485 @@
+package policy
+
+import "fmt"
+
+// Version is the policy format version this package reads.
+const Version = 1
+
+// Policy is a parsed, checked policy. Parse returns one; nothing changes it
+// afterwards, so it is safe for concurrent use.
+type Policy struct {
+	File     string // the file it was read from, for messages
+	Name     string
+	Routes   []*Route
+	Classes  []*Class
+	Identity Identity
+	Lanes    []*Lane
+	Names    Names
+
+	source []byte
+}
+
+// Source returns the YAML the policy was parsed from.
+func (p *Policy) Source() []byte { return p.source }
+
+// Route returns the route named name, or nil.
+func (p *Policy) Route(name string) *Route {
+	for _, r := range p.Routes {
+		if r.Name == name {
+			return r
+		}
+	}
+	return nil
+}
+
+// Lane returns the lane named name, or nil.
+func (p *Policy) Lane(name string) *Lane {
+	for _, l := range p.Lanes {
+		if l.Name == name {
+			return l
+		}
+	}
+	return nil
+}
+
+// Tiers returns the policy's tiers in rule order, the default last.
+func (p *Policy) Tiers() []string { return p.Identity.tierNames() }
+
+// LanesOf returns the lanes route r takes, in lane order.
+func (p *Policy) LanesOf(r *Route) []*Lane {
+	var out []*Lane
+	for _, l := range p.Lanes {
+		if l.Takes(r) {
+			out = append(out, l)
+		}
+	}
+	return out
+}
+
+// Route is one kind of heavy call.
+type Route struct {
+	Name   string
+	Method string // upper case
+	Path   Path
+	When   []Predicate // all must hold
+	Fields []Field     // at most MaxFields
+	// Seats is the route's cost per lane name; a lane not in it costs 1.
+	Seats map[string]Seats
+
+	index    int
+	bodyKeys []string // the top-level body keys When and Fields read
+	line     int
+}
+
+// Index returns the route's position in the policy.
+func (r *Route) Index() int { return r.index }
+
+// Field returns the index of the field named name in r.Fields, or -1.
+func (r *Route) Field(name string) int {
+	for i, f := range r.Fields {
+		if f.Name == name {
+			return i
+		}
+	}
+	return -1
+}
+
+// SeatsIn returns the seats a call of r with fields f takes in lane,
+// before the lane's cap (issue 33: a call's seats are capped at the lane's
+// limit by the gate, which knows the limit). At least 1.
+func (r *Route) SeatsIn(lane string, f *Fields) int {
+	s, ok := r.Seats[lane]
+	if !ok {
+		return 1
+	}
+	return s.Of(f)
+}
+
+// PathKind says how a Path matches.
+type PathKind int
+
+const (
+	PathExact   PathKind = iota // the whole path
+	PathPrefix                  // the path starts with it
+	PathPattern                 // segment by segment; "{name}" matches one non-empty segment
+)
+
+func (k PathKind) String() string {
+	switch k {
+	case PathPrefix:
+		return "prefix"
+	case PathPattern:
+		return "pattern"
+	}
+	return "exact"
+}
+
+// Path is a route's path rule. It is matched against the decoded path (so
+// "$" in a policy matches a "$" or a "%24" on the wire), after the mount
+// prefix is cut.
+type Path struct {
+	Kind  PathKind
+	Value string
+	// TrailingSlash optional: one trailing "/" more or less still matches
+	// (Django's APPEND_SLASH routes both).
+	OptionalSlash bool
+
+	segments []string // PathPattern: the pattern's segments; "" is a wildcard
+}
+
+// PredicateKind is one of the fixed predicates.
+type PredicateKind int
+
+const (
+	QueryTruthy        PredicateKind = iota + 1 // the last value of a query parameter is 1 or true (any case)
+	HeaderPresent                               // a header is present (any value)
+	BodyNonEmptyArray                           // a top-level body key holds a non-empty array
+	BodyNonEmptyString                          // a top-level body key holds a non-empty string
+	BodyTruthy                                  // a top-level body key is truthy as Python reads JSON
+	AnyOf                                       // one of Any holds
+)
+
+var predicateNames = map[string]PredicateKind{
+	"query_truthy":          QueryTruthy,
+	"header_present":        HeaderPresent,
+	"body_non_empty_array":  BodyNonEmptyArray,
+	"body_non_empty_string": BodyNonEmptyString,
+	"body_truthy":           BodyTruthy,
+	"any":                   AnyOf,
+}
+
+func (k PredicateKind) String() string {
+	for n, v := range predicateNames {
+		if v == k {
+			return n
+		}
+	}
+	return fmt.Sprintf("PredicateKind(%d)", int(k))
+}
+
+// Predicate is one condition of a route.
+type Predicate struct {
+	Kind PredicateKind
+	Name string      // the query parameter, header (canonical) or body key
+	Any  []Predicate // AnyOf
+
+	body int // index into the route's body keys
+}
+
+// FieldKind is what a field extracts.
+type FieldKind int
+
+const (
+	FieldQueryTruthy  FieldKind = iota + 1 // bool: a query parameter is truthy
+	FieldBodyArrayLen                      // int: the length of a top-level body array (0 if not an array)
+	FieldBodyString                        // string: a top-level body string ("" if not a string)
+	FieldHeader                            // string: the last value of a header
+	FieldPathSegment                       // string: the segment a pattern's {name} matched
+)
+
+var fieldKindNames = map[string]FieldKind{
+	"query_truthy":   FieldQueryTruthy,
+	"body_array_len": FieldBodyArrayLen,
+	"body_string":    FieldBodyString,
+	"header":         FieldHeader,
+	"path_segment":   FieldPathSegment,
+}
+
+func (k FieldKind) String() string {
+	for n, v := range fieldKindNames {
+		if v == k {
+			return n
+		}
+	}
+	return fmt.Sprintf("FieldKind(%d)", int(k))
+}
+
+// Type is a field's value type.
+type Type int
+
+const (
+	TypeBool Type = iota + 1
+	TypeInt
+	TypeString
+)
+
+func (t Type) String() string {
+	switch t {
+	case TypeBool:
+		return "bool"
+	case TypeInt:
+		return "int"
+	case TypeString:
+		return "string"
+	}
+	return "unknown"
+}
+
+// Type returns the type of the value a field of kind k holds.
+func (k FieldKind) Type() Type {
+	switch k {
+	case FieldQueryTruthy:
+		return TypeBool
+	case FieldBodyArrayLen:
+		return TypeInt
+	}
+	return TypeString
+}
+
+// Field is one value a route extracts from a call.
+type Field struct {
+	Name   string
+	Kind   FieldKind
+	Source string // the query parameter, body key, header (canonical) or pattern segment name
+
+	body int // index into the route's body keys, for body kinds
+	seg  int // index into the pattern's segments, for FieldPathSegment
+}
+
+// MaxFields is the most fields a route extracts: Fields is a fixed array,
+// so evaluation allocates nothing.
+const MaxFields = 8
+
+// maxBodyKeys is the most distinct top-level body keys a route reads.
+const maxBodyKeys = 8
+
+// Seats is a route's cost in one lane: Const, or ceil(Field / Per) capped
+// at Max. Never below 1.
+type Seats struct {
+	Const int    // when Field is ""
+	Field string // an int field of the route
+	Per   int    // ≥ 1
+	Max   int    // ≥ 1
+
+	field int
+}
+
+// Of returns the seats for a call with fields f.
+func (s Seats) Of(f *Fields) int {
+	if s.Field == "" {
+		return max(s.Const, 1)
+	}
+	n := 0
+	if f != nil {
+		n = f.Int(s.field)
+	}
+	n = (n + s.Per - 1) / s.Per
+	return min(max(n, 1), s.Max)
+}
+
+// Class is a class of calls a lane may reserve part of its limit for:
+// calls of the routes it names whose field equals a value (OCL's
+// single_row: a match of exactly one row).
+type Class struct {
+	Name   string
+	Routes []string
+	Field  string // optional: an int or bool field of every route named
+	Equals any    // int, bool or string, when Field is set
+}
+
+// Has reports whether a call of route r with fields f is of the class.
+func (c *Class) Has(r *Route, f *Fields) bool {
+	found := false
+	for _, n := range c.Routes {
+		if n == r.Name {
+			found = true
+			break
+		}
+	}
+	if !found {
+		return false
+	}
+	if c.Field == "" {
+		return true
+	}
+	i := r.Field(c.Field)
+	if i < 0 || f == nil {
+		return false
+	}
+	switch want := c.Equals.(type) {
+	case int:
+		return f.Int(i) == want
+	case bool:
+		return f.Bool(i) == want
+	case string:
+		return f.Equal(i, want)
+	}
+	return false
+}
+
+// Identity says who a caller is and their tier.
+type Identity struct {
+	Resolver string // upstream, header or tokens
+	Scheme   string // the Authorization scheme: Token or Bearer
+	Tiers    []TierRule
+	Default  string // the tier when no rule holds
+}
+
+// Resolvers are the identity resolvers a policy may name.
+var Resolvers = []string{"upstream", "header", "tokens"}
+
+// TierRule gives Tier to a caller who is staff (Staff) or in one of Groups.
+type TierRule struct {
+	Tier   string
+	Staff  bool
+	Groups []string
+}
+
+// TierOf returns the tier of a caller: the first rule that holds, else the
+// default.
+func (id *Identity) TierOf(staff bool, groups []string) string {
+	for _, r := range id.Tiers {
+		if r.Staff && staff {
+			return r.Tier
+		}
+		for _, g := range r.Groups {
+			for _, h := range groups {
+				if g == h {
+					return r.Tier
+				}
+			}
+		}
+	}
+	return id.Default
+}
+
+func (id *Identity) tierNames() []string {
+	var out []string
+	seen := map[string]bool{}
+	for _, r := range id.Tiers {
+		if !seen[r.Tier] {
+			seen[r.Tier] = true
+			out = append(out, r.Tier)
+		}
+	}
+	if !seen[id.Default] {
+		out = append(out, id.Default)
+	}
+	return out
+}
+
+// Scope is what one count of a lane covers.
+type Scope int
+
+const (
+	ScopeCluster Scope = iota + 1 // one count for the whole cluster
+	ScopeTask                     // one count per API task (host)
+	ScopeKey                      // one count per value of Lane.Key
+)
+
+func (s Scope) String() string {
+	switch s {
+	case ScopeCluster:
+		return "cluster"
+	case ScopeTask:
+		return "task"
+	case ScopeKey:
+		return "key"
+	}
+	return "unknown"
+}
+
+// The keys a keyed lane may use besides a call field.
+const (
+	KeyUser = "user" // the caller's user id
+	KeyTier = "tier" // the caller's tier
+)
+
+// Lane is one count of calls in flight and its limit.
+type Lane struct {
+	Name   string
+	Scope  Scope
+	Key    string   // ScopeKey: "user", "tier" or a field every route of the lane extracts
+	Routes []string // the routes that take it
+	// OnlyIf, if set, is a bool field: a call of one of Routes takes the
+	// lane only when it is true (OCL's es2_knn: semantic calls).
+	OnlyIf string
+	Limit  Limit
+	// Reserve, if set, holds part of the limit for one class of calls:
+	// every other call sees limit − reserve.
+	Reserve *Reserve
+	// Headers, if set, are the response headers (after the names' prefix)
+	// that carry the lane's limit and count.
+	Headers *LaneHeaders
+
+	line int
+}
+
+// Takes reports whether calls of r may take the lane (OnlyIf aside).
+func (l *Lane) Takes(r *Route) bool {
+	for _, n := range l.Routes {
+		if n == r.Name {
+			return true
+		}
+	}
+	return false
+}
+
+// TakesCall reports whether a call of r with fields f takes the lane.
+func (l *Lane) TakesCall(r *Route, f *Fields) bool {
+	if !l.Takes(r) {
+		return false
+	}
+	if l.OnlyIf == "" {
+		return true
+	}
+	i := r.Field(l.OnlyIf)
+	return i >= 0 && f != nil && f.Bool(i)
+}
+
+// Limit is a lane's limit: one number, or one per tier; Config is the
+// runtime-config key it lives at (per tier: Config + "." + tier).
+type Limit struct {
+	Value   int            // when PerTier is nil
+	PerTier map[string]int // the default limit of each tier
+	Config  string
+}
+
+// ConfigKeys returns the runtime-config keys of the limit, tiers in order.
+func (l Limit) ConfigKeys(tiers []string) []string {
+	if l.PerTier == nil {
+		return []string{l.Config}
+	}
+	out := make([]string, 0, len(tiers))
+	for _, t := range tiers {
+		out = append(out, l.Config+"."+t)
+	}
+	return out
+}
+
+// Reserve holds Value of a lane's limit for calls of Class; its number
+// lives at Config.
+type Reserve struct {
+	Class  string
+	Value  int
+	Config string
+}
+
+// LaneHeaders name the headers of a lane's limit and in-flight count, each
+// after Names.HeaderPrefix.
+type LaneHeaders struct {
+	Limit    string
+	InFlight string
+}
+
+// Names are what capgate calls things on the wire and in its logs.
+type Names struct {
+	// HeaderPrefix starts every capacity header: "X-OCL-Capacity-" for OCL,
+	// "Capgate-" for a generic policy.
+	HeaderPrefix string
+	// RateLimit sends the IETF RateLimit and RateLimit-Policy fields.
+	RateLimit bool
+	// RefusalDetail is the refusal body's "detail"; "{retry_after}" is
+	// replaced by the seconds.
+	RefusalDetail string
+	// RefusalCode is the refusal body's "error_code".
+	RefusalCode string
+	// LogEvent is the per-call log line's "event".
+	LogEvent string
+	// MetadataHeader is the client-metadata header (a JSON object), and
+	// AwareField its key that says the client handles refusals.
+	MetadataHeader string
+	AwareField     string
+	// RequestSourceHeader names where the call came from, for the log line.
+	RequestSourceHeader string
+}
