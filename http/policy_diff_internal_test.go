@@ -206,3 +206,36 @@ func FuzzOCLPolicyMatchesClassifier(f *testing.F) {
 		checkSame(t, diffCase{method, target, ct, ce, body, prefix})
 	})
 }
+
+// BenchmarkOCLRules compares, side by side, the rule part of one OCL
+// call's classification (the body already read): the classifier's
+// HeavyPath and parseBody against the OCL policy's Evaluate.
+func BenchmarkOCLRules(b *testing.B) {
+	body := []byte(`{"rows":[{"id":"1","name":"fever"},{"id":"2","name":"cough"}],"target_repo_url":"/orgs/CIEL/sources/CIEL/"}`)
+	for _, tc := range []struct{ name, target string }{
+		{"semantic-match", "/concepts/$match/?semantic=true&bestMatch=true"},
+		{"lexical-match", "/concepts/$match/?includeSearchMeta=true"},
+		{"other-path", "/orgs/CIEL/sources/CIEL/concepts/?q=fever"},
+	} {
+		r := httptest.NewRequest("POST", tc.target, nil)
+		r.Header.Set("Content-Type", "application/json")
+		c := &Classifier{}
+		b.Run(tc.name+"/classifier", func(b *testing.B) {
+			b.ReportAllocs()
+			for b.Loop() {
+				if call, ok := c.HeavyPath(r); ok {
+					_, _ = parseBody(body, call.Endpoint == capgate.EndpointRerank)
+				}
+			}
+		})
+		ev := policy.NewEvaluator(policy.OCL(), "")
+		req := policy.Request{Method: r.Method, Path: r.URL.Path, RawQuery: r.URL.RawQuery, Header: r.Header, Body: body}
+		b.Run(tc.name+"/policy", func(b *testing.B) {
+			b.ReportAllocs()
+			var f policy.Fields
+			for b.Loop() {
+				ev.Evaluate(&req, &f)
+			}
+		})
+	}
+}

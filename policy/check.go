@@ -38,10 +38,10 @@ func (d *decoder) checkRoutes(p *Policy) []string {
 		field := fmt.Sprintf("routes[%d]", i)
 		if r.Name != "" {
 			if contains(names, r.Name) {
-				d.at(r.line, field+".name", "route %q is given twice", r.Name)
+				d.at(r.lineOf("name"), field+".name", "route %q is given twice", r.Name)
 			}
 			if !nameRE.MatchString(r.Name) {
-				d.at(r.line, field+".name", "a route name is lower case letters, digits and _")
+				d.at(r.lineOf("name"), field+".name", "a route name is lower case letters, digits and _")
 			}
 			names = append(names, r.Name)
 		}
@@ -59,7 +59,7 @@ func (d *decoder) checkRoutes(p *Policy) []string {
 			if isBody(pr.Kind) {
 				pr.body = addKey(pr.Name)
 				if k, ok := kinds[pr.Name]; ok && k != pr.Kind && k != BodyTruthy && pr.Kind != BodyTruthy {
-					d.at(r.line, fmt.Sprintf("%s.when[%d]", field, j), "body key %q cannot be both %s and %s: the route can never match", pr.Name, k, pr.Kind)
+					d.at(r.lineOf("when"), fmt.Sprintf("%s.when[%d]", field, j), "body key %q cannot be both %s and %s: the route can never match", pr.Name, k, pr.Kind)
 				}
 				kinds[pr.Name] = pr.Kind
 			}
@@ -75,7 +75,7 @@ func (d *decoder) checkRoutes(p *Policy) []string {
 			f := &r.Fields[j]
 			sub := fmt.Sprintf("%s.fields.%s", field, f.Name)
 			if f.Name == KeyUser || f.Name == KeyTier {
-				d.at(r.line, sub, "%q is the caller's, not a call field: name it otherwise", f.Name)
+				d.at(r.lineOf("fields"), sub, "%q is the caller's, not a call field: name it otherwise", f.Name)
 			}
 			fieldNames = append(fieldNames, f.Name)
 			switch f.Kind {
@@ -84,12 +84,12 @@ func (d *decoder) checkRoutes(p *Policy) []string {
 			case FieldPathSegment:
 				f.seg = slices.Index(segs, f.Source)
 				if f.seg < 0 || f.Source == "" {
-					d.at(r.line, sub, "the path has no segment {%s}", f.Source)
+					d.at(r.lineOf("fields"), sub, "the path has no segment {%s}", f.Source)
 				}
 			}
 		}
 		if len(r.bodyKeys) > maxBodyKeys {
-			d.at(r.line, field, "reads %d body keys, at most %d", len(r.bodyKeys), maxBodyKeys)
+			d.at(r.lineOf("fields"), field, "reads %d body keys, at most %d", len(r.bodyKeys), maxBodyKeys)
 		}
 		for _, lane := range slices.Sorted(maps.Keys(r.Seats)) {
 			s := r.Seats[lane]
@@ -99,9 +99,9 @@ func (d *decoder) checkRoutes(p *Policy) []string {
 			j := r.Field(s.Field)
 			switch {
 			case j < 0:
-				d.at(r.line, field+".seats."+lane+".field", "%s", suggest("field", s.Field, fieldNames))
+				d.at(r.lineOf("seats"), field+".seats."+lane+".field", "%s", suggest("field", s.Field, fieldNames))
 			case r.Fields[j].Kind.Type() != TypeInt:
-				d.at(r.line, field+".seats."+lane+".field", "field %q is a %s; seats count an int field", s.Field, r.Fields[j].Kind.Type())
+				d.at(r.lineOf("seats"), field+".seats."+lane+".field", "field %q is a %s; seats count an int field", s.Field, r.Fields[j].Kind.Type())
 			}
 			s.field = j
 			r.Seats[lane] = s
@@ -109,7 +109,7 @@ func (d *decoder) checkRoutes(p *Policy) []string {
 		// A route after one that matches every request it would is dead.
 		for _, q := range p.Routes[:i] {
 			if q.Method == r.Method && len(q.When) == 0 && shadows(q.Path, r.Path) {
-				d.at(r.line, field+".path", "route %q before it takes every request it would: the route can never match", q.Name)
+				d.at(r.lineOf("path"), field+".path", "route %q before it takes every request it would: the route can never match", q.Name)
 				break
 			}
 		}
@@ -190,58 +190,59 @@ func (d *decoder) checkLanes(p *Policy, routes, tiers []string) {
 	for i, l := range p.Lanes {
 		field := fmt.Sprintf("lanes[%d]", i)
 		if contains(names, l.Name) {
-			d.at(l.line, field+".name", "lane %q is given twice", l.Name)
+			d.at(l.lineOf("name"), field+".name", "lane %q is given twice", l.Name)
 		}
 		names = append(names, l.Name)
 		var rs []*Route
 		for j, rn := range l.Routes {
 			r := p.Route(rn)
 			if r == nil {
-				d.at(l.line, fmt.Sprintf("%s.routes[%d]", field, j), "%s", suggest("route", rn, routes))
+				d.at(l.lineOf("routes"), fmt.Sprintf("%s.routes[%d]", field, j), "%s", suggest("route", rn, routes))
 				continue
 			}
 			rs = append(rs, r)
 		}
 		// A lane keyed or filtered by a call field needs it on every route.
-		needField := func(sub, name string, want Type) {
+		needField := func(key, name string, want Type) {
+			sub := field + "." + key
 			for _, r := range rs {
 				k := r.Field(name)
 				if k < 0 {
-					d.at(l.line, sub, "route %q has no field %q", r.Name, name)
+					d.at(l.lineOf(key), sub, "route %q has no field %q", r.Name, name)
 				} else if got := r.Fields[k].Kind.Type(); got != want {
-					d.at(l.line, sub, "field %q of route %q is a %s, want a %s", name, r.Name, got, want)
+					d.at(l.lineOf(key), sub, "field %q of route %q is a %s, want a %s", name, r.Name, got, want)
 				}
 			}
 		}
 		if l.Scope == ScopeKey && l.Key != "" && l.Key != KeyUser && l.Key != KeyTier {
-			needField(field+".key", l.Key, TypeString)
+			needField("key", l.Key, TypeString)
 		}
 		if l.OnlyIf != "" {
-			needField(field+".only_if", l.OnlyIf, TypeBool)
+			needField("only_if", l.OnlyIf, TypeBool)
 		}
 		if l.Limit.PerTier != nil {
 			for _, t := range slices.Sorted(maps.Keys(l.Limit.PerTier)) {
 				if !contains(tiers, t) {
-					d.at(l.line, field+".limit."+t, "%s", suggest("tier", t, tiers))
+					d.at(l.lineOf("limit"), field+".limit."+t, "%s", suggest("tier", t, tiers))
 				}
 			}
 			for _, t := range tiers {
 				if _, ok := l.Limit.PerTier[t]; !ok {
-					d.at(l.line, field+".limit", "no limit for tier %q", t)
+					d.at(l.lineOf("limit"), field+".limit", "no limit for tier %q", t)
 				}
 			}
 		}
 		for _, k := range l.Limit.ConfigKeys(tiers) {
-			claim(l.line, field+".config", k, l.Name)
+			claim(l.lineOf("config"), field+".config", k, l.Name)
 		}
 		if r := l.Reserve; r != nil {
 			if r.Class != "" && !contains(classes, r.Class) {
-				d.at(l.line, field+".reserve.class", "%s", suggest("class", r.Class, classes))
+				d.at(l.lineOf("reserve"), field+".reserve.class", "%s", suggest("class", r.Class, classes))
 			}
 			if l.Limit.PerTier == nil && r.Value > l.Limit.Value {
-				d.at(l.line, field+".reserve.value", "reserve %d is more than the limit %d", r.Value, l.Limit.Value)
+				d.at(l.lineOf("reserve"), field+".reserve.value", "reserve %d is more than the limit %d", r.Value, l.Limit.Value)
 			}
-			claim(l.line, field+".reserve.config", r.Config, l.Name)
+			claim(l.lineOf("reserve"), field+".reserve.config", r.Config, l.Name)
 		}
 	}
 	for i, r := range p.Routes {
@@ -249,9 +250,9 @@ func (d *decoder) checkLanes(p *Policy, routes, tiers []string) {
 			l := p.Lane(lane)
 			switch {
 			case l == nil:
-				d.at(r.line, fmt.Sprintf("routes[%d].seats.%s", i, lane), "%s", suggest("lane", lane, names))
+				d.at(r.lineOf("seats"), fmt.Sprintf("routes[%d].seats.%s", i, lane), "%s", suggest("lane", lane, names))
 			case !l.Takes(r):
-				d.at(r.line, fmt.Sprintf("routes[%d].seats.%s", i, lane), "lane %q does not take route %q", lane, r.Name)
+				d.at(r.lineOf("seats"), fmt.Sprintf("routes[%d].seats.%s", i, lane), "lane %q does not take route %q", lane, r.Name)
 			}
 		}
 	}

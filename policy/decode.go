@@ -112,6 +112,15 @@ func (d *decoder) mapping(n *yaml.Node, field string, known ...string) map[strin
 	return out
 }
 
+// lines returns the line of each entry.
+func lines(m map[string]entry) map[string]int {
+	out := make(map[string]int, len(m))
+	for k, e := range m {
+		out[k] = e.key.Line
+	}
+	return out
+}
+
 // pairs returns the entries of mapping n in order (keys are names the
 // caller checks).
 func (d *decoder) pairs(n *yaml.Node, field string) []entry {
@@ -272,6 +281,7 @@ var methodRE = regexp.MustCompile(`^[A-Z]+$`)
 func (d *decoder) route(n *yaml.Node, field string) *Route {
 	r := &Route{line: n.Line, Seats: map[string]Seats{}}
 	m := d.mapping(n, field, "name", "method", "path", "when", "fields", "seats")
+	r.lines = lines(m)
 	d.required(n, field, m, "name", "method", "path")
 	if e, ok := m["name"]; ok {
 		r.Name = d.str(e.val, field+".name")
@@ -571,6 +581,7 @@ func (d *decoder) tier(n *yaml.Node, field string) string {
 func (d *decoder) lane(n *yaml.Node, field string) *Lane {
 	l := &Lane{line: n.Line}
 	m := d.mapping(n, field, "name", "scope", "key", "routes", "only_if", "limit", "config", "reserve", "headers")
+	l.lines = lines(m)
 	d.required(n, field, m, "name", "scope", "routes", "limit")
 	if e, ok := m["name"]; ok {
 		l.Name = d.str(e.val, field+".name")

@@ -65,6 +65,9 @@ func suggest(what, s string, candidates []string) string {
 	if n, ok := nearest(s, candidates); ok {
 		return fmt.Sprintf("unknown %s %q (did you mean %q?)", what, s, n)
 	}
+	if len(candidates) == 0 {
+		return fmt.Sprintf("unknown %s %q (the policy names none)", what, s)
+	}
 	return fmt.Sprintf("unknown %s %q (valid: %s)", what, s, strings.Join(candidates, ", "))
 }
 

@@ -69,6 +69,15 @@ type Route struct {
 	index    int
 	bodyKeys []string // the top-level body keys When and Fields read
 	line     int
+	lines    map[string]int // the line of each of its fields, for messages
+}
+
+// lineOf returns the line of the route's field key, else the route's.
+func (r *Route) lineOf(key string) int {
+	if n, ok := r.lines[key]; ok {
+		return n
+	}
+	return r.line
 }
 
 // Index returns the route's position in the policy.
@@ -402,7 +411,16 @@ type Lane struct {
 	// that carry the lane's limit and count.
 	Headers *LaneHeaders
 
-	line int
+	line  int
+	lines map[string]int // the line of each of its fields, for messages
+}
+
+// lineOf returns the line of the lane's field key, else the lane's.
+func (l *Lane) lineOf(key string) int {
+	if n, ok := l.lines[key]; ok {
+		return n
+	}
+	return l.line
 }
 
 // Takes reports whether calls of r may take the lane (OnlyIf aside).
