@@ -101,7 +101,7 @@ func (d *decoder) checkRoutes(p *Policy) []string {
 			case j < 0:
 				d.at(r.lineOf("seats"), field+".seats."+lane+".field", "%s", suggest("field", s.Field, fieldNames))
 			case r.Fields[j].Kind.Type() != TypeInt:
-				d.at(r.lineOf("seats"), field+".seats."+lane+".field", "field %q is a %s; seats count an int field", s.Field, r.Fields[j].Kind.Type())
+				d.at(r.lineOf("seats"), field+".seats."+lane+".field", "field %q is %s; seats count an int field", s.Field, r.Fields[j].Kind.Type().article())
 			}
 			s.field = j
 			r.Seats[lane] = s
@@ -139,18 +139,26 @@ func shadows(a, b Path) bool {
 	return false
 }
 
+// runtimeKeys are the runtime config's keys that are not a lane's limit:
+// no lane's config key may start with one.
+var runtimeKeys = []string{"mode", "enforce_for", "lease_seconds", "renew_seconds", "max_hold_seconds",
+	"retry_after", "wait", "unidentified", "adaptive"}
+
 func (d *decoder) checkClasses(p *Policy, routes []string) {
 	var names []string
 	for i, c := range p.Classes {
 		field := fmt.Sprintf("classes[%d]", i)
 		if contains(names, c.Name) {
-			d.at(0, field+".name", "class %q is given twice", c.Name)
+			d.at(c.line, field+".name", "class %q is given twice", c.Name)
+		}
+		if !nameRE.MatchString(c.Name) {
+			d.at(c.line, field+".name", "a class name is lower case letters, digits and _")
 		}
 		names = append(names, c.Name)
 		for j, rn := range c.Routes {
 			r := p.Route(rn)
 			if r == nil {
-				d.at(0, fmt.Sprintf("%s.routes[%d]", field, j), "%s", suggest("route", rn, routes))
+				d.at(c.line, fmt.Sprintf("%s.routes[%d]", field, j), "%s", suggest("route", rn, routes))
 				continue
 			}
 			if c.Field == "" {
@@ -158,7 +166,7 @@ func (d *decoder) checkClasses(p *Policy, routes []string) {
 			}
 			k := r.Field(c.Field)
 			if k < 0 {
-				d.at(r.line, field+".field", "route %q has no field %q", rn, c.Field)
+				d.at(c.line, field+".field", "route %q has no field %q", rn, c.Field)
 				continue
 			}
 			want := map[FieldKind]string{FieldBodyArrayLen: "int", FieldQueryTruthy: "bool"}[r.Fields[k].Kind]
@@ -167,7 +175,7 @@ func (d *decoder) checkClasses(p *Policy, routes []string) {
 			}
 			got := fmt.Sprintf("%T", c.Equals)
 			if got != want {
-				d.at(r.line, field+".equals", "field %q of route %q is a %s, equals is a %s", c.Field, rn, want, got)
+				d.at(c.line, field+".equals", "field %q of route %q is %s, equals is %s", c.Field, rn, article(want), article(got))
 			}
 		}
 	}
@@ -177,6 +185,10 @@ func (d *decoder) checkLanes(p *Policy, routes, tiers []string) {
 	var names []string
 	configs := map[string]string{}
 	claim := func(line int, field, key, lane string) {
+		if top, _, _ := strings.Cut(key, "."); contains(runtimeKeys, top) {
+			d.at(line, field, "config key %q is the runtime config's own %q", key, top)
+			return
+		}
 		if other, ok := configs[key]; ok {
 			d.at(line, field, "config key %q is already lane %q's", key, other)
 			return
@@ -210,7 +222,7 @@ func (d *decoder) checkLanes(p *Policy, routes, tiers []string) {
 				if k < 0 {
 					d.at(l.lineOf(key), sub, "route %q has no field %q", r.Name, name)
 				} else if got := r.Fields[k].Kind.Type(); got != want {
-					d.at(l.lineOf(key), sub, "field %q of route %q is a %s, want a %s", name, r.Name, got, want)
+					d.at(l.lineOf(key), sub, "field %q of route %q is %s, want %s", name, r.Name, got.article(), want.article())
 				}
 			}
 		}
@@ -257,3 +269,13 @@ func (d *decoder) checkLanes(p *Policy, routes, tiers []string) {
 		}
 	}
 }
+
+// article returns a type name with its article: "a bool", "an int".
+func article(t string) string {
+	if t == "int" {
+		return "an int"
+	}
+	return "a " + t
+}
+
+func (t Type) article() string { return article(t.String()) }

@@ -492,7 +492,7 @@ func (d *decoder) seats(n *yaml.Node, field string) Seats {
 }
 
 func (d *decoder) class(n *yaml.Node, field string) *Class {
-	c := &Class{}
+	c := &Class{line: n.Line}
 	m := d.mapping(n, field, "name", "routes", "field", "equals")
 	d.required(n, field, m, "name", "routes")
 	if e, ok := m["name"]; ok {

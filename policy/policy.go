@@ -284,6 +284,8 @@ type Class struct {
 	Routes []string
 	Field  string // optional: an int or bool field of every route named
 	Equals any    // int, bool or string, when Field is set
+
+	line int
 }
 
 // Has reports whether a call of route r with fields f is of the class.
