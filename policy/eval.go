@@ -172,9 +172,7 @@ func (r *Route) extract(req *Request, path string, bv *bodyView, f *Fields) {
 				v.lit = raw
 			}
 		case FieldHeader:
-			if vs := req.Header[fd.Source]; len(vs) > 0 {
-				v.s = vs[len(vs)-1]
-			}
+			v.s = headerValue(req.Header, fd.Source)
 		case FieldPathSegment:
 			if r.Path.OptionalSlash {
 				path = strings.TrimSuffix(path, "/")
@@ -295,6 +293,21 @@ func itoa(n int) string {
 		b[i] = '-'
 	}
 	return string(b[i:])
+}
+
+// headerValue reads header k as the API's server hands it to the app
+// (gunicorn): the values of a repeated header joined with ",", except
+// Content-Type and Content-Length, of which it keeps the last. Only a
+// repeated header costs an allocation.
+func headerValue(h http.Header, k string) string {
+	vs := h[k]
+	switch {
+	case len(vs) == 0:
+		return ""
+	case len(vs) == 1 || k == "Content-Type" || k == "Content-Length":
+		return vs[len(vs)-1]
+	}
+	return strings.Join(vs, ",")
 }
 
 // matchPath reports whether path (the mount prefix cut) matches p.

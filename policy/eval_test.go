@@ -60,7 +60,7 @@ func mustParse(t testing.TB, src string) *policy.Policy {
 func TestEvaluateGeneric(t *testing.T) {
 	p := mustParse(t, generic)
 	ev := policy.NewEvaluator(p, "/api/")
-	tenant := http.Header{"X-Tenant": {"a", "acme"}}
+	tenant := http.Header{"X-Tenant": {"acme"}}
 	inputs := func(n int) []byte {
 		return []byte(`{"input":[` + strings.TrimSuffix(strings.Repeat(`"x",`, n), ",") + `]}`)
 	}
@@ -133,8 +133,16 @@ func TestEvaluateGeneric(t *testing.T) {
 			}
 		})
 	}
+	// A repeated header reads as gunicorn joins it.
 	var f policy.Fields
-	r := ev.Evaluate(&policy.Request{Method: "POST", Path: "/api/v1/models/m/infer", RawQuery: "stream=TRUE", Header: tenant}, &f)
+	r := ev.Evaluate(&policy.Request{Method: "POST", Path: "/api/v1/models/m/infer", Header: http.Header{"X-Tenant": {"a", "b"}}}, &f)
+	if got, _ := f.ByName("tenant"); got != "a,b" {
+		t.Errorf("tenant of a repeated header = %q; want a,b", got)
+	}
+	if got := p.HeadersRead(); len(got) != 1 || got[0] != "X-Tenant" {
+		t.Errorf("HeadersRead = %v; want [X-Tenant]", got)
+	}
+	r = ev.Evaluate(&policy.Request{Method: "POST", Path: "/api/v1/models/m/infer", RawQuery: "stream=TRUE", Header: tenant}, &f)
 	if !p.Classes[0].Has(r, &f) || !f.Equal(r.Field("model"), "m") || f.Equal(r.Field("model"), "n") {
 		t.Error("class or Equal wrong for a streamed call of model m")
 	}
@@ -190,6 +198,52 @@ func TestInferenceExample(t *testing.T) {
 		}
 		if r.Name != tc.route {
 			t.Errorf("%s %s: route %s; want %q", tc.method, tc.path, r.Name, tc.route)
+		}
+	}
+}
+
+// Seats as the next step will use them: the inference example with
+// embeddings costing ceil(len(input) / 16) seats, at most 4, in the model
+// lane (the gate caps a call's seats at the lane's limit).
+func TestSeatsOfTheEmbeddingsExample(t *testing.T) {
+	data, err := os.ReadFile("../examples/inference/policy.yaml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	src := strings.Replace(string(data), `    path: {exact: /v1/embeddings}
+    fields:
+      model: {body_string: model}
+`, `    path: {exact: /v1/embeddings}
+    fields:
+      model: {body_string: model}
+      inputs: {body_array_len: input}
+    seats:
+      model: {field: inputs, per: 16, max: 4}
+`, 1)
+	if src == string(data) {
+		t.Fatal("the embeddings route is not in the example")
+	}
+	p := mustParse(t, src)
+	ev := policy.NewEvaluator(p, "")
+	for _, tc := range []struct {
+		body  string
+		seats int
+	}{
+		{`{"model":"e5","input":[` + strings.TrimSuffix(strings.Repeat(`"x",`, 40), ",") + `]}`, 3},
+		{`{"model":"e5","input":[` + strings.TrimSuffix(strings.Repeat(`"x",`, 8), ",") + `]}`, 1},
+		{`{"model":"e5","input":[` + strings.TrimSuffix(strings.Repeat(`"x",`, 200), ",") + `]}`, 4},
+		{`{"model":"e5","input":"one string"}`, 1},
+	} {
+		var f policy.Fields
+		r := ev.Evaluate(&policy.Request{Method: "POST", Path: "/v1/embeddings", Body: []byte(tc.body)}, &f)
+		if r == nil {
+			t.Fatal("embeddings did not match")
+		}
+		if got := r.SeatsIn("model", &f); got != tc.seats {
+			t.Errorf("%.40s…: %d seats in model; want %d", tc.body, got, tc.seats)
+		}
+		if got := r.SeatsIn("cluster", &f); got != 1 {
+			t.Errorf("%d seats in cluster; want 1", got)
 		}
 	}
 }

@@ -42,6 +42,37 @@ func (p *Policy) Lane(name string) *Lane {
 	return nil
 }
 
+// HeadersRead returns the canonical names of the request headers the
+// routes read (predicates and fields), each once: the gateway must refuse a
+// Connection header that names one, as it does for the headers it reads
+// itself, so the API never acts on a request capgate read otherwise.
+func (p *Policy) HeadersRead() []string {
+	var out []string
+	add := func(h string) {
+		if !contains(out, h) {
+			out = append(out, h)
+		}
+	}
+	for _, r := range p.Routes {
+		for _, pr := range r.When {
+			if pr.Kind == HeaderPresent {
+				add(pr.Name)
+			}
+			for _, a := range pr.Any {
+				if a.Kind == HeaderPresent {
+					add(a.Name)
+				}
+			}
+		}
+		for _, f := range r.Fields {
+			if f.Kind == FieldHeader {
+				add(f.Source)
+			}
+		}
+	}
+	return out
+}
+
 // Tiers returns the policy's tiers in rule order, the default last.
 func (p *Policy) Tiers() []string { return p.Identity.tierNames() }
 
