@@ -42,6 +42,7 @@ Commands:
   loadgen    drive a gateway with simulated Mapper users and report
   analyze    report on ocl_capacity log lines; --what-if replays them against a changed config
   simapi     serve the demo's simulated OCL API, to try serve in front of
+  policy     check a policy file, or show one (default: the built-in OCL policy)
   migrate    create or update the config database's tables
   healthcheck  probe a gateway's /livez (for images without curl)
 
@@ -87,6 +88,8 @@ func Run(ctx context.Context, args []string, stdin io.Reader, stdout, stderr io.
 	case "capacity":
 		cmd := &CapacityCommand{Stdout: stdout, Stderr: stderr}
 		return exitCode(stderr, cmd.Run(ctx, args[1:]))
+	case "policy":
+		return exitCode(stderr, (&PolicyCommand{Stdout: stdout, Stderr: stderr}).Run(ctx, args[1:]))
 	case "analyze":
 		cmd := &AnalyzeCommand{Stdin: stdin, Stdout: stdout, Stderr: stderr}
 		return exitCode(stderr, cmd.Run(ctx, args[1:]))

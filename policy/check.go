@@ -1,0 +1,281 @@
+package policy
+
+import (
+	"fmt"
+	"maps"
+	"slices"
+	"strings"
+)
+
+// check validates the cross references of a decoded policy and fills in
+// the indexes evaluation uses. Every error it finds is recorded.
+func (d *decoder) check(p *Policy) {
+	routeNames := d.checkRoutes(p)
+	tiers := p.Identity.tierNames()
+	d.checkClasses(p, routeNames)
+	d.checkLanes(p, routeNames, tiers)
+	taken := map[string]bool{}
+	for _, l := range p.Lanes {
+		for _, r := range l.Routes {
+			taken[r] = true
+		}
+	}
+	for i, r := range p.Routes {
+		if r.Name != "" && !taken[r.Name] {
+			d.errs = append(d.errs, &Error{File: d.file, Line: r.line, Field: fmt.Sprintf("routes[%d]", i),
+				Msg: fmt.Sprintf("route %q takes no lane: its calls would be counted nowhere", r.Name)})
+		}
+	}
+}
+
+func (d *decoder) at(line int, field, format string, args ...any) {
+	d.errs = append(d.errs, &Error{File: d.file, Line: line, Field: field, Msg: fmt.Sprintf(format, args...)})
+}
+
+func (d *decoder) checkRoutes(p *Policy) []string {
+	var names []string
+	for i, r := range p.Routes {
+		field := fmt.Sprintf("routes[%d]", i)
+		if r.Name != "" {
+			if contains(names, r.Name) {
+				d.at(r.lineOf("name"), field+".name", "route %q is given twice", r.Name)
+			}
+			if !nameRE.MatchString(r.Name) {
+				d.at(r.lineOf("name"), field+".name", "a route name is lower case letters, digits and _")
+			}
+			names = append(names, r.Name)
+		}
+		// The body keys When and Fields read, each once.
+		addKey := func(k string) int {
+			if j := slices.Index(r.bodyKeys, k); j >= 0 {
+				return j
+			}
+			r.bodyKeys = append(r.bodyKeys, k)
+			return len(r.bodyKeys) - 1
+		}
+		kinds := map[string]PredicateKind{}
+		for j := range r.When {
+			pr := &r.When[j]
+			if isBody(pr.Kind) {
+				pr.body = addKey(pr.Name)
+				if k, ok := kinds[pr.Name]; ok && k != pr.Kind && k != BodyTruthy && pr.Kind != BodyTruthy {
+					d.at(r.lineOf("when"), fmt.Sprintf("%s.when[%d]", field, j), "body key %q cannot be both %s and %s: the route can never match", pr.Name, k, pr.Kind)
+				}
+				kinds[pr.Name] = pr.Kind
+			}
+			for k := range pr.Any {
+				if isBody(pr.Any[k].Kind) {
+					pr.Any[k].body = addKey(pr.Any[k].Name)
+				}
+			}
+		}
+		segs := r.Path.segmentNames()
+		var fieldNames []string
+		for j := range r.Fields {
+			f := &r.Fields[j]
+			sub := fmt.Sprintf("%s.fields.%s", field, f.Name)
+			if f.Name == KeyUser || f.Name == KeyTier {
+				d.at(r.lineOf("fields"), sub, "%q is the caller's, not a call field: name it otherwise", f.Name)
+			}
+			fieldNames = append(fieldNames, f.Name)
+			switch f.Kind {
+			case FieldBodyArrayLen, FieldBodyString:
+				f.body = addKey(f.Source)
+			case FieldPathSegment:
+				f.seg = slices.Index(segs, f.Source)
+				if f.seg < 0 || f.Source == "" {
+					d.at(r.lineOf("fields"), sub, "the path has no segment {%s}", f.Source)
+				}
+			}
+		}
+		if len(r.bodyKeys) > maxBodyKeys {
+			d.at(r.lineOf("fields"), field, "reads %d body keys, at most %d", len(r.bodyKeys), maxBodyKeys)
+		}
+		for _, lane := range slices.Sorted(maps.Keys(r.Seats)) {
+			s := r.Seats[lane]
+			if s.Field == "" {
+				continue
+			}
+			j := r.Field(s.Field)
+			switch {
+			case j < 0:
+				d.at(r.lineOf("seats"), field+".seats."+lane+".field", "%s", suggest("field", s.Field, fieldNames))
+			case r.Fields[j].Kind.Type() != TypeInt:
+				d.at(r.lineOf("seats"), field+".seats."+lane+".field", "field %q is %s; seats count an int field", s.Field, r.Fields[j].Kind.Type().article())
+			}
+			s.field = j
+			r.Seats[lane] = s
+		}
+		// A route after one that matches every request it would is dead.
+		for _, q := range p.Routes[:i] {
+			if q.Method == r.Method && len(q.When) == 0 && shadows(q.Path, r.Path) {
+				d.at(r.lineOf("path"), field+".path", "route %q before it takes every request it would: the route can never match", q.Name)
+				break
+			}
+		}
+	}
+	return names
+}
+
+func isBody(k PredicateKind) bool {
+	return k == BodyNonEmptyArray || k == BodyNonEmptyString || k == BodyTruthy
+}
+
+// shadows reports whether every path b matches is matched by a.
+func shadows(a, b Path) bool {
+	if a.Kind == b.Kind && a.Value == b.Value && (a.OptionalSlash || !b.OptionalSlash) {
+		return true
+	}
+	if b.Kind == PathExact {
+		if b.OptionalSlash {
+			v := strings.TrimSuffix(b.Value, "/")
+			return matchPath(&a, v) && matchPath(&a, v+"/")
+		}
+		return matchPath(&a, b.Value)
+	}
+	if b.Kind == PathPrefix && a.Kind == PathPrefix {
+		return strings.HasPrefix(b.Value, a.Value)
+	}
+	return false
+}
+
+// runtimeKeys are the runtime config's keys that are not a lane's limit:
+// no lane's config key may start with one.
+var runtimeKeys = []string{"mode", "enforce_for", "lease_seconds", "renew_seconds", "max_hold_seconds",
+	"retry_after", "wait", "unidentified", "adaptive"}
+
+func (d *decoder) checkClasses(p *Policy, routes []string) {
+	var names []string
+	for i, c := range p.Classes {
+		field := fmt.Sprintf("classes[%d]", i)
+		if contains(names, c.Name) {
+			d.at(c.line, field+".name", "class %q is given twice", c.Name)
+		}
+		if !nameRE.MatchString(c.Name) {
+			d.at(c.line, field+".name", "a class name is lower case letters, digits and _")
+		}
+		names = append(names, c.Name)
+		for j, rn := range c.Routes {
+			r := p.Route(rn)
+			if r == nil {
+				d.at(c.line, fmt.Sprintf("%s.routes[%d]", field, j), "%s", suggest("route", rn, routes))
+				continue
+			}
+			if c.Field == "" {
+				continue
+			}
+			k := r.Field(c.Field)
+			if k < 0 {
+				d.at(c.line, field+".field", "route %q has no field %q", rn, c.Field)
+				continue
+			}
+			want := map[FieldKind]string{FieldBodyArrayLen: "int", FieldQueryTruthy: "bool"}[r.Fields[k].Kind]
+			if want == "" {
+				want = "string"
+			}
+			got := fmt.Sprintf("%T", c.Equals)
+			if got != want {
+				d.at(c.line, field+".equals", "field %q of route %q is %s, equals is %s", c.Field, rn, article(want), article(got))
+			}
+		}
+	}
+}
+
+func (d *decoder) checkLanes(p *Policy, routes, tiers []string) {
+	var names []string
+	configs := map[string]string{}
+	claim := func(line int, field, key, lane string) {
+		if top, _, _ := strings.Cut(key, "."); contains(runtimeKeys, top) {
+			d.at(line, field, "config key %q is the runtime config's own %q", key, top)
+			return
+		}
+		if other, ok := configs[key]; ok {
+			d.at(line, field, "config key %q is already lane %q's", key, other)
+			return
+		}
+		configs[key] = lane
+	}
+	var classes []string
+	for _, c := range p.Classes {
+		classes = append(classes, c.Name)
+	}
+	for i, l := range p.Lanes {
+		field := fmt.Sprintf("lanes[%d]", i)
+		if contains(names, l.Name) {
+			d.at(l.lineOf("name"), field+".name", "lane %q is given twice", l.Name)
+		}
+		names = append(names, l.Name)
+		var rs []*Route
+		for j, rn := range l.Routes {
+			r := p.Route(rn)
+			if r == nil {
+				d.at(l.lineOf("routes"), fmt.Sprintf("%s.routes[%d]", field, j), "%s", suggest("route", rn, routes))
+				continue
+			}
+			rs = append(rs, r)
+		}
+		// A lane keyed or filtered by a call field needs it on every route.
+		needField := func(key, name string, want Type) {
+			sub := field + "." + key
+			for _, r := range rs {
+				k := r.Field(name)
+				if k < 0 {
+					d.at(l.lineOf(key), sub, "route %q has no field %q", r.Name, name)
+				} else if got := r.Fields[k].Kind.Type(); got != want {
+					d.at(l.lineOf(key), sub, "field %q of route %q is %s, want %s", name, r.Name, got.article(), want.article())
+				}
+			}
+		}
+		if l.Scope == ScopeKey && l.Key != "" && l.Key != KeyUser && l.Key != KeyTier {
+			needField("key", l.Key, TypeString)
+		}
+		if l.OnlyIf != "" {
+			needField("only_if", l.OnlyIf, TypeBool)
+		}
+		if l.Limit.PerTier != nil {
+			for _, t := range slices.Sorted(maps.Keys(l.Limit.PerTier)) {
+				if !contains(tiers, t) {
+					d.at(l.lineOf("limit"), field+".limit."+t, "%s", suggest("tier", t, tiers))
+				}
+			}
+			for _, t := range tiers {
+				if _, ok := l.Limit.PerTier[t]; !ok {
+					d.at(l.lineOf("limit"), field+".limit", "no limit for tier %q", t)
+				}
+			}
+		}
+		for _, k := range l.Limit.ConfigKeys(tiers) {
+			claim(l.lineOf("config"), field+".config", k, l.Name)
+		}
+		if r := l.Reserve; r != nil {
+			if r.Class != "" && !contains(classes, r.Class) {
+				d.at(l.lineOf("reserve"), field+".reserve.class", "%s", suggest("class", r.Class, classes))
+			}
+			if l.Limit.PerTier == nil && r.Value > l.Limit.Value {
+				d.at(l.lineOf("reserve"), field+".reserve.value", "reserve %d is more than the limit %d", r.Value, l.Limit.Value)
+			}
+			claim(l.lineOf("reserve"), field+".reserve.config", r.Config, l.Name)
+		}
+	}
+	for i, r := range p.Routes {
+		for _, lane := range slices.Sorted(maps.Keys(r.Seats)) {
+			l := p.Lane(lane)
+			switch {
+			case l == nil:
+				d.at(r.lineOf("seats"), fmt.Sprintf("routes[%d].seats.%s", i, lane), "%s", suggest("lane", lane, names))
+			case !l.Takes(r):
+				d.at(r.lineOf("seats"), fmt.Sprintf("routes[%d].seats.%s", i, lane), "lane %q does not take route %q", lane, r.Name)
+			}
+		}
+	}
+}
+
+// article returns a type name with its article: "a bool", "an int".
+func article(t string) string {
+	if t == "int" {
+		return "an int"
+	}
+	return "a " + t
+}
+
+func (t Type) article() string { return article(t.String()) }

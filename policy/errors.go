@@ -1,0 +1,93 @@
+package policy
+
+import (
+	"fmt"
+	"strings"
+)
+
+// Error is one thing wrong with a policy file: where, which field, what.
+type Error struct {
+	File  string
+	Line  int    // 1-based; 0 when unknown
+	Field string // the field's path, e.g. "lanes[2].limit.core"; "" for the whole file
+	Msg   string
+}
+
+func (e *Error) Error() string {
+	var b strings.Builder
+	b.WriteString(e.File)
+	if e.Line > 0 {
+		fmt.Fprintf(&b, ":%d", e.Line)
+	}
+	b.WriteString(": ")
+	if e.Field != "" {
+		b.WriteString(e.Field)
+		b.WriteString(": ")
+	}
+	b.WriteString(e.Msg)
+	return b.String()
+}
+
+// Errors is every Error of a policy, in file order; Parse returns it. Its
+// Error is one line per error.
+type Errors []*Error
+
+func (es Errors) Error() string {
+	lines := make([]string, len(es))
+	for i, e := range es {
+		lines[i] = e.Error()
+	}
+	return strings.Join(lines, "\n")
+}
+
+// nearest returns the candidate closest to s by edit distance, if it is
+// close enough to be a likely typo.
+func nearest(s string, candidates []string) (string, bool) {
+	best, bestD := "", -1
+	for _, c := range candidates {
+		d := editDistance(strings.ToLower(s), c)
+		if len(s) >= 3 && (strings.HasPrefix(c, s) || strings.HasPrefix(s, c)) {
+			d = min(d, 1) // a cut or extended name
+		}
+		if bestD < 0 || d < bestD {
+			best, bestD = c, d
+		}
+	}
+	if bestD < 0 || bestD > max(2, len(s)/3) {
+		return "", false
+	}
+	return best, true
+}
+
+// suggest returns the message for an unknown name: the nearest valid one,
+// else the list of valid ones.
+func suggest(what, s string, candidates []string) string {
+	if n, ok := nearest(s, candidates); ok {
+		return fmt.Sprintf("unknown %s %q (did you mean %q?)", what, s, n)
+	}
+	if len(candidates) == 0 {
+		return fmt.Sprintf("unknown %s %q (the policy names none)", what, s)
+	}
+	return fmt.Sprintf("unknown %s %q (valid: %s)", what, s, strings.Join(candidates, ", "))
+}
+
+// editDistance is the Levenshtein distance between a and b, in bytes.
+func editDistance(a, b string) int {
+	prev := make([]int, len(b)+1)
+	cur := make([]int, len(b)+1)
+	for j := range prev {
+		prev[j] = j
+	}
+	for i := 1; i <= len(a); i++ {
+		cur[0] = i
+		for j := 1; j <= len(b); j++ {
+			cost := 1
+			if a[i-1] == b[j-1] {
+				cost = 0
+			}
+			cur[j] = min(prev[j]+1, cur[j-1]+1, prev[j-1]+cost)
+		}
+		prev, cur = cur, prev
+	}
+	return prev[len(b)]
+}

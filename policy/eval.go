@@ -1,0 +1,365 @@
+package policy
+
+import (
+	"encoding/json"
+	"net/http"
+	"strings"
+)
+
+// Request is a request as the gateway forwards it, read as the API reads
+// it: the gateway normalizes it first (the method in upper case, the target
+// cut at "#", the body decoded from its charset to UTF-8). Nothing in it is
+// changed by evaluation.
+type Request struct {
+	Method   string      // upper case
+	Path     string      // decoded (so "%24" is "$"), without the query
+	RawQuery string      // as sent; read as Python's parse_qsl reads it, the last value of a name winning
+	Header   http.Header // canonical keys
+	Body     []byte      // the JSON body in UTF-8; nil when there is none
+	// QueryUnreadable says the gateway cannot read the query as the API
+	// does (OCL: a request charset that is not ASCII-compatible, in which
+	// Django decodes the query too). Every query predicate then holds and
+	// every query flag is true: the call is counted in the most lanes.
+	QueryUnreadable bool
+	// BodyUnreadable says the gateway cannot read the body as the API does
+	// (compressed, larger than it reads, a charset it does not decode).
+	// Every body predicate then holds and every body field is zero: a call
+	// of unknown size, never one that passes uncounted.
+	BodyUnreadable bool
+}
+
+// Evaluator finds the route of a request. It is safe for concurrent use.
+type Evaluator struct {
+	p      *Policy
+	prefix string
+}
+
+// NewEvaluator returns an Evaluator for p with the API mounted at
+// pathPrefix (such as "/api"; "" is the root): a path outside it matches no
+// route, and routes match what follows it.
+func NewEvaluator(p *Policy, pathPrefix string) *Evaluator {
+	return &Evaluator{p: p, prefix: strings.TrimSuffix(pathPrefix, "/")}
+}
+
+// Policy returns the evaluator's policy.
+func (e *Evaluator) Policy() *Policy { return e.p }
+
+// Evaluate returns the first route that matches req and fills f with the
+// call's fields; nil, and f reset, when no route matches (the request is
+// not a heavy call). f must not outlive req.Body.
+func (e *Evaluator) Evaluate(req *Request, f *Fields) *Route {
+	f.reset()
+	path, ok := strings.CutPrefix(req.Path, e.prefix)
+	if !ok {
+		return nil
+	}
+	var bodyValid, bodyChecked bool
+	for _, r := range e.p.Routes {
+		if r.Method != req.Method || !matchPath(&r.Path, path) {
+			continue
+		}
+		// The query and headers first: a request they rule out costs no
+		// body scan.
+		if len(r.bodyKeys) > 0 && !r.holds(req, &bodyView{any: true}) {
+			continue
+		}
+		var bv bodyView
+		if len(r.bodyKeys) > 0 && !req.BodyUnreadable {
+			if !bodyChecked {
+				bodyChecked = true
+				bodyValid = req.Body != nil && json.Valid(req.Body)
+			}
+			if bodyValid {
+				bv.scan(req.Body, r.bodyKeys)
+			}
+		}
+		if !r.holds(req, &bv) {
+			continue
+		}
+		r.extract(req, path, &bv, f)
+		return r
+	}
+	return nil
+}
+
+// MayMatch reports whether some route matches req by its method, path and
+// query and header predicates, the body aside: whether the gateway must
+// read the body to know. A request it says no to is not a heavy call, and
+// its body can go to the API unread.
+func (e *Evaluator) MayMatch(req *Request) bool {
+	path, ok := strings.CutPrefix(req.Path, e.prefix)
+	if !ok {
+		return false
+	}
+	bv := bodyView{any: true}
+	for _, r := range e.p.Routes {
+		if r.Method == req.Method && matchPath(&r.Path, path) && r.holds(req, &bv) {
+			return true
+		}
+	}
+	return false
+}
+
+// bodyView is what evaluation read of a body for one route: the raw JSON
+// value of each of the route's body keys. any makes every body predicate
+// hold (an unreadable body, or MayMatch).
+type bodyView struct {
+	object bool
+	any    bool
+	vals   [maxBodyKeys][]byte
+}
+
+func (bv *bodyView) scan(body []byte, keys []string) {
+	bv.object = topLevel(body, keys, &bv.vals)
+}
+
+func (r *Route) holds(req *Request, bv *bodyView) bool {
+	for i := range r.When {
+		if !r.When[i].holds(req, bv) {
+			return false
+		}
+	}
+	return true
+}
+
+func (p *Predicate) holds(req *Request, bv *bodyView) bool {
+	switch p.Kind {
+	case QueryTruthy:
+		return req.QueryUnreadable || queryTruthy(req.RawQuery, p.Name)
+	case HeaderPresent:
+		return len(req.Header[p.Name]) > 0
+	case AnyOf:
+		for i := range p.Any {
+			if p.Any[i].holds(req, bv) {
+				return true
+			}
+		}
+		return false
+	}
+	if bv.any || req.BodyUnreadable {
+		return true
+	}
+	if !bv.object {
+		return false
+	}
+	v := bv.vals[p.body]
+	switch p.Kind {
+	case BodyNonEmptyArray:
+		return arrayLen(v) > 0
+	case BodyNonEmptyString:
+		return len(v) > 2 && v[0] == '"'
+	case BodyTruthy:
+		return pyTruthy(v)
+	}
+	return false
+}
+
+func (r *Route) extract(req *Request, path string, bv *bodyView, f *Fields) {
+	f.route, f.body = r, req.Body
+	f.bodyKnown = !req.BodyUnreadable
+	for i := range r.Fields {
+		fd := &r.Fields[i]
+		v := &f.vals[i]
+		switch fd.Kind {
+		case FieldQueryTruthy:
+			v.b = req.QueryUnreadable || queryTruthy(req.RawQuery, fd.Source)
+		case FieldBodyArrayLen:
+			if bv.object {
+				v.n = arrayLen(bv.vals[fd.body])
+			}
+		case FieldBodyString:
+			if raw := bv.vals[fd.body]; bv.object && len(raw) >= 2 && raw[0] == '"' {
+				v.lit = raw
+			}
+		case FieldHeader:
+			v.s = headerValue(req.Header, fd.Source)
+		case FieldPathSegment:
+			if r.Path.OptionalSlash {
+				path = strings.TrimSuffix(path, "/")
+			}
+			v.s = segmentAt(path, fd.seg)
+		}
+	}
+}
+
+// Fields are the fields of one call, by the index of the field in its
+// route (Route.Field). Body strings are held as offsets into the request's
+// body, so Fields must not outlive it. The zero value is empty; reuse one
+// across calls to allocate nothing.
+type Fields struct {
+	route     *Route
+	body      []byte
+	bodyKnown bool
+	vals      [MaxFields]fieldValue
+}
+
+type fieldValue struct {
+	b   bool
+	n   int
+	s   string // header or path segment
+	lit []byte // a body string's JSON literal, quotes included
+}
+
+func (f *Fields) reset() { *f = Fields{} }
+
+// Route returns the route the fields are of, nil if none matched.
+func (f *Fields) Route() *Route { return f.route }
+
+// BodyKnown reports whether the body was read: false for an unreadable
+// body, whose body fields are all zero.
+func (f *Fields) BodyKnown() bool { return f.bodyKnown }
+
+// Bool returns field i as a bool (false if it is not one).
+func (f *Fields) Bool(i int) bool {
+	if i < 0 || i >= MaxFields {
+		return false
+	}
+	return f.vals[i].b
+}
+
+// Int returns field i as an int (0 if it is not one).
+func (f *Fields) Int(i int) int {
+	if i < 0 || i >= MaxFields {
+		return 0
+	}
+	return f.vals[i].n
+}
+
+// String returns field i as a string: a string field's value, an int
+// field's digits, a bool's "true"/"false". A body string is decoded here,
+// and that allocates.
+func (f *Fields) String(i int) string {
+	if f.route == nil || i < 0 || i >= len(f.route.Fields) {
+		return ""
+	}
+	v := &f.vals[i]
+	switch f.route.Fields[i].Kind.Type() {
+	case TypeBool:
+		if v.b {
+			return "true"
+		}
+		return "false"
+	case TypeInt:
+		return itoa(v.n)
+	}
+	if v.lit != nil {
+		return decodeString(v.lit)
+	}
+	return v.s
+}
+
+// Equal reports whether string field i equals s, allocating nothing.
+func (f *Fields) Equal(i int, s string) bool {
+	if f.route == nil || i < 0 || i >= len(f.route.Fields) {
+		return false
+	}
+	v := &f.vals[i]
+	if v.lit != nil {
+		return keyEqual(v.lit, s)
+	}
+	return v.s == s
+}
+
+// ByName returns the value of the field called name as String does, and
+// whether the route has it.
+func (f *Fields) ByName(name string) (string, bool) {
+	if f.route == nil {
+		return "", false
+	}
+	i := f.route.Field(name)
+	if i < 0 {
+		return "", false
+	}
+	return f.String(i), true
+}
+
+func itoa(n int) string {
+	if n == 0 {
+		return "0"
+	}
+	var b [20]byte
+	i := len(b)
+	neg := n < 0
+	if neg {
+		n = -n
+	}
+	for n > 0 {
+		i--
+		b[i] = byte('0' + n%10)
+		n /= 10
+	}
+	if neg {
+		i--
+		b[i] = '-'
+	}
+	return string(b[i:])
+}
+
+// headerValue reads header k as the API's server hands it to the app
+// (gunicorn): the values of a repeated header joined with ",", except
+// Content-Type and Content-Length, of which it keeps the last. Only a
+// repeated header costs an allocation.
+func headerValue(h http.Header, k string) string {
+	vs := h[k]
+	switch {
+	case len(vs) == 0:
+		return ""
+	case len(vs) == 1 || k == "Content-Type" || k == "Content-Length":
+		return vs[len(vs)-1]
+	}
+	return strings.Join(vs, ",")
+}
+
+// matchPath reports whether path (the mount prefix cut) matches p.
+func matchPath(p *Path, path string) bool {
+	switch p.Kind {
+	case PathExact:
+		if p.OptionalSlash {
+			return strings.TrimSuffix(path, "/") == strings.TrimSuffix(p.Value, "/")
+		}
+		return path == p.Value
+	case PathPrefix:
+		if strings.HasPrefix(path, p.Value) {
+			return true
+		}
+		return p.OptionalSlash && strings.HasSuffix(p.Value, "/") && path == strings.TrimSuffix(p.Value, "/")
+	case PathPattern:
+		if p.OptionalSlash {
+			path = strings.TrimSuffix(path, "/")
+		}
+		rest, ok := strings.CutPrefix(path, "/")
+		if !ok {
+			return false
+		}
+		for i, seg := range p.segments {
+			var s string
+			s, rest, ok = strings.Cut(rest, "/")
+			if ok != (i < len(p.segments)-1) {
+				return false // fewer or more segments
+			}
+			if seg == wildcard {
+				if s == "" {
+					return false
+				}
+			} else if s != seg {
+				return false
+			}
+		}
+		return true
+	}
+	return false
+}
+
+// wildcard is a pattern segment "{name}": any one non-empty segment. No
+// literal segment holds "{".
+const wildcard = "{"
+
+// segmentAt returns the i-th segment of path (after its leading "/").
+func segmentAt(path string, i int) string {
+	rest := strings.TrimPrefix(path, "/")
+	for ; i > 0; i-- {
+		_, rest, _ = strings.Cut(rest, "/")
+	}
+	s, _, _ := strings.Cut(rest, "/")
+	return s
+}

@@ -1,0 +1,350 @@
+package policy
+
+import "fmt"
+
+// Version is the policy format version this package reads.
+const Version = 1
+
+// Policy is a parsed, checked policy. Parse returns one; nothing changes it
+// afterwards, so it is safe for concurrent use.
+type Policy struct {
+	File     string // the file it was read from, for messages
+	Name     string
+	Routes   []*Route
+	Classes  []*Class
+	Identity Identity
+	Lanes    []*Lane
+	Names    Names
+
+	source []byte
+}
+
+// Source returns the YAML the policy was parsed from.
+func (p *Policy) Source() []byte { return p.source }
+
+// Route returns the route named name, or nil.
+func (p *Policy) Route(name string) *Route {
+	for _, r := range p.Routes {
+		if r.Name == name {
+			return r
+		}
+	}
+	return nil
+}
+
+// Lane returns the lane named name, or nil.
+func (p *Policy) Lane(name string) *Lane {
+	for _, l := range p.Lanes {
+		if l.Name == name {
+			return l
+		}
+	}
+	return nil
+}
+
+// HeadersRead returns the canonical names of the request headers the
+// routes read (predicates and fields), each once: the gateway must refuse a
+// Connection header that names one, as it does for the headers it reads
+// itself, so the API never acts on a request capgate read otherwise.
+func (p *Policy) HeadersRead() []string {
+	var out []string
+	add := func(h string) {
+		if !contains(out, h) {
+			out = append(out, h)
+		}
+	}
+	for _, r := range p.Routes {
+		for _, pr := range r.When {
+			if pr.Kind == HeaderPresent {
+				add(pr.Name)
+			}
+			for _, a := range pr.Any {
+				if a.Kind == HeaderPresent {
+					add(a.Name)
+				}
+			}
+		}
+		for _, f := range r.Fields {
+			if f.Kind == FieldHeader {
+				add(f.Source)
+			}
+		}
+	}
+	return out
+}
+
+// Tiers returns the policy's tiers in rule order, the default last.
+func (p *Policy) Tiers() []string { return p.Identity.tierNames() }
+
+// LanesOf returns the lanes route r takes, in lane order.
+func (p *Policy) LanesOf(r *Route) []*Lane {
+	var out []*Lane
+	for _, l := range p.Lanes {
+		if l.Takes(r) {
+			out = append(out, l)
+		}
+	}
+	return out
+}
+
+// Route is one kind of heavy call.
+type Route struct {
+	Name   string
+	Method string // upper case
+	Path   Path
+	When   []Predicate // all must hold
+	Fields []Field     // at most MaxFields
+	// Seats is the route's cost per lane name; a lane not in it costs 1.
+	Seats map[string]Seats
+
+	index    int
+	bodyKeys []string // the top-level body keys When and Fields read
+	line     int
+	lines    map[string]int // the line of each of its fields, for messages
+}
+
+// lineOf returns the line of the route's field key, else the route's.
+func (r *Route) lineOf(key string) int {
+	if n, ok := r.lines[key]; ok {
+		return n
+	}
+	return r.line
+}
+
+// Index returns the route's position in the policy.
+func (r *Route) Index() int { return r.index }
+
+// Field returns the index of the field named name in r.Fields, or -1.
+func (r *Route) Field(name string) int {
+	for i, f := range r.Fields {
+		if f.Name == name {
+			return i
+		}
+	}
+	return -1
+}
+
+// SeatsIn returns the seats a call of r with fields f takes in lane,
+// before the lane's cap (issue 33: a call's seats are capped at the lane's
+// limit by the gate, which knows the limit). At least 1.
+func (r *Route) SeatsIn(lane string, f *Fields) int {
+	s, ok := r.Seats[lane]
+	if !ok {
+		return 1
+	}
+	return s.Of(f)
+}
+
+// PathKind says how a Path matches.
+type PathKind int
+
+const (
+	PathExact   PathKind = iota // the whole path
+	PathPrefix                  // the path starts with it
+	PathPattern                 // segment by segment; "{name}" matches one non-empty segment
+)
+
+func (k PathKind) String() string {
+	switch k {
+	case PathPrefix:
+		return "prefix"
+	case PathPattern:
+		return "pattern"
+	}
+	return "exact"
+}
+
+// Path is a route's path rule. It is matched against the decoded path (so
+// "$" in a policy matches a "$" or a "%24" on the wire), after the mount
+// prefix is cut.
+type Path struct {
+	Kind  PathKind
+	Value string
+	// TrailingSlash optional: one trailing "/" more or less still matches
+	// (Django's APPEND_SLASH routes both).
+	OptionalSlash bool
+
+	segments []string // PathPattern: the pattern's segments; "" is a wildcard
+}
+
+// PredicateKind is one of the fixed predicates.
+type PredicateKind int
+
+const (
+	QueryTruthy        PredicateKind = iota + 1 // the last value of a query parameter is 1 or true (any case)
+	HeaderPresent                               // a header is present (any value)
+	BodyNonEmptyArray                           // a top-level body key holds a non-empty array
+	BodyNonEmptyString                          // a top-level body key holds a non-empty string
+	BodyTruthy                                  // a top-level body key is truthy as Python reads JSON
+	AnyOf                                       // one of Any holds
+)
+
+var predicateNames = map[string]PredicateKind{
+	"query_truthy":          QueryTruthy,
+	"header_present":        HeaderPresent,
+	"body_non_empty_array":  BodyNonEmptyArray,
+	"body_non_empty_string": BodyNonEmptyString,
+	"body_truthy":           BodyTruthy,
+	"any":                   AnyOf,
+}
+
+func (k PredicateKind) String() string {
+	for n, v := range predicateNames {
+		if v == k {
+			return n
+		}
+	}
+	return fmt.Sprintf("PredicateKind(%d)", int(k))
+}
+
+// Predicate is one condition of a route.
+type Predicate struct {
+	Kind PredicateKind
+	Name string      // the query parameter, header (canonical) or body key
+	Any  []Predicate // AnyOf
+
+	body int // index into the route's body keys
+}
+
+// FieldKind is what a field extracts.
+type FieldKind int
+
+const (
+	FieldQueryTruthy  FieldKind = iota + 1 // bool: a query parameter is truthy
+	FieldBodyArrayLen                      // int: the length of a top-level body array (0 if not an array)
+	FieldBodyString                        // string: a top-level body string ("" if not a string)
+	FieldHeader                            // string: the last value of a header
+	FieldPathSegment                       // string: the segment a pattern's {name} matched
+)
+
+var fieldKindNames = map[string]FieldKind{
+	"query_truthy":   FieldQueryTruthy,
+	"body_array_len": FieldBodyArrayLen,
+	"body_string":    FieldBodyString,
+	"header":         FieldHeader,
+	"path_segment":   FieldPathSegment,
+}
+
+func (k FieldKind) String() string {
+	for n, v := range fieldKindNames {
+		if v == k {
+			return n
+		}
+	}
+	return fmt.Sprintf("FieldKind(%d)", int(k))
+}
+
+// Type is a field's value type.
+type Type int
+
+const (
+	TypeBool Type = iota + 1
+	TypeInt
+	TypeString
+)
+
+func (t Type) String() string {
+	switch t {
+	case TypeBool:
+		return "bool"
+	case TypeInt:
+		return "int"
+	case TypeString:
+		return "string"
+	}
+	return "unknown"
+}
+
+// Type returns the type of the value a field of kind k holds.
+func (k FieldKind) Type() Type {
+	switch k {
+	case FieldQueryTruthy:
+		return TypeBool
+	case FieldBodyArrayLen:
+		return TypeInt
+	}
+	return TypeString
+}
+
+// Field is one value a route extracts from a call.
+type Field struct {
+	Name   string
+	Kind   FieldKind
+	Source string // the query parameter, body key, header (canonical) or pattern segment name
+
+	body int // index into the route's body keys, for body kinds
+	seg  int // index into the pattern's segments, for FieldPathSegment
+}
+
+// MaxFields is the most fields a route extracts: Fields is a fixed array,
+// so evaluation allocates nothing.
+const MaxFields = 8
+
+// maxBodyKeys is the most distinct top-level body keys a route reads.
+const maxBodyKeys = 8
+
+// Seats is a route's cost in one lane: Const, or ceil(Field / Per) capped
+// at Max. Never below 1.
+type Seats struct {
+	Const int    // when Field is ""
+	Field string // an int field of the route
+	Per   int    // ≥ 1
+	Max   int    // ≥ 1
+
+	field int
+}
+
+// Of returns the seats for a call with fields f.
+func (s Seats) Of(f *Fields) int {
+	if s.Field == "" {
+		return max(s.Const, 1)
+	}
+	n := 0
+	if f != nil {
+		n = f.Int(s.field)
+	}
+	n = (n + s.Per - 1) / s.Per
+	return min(max(n, 1), s.Max)
+}
+
+// Class is a class of calls a lane may reserve part of its limit for:
+// calls of the routes it names whose field equals a value (OCL's
+// single_row: a match of exactly one row).
+type Class struct {
+	Name   string
+	Routes []string
+	Field  string // optional: an int or bool field of every route named
+	Equals any    // int, bool or string, when Field is set
+
+	line int
+}
+
+// Has reports whether a call of route r with fields f is of the class.
+func (c *Class) Has(r *Route, f *Fields) bool {
+	found := false
+	for _, n := range c.Routes {
+		if n == r.Name {
+			found = true
+			break
+		}
+	}
+	if !found {
+		return false
+	}
+	if c.Field == "" {
+		return true
+	}
+	i := r.Field(c.Field)
+	if i < 0 || f == nil {
+		return false
+	}
+	switch want := c.Equals.(type) {
+	case int:
+		return f.Int(i) == want
+	case bool:
+		return f.Bool(i) == want
+	case string:
+		return f.Equal(i, want)
+	}
+	return false
+}
