@@ -45,7 +45,8 @@ type tuner struct {
 
 // tuneLane is what the tuner knows of one adaptive lane.
 type tuneLane struct {
-	batch   tune.Window // samples not yet sent
+	gather  tune.Gather // this gateway's calls released since the last send
+	pending tune.Window // gathered windows not sent yet (a failed send; samples measured outside the gate)
 	advised int         // the last advised limit known; 0: none yet
 }
 
@@ -138,34 +139,34 @@ func tuneIndex(name LaneName) int {
 	return 2
 }
 
-// observe takes the service time of a released call into each of its
-// adaptive lanes' windows.
+// observe takes a released call into each of its adaptive lanes'
+// windows: its service time, and its rows as its units of work (the step
+// measures the time per row: see tune.Gather).
 func (t *tuner) observe(a *Admission, service time.Duration) {
 	if t == nil || a.cfg.Adaptive == (tune.Settings{}) || a.counts == nil {
 		return
 	}
 	us := max(service.Microseconds(), 1)
 	for i, l := range a.lanes {
-		if !adaptiveLane(a.cfg.Adaptive, l.Name).On() || i >= len(a.counts) {
+		if !adaptiveLane(a.cfg.Adaptive, l.Name).On() || i >= len(a.counts) || !slices.Contains(adaptiveLanes, l.Name) {
 			continue
 		}
-		var full int64
-		if a.full.has(i) || a.waited {
-			full = 1
-		}
-		n := int64(a.counts[i])
-		t.add(l.Name, tune.Window{Calls: 1, SumMicros: us, Full: full, MaxInFlight: n, SumInFlight: n})
+		s := tune.Sample{Micros: us, Units: int64(a.call.Rows), InFlight: int64(a.counts[i]), Full: a.full.has(i) || a.waited}
+		t.mu.Lock()
+		t.lanes[tuneIndex(l.Name)].gather.Add(s)
+		t.mu.Unlock()
 	}
 }
 
-// add adds w to the samples of lane name to be sent at the next step.
+// add adds w, a window gathered outside the gate, to the samples of lane
+// name to be sent at the next step.
 func (t *tuner) add(name LaneName, w tune.Window) {
 	if !slices.Contains(adaptiveLanes, name) {
 		return
 	}
 	t.mu.Lock()
-	b := &t.lanes[tuneIndex(name)].batch
-	*b = b.Add(w)
+	p := &t.lanes[tuneIndex(name)].pending
+	*p = p.Add(w)
 	t.mu.Unlock()
 }
 
@@ -233,14 +234,16 @@ func (g *Gate) stepLane(ctx context.Context, t *tuner, cfg Config, name LaneName
 	}()
 	i := tuneIndex(name)
 	t.mu.Lock()
-	batch := t.lanes[i].batch
-	t.lanes[i].batch = tune.Window{}
+	l := &t.lanes[i]
+	batch := l.pending.Add(l.gather.Window())
+	l.pending = tune.Window{}
+	l.gather.Reset()
 	t.mu.Unlock()
 	key := g.keys().tuneKey(name)
 	round, err := t.store.TuneExchange(ctx, key, batch, tuneEvery)
 	if err != nil {
 		t.mu.Lock()
-		t.lanes[i].batch = t.lanes[i].batch.Add(batch) // sent next time
+		t.lanes[i].pending = t.lanes[i].pending.Add(batch) // sent next time
 		t.mu.Unlock()
 		return fmt.Errorf("adaptive %s: exchange: %w", name, err)
 	}
