@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"log/slog"
 	"slices"
 	"sync"
 	"time"
@@ -16,6 +17,10 @@ import (
 
 // tuneEvery is how often a lane's limit is stepped, for the cluster.
 const tuneEvery = time.Second
+
+// heldLogEvery is how many steps apart a step that changed nothing is
+// logged at info level (each is at debug).
+const heldLogEvery = 30
 
 // adaptiveEvent is the "event" of the line written on each change of an
 // advised limit.
@@ -41,6 +46,7 @@ type tuner struct {
 
 	mu    sync.Mutex
 	lanes [3]tuneLane // by index in adaptiveLanes; requires mu held
+	since time.Time   // the first step tried or age read: the age of a loop that never stepped; requires mu held
 }
 
 // tuneLane is what the tuner knows of one adaptive lane.
@@ -48,6 +54,7 @@ type tuneLane struct {
 	gather  tune.Gather // this gateway's calls released since the last send
 	pending tune.Window // gathered windows not sent yet (a failed send; samples measured outside the gate)
 	advised int         // the last advised limit known; 0: none yet
+	stepAt  time.Time   // when the cluster last took a step, as the state last read says; zero: none known
 }
 
 // newTuner returns the tuner of a gate over store; nil when the store
@@ -203,6 +210,11 @@ func (g *Gate) StepAdaptive(ctx context.Context, observed map[LaneName]tune.Wind
 	for name, w := range observed {
 		t.add(name, w)
 	}
+	t.mu.Lock()
+	if t.since.IsZero() {
+		t.since = g.now()
+	}
+	t.mu.Unlock()
 	cfg := g.Source.Config(ctx)
 	var first error
 	for _, name := range adaptiveLanes {
@@ -256,6 +268,19 @@ func (g *Gate) stepLane(ctx context.Context, t *tuner, cfg Config, name LaneName
 	if round.Due {
 		prev := state.Start(b)
 		state = state.Next(round.Window, b)
+		state.At = g.now().UnixMilli()
+		// Every step's inputs, so that a loop that does not act shows why
+		// (few calls, settling, steady): at debug level each step, at info
+		// every heldLogEvery steps that changed nothing (a change has its
+		// own line, below).
+		level := slog.LevelDebug
+		if state.Limit == prev && state.Step%heldLogEvery == 0 {
+			level = slog.LevelInfo
+		}
+		g.logger().Log(ctx, level, "adaptive step", "lane", name, "mode", set.Mode, "step", state.Step, "from", prev, "to", state.Limit,
+			"reason", state.Reason, "calls", round.Window.Calls, "row_ms", round3ms(round.Window.Mean()),
+			"no_load_ms", round3ms(state.NoLoad), "full", round.Window.Full, "max_in_flight", round.Window.MaxInFlight,
+			"static", b.Static, "min", b.Min, "max", b.Max)
 		enc, err := tune.Encode(state)
 		if err != nil {
 			return err
@@ -270,9 +295,48 @@ func (g *Gate) stepLane(ctx context.Context, t *tuner, cfg Config, name LaneName
 	if state.Limit > 0 || round.Due {
 		t.mu.Lock()
 		t.lanes[i].advised = state.Start(b)
+		if state.At > 0 {
+			t.lanes[i].stepAt = time.UnixMilli(state.At)
+		}
 		t.mu.Unlock()
 	}
 	return derr
+}
+
+// round3ms returns µs as ms, to the µs.
+func round3ms(us float64) float64 { return float64(int64(us)) / 1000 }
+
+// AdaptiveStepAges returns, for every lane adaptive under the config in
+// force, how long ago the cluster last took a step of it, as this
+// gateway last read the state (for capgate_adaptive_last_step_age_seconds):
+// about a second while the loop runs; growing when no gateway steps it, or
+// this one no longer reads the state. A lane no step is known of counts
+// from the gate's first step or first read of the ages. Empty when the gate keeps no adaptive
+// state.
+func (g *Gate) AdaptiveStepAges(ctx context.Context) map[LaneName]time.Duration {
+	out := map[LaneName]time.Duration{}
+	t := g.tuner
+	if t == nil {
+		return out
+	}
+	cfg := g.Source.Config(ctx)
+	now := g.now()
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	if t.since.IsZero() {
+		t.since = now
+	}
+	for _, name := range adaptiveLanes {
+		if !adaptiveLane(cfg.Adaptive, name).On() {
+			continue
+		}
+		at := t.lanes[tuneIndex(name)].stepAt
+		if at.IsZero() {
+			at = t.since
+		}
+		out[name] = max(now.Sub(at), 0)
+	}
+	return out
 }
 
 // adaptiveLine is the ocl_capacity_adaptive log line.

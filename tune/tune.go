@@ -142,6 +142,7 @@ type State struct {
 	Carry    Window   `json:"carry"`             // a window too small to decide on
 	Settle   bool     `json:"settle,omitempty"`  // the limit just changed: the next window mixes both
 	Reason   string   `json:"reason,omitempty"`  // why the last step did what it did
+	At       int64    `json:"at,omitempty"`      // when the last step was taken, Unix ms by the clock of the gateway that took it; 0: unknown
 	Last     Snapshot `json:"last"`              // what the last step saw
 }
 
