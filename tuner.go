@@ -55,6 +55,7 @@ type tuneLane struct {
 	pending tune.Window // gathered windows not sent yet (a failed send; samples measured outside the gate)
 	advised int         // the last advised limit known; 0: none yet
 	stepAt  time.Time   // when the cluster last took a step, as the state last read says; zero: none known
+	state   tune.State  // the state last read
 }
 
 // newTuner returns the tuner of a gate over store; nil when the store
@@ -298,9 +299,55 @@ func (g *Gate) stepLane(ctx context.Context, t *tuner, cfg Config, name LaneName
 		if state.At > 0 {
 			t.lanes[i].stepAt = time.UnixMilli(state.At)
 		}
+		t.lanes[i].state = state
 		t.mu.Unlock()
 	}
 	return derr
+}
+
+// readEvery is the window length ReadAdaptive asks for: never due once
+// any gateway took a window, so a read takes none of the loop's.
+const readEvery = 100 * 365 * 24 * time.Hour
+
+// ReadAdaptive reads the cluster's state of every adaptive lane, sending
+// no samples and taking no step, so that a process that runs no loop (the
+// capacity status command) shows the advice: Status and AdvisedLimits then
+// show it. A lane no gateway ever stepped has its (empty) window taken,
+// which delays the first step of a loop that starts just then by up to a
+// second. It returns the first store error, or an error when the gate
+// keeps no adaptive state.
+func (g *Gate) ReadAdaptive(ctx context.Context) error {
+	t := g.tuner
+	if t == nil {
+		return errNoTuneStore
+	}
+	cfg := g.Source.Config(ctx)
+	for _, name := range adaptiveLanes {
+		set := adaptiveLane(cfg.Adaptive, name)
+		if !set.On() {
+			continue
+		}
+		round, err := t.store.TuneExchange(ctx, g.keys().tuneKey(name), tune.Window{}, readEvery)
+		if err != nil {
+			return fmt.Errorf("adaptive %s: read: %w", name, err)
+		}
+		state, err := tune.Decode(round.State)
+		if err != nil {
+			return fmt.Errorf("adaptive %s: %w", name, err)
+		}
+		if state.Limit <= 0 {
+			continue
+		}
+		b := tune.Bounds{Min: set.Min, Max: set.Max, Static: staticLimit(cfg, name)}
+		i := tuneIndex(name)
+		t.mu.Lock()
+		t.lanes[i].advised, t.lanes[i].state = state.Start(b), state
+		if state.At > 0 {
+			t.lanes[i].stepAt = time.UnixMilli(state.At)
+		}
+		t.mu.Unlock()
+	}
+	return nil
 }
 
 // round3ms returns µs as ms, to the µs.
@@ -384,20 +431,35 @@ func (g *Gate) emitAdaptive(cfg Config, name LaneName, prev int, s tune.State) {
 }
 
 // annotate sets the limit in force, the advised limit and the limit's
-// source of each adaptive lane in st, read under cfg (the static config).
-// The task lane is task's (the gate's own).
-func (t *tuner) annotate(cfg Config, task string, st *status.Snapshot) {
+// source of each adaptive lane in st, read under cfg (the static config),
+// and st.Adaptive, the loop's advice and why, at now. The task lane is
+// task's (the gate's own).
+func (t *tuner) annotate(cfg Config, task string, now time.Time, st *status.Snapshot) {
 	if t == nil || cfg.Adaptive == (tune.Settings{}) || st.Store != status.OK {
 		return
 	}
 	mark := func(name LaneName, limit, advised *int, source *string) {
-		if !adaptiveLane(cfg.Adaptive, name).On() {
+		set := adaptiveLane(cfg.Adaptive, name)
+		if !set.On() {
 			return
 		}
 		*limit, *source = t.inForce(cfg, name)
 		if adv, ok := t.advised(cfg, name); ok {
 			*advised = adv
 		}
+		t.mu.Lock()
+		l := t.lanes[tuneIndex(name)]
+		t.mu.Unlock()
+		a := status.Adaptive{Mode: string(set.Mode), Advised: *advised, Limit: *limit, LimitSource: *source,
+			Step: l.state.Step, Reason: l.state.Reason, Calls: l.state.Last.Calls, RowMS: l.state.Last.MeanMS,
+			NoLoadMS: l.state.Last.NoLoadMS, MaxInFlight: l.state.Last.MaxInFlight, Full: l.state.Last.Full}
+		if !l.stepAt.IsZero() {
+			a.StepAgeS = max(now.Sub(l.stepAt), 0).Seconds()
+		}
+		if st.Adaptive == nil {
+			st.Adaptive = map[string]status.Adaptive{}
+		}
+		st.Adaptive[string(name)] = a
 	}
 	if h := st.APIHeavy; h != nil {
 		mark(LaneAPIHeavy, &h.Limit, &h.Advised, &h.LimitSource)
