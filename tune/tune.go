@@ -78,7 +78,7 @@ const (
 // them.
 type Window struct {
 	Calls       int64 // calls released that held the lane
-	SumMicros   int64 // their service times summed, in microseconds
+	SumMicros   int64 // their service times per unit of work (row) summed, in microseconds (from a Gather: calls × the median)
 	Full        int64 // calls that found the lane full (or waited for it)
 	MaxInFlight int64 // the most calls in flight a call saw on the lane, itself included
 	SumInFlight int64 // the calls in flight each call saw, itself included, summed
@@ -90,7 +90,7 @@ func (w Window) Add(o Window) Window {
 		Full: w.Full + o.Full, MaxInFlight: max(w.MaxInFlight, o.MaxInFlight), SumInFlight: w.SumInFlight + o.SumInFlight}
 }
 
-// Mean returns the window's mean service time in microseconds; 0 when it
+// Mean returns the window's mean service time per unit of work in microseconds; 0 when it
 // has no calls.
 func (w Window) Mean() float64 {
 	if w.Calls <= 0 {
@@ -256,7 +256,12 @@ func (n *State) decide(s State, w Window, cur int, mean, x float64, saturated, a
 		n.Probe, n.ProbeX, n.ProbeN, n.Reason = cur, x, served, "probe: halving"
 		return served / 2
 	}
-	if s.Shrunk && mean >= 0.95*s.Prev.Mean() && served > 1 && !advise {
+	// No faster after a shrink, but no slower either: a window slower
+	// than the one before by more than noise (the knee halved just as the
+	// limit shrank) is a new queue, removed below, not a slower backend to
+	// probe (a probe halves down to 1 or 2 first).
+	noFaster := mean >= 0.95*s.Prev.Mean() && mean*ShrinkBelow <= s.Prev.Mean()
+	if s.Shrunk && noFaster && served > 1 && !advise {
 		if !s.NoHelp {
 			// One window may still hold calls of the old limit (the
 			// gateways send a second apart): look once more.

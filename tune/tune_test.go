@@ -316,12 +316,7 @@ func TestTuneAttackByLongBulkCallsWithinTheirLimit(t *testing.T) {
 func TestTuneProbeSeesThroughTheGatewaysOverhead(t *testing.T) {
 	const k = 6
 	b := tune.Bounds{Min: 1, Max: 64, Static: 3 * k}
-	window := func(l, capacity int) tune.Window {
-		n := min(l, 40)
-		r := 100000*max(1, float64(n)/float64(capacity)) + 50000
-		calls := int64(float64(n) * 1e6 / r)
-		return tune.Window{Calls: calls, SumMicros: int64(float64(calls) * r), Full: calls, MaxInFlight: int64(n), SumInFlight: calls * int64(n)}
-	}
+	window := overheadWindow
 	// The ramp-up: 14 calls of 187 ms, 18 in flight at the end.
 	s := tune.State{}.Next(tune.Window{Calls: 14, SumMicros: 14 * 187000, Full: 2, MaxInFlight: 18, SumInFlight: 14 * 18}, b)
 	for i := range 60 {
@@ -335,6 +330,41 @@ func TestTuneProbeSeesThroughTheGatewaysOverhead(t *testing.T) {
 		s = s.Next(window(s.Start(b), k/2), b)
 		if i >= 15 && (s.Limit < k/2-1 || s.Limit > k/2+1) {
 			t.Errorf("after halving, step %d: limit %d (%s, no-load %.0f ms); want within one slot of %d", i, s.Limit, s.Reason, s.NoLoad/1000, k/2)
+		}
+	}
+}
+
+// overheadWindow is one second at limit l of 40 callers on a backend of
+// capacity calls at once, 100 ms each, whose service times carry 50 ms of
+// the gateways' own.
+func overheadWindow(l, capacity int) tune.Window {
+	n := min(l, 40)
+	r := 100000*max(1, float64(n)/float64(capacity)) + 50000
+	calls := int64(float64(n) * 1e6 / r)
+	return tune.Window{Calls: calls, SumMicros: int64(float64(calls) * r), Full: calls, MaxInFlight: int64(n), SumInFlight: calls * int64(n)}
+}
+
+// A knee that halves just after the limit shrank makes the next windows
+// much slower: a new queue, removed, not "the shrink did not help" (which
+// probes down to 1 first; seen in the 3-gateway runs).
+func TestTuneAKneeHalvingRightAfterAShrinkIsAQueue(t *testing.T) {
+	const k = 8
+	b := tune.Bounds{Min: 1, Max: 64, Static: 3 * k}
+	s := tune.State{}
+	for range 60 {
+		s = s.Next(overheadWindow(s.Start(b), k), b)
+	}
+	for i := 0; !s.Shrunk; i++ {
+		// Grow past the knee, so that a shrink comes.
+		s = s.Next(overheadWindow(s.Start(b)+1, k), b)
+		if i > 50 {
+			t.Fatalf("no shrink in 50 steps at %d (%s)", s.Limit, s.Reason)
+		}
+	}
+	for i := range 30 {
+		s = s.Next(overheadWindow(s.Start(b), k/2), b)
+		if s.Limit < k/2-1 || s.Reason == "probe: the shrink did not help" {
+			t.Errorf("step %d after the halving: limit %d (%s); want a shrink to about %d, no probe", i, s.Limit, s.Reason, k/2)
 		}
 	}
 }
