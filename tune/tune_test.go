@@ -368,3 +368,29 @@ func TestTuneAKneeHalvingRightAfterAShrinkIsAQueue(t *testing.T) {
 		}
 	}
 }
+
+// The loop that never acted: a lane switched from advise to apply (a
+// config version) starts with the no-load time advise learned, the
+// fastest window under the static limit — under sustained load, a loaded
+// time. Taken as measured (the probe ran only while no no-load time was
+// known), the gradient near the static limit was about 1: the limit held
+// at 18–21 of a knee of 6 ("steady", no-load 350 ms) until the probe of
+// 300 steps later. A first applied window now starts a probe.
+func TestTuneSwitchedToApplyProbesFirst(t *testing.T) {
+	const k = 6
+	b := tune.Bounds{Min: 1, Max: 64, Static: 3 * k, Advise: true}
+	s := tune.State{}
+	for range 30 {
+		s = s.Next(overheadWindow(b.Static, k), b)
+	}
+	b.Advise = false
+	for i := range 40 {
+		s = s.Next(overheadWindow(s.Start(b), k), b)
+		if i == 0 && s.Reason != "probe: halving" {
+			t.Errorf("first applied step: %s; want a probe", s.Reason)
+		}
+		if i >= 20 && (s.Limit < k-1 || s.Limit > k+1) {
+			t.Errorf("applied step %d: limit %d (%s, no-load %.0f ms); want within one slot of %d", i, s.Limit, s.Reason, s.NoLoad/1000, k)
+		}
+	}
+}
