@@ -39,6 +39,11 @@
 #                 es2_knn = K, attack es2_knn adaptive from 3K. The
 #                 throughput is the other callers' (not the attacker's).
 #                 The issue's K is 8: K=8 ROWS="attack-static attack".
+#   cluster-switch
+#                 cluster-high's config in advise, switched to apply on the
+#                 three gateways at SWITCH_AT (10 s; each reads it within its
+#                 --config-cache): a config version that
+#                 turns apply on, over the state advise left.
 #
 # The issue's run has the capacity halve at t = 60 s; this one halves it at
 # HALVE_AT (40 s) and runs DURATION (70 s) per row, to keep the machine
@@ -65,6 +70,7 @@ HALVE_AT=${HALVE_AT:-40s}
 ROWS=${ROWS:-"static-high static-low local cluster-high cluster-low"}
 SPREAD=${SPREAD:-30,8,2}
 MOVE_AT=${MOVE_AT:-25s}
+SWITCH_AT=${SWITCH_AT:-10}
 
 # shellcheck source=bench/lib.sh
 . "$ROOT/bench/lib.sh"
@@ -101,6 +107,7 @@ row_config() {
 	local | local-uneven) echo "es2_knn=1000 api_heavy.per_task=$K adaptive.api_heavy_task.mode=apply adaptive.api_heavy_task.min=1 adaptive.api_heavy_task.max=64" ;;
 	cluster-high | cluster-uneven) echo "es2_knn=$HIGH adaptive.es2_knn.mode=apply adaptive.es2_knn.min=1 adaptive.es2_knn.max=64" ;;
 	cluster-low) echo "es2_knn=$LOW adaptive.es2_knn.mode=apply adaptive.es2_knn.min=1 adaptive.es2_knn.max=64" ;;
+	cluster-switch) echo "es2_knn=$HIGH adaptive.es2_knn.mode=advise adaptive.es2_knn.min=1 adaptive.es2_knn.max=64" ;;
 	attack-static) echo "es2_knn=$K per_user.early_access=2" ;;
 	attack) echo "es2_knn=$HIGH per_user.early_access=2 adaptive.es2_knn.mode=apply adaptive.es2_knn.min=1 adaptive.es2_knn.max=64" ;;
 	esac
@@ -135,6 +142,15 @@ for row in $ROWS; do
 	uneven=()
 	[[ $row == *-uneven ]] && uneven=(-spread "$SPREAD" -move-at "$MOVE_AT")
 	[[ $row == attack* ]] && uneven=(-attacker early-access-10-token -attack-rows "$ATTACK_ROWS")
+	if [[ $row == cluster-switch ]]; then
+		(
+			sleep "$SWITCH_AT"
+			for i in 1 2 3; do
+				"$CG" capacity set --database "sqlite:$WORK/$row-gw$i.db" adaptive.es2_knn.mode=apply >/dev/null 2>>"$WORK/set.err"
+			done
+		) &
+		PIDS+=($!)
+	fi
 	OUT[$row]=$("$WORK/adaptive" -urls "$URLS" -sim "http://127.0.0.1:$SPORT" -tokens "$WORK/users.json" \
 		-callers "$CALLERS" -duration "$DURATION" -halve-at "$HALVE_AT" -capacity "$K" -base-ms "$B" -lane "$lane" "${uneven[@]}")
 	echo "${OUT[$row]}" >"$WORK/$row.json"
