@@ -275,12 +275,22 @@ func (n *State) decide(s State, w Window, cur int, mean, x float64, saturated, a
 	}
 	g := n.NoLoad / mean
 	switch {
+	case g < ShrinkBelow && w.MaxInFlight > int64(cur) && !advise:
+		// Calls saw more in flight than the limit: admitted under a
+		// higher one (a waiter's grant under its ticket's old limit, the
+		// gateways' samples a second apart), so the queue is that limit's.
+		// Shrinking on it took the limit one more step down (4 → 2 → 1
+		// at a knee of 3 in the 3-gateway runs).
+		n.Reason = "settling: calls of a higher limit"
+		return cur
 	case g < ShrinkBelow && g >= shrinkAtOnceBelow && !s.Queued:
 		n.Queued, n.Reason = true, "queueing: once, look again"
 		return cur
 	case g < ShrinkBelow:
 		n.Avoid, n.Shrunk, n.Reason = true, true, "queueing"
-		return int(math.Floor(float64(served) * g))
+		// Rounded, not floored: at a knee of 3, 4 calls in flight give
+		// g = 0.75, and a window 1 % slower floored to 2.
+		return int(math.Round(float64(served) * g))
 	case g >= GrowAbove && saturated:
 		n.Reason = "saturated and healthy"
 		if n.Avoid {

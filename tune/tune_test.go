@@ -355,8 +355,9 @@ func TestTuneAKneeHalvingRightAfterAShrinkIsAQueue(t *testing.T) {
 		s = s.Next(overheadWindow(s.Start(b), k), b)
 	}
 	for i := 0; !s.Shrunk; i++ {
-		// Grow past the knee, so that a shrink comes.
-		s = s.Next(overheadWindow(s.Start(b)+1, k), b)
+		// The knee dips by one, so that a small shrink comes, as the
+		// limit's swing of a slot around the knee does.
+		s = s.Next(overheadWindow(s.Start(b), k-1), b)
 		if i > 50 {
 			t.Fatalf("no shrink in 50 steps at %d (%s)", s.Limit, s.Reason)
 		}
@@ -392,5 +393,22 @@ func TestTuneSwitchedToApplyProbesFirst(t *testing.T) {
 		if i >= 20 && (s.Limit < k-1 || s.Limit > k+1) {
 			t.Errorf("applied step %d: limit %d (%s, no-load %.0f ms); want within one slot of %d", i, s.Limit, s.Reason, s.NoLoad/1000, k)
 		}
+	}
+}
+
+// A window whose calls saw more in flight than the limit is still the
+// higher limit's: its queue is not shrunk on again (at a knee of 3, the
+// loop went 4 → 2 → 1 on such windows after a shrink).
+func TestTuneDoesNotShrinkOnAHigherLimitsCalls(t *testing.T) {
+	b := tune.Bounds{Min: 1, Max: 64, Static: 9}
+	at2 := tune.State{Limit: 2, Step: 80, NoLoad: 50000, Measured: true, Avoid: true, Since: 20}
+	w := saturatedAt(4, 59000) // 4 in flight, 18 % slower: granted under the limit of 4
+	if s := at2.Next(w, b); s.Limit != 2 || s.Shrunk {
+		t.Errorf("limit %d (%s) on the calls of a limit of 4; want 2 held", s.Limit, s.Reason)
+	}
+	// At the limit itself, the same queue is a queue (confirmed once).
+	s := at2.Next(saturatedAt(2, 75000), b)
+	if s = s.Next(saturatedAt(2, 75000), b); s.Limit != 1 {
+		t.Errorf("limit %d (%s) on its own calls 50 %% slower; want 1", s.Limit, s.Reason)
 	}
 }
