@@ -68,6 +68,9 @@ const (
 	ShrinkBelow = 1 / 1.15
 	// GrowAbove: g at or above this, with the lane saturated, grows it.
 	GrowAbove = 1 / 1.05
+	// settleMore: for this many steps after a change, a window whose
+	// calls saw more in flight than the limit is not decided on.
+	settleMore = 3
 	// shrinkAtOnceBelow: g below this (a queue of 43 %) shrinks at once;
 	// between it and ShrinkBelow, only on the second window in a row.
 	shrinkAtOnceBelow = 0.7
@@ -143,6 +146,7 @@ type State struct {
 	Settle   bool     `json:"settle,omitempty"`  // the limit just changed: the next window mixes both
 	Reason   string   `json:"reason,omitempty"`  // why the last step did what it did
 	At       int64    `json:"at,omitempty"`      // when the last step was taken, Unix ms by the clock of the gateway that took it; 0: unknown
+	Changed  int64    `json:"changed,omitempty"` // the step that last changed the limit
 	Last     Snapshot `json:"last"`              // what the last step saw
 }
 
@@ -212,6 +216,9 @@ func (s State) Next(w Window, b Bounds) State {
 	next = min(max(next, (prev+1)/2), 2*prev) // cur is prev, but in advise
 	n.Limit = b.Clamp(next)
 	n.Settle = n.Limit != prev && !b.Advise
+	if n.Settle {
+		n.Changed = n.Step
+	}
 	return n
 }
 
@@ -224,6 +231,18 @@ func (n *State) decide(s State, w Window, cur int, mean, x float64, saturated, a
 	served := cur
 	if w.MaxInFlight > 0 && w.MaxInFlight < int64(cur) {
 		served = int(w.MaxInFlight)
+	}
+	if w.MaxInFlight > int64(cur) && s.Changed > 0 && n.Step-s.Changed <= settleMore && !advise {
+		// Calls saw more in flight than the limit, just after it
+		// changed: admitted under the one before (a waiter's grant under
+		// its ticket's old limits, the gateways' samples a second apart),
+		// so the window is that limit's. Deciding on it shrank a knee of
+		// 3 from 4 to 2 to 1, and took a probe's loaded window for the
+		// no-load time (the limit then held 1.5 × the knee). Bounded to a
+		// few steps: in shadow the calls in flight exceed the limit for
+		// good.
+		n.NoLoad, n.Reason = s.NoLoad, "settling: calls of a higher limit"
+		return cur
 	}
 	if s.Probe > 0 && !advise {
 		switch {
@@ -275,14 +294,6 @@ func (n *State) decide(s State, w Window, cur int, mean, x float64, saturated, a
 	}
 	g := n.NoLoad / mean
 	switch {
-	case g < ShrinkBelow && w.MaxInFlight > int64(cur) && !advise:
-		// Calls saw more in flight than the limit: admitted under a
-		// higher one (a waiter's grant under its ticket's old limit, the
-		// gateways' samples a second apart), so the queue is that limit's.
-		// Shrinking on it took the limit one more step down (4 → 2 → 1
-		// at a knee of 3 in the 3-gateway runs).
-		n.Reason = "settling: calls of a higher limit"
-		return cur
 	case g < ShrinkBelow && g >= shrinkAtOnceBelow && !s.Queued:
 		n.Queued, n.Reason = true, "queueing: once, look again"
 		return cur

@@ -401,10 +401,17 @@ func TestTuneSwitchedToApplyProbesFirst(t *testing.T) {
 // loop went 4 → 2 → 1 on such windows after a shrink).
 func TestTuneDoesNotShrinkOnAHigherLimitsCalls(t *testing.T) {
 	b := tune.Bounds{Min: 1, Max: 64, Static: 9}
-	at2 := tune.State{Limit: 2, Step: 80, NoLoad: 50000, Measured: true, Avoid: true, Since: 20}
+	at2 := tune.State{Limit: 2, Step: 80, NoLoad: 50000, Measured: true, Avoid: true, Since: 20, Changed: 79}
 	w := saturatedAt(4, 59000) // 4 in flight, 18 % slower: granted under the limit of 4
 	if s := at2.Next(w, b); s.Limit != 2 || s.Shrunk {
 		t.Errorf("limit %d (%s) on the calls of a limit of 4; want 2 held", s.Limit, s.Reason)
+	}
+	// Long after the change (in shadow, say, where the calls in flight
+	// exceed the limit for good) it is decided on.
+	old := at2
+	old.Changed = 60
+	if s := old.Next(saturatedAt(4, 75000), b); s.Reason == "settling: calls of a higher limit" {
+		t.Errorf("20 steps after the change: %s; want the window decided on", s.Reason)
 	}
 	// At the limit itself, the same queue is a queue (confirmed once).
 	s := at2.Next(saturatedAt(2, 75000), b)
