@@ -235,7 +235,7 @@ func (a *Admission) acquire(ctx context.Context) error {
 		}
 		if ruleErr == nil {
 			a.scope = scopeOf(a.lanes, a.full)
-			a.retry, a.spacing = refusalHints(a.cfg.RetryAfter, a.lanes, before, a.full, a.scope, g.holds)
+			a.setHints(before)
 		}
 	}
 	// From here on the counts include this call when it took the lease.

@@ -68,7 +68,7 @@ func (a *Admission) acquireLocal(ctx context.Context, req AcquireRequest) (refus
 	a.decision = DecisionRefused
 	a.full = full
 	a.scope = scopeOf(a.lanes, full)
-	a.retry = retryAfterSeconds(a.cfg.RetryAfter, a.lanes, before, full)
+	a.setHints(before)
 	a.counts = before
 	return true
 }
@@ -138,7 +138,7 @@ func (a *Admission) degrade(ctx context.Context, busy bool) error {
 		if busy && a.enforced {
 			a.decision = DecisionRefused
 			a.scope = a.lane(LaneTask)
-			a.retry = a.cfg.RetryAfter.Base
+			a.setBusyHints()
 		}
 		return nil
 	}
@@ -153,7 +153,7 @@ func (a *Admission) degrade(ctx context.Context, busy bool) error {
 	if !a.full.empty() && a.enforced {
 		a.dropLocal(ctx)
 		a.decision = DecisionRefused
-		a.retry = retryAfterSeconds(a.cfg.RetryAfter, a.lanes, before, a.full)
+		a.setHints(before)
 		a.counts = before
 		return nil
 	}

@@ -125,6 +125,31 @@ func refusalHints(ra RetryAfter, lanes []Lane, before []int, full laneSet, scope
 	return retry, every
 }
 
+// setHints sets the Retry-After and spacing of a call refused (or
+// shadow-refused) with before the counts it found and a.full, a.scope the
+// lanes that refused it. Every refusal path calls it — the store's answer,
+// the local lanes' pre-check, the degraded limits, a full waitlist, an
+// unidentified caller — so a refusal says the same thing whichever lanes
+// decided it: under the adaptive policy the hold-based Retry-After and the
+// spacing, under the fixed one the fixed formula.
+func (a *Admission) setHints(before []int) {
+	a.retry, a.spacing = refusalHints(a.cfg.RetryAfter, a.lanes, before, a.full, a.scope, a.g.holds)
+}
+
+// setBusyHints sets the hints of a call refused because the store was too
+// busy to count it and no lane was found full: one call ahead in the scope
+// lane (base seconds under the fixed policy, as before; the lane's spacing
+// under the adaptive one).
+func (a *Admission) setBusyHints() {
+	if a.scope < 0 {
+		a.retry, a.spacing = a.cfg.RetryAfter.Base, 0
+		return
+	}
+	before := make([]int, len(a.lanes))
+	before[a.scope] = a.lanes[a.scope].Limit
+	a.retry, a.spacing = refusalHints(a.cfg.RetryAfter, a.lanes, before, laneSet(1)<<a.scope, a.scope, a.g.holds)
+}
+
 // SpacingMS returns the interval, in whole milliseconds rounded up, at
 // which the lane that refused the call (its scope) frees a slot: the value
 // of X-OCL-Capacity-Suggested-Spacing-Ms. ok is false unless the call was

@@ -23,7 +23,7 @@ func (g *Gate) Status(ctx context.Context, cfg Config) status.Snapshot {
 		return failedSnapshot(st, err)
 	}
 	st.Store = status.OK
-	g.tuner.annotate(cfg, g.TaskID, &st)
+	g.tuner.annotate(cfg, g.TaskID, g.now(), &st)
 	st.Binding = status.BindingLane(st)
 	return st
 }

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"log/slog"
 	"slices"
 	"sync"
 	"time"
@@ -16,6 +17,10 @@ import (
 
 // tuneEvery is how often a lane's limit is stepped, for the cluster.
 const tuneEvery = time.Second
+
+// heldLogEvery is how many steps apart a step that changed nothing is
+// logged at info level (each is at debug).
+const heldLogEvery = 30
 
 // adaptiveEvent is the "event" of the line written on each change of an
 // advised limit.
@@ -41,12 +46,16 @@ type tuner struct {
 
 	mu    sync.Mutex
 	lanes [3]tuneLane // by index in adaptiveLanes; requires mu held
+	since time.Time   // the first step tried or age read: the age of a loop that never stepped; requires mu held
 }
 
 // tuneLane is what the tuner knows of one adaptive lane.
 type tuneLane struct {
-	batch   tune.Window // samples not yet sent
+	gather  tune.Gather // this gateway's calls released since the last send
+	pending tune.Window // gathered windows not sent yet (a failed send; samples measured outside the gate)
 	advised int         // the last advised limit known; 0: none yet
+	stepAt  time.Time   // when the cluster last took a step, as the state last read says; zero: none known
+	state   tune.State  // the state last read
 }
 
 // newTuner returns the tuner of a gate over store; nil when the store
@@ -138,34 +147,34 @@ func tuneIndex(name LaneName) int {
 	return 2
 }
 
-// observe takes the service time of a released call into each of its
-// adaptive lanes' windows.
+// observe takes a released call into each of its adaptive lanes'
+// windows: its service time, and its rows as its units of work (the step
+// measures the time per row: see tune.Gather).
 func (t *tuner) observe(a *Admission, service time.Duration) {
 	if t == nil || a.cfg.Adaptive == (tune.Settings{}) || a.counts == nil {
 		return
 	}
 	us := max(service.Microseconds(), 1)
 	for i, l := range a.lanes {
-		if !adaptiveLane(a.cfg.Adaptive, l.Name).On() || i >= len(a.counts) {
+		if !adaptiveLane(a.cfg.Adaptive, l.Name).On() || i >= len(a.counts) || !slices.Contains(adaptiveLanes, l.Name) {
 			continue
 		}
-		var full int64
-		if a.full.has(i) || a.waited {
-			full = 1
-		}
-		n := int64(a.counts[i])
-		t.add(l.Name, tune.Window{Calls: 1, SumMicros: us, Full: full, MaxInFlight: n, SumInFlight: n})
+		s := tune.Sample{Micros: us, Units: int64(a.call.Rows), InFlight: int64(a.counts[i]), Full: a.full.has(i) || a.waited}
+		t.mu.Lock()
+		t.lanes[tuneIndex(l.Name)].gather.Add(s)
+		t.mu.Unlock()
 	}
 }
 
-// add adds w to the samples of lane name to be sent at the next step.
+// add adds w, a window gathered outside the gate, to the samples of lane
+// name to be sent at the next step.
 func (t *tuner) add(name LaneName, w tune.Window) {
 	if !slices.Contains(adaptiveLanes, name) {
 		return
 	}
 	t.mu.Lock()
-	b := &t.lanes[tuneIndex(name)].batch
-	*b = b.Add(w)
+	p := &t.lanes[tuneIndex(name)].pending
+	*p = p.Add(w)
 	t.mu.Unlock()
 }
 
@@ -202,6 +211,11 @@ func (g *Gate) StepAdaptive(ctx context.Context, observed map[LaneName]tune.Wind
 	for name, w := range observed {
 		t.add(name, w)
 	}
+	t.mu.Lock()
+	if t.since.IsZero() {
+		t.since = g.now()
+	}
+	t.mu.Unlock()
 	cfg := g.Source.Config(ctx)
 	var first error
 	for _, name := range adaptiveLanes {
@@ -233,14 +247,16 @@ func (g *Gate) stepLane(ctx context.Context, t *tuner, cfg Config, name LaneName
 	}()
 	i := tuneIndex(name)
 	t.mu.Lock()
-	batch := t.lanes[i].batch
-	t.lanes[i].batch = tune.Window{}
+	l := &t.lanes[i]
+	batch := l.pending.Add(l.gather.Window())
+	l.pending = tune.Window{}
+	l.gather.Reset()
 	t.mu.Unlock()
 	key := g.keys().tuneKey(name)
 	round, err := t.store.TuneExchange(ctx, key, batch, tuneEvery)
 	if err != nil {
 		t.mu.Lock()
-		t.lanes[i].batch = t.lanes[i].batch.Add(batch) // sent next time
+		t.lanes[i].pending = t.lanes[i].pending.Add(batch) // sent next time
 		t.mu.Unlock()
 		return fmt.Errorf("adaptive %s: exchange: %w", name, err)
 	}
@@ -253,6 +269,19 @@ func (g *Gate) stepLane(ctx context.Context, t *tuner, cfg Config, name LaneName
 	if round.Due {
 		prev := state.Start(b)
 		state = state.Next(round.Window, b)
+		state.At = g.now().UnixMilli()
+		// Every step's inputs, so that a loop that does not act shows why
+		// (few calls, settling, steady): at debug level each step, at info
+		// every heldLogEvery steps that changed nothing (a change has its
+		// own line, below).
+		level := slog.LevelDebug
+		if state.Limit == prev && state.Step%heldLogEvery == 0 {
+			level = slog.LevelInfo
+		}
+		g.logger().Log(ctx, level, "adaptive step", "lane", name, "mode", set.Mode, "step", state.Step, "from", prev, "to", state.Limit,
+			"reason", state.Reason, "calls", round.Window.Calls, "row_ms", round3ms(round.Window.Mean()),
+			"no_load_ms", round3ms(state.NoLoad), "full", round.Window.Full, "max_in_flight", round.Window.MaxInFlight,
+			"static", b.Static, "min", b.Min, "max", b.Max)
 		enc, err := tune.Encode(state)
 		if err != nil {
 			return err
@@ -267,9 +296,94 @@ func (g *Gate) stepLane(ctx context.Context, t *tuner, cfg Config, name LaneName
 	if state.Limit > 0 || round.Due {
 		t.mu.Lock()
 		t.lanes[i].advised = state.Start(b)
+		if state.At > 0 {
+			t.lanes[i].stepAt = time.UnixMilli(state.At)
+		}
+		t.lanes[i].state = state
 		t.mu.Unlock()
 	}
 	return derr
+}
+
+// readEvery is the window length ReadAdaptive asks for: never due once
+// any gateway took a window, so a read takes none of the loop's.
+const readEvery = 100 * 365 * 24 * time.Hour
+
+// ReadAdaptive reads the cluster's state of every adaptive lane, sending
+// no samples and taking no step, so that a process that runs no loop (the
+// capacity status command) shows the advice: Status and AdvisedLimits then
+// show it. A lane no gateway ever stepped has its (empty) window taken,
+// which delays the first step of a loop that starts just then by up to a
+// second. It returns the first store error, or an error when the gate
+// keeps no adaptive state.
+func (g *Gate) ReadAdaptive(ctx context.Context) error {
+	t := g.tuner
+	if t == nil {
+		return errNoTuneStore
+	}
+	cfg := g.Source.Config(ctx)
+	for _, name := range adaptiveLanes {
+		set := adaptiveLane(cfg.Adaptive, name)
+		if !set.On() {
+			continue
+		}
+		round, err := t.store.TuneExchange(ctx, g.keys().tuneKey(name), tune.Window{}, readEvery)
+		if err != nil {
+			return fmt.Errorf("adaptive %s: read: %w", name, err)
+		}
+		state, err := tune.Decode(round.State)
+		if err != nil {
+			return fmt.Errorf("adaptive %s: %w", name, err)
+		}
+		if state.Limit <= 0 {
+			continue
+		}
+		b := tune.Bounds{Min: set.Min, Max: set.Max, Static: staticLimit(cfg, name)}
+		i := tuneIndex(name)
+		t.mu.Lock()
+		t.lanes[i].advised, t.lanes[i].state = state.Start(b), state
+		if state.At > 0 {
+			t.lanes[i].stepAt = time.UnixMilli(state.At)
+		}
+		t.mu.Unlock()
+	}
+	return nil
+}
+
+// round3ms returns µs as ms, to the µs.
+func round3ms(us float64) float64 { return float64(int64(us)) / 1000 }
+
+// AdaptiveStepAges returns, for every lane adaptive under the config in
+// force, how long ago the cluster last took a step of it, as this
+// gateway last read the state (for capgate_adaptive_last_step_age_seconds):
+// about a second while the loop runs; growing when no gateway steps it, or
+// this one no longer reads the state. A lane no step is known of counts
+// from the gate's first step or first read of the ages. Empty when the gate keeps no adaptive
+// state.
+func (g *Gate) AdaptiveStepAges(ctx context.Context) map[LaneName]time.Duration {
+	out := map[LaneName]time.Duration{}
+	t := g.tuner
+	if t == nil {
+		return out
+	}
+	cfg := g.Source.Config(ctx)
+	now := g.now()
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	if t.since.IsZero() {
+		t.since = now
+	}
+	for _, name := range adaptiveLanes {
+		if !adaptiveLane(cfg.Adaptive, name).On() {
+			continue
+		}
+		at := t.lanes[tuneIndex(name)].stepAt
+		if at.IsZero() {
+			at = t.since
+		}
+		out[name] = max(now.Sub(at), 0)
+	}
+	return out
 }
 
 // adaptiveLine is the ocl_capacity_adaptive log line.
@@ -317,20 +431,35 @@ func (g *Gate) emitAdaptive(cfg Config, name LaneName, prev int, s tune.State) {
 }
 
 // annotate sets the limit in force, the advised limit and the limit's
-// source of each adaptive lane in st, read under cfg (the static config).
-// The task lane is task's (the gate's own).
-func (t *tuner) annotate(cfg Config, task string, st *status.Snapshot) {
+// source of each adaptive lane in st, read under cfg (the static config),
+// and st.Adaptive, the loop's advice and why, at now. The task lane is
+// task's (the gate's own).
+func (t *tuner) annotate(cfg Config, task string, now time.Time, st *status.Snapshot) {
 	if t == nil || cfg.Adaptive == (tune.Settings{}) || st.Store != status.OK {
 		return
 	}
 	mark := func(name LaneName, limit, advised *int, source *string) {
-		if !adaptiveLane(cfg.Adaptive, name).On() {
+		set := adaptiveLane(cfg.Adaptive, name)
+		if !set.On() {
 			return
 		}
 		*limit, *source = t.inForce(cfg, name)
 		if adv, ok := t.advised(cfg, name); ok {
 			*advised = adv
 		}
+		t.mu.Lock()
+		l := t.lanes[tuneIndex(name)]
+		t.mu.Unlock()
+		a := status.Adaptive{Mode: string(set.Mode), Advised: *advised, Limit: *limit, LimitSource: *source,
+			Step: l.state.Step, Reason: l.state.Reason, Calls: l.state.Last.Calls, RowMS: l.state.Last.MeanMS,
+			NoLoadMS: l.state.Last.NoLoadMS, MaxInFlight: l.state.Last.MaxInFlight, Full: l.state.Last.Full}
+		if !l.stepAt.IsZero() {
+			a.StepAgeS = max(now.Sub(l.stepAt), 0).Seconds()
+		}
+		if st.Adaptive == nil {
+			st.Adaptive = map[string]status.Adaptive{}
+		}
+		st.Adaptive[string(name)] = a
 	}
 	if h := st.APIHeavy; h != nil {
 		mark(LaneAPIHeavy, &h.Limit, &h.Advised, &h.LimitSource)

@@ -107,8 +107,8 @@ func TestGateFeedsReleasedCallsToTheAdaptiveLimits(t *testing.T) {
 		t.Fatal(err)
 	}
 	st, err := tune.Decode(r.State)
-	if err != nil || st.Step != 1 || st.Last.Calls != 12 || st.Last.MeanMS != 40 {
-		t.Errorf("state after one step = %+v, %v; want 12 calls of 40 ms", st, err)
+	if err != nil || st.Step != 1 || st.Last.Calls != 12 || st.Last.MeanMS != 20 {
+		t.Errorf("state after one step = %+v, %v; want 12 calls of 20 ms a row (40 ms, 2 rows)", st, err)
 	}
 }
 
@@ -259,5 +259,86 @@ func TestForTaskSharesTheAdaptiveLimits(t *testing.T) {
 	}
 	if st, err := tune.Decode(r.State); err != nil || st.Last.Calls != 12 {
 		t.Errorf("state after the task's calls = %+v, %v; want the 12 calls of the task's gate in the parent's window", st, err)
+	}
+}
+
+// The age of the last step grows while no gateway steps the lane, and
+// comes back to zero with the next step, whichever gateway takes it.
+func TestAdaptiveStepAgeShowsALoopThatDoesNotStep(t *testing.T) {
+	cfg := capgate.DefaultConfig(capgate.ModeShadow)
+	cfg.Adaptive.ES2KNN = tune.LaneSettings{Mode: tune.Apply, Min: 1, Max: 10}
+	g, _, store, clock := tunedGate(t, cfg)
+	other, err := capgate.NewGate(store, capgate.NewFixedConfig(cfg), nil, "t2")
+	if err != nil {
+		t.Fatal(err)
+	}
+	other.Now = clock.Now
+	ctx := context.Background()
+	age := func() time.Duration {
+		t.Helper()
+		a, ok := g.AdaptiveStepAges(ctx)[capgate.LaneES2KNN]
+		if !ok {
+			t.Fatal("no age for es2_knn")
+		}
+		return a
+	}
+	if got := age(); got != 0 {
+		t.Errorf("before any step: age %v; want 0 (counted from now)", got)
+	}
+	clock.Advance(3 * time.Second)
+	if got := age(); got != 3*time.Second {
+		t.Errorf("no step yet, 3 s later: age %v; want 3s", got)
+	}
+	if err := g.StepAdaptive(ctx, nil); err != nil { // the first exchange takes a window
+		t.Fatal(err)
+	}
+	if got := age(); got != 0 {
+		t.Errorf("just stepped: age %v; want 0", got)
+	}
+	clock.Advance(10 * time.Second)
+	if got := age(); got != 10*time.Second {
+		t.Errorf("10 s without a step: age %v; want 10s", got)
+	}
+	// The other gateway takes the step; this one learns it on its next
+	// exchange, which is not due itself.
+	if err := other.StepAdaptive(ctx, nil); err != nil {
+		t.Fatal(err)
+	}
+	clock.Advance(200 * time.Millisecond)
+	if err := g.StepAdaptive(ctx, nil); err != nil {
+		t.Fatal(err)
+	}
+	if got := age(); got != 200*time.Millisecond {
+		t.Errorf("after the other gateway's step: age %v; want 200ms", got)
+	}
+	cfg.Adaptive = tune.Settings{}
+	g2, _, _, _ := tunedGate(t, cfg)
+	if got := g2.AdaptiveStepAges(ctx); len(got) != 0 {
+		t.Errorf("no adaptive lane: ages %v; want none", got)
+	}
+}
+
+// Each step's inputs are logged (debug), so a loop that holds says why.
+func TestAdaptiveStepLogsItsInputs(t *testing.T) {
+	cfg := capgate.DefaultConfig(capgate.ModeShadow)
+	cfg.Adaptive.ES2KNN = tune.LaneSettings{Mode: tune.Apply, Min: 1, Max: 10}
+	g, _, _, _ := tunedGate(t, cfg)
+	var buf strings.Builder
+	g.Logger = slog.New(slog.NewJSONHandler(&buf, &slog.HandlerOptions{Level: slog.LevelDebug}))
+	ctx := context.Background()
+	w := tune.Window{Calls: 4, SumMicros: 4 * 50000, MaxInFlight: 3, SumInFlight: 12}
+	if err := g.StepAdaptive(ctx, map[capgate.LaneName]tune.Window{capgate.LaneES2KNN: w}); err != nil {
+		t.Fatal(err)
+	}
+	var line map[string]any
+	for _, l := range strings.Split(strings.TrimSpace(buf.String()), "\n") {
+		if strings.Contains(l, `"adaptive step"`) {
+			if err := json.Unmarshal([]byte(l), &line); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	if line == nil || line["reason"] != "few calls" || line["calls"] != 4.0 || line["row_ms"] != 50.0 || line["from"] != 3.0 || line["to"] != 3.0 {
+		t.Errorf("step line %v (log %s); want 4 calls of 50 ms, held at 3 for few calls", line, buf.String())
 	}
 }

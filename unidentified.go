@@ -92,5 +92,5 @@ func (a *Admission) refuseUnidentified(before []int) {
 	a.full = 1
 	a.scope = 0
 	a.counts = before
-	a.retry = retryAfterSeconds(a.cfg.RetryAfter, a.lanes, before, a.full)
+	a.setHints(before)
 }

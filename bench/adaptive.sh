@@ -29,6 +29,21 @@
 #                 before it (gw1's 30 to gw3, gw2's 8 to gw1, gw3's 2 to
 #                 gw2). The total load stays 40 callers; only where
 #                 it arrives changes: what a per-gateway loop cannot see.
+#   attack-static, attack
+#                 one early-access user within its own limit of 2
+#                 (per_user.early_access=2) keeps two bulk calls of
+#                 ATTACK_ROWS (40) rows in flight through gw1 beside the 40
+#                 callers, on a backend that takes each row in turn (POST
+#                 /_sim/backend {"per_row": true}: a call of r rows holds its
+#                 place r × B × max(1, in_flight / K)); attack-static has
+#                 es2_knn = K, attack es2_knn adaptive from 3K. The
+#                 throughput is the other callers' (not the attacker's).
+#                 The issue's K is 8: K=8 ROWS="attack-static attack".
+#   cluster-switch
+#                 cluster-high's config in advise, switched to apply on the
+#                 three gateways at SWITCH_AT (10 s; each reads it within its
+#                 --config-cache): a config version that
+#                 turns apply on, over the state advise left.
 #
 # The issue's run has the capacity halve at t = 60 s; this one halves it at
 # HALVE_AT (40 s) and runs DURATION (70 s) per row, to keep the machine
@@ -40,6 +55,8 @@
 #   ROWS="cluster-high local" bench/adaptive.sh
 #   ROWS="local-uneven cluster-uneven" bench/adaptive.sh
 #   KEEP_WORK=1 bench/adaptive.sh          # keeps the JSON lines and logs
+#   SERVE_BIN=/path/to/capgate bench/adaptive.sh
+#                                          # the gateways of another build (before/after)
 #
 # Needs Go; installs redis-server with apt-get if missing.
 set -euo pipefail
@@ -53,6 +70,7 @@ HALVE_AT=${HALVE_AT:-40s}
 ROWS=${ROWS:-"static-high static-low local cluster-high cluster-low"}
 SPREAD=${SPREAD:-30,8,2}
 MOVE_AT=${MOVE_AT:-25s}
+SWITCH_AT=${SWITCH_AT:-10}
 
 # shellcheck source=bench/lib.sh
 . "$ROOT/bench/lib.sh"
@@ -64,6 +82,8 @@ log "building"
 go build -o "$WORK/capgate" ./cmd/capgate
 go build -o "$WORK/adaptive" ./bench/adaptive
 CG="$WORK/capgate"
+SERVE=${SERVE_BIN:-$CG}
+ATTACK_ROWS=${ATTACK_ROWS:-40}
 
 SPORT=$(free_port)
 "$CG" simapi --listen "127.0.0.1:$SPORT" --users-per-tier 10 --tokens "$WORK/users.json" \
@@ -87,6 +107,9 @@ row_config() {
 	local | local-uneven) echo "es2_knn=1000 api_heavy.per_task=$K adaptive.api_heavy_task.mode=apply adaptive.api_heavy_task.min=1 adaptive.api_heavy_task.max=64" ;;
 	cluster-high | cluster-uneven) echo "es2_knn=$HIGH adaptive.es2_knn.mode=apply adaptive.es2_knn.min=1 adaptive.es2_knn.max=64" ;;
 	cluster-low) echo "es2_knn=$LOW adaptive.es2_knn.mode=apply adaptive.es2_knn.min=1 adaptive.es2_knn.max=64" ;;
+	cluster-switch) echo "es2_knn=$HIGH adaptive.es2_knn.mode=advise adaptive.es2_knn.min=1 adaptive.es2_knn.max=64" ;;
+	attack-static) echo "es2_knn=$K per_user.early_access=2" ;;
+	attack) echo "es2_knn=$HIGH per_user.early_access=2 adaptive.es2_knn.mode=apply adaptive.es2_knn.min=1 adaptive.es2_knn.max=64" ;;
 	esac
 }
 
@@ -97,7 +120,9 @@ for row in $ROWS; do
 	db=$((db + 1))
 	log "$row"
 	# Reset the backend between rows.
-	curl -fsS -X POST -d "{\"capacity\": $K}" "http://127.0.0.1:$SPORT/_sim/backend" >/dev/null
+	per_row=false
+	[[ $row == attack* ]] && per_row=true
+	curl -fsS -X POST -d "{\"capacity\": $K, \"per_row\": $per_row}" "http://127.0.0.1:$SPORT/_sim/backend" >/dev/null
 	URLS=""
 	for i in 1 2 3; do
 		sqlite="sqlite:$WORK/$row-gw$i.db"
@@ -105,7 +130,7 @@ for row in $ROWS; do
 		"$CG" capacity set --create --database "$sqlite" "${BASE[@]}" $(row_config "$row") >/dev/null 2>"$WORK/set.err" ||
 			{ cat "$WORK/set.err" >&2; exit 1; }
 		port=$(free_port)
-		"$CG" serve --listen "127.0.0.1:$port" --upstream "http://127.0.0.1:$SPORT" --identity tokens \
+		"$SERVE" serve --listen "127.0.0.1:$port" --upstream "http://127.0.0.1:$SPORT" --identity tokens \
 			--tokens "$WORK/users.json" --database "$sqlite" --task-id "gw$i" \
 			--redis "redis://127.0.0.1:$RPORT/$db" --log-file "$WORK/$row-gw$i.lines" >"$WORK/$row-gw$i.log" 2>&1 &
 		GW_PIDS+=($!)
@@ -116,6 +141,16 @@ for row in $ROWS; do
 	[[ $row == local* ]] && lane=task
 	uneven=()
 	[[ $row == *-uneven ]] && uneven=(-spread "$SPREAD" -move-at "$MOVE_AT")
+	[[ $row == attack* ]] && uneven=(-attacker early-access-10-token -attack-rows "$ATTACK_ROWS")
+	if [[ $row == cluster-switch ]]; then
+		(
+			sleep "$SWITCH_AT"
+			for i in 1 2 3; do
+				"$CG" capacity set --database "sqlite:$WORK/$row-gw$i.db" adaptive.es2_knn.mode=apply >/dev/null 2>>"$WORK/set.err"
+			done
+		) &
+		PIDS+=($!)
+	fi
 	OUT[$row]=$("$WORK/adaptive" -urls "$URLS" -sim "http://127.0.0.1:$SPORT" -tokens "$WORK/users.json" \
 		-callers "$CALLERS" -duration "$DURATION" -halve-at "$HALVE_AT" -capacity "$K" -base-ms "$B" -lane "$lane" "${uneven[@]}")
 	echo "${OUT[$row]}" >"$WORK/$row.json"
@@ -145,7 +180,7 @@ echo "Limit in force each second (es2_knn, or for local the sum of the three gat
 echo
 for row in $ROWS; do
 	each=$(sed -n 's/.*"limits_end_per_gw":\[\([^]]*\)\].*/\1/p' <<<"${OUT[$row]}" | sed 's/,/, /g')
-	echo "- $row: $(sed -n 's/.*"limit_per_s":\[\([^]]*\)\].*/\1/p' <<<"${OUT[$row]}" | tr ',' ' ')${each:+ (at the end, each gateway: $each)}"
+	echo "- $row (mean $(field "${OUT[$row]}" limit_mean) in the converged window${each:+; at the end, each gateway: $each}$([[ $row == attack* ]] && echo "; the attacker's calls done: $(field "${OUT[$row]}" attack_done)")): $(sed -n 's/.*"limit_per_s":\[\([^]]*\)\].*/\1/p' <<<"${OUT[$row]}" | tr ',' ' ')"
 done
 if [[ $ROWS == *uneven* ]]; then
 	echo

@@ -30,3 +30,33 @@ func (c *advisedCollector) Collect(ch chan<- prometheus.Metric) {
 		ch <- prometheus.MustNewConstMetric(c.desc, prometheus.GaugeValue, float64(l), lane)
 	}
 }
+
+// WithAdaptiveStepAges exports ages() as
+// capgate_adaptive_last_step_age_seconds{lane}: for each adaptive lane,
+// how long ago the cluster's control loop last took a step, as this
+// gateway last read it (capgate.Gate.AdaptiveStepAges). About a second
+// while the loop runs; a value that keeps growing is a loop that does not
+// step (no gateway runs it, the store fails) or a gateway that no longer
+// reads its state.
+func WithAdaptiveStepAges(ages func() map[string]float64) Option {
+	return func(m *Metrics) {
+		m.funcs = append(m.funcs, &ageCollector{
+			desc: prometheus.NewDesc(prometheus.BuildFQName(Namespace, "adaptive", "last_step_age_seconds"),
+				"Seconds since the adaptive control loop last took a step of the lane, as this gateway last read its state.", []string{"lane"}, nil),
+			ages: ages,
+		})
+	}
+}
+
+type ageCollector struct {
+	desc *prometheus.Desc
+	ages func() map[string]float64
+}
+
+func (c *ageCollector) Describe(ch chan<- *prometheus.Desc) { ch <- c.desc }
+
+func (c *ageCollector) Collect(ch chan<- prometheus.Metric) {
+	for lane, s := range c.ages() {
+		ch <- prometheus.MustNewConstMetric(c.desc, prometheus.GaugeValue, s, lane)
+	}
+}

@@ -32,3 +32,26 @@ capgate_lane_advised_limit{lane="es2_knn"} 12
 		t.Errorf("lint: %v %v", problems, err)
 	}
 }
+
+func TestAdaptiveStepAges(t *testing.T) {
+	reg := prometheus.NewRegistry()
+	ages := map[string]float64{}
+	if _, err := metrics.New(reg, metrics.WithAdaptiveStepAges(func() map[string]float64 { return ages })); err != nil {
+		t.Fatal(err)
+	}
+	if n, err := testutil.GatherAndCount(reg, "capgate_adaptive_last_step_age_seconds"); n != 0 || err != nil {
+		t.Errorf("no adaptive lane: %d series, %v; want none", n, err)
+	}
+	ages["es2_knn"] = 1.5
+	want := `
+# HELP capgate_adaptive_last_step_age_seconds Seconds since the adaptive control loop last took a step of the lane, as this gateway last read its state.
+# TYPE capgate_adaptive_last_step_age_seconds gauge
+capgate_adaptive_last_step_age_seconds{lane="es2_knn"} 1.5
+`
+	if err := testutil.GatherAndCompare(reg, strings.NewReader(want), "capgate_adaptive_last_step_age_seconds"); err != nil {
+		t.Error(err)
+	}
+	if problems, err := testutil.GatherAndLint(reg); err != nil || len(problems) > 0 {
+		t.Errorf("lint: %v %v", problems, err)
+	}
+}

@@ -32,6 +32,26 @@ type Snapshot struct {
 	Tasks     map[string]Lane `json:"-"` // by task id
 	Tiers     map[string]Lane `json:"-"` // by capgate.Tier
 	Users     map[string]User `json:"-"` // by user id
+	// Adaptive is the advice of the adaptive control loop for each
+	// adaptive lane, by lane name; nil without one.
+	Adaptive map[string]Adaptive `json:"adaptive,omitempty"`
+}
+
+// Adaptive is what the adaptive control loop advises for one lane, and
+// why, as this gateway last read the cluster's state.
+type Adaptive struct {
+	Mode        string  `json:"mode"`                      // advise or apply
+	Advised     int     `json:"advised,omitempty"`         // 0: none yet
+	Limit       int     `json:"limit"`                     // in force
+	LimitSource string  `json:"limit_source"`              // LimitStatic or LimitAdaptive
+	Step        int64   `json:"step"`                      // steps taken for the cluster
+	Reason      string  `json:"reason,omitempty"`          // why the last step did what it did
+	StepAgeS    float64 `json:"last_step_age_s,omitempty"` // seconds since the last step; 0: unknown
+	Calls       int64   `json:"calls"`                     // the last window decided on: its calls,
+	RowMS       float64 `json:"row_ms"`                    // its service time per row,
+	NoLoadMS    float64 `json:"no_load_ms"`                // the no-load time per row,
+	MaxInFlight int64   `json:"max_in_flight"`             // the most calls in flight,
+	Full        int64   `json:"full"`                      // and the calls that found the lane full
 }
 
 // OK is Snapshot.Store when the lane store answered.

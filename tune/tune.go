@@ -15,7 +15,9 @@ import (
 
 // The algorithm (docs/ARCHITECTURE.md, Adaptive limits, says why):
 //
-//   - R is the mean service time of the calls released in the window; R0,
+//   - R is the service time per unit of work (row) of the calls released
+//     in the window, each gateway's median (Gather), averaged over the
+//     gateways by calls; R0,
 //     the no-load service time, is measured by a probe (below), lowered by
 //     any window faster than it, and raised only by a probe (one starts
 //     when two windows after a shrink were no faster: the backend may have
@@ -34,7 +36,8 @@ import (
 //     until the first sign of queueing (slow start), then by a tenth.
 //   - Otherwise, and when a window has too few calls, it holds: healthy
 //     and below capacity means no change, so there is no drift.
-//   - The probe (at the first window, and every ProbeEvery steps after
+//   - The probe (at the second window decided on, the first being its
+//     baseline, and every ProbeEvery steps after
 //     while the lane is saturated): the limit (or the calls in flight,
 //     when fewer) halves while halving costs no throughput
 //     (calls in flight ÷ R, Little's law), so a limit far above capacity
@@ -54,12 +57,20 @@ const (
 	// time (at one step a second, 5 minutes).
 	ProbeEvery = 300
 	// ProbeKeep: a halving whose throughput stays above this share of
-	// the one before cost nothing.
-	ProbeKeep = 0.9
+	// the one before cost nothing. A halving below the knee loses half
+	// or more; one above it loses nothing at the backend, but up to a
+	// fifth by Little's law when the service times carry a fixed time of
+	// the gateways' own (50–100 ms on a loaded machine against 100 ms of
+	// backend): at 0.9 that read as a loss, and the probe took a loaded
+	// time for the no-load time.
+	ProbeKeep = 0.75
 	// ShrinkBelow: g below this shrinks the limit (a queue of 15 %).
 	ShrinkBelow = 1 / 1.15
 	// GrowAbove: g at or above this, with the lane saturated, grows it.
 	GrowAbove = 1 / 1.05
+	// settleMore: for this many steps after a change, a window whose
+	// calls saw more in flight than the limit is not decided on.
+	settleMore = 3
 	// shrinkAtOnceBelow: g below this (a queue of 43 %) shrinks at once;
 	// between it and ShrinkBelow, only on the second window in a row.
 	shrinkAtOnceBelow = 0.7
@@ -70,7 +81,7 @@ const (
 // them.
 type Window struct {
 	Calls       int64 // calls released that held the lane
-	SumMicros   int64 // their service times summed, in microseconds
+	SumMicros   int64 // their service times per unit of work (row) summed, in microseconds (from a Gather: calls × the median)
 	Full        int64 // calls that found the lane full (or waited for it)
 	MaxInFlight int64 // the most calls in flight a call saw on the lane, itself included
 	SumInFlight int64 // the calls in flight each call saw, itself included, summed
@@ -82,7 +93,7 @@ func (w Window) Add(o Window) Window {
 		Full: w.Full + o.Full, MaxInFlight: max(w.MaxInFlight, o.MaxInFlight), SumInFlight: w.SumInFlight + o.SumInFlight}
 }
 
-// Mean returns the window's mean service time in microseconds; 0 when it
+// Mean returns the window's mean service time per unit of work in microseconds; 0 when it
 // has no calls.
 func (w Window) Mean() float64 {
 	if w.Calls <= 0 {
@@ -116,22 +127,27 @@ type Bounds struct {
 // gateways through the lane store as JSON. Its zero value starts from the
 // static limit.
 type State struct {
-	Limit  int      `json:"limit"`             // the advised limit; 0: none yet
-	Step   int64    `json:"step"`              // steps taken
-	NoLoad float64  `json:"no_load,omitempty"` // R0, µs; 0: not measured yet
-	Avoid  bool     `json:"avoid,omitempty"`   // slow start is over: grow by a tenth
-	Probe  int      `json:"probe,omitempty"`   // in a probe: the last limit that kept the throughput
-	ProbeX float64  `json:"probe_x,omitempty"` // the throughput at Probe
-	ProbeN int      `json:"probe_n,omitempty"` // the calls in flight at Probe
-	Since  int64    `json:"since"`             // steps since the last probe
-	Prev   Window   `json:"prev"`              // the last window decided on
-	Shrunk bool     `json:"shrunk,omitempty"`  // the last step shrank for queueing
-	Queued bool     `json:"queued,omitempty"`  // the last window decided on showed a small queue, not acted on
-	NoHelp bool     `json:"no_help,omitempty"` // the window after that shrink was no faster
-	Carry  Window   `json:"carry"`             // a window too small to decide on
-	Settle bool     `json:"settle,omitempty"`  // the limit just changed: the next window mixes both
-	Reason string   `json:"reason,omitempty"`  // why the last step did what it did
-	Last   Snapshot `json:"last"`              // what the last step saw
+	Limit  int     `json:"limit"`             // the advised limit; 0: none yet
+	Step   int64   `json:"step"`              // steps taken
+	NoLoad float64 `json:"no_load,omitempty"` // R0, µs; 0: not measured yet
+	Avoid  bool    `json:"avoid,omitempty"`   // slow start is over: grow by a tenth
+	Probe  int     `json:"probe,omitempty"`   // in a probe: the last limit that kept the throughput
+	ProbeX float64 `json:"probe_x,omitempty"` // the throughput at Probe
+	ProbeN int     `json:"probe_n,omitempty"` // the calls in flight at Probe
+	Since  int64   `json:"since"`             // steps since the last probe
+	// Measured: a probe measured NoLoad (before that, NoLoad is the
+	// fastest window seen, and the next window decided on starts one).
+	Measured bool     `json:"measured,omitempty"`
+	Prev     Window   `json:"prev"`              // the last window decided on
+	Shrunk   bool     `json:"shrunk,omitempty"`  // the last step shrank for queueing
+	Queued   bool     `json:"queued,omitempty"`  // the last window decided on showed a small queue, not acted on
+	NoHelp   bool     `json:"no_help,omitempty"` // the window after that shrink was no faster
+	Carry    Window   `json:"carry"`             // a window too small to decide on
+	Settle   bool     `json:"settle,omitempty"`  // the limit just changed: the next window mixes both
+	Reason   string   `json:"reason,omitempty"`  // why the last step did what it did
+	At       int64    `json:"at,omitempty"`      // when the last step was taken, Unix ms by the clock of the gateway that took it; 0: unknown
+	Changed  int64    `json:"changed,omitempty"` // the step that last changed the limit
+	Last     Snapshot `json:"last"`              // what the last step saw
 }
 
 // Snapshot is what one step saw, for the log line.
@@ -200,6 +216,9 @@ func (s State) Next(w Window, b Bounds) State {
 	next = min(max(next, (prev+1)/2), 2*prev) // cur is prev, but in advise
 	n.Limit = b.Clamp(next)
 	n.Settle = n.Limit != prev && !b.Advise
+	if n.Settle {
+		n.Changed = n.Step
+	}
 	return n
 }
 
@@ -213,6 +232,18 @@ func (n *State) decide(s State, w Window, cur int, mean, x float64, saturated, a
 	if w.MaxInFlight > 0 && w.MaxInFlight < int64(cur) {
 		served = int(w.MaxInFlight)
 	}
+	if w.MaxInFlight > int64(cur) && s.Changed > 0 && n.Step-s.Changed <= settleMore && !advise {
+		// Calls saw more in flight than the limit, just after it
+		// changed: admitted under the one before (a waiter's grant under
+		// its ticket's old limits, the gateways' samples a second apart),
+		// so the window is that limit's. Deciding on it shrank a knee of
+		// 3 from 4 to 2 to 1, and took a probe's loaded window for the
+		// no-load time (the limit then held 1.5 × the knee). Bounded to a
+		// few steps: in shadow the calls in flight exceed the limit for
+		// good.
+		n.NoLoad, n.Reason = s.NoLoad, "settling: calls of a higher limit"
+		return cur
+	}
 	if s.Probe > 0 && !advise {
 		switch {
 		case served >= s.ProbeN && served > 1:
@@ -225,16 +256,31 @@ func (n *State) decide(s State, w Window, cur int, mean, x float64, saturated, a
 			n.Reason = "probe: halving kept the throughput"
 			return served / 2
 		}
-		n.Probe, n.ProbeX, n.ProbeN, n.Since, n.NoLoad = 0, 0, 0, 0, mean
+		n.Probe, n.ProbeX, n.ProbeN, n.Since, n.NoLoad, n.Measured = 0, 0, 0, 0, mean, true
 		n.Reason = "probe: no-load time measured"
 		return s.Probe
 	}
-	if (s.NoLoad == 0 || saturated && s.Since >= ProbeEvery) && served > 1 && !advise {
+	if s.NoLoad == 0 && !s.Measured && !advise {
+		// The first window decided on: the callers were still arriving,
+		// so its calls were faster and its throughput higher than the
+		// lane's. A probe that compared against it took a loaded time
+		// for the no-load time (in one run, 200 ms at 9 calls of a knee
+		// of 6, the limit then held at twice the knee until the next
+		// probe). It is the probe's baseline only from the next one.
+		n.Reason = "first window: a baseline for the probe"
+		return cur
+	}
+	if (!s.Measured || saturated && s.Since >= ProbeEvery) && served > 1 && !advise {
 		// From the calls in flight: a limit above them does not bind.
 		n.Probe, n.ProbeX, n.ProbeN, n.Reason = cur, x, served, "probe: halving"
 		return served / 2
 	}
-	if s.Shrunk && mean >= 0.95*s.Prev.Mean() && served > 1 && !advise {
+	// No faster after a shrink, but no slower either: a window slower
+	// than the one before by more than noise (the knee halved just as the
+	// limit shrank) is a new queue, removed below, not a slower backend to
+	// probe (a probe halves down to 1 or 2 first).
+	noFaster := mean >= 0.95*s.Prev.Mean() && mean*ShrinkBelow <= s.Prev.Mean()
+	if s.Shrunk && noFaster && served > 1 && !advise {
 		if !s.NoHelp {
 			// One window may still hold calls of the old limit (the
 			// gateways send a second apart): look once more.
@@ -253,7 +299,9 @@ func (n *State) decide(s State, w Window, cur int, mean, x float64, saturated, a
 		return cur
 	case g < ShrinkBelow:
 		n.Avoid, n.Shrunk, n.Reason = true, true, "queueing"
-		return int(math.Floor(float64(served) * g))
+		// Rounded, not floored: at a knee of 3, 4 calls in flight give
+		// g = 0.75, and a window 1 % slower floored to 2.
+		return int(math.Round(float64(served) * g))
 	case g >= GrowAbove && saturated:
 		n.Reason = "saturated and healthy"
 		if n.Avoid {

@@ -40,6 +40,9 @@ type options struct {
 	settleFrom time.Duration // converged stats are read from here to halveAt
 	spread     []int         // callers per gateway, in -urls order; nil: even
 	moveAt     time.Duration // the load moves one gateway back (gateway i's callers to i-1) here; 0: never
+	attacker   string        // a token whose user sends long bulk calls beside the callers; empty: none
+	attackRows int           // rows of each of its calls
+	attackN    int           // its calls at once (its own limit)
 }
 
 func main() {
@@ -58,6 +61,9 @@ func main() {
 	flag.StringVar(&tasks, "tasks", "gw1,gw2,gw3", "the gateways' task ids, in -urls order")
 	flag.StringVar(&spread, "spread", "", "callers per gateway, in -urls order (e.g. 30,8,2; their sum is the callers); empty: even")
 	flag.DurationVar(&o.moveAt, "move-at", 0, "when each gateway's callers move to the gateway before it (gw1's to gw3); 0: never")
+	flag.StringVar(&o.attacker, "attacker", "", "the token of a user who keeps -attack-calls bulk calls of -attack-rows rows in flight through the first gateway (not counted as a caller)")
+	flag.IntVar(&o.attackRows, "attack-rows", 40, "rows of each attacking call")
+	flag.IntVar(&o.attackN, "attack-calls", 2, "attacking calls at once")
 	flag.Parse()
 	o.urls, o.tasks = strings.Split(urls, ","), strings.Split(tasks, ",")
 	if spread != "" {
@@ -113,6 +119,8 @@ type result struct {
 	PerCaller     []float64 `json:"per_caller"`                  // calls/s per caller of each group (the callers that started on gateway i), converged window
 	Fairness      float64   `json:"fairness"`                    // the least per_caller over the most; 1: every caller served alike
 	LimitsEnd     []int     `json:"limits_end_per_gw,omitempty"` // lane task: each gateway's own limit at the end
+	LimitMean     float64   `json:"limit_mean"`                  // the limit's mean in the converged window
+	AttackDone    int64     `json:"attack_done"`                 // the attacker's calls completed
 	Refused       int64     `json:"refused"`                     // 429s (callers retry)
 	Errors        int64     `json:"errors"`                      // other failures
 	StatusErrors  int       `json:"status_errors"`               // status reads that failed
@@ -169,9 +177,44 @@ func run(ctx context.Context, o options) (*result, error) {
 	body := []byte(`{"rows":[{"id":"1","name":"malaria"},{"id":"2","name":"fever"}]}`)
 
 	var wg sync.WaitGroup
+	var attackDone atomic.Int64
+	if o.attacker != "" {
+		rows := make([]string, o.attackRows)
+		for i := range rows {
+			rows[i] = fmt.Sprintf(`{"id":"%d","name":"fever %d"}`, i, i)
+		}
+		abody := []byte(`{"rows":[` + strings.Join(rows, ",") + `]}`)
+		for range o.attackN {
+			wg.Go(func() {
+				for ctx.Err() == nil {
+					req, _ := http.NewRequestWithContext(ctx, http.MethodPost, o.urls[0]+"/concepts/$match/?semantic=true", bytes.NewReader(abody))
+					req.Header.Set("Authorization", "Token "+o.attacker)
+					req.Header.Set("Content-Type", "application/json")
+					res, err := client.Do(req)
+					if err != nil {
+						time.Sleep(50 * time.Millisecond)
+						continue
+					}
+					_, _ = io.Copy(io.Discard, res.Body)
+					res.Body.Close()
+					if res.StatusCode == http.StatusOK {
+						attackDone.Add(1)
+					} else {
+						time.Sleep(20 * time.Millisecond)
+					}
+				}
+			})
+		}
+	}
+	var callerUsers []user
+	for _, u := range users {
+		if u.Token != o.attacker {
+			callerUsers = append(callerUsers, u)
+		}
+	}
 	for i := range o.callers {
 		g := group[i]
-		token := users[i%len(users)].Token
+		token := callerUsers[i%len(callerUsers)].Token
 		wg.Go(func() {
 			for ctx.Err() == nil {
 				at := g
@@ -304,11 +347,16 @@ func run(ctx context.Context, o options) (*result, error) {
 		lo, hi := slices.Min(seg), slices.Max(seg)
 		mid := float64(hi+lo) / 2
 		out.SwingPct = 100 * float64(hi-lo) / 2 / mid
+		sum := 0
+		for _, l := range seg {
+			sum += l
+		}
+		out.LimitMean = math.Round(float64(sum)/float64(len(seg))*10) / 10
 	}
 	if len(out.LimitTimeline) > 0 {
 		out.LimitStart, out.LimitEnd = out.LimitTimeline[0], out.LimitTimeline[len(out.LimitTimeline)-1]
 	}
-	out.Refused, out.Errors = refused.Load(), failed.Load()
+	out.Refused, out.Errors, out.AttackDone = refused.Load(), failed.Load(), attackDone.Load()
 	return out, nil
 }
 

@@ -24,6 +24,7 @@ import (
 	"github.com/capgate/capgate/redis"
 	"github.com/capgate/capgate/sqlite"
 	"github.com/capgate/capgate/status"
+	"github.com/capgate/capgate/tune"
 )
 
 // capacityHistoryDefault is history's default --limit.
@@ -378,8 +379,19 @@ func (c *CapacityCommand) status(ctx context.Context, a *capacityAction) error {
 			return err
 		}
 		// A gate over the lanes, only to read them: it admits nothing and
-		// runs no adaptive limits, so the limits shown are the config's.
-		g := &capgate.Gate{Store: lanes, KeyPrefix: keyPrefix, TaskID: st.TaskID}
+		// runs no adaptive loop, but reads the cluster's adaptive state,
+		// so the limits shown are those in force and the loop's advice.
+		g, err := capgate.NewGate(lanes, capgate.NewFixedConfig(cfg), nil, st.TaskID)
+		if err != nil {
+			return err
+		}
+		defer func() { _ = g.Close(context.WithoutCancel(ctx)) }()
+		g.KeyPrefix = keyPrefix
+		if cfg.Adaptive != (tune.Settings{}) {
+			if err := g.ReadAdaptive(ctx); err != nil {
+				return fmt.Errorf("read the adaptive limits: %w", err)
+			}
+		}
 		snap := g.Status(ctx, cfg)
 		if err := c.print(snap); err != nil {
 			return err

@@ -25,6 +25,7 @@ import (
 	capgatehttp "github.com/capgate/capgate/http"
 	"github.com/capgate/capgate/internal/skipnote"
 	"github.com/capgate/capgate/redis"
+	"github.com/capgate/capgate/tune"
 )
 
 // TestMain runs capgate itself when CAPGATE_TEST_MAIN is set, so tests can
@@ -342,6 +343,51 @@ func TestCapacityStatus(t *testing.T) {
 	t.Setenv("CAPGATE_REDIS_URL", redisURL)
 	out = mustRun(t, "capacity", "status", "--database", db)
 	wantJSON(t, "api_heavy from CAPGATE_REDIS_URL", out["api_heavy"], `{"bulk_limit":3,"in_flight":1,"limit":4}`)
+}
+
+// TestCapacityStatusShowsTheAdaptiveAdvice: the status command reads the
+// cluster's adaptive state, as a gateway does, and shows the limit in
+// force, the advice and why.
+func TestCapacityStatusShowsTheAdaptiveAdvice(t *testing.T) {
+	clearLaneEnv(t)
+	db := "sqlite:" + filepath.Join(t.TempDir(), "capgate.db")
+	mustRun(t, "capacity", "set", "--create", "--database", db,
+		"adaptive.es2_knn.mode=apply", "adaptive.es2_knn.min=1", "adaptive.es2_knn.max=20")
+	srv := miniredis.RunT(t)
+	redisURL := "redis://" + srv.Addr() + "/0"
+	lanes, err := redis.Open(redis.Options{URL: redisURL})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer lanes.Close()
+	ctx := context.Background()
+	// The loop of the gateways stepped it to 7, 2 s before now.
+	at := time.Now().Add(-2 * time.Second).UnixMilli()
+	state := fmt.Sprintf(`{"limit":7,"step":40,"reason":"queueing","at":%d,"last":{"calls":120,"mean_ms":150,"no_load_ms":100,"max_in_flight":10,"full":120}}`, at)
+	const key = "ocl:capacity:tune:es2_knn"
+	if err := lanes.TuneSave(ctx, key, []byte(state)); err != nil {
+		t.Fatal(err)
+	}
+	// The loop took a window, and 3 calls are gathered for the next.
+	if _, err := lanes.TuneExchange(ctx, key, tune.Window{}, time.Second); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := lanes.TuneExchange(ctx, key, tune.Window{Calls: 3}, time.Hour); err != nil {
+		t.Fatal(err)
+	}
+	out := mustRun(t, "capacity", "status", "--database", db, "--redis", redisURL)
+	wantJSON(t, "es2_knn", out["es2_knn"], `{"advised":7,"in_flight":0,"limit":7,"limit_source":"adaptive"}`)
+	adv, _ := out["adaptive"].(map[string]any)
+	knn, _ := adv["es2_knn"].(map[string]any)
+	age, _ := knn["last_step_age_s"].(float64)
+	if knn["mode"] != "apply" || knn["advised"] != 7.0 || knn["reason"] != "queueing" || knn["row_ms"] != 150.0 || age < 1 || age > 60 {
+		t.Errorf("adaptive = %v; want es2_knn's advice: apply, 7, queueing, 150 ms a row, stepped about 2 s ago", out["adaptive"])
+	}
+	// Reading took no window: the loop's next step still gets those calls.
+	r, err := lanes.TuneExchange(ctx, key, tune.Window{}, 0)
+	if err != nil || !r.Due || r.Window.Calls != 3 {
+		t.Errorf("the loop's exchange after the status = %+v, %v; want due with its own calls", r, err)
+	}
 }
 
 // TestCLIAndGatewayShareSQLite: 50 set commands, each a process of its

@@ -337,7 +337,8 @@ func (s *Server) openCore(ctx context.Context, lines io.Writer, who string) erro
 	// gate's keys (WithLanes), so they read 0 once the load stops.
 	s.metrics, err = metrics.New(s.registry, metrics.WithLogDropped(s.Sink.Dropped), metrics.WithConfigVersion(s.Configs.Version),
 		metrics.WithStoreUp(s.Health.Up, "lanes", "config"), metrics.WithBuildInfo(version(), revision()),
-		metrics.WithLanes(s.Gate, s.Configs), metrics.WithAdvisedLimits(s.advisedLimits), metrics.WithRecent(s.recent))
+		metrics.WithLanes(s.Gate, s.Configs), metrics.WithAdvisedLimits(s.advisedLimits), metrics.WithRecent(s.recent),
+		metrics.WithAdaptiveStepAges(s.adaptiveStepAges))
 	if err != nil {
 		return fmt.Errorf("metrics: %w", err)
 	}
@@ -707,6 +708,19 @@ func (s *Server) closeStores() error {
 	}
 	s.closers = nil
 	return errors.Join(errs...)
+}
+
+// adaptiveStepAges returns the age of each adaptive lane's last step, in
+// seconds, by lane name, for capgate_adaptive_last_step_age_seconds.
+func (s *Server) adaptiveStepAges() map[string]float64 {
+	out := map[string]float64{}
+	if s.Gate == nil {
+		return out
+	}
+	for lane, d := range s.Gate.AdaptiveStepAges(context.Background()) {
+		out[string(lane)] = d.Seconds()
+	}
+	return out
 }
 
 // advisedLimits returns the adaptive lanes' advised limits by lane name,

@@ -25,7 +25,7 @@ type SimAPICommand struct {
 // Usage returns the command's help.
 func (c *SimAPICommand) Usage() string {
 	return `Usage: capgate simapi [--listen ADDR] [--tokens FILE] [--latency LO-HI]
-                     [--backend-capacity K --backend-base-ms B]
+                     [--backend-capacity K --backend-base-ms B [--backend-per-row]]
 
 Serves a simulated OCL API: GET /user/ for the demo users (tokens such as
 core-1-token, preview-1-token, staff-1-token), and POST /concepts/$match/ and
@@ -37,9 +37,11 @@ writes the users as a tokens file for capgate serve --identity tokens.
 With --backend-capacity K, semantic calls go to a model of a shared backend
 that serves K calls at once: each takes B × max(1, in_flight / K) ms
 (--backend-base-ms B), in_flight being the semantic calls running when it
-starts. GET /_sim/backend gives its capacity and the latencies it gave
+starts; with --backend-per-row a semantic call sends its rows one after
+another, as a bulk $match does, and takes rows × that. GET /_sim/backend gives its capacity and the latencies it gave
 (p50_ms, p99_ms; ?reset=1 starts them over); POST /_sim/backend
-{"capacity": K} changes the capacity at runtime. Flags:
+{"capacity": K} changes the capacity at runtime ({"per_row": true} the
+per-row model). Flags:
 `
 }
 
@@ -53,6 +55,7 @@ func (c *SimAPICommand) Run(ctx context.Context, args []string) error {
 	latency := fs.String("latency", "", "every heavy call takes LO-HI, uniform (e.g. 1.2s-1.4s); default: by rows")
 	capacity := fs.Int("backend-capacity", 0, "semantic calls use a backend of this many calls at once (0: none)")
 	baseMS := fs.Float64("backend-base-ms", 50, "the backend's time per call when not overloaded, ms")
+	perRow := fs.Bool("backend-per-row", false, "a semantic call sends its rows one after another: it takes rows × the backend's time")
 	if done, err := parseFlags(fs, args, c.Usage(), c.Stdout); done {
 		return err
 	}
@@ -90,6 +93,7 @@ func (c *SimAPICommand) Run(ctx context.Context, args []string) error {
 			return &UsageError{Msg: fmt.Sprintf("--backend-base-ms %v: want a positive number of ms\n\n%s", *baseMS, helpOf(c.Usage(), fs))}
 		}
 		be := simapi.NewBackend(*capacity, time.Duration(*baseMS*float64(time.Millisecond)))
+		be.SetPerRow(*perRow)
 		be.Use(api)
 		handler = be.Handler(api)
 		fmt.Fprintf(c.Stderr, "semantic backend: %d calls at once, %v ms each when not overloaded\n", *capacity, *baseMS)

@@ -24,8 +24,14 @@ const maxBackendSamples = 1 << 20
 // beyond that every call is slower in proportion: the most it serves is
 // Capacity / Base calls a second whatever the concurrency — the ground
 // truth of the adaptive limits' benchmark. Safe for concurrent use.
+//
+// Per row (SetPerRow, or POST {"per_row": true}), a semantic call sends
+// its rows to the backend one after another, as a bulk $match does: it
+// takes rows × that time, holding one of the backend's places throughout
+// (the latencies reported are per row).
 type Backend struct {
 	mu       sync.Mutex
+	perRow   bool            // requires mu held
 	capacity int             // requires mu held
 	base     time.Duration   // requires mu held
 	lat      []time.Duration // latencies given since the last read; requires mu held
@@ -51,6 +57,12 @@ func (b *Backend) Use(a *API) {
 		a.mu.Lock()
 		n := a.stats.semantic
 		a.mu.Unlock()
+		b.mu.Lock()
+		perRow := b.perRow
+		b.mu.Unlock()
+		if perRow {
+			return time.Duration(max(rows, 1)) * b.latency(n)
+		}
 		return b.latency(n)
 	}
 }
@@ -72,6 +84,14 @@ func (b *Backend) latency(inFlight int) time.Duration {
 	return d
 }
 
+// SetPerRow sets whether a semantic call takes each of its rows in turn,
+// from now on.
+func (b *Backend) SetPerRow(on bool) {
+	b.mu.Lock()
+	b.perRow = on
+	b.mu.Unlock()
+}
+
 // SetCapacity changes the capacity (at least 1) from now on.
 func (b *Backend) SetCapacity(k int) {
 	b.mu.Lock()
@@ -85,6 +105,7 @@ func (b *Backend) SetCapacity(k int) {
 type BackendJSON struct {
 	Capacity int     `json:"capacity"`
 	BaseMS   float64 `json:"base_ms"`
+	PerRow   bool    `json:"per_row"`
 	Calls    int     `json:"calls"`
 	P50MS    float64 `json:"p50_ms"`
 	P99MS    float64 `json:"p99_ms"`
@@ -99,7 +120,7 @@ func (b *Backend) Read(reset bool) BackendJSON {
 	} else {
 		lat = slices.Clone(lat)
 	}
-	out := BackendJSON{Capacity: b.capacity, BaseMS: ms(b.base), Calls: len(lat)}
+	out := BackendJSON{Capacity: b.capacity, BaseMS: ms(b.base), PerRow: b.perRow, Calls: len(lat)}
 	b.mu.Unlock()
 	slices.Sort(lat)
 	if len(lat) > 0 {
@@ -124,6 +145,7 @@ func (b *Backend) Handler(next http.Handler) http.Handler {
 			var body struct {
 				Capacity *int     `json:"capacity"`
 				BaseMS   *float64 `json:"base_ms"`
+				PerRow   *bool    `json:"per_row"`
 			}
 			if err := json.NewDecoder(io.LimitReader(r.Body, 1<<16)).Decode(&body); err != nil ||
 				(body.Capacity != nil && *body.Capacity < 1) || (body.BaseMS != nil && *body.BaseMS <= 0) {
@@ -136,6 +158,9 @@ func (b *Backend) Handler(next http.Handler) http.Handler {
 			}
 			if body.BaseMS != nil {
 				b.base = time.Duration(*body.BaseMS * float64(time.Millisecond))
+			}
+			if body.PerRow != nil {
+				b.perRow = *body.PerRow
 			}
 			b.mu.Unlock()
 		default:

@@ -51,3 +51,16 @@ func TestBackendLatencyFollowsCapacity(t *testing.T) {
 		t.Errorf("read = %+v; want one call at the base 10 ms", got)
 	}
 }
+
+func TestBackendPerRowTakesEachRowInTurn(t *testing.T) {
+	api := simapi.New(simapi.DemoUsers())
+	b := simapi.NewBackend(2, 10*time.Millisecond)
+	b.SetPerRow(true)
+	b.Use(api)
+	if got := api.Latency("$match", 40, true); got != 400*time.Millisecond {
+		t.Errorf("40 rows, nothing else in flight: %v; want 40 × 10 ms", got)
+	}
+	if got := api.Latency("$match", 0, true); got != 10*time.Millisecond {
+		t.Errorf("no rows: %v; want one row's time", got)
+	}
+}
