@@ -152,11 +152,13 @@ func TestReadmeWalkthrough(t *testing.T) {
 			fmt.Fprintf(&script, "echo '@@%d'\n%s\necho; echo \"@@end %d $?\"\n", i, line, i)
 			if regexp.MustCompile(`capgate capacity (set|reset|rollback)`).MatchString(line) {
 				// A person takes a moment before the next command; the
-				// script waits instead until the gateway has the
+				// script waits instead until the gateway decides with the
 				// version (pushed within 250 ms, later on a loaded
-				// machine), at most 30 s.
+				// machine), at most 30 s. The staff API reads the store,
+				// so it has the version before the gate does: the gate's
+				// own is capgate_config_version.
 				fmt.Fprintf(&script, `v=$(./capgate capacity show | sed -n 's/^  "version": \([0-9]*\),$/\1/p')
-for n in $(seq 600); do curl -s http://%s/capacity/config/ -H 'Authorization: Token staff-1-token' | grep -Eq "\"version\": ?$v[,}]" && break; sleep 0.05; done
+for n in $(seq 600); do curl -s http://%s/metrics -H 'Authorization: Token staff-1-token' | grep -q "^capgate_config_version $v$" && break; sleep 0.05; done
 `, gwAddr)
 			}
 		}
