@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"io"
 	"net/http/httptest"
+	"os"
 	"strings"
 	"testing"
 	"time"
@@ -13,6 +14,7 @@ import (
 
 	"github.com/capgate/capgate"
 	"github.com/capgate/capgate/decide"
+	"github.com/capgate/capgate/internal/randhex"
 	"github.com/capgate/capgate/memory"
 	"github.com/capgate/capgate/mock"
 	"github.com/capgate/capgate/redis"
@@ -63,11 +65,25 @@ func miniStore(t *testing.T) (*redis.Store, *miniredis.Miniredis) {
 	return store, m
 }
 
-// eachStore runs f over the memory store and a Redis store (miniredis).
+// eachStore runs f over the memory store, a Redis store (miniredis) and,
+// with CAPGATE_TEST_DECIDE_REDIS_URL set, a real Redis under a key prefix
+// of its own.
 func eachStore(t *testing.T, f func(t *testing.T, store capgate.LaneStore)) {
 	t.Run("memory", func(t *testing.T) { f(t, memory.New(nil)) })
 	t.Run("miniredis", func(t *testing.T) {
 		store, _ := miniStore(t)
+		f(t, store)
+	})
+	t.Run("redis", func(t *testing.T) {
+		url := os.Getenv("CAPGATE_TEST_DECIDE_REDIS_URL")
+		if url == "" {
+			t.Skip("CAPGATE_TEST_DECIDE_REDIS_URL is not set")
+		}
+		store, err := redis.Open(redis.Options{URL: url, KeyPrefix: "capgate-test:{" + randhex.String(6) + "}", Deadline: 10 * time.Second})
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { _ = store.Close() })
 		f(t, store)
 	})
 }
