@@ -120,6 +120,11 @@ type RepeatRequest struct {
 	// Replay makes a finished call's kept answer answer this call (an
 	// Idempotency-Key was sent). false: it only joins a call running.
 	Replay bool
+	// Peek returns a repeat of a call running at once (RepeatJoined, Of
+	// set, Answer nil) rather than waiting for its answer; Repeat.Wait
+	// then waits for that call to end. For the decision service, which
+	// never sees an answer and tells the app at once.
+	Peek bool
 }
 
 // RepeatOutcome is what Gate.Repeat found.
@@ -157,14 +162,18 @@ type Repeat struct {
 	Of      string // the cid of the call repeated (Replayed, Joined)
 	Answer  []byte // its answer (Replayed, Joined)
 
-	g      *Gate
-	st     IdempotencyStore
-	cfg    Config
-	req    RepeatRequest
-	token  string
-	stop   chan struct{} // closed by Finish: the marker's refresh ends
-	done   chan struct{} // closed when the refresh has ended
-	finish sync.Once
+	g     *Gate
+	st    IdempotencyStore
+	cfg   Config
+	req   RepeatRequest
+	token string
+	// ofToken is the running call a Peek repeat found; until is when its
+	// Wait gives up (max_hold_seconds from Gate.Repeat).
+	ofToken string
+	until   time.Time
+	stop    chan struct{} // closed by Finish: the marker's refresh ends
+	done    chan struct{} // closed when the refresh has ended
+	finish  sync.Once
 }
 
 // repeatPoll bounds how often a waiting repeat reads the entry of the call
@@ -245,6 +254,10 @@ func (g *Gate) Repeat(ctx context.Context, req RepeatRequest) (*Repeat, error) {
 			r.Outcome, r.Of, r.Answer = RepeatReplayed, cur.CID, cur.Answer
 			return r, nil
 		}
+		if req.Peek {
+			r.Outcome, r.Of, r.ofToken, r.until = RepeatJoined, cur.CID, cur.Token, waitUntil
+			return r, nil
+		}
 		// Running: wait for it, holding nothing.
 		for {
 			if !time.Now().Before(waitUntil) {
@@ -274,6 +287,39 @@ func (g *Gate) Repeat(ctx context.Context, req RepeatRequest) (*Repeat, error) {
 			}
 			break // gone (not kept) or another call's: claim again
 		}
+	}
+}
+
+// Wait waits, holding nothing, until the running call a Peek repeat
+// found has ended (its entry gone, holding an answer, or another call's):
+// nil then. It returns ErrRepeatWait once max_hold_seconds have passed
+// since Gate.Repeat, ctx's error (wrapped) when ctx ends, or the store's.
+// It returns nil at once for any other Repeat.
+func (r *Repeat) Wait(ctx context.Context) error {
+	if r == nil || r.ofToken == "" {
+		return nil
+	}
+	poll := repeatPollFirst
+	timer := time.NewTimer(poll)
+	defer timer.Stop()
+	for {
+		if !time.Now().Before(r.until) {
+			return ErrRepeatWait
+		}
+		select {
+		case <-ctx.Done():
+			return fmt.Errorf("%w: %w", errRepeatGone, ctx.Err())
+		case <-timer.C:
+		}
+		e, ok, err := r.st.GetRepeat(ctx, r.req.ID)
+		if err != nil {
+			return r.failed(ctx, "idempotency wait", err)
+		}
+		if !ok || e.Token != r.ofToken || e.Answer != nil {
+			return nil
+		}
+		poll = min(2*poll, repeatPollMax)
+		timer.Reset(min(poll, time.Until(r.until)))
 	}
 }
 

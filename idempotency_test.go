@@ -94,3 +94,41 @@ func TestRepeatFailsOpen(t *testing.T) {
 		t.Fatalf("err %v; want ErrNoRepeatStore", err)
 	}
 }
+
+// TestRepeatPeek: a Peek repeat of a call running is returned at once,
+// joined, with the call's cid; its Wait ends when that call finishes (or
+// its ctx ends), and a call after it runs.
+func TestRepeatPeek(t *testing.T) {
+	g := repeatGate(t, memory.New(nil), nil)
+	ctx := t.Context()
+	req := capgate.RepeatRequest{ID: "id", Fingerprint: "fp", CID: "c1", Peek: true}
+	first, err := g.Repeat(ctx, req)
+	if err != nil || first.Outcome != capgate.RepeatFirst {
+		t.Fatalf("first = %+v, %v", first, err)
+	}
+	peek := req
+	peek.CID = "c2"
+	r, err := g.Repeat(ctx, peek)
+	if err != nil || r.Outcome != capgate.RepeatJoined || r.Of != "c1" || r.Answer != nil {
+		t.Fatalf("peek = %+v, %v; want joined c1 at once, no answer", r, err)
+	}
+	gone, cancel := context.WithCancel(ctx)
+	cancel()
+	if err := r.Wait(gone); err == nil || !errors.Is(err, context.Canceled) {
+		t.Errorf("Wait with its ctx done = %v, want context.Canceled", err)
+	}
+	waited := make(chan error, 1)
+	go func() { waited <- r.Wait(ctx) }()
+	first.Finish(ctx, nil)
+	if err := <-waited; err != nil {
+		t.Errorf("Wait after the first finished = %v, want nil", err)
+	}
+	if again, err := g.Repeat(ctx, peek); err != nil || again.Outcome != capgate.RepeatFirst {
+		t.Errorf("after the first finished = %+v, %v; want first", again, err)
+	} else {
+		again.Finish(ctx, nil)
+	}
+	if err := first.Wait(ctx); err != nil {
+		t.Errorf("Wait of a first call = %v, want nil at once", err)
+	}
+}

@@ -50,6 +50,37 @@ type callRequest struct {
 	// Running: the call runs already and its earlier connection dropped
 	// (the service restarted): counted again, forced (docs/PROTOCOL.md).
 	Running bool `json:"running,omitempty"`
+	// RepeatKey is the app's key for the call (its client's
+	// Idempotency-Key, or a hash of the request): with idempotency on, a
+	// call whose key a call still running holds joins it
+	// (docs/PROTOCOL.md). Fingerprint hashes what makes the request the
+	// same request: the same key with another is reused.
+	RepeatKey   string `json:"repeat_key,omitempty"`
+	Fingerprint string `json:"fingerprint,omitempty"`
+}
+
+// maxRepeatKey bounds repeat_key and fingerprint, in bytes, as the
+// gateway bounds an Idempotency-Key.
+const maxRepeatKey = 255
+
+// checkRepeat checks repeat_key and fingerprint: at most maxRepeatKey
+// visible ASCII characters each (they are hashed, never stored in clear,
+// but a key is an id, not a payload).
+func (c callRequest) checkRepeat() error {
+	for _, f := range []struct{ name, v string }{{"repeat_key", c.RepeatKey}, {"fingerprint", c.Fingerprint}} {
+		if len(f.v) > maxRepeatKey {
+			return fmt.Errorf(`%q must be at most %d characters`, f.name, maxRepeatKey)
+		}
+		for i := 0; i < len(f.v); i++ {
+			if f.v[i] < 0x21 || f.v[i] > 0x7e {
+				return fmt.Errorf(`%q must be visible ASCII characters`, f.name)
+			}
+		}
+	}
+	if c.Fingerprint != "" && c.RepeatKey == "" {
+		return errors.New(`"fingerprint" goes with "repeat_key"`)
+	}
+	return nil
 }
 
 // taskPattern is what a task id may be: it becomes part of a lane key.
@@ -94,6 +125,9 @@ func (c callRequest) call(groups capgate.TierGroups) (capgate.Call, error) {
 		return capgate.Call{}, errors.New(`give "tier", or "groups" and "is_staff", not both`)
 	case c.Task != "" && !taskPattern.MatchString(c.Task):
 		return capgate.Call{}, errors.New(`"task" must be 1 to 64 letters, digits or . _ : -`)
+	}
+	if err := c.checkRepeat(); err != nil {
+		return capgate.Call{}, err
 	}
 	tier := groups.TierOf(c.IsStaff, c.Groups)
 	if c.Tier != "" {

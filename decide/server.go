@@ -33,26 +33,35 @@ type Decision struct {
 	// ID names the call for POST /v1/calls/{id}/release.
 	ID string `json:"id"`
 	// Decision is the gate's: admitted, shadow-refused, refused,
-	// unavailable, or off (mode off: nothing counted).
+	// unavailable, or off (mode off: nothing counted); for a call with a
+	// repeat_key also joined (it repeats a call running) or reused.
 	Decision string `json:"decision"`
 	// Held reports whether the call holds a place in a lane: the response
 	// then stays open until the app closes it or releases the call.
 	Held bool `json:"held"`
-	// Status is 429 for a refused call (the app answers it with Headers and
-	// Body, never running the view), else 0.
+	// Status is 429 for a refused call, 422 for a reused repeat_key (the
+	// app answers it with Headers and Body, never running the view), else
+	// 0.
 	Status int `json:"status,omitempty"`
 	// Headers are for the app's response, whatever the decision.
 	Headers map[string]string `json:"headers"`
-	// Body is the 429's JSON body, only for a refused call.
+	// Body is the 429's JSON body, only for a refused call (the 422's for
+	// a reused repeat_key).
 	Body json.RawMessage `json:"body,omitempty"`
-	// MaxHoldSeconds bounds how long the service holds the call.
+	// MaxHoldSeconds bounds how long the service holds the call (for a
+	// joined call: waits for the call it repeats).
 	MaxHoldSeconds int `json:"max_hold_seconds,omitempty"`
+	// DedupOf is the request_id of the running call a joined call
+	// repeats.
+	DedupOf string `json:"dedup_of,omitempty"`
 }
 
 // End is the line that ends a held call's answer when the service ends it
 // (not when the app closes the connection: nobody would read it).
 type End struct {
-	Released string `json:"released"` // release, max_hold or shutdown
+	// Released is release, max_hold or shutdown; for a joined call also
+	// finished (the call it repeats ended) or store_failed.
+	Released string `json:"released"`
 }
 
 // Server answers the decision protocol (docs/PROTOCOL.md) over a Gate.
@@ -289,6 +298,16 @@ func (s *Server) decide(w http.ResponseWriter, r *http.Request) {
 		case <-ctx.Done():
 		}
 	}()
+	// A repeat of a call running is answered here, before admission: it
+	// holds no lane place.
+	rp, note, done, fin := s.repeat(ctx, cc, gate, req, call)
+	if done {
+		finished = fin
+		return
+	}
+	// The first call holds its key until its answer ends (the call is
+	// done or refused); the service keeps no answer: nil.
+	defer rp.Finish(ctx, nil)
 	opts := capgate.AdmitOptions{
 		// Only a call that queues tells the client it may wait, with the
 		// bound the gate's own reading of the config gave it.
@@ -305,6 +324,7 @@ func (s *Server) decide(w http.ResponseWriter, r *http.Request) {
 		finished = s.writeLine(cc, d)
 		return
 	}
+	adm.NoteRepeat(note)
 	defer adm.Release(ctx)
 	d.Decision = string(adm.Decision())
 	if req.Running && adm.Counted() {

@@ -1,0 +1,111 @@
+package decide
+
+import (
+	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"errors"
+	"net/http"
+	"time"
+
+	"github.com/capgate/capgate"
+	"github.com/capgate/capgate/header"
+	"github.com/capgate/capgate/internal/randhex"
+)
+
+// Repeats of a call running (docs/PROTOCOL.md): a call that names a
+// repeat_key a call still running holds is answered "joined" at once,
+// holds no lane place, and its answer stays open until the call it
+// repeats ends. The service never sees the app's answer, so it keeps
+// none: the first call's key is let go when its answer ends.
+
+// reusedBody is the body of a "reused" answer: the gateway's 422.
+var reusedBody = []byte(`{"detail":"This repeat_key was used for a different request.","error_code":"idempotency_key_reused"}`)
+
+// repeatID is the store's id of a call's repeat_key: a hash of the user
+// and the key, so keys never cross users and neither is stored in clear.
+// "decide" keeps the ids apart from the gateway's: the gateway's
+// fingerprint hashes the HTTP request, the app's is its own, so a shared
+// id would make every repeat across the two a false reuse.
+func repeatID(user, key string) string {
+	sum := sha256.Sum256([]byte("decide\x00" + user + "\x00" + key))
+	return hex.EncodeToString(sum[:])
+}
+
+// repeat checks a call for a running call it repeats, before admission.
+// It returns the first call's claim (nil when the call is not checked:
+// no repeat_key, idempotency off, a resumed or unidentified call), why it
+// could not be checked (the store failed: the call is decided as without
+// idempotency, and its line says so), or done when the call was answered
+// here (joined, reused, or its client left); finished then reports
+// whether that answer was written to its end.
+func (s *Server) repeat(ctx context.Context, cc *callConn, gate *capgate.Gate, req callRequest, call capgate.Call) (rp *capgate.Repeat, note error, done, finished bool) {
+	// A resumed call runs already: it is counted, never told it repeats
+	// itself. An unidentified caller's calls are never deduplicated.
+	if req.RepeatKey == "" || req.Running || call.UserID == capgate.UnidentifiedUser {
+		return nil, nil, false, false
+	}
+	if gate.Idempotency(ctx).Mode == capgate.IdempotencyOff {
+		return nil, nil, false, false
+	}
+	rp, err := gate.Repeat(ctx, capgate.RepeatRequest{
+		ID: repeatID(call.UserID, req.RepeatKey), Fingerprint: req.Fingerprint, CID: call.CID, Peek: true,
+	})
+	switch {
+	case err != nil && ctx.Err() != nil:
+		gate.Repeated(ctx, call, nil, err).Release(ctx) // its line says it left
+		return nil, nil, true, false
+	case err != nil:
+		return nil, err, false, false
+	}
+	d := Decision{ID: randhex.String(12), Headers: map[string]string{header.RequestID: call.CID}}
+	switch rp.Outcome {
+	case capgate.RepeatReused:
+		d.Decision, d.Status, d.Body = "reused", http.StatusUnprocessableEntity, reusedBody
+		return nil, nil, true, s.writeLine(cc, d)
+	case capgate.RepeatJoined:
+		return nil, nil, true, s.joined(ctx, cc, gate, call, rp, d)
+	}
+	return rp, nil, false, false
+}
+
+// joined answers a call that repeats one running: the "joined" line at
+// once, then, while the client keeps the answer open, an end line when
+// the call it repeats ends ("finished"), max_hold_seconds pass, the
+// store fails, or the service shuts down. Its ocl_capacity line (decision
+// joined, dedup_of) is written when its answer ends.
+func (s *Server) joined(ctx context.Context, cc *callConn, gate *capgate.Gate, call capgate.Call, rp *capgate.Repeat, d Decision) bool {
+	d.Decision, d.DedupOf = string(capgate.DecisionJoined), rp.Of
+	adm := gate.Repeated(ctx, call, rp, nil)
+	defer adm.Release(ctx)
+	d.MaxHoldSeconds = int(adm.MaxHold() / time.Second)
+	if !s.writeLine(cc, d) {
+		return false
+	}
+	wctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	go func() {
+		select {
+		case <-s.done:
+			cancel()
+		case <-wctx.Done():
+		}
+	}()
+	err := rp.Wait(wctx)
+	why := "finished"
+	switch {
+	case err == nil:
+	case ctx.Err() != nil:
+		adm.Interrupt(err) // its line says the client left
+		return false
+	case s.shuttingDown():
+		why = "shutdown"
+	case errors.Is(err, capgate.ErrRepeatWait):
+		why = "max_hold"
+		adm.Interrupt(err)
+	default:
+		why = "store_failed"
+		adm.Interrupt(err)
+	}
+	return s.writeLine(cc, End{Released: why})
+}
