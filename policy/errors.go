@@ -3,6 +3,8 @@ package policy
 import (
 	"fmt"
 	"strings"
+
+	"github.com/capgate/capgate/internal/editdist"
 )
 
 // Error is one thing wrong with a policy file: where, which field, what.
@@ -45,7 +47,7 @@ func (es Errors) Error() string {
 func nearest(s string, candidates []string) (string, bool) {
 	best, bestD := "", -1
 	for _, c := range candidates {
-		d := editDistance(strings.ToLower(s), c)
+		d := editdist.Distance(strings.ToLower(s), c)
 		if len(s) >= 3 && (strings.HasPrefix(c, s) || strings.HasPrefix(s, c)) {
 			d = min(d, 1) // a cut or extended name
 		}
@@ -69,25 +71,4 @@ func suggest(what, s string, candidates []string) string {
 		return fmt.Sprintf("unknown %s %q (the policy names none)", what, s)
 	}
 	return fmt.Sprintf("unknown %s %q (valid: %s)", what, s, strings.Join(candidates, ", "))
-}
-
-// editDistance is the Levenshtein distance between a and b, in bytes.
-func editDistance(a, b string) int {
-	prev := make([]int, len(b)+1)
-	cur := make([]int, len(b)+1)
-	for j := range prev {
-		prev[j] = j
-	}
-	for i := 1; i <= len(a); i++ {
-		cur[0] = i
-		for j := 1; j <= len(b); j++ {
-			cost := 1
-			if a[i-1] == b[j-1] {
-				cost = 0
-			}
-			cur[j] = min(prev[j]+1, cur[j-1]+1, prev[j-1]+cost)
-		}
-		prev, cur = cur, prev
-	}
-	return prev[len(b)]
 }

@@ -11,6 +11,8 @@ import (
 	"sort"
 	"strconv"
 	"strings"
+
+	"github.com/capgate/capgate/internal/editdist"
 )
 
 // EnvPrefix starts the environment variable of every flag: --redis-cluster
@@ -123,32 +125,11 @@ func unknownEnv(fs *flag.FlagSet, environ []string) error {
 func nearest(s string, names []string) string {
 	best, bestD := "", math.MaxInt
 	for _, n := range names {
-		if d := editDistance(s, n); d < bestD {
+		if d := editdist.Distance(s, n); d < bestD {
 			best, bestD = n, d
 		}
 	}
 	return best
-}
-
-// editDistance is the Levenshtein distance of a and b.
-func editDistance(a, b string) int {
-	prev := make([]int, len(b)+1)
-	cur := make([]int, len(b)+1)
-	for j := range prev {
-		prev[j] = j
-	}
-	for i := 1; i <= len(a); i++ {
-		cur[0] = i
-		for j := 1; j <= len(b); j++ {
-			cost := 1
-			if a[i-1] == b[j-1] {
-				cost = 0
-			}
-			cur[j] = min(prev[j]+1, cur[j-1]+1, prev[j-1]+cost)
-		}
-		prev, cur = cur, prev
-	}
-	return prev[len(b)]
 }
 
 // name rewrites an error about a flag ("--upstream …") to name the
