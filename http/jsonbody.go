@@ -4,10 +4,11 @@ import (
 	"bytes"
 	"encoding/binary"
 	"encoding/json"
-	"strconv"
 	"strings"
 	"unicode/utf16"
 	"unicode/utf8"
+
+	"github.com/capgate/capgate/internal/jsonscan"
 )
 
 // The body rules here read a heavy call's JSON the way the API does (Python's
@@ -39,11 +40,11 @@ func parseBody(body []byte, needQ bool) (rows int, ok bool) {
 	if !isObject {
 		return 0, false
 	}
-	rows = arrayLen(rowsVal)
+	rows = jsonscan.ArrayLen(rowsVal)
 	if rows == 0 {
 		return 0, false
 	}
-	if needQ && !pyTruthy(qVal) {
+	if needQ && !jsonscan.PyTruthy(qVal) {
 		return 0, false
 	}
 	return rows, true
@@ -53,28 +54,28 @@ func parseBody(body []byte, needQ bool) (rows int, ok bool) {
 // after unescaping; the last of duplicates) of a valid JSON document, and
 // whether it is an object.
 func topLevel(b []byte) (rows, q []byte, isObject bool) {
-	i := skipWS(b, 0)
+	i := jsonscan.SkipWS(b, 0)
 	if i >= len(b) || b[i] != '{' {
 		return nil, nil, false
 	}
 	i++
 	for {
-		i = skipWS(b, i)
+		i = jsonscan.SkipWS(b, i)
 		if i >= len(b) || b[i] == '}' {
 			return rows, q, true
 		}
-		kEnd := valueEnd(b, i)
+		kEnd := jsonscan.ValueEnd(b, i)
 		key := b[i:kEnd]
-		i = skipWS(b, kEnd)
-		i = skipWS(b, i+1) // the ':'
-		vEnd := valueEnd(b, i)
+		i = jsonscan.SkipWS(b, kEnd)
+		i = jsonscan.SkipWS(b, i+1) // the ':'
+		vEnd := jsonscan.ValueEnd(b, i)
 		switch keyString(key) {
 		case "rows":
 			rows = b[i:vEnd]
 		case "q":
 			q = b[i:vEnd]
 		}
-		i = skipWS(b, vEnd)
+		i = jsonscan.SkipWS(b, vEnd)
 		if i < len(b) && b[i] == ',' {
 			i++
 		}
@@ -90,104 +91,6 @@ func keyString(lit []byte) string {
 	var s string
 	_ = json.Unmarshal(lit, &s)
 	return s
-}
-
-func skipWS(b []byte, i int) int {
-	for i < len(b) && (b[i] == ' ' || b[i] == '\t' || b[i] == '\n' || b[i] == '\r') {
-		i++
-	}
-	return i
-}
-
-// valueEnd returns the index just past the value starting at b[i], in a
-// document known to be valid JSON.
-func valueEnd(b []byte, i int) int {
-	switch b[i] {
-	case '"':
-		return stringEnd(b, i)
-	case '{', '[':
-		depth := 0
-		for ; i < len(b); i++ {
-			switch b[i] {
-			case '"':
-				i = stringEnd(b, i) - 1
-			case '{', '[':
-				depth++
-			case '}', ']':
-				depth--
-				if depth == 0 {
-					return i + 1
-				}
-			}
-		}
-		return i
-	}
-	for i < len(b) && !strings.ContainsRune(",}] \t\n\r", rune(b[i])) {
-		i++
-	}
-	return i
-}
-
-// stringEnd returns the index just past the string literal at b[i].
-func stringEnd(b []byte, i int) int {
-	for i++; i < len(b); i++ {
-		switch b[i] {
-		case '\\':
-			i++
-		case '"':
-			return i + 1
-		}
-	}
-	return i
-}
-
-// arrayLen returns the number of elements of a JSON array value, 0 for
-// anything else (missing, null, not an array).
-func arrayLen(v []byte) int {
-	if len(v) < 2 || v[0] != '[' {
-		return 0
-	}
-	i := skipWS(v, 1)
-	if v[i] == ']' {
-		return 0
-	}
-	n := 1
-	depth := 0
-	for ; i < len(v)-1; i++ {
-		switch v[i] {
-		case '"':
-			i = stringEnd(v, i) - 1
-		case '{', '[':
-			depth++
-		case '}', ']':
-			depth--
-		case ',':
-			if depth == 0 {
-				n++
-			}
-		}
-	}
-	return n
-}
-
-// pyTruthy reports whether a JSON value is truthy once Python has decoded
-// it. A missing value (nil) is not.
-func pyTruthy(v []byte) bool {
-	if len(v) == 0 {
-		return false
-	}
-	switch v[0] {
-	case '"':
-		return len(v) > 2
-	case '[', '{':
-		return v[skipWS(v, 1)] != v[0]+2 // ']' is '['+2, '}' is '{'+2
-	case 't':
-		return true
-	case 'f', 'n':
-		return false
-	}
-	f, err := strconv.ParseFloat(string(v), 64)
-	return f != 0 || (err != nil && !strings.Contains(err.Error(), "range"))
 }
 
 // decodeCharset returns body as UTF-8 the way the API decodes it: with the

@@ -4,6 +4,8 @@ import (
 	"encoding/json"
 	"net/http"
 	"strings"
+
+	"github.com/capgate/capgate/internal/jsonscan"
 )
 
 // Request is a request as the gateway forwards it, read as the API reads
@@ -145,11 +147,11 @@ func (p *Predicate) holds(req *Request, bv *bodyView) bool {
 	v := bv.vals[p.body]
 	switch p.Kind {
 	case BodyNonEmptyArray:
-		return arrayLen(v) > 0
+		return jsonscan.ArrayLen(v) > 0
 	case BodyNonEmptyString:
 		return len(v) > 2 && v[0] == '"'
 	case BodyTruthy:
-		return pyTruthy(v)
+		return jsonscan.PyTruthy(v)
 	}
 	return false
 }
@@ -165,7 +167,7 @@ func (r *Route) extract(req *Request, path string, bv *bodyView, f *Fields) {
 			v.b = req.QueryUnreadable || queryTruthy(req.RawQuery, fd.Source)
 		case FieldBodyArrayLen:
 			if bv.object {
-				v.n = arrayLen(bv.vals[fd.body])
+				v.n = jsonscan.ArrayLen(bv.vals[fd.body])
 			}
 		case FieldBodyString:
 			if raw := bv.vals[fd.body]; bv.object && len(raw) >= 2 && raw[0] == '"' {

@@ -3,11 +3,12 @@ package policy
 import (
 	"bytes"
 	"encoding/json"
-	"strconv"
 	"strings"
 	"unicode"
 	"unicode/utf16"
 	"unicode/utf8"
+
+	"github.com/capgate/capgate/internal/jsonscan"
 )
 
 // The body rules read a JSON body the way a Python API does (the json
@@ -20,27 +21,27 @@ import (
 // document (exact match after unescaping; the last of duplicates) and
 // reports whether the document is an object.
 func topLevel(b []byte, keys []string, vals *[maxBodyKeys][]byte) bool {
-	i := skipWS(b, 0)
+	i := jsonscan.SkipWS(b, 0)
 	if i >= len(b) || b[i] != '{' {
 		return false
 	}
 	i++
 	for {
-		i = skipWS(b, i)
+		i = jsonscan.SkipWS(b, i)
 		if i >= len(b) || b[i] == '}' {
 			return true
 		}
-		kEnd := valueEnd(b, i)
+		kEnd := jsonscan.ValueEnd(b, i)
 		key := b[i:kEnd]
-		i = skipWS(b, kEnd)
-		i = skipWS(b, i+1) // the ':'
-		vEnd := valueEnd(b, i)
+		i = jsonscan.SkipWS(b, kEnd)
+		i = jsonscan.SkipWS(b, i+1) // the ':'
+		vEnd := jsonscan.ValueEnd(b, i)
 		for k, want := range keys {
 			if keyEqual(key, want) {
 				vals[k] = b[i:vEnd]
 			}
 		}
-		i = skipWS(b, vEnd)
+		i = jsonscan.SkipWS(b, vEnd)
 		if i < len(b) && b[i] == ',' {
 			i++
 		}
@@ -135,107 +136,6 @@ func decodeString(lit []byte) string {
 	var s string
 	_ = json.Unmarshal(lit, &s)
 	return s
-}
-
-func skipWS(b []byte, i int) int {
-	for i < len(b) && (b[i] == ' ' || b[i] == '\t' || b[i] == '\n' || b[i] == '\r') {
-		i++
-	}
-	return i
-}
-
-// valueEnd returns the index just past the value starting at b[i], in a
-// document known to be valid JSON.
-func valueEnd(b []byte, i int) int {
-	if i >= len(b) {
-		return i
-	}
-	switch b[i] {
-	case '"':
-		return stringEnd(b, i)
-	case '{', '[':
-		depth := 0
-		for ; i < len(b); i++ {
-			switch b[i] {
-			case '"':
-				i = stringEnd(b, i) - 1
-			case '{', '[':
-				depth++
-			case '}', ']':
-				depth--
-				if depth == 0 {
-					return i + 1
-				}
-			}
-		}
-		return i
-	}
-	for i < len(b) && !strings.ContainsRune(",}] \t\n\r", rune(b[i])) {
-		i++
-	}
-	return i
-}
-
-// stringEnd returns the index just past the string literal at b[i].
-func stringEnd(b []byte, i int) int {
-	for i++; i < len(b); i++ {
-		switch b[i] {
-		case '\\':
-			i++
-		case '"':
-			return i + 1
-		}
-	}
-	return i
-}
-
-// arrayLen returns the number of elements of a JSON array value, 0 for
-// anything else (missing, null, not an array).
-func arrayLen(v []byte) int {
-	if len(v) < 2 || v[0] != '[' {
-		return 0
-	}
-	i := skipWS(v, 1)
-	if v[i] == ']' {
-		return 0
-	}
-	n := 1
-	depth := 0
-	for ; i < len(v)-1; i++ {
-		switch v[i] {
-		case '"':
-			i = stringEnd(v, i) - 1
-		case '{', '[':
-			depth++
-		case '}', ']':
-			depth--
-		case ',':
-			if depth == 0 {
-				n++
-			}
-		}
-	}
-	return n
-}
-
-// pyTruthy reports whether a JSON value is truthy once Python has decoded
-// it. A missing value (nil) is not.
-func pyTruthy(v []byte) bool {
-	if len(v) == 0 {
-		return false
-	}
-	switch v[0] {
-	case '"':
-		return len(v) > 2
-	case '[', '{':
-		return v[skipWS(v, 1)] != v[0]+2 // ']' is '['+2, '}' is '{'+2
-	case 't':
-		return true
-	case 'f', 'n':
-		return false
-	}
-	f, err := strconv.ParseFloat(string(v), 64)
-	return f != 0 || (err != nil && !strings.Contains(err.Error(), "range"))
 }
 
 // queryTruthy reports whether the last value of key in a raw query is 1 or
