@@ -11,10 +11,8 @@ import (
 	"net"
 	"net/http"
 	"os"
-	"os/signal"
 	"strings"
 	"sync"
-	"syscall"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus/promhttp"
@@ -236,19 +234,7 @@ func (c *DecideCommand) Run(ctx context.Context, args []string) error {
 		h := capgatehttp.NewStaffHandler(s.Configs, s.staffTokens)
 		h.Status, h.Logger, h.Health = s.Gate.Status, logger, s.Health
 		staff = capgatehttp.ObserveStaff(h, s.metrics, nil)
-		hup := make(chan os.Signal, 1)
-		signal.Notify(hup, syscall.SIGHUP)
-		defer signal.Stop(hup)
-		go func() {
-			for {
-				select {
-				case <-ctx.Done():
-					return
-				case <-hup:
-					_ = s.Reload()
-				}
-			}
-		}()
+		defer reloadOnHUP(ctx, s.Reload)()
 	}
 	var admin net.Listener
 	if o.AdminListen != "" {

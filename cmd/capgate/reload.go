@@ -6,7 +6,9 @@ import (
 	"fmt"
 	"net/http"
 	"os"
+	"os/signal"
 	"sync/atomic"
+	"syscall"
 
 	"github.com/capgate/capgate"
 	"github.com/capgate/capgate/identity"
@@ -120,4 +122,28 @@ func (s *Server) Reload() error {
 		s.logger.Error("reload failed; keeping what was in force", "error", err)
 	}
 	return err
+}
+
+// reloadOnHUP calls reload (which logs what it did) on each SIGHUP until
+// ctx is done or the returned stop is called.
+func reloadOnHUP(ctx context.Context, reload func() error) (stop func()) {
+	hup := make(chan os.Signal, 1)
+	signal.Notify(hup, syscall.SIGHUP)
+	done := make(chan struct{})
+	go func() {
+		for {
+			select {
+			case <-ctx.Done():
+				return
+			case <-done:
+				return
+			case <-hup:
+				_ = reload()
+			}
+		}
+	}()
+	return func() {
+		signal.Stop(hup)
+		close(done)
+	}
 }

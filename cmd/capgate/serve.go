@@ -277,18 +277,6 @@ func (c *ServeCommand) Run(ctx context.Context, args []string) error {
 		c.Ready <- ln.Addr().String()
 	}
 	// SIGHUP: reopen the log file and reload the tokens file.
-	hup := make(chan os.Signal, 1)
-	signal.Notify(hup, syscall.SIGHUP)
-	defer signal.Stop(hup)
-	go func() {
-		for {
-			select {
-			case <-ctx.Done():
-				return
-			case <-hup:
-				_ = srv.Reload()
-			}
-		}
-	}()
+	defer reloadOnHUP(ctx, srv.Reload)()
 	return srv.Serve(ctx, ln, admin)
 }
