@@ -11,6 +11,8 @@ import (
 
 	"github.com/capgate/capgate/internal/randhex"
 	"github.com/capgate/capgate/internal/truncate"
+	"github.com/capgate/capgate/policy"
+	"github.com/capgate/capgate/settings"
 )
 
 // ErrSkipped is the error of a call decided without the lane store
@@ -36,7 +38,7 @@ type Admission struct {
 	g        *Gate
 	off      bool // mode off: passes untouched, every method a no-op
 	call     Call
-	cfg      Config
+	cfg      settings.Config
 	enforced bool
 	lanes    []Lane
 	keys     []string // the lanes' keys, once a store call was planned
@@ -80,10 +82,102 @@ type Admission struct {
 	renewSlot  int             // 1 + index in g.rn.live; 0 when not renewed; requires g.rn.mu held
 
 	// Backing arrays of lanes, keys, the limits and the counts, so that
-	// a call of up to planLanes lanes allocates none of them apart.
-	laneBuf [planLanes]Lane
-	keyBuf  [planLanes]string
-	intBuf  [2 * planLanes]int
+	// a call of up to laneBufLen lanes allocates none of them apart.
+	laneBuf [laneBufLen]Lane
+	keyBuf  [laneBufLen]string
+	intBuf  [2 * laneBufLen]int
+	seatBuf [laneBufLen]int
+}
+
+// seats returns the seats the call takes in each of a.keys, for the
+// store's requests: nil when it takes one in each (every call of most
+// policies), so a one-seat call's requests are what they were before
+// seats. A class key takes the seats of its lane.
+func (a *Admission) seats() []int {
+	one := true
+	for _, l := range a.lanes {
+		one = one && l.seats() == 1
+	}
+	if one {
+		return nil
+	}
+	s := a.seatBuf[:0]
+	for _, l := range a.lanes {
+		s = append(s, l.seats())
+	}
+	for _, l := range a.lanes {
+		if l.ClassKey != "" {
+			s = append(s, l.seats())
+		}
+	}
+	return s
+}
+
+// borrow returns what the call may borrow in each of a.keys, for the
+// store's requests: nil when no lane lends it anything (as always when no
+// lane's lending is on).
+func (a *Admission) borrow() []Borrow {
+	var out []Borrow
+	for i, l := range a.lanes {
+		if l.Borrow.Key == "" {
+			continue
+		}
+		if out == nil {
+			out = make([]Borrow, len(a.keys))
+		}
+		out[i] = l.Borrow
+	}
+	return out
+}
+
+// classLimit is a class key's limit in the store's requests: never full,
+// since it only counts the class's seats (its lane has the limit).
+const classLimit = settings.MaxNumber + 1
+
+// planRequest lays out the store request of a's lanes: a.keys (the lanes'
+// keys, then the class key of each lane where the call also counts in
+// its class's seats), their limits, and the buffer of the counts before
+// the call (the keys', then those of the lanes' Borrow keys).
+func (a *Admission) planRequest() (limits, before []int) {
+	n, nk, nb := len(a.lanes), len(a.lanes), 0
+	for _, l := range a.lanes {
+		if l.ClassKey != "" {
+			nk++
+		}
+		if l.Borrow.Key != "" {
+			nb++
+		}
+	}
+	keys, ints := a.keyBuf[:], a.intBuf[:]
+	if nk > len(keys) || 2*nk+nb > len(ints) {
+		keys, ints = make([]string, nk), make([]int, 2*nk+nb)
+	}
+	a.keys = keys[:nk:nk]
+	limits, before = ints[:nk:nk], ints[nk:2*nk+nb:2*nk+nb]
+	j := n
+	for i, l := range a.lanes {
+		a.keys[i], limits[i] = l.Key, l.Limit
+		if l.ClassKey != "" {
+			a.keys[j], limits[j] = l.ClassKey, classLimit
+			j++
+		}
+	}
+	return limits, before
+}
+
+// lend raises the limit of each lane of lanes that lends the call seats
+// by the seats the store lent (Borrow.Borrowable of the class's count,
+// which the store reported in counts after the nk keys' counts) and
+// returns the lanes' own counts (counts[:len(lanes)]).
+func lend(lanes []Lane, counts []int, nk int) []int {
+	j := nk
+	for i := range lanes {
+		if b := lanes[i].Borrow; b.Key != "" {
+			lanes[i].Limit += b.Borrowable(counts[j])
+			j++
+		}
+	}
+	return counts[:len(lanes)]
 }
 
 // acquire plans the lanes, takes the leases and decides. An error it
@@ -91,15 +185,21 @@ type Admission struct {
 // into "unavailable".
 func (a *Admission) acquire(ctx context.Context) error {
 	g := a.g
-	switch a.call.Tier {
-	case TierStaff, TierCore, TierEarlyAccess, TierPreview:
-	default:
+	p := a.cfg.Policy()
+	if r := a.call.Route; r == nil || r.Index() >= len(p.Routes) || p.Routes[r.Index()] != r {
+		return errors.New("the call's route is not one of the policy in force (the policy was replaced)")
+	}
+	tier := p.TierIndex(a.call.Tier)
+	if tier < 0 {
 		return fmt.Errorf("unknown tier %q", a.call.Tier)
 	}
 	if a.call.UserID == "" {
 		return errors.New("no user id")
 	}
-	a.lanes = g.keys().AppendPlan(a.laneBuf[:0], a.cfg, a.call)
+	a.lanes = g.keys(a.cfg).AppendPlan(a.laneBuf[:0], a.cfg, &a.call, tier)
+	if len(a.lanes) == 0 {
+		return errors.New("no lane of the policy takes the call")
+	}
 	if err := ctx.Err(); err != nil {
 		// The client left before we asked the store: nothing to count,
 		// and no sign the store failed.
@@ -107,16 +207,7 @@ func (a *Admission) acquire(ctx context.Context) error {
 		a.setErr(fmt.Errorf("caller gone before acquire: %w", err))
 		return nil
 	}
-	n := len(a.lanes)
-	keys, ints := a.keyBuf[:], a.intBuf[:]
-	if n > planLanes {
-		keys, ints = make([]string, n), make([]int, 2*n)
-	}
-	a.keys = keys[:n:n]
-	limits, before := ints[:n:n], ints[n:2*n:2*n]
-	for i, l := range a.lanes {
-		a.keys[i], limits[i] = l.Key, l.Limit
-	}
+	limits, before := a.planRequest()
 	a.token = newToken()
 	deadline := g.storeDeadline()
 	req := AcquireRequest{
@@ -126,12 +217,14 @@ func (a *Admission) acquire(ctx context.Context) error {
 		Lease:    time.Duration(a.cfg.LeaseSeconds) * time.Second,
 		Force:    !a.enforced,
 		NotAfter: g.now().Add(deadline + 2*time.Second),
+		Seats:    a.seats(),
+		Borrow:   a.borrow(),
 	}
 	// A call that may wait (wait.go) skips the local pre-check: finding
 	// this gateway's share of a lane full is a reason to queue, not to
 	// refuse. It counts in the local lanes once it holds a slot, or when
 	// the local lanes must decide for it.
-	wl := a.waitlist(limits)
+	wl := a.waitlist()
 	if wl != nil && a.opts.MayWait != nil {
 		done, ok := a.opts.MayWait()
 		if !ok {
@@ -200,6 +293,7 @@ func (a *Admission) acquire(ctx context.Context) error {
 		return derr
 	}
 	g.storeWorked(ctx)
+	before = lend(a.lanes, before, len(a.keys))
 	a.taken = taken
 	if taken {
 		a.leased = g.now() // the hold estimates count from here (hints.go)
@@ -241,8 +335,8 @@ func (a *Admission) acquire(ctx context.Context) error {
 	// From here on the counts include this call when it took the lease.
 	a.counts = before
 	if taken {
-		for i := range a.counts {
-			a.counts[i]++
+		for i, l := range a.lanes {
+			a.counts[i] += l.seats()
 		}
 	}
 	if ruleErr != nil {
@@ -382,9 +476,8 @@ func (a *Admission) releaseLeases(ctx context.Context) {
 }
 
 func (a *Admission) emit() {
-	defer func() { _ = recover() }() // a failing log line never fails the call
-	rec := a.record()
-	line := rec.AppendJSON(make([]byte, 0, 768)) // a gateway's usual line is 450–600 bytes
+	defer func() { _ = recover() }()           // a failing log line never fails the call
+	line := a.appendLine(make([]byte, 0, 768)) // a gateway's usual line is 450–600 bytes
 	if h := a.g.hooks; h != nil && h.emit != nil {
 		_ = h.emit(line)
 		return
@@ -488,51 +581,94 @@ func (a *Admission) lane(name LaneName) int {
 	return -1
 }
 
-// record returns the call's log record. Its timestamp and held_ms are set
-// once the call is released.
-func (a *Admission) record() record {
+// record returns the call's log record, laid out by its policy. Its
+// timestamp and held_ms are set once the call is released. The values the
+// record's slices and pointer fields point to live in one allocation.
+func (a *Admission) record() record { return a.fillRecord(new(recordValues)) }
+
+// appendLine appends the call's log line to b: its record, built on the
+// stack (the line is what outlives the call, not the record).
+func (a *Admission) appendLine(b []byte) []byte {
+	var v recordValues
+	r := a.fillRecord(&v)
+	return r.AppendJSON(b)
+}
+
+// fillRecord returns the call's record, its slices and pointer fields
+// pointing into v.
+func (a *Admission) fillRecord(v *recordValues) record {
+	p := a.cfg.Policy()
 	r := record{
-		Decision:       a.decision,
-		Mode:           a.cfg.Mode,
-		Enforced:       a.enforced,
-		Endpoint:       a.call.Endpoint,
-		Semantic:       a.call.Semantic,
-		Reranker:       a.call.Reranker,
-		Rows:           a.call.Rows,
-		SingleRow:      a.call.SingleRow(),
-		Tier:           a.call.Tier,
-		UserID:         a.call.UserID,
-		Scope:          string(a.Scope()),
-		RequestSource:  a.call.RequestSource,
-		AlgorithmID:    a.call.AlgorithmID,
-		AutomatchRunID: a.call.AutomatchRunID,
-		CID:            a.call.CID,
+		Event:         p.Names.LogEvent,
+		Decision:      a.decision,
+		Mode:          a.cfg.Mode,
+		Enforced:      a.enforced,
+		RouteKey:      p.Names.LogRouteKey,
+		Route:         a.call.RouteName(),
+		Tier:          a.call.Tier,
+		UserID:        a.call.UserID,
+		Scope:         string(a.Scope()),
+		RequestSource: a.call.RequestSource,
+		CID:           a.call.CID,
 	}
 	if a.g != nil { // nil: the zero Admission
 		r.Task = a.g.TaskID
 	}
-	// The values the pointer fields point to live in one allocation.
-	v := new(recordValues)
+	fields := v.fields[:0]
+	for pi, fi := range p.Fields() {
+		f := logField{Key: fi.Name, Type: fi.Type}
+		if rt := a.call.Route; rt != nil {
+			if i := rt.PolicyField(pi); i >= 0 {
+				switch fi.Type {
+				case policy.TypeBool:
+					f.B = a.call.Fields.Bool(i)
+				case policy.TypeInt:
+					f.N = a.call.Fields.Int(i)
+				default:
+					f.S = a.call.Fields.String(i)
+				}
+			}
+		}
+		fields = append(fields, f)
+	}
+	r.Fields = fields
+	classes := v.classes[:0]
+	for _, c := range p.Classes {
+		classes = append(classes, logClass{Key: c.Name, Is: a.call.Route != nil && c.Has(a.call.Route, &a.call.Fields)})
+	}
+	r.Classes = classes
 	full := v.full[:0]
+	lanes := v.lanes[:0]
 	for i, l := range a.lanes {
 		if a.full.has(i) {
 			full = append(full, string(l.Name))
 		}
-		var inFlight, limit *int
-		if a.counts != nil {
-			inFlight = &a.counts[i]
-		}
-		if i < len(v.limits) {
-			limit = &v.limits[i]
+		ll := logLane{Name: string(l.Name), Seats: l.seats()}
+		if l.Spec != nil {
+			ll.InFlightKey, ll.LimitKey = l.Spec.Log.InFlight, l.Spec.Log.Limit
 		} else {
-			limit = new(int)
+			ll.InFlightKey, ll.LimitKey = LogKeys(p, l.Name)
 		}
-		*limit = l.Limit
-		r.SetLane(l.Name, inFlight, limit)
+		if ll.InFlightKey == "" {
+			continue
+		}
+		if a.counts != nil {
+			ll.InFlight, ll.Known = a.counts[i], true
+		}
+		ll.Limit = l.Limit
+		lanes = append(lanes, ll)
 	}
+	r.Lanes = lanes
 	if len(full) > 0 {
 		r.Full = full
 	}
+	meta := v.meta[:0]
+	for i, k := range p.Names.MetadataLog {
+		if i < len(a.call.Metadata) {
+			meta = append(meta, logAttr{Key: k.Key, Value: a.call.Metadata[i]})
+		}
+	}
+	r.Metadata = meta
 	if n, ok := a.Suggested(); ok {
 		v.suggested = n
 		r.Suggested = &v.suggested
@@ -568,11 +704,19 @@ func (a *Admission) record() record {
 	return r
 }
 
-// recordValues holds what a record's pointer fields and Full point to.
+// recordValues holds what a record's slices and pointer fields point to:
+// room for a usual call's, a larger one's appended beyond.
 type recordValues struct {
-	limits                [planLanes]int
+	fields                [policy.MaxFields]logField
+	classes               [2]logClass
+	lanes                 [laneBufLen]logLane
+	full                  [laneBufLen]string
+	meta                  [MaxMetadataLog]logAttr
 	suggested, retryAfter int
 	queueMS, waitMS       int64
 	heldMS                int64
-	full                  [planLanes]string
 }
+
+// Policy returns the policy the call was decided under (the built-in one
+// for the zero Admission).
+func (a *Admission) Policy() *policy.Policy { return a.cfg.Policy() }

@@ -7,6 +7,7 @@ import (
 	"testing"
 
 	"github.com/capgate/capgate"
+	"github.com/capgate/capgate/policy"
 )
 
 // TestRecordFollowsTheAdmission checks the record of a shadow-refused call
@@ -37,7 +38,7 @@ func TestRecordFollowsTheAdmission(t *testing.T) {
 	}
 	var full []string
 	for i, l := range lanes {
-		in, limit := l.Name.LogFields()
+		in, limit := capgate.LogKeys(policy.OCL(), l.Name)
 		if m[in] != float64(counts[i]) || m[limit] != float64(l.Limit) {
 			t.Errorf("lane %s: %s %v, %s %v; want %d and %d", l.Name, in, m[in], limit, m[limit], counts[i], l.Limit)
 		}
@@ -62,10 +63,10 @@ func TestRecordFollowsTheAdmission(t *testing.T) {
 	if after.HeldMS == nil || rec.HeldMS != nil {
 		t.Errorf("held_ms %v after release, %v in the earlier record; want set, nil", after.HeldMS, rec.HeldMS)
 	}
-	*after.Limit, *after.Suggested = 99, 99
+	after.Lanes[0].Limit, *after.Suggested = 99, 99
 	after.Full[0] = "x"
-	if *rec.Limit != lanes[0].Limit || *rec.Suggested != n || rec.Full[0] != full[0] {
-		t.Errorf("changing one record changed another: limit %d, suggested %d, full %v", *rec.Limit, *rec.Suggested, rec.Full)
+	if rec.Lanes[0].Limit != lanes[0].Limit || *rec.Suggested != n || rec.Full[0] != full[0] {
+		t.Errorf("changing one record changed another: limit %d, suggested %d, full %v", rec.Lanes[0].Limit, *rec.Suggested, rec.Full)
 	}
 }
 

@@ -6,18 +6,22 @@ import (
 	"time"
 
 	"github.com/capgate/capgate"
+	"github.com/capgate/capgate/configtest"
+	"github.com/capgate/capgate/lanetest"
 	"github.com/capgate/capgate/memory"
 	"github.com/capgate/capgate/mock"
+	"github.com/capgate/capgate/settings"
 )
 
 // optionsGate is a gate over in-process lanes in enforce for every call,
 // core users at one call, waiting on (30 s).
 func optionsGate(t *testing.T) (*capgate.Gate, *mock.Sink) {
 	t.Helper()
-	c := capgate.DefaultConfig(capgate.ModeEnforce)
-	c.EnforceFor, c.PerUser.Core, c.Wait.MaxSeconds = capgate.EnforceAll, 1, 30
+	c := settings.Default(nil, settings.ModeEnforce)
+	c.EnforceFor, c.Wait.MaxSeconds = settings.EnforceAll, 30
+	configtest.SetNumbers(t, &c, "per_user.core", 1)
 	sink := &mock.Sink{}
-	g, err := capgate.NewGate(memory.New(nil), capgate.NewFixedConfig(c), sink, "task-a")
+	g, err := capgate.NewGate(memory.New(nil), settings.NewFixed(c), sink, "task-a")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -26,7 +30,9 @@ func optionsGate(t *testing.T) (*capgate.Gate, *mock.Sink) {
 }
 
 func coreCall(cid string) capgate.Call {
-	return capgate.Call{Endpoint: capgate.EndpointMatch, Rows: 1, Semantic: true, UserID: "cora", Tier: capgate.TierCore, CID: cid}
+	c := lanetest.OCLCall("match", 1, true, false, "cora", "core")
+	c.CID = cid
+	return c
 }
 
 // TestAdmitWithMayWait: a call the caller gives no room to wait is decided

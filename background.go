@@ -166,12 +166,13 @@ func (g *Gate) releasePending(ctx context.Context) {
 		rctx, cancel := context.WithTimeout(ctx, deadline)
 		var err error
 		if wl, ok := g.Store.(Waitlist); ok {
+			prefix := g.keys(g.Source.Config(rctx)).prefix()
 			if p.ticket {
-				_, err = wl.Leave(rctx, Ticket{Prefix: g.keys().prefix(), Token: p.token, Keys: p.keys})
+				_, err = wl.Leave(rctx, Ticket{Prefix: prefix, Token: p.token, Keys: p.keys})
 			}
 			// Tickets may wait for these slots: hand them over.
 			if err == nil {
-				err = wl.ReleaseWait(rctx, g.keys().prefix(), p.token, p.keys)
+				err = wl.ReleaseWait(rctx, prefix, p.token, p.keys)
 			}
 		} else {
 			err = g.Store.Release(rctx, p.token, p.keys)
@@ -218,10 +219,23 @@ func (g *Gate) storeWorked(ctx context.Context) {
 // store (one per gateway with calls in flight lately), this one included.
 func (g *Gate) countGateways(ctx context.Context, _ <-chan struct{}) {
 	deadline := g.storeDeadline()
-	k := g.keys()
-	prefix := k.Lane(LaneTask, "") + ":"
-	own := k.Lane(LaneTask, g.TaskID)
 	kctx, cancel := context.WithTimeout(ctx, deadline)
+	cfg := g.Source.Config(kctx)
+	k := g.keys(cfg)
+	task := cfg.Policy().TaskLane()
+	if task < 0 {
+		// No task lane: the gateways can't be counted, and each keeps
+		// the whole of a shared lane's limit while the store is out.
+		cancel()
+		b := &g.bg
+		b.mu.Lock()
+		b.counting = false
+		b.mu.Unlock()
+		return
+	}
+	name := LaneName(cfg.Policy().Lanes[task].Name)
+	prefix := k.Lane(name, "") + ":"
+	own := k.Lane(name, g.TaskID)
 	keys, err := g.Store.Keys(kctx, prefix)
 	cancel()
 	b := &g.bg
@@ -408,11 +422,15 @@ func (a *Admission) writeToStore(ctx context.Context) bool {
 		return true
 	}
 	lease := time.Duration(a.cfg.LeaseSeconds) * time.Second
-	limits := make([]int, len(a.lanes))
-	for i, l := range a.lanes {
-		limits[i] = l.Limit
+	limits := make([]int, len(a.keys))
+	for i := range limits {
+		limits[i] = classLimit // a class key: never full
+		if i < len(a.lanes) {
+			limits[i] = a.lanes[i].Limit
+		}
 	}
-	req := AcquireRequest{Token: a.token, Keys: a.keys, Limits: limits, Lease: lease, Force: true}
+	// Forced: whatever the lanes hold, so nothing to borrow.
+	req := AcquireRequest{Token: a.token, Keys: a.keys, Limits: limits, Lease: lease, Force: true, Seats: a.seats()}
 	sctx, cancel := g.storeContext(ctx)
 	_, err := g.Store.Acquire(sctx, req, make([]int, len(a.keys)))
 	cancel()

@@ -1,37 +1,46 @@
 package capgate
 
-// The heavy endpoints of the OCL profile.
-const (
-	EndpointMatch  = "$match"
-	EndpointRerank = "$rerank"
-)
+import "github.com/capgate/capgate/policy"
 
 // Call describes one heavy call: what the lane plan needs, and what its log
-// line reports.
+// line reports. Its route and fields are the policy's: the route the
+// request matched (or the decision service was told of) and the fields it
+// carries.
 type Call struct {
-	Endpoint string // EndpointMatch or EndpointRerank
-	Rows     int    // number of input rows
-	Semantic bool   // takes the es2_knn lane
-	Reranker bool   // logged only
-	UserID   string // the username; lane key and log line
-	Tier     Tier
-	// Aware is set when the client said it handles refusals
-	// (X-OCL-Event-Metadata capacity_aware "true" or "1").
+	// Route is the policy route the call matched. The gate plans it under
+	// the policy of the config in force; a route of another policy (one
+	// replaced since the call was read) makes the call unavailable.
+	Route *policy.Route
+	// Fields are the call's field values (policy.Fields.Detach'ed: they
+	// outlive the request).
+	Fields policy.Fields
+	UserID string // the username; lane key and log line
+	Tier   string // one of the policy's tiers
+	// Aware is set when the client said it handles refusals (the policy's
+	// client-metadata header with its aware field "true" or 1).
 	Aware bool
 
 	// Attribution, for the log line only.
-	RequestSource  string // X-OCL-Request-Source, first 50 characters
-	AlgorithmID    string // metadata algorithm_id, first 100 characters
-	AutomatchRunID string // metadata automatch_run_id, first 20 characters
-	QueueMS        int64  // time waited before the gateway, if HasQueueMS
-	HasQueueMS     bool
-	CID            string // the request's correlation id
+	RequestSource string // the policy's request-source header, first 50 characters
+	// Metadata are the values of the client-metadata keys the policy's
+	// log keeps (policy.Names.MetadataLog), in its order, each cut to its
+	// length.
+	Metadata   [MaxMetadataLog]string
+	QueueMS    int64 // time waited before the gateway, if HasQueueMS
+	HasQueueMS bool
+	CID        string // the request's correlation id
 }
 
-// SingleRow reports whether the call may use the reserved single-row slot:
-// a $match of exactly one row.
-func (c Call) SingleRow() bool {
-	return c.Endpoint == EndpointMatch && c.Rows == 1
+// MaxMetadataLog is the most client-metadata keys a log line keeps.
+const MaxMetadataLog = policy.MaxMetadataLog
+
+// RouteName returns the name the log line gives the call's route (its
+// LogName); "" for a call with no route.
+func (c *Call) RouteName() string {
+	if c.Route == nil {
+		return ""
+	}
+	return c.Route.LogName
 }
 
 // Caller is who makes a call, as an identity resolver found it.

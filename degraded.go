@@ -3,7 +3,10 @@ package capgate
 import (
 	"context"
 	"errors"
+	"slices"
 	"time"
+
+	"github.com/capgate/capgate/policy"
 )
 
 // Local lanes and degraded limits.
@@ -28,19 +31,23 @@ import (
 
 // degradedLimit returns the limit the local lanes apply to lane l while
 // the store is unavailable, with gateways the number of gateways last
-// seen: the cluster-wide lanes (api_heavy, es2_knn, tier) get their limit
-// divided among the gateways, rounded down but at least 1 (a paused lane
-// stays paused); the task and user lanes keep theirs. A user's calls
-// spread over several gateways may then run up to their limit on each.
+// seen: the lanes every gateway shares (cluster lanes, and lanes keyed by
+// tier or by a call field) get their limit divided among the gateways,
+// rounded down but at least 1 (a paused lane stays paused); a task lane
+// and the caller's own lane keep theirs. A user's calls spread over
+// several gateways may then run up to their limit on each.
 func degradedLimit(l Lane, gateways int) int {
-	switch l.Name {
-	case LaneAPIHeavy, LaneES2KNN, LaneTier:
-		if l.Limit == 0 || gateways <= 1 {
-			return l.Limit
-		}
-		return max(1, l.Limit/gateways)
+	if !sharedByGateways(l) || l.Limit == 0 || gateways <= 1 {
+		return l.Limit
 	}
-	return l.Limit
+	return max(1, l.Limit/gateways)
+}
+
+// sharedByGateways reports whether every gateway counts in one count of
+// lane l that this gateway only has a share of: not a task lane, not the
+// caller's own lane.
+func sharedByGateways(l Lane) bool {
+	return l.Spec == nil || (l.Spec.Scope != policy.ScopeTask && !l.Spec.ByUser())
 }
 
 // acquireLocal takes the call's leases in the local lanes, with the
@@ -53,14 +60,21 @@ func (a *Admission) acquireLocal(ctx context.Context, req AcquireRequest) (refus
 	if g.Local == nil {
 		return false
 	}
-	before := make([]int, len(a.lanes))
+	before := make([]int, len(req.Keys)+borrowKeys(req.Borrow))
 	req.NotAfter = time.Time{} // in process: nothing sits in a buffer
 	taken, err := g.Local.Acquire(ctx, req, before)
 	if err != nil {
 		g.logger().Warn("capacity local lanes failed", "op", "acquire", "error", err)
 		return false
 	}
-	full := fullLanes(a.lanes, before)
+	// The local lanes lend as the store does, from this gateway's class
+	// seats: judged on a copy, since the store's answer raises a.lanes'.
+	lanes := a.lanes
+	if req.Borrow != nil {
+		lanes = slices.Clone(a.lanes)
+	}
+	before = lend(lanes, before, len(req.Keys))
+	full := fullLanes(lanes, before)
 	if taken || full.empty() {
 		a.local, a.localAt = taken, before
 		return false
@@ -99,23 +113,29 @@ func (a *Admission) countLocal(ctx context.Context, req AcquireRequest, storeBef
 	if g.Local == nil || a.local {
 		return true
 	}
-	before := make([]int, len(a.lanes))
-	limits := make([]int, len(a.lanes))
-	for i, l := range a.lanes {
-		limits[i] = l.Limit
-		if l.Name != LaneUser && l.Name != LaneTask {
-			limits[i] = maxNumber + 1 // never full: taken whatever it holds
+	before := make([]int, len(req.Keys))
+	limits := make([]int, len(req.Keys))
+	for i := range limits {
+		limits[i] = classLimit // a class key: never full
+		if i < len(a.lanes) && !sharedByGateways(a.lanes[i]) {
+			// As the store had it (borrowed seats included): this
+			// gateway's own calls can't fill a lane past what the store
+			// let it have.
+			limits[i] = a.lanes[i].Limit
 		}
 	}
-	req.NotAfter, req.Force, req.Limits = time.Time{}, !a.enforced, limits
+	// The limits in full, without lending: a user or task lane's count
+	// here is this gateway's alone.
+	req.NotAfter, req.Force, req.Limits, req.Borrow = time.Time{}, !a.enforced, limits, nil
 	taken, err := g.Local.Acquire(ctx, req, before)
 	if err != nil {
 		g.logger().Warn("capacity local lanes failed", "op", "acquire", "error", err)
 		return true
 	}
+	before = before[:len(a.lanes)]
 	if !taken {
 		for i, n := range before {
-			if n >= limits[i] {
+			if n+a.lanes[i].seats() > limits[i] {
 				storeBefore[i] = max(storeBefore[i], n)
 			}
 		}
@@ -128,8 +148,9 @@ func (a *Admission) countLocal(ctx context.Context, req AcquireRequest, storeBef
 // degrade decides a call the store could not count. Without local lanes
 // the call is unavailable, uncounted, except that an enforced call the
 // store was merely too busy for, or whose waiting ticket it lost (busy), is
-// refused, since nothing counted it: scope api_heavy_task (this gateway is
-// the one overloaded), Retry-After retry_after.base. With local lanes they
+// refused, since nothing counted it: scope the task lane (this gateway is
+// the one overloaded; the first lane without one), Retry-After
+// retry_after.base. With local lanes they
 // decide, with degraded limits, and a call they admit is written into the
 // store as soon as it is used again (background.go).
 func (a *Admission) degrade(ctx context.Context, busy bool) error {
@@ -137,7 +158,7 @@ func (a *Admission) degrade(ctx context.Context, busy bool) error {
 	if !a.local {
 		if busy && a.enforced {
 			a.decision = DecisionRefused
-			a.scope = a.lane(LaneTask)
+			a.scope = a.taskLane()
 			a.setBusyHints()
 		}
 		return nil
@@ -145,7 +166,12 @@ func (a *Admission) degrade(ctx context.Context, busy bool) error {
 	a.degraded = true
 	n := a.g.gatewaysSeen()
 	for i := range a.lanes {
-		a.lanes[i].Limit = degradedLimit(a.lanes[i], n)
+		l := &a.lanes[i]
+		l.Limit = degradedLimit(*l, n)
+		// A big call still runs alone under the share: its seats are
+		// capped at the lower limit too (they were taken locally at the
+		// full count, which only makes the local count cautious).
+		l.Seats = max(1, min(l.Seats, l.Limit))
 	}
 	before := a.localAt
 	a.full = fullLanes(a.lanes, before)
@@ -159,7 +185,7 @@ func (a *Admission) degrade(ctx context.Context, busy bool) error {
 	}
 	a.counts = make([]int, len(before))
 	for i, n := range before {
-		a.counts[i] = n + 1
+		a.counts[i] = n + a.lanes[i].seats()
 	}
 	a.startRenewing(ctx)
 	a.g.addUnstored(a) // written into the store when it is back
@@ -213,4 +239,18 @@ func (a *Admission) Counted() bool { return a != nil && (a.taken || a.local) }
 // under: the longest its leases are renewed.
 func (a *Admission) MaxHold() time.Duration {
 	return time.Duration(a.cfg.MaxHoldSeconds) * time.Second
+}
+
+// taskLane returns the index of the call's task lane; 0 (the first lane)
+// when it has none, -1 when it has no lanes.
+func (a *Admission) taskLane() int {
+	for i, l := range a.lanes {
+		if isTaskLane(l) {
+			return i
+		}
+	}
+	if len(a.lanes) == 0 {
+		return -1
+	}
+	return 0
 }

@@ -11,9 +11,11 @@ import (
 	"time"
 
 	"github.com/capgate/capgate"
+	"github.com/capgate/capgate/configtest"
 	capgatehttp "github.com/capgate/capgate/http"
 	"github.com/capgate/capgate/lanetest"
 	"github.com/capgate/capgate/memory"
+	"github.com/capgate/capgate/settings"
 )
 
 // newLocalEnv is a faultEnv whose gate keeps local lanes, in local.
@@ -41,9 +43,9 @@ func (e *faultEnv) failAcquires(err error) {
 	}
 }
 
-func enforce(e *faultEnv, fn func(c *capgate.Config)) {
-	e.cfg.Edit(func(c *capgate.Config) {
-		c.Mode, c.EnforceFor = capgate.ModeEnforce, capgate.EnforceAll
+func enforce(e *faultEnv, fn func(c *settings.Config)) {
+	e.cfg.Edit(func(c *settings.Config) {
+		c.Mode, c.EnforceFor = settings.ModeEnforce, settings.EnforceAll
 		if fn != nil {
 			fn(c)
 		}
@@ -56,8 +58,8 @@ func TestLocalLanesRefuseAFloodBeforeTheStore(t *testing.T) {
 	for _, limit := range []int{0, 2} {
 		t.Run(fmt.Sprint("per_user ", limit), func(t *testing.T) {
 			e, local := newLocalEnv(t)
-			enforce(e, func(c *capgate.Config) {
-				c.PerUser.Preview, c.Tiers.Preview, c.APIHeavy.PerTask = limit, 100, 100
+			enforce(e, func(c *settings.Config) {
+				configtest.SetNumbers(t, c, "per_user.preview", limit, "tiers.preview", 100, "api_heavy.per_task", 100)
 			})
 			var (
 				wg  sync.WaitGroup
@@ -66,7 +68,7 @@ func TestLocalLanesRefuseAFloodBeforeTheStore(t *testing.T) {
 			)
 			for range 400 {
 				wg.Go(func() {
-					a := e.gate.Admit(context.Background(), lanetest.Match("flood", capgate.TierPreview))
+					a := e.gate.Admit(context.Background(), lanetest.Match("flood", "preview"))
 					mu.Lock()
 					got[a.Decision()] = append(got[a.Decision()], a)
 					mu.Unlock()
@@ -89,7 +91,7 @@ func TestLocalLanesRefuseAFloodBeforeTheStore(t *testing.T) {
 				if limit == 0 {
 					want = "120" // paused
 				}
-				if r[0].Scope() != capgate.LaneUser || h.Get("Retry-After") != want {
+				if r[0].Scope() != capgate.LaneName("user") || h.Get("Retry-After") != want {
 					t.Errorf("refusal scope %q Retry-After %q, want user and %s", r[0].Scope(), h.Get("Retry-After"), want)
 				}
 			}
@@ -117,12 +119,14 @@ func keys(m map[capgate.Decision][]*capgate.Admission) map[capgate.Decision]int 
 // ahead as unavailable and degraded, and the one past the limit is refused.
 func TestDegradedLanesHoldThePerUserLimit(t *testing.T) {
 	e, local := newLocalEnv(t)
-	enforce(e, func(c *capgate.Config) { c.PerUser.Preview, c.APIHeavy.PerTask, c.Tiers.Preview = 2, 10, 10 })
+	enforce(e, func(c *settings.Config) {
+		configtest.SetNumbers(t, c, "per_user.preview", 2, "api_heavy.per_task", 10, "tiers.preview", 10)
+	})
 	e.failAcquires(errRefused)
 	ctx := context.Background()
-	a := e.gate.Admit(ctx, lanetest.Match("p", capgate.TierPreview))
-	b := e.gate.Admit(ctx, lanetest.Match("p", capgate.TierPreview)) // inside the skip window
-	c := e.gate.Admit(ctx, lanetest.Match("p", capgate.TierPreview))
+	a := e.gate.Admit(ctx, lanetest.Match("p", "preview"))
+	b := e.gate.Admit(ctx, lanetest.Match("p", "preview")) // inside the skip window
+	c := e.gate.Admit(ctx, lanetest.Match("p", "preview"))
 	for i, x := range []*capgate.Admission{a, b} {
 		if x.Decision() != capgate.DecisionUnavailable || !x.Degraded() || !x.Counted() || x.Holding() {
 			t.Fatalf("call %d: decision %q degraded %v counted %v holding %v, want unavailable, degraded, counted locally only",
@@ -130,7 +134,7 @@ func TestDegradedLanesHoldThePerUserLimit(t *testing.T) {
 		}
 	}
 	// The user's own limit is exact here: refused before the store.
-	if c.Decision() != capgate.DecisionRefused || c.Scope() != capgate.LaneUser || c.Counted() {
+	if c.Decision() != capgate.DecisionRefused || c.Scope() != capgate.LaneName("user") || c.Counted() {
 		t.Fatalf("third call: decision %q scope %q counted %v, want refused on the user lane", c.Decision(), c.Scope(), c.Counted())
 	}
 	if n := e.acquires.Load(); n != 1 {
@@ -165,9 +169,9 @@ func TestDegradedLanesHoldThePerUserLimit(t *testing.T) {
 func TestDegradedLanesDivideTheClusterLanes(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		e, _ := newLocalEnv(t)
-		enforce(e, func(c *capgate.Config) {
-			c.APIHeavy.Cluster, c.ReserveSingleRow, c.APIHeavy.PerTask = 7, 1, 10
-			c.Tiers.Preview, c.PerUser.Preview, c.ES2KNN = 10, 10, 10
+		enforce(e, func(c *settings.Config) {
+			configtest.SetNumbers(t, c, "api_heavy.cluster", 7, "reserve_single_row", 1, "api_heavy.per_task", 10)
+			configtest.SetNumbers(t, c, "tiers.preview", 10, "per_user.preview", 10, "es2_knn", 10)
 		})
 		ctx := context.Background()
 		// Two other gateways have calls in flight.
@@ -176,25 +180,25 @@ func TestDegradedLanesDivideTheClusterLanes(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			defer g.Admit(ctx, lanetest.Match("other-"+task, capgate.TierPreview)).Release(ctx)
+			defer g.Admit(ctx, lanetest.Match("other-"+task, "preview")).Release(ctx)
 		}
-		first := e.gate.Admit(ctx, lanetest.Match("p", capgate.TierPreview))
+		first := e.gate.Admit(ctx, lanetest.Match("p", "preview"))
 		defer first.Release(ctx)
 		synctest.Wait() // the gateways are counted after the store answered
 
 		e.failAcquires(errRefused)
 		// bulk limit 6 over 3 gateways: 2 here, one of them taken by first.
-		a := e.gate.Admit(ctx, lanetest.Match("p", capgate.TierPreview))
+		a := e.gate.Admit(ctx, lanetest.Match("p", "preview"))
 		defer a.Release(ctx)
-		b := e.gate.Admit(ctx, lanetest.Match("p", capgate.TierPreview))
+		b := e.gate.Admit(ctx, lanetest.Match("p", "preview"))
 		defer b.Release(ctx)
 		if a.Decision() != capgate.DecisionUnavailable || !a.Degraded() {
 			t.Fatalf("second call: decision %q degraded %v", a.Decision(), a.Degraded())
 		}
-		if b.Decision() != capgate.DecisionRefused || b.Scope() != capgate.LaneAPIHeavy || !b.Degraded() {
+		if b.Decision() != capgate.DecisionRefused || b.Scope() != capgate.LaneName("api_heavy") || !b.Degraded() {
 			t.Fatalf("third call: decision %q scope %q, want refused on api_heavy", b.Decision(), b.Scope())
 		}
-		if got := lanetest.LaneLimits(b)[capgate.LaneAPIHeavy]; got != 2 {
+		if got := lanetest.LaneLimits(b)[capgate.LaneName("api_heavy")]; got != 2 {
 			t.Fatalf("degraded api_heavy limit = %d, want 6/3 = 2", got)
 		}
 	})
@@ -206,7 +210,7 @@ func TestDegradedLanesOnlyCountInShadow(t *testing.T) {
 	e.failAcquires(errRefused)
 	ctx := context.Background()
 	for range 3 {
-		a := e.gate.Admit(ctx, lanetest.Match("p", capgate.TierPreview))
+		a := e.gate.Admit(ctx, lanetest.Match("p", "preview"))
 		defer a.Release(ctx)
 		if a.Decision() != capgate.DecisionUnavailable || a.Refused() || !a.Degraded() {
 			t.Fatalf("shadow: decision %q degraded %v", a.Decision(), a.Degraded())
@@ -217,7 +221,7 @@ func TestDegradedLanesOnlyCountInShadow(t *testing.T) {
 			t.Fatalf("shadow call has Retry-After %q", h.Get("Retry-After"))
 		}
 	}
-	if got := lanetest.LaneCounts(e.gate.Admit(ctx, lanetest.Match("p", capgate.TierPreview)))[capgate.LaneUser]; got != 4 {
+	if got := lanetest.LaneCounts(e.gate.Admit(ctx, lanetest.Match("p", "preview")))[capgate.LaneName("user")]; got != 4 {
 		t.Fatalf("local user count = %d, want 4", got)
 	}
 }
@@ -231,17 +235,17 @@ func TestABusyStoreIsNotAFailure(t *testing.T) {
 
 	e := newFaultEnv(t)
 	e.failAcquires(busy)
-	a := e.gate.Admit(ctx, lanetest.Match("p", capgate.TierPreview))
+	a := e.gate.Admit(ctx, lanetest.Match("p", "preview"))
 	a.Release(ctx)
 	if a.Decision() != capgate.DecisionUnavailable || e.gate.Skipping() {
 		t.Fatalf("shadow: decision %q, skipping %v", a.Decision(), e.gate.Skipping())
 	}
 	enforce(e, nil)
-	b := e.gate.Admit(ctx, lanetest.Match("p", capgate.TierPreview))
+	b := e.gate.Admit(ctx, lanetest.Match("p", "preview"))
 	b.Release(ctx)
 	h := http.Header{}
 	capgatehttp.SetHeaders(h, b)
-	if b.Decision() != capgate.DecisionRefused || b.Scope() != capgate.LaneTask || h.Get("Retry-After") != "5" || e.gate.Skipping() {
+	if b.Decision() != capgate.DecisionRefused || b.Scope() != capgate.LaneName("api_heavy_task") || h.Get("Retry-After") != "5" || e.gate.Skipping() {
 		t.Fatalf("enforced: decision %q scope %q Retry-After %q skipping %v; want refused on api_heavy_task after 5 s",
 			b.Decision(), b.Scope(), h.Get("Retry-After"), e.gate.Skipping())
 	}
@@ -252,7 +256,7 @@ func TestABusyStoreIsNotAFailure(t *testing.T) {
 	e, _ = newLocalEnv(t)
 	enforce(e, nil)
 	e.failAcquires(busy)
-	c := e.gate.Admit(ctx, lanetest.Match("p", capgate.TierPreview))
+	c := e.gate.Admit(ctx, lanetest.Match("p", "preview"))
 	c.Release(ctx)
 	if c.Decision() != capgate.DecisionUnavailable || !c.Degraded() || e.gate.Skipping() {
 		t.Fatalf("with local lanes: decision %q degraded %v skipping %v", c.Decision(), c.Degraded(), e.gate.Skipping())
@@ -266,7 +270,7 @@ func TestDegradedCallKeepsItsLocalLease(t *testing.T) {
 		e, local := newLocalEnv(t)
 		e.failAcquires(errRefused)
 		ctx := context.Background()
-		a := e.gate.Admit(ctx, lanetest.Match("p", capgate.TierPreview))
+		a := e.gate.Admit(ctx, lanetest.Match("p", "preview"))
 		time.Sleep(200 * time.Second) // lease 60 s, renewed every 20 s
 		synctest.Wait()
 		if n := localUserLane(t, local, "p"); n != 1 {
@@ -294,7 +298,7 @@ func TestFailedReleaseIsRetried(t *testing.T) {
 			return e.mem.Release(ctx, token, keys)
 		}
 		ctx := context.Background()
-		a := e.gate.Admit(ctx, lanetest.Match("p", capgate.TierPreview))
+		a := e.gate.Admit(ctx, lanetest.Match("p", "preview"))
 		a.Release(ctx)
 		if n := e.userLane(t, "p"); n != 1 || e.gate.Skipping() {
 			t.Fatalf("after a busy release: user lane %d skipping %v", n, e.gate.Skipping())
@@ -317,7 +321,7 @@ func TestReleaseRetriesEndWithTheLease(t *testing.T) {
 			return fmt.Errorf("release leases: %w", capgate.ErrBusy)
 		}
 		ctx := context.Background()
-		a := e.gate.Admit(ctx, lanetest.Match("p", capgate.TierPreview))
+		a := e.gate.Admit(ctx, lanetest.Match("p", "preview"))
 		a.Release(ctx)
 		time.Sleep(61 * time.Second)
 		synctest.Wait()
@@ -331,7 +335,7 @@ func TestReleaseRetriesEndWithTheLease(t *testing.T) {
 			t.Fatalf("still retrying after the lease expired: %d more tries", m-n)
 		}
 
-		b := e.gate.Admit(ctx, lanetest.Match("q", capgate.TierPreview))
+		b := e.gate.Admit(ctx, lanetest.Match("q", "preview"))
 		b.Release(ctx)
 		cctx, cancel := context.WithTimeout(ctx, time.Second)
 		defer cancel()

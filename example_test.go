@@ -9,11 +9,12 @@ import (
 	"strings"
 
 	"github.com/capgate/capgate"
-	"github.com/capgate/capgate/header"
 	capgatehttp "github.com/capgate/capgate/http"
 	"github.com/capgate/capgate/identity"
 	"github.com/capgate/capgate/logsink"
 	"github.com/capgate/capgate/memory"
+	"github.com/capgate/capgate/policy"
+	"github.com/capgate/capgate/settings"
 )
 
 // A gate in front of an API handler: the middleware classifies each
@@ -23,7 +24,7 @@ import (
 func Example() {
 	lines := logsink.New(io.Discard)
 	defer lines.Close(context.Background())
-	cfg := capgate.NewFixedConfig(capgate.DefaultConfig(capgate.ModeShadow))
+	cfg := settings.NewFixed(settings.Default(nil, settings.ModeShadow))
 	gate, err := capgate.NewGate(memory.New(nil), cfg, lines, "task-a")
 	if err != nil {
 		panic(err)
@@ -46,14 +47,14 @@ func Example() {
 	r.Header.Set("Authorization", "Token t-pam")
 	w := httptest.NewRecorder()
 	h.ServeHTTP(w, r)
-	fmt.Println(w.Code, w.Header().Get(header.Decision), strings.TrimSpace(w.Body.String()))
+	fmt.Println(w.Code, w.Header().Get(policy.OCL().Names.Header().Decision), strings.TrimSpace(w.Body.String()))
 	// Output: 200 admitted matched
 }
 
 // Without the middleware, a handler gates a call itself: Admit, a
 // deferred Release, the headers, and the 429 for a refused call.
 func Example_admit() {
-	cfg := capgate.NewFixedConfig(capgate.DefaultConfig(capgate.ModeEnforce))
+	cfg := settings.NewFixed(settings.Default(nil, settings.ModeEnforce))
 	gate, err := capgate.NewGate(memory.New(nil), cfg, nil, "task-a")
 	if err != nil {
 		panic(err)
@@ -73,9 +74,15 @@ func Example_admit() {
 		fmt.Fprintln(w, "matched")
 	}
 
-	call := capgate.Call{Endpoint: capgate.EndpointMatch, Rows: 2, Semantic: true, UserID: "pam", Tier: capgate.TierCore}
+	// A semantic $match of two rows, by pam of the core tier: the OCL
+	// policy's route and the fields the request carries.
+	route := policy.OCL().Route("match")
+	fields := policy.NewFields(route)
+	fields.SetBool(route.Field("semantic"), true)
+	fields.SetInt(route.Field("rows"), 2)
+	call := capgate.Call{Route: route, Fields: fields, UserID: "pam", Tier: "core"}
 	w := httptest.NewRecorder()
 	serve(w, httptest.NewRequest("POST", "/concepts/$match/", nil), call)
-	fmt.Println(w.Code, w.Header().Get(header.Decision))
+	fmt.Println(w.Code, w.Header().Get(policy.OCL().Names.Header().Decision))
 	// Output: 200 admitted
 }

@@ -1,5 +1,12 @@
 package capgate
 
+import (
+	"context"
+
+	"github.com/capgate/capgate/policy"
+	"github.com/capgate/capgate/settings"
+)
+
 // Fault hooks for the external tests (package capgate_test), which can use
 // the real stores without an import cycle.
 
@@ -29,8 +36,19 @@ const WaitLimitsEvery = waitLimitsEvery
 // ErrTicketLost is the error of a waiter whose ticket the store lost.
 var ErrTicketLost = errTicketLost
 
-// TuneKey returns the store key of the adaptive state of g's lane name.
-func TuneKey(g *Gate, name LaneName) string { return g.keys().tuneKey(name) }
+// TuneKey returns the store key of the adaptive state of g's lane name,
+// under the policy of g's config (OCL's without a config source).
+func TuneKey(g *Gate, name LaneName) string {
+	cfg := settings.Default(nil, settings.ModeShadow)
+	if g.Source != nil {
+		cfg = g.Source.Config(context.Background())
+	}
+	r, ok := adaptiveRef(cfg, name)
+	if !ok {
+		panic("TuneKey: " + string(name) + " can't be adaptive")
+	}
+	return g.keys(cfg).tuneKey(r)
+}
 
 // Skipping reports whether the gate's skip window is open.
 func (g *Gate) Skipping() bool { return g.skipping() }
@@ -46,3 +64,32 @@ type Record = record
 
 // Record returns the call's log record.
 func (a *Admission) Record() Record { return a.record() }
+
+// AddLane adds lane name's count (nil: not known) and limit to r, under
+// its log keys in p (LogKeys), after the lanes r has; a lane p does not
+// have is left out, as the gate leaves it out.
+func (r *record) AddLane(p *policy.Policy, name LaneName, inFlight, limit *int) {
+	in, lim := LogKeys(p, name)
+	if in == "" {
+		return
+	}
+	l := logLane{InFlightKey: in, LimitKey: lim}
+	if inFlight != nil {
+		l.InFlight, l.Known = *inFlight, true
+	}
+	if limit != nil {
+		l.Limit = *limit
+	}
+	r.Lanes = append(r.Lanes, l)
+}
+
+// CallRecord returns the record the gate writes for call under cfg
+// before it decides anything: the event, the route, the call's fields and
+// classes, its tier, user, attribution and metadata, no lanes.
+func CallRecord(cfg settings.Config, call Call) Record {
+	a := &Admission{call: call, cfg: cfg, scope: -1}
+	return a.record()
+}
+
+// AppendLine appends the call's log line to b, as Release writes it.
+func (a *Admission) AppendLine(b []byte) []byte { return a.appendLine(b) }

@@ -9,8 +9,10 @@ import (
 	"time"
 
 	"github.com/capgate/capgate"
+	"github.com/capgate/capgate/configtest"
 	"github.com/capgate/capgate/lanetest"
 	"github.com/capgate/capgate/memory"
+	"github.com/capgate/capgate/settings"
 )
 
 // Failure never means uncounted: the store side (background.go,
@@ -37,14 +39,14 @@ func failWhile(e *faultEnv) *atomic.Bool {
 func TestStallThenRecoverCountsTheDegradedCalls(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		e, local := newLocalEnv(t)
-		enforce(e, func(c *capgate.Config) { c.PerUser.Preview = 1 })
+		enforce(e, func(c *settings.Config) { configtest.SetNumbers(t, c, "per_user.preview", 1) })
 		other, err := capgate.NewGate(e.mem, e.cfg, nil, "task-b") // another gateway
 		if err != nil {
 			t.Fatal(err)
 		}
 		defer func() { _ = other.Close(context.WithoutCancel(t.Context())) }()
 		stalled := failWhile(e)
-		first := e.gate.Admit(t.Context(), lanetest.Match("u", capgate.TierPreview))
+		first := e.gate.Admit(t.Context(), lanetest.Match("u", "preview"))
 		if !first.Degraded() || !first.Counted() || first.Refused() {
 			t.Fatalf("during the stall: degraded %v counted %v decision %q", first.Degraded(), first.Counted(), first.Decision())
 		}
@@ -54,7 +56,7 @@ func TestStallThenRecoverCountsTheDegradedCalls(t *testing.T) {
 		if n := e.userLane(t, "u"); n != 1 {
 			t.Fatalf("the store counts %d of the user's calls after it recovered, want 1 (the degraded call)", n)
 		}
-		second := other.Admit(t.Context(), lanetest.Match("u", capgate.TierPreview))
+		second := other.Admit(t.Context(), lanetest.Match("u", "preview"))
 		defer second.Release(t.Context())
 		if !second.Refused() {
 			t.Fatalf("the user's second call: %q, want refused (limit 1, one running)", second.Decision())
@@ -95,13 +97,13 @@ func TestRecoveredStoreCountsDegradedCallsBeforeDeciding(t *testing.T) {
 		e.gate.Store = s
 		e.gate.Local = memory.New(nil)
 		s.stalled.Store(true)
-		first := e.gate.Admit(t.Context(), lanetest.Match("u", capgate.TierPreview))
+		first := e.gate.Admit(t.Context(), lanetest.Match("u", "preview"))
 		if !first.Degraded() || !first.Counted() {
 			t.Fatalf("during the stall: degraded %v counted %v decision %q", first.Degraded(), first.Counted(), first.Decision())
 		}
 		s.stalled.Store(false)
 		e.gate.ResetSkip() // the window closes between two loop rounds
-		ch := e.admitAsync(t.Context(), lanetest.Match("u", capgate.TierPreview))
+		ch := e.admitAsync(t.Context(), lanetest.Match("u", "preview"))
 		synctest.Wait()
 		select {
 		case a := <-ch:
@@ -110,7 +112,7 @@ func TestRecoveredStoreCountsDegradedCallsBeforeDeciding(t *testing.T) {
 		default:
 		}
 		counts := make([]int, 1)
-		if err := s.Waiting(t.Context(), capgate.DefaultKeyPrefix, []string{"ocl:capacity:user:u"}, counts); err != nil || counts[0] != 1 {
+		if err := s.Waiting(t.Context(), "ocl:capacity", []string{"ocl:capacity:user:u"}, counts); err != nil || counts[0] != 1 {
 			t.Fatalf("waiting on u's lane: %d (%v), want 1", counts[0], err)
 		}
 		first.Release(t.Context())
@@ -134,14 +136,14 @@ func (timeoutErr) Timeout() bool { return true }
 func TestLostAcquireAnswerIsReleasedInTheBackground(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		e := newFaultEnv(t)
-		enforce(e, func(c *capgate.Config) { c.PerUser.Preview = 1 })
+		enforce(e, func(c *settings.Config) { configtest.SetNumbers(t, c, "per_user.preview", 1) })
 		e.store.AcquireFn = func(ctx context.Context, req capgate.AcquireRequest, counts []int) (bool, error) {
 			if _, err := e.mem.Acquire(ctx, req, counts); err != nil {
 				return false, err
 			}
 			return false, timeoutErr{}
 		}
-		a := e.gate.Admit(t.Context(), lanetest.Match("u", capgate.TierPreview))
+		a := e.gate.Admit(t.Context(), lanetest.Match("u", "preview"))
 		if a.Decision() != capgate.DecisionUnavailable {
 			t.Fatalf("decision %q, want unavailable", a.Decision())
 		}
@@ -181,8 +183,8 @@ func (s *lossyStore) Pump(ctx context.Context, t capgate.Ticket) (capgate.JoinRe
 func TestLostTicketFallsBackToTheDegradedLimits(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		e := newWaitEnv(t)
-		e.cfg.Edit(func(c *capgate.Config) {
-			c.PerUser.Preview, c.Tiers.Preview, c.ES2KNN, c.APIHeavy = 1, 10, 10, capgate.APIHeavy{Cluster: 5, PerTask: 10}
+		e.cfg.Edit(func(c *settings.Config) {
+			configtest.SetNumbers(t, c, "per_user.preview", 1, "tiers.preview", 10, "es2_knn", 10, "api_heavy.cluster", 5, "api_heavy.per_task", 10)
 		})
 		s := &lossyStore{Store: memory.New(nil)}
 		e.gate.Store = s
@@ -192,19 +194,19 @@ func TestLostTicketFallsBackToTheDegradedLimits(t *testing.T) {
 			t.Fatal(err)
 		}
 		defer func() { _ = other.Close(context.WithoutCancel(t.Context())) }()
-		first := e.gate.Admit(t.Context(), lanetest.Match("u", capgate.TierPreview))
+		first := e.gate.Admit(t.Context(), lanetest.Match("u", "preview"))
 		defer first.Release(t.Context())
 		mustDecide(t, first, capgate.DecisionAdmitted)
 		for _, user := range []string{"v1", "v2", "v3"} { // api_heavy full: 4 of 4
-			elsewhere := other.Admit(t.Context(), lanetest.Match(user, capgate.TierPreview))
+			elsewhere := other.Admit(t.Context(), lanetest.Match(user, "preview"))
 			defer elsewhere.Release(t.Context())
 			if elsewhere.Decision() != capgate.DecisionAdmitted {
 				t.Fatalf("%s on the other gateway: %q scope %q", user, elsewhere.Decision(), elsewhere.Scope())
 			}
 		}
 		// u waits on its own lane, w on the full api_heavy lane.
-		chU := e.admitAsync(t.Context(), lanetest.Match("u", capgate.TierPreview))
-		chW := e.admitAsync(t.Context(), lanetest.Match("w", capgate.TierPreview))
+		chU := e.admitAsync(t.Context(), lanetest.Match("u", "preview"))
+		chW := e.admitAsync(t.Context(), lanetest.Match("w", "preview"))
 		synctest.Wait()
 		s.lost.Store(true)
 		second, third := <-chU, <-chW // at their next pump
@@ -235,12 +237,12 @@ func TestLostTicketFallsBackToTheDegradedLimits(t *testing.T) {
 func TestFullWaitlistMakesRoomForANewUser(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		e := newWaitEnv(t) // max_waiting 10, 5 per user, per_user 1
-		e.cfg.Edit(func(c *capgate.Config) {
-			c.Tiers.Preview, c.ES2KNN, c.APIHeavy = 10, 10, capgate.APIHeavy{Cluster: 10, PerTask: 10}
+		e.cfg.Edit(func(c *settings.Config) {
+			configtest.SetNumbers(t, c, "tiers.preview", 10, "es2_knn", 10, "api_heavy.cluster", 10, "api_heavy.per_task", 10)
 		})
 		var running []*capgate.Admission
 		for _, u := range []string{"a", "b", "c"} {
-			a := e.gate.Admit(t.Context(), lanetest.Match(u, capgate.TierPreview))
+			a := e.gate.Admit(t.Context(), lanetest.Match(u, "preview"))
 			mustDecide(t, a, capgate.DecisionAdmitted)
 			running = append(running, a)
 		}
@@ -252,14 +254,14 @@ func TestFullWaitlistMakesRoomForANewUser(t *testing.T) {
 		var flood []<-chan *capgate.Admission
 		for _, u := range []string{"a", "b"} {
 			for range 5 {
-				flood = append(flood, e.admitAsync(t.Context(), lanetest.Match(u, capgate.TierPreview)))
+				flood = append(flood, e.admitAsync(t.Context(), lanetest.Match(u, "preview")))
 				synctest.Wait() // in arrival order
 			}
 		}
 		if n := e.waiting(t, "a") + e.waiting(t, "b"); n != 10 {
 			t.Fatalf("waiting = %d, want the full 10", n)
 		}
-		newcomer := e.admitAsync(t.Context(), lanetest.Match("c", capgate.TierPreview))
+		newcomer := e.admitAsync(t.Context(), lanetest.Match("c", "preview"))
 		synctest.Wait()
 		select {
 		case a := <-newcomer:
@@ -271,7 +273,7 @@ func TestFullWaitlistMakesRoomForANewUser(t *testing.T) {
 			t.Fatalf("c's tickets waiting = %d, want 1", n)
 		}
 		dropped := <-flood[4] // a's newest: a and b hold 5 each, the tie goes to a
-		if !dropped.Refused() || dropped.Scope() != capgate.LaneUser {
+		if !dropped.Refused() || dropped.Scope() != capgate.LaneName("user") {
 			t.Errorf("a's newest waiter: %q scope %q, want refused on its user lane", dropped.Decision(), dropped.Scope())
 		}
 		if _, ok := dropped.RetryAfter(); !ok {
@@ -301,15 +303,15 @@ func TestRestartedStoreDoesNotAdmitPastTheLocalCount(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		e := newWaitEnv(t) // per_user 1
 		e.gate.Local = memory.New(nil)
-		first := e.gate.Admit(t.Context(), lanetest.Match("u", capgate.TierPreview))
+		first := e.gate.Admit(t.Context(), lanetest.Match("u", "preview"))
 		defer first.Release(t.Context())
 		mustDecide(t, first, capgate.DecisionAdmitted)
 		restarted := memory.New(nil)
 		synctest.Wait()          // the gate's background count of the gateways is done
 		e.gate.Store = restarted // empty: the first call's lease is gone
-		second := e.gate.Admit(t.Context(), lanetest.Match("u", capgate.TierPreview))
+		second := e.gate.Admit(t.Context(), lanetest.Match("u", "preview"))
 		defer second.Release(t.Context())
-		if !second.Refused() || second.Scope() != capgate.LaneUser {
+		if !second.Refused() || second.Scope() != capgate.LaneName("user") {
 			t.Fatalf("the user's second call after the restart: %q scope %q, want refused on its user lane", second.Decision(), second.Scope())
 		}
 		counts := make([]int, 1)

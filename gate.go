@@ -6,11 +6,10 @@ import (
 	"fmt"
 	"log/slog"
 	"time"
-)
 
-// DefaultKeyPrefix is the prefix of every lane key; the layout matches the
-// original implementation's.
-const DefaultKeyPrefix = "ocl:capacity"
+	"github.com/capgate/capgate/policy"
+	"github.com/capgate/capgate/settings"
+)
 
 // DefaultStoreDeadline bounds the gate's waits on a store that reports no
 // deadline of its own (see Gate.storeDeadline).
@@ -42,9 +41,9 @@ type Gate struct {
 	// TaskID names this API task's lane (api_heavy_task:<TaskID>);
 	// required, and each gateway's own (NewGate refuses "").
 	TaskID string
-	// KeyPrefix prefixes every lane key; "": DefaultKeyPrefix. NewGate
-	// sets the store's own (StoreKeyPrefix: a Redis Cluster's is
-	// hash-tagged), else DefaultKeyPrefix.
+	// KeyPrefix prefixes every lane key; "": the key prefix of the policy
+	// in force (policy.Names.KeyPrefix). NewGate sets the store's own when
+	// it has one (StoreKeyPrefix: a Redis Cluster's is hash-tagged).
 	KeyPrefix string
 	// SkipFor is how long the store is skipped after it failed (the skip
 	// window, by the gate's clock); 0: the store is never skipped. NewGate
@@ -101,7 +100,7 @@ func NewGate(store LaneStore, cfg ConfigSource, sink Sink, taskID string) (*Gate
 	if taskID == "" {
 		return nil, errors.New("new gate: no task id: each API task (gateway) needs its own, e.g. its hostname")
 	}
-	prefix := DefaultKeyPrefix
+	prefix := ""
 	if s, ok := store.(StoreKeyPrefix); ok {
 		prefix = s.KeyPrefix() // the store's own layout (a Redis Cluster's hash tag)
 	}
@@ -182,7 +181,14 @@ func (g *Gate) storeDeadline() time.Duration {
 	return DefaultStoreDeadline
 }
 
-func (g *Gate) keys() Keys { return Keys{Prefix: g.KeyPrefix, TaskID: g.TaskID, cache: &g.keyCache} }
+// keys returns the gate's lane keys under cfg's policy.
+func (g *Gate) keys(cfg settings.Config) Keys {
+	prefix := g.KeyPrefix
+	if prefix == "" {
+		prefix = cfg.Policy().Names.KeyPrefix
+	}
+	return Keys{Prefix: prefix, TaskID: g.TaskID, cache: &g.keyCache}
+}
 
 // storeFailed opens the skip window after a store error. A store that
 // is merely busy (its bounded queue is full) fails that one call at once
@@ -275,11 +281,11 @@ func (g *Gate) AdmitWith(ctx context.Context, call Call, opts AdmitOptions) *Adm
 
 // newAdmission returns the admission of call under cfg, with no
 // decision yet; in mode off, one that passes untouched.
-func (g *Gate) newAdmission(cfg Config, call Call) *Admission {
-	if cfg.Mode == ModeOff {
+func (g *Gate) newAdmission(cfg settings.Config, call Call) *Admission {
+	if cfg.Mode == settings.ModeOff {
 		return &Admission{g: g, call: call, cfg: cfg, scope: -1, off: true}
 	}
-	return &Admission{g: g, call: call, cfg: cfg, scope: -1, start: g.now(), enforced: cfg.enforces(call)}
+	return &Admission{g: g, call: call, cfg: cfg, scope: -1, start: g.now(), enforced: cfg.Enforces(call.Aware)}
 }
 
 func (g *Gate) admitted(a *Admission) {
@@ -295,16 +301,16 @@ func (g *Gate) Off(ctx context.Context) bool {
 		return false
 	}
 	cfg, _ := g.config(ctx)
-	return cfg.Mode == ModeOff
+	return cfg.Mode == settings.ModeOff
 }
 
 // config reads the config in force. A ConfigSource must not fail; if one
 // panics anyway, the call is gated in shadow with the defaults, and
 // counted as unavailable.
-func (g *Gate) config(ctx context.Context) (c Config, err error) {
+func (g *Gate) config(ctx context.Context) (c settings.Config, err error) {
 	defer func() {
 		if r := recover(); r != nil {
-			c, err = DefaultConfig(ModeShadow), fmt.Errorf("internal error: read config: %v", r)
+			c, err = settings.Default(nil, settings.ModeShadow), fmt.Errorf("internal error: read config: %v", r)
 		}
 	}()
 	return g.tuner.apply(g.Source.Config(ctx)), nil
@@ -323,4 +329,11 @@ func (g *Gate) Unavailable(ctx context.Context, call Call, cause error) *Admissi
 	a.fail(cause)
 	g.admitted(a)
 	return a
+}
+
+// Policy returns the policy of the config in force: the routes, lanes,
+// tiers and names the gate decides by.
+func (g *Gate) Policy(ctx context.Context) *policy.Policy {
+	cfg, _ := g.config(ctx)
+	return cfg.Policy()
 }

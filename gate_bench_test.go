@@ -11,7 +11,9 @@ import (
 
 	"github.com/capgate/capgate"
 	capgatehttp "github.com/capgate/capgate/http"
+	"github.com/capgate/capgate/lanetest"
 	"github.com/capgate/capgate/memory"
+	"github.com/capgate/capgate/settings"
 )
 
 // discardSink takes every line and counts the bytes, as a sink that keeps
@@ -22,14 +24,15 @@ func (d *discardSink) Emit(line []byte) error { d.n.Add(int64(len(line))); retur
 
 // benchCall is a semantic $match of 25 rows: five lanes.
 func benchCall(user string) capgate.Call {
-	return capgate.Call{Endpoint: capgate.EndpointMatch, Rows: 25, Semantic: true, UserID: user,
-		Tier: capgate.TierCore, CID: "0123456789abcdef0123456789abcdef"}
+	c := lanetest.OCLCall("match", 25, true, false, user, "core")
+	c.CID = "0123456789abcdef0123456789abcdef"
+	return c
 }
 
 func benchGate(tb testing.TB) *capgate.Gate {
 	tb.Helper()
-	cfg := capgate.DefaultConfig(capgate.ModeShadow)
-	g, err := capgate.NewGate(memory.New(nil), capgate.NewFixedConfig(cfg), &discardSink{}, "task-a")
+	cfg := settings.Default(nil, settings.ModeShadow)
+	g, err := capgate.NewGate(memory.New(nil), settings.NewFixed(cfg), &discardSink{}, "task-a")
 	if err != nil {
 		tb.Fatal(err)
 	}
@@ -74,9 +77,9 @@ func BenchmarkGateAdmitReleaseLocalLanes(b *testing.B) {
 // path and the release through the waitlist.
 func BenchmarkGateAdmitReleaseEnforceWait(b *testing.B) {
 	g := benchGate(b)
-	cfg := capgate.DefaultConfig(capgate.ModeEnforce)
-	cfg.EnforceFor = capgate.EnforceAll
-	g.Source = capgate.NewFixedConfig(cfg)
+	cfg := settings.Default(nil, settings.ModeEnforce)
+	cfg.EnforceFor = settings.EnforceAll
+	g.Source = settings.NewFixed(cfg)
 	benchAdmitRelease(b, g)
 }
 
@@ -100,13 +103,14 @@ func BenchmarkGateAdmitReleaseParallel(b *testing.B) {
 // BenchmarkKeysPlan is the lane plan of a semantic $match: "new" into a
 // fresh slice of 5, "append" into a reused buffer.
 func BenchmarkKeysPlan(b *testing.B) {
-	k := capgate.Keys{Prefix: capgate.DefaultKeyPrefix, TaskID: "task-a"}
-	cfg := capgate.DefaultConfig(capgate.ModeShadow)
+	k := capgate.Keys{Prefix: "ocl:capacity", TaskID: "task-a"}
+	cfg := settings.Default(nil, settings.ModeShadow)
 	call := benchCall("alice")
+	tier := cfg.Policy().TierIndex(call.Tier)
 	b.Run("new", func(b *testing.B) {
 		b.ReportAllocs()
 		for b.Loop() {
-			if len(k.AppendPlan(make([]capgate.Lane, 0, 5), cfg, call)) != 5 {
+			if len(k.AppendPlan(make([]capgate.Lane, 0, 5), cfg, &call, tier)) != 5 {
 				b.Fatal("want 5 lanes")
 			}
 		}
@@ -115,7 +119,7 @@ func BenchmarkKeysPlan(b *testing.B) {
 		buf := make([]capgate.Lane, 0, 5)
 		b.ReportAllocs()
 		for b.Loop() {
-			buf = k.AppendPlan(buf[:0], cfg, call)
+			buf = k.AppendPlan(buf[:0], cfg, &call, tier)
 		}
 	})
 }
@@ -145,8 +149,7 @@ func BenchmarkAdmissionLogLine(b *testing.B) {
 	buf := make([]byte, 0, 1024)
 	b.ReportAllocs()
 	for b.Loop() {
-		r := a.Record()
-		buf = r.AppendJSON(buf[:0])
+		buf = a.AppendLine(buf[:0])
 	}
 	b.SetBytes(int64(len(buf)))
 }

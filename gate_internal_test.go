@@ -3,6 +3,8 @@ package capgate
 import (
 	"testing"
 	"time"
+
+	"github.com/capgate/capgate/settings"
 )
 
 // deadlineStore is a LaneStore that reports its own operation deadline.
@@ -32,20 +34,20 @@ func TestStoreDeadlineIsTheStores(t *testing.T) {
 
 func TestEnforces(t *testing.T) {
 	tests := []struct {
-		mode  Mode
-		for_  EnforceFor
+		mode  settings.Mode
+		for_  settings.EnforceFor
 		aware bool
 		want  bool
 	}{
-		{ModeEnforce, EnforceAll, false, true},
-		{ModeEnforce, EnforceAware, false, false},
-		{ModeEnforce, EnforceAware, true, true},
-		{ModeShadow, EnforceAll, true, false},
-		{ModeOff, EnforceAll, true, false},
+		{settings.ModeEnforce, settings.EnforceAll, false, true},
+		{settings.ModeEnforce, settings.EnforceAware, false, false},
+		{settings.ModeEnforce, settings.EnforceAware, true, true},
+		{settings.ModeShadow, settings.EnforceAll, true, false},
+		{settings.ModeOff, settings.EnforceAll, true, false},
 	}
 	for _, tt := range tests {
-		c := Config{Mode: tt.mode, EnforceFor: tt.for_}
-		if got := c.enforces(Call{Aware: tt.aware}); got != tt.want {
+		c := settings.Config{Mode: tt.mode, EnforceFor: tt.for_}
+		if got := c.Enforces(tt.aware); got != tt.want {
 			t.Errorf("%s/%s aware=%v: enforces = %v, want %v", tt.mode, tt.for_, tt.aware, got, tt.want)
 		}
 	}

@@ -12,10 +12,12 @@ import (
 	"time"
 
 	"github.com/capgate/capgate"
+	"github.com/capgate/capgate/configtest"
 	capgatehttp "github.com/capgate/capgate/http"
 	"github.com/capgate/capgate/lanetest"
 	"github.com/capgate/capgate/memory"
 	"github.com/capgate/capgate/mock"
+	"github.com/capgate/capgate/settings"
 )
 
 // faultEnv is a gate over a real memory store wrapped so a test can make
@@ -24,7 +26,7 @@ type faultEnv struct {
 	mem       *memory.Store
 	store     *mock.LaneStore
 	gate      *capgate.Gate
-	cfg       *capgate.FixedConfig
+	cfg       *settings.Fixed
 	lines     *mock.Sink
 	acquires  atomic.Int32
 	lastToken atomic.Value // string: the token of the last acquire
@@ -49,7 +51,7 @@ func newFaultEnv(t *testing.T) *faultEnv {
 		e.releases.Add(1)
 		return e.mem.Release(ctx, token, keys)
 	}
-	e.cfg = capgate.NewFixedConfig(capgate.DefaultConfig(capgate.ModeShadow))
+	e.cfg = settings.NewFixed(settings.Default(nil, settings.ModeShadow))
 	gate, err := capgate.NewGate(e.store, e.cfg, e.lines, "task-a")
 	if err != nil {
 		t.Fatal(err)
@@ -81,7 +83,7 @@ func TestStoreFailureFailsOpenAndSkipsTheStore(t *testing.T) {
 		return false, errRefused
 	}
 	ctx := context.Background()
-	a := e.gate.Admit(ctx, lanetest.Match("p", capgate.TierPreview))
+	a := e.gate.Admit(ctx, lanetest.Match("p", "preview"))
 	if a.Decision() != capgate.DecisionUnavailable || a.Holding() {
 		t.Fatalf("decision %q holding %v, want unavailable and no lease", a.Decision(), a.Holding())
 	}
@@ -93,7 +95,7 @@ func TestStoreFailureFailsOpenAndSkipsTheStore(t *testing.T) {
 	}
 	a.Release(ctx)
 
-	b := e.gate.Admit(ctx, lanetest.Match("p", capgate.TierPreview))
+	b := e.gate.Admit(ctx, lanetest.Match("p", "preview"))
 	if b.Decision() != capgate.DecisionUnavailable || !errors.Is(b.Err(), capgate.ErrSkipped) {
 		t.Fatalf("inside the window: decision %q error %q", b.Decision(), b.Err())
 	}
@@ -111,7 +113,7 @@ func TestStoreFailureFailsOpenAndSkipsTheStore(t *testing.T) {
 	b.Release(ctx)
 
 	e.gate.ResetSkip()
-	e.gate.Admit(ctx, lanetest.Match("p", capgate.TierPreview)).Release(ctx)
+	e.gate.Admit(ctx, lanetest.Match("p", "preview")).Release(ctx)
 	if n := e.acquires.Load(); n != 2 {
 		t.Fatalf("after the window the store was not tried again: %d acquires", n)
 	}
@@ -143,15 +145,15 @@ func TestForTaskSharesTheSkipWindow(t *testing.T) {
 		return e.mem.Acquire(ctx, req, counts)
 	}
 	ctx := context.Background()
-	other.Admit(ctx, lanetest.Match("p", capgate.TierPreview)).Release(ctx)
-	a := e.gate.Admit(ctx, lanetest.Match("p", capgate.TierPreview))
+	other.Admit(ctx, lanetest.Match("p", "preview")).Release(ctx)
+	a := e.gate.Admit(ctx, lanetest.Match("p", "preview"))
 	a.Release(ctx)
 	if !errors.Is(a.Err(), capgate.ErrSkipped) || e.acquires.Load() != 1 {
 		t.Fatalf("after the derived gate's store error: error %q, %d acquires; want skipped, 1", a.Err(), e.acquires.Load())
 	}
 	clock.Advance(capgate.DefaultSkipDuration)
 	failing = false
-	b := other.Admit(ctx, lanetest.Match("p", capgate.TierPreview))
+	b := other.Admit(ctx, lanetest.Match("p", "preview"))
 	b.Release(ctx)
 	if b.Decision() != capgate.DecisionAdmitted || e.acquires.Load() != 2 {
 		t.Fatalf("after the window: decision %q (%v), %d acquires; want admitted, 2", b.Decision(), b.Err(), e.acquires.Load())
@@ -161,7 +163,7 @@ func TestForTaskSharesTheSkipWindow(t *testing.T) {
 	bare := &capgate.Gate{Store: e.store, Source: e.cfg, TaskID: "task-c"}
 	t.Cleanup(func() { _ = bare.Close(context.Background()) })
 	for range 2 {
-		bare.Admit(ctx, lanetest.Match("p", capgate.TierPreview)).Release(ctx)
+		bare.Admit(ctx, lanetest.Match("p", "preview")).Release(ctx)
 	}
 	if n := e.acquires.Load(); n != 4 {
 		t.Fatalf("a gate with no SkipFor: %d acquires, want 4 (the store never skipped)", n)
@@ -170,13 +172,14 @@ func TestForTaskSharesTheSkipWindow(t *testing.T) {
 
 func TestEnforceNeverRefusesOnStoreFailure(t *testing.T) {
 	e := newFaultEnv(t)
-	e.cfg.Edit(func(c *capgate.Config) {
-		c.Mode, c.EnforceFor, c.PerUser.Preview = capgate.ModeEnforce, capgate.EnforceAll, 0
+	e.cfg.Edit(func(c *settings.Config) {
+		c.Mode, c.EnforceFor = settings.ModeEnforce, settings.EnforceAll
+		configtest.SetNumbers(t, c, "per_user.preview", 0)
 	})
 	e.store.AcquireFn = func(context.Context, capgate.AcquireRequest, []int) (bool, error) {
 		return false, errRefused
 	}
-	a := e.gate.Admit(context.Background(), lanetest.Match("p", capgate.TierPreview))
+	a := e.gate.Admit(context.Background(), lanetest.Match("p", "preview"))
 	defer a.Release(context.Background())
 	if a.Refused() || a.Decision() != capgate.DecisionUnavailable {
 		t.Fatalf("decision %q: a store failure must never refuse", a.Decision())
@@ -186,7 +189,7 @@ func TestEnforceNeverRefusesOnStoreFailure(t *testing.T) {
 func TestFailedReleaseIsLoggedNotRaised(t *testing.T) {
 	e := newFaultEnv(t)
 	ctx := context.Background()
-	a := e.gate.Admit(ctx, lanetest.Match("p", capgate.TierPreview))
+	a := e.gate.Admit(ctx, lanetest.Match("p", "preview"))
 	e.store.ReleaseFn = func(context.Context, string, []string) error { return errors.New("gone") }
 	a.Release(ctx)
 	lines := e.lines.All(t)
@@ -204,7 +207,7 @@ func TestReleaseSkipsTheStoreInsideTheWindow(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		e := newFaultEnv(t)
 		ctx := context.Background()
-		a := e.gate.Admit(ctx, lanetest.Match("p", capgate.TierPreview))
+		a := e.gate.Admit(ctx, lanetest.Match("p", "preview"))
 		e.gate.FailStore()
 		a.Release(ctx)
 		if n := e.releases.Load(); n != 0 {
@@ -234,7 +237,7 @@ func TestRenewerFailingToStartStillReleases(t *testing.T) {
 	e := newFaultEnv(t)
 	capgate.SetStartRenewerHook(e.gate, func(func()) error { return errors.New("can't start new goroutine") })
 	ctx := context.Background()
-	a := e.gate.Admit(ctx, lanetest.Match("p", capgate.TierPreview))
+	a := e.gate.Admit(ctx, lanetest.Match("p", "preview"))
 	if a.Decision() != capgate.DecisionAdmitted || !a.Holding() {
 		t.Fatalf("decision %q holding %v, want admitted holding", a.Decision(), a.Holding())
 	}
@@ -249,11 +252,12 @@ func TestRenewerFailingToStartStillReleases(t *testing.T) {
 
 func TestErrorAfterARefusalNeverRefuses(t *testing.T) {
 	e := newFaultEnv(t)
-	e.cfg.Edit(func(c *capgate.Config) {
-		c.Mode, c.EnforceFor, c.PerUser.Preview = capgate.ModeEnforce, capgate.EnforceAll, 0
+	e.cfg.Edit(func(c *settings.Config) {
+		c.Mode, c.EnforceFor = settings.ModeEnforce, settings.EnforceAll
+		configtest.SetNumbers(t, c, "per_user.preview", 0)
 	})
 	capgate.SetRetryAfterHook(e.gate, func() error { return errors.New("boom") })
-	a := e.gate.Admit(context.Background(), lanetest.Match("p", capgate.TierPreview))
+	a := e.gate.Admit(context.Background(), lanetest.Match("p", "preview"))
 	defer a.Release(context.Background())
 	if a.Decision() != capgate.DecisionUnavailable || a.Refused() {
 		t.Fatalf("decision %q, want unavailable", a.Decision())
@@ -274,7 +278,7 @@ func TestErrorAfterARefusalNeverRefuses(t *testing.T) {
 func TestUnexpectedErrorFailsOpenWithoutTheSkipWindow(t *testing.T) {
 	e := newFaultEnv(t)
 	ctx := context.Background()
-	a := e.gate.Admit(ctx, capgate.Call{Endpoint: "$match", Rows: 1, UserID: "u", Tier: "gold"})
+	a := e.gate.Admit(ctx, lanetest.OCLCall("match", 1, false, false, "u", "gold"))
 	a.Release(ctx)
 	if a.Decision() != capgate.DecisionUnavailable || fmt.Sprint(a.Err()) != `unknown tier "gold"` {
 		t.Fatalf("decision %q error %q", a.Decision(), a.Err())
@@ -290,7 +294,7 @@ func TestUnexpectedErrorFailsOpenWithoutTheSkipWindow(t *testing.T) {
 func TestUnavailableForAFailedLookup(t *testing.T) {
 	e := newFaultEnv(t)
 	ctx := context.Background()
-	call := capgate.Call{Endpoint: "$match", Rows: 3, Semantic: true}
+	call := lanetest.OCLCall("match", 3, true, false, "", "")
 	a := e.gate.Unavailable(ctx, call, errors.New("identity lookup: timeout"))
 	a.Release(ctx)
 	if a.Decision() != capgate.DecisionUnavailable || a.Refused() || e.acquires.Load() != 0 {
@@ -311,8 +315,8 @@ func TestOffModeNeverTouchesTheStore(t *testing.T) {
 	if e.gate.Off(context.Background()) {
 		t.Fatal("Off() = true before mode off")
 	}
-	e.cfg.Edit(func(c *capgate.Config) { c.Mode = capgate.ModeOff })
-	a := e.gate.Admit(context.Background(), lanetest.Match("p", capgate.TierPreview))
+	e.cfg.Edit(func(c *settings.Config) { c.Mode = settings.ModeOff })
+	a := e.gate.Admit(context.Background(), lanetest.Match("p", "preview"))
 	a.Release(context.Background())
 	if a == nil || a.Decision() != capgate.DecisionNone || e.acquires.Load() != 0 || len(e.lines.Raw()) != 0 {
 		t.Fatalf("off mode: admission %v, acquires %d, lines %d", a, e.acquires.Load(), len(e.lines.Raw()))
@@ -340,7 +344,7 @@ func TestFailingLogLineNeverFailsTheCall(t *testing.T) {
 		calls.Add(1)
 		panic("broken pipe")
 	})
-	a := e.gate.Admit(context.Background(), lanetest.Match("p", capgate.TierPreview))
+	a := e.gate.Admit(context.Background(), lanetest.Match("p", "preview"))
 	a.Release(context.Background())
 	if calls.Load() != 1 {
 		t.Fatalf("emit called %d times, want 1", calls.Load())
@@ -356,7 +360,7 @@ func TestRenewerKeepsLeasesUntilReleased(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		e := newFaultEnv(t)
 		ctx := context.Background()
-		a := e.gate.Admit(ctx, lanetest.Match("p", capgate.TierPreview))
+		a := e.gate.Admit(ctx, lanetest.Match("p", "preview"))
 		time.Sleep(70 * time.Second) // past the 60 s lease: only renewals keep it
 		synctest.Wait()
 		if n := e.renews.Load(); n != 3 {
@@ -381,7 +385,7 @@ func TestRenewerStopsOnceALeaseIsLost(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		e := newFaultEnv(t)
 		ctx := context.Background()
-		a := e.gate.Admit(ctx, lanetest.Match("p", capgate.TierPreview))
+		a := e.gate.Admit(ctx, lanetest.Match("p", "preview"))
 		// Another party removes the call's user lease; renewal must notice,
 		// renew nothing, and stop.
 		_ = e.mem.Release(ctx, e.lastToken.Load().(string), []string{"ocl:capacity:user:p"})
@@ -406,9 +410,9 @@ func TestRenewerStopsOnceALeaseIsLost(t *testing.T) {
 func TestRenewerStopsAfterMaxHold(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		e := newFaultEnv(t)
-		e.cfg.Edit(func(c *capgate.Config) { c.MaxHoldSeconds = 60 })
+		e.cfg.Edit(func(c *settings.Config) { c.MaxHoldSeconds = 60 })
 		ctx := context.Background()
-		a := e.gate.Admit(ctx, lanetest.Match("p", capgate.TierPreview))
+		a := e.gate.Admit(ctx, lanetest.Match("p", "preview"))
 		defer a.Release(ctx)
 		time.Sleep(200 * time.Second)
 		synctest.Wait()
@@ -429,7 +433,7 @@ func TestRenewalErrorOpensTheWindow(t *testing.T) {
 			return 0, errors.New("slow")
 		}
 		ctx := context.Background()
-		a := e.gate.Admit(ctx, lanetest.Match("p", capgate.TierPreview))
+		a := e.gate.Admit(ctx, lanetest.Match("p", "preview"))
 		defer a.Release(ctx)
 		time.Sleep(21 * time.Second)
 		synctest.Wait()
@@ -443,7 +447,7 @@ func TestRenewalSkipsTheStoreInsideTheWindow(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		e := newFaultEnv(t)
 		ctx := context.Background()
-		a := e.gate.Admit(ctx, lanetest.Match("p", capgate.TierPreview))
+		a := e.gate.Admit(ctx, lanetest.Match("p", "preview"))
 		defer a.Release(ctx)
 		time.Sleep(19 * time.Second)
 		e.gate.FailStore() // the store failed for someone else: skip until 34 s
@@ -462,7 +466,7 @@ func TestRenewalSkipsTheStoreInsideTheWindow(t *testing.T) {
 
 func TestHeadersLeaveTheAPIsRetryAfterAlone(t *testing.T) {
 	e := newFaultEnv(t)
-	a := e.gate.Admit(context.Background(), lanetest.Match("p", capgate.TierPreview))
+	a := e.gate.Admit(context.Background(), lanetest.Match("p", "preview"))
 	defer a.Release(context.Background())
 	h := http.Header{"Retry-After": {"30"}} // the API's own throttle answered
 	capgatehttp.SetHeaders(h, a)
@@ -473,12 +477,12 @@ func TestHeadersLeaveTheAPIsRetryAfterAlone(t *testing.T) {
 
 type panickingConfig struct{}
 
-func (panickingConfig) Config(context.Context) capgate.Config { panic("config bug") }
+func (panickingConfig) Config(context.Context) settings.Config { panic("config bug") }
 
 func TestAPanickingConfigSourceFailsOpen(t *testing.T) {
 	e := newFaultEnv(t)
 	e.gate.Source = panickingConfig{}
-	a := e.gate.Admit(context.Background(), lanetest.Match("p", capgate.TierPreview))
+	a := e.gate.Admit(context.Background(), lanetest.Match("p", "preview"))
 	a.Release(context.Background())
 	if a.Decision() != capgate.DecisionUnavailable || a.Refused() || e.acquires.Load() != 0 {
 		t.Fatalf("decision %q, acquires %d", a.Decision(), e.acquires.Load())
@@ -494,7 +498,7 @@ func TestClientAbortIsNotAStoreFailure(t *testing.T) {
 	e := newFaultEnv(t)
 	ctx, cancel := context.WithCancel(context.Background())
 	cancel()
-	a := e.gate.Admit(ctx, lanetest.Match("p", capgate.TierPreview))
+	a := e.gate.Admit(ctx, lanetest.Match("p", "preview"))
 	a.Release(ctx)
 	if a.Decision() != capgate.DecisionUnavailable || e.acquires.Load() != 0 || e.gate.Skipping() {
 		t.Fatalf("gone before acquire: decision %q, acquires %d, skipping %v", a.Decision(), e.acquires.Load(), e.gate.Skipping())
@@ -511,7 +515,7 @@ func TestClientAbortIsNotAStoreFailure(t *testing.T) {
 		}
 		return e.mem.Acquire(actx, req, counts)
 	}
-	b := e.gate.Admit(ctx, lanetest.Match("p", capgate.TierPreview))
+	b := e.gate.Admit(ctx, lanetest.Match("p", "preview"))
 	if b.Decision() != capgate.DecisionUnavailable || b.Holding() || e.gate.Skipping() {
 		t.Fatalf("gone during acquire: decision %q (%s), holding %v, skipping %v", b.Decision(), b.Err(), b.Holding(), e.gate.Skipping())
 	}
@@ -528,7 +532,7 @@ func TestClientAbortIsNotAStoreFailure(t *testing.T) {
 		cancel()
 		return taken, err
 	}
-	c := e.gate.Admit(ctx, lanetest.Match("p", capgate.TierPreview))
+	c := e.gate.Admit(ctx, lanetest.Match("p", "preview"))
 	if c.Decision() != capgate.DecisionAdmitted || !c.Holding() {
 		t.Fatalf("gone after the acquire was sent: decision %q (%s)", c.Decision(), c.Err())
 	}
@@ -543,7 +547,7 @@ func TestABusyStoreFailsOneCallWithoutTheSkipWindow(t *testing.T) {
 	e.store.AcquireFn = func(context.Context, capgate.AcquireRequest, []int) (bool, error) {
 		return false, fmt.Errorf("acquire lanes: %w", capgate.ErrBusy)
 	}
-	a := e.gate.Admit(context.Background(), lanetest.Match("p", capgate.TierPreview))
+	a := e.gate.Admit(context.Background(), lanetest.Match("p", "preview"))
 	a.Release(context.Background())
 	if a.Decision() != capgate.DecisionUnavailable || e.gate.Skipping() {
 		t.Fatalf("decision %q, skipping %v: busy must fail one call, not open the window", a.Decision(), e.gate.Skipping())
@@ -586,7 +590,7 @@ func TestReleaseContextFollowsTheStoresBound(t *testing.T) {
 				e.gate.Store = boundedStore{e.store, *tt.bound}
 			}
 			ctx, cancel := context.WithCancel(context.Background())
-			a := e.gate.Admit(ctx, lanetest.Match("p", capgate.TierPreview))
+			a := e.gate.Admit(ctx, lanetest.Match("p", "preview"))
 			cancel() // the client hangs up before the call ends
 			a.Release(ctx)
 			if !asked {

@@ -4,21 +4,14 @@ import (
 	"math"
 	"sync"
 	"time"
+
+	"github.com/capgate/capgate/settings"
 )
 
 // The refusal hints of the adaptive Retry-After policy: how long until a
 // refused caller would get a slot, and how often the bottleneck lane frees
 // one, both from the lanes' recent hold times. The arithmetic is pure; the
 // hold estimates are the only state, kept per gate.
-
-// The Retry-After policies (config retry_after.policy).
-const (
-	// PolicyAdaptive derives Retry-After from the lanes' recent hold times
-	// and adds X-OCL-Capacity-Suggested-Spacing-Ms. The default.
-	PolicyAdaptive = "adaptive"
-	// PolicyFixed is min(max, base × calls ahead): the original formula.
-	PolicyFixed = "fixed"
-)
 
 // holdWeight is the weight of the newest hold in a lane's estimate (an
 // exponentially weighted mean): about the last eight calls count.
@@ -75,16 +68,16 @@ func (h *holdTimes) of(lanes []Lane, holds []time.Duration) {
 // limit + 1) × the lane's hold ÷ its limit, in whole seconds rounded up,
 // at least 1 and at most retry_after.max. holds[i] is lane i's recent hold
 // (0: no history, the prior applies).
-func adaptiveRetryAfter(ra RetryAfter, lanes []Lane, before []int, full laneSet, holds []time.Duration) int {
+func adaptiveRetryAfter(ra settings.RetryAfter, lanes []Lane, before []int, full laneSet, holds []time.Duration) int {
 	var wait time.Duration
 	for i, l := range lanes {
 		if !full.has(i) {
 			continue
 		}
-		if l.Limit == 0 {
+		if l.paused() {
 			return ra.Paused
 		}
-		ahead := time.Duration(before[i] - l.Limit + 1)
+		ahead := time.Duration(before[i] + l.seats() - l.Limit)
 		every := spacing(ra, l, holds[i])
 		if ahead > 0 && every > math.MaxInt64/ahead {
 			return ra.Max // beyond any cap
@@ -99,9 +92,9 @@ func adaptiveRetryAfter(ra RetryAfter, lanes []Lane, before []int, full laneSet,
 // a paused lane, which frees none. A lane with no history (hold 0) is
 // assumed to free one every retry_after.base seconds, so the adaptive
 // policy starts where the fixed one is.
-func spacing(ra RetryAfter, l Lane, hold time.Duration) time.Duration {
+func spacing(ra settings.RetryAfter, l Lane, hold time.Duration) time.Duration {
 	switch {
-	case l.Limit <= 0:
+	case l.Limit <= 0: // paused, or all borrowed: frees none of its own
 		return 0
 	case hold <= 0:
 		return time.Duration(ra.Base) * time.Second
@@ -112,8 +105,8 @@ func spacing(ra RetryAfter, l Lane, hold time.Duration) time.Duration {
 // refusalHints returns Retry-After (seconds) and the scope lane's spacing
 // under ra's policy for a call that found full lanes; the fixed policy
 // gives no spacing.
-func refusalHints(ra RetryAfter, lanes []Lane, before []int, full laneSet, scope int, holds *holdTimes) (retry int, every time.Duration) {
-	if ra.Policy == PolicyFixed {
+func refusalHints(ra settings.RetryAfter, lanes []Lane, before []int, full laneSet, scope int, holds *holdTimes) (retry int, every time.Duration) {
+	if ra.Policy == settings.PolicyFixed {
 		return retryAfterSeconds(ra, lanes, before, full), 0
 	}
 	hs := make([]time.Duration, len(lanes))
@@ -146,13 +139,13 @@ func (a *Admission) setBusyHints() {
 		return
 	}
 	before := make([]int, len(a.lanes))
-	before[a.scope] = a.lanes[a.scope].Limit
+	before[a.scope] = a.lanes[a.scope].Limit - a.lanes[a.scope].seats() + 1
 	a.retry, a.spacing = refusalHints(a.cfg.RetryAfter, a.lanes, before, laneSet(1)<<a.scope, a.scope, a.g.holds)
 }
 
 // SpacingMS returns the interval, in whole milliseconds rounded up, at
 // which the lane that refused the call (its scope) frees a slot: the value
-// of X-OCL-Capacity-Suggested-Spacing-Ms. ok is false unless the call was
+// of the Suggested-Spacing-Ms header. ok is false unless the call was
 // refused or shadow-refused under the adaptive policy by a lane that is not
 // paused. An admitted call gets none: no lane is its bottleneck, and a
 // spacing there would slow a client down while nothing is full.

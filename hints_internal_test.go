@@ -4,10 +4,12 @@ import (
 	"math"
 	"testing"
 	"time"
+
+	"github.com/capgate/capgate/settings"
 )
 
 func TestAdaptiveRetryAfter(t *testing.T) {
-	ra := RetryAfter{Policy: PolicyAdaptive, Base: 5, Max: 30, Paused: 120}
+	ra := settings.RetryAfter{Policy: settings.PolicyAdaptive, Base: 5, Max: 30, Paused: 120}
 	const ms = time.Millisecond
 	cases := []struct {
 		name      string
@@ -55,7 +57,7 @@ func TestAdaptiveRetryAfter(t *testing.T) {
 }
 
 func TestRefusalHintsFixedIsTheSeedFormula(t *testing.T) {
-	ra := RetryAfter{Policy: PolicyFixed, Base: 5, Max: 30, Paused: 120}
+	ra := settings.RetryAfter{Policy: settings.PolicyFixed, Base: 5, Max: 30, Paused: 120}
 	var h holdTimes
 	h.observe(lanes(9, 9, 9, 9, 9), 100*time.Millisecond) // history the fixed policy ignores
 	for _, c := range []struct {

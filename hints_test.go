@@ -7,10 +7,12 @@ import (
 	"time"
 
 	"github.com/capgate/capgate"
-	"github.com/capgate/capgate/header"
+	"github.com/capgate/capgate/configtest"
 	capgatehttp "github.com/capgate/capgate/http"
 	"github.com/capgate/capgate/lanetest"
 	"github.com/capgate/capgate/memory"
+	"github.com/capgate/capgate/policy"
+	"github.com/capgate/capgate/settings"
 )
 
 // hintsEnv is a gate over the memory store in shadow mode, whose task lane
@@ -20,11 +22,11 @@ import (
 // the gateway, in http.)
 func hintsEnv(t *testing.T, policy string) (*hintsGate, *time.Time) {
 	t.Helper()
-	cfg := capgate.DefaultConfig(capgate.ModeShadow)
-	cfg.APIHeavy = capgate.APIHeavy{Cluster: 9, PerTask: 2}
-	cfg.ES2KNN, cfg.Tiers.Core, cfg.PerUser.Core = 9, 9, 9
+	cfg := settings.Default(nil, settings.ModeShadow)
+	configtest.SetNumbers(t, &cfg, "api_heavy.cluster", 9, "api_heavy.per_task", 2)
+	configtest.SetNumbers(t, &cfg, "es2_knn", 9, "tiers.core", 9, "per_user.core", 9)
 	cfg.RetryAfter.Policy = policy
-	e := &hintsGate{t: t, Cfg: capgate.NewFixedConfig(cfg)}
+	e := &hintsGate{t: t, Cfg: settings.NewFixed(cfg)}
 	gate, err := capgate.NewGate(memory.New(nil), e.Cfg, nil, "task-a")
 	if err != nil {
 		t.Fatal(err)
@@ -38,7 +40,7 @@ func hintsEnv(t *testing.T, policy string) (*hintsGate, *time.Time) {
 type hintsGate struct {
 	t    *testing.T
 	Gate *capgate.Gate
-	Cfg  *capgate.FixedConfig
+	Cfg  *settings.Fixed
 }
 
 // Admit admits call; the test releases it (releasing twice is harmless).
@@ -51,7 +53,7 @@ func (e *hintsGate) Admit(call capgate.Call) *capgate.Admission {
 // holdTwo admits two calls, holds them for d and releases them.
 func holdTwo(t *testing.T, e *hintsGate, now *time.Time, d time.Duration) {
 	t.Helper()
-	a, b := e.Admit(lanetest.Match("u1", capgate.TierCore)), e.Admit(lanetest.Match("u2", capgate.TierCore))
+	a, b := e.Admit(lanetest.Match("u1", "core")), e.Admit(lanetest.Match("u2", "core"))
 	if a.Decision() != capgate.DecisionAdmitted || b.Decision() != capgate.DecisionAdmitted {
 		t.Fatalf("decisions %s, %s; want admitted", a.Decision(), b.Decision())
 	}
@@ -61,17 +63,17 @@ func holdTwo(t *testing.T, e *hintsGate, now *time.Time, d time.Duration) {
 }
 
 func TestAdaptiveHintsFromTheGatesOwnReleases(t *testing.T) {
-	e, now := hintsEnv(t, capgate.PolicyAdaptive)
+	e, now := hintsEnv(t, settings.PolicyAdaptive)
 
 	// No history yet: the fixed formula's answer, and base per slot.
-	first := [2]*capgate.Admission{e.Admit(lanetest.Match("u1", capgate.TierCore)), e.Admit(lanetest.Match("u2", capgate.TierCore))}
-	r := e.Admit(lanetest.Match("u3", capgate.TierCore))
+	first := [2]*capgate.Admission{e.Admit(lanetest.Match("u1", "core")), e.Admit(lanetest.Match("u2", "core"))}
+	r := e.Admit(lanetest.Match("u3", "core"))
 	h := http.Header{}
 	capgatehttp.SetHeaders(h, r)
 	if got, _ := r.RetryAfter(); got != 5 {
 		t.Errorf("no history: Retry-After %d, want 5", got)
 	}
-	if got := h.Get(header.SuggestedSpacing); got != "5000" {
+	if got := h.Get(oclNames.SuggestedSpacing); got != "5000" {
 		t.Errorf("no history: spacing %q, want 5000", got)
 	}
 	r.Release(context.Background())
@@ -82,18 +84,18 @@ func TestAdaptiveHintsFromTheGatesOwnReleases(t *testing.T) {
 
 	// Calls held 1.3 s on a 2-slot lane: a slot frees every 650 ms.
 	holdTwo(t, e, now, 1300*time.Millisecond)
-	a, b := e.Admit(lanetest.Match("u1", capgate.TierCore)), e.Admit(lanetest.Match("u2", capgate.TierCore))
+	a, b := e.Admit(lanetest.Match("u1", "core")), e.Admit(lanetest.Match("u2", "core"))
 	defer a.Release(context.Background())
 	defer b.Release(context.Background())
 	h = http.Header{}
 	capgatehttp.SetHeaders(h, a)
-	if got := h.Get(header.SuggestedSpacing); got != "" {
+	if got := h.Get(oclNames.SuggestedSpacing); got != "" {
 		t.Errorf("admitted call got spacing %q, want none", got)
 	}
-	r = e.Admit(lanetest.Match("u3", capgate.TierCore))
+	r = e.Admit(lanetest.Match("u3", "core"))
 	defer r.Release(context.Background())
-	if r.Decision() != capgate.DecisionShadowRefused || r.Scope() != capgate.LaneTask {
-		t.Fatalf("third call: %s in %s, want shadow-refused in %s", r.Decision(), r.Scope(), capgate.LaneTask)
+	if r.Decision() != capgate.DecisionShadowRefused || r.Scope() != capgate.LaneName("api_heavy_task") {
+		t.Fatalf("third call: %s in %s, want shadow-refused in %s", r.Decision(), r.Scope(), capgate.LaneName("api_heavy_task"))
 	}
 	h = http.Header{}
 	capgatehttp.SetHeaders(h, r)
@@ -103,7 +105,7 @@ func TestAdaptiveHintsFromTheGatesOwnReleases(t *testing.T) {
 	if got := h.Get("Retry-After"); got != "" {
 		t.Errorf("a shadow-refused call got the Retry-After header %q", got)
 	}
-	if got := h.Get(header.SuggestedSpacing); got != "650" {
+	if got := h.Get(oclNames.SuggestedSpacing); got != "650" {
 		t.Errorf("spacing %q, want 650", got)
 	}
 	if ms, ok := r.SpacingMS(); !ok || ms != 650 {
@@ -112,19 +114,22 @@ func TestAdaptiveHintsFromTheGatesOwnReleases(t *testing.T) {
 }
 
 func TestFixedPolicyHintsAsBefore(t *testing.T) {
-	e, now := hintsEnv(t, capgate.PolicyFixed)
+	e, now := hintsEnv(t, settings.PolicyFixed)
 	holdTwo(t, e, now, 1300*time.Millisecond)
-	a, b := e.Admit(lanetest.Match("u1", capgate.TierCore)), e.Admit(lanetest.Match("u2", capgate.TierCore))
+	a, b := e.Admit(lanetest.Match("u1", "core")), e.Admit(lanetest.Match("u2", "core"))
 	defer a.Release(context.Background())
 	defer b.Release(context.Background())
-	r := e.Admit(lanetest.Match("u3", capgate.TierCore))
+	r := e.Admit(lanetest.Match("u3", "core"))
 	defer r.Release(context.Background())
 	h := http.Header{}
 	capgatehttp.SetHeaders(h, r)
 	if got, _ := r.RetryAfter(); got != 5 {
 		t.Errorf("fixed: Retry-After %d, want 5 (base × 1 call ahead)", got)
 	}
-	if got := h.Get(header.SuggestedSpacing); got != "" {
+	if got := h.Get(oclNames.SuggestedSpacing); got != "" {
 		t.Errorf("fixed: spacing %q, want none", got)
 	}
 }
+
+// oclNames are the built-in policy's header names.
+var oclNames = policy.OCL().Names.Header()

@@ -6,6 +6,8 @@ import (
 	"fmt"
 	"sync"
 	"time"
+
+	"github.com/capgate/capgate/settings"
 )
 
 // The config key "idempotency" and the gate's side of idempotent heavy
@@ -16,64 +18,6 @@ import (
 // fingerprint) and what its answer was; the gate keeps the entries in the
 // lane store (an IdempotencyStore) and says whether a call is the first,
 // a repeat, or a reuse of a key for another request.
-
-// IdempotencyMode says which heavy calls are deduplicated.
-type IdempotencyMode string
-
-// The idempotency modes.
-const (
-	// IdempotencyOff: none (the default).
-	IdempotencyOff IdempotencyMode = "off"
-	// IdempotencyKey: calls that send an Idempotency-Key, keyed by the
-	// caller and the key; a repeat joins the call running or gets its kept
-	// answer.
-	IdempotencyKey IdempotencyMode = "key"
-	// IdempotencyAuto: as key for calls that send one; every other call is
-	// keyed by the caller and the request itself, and a repeat only joins
-	// a call still running (a finished one is never replayed: the user may
-	// re-run on purpose).
-	IdempotencyAuto IdempotencyMode = "auto"
-)
-
-// Idempotency is the config key "idempotency".
-type Idempotency struct {
-	Mode IdempotencyMode `json:"mode"` // off (default), key or auto
-	// TTLSeconds is how long a finished call's answer is kept for its
-	// repeats (mode key); default 300, 1..86400.
-	TTLSeconds int `json:"ttl_seconds"`
-	// MaxAnswerKiB bounds one kept answer (status, headers and body);
-	// a larger one is not kept. Default 1024 (1 MiB); 0 keeps none.
-	MaxAnswerKiB int `json:"max_answer_kib"`
-	// MaxTotalMiB bounds the answers kept at once in the store, all
-	// gateways together. Default 64.
-	MaxTotalMiB int `json:"max_total_mib"`
-}
-
-var defaultIdempotency = Idempotency{Mode: IdempotencyOff, TTLSeconds: 300, MaxAnswerKiB: 1024, MaxTotalMiB: 64}
-
-// maxIdempotencyTTL is the largest idempotency.ttl_seconds: a day.
-const maxIdempotencyTTL = 86400
-
-// check returns the problems between the idempotency settings.
-func (i Idempotency) check() []string {
-	var errs []string
-	if i.TTLSeconds < 1 || i.TTLSeconds > maxIdempotencyTTL {
-		errs = append(errs, fmt.Sprintf(`"idempotency.ttl_seconds" must be from 1 to %d.`, maxIdempotencyTTL))
-	}
-	if i.MaxAnswerKiB > i.MaxTotalMiB*1024 {
-		errs = append(errs, `"idempotency.max_answer_kib" can't be more than "idempotency.max_total_mib" (1 MiB is 1024 KiB).`)
-	}
-	return errs
-}
-
-// MaxAnswerBytes is the largest answer kept, in bytes.
-func (i Idempotency) MaxAnswerBytes() int { return i.MaxAnswerKiB << 10 }
-
-// MaxTotalBytes bounds all the answers kept, in bytes.
-func (i Idempotency) MaxTotalBytes() int64 { return int64(i.MaxTotalMiB) << 20 }
-
-// TTL is how long a finished answer is kept.
-func (i Idempotency) TTL() time.Duration { return time.Duration(i.TTLSeconds) * time.Second }
 
 // IdempotencyStore is the optional part of a LaneStore that keeps the
 // entries of idempotent calls: per key, the call running (a marker that
@@ -164,7 +108,7 @@ type Repeat struct {
 
 	g     *Gate
 	st    IdempotencyStore
-	cfg   Config
+	cfg   settings.Config
 	req   RepeatRequest
 	token string
 	// ofToken is the running call a Peek repeat found; until is when its
@@ -192,13 +136,13 @@ const autoKeep = 10 * time.Second
 
 // Idempotency returns the idempotency settings in force; mode off when the
 // gate's mode is off (nothing is gated then).
-func (g *Gate) Idempotency(ctx context.Context) Idempotency {
+func (g *Gate) Idempotency(ctx context.Context) settings.Idempotency {
 	if g.Source == nil {
-		return Idempotency{Mode: IdempotencyOff}
+		return settings.Idempotency{Mode: settings.IdempotencyOff}
 	}
 	cfg, _ := g.config(ctx)
-	if cfg.Mode == ModeOff || cfg.Idempotency.Mode == "" {
-		cfg.Idempotency.Mode = IdempotencyOff
+	if cfg.Mode == settings.ModeOff || cfg.Idempotency.Mode == "" {
+		cfg.Idempotency.Mode = settings.IdempotencyOff
 	}
 	return cfg.Idempotency
 }

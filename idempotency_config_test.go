@@ -4,43 +4,43 @@ import (
 	"slices"
 	"testing"
 
-	"github.com/capgate/capgate"
+	"github.com/capgate/capgate/settings"
 )
 
 // The idempotency key: validated whole, merged by a patch, overlaid on
 // the defaults for a stored version that predates it.
 func TestIdempotencyConfig(t *testing.T) {
-	base := capgate.DefaultConfig(capgate.ModeShadow)
-	c, diff, err := base.Apply(capgate.Patch{"idempotency": map[string]any{"mode": "key", "ttl_seconds": 60}})
+	base := settings.Default(nil, settings.ModeShadow)
+	c, diff, err := base.Apply(settings.Patch{"idempotency": map[string]any{"mode": "key", "ttl_seconds": 60}})
 	if err != nil {
 		t.Fatal(err)
 	}
-	if want := (capgate.Idempotency{Mode: capgate.IdempotencyKey, TTLSeconds: 60, MaxAnswerKiB: 1024, MaxTotalMiB: 64}); c.Idempotency != want {
+	if want := (settings.Idempotency{Mode: settings.IdempotencyKey, TTLSeconds: 60, MaxAnswerKiB: 1024, MaxTotalMiB: 64}); c.Idempotency != want {
 		t.Fatalf("idempotency = %+v, want %+v", c.Idempotency, want)
 	}
 	if len(diff) != 2 || diff["idempotency.mode"] != [2]any{"off", "key"} {
 		t.Fatalf("diff = %v; want mode and ttl_seconds", diff)
 	}
 	for _, tc := range []struct {
-		patch capgate.Patch
+		patch settings.Patch
 		want  []string
 	}{
-		{capgate.Patch{"idempotency": map[string]any{"mode": "always"}},
+		{settings.Patch{"idempotency": map[string]any{"mode": "always"}},
 			[]string{`"idempotency.mode" must be one of off, key, auto.`}},
-		{capgate.Patch{"idempotency": map[string]any{"ttl_seconds": 0}},
+		{settings.Patch{"idempotency": map[string]any{"ttl_seconds": 0}},
 			[]string{`"idempotency.ttl_seconds" must be from 1 to 86400.`}},
-		{capgate.Patch{"idempotency": map[string]any{"ttl_seconds": 86401}},
+		{settings.Patch{"idempotency": map[string]any{"ttl_seconds": 86401}},
 			[]string{`"idempotency.ttl_seconds" must be from 1 to 86400.`}},
-		{capgate.Patch{"idempotency": map[string]any{"max_answer_kib": 2049, "max_total_mib": 2}},
+		{settings.Patch{"idempotency": map[string]any{"max_answer_kib": 2049, "max_total_mib": 2}},
 			[]string{`"idempotency.max_answer_kib" can't be more than "idempotency.max_total_mib" (1 MiB is 1024 KiB).`}},
-		{capgate.Patch{"idempotency": map[string]any{"max_total_mib": "64"}},
+		{settings.Patch{"idempotency": map[string]any{"max_total_mib": "64"}},
 			[]string{`"idempotency.max_total_mib" must be a whole number from 0 to 100000.`}},
-		{capgate.Patch{"idempotency": map[string]any{"keep": 1}},
+		{settings.Patch{"idempotency": map[string]any{"keep": 1}},
 			[]string{`Unknown setting "idempotency.keep".`}},
-		{capgate.Patch{"idempotency": "key"}, []string{"idempotency must be an object."}},
+		{settings.Patch{"idempotency": "key"}, []string{"idempotency must be an object."}},
 	} {
 		_, _, err := base.Apply(tc.patch)
-		ve, ok := err.(*capgate.ValidationError)
+		ve, ok := err.(*settings.ValidationError)
 		if !ok || !slices.Equal(ve.Messages, tc.want) {
 			t.Errorf("Apply(%v) = %v; want %q", tc.patch, err, tc.want)
 		}

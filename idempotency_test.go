@@ -8,16 +8,17 @@ import (
 	"github.com/capgate/capgate"
 	"github.com/capgate/capgate/memory"
 	"github.com/capgate/capgate/mock"
+	"github.com/capgate/capgate/settings"
 )
 
-func repeatGate(t *testing.T, store capgate.LaneStore, mutate func(*capgate.Config)) *capgate.Gate {
+func repeatGate(t *testing.T, store capgate.LaneStore, mutate func(*settings.Config)) *capgate.Gate {
 	t.Helper()
-	cfg := capgate.DefaultConfig(capgate.ModeShadow)
-	cfg.Idempotency.Mode = capgate.IdempotencyKey
+	cfg := settings.Default(nil, settings.ModeShadow)
+	cfg.Idempotency.Mode = settings.IdempotencyKey
 	if mutate != nil {
 		mutate(&cfg)
 	}
-	g, err := capgate.NewGate(store, capgate.NewFixedConfig(cfg), nil, "task-1")
+	g, err := capgate.NewGate(store, settings.NewFixed(cfg), nil, "task-1")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -61,7 +62,7 @@ func TestRepeatOutcomes(t *testing.T) {
 
 // An answer past max_answer_kib is not kept, and the key is let go.
 func TestRepeatAnswerTooLarge(t *testing.T) {
-	g := repeatGate(t, memory.New(nil), func(c *capgate.Config) { c.Idempotency.MaxAnswerKiB = 1 })
+	g := repeatGate(t, memory.New(nil), func(c *settings.Config) { c.Idempotency.MaxAnswerKiB = 1 })
 	ctx := t.Context()
 	req := capgate.RepeatRequest{ID: "id", Fingerprint: "fp", Replay: true}
 	first, _ := g.Repeat(ctx, req)

@@ -2,84 +2,155 @@ package capgate_test
 
 import (
 	"reflect"
+	"slices"
 	"testing"
 
 	"github.com/capgate/capgate"
+	"github.com/capgate/capgate/configtest"
+	"github.com/capgate/capgate/lanetest"
+	"github.com/capgate/capgate/policy"
+	"github.com/capgate/capgate/settings"
 )
 
 func TestPlan(t *testing.T) {
-	cfg := capgate.DefaultConfig(capgate.ModeShadow)
-	k := capgate.Keys{TaskID: "task-a"}
-	bulk := capgate.Call{Endpoint: capgate.EndpointMatch, Rows: 10, Semantic: true, UserID: "42", Tier: capgate.TierEarlyAccess}
-	want := []capgate.Lane{
-		{Name: "api_heavy", Key: "ocl:capacity:api_heavy", Limit: 3},
-		{Name: "api_heavy_task", Key: "ocl:capacity:api_heavy_task:task-a", Limit: 4},
-		{Name: "es2_knn", Key: "ocl:capacity:es2_knn", Limit: 3},
-		{Name: "tier", Key: "ocl:capacity:tier:early_access", Limit: 3},
-		{Name: "user", Key: "ocl:capacity:user:42", Limit: 2},
+	cfg := settings.Default(nil, settings.ModeShadow)
+	p := cfg.Policy()
+	k := capgate.Keys{Prefix: "ocl:capacity", TaskID: "task-a"}
+	plan := func(cfg settings.Config, call capgate.Call) []capgate.Lane {
+		return k.AppendPlan(nil, cfg, &call, p.TierIndex(call.Tier))
 	}
-	if got := k.AppendPlan(nil, cfg, bulk); !reflect.DeepEqual(got, want) {
+	bulk := lanetest.OCLCall("match", 10, true, false, "42", "early_access")
+	want := []capgate.Lane{
+		{Name: "api_heavy", Key: "ocl:capacity:api_heavy", Limit: 3, Seats: 1, Spec: p.Lane("api_heavy")},
+		{Name: "api_heavy_task", Key: "ocl:capacity:api_heavy_task:task-a", Limit: 4, Seats: 1, Spec: p.Lane("api_heavy_task")},
+		{Name: "es2_knn", Key: "ocl:capacity:es2_knn", Limit: 3, Seats: 1, Spec: p.Lane("es2_knn")},
+		{Name: "tier", Key: "ocl:capacity:tier:early_access", Limit: 3, Seats: 1, Spec: p.Lane("tier")},
+		{Name: "user", Key: "ocl:capacity:user:42", Limit: 2, Seats: 1, Spec: p.Lane("user")},
+	}
+	if got := plan(cfg, bulk); !reflect.DeepEqual(got, want) {
 		t.Fatalf("plan = %+v\nwant %+v", got, want)
 	}
 
-	single := bulk
-	single.Rows, single.Semantic = 1, false
-	got := k.AppendPlan(nil, cfg, single)
-	if len(got) != 4 || got[0].Limit != 4 || got[2].Name != capgate.LaneTier {
+	single := lanetest.OCLCall("match", 1, false, false, "42", "early_access") // bulk, of 1 row, not semantic
+	got := plan(cfg, single)
+	if len(got) != 4 || got[0].Limit != 4 || got[2].Name != capgate.LaneName("tier") {
 		t.Fatalf("single-row lexical plan = %+v, want 4 lanes, api_heavy limit 4, no es2_knn", got)
 	}
-	rerank := capgate.Call{Endpoint: capgate.EndpointRerank, Rows: 1, UserID: "42", Tier: capgate.TierCore}
-	if rerank.SingleRow() {
+	rerank := lanetest.OCLCall("rerank", 1, false, false, "42", "core")
+	if p.Class("single_row").Has(rerank.Route, &rerank.Fields) {
 		t.Fatal("a one-row $rerank is single-row")
 	}
-	if got := k.AppendPlan(nil, cfg, rerank)[0].Limit; got != 3 {
+	if got := plan(cfg, rerank)[0].Limit; got != 3 {
 		t.Fatalf("one-row $rerank api_heavy limit = %d, want the bulk limit 3", got)
 	}
-	cfg.ReserveSingleRow = 5 // more than the cluster: the bulk limit stops at 0
-	if got := k.AppendPlan(nil, cfg, bulk)[0].Limit; got != 0 {
+	configtest.SetNumbers(t, &cfg, "reserve_single_row", 5) // more than the cluster: the bulk limit stops at 0
+	if got := plan(cfg, bulk)[0].Limit; got != 0 {
 		t.Fatalf("bulk limit = %d, want 0", got)
 	}
 }
 
 func TestTierOf(t *testing.T) {
-	var g capgate.TierGroups
+	g := policy.OCL().Identity
 	cases := []struct {
 		staff  bool
 		groups []string
-		want   capgate.Tier
+		want   string
 	}{
-		{true, nil, capgate.TierStaff},
-		{false, []string{"core_user"}, capgate.TierCore},
-		{false, []string{"early_access"}, capgate.TierEarlyAccess},
-		{false, []string{"preview"}, capgate.TierPreview},
-		{false, nil, capgate.TierPreview},
-		{false, []string{"preview", "early_access", "core_user"}, capgate.TierCore},
-		{false, []string{"core_user", "early_access"}, capgate.TierCore},
+		{true, nil, "staff"},
+		{false, []string{"core_user"}, "core"},
+		{false, []string{"early_access"}, "early_access"},
+		{false, []string{"preview"}, "preview"},
+		{false, nil, "preview"},
+		{false, []string{"preview", "early_access", "core_user"}, "core"},
+		{false, []string{"core_user", "early_access"}, "core"},
 	}
 	for _, c := range cases {
 		if got := g.TierOf(c.staff, c.groups); got != c.want {
 			t.Errorf("TierOf(%v, %v) = %q, want %q", c.staff, c.groups, got, c.want)
 		}
 	}
-	custom := capgate.TierGroups{Core: "gold"}
-	if got := custom.TierOf(false, []string{"gold"}); got != capgate.TierCore {
+	// A policy whose core tier is the group gold.
+	custom := g
+	custom.Tiers = slices.Clone(g.Tiers)
+	for i, r := range custom.Tiers {
+		if r.Tier == "core" {
+			custom.Tiers[i].Groups = []string{"gold"}
+		}
+	}
+	if got := custom.TierOf(false, []string{"gold"}); got != "core" {
 		t.Errorf("custom core group: %q", got)
 	}
 }
 
 func TestParseMode(t *testing.T) {
 	for _, s := range []string{"off", "shadow", "enforce"} {
-		if m, ok := capgate.ParseMode(s); !ok || string(m) != s {
+		if m, ok := settings.ParseMode(s); !ok || string(m) != s {
 			t.Errorf("ParseMode(%q) = %q %v", s, m, ok)
 		}
 	}
-	if _, ok := capgate.ParseMode("loud"); ok {
+	if _, ok := settings.ParseMode("loud"); ok {
 		t.Error("ParseMode accepted loud")
 	}
-	if got := capgate.DefaultConfig("loud").Mode; got != capgate.ModeShadow {
+	if got := settings.Default(nil, "loud").Mode; got != settings.ModeShadow {
 		t.Errorf("default mode for an invalid boot mode = %q, want shadow", got)
 	}
-	if got := capgate.DefaultConfig(capgate.ModeOff).Mode; got != capgate.ModeOff {
+	if got := settings.Default(nil, settings.ModeOff).Mode; got != settings.ModeOff {
 		t.Errorf("boot mode off = %q", got)
+	}
+}
+
+// With lending on (lending.api_heavy 1), the cluster lane lends its
+// single-row seat: a single-row $match also counts in the class's seats
+// (ClassKey), a bulk call may borrow the reserve's idle seat (Borrow); off,
+// as by default, neither is planned and the plan is as before lending.
+func TestPlanLending(t *testing.T) {
+	cfg := settings.Default(nil, settings.ModeShadow)
+	p := cfg.Policy()
+	k := capgate.Keys{Prefix: "ocl:capacity", TaskID: "task-a"}
+	plan := func(cfg settings.Config, call capgate.Call) []capgate.Lane {
+		return k.AppendPlan(nil, cfg, &call, p.TierIndex(call.Tier))
+	}
+	bulk := lanetest.OCLCall("match", 10, true, false, "42", "core")
+	single := lanetest.OCLCall("match", 1, true, false, "42", "core")
+	for _, call := range []capgate.Call{bulk, single} {
+		for _, l := range plan(cfg, call) {
+			if l.ClassKey != "" || l.Borrow != (capgate.Borrow{}) {
+				t.Fatalf("lending off: lane %s plans %q, %+v", l.Name, l.ClassKey, l.Borrow)
+			}
+		}
+	}
+
+	on, _, err := cfg.Apply(settings.Patch{"lending": map[string]any{"api_heavy": 1}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	const class = "ocl:capacity:api_heavy~single_row"
+	b := plan(on, bulk)
+	if b[0].Name != "api_heavy" || b[0].Limit != 3 || b[0].ClassKey != "" ||
+		b[0].Borrow != (capgate.Borrow{Key: class, Reserve: 1, Lend: 1}) {
+		t.Errorf("bulk call's api_heavy: %+v; want limit 3, borrowing 1 of the reserve of 1 from %s", b[0], class)
+	}
+	for _, l := range b[1:] {
+		if l.ClassKey != "" || l.Borrow.Key != "" {
+			t.Errorf("lane %s lends, but has no reserve", l.Name)
+		}
+	}
+	s := plan(on, single)
+	if s[0].Limit != 4 || s[0].ClassKey != class || s[0].Borrow.Key != "" {
+		t.Errorf("single-row call's api_heavy: %+v; want limit 4, counting in %s", s[0], class)
+	}
+
+	// A reserve above the limit lends only what it holds of the limit; a
+	// paused lane lends nothing.
+	configtest.SetNumbers(t, &on, "api_heavy.cluster", 2, "reserve_single_row", 2)
+	if on, _, err = on.Apply(settings.Patch{"lending": map[string]any{"api_heavy": 2}}); err != nil {
+		t.Fatal(err)
+	}
+	if got := plan(on, bulk)[0]; got.Limit != 0 || got.Borrow != (capgate.Borrow{Key: class, Reserve: 2, Lend: 2}) {
+		t.Errorf("reserve 2 of 2: %+v; want limit 0, borrowing up to 2", got)
+	}
+	configtest.SetNumbers(t, &on, "api_heavy.cluster", 0)
+	if got := plan(on, bulk)[0]; got.Borrow.Key != "" || plan(on, single)[0].ClassKey != "" {
+		t.Errorf("a paused lane lends: %+v", got)
 	}
 }

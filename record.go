@@ -5,66 +5,106 @@ import (
 	"time"
 
 	"github.com/capgate/capgate/internal/jsonenc"
+	"github.com/capgate/capgate/policy"
+	"github.com/capgate/capgate/settings"
 )
 
-// record is the log line of one gated call. Zero or unset
-// values are left out of the line; the pointer fields distinguish "0" from
-// "unknown".
+// record is the log line of one gated call, laid out as its policy says:
+// the event name, the key of the route's name, the call's fields and
+// classes, each lane's count and limit under the lane's log names, and the
+// client-metadata keys kept. Zero or unset values are left out of the line
+// (but a bool or int field, a class, is always written); the pointer
+// fields distinguish "0" from "unknown".
 type record struct {
-	Decision       Decision
-	Mode           Mode
-	Enforced       bool
-	Endpoint       string
-	Semantic       bool
-	Reranker       bool
-	Rows           int
-	SingleRow      bool
-	Tier           Tier
-	UserID         string
-	Scope          string
-	Full           []string
-	InFlight       *int // api_heavy
-	Limit          *int
-	TaskInFlight   *int
-	TaskLimit      *int
-	ES2KNNInFlight *int
-	ES2KNNLimit    *int
-	TierInFlight   *int
-	TierLimit      *int
-	UserInFlight   *int
-	UserLimit      *int
-	Suggested      *int
-	RetryAfter     *int
-	HeldMS         *int64
-	QueueMS        *int64
-	WaitMS         *int64 // how long the call waited for a slot; nil: it never waited
-	LeaseLost      bool
-	Error          string
-	Degraded       bool   // decided by the gateway's local lanes alone
-	DedupOf        string // the cid of the call this one repeated (joined, replayed)
-	DedupError     string // why the call could not be checked for repeats
-	Resumed        bool   // a running call counted again (AdmitOptions.Resumed)
-	Task           string
-	RequestSource  string
-	AlgorithmID    string
-	AutomatchRunID string
-	CID            string
-	TS             time.Time // when the call finished
+	Event    string
+	Decision Decision
+	Mode     settings.Mode
+	Enforced bool
+	RouteKey string // the log key of the route's name
+	Route    string // the route's LogName
+	Fields   []logField
+	Classes  []logClass
+	Tier     string
+	UserID   string
+	Scope    string
+	Full     []string
+	Lanes    []logLane // the planned lanes, in plan order
+
+	Suggested  *int
+	RetryAfter *int
+	HeldMS     *int64
+	QueueMS    *int64
+	WaitMS     *int64 // how long the call waited for a slot; nil: it never waited
+	LeaseLost  bool
+	Error      string
+	Degraded   bool   // decided by the gateway's local lanes alone
+	DedupOf    string // the cid of the call this one repeated (joined, replayed)
+	DedupError string // why the call could not be checked for repeats
+	Resumed    bool   // a running call counted again (AdmitOptions.Resumed)
+	Task       string
+	// RequestSource and Metadata are attribution: the request-source
+	// header's value and the client-metadata keys the policy keeps.
+	RequestSource string
+	Metadata      []logAttr
+	CID           string
+	TS            time.Time // when the call finished
 }
+
+// logField is one field of the call in the line.
+type logField struct {
+	Key  string
+	Type policy.Type
+	B    bool
+	N    int
+	S    string
+}
+
+// logClass is whether the call is of a class.
+type logClass struct {
+	Key string
+	Is  bool
+}
+
+// logLane is one lane's count and limit in the line, under its log keys.
+// It holds values, not pointers: a record built on the stack stays there.
+type logLane struct {
+	Name                  string // the lane's name, the key of its seats
+	InFlightKey, LimitKey string
+	InFlight              int
+	Known                 bool // InFlight is known
+	Limit                 int
+	Seats                 int // the call's seats in the lane
+}
+
+// logAttr is one client-metadata key and its value.
+type logAttr struct{ Key, Value string }
 
 // AppendJSON appends the record as one compact JSON object, fields in the
 // documented order, nulls and empty strings left out.
 func (r *record) AppendJSON(b []byte) []byte {
-	b = append(b, `{"event":"ocl_capacity"`...)
+	b = append(b, `{"event":`...)
+	b = strconv.AppendQuote(b, r.Event) // an event name is a policy identifier
 	b = appendStr(b, "decision", string(r.Decision))
 	b = appendStr(b, "mode", string(r.Mode))
 	b = appendBool(b, "enforced", r.Enforced)
-	b = appendStr(b, "endpoint", r.Endpoint)
-	b = appendBool(b, "semantic", r.Semantic)
-	b = appendBool(b, "reranker", r.Reranker)
-	b = appendInt(b, "rows", int64(r.Rows))
-	b = appendBool(b, "single_row", r.SingleRow)
-	b = appendStr(b, "tier", string(r.Tier))
+	if r.RouteKey != "" {
+		b = appendStr(b, r.RouteKey, r.Route)
+	}
+	for i := range r.Fields {
+		f := &r.Fields[i]
+		switch f.Type {
+		case policy.TypeBool:
+			b = appendBool(b, f.Key, f.B)
+		case policy.TypeInt:
+			b = appendInt(b, f.Key, int64(f.N))
+		default:
+			b = appendStr(b, f.Key, f.S)
+		}
+	}
+	for _, c := range r.Classes {
+		b = appendBool(b, c.Key, c.Is)
+	}
+	b = appendStr(b, "tier", r.Tier)
 	b = appendStr(b, "user_id", r.UserID)
 	b = appendStr(b, "scope", r.Scope)
 	if len(r.Full) > 0 {
@@ -77,10 +117,13 @@ func (r *record) AppendJSON(b []byte) []byte {
 		}
 		b = append(b, ']')
 	}
-	for _, f := range r.laneFields() {
-		b = appendIntP(b, f.inFlightKey, *f.inFlight)
-		b = appendIntP(b, f.limitKey, *f.limit)
+	for _, l := range r.Lanes {
+		if l.Known {
+			b = appendInt(b, l.InFlightKey, int64(l.InFlight))
+		}
+		b = appendInt(b, l.LimitKey, int64(l.Limit))
 	}
+	b = appendSeats(b, r.Lanes)
 	b = appendIntP(b, "suggested", r.Suggested)
 	b = appendIntP(b, "retry_after", r.RetryAfter)
 	if r.HeldMS != nil {
@@ -106,8 +149,9 @@ func (r *record) AppendJSON(b []byte) []byte {
 	}
 	b = appendStr(b, "task", r.Task)
 	b = appendStr(b, "request_source", r.RequestSource)
-	b = appendStr(b, "algorithm_id", r.AlgorithmID)
-	b = appendStr(b, "automatch_run_id", r.AutomatchRunID)
+	for _, m := range r.Metadata {
+		b = appendStr(b, m.Key, m.Value)
+	}
 	b = appendStr(b, "cid", r.CID)
 	if !r.TS.IsZero() {
 		b = append(b, `,"ts":"`...)
@@ -117,47 +161,38 @@ func (r *record) AppendJSON(b []byte) []byte {
 	return append(b, '}')
 }
 
-// laneField is one lane's count and limit in a record, and the names of
-// their fields in the log line.
-type laneField struct {
-	lane                  LaneName
-	inFlightKey, limitKey string
-	inFlight, limit       **int
-}
-
-// laneFields returns r's per-lane fields in lane order: the one table
-// that AppendJSON, SetLane and LogFields go by.
-func (r *record) laneFields() [5]laneField {
-	return [...]laneField{
-		{LaneAPIHeavy, "in_flight", "limit", &r.InFlight, &r.Limit},
-		{LaneTask, "task_in_flight", "task_limit", &r.TaskInFlight, &r.TaskLimit},
-		{LaneES2KNN, "es2_knn_in_flight", "es2_knn_limit", &r.ES2KNNInFlight, &r.ES2KNNLimit},
-		{LaneTier, "tier_in_flight", "tier_limit", &r.TierInFlight, &r.TierLimit},
-		{LaneUser, "user_in_flight", "user_limit", &r.UserInFlight, &r.UserLimit},
-	}
-}
-
-// SetLane sets the count (nil: not known) and the limit of lane; an
-// unknown lane is ignored.
-func (r *record) SetLane(lane LaneName, inFlight, limit *int) {
-	for _, f := range r.laneFields() {
-		if f.lane == lane {
-			*f.inFlight, *f.limit = inFlight, limit
-			return
-		}
-	}
-}
-
-// LogFields returns the names of the ocl_capacity line's fields that hold
-// the lane's count and limit; "" for an unknown lane.
-func (n LaneName) LogFields() (inFlight, limit string) {
-	var r record
-	for _, f := range r.laneFields() {
-		if f.lane == n {
-			return f.inFlightKey, f.limitKey
-		}
+// LogKeys returns the log line's keys of lane name's count and limit
+// under p; "" for a lane p does not have.
+func LogKeys(p *policy.Policy, name LaneName) (inFlight, limit string) {
+	if l := p.Lane(string(name)); l != nil {
+		return l.Log.InFlight, l.Log.Limit
 	}
 	return "", ""
+}
+
+// appendSeats appends "seats": the call's seats by lane name, for the lanes
+// where it took more than one; nothing when it took one in each (every call
+// of a policy without seats: the line is as it was before seats).
+func appendSeats(b []byte, lanes []logLane) []byte {
+	n := 0
+	for _, l := range lanes {
+		if l.Seats <= 1 {
+			continue
+		}
+		if n == 0 {
+			b = append(b, `,"seats":{`...)
+		} else {
+			b = append(b, ',')
+		}
+		b = strconv.AppendQuote(b, l.Name) // lane names are ASCII identifiers
+		b = append(b, ':')
+		b = strconv.AppendInt(b, int64(l.Seats), 10)
+		n++
+	}
+	if n > 0 {
+		b = append(b, '}')
+	}
+	return b
 }
 
 func appendKey(b []byte, k string) []byte {

@@ -7,10 +7,13 @@ import (
 	"time"
 
 	"github.com/capgate/capgate"
+	"github.com/capgate/capgate/lanetest"
+	"github.com/capgate/capgate/policy"
+	"github.com/capgate/capgate/settings"
 )
 
 func TestRecordDropsUnsetFields(t *testing.T) {
-	r := capgate.Record{Decision: capgate.DecisionAdmitted, Mode: capgate.ModeShadow}
+	r := capgate.Record{Decision: capgate.DecisionAdmitted, Mode: settings.ModeShadow}
 	got := string(r.AppendJSON(nil))
 	var m map[string]any
 	if err := json.Unmarshal([]byte(got), &m); err != nil {
@@ -45,10 +48,12 @@ func TestRecordEscapesHostileStrings(t *testing.T) {
 
 func BenchmarkRecordAppendJSON(b *testing.B) {
 	one, two := 1, 2
-	r := capgate.Record{Decision: capgate.DecisionShadowRefused, Mode: capgate.ModeShadow, Endpoint: "$match",
-		Semantic: true, Rows: 25, Tier: capgate.TierPreview, UserID: "alice", Scope: "user", Full: []string{"user"},
-		InFlight: &two, Limit: &two, UserInFlight: &two, UserLimit: &one, Task: "task-a", CID: "0123456789abcdef",
-		TS: time.Now()}
+	p := policy.OCL()
+	r := capgate.CallRecord(settings.Default(p, settings.ModeShadow), lanetest.OCLCall("match", 25, true, false, "alice", "preview"))
+	r.Decision, r.Scope, r.Full = capgate.DecisionShadowRefused, "user", []string{"user"}
+	r.AddLane(p, "api_heavy", &two, &two)
+	r.AddLane(p, "user", &two, &one)
+	r.Task, r.CID, r.TS = "task-a", "0123456789abcdef", time.Now()
 	buf := make([]byte, 0, 1024)
 	b.ReportAllocs()
 	for b.Loop() {
@@ -67,14 +72,17 @@ func TestRecordDegradedFollowsError(t *testing.T) {
 	}
 }
 
-func TestRecordSetLaneAndLogFields(t *testing.T) {
+// The OCL lanes' log keys (LogKeys), and the line writes each lane's
+// count and limit under them, in lane order.
+func TestRecordLanesAndLogKeys(t *testing.T) {
+	p := policy.OCL()
 	var r capgate.Record
-	lanes := []capgate.LaneName{capgate.LaneAPIHeavy, capgate.LaneTask, capgate.LaneES2KNN, capgate.LaneTier, capgate.LaneUser}
+	lanes := []capgate.LaneName{"api_heavy", "api_heavy_task", "es2_knn", "tier", "user"}
 	for i, l := range lanes {
 		n, limit := i, 10+i
-		r.SetLane(l, &n, &limit)
+		r.AddLane(p, l, &n, &limit)
 	}
-	r.SetLane("nope", new(int), new(int)) // ignored
+	r.AddLane(p, "nope", new(int), new(int)) // no such lane: left out
 	want := `,"in_flight":0,"limit":10,"task_in_flight":1,"task_limit":11,"es2_knn_in_flight":2,"es2_knn_limit":12,` +
 		`"tier_in_flight":3,"tier_limit":13,"user_in_flight":4,"user_limit":14}`
 	if got := string(r.AppendJSON(nil)); !strings.HasSuffix(got, want) {
@@ -85,16 +93,16 @@ func TestRecordSetLaneAndLogFields(t *testing.T) {
 		t.Fatal(err)
 	}
 	for i, l := range lanes {
-		in, lim := l.LogFields()
+		in, lim := capgate.LogKeys(p, l)
 		if m[in] != float64(i) || m[lim] != float64(10+i) {
-			t.Errorf("%s.LogFields() = %q, %q: line has %v, %v; want %d, %d", l, in, lim, m[in], m[lim], i, 10+i)
+			t.Errorf("LogKeys(OCL, %s) = %q, %q: line has %v, %v; want %d, %d", l, in, lim, m[in], m[lim], i, 10+i)
 		}
 	}
-	if in, lim := capgate.LaneName("nope").LogFields(); in != "" || lim != "" {
-		t.Errorf("unknown lane's LogFields = %q, %q; want empty", in, lim)
+	if in, lim := capgate.LogKeys(p, "nope"); in != "" || lim != "" {
+		t.Errorf("unknown lane's LogKeys = %q, %q; want empty", in, lim)
 	}
 	r = capgate.Record{}
-	r.SetLane(capgate.LaneTier, nil, new(int))
+	r.AddLane(p, "tier", nil, new(int))
 	if got := string(r.AppendJSON(nil)); strings.Contains(got, "in_flight") || !strings.Contains(got, `"tier_limit":0`) {
 		t.Errorf("line %s; want tier_limit alone when the count is not known", got)
 	}

@@ -10,11 +10,12 @@ import (
 	"time"
 
 	"github.com/capgate/capgate"
-	"github.com/capgate/capgate/header"
+	"github.com/capgate/capgate/configtest"
 	capgatehttp "github.com/capgate/capgate/http"
 	"github.com/capgate/capgate/lanetest"
 	"github.com/capgate/capgate/memory"
 	"github.com/capgate/capgate/mock"
+	"github.com/capgate/capgate/settings"
 )
 
 // refusalGate is a gate for the refusal-hint table: enforced, user lane
@@ -25,7 +26,7 @@ import (
 type refusalGate struct {
 	mem   *memory.Store
 	store *mock.LaneStore
-	cfg   *capgate.FixedConfig
+	cfg   *settings.Fixed
 	gate  *capgate.Gate
 	other *capgate.Gate
 	now   *time.Time
@@ -33,17 +34,18 @@ type refusalGate struct {
 
 func newRefusalGate(t *testing.T, policy string, waitlist, local bool) *refusalGate {
 	t.Helper()
-	c := capgate.DefaultConfig(capgate.ModeEnforce)
-	c.EnforceFor = capgate.EnforceAll
-	c.APIHeavy = capgate.APIHeavy{Cluster: 100, PerTask: 10}
-	c.ES2KNN, c.Tiers.Preview, c.PerUser.Preview, c.Unidentified = 100, 100, 2, 1
+	c := settings.Default(nil, settings.ModeEnforce)
+	c.EnforceFor = settings.EnforceAll
+	configtest.SetNumbers(t, &c, "api_heavy.cluster", 100, "api_heavy.per_task", 10)
+	c.Unidentified = 1
+	configtest.SetNumbers(t, &c, "es2_knn", 100, "tiers.preview", 100, "per_user.preview", 2)
 	c.RetryAfter.Policy = policy
-	c.Wait = capgate.Wait{}
+	c.Wait = settings.Wait{}
 	if waitlist {
 		// Waiting on, but no room on the list: a full waitlist.
-		c.Wait = capgate.Wait{MaxSeconds: 20}
+		c.Wait = settings.Wait{MaxSeconds: 20}
 	}
-	e := &refusalGate{mem: memory.New(nil), cfg: capgate.NewFixedConfig(c)}
+	e := &refusalGate{mem: memory.New(nil), cfg: settings.NewFixed(c)}
 	e.store = &mock.LaneStore{Base: e.mem}
 	var store capgate.LaneStore = e.store
 	if waitlist {
@@ -77,7 +79,7 @@ func newRefusalGate(t *testing.T, policy string, waitlist, local bool) *refusalG
 
 // admit admits a $match of user through g; released at the end.
 func (e *refusalGate) admit(t *testing.T, g *capgate.Gate, user string) *capgate.Admission {
-	a := g.Admit(context.Background(), lanetest.Match(user, capgate.TierPreview))
+	a := g.Admit(context.Background(), lanetest.Match(user, "preview"))
 	t.Cleanup(func() { a.Release(context.Background()) })
 	return a
 }
@@ -94,14 +96,14 @@ func TestEveryRefusalCarriesTheSameHints(t *testing.T) {
 		slot     time.Duration // the scope lane's hold ÷ its limit
 		refuse   func(t *testing.T, e *refusalGate) *capgate.Admission
 	}{
-		{"by the store", false, true, capgate.LaneUser, 600 * time.Millisecond, func(t *testing.T, e *refusalGate) *capgate.Admission {
+		{"by the store", false, true, capgate.LaneName("user"), 600 * time.Millisecond, func(t *testing.T, e *refusalGate) *capgate.Admission {
 			// Another gateway holds the user's two: this one's local lanes
 			// see nothing, the store refuses.
 			e.admit(t, e.other, "x")
 			e.admit(t, e.other, "x")
 			return e.admit(t, e.gate, "x")
 		}},
-		{"by the local lanes", false, true, capgate.LaneUser, 600 * time.Millisecond, func(t *testing.T, e *refusalGate) *capgate.Admission {
+		{"by the local lanes", false, true, capgate.LaneName("user"), 600 * time.Millisecond, func(t *testing.T, e *refusalGate) *capgate.Admission {
 			e.admit(t, e.gate, "x")
 			e.admit(t, e.gate, "x")
 			var asked int
@@ -115,10 +117,10 @@ func TestEveryRefusalCarriesTheSameHints(t *testing.T) {
 			}
 			return a
 		}},
-		{"by the degraded limits", false, true, capgate.LaneES2KNN, 600 * time.Millisecond, func(t *testing.T, e *refusalGate) *capgate.Admission {
+		{"by the degraded limits", false, true, capgate.LaneName("es2_knn"), 600 * time.Millisecond, func(t *testing.T, e *refusalGate) *capgate.Admission {
 			// es2_knn 4 over the two gateways seen: 2 here while the
 			// store is down. Three users, so no user lane fills.
-			e.cfg.Edit(func(c *capgate.Config) { c.ES2KNN = 4 })
+			e.cfg.Edit(func(c *settings.Config) { configtest.SetNumbers(t, c, "es2_knn", 4) })
 			synctest.Wait()                 // the seed calls' count of the gateways is done
 			*e.now = e.now.Add(time.Minute) // and due again
 			e.admit(t, e.other, "y")
@@ -136,29 +138,29 @@ func TestEveryRefusalCarriesTheSameHints(t *testing.T) {
 			}
 			return a
 		}},
-		{"by a full waitlist", true, false, capgate.LaneUser, 600 * time.Millisecond, func(t *testing.T, e *refusalGate) *capgate.Admission {
+		{"by a full waitlist", true, false, capgate.LaneName("user"), 600 * time.Millisecond, func(t *testing.T, e *refusalGate) *capgate.Admission {
 			e.admit(t, e.other, "x")
 			e.admit(t, e.other, "x")
 			return e.admit(t, e.gate, "x")
 		}},
-		{"unidentified", false, true, capgate.LaneUser, 1200 * time.Millisecond, func(t *testing.T, e *refusalGate) *capgate.Admission {
+		{"unidentified", false, true, capgate.LaneName("user"), 1200 * time.Millisecond, func(t *testing.T, e *refusalGate) *capgate.Admission {
 			// One at once per gateway (unidentified 1): the lane's
 			// name is the user lane's, whose hold is 1.2 s.
 			cause := errors.New("identity lookup timed out")
-			first := e.gate.Unidentified(context.Background(), lanetest.Match("", capgate.TierPreview), cause)
+			first := e.gate.Unidentified(context.Background(), lanetest.Match("", "preview"), cause)
 			t.Cleanup(func() { first.Release(context.Background()) })
-			a := e.gate.Unidentified(context.Background(), lanetest.Match("", capgate.TierPreview), cause)
+			a := e.gate.Unidentified(context.Background(), lanetest.Match("", "preview"), cause)
 			t.Cleanup(func() { a.Release(context.Background()) })
 			return a
 		}},
-		{"the store too busy", false, false, capgate.LaneTask, 120 * time.Millisecond, func(t *testing.T, e *refusalGate) *capgate.Admission {
+		{"the store too busy", false, false, capgate.LaneName("api_heavy_task"), 120 * time.Millisecond, func(t *testing.T, e *refusalGate) *capgate.Admission {
 			e.store.AcquireFn = func(context.Context, capgate.AcquireRequest, []int) (bool, error) {
 				return false, fmt.Errorf("acquire: %w", capgate.ErrBusy)
 			}
 			return e.admit(t, e.gate, "x")
 		}},
 	}
-	for _, policy := range []string{capgate.PolicyAdaptive, capgate.PolicyFixed} {
+	for _, policy := range []string{settings.PolicyAdaptive, settings.PolicyFixed} {
 		for _, p := range paths {
 			t.Run(policy+"/"+p.name, func(t *testing.T) {
 				synctest.Test(t, func(t *testing.T) {
@@ -170,15 +172,15 @@ func TestEveryRefusalCarriesTheSameHints(t *testing.T) {
 					h := http.Header{}
 					capgatehttp.SetHeaders(h, a)
 					wantRetry, wantSpacing := "5", "" // base × one call ahead
-					if policy == capgate.PolicyAdaptive {
+					if policy == settings.PolicyAdaptive {
 						wantRetry = fmt.Sprint(int((p.slot + time.Second - 1) / time.Second))
 						wantSpacing = fmt.Sprint(p.slot.Milliseconds())
 					}
 					if got := h.Get("Retry-After"); got != wantRetry {
 						t.Errorf("Retry-After %q, want %s", got, wantRetry)
 					}
-					if got := h.Get(header.SuggestedSpacing); got != wantSpacing {
-						t.Errorf("%s %q, want %q", header.SuggestedSpacing, got, wantSpacing)
+					if got := h.Get(oclNames.SuggestedSpacing); got != wantSpacing {
+						t.Errorf("%s %q, want %q", oclNames.SuggestedSpacing, got, wantSpacing)
 					}
 				})
 			})

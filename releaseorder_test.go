@@ -9,6 +9,7 @@ import (
 	"github.com/capgate/capgate"
 	"github.com/capgate/capgate/lanetest"
 	"github.com/capgate/capgate/memory"
+	"github.com/capgate/capgate/settings"
 )
 
 // hookStore is a memory store that runs afterRelease once, after the first
@@ -44,21 +45,21 @@ func (s *hookStore) ReleaseWait(ctx context.Context, prefix, token string, keys 
 // free.
 func TestReleaseFreesTheLocalLanesBeforeTheStore(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
-		c := capgate.DefaultConfig(capgate.ModeEnforce)
-		c.EnforceFor = capgate.EnforceAll
-		c.Wait = capgate.Wait{MaxSeconds: 20, MaxWaiting: 10, MaxWaitingPerUser: 5}
+		c := settings.Default(nil, settings.ModeEnforce)
+		c.EnforceFor = settings.EnforceAll
+		c.Wait = settings.Wait{MaxSeconds: 20, MaxWaiting: 10, MaxWaitingPerUser: 5}
 		store := &hookStore{Store: memory.New(nil)}
-		gate, err := capgate.NewGate(store, capgate.NewFixedConfig(c), nil, "task-a")
+		gate, err := capgate.NewGate(store, settings.NewFixed(c), nil, "task-a")
 		if err != nil {
 			t.Fatal(err)
 		}
 		gate.Local = memory.New(nil)
 		t.Cleanup(func() { _ = gate.Close(context.WithoutCancel(t.Context())) })
 
-		first := gate.Admit(t.Context(), lanetest.Match("p", capgate.TierPreview))
+		first := gate.Admit(t.Context(), lanetest.Match("p", "preview"))
 		mustDecide(t, first, capgate.DecisionAdmitted)
 		ch := make(chan *capgate.Admission, 1)
-		go func() { ch <- gate.Admit(t.Context(), lanetest.Match("p", capgate.TierPreview)) }()
+		go func() { ch <- gate.Admit(t.Context(), lanetest.Match("p", "preview")) }()
 		synctest.Wait() // the second call waits for p's one slot
 		// The waiter runs to its decision while the first call's release
 		// is still returning from the store.

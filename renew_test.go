@@ -20,10 +20,10 @@ func TestOneRenewerForAllCalls(t *testing.T) {
 		e := newFaultEnv(t)
 		ctx := context.Background()
 		before := runtime.NumGoroutine()
-		a := e.gate.Admit(ctx, lanetest.Match("p", capgate.TierPreview))
+		a := e.gate.Admit(ctx, lanetest.Match("p", "preview"))
 		time.Sleep(10 * time.Second)
-		b := e.gate.Admit(ctx, lanetest.Match("q", capgate.TierPreview))
-		c := e.gate.Admit(ctx, lanetest.Match("r", capgate.TierPreview))
+		b := e.gate.Admit(ctx, lanetest.Match("q", "preview"))
+		c := e.gate.Admit(ctx, lanetest.Match("r", "preview"))
 		if n := runtime.NumGoroutine(); n != before {
 			t.Errorf("%d goroutines with 3 calls in flight, want %d as before them", n, before)
 		}
@@ -82,7 +82,7 @@ func TestRenewalsDueTogetherRunSideBySide(t *testing.T) {
 		}
 		var adms []*capgate.Admission
 		for _, u := range []string{"p", "q", "r", "s"} {
-			adms = append(adms, e.gate.Admit(ctx, lanetest.Match(u, capgate.TierPreview)))
+			adms = append(adms, e.gate.Admit(ctx, lanetest.Match(u, "preview")))
 		}
 		time.Sleep(21 * time.Second) // all four due at 20 s (renew_seconds)
 		synctest.Wait()

@@ -6,12 +6,13 @@ import (
 
 	"github.com/capgate/capgate"
 	"github.com/capgate/capgate/memory"
+	"github.com/capgate/capgate/settings"
 )
 
 // An empty task id would give every gateway the same api_heavy_task lane:
 // the per-task limit would act cluster-wide. NewGate refuses it.
 func TestNewGateRefusesAnEmptyTaskID(t *testing.T) {
-	cfg := capgate.NewFixedConfig(capgate.DefaultConfig(capgate.ModeEnforce))
+	cfg := settings.NewFixed(settings.Default(nil, settings.ModeEnforce))
 	g, err := capgate.NewGate(memory.New(nil), cfg, nil, "")
 	if err == nil || g != nil || !strings.Contains(err.Error(), "task id") {
 		t.Fatalf("NewGate(task \"\") = %v, %v; want no gate and an error naming the task id", g, err)

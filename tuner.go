@@ -5,12 +5,13 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
-	"slices"
 	"sync"
 	"time"
 
 	"github.com/capgate/capgate/internal/jsonenc"
 	"github.com/capgate/capgate/internal/loop"
+	"github.com/capgate/capgate/policy"
+	"github.com/capgate/capgate/settings"
 	"github.com/capgate/capgate/status"
 	"github.com/capgate/capgate/tune"
 )
@@ -22,16 +23,18 @@ const tuneEvery = time.Second
 // logged at info level (each is at debug).
 const heldLogEvery = 30
 
-// adaptiveEvent is the "event" of the line written on each change of an
-// advised limit.
-const adaptiveEvent = "ocl_capacity_adaptive"
+// adaptiveEventSuffix ends the "event" of the line written on each change
+// of an advised limit: the policy's log event + "_adaptive".
+const adaptiveEventSuffix = "_adaptive"
 
 // tuner is the gate's part that runs the adaptive limits (package tune): it
 // gathers the service times of the calls the gate releases on each adaptive
 // lane, and every second (Gate.RunAdaptive) sends them to the store's
 // tune.Store; the gateway that gets a window takes the step for the cluster
 // and saves the new state, and every gateway reads the state back. apply
-// gives the gate the limits in force.
+// gives the gate the limits in force. The lanes it may run are the policy's
+// shared lanes (policy.Lane.Shared: one count, one limit), named in the
+// config key "adaptive".
 //
 // When the store fails, the gate keeps the last limit it knew (never
 // falling to min) and keeps the samples it could not send for the next
@@ -45,8 +48,8 @@ type tuner struct {
 	store tune.Store
 
 	mu    sync.Mutex
-	lanes [3]tuneLane // by index in adaptiveLanes; requires mu held
-	since time.Time   // the first step tried or age read: the age of a loop that never stepped; requires mu held
+	lanes map[LaneName]*tuneLane // by lane name; requires mu held
+	since time.Time              // the first step tried or age read: the age of a loop that never stepped; requires mu held
 }
 
 // tuneLane is what the tuner knows of one adaptive lane.
@@ -58,6 +61,20 @@ type tuneLane struct {
 	state   tune.State  // the state last read
 }
 
+// lane returns lane name's state, made now if it has none. Requires t.mu
+// held.
+func (t *tuner) lane(name LaneName) *tuneLane {
+	if t.lanes == nil {
+		t.lanes = map[LaneName]*tuneLane{}
+	}
+	l, ok := t.lanes[name]
+	if !ok {
+		l = &tuneLane{}
+		t.lanes[name] = l
+	}
+	return l
+}
+
 // newTuner returns the tuner of a gate over store; nil when the store
 // keeps no adaptive state.
 func newTuner(store LaneStore) *tuner {
@@ -67,39 +84,60 @@ func newTuner(store LaneStore) *tuner {
 	return nil
 }
 
-// tuneKey returns the store key of the adaptive state of lane name:
+// adaptiveLanes returns the lanes of cfg's policy that may have an
+// adaptive limit (its shared lanes), in its order, with their indexes.
+func adaptiveLanes(cfg settings.Config) []adaptiveLaneRef {
+	var out []adaptiveLaneRef
+	for i, l := range cfg.Policy().Lanes {
+		if l.Shared() {
+			out = append(out, adaptiveLaneRef{name: LaneName(l.Name), index: i, task: l.Scope == policy.ScopeTask})
+		}
+	}
+	return out
+}
+
+// adaptiveLaneRef is one lane that may be adaptive.
+type adaptiveLaneRef struct {
+	name  LaneName
+	index int  // in the policy
+	task  bool // one count per API task: its state is per task too
+}
+
+// adaptiveRef returns the adaptive lane name of cfg's policy; ok is false
+// for a lane that can't be adaptive.
+func adaptiveRef(cfg settings.Config, name LaneName) (adaptiveLaneRef, bool) {
+	for _, r := range adaptiveLanes(cfg) {
+		if r.name == name {
+			return r, true
+		}
+	}
+	return adaptiveLaneRef{}, false
+}
+
+// tuneKey returns the store key of the adaptive state of lane r:
 // <prefix>:tune:<lane>[:<task>], under the lanes' prefix (so a hash-tagged
 // prefix keeps it in their slot) but outside every lane's key space.
-func (k Keys) tuneKey(name LaneName) string {
-	key := k.prefix() + ":tune:" + string(name)
-	if name == LaneTask {
+func (k Keys) tuneKey(r adaptiveLaneRef) string {
+	key := k.prefix() + ":tune:" + string(r.name)
+	if r.task {
 		key += ":" + k.TaskID
 	}
 	return key
 }
 
 // staticLimit returns the static limit an adaptive lane replaces.
-func staticLimit(cfg Config, name LaneName) int {
-	switch name {
-	case LaneAPIHeavy:
-		return cfg.APIHeavy.Cluster
-	case LaneTask:
-		return cfg.APIHeavy.PerTask
-	}
-	return cfg.ES2KNN
-}
+func staticLimit(cfg settings.Config, r adaptiveLaneRef) int { return cfg.Limit(r.index, -1) }
 
-// advised returns the advised limit of lane name under cfg: the last one
+// advised returns the advised limit of lane r under cfg: the last one
 // computed, kept within the bounds set now; ok is false when the lane is
 // not adaptive or none is known yet.
-func (t *tuner) advised(cfg Config, name LaneName) (limit int, ok bool) {
-	set := adaptiveLane(cfg.Adaptive, name)
+func (t *tuner) advised(cfg settings.Config, r adaptiveLaneRef) (limit int, ok bool) {
+	set := cfg.Adaptive.Lane(string(r.name))
 	if t == nil || !set.On() {
 		return 0, false
 	}
-	i := tuneIndex(name)
 	t.mu.Lock()
-	adv := t.lanes[i].advised
+	adv := t.lane(r.name).advised
 	t.mu.Unlock()
 	if adv <= 0 {
 		return 0, false
@@ -107,61 +145,57 @@ func (t *tuner) advised(cfg Config, name LaneName) (limit int, ok bool) {
 	return tune.Bounds{Min: set.Min, Max: set.Max}.Clamp(adv), true
 }
 
-// inForce returns the limit of lane name in force under cfg and where it
+// inForce returns the limit of lane r in force under cfg and where it
 // comes from: "adaptive" when its mode is apply and a limit was advised,
 // else "static". A paused lane (static limit 0) stays paused.
-func (t *tuner) inForce(cfg Config, name LaneName) (limit int, source string) {
-	static := staticLimit(cfg, name)
-	if adv, ok := t.advised(cfg, name); ok && adaptiveLane(cfg.Adaptive, name).Mode == tune.Apply && static > 0 {
+func (t *tuner) inForce(cfg settings.Config, r adaptiveLaneRef) (limit int, source string) {
+	static := staticLimit(cfg, r)
+	if adv, ok := t.advised(cfg, r); ok && cfg.Adaptive.Lane(string(r.name)).Mode == tune.Apply && static > 0 {
 		return adv, status.LimitAdaptive
 	}
 	return static, status.LimitStatic
 }
 
 // apply returns cfg with the limits of the lanes in mode apply replaced
-// by their advised limits (the bulk limit follows api_heavy). A nil tuner
-// or a config with no adaptive lane returns cfg unchanged.
-func (t *tuner) apply(cfg Config) Config {
-	if t == nil || cfg.Adaptive == (tune.Settings{}) {
+// by their advised limits (never below the lane's reserve; the bulk limit
+// follows). A nil tuner or a config with no adaptive lane returns cfg
+// unchanged.
+func (t *tuner) apply(cfg settings.Config) settings.Config {
+	if t == nil || cfg.Adaptive.Empty() {
 		return cfg
 	}
-	if l, src := t.inForce(cfg, LaneAPIHeavy); src == status.LimitAdaptive {
-		cfg.APIHeavy.Cluster = max(l, cfg.ReserveSingleRow)
-	}
-	if l, src := t.inForce(cfg, LaneTask); src == status.LimitAdaptive {
-		cfg.APIHeavy.PerTask = l
-	}
-	if l, src := t.inForce(cfg, LaneES2KNN); src == status.LimitAdaptive {
-		cfg.ES2KNN = l
+	for _, r := range adaptiveLanes(cfg) {
+		if l, src := t.inForce(cfg, r); src == status.LimitAdaptive {
+			cfg = cfg.WithLimit(r.index, l)
+		}
 	}
 	return cfg
 }
 
-func tuneIndex(name LaneName) int {
-	switch name {
-	case LaneAPIHeavy:
-		return 0
-	case LaneTask:
-		return 1
-	}
-	return 2
-}
-
 // observe takes a released call into each of its adaptive lanes'
-// windows: its service time, and its rows as its units of work (the step
-// measures the time per row: see tune.Gather).
+// windows: its service time, and its units of work (the route's units
+// field: OCL's rows; without one, its seats in the lane; the step measures
+// the time per unit: see tune.Gather), beside the lane's count in seats.
 func (t *tuner) observe(a *Admission, service time.Duration) {
-	if t == nil || a.cfg.Adaptive == (tune.Settings{}) || a.counts == nil {
+	if t == nil || a.cfg.Adaptive.Empty() || a.counts == nil {
 		return
 	}
 	us := max(service.Microseconds(), 1)
+	units, byRoute := 1, false
+	if r := a.call.Route; r != nil && r.Units != "" {
+		units, byRoute = r.UnitsOf(&a.call.Fields), true
+	}
 	for i, l := range a.lanes {
-		if !adaptiveLane(a.cfg.Adaptive, l.Name).On() || i >= len(a.counts) || !slices.Contains(adaptiveLanes, l.Name) {
+		if !a.cfg.Adaptive.Lane(string(l.Name)).On() || i >= len(a.counts) || l.Spec == nil || !l.Spec.Shared() {
 			continue
 		}
-		s := tune.Sample{Micros: us, Units: int64(a.call.Rows), InFlight: int64(a.counts[i]), Full: a.full.has(i) || a.waited}
+		u := units
+		if !byRoute {
+			u = l.seats() // a call of k seats is k seats' work
+		}
+		s := tune.Sample{Micros: us, Units: int64(u), InFlight: int64(a.counts[i]), Full: a.full.has(i) || a.waited}
 		t.mu.Lock()
-		t.lanes[tuneIndex(l.Name)].gather.Add(s)
+		t.lane(l.Name).gather.Add(s)
 		t.mu.Unlock()
 	}
 }
@@ -169,11 +203,8 @@ func (t *tuner) observe(a *Admission, service time.Duration) {
 // add adds w, a window gathered outside the gate, to the samples of lane
 // name to be sent at the next step.
 func (t *tuner) add(name LaneName, w tune.Window) {
-	if !slices.Contains(adaptiveLanes, name) {
-		return
-	}
 	t.mu.Lock()
-	p := &t.lanes[tuneIndex(name)].pending
+	p := &t.lane(name).pending
 	*p = p.Add(w)
 	t.mu.Unlock()
 }
@@ -218,25 +249,25 @@ func (g *Gate) StepAdaptive(ctx context.Context, observed map[LaneName]tune.Wind
 	t.mu.Unlock()
 	cfg := g.Source.Config(ctx)
 	var first error
-	for _, name := range adaptiveLanes {
-		i := tuneIndex(name)
-		if !adaptiveLane(cfg.Adaptive, name).On() {
+	for _, r := range adaptiveLanes(cfg) {
+		if !cfg.Adaptive.Lane(string(r.name)).On() {
 			t.mu.Lock()
-			t.lanes[i] = tuneLane{} // samples of a lane switched off say nothing later
+			*t.lane(r.name) = tuneLane{} // samples of a lane switched off say nothing later
 			t.mu.Unlock()
 			continue
 		}
 		if g.skipping() {
 			return nil
 		}
-		if err := g.stepLane(ctx, t, cfg, name); err != nil && first == nil {
+		if err := g.stepLane(ctx, t, cfg, r); err != nil && first == nil {
 			first = err
 		}
 	}
 	return first
 }
 
-func (g *Gate) stepLane(ctx context.Context, t *tuner, cfg Config, name LaneName) (err error) {
+func (g *Gate) stepLane(ctx context.Context, t *tuner, cfg settings.Config, r adaptiveLaneRef) (err error) {
+	name := r.name
 	defer func() {
 		if r := recover(); r != nil {
 			err = fmt.Errorf("adaptive %s: internal error: %v", name, r)
@@ -245,18 +276,17 @@ func (g *Gate) stepLane(ctx context.Context, t *tuner, cfg Config, name LaneName
 			g.logger().Warn("adaptive limit: step failed; the last limit stays", "lane", name, "error", err)
 		}
 	}()
-	i := tuneIndex(name)
 	t.mu.Lock()
-	l := &t.lanes[i]
+	l := t.lane(name)
 	batch := l.pending.Add(l.gather.Window())
 	l.pending = tune.Window{}
 	l.gather.Reset()
 	t.mu.Unlock()
-	key := g.keys().tuneKey(name)
+	key := g.keys(cfg).tuneKey(r)
 	round, err := t.store.TuneExchange(ctx, key, batch, tuneEvery)
 	if err != nil {
 		t.mu.Lock()
-		t.lanes[i].pending = t.lanes[i].pending.Add(batch) // sent next time
+		l.pending = l.pending.Add(batch) // sent next time
 		t.mu.Unlock()
 		return fmt.Errorf("adaptive %s: exchange: %w", name, err)
 	}
@@ -264,8 +294,8 @@ func (g *Gate) stepLane(ctx context.Context, t *tuner, cfg Config, name LaneName
 	if derr != nil {
 		state = tune.State{} // a state we can't read starts over from the static limit
 	}
-	set := adaptiveLane(cfg.Adaptive, name)
-	b := tune.Bounds{Min: set.Min, Max: set.Max, Static: staticLimit(cfg, name), Advise: set.Mode == tune.Advise}
+	set := cfg.Adaptive.Lane(string(name))
+	b := tune.Bounds{Min: set.Min, Max: set.Max, Static: staticLimit(cfg, r), Advise: set.Mode == tune.Advise}
 	if round.Due {
 		prev := state.Start(b)
 		state = state.Next(round.Window, b)
@@ -290,16 +320,16 @@ func (g *Gate) stepLane(ctx context.Context, t *tuner, cfg Config, name LaneName
 			return fmt.Errorf("adaptive %s: save: %w", name, err)
 		}
 		if state.Limit != prev {
-			g.emitAdaptive(cfg, name, prev, state)
+			g.emitAdaptive(cfg, r, prev, state)
 		}
 	}
 	if state.Limit > 0 || round.Due {
 		t.mu.Lock()
-		t.lanes[i].advised = state.Start(b)
+		l.advised = state.Start(b)
 		if state.At > 0 {
-			t.lanes[i].stepAt = time.UnixMilli(state.At)
+			l.stepAt = time.UnixMilli(state.At)
 		}
-		t.lanes[i].state = state
+		l.state = state
 		t.mu.Unlock()
 	}
 	return derr
@@ -322,12 +352,13 @@ func (g *Gate) ReadAdaptive(ctx context.Context) error {
 		return errNoTuneStore
 	}
 	cfg := g.Source.Config(ctx)
-	for _, name := range adaptiveLanes {
-		set := adaptiveLane(cfg.Adaptive, name)
+	for _, r := range adaptiveLanes(cfg) {
+		name := r.name
+		set := cfg.Adaptive.Lane(string(name))
 		if !set.On() {
 			continue
 		}
-		round, err := t.store.TuneExchange(ctx, g.keys().tuneKey(name), tune.Window{}, readEvery)
+		round, err := t.store.TuneExchange(ctx, g.keys(cfg).tuneKey(r), tune.Window{}, readEvery)
 		if err != nil {
 			return fmt.Errorf("adaptive %s: read: %w", name, err)
 		}
@@ -338,12 +369,12 @@ func (g *Gate) ReadAdaptive(ctx context.Context) error {
 		if state.Limit <= 0 {
 			continue
 		}
-		b := tune.Bounds{Min: set.Min, Max: set.Max, Static: staticLimit(cfg, name)}
-		i := tuneIndex(name)
+		b := tune.Bounds{Min: set.Min, Max: set.Max, Static: staticLimit(cfg, r)}
 		t.mu.Lock()
-		t.lanes[i].advised, t.lanes[i].state = state.Start(b), state
+		l := t.lane(name)
+		l.advised, l.state = state.Start(b), state
 		if state.At > 0 {
-			t.lanes[i].stepAt = time.UnixMilli(state.At)
+			l.stepAt = time.UnixMilli(state.At)
 		}
 		t.mu.Unlock()
 	}
@@ -373,11 +404,12 @@ func (g *Gate) AdaptiveStepAges(ctx context.Context) map[LaneName]time.Duration 
 	if t.since.IsZero() {
 		t.since = now
 	}
-	for _, name := range adaptiveLanes {
-		if !adaptiveLane(cfg.Adaptive, name).On() {
+	for _, r := range adaptiveLanes(cfg) {
+		name := r.name
+		if !cfg.Adaptive.Lane(string(name)).On() {
 			continue
 		}
-		at := t.lanes[tuneIndex(name)].stepAt
+		at := t.lane(name).stepAt
 		if at.IsZero() {
 			at = t.since
 		}
@@ -386,7 +418,7 @@ func (g *Gate) AdaptiveStepAges(ctx context.Context) map[LaneName]time.Duration 
 	return out
 }
 
-// adaptiveLine is the ocl_capacity_adaptive log line.
+// adaptiveLine is the <log event>_adaptive log line.
 type adaptiveLine struct {
 	Event    string    `json:"event"`
 	Lane     LaneName  `json:"lane"`
@@ -405,16 +437,17 @@ type adaptiveLine struct {
 	TS   string `json:"ts"`
 }
 
-// emitAdaptive writes the ocl_capacity_adaptive line of a step of lane
-// name that changed its advised limit from prev to s.Limit.
-func (g *Gate) emitAdaptive(cfg Config, name LaneName, prev int, s tune.State) {
-	set := adaptiveLane(cfg.Adaptive, name)
-	static := staticLimit(cfg, name)
+// emitAdaptive writes the <log event>_adaptive line of a step of lane r
+// that changed its advised limit from prev to s.Limit.
+func (g *Gate) emitAdaptive(cfg settings.Config, r adaptiveLaneRef, prev int, s tune.State) {
+	name := r.name
+	set := cfg.Adaptive.Lane(string(name))
+	static := staticLimit(cfg, r)
 	limit, src := static, status.LimitStatic
 	if set.Mode == tune.Apply && static > 0 {
 		limit, src = s.Limit, status.LimitAdaptive
 	}
-	line := adaptiveLine{Event: adaptiveEvent, Lane: name, Mode: set.Mode, Advised: s.Limit, Previous: prev,
+	line := adaptiveLine{Event: cfg.Policy().Names.LogEvent + adaptiveEventSuffix, Lane: name, Mode: set.Mode, Advised: s.Limit, Previous: prev,
 		Limit: limit, Source: src, Static: static, Min: set.Min, Max: set.Max, Reason: s.Reason, Step: s.Step,
 		Snapshot: s.Last, Task: g.TaskID, TS: g.now().UTC().Format("2006-01-02T15:04:05.000Z")}
 	g.logger().Info("adaptive limit changed", "lane", name, "mode", set.Mode, "from", prev, "to", s.Limit, "reason", s.Reason, "mean_ms", s.Last.MeanMS, "no_load_ms", s.Last.NoLoadMS, "calls", s.Last.Calls, "maxin", s.Last.MaxInFlight)
@@ -432,25 +465,25 @@ func (g *Gate) emitAdaptive(cfg Config, name LaneName, prev int, s tune.State) {
 
 // annotate sets the limit in force, the advised limit and the limit's
 // source of each adaptive lane in st, read under cfg (the static config),
-// and st.Adaptive, the loop's advice and why, at now. The task lane is
-// task's (the gate's own).
-func (t *tuner) annotate(cfg Config, task string, now time.Time, st *status.Snapshot) {
-	if t == nil || cfg.Adaptive == (tune.Settings{}) || st.Store != status.OK {
+// and st.Adaptive, the loop's advice and why, at now. A task lane's entry
+// is task's (the gate's own).
+func (t *tuner) annotate(cfg settings.Config, task string, now time.Time, st *status.Snapshot) {
+	if t == nil || cfg.Adaptive.Empty() || st.Store != status.OK {
 		return
 	}
-	mark := func(name LaneName, limit, advised *int, source *string) {
-		set := adaptiveLane(cfg.Adaptive, name)
+	mark := func(r adaptiveLaneRef, ln *status.Lane) {
+		set := cfg.Adaptive.Lane(string(r.name))
 		if !set.On() {
 			return
 		}
-		*limit, *source = t.inForce(cfg, name)
-		if adv, ok := t.advised(cfg, name); ok {
-			*advised = adv
+		ln.Limit, ln.LimitSource = t.inForce(cfg, r)
+		if adv, ok := t.advised(cfg, r); ok {
+			ln.Advised = adv
 		}
 		t.mu.Lock()
-		l := t.lanes[tuneIndex(name)]
+		l := *t.lane(r.name)
 		t.mu.Unlock()
-		a := status.Adaptive{Mode: string(set.Mode), Advised: *advised, Limit: *limit, LimitSource: *source,
+		a := status.Adaptive{Mode: string(set.Mode), Advised: ln.Advised, Limit: ln.Limit, LimitSource: ln.LimitSource,
 			Step: l.state.Step, Reason: l.state.Reason, Calls: l.state.Last.Calls, RowMS: l.state.Last.MeanMS,
 			NoLoadMS: l.state.Last.NoLoadMS, MaxInFlight: l.state.Last.MaxInFlight, Full: l.state.Last.Full}
 		if !l.stepAt.IsZero() {
@@ -459,25 +492,35 @@ func (t *tuner) annotate(cfg Config, task string, now time.Time, st *status.Snap
 		if st.Adaptive == nil {
 			st.Adaptive = map[string]status.Adaptive{}
 		}
-		st.Adaptive[string(name)] = a
-	}
-	if h := st.APIHeavy; h != nil {
-		mark(LaneAPIHeavy, &h.Limit, &h.Advised, &h.LimitSource)
-		if h.LimitSource == status.LimitAdaptive {
-			h.Limit = max(h.Limit, cfg.ReserveSingleRow)
-			h.BulkLimit = max(h.Limit-cfg.ReserveSingleRow, 0)
+		st.Adaptive[string(r.name)] = a
+		if reserve := cfg.Reserve(r.index); ln.BulkLimit != nil && ln.LimitSource == status.LimitAdaptive {
+			ln.Limit = max(ln.Limit, reserve)
+			b := max(ln.Limit-reserve, 0)
+			ln.BulkLimit = &b
 		}
 	}
-	if e := st.ES2KNN; e != nil {
-		mark(LaneES2KNN, &e.Limit, &e.Advised, &e.LimitSource)
-	}
-	if adaptiveLane(cfg.Adaptive, LaneTask).On() {
-		ts := st.Tasks[task]
-		mark(LaneTask, &ts.Limit, &ts.Advised, &ts.LimitSource)
-		if st.Tasks == nil {
-			st.Tasks = map[string]status.Lane{}
+	for _, r := range adaptiveLanes(cfg) {
+		if !r.task {
+			for i := range st.Shared {
+				if st.Shared[i].Name == string(r.name) {
+					mark(r, &st.Shared[i].Lane)
+				}
+			}
+			continue
 		}
-		st.Tasks[task] = ts
+		if !cfg.Adaptive.Lane(string(r.name)).On() {
+			continue
+		}
+		kl, ok := st.KeyedLane(string(r.name))
+		if !ok {
+			continue
+		}
+		if kl.Entries == nil {
+			kl.Entries = map[string]status.Lane{}
+		}
+		ts := kl.Entries[task]
+		mark(r, &ts)
+		kl.Entries[task] = ts
 	}
 }
 
@@ -491,9 +534,9 @@ func (g *Gate) AdvisedLimits(ctx context.Context) map[LaneName]int {
 		return out
 	}
 	cfg := g.Source.Config(ctx)
-	for _, name := range adaptiveLanes {
-		if l, ok := g.tuner.advised(cfg, name); ok {
-			out[name] = l
+	for _, r := range adaptiveLanes(cfg) {
+		if l, ok := g.tuner.advised(cfg, r); ok {
+			out[r.name] = l
 		}
 	}
 	return out

@@ -10,19 +10,22 @@ import (
 	"time"
 
 	"github.com/capgate/capgate"
+	"github.com/capgate/capgate/configtest"
+	"github.com/capgate/capgate/lanetest"
 	"github.com/capgate/capgate/memory"
 	"github.com/capgate/capgate/mock"
+	"github.com/capgate/capgate/settings"
 	"github.com/capgate/capgate/status"
 	"github.com/capgate/capgate/tune"
 )
 
 // tunedGate is a gate on a memory store (a tune.Store: NewGate gives the
 // gate its adaptive limits), on a fake clock.
-func tunedGate(t *testing.T, cfg capgate.Config) (*capgate.Gate, *capgate.FixedConfig, *memory.Store, *mock.Clock) {
+func tunedGate(t *testing.T, cfg settings.Config) (*capgate.Gate, *settings.Fixed, *memory.Store, *mock.Clock) {
 	t.Helper()
 	clock := mock.NewClock(time.Date(2030, 1, 1, 0, 0, 0, 0, time.UTC))
 	store := memory.New(clock.Now)
-	src := capgate.NewFixedConfig(cfg)
+	src := settings.NewFixed(cfg)
 	g, err := capgate.NewGate(store, src, &mock.Sink{}, "t1")
 	if err != nil {
 		t.Fatal(err)
@@ -34,10 +37,10 @@ func tunedGate(t *testing.T, cfg capgate.Config) (*capgate.Gate, *capgate.FixedC
 
 func knnLimit(t *testing.T, g *capgate.Gate) int {
 	t.Helper()
-	a := g.Admit(context.Background(), capgate.Call{Endpoint: capgate.EndpointMatch, Rows: 2, Semantic: true, UserID: "u", Tier: capgate.TierCore})
+	a := g.Admit(context.Background(), lanetest.OCLCall("match", 2, true, false, "u", "core"))
 	defer a.Release(context.Background())
 	for _, l := range a.Lanes() {
-		if l.Name == capgate.LaneES2KNN {
+		if l.Name == capgate.LaneName("es2_knn") {
 			return l.Limit
 		}
 	}
@@ -46,15 +49,15 @@ func knnLimit(t *testing.T, g *capgate.Gate) int {
 }
 
 func TestGateAppliesTheAdaptiveLimit(t *testing.T) {
-	cfg := capgate.DefaultConfig(capgate.ModeShadow)
-	cfg.Adaptive.ES2KNN = tune.LaneSettings{Mode: tune.Apply, Min: 1, Max: 10}
+	cfg := settings.Default(nil, settings.ModeShadow)
+	cfg.Adaptive = cfg.Adaptive.With("es2_knn", tune.LaneSettings{Mode: tune.Apply, Min: 1, Max: 10})
 	g, src, store, _ := tunedGate(t, cfg)
 	ctx := context.Background()
 	if got := knnLimit(t, g); got != 3 {
 		t.Fatalf("before any step: es2_knn limit %d; want the static 3", got)
 	}
 	// The cluster's state says 7 (another gateway computed it).
-	if err := store.TuneSave(ctx, capgate.TuneKey(g, capgate.LaneES2KNN), []byte(`{"limit":7,"step":4}`)); err != nil {
+	if err := store.TuneSave(ctx, capgate.TuneKey(g, capgate.LaneName("es2_knn")), []byte(`{"limit":7,"step":4}`)); err != nil {
 		t.Fatal(err)
 	}
 	if err := g.StepAdaptive(ctx, nil); err != nil {
@@ -63,22 +66,26 @@ func TestGateAppliesTheAdaptiveLimit(t *testing.T) {
 	if got := knnLimit(t, g); got != 7 {
 		t.Errorf("apply: es2_knn limit %d; want the cluster's 7", got)
 	}
-	st := g.Status(ctx, src.Config(ctx))
-	if st.ES2KNN.Limit != 7 || st.ES2KNN.Advised != 7 || st.ES2KNN.LimitSource != status.LimitAdaptive {
-		t.Errorf("status es2_knn = %+v; want limit 7, advised 7, source adaptive", *st.ES2KNN)
+	knn := lanetest.SharedLane(t, g.Status(ctx, src.Config(ctx)), "es2_knn")
+	if knn.Limit != 7 || knn.Advised != 7 || knn.LimitSource != status.LimitAdaptive {
+		t.Errorf("status es2_knn = %+v; want limit 7, advised 7, source adaptive", knn)
 	}
 	// Staff switch back: at once.
-	src.Edit(func(c *capgate.Config) { c.Adaptive.ES2KNN.Mode = tune.Advise })
+	src.Edit(func(c *settings.Config) {
+		l := c.Adaptive.Lane("es2_knn")
+		l.Mode = tune.Advise
+		c.Adaptive = c.Adaptive.With("es2_knn", l)
+	})
 	if got := knnLimit(t, g); got != 3 {
 		t.Errorf("advise: es2_knn limit %d; want the static 3 at once", got)
 	}
-	st = g.Status(ctx, src.Config(ctx))
-	if st.ES2KNN.Limit != 3 || st.ES2KNN.Advised != 7 || st.ES2KNN.LimitSource != status.LimitStatic {
-		t.Errorf("status es2_knn = %+v; want limit 3, advised 7, source static", *st.ES2KNN)
+	knn = lanetest.SharedLane(t, g.Status(ctx, src.Config(ctx)), "es2_knn")
+	if knn.Limit != 3 || knn.Advised != 7 || knn.LimitSource != status.LimitStatic {
+		t.Errorf("status es2_knn = %+v; want limit 3, advised 7, source static", knn)
 	}
 	// A max below the advised limit bounds it at once.
-	src.Edit(func(c *capgate.Config) {
-		c.Adaptive.ES2KNN = tune.LaneSettings{Mode: tune.Apply, Min: 1, Max: 5}
+	src.Edit(func(c *settings.Config) {
+		c.Adaptive = c.Adaptive.With("es2_knn", tune.LaneSettings{Mode: tune.Apply, Min: 1, Max: 5})
 	})
 	if got := knnLimit(t, g); got != 5 {
 		t.Errorf("apply, max 5: es2_knn limit %d; want 5", got)
@@ -86,23 +93,23 @@ func TestGateAppliesTheAdaptiveLimit(t *testing.T) {
 }
 
 func TestGateFeedsReleasedCallsToTheAdaptiveLimits(t *testing.T) {
-	cfg := capgate.DefaultConfig(capgate.ModeShadow)
-	cfg.Adaptive.ES2KNN = tune.LaneSettings{Mode: tune.Advise, Min: 1, Max: 10}
+	cfg := settings.Default(nil, settings.ModeShadow)
+	cfg.Adaptive = cfg.Adaptive.With("es2_knn", tune.LaneSettings{Mode: tune.Advise, Min: 1, Max: 10})
 	g, _, store, clock := tunedGate(t, cfg)
 	ctx := context.Background()
 	for range 12 {
-		a := g.Admit(ctx, capgate.Call{Endpoint: capgate.EndpointMatch, Rows: 2, Semantic: true, UserID: "u", Tier: capgate.TierCore})
+		a := g.Admit(ctx, lanetest.OCLCall("match", 2, true, false, "u", "core"))
 		clock.Advance(40 * time.Millisecond)
 		a.Release(ctx)
 	}
 	// Lexical calls have no es2_knn lane and feed nothing.
-	a := g.Admit(ctx, capgate.Call{Endpoint: capgate.EndpointRerank, Rows: 2, UserID: "u", Tier: capgate.TierCore})
+	a := g.Admit(ctx, lanetest.OCLCall("rerank", 2, false, false, "u", "core"))
 	clock.Advance(time.Second)
 	a.Release(ctx)
 	if err := g.StepAdaptive(ctx, nil); err != nil {
 		t.Fatal(err)
 	}
-	r, err := store.TuneExchange(ctx, capgate.TuneKey(g, capgate.LaneES2KNN), tune.Window{}, time.Hour)
+	r, err := store.TuneExchange(ctx, capgate.TuneKey(g, capgate.LaneName("es2_knn")), tune.Window{}, time.Hour)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -113,7 +120,7 @@ func TestGateFeedsReleasedCallsToTheAdaptiveLimits(t *testing.T) {
 }
 
 func TestNoAdaptiveKeyChangesNothing(t *testing.T) {
-	g, src, _, _ := tunedGate(t, capgate.DefaultConfig(capgate.ModeShadow))
+	g, src, _, _ := tunedGate(t, settings.Default(nil, settings.ModeShadow))
 	ctx := context.Background()
 	if err := g.StepAdaptive(ctx, nil); err != nil {
 		t.Fatal(err)
@@ -134,18 +141,18 @@ func TestNoAdaptiveKeyChangesNothing(t *testing.T) {
 }
 
 func TestConfigJSONWithAndWithoutAdaptive(t *testing.T) {
-	cfg := capgate.DefaultConfig(capgate.ModeShadow)
+	cfg := settings.Default(nil, settings.ModeShadow)
 	b, err := json.Marshal(cfg)
 	if err != nil || strings.Contains(string(b), `"adaptive":`) {
 		t.Fatalf("defaults as JSON = %s, %v; want no adaptive key", b, err)
 	}
-	cfg.Adaptive.ES2KNN = tune.LaneSettings{Mode: tune.Apply, Min: 2, Max: 9}
+	cfg.Adaptive = cfg.Adaptive.With("es2_knn", tune.LaneSettings{Mode: tune.Apply, Min: 2, Max: 9})
 	b, err = json.Marshal(cfg)
 	if err != nil || !strings.Contains(string(b), `"adaptive":{"es2_knn":{"max":9,"min":2,"mode":"apply"}}`) {
 		t.Fatalf("with adaptive as JSON = %s, %v", b, err)
 	}
-	var back capgate.Config
-	if err := json.Unmarshal(b, &back); err != nil || back != cfg {
+	var back settings.Config
+	if err := json.Unmarshal(b, &back); err != nil || !configtest.Same(back, cfg) {
 		t.Errorf("read back = %+v, %v; want %+v", back, err, cfg)
 	}
 }
@@ -153,16 +160,16 @@ func TestConfigJSONWithAndWithoutAdaptive(t *testing.T) {
 // RunAdaptive steps at once, then every second, until its context ends.
 func TestRunAdaptiveStepsUntilCancelled(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
-		cfg := capgate.DefaultConfig(capgate.ModeShadow)
-		cfg.Adaptive.ES2KNN = tune.LaneSettings{Mode: tune.Apply, Min: 1, Max: 10}
+		cfg := settings.Default(nil, settings.ModeShadow)
+		cfg.Adaptive = cfg.Adaptive.With("es2_knn", tune.LaneSettings{Mode: tune.Apply, Min: 1, Max: 10})
 		store := memory.New(nil)
-		g, err := capgate.NewGate(store, capgate.NewFixedConfig(cfg), &mock.Sink{}, "t1")
+		g, err := capgate.NewGate(store, settings.NewFixed(cfg), &mock.Sink{}, "t1")
 		if err != nil {
 			t.Fatal(err)
 		}
 		defer func() { _ = g.Close(context.Background()) }()
 		ctx, cancel := context.WithCancel(t.Context())
-		if err := store.TuneSave(ctx, capgate.TuneKey(g, capgate.LaneES2KNN), []byte(`{"limit":7,"step":4}`)); err != nil {
+		if err := store.TuneSave(ctx, capgate.TuneKey(g, capgate.LaneName("es2_knn")), []byte(`{"limit":7,"step":4}`)); err != nil {
 			t.Fatal(err)
 		}
 		done := make(chan struct{})
@@ -171,7 +178,7 @@ func TestRunAdaptiveStepsUntilCancelled(t *testing.T) {
 		if got := knnLimit(t, g); got != 7 {
 			t.Errorf("after RunAdaptive's first step: es2_knn limit %d; want the cluster's 7", got)
 		}
-		if err := store.TuneSave(ctx, capgate.TuneKey(g, capgate.LaneES2KNN), []byte(`{"limit":5,"step":5}`)); err != nil {
+		if err := store.TuneSave(ctx, capgate.TuneKey(g, capgate.LaneName("es2_knn")), []byte(`{"limit":5,"step":5}`)); err != nil {
 			t.Fatal(err)
 		}
 		time.Sleep(time.Second)
@@ -193,12 +200,12 @@ func TestRunAdaptiveStepsUntilCancelled(t *testing.T) {
 // RunAdaptive returns at once.
 func TestHandBuiltGateKeepsTheStaticLimits(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
-		cfg := capgate.DefaultConfig(capgate.ModeShadow)
-		cfg.Adaptive.ES2KNN = tune.LaneSettings{Mode: tune.Apply, Min: 1, Max: 10}
+		cfg := settings.Default(nil, settings.ModeShadow)
+		cfg.Adaptive = cfg.Adaptive.With("es2_knn", tune.LaneSettings{Mode: tune.Apply, Min: 1, Max: 10})
 		store := memory.New(nil)
-		g := &capgate.Gate{Store: store, Source: capgate.NewFixedConfig(cfg), TaskID: "t1", Logger: slog.New(slog.DiscardHandler)}
+		g := &capgate.Gate{Store: store, Source: settings.NewFixed(cfg), TaskID: "t1", Logger: slog.New(slog.DiscardHandler)}
 		defer func() { _ = g.Close(context.Background()) }()
-		if err := store.TuneSave(t.Context(), capgate.TuneKey(g, capgate.LaneES2KNN), []byte(`{"limit":7,"step":4}`)); err != nil {
+		if err := store.TuneSave(t.Context(), capgate.TuneKey(g, capgate.LaneName("es2_knn")), []byte(`{"limit":7,"step":4}`)); err != nil {
 			t.Fatal(err)
 		}
 		done := make(chan struct{})
@@ -225,8 +232,8 @@ func TestHandBuiltGateKeepsTheStaticLimits(t *testing.T) {
 // limits its parent's loop steps, and its released calls feed that loop:
 // the cluster lanes see every call of the process.
 func TestForTaskSharesTheAdaptiveLimits(t *testing.T) {
-	cfg := capgate.DefaultConfig(capgate.ModeShadow)
-	cfg.Adaptive.ES2KNN = tune.LaneSettings{Mode: tune.Apply, Min: 1, Max: 10}
+	cfg := settings.Default(nil, settings.ModeShadow)
+	cfg.Adaptive = cfg.Adaptive.With("es2_knn", tune.LaneSettings{Mode: tune.Apply, Min: 1, Max: 10})
 	g, _, store, clock := tunedGate(t, cfg)
 	ctx := context.Background()
 	task, err := g.ForTask("t2")
@@ -234,7 +241,7 @@ func TestForTaskSharesTheAdaptiveLimits(t *testing.T) {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { _ = task.Close(ctx) })
-	if err := store.TuneSave(ctx, capgate.TuneKey(g, capgate.LaneES2KNN), []byte(`{"limit":7,"step":4}`)); err != nil {
+	if err := store.TuneSave(ctx, capgate.TuneKey(g, capgate.LaneName("es2_knn")), []byte(`{"limit":7,"step":4}`)); err != nil {
 		t.Fatal(err)
 	}
 	if err := g.StepAdaptive(ctx, nil); err != nil {
@@ -245,7 +252,7 @@ func TestForTaskSharesTheAdaptiveLimits(t *testing.T) {
 	}
 	// knnLimit's call above was one; eleven more through the task's gate.
 	for range 11 {
-		a := task.Admit(ctx, capgate.Call{Endpoint: capgate.EndpointMatch, Rows: 2, Semantic: true, UserID: "u", Tier: capgate.TierCore})
+		a := task.Admit(ctx, lanetest.OCLCall("match", 2, true, false, "u", "core"))
 		clock.Advance(40 * time.Millisecond)
 		a.Release(ctx)
 	}
@@ -253,7 +260,7 @@ func TestForTaskSharesTheAdaptiveLimits(t *testing.T) {
 	if err := g.StepAdaptive(ctx, nil); err != nil {
 		t.Fatal(err)
 	}
-	r, err := store.TuneExchange(ctx, capgate.TuneKey(g, capgate.LaneES2KNN), tune.Window{}, time.Hour)
+	r, err := store.TuneExchange(ctx, capgate.TuneKey(g, capgate.LaneName("es2_knn")), tune.Window{}, time.Hour)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -265,10 +272,10 @@ func TestForTaskSharesTheAdaptiveLimits(t *testing.T) {
 // The age of the last step grows while no gateway steps the lane, and
 // comes back to zero with the next step, whichever gateway takes it.
 func TestAdaptiveStepAgeShowsALoopThatDoesNotStep(t *testing.T) {
-	cfg := capgate.DefaultConfig(capgate.ModeShadow)
-	cfg.Adaptive.ES2KNN = tune.LaneSettings{Mode: tune.Apply, Min: 1, Max: 10}
+	cfg := settings.Default(nil, settings.ModeShadow)
+	cfg.Adaptive = cfg.Adaptive.With("es2_knn", tune.LaneSettings{Mode: tune.Apply, Min: 1, Max: 10})
 	g, _, store, clock := tunedGate(t, cfg)
-	other, err := capgate.NewGate(store, capgate.NewFixedConfig(cfg), nil, "t2")
+	other, err := capgate.NewGate(store, settings.NewFixed(cfg), nil, "t2")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -276,7 +283,7 @@ func TestAdaptiveStepAgeShowsALoopThatDoesNotStep(t *testing.T) {
 	ctx := context.Background()
 	age := func() time.Duration {
 		t.Helper()
-		a, ok := g.AdaptiveStepAges(ctx)[capgate.LaneES2KNN]
+		a, ok := g.AdaptiveStepAges(ctx)[capgate.LaneName("es2_knn")]
 		if !ok {
 			t.Fatal("no age for es2_knn")
 		}
@@ -320,14 +327,14 @@ func TestAdaptiveStepAgeShowsALoopThatDoesNotStep(t *testing.T) {
 
 // Each step's inputs are logged (debug), so a loop that holds says why.
 func TestAdaptiveStepLogsItsInputs(t *testing.T) {
-	cfg := capgate.DefaultConfig(capgate.ModeShadow)
-	cfg.Adaptive.ES2KNN = tune.LaneSettings{Mode: tune.Apply, Min: 1, Max: 10}
+	cfg := settings.Default(nil, settings.ModeShadow)
+	cfg.Adaptive = cfg.Adaptive.With("es2_knn", tune.LaneSettings{Mode: tune.Apply, Min: 1, Max: 10})
 	g, _, _, _ := tunedGate(t, cfg)
 	var buf strings.Builder
 	g.Logger = slog.New(slog.NewJSONHandler(&buf, &slog.HandlerOptions{Level: slog.LevelDebug}))
 	ctx := context.Background()
 	w := tune.Window{Calls: 4, SumMicros: 4 * 50000, MaxInFlight: 3, SumInFlight: 12}
-	if err := g.StepAdaptive(ctx, map[capgate.LaneName]tune.Window{capgate.LaneES2KNN: w}); err != nil {
+	if err := g.StepAdaptive(ctx, map[capgate.LaneName]tune.Window{capgate.LaneName("es2_knn"): w}); err != nil {
 		t.Fatal(err)
 	}
 	var line map[string]any

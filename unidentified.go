@@ -18,9 +18,10 @@ const defaultUnidentified = 1
 // because of cause (an identity lookup that failed or timed out). A failed
 // lookup must never mean an uncounted call: a flood of requests that
 // defeat or slow the lookup would otherwise all reach the API. The call
-// is gated as the user UnidentifiedUser, tier preview, in one lane of the
-// gateway's own whose limit is the config's unidentified setting, per
-// gateway: in the local lanes (Gate.Local), its decision then
+// is gated as the user UnidentifiedUser, of the policy's default tier, in
+// one lane of the gateway's own — the policy's lane keyed by the user
+// ("user" without one), key UnidentifiedUser — whose limit is the config's
+// unidentified setting, per gateway: in the local lanes (Gate.Local), its decision then
 // "unavailable" (the cluster did not count it) with Degraded set while it
 // holds that place; or, without local lanes, in a Store that lives in this
 // process (Kind "memory"), its decision then "admitted". An enforced call
@@ -31,7 +32,8 @@ const defaultUnidentified = 1
 // Release, as after Admit.
 func (g *Gate) Unidentified(ctx context.Context, call Call, cause error) *Admission {
 	cfg, _ := g.config(ctx)
-	call.UserID, call.Tier = UnidentifiedUser, TierPreview
+	p := cfg.Policy()
+	call.UserID, call.Tier = UnidentifiedUser, p.Identity.Default
 	a := g.newAdmission(cfg, call)
 	if a.off {
 		return a
@@ -39,7 +41,11 @@ func (g *Gate) Unidentified(ctx context.Context, call Call, cause error) *Admiss
 	defer g.admitted(a)
 	a.setErr(cause)
 	a.decision = DecisionUnavailable
-	lane := Lane{Name: LaneUser, Key: g.keys().Lane(LaneUser, UnidentifiedUser), Limit: cfg.Unidentified}
+	lane := Lane{Name: "user", Limit: cfg.Unidentified}
+	if i := p.UserLane(); i >= 0 {
+		lane.Name, lane.Spec = LaneName(p.Lanes[i].Name), p.Lanes[i]
+	}
+	lane.Key = g.keys(cfg).Lane(lane.Name, UnidentifiedUser)
 	a.lanes = append(a.laneBuf[:0], lane)
 	a.keys = append(a.keyBuf[:0], lane.Key)
 	before := a.intBuf[:1:1]

@@ -7,8 +7,10 @@ import (
 	"testing"
 
 	"github.com/capgate/capgate"
+	"github.com/capgate/capgate/lanetest"
 	"github.com/capgate/capgate/memory"
 	"github.com/capgate/capgate/mock"
+	"github.com/capgate/capgate/settings"
 )
 
 // A call whose caller could not be identified is counted in the gateway's
@@ -16,32 +18,32 @@ import (
 // uncounted, and never asks the store.
 func TestUnidentifiedCallsShareOneLocalLane(t *testing.T) {
 	ctx := context.Background()
-	cfg := capgate.DefaultConfig(capgate.ModeEnforce)
-	cfg.EnforceFor = capgate.EnforceAll
+	cfg := settings.Default(nil, settings.ModeEnforce)
+	cfg.EnforceFor = settings.EnforceAll
 	var asked atomic.Int32
 	store := &mock.LaneStore{Base: memory.New(nil), AcquireFn: func(context.Context, capgate.AcquireRequest, []int) (bool, error) {
 		asked.Add(1)
 		return false, errors.New("the store must not be asked")
 	}}
 	sink := &mock.Sink{}
-	g, err := capgate.NewGate(store, capgate.NewFixedConfig(cfg), sink, "t1")
+	g, err := capgate.NewGate(store, settings.NewFixed(cfg), sink, "t1")
 	if err != nil {
 		t.Fatal(err)
 	}
 	g.Local = memory.New(nil)
 	defer g.Close(ctx)
-	call := capgate.Call{Endpoint: capgate.EndpointMatch, Semantic: true, Rows: 2, UserID: "pam", Tier: capgate.TierCore}
+	call := lanetest.OCLCall("match", 2, true, false, "pam", "core")
 	cause := errors.New("identity: timeout")
 
 	first := g.Unidentified(ctx, call, cause)
 	if first.Decision() != capgate.DecisionUnavailable || !first.Degraded() || !first.Counted() {
 		t.Fatalf("first: %s degraded %v counted %v; want unavailable, degraded, counted", first.Decision(), first.Degraded(), first.Counted())
 	}
-	if c := first.Call(); c.UserID != capgate.UnidentifiedUser || c.Tier != capgate.TierPreview {
+	if c := first.Call(); c.UserID != capgate.UnidentifiedUser || c.Tier != "preview" {
 		t.Errorf("call %+v; want user %q, tier preview", c, capgate.UnidentifiedUser)
 	}
 	second := g.Unidentified(ctx, call, cause)
-	if !second.Refused() || second.Scope() != capgate.LaneUser {
+	if !second.Refused() || second.Scope() != capgate.LaneName("user") {
 		t.Errorf("second at limit 1: %s scope %q; want refused, scope user", second.Decision(), second.Scope())
 	}
 	second.Release(ctx)
@@ -60,16 +62,16 @@ func TestUnidentifiedCallsShareOneLocalLane(t *testing.T) {
 	}
 
 	// Shadow counts and never refuses; off passes untouched.
-	cfg.Mode = capgate.ModeShadow
+	cfg.Mode = settings.ModeShadow
 	cfg.Unidentified = 0
-	g.Source = capgate.NewFixedConfig(cfg)
+	g.Source = settings.NewFixed(cfg)
 	if a := g.Unidentified(ctx, call, cause); a.Refused() || !a.Counted() {
 		t.Errorf("shadow: %s counted %v", a.Decision(), a.Counted())
 	} else {
 		a.Release(ctx)
 	}
-	cfg.Mode = capgate.ModeOff
-	g.Source = capgate.NewFixedConfig(cfg)
+	cfg.Mode = settings.ModeOff
+	g.Source = settings.NewFixed(cfg)
 	if a := g.Unidentified(ctx, call, cause); a.Decision() != capgate.DecisionNone {
 		t.Errorf("off: %s", a.Decision())
 	}
@@ -79,10 +81,10 @@ func TestUnidentifiedCallsShareOneLocalLane(t *testing.T) {
 // with neither, an enforced call is refused.
 func TestUnidentifiedWithoutLocalLanes(t *testing.T) {
 	ctx := context.Background()
-	cfg := capgate.DefaultConfig(capgate.ModeEnforce)
-	cfg.EnforceFor = capgate.EnforceAll
-	call := capgate.Call{Endpoint: capgate.EndpointRerank, Rows: 1, UserID: "pam", Tier: capgate.TierCore}
-	g, err := capgate.NewGate(memory.New(nil), capgate.NewFixedConfig(cfg), nil, "t1")
+	cfg := settings.Default(nil, settings.ModeEnforce)
+	cfg.EnforceFor = settings.EnforceAll
+	call := lanetest.OCLCall("rerank", 1, false, false, "pam", "core")
+	g, err := capgate.NewGate(memory.New(nil), settings.NewFixed(cfg), nil, "t1")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -96,7 +98,7 @@ func TestUnidentifiedWithoutLocalLanes(t *testing.T) {
 	}
 	first.Release(ctx)
 
-	g2, err := capgate.NewGate(&mock.LaneStore{Base: memory.New(nil)}, capgate.NewFixedConfig(cfg), nil, "t1")
+	g2, err := capgate.NewGate(&mock.LaneStore{Base: memory.New(nil)}, settings.NewFixed(cfg), nil, "t1")
 	if err != nil {
 		t.Fatal(err)
 	}

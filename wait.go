@@ -5,6 +5,8 @@ import (
 	"errors"
 	"fmt"
 	"time"
+
+	"github.com/capgate/capgate/settings"
 )
 
 // WaitObserver is the optional part of an Observer told about waits (for
@@ -20,7 +22,7 @@ type WaitObserver interface {
 // waitlist returns the store's waitlist when this call may wait: it is
 // enforced, waiting is on, and none of its lanes is paused (a paused lane
 // refuses at once, as before). Otherwise nil.
-func (a *Admission) waitlist(limits []int) Waitlist {
+func (a *Admission) waitlist() Waitlist {
 	if !a.enforced || a.cfg.Wait.MaxSeconds <= 0 {
 		return nil
 	}
@@ -28,8 +30,8 @@ func (a *Admission) waitlist(limits []int) Waitlist {
 	if !ok {
 		return nil
 	}
-	for _, l := range limits {
-		if l <= 0 {
+	for _, l := range a.lanes {
+		if l.paused() {
 			return nil
 		}
 	}
@@ -61,17 +63,20 @@ var errNotEnforced = errors.New("no longer enforced while waiting")
 func (a *Admission) join(ctx context.Context, wl Waitlist, req AcquireRequest, before []int) (bool, error) {
 	g := a.g
 	t := Ticket{
-		Prefix:      g.keys().prefix(),
+		Prefix:      g.keys(a.cfg).prefix(),
 		Token:       req.Token,
 		Keys:        req.Keys,
 		Limits:      req.Limits,
 		UserID:      a.call.UserID,
+		UserLane:    a.userLane() + 1,
 		Lease:       req.Lease,
 		TicketLease: waitTicketLease,
 		Claim:       waitClaim,
 		MaxWaiting:  a.cfg.Wait.MaxWaiting,
 		MaxPerUser:  a.cfg.Wait.MaxWaitingPerUser,
 		NotAfter:    req.NotAfter,
+		Seats:       req.Seats,
+		Borrow:      req.Borrow,
 	}
 	// Store calls run to their end whatever the client does (the store's
 	// deadline bounds each), as the acquire does; the waiting itself ends
@@ -137,7 +142,7 @@ func (a *Admission) join(ctx context.Context, wl Waitlist, req AcquireRequest, b
 		// adaptive limits or a failed config read (enforce served as
 		// shadow) may have changed since it joined.
 		cfg, err := g.config(ctx)
-		if err != nil || !cfg.enforces(a.call) {
+		if err != nil || !cfg.Enforces(a.call.Aware) {
 			// Not enforced any more: it goes ahead as an unenforced call
 			// arriving now would (fail open: it must not get the 429).
 			if err != nil {
@@ -196,10 +201,14 @@ func (a *Admission) join(ctx context.Context, wl Waitlist, req AcquireRequest, b
 // readLimits sets limits (one per lane of a) and a's lanes to the limits
 // of cfg, the config in force now (read from the config source through the
 // adaptive limits, as Admit reads it). It reports whether any changed, and
-// whether a lane is now paused.
-func (a *Admission) readLimits(cfg Config, limits []int) (changed, paused bool) {
-	var buf [planLanes]Lane
-	lanes := a.g.keys().AppendPlan(buf[:0], cfg, a.call)
+// whether a lane is now paused (or too small for the call's seats).
+func (a *Admission) readLimits(cfg settings.Config, limits []int) (changed, paused bool) {
+	var buf [laneBufLen]Lane
+	p := cfg.Policy()
+	if p != a.cfg.Policy() {
+		return false, false // a new policy: the call keeps its lanes' limits
+	}
+	lanes := a.g.keys(cfg).AppendPlan(buf[:0], cfg, &a.call, p.TierIndex(a.call.Tier))
 	if len(lanes) != len(a.lanes) {
 		return false, false // the same call plans the same lanes: never
 	}
@@ -207,7 +216,10 @@ func (a *Admission) readLimits(cfg Config, limits []int) (changed, paused bool) 
 		if l.Limit != limits[i] {
 			limits[i], a.lanes[i].Limit, changed = l.Limit, l.Limit, true
 		}
-		paused = paused || l.Limit <= 0
+		// A limit lowered below the seats the ticket queued with could
+		// never grant it (its seats are fixed at the join): refused as on a
+		// paused lane; a retry gets seats capped at the new limit.
+		paused = paused || l.paused() || a.lanes[i].seats() > l.Limit+l.Borrow.Lend
 	}
 	return changed, paused
 }
@@ -219,7 +231,7 @@ func (a *Admission) readLimits(cfg Config, limits []int) (changed, paused bool) 
 // it returns errNotEnforced and acquire takes its leases forced. Mode off
 // is taken as shadow: the call was classified and counted already, so it
 // goes ahead counted, with its line, rather than untouched.
-func (a *Admission) stopEnforcing(ctx context.Context, wl Waitlist, t Ticket, req AcquireRequest, before []int, cfg Config) (bool, error) {
+func (a *Admission) stopEnforcing(ctx context.Context, wl Waitlist, t Ticket, req AcquireRequest, before []int, cfg settings.Config) (bool, error) {
 	a.enforced = false
 	a.cfg.Mode, a.cfg.EnforceFor = cfg.Mode, cfg.EnforceFor
 	taken, err := a.leave(ctx, wl, t, req, before, true)
@@ -289,8 +301,8 @@ func pumpEvery(waiting int) time.Duration {
 func (a *Admission) tookGrant(before, limits []int) {
 	a.granted = true
 	a.start = a.g.now()
-	for i := range before {
-		before[i] = min(before[i], limits[i]-1)
+	for i, l := range a.lanes {
+		before[i] = min(before[i], limits[i]-l.seats())
 	}
 }
 
@@ -303,8 +315,19 @@ func (a *Admission) Waited() (d time.Duration, ok bool) {
 // releaseStore gives the call's leases back, through the waitlist when
 // calls may be waiting for them, so a freed slot is handed over at once.
 func (a *Admission) releaseStore(ctx context.Context) error {
-	if wl, ok := a.g.Store.(Waitlist); ok && a.cfg.Mode == ModeEnforce && a.cfg.Wait.MaxSeconds > 0 {
-		return wl.ReleaseWait(ctx, a.g.keys().prefix(), a.token, a.keys)
+	if wl, ok := a.g.Store.(Waitlist); ok && a.cfg.Mode == settings.ModeEnforce && a.cfg.Wait.MaxSeconds > 0 {
+		return wl.ReleaseWait(ctx, a.g.keys(a.cfg).prefix(), a.token, a.keys)
 	}
 	return a.g.Store.Release(ctx, a.token, a.keys)
+}
+
+// userLane returns the index of the call's own lane (keyed by the user);
+// -1 when it has none.
+func (a *Admission) userLane() int {
+	for i, l := range a.lanes {
+		if l.Spec != nil && l.Spec.ByUser() {
+			return i
+		}
+	}
+	return -1
 }

@@ -13,11 +13,12 @@ import (
 	"time"
 
 	"github.com/capgate/capgate"
-	"github.com/capgate/capgate/header"
+	"github.com/capgate/capgate/configtest"
 	capgatehttp "github.com/capgate/capgate/http"
 	"github.com/capgate/capgate/lanetest"
 	"github.com/capgate/capgate/memory"
 	"github.com/capgate/capgate/mock"
+	"github.com/capgate/capgate/settings"
 )
 
 // waitStore is a memory store whose Pump can be made to fail.
@@ -57,17 +58,17 @@ func (o *waitObserver) WaitEnded(_ *capgate.Admission, d time.Duration) {
 type waitEnv struct {
 	store *waitStore
 	gate  *capgate.Gate
-	cfg   *capgate.FixedConfig
+	cfg   *settings.Fixed
 	lines *mock.Sink
 	obs   *waitObserver
 }
 
 func newWaitEnv(t *testing.T) *waitEnv {
 	t.Helper()
-	c := capgate.DefaultConfig(capgate.ModeEnforce)
-	c.EnforceFor = capgate.EnforceAll
-	c.Wait = capgate.Wait{MaxSeconds: 20, MaxWaiting: 10, MaxWaitingPerUser: 5}
-	e := &waitEnv{store: &waitStore{Store: memory.New(nil)}, cfg: capgate.NewFixedConfig(c),
+	c := settings.Default(nil, settings.ModeEnforce)
+	c.EnforceFor = settings.EnforceAll
+	c.Wait = settings.Wait{MaxSeconds: 20, MaxWaiting: 10, MaxWaitingPerUser: 5}
+	e := &waitEnv{store: &waitStore{Store: memory.New(nil)}, cfg: settings.NewFixed(c),
 		lines: &mock.Sink{}, obs: &waitObserver{}}
 	gate, err := capgate.NewGate(e.store, e.cfg, e.lines, "task-a")
 	if err != nil {
@@ -92,7 +93,7 @@ func (e *waitEnv) admitAsync(ctx context.Context, call capgate.Call) <-chan *cap
 func (e *waitEnv) waiting(t *testing.T, user string) int {
 	t.Helper()
 	counts := make([]int, 1)
-	if err := e.store.Waiting(t.Context(), capgate.DefaultKeyPrefix, []string{"ocl:capacity:user:" + user}, counts); err != nil {
+	if err := e.store.Waiting(t.Context(), "ocl:capacity", []string{"ocl:capacity:user:" + user}, counts); err != nil {
 		t.Fatal(err)
 	}
 	return counts[0]
@@ -108,10 +109,10 @@ func mustDecide(t *testing.T, a *capgate.Admission, want capgate.Decision) {
 func TestWaitTakesTheFreedSlot(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		e := newWaitEnv(t)
-		first := e.gate.Admit(t.Context(), lanetest.Match("p", capgate.TierPreview))
+		first := e.gate.Admit(t.Context(), lanetest.Match("p", "preview"))
 		mustDecide(t, first, capgate.DecisionAdmitted)
 		start := time.Now()
-		ch := e.admitAsync(t.Context(), lanetest.Match("p", capgate.TierPreview))
+		ch := e.admitAsync(t.Context(), lanetest.Match("p", "preview"))
 		synctest.Wait()
 		if n := e.waiting(t, "p"); n != 1 {
 			t.Fatalf("waiting on p's lane = %d, want 1", n)
@@ -127,8 +128,8 @@ func TestWaitTakesTheFreedSlot(t *testing.T) {
 		}
 		h := http.Header{}
 		capgatehttp.SetHeaders(h, second)
-		if got := h.Get(header.Waited); got != "1500" {
-			t.Errorf("%s = %q, want 1500", header.Waited, got)
+		if got := h.Get(oclNames.Waited); got != "1500" {
+			t.Errorf("%s = %q, want 1500", oclNames.Waited, got)
 		}
 		if got := h.Get("Retry-After"); got != "" {
 			t.Errorf("Retry-After = %q on an admitted call", got)
@@ -150,10 +151,10 @@ func TestWaitTakesTheFreedSlot(t *testing.T) {
 func TestWaitEndsAtMaxSecondsWithTheRefusal(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		e := newWaitEnv(t)
-		first := e.gate.Admit(t.Context(), lanetest.Match("p", capgate.TierPreview))
+		first := e.gate.Admit(t.Context(), lanetest.Match("p", "preview"))
 		defer first.Release(t.Context())
 		start := time.Now()
-		second := e.gate.Admit(t.Context(), lanetest.Match("p", capgate.TierPreview))
+		second := e.gate.Admit(t.Context(), lanetest.Match("p", "preview"))
 		second.Release(t.Context())
 		mustDecide(t, second, capgate.DecisionRefused)
 		if d := time.Since(start); d != 20*time.Second {
@@ -174,10 +175,10 @@ func TestWaitEndsAtMaxSecondsWithTheRefusal(t *testing.T) {
 func TestWaitClientGoneLeavesAtOnce(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		e := newWaitEnv(t)
-		first := e.gate.Admit(t.Context(), lanetest.Match("p", capgate.TierPreview))
+		first := e.gate.Admit(t.Context(), lanetest.Match("p", "preview"))
 		defer first.Release(t.Context())
 		ctx, cancel := context.WithCancel(t.Context())
-		ch := e.admitAsync(ctx, lanetest.Match("p", capgate.TierPreview))
+		ch := e.admitAsync(ctx, lanetest.Match("p", "preview"))
 		synctest.Wait()
 		start := time.Now()
 		cancel()
@@ -202,10 +203,10 @@ func TestWaitClientGoneLeavesAtOnce(t *testing.T) {
 func TestWaitStoreFailureFailsOpen(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		e := newWaitEnv(t)
-		first := e.gate.Admit(t.Context(), lanetest.Match("p", capgate.TierPreview))
+		first := e.gate.Admit(t.Context(), lanetest.Match("p", "preview"))
 		defer first.Release(t.Context())
 		e.store.failPump.Store(true)
-		second := e.gate.Admit(t.Context(), lanetest.Match("p", capgate.TierPreview))
+		second := e.gate.Admit(t.Context(), lanetest.Match("p", "preview"))
 		second.Release(t.Context())
 		mustDecide(t, second, capgate.DecisionUnavailable)
 		if !strings.Contains(fmt.Sprint(second.Err()), "connection reset") {
@@ -220,19 +221,19 @@ func TestWaitStoreFailureFailsOpen(t *testing.T) {
 // TestNoWait checks the calls that never wait: they are decided at once,
 // exactly as without waiting.
 func TestNoWait(t *testing.T) {
-	aware := lanetest.Match("p", capgate.TierPreview)
+	aware := lanetest.Match("p", "preview")
 	aware.Aware = true
 	tests := []struct {
 		name string
-		set  func(c *capgate.Config)
+		set  func(c *settings.Config)
 		call capgate.Call
 		want capgate.Decision
 	}{
-		{"shadow", func(c *capgate.Config) { c.Mode = capgate.ModeShadow }, aware, capgate.DecisionShadowRefused},
-		{"unenforced", func(c *capgate.Config) { c.EnforceFor = capgate.EnforceAware },
-			lanetest.Match("p", capgate.TierPreview), capgate.DecisionShadowRefused},
-		{"max_seconds 0", func(c *capgate.Config) { c.Wait.MaxSeconds = 0 }, aware, capgate.DecisionRefused},
-		{"max_waiting 0", func(c *capgate.Config) { c.Wait.MaxWaiting, c.Wait.MaxWaitingPerUser = 0, 0 }, aware, capgate.DecisionRefused},
+		{"shadow", func(c *settings.Config) { c.Mode = settings.ModeShadow }, aware, capgate.DecisionShadowRefused},
+		{"unenforced", func(c *settings.Config) { c.EnforceFor = settings.EnforceAware },
+			lanetest.Match("p", "preview"), capgate.DecisionShadowRefused},
+		{"max_seconds 0", func(c *settings.Config) { c.Wait.MaxSeconds = 0 }, aware, capgate.DecisionRefused},
+		{"max_waiting 0", func(c *settings.Config) { c.Wait.MaxWaiting, c.Wait.MaxWaitingPerUser = 0, 0 }, aware, capgate.DecisionRefused},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -259,9 +260,9 @@ func TestNoWait(t *testing.T) {
 func TestPausedLaneNeverWaits(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		e := newWaitEnv(t)
-		e.cfg.Edit(func(c *capgate.Config) { c.Tiers.Preview = 0 })
+		e.cfg.Edit(func(c *settings.Config) { configtest.SetNumbers(t, c, "tiers.preview", 0) })
 		start := time.Now()
-		a := e.gate.Admit(t.Context(), lanetest.Match("p", capgate.TierPreview))
+		a := e.gate.Admit(t.Context(), lanetest.Match("p", "preview"))
 		a.Release(t.Context())
 		mustDecide(t, a, capgate.DecisionRefused)
 		if d := time.Since(start); d != 0 {
@@ -278,11 +279,11 @@ func TestPausedLaneNeverWaits(t *testing.T) {
 func TestWaitRoundRobinThroughTheGate(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		e := newWaitEnv(t)
-		e.cfg.Edit(func(c *capgate.Config) {
-			c.APIHeavy = capgate.APIHeavy{Cluster: 2, PerTask: 5} // bulk limit 1
-			c.PerUser.Core = 5
+		e.cfg.Edit(func(c *settings.Config) {
+			configtest.SetNumbers(t, c, "api_heavy.cluster", 2, "api_heavy.per_task", 5) // bulk limit 1
+			configtest.SetNumbers(t, c, "per_user.core", 5)
 		})
-		holder := e.gate.Admit(t.Context(), lanetest.Match("h", capgate.TierCore))
+		holder := e.gate.Admit(t.Context(), lanetest.Match("h", "core"))
 		mustDecide(t, holder, capgate.DecisionAdmitted)
 		type result struct {
 			user string
@@ -290,7 +291,7 @@ func TestWaitRoundRobinThroughTheGate(t *testing.T) {
 		}
 		done := make(chan result, 4)
 		for _, u := range []string{"a", "a", "a", "b"} {
-			go func() { done <- result{u, e.gate.Admit(t.Context(), lanetest.Match(u, capgate.TierCore))} }()
+			go func() { done <- result{u, e.gate.Admit(t.Context(), lanetest.Match(u, "core"))} }()
 			synctest.Wait() // each joins in this order
 		}
 		prev := holder
@@ -312,20 +313,21 @@ func TestWaitRoundRobinThroughTheGate(t *testing.T) {
 func TestStatusShowsWaiters(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		e := newWaitEnv(t)
-		first := e.gate.Admit(t.Context(), lanetest.Match("p", capgate.TierPreview))
-		ch := e.admitAsync(t.Context(), lanetest.Match("p", capgate.TierPreview))
+		first := e.gate.Admit(t.Context(), lanetest.Match("p", "preview"))
+		ch := e.admitAsync(t.Context(), lanetest.Match("p", "preview"))
 		synctest.Wait()
 		c := e.cfg.Config(t.Context())
 		st := e.gate.Status(t.Context(), c)
-		if st.APIHeavy == nil || st.APIHeavy.Waiting != 1 || st.Users["p"].Waiting != 1 || st.Tiers[string(capgate.TierPreview)].Waiting != 1 {
+		api, user, tier := lanetest.SharedLane(t, st, "api_heavy"), lanetest.Entries(t, st, "user")["p"], lanetest.Entries(t, st, "tier")["preview"]
+		if api.Waiting != 1 || user.Waiting != 1 || tier.Waiting != 1 {
 			t.Errorf("status while one call waits: api_heavy %+v, user %+v, tier %+v; want 1 waiting each",
-				st.APIHeavy, st.Users["p"], st.Tiers[string(capgate.TierPreview)])
+				api, user, tier)
 		}
 		first.Release(t.Context())
 		second := <-ch
 		second.Release(t.Context())
-		if st := e.gate.Status(t.Context(), c); st.APIHeavy.Waiting != 0 {
-			t.Errorf("status after: api_heavy waiting %d, want 0", st.APIHeavy.Waiting)
+		if api := lanetest.SharedLane(t, e.gate.Status(t.Context(), c), "api_heavy"); api.Waiting != 0 {
+			t.Errorf("status after: api_heavy waiting %d, want 0", api.Waiting)
 		}
 	})
 }
@@ -347,9 +349,9 @@ func TestWaitWithLocalLanes(t *testing.T) {
 			}
 			return counts[0]
 		}
-		first := e.gate.Admit(t.Context(), lanetest.Match("p", capgate.TierPreview))
+		first := e.gate.Admit(t.Context(), lanetest.Match("p", "preview"))
 		mustDecide(t, first, capgate.DecisionAdmitted)
-		ch := e.admitAsync(t.Context(), lanetest.Match("p", capgate.TierPreview))
+		ch := e.admitAsync(t.Context(), lanetest.Match("p", "preview"))
 		synctest.Wait()
 		if n := e.waiting(t, "p"); n != 1 {
 			t.Fatalf("waiting on p's lane = %d, want 1 (local lanes refused instead of queueing?)", n)
@@ -384,8 +386,8 @@ func TestLostWakeUpIsFoundByThePump(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		e := newWaitEnv(t)
 		e.gate.Store = deafStore{memory.New(nil)}
-		first := e.gate.Admit(t.Context(), lanetest.Match("p", capgate.TierPreview))
-		ch := e.admitAsync(t.Context(), lanetest.Match("p", capgate.TierPreview))
+		first := e.gate.Admit(t.Context(), lanetest.Match("p", "preview"))
+		ch := e.admitAsync(t.Context(), lanetest.Match("p", "preview"))
 		synctest.Wait()
 		time.Sleep(500 * time.Millisecond)
 		first.Release(t.Context())

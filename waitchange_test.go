@@ -14,8 +14,10 @@ import (
 
 	"github.com/capgate/capgate"
 	"github.com/capgate/capgate/config"
+	"github.com/capgate/capgate/configtest"
 	"github.com/capgate/capgate/lanetest"
 	"github.com/capgate/capgate/memory"
+	"github.com/capgate/capgate/settings"
 )
 
 // laneLimit returns the limit a's lane name was judged by.
@@ -39,7 +41,7 @@ func TestWaitTakesARaisedLimit(t *testing.T) {
 		first, ch := e.queueBehind(t, "p")
 		defer first.Release(t.Context())
 		time.Sleep(300 * time.Millisecond)
-		e.cfg.Edit(func(c *capgate.Config) { c.PerUser.Preview = 2 })
+		e.cfg.Edit(func(c *settings.Config) { configtest.SetNumbers(t, c, "per_user.preview", 2) })
 		raised := time.Now()
 		second := <-ch
 		defer second.Release(t.Context())
@@ -47,7 +49,7 @@ func TestWaitTakesARaisedLimit(t *testing.T) {
 		if d := time.Since(raised); d > capgate.WaitLimitsEvery {
 			t.Errorf("admitted %v after the limit rose, want by the next re-check (%v)", d, capgate.WaitLimitsEvery)
 		}
-		if l := laneLimit(second, capgate.LaneUser); l != 2 {
+		if l := laneLimit(second, capgate.LaneName("user")); l != 2 {
 			t.Errorf("user lane limit = %d, want the raised 2", l)
 		}
 		if n := e.waiting(t, "p"); n != 0 {
@@ -63,22 +65,22 @@ func TestWaitTakesARaisedLimit(t *testing.T) {
 func TestWaitHonoursALoweredLimit(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		e := newWaitEnv(t)
-		e.cfg.Edit(func(c *capgate.Config) {
-			c.APIHeavy = capgate.APIHeavy{Cluster: 10, PerTask: 10}
-			c.ES2KNN, c.Tiers.Preview, c.PerUser.Preview = 10, 10, 2
+		e.cfg.Edit(func(c *settings.Config) {
+			configtest.SetNumbers(t, c, "api_heavy.cluster", 10, "api_heavy.per_task", 10)
+			configtest.SetNumbers(t, c, "es2_knn", 10, "tiers.preview", 10, "per_user.preview", 2)
 		})
 		var held []*capgate.Admission
 		for range 2 {
-			a := e.gate.Admit(t.Context(), lanetest.Match("p", capgate.TierPreview))
+			a := e.gate.Admit(t.Context(), lanetest.Match("p", "preview"))
 			mustDecide(t, a, capgate.DecisionAdmitted)
 			held = append(held, a)
 		}
-		ch := e.admitAsync(t.Context(), lanetest.Match("p", capgate.TierPreview))
+		ch := e.admitAsync(t.Context(), lanetest.Match("p", "preview"))
 		synctest.Wait()
 		if n := e.waiting(t, "p"); n != 1 {
 			t.Fatalf("waiting on p's lane = %d, want 1", n)
 		}
-		e.cfg.Edit(func(c *capgate.Config) { c.PerUser.Preview = 1 })
+		e.cfg.Edit(func(c *settings.Config) { configtest.SetNumbers(t, c, "per_user.preview", 1) })
 		time.Sleep(capgate.WaitLimitsEvery) // the waiter's next re-check
 		synctest.Wait()
 		held[0].Release(t.Context())
@@ -96,7 +98,7 @@ func TestWaitHonoursALoweredLimit(t *testing.T) {
 		third := <-ch
 		defer third.Release(t.Context())
 		mustDecide(t, third, capgate.DecisionAdmitted)
-		if l := laneLimit(third, capgate.LaneUser); l != 1 {
+		if l := laneLimit(third, capgate.LaneName("user")); l != 1 {
 			t.Errorf("user lane limit = %d, want the lowered 1", l)
 		}
 	})
@@ -110,7 +112,7 @@ func TestWaitEndsWhenItsLanePauses(t *testing.T) {
 		e := newWaitEnv(t)
 		first, ch := e.queueBehind(t, "p")
 		defer first.Release(t.Context())
-		e.cfg.Edit(func(c *capgate.Config) { c.PerUser.Preview = 0 })
+		e.cfg.Edit(func(c *settings.Config) { configtest.SetNumbers(t, c, "per_user.preview", 0) })
 		paused := time.Now()
 		second := <-ch
 		second.Release(t.Context())
@@ -132,9 +134,9 @@ func TestWaitEndsWhenItsLanePauses(t *testing.T) {
 // here. The caller releases first.
 func (e *waitEnv) queueBehind(t *testing.T, user string) (*capgate.Admission, <-chan *capgate.Admission) {
 	t.Helper()
-	first := e.gate.Admit(t.Context(), lanetest.Match(user, capgate.TierPreview))
+	first := e.gate.Admit(t.Context(), lanetest.Match(user, "preview"))
 	mustDecide(t, first, capgate.DecisionAdmitted)
-	ch := e.admitAsync(t.Context(), lanetest.Match(user, capgate.TierPreview))
+	ch := e.admitAsync(t.Context(), lanetest.Match(user, "preview"))
 	synctest.Wait()
 	if n := e.waiting(t, user); n != 1 {
 		t.Fatalf("waiting on %s's lane = %d, want 1", user, n)
@@ -163,16 +165,19 @@ func (e *waitEnv) inLane(t *testing.T, key string) int {
 func TestWaitGoesAheadWhenNoLongerEnforced(t *testing.T) {
 	tests := []struct {
 		name string
-		set  func(c *capgate.Config)
-		mode capgate.Mode
+		set  func(c *settings.Config)
+		mode settings.Mode
 		want capgate.Decision
 	}{
-		{"shadow", func(c *capgate.Config) { c.Mode = capgate.ModeShadow }, capgate.ModeShadow, capgate.DecisionShadowRefused},
-		{"off", func(c *capgate.Config) { c.Mode = capgate.ModeOff }, capgate.ModeOff, capgate.DecisionShadowRefused},
-		{"enforce_for aware", func(c *capgate.Config) { c.EnforceFor = capgate.EnforceAware },
-			capgate.ModeEnforce, capgate.DecisionShadowRefused},
-		{"shadow and a raised limit", func(c *capgate.Config) { c.Mode, c.PerUser.Preview = capgate.ModeShadow, 2 },
-			capgate.ModeShadow, capgate.DecisionAdmitted},
+		{"shadow", func(c *settings.Config) { c.Mode = settings.ModeShadow }, settings.ModeShadow, capgate.DecisionShadowRefused},
+		{"off", func(c *settings.Config) { c.Mode = settings.ModeOff }, settings.ModeOff, capgate.DecisionShadowRefused},
+		{"enforce_for aware", func(c *settings.Config) { c.EnforceFor = settings.EnforceAware },
+			settings.ModeEnforce, capgate.DecisionShadowRefused},
+		{"shadow and a raised limit", func(c *settings.Config) {
+			c.Mode = settings.ModeShadow
+			configtest.SetNumbers(t, c, "per_user.preview", 2)
+		},
+			settings.ModeShadow, capgate.DecisionAdmitted},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -234,7 +239,7 @@ func TestWaitNoLongerEnforcedTakesARacingGrant(t *testing.T) {
 		first, ch := e.queueBehind(t, "p")
 		time.Sleep(100 * time.Millisecond)
 		first.Release(t.Context()) // grants the ticket; nobody is woken
-		e.cfg.Edit(func(c *capgate.Config) { c.Mode = capgate.ModeShadow })
+		e.cfg.Edit(func(c *settings.Config) { c.Mode = settings.ModeShadow })
 		changed := time.Now()
 		second := <-ch
 		defer second.Release(t.Context())
@@ -270,7 +275,7 @@ func TestWaitNoLongerEnforcedWithLocalLanes(t *testing.T) {
 		}
 		first, ch := e.queueBehind(t, "p")
 		defer first.Release(t.Context())
-		e.cfg.Edit(func(c *capgate.Config) { c.Mode = capgate.ModeShadow })
+		e.cfg.Edit(func(c *settings.Config) { c.Mode = settings.ModeShadow })
 		second := <-ch
 		mustDecide(t, second, capgate.DecisionShadowRefused)
 		if n := localCount(); n != 2 {
@@ -320,7 +325,7 @@ func TestWaitGoesAheadWhenTheConfigDatabaseFails(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		e := newWaitEnv(t)
 		store := &failingConfigStore{latest: &config.Version{ID: 1, Config: e.cfg.Config(t.Context()).Doc()}}
-		svc := config.NewService(store, capgate.ModeEnforce)
+		svc := config.NewService(store, settings.ModeEnforce)
 		svc.CacheTTL = time.Second
 		svc.Logger = slog.New(slog.DiscardHandler)
 		e.gate.Source = svc
@@ -365,7 +370,7 @@ func TestWaitFollowsALoweredMaxSeconds(t *testing.T) {
 				first, ch := e.queueBehind(t, "p")
 				defer first.Release(t.Context())
 				time.Sleep(changeAt)
-				e.cfg.Edit(func(c *capgate.Config) { c.Wait.MaxSeconds = tt.max })
+				e.cfg.Edit(func(c *settings.Config) { c.Wait.MaxSeconds = tt.max })
 				second := <-ch
 				second.Release(t.Context())
 				mustDecide(t, second, capgate.DecisionRefused)

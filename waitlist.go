@@ -13,27 +13,71 @@ import (
 // "refuse at once". Every method is safe for concurrent use, and every
 // error is a store failure (the gate fails open).
 //
-// A ticket is a waiting call: its lease token, lanes and per-lane limits
-// (those in force: each Pump brings the ticket's up to date), its user, an
-// expiry and the instance to wake. The waitlist of one key
-// prefix is shared by every gateway on the store. Tickets are served in
-// start-time fair order: the list keeps a virtual time V (the start tag of
-// the newest ticket granted) and, per user, the finish tag F of the user's
-// newest ticket; a new ticket gets S = max(V + k, F), where k is how many
-// slots the user holds now in its own lane (the ticket's last key), and F
-// becomes S+1. Tickets are ordered by (S, arrival): round-robin across
-// users, FIFO within a user, a user who arrives joins the current round,
-// and calls a user took at once, before anyone waited, count as its turns. A user
-// whose last ticket leaves or expires unserved loses its F.
+// A ticket is a waiting call: its lease token, lanes, per-lane limits
+// (those in force: each Pump brings the ticket's up to date) and seats, its
+// user, an expiry and the instance to wake. The waitlist of one key
+// prefix is shared by every gateway on the store.
+//
+// Seats: a ticket takes Ticket.Seats in each of its lanes, all or nothing,
+// as AcquireRequest.Seats (one each by default); a lane's count is in seats
+// (LaneStore), and the ticket fits a lane when count + seats <= limit.
+//
+// Lending: a ticket's limit in a lane that lends it (Ticket.Borrow) is,
+// wherever the waitlist judges it (Join's fast path, the grant pass, a call
+// Join turns away, Next), its limit there + Borrow.Borrowable(the class
+// key's count as the store has it at that point: in the pass, with the
+// seats granted earlier in the pass to tickets holding the class key as
+// a lane), except that a lane lends nothing while any ticket waits on its
+// class key: the seats a waiting call of the class could use go to it
+// first, even to a later one in fair order. "Limit" below means that
+// limit.
+//
+// Tickets are served in start-time fair order, fair in seats: a ticket's
+// cost is its largest seats value (at least 1). The list keeps a virtual
+// time V (the start tag of the newest ticket granted) and, per user, the
+// finish tag F of the user's newest ticket; a new ticket gets S = max(V +
+// k, F), where k is how many seats the user holds now in its own lane
+// (Ticket.UserLane; 0 without one), and F becomes S + cost. Tickets are
+// ordered by (S, arrival): round-robin across users, FIFO within a user, a
+// user who arrives joins the current round, calls a user took at once,
+// before anyone waited, count as its turns, and a user of big calls gets
+// the same share of seats as a user of small ones, not more by sending
+// fewer bigger calls. A user whose last ticket leaves or expires unserved
+// loses its F.
 //
 // The grant pass, which runs atomically inside Join, ReleaseWait and Pump,
 // drops expired tickets and walks the rest in fair order, counting
-// each lane as it goes; a ticket whose every lane has room for it is
-// granted: its token becomes a lease in every lane, expiring after
-// Ticket.Claim (the waiter renews it to the full lease when it picks the
-// grant up, so a grant to a dead gateway frees quickly), it leaves the
-// list, and its instance is woken. A ticket that doesn't fit is skipped,
-// so a ticket held back by its own user lane does not hold up the others.
+// each lane as it goes (the counts include the grants made earlier in the
+// pass); a ticket whose every lane has room for its seats is granted: its
+// seats become leases in every lane, expiring after Ticket.Claim (the
+// waiter renews them to the full lease when it picks the grant up, so a
+// grant to a dead gateway frees quickly), it leaves the list, and its
+// instance is woken. A ticket that doesn't fit is skipped, so a ticket held
+// back by its own user lane does not hold up the others.
+//
+// Seats set aside: so that a call of many seats is not starved by calls of
+// one seat taking each seat as it frees, the first ticket of a pass, in
+// fair order, that is blocked only by seat shortfalls sets the free seats
+// of those lanes aside for itself. A lane is a seat shortfall for a ticket
+// when the ticket does not fit there, needs more than one seat there, the
+// lane has room for a call of one seat (count < limit), the ticket's seats
+// there are at most its limit, and it is not the ticket's own user lane
+// (a borrower's limit, and so its room, includes what it may borrow at
+// that moment: it may set aside a seat it could only borrow, which holds
+// only while no call of the class waits, since one that queues stops the
+// lending, and that seat's setting aside, from its pass on);
+// the ticket is blocked only by seat shortfalls when every lane it does not
+// fit is one, and it fits the others. It then sets aside, in each such
+// lane, limit − count seats (as the pass has them), and the tickets after
+// it in that pass see those lanes' free seats reduced by what is set
+// aside. Nothing is kept between passes: each pass sets aside afresh, for
+// one ticket at a time (the earliest), only where it is short of seats, so
+// the ticket holds seats for as long as it waits (bounded by the wait's
+// max_seconds) and an expired, dropped or departed ticket holds nothing
+// from the next pass on. A ticket blocked by a lane with no room for any
+// call, or by its own user lane, sets nothing aside. A call Join turns
+// away from a full list takes nothing set aside either. With one seat
+// per call nothing is ever set aside.
 type Waitlist interface {
 	// Watch registers interest in wake-ups for token, which must come
 	// before Join so none is missed. The channel gets a value (it never
@@ -43,7 +87,9 @@ type Waitlist interface {
 	Watch(ctx context.Context, prefix, token string) (wake <-chan struct{}, stop func(), err error)
 
 	// Join is atomic. When no ticket waits on any of t's lanes it behaves
-	// exactly as Acquire without Force (counts, the same result); else
+	// exactly as Acquire without Force (counts, seats, borrowing, the same
+	// result; but a lane lends nothing while a ticket waits on its class
+	// key: see Lending above); else
 	// it queues t behind them and runs the grant pass, so a new arrival
 	// never overtakes a waiting ticket. counts get the lanes' counts
 	// before the call. A ticket past t.MaxPerUser for its user is not
@@ -54,8 +100,10 @@ type Waitlist interface {
 	// reports Dropped; when no ticket can be dropped, t is not queued.
 	// Finding the expired tickets and the longest queue costs the store
 	// O(log n) in the tickets waiting (plus those dropped); the grant pass
-	// stops at once while the lane every ticket shares is full, and
-	// otherwise walks the tickets in fair order until it is.
+	// stops at once while the lane every ticket shares is full (counting
+	// the seats set aside) even for the largest limit any ticket has had
+	// there, with all that lane could lend it (its Lend), and otherwise
+	// walks the tickets in fair order until it is.
 	// Run after t.NotAfter, it does nothing and returns an error wrapping
 	// ErrLateAcquire.
 	Join(ctx context.Context, t Ticket, counts []int) (JoinResult, error)
@@ -73,13 +121,13 @@ type Waitlist interface {
 	Pump(ctx context.Context, t Ticket) (JoinResult, error)
 
 	// Leave removes t's ticket. granted reports that the ticket had been
-	// granted meanwhile (its token holds a lease in its lanes): the caller
-	// then uses the grant or releases it.
+	// granted meanwhile (its token holds a lease in its lanes, and so do
+	// its other seats): the caller then uses the grant or releases it.
 	Leave(ctx context.Context, t Ticket) (granted bool, err error)
 
-	// ReleaseWait is Release followed, when tickets wait under prefix, by
-	// the grant pass, in one atomic step: a freed slot is handed over
-	// inside the store.
+	// ReleaseWait is Release (every seat of the call) followed, when
+	// tickets wait under prefix, by the grant pass, in one atomic step: a
+	// freed seat is handed over inside the store.
 	ReleaseWait(ctx context.Context, prefix, token string, keys []string) error
 
 	// Waiting fills counts (len(keys)) with the number of tickets waiting
@@ -89,24 +137,46 @@ type Waitlist interface {
 
 // Ticket is one waiting call.
 type Ticket struct {
-	Prefix      string        // the gate's key prefix: the store keeps the waitlist under <Prefix>:wait
-	NotAfter    time.Time     // Join takes and queues nothing if the store runs it later (as AcquireRequest.NotAfter)
-	Token       string        // the call's lease token
-	Keys        []string      // the call's lane keys, in lane order; the last is the user's lane
-	Limits      []int         // each lane's limit for this call, as in force now; each at least 1 (paused lanes never wait)
-	NewLimits   bool          // Pump only: Limits changed since the Join or the last Pump that sent them, and replace the ticket's
-	UserID      string        // whose ticket, for fair order and MaxPerUser
+	Prefix    string    // the gate's key prefix: the store keeps the waitlist under <Prefix>:wait
+	NotAfter  time.Time // Join takes and queues nothing if the store runs it later (as AcquireRequest.NotAfter)
+	Token     string    // the call's lease token
+	Keys      []string  // the call's lane keys, in lane order
+	Limits    []int     // each lane's limit for this call, as in force now; each at least 1 (paused lanes never wait)
+	NewLimits bool      // Pump only: Limits changed since the Join or the last Pump that sent them, and replace the ticket's
+	UserID    string    // whose ticket, for fair order and MaxPerUser
+	// UserLane is 1 + the index in Keys of the caller's own lane (the
+	// lane keyed by the user), whose count gives the user's head start in
+	// fair order; 0: the call has none, and starts at the list's round.
+	UserLane    int
 	Lease       time.Duration // the call's lease when Join takes it at once (as AcquireRequest.Lease)
 	TicketLease time.Duration // the ticket expires this long after Join or Pump
 	Claim       time.Duration // a grant's leases expire this long after the grant
 	MaxWaiting  int           // tickets queued at once under Prefix, at most
 	MaxPerUser  int           // tickets of one user queued at once, at most
+	// Seats are the seats the call takes in each lane, as
+	// AcquireRequest.Seats (len(Keys), each at least 1; nil or empty: 1
+	// in each); a Pump sends the Join's. A ticket whose seats in a lane
+	// exceed its limit there is never granted (and sets nothing aside):
+	// like a call on a paused lane, the gate should refuse it instead.
+	Seats []int
+	// Borrow is as AcquireRequest.Borrow (a Pump sends the Join's; Join
+	// reports the class keys' counts as Acquire does), with one more
+	// rule: while any ticket waits on a lane's Borrow.Key (a call of the
+	// class waits), nothing is lent there, so seats the class's calls
+	// wait for go to them first (see Lending in Waitlist). A lane whose
+	// limit for the ticket is 0 may wait when it lends (Lend ≥ 1): the
+	// ticket then runs on borrowed seats only. The ticket keeps the
+	// Borrow of its Join; a ticket without (nil, or every Key "") is
+	// stored and judged as before lending.
+	Borrow []Borrow
 }
 
 // Validate reports whether a Waitlist can run t (Join, Pump): a token, at
 // least one key, a limit of at least 1 per key (a ticket on a paused lane
-// could never be granted: the gate refuses such a call instead), and a
-// lease, ticket lease and claim of at least 1ms each. Every Waitlist runs
+// could never be granted: the gate refuses such a call instead) or 0
+// where the lane lends, a lease, ticket lease and claim of at least 1ms
+// each, Seats empty or one of at least 1 per key, and Borrow valid (see
+// Borrow). Every Waitlist runs
 // it (or ValidateJoin) first and does nothing with a ticket it refuses, so
 // all stores refuse the same tickets.
 func (t Ticket) Validate() error {
@@ -116,25 +186,32 @@ func (t Ticket) Validate() error {
 	if len(t.Keys) == 0 || len(t.Limits) < len(t.Keys) {
 		return fmt.Errorf("%d keys, %d limits: want at least one key, and a limit for each", len(t.Keys), len(t.Limits))
 	}
+	if t.UserLane < 0 || t.UserLane > len(t.Keys) {
+		return fmt.Errorf("user lane %d of %d keys: want 0 (none) or 1 + a key's index", t.UserLane, len(t.Keys))
+	}
+	if err := validBorrow(t.Borrow, t.Keys); err != nil {
+		return err
+	}
 	for i, l := range t.Limits[:len(t.Keys)] {
-		if l < 1 {
-			return fmt.Errorf("limit %d of lane %s: want at least 1 (a paused lane never waits)", l, t.Keys[i])
+		lends := len(t.Borrow) > 0 && t.Borrow[i].Key != ""
+		if l < 1 && !(l == 0 && lends) {
+			return fmt.Errorf("limit %d of lane %s: want at least 1, or 0 where it lends (a paused lane never waits)", l, t.Keys[i])
 		}
 	}
 	if t.Lease < time.Millisecond || t.TicketLease < time.Millisecond || t.Claim < time.Millisecond {
 		return errBadLease
 	}
-	return nil
+	return validSeats(t.Seats, t.Keys)
 }
 
 // ValidateJoin is Validate for Join, which also needs counts to have room
-// for a count per key.
+// for a count per key and per Borrow key (Join reports them as Acquire).
 func (t Ticket) ValidateJoin(counts []int) error {
 	if err := t.Validate(); err != nil {
 		return err
 	}
-	if len(counts) < len(t.Keys) {
-		return fmt.Errorf("%d keys, room for %d counts", len(t.Keys), len(counts))
+	if len(counts) < len(t.Keys)+borrowKeys(t.Borrow) {
+		return fmt.Errorf("%d keys, %d borrow keys, room for %d counts", len(t.Keys), borrowKeys(t.Borrow), len(counts))
 	}
 	return nil
 }

@@ -12,12 +12,12 @@ import (
 type Class int
 
 const (
-	// Bulk is a batch of rows (an Auto Match $match batch) or a $rerank:
+	// Bulk is a batch of rows (a batch job's call):
 	// nobody is watching it, so it may wait long (DefaultBulkBudget).
 	Bulk Class = iota
 	// Interactive is a call a person is watching, such as a single-row
-	// $match from a row panel (DefaultInteractiveBudget). A refusal of a
-	// bulk call does not hold it back unless the lane is paused.
+	// lookup (DefaultInteractiveBudget). A refusal of a bulk call does not
+	// hold it back unless the lane is paused.
 	Interactive
 )
 
@@ -40,12 +40,14 @@ type Call struct {
 	// fine for a client that speaks for one user.
 	User string
 	// Tier is the user's tier, if known. When empty, the Transport uses the
-	// tier the server last reported for User (X-OCL-Capacity-Tier). It
+	// tier the server last reported for User (the Tier header). It
 	// decides which tier pauses hold the call back.
 	Tier string
-	// Semantic marks a call that takes the es2_knn lane ($match with
-	// semantic=true); only such calls are held back by an es2_knn pause.
-	Semantic bool
+	// Lanes, if set, are the lanes of the server's policy the call takes
+	// (a call of the built-in policy with semantic=true takes its kNN lane): a refusal of a shared lane
+	// holds back only the calls that take it. nil: every call is held back
+	// by such a refusal.
+	Lanes []string
 	// IdempotencyKey, when set, is sent in the Transport's
 	// IdempotencyHeader on every attempt, unchanged, and allows the
 	// Transport to retry an ambiguous failure (502, 504, a timeout or reset
@@ -87,8 +89,8 @@ type Result struct {
 	Retries      int           // error retries: dial failures, 503s, ambiguous failures with a key
 	Waited       time.Duration // time held by pauses and backoffs (counts against the budget)
 	Queued       time.Duration // time waiting for an in-flight slot (does not count)
-	Decision     string        // X-OCL-Capacity-Decision of the last response, "" if none
-	Suggested    int           // X-OCL-Capacity-Suggested-Concurrency of the last response, -1 if none
+	Decision     string        // the Decision header of the last response, "" if none
+	Suggested    int           // the Suggested-Concurrency header of the last response, -1 if none
 }
 
 // Kind says which limit refused a call.

@@ -16,7 +16,7 @@ import (
 	"time"
 
 	"github.com/capgate/capgate/client"
-	"github.com/capgate/capgate/header"
+	"github.com/capgate/capgate/policy"
 )
 
 // The tests run inside testing/synctest bubbles: time is fake and jumps
@@ -24,6 +24,25 @@ import (
 // httptest.Server speaking HTTP/1.1, over net.Pipe connections instead of
 // TCP, because a goroutine blocked on a socket would keep the fake clock
 // from moving.
+
+// ocl are the names of the built-in policy, which the fake gateway speaks
+// (the X-OCL-Capacity-* headers, X-OCL-Event-Metadata and its
+// capacity_aware field, the refusal code capacity_exceeded): the
+// Transports of the tests are given them.
+var ocl = policy.OCL().Names.Header()
+
+// oclLanes returns the lanes of the OCL policy a $match takes: with
+// semantic, the kNN lane (only_if semantic) too.
+func oclLanes(semantic bool) []string {
+	p := policy.OCL()
+	var out []string
+	for _, l := range p.LanesOf(p.Route("match")) {
+		if l.OnlyIf == "" || semantic {
+			out = append(out, l.Name)
+		}
+	}
+	return out
+}
 
 // pipeListener is a net.Listener whose connections are net.Pipe pairs made
 // by Dial. failDials makes the next dials fail as a refused connection.
@@ -85,9 +104,11 @@ func (l *pipeListener) Dial(ctx context.Context, network, addr string) (net.Conn
 type arrival struct {
 	ID   string // X-Test-ID
 	At   time.Duration
-	Meta string // X-OCL-Event-Metadata
+	Meta string // the client-metadata header (the OCL policy's)
 	Key  string // the idempotency key
 	Body string
+	// Header is the request's header, for tests of other policies' names.
+	Header http.Header
 }
 
 // gateway plays the capgate gateway: it records arrivals and concurrency
@@ -120,6 +141,7 @@ func newGateway(t *testing.T, handle func(w http.ResponseWriter, r *http.Request
 		g.Close()
 	})
 	tr := client.NewTransport(base)
+	tr.Names = ocl
 	tr.Rand = func() float64 { return 0 }
 	return g, tr
 }
@@ -127,8 +149,8 @@ func newGateway(t *testing.T, handle func(w http.ResponseWriter, r *http.Request
 func (g *gateway) serve(w http.ResponseWriter, r *http.Request) {
 	body, _ := io.ReadAll(r.Body)
 	a := arrival{ID: r.Header.Get("X-Test-ID"), At: time.Since(g.start),
-		Meta: r.Header.Get(header.EventMetadata), Key: r.Header.Get(client.DefaultIdempotencyHeader),
-		Body: string(body)}
+		Meta: r.Header.Get(ocl.Metadata), Key: r.Header.Get(client.DefaultIdempotencyHeader),
+		Body: string(body), Header: r.Header.Clone()}
 	g.mu.Lock()
 	g.arrivals = append(g.arrivals, a)
 	n := 0
@@ -171,9 +193,9 @@ func (g *gateway) ids() []string {
 // admit answers as the gateway does for an admitted call.
 func admit(w http.ResponseWriter, suggested int) {
 	h := w.Header()
-	h.Set(header.Decision, "admitted")
-	h.Set(header.Tier, "preview")
-	h.Set(header.SuggestedConcurrency, strconv.Itoa(suggested))
+	h.Set(ocl.Decision, "admitted")
+	h.Set(ocl.Tier, "preview")
+	h.Set(ocl.SuggestedConcurrency, strconv.Itoa(suggested))
 	h.Set("Content-Type", "application/json")
 	_, _ = io.WriteString(w, `[]`)
 }
@@ -181,9 +203,9 @@ func admit(w http.ResponseWriter, suggested int) {
 // refuse answers with the capacity refusal of the 429.
 func refuse(w http.ResponseWriter, scope string, paused bool, retryAfter, suggested int) {
 	h := w.Header()
-	h.Set(header.Decision, "refused")
-	h.Set(header.Tier, "preview")
-	h.Set(header.SuggestedConcurrency, strconv.Itoa(suggested))
+	h.Set(ocl.Decision, "refused")
+	h.Set(ocl.Tier, "preview")
+	h.Set(ocl.SuggestedConcurrency, strconv.Itoa(suggested))
 	h.Set("Retry-After", strconv.Itoa(retryAfter))
 	h.Set("Content-Type", "application/json")
 	w.WriteHeader(http.StatusTooManyRequests)

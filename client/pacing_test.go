@@ -10,12 +10,11 @@ import (
 	"time"
 
 	"github.com/capgate/capgate/client"
-	"github.com/capgate/capgate/header"
 )
 
 // refuseSpaced is refuse with the gateway's spacing hint.
 func refuseSpaced(w http.ResponseWriter, scope string, paused bool, retryAfter int, spacing string) {
-	w.Header().Set(header.SuggestedSpacing, spacing)
+	w.Header().Set(ocl.SuggestedSpacing, spacing)
 	refuse(w, scope, paused, retryAfter, 4)
 }
 

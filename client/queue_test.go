@@ -9,7 +9,6 @@ import (
 	"time"
 
 	"github.com/capgate/capgate/client"
-	"github.com/capgate/capgate/header"
 )
 
 func TestOldestRefusedGoesFirst(t *testing.T) {
@@ -164,12 +163,12 @@ func TestScopedPauses(t *testing.T) {
 			admit(w, 1)
 		})
 		tr.MaxInFlight = 1
-		knn := goDo(g, tr, context.Background(), "knn", client.Call{User: "alice", Semantic: true})
+		knn := goDo(g, tr, context.Background(), "knn", client.Call{User: "alice", Lanes: oclLanes(true)})
 		synctest.Wait()
-		if o := do(g, tr, context.Background(), "rerank", client.Call{User: "alice"}); o.At != 0 {
+		if o := do(g, tr, context.Background(), "rerank", client.Call{User: "alice", Lanes: oclLanes(false)}); o.At != 0 {
 			t.Errorf("a non-semantic call was held by es2_knn until %v", o.At)
 		}
-		if o := do(g, tr, context.Background(), "semantic", client.Call{User: "bob", Semantic: true}); o.At != 30*time.Second {
+		if o := do(g, tr, context.Background(), "semantic", client.Call{User: "bob", Lanes: oclLanes(true)}); o.At != 30*time.Second {
 			t.Errorf("bob's semantic call sent at %v, want 30s", o.At)
 		}
 		<-knn
@@ -234,7 +233,7 @@ func TestSuggestedConcurrencyWhenTheServerQueues(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		g, tr := newGateway(t, func(w http.ResponseWriter, r *http.Request, n int) {
 			time.Sleep(2 * time.Second)
-			w.Header().Set(header.Waited, "150")
+			w.Header().Set(ocl.Waited, "150")
 			admit(w, 1)
 		})
 		var chans []<-chan outcome

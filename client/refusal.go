@@ -30,7 +30,7 @@ const (
 	// maxRefusalBody is how much of a 429 or 503 body is read.
 	maxRefusalBody = 64 << 10
 	// MinSpacing is the floor of the pace a spacing hint
-	// (X-OCL-Capacity-Suggested-Spacing-Ms) sets: a broken header can't
+	// (the Suggested-Spacing-Ms header) sets: a broken header can't
 	// make the client send faster than this.
 	MinSpacing = 100 * time.Millisecond
 )
@@ -47,10 +47,10 @@ type refusal struct {
 	kind   Kind
 	scope  string // the lane of a capacity refusal
 	paused bool
-	tier   string // X-OCL-Capacity-Tier, when sent
+	tier   string // the Tier header, when sent
 	delay  time.Duration
 	source string // sourceHeader, sourceBody or sourceDefault
-	// spacing is the server's X-OCL-Capacity-Suggested-Spacing-Ms; 0 when
+	// spacing is the server's Suggested-Spacing-Ms header; 0 when
 	// absent or not a positive number.
 	spacing time.Duration
 }
@@ -157,14 +157,14 @@ func seconds(f float64) time.Duration {
 // this call, n, up to 60 s; for a 503, 3 s × 4^n). Every delay is at least
 // MinDelay; a 503's is at most 60 s (a 429's is capped later, by
 // Transport.MaxRetryAfter). It reads and closes the body.
-func parseRefusal(resp *http.Response, now time.Time, n int) refusal {
+func parseRefusal(resp *http.Response, now time.Time, n int, names *header.Names) refusal {
 	body := readRefusalBody(resp.Body)
 	_ = resp.Body.Close()
-	r := refusal{kind: RateLimit, tier: resp.Header.Get(header.Tier)}
+	r := refusal{kind: RateLimit, tier: resp.Header.Get(names.Tier)}
 	switch {
 	case resp.StatusCode == http.StatusServiceUnavailable:
 		r.kind = Unavailable
-	case body.ErrorCode == "capacity_exceeded":
+	case body.ErrorCode != "" && body.ErrorCode == names.RefusalCode:
 		r.kind, r.scope, r.paused = Capacity, body.Scope, body.Paused
 	}
 	if d, ok := headerRetryAfter(resp.Header.Get("Retry-After"), now); ok {
@@ -183,7 +183,7 @@ func parseRefusal(resp *http.Response, now time.Time, n int) refusal {
 		r.delay = min(r.delay, maxUnavailableDelay)
 	}
 	r.delay = max(r.delay, MinDelay)
-	if ms, err := strconv.ParseInt(strings.TrimSpace(resp.Header.Get(header.SuggestedSpacing)), 10, 64); err == nil && ms > 0 {
+	if ms, err := strconv.ParseInt(strings.TrimSpace(resp.Header.Get(names.SuggestedSpacing)), 10, 64); err == nil && ms > 0 {
 		r.spacing = time.Duration(min(ms, int64(time.Hour/time.Millisecond))) * time.Millisecond
 	}
 	return r

@@ -7,6 +7,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/capgate/capgate/policy"
 )
 
 func TestHeaderRetryAfter(t *testing.T) {
@@ -64,23 +66,24 @@ func TestReadRefusalBody(t *testing.T) {
 }
 
 func TestParseRefusalKinds(t *testing.T) {
+	ocl := policy.OCL().Names.Header()
 	now := time.Now()
 	resp := func(status int, body string) *http.Response {
 		return &http.Response{StatusCode: status, Header: http.Header{}, Body: io.NopCloser(strings.NewReader(body))}
 	}
-	if r := parseRefusal(resp(429, `{"error_code":"capacity_exceeded","scope":"es2_knn"}`), now, 0); r.kind != Capacity || r.scope != "es2_knn" || r.delay != 5*time.Second || r.source != sourceDefault {
+	if r := parseRefusal(resp(429, `{"error_code":"capacity_exceeded","scope":"es2_knn"}`), now, 0, &ocl); r.kind != Capacity || r.scope != "es2_knn" || r.delay != 5*time.Second || r.source != sourceDefault {
 		t.Errorf("capacity: %+v", r)
 	}
-	if r := parseRefusal(resp(429, `{"error_code":"throttled","scope":"user"}`), now, 3); r.kind != RateLimit || r.scope != "" || r.delay != 40*time.Second {
+	if r := parseRefusal(resp(429, `{"error_code":"throttled","scope":"user"}`), now, 3, &ocl); r.kind != RateLimit || r.scope != "" || r.delay != 40*time.Second {
 		t.Errorf("rate limit: %+v", r)
 	}
-	if r := parseRefusal(resp(429, ``), now, 9); r.kind != RateLimit || r.delay != MaxBackoff {
+	if r := parseRefusal(resp(429, ``), now, 9, &ocl); r.kind != RateLimit || r.delay != MaxBackoff {
 		t.Errorf("empty 429: %+v", r)
 	}
-	if r := parseRefusal(resp(503, `{"error_code":"capacity_exceeded","retry_after":600}`), now, 0); r.kind != Unavailable || r.delay != time.Minute || r.source != sourceBody {
+	if r := parseRefusal(resp(503, `{"error_code":"capacity_exceeded","retry_after":600}`), now, 0, &ocl); r.kind != Unavailable || r.delay != time.Minute || r.source != sourceBody {
 		t.Errorf("503: %+v", r)
 	}
-	if r := parseRefusal(resp(503, ``), now, 1); r.delay != 12*time.Second {
+	if r := parseRefusal(resp(503, ``), now, 1, &ocl); r.delay != 12*time.Second {
 		t.Errorf("503 without a delay, second retry: %+v", r)
 	}
 }

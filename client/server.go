@@ -3,6 +3,7 @@ package client
 import (
 	"context"
 	"fmt"
+	"slices"
 	"sync"
 	"time"
 )
@@ -13,9 +14,11 @@ import (
 // changed, which is closed and replaced whenever something they wait for
 // may have changed.
 type server struct {
-	cap    int                               // Transport.MaxInFlight
-	probe  time.Duration                     // Transport.ProbeInterval
-	jitter func(time.Duration) time.Duration // Transport.jitter
+	cap      int                               // Transport.MaxInFlight
+	probe    time.Duration                     // Transport.ProbeInterval
+	jitter   func(time.Duration) time.Duration // Transport.jitter
+	userLane string                            // Transport.UserLane
+	tierLane string                            // Transport.TierLane
 
 	mu       sync.Mutex
 	seq      uint64
@@ -27,8 +30,8 @@ type server struct {
 	grants   uint64            // calls granted a slot so far
 	served   map[string]uint64 // Call.User → grants when the user's last call was granted
 
-	// After a refusal on a lane other users share (api_heavy, the task
-	// lane, es2_knn, a tier), bulk calls resume through a window: no more
+	// After a refusal on a lane other users share (any but the caller's
+	// own lane), bulk calls resume through a window: no more
 	// than window of them in flight, one more allowed for each admitted
 	// answer, until it reaches openWindow and is lifted. Without it every
 	// held call would go at once when the pause ends, most would be refused
@@ -38,7 +41,7 @@ type server struct {
 	bulk   int // bulk calls in flight through this server
 
 	// queues: the server waits for slots itself (a response said it
-	// waited: X-OCL-Capacity-Waited-Ms). A suggested concurrency then only
+	// waited: the Waited-Ms header). A suggested concurrency then only
 	// counts free room, and keeping calls back would leave slots idle that
 	// the server's fair queue would fill, so a user may keep up to cap in
 	// flight; a suggestion of 0 (a paused lane) still stops it.
@@ -48,11 +51,13 @@ type server struct {
 // openWindow is the window size at which the resume window is lifted.
 const openWindow = 64
 
-func newServer(cap int, probe time.Duration, jitter func(time.Duration) time.Duration) *server {
+func newServer(cap int, probe time.Duration, jitter func(time.Duration) time.Duration, userLane, tierLane string) *server {
 	return &server{
 		cap:      cap,
 		probe:    probe,
 		jitter:   jitter,
+		userLane: userLane,
+		tierLane: tierLane,
 		pauses:   make(map[pauseKey]*pause),
 		limiters: make(map[string]*limiter),
 		tiers:    make(map[string]string),
@@ -179,11 +184,11 @@ func (s *server) limiter(user string) *limiter {
 //
 // A pause from a bulk call's refusal holds back only bulk calls, unless the
 // lane is paused (limit 0); one from an interactive call's refusal holds
-// back both. Within that: a user pause holds that user's calls; a tier
-// pause the calls of users of that tier (or of unknown tier); an es2_knn
-// pause semantic calls; api_heavy, api_heavy_task and any scope this client
-// does not know, every heavy call. A rate limit holds back all of that
-// user's calls.
+// back both. Within that: a pause of the caller's own lane (Transport's
+// UserLane) holds that user's calls; of the tier lane (TierLane) the calls
+// of users of that tier (or of unknown tier); of any other lane the calls
+// that take it (Call.Lanes), every heavy call when a call does not say. A
+// rate limit holds back all of that user's calls.
 func (s *server) concerns(p *pause, w *waiter) bool {
 	c := w.call
 	if c.Class == Interactive && !p.key.all {
@@ -197,18 +202,16 @@ func (s *server) concerns(p *pause, w *waiter) bool {
 		return false // a 503 or an error holds back only its own call
 	}
 	switch p.key.scope {
-	case "user":
+	case s.userLane:
 		return p.key.id == c.User
-	case "tier":
+	case s.tierLane:
 		t := c.Tier
 		if t == "" {
 			t = s.tiers[c.User]
 		}
 		return t == "" || p.key.id == "" || t == p.key.id
-	case "es2_knn":
-		return c.Semantic
 	}
-	return true
+	return c.Lanes == nil || slices.Contains(c.Lanes, p.key.scope)
 }
 
 // verdict is what a waiter may do now.
@@ -456,8 +459,8 @@ func (s *server) refuse(w *waiter, r refusal, d, jitter, every, horizon time.Dur
 		key.scope = r.scope
 		key.all = r.paused || c.Class == Interactive
 		switch r.scope {
-		case "user":
-		case "tier":
+		case s.userLane:
+		case s.tierLane:
 			key.id = r.tier
 			if key.id == "" {
 				key.id = c.Tier
@@ -466,7 +469,7 @@ func (s *server) refuse(w *waiter, r refusal, d, jitter, every, horizon time.Dur
 			key.id = ""
 		}
 	}
-	if r.kind == Capacity && r.scope != "user" && c.Class == Bulk {
+	if r.kind == Capacity && r.scope != s.userLane && c.Class == Bulk {
 		// The refused call still holds its slot: the others in flight are
 		// what the shared lane takes from this client now.
 		s.window = max(1, s.bulk-1)

@@ -16,10 +16,11 @@ import (
 func TestOverTCP(t *testing.T) {
 	var meta string
 	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		meta = r.Header.Get(header.EventMetadata)
+		meta = r.Header.Get(ocl.Metadata)
 		admit(w, 2)
 	}))
 	tr := client.NewTransport(srv.Client().Transport)
+	tr.Names = ocl
 	tr.MaxDialRetries = -1
 	req, _ := http.NewRequest(http.MethodPost, srv.URL+"/concepts/$match/?reranker=true", nil)
 	resp, res, err := client.NewDoer(tr).Do(context.Background(), req, client.Call{Class: client.Interactive})
@@ -27,7 +28,7 @@ func TestOverTCP(t *testing.T) {
 		t.Fatal(err)
 	}
 	resp.Body.Close()
-	if !header.CapacityAware(header.ParseEventMetadata(meta)) || res.Decision != "admitted" || res.Suggested != 2 {
+	if !header.Aware(header.ParseEventMetadata(meta), ocl.AwareField) || res.Decision != "admitted" || res.Suggested != 2 {
 		t.Errorf("metadata %q, result %+v", meta, res)
 	}
 	srv.Close()

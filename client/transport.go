@@ -30,9 +30,19 @@ const (
 	DefaultDialBackoff       = 500 * time.Millisecond
 	DefaultMaxRetryAfter     = time.Hour
 	DefaultProbeInterval     = 5 * time.Second
-	DefaultIdempotencyHeader = "X-OCL-Request-Idempotency-Key"
+	DefaultIdempotencyHeader = header.IdempotencyKey
 	DefaultServerWait        = 20 * time.Second
+	DefaultUserLane          = "user"
+	DefaultTierLane          = "tier"
 )
+
+// orString returns s, or def when s is empty.
+func orString(s, def string) string {
+	if s == "" {
+		return def
+	}
+	return s
+}
 
 // Transport is an http.RoundTripper for the heavy calls of a capgate-gated
 // API. A request whose context carries a Call (WithCall) is a heavy call;
@@ -41,21 +51,26 @@ const (
 // The model. The server caps heavy calls in flight and answers a call that
 // would pass a cap with 429, Retry-After and a JSON body naming the full
 // lane (its scope). The Transport tells the server it handles refusals (it
-// merges "capacity_aware": "true" into X-OCL-Event-Metadata), and on a
+// merges the policy's aware field, "capacity_aware": "true", into its
+// client-metadata header: Names; a policy without one is not told), and on a
 // refusal it waits and retries, so the caller sees either the API's answer
 // or, when the server stays busy past the call's wait budget, a
 // *ThrottledError: not run, try later. A Transport keeps, per server
 // (scheme://host) and shared by all its calls:
 //
 //   - pauses per scope. A capacity 429 pauses its scope for Retry-After
-//     plus 0–50 % jitter: a user refusal holds back that user's bulk calls,
-//     a tier one the calls of that tier, es2_knn the semantic calls,
-//     api_heavy every heavy call. A refusal of a bulk call never holds back
-//     an interactive one unless the lane is paused (its limit is 0). A
-//     rate-limit 429 (any other 429) pauses that user's calls, apart from
-//     capacity. New calls that a pause concerns wait behind it.
+//     plus 0–50 % jitter: a refusal of the caller's own lane (UserLane)
+//     holds back that user's bulk calls, of the tier lane (TierLane) the
+//     calls of that tier, of any other lane the calls that take it
+//     (Call.Lanes; every heavy call when Lanes is nil), whatever their
+//     key: a refusal names its lane, not the key that filled (a lane keyed
+//     by a model holds back the calls of every model). A refusal of a
+//     bulk call never holds back an interactive one unless the lane is
+//     paused (its limit is 0). A rate-limit 429 (any other 429) pauses
+//     that user's calls, apart from capacity. New calls that a pause
+//     concerns wait behind it.
 //   - an in-flight bound per user: one call until the server has answered
-//     one, then the last X-OCL-Capacity-Suggested-Concurrency of a response
+//     one, then the last Suggested-Concurrency header of a response
 //     the gate decided (admitted or refused), never above MaxInFlight; a
 //     first answer without a suggestion (the call was not gated, or only
 //     shadow-refused) lifts the bound to MaxInFlight. A suggestion of 0
@@ -68,8 +83,8 @@ const (
 //     (round-robin across users), then the oldest. A refused call keeps its
 //     place.
 //
-// Pacing. A capacity 429 from a lane that is not paused, with
-// X-OCL-Capacity-Suggested-Spacing-Ms (how often the lane frees a slot),
+// Pacing. A capacity 429 from a lane that is not paused, with the
+// Suggested-Spacing-Ms header (how often the lane frees a slot),
 // is paced instead of waited out: the refused call and the calls its pause
 // holds back leave the pause one at a time, in queue order, every half
 // spacing (at least MinSpacing) plus jitter, for the longer of Retry-After
@@ -107,6 +122,16 @@ const (
 type Transport struct {
 	// Base sends the requests; http.DefaultTransport when nil.
 	Base http.RoundTripper
+	// Names are the capacity headers and refusal code of the server's
+	// policy (its names section): header.NewNames of them, with
+	// RefusalCode set. The zero value is header.Generic, a policy written
+	// for capgate (Capgate-*).
+	Names header.Names
+	// UserLane and TierLane name the server's lanes keyed by the caller
+	// and by the tier (DefaultUserLane "user", DefaultTierLane "tier"): a
+	// refusal of the one pauses that user's calls, of the other the calls
+	// of that tier.
+	UserLane, TierLane string
 	// MaxInFlight caps each user's heavy calls in flight to one server
 	// (DefaultMaxInFlight, 4). The server's suggestion lowers it, never
 	// raises it.
@@ -236,7 +261,8 @@ func (t *Transport) server(origin string) *server {
 	}
 	s := t.servers[origin]
 	if s == nil {
-		s = newServer(or(t.MaxInFlight, DefaultMaxInFlight), or(t.ProbeInterval, DefaultProbeInterval), t.jitter)
+		s = newServer(or(t.MaxInFlight, DefaultMaxInFlight), or(t.ProbeInterval, DefaultProbeInterval), t.jitter,
+			orString(t.UserLane, DefaultUserLane), orString(t.TierLane, DefaultTierLane))
 		t.servers[origin] = s
 	}
 	return s
@@ -278,7 +304,11 @@ func (t *Transport) roundTrip(req *http.Request, call Call, res *Result) (*http.
 	if key == "" {
 		key = req.Header.Get(t.idempotencyHeader())
 	}
-	meta := awareMetadata(req.Header.Get(header.EventMetadata))
+	names := t.names()
+	var meta string // the client-metadata header to send; "": the policy has none
+	if names.Metadata != "" && names.AwareField != "" {
+		meta = awareMetadata(req.Header.Get(names.Metadata), names.AwareField)
+	}
 	s := t.server(strings.ToLower(req.URL.Scheme + "://" + req.URL.Host))
 	deadline, _ := ctx.Deadline()
 	w := s.newWaiter(call, t.budget(call), deadline)
@@ -324,21 +354,22 @@ func (t *Transport) roundTrip(req *http.Request, call Call, res *Result) (*http.
 			}
 			continue
 		}
-		decision := resp.Header.Get(header.Decision)
+		names := t.names()
+		decision := resp.Header.Get(names.Decision)
 		suggested := -1
-		if n, err := strconv.Atoi(resp.Header.Get(header.SuggestedConcurrency)); err == nil && n >= 0 {
+		if n, err := strconv.Atoi(resp.Header.Get(names.SuggestedConcurrency)); err == nil && n >= 0 {
 			suggested = n
 		}
 		res.Decision, res.Suggested = decision, suggested
 		decided := decision == "admitted" || decision == "refused"
-		tier := resp.Header.Get(header.Tier)
-		if resp.Header.Get(header.Waited) != "" {
+		tier := resp.Header.Get(names.Tier)
+		if resp.Header.Get(names.Waited) != "" {
 			s.serverQueues()
 		}
 
 		switch resp.StatusCode {
 		case http.StatusTooManyRequests:
-			r := parseRefusal(resp, now, n429)
+			r := parseRefusal(resp, now, n429, names)
 			if r.source == sourceDefault {
 				n429++
 			}
@@ -353,7 +384,7 @@ func (t *Transport) roundTrip(req *http.Request, call Call, res *Result) (*http.
 			s.release(call)
 			continue
 		case http.StatusServiceUnavailable:
-			r := parseRefusal(resp, now, nErr)
+			r := parseRefusal(resp, now, nErr, names)
 			s.observe(call.User, tier, suggested, decided, 0, now)
 			s.release(call)
 			t.countRefusal(res, r)
@@ -443,7 +474,9 @@ func (t *Transport) send(ctx context.Context, req *http.Request, getBody func() 
 		}
 		r.Body, r.GetBody = body, getBody
 	}
-	r.Header.Set(header.EventMetadata, meta)
+	if meta != "" {
+		r.Header.Set(t.names().Metadata, meta)
+	}
 	if key != "" {
 		r.Header.Set(t.idempotencyHeader(), key)
 	}
@@ -474,16 +507,24 @@ func replayable(req *http.Request) (func() (io.ReadCloser, error), error) {
 	return func() (io.ReadCloser, error) { return io.NopCloser(bytes.NewReader(data)), nil }, nil
 }
 
-// awareMetadata returns the event metadata header h with capacity_aware
-// set to "true". A malformed h is replaced: the server reads it as {}.
-func awareMetadata(h string) string {
+// awareMetadata returns the client-metadata header h with field set to
+// "true". A malformed h is replaced: the server reads it as {}.
+func awareMetadata(h, field string) string {
 	meta := header.ParseEventMetadata(h)
-	meta["capacity_aware"] = "true"
+	meta[field] = "true"
 	b, err := jsonenc.Marshal(meta)
 	if err != nil {
-		return `{"capacity_aware":"true"}`
+		b, _ = jsonenc.Marshal(map[string]string{field: "true"})
 	}
 	return string(b)
+}
+
+// names returns the server's names: Names, or header.Generic.
+func (t *Transport) names() *header.Names {
+	if t.Names.Decision == "" {
+		return &header.Generic
+	}
+	return &t.Names
 }
 
 // drain reads a little of body, so the connection can be reused, and

@@ -17,13 +17,13 @@ func TestMetadataOnlyOnHeavyCalls(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		g, tr := newGateway(t, nil)
 		req, _ := http.NewRequest(http.MethodPost, g.URL+"/concepts/$match/", strings.NewReader(`{"rows":[{}]}`))
-		req.Header.Set(header.EventMetadata, `{"algorithm_id":"ocl-semantic","row_indices":[3,4],"capacity_aware":"false"}`)
+		req.Header.Set(ocl.Metadata, `{"algorithm_id":"ocl-semantic","row_indices":[3,4],"capacity_aware":"false"}`)
 		if o := doReq(g, tr, req, "heavy", client.Call{}); o.Err != nil || o.Status != 200 {
 			t.Fatalf("heavy call: %+v", o)
 		}
 		light, _ := http.NewRequest(http.MethodGet, g.URL+"/concepts/$lookup/", nil)
 		light.Header.Set("X-Test-ID", "light")
-		light.Header.Set(header.EventMetadata, `{"algorithm_id":"x"}`)
+		light.Header.Set(ocl.Metadata, `{"algorithm_id":"x"}`)
 		resp, err := (&http.Client{Transport: tr}).Do(light)
 		if err != nil {
 			t.Fatal(err)
@@ -47,7 +47,7 @@ func TestMetadataOnlyOnHeavyCalls(t *testing.T) {
 		if rows, _ := json.Marshal(meta["row_indices"]); string(rows) != "[3,4]" {
 			t.Errorf("row_indices = %s, want [3,4] kept as numbers", rows)
 		}
-		if !header.CapacityAware(header.ParseEventMetadata(got[0].Meta)) {
+		if !header.Aware(header.ParseEventMetadata(got[0].Meta), ocl.AwareField) {
 			t.Errorf("the server does not read %q as capacity-aware", got[0].Meta)
 		}
 		if got[0].Body != `{"rows":[{}]}` {
@@ -66,7 +66,7 @@ func TestMalformedMetadataIsReplaced(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		g, tr := newGateway(t, nil)
 		req, _ := http.NewRequest(http.MethodPost, g.URL+"/concepts/$rerank/", nil)
-		req.Header.Set(header.EventMetadata, `{"broken`)
+		req.Header.Set(ocl.Metadata, `{"broken`)
 		doReq(g, tr, req, "a", client.Call{})
 		if m := g.got()[0].Meta; m != `{"capacity_aware":"true"}` {
 			t.Errorf("metadata = %q", m)

@@ -6,8 +6,8 @@
 // two share (Version.Columns, ScanVersions); and the health of its reads
 // (ReadState).
 //
-// The config model itself (capgate.Config, its validation, Config.Apply of
-// a capgate.Patch giving a capgate.Diff) stays in the root package, which
+// The config model itself (settings.Config, its validation, Config.Apply of
+// a settings.Patch giving a settings.Diff) stays in the root package, which
 // the gate needs without any of this; config depends on the root, never
 // the other way round.
 //

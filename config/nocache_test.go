@@ -5,8 +5,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/capgate/capgate"
 	"github.com/capgate/capgate/config"
+	"github.com/capgate/capgate/settings"
 )
 
 // slowStore is a config store in memory whose reads can be held, as a
@@ -34,12 +34,12 @@ func (s *slowStore) LatestWithin(ctx context.Context, d time.Duration) (*config.
 func TestNoCacheNeverServesAReadThatBeganBeforeTheCall(t *testing.T) {
 	store := &slowStore{hold: make(chan chan struct{})}
 	doc := func(seconds int) *config.Version {
-		c := capgate.DefaultConfig(capgate.ModeEnforce)
+		c := settings.Default(nil, settings.ModeEnforce)
 		c.Wait.MaxSeconds = seconds
 		return &config.Version{ID: int64(seconds + 1), Config: c.Doc()}
 	}
 	store.set(false, doc(0))
-	svc := config.NewService(store, capgate.ModeEnforce)
+	svc := config.NewService(store, settings.ModeEnforce)
 	svc.CacheTTL = -1
 	if got := svc.Config(t.Context()).Wait.MaxSeconds; got != 0 {
 		t.Fatalf("first read: max_seconds %d; want 0", got)
@@ -47,7 +47,7 @@ func TestNoCacheNeverServesAReadThatBeganBeforeTheCall(t *testing.T) {
 
 	// A read begins (a waiting call's re-check), reads version 1 and is
 	// held; then another process saves max_seconds 20.
-	old := make(chan capgate.Config)
+	old := make(chan settings.Config)
 	go func() { old <- svc.Config(context.Background()) }()
 	release := <-store.hold
 	store.set(false, doc(20))

@@ -6,11 +6,14 @@ import (
 	"fmt"
 	"log/slog"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/capgate/capgate"
 	"github.com/capgate/capgate/internal/jsonenc"
 	"github.com/capgate/capgate/internal/jsontree"
+	"github.com/capgate/capgate/policy"
+	"github.com/capgate/capgate/settings"
 )
 
 // Defaults of the Service.
@@ -39,12 +42,15 @@ const (
 // use afterwards. Create one with NewService.
 type Service struct {
 	Store Store // required
-	// Sink receives one ocl_capacity_config line per saved change. Default
-	// (nil): no lines.
+	// Sink receives one <log event>_config line (the policy's log event,
+	// the built-in policy's <event>_config) per saved change. Default (nil): no lines.
 	Sink capgate.Sink
+	// Policy is the policy whose config this is: its lanes' limits are the
+	// config's. Default (nil): the built-in policy. SetPolicy replaces it
+	// once the Service is in use.
 	// BootMode is the mode of the defaults until staff first change the
 	// config (--mode, CAPACITY_LIMIT_MODE). An invalid value means shadow.
-	BootMode capgate.Mode
+	BootMode settings.Mode
 	// CacheTTL is how long a read config is used. Default (0)
 	// DefaultCacheTTL; negative: read on every call.
 	CacheTTL time.Duration
@@ -60,22 +66,25 @@ type Service struct {
 	// own changes (PostgreSQL NOTIFY) needs none. Default: none.
 	Notifiers []Notifier
 
+	Policy *policy.Policy
+
+	replaced   atomic.Pointer[policy.Policy] // SetPolicy's; nil: Policy
 	mu         sync.Mutex
-	snap       capgate.Config  // requires mu held
-	hasSnap    bool            // requires mu held
-	expires    time.Time       // requires mu held
-	lastGood   *capgate.Config // the last config read without error; requires mu held
-	refreshing chan struct{}   // non-nil while a refresh runs, closed at its end; requires mu held
-	gen        uint64          // bumped when a save or Invalidate makes a running refresh stale; requires mu held
-	version    int64           // the version of snap, 0 for the defaults; requires mu held
-	read       readState       // how the last store read went; requires mu held
+	snap       settings.Config  // requires mu held
+	hasSnap    bool             // requires mu held
+	expires    time.Time        // requires mu held
+	lastGood   *settings.Config // the last config read without error; requires mu held
+	refreshing chan struct{}    // non-nil while a refresh runs, closed at its end; requires mu held
+	gen        uint64           // bumped when a save or Invalidate makes a running refresh stale; requires mu held
+	version    int64            // the version of snap, 0 for the defaults; requires mu held
+	read       readState        // how the last store read went; requires mu held
 }
 
 var _ capgate.ConfigSource = (*Service)(nil)
 
 // NewService returns a service over store with the defaults of the
 // given boot mode.
-func NewService(store Store, bootMode capgate.Mode) *Service {
+func NewService(store Store, bootMode settings.Mode) *Service {
 	return &Service{Store: store, BootMode: bootMode}
 }
 
@@ -85,10 +94,10 @@ type SaveResult struct {
 	// (nil when there is none).
 	Version *Version
 	// Config is the config in force after the save.
-	Config capgate.Config
+	Config settings.Config
 	// Diff is what the save changed, against the config in force before
 	// it; empty (never nil) when nothing changed.
-	Diff capgate.Diff
+	Diff settings.Diff
 }
 
 func (s *Service) now() time.Time {
@@ -119,13 +128,49 @@ func (s *Service) readTimeout() time.Duration {
 	return s.ReadTimeout
 }
 
-// Defaults returns the built-in config with the boot mode.
-func (s *Service) Defaults() capgate.Config { return capgate.DefaultConfig(s.BootMode) }
+// Defaults returns the default config of the policy with the boot mode.
+func (s *Service) Defaults() settings.Config { return settings.Default(s.policy(), s.BootMode) }
+
+// policy returns the policy in force: SetPolicy's, else Policy (nil: the
+// built-in one).
+func (s *Service) policy() *policy.Policy {
+	if p := s.replaced.Load(); p != nil {
+		return p
+	}
+	return s.Policy
+}
+
+// SetPolicy makes p the policy of the config (a policy reloaded): the
+// config in force is read again on p's defaults at once — each setting
+// whose key p still has keeps its value — and the store is read at the
+// next Config.
+func (s *Service) SetPolicy(p *policy.Policy) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.replaced.Store(p)
+	defaults := settings.Default(p, s.BootMode)
+	if s.hasSnap {
+		if c, err := defaults.Overlay(s.snap.Doc()); err == nil {
+			s.snap = c
+		} else {
+			s.snap = defaults
+		}
+	}
+	if s.lastGood != nil {
+		if c, err := defaults.Overlay(s.lastGood.Doc()); err == nil {
+			s.lastGood = &c
+		} else {
+			s.lastGood = &defaults
+		}
+	}
+	s.gen++
+	s.expires = time.Time{}
+}
 
 // Config returns the config in force for the request path. It never fails
 // and waits at most ReadTimeout (only when nothing was read yet, or when
 // this caller runs the refresh).
-func (s *Service) Config(ctx context.Context) capgate.Config {
+func (s *Service) Config(ctx context.Context) settings.Config {
 	if s.CacheTTL < 0 {
 		return s.readNow(ctx)
 	}
@@ -154,7 +199,7 @@ func (s *Service) Config(ctx context.Context) capgate.Config {
 
 // awaitFirst waits for the first refresh, run by another caller, at most
 // ReadTimeout.
-func (s *Service) awaitFirst(ctx context.Context, done <-chan struct{}) capgate.Config {
+func (s *Service) awaitFirst(ctx context.Context, done <-chan struct{}) settings.Config {
 	t := time.NewTimer(s.readTimeout())
 	defer t.Stop()
 	select {
@@ -172,13 +217,13 @@ func (s *Service) awaitFirst(ctx context.Context, done <-chan struct{}) capgate.
 
 // fallbackLocked is the config of a failed read: the last known one, or
 // the defaults, with enforce turned into shadow. Requires mu held.
-func (s *Service) fallbackLocked() capgate.Config {
+func (s *Service) fallbackLocked() settings.Config {
 	c := s.Defaults()
 	if s.lastGood != nil {
 		c = *s.lastGood
 	}
-	if c.Mode == capgate.ModeEnforce {
-		c.Mode = capgate.ModeShadow
+	if c.Mode == settings.ModeEnforce {
+		c.Mode = settings.ModeShadow
 	}
 	return c
 }
@@ -186,7 +231,7 @@ func (s *Service) fallbackLocked() capgate.Config {
 // refresh reads the store, bounded by ReadTimeout, and caches what it got
 // until start+CacheTTL. The read is detached from the caller's
 // cancellation: it serves every caller, and its own timeout bounds it.
-func (s *Service) refresh(ctx context.Context, start time.Time, gen uint64, done chan struct{}) capgate.Config {
+func (s *Service) refresh(ctx context.Context, start time.Time, gen uint64, done chan struct{}) settings.Config {
 	v, c, err := s.readLatest(ctx)
 	s.mu.Lock()
 	defer s.mu.Unlock()
@@ -210,10 +255,10 @@ func (s *Service) refresh(ctx context.Context, start time.Time, gen uint64, done
 // readLatest reads and resolves the latest version, bounded by ReadTimeout and
 // detached from the caller's cancellation (a read may serve other
 // callers; its own timeout bounds it).
-func (s *Service) readLatest(ctx context.Context) (*Version, capgate.Config, error) {
+func (s *Service) readLatest(ctx context.Context) (*Version, settings.Config, error) {
 	v, err := s.Store.LatestWithin(context.WithoutCancel(ctx), s.readTimeout())
 	if err != nil {
-		return nil, capgate.Config{}, err
+		return nil, settings.Config{}, err
 	}
 	return v, s.resolve(v), nil
 }
@@ -222,7 +267,7 @@ func (s *Service) readLatest(ctx context.Context) (*Version, capgate.Config, err
 // config it gives: c, or after a failed read the last known config with
 // enforce as shadow (logged). A good read becomes the last known config
 // and version when keep is set. Requires mu held.
-func (s *Service) tookLocked(v *Version, c capgate.Config, err error, keep bool) capgate.Config {
+func (s *Service) tookLocked(v *Version, c settings.Config, err error, keep bool) settings.Config {
 	s.read.done(err)
 	if err != nil {
 		c = s.fallbackLocked()
@@ -247,7 +292,7 @@ func (s *Service) tookLocked(v *Version, c capgate.Config, err error, keep bool)
 // does: a read that began before a change would hand a caller that
 // arrived after it the config before it (a waiting call's re-check, the
 // adaptive loop and a new call can all be reading at once).
-func (s *Service) readNow(ctx context.Context) capgate.Config {
+func (s *Service) readNow(ctx context.Context) settings.Config {
 	v, c, err := s.readLatest(ctx)
 	s.mu.Lock()
 	defer s.mu.Unlock()
@@ -270,7 +315,7 @@ func (s *Service) Version() int64 {
 // resolve turns a stored version into a config: the defaults overlaid with
 // the keys it sets that are still known. An invalid row logs an ERROR and
 // gives the defaults.
-func (s *Service) resolve(v *Version) capgate.Config {
+func (s *Service) resolve(v *Version) settings.Config {
 	if v == nil {
 		return s.Defaults()
 	}
@@ -284,7 +329,7 @@ func (s *Service) resolve(v *Version) capgate.Config {
 
 // setLocked makes c the config in force now and the last known one.
 // Requires mu held.
-func (s *Service) setLocked(c capgate.Config) {
+func (s *Service) setLocked(c settings.Config) {
 	s.gen++
 	good := c
 	s.snap, s.hasSnap, s.expires, s.lastGood = c, true, s.now().Add(s.cacheTTL()), &good
@@ -302,10 +347,10 @@ func (s *Service) Invalidate() {
 // Current reads the latest version fresh from the store, never the cache,
 // and resolves it (an invalid row logs an ERROR and gives the defaults).
 // The version is nil when there is none. It returns the store's error.
-func (s *Service) Current(ctx context.Context) (*Version, capgate.Config, error) {
+func (s *Service) Current(ctx context.Context) (*Version, settings.Config, error) {
 	v, err := s.Store.Latest(ctx)
 	if err != nil {
-		return nil, capgate.Config{}, fmt.Errorf("read capacity config: %w", err)
+		return nil, settings.Config{}, fmt.Errorf("read capacity config: %w", err)
 	}
 	return v, s.resolve(v), nil
 }
@@ -326,7 +371,7 @@ func (s *Service) History(ctx context.Context, limit int) ([]Version, error) {
 type Edit struct {
 	// Set holds the settings to change. Nil or empty changes nothing,
 	// unless Replace.
-	Set capgate.Patch
+	Set settings.Patch
 	// Replace merges Set onto the defaults instead of the config in force:
 	// the staff API's PUT and the CLI's reset. Default (false): onto the
 	// config in force, the staff API's PATCH and the CLI's set.
@@ -348,10 +393,10 @@ type Edit struct {
 // under the store's writers' lock, so concurrent saves never lose a
 // change. Unknown keys are kept, so validation reports them. A row is
 // appended only if something changed; then the change applies in this
-// process at once, and one ocl_capacity_config line goes to the Sink (a
+// process at once, and one <log event>_config line goes to the Sink (a
 // failing Sink logs a WARNING and never fails the save).
 //
-// An invalid result returns a *capgate.ValidationError and appends nothing. Other
+// An invalid result returns a *settings.ValidationError and appends nothing. Other
 // errors are the store's.
 func (s *Service) Save(ctx context.Context, change Edit) (SaveResult, error) {
 	var res SaveResult
@@ -376,14 +421,14 @@ func (s *Service) Save(ctx context.Context, change Edit) (SaveResult, error) {
 			Source: change.Source, Note: change.Note, RollbackOf: change.RollbackOf}, nil
 	})
 	if err != nil {
-		var verr *capgate.ValidationError
+		var verr *settings.ValidationError
 		if errors.As(err, &verr) {
 			return SaveResult{}, verr
 		}
 		return SaveResult{}, fmt.Errorf("save capacity config: %w", err)
 	}
 	if res.Diff == nil {
-		res.Diff = capgate.Diff{}
+		res.Diff = settings.Diff{}
 	}
 	s.mu.Lock()
 	s.setLocked(res.Config)
@@ -404,19 +449,19 @@ func (s *Service) Save(ctx context.Context, change Edit) (SaveResult, error) {
 
 // diff returns what differs from c to next (a Replace's Diff: against the
 // config in force, not the defaults it was applied to).
-func diff(c, next capgate.Config) capgate.Diff {
-	return capgate.Diff(jsontree.Diff(c.Doc(), next.Doc()))
+func diff(c, next settings.Config) settings.Diff {
+	return settings.Diff(jsontree.Diff(c.Doc(), next.Doc()))
 }
 
-// configLine is the ocl_capacity_config log line; empty fields are dropped.
+// configLine is the <log event>_config log line; empty fields are dropped.
 type configLine struct {
-	Event     string       `json:"event"`
-	Version   int64        `json:"version"`
-	ChangedBy string       `json:"changed_by,omitempty"`
-	Source    string       `json:"source,omitempty"`
-	Note      string       `json:"note,omitempty"`
-	Diff      capgate.Diff `json:"changes,omitempty"`
-	Mode      capgate.Mode `json:"mode,omitempty"`
+	Event     string        `json:"event"`
+	Version   int64         `json:"version"`
+	ChangedBy string        `json:"changed_by,omitempty"`
+	Source    string        `json:"source,omitempty"`
+	Note      string        `json:"note,omitempty"`
+	Diff      settings.Diff `json:"changes,omitempty"`
+	Mode      settings.Mode `json:"mode,omitempty"`
 	// RollbackOf is the version a rollback restored.
 	RollbackOf int64 `json:"rollback_of,omitempty"`
 }
@@ -427,7 +472,7 @@ func (s *Service) emit(v *Version, res SaveResult) {
 		return
 	}
 	line, err := jsonenc.Marshal(configLine{
-		Event: "ocl_capacity_config", Version: v.ID, ChangedBy: v.CreatedBy, Source: v.Source,
+		Event: s.logEvent() + "_config", Version: v.ID, ChangedBy: v.CreatedBy, Source: v.Source,
 		Note: v.Note, Diff: res.Diff, Mode: res.Config.Mode, RollbackOf: v.RollbackOf,
 	})
 	if err == nil {
@@ -467,6 +512,15 @@ func (s *Service) Rollback(ctx context.Context, to int64, change Edit) (SaveResu
 	}
 	// Onto the defaults: every version holds its complete config, so the
 	// result is that version's config, whatever came since.
-	change.Set, change.Replace, change.RollbackOf = capgate.Patch(v.Config), true, to
+	change.Set, change.Replace, change.RollbackOf = settings.Patch(v.Config), true, to
 	return s.Save(ctx, change)
+}
+
+// logEvent returns the policy's log event.
+func (s *Service) logEvent() string {
+	p := s.policy()
+	if p == nil {
+		p = policy.OCL()
+	}
+	return p.Names.LogEvent
 }

@@ -4,8 +4,8 @@ import (
 	"context"
 	"time"
 
-	"github.com/capgate/capgate"
 	"github.com/capgate/capgate/internal/jsontree"
+	"github.com/capgate/capgate/settings"
 )
 
 // The sources of a config version.
@@ -29,12 +29,12 @@ type Version struct {
 
 // Diff returns what the version changed: its Config against its
 // PreviousConfig (all of Config when that is unknown).
-func (v *Version) Diff() capgate.Diff {
+func (v *Version) Diff() settings.Diff {
 	var prev any
 	if v.PreviousConfig != nil {
 		prev = v.PreviousConfig
 	}
-	return capgate.Diff(jsontree.Diff(prev, v.Config))
+	return settings.Diff(jsontree.Diff(prev, v.Config))
 }
 
 // VersionReader is a Store that reads any one version, for a

@@ -8,8 +8,8 @@ import (
 	"testing/synctest"
 	"time"
 
-	"github.com/capgate/capgate"
 	"github.com/capgate/capgate/config"
+	"github.com/capgate/capgate/settings"
 )
 
 // flakyStore is a config store in memory whose reads fail while down is
@@ -50,7 +50,7 @@ func (s *flakyStore) set(down bool, v *config.Version) {
 func TestWatchFollowsTheStoreWithoutTraffic(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		store := &flakyStore{down: true}
-		svc := config.NewService(store, capgate.ModeEnforce)
+		svc := config.NewService(store, settings.ModeEnforce)
 		svc.CacheTTL = 5 * time.Second
 		if st := svc.ReadState(); st.Ready {
 			t.Fatalf("ReadState before any read = %+v; want not ready", st)
@@ -65,13 +65,13 @@ func TestWatchFollowsTheStoreWithoutTraffic(t *testing.T) {
 		if !st.Ready || !errors.Is(st.Err, errDown) || st.Version != 0 {
 			t.Errorf("ReadState with the store down = %+v; want ready, the error, version 0", st)
 		}
-		if m := svc.Config(ctx).Mode; m != capgate.ModeShadow {
+		if m := svc.Config(ctx).Mode; m != settings.ModeShadow {
 			t.Errorf("mode with the store down = %q; want shadow", m)
 		}
 
 		// The database comes up with a version written by another process:
 		// the next background read takes it, with no call made.
-		cfg := capgate.DefaultConfig(capgate.ModeEnforce).Doc()
+		cfg := settings.Default(nil, settings.ModeEnforce).Doc()
 		store.set(false, &config.Version{ID: 7, Config: cfg})
 		time.Sleep(5 * time.Second) // the fake clock of the bubble
 		synctest.Wait()
@@ -79,7 +79,7 @@ func TestWatchFollowsTheStoreWithoutTraffic(t *testing.T) {
 		if st.Err != nil || st.Version != 7 {
 			t.Errorf("ReadState after the store came up = %+v; want no error, version 7", st)
 		}
-		if m := svc.Config(ctx).Mode; m != capgate.ModeEnforce {
+		if m := svc.Config(ctx).Mode; m != settings.ModeEnforce {
 			t.Errorf("mode after the store came up = %q; want enforce", m)
 		}
 		cancel()

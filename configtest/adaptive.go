@@ -6,8 +6,8 @@ import (
 	"slices"
 	"testing"
 
-	"github.com/capgate/capgate"
 	"github.com/capgate/capgate/config"
+	"github.com/capgate/capgate/settings"
 	"github.com/capgate/capgate/tune"
 )
 
@@ -19,19 +19,19 @@ func testAdaptive(t *testing.T, open Opener) {
 	s, _, _, _ := Service(store)
 	ctx := context.Background()
 
-	if _, has := capgate.DefaultConfig(capgate.ModeShadow).Doc()["adaptive"]; has {
+	if _, has := settings.Default(nil, settings.ModeShadow).Doc()["adaptive"]; has {
 		t.Fatal(`the defaults have an "adaptive" key; want none when no lane has a setting`)
 	}
 	res := mustSave(t, s, `{"adaptive":{"es2_knn":{"mode":"advise","min":2,"max":32}}}`, false, "alice", config.SourceAPI, "")
 	wantJSON(t, "changes", res.Diff, `{"adaptive":[null,{"es2_knn":{"max":32,"min":2,"mode":"advise"}}]}`)
 	want := tune.LaneSettings{Mode: tune.Advise, Min: 2, Max: 32}
-	if got := res.Config.Adaptive.ES2KNN; got != want {
+	if got := res.Config.Adaptive.Lane("es2_knn"); got != want {
 		t.Errorf("saved adaptive es2_knn = %+v; want %+v", got, want)
 	}
 
 	// A fresh service reads it back from the stored row.
 	fresh, _, _, _ := Service(store)
-	if got := fresh.Config(ctx).Adaptive.ES2KNN; got != want {
+	if got := fresh.Config(ctx).Adaptive.Lane("es2_knn"); got != want {
 		t.Errorf("read back adaptive es2_knn = %+v; want %+v", got, want)
 	}
 
@@ -39,7 +39,7 @@ func testAdaptive(t *testing.T, open Opener) {
 	res = mustSave(t, s, `{"adaptive":{"es2_knn":{"mode":"apply"}}}`, false, "alice", config.SourceAPI, "")
 	wantJSON(t, "apply changes", res.Diff, `{"adaptive.es2_knn.mode":["advise","apply"]}`)
 	res = mustSave(t, s, `{"adaptive":{"es2_knn":null}}`, false, "alice", config.SourceAPI, "off again")
-	if res.Config.Adaptive != (tune.Settings{}) {
+	if !res.Config.Adaptive.Empty() {
 		t.Errorf("after removing it, adaptive = %+v; want none", res.Config.Adaptive)
 	}
 	if _, has := res.Config.Doc()["adaptive"]; has {
@@ -64,7 +64,7 @@ func testAdaptive(t *testing.T, open Opener) {
 		{`{"adaptive":{"es2_knn":{"mode":"apply","min":1.5,"max":3}}}`, `"adaptive.es2_knn.min" must be a whole number from 1 to 100000.`},
 	} {
 		_, err := s.Save(ctx, config.Edit{Set: Doc(t, tc.change), Source: config.SourceAPI})
-		verr, ok := errors.AsType[*capgate.ValidationError](err)
+		verr, ok := errors.AsType[*settings.ValidationError](err)
 		if !ok || !slices.Contains(verr.Messages, tc.msg) {
 			t.Errorf("Save(%s) = %v; want a *ValidationError with %q", tc.change, err, tc.msg)
 		}

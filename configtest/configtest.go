@@ -14,10 +14,10 @@ import (
 	"testing"
 	"time"
 
-	"github.com/capgate/capgate"
 	"github.com/capgate/capgate/config"
 	"github.com/capgate/capgate/internal/jsontree"
 	"github.com/capgate/capgate/mock"
+	"github.com/capgate/capgate/settings"
 )
 
 // Opener opens an empty store for one test and closes it (and removes what
@@ -102,7 +102,7 @@ func (h *Logs) Count(prefix string) int {
 // the timeout set their own.
 func Service(store config.Store) (*config.Service, *mock.Clock, *mock.Sink, *Logs) {
 	clock, lines, logs := mock.NewClock(time.Date(2026, 3, 1, 12, 0, 0, 0, time.UTC)), &mock.Sink{}, &Logs{}
-	s := config.NewService(store, capgate.ModeShadow)
+	s := config.NewService(store, settings.ModeShadow)
 	s.Now, s.Sink, s.Logger = clock.Now, lines, slog.New(logs)
 	s.ReadTimeout = 10 * time.Second
 	return s, clock, lines, logs
@@ -175,7 +175,7 @@ func testEmpty(t *testing.T, open Opener) {
 
 func testAppendAndRead(t *testing.T, open Opener) {
 	store, ctx := open(t), context.Background()
-	defaults := capgate.DefaultConfig(capgate.ModeShadow).Doc()
+	defaults := settings.Default(nil, settings.ModeShadow).Doc()
 	cfg := Doc(t, `{"mode":"off","es2_knn":2,"tiers":{"preview":1},"note":"a <b> & \"c\""}`)
 	before := time.Now().Add(-time.Minute)
 	first, err := store.Update(ctx, func(latest *config.Version) (*config.Version, error) {
@@ -254,9 +254,9 @@ func testUpdateError(t *testing.T, open Opener) {
 	if !errors.Is(err, errBoom) {
 		t.Fatalf("Update error = %v; want fn's error", err)
 	}
-	verr := &capgate.ValidationError{Messages: []string{"x"}}
+	verr := &settings.ValidationError{Messages: []string{"x"}}
 	_, err = store.Update(ctx, func(*config.Version) (*config.Version, error) { return nil, verr })
-	if got, ok := errors.AsType[*capgate.ValidationError](err); !ok || got != verr {
+	if got, ok := errors.AsType[*settings.ValidationError](err); !ok || got != verr {
 		t.Fatalf("Update error = %v; want the *ValidationError fn returned", err)
 	}
 	if n := Rows(t, store); n != 0 {

@@ -12,8 +12,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/capgate/capgate"
 	"github.com/capgate/capgate/config"
+	"github.com/capgate/capgate/settings"
 )
 
 func mustSave(t *testing.T, s *config.Service, change string, replace bool, by, source, note string) config.SaveResult {
@@ -37,11 +37,11 @@ func testDefaults(t *testing.T, open Opener) {
 	store := open(t)
 	s, _, _, _ := Service(store)
 	got := s.Config(context.Background())
-	want := capgate.DefaultConfig(capgate.ModeShadow)
-	if got != want {
+	want := settings.Default(nil, settings.ModeShadow)
+	if !Same(got, want) {
 		t.Errorf("Config with nothing stored = %+v; want the defaults %+v", got, want)
 	}
-	for boot, mode := range map[capgate.Mode]capgate.Mode{"off": "off", "enforce": "enforce", "loud": "shadow", "": "shadow"} {
+	for boot, mode := range map[settings.Mode]settings.Mode{"off": "off", "enforce": "enforce", "loud": "shadow", "": "shadow"} {
 		s := config.NewService(store, boot)
 		s.ReadTimeout = 10 * time.Second
 		if got := s.Config(context.Background()).Mode; got != mode {
@@ -55,7 +55,7 @@ func testSaveAddsAVersion(t *testing.T, open Opener) {
 	store := open(t)
 	s, _, lines, _ := Service(store)
 	ctx := context.Background()
-	defaults := capgate.DefaultConfig(capgate.ModeShadow)
+	defaults := settings.Default(nil, settings.ModeShadow)
 
 	res := mustSave(t, s, `{"tiers":{"preview":1},"mode":"off"}`, false, "alice", config.SourceAPI, "quiet")
 	wantJSON(t, "changes", res.Diff, `{"mode":["shadow","off"],"tiers.preview":[2,1]}`)
@@ -65,13 +65,14 @@ func testSaveAddsAVersion(t *testing.T, open Opener) {
 		t.Fatalf("Latest = %+v, %v; want the saved version %+v", latest, err, first)
 	}
 	want := defaults
-	want.Mode, want.Tiers.Preview = capgate.ModeOff, 1
+	want.Mode = settings.ModeOff
+	SetNumbers(t, &want, "tiers.preview", 1)
 	wantJSON(t, "stored config", latest.Config, JSON(t, want.Doc()))
 	wantJSON(t, "stored previous_config", latest.PreviousConfig, JSON(t, defaults.Doc()))
 	if latest.CreatedBy != "alice" || latest.Source != "api" || latest.Note != "quiet" {
 		t.Errorf("row = by %q, source %q, note %q; want alice, api, quiet", latest.CreatedBy, latest.Source, latest.Note)
 	}
-	if got := s.Config(ctx); got != want {
+	if got := s.Config(ctx); !Same(got, want) {
 		t.Errorf("Config after the save = %+v; want %+v at once", got, want)
 	}
 	wantLines := []string{fmt.Sprintf(`{"event":"ocl_capacity_config","version":%d,"changed_by":"alice","source":"api","note":"quiet","changes":{"mode":["shadow","off"],"tiers.preview":[2,1]},"mode":"off"}`, first.ID)}
@@ -81,7 +82,7 @@ func testSaveAddsAVersion(t *testing.T, open Opener) {
 
 	res = mustSave(t, s, `{"es2_knn":2}`, false, "", config.SourceCommand, "")
 	wantJSON(t, "second changes", res.Diff, `{"es2_knn":[3,2]}`)
-	if res.Config.Tiers.Preview != 1 || res.Version.CreatedBy != "" || res.Version.Source != "command" {
+	if Number(t, res.Config, "tiers.preview") != 1 || res.Version.CreatedBy != "" || res.Version.Source != "command" {
 		t.Errorf("second save = %+v; want tiers.preview kept at 1, no user, source command", res)
 	}
 	wantJSON(t, "second previous_config", res.Version.PreviousConfig, JSON(t, want.Doc()))
@@ -95,7 +96,7 @@ func testSaveAddsAVersion(t *testing.T, open Opener) {
 	if res.Version == nil || res.Version.ID != second.ID || len(res.Diff) != 0 || res.Diff == nil {
 		t.Errorf("identical save = version %+v, changes %v; want version %d and {}", res.Version, res.Diff, second.ID)
 	}
-	if res.Config.ES2KNN != 2 || res.Config.Tiers.Preview != 1 {
+	if Number(t, res.Config, "es2_knn") != 2 || Number(t, res.Config, "tiers.preview") != 1 {
 		t.Errorf("identical save config = %+v", res.Config)
 	}
 	if n := Rows(t, store); n != 2 {
@@ -111,9 +112,9 @@ func testSaveReplace(t *testing.T, open Opener) {
 	s, _, _, _ := Service(open(t))
 	mustSave(t, s, `{"tiers":{"preview":1},"es2_knn":1}`, false, "", "api", "")
 	res := mustSave(t, s, `{"mode":"off"}`, true, "", "api", "")
-	want := capgate.DefaultConfig(capgate.ModeShadow)
-	want.Mode = capgate.ModeOff
-	if res.Config != want {
+	want := settings.Default(nil, settings.ModeShadow)
+	want.Mode = settings.ModeOff
+	if !Same(res.Config, want) {
 		t.Errorf("replaced config = %+v; want the defaults with mode off", res.Config)
 	}
 	wantJSON(t, "changes", res.Diff, `{"es2_knn":[1,3],"mode":["shadow","off"],"tiers.preview":[1,2]}`)
@@ -125,7 +126,7 @@ func testFailedLogLine(t *testing.T, open Opener) {
 	s, _, lines, logs := Service(store)
 	lines.Err = errors.New("broken pipe")
 	res := mustSave(t, s, `{"es2_knn":1}`, false, "alice", "api", "")
-	if res.Config.ES2KNN != 1 {
+	if Number(t, res.Config, "es2_knn") != 1 {
 		t.Errorf("config = %+v; want es2_knn 1", res.Config)
 	}
 	latest, err := store.Latest(context.Background())
@@ -143,11 +144,11 @@ func testSaveRejectsInvalid(t *testing.T, open Opener) {
 	store := open(t)
 	s, _, lines, _ := Service(store)
 	_, err := s.Save(context.Background(), config.Edit{Set: Doc(t, `{"es2_knn":-1}`), By: "alice", Source: "api"})
-	verr, ok := errors.AsType[*capgate.ValidationError](err)
+	verr, ok := errors.AsType[*settings.ValidationError](err)
 	if !ok || !slices.Contains(verr.Messages, `"es2_knn" must be a whole number from 0 to 100000.`) {
 		t.Fatalf("Save error = %v; want a *ValidationError about es2_knn", err)
 	}
-	if !errors.Is(err, capgate.ErrInvalidConfig) {
+	if !errors.Is(err, settings.ErrInvalid) {
 		t.Errorf("errors.Is(%v, ErrInvalidConfig) = false", err)
 	}
 	if n, l := Rows(t, store), len(lines.Raw()); n != 0 || l != 0 {
@@ -165,11 +166,11 @@ func testBadInputAddsNoRow(t *testing.T, open Opener) {
 		`{"reserve_single_row":5}`, `{"renew_seconds":21}`, `{"api_heavy":null}`,
 	} {
 		_, err := s.Save(context.Background(), config.Edit{Set: Doc(t, change), Source: "api"})
-		if _, ok := errors.AsType[*capgate.ValidationError](err); !ok {
+		if _, ok := errors.AsType[*settings.ValidationError](err); !ok {
 			t.Errorf("Save(%s) error = %v; want a *ValidationError", change, err)
 		}
 		_, err = s.Save(context.Background(), config.Edit{Set: Doc(t, change), Replace: true, Source: "api"})
-		if _, ok := errors.AsType[*capgate.ValidationError](err); !ok {
+		if _, ok := errors.AsType[*settings.ValidationError](err); !ok {
 			t.Errorf("Save(%s, replace) error = %v; want a *ValidationError", change, err)
 		}
 	}
@@ -184,24 +185,24 @@ func testConfigIsCached(t *testing.T, open Opener) {
 	s, clock, _, _ := Service(store)
 	s.CacheTTL = 60 * time.Second
 	ctx := context.Background()
-	if got := s.Config(ctx).ES2KNN; got != 3 {
+	if got := Number(t, s.Config(ctx), "es2_knn"); got != 3 {
 		t.Fatalf("es2_knn = %d; want 3", got)
 	}
-	changed := capgate.DefaultConfig(capgate.ModeShadow)
-	changed.ES2KNN = 1
+	changed := settings.Default(nil, settings.ModeShadow)
+	SetNumbers(t, &changed, "es2_knn", 1)
 	Append(t, store, changed.Doc())
 	clock.Advance(59 * time.Second)
-	if got := s.Config(ctx).ES2KNN; got != 3 {
+	if got := Number(t, s.Config(ctx), "es2_knn"); got != 3 {
 		t.Errorf("es2_knn within the cache time = %d; want the cached 3", got)
 	}
 	clock.Advance(time.Second)
-	if got := s.Config(ctx).ES2KNN; got != 1 {
+	if got := Number(t, s.Config(ctx), "es2_knn"); got != 1 {
 		t.Errorf("es2_knn after the cache time = %d; want 1", got)
 	}
-	changed.ES2KNN = 2
+	SetNumbers(t, &changed, "es2_knn", 2)
 	Append(t, store, changed.Doc())
 	s.Invalidate()
-	if got := s.Config(ctx).ES2KNN; got != 2 {
+	if got := Number(t, s.Config(ctx), "es2_knn"); got != 2 {
 		t.Errorf("es2_knn after Invalidate = %d; want 2", got)
 	}
 }
@@ -212,21 +213,21 @@ func testResolveStoredRows(t *testing.T, open Opener) {
 	s, _, _, logs := Service(store)
 	ctx := context.Background()
 	Append(t, store, Doc(t, `{"retired_setting":1,"es2_knn":5}`))
-	want := capgate.DefaultConfig(capgate.ModeShadow)
-	want.ES2KNN = 5
-	if got := s.Config(ctx); got != want {
+	want := settings.Default(nil, settings.ModeShadow)
+	SetNumbers(t, &want, "es2_knn", 5)
+	if got := s.Config(ctx); !Same(got, want) {
 		t.Errorf("Config = %+v; want the defaults with es2_knn 5 (retired keys ignored)", got)
 	}
 	v := Append(t, store, Doc(t, `{"es2_knn":-1}`))
 	s.Invalidate()
-	if got := s.Config(ctx); got != capgate.DefaultConfig(capgate.ModeShadow) {
+	if got := s.Config(ctx); !Same(got, settings.Default(nil, settings.ModeShadow)) {
 		t.Errorf("Config of an invalid row = %+v; want the defaults", got)
 	}
 	if want := fmt.Sprintf("ERROR Capacity config version %d is invalid; using the defaults", v.ID); !slices.Contains(logs.Records(), want) {
 		t.Errorf("logs = %q; want %q", logs.Records(), want)
 	}
 	_, c, err := s.Current(ctx)
-	if err != nil || c != capgate.DefaultConfig(capgate.ModeShadow) {
+	if err != nil || !Same(c, settings.Default(nil, settings.ModeShadow)) {
 		t.Errorf("Current = %+v, %v; want the defaults", c, err)
 	}
 }
@@ -237,16 +238,16 @@ func testWithoutWait(t *testing.T, open Opener) {
 	store := open(t)
 	s, _, _, _ := Service(store)
 	ctx := context.Background()
-	old := capgate.DefaultConfig(capgate.ModeShadow).Doc()
+	old := settings.Default(nil, settings.ModeShadow).Doc()
 	delete(old, "wait")
 	old["es2_knn"] = json.Number("5")
 	Append(t, store, old)
-	want := capgate.DefaultConfig(capgate.ModeShadow)
-	want.ES2KNN = 5
-	if got := s.Config(ctx); got != want {
+	want := settings.Default(nil, settings.ModeShadow)
+	SetNumbers(t, &want, "es2_knn", 5)
+	if got := s.Config(ctx); !Same(got, want) {
 		t.Errorf("Config of a row without wait = %+v; want the defaults with es2_knn 5", got)
 	}
-	put := capgate.DefaultConfig(capgate.ModeEnforce).Doc()
+	put := settings.Default(nil, settings.ModeEnforce).Doc()
 	delete(put, "wait")
 	res, err := s.Save(ctx, config.Edit{Set: put, Replace: true, By: "staff", Source: "api"})
 	if err != nil {
@@ -288,34 +289,34 @@ func testFailedReadKeepsLastKnown(t *testing.T, open Opener) {
 	s, clock, _, logs := Service(store)
 	ctx := context.Background()
 	store.fail.Store(true)
-	if got := s.Config(ctx); got != capgate.DefaultConfig(capgate.ModeShadow) {
+	if got := s.Config(ctx); !Same(got, settings.Default(nil, settings.ModeShadow)) {
 		t.Errorf("Config with the database down and nothing cached = %+v; want the defaults", got)
 	}
 	if logs.Count("WARN") != 1 {
 		t.Errorf("logs = %q; want one WARNING", logs.Records())
 	}
 	clock.Advance(time.Second)
-	if got := s.Config(ctx); got != capgate.DefaultConfig(capgate.ModeShadow) || store.reads.Load() != 1 {
+	if got := s.Config(ctx); !Same(got, settings.Default(nil, settings.ModeShadow)) || store.reads.Load() != 1 {
 		t.Errorf("the fallback is not cached for the cache time: %d reads", store.reads.Load())
 	}
 
 	store.fail.Store(false)
 	mustSave(t, s, `{"es2_knn":1,"mode":"enforce"}`, false, "", "api", "")
-	if got := s.Config(ctx); got.Mode != capgate.ModeEnforce || got.ES2KNN != 1 {
+	if got := s.Config(ctx); got.Mode != settings.ModeEnforce || Number(t, got, "es2_knn") != 1 {
 		t.Fatalf("Config after the save = %+v; want enforce and es2_knn 1", got)
 	}
 	store.fail.Store(true)
 	clock.Advance(config.DefaultCacheTTL)
 	got := s.Config(ctx)
-	if got.Mode != capgate.ModeShadow || got.ES2KNN != 1 {
-		t.Errorf("Config with the database down = mode %s, es2_knn %d; want shadow (enforce downgraded) and 1", got.Mode, got.ES2KNN)
+	if got.Mode != settings.ModeShadow || Number(t, got, "es2_knn") != 1 {
+		t.Errorf("Config with the database down = mode %s, es2_knn %d; want shadow (enforce downgraded) and 1", got.Mode, Number(t, got, "es2_knn"))
 	}
 	if logs.Count("WARN") != 2 {
 		t.Errorf("logs = %q; want a second WARNING", logs.Records())
 	}
 	store.fail.Store(false)
 	clock.Advance(config.DefaultCacheTTL)
-	if got := s.Config(ctx); got.Mode != capgate.ModeEnforce {
+	if got := s.Config(ctx); got.Mode != settings.ModeEnforce {
 		t.Errorf("Config once the database works = mode %s; want enforce again", got.Mode)
 	}
 }
@@ -376,27 +377,27 @@ func testRefreshIsSingleFlight(t *testing.T, open Opener) {
 	s.ReadTimeout = time.Minute // only the release ends the blocked read
 	ctx := context.Background()
 	s.Config(ctx)
-	changed := capgate.DefaultConfig(capgate.ModeShadow)
-	changed.ES2KNN = 1
+	changed := settings.Default(nil, settings.ModeShadow)
+	SetNumbers(t, &changed, "es2_knn", 1)
 	Append(t, store, changed.Doc())
 	clock.Advance(config.DefaultCacheTTL)
 
 	release := store.block()
-	refreshed := make(chan capgate.Config, 1)
+	refreshed := make(chan settings.Config, 1)
 	go func() { refreshed <- s.Config(ctx) }()
 	<-store.entered
 	for range 5 {
 		within(t, "Config during a refresh", func() {
-			if got := s.Config(ctx).ES2KNN; got != 3 {
+			if got := Number(t, s.Config(ctx), "es2_knn"); got != 3 {
 				t.Errorf("Config during a refresh: es2_knn %d; want the last snapshot's 3", got)
 			}
 		})
 	}
 	release()
-	if got := (<-refreshed).ES2KNN; got != 1 {
+	if got := Number(t, <-refreshed, "es2_knn"); got != 1 {
 		t.Errorf("the refreshing caller got es2_knn %d; want 1", got)
 	}
-	if got := s.Config(ctx).ES2KNN; got != 1 {
+	if got := Number(t, s.Config(ctx), "es2_knn"); got != 1 {
 		t.Errorf("Config after the refresh: es2_knn %d; want 1", got)
 	}
 	if n := store.reads.Load(); n != 2 {
@@ -408,19 +409,19 @@ func testFirstReadBounded(t *testing.T, open Opener) {
 	store := &blocking{Store: open(t)}
 	s, _, _, logs := Service(store)
 	s.ReadTimeout = 50 * time.Millisecond
-	s.BootMode = capgate.ModeEnforce
+	s.BootMode = settings.ModeEnforce
 	ctx := context.Background()
 	defer store.block()()
-	first := make(chan capgate.Config, 1)
+	first := make(chan settings.Config, 1)
 	go func() { first <- s.Config(ctx) }()
 	<-store.entered
-	var second capgate.Config
+	var second settings.Config
 	within(t, "the first Config", func() { second = s.Config(ctx) })
-	want := capgate.DefaultConfig(capgate.ModeShadow) // enforce unconfirmed: shadow
-	if second != want {
+	want := settings.Default(nil, settings.ModeShadow) // enforce unconfirmed: shadow
+	if !Same(second, want) {
 		t.Errorf("a caller waiting for the first read got %+v; want the defaults in shadow", second)
 	}
-	if got := <-first; got != want {
+	if got := <-first; !Same(got, want) {
 		t.Errorf("the first read gave %+v after timing out; want the defaults in shadow", got)
 	}
 	if logs.Count("WARN") != 1 {
@@ -458,19 +459,18 @@ func testConcurrentPatches(t *testing.T, open Opener) {
 			t.Fatalf("Save: %v", err)
 		}
 	}
-	want := capgate.Config{
-		Mode: capgate.ModeOff, EnforceFor: capgate.EnforceAll,
-		APIHeavy: capgate.APIHeavy{Cluster: 10, PerTask: 5}, ES2KNN: 7, ReserveSingleRow: 2,
-		Tiers:        capgate.TierLimits{Staff: 9, Core: 8, EarlyAccess: 6, Preview: 5},
-		PerUser:      capgate.TierLimits{Staff: 7, Core: 6, EarlyAccess: 5, Preview: 4},
-		LeaseSeconds: 90, RenewSeconds: 15, MaxHoldSeconds: 1000,
-		RetryAfter:   capgate.RetryAfter{Policy: capgate.PolicyAdaptive, Base: 6, Max: 40, Paused: 100},
-		Wait:         capgate.Wait{MaxSeconds: 5, MaxWaiting: 50, MaxWaitingPerUser: 3},
-		Unidentified: 2,
-		Idempotency:  capgate.DefaultConfig(capgate.ModeOff).Idempotency, // not patched: the defaults
-	}
+	want := settings.Default(nil, settings.ModeOff)
+	want.EnforceFor = settings.EnforceAll
+	SetNumbers(t, &want, "api_heavy.cluster", 10, "api_heavy.per_task", 5, "es2_knn", 7, "reserve_single_row", 2,
+		"tiers.staff", 9, "tiers.core", 8, "tiers.early_access", 6, "tiers.preview", 5,
+		"per_user.staff", 7, "per_user.core", 6, "per_user.early_access", 5, "per_user.preview", 4)
+	want.LeaseSeconds, want.RenewSeconds, want.MaxHoldSeconds = 90, 15, 1000
+	want.RetryAfter = settings.RetryAfter{Policy: settings.PolicyAdaptive, Base: 6, Max: 40, Paused: 100}
+	want.Wait = settings.Wait{MaxSeconds: 5, MaxWaiting: 50, MaxWaitingPerUser: 3}
+	want.Unidentified = 2
+	// Idempotency is not patched: the defaults.
 	_, got, err := s.Current(context.Background())
-	if err != nil || got != want {
+	if err != nil || !Same(got, want) {
 		t.Errorf("final config = %+v, %v;\nwant %+v", got, err, want)
 	}
 	vs, err := store.History(context.Background(), 100)

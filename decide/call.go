@@ -3,7 +3,7 @@
 // calls with the gate every gateway uses. The app names the caller and the
 // call (it has already authenticated and parsed the request); the service
 // admits it through the same capgate.Gate — lanes, the fair wait, the
-// ocl_capacity line — and holds the call's leases for as long as the app
+// per-call log line — and holds the call's leases for as long as the app
 // keeps the response open.
 package decide
 
@@ -13,7 +13,10 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"maps"
 	"regexp"
+	"slices"
+	"strconv"
 	"strings"
 	"unicode/utf8"
 
@@ -21,6 +24,7 @@ import (
 	"github.com/capgate/capgate/identity"
 	"github.com/capgate/capgate/internal/randhex"
 	"github.com/capgate/capgate/internal/truncate"
+	"github.com/capgate/capgate/policy"
 )
 
 // MaxCallBytes bounds the JSON body of POST /v1/calls.
@@ -34,19 +38,27 @@ const (
 
 // callRequest is the JSON body of POST /v1/calls: one heavy call as the
 // app sees it. Unknown fields are refused.
+//
+// The call is named by its policy route, "route" (the route's name) with
+// its "fields" (by the route's field names), or, as the first protocol
+// did, "endpoint" (the route's log name) with the fields
+// "semantic", "reranker" and "rows" at the top level, each taken by the
+// route's field of that name when it has one.
 type callRequest struct {
-	User          string   `json:"user"`
-	Tier          string   `json:"tier,omitempty"`
-	Groups        []string `json:"groups,omitempty"`
-	IsStaff       bool     `json:"is_staff,omitempty"`
-	Endpoint      string   `json:"endpoint"`
-	Semantic      bool     `json:"semantic,omitempty"`
-	Reranker      bool     `json:"reranker,omitempty"`
-	Rows          int      `json:"rows"`
-	Aware         bool     `json:"aware,omitempty"`
-	RequestID     string   `json:"request_id,omitempty"`
-	Task          string   `json:"task,omitempty"`
-	RequestSource string   `json:"request_source,omitempty"`
+	User          string                     `json:"user"`
+	Tier          string                     `json:"tier,omitempty"`
+	Groups        []string                   `json:"groups,omitempty"`
+	IsStaff       bool                       `json:"is_staff,omitempty"`
+	Route         string                     `json:"route,omitempty"`
+	Fields        map[string]json.RawMessage `json:"fields,omitempty"`
+	Endpoint      string                     `json:"endpoint"`
+	Semantic      *bool                      `json:"semantic,omitempty"`
+	Reranker      *bool                      `json:"reranker,omitempty"`
+	Rows          *int                       `json:"rows"`
+	Aware         bool                       `json:"aware,omitempty"`
+	RequestID     string                     `json:"request_id,omitempty"`
+	Task          string                     `json:"task,omitempty"`
+	RequestSource string                     `json:"request_source,omitempty"`
 	// Running: the call runs already and its earlier connection dropped
 	// (the service restarted): counted again, forced (docs/PROTOCOL.md).
 	Running bool `json:"running,omitempty"`
@@ -109,31 +121,36 @@ func decodeCall(body io.Reader) (callRequest, error) {
 	return c, nil
 }
 
-// call checks c and returns the capgate.Call it names; tiers are resolved
-// from groups and is_staff as the gateway's identity does.
-func (c callRequest) call(groups capgate.TierGroups) (capgate.Call, error) {
+// call checks c and returns the capgate.Call it names under policy p;
+// tiers are resolved from groups and is_staff as the gateway's identity
+// does (p's tier rules).
+func (c callRequest) call(p *policy.Policy) (capgate.Call, error) {
 	switch {
 	case c.User == "":
 		return capgate.Call{}, errors.New(`"user" is required: the caller's username`)
 	case utf8.RuneCountInString(c.User) > identity.MaxUsername:
 		return capgate.Call{}, fmt.Errorf(`"user" is longer than %d characters`, identity.MaxUsername)
-	case c.Endpoint != capgate.EndpointMatch && c.Endpoint != capgate.EndpointRerank:
-		return capgate.Call{}, fmt.Errorf(`"endpoint" %q: want %q or %q`, c.Endpoint, capgate.EndpointMatch, capgate.EndpointRerank)
-	case c.Rows < 0:
-		return capgate.Call{}, errors.New(`"rows" must be 0 (unknown, gated as bulk) or more`)
 	case c.Tier != "" && (len(c.Groups) > 0 || c.IsStaff):
 		return capgate.Call{}, errors.New(`give "tier", or "groups" and "is_staff", not both`)
 	case c.Task != "" && !taskPattern.MatchString(c.Task):
 		return capgate.Call{}, errors.New(`"task" must be 1 to 64 letters, digits or . _ : -`)
 	}
+	route, err := c.route(p)
+	if err != nil {
+		return capgate.Call{}, err
+	}
+	fields, err := c.fields(route)
+	if err != nil {
+		return capgate.Call{}, err
+	}
 	if err := c.checkRepeat(); err != nil {
 		return capgate.Call{}, err
 	}
-	tier := groups.TierOf(c.IsStaff, c.Groups)
+	tier := p.Identity.TierOf(c.IsStaff, c.Groups)
 	if c.Tier != "" {
-		tier = capgate.Tier(c.Tier)
-		if !validTier(tier) {
-			return capgate.Call{}, fmt.Errorf(`"tier" %q: want one of %v`, c.Tier, capgate.AllTiers())
+		tier = c.Tier
+		if p.TierIndex(tier) < 0 {
+			return capgate.Call{}, fmt.Errorf(`"tier" %q: want one of %v`, c.Tier, p.Tiers())
 		}
 	}
 	rid := c.RequestID
@@ -141,10 +158,8 @@ func (c callRequest) call(groups capgate.TierGroups) (capgate.Call, error) {
 		rid = randhex.String(16)
 	}
 	return capgate.Call{
-		Endpoint:      c.Endpoint,
-		Rows:          c.Rows,
-		Semantic:      c.Semantic,
-		Reranker:      c.Reranker,
+		Route:         route,
+		Fields:        fields,
 		UserID:        c.User,
 		Tier:          tier,
 		Aware:         c.Aware,
@@ -153,11 +168,111 @@ func (c callRequest) call(groups capgate.TierGroups) (capgate.Call, error) {
 	}, nil
 }
 
-func validTier(t capgate.Tier) bool {
-	for _, v := range capgate.AllTiers() {
-		if v == t {
-			return true
+// route returns the policy route the call names: "route" by name, or
+// "endpoint" by log name.
+func (c callRequest) route(p *policy.Policy) (*policy.Route, error) {
+	switch {
+	case c.Route != "" && c.Endpoint != "":
+		return nil, errors.New(`give "route" or "endpoint", not both`)
+	case c.Route != "":
+		if r := p.Route(c.Route); r != nil {
+			return r, nil
+		}
+		names := make([]string, len(p.Routes))
+		for i, r := range p.Routes {
+			names[i] = r.Name
+		}
+		return nil, fmt.Errorf(`"route" %q: want %s`, c.Route, orList(names))
+	}
+	if r := p.RouteByLogName(c.Endpoint); r != nil {
+		return r, nil
+	}
+	names := make([]string, len(p.Routes))
+	for i, r := range p.Routes {
+		names[i] = r.LogName
+	}
+	if c.Endpoint == "" {
+		return nil, fmt.Errorf(`"route" is required: want %s`, orList(routeNames(p)))
+	}
+	return nil, fmt.Errorf(`"endpoint" %q: want %s`, c.Endpoint, orList(names))
+}
+
+func routeNames(p *policy.Policy) []string {
+	out := make([]string, len(p.Routes))
+	for i, r := range p.Routes {
+		out[i] = r.Name
+	}
+	return out
+}
+
+// orList quotes names as a sentence does: "a", "a" or "b", "a", "b" or "c".
+func orList(names []string) string {
+	q := make([]string, len(names))
+	for i, n := range names {
+		q[i] = strconv.Quote(n)
+	}
+	if len(q) <= 1 {
+		return strings.Join(q, "")
+	}
+	return strings.Join(q[:len(q)-1], ", ") + " or " + q[len(q)-1]
+}
+
+// fields returns the call's fields of route r: "fields" by name (each of
+// its type: a JSON boolean, whole number or string), and the first
+// protocol's top-level "semantic", "reranker" and "rows" for the route's
+// fields of those names. A field not given is its zero value; a whole
+// number below 0 is refused (0 is unknown: the route's largest case).
+func (c callRequest) fields(r *policy.Route) (policy.Fields, error) {
+	f := policy.NewFields(r)
+	if c.Rows != nil && *c.Rows < 0 {
+		return f, errors.New(`"rows" must be 0 (unknown, gated as bulk) or more`)
+	}
+	for _, top := range []struct {
+		name string
+		b    *bool
+		n    *int
+	}{{"semantic", c.Semantic, nil}, {"reranker", c.Reranker, nil}, {"rows", nil, c.Rows}} {
+		i := r.Field(top.name)
+		switch {
+		case i < 0:
+		case top.b != nil:
+			f.SetBool(i, *top.b)
+		case top.n != nil:
+			f.SetInt(i, *top.n)
 		}
 	}
-	return false
+	for _, name := range slices.Sorted(maps.Keys(c.Fields)) {
+		raw := c.Fields[name]
+		i := r.Field(name)
+		if i < 0 {
+			var names []string
+			for _, fd := range r.Fields {
+				names = append(names, fd.Name)
+			}
+			if len(names) == 0 {
+				return f, fmt.Errorf(`"fields.%s": route %q has no fields`, name, r.Name)
+			}
+			return f, fmt.Errorf(`"fields.%s": route %q has no such field (its fields: %s)`, name, r.Name, strings.Join(names, ", "))
+		}
+		var ok bool
+		switch t := r.Fields[i].Kind.Type(); t {
+		case policy.TypeBool:
+			var b bool
+			ok = json.Unmarshal(raw, &b) == nil && f.SetBool(i, b)
+		case policy.TypeInt:
+			var n int
+			if ok = json.Unmarshal(raw, &n) == nil; ok && n < 0 {
+				return f, fmt.Errorf(`"fields.%s" must be 0 or more`, name)
+			}
+			ok = ok && f.SetInt(i, n)
+		default:
+			var s string
+			ok = json.Unmarshal(raw, &s) == nil && f.SetString(i, s)
+		}
+		if !ok {
+			return f, fmt.Errorf(`"fields.%s" must be %s`, name, map[policy.Type]string{policy.TypeBool: "true or false",
+				policy.TypeInt: "a whole number", policy.TypeString: "a string"}[r.Fields[i].Kind.Type()])
+		}
+	}
+	return f, nil
 }

@@ -12,6 +12,7 @@ import (
 	"github.com/capgate/capgate/decide"
 	"github.com/capgate/capgate/mock"
 	"github.com/capgate/capgate/redis"
+	"github.com/capgate/capgate/settings"
 )
 
 // incarnation is one decision service of task host-a on a shared Redis.
@@ -57,10 +58,10 @@ func TestRecoverReleasesAPredecessorsCalls(t *testing.T) {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { _ = store.Close() })
-	c := capgate.DefaultConfig(capgate.ModeEnforce)
-	c.EnforceFor, c.PerUser.Core, c.Wait.MaxSeconds, c.LeaseSeconds, c.RenewSeconds = capgate.EnforceAll, 3, 0, 600, 300
-	c.APIHeavy.PerTask, c.Tiers.Core = 8, 8
-	cfg := capgate.NewFixedConfig(c)
+	c := settings.Default(nil, settings.ModeEnforce)
+	c.EnforceFor, c.Wait.MaxSeconds, c.LeaseSeconds, c.RenewSeconds = settings.EnforceAll, 0, 600, 300
+	setNumbers(t, &c, map[string]int{"per_user.core": 3, "api_heavy.per_task": 8, "tiers.core": 8})
+	cfg := settings.NewFixed(c)
 
 	old := startIncarnation(t, store, cfg)
 	oldEnv := &env{url: old.url}

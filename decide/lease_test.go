@@ -12,8 +12,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/capgate/capgate"
 	"github.com/capgate/capgate/decide"
+	"github.com/capgate/capgate/settings"
 )
 
 // The connection is the lease, exactly (docs/PROTOCOL.md): these tests
@@ -98,7 +98,7 @@ func (c *rawCall) halfClose(t *testing.T) {
 // leaseEnv is a decision service on TCP and on a unix socket, core users
 // at one call, held at most 60 s.
 func leaseEnv(t *testing.T) (e *env, addrs map[string]string) {
-	e = newEnv(t, "", func(c *capgate.Config) { c.MaxHoldSeconds = 60 })
+	e = newEnv(t, "", func(c *settings.Config) { c.MaxHoldSeconds = 60 })
 	u, err := url.Parse(e.url)
 	if err != nil {
 		t.Fatal(err)
@@ -182,7 +182,7 @@ func TestBytesAfterTheCallKeepTheWatch(t *testing.T) {
 // longer tracks once the connection is taken over) before it returns; a
 // waiting call is ended when the timeout passes.
 func TestServeShutdownEndsHeldCalls(t *testing.T) {
-	e := newEnv(t, "", func(c *capgate.Config) { c.Wait.MaxSeconds = 60 })
+	e := newEnv(t, "", func(c *settings.Config) { c.Wait.MaxSeconds = 60 })
 	sig := waitSignal{started: make(chan struct{}, 1)}
 	e.gate.Observer = sig
 	ln, err := decide.Listen(decide.UnixPrefix+t.TempDir()+"/d.sock", "", false, decide.SocketOptions{})

@@ -11,6 +11,7 @@ import (
 	"github.com/capgate/capgate"
 	"github.com/capgate/capgate/header"
 	"github.com/capgate/capgate/internal/randhex"
+	"github.com/capgate/capgate/settings"
 )
 
 // Repeats of a call running (docs/PROTOCOL.md): a call that names a
@@ -45,7 +46,7 @@ func (s *Server) repeat(ctx context.Context, cc *callConn, gate *capgate.Gate, r
 	if req.RepeatKey == "" || req.Running || call.UserID == capgate.UnidentifiedUser {
 		return nil, nil, false, false
 	}
-	if gate.Idempotency(ctx).Mode == capgate.IdempotencyOff {
+	if gate.Idempotency(ctx).Mode == settings.IdempotencyOff {
 		return nil, nil, false, false
 	}
 	rp, err := gate.Repeat(ctx, capgate.RepeatRequest{
@@ -72,7 +73,7 @@ func (s *Server) repeat(ctx context.Context, cc *callConn, gate *capgate.Gate, r
 // joined answers a call that repeats one running: the "joined" line at
 // once, then, while the client keeps the answer open, an end line when
 // the call it repeats ends ("finished"), max_hold_seconds pass, the
-// store fails, or the service shuts down. Its ocl_capacity line (decision
+// store fails, or the service shuts down. Its log line (decision
 // joined, dedup_of) is written when its answer ends.
 func (s *Server) joined(ctx context.Context, cc *callConn, gate *capgate.Gate, call capgate.Call, rp *capgate.Repeat, d Decision) bool {
 	d.Decision, d.DedupOf = string(capgate.DecisionJoined), rp.Of

@@ -18,19 +18,21 @@ import (
 	"github.com/capgate/capgate/memory"
 	"github.com/capgate/capgate/mock"
 	"github.com/capgate/capgate/redis"
+	"github.com/capgate/capgate/settings"
 )
 
 // newRepeatEnv serves a decision service over store in enforce for every
 // call, core users at one call, idempotency mode key.
-func newRepeatEnv(t *testing.T, store capgate.LaneStore, edit func(*capgate.Config)) *env {
+func newRepeatEnv(t *testing.T, store capgate.LaneStore, edit func(*settings.Config)) *env {
 	t.Helper()
-	c := capgate.DefaultConfig(capgate.ModeEnforce)
-	c.EnforceFor, c.PerUser.Core, c.Wait.MaxSeconds = capgate.EnforceAll, 1, 0
-	c.Idempotency.Mode = capgate.IdempotencyKey
+	c := settings.Default(nil, settings.ModeEnforce)
+	c.EnforceFor, c.Wait.MaxSeconds = settings.EnforceAll, 0
+	setNumbers(t, &c, map[string]int{"per_user.core": 1})
+	c.Idempotency.Mode = settings.IdempotencyKey
 	if edit != nil {
 		edit(&c)
 	}
-	e := &env{cfg: capgate.NewFixedConfig(c), sink: &mock.Sink{}}
+	e := &env{cfg: settings.NewFixed(c), sink: &mock.Sink{}}
 	gate, err := capgate.NewGate(store, e.cfg, e.sink, "host-a")
 	if err != nil {
 		t.Fatal(err)
@@ -239,7 +241,7 @@ func TestRepeatFailsOpen(t *testing.T) {
 // repeat_key is ignored: the calls are decided as any.
 func TestRepeatNotChecked(t *testing.T) {
 	t.Run("off", func(t *testing.T) {
-		e := newRepeatEnv(t, memory.New(nil), func(c *capgate.Config) { c.Idempotency.Mode = capgate.IdempotencyOff })
+		e := newRepeatEnv(t, memory.New(nil), func(c *settings.Config) { c.Idempotency.Mode = settings.IdempotencyOff })
 		e.post(t, t.Context(), keyed("cora", "rid-1", "k1", "f1", ""), "")
 		if s := e.post(t, t.Context(), keyed("cora", "rid-2", "k1", "f1", ""), ""); s.d.Decision != "refused" {
 			t.Errorf("idempotency off: %+v, want refused (per_user 1)", s.d)

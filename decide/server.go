@@ -83,10 +83,6 @@ type Server struct {
 	// Gate decides the calls of its own task and of calls naming none
 	// (required).
 	Gate *capgate.Gate
-	// Groups name the auth groups of the core and early_access tiers, for
-	// calls that give groups rather than a tier. Default: the zero
-	// TierGroups (core_user, early_access).
-	Groups capgate.TierGroups
 	// Token, if set, is the shared secret every request must carry.
 	Token string
 	// MaxTasks bounds the other task ids the server keeps a gate for; a
@@ -370,7 +366,7 @@ func (s *Server) readCall(w http.ResponseWriter, r *http.Request, rc *http.Respo
 	_ = rc.SetReadDeadline(time.Time{})
 	var call capgate.Call
 	if err == nil {
-		call, err = req.call(s.Groups)
+		call, err = req.call(s.Gate.Policy(r.Context()))
 	}
 	var gate *capgate.Gate
 	if err == nil {

@@ -18,6 +18,7 @@ import (
 	"github.com/capgate/capgate/decide"
 	"github.com/capgate/capgate/memory"
 	"github.com/capgate/capgate/mock"
+	"github.com/capgate/capgate/settings"
 )
 
 // waitLimit bounds every wait for an event in these tests.
@@ -27,23 +28,23 @@ type env struct {
 	url   string
 	srv   *decide.Server
 	gate  *capgate.Gate
-	cfg   *capgate.FixedConfig
+	cfg   *settings.Fixed
 	sink  *mock.Sink
 	store *memory.Store
 }
 
 // newEnv serves a decision service over in-process lanes in enforce for
 // every call, core users at one call; edit changes the config.
-func newEnv(t *testing.T, token string, edit func(*capgate.Config)) *env {
+func newEnv(t *testing.T, token string, edit func(*settings.Config)) *env {
 	t.Helper()
-	c := capgate.DefaultConfig(capgate.ModeEnforce)
-	c.EnforceFor = capgate.EnforceAll
-	c.PerUser.Core = 1
+	c := settings.Default(nil, settings.ModeEnforce)
+	c.EnforceFor = settings.EnforceAll
+	setNumbers(t, &c, map[string]int{"per_user.core": 1})
 	c.Wait.MaxSeconds = 0
 	if edit != nil {
 		edit(&c)
 	}
-	e := &env{cfg: capgate.NewFixedConfig(c), sink: &mock.Sink{}, store: memory.New(nil)}
+	e := &env{cfg: settings.NewFixed(c), sink: &mock.Sink{}, store: memory.New(nil)}
 	gate, err := capgate.NewGate(e.store, e.cfg, e.sink, "host-a")
 	if err != nil {
 		t.Fatal(err)
@@ -237,7 +238,7 @@ func (w waitSignal) WaitEnded(*capgate.Admission, time.Duration) {}
 // request (no line yet) and is admitted when the slot frees; a waiting
 // client that disconnects leaves the queue.
 func TestFairWait(t *testing.T) {
-	e := newEnv(t, "", func(c *capgate.Config) { c.Wait.MaxSeconds = 60 })
+	e := newEnv(t, "", func(c *settings.Config) { c.Wait.MaxSeconds = 60 })
 	sig := waitSignal{started: make(chan struct{}, 2)}
 	e.gate.Observer = sig
 	first := e.post(t, t.Context(), call("1"), "")
@@ -336,7 +337,7 @@ func TestModeOffAndTasks(t *testing.T) {
 	}
 	s.close()
 	e.sink.Wait(t, 1, waitLimit)
-	e.cfg.Edit(func(c *capgate.Config) { c.Mode = capgate.ModeOff })
+	e.cfg.Edit(func(c *settings.Config) { c.Mode = settings.ModeOff })
 	if s := e.post(t, t.Context(), call("2"), ""); s.d.Decision != "off" || s.d.Held {
 		t.Errorf("mode off: %+v, want off and not held", s.d)
 	}
@@ -375,7 +376,7 @@ func TestListenNeedsATokenOnTCP(t *testing.T) {
 // TestMaxHold ends a call held past max_hold_seconds: its place is given
 // back and the stream says why.
 func TestMaxHold(t *testing.T) {
-	e := newEnv(t, "", func(c *capgate.Config) { c.MaxHoldSeconds, c.LeaseSeconds, c.RenewSeconds = 1, 1, 1 })
+	e := newEnv(t, "", func(c *settings.Config) { c.MaxHoldSeconds, c.LeaseSeconds, c.RenewSeconds = 1, 1, 1 })
 	s := e.post(t, t.Context(), call("1"), "")
 	if !s.d.Held || s.d.MaxHoldSeconds != 1 {
 		t.Fatalf("%+v: want held for at most 1 s", s.d)
@@ -395,7 +396,7 @@ func TestMaxHold(t *testing.T) {
 // unaware call over its limit is never told it may wait (it goes ahead at
 // once, shadow-refused), while an aware one queues and is told the bound.
 func TestWaitComesFromTheGate(t *testing.T) {
-	e := newEnv(t, "", func(c *capgate.Config) { c.EnforceFor, c.Wait.MaxSeconds = capgate.EnforceAware, 30 })
+	e := newEnv(t, "", func(c *settings.Config) { c.EnforceFor, c.Wait.MaxSeconds = settings.EnforceAware, 30 })
 	sig := waitSignal{started: make(chan struct{}, 2)}
 	e.gate.Observer = sig
 	first := e.post(t, t.Context(), call("1"), "")
@@ -441,7 +442,7 @@ func TestWaitComesFromTheGate(t *testing.T) {
 // TestMaxWaiting: past MaxWaiting calls waiting for one task, a call that
 // would wait is refused at once, with Retry-After.
 func TestMaxWaiting(t *testing.T) {
-	e := newEnv(t, "", func(c *capgate.Config) { c.Wait.MaxSeconds = 30 })
+	e := newEnv(t, "", func(c *settings.Config) { c.Wait.MaxSeconds = 30 })
 	e.srv.MaxWaiting = 1
 	sig := waitSignal{started: make(chan struct{}, 2)}
 	e.gate.Observer = sig
@@ -467,7 +468,7 @@ func TestMaxWaiting(t *testing.T) {
 // TestRunningIsCountedAgain: a call sent with "running": true is taken
 // forced even over its limit, held, and its line says resumed.
 func TestRunningIsCountedAgain(t *testing.T) {
-	e := newEnv(t, "", func(c *capgate.Config) { c.Wait.MaxSeconds = 30 })
+	e := newEnv(t, "", func(c *settings.Config) { c.Wait.MaxSeconds = 30 })
 	first := e.post(t, t.Context(), call("1"), "")
 	if first.d.Decision != "admitted" {
 		t.Fatalf("first: %+v", first.d)
@@ -491,7 +492,7 @@ func TestRunningIsCountedAgain(t *testing.T) {
 // as shadow with the defaults.
 type panicConfig struct{}
 
-func (panicConfig) Config(context.Context) capgate.Config { panic("config store exploded") }
+func (panicConfig) Config(context.Context) settings.Config { panic("config store exploded") }
 
 // TestAPanickingConfigIsTheGates: a config source that panics is read
 // through the gate's guard, as the gateway reads it: the call gets its
@@ -521,5 +522,15 @@ func TestAPanickingConfigIsTheGates(t *testing.T) {
 			t.Errorf("call %d: status %d, %+v; want its line, unavailable, no wait header", i, s.resp.StatusCode, s.d)
 		}
 		s.close()
+	}
+}
+
+// setNumbers sets lane numbers of c by config key (the OCL policy's).
+func setNumbers(tb testing.TB, c *settings.Config, numbers map[string]int) {
+	tb.Helper()
+	for k, n := range numbers {
+		if err := c.SetNumber(k, n); err != nil {
+			tb.Fatal(err)
+		}
 	}
 }

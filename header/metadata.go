@@ -10,7 +10,7 @@ import (
 	"github.com/capgate/capgate/internal/jsontree"
 )
 
-// ParseEventMetadata decodes an EventMetadata header, keeping numbers as
+// ParseEventMetadata decodes a client-metadata header (Names.Metadata), keeping numbers as
 // json.Number. A missing header, malformed JSON, trailing data or a value
 // that is not an object gives an empty, non-nil map: a client's bad header
 // must never fail its call.
@@ -27,11 +27,12 @@ func ParseEventMetadata(header string) map[string]any {
 	return meta
 }
 
-// CapacityAware reports whether the metadata says the client handles
-// refusals: capacity_aware whose lower-cased string form is "true" or "1"
-// (JSON true, "true", "True", 1 and "1" do; 1.0 and "yes" don't).
-func CapacityAware(meta map[string]any) bool {
-	s, ok := stringForm(meta["capacity_aware"])
+// Aware reports whether the metadata says the client handles refusals:
+// its key field (the policy's aware field) whose lower-cased string form
+// is "true" or "1" (JSON true, "true", "True", 1 and "1" do; 1.0 and "yes"
+// don't).
+func Aware(meta map[string]any, field string) bool {
+	s, ok := stringForm(meta[field])
 	if !ok {
 		return false
 	}

@@ -9,13 +9,23 @@ import (
 )
 
 // TestNamesCanonical guards the promise that the names index an
-// http.Header as they are.
+// http.Header as they are, whatever case a policy writes them in.
 func TestNamesCanonical(t *testing.T) {
-	for _, n := range []string{header.Decision, header.Limit, header.InFlight, header.Tier,
-		header.TierLimit, header.TierInFlight, header.SuggestedConcurrency, header.SuggestedSpacing,
-		header.Waited, header.RetryAfter, header.EventMetadata, header.RequestSource} {
-		if c := http.CanonicalHeaderKey(n); c != n {
-			t.Errorf("%q is not canonical: %q", n, c)
+	for _, names := range []header.Names{header.Generic,
+		header.NewNames("X-OCL-Capacity-", "X-OCL-Event-Metadata", "capacity_aware", "x-ocl-request-source")} {
+		for _, n := range []string{names.Decision, names.Tier, names.SuggestedConcurrency, names.SuggestedSpacing,
+			names.Waited, names.Metadata, names.RequestSource, names.Lane("Tier-In-Flight"), header.RetryAfter} {
+			if c := http.CanonicalHeaderKey(n); c != n {
+				t.Errorf("%q is not canonical: %q", n, c)
+			}
+		}
+	}
+	n := header.NewNames("X-OCL-Capacity-", "X-OCL-Event-Metadata", "capacity_aware", "X-OCL-Request-Source")
+	for got, want := range map[string]string{n.Decision: "X-Ocl-Capacity-Decision", n.Waited: "X-Ocl-Capacity-Waited-Ms",
+		n.SuggestedSpacing: "X-Ocl-Capacity-Suggested-Spacing-Ms", n.Metadata: "X-Ocl-Event-Metadata",
+		header.Generic.Decision: "Capgate-Decision", header.Generic.Metadata: "Capgate-Client"} {
+		if got != want {
+			t.Errorf("%q, want %q", got, want)
 		}
 	}
 }
@@ -74,14 +84,17 @@ func TestCapacityAware(t *testing.T) {
 		{`{}`, false},
 	}
 	for _, tt := range tests {
-		if got := header.CapacityAware(header.ParseEventMetadata(tt.meta)); got != tt.want {
-			t.Errorf("CapacityAware(%s) = %v, want %v", tt.meta, got, tt.want)
+		if got := header.Aware(header.ParseEventMetadata(tt.meta), "capacity_aware"); got != tt.want {
+			t.Errorf("Aware(%s) = %v, want %v", tt.meta, got, tt.want)
 		}
 	}
-	if !header.CapacityAware(map[string]any{"capacity_aware": 1}) {
-		t.Error("CapacityAware with a Go int 1 = false, want true")
+	if !header.Aware(map[string]any{"capacity_aware": 1}, "capacity_aware") {
+		t.Error("Aware with a Go int 1 = false, want true")
 	}
-	if header.CapacityAware(nil) {
-		t.Error("CapacityAware(nil) = true, want false")
+	if header.Aware(nil, "capacity_aware") {
+		t.Error("Aware(nil) = true, want false")
+	}
+	if header.Aware(map[string]any{"capacity_aware": true}, "aware") {
+		t.Error("Aware reads another field than it is given")
 	}
 }

@@ -14,22 +14,30 @@ import (
 
 // Attribution limits, in characters.
 const (
-	maxRequestSource  = 50
-	maxAlgorithmID    = 100
-	maxAutomatchRunID = 20
-	maxRequestID      = 200
+	maxRequestSource = 50
+	maxRequestID     = 200
 )
 
-// attribute fills in the call's attribution from r's headers.
-func (m *Middleware) attribute(call *capgate.Call, r *http.Request) {
+// attribute fills in the call's attribution from r's headers, named as
+// policy names n says: whether the client handles refusals (the
+// client-metadata header's aware field), the metadata keys the log line
+// keeps, and the request source.
+func (m *Middleware) attribute(call *capgate.Call, r *http.Request, n *wire) {
 	var meta map[string]any // nil reads as empty
-	if v := r.Header.Get(header.EventMetadata); v != "" {
-		meta = header.ParseEventMetadata(v)
+	if n.Metadata != "" {
+		if v := firstValue(r.Header, n.Metadata); v != "" {
+			meta = header.ParseEventMetadata(v)
+		}
 	}
-	call.Aware = header.CapacityAware(meta)
-	call.AlgorithmID = metadataString(meta, "algorithm_id", maxAlgorithmID)
-	call.AutomatchRunID = metadataString(meta, "automatch_run_id", maxAutomatchRunID)
-	call.RequestSource = truncate.Runes(r.Header.Get(header.RequestSource), maxRequestSource)
+	call.Aware = n.AwareField != "" && header.Aware(meta, n.AwareField)
+	for i, k := range n.metaKeys {
+		if i < len(call.Metadata) {
+			call.Metadata[i] = metadataString(meta, k.Key, k.MaxChars)
+		}
+	}
+	if n.RequestSource != "" {
+		call.RequestSource = truncate.Runes(firstValue(r.Header, n.RequestSource), maxRequestSource)
+	}
 	if h := r.Header.Get(headerTraceID); h != "" {
 		call.QueueMS, call.HasQueueMS = parseQueueMS(h, m.now())
 	}

@@ -9,6 +9,7 @@ import (
 	"unicode/utf8"
 
 	"github.com/capgate/capgate/header"
+	"github.com/capgate/capgate/policy"
 )
 
 func TestMetadataString(t *testing.T) {
@@ -90,7 +91,7 @@ func FuzzEventMetadata(f *testing.F) {
 		if err := json.Unmarshal([]byte(hdr), &want); err == nil && want != nil && len(meta) != len(want) {
 			t.Fatalf("ParseEventMetadata(%q) has %d keys, encoding/json finds %d", hdr, len(meta), len(want))
 		}
-		header.CapacityAware(meta)
+		header.Aware(meta, policy.OCL().Names.AwareField)
 		for key := range meta {
 			s := metadataString(meta, key, 20)
 			if n := utf8.RuneCountInString(s); n > 20 {

@@ -1,4 +1,5 @@
-// Package http holds capgate's HTTP adapters: the OCL call classifier, the
+// Package http holds capgate's HTTP adapters: the classifier that reads a
+// request as the API does and evaluates the policy's routes, the
 // net/http middleware that gates heavy calls (who calls: an
 // identity.Identifier), and the gateway (a reverse proxy with the middleware
 // in front). Outside this package, import it as capgatehttp.
@@ -6,13 +7,16 @@ package http
 
 import (
 	"bytes"
+	"context"
 	"errors"
 	"io"
 	"net/http"
 	"strings"
 	"sync"
+	"sync/atomic"
 
 	"github.com/capgate/capgate"
+	"github.com/capgate/capgate/policy"
 )
 
 // DefaultMaxBodyBytes is the most of a request body the classifier reads to
@@ -31,33 +35,31 @@ var ErrBufferFull = errors.New("capgate: too many request bytes buffered for cla
 // closes that replacement once the handler has returned.
 type ClassifyFunc func(r *http.Request) (capgate.Call, bool)
 
-// Classifier is the OCL profile: a POST to
-// <prefix>/concepts/$match/ whose JSON body has a non-empty rows array and
-// whose query has semantic or reranker truthy, and a POST to
-// <prefix>/concepts/$rerank/ with a non-empty rows array and a truthy q.
-// The trailing slash is optional and "$" may arrive as %24. It reads the
-// request as the API (Django REST framework behind gunicorn) does: the
-// method in any case, the target cut at "#", the last of repeated query
-// parameters, JSON keys matched exactly with the last of duplicates, and
-// the body in the charset its Content-Type names. A body that is not JSON,
-// or whose rows are missing or empty, is not heavy. A heavy-path body it
-// cannot read as the API would (larger than MaxBodyBytes, a charset it does
-// not decode, a Content-Encoding) is gated as a bulk call of unknown rows
-// (Rows 0), never passed ungated.
+// Classifier reads a request as the API reads it and evaluates it against
+// a policy's routes (package policy): the method in upper case, the target
+// cut at "#", the decoded path after PathPrefix, the query as Django's
+// QueryDict reads it, the headers as gunicorn hands them over, and the
+// body in the charset its Content-Type names. A request no route matches
+// is not heavy, and its body is never read unless some route could match
+// it by its method, path, query and headers. A body it cannot read as the
+// API would (larger than MaxBodyBytes, a charset it does not decode, a
+// Content-Encoding) makes every body predicate hold and every body field
+// zero (policy.Request.BodyUnreadable): the call is counted, never passed
+// ungated. The zero value classifies with the built-in policy
+// (policy.OCL), no prefix, DefaultMaxBodyBytes and no budget.
 //
-// The zero value classifies with no prefix, DefaultMaxBodyBytes and no
-// budget. A Classifier is safe for concurrent use; don't change its fields
-// once it is in use.
+// A Classifier is safe for concurrent use; SetPolicy may be called while
+// it is in use, and don't change its fields once it is in use.
 type Classifier struct {
 	// PathPrefix is where the API is mounted (--path-prefix), such as
 	// "/api"; default "" (the root).
 	PathPrefix string
 	// MaxBodyBytes is the most of a body read to classify it. A larger
-	// heavy-path body is gated as bulk and reaches the API byte for byte.
-	// Default DefaultMaxBodyBytes.
+	// body on a route that reads the body is counted as unreadable and
+	// reaches the API byte for byte. Default DefaultMaxBodyBytes.
 	MaxBodyBytes int64
-	// Oversize, if set, is called for each heavy-path call whose body is
-	// larger than MaxBodyBytes (for a metric).
+	// Oversize, if set, is called for each call whose body is larger than
+	// MaxBodyBytes (for a metric).
 	Oversize func()
 	// Budget, if set, bounds the bytes buffered for classification across
 	// every call in flight (--max-buffered-bytes). Default: unbounded.
@@ -65,7 +67,47 @@ type Classifier struct {
 	// BufferFull, if set, is called each time ClassifyBody returns
 	// ErrBufferFull (for a metric).
 	BufferFull func()
+
+	ev atomic.Pointer[policy.Evaluator] // SetPolicy's; nil: the built-in policy's
+	// follow, if set, gives the policy to evaluate per request (the
+	// middleware's own default Classifier follows its gate's config);
+	// SetPolicy is then not used.
+	follow func(ctx context.Context) *policy.Policy
 }
+
+// SetPolicy makes the classifier evaluate p's routes from the next
+// request on (a reloaded policy). Safe while the classifier is in use.
+func (c *Classifier) SetPolicy(p *policy.Policy) {
+	c.ev.Store(policy.NewEvaluator(p, c.PathPrefix))
+}
+
+// evaluator returns the evaluator in force, made now for the built-in
+// policy if SetPolicy was never called (for follow's policy at ctx, when
+// the classifier follows one).
+func (c *Classifier) evaluator(ctx context.Context) *policy.Evaluator {
+	ev := c.ev.Load()
+	want := (*policy.Policy)(nil)
+	if c.follow != nil {
+		want = c.follow(ctx)
+	}
+	switch {
+	case ev != nil && (want == nil || ev.Policy() == want):
+		return ev
+	case want == nil:
+		want = policy.OCL()
+	}
+	next := policy.NewEvaluator(want, c.PathPrefix)
+	if c.ev.CompareAndSwap(ev, next) {
+		return next
+	}
+	if ev := c.ev.Load(); ev != nil && ev.Policy() == want {
+		return ev
+	}
+	return next
+}
+
+// Policy returns the policy the classifier evaluates.
+func (c *Classifier) Policy() *policy.Policy { return c.evaluator(context.Background()).Policy() }
 
 // Classify is a ClassifyFunc: HeavyPath, then ClassifyBody. A call whose
 // body would overrun the Budget is not heavy.
@@ -79,72 +121,77 @@ func (c *Classifier) Classify(r *http.Request) (capgate.Call, bool) {
 	return call, heavy
 }
 
-// HeavyPath decides from the method, path and query alone (no body read)
-// whether r may be a heavy call, and describes what it can. Call
+// request returns r as the policy reads it, without its body. Call
 // normalizeRequest first.
-func (c *Classifier) HeavyPath(r *http.Request) (capgate.Call, bool) {
-	if r.Method != http.MethodPost {
-		return capgate.Call{}, false
-	}
-	endpoint := c.endpoint(r.URL.Path)
-	call := capgate.Call{Endpoint: endpoint}
-	switch endpoint {
-	case capgate.EndpointMatch:
-		if !asciiCharset(contentType(r)) {
-			// Django decodes the query in the body's charset too (utf-16
-			// percent escapes can spell semantic=true): unreadable here,
-			// so assume the most lanes.
-			call.Semantic, call.Reranker = true, true
-			return call, true
-		}
-		call.Semantic = truthy(queryLast(r.URL.RawQuery, "semantic"))
-		call.Reranker = truthy(queryLast(r.URL.RawQuery, "reranker"))
-		if !call.Semantic && !call.Reranker {
-			return capgate.Call{}, false // lexical: not gated, body untouched
-		}
-	case capgate.EndpointRerank:
-	default:
-		return capgate.Call{}, false
-	}
-	return call, true
+func request(r *http.Request) policy.Request {
+	// Django decodes the query in the request's charset too (utf-16
+	// percent escapes can spell semantic=true): in a charset that does
+	// not read ASCII as ASCII, the query is unreadable here, and every
+	// query predicate holds.
+	return policy.Request{Method: r.Method, Path: r.URL.Path, RawQuery: r.URL.RawQuery, Header: r.Header,
+		QueryUnreadable: !asciiCharset(contentType(r))}
 }
 
-// ClassifyBody reads the body of a call HeavyPath accepted and completes
-// call: heavy with its rows, heavy as bulk (Rows 0) when the body can't be
-// read as the API would, or not heavy. It returns ErrBufferFull (and not
-// heavy) when the Budget is spent; r.Body then still gives every byte.
+// HeavyPath decides from the method, path, query and headers alone (no
+// body read) whether r may be a heavy call: whether a route of the policy
+// could match it. The call it returns has no route yet (ClassifyBody
+// finds it). Call normalizeRequest first.
+func (c *Classifier) HeavyPath(r *http.Request) (capgate.Call, bool) {
+	req := request(r)
+	return capgate.Call{}, c.evaluator(r.Context()).MayMatch(&req)
+}
+
+// ClassifyBody reads the body of a call HeavyPath accepted (when the
+// routes that may match read it) and evaluates the request: heavy with its
+// route and fields, or not heavy. It returns ErrBufferFull (and not heavy)
+// when the Budget is spent; r.Body then still gives every byte.
 func (c *Classifier) ClassifyBody(r *http.Request, call capgate.Call) (capgate.Call, bool, error) {
+	ev := c.evaluator(r.Context())
+	req := request(r)
+	if !ev.MayMatch(&req) {
+		return capgate.Call{}, false, nil // the policy changed since HeavyPath
+	}
+	if ev.ReadsBody(&req) {
+		if err := c.readBody(r, &req); err != nil {
+			return capgate.Call{}, false, err
+		}
+	}
+	var f policy.Fields
+	route := ev.Evaluate(&req, &f)
+	if route == nil {
+		return capgate.Call{}, false, nil
+	}
+	call.Route, call.Fields = route, f
+	call.Fields.Detach() // the call outlives the buffered body
+	return call, true, nil
+}
+
+// readBody reads r's body into req as the API would: req.Body in UTF-8,
+// or req.BodyUnreadable. r.Body is replaced by a replay of what was read.
+func (c *Classifier) readBody(r *http.Request, req *policy.Request) error {
 	for _, ce := range r.Header.Values("Content-Encoding") {
 		if ce = strings.TrimSpace(ce); ce != "" && !strings.EqualFold(ce, "identity") {
-			return call, true, nil // compressed: unreadable here, gate as bulk
+			req.BodyUnreadable = true // compressed: unreadable here
+			return nil
 		}
 	}
 	body, over, err := c.buffer(r)
-	if err != nil {
+	switch {
+	case err != nil:
 		if c.BufferFull != nil {
 			c.BufferFull()
 		}
-		return capgate.Call{}, false, err
-	}
-	if over {
+		return err
+	case over:
 		if c.Oversize != nil {
 			c.Oversize()
 		}
-		return call, true, nil
+		req.BodyUnreadable = true
+	case body != nil:
+		doc, readable := decodeCharset(contentType(r), body)
+		req.Body, req.BodyUnreadable = doc, !readable
 	}
-	if body == nil {
-		return capgate.Call{}, false, nil
-	}
-	doc, readable := decodeCharset(contentType(r), body)
-	if !readable {
-		return call, true, nil
-	}
-	rows, ok := parseBody(doc, call.Endpoint == capgate.EndpointRerank)
-	if !ok {
-		return capgate.Call{}, false, nil
-	}
-	call.Rows = rows
-	return call, true, nil
+	return nil
 }
 
 // contentType returns the last Content-Type of r: gunicorn keeps the last
@@ -155,25 +202,6 @@ func contentType(r *http.Request) string {
 		return ""
 	}
 	return v[len(v)-1]
-}
-
-// endpoint returns the heavy endpoint that path names, or "".
-func (c *Classifier) endpoint(path string) string {
-	rest, ok := strings.CutPrefix(path, strings.TrimSuffix(c.PathPrefix, "/"))
-	if !ok {
-		return ""
-	}
-	rest, ok = strings.CutPrefix(rest, "/concepts/")
-	if !ok {
-		return ""
-	}
-	switch strings.TrimSuffix(rest, "/") {
-	case capgate.EndpointMatch:
-		return capgate.EndpointMatch
-	case capgate.EndpointRerank:
-		return capgate.EndpointRerank
-	}
-	return ""
 }
 
 func (c *Classifier) maxBody() int64 {
@@ -311,10 +339,4 @@ func (b *replayBody) Close() error {
 	b.buf, b.data = nil, nil
 	b.budget.give(b.reserved)
 	return b.rest.Close()
-}
-
-// truthy reports whether a query parameter's value is true, True or 1
-// (compared case-insensitively, a superset of what the API takes).
-func truthy(v string) bool {
-	return v == "1" || strings.EqualFold(v, "true")
 }

@@ -9,7 +9,6 @@ import (
 	"testing"
 	"testing/iotest"
 
-	"github.com/capgate/capgate"
 	capgatehttp "github.com/capgate/capgate/http"
 )
 
@@ -18,19 +17,19 @@ func TestClassifier(t *testing.T) {
 	tests := []struct {
 		name, method, target, body string
 		prefix                     string
-		want                       capgate.Call
+		want                       oclView
 		heavy                      bool
 	}{
 		{name: "semantic match", method: "POST", target: "/concepts/$match/?semantic=true", body: two,
-			want: capgate.Call{Endpoint: "$match", Rows: 2, Semantic: true}, heavy: true},
+			want: oclView{"$match", 2, true, false}, heavy: true},
 		{name: "reranked match", method: "POST", target: "/concepts/$match/?reranker=True", body: two,
-			want: capgate.Call{Endpoint: "$match", Rows: 2, Reranker: true}, heavy: true},
+			want: oclView{"$match", 2, false, true}, heavy: true},
 		{name: "both, 1 and TRUE", method: "POST", target: "/concepts/$match/?semantic=1&reranker=TRUE", body: `{"rows":[1]}`,
-			want: capgate.Call{Endpoint: "$match", Rows: 1, Semantic: true, Reranker: true}, heavy: true},
+			want: oclView{"$match", 1, true, true}, heavy: true},
 		{name: "no trailing slash", method: "POST", target: "/concepts/$match?semantic=true", body: two,
-			want: capgate.Call{Endpoint: "$match", Rows: 2, Semantic: true}, heavy: true},
+			want: oclView{"$match", 2, true, false}, heavy: true},
 		{name: "percent-encoded dollar", method: "POST", target: "/concepts/%24match/?semantic=true", body: two,
-			want: capgate.Call{Endpoint: "$match", Rows: 2, Semantic: true}, heavy: true},
+			want: oclView{"$match", 2, true, false}, heavy: true},
 		{name: "last query value wins", method: "POST", target: "/concepts/$match/?semantic=true&semantic=false", body: two},
 		{name: "lexical match", method: "POST", target: "/concepts/$match/", body: two},
 		{name: "semantic false", method: "POST", target: "/concepts/$match/?semantic=false&reranker=yes", body: two},
@@ -42,26 +41,26 @@ func TestClassifier(t *testing.T) {
 		{name: "trailing garbage", method: "POST", target: "/concepts/$match/?semantic=true", body: two + `x`},
 		{name: "a GET", method: "GET", target: "/concepts/$match/?semantic=true", body: two},
 		{name: "rerank", method: "POST", target: "/concepts/$rerank/", body: `{"rows":[{},{}],"q":"fever"}`,
-			want: capgate.Call{Endpoint: "$rerank", Rows: 2}, heavy: true},
+			want: oclView{"$rerank", 2, false, false}, heavy: true},
 		{name: "rerank ignores semantic", method: "POST", target: "/concepts/$rerank?semantic=true", body: `{"rows":[{}],"q":"a"}`,
-			want: capgate.Call{Endpoint: "$rerank", Rows: 1}, heavy: true},
+			want: oclView{"$rerank", 1, false, false}, heavy: true},
 		{name: "rerank without q", method: "POST", target: "/concepts/$rerank/", body: `{"rows":[{}]}`},
 		{name: "rerank empty q", method: "POST", target: "/concepts/$rerank/", body: `{"rows":[{}],"q":""}`},
 		{name: "rerank q a number (truthy to Python)", method: "POST", target: "/concepts/$rerank/", body: `{"rows":[{}],"q":5}`,
-			want: capgate.Call{Endpoint: "$rerank", Rows: 1}, heavy: true},
+			want: oclView{"$rerank", 1, false, false}, heavy: true},
 		{name: "rerank q zero", method: "POST", target: "/concepts/$rerank/", body: `{"rows":[{}],"q":0}`},
 		{name: "other path", method: "POST", target: "/concepts/$matchx/?semantic=true", body: two},
 		{name: "nested path", method: "POST", target: "/orgs/x/concepts/$match/?semantic=true", body: two},
 		{name: "prefix", method: "POST", target: "/api/concepts/$match/?semantic=true", body: two, prefix: "/api/",
-			want: capgate.Call{Endpoint: "$match", Rows: 2, Semantic: true}, heavy: true},
+			want: oclView{"$match", 2, true, false}, heavy: true},
 		{name: "prefix missing", method: "POST", target: "/concepts/$match/?semantic=true", body: two, prefix: "/api"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			c := &capgatehttp.Classifier{PathPrefix: tt.prefix}
 			r := httptest.NewRequest(tt.method, tt.target, strings.NewReader(tt.body))
-			got, heavy := c.Classify(r)
-			if heavy != tt.heavy || got != tt.want {
+			call, heavy := c.Classify(r)
+			if got := viewOf(t, call, heavy); heavy != tt.heavy || got != tt.want {
 				t.Errorf("Classify = %+v, %v; want %+v, %v", got, heavy, tt.want, tt.heavy)
 			}
 			// Whatever it decided, the handler behind reads the body unchanged.
@@ -72,6 +71,29 @@ func TestClassifier(t *testing.T) {
 			if err := r.Body.Close(); err != nil {
 				t.Errorf("Close: %v", err)
 			}
+
+			// In two steps, as the middleware does: the path and query,
+			// then the body, the same call.
+			r = httptest.NewRequest(tt.method, tt.target, strings.NewReader(tt.body))
+			capgatehttp.NormalizeRequest(r)
+			first, maybe := c.HeavyPath(r)
+			if !maybe {
+				if tt.heavy {
+					t.Fatalf("HeavyPath = false for a heavy call")
+				}
+				return
+			}
+			if first.Route != nil {
+				t.Errorf("HeavyPath found route %q; the body decides it", first.Route.Name)
+			}
+			call, heavy, err = c.ClassifyBody(r, first)
+			if got := viewOf(t, call, heavy); err != nil || heavy != tt.heavy || got != tt.want {
+				t.Errorf("ClassifyBody = %+v, %v, %v; want %+v, %v", got, heavy, err, tt.want, tt.heavy)
+			}
+			if b, err := io.ReadAll(r.Body); err != nil || string(b) != tt.body {
+				t.Errorf("body after ClassifyBody = %q, %v; want %q", b, err, tt.body)
+			}
+			r.Body.Close()
 		})
 	}
 }
@@ -89,8 +111,8 @@ func TestClassifierOversizeBody(t *testing.T) {
 			r.ContentLength = -1
 			r.Body = io.NopCloser(iotest.OneByteReader(bytes.NewReader(body)))
 		}
-		if call, heavy := c.Classify(r); !heavy || call.Rows != 0 || call.Endpoint != "$match" {
-			t.Errorf("announced=%v: oversize body = %+v, %v; want heavy, rows 0", announced, call, heavy)
+		if call, heavy := c.Classify(r); viewOf(t, call, heavy) != (oclView{"$match", 0, true, false}) || call.Fields.BodyKnown() {
+			t.Errorf("announced=%v: oversize body = %+v, %v; want heavy, rows 0, the body unknown", announced, viewOf(t, call, heavy), heavy)
 		}
 		if counted != 1 {
 			t.Errorf("announced=%v: Oversize called %d times, want 1", announced, counted)

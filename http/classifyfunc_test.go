@@ -9,12 +9,13 @@ import (
 	capgatehttp "github.com/capgate/capgate/http"
 	"github.com/capgate/capgate/identity"
 	"github.com/capgate/capgate/memory"
+	"github.com/capgate/capgate/settings"
 )
 
 // A ClassifyFunc is the one-step classifier: the middleware runs it whole,
 // before asking who calls, on the same path as a Classifier's two steps.
 func TestMiddlewareWithClassifyFunc(t *testing.T) {
-	gate, err := capgate.NewGate(memory.New(nil), capgate.NewFixedConfig(capgate.DefaultConfig(capgate.ModeShadow)), nil, "t")
+	gate, err := capgate.NewGate(memory.New(nil), settings.NewFixed(settings.Default(nil, settings.ModeShadow)), nil, "t")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -27,7 +28,7 @@ func TestMiddlewareWithClassifyFunc(t *testing.T) {
 		seen = capgatehttp.AdmissionFrom(r.Context()).Decision()
 	})
 	classify := func(r *http.Request) (capgate.Call, bool) {
-		return capgate.Call{Endpoint: capgate.EndpointRerank, Rows: 3}, r.URL.Path == "/heavy"
+		return capgatehttp.OCLCall("rerank", 3, false, false), r.URL.Path == "/heavy"
 	}
 	m, err := capgatehttp.NewMiddleware(next, gate, ids, capgatehttp.WithClassifyFunc(classify))
 	if err != nil {

@@ -6,24 +6,22 @@ import (
 	"strings"
 )
 
-// exposeCapacityHeaders adds the capacity headers, Retry-After and the
-// standard RateLimit-Policy and RateLimit fields to h's
-// Access-Control-Expose-Headers, keeping what the API listed there.
-func exposeCapacityHeaders(h http.Header) {
-	h[exposeHeadersKey] = []string{exposeValue(h)}
+// exposeCapacityHeaders adds the capacity headers of names n, Retry-After
+// and (when the policy sends them) the standard RateLimit-Policy and
+// RateLimit fields to h's Access-Control-Expose-Headers, keeping what the
+// API listed there.
+func exposeCapacityHeaders(h http.Header, n *wire) {
+	h[exposeHeadersKey] = []string{exposeValue(h, n)}
 }
 
 const exposeHeadersKey = "Access-Control-Expose-Headers"
 
-// exposedList is the expose list when the API listed nothing.
-var exposedList = strings.Join(append(ExposedHeaders(), rateLimitFields...), ", ")
-
 // exposeValue returns h's Access-Control-Expose-Headers with the capacity
-// headers, Retry-After and the RateLimit fields added.
-func exposeValue(h http.Header) string {
+// headers of names n, Retry-After and the RateLimit fields added.
+func exposeValue(h http.Header, n *wire) string {
 	listed := h.Values(exposeHeadersKey)
 	if len(listed) == 0 {
-		return exposedList
+		return n.exposeAll
 	}
 	var names []string
 	for _, v := range listed {
@@ -33,9 +31,17 @@ func exposeValue(h http.Header) string {
 			}
 		}
 	}
-	for _, n := range append(ExposedHeaders(), rateLimitFields...) {
-		if !slices.ContainsFunc(names, func(s string) bool { return strings.EqualFold(s, n) }) {
-			names = append(names, n)
+	add := func(k string) {
+		if !slices.ContainsFunc(names, func(s string) bool { return strings.EqualFold(s, k) }) {
+			names = append(names, k)
+		}
+	}
+	for _, k := range n.exposed {
+		add(k)
+	}
+	if n.rateLimit {
+		for _, k := range rateLimitFields {
+			add(k)
 		}
 	}
 	return strings.Join(names, ", ")
@@ -64,9 +70,10 @@ func newCORSPolicy(origins []string) corsPolicy {
 	return p
 }
 
-// refusal sets the CORS headers of a 429 answered for origin.
-func (p corsPolicy) refusal(h http.Header, origin string) {
-	exposeCapacityHeaders(h)
+// refusal sets the CORS headers of a 429 (or 503) answered for origin,
+// exposing the capacity headers of names n.
+func (p corsPolicy) refusal(h http.Header, origin string, n *wire) {
+	exposeCapacityHeaders(h, n)
 	h.Add("Vary", "Origin")
 	if origin == "" {
 		return

@@ -2,7 +2,10 @@ package http
 
 import (
 	"context"
+	"net/http"
 	"time"
+
+	"github.com/capgate/capgate"
 )
 
 // What the external tests (package http_test) reach that the package does
@@ -16,3 +19,22 @@ func (h *Health) CheckNow(ctx context.Context) { h.checkNow(ctx) }
 
 // Used returns the bytes reserved now.
 func (b *Budget) Used() int64 { return b.usedNow() }
+
+// OCLCall returns a call of the OCL policy's route ("match" or "rerank")
+// of rows rows, with the $match flags semantic and reranker.
+func OCLCall(route string, rows int, semantic, reranker bool) capgate.Call {
+	return testCall(route, rows, semantic, reranker)
+}
+
+// NormalizeRequest makes r read as the API behind the gateway reads it, as
+// the middleware does before HeavyPath.
+func NormalizeRequest(r *http.Request) { normalizeRequest(r) }
+
+// SetRestartTimer makes g's Recover wait for the channel f returns, given
+// the hold, instead of a timer's.
+func (g *Gateway) SetRestartTimer(f func(hold time.Duration) (<-chan time.Time, func() bool)) {
+	g.journal.hold = f
+}
+
+// WriteJournal writes what g's journal has queued now, as its timer would.
+func (g *Gateway) WriteJournal(ctx context.Context) error { return g.journal.write(ctx) }

@@ -13,10 +13,9 @@ import (
 	"testing"
 	"unicode/utf16"
 
-	"github.com/capgate/capgate"
-	"github.com/capgate/capgate/header"
 	capgatehttp "github.com/capgate/capgate/http"
 	"github.com/capgate/capgate/identity"
+	"github.com/capgate/capgate/settings"
 )
 
 // The tests here send the attacks of docs/SECURITY.md at a gateway in
@@ -26,8 +25,9 @@ import (
 
 func pausedEnv(t *testing.T, gc func(*capgatehttp.GatewayConfig)) *env {
 	t.Helper()
-	return newEnv(t, func(c *capgate.Config) {
-		c.Mode, c.EnforceFor, c.PerUser.Preview = capgate.ModeEnforce, capgate.EnforceAll, 0
+	return newEnv(t, func(c *settings.Config) {
+		c.Mode, c.EnforceFor = settings.ModeEnforce, settings.EnforceAll
+		setNumber(c, "per_user.preview", 0)
 	}, gc)
 }
 
@@ -245,8 +245,8 @@ func TestHeaderIdentityGatesUntrustedCallers(t *testing.T) {
 	// A spoofed staff header from an untrusted peer: gated as anonymous
 	// (preview, paused), and the header never reaches the API.
 	r := e.do(t.Context(), "POST", semanticMatch, oneRow, "Authorization", "Token t-pam", "X-Capgate-User", "stan", "X-Capgate-Staff", "true")
-	if r.StatusCode != 429 || r.Header.Get(header.Tier) != "preview" || len(e.up.requests()) != 0 {
-		t.Errorf("untrusted: %d tier %q, %d upstream requests", r.StatusCode, r.Header.Get(header.Tier), len(e.up.requests()))
+	if r.StatusCode != 429 || r.Header.Get(ocl.Tier) != "preview" || len(e.up.requests()) != 0 {
+		t.Errorf("untrusted: %d tier %q, %d upstream requests", r.StatusCode, r.Header.Get(ocl.Tier), len(e.up.requests()))
 	}
 	if lines := e.sink.Wait(t, 1, waitLimit); lines[0]["user_id"] != identity.AnonymousUser {
 		t.Errorf("user %v, want %q", lines[0]["user_id"], identity.AnonymousUser)
@@ -300,8 +300,8 @@ func TestQueryAndBodyEdges(t *testing.T) {
 			r.Header.Set("Content-Type", tt.ct)
 		}
 		call, heavy := c.Classify(r)
-		if heavy != tt.heavy || call.Rows != tt.rows {
-			t.Errorf("%s %q (%s) = rows %d, %v; want %d, %v", tt.target, tt.body, tt.ct, call.Rows, heavy, tt.rows, tt.heavy)
+		if rows := viewOf(t, call, heavy).Rows; heavy != tt.heavy || rows != tt.rows {
+			t.Errorf("%s %q (%s) = rows %d, %v; want %d, %v", tt.target, tt.body, tt.ct, rows, heavy, tt.rows, tt.heavy)
 		}
 	}
 }

@@ -89,6 +89,14 @@ type GatewayConfig struct {
 	// as the handler returns. Default nil: never.
 	Shutdown context.Context
 
+	// Journal, if set, is where the gateway records the store leases of
+	// the calls it holds, in batches off their path, once Recover has named
+	// its journal: its next incarnation then releases what a killed one
+	// left (journal.go). Set it only for a lane store that outlives the
+	// process (Redis). Default: none, a killed gateway's leases expire
+	// after lease_seconds.
+	Journal Journal
+
 	// Logger gets upstream failures and handler panics. Default
 	// slog.Default().
 	Logger *slog.Logger
@@ -102,19 +110,22 @@ type GatewayConfig struct {
 // heavy calls are gated, refused calls never reach the API, and a call's
 // leases are released once its response has been sent, or, if its client
 // went away, once the upstream has finished the call (bounded by
-// max_hold_seconds; see hold.go). Bodies pass byte for byte; responses of
-// unknown length and event streams are flushed as they arrive. An upstream failure becomes
-// 502, an upstream timeout 504 (both with a JSON {"detail", "request_id"}
+// max_hold_seconds; see hold.go). With a Journal it records those leases
+// in the background, so that its next incarnation releases what a killed
+// one left (Recover before serving, Close after; journal.go). Bodies pass
+// byte for byte; responses of unknown length and event streams are flushed
+// as they arrive. An upstream failure becomes 502, an upstream timeout 504 (both with a JSON {"detail", "request_id"}
 // body); a client gone before the answer is sent nothing (499 is only
 // logged, as nginx does). With an Observer or an AccessLog every request is
 // recorded once answered (observe.go).
 //
 // Create one with NewGateway. Safe for concurrent use.
 type Gateway struct {
-	cfg    GatewayConfig
-	logger *slog.Logger
-	gated  http.Handler
-	lines  sync.Pool // *[]byte: the access log's line buffers (the sink copies a line)
+	cfg     GatewayConfig
+	logger  *slog.Logger
+	gated   http.Handler
+	journal *journal  // nil without GatewayConfig.Journal
+	lines   sync.Pool // *[]byte: the access log's line buffers (the sink copies a line)
 }
 
 // NewGateway returns a gateway with cfg's defaults filled in. It returns
@@ -135,6 +146,9 @@ func NewGateway(cfg GatewayConfig) (*Gateway, error) {
 		cfg.Logger = slog.Default()
 	}
 	g := &Gateway{cfg: cfg, logger: cfg.Logger}
+	if cfg.Journal != nil {
+		g.journal = newJournal(cfg.Journal, cfg.Logger)
+	}
 	transport := cfg.Transport
 	if cfg.Observer != nil {
 		transport = timedTransport{next: transport, obs: cfg.Observer}
@@ -150,7 +164,7 @@ func NewGateway(cfg GatewayConfig) (*Gateway, error) {
 		// once (its flush interval is -1 for those).
 	}
 	opts := append([]Option{WithLogger(cfg.Logger)}, cfg.Options...)
-	opts = append(opts, WithClassifier(cfg.Classifier), withShutdown(cfg.Shutdown))
+	opts = append(opts, WithClassifier(cfg.Classifier), withShutdown(cfg.Shutdown), withJournal(g.journal))
 	mw, err := NewMiddleware(holdUpstream(proxy, cfg.Shutdown), cfg.Gate, cfg.Identify, opts...)
 	if err != nil {
 		return nil, fmt.Errorf("gateway: %w", err)
@@ -234,7 +248,7 @@ func (g *Gateway) metrics(w http.ResponseWriter, r *http.Request) {
 		if g.cfg.StaffIdentify != nil {
 			ids = g.cfg.StaffIdentify
 		}
-		if _, ok := requireStaff(w, r, ids, g.logger); !ok {
+		if _, ok := requireStaff(w, r, ids, g.logger, g.cfg.Classifier.evaluator(r.Context()).Policy().Identity.Scheme); !ok {
 			return
 		}
 	}
@@ -256,7 +270,7 @@ func (g *Gateway) upgradeAllowed(r *http.Request) bool {
 			}
 		}
 	}
-	if g.cfg.Classifier.endpoint(r.URL.Path) != "" {
+	if g.cfg.Classifier.evaluator(r.Context()).RoutePath(r.URL.Path) {
 		return false
 	}
 	for _, p := range g.cfg.UpgradePaths {

@@ -17,7 +17,6 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/capgate/capgate"
-	"github.com/capgate/capgate/header"
 	capgatehttp "github.com/capgate/capgate/http"
 	"github.com/capgate/capgate/identity"
 	"github.com/capgate/capgate/internal/randhex"
@@ -25,6 +24,7 @@ import (
 	"github.com/capgate/capgate/memory"
 	"github.com/capgate/capgate/metrics"
 	"github.com/capgate/capgate/redis"
+	"github.com/capgate/capgate/settings"
 )
 
 // The gateway benchmarks run the whole gateway in process, over loopback
@@ -70,7 +70,7 @@ func benchGatewayServerWith(b *testing.B, store capgate.LaneStore, prefix string
 	quiet := slog.New(slog.NewTextHandler(io.Discard, nil))
 	sink := logsink.New(io.Discard)
 	b.Cleanup(func() { _ = sink.Close(context.Background()) })
-	gate, err := capgate.NewGate(store, capgate.NewFixedConfig(capgate.DefaultConfig(capgate.ModeShadow)), sink, "bench")
+	gate, err := capgate.NewGate(store, settings.NewFixed(settings.Default(nil, settings.ModeShadow)), sink, "bench")
 	if err != nil {
 		b.Fatal(err)
 	}
@@ -92,6 +92,12 @@ func benchGatewayServerWith(b *testing.B, store capgate.LaneStore, prefix string
 	gw, err := capgatehttp.NewGateway(cfg)
 	if err != nil {
 		b.Fatal(err)
+	}
+	if cfg.Journal != nil {
+		if _, err := gw.Recover(b.Context(), "bench:"+randhex.String(4), 0); err != nil {
+			b.Fatal(err)
+		}
+		b.Cleanup(func() { _ = gw.Close(context.Background()) })
 	}
 	srv := httptest.NewServer(gw)
 	b.Cleanup(srv.Close)
@@ -126,7 +132,7 @@ func benchGatewayRun(b *testing.B, base, path string, want ...capgate.Decision) 
 			}
 			_, _ = io.Copy(io.Discard, resp.Body)
 			resp.Body.Close()
-			d := capgate.Decision(resp.Header.Get(header.Decision))
+			d := capgate.Decision(resp.Header.Get(ocl.Decision))
 			if d == capgate.DecisionUnavailable {
 				unavailable.Add(1)
 			}
@@ -148,7 +154,7 @@ func benchGatewayRun(b *testing.B, base, path string, want ...capgate.Decision) 
 
 // BenchmarkGatewayUngated is (c): a call the gateway passes through.
 func BenchmarkGatewayUngated(b *testing.B) {
-	base := benchGatewayServer(b, memory.New(nil), capgate.DefaultKeyPrefix)
+	base := benchGatewayServer(b, memory.New(nil), "ocl:capacity")
 	benchGatewayRun(b, base, "/concepts/")
 }
 
@@ -167,7 +173,7 @@ func BenchmarkGatewayUngatedObserved(b *testing.B) {
 			if err != nil {
 				b.Fatal(err)
 			}
-			base := benchGatewayServerWith(b, memory.New(nil), capgate.DefaultKeyPrefix, func(c *capgatehttp.GatewayConfig) {
+			base := benchGatewayServerWith(b, memory.New(nil), "ocl:capacity", func(c *capgatehttp.GatewayConfig) {
 				c.Observer = m
 				if access {
 					sink := logsink.New(io.Discard)
@@ -184,7 +190,7 @@ func BenchmarkGatewayUngatedObserved(b *testing.B) {
 // in-process lanes. With 64 calls in flight the lanes are over their
 // limits, so most calls are shadow-refused, holding leases.
 func BenchmarkGatewayGatedMemory(b *testing.B) {
-	base := benchGatewayServer(b, memory.New(nil), capgate.DefaultKeyPrefix)
+	base := benchGatewayServer(b, memory.New(nil), "ocl:capacity")
 	benchGatewayRun(b, base, "/concepts/$match/?semantic=true", capgate.DecisionAdmitted, capgate.DecisionShadowRefused)
 }
 
@@ -205,7 +211,19 @@ func BenchmarkGatewayGatedRedisDefaultBounds(b *testing.B) {
 	benchGatewayRedis(b, redis.Options{})
 }
 
+// BenchmarkGatewayGatedRedisJournal is BenchmarkGatewayGatedRedis with
+// the calls' leases journalled (GatewayConfig.Journal, as capgate serve
+// runs it with Redis): the journal's cost on the calls' path, and its
+// writes' on the store.
+func BenchmarkGatewayGatedRedisJournal(b *testing.B) {
+	benchGatewayRedisWith(b, redis.Options{MaxInFlight: 2 * benchUsers}, true)
+}
+
 func benchGatewayRedis(b *testing.B, opts redis.Options) {
+	benchGatewayRedisWith(b, opts, false)
+}
+
+func benchGatewayRedisWith(b *testing.B, opts redis.Options, journal bool) {
 	u := os.Getenv("CAPGATE_TEST_REDIS_URL")
 	if u == "" {
 		b.Skip("no real Redis: set CAPGATE_TEST_REDIS_URL")
@@ -216,7 +234,11 @@ func benchGatewayRedis(b *testing.B, opts redis.Options) {
 		b.Fatal(err)
 	}
 	b.Cleanup(func() { _ = store.Close() })
-	base := benchGatewayServer(b, store, "bench:"+randhex.String(4))
+	base := benchGatewayServerWith(b, store, "bench:"+randhex.String(4), func(c *capgatehttp.GatewayConfig) {
+		if journal {
+			c.Journal = store
+		}
+	})
 	want := []capgate.Decision{capgate.DecisionAdmitted, capgate.DecisionShadowRefused}
 	if opts.MaxInFlight == 0 {
 		want = append(want, capgate.DecisionUnavailable)

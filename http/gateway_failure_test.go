@@ -12,10 +12,10 @@ import (
 	"time"
 
 	"github.com/capgate/capgate"
-	"github.com/capgate/capgate/header"
 	capgatehttp "github.com/capgate/capgate/http"
 	"github.com/capgate/capgate/identity"
 	"github.com/capgate/capgate/mock"
+	"github.com/capgate/capgate/settings"
 )
 
 // A client that is admitted and hangs up does not free its place while the
@@ -118,8 +118,8 @@ func TestUpstreamFailuresStillRelease(t *testing.T) {
 				t.Fatal(err)
 			case resp.StatusCode != tt.status:
 				t.Errorf("status %d, want %d", resp.StatusCode, tt.status)
-			case resp.Header.Get(header.Decision) != "admitted":
-				t.Errorf("decision header %q on the failed call", resp.Header.Get(header.Decision))
+			case resp.Header.Get(ocl.Decision) != "admitted":
+				t.Errorf("decision header %q on the failed call", resp.Header.Get(ocl.Decision))
 			}
 			l := e.sink.Wait(t, 1, waitLimit)
 			if m := e.inFlight(); len(m) != 0 {
@@ -136,7 +136,7 @@ func TestUpstreamDownIs502AndReleases(t *testing.T) {
 	e := newEnv(t, nil, nil)
 	e.up.Close()
 	r := e.do(t.Context(), "POST", semanticMatch, twoRows, "Authorization", "Token t-pam")
-	if r.StatusCode != http.StatusBadGateway || r.Header.Get(header.Decision) != "admitted" {
+	if r.StatusCode != http.StatusBadGateway || r.Header.Get(ocl.Decision) != "admitted" {
 		t.Errorf("got %d %v", r.StatusCode, capacityHeaders(r.Header))
 	}
 	e.sink.Wait(t, 1, waitLimit)
@@ -168,8 +168,8 @@ func TestIdentityLookupsAreCached(t *testing.T) {
 	ctx := t.Context()
 	for range 3 {
 		r := e.do(ctx, "POST", semanticMatch, twoRows, "Authorization", "Token t-cora")
-		if r.Header.Get(header.Tier) != "core" {
-			t.Fatalf("tier %q", r.Header.Get(header.Tier))
+		if r.Header.Get(ocl.Tier) != "core" {
+			t.Fatalf("tier %q", r.Header.Get(ocl.Tier))
 		}
 	}
 	e.do(ctx, "POST", semanticMatch, twoRows, "Authorization", "Token t-stan")
@@ -203,8 +203,8 @@ func TestIdentityLookupsAreCached(t *testing.T) {
 func TestFailingLookupWithoutLocalLanes(t *testing.T) {
 	for _, inProcess := range []bool{true, false} {
 		t.Run(fmt.Sprintf("in-process store %v", inProcess), func(t *testing.T) {
-			e := newEnv(t, func(c *capgate.Config) {
-				c.Mode, c.EnforceFor = capgate.ModeEnforce, capgate.EnforceAll
+			e := newEnv(t, func(c *settings.Config) {
+				c.Mode, c.EnforceFor = settings.ModeEnforce, settings.EnforceAll
 			}, func(c *capgatehttp.GatewayConfig) {
 				id, err := identity.NewUpstream(c.Upstream.String())
 				if err != nil {
@@ -275,7 +275,7 @@ func TestBodiesArriveByteForByte(t *testing.T) {
 			if len(reqs) != before+1 || !bytes.Equal(reqs[before].Body, tt.body) {
 				t.Fatalf("upstream body differs (%d bytes sent)", len(tt.body))
 			}
-			if gated := r.Header.Get(header.Decision) != ""; gated != tt.gated {
+			if gated := r.Header.Get(ocl.Decision) != ""; gated != tt.gated {
 				t.Errorf("gated = %v, want %v", gated, tt.gated)
 			}
 		})
@@ -286,7 +286,7 @@ func TestBodiesArriveByteForByte(t *testing.T) {
 }
 
 func TestModeOffLooksNobodyUp(t *testing.T) {
-	e := newEnv(t, func(c *capgate.Config) { c.Mode = capgate.ModeOff }, func(c *capgatehttp.GatewayConfig) {
+	e := newEnv(t, func(c *settings.Config) { c.Mode = settings.ModeOff }, func(c *capgatehttp.GatewayConfig) {
 		id, err := identity.NewUpstream(c.Upstream.String())
 		if err != nil {
 			t.Fatal(err)

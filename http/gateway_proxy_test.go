@@ -14,9 +14,10 @@ import (
 	"testing"
 
 	"github.com/capgate/capgate"
-	"github.com/capgate/capgate/header"
 	capgatehttp "github.com/capgate/capgate/http"
 	"github.com/capgate/capgate/identity"
+	"github.com/capgate/capgate/policy"
+	"github.com/capgate/capgate/settings"
 )
 
 // exposed returns the names in Access-Control-Expose-Headers.
@@ -33,7 +34,7 @@ func exposed(h http.Header) []string {
 func wantExposed(t *testing.T, h http.Header, extra ...string) {
 	t.Helper()
 	got := exposed(h)
-	for _, n := range append(capgatehttp.ExposedHeaders(), extra...) {
+	for _, n := range append(capgatehttp.ExposedHeaders(policy.OCL()), extra...) {
 		if !slices.Contains(got, n) {
 			t.Errorf("Access-Control-Expose-Headers %v lacks %s", got, n)
 		}
@@ -41,8 +42,9 @@ func wantExposed(t *testing.T, h http.Header, extra ...string) {
 }
 
 func TestCORS(t *testing.T) {
-	e := newEnv(t, func(c *capgate.Config) {
-		c.Mode, c.EnforceFor, c.PerUser.Preview = capgate.ModeEnforce, capgate.EnforceAll, 0
+	e := newEnv(t, func(c *settings.Config) {
+		c.Mode, c.EnforceFor = settings.ModeEnforce, settings.EnforceAll
+		setNumber(c, "per_user.preview", 0)
 	}, nil)
 	ctx := t.Context()
 	const origin = "https://mapper.example"
@@ -88,8 +90,9 @@ func TestCORSOrigins(t *testing.T) {
 		{[]string{"https://a.example", "*"}, "https://a.example", "https://a.example", "true"},
 		{nil, "", "", ""},
 	} {
-		e := newEnv(t, func(c *capgate.Config) {
-			c.Mode, c.EnforceFor, c.PerUser.Preview = capgate.ModeEnforce, capgate.EnforceAll, 0
+		e := newEnv(t, func(c *settings.Config) {
+			c.Mode, c.EnforceFor = settings.ModeEnforce, settings.EnforceAll
+			setNumber(c, "per_user.preview", 0)
 		}, func(c *capgatehttp.GatewayConfig) {
 			c.Options = append(c.Options, capgatehttp.WithCORSOrigins(tt.origins))
 		})
@@ -121,7 +124,7 @@ func TestStreamingIsFlushedAsItArrives(t *testing.T) {
 		if ev := readEvent(t, br); ev != "data: one\n" {
 			t.Errorf("%s: first event %q", target, ev)
 		}
-		if target == semanticMatch && resp.Header.Get(header.Decision) != "admitted" {
+		if target == semanticMatch && resp.Header.Get(ocl.Decision) != "admitted" {
 			t.Errorf("stream of a gated call lacks its headers")
 		}
 		e.up.release()
@@ -248,7 +251,7 @@ func TestGatewayRoutes(t *testing.T) {
 }
 
 func TestNewGatewayRejects(t *testing.T) {
-	gate, err := capgate.NewGate(nil, capgate.NewFixedConfig(capgate.DefaultConfig("")), nil, "t")
+	gate, err := capgate.NewGate(nil, settings.NewFixed(settings.Default(nil, "")), nil, "t")
 	if err != nil {
 		t.Fatal(err)
 	}

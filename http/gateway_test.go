@@ -9,8 +9,7 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/capgate/capgate"
-	"github.com/capgate/capgate/header"
+	"github.com/capgate/capgate/settings"
 )
 
 var hex32 = regexp.MustCompile(`^[0-9a-f]{32}$`)
@@ -133,17 +132,17 @@ func TestShadowRefusesTheSecondCallOfAPreviewUser(t *testing.T) {
 	if r.StatusCode != 200 {
 		t.Fatalf("second call: %d", r.StatusCode)
 	}
-	if d := r.Header.Get(header.Decision); d != "shadow-refused" {
+	if d := r.Header.Get(ocl.Decision); d != "shadow-refused" {
 		t.Errorf("second call decision %q, want shadow-refused", d)
 	}
 	if ra := r.Header.Get("Retry-After"); ra != "" {
 		t.Errorf("Retry-After %q in shadow mode", ra)
 	}
-	if got := r.Header.Get(header.InFlight); got != "2" {
+	if got := r.Header.Get(ocl.Lane("In-Flight")); got != "2" {
 		t.Errorf("in flight %q, want 2", got)
 	}
 	e.up.release()
-	if f := recv(t, first); f.Err != nil || f.Header.Get(header.Decision) != "admitted" {
+	if f := recv(t, first); f.Err != nil || f.Header.Get(ocl.Decision) != "admitted" {
 		t.Errorf("first call: %v %v", f.Err, f.Header)
 	}
 	if p := e.up.peak(); p != 2 {
@@ -164,8 +163,8 @@ func TestShadowRefusesTheSecondCallOfAPreviewUser(t *testing.T) {
 }
 
 func TestEnforceRefusesBeforeTheAPI(t *testing.T) {
-	e := newEnv(t, func(c *capgate.Config) {
-		c.Mode, c.EnforceFor = capgate.ModeEnforce, capgate.EnforceAll
+	e := newEnv(t, func(c *settings.Config) {
+		c.Mode, c.EnforceFor = settings.ModeEnforce, settings.EnforceAll
 	}, nil)
 	ctx := t.Context()
 	first := e.async(ctx, "POST", semanticMatch, twoRows, "Authorization", "Token t-pam", "X-Test-Do", "hold")
@@ -182,7 +181,7 @@ func TestEnforceRefusesBeforeTheAPI(t *testing.T) {
 	if ra, ct := r.Header.Get("Retry-After"), r.Header.Get("Content-Type"); ra != "5" || ct != "application/json" {
 		t.Errorf("Retry-After %q, Content-Type %q", ra, ct)
 	}
-	if d := r.Header.Get(header.Decision); d != "refused" {
+	if d := r.Header.Get(ocl.Decision); d != "refused" {
 		t.Errorf("decision %q", d)
 	}
 	if !hex32.MatchString(r.Header.Get("X-Request-ID")) {
@@ -215,14 +214,14 @@ func TestEnforceRefusesBeforeTheAPI(t *testing.T) {
 }
 
 func TestEnforceForAwareRefusesOnlyAwareClients(t *testing.T) {
-	e := newEnv(t, func(c *capgate.Config) { c.Mode = capgate.ModeEnforce }, nil)
+	e := newEnv(t, func(c *settings.Config) { c.Mode = settings.ModeEnforce }, nil)
 	ctx := t.Context()
 	first := e.async(ctx, "POST", semanticMatch, twoRows, "Authorization", "Token t-pam", "X-Test-Do", "hold")
 	e.up.waitEntered(t)
 
 	r := e.do(ctx, "POST", semanticMatch, twoRows, "Authorization", "Token t-pam")
-	if r.StatusCode != 200 || r.Header.Get(header.Decision) != "shadow-refused" {
-		t.Errorf("unaware client: %d %s", r.StatusCode, r.Header.Get(header.Decision))
+	if r.StatusCode != 200 || r.Header.Get(ocl.Decision) != "shadow-refused" {
+		t.Errorf("unaware client: %d %s", r.StatusCode, r.Header.Get(ocl.Decision))
 	}
 	for _, meta := range []string{`{"capacity_aware":"true"}`, `{"capacity_aware":1}`, `{"capacity_aware":"True"}`} {
 		r = e.do(ctx, "POST", semanticMatch, twoRows, "Authorization", "Token t-pam", "X-OCL-Event-Metadata", meta)
@@ -242,21 +241,21 @@ func TestEnforceForAwareRefusesOnlyAwareClients(t *testing.T) {
 }
 
 func TestPausedTier(t *testing.T) {
-	e := newEnv(t, func(c *capgate.Config) {
-		c.Mode, c.EnforceFor = capgate.ModeEnforce, capgate.EnforceAll
-		c.Tiers.Preview = 0
+	e := newEnv(t, func(c *settings.Config) {
+		c.Mode, c.EnforceFor = settings.ModeEnforce, settings.EnforceAll
+		setNumber(c, "tiers.preview", 0)
 	}, nil)
 	r := e.do(t.Context(), "POST", "/concepts/$rerank/", `{"rows":[{}],"q":"fever"}`, "Authorization", "Token t-pam")
 	const body = `{"detail":"Matching is busy. Please retry in 120 seconds.","error_code":"capacity_exceeded","scope":"tier","paused":true,"retry_after":120}`
 	if r.StatusCode != 429 || string(r.Body) != body {
 		t.Errorf("got %d %s", r.StatusCode, r.Body)
 	}
-	if ra, s := r.Header.Get("Retry-After"), r.Header.Get(header.SuggestedConcurrency); ra != "120" || s != "0" {
+	if ra, s := r.Header.Get("Retry-After"), r.Header.Get(ocl.SuggestedConcurrency); ra != "120" || s != "0" {
 		t.Errorf("Retry-After %q, suggested %q", ra, s)
 	}
 	// Another tier still goes ahead.
 	r = e.do(t.Context(), "POST", "/concepts/$rerank/", `{"rows":[{}],"q":"fever"}`, "Authorization", "Token t-cora")
-	if r.StatusCode != 200 || r.Header.Get(header.Decision) != "admitted" || r.Header.Get(header.Tier) != "core" {
+	if r.StatusCode != 200 || r.Header.Get(ocl.Decision) != "admitted" || r.Header.Get(ocl.Tier) != "core" {
 		t.Errorf("core user: %d %v", r.StatusCode, capacityHeaders(r.Header))
 	}
 	if n := len(e.up.requests()); n != 1 {
@@ -271,7 +270,7 @@ func TestRerank(t *testing.T) {
 		t.Errorf("rerank without q gated: %v", h)
 	}
 	r = e.do(t.Context(), "POST", "/concepts/$rerank", `{"rows":[{},{}],"q":"fever"}`, "Authorization", "Token t-pam")
-	if r.Header.Get(header.Decision) != "admitted" {
+	if r.Header.Get(ocl.Decision) != "admitted" {
 		t.Errorf("rerank with q: %v", capacityHeaders(r.Header))
 	}
 	l := e.sink.Wait(t, 1, waitLimit)
@@ -285,8 +284,9 @@ func TestRerank(t *testing.T) {
 }
 
 func TestAnonymousCallsPassUngated(t *testing.T) {
-	e := newEnv(t, func(c *capgate.Config) {
-		c.Mode, c.EnforceFor, c.Tiers.Preview = capgate.ModeEnforce, capgate.EnforceAll, 0
+	e := newEnv(t, func(c *settings.Config) {
+		c.Mode, c.EnforceFor = settings.ModeEnforce, settings.EnforceAll
+		setNumber(c, "tiers.preview", 0)
 	}, nil)
 	for _, auth := range []string{"", "Token unknown"} {
 		r := e.do(t.Context(), "POST", semanticMatch, twoRows, "Authorization", auth)
@@ -300,7 +300,7 @@ func TestAnonymousCallsPassUngated(t *testing.T) {
 }
 
 func TestModeOffIsByteIdentical(t *testing.T) {
-	e := newEnv(t, func(c *capgate.Config) { c.Mode = capgate.ModeOff }, nil)
+	e := newEnv(t, func(c *settings.Config) { c.Mode = settings.ModeOff }, nil)
 	ctx := t.Context()
 	for _, target := range []string{semanticMatch, "/concepts/$match/", "/concepts/$rerank/"} {
 		hdr := []string{"Authorization", "Token t-pam", "Origin", "https://mapper.example"}

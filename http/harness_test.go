@@ -19,6 +19,8 @@ import (
 	"github.com/capgate/capgate/identity"
 	"github.com/capgate/capgate/memory"
 	"github.com/capgate/capgate/mock"
+	"github.com/capgate/capgate/policy"
+	"github.com/capgate/capgate/settings"
 )
 
 // waitLimit bounds every wait on a channel, so a broken test fails instead
@@ -224,7 +226,8 @@ type env struct {
 	t      *testing.T
 	up     *upstream
 	store  *memory.Store
-	config *capgate.FixedConfig
+	prefix string // the lane keys' prefix (the policy's)
+	config *settings.Fixed
 	sink   *mock.Sink
 	gate   *capgate.Gate
 	gw     *capgatehttp.Gateway
@@ -238,16 +241,25 @@ type env struct {
 var now = time.Date(2025, 6, 1, 12, 0, 0, 0, time.UTC)
 
 // newEnv starts an upstream and a gateway in front of it, in shadow mode
-// with the default limits changed by cfg, identifying callers by tokens.
-func newEnv(t *testing.T, cfg func(*capgate.Config), gc func(*capgatehttp.GatewayConfig)) *env {
+// with the default limits changed by cfg, identifying callers by tokens,
+// under the OCL policy.
+func newEnv(t *testing.T, cfg func(*settings.Config), gc func(*capgatehttp.GatewayConfig)) *env {
 	t.Helper()
-	e := &env{t: t, up: newUpstream(t), store: memory.New(nil), sink: &mock.Sink{}, gone: make(chan struct{}, 64)}
-	c := capgate.DefaultConfig(capgate.ModeShadow)
+	return newPolicyEnv(t, policy.OCL(), cfg, gc)
+}
+
+// newPolicyEnv is newEnv under policy p: the gate's config and the
+// gateway's classifier are p's.
+func newPolicyEnv(t *testing.T, p *policy.Policy, cfg func(*settings.Config), gc func(*capgatehttp.GatewayConfig)) *env {
+	t.Helper()
+	e := &env{t: t, up: newUpstream(t), store: memory.New(nil), prefix: p.Names.KeyPrefix, sink: &mock.Sink{},
+		gone: make(chan struct{}, 64)}
+	c := settings.Default(p, settings.ModeShadow)
 	c.Wait.MaxSeconds = 0 // refusals at once, unless a test turns waiting on
 	if cfg != nil {
 		cfg(&c)
 	}
-	e.config = capgate.NewFixedConfig(c)
+	e.config = settings.NewFixed(c)
 	gate, err := capgate.NewGate(e.store, e.config, e.sink, "task-1")
 	if err != nil {
 		t.Fatal(err)
@@ -274,12 +286,15 @@ func newEnv(t *testing.T, cfg func(*capgate.Config), gc func(*capgatehttp.Gatewa
 	if err != nil {
 		t.Fatal(err)
 	}
+	classifier := &capgatehttp.Classifier{}
+	classifier.SetPolicy(p)
 	conf := capgatehttp.GatewayConfig{
-		Upstream: upURL,
-		Gate:     e.gate,
-		Identify: ids,
-		Logger:   slog.New(slog.NewTextHandler(t.Output(), nil)),
-		Options:  []capgatehttp.Option{capgatehttp.WithClock(func() time.Time { return now })},
+		Classifier: classifier,
+		Upstream:   upURL,
+		Gate:       e.gate,
+		Identify:   ids,
+		Logger:     slog.New(slog.NewTextHandler(t.Output(), nil)),
+		Options:    []capgatehttp.Option{capgatehttp.WithClock(func() time.Time { return now })},
 	}
 	if gc != nil {
 		gc(&conf)
@@ -307,7 +322,7 @@ func newEnv(t *testing.T, cfg func(*capgate.Config), gc func(*capgatehttp.Gatewa
 func (e *env) inFlight() map[string]int {
 	e.t.Helper()
 	ctx := context.WithoutCancel(e.t.Context())
-	keys, err := e.store.Keys(ctx, capgate.DefaultKeyPrefix)
+	keys, err := e.store.Keys(ctx, e.prefix)
 	if err != nil {
 		e.t.Fatal(err)
 	}

@@ -7,15 +7,15 @@ import (
 
 	"github.com/capgate/capgate"
 	"github.com/capgate/capgate/header"
+	"github.com/capgate/capgate/policy"
 )
 
 // ExposedHeaders lists the headers a browser must be allowed to read on a
-// gated response: the capacity headers (the waited time and the suggested
-// spacing included) and Retry-After.
-func ExposedHeaders() []string {
-	return []string{header.Decision, header.Limit, header.InFlight, header.Tier,
-		header.TierLimit, header.TierInFlight, header.SuggestedConcurrency, header.SuggestedSpacing,
-		header.Waited, header.RetryAfter}
+// gated response under policy p (nil: the built-in one): the capacity
+// headers (each lane's, the waited time and the suggested spacing
+// included) and Retry-After.
+func ExposedHeaders(p *policy.Policy) []string {
+	return append([]string(nil), wireOf(p).exposed...)
 }
 
 // SetHeaders sets the capacity headers of adm on h: every value that is
@@ -39,11 +39,14 @@ func setGatedHeaders(h http.Header, adm *capgate.Admission, rid string) {
 		return
 	}
 	w := headerWriter{h: h}
+	names := wireOf(admissionPolicy(adm))
 	if adm != nil && adm.Decision() != capgate.DecisionNone {
 		w.capacity(adm)
 	}
-	w.rateLimit(adm)
-	w.set(exposeHeadersKey, exposeValue(h))
+	if names.rateLimit {
+		w.rateLimit(adm)
+	}
+	w.set(exposeHeadersKey, exposeValue(h, names))
 	w.set(header.RequestID, rid)
 	w.flush()
 }
@@ -134,35 +137,34 @@ func (w *headerWriter) flush() {
 // capacity sets the capacity headers of adm (see SetHeaders), which has a
 // decision. The names are canonical.
 func (w *headerWriter) capacity(adm *capgate.Admission) {
+	n := wireOf(adm.Policy())
 	d := adm.Decision()
-	w.set(header.Decision, string(d))
+	w.set(n.Decision, string(d))
 	lanes, counts := adm.Lanes(), adm.Counts()
 	for i, l := range lanes {
-		var limit, inFlight string
-		switch l.Name {
-		case capgate.LaneAPIHeavy:
-			limit, inFlight = header.Limit, header.InFlight
-		case capgate.LaneTier:
-			limit, inFlight = header.TierLimit, header.TierInFlight
-		default:
+		if l.Spec == nil {
 			continue
 		}
-		w.setInt(limit, int64(l.Limit))
+		lw := n.lanes[l.Spec.Index()]
+		if lw.limit == "" {
+			continue
+		}
+		w.setInt(lw.limit, int64(l.Limit))
 		if counts != nil {
-			w.setInt(inFlight, int64(counts[i]))
+			w.setInt(lw.inFlight, int64(counts[i]))
 		}
 	}
 	if t := adm.Call().Tier; t != "" {
-		w.set(header.Tier, string(t))
+		w.set(n.Tier, t)
 	}
-	if n, ok := adm.Suggested(); ok {
-		w.setInt(header.SuggestedConcurrency, int64(n))
+	if k, ok := adm.Suggested(); ok {
+		w.setInt(n.SuggestedConcurrency, int64(k))
 	}
 	if d, ok := adm.Waited(); ok {
-		w.setInt(header.Waited, d.Milliseconds())
+		w.setInt(n.Waited, d.Milliseconds())
 	}
 	if ms, ok := adm.SpacingMS(); ok {
-		w.setInt(header.SuggestedSpacing, ms)
+		w.setInt(n.SuggestedSpacing, ms)
 	}
 	// Only the gate's own refusal gets its Retry-After; one the API sent
 	// itself (its rate limit, a 503) is left alone.
@@ -185,21 +187,30 @@ func RefusalBody(adm *capgate.Admission) []byte {
 		}
 	}
 	retry, _ := adm.RetryAfter()
-	return refusalBody(scope, paused, retry)
+	return refusalBody(wireOf(adm.Policy()), scope, paused, retry)
 }
 
-// refusalBody returns the JSON body of the 429. The scope is one of the
+// refusalBody returns the JSON body of the 429 in names n: the policy's
+// detail (each {retry_after} replaced by the seconds) and error code, the
+// scope, whether it is paused and the seconds. The scope is one of the
 // lane names, plain ASCII, so Go quoting is JSON quoting.
-func refusalBody(scope capgate.LaneName, paused bool, retryAfter int) []byte {
-	n := strconv.Itoa(retryAfter)
+func refusalBody(n *wire, scope capgate.LaneName, paused bool, retryAfter int) []byte {
+	s := strconv.Itoa(retryAfter)
 	b := make([]byte, 0, 160)
-	b = append(b, `{"detail":"Matching is busy. Please retry in `...)
-	b = append(b, n...)
-	b = append(b, ` seconds.","error_code":"capacity_exceeded","scope":`...)
+	b = append(b, `{"detail":"`...)
+	for i, part := range n.detail {
+		if i > 0 {
+			b = append(b, s...)
+		}
+		b = append(b, part...)
+	}
+	b = append(b, `","error_code":"`...)
+	b = append(b, n.code...)
+	b = append(b, `","scope":`...)
 	b = strconv.AppendQuote(b, string(scope))
 	b = append(b, `,"paused":`...)
 	b = strconv.AppendBool(b, paused)
 	b = append(b, `,"retry_after":`...)
-	b = append(b, n...)
+	b = append(b, s...)
 	return append(b, '}')
 }

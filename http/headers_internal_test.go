@@ -2,6 +2,7 @@ package http
 
 import (
 	"context"
+	"encoding/json"
 	"io"
 	"log/slog"
 	"net/http"
@@ -14,10 +15,12 @@ import (
 	"github.com/capgate/capgate"
 	"github.com/capgate/capgate/header"
 	"github.com/capgate/capgate/memory"
+	"github.com/capgate/capgate/policy"
+	"github.com/capgate/capgate/settings"
 )
 
 func TestRefusalBody(t *testing.T) {
-	got := string(refusalBody(capgate.LaneUser, false, 5))
+	got := string(refusalBody(wireOf(policy.OCL()), capgate.LaneName("user"), false, 5))
 	want := `{"detail":"Matching is busy. Please retry in 5 seconds.","error_code":"capacity_exceeded","scope":"user","paused":false,"retry_after":5}`
 	if got != want {
 		t.Fatalf("body = %s\nwant   %s", got, want)
@@ -29,14 +32,14 @@ func TestRefusalBody(t *testing.T) {
 func testAdmissions(t *testing.T) []*capgate.Admission {
 	t.Helper()
 	ctx := context.Background()
-	call := capgate.Call{Endpoint: capgate.EndpointMatch, Rows: 25, Semantic: true, UserID: "alice",
-		Tier: capgate.TierCore, CID: "c"}
+	call := testCall("match", 25, true, false)
+	call.UserID, call.Tier, call.CID = "alice", "core", "c"
 	var out []*capgate.Admission
-	for _, mode := range []capgate.Mode{capgate.ModeShadow, capgate.ModeEnforce} {
-		cfg := capgate.DefaultConfig(mode)
-		cfg.EnforceFor = capgate.EnforceAll
+	for _, mode := range []settings.Mode{settings.ModeShadow, settings.ModeEnforce} {
+		cfg := settings.Default(nil, mode)
+		cfg.EnforceFor = settings.EnforceAll
 		cfg.Wait.MaxSeconds = 0
-		g, err := capgate.NewGate(memory.New(nil), capgate.NewFixedConfig(cfg), nil, "task-a")
+		g, err := capgate.NewGate(memory.New(nil), settings.NewFixed(cfg), nil, "task-a")
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -56,28 +59,31 @@ func testAdmissions(t *testing.T) []*capgate.Admission {
 	return out
 }
 
+// ocl is the OCL policy's names as a client reads them.
+var ocl = policy.OCL().Names.Header()
+
 // setGatedHeadersStepwise is setGatedHeaders as separate h.Set steps,
-// the form the one-pass writer must match.
+// the form the one-pass writer must match, for a call of the OCL policy.
 func setGatedHeadersStepwise(h http.Header, adm *capgate.Admission, rid string) {
 	d := adm.Decision()
-	h.Set(header.Decision, string(d))
+	h.Set(ocl.Decision, string(d))
 	lanes, counts := adm.Lanes(), adm.Counts()
 	for i, l := range lanes {
 		switch l.Name {
-		case capgate.LaneAPIHeavy:
-			h.Set(header.Limit, strconv.Itoa(l.Limit))
-			h.Set(header.InFlight, strconv.Itoa(counts[i]))
-		case capgate.LaneTier:
-			h.Set(header.TierLimit, strconv.Itoa(l.Limit))
-			h.Set(header.TierInFlight, strconv.Itoa(counts[i]))
+		case capgate.LaneName("api_heavy"):
+			h.Set(ocl.Lane("Limit"), strconv.Itoa(l.Limit))
+			h.Set(ocl.Lane("In-Flight"), strconv.Itoa(counts[i]))
+		case capgate.LaneName("tier"):
+			h.Set(ocl.Lane("Tier-Limit"), strconv.Itoa(l.Limit))
+			h.Set(ocl.Lane("Tier-In-Flight"), strconv.Itoa(counts[i]))
 		}
 	}
-	h.Set(header.Tier, string(adm.Call().Tier))
+	h.Set(ocl.Tier, string(adm.Call().Tier))
 	if n, ok := adm.Suggested(); ok {
-		h.Set(header.SuggestedConcurrency, strconv.Itoa(n))
+		h.Set(ocl.SuggestedConcurrency, strconv.Itoa(n))
 	}
 	if ms, ok := adm.SpacingMS(); ok {
-		h.Set(header.SuggestedSpacing, strconv.FormatInt(ms, 10))
+		h.Set(ocl.SuggestedSpacing, strconv.FormatInt(ms, 10))
 	}
 	if s, ok := adm.RetryAfter(); ok && d == capgate.DecisionRefused {
 		h.Set(header.RetryAfter, strconv.Itoa(s))
@@ -90,8 +96,44 @@ func setGatedHeadersStepwise(h http.Header, adm *capgate.Admission, rid string) 
 		v += ";t=" + strconv.Itoa(s)
 	}
 	h.Set(header.RateLimit, v)
-	h.Set("Access-Control-Expose-Headers", strings.Join(append(ExposedHeaders(), rateLimitFields...), ", "))
+	h.Set("Access-Control-Expose-Headers", strings.Join(append(ExposedHeaders(policy.OCL()), rateLimitFields...), ", "))
 	h.Set(header.RequestID, rid)
+}
+
+// TestOCLNames pins the OCL policy's names on the wire to the ones capgate
+// sent before the policy: the headers, the expose list and the 429 body.
+func TestOCLNames(t *testing.T) {
+	n := wireOf(policy.OCL())
+	got := []string{n.Decision, n.Tier, n.SuggestedConcurrency, n.SuggestedSpacing, n.Waited,
+		n.Metadata, n.AwareField, n.RequestSource, n.exposeAll}
+	want := []string{"X-Ocl-Capacity-Decision", "X-Ocl-Capacity-Tier", "X-Ocl-Capacity-Suggested-Concurrency",
+		"X-Ocl-Capacity-Suggested-Spacing-Ms", "X-Ocl-Capacity-Waited-Ms",
+		"X-Ocl-Event-Metadata", "capacity_aware", "X-Ocl-Request-Source",
+		"X-Ocl-Capacity-Decision, X-Ocl-Capacity-Limit, X-Ocl-Capacity-In-Flight, X-Ocl-Capacity-Tier, " +
+			"X-Ocl-Capacity-Tier-Limit, X-Ocl-Capacity-Tier-In-Flight, X-Ocl-Capacity-Suggested-Concurrency, " +
+			"X-Ocl-Capacity-Suggested-Spacing-Ms, X-Ocl-Capacity-Waited-Ms, Retry-After, RateLimit-Policy, RateLimit"}
+	if !slices.Equal(got, want) {
+		t.Errorf("names\n got %q\nwant %q", got, want)
+	}
+	lanes := map[string]laneWire{}
+	for i, l := range policy.OCL().Lanes {
+		lanes[l.Name] = n.lanes[i]
+	}
+	wantLanes := map[string]laneWire{
+		"api_heavy":      {"X-Ocl-Capacity-Limit", "X-Ocl-Capacity-In-Flight"},
+		"tier":           {"X-Ocl-Capacity-Tier-Limit", "X-Ocl-Capacity-Tier-In-Flight"},
+		"api_heavy_task": {}, "es2_knn": {}, "user": {},
+	}
+	if !reflect.DeepEqual(lanes, wantLanes) {
+		t.Errorf("lane headers\n got %v\nwant %v", lanes, wantLanes)
+	}
+	if !n.rateLimit {
+		t.Error("the OCL policy sends no RateLimit fields")
+	}
+	if got, want := string(refusalBody(n, capgate.LaneName("api_heavy"), true, 30)),
+		`{"detail":"Matching is busy. Please retry in 30 seconds.","error_code":"capacity_exceeded","scope":"api_heavy","paused":true,"retry_after":30}`; got != want {
+		t.Errorf("body = %s\nwant   %s", got, want)
+	}
 }
 
 func TestSetGatedHeadersMatchesStepwise(t *testing.T) {
@@ -105,9 +147,9 @@ func TestSetGatedHeadersMatchesStepwise(t *testing.T) {
 		}
 		// Each value is a slice of its own: appending to one leaves the
 		// others as they were.
-		got.Add(header.Decision, "x")
-		got.Add(header.Limit, "y")
-		if got.Get(header.Limit) != want.Get(header.Limit) || len(got[header.InFlight]) != 1 {
+		got.Add(ocl.Decision, "x")
+		got.Add(ocl.Lane("Limit"), "y")
+		if got.Get(ocl.Lane("Limit")) != want.Get(ocl.Lane("Limit")) || len(got[ocl.Lane("In-Flight")]) != 1 {
 			t.Errorf("call %d: appending to one value changed another: %v", i, got)
 		}
 	}
@@ -118,7 +160,7 @@ func TestSetGatedHeadersKeepsTheAPIsExposeList(t *testing.T) {
 	h := http.Header{}
 	h.Add("Access-Control-Expose-Headers", "X-Total-Count, x-ocl-capacity-decision")
 	setGatedHeaders(h, adm, "r")
-	want := "X-Total-Count, x-ocl-capacity-decision, " + strings.Join(slices.Concat(ExposedHeaders()[1:], rateLimitFields), ", ")
+	want := "X-Total-Count, x-ocl-capacity-decision, " + strings.Join(slices.Concat(ExposedHeaders(policy.OCL())[1:], rateLimitFields), ", ")
 	if got := h.Values("Access-Control-Expose-Headers"); len(got) != 1 || got[0] != want {
 		t.Errorf("expose list %q\nwant %q", got, want)
 	}
@@ -157,5 +199,35 @@ func TestCloneHeaderWith(t *testing.T) {
 	}
 	if got.Get(header.RequestID) != "new" {
 		t.Errorf("appending to A changed X-Request-Id: %v", got)
+	}
+}
+
+// A policy's refusal detail has its {retry_after} replaced by the seconds
+// wherever it stands, and is JSON-quoted; the error code too.
+func TestRefusalBodyOfAPolicy(t *testing.T) {
+	p, err := policy.Parse("busy.yaml", []byte(`version: 1
+name: busy
+routes:
+  - {name: run, method: POST, path: {exact: /run}}
+identity: {resolver: tokens, scheme: Bearer, default_tier: free}
+lanes:
+  - {name: cluster, scope: cluster, routes: [run], limit: 2}
+names:
+  header_prefix: Capgate-
+  refusal:
+    detail: "{retry_after} s: \"busy\" <now>; retry in {retry_after} seconds"
+    error_code: "too \"busy\""
+  log_event: capgate_call
+`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	got := string(refusalBody(wireOf(p), capgate.LaneName("cluster"), false, 7))
+	want := `{"detail":"7 s: \"busy\" <now>; retry in 7 seconds","error_code":"too \"busy\"","scope":"cluster","paused":false,"retry_after":7}`
+	if got != want {
+		t.Fatalf("body = %s\nwant   %s", got, want)
+	}
+	if !json.Valid([]byte(got)) {
+		t.Errorf("not JSON: %s", got)
 	}
 }

@@ -11,15 +11,15 @@ import (
 	"testing"
 
 	"github.com/capgate/capgate"
-	"github.com/capgate/capgate/header"
 	capgatehttp "github.com/capgate/capgate/http"
 	"github.com/capgate/capgate/identity"
 	"github.com/capgate/capgate/memory"
+	"github.com/capgate/capgate/settings"
 )
 
 func TestRefusalCarriesTheSpacingHint(t *testing.T) {
-	e := newEnv(t, func(c *capgate.Config) {
-		c.Mode, c.EnforceFor = capgate.ModeEnforce, capgate.EnforceAll
+	e := newEnv(t, func(c *settings.Config) {
+		c.Mode, c.EnforceFor = settings.ModeEnforce, settings.EnforceAll
 	}, nil)
 	ctx := t.Context()
 
@@ -31,15 +31,15 @@ func TestRefusalCarriesTheSpacingHint(t *testing.T) {
 	if r.StatusCode != 429 {
 		t.Fatalf("status %d, want 429", r.StatusCode)
 	}
-	if got := r.Header.Get(header.SuggestedSpacing); got != "5000" {
+	if got := r.Header.Get(ocl.SuggestedSpacing); got != "5000" {
 		t.Errorf("spacing %q, want 5000", got)
 	}
-	if !slices.ContainsFunc(exposed(r.Header), func(s string) bool { return strings.EqualFold(s, header.SuggestedSpacing) }) {
-		t.Errorf("Access-Control-Expose-Headers %v lacks %s", exposed(r.Header), header.SuggestedSpacing)
+	if !slices.ContainsFunc(exposed(r.Header), func(s string) bool { return strings.EqualFold(s, ocl.SuggestedSpacing) }) {
+		t.Errorf("Access-Control-Expose-Headers %v lacks %s", exposed(r.Header), ocl.SuggestedSpacing)
 	}
 	e.up.release()
-	if ok := recv(t, first); ok.Header.Get(header.SuggestedSpacing) != "" {
-		t.Errorf("admitted call carries spacing %q", ok.Header.Get(header.SuggestedSpacing))
+	if ok := recv(t, first); ok.Header.Get(ocl.SuggestedSpacing) != "" {
+		t.Errorf("admitted call carries spacing %q", ok.Header.Get(ocl.SuggestedSpacing))
 	}
 
 	// pam's first call held the lane for a short while: the next refusal
@@ -50,9 +50,9 @@ func TestRefusalCarriesTheSpacingHint(t *testing.T) {
 	second := e.async(ctx, "POST", semanticMatch, twoRows, "Authorization", "Token t-pam", "X-Test-Do", "hold")
 	e.up.waitEntered(t)
 	r = e.do(ctx, "POST", semanticMatch, twoRows, "Authorization", "Token t-pam")
-	ms, err := strconv.Atoi(r.Header.Get(header.SuggestedSpacing))
+	ms, err := strconv.Atoi(r.Header.Get(ocl.SuggestedSpacing))
 	if r.StatusCode != 429 || err != nil || ms <= 0 || ms >= 5000 {
-		t.Errorf("status %d, spacing %q; want 429 and the observed hold (under 5000 ms)", r.StatusCode, r.Header.Get(header.SuggestedSpacing))
+		t.Errorf("status %d, spacing %q; want 429 and the observed hold (under 5000 ms)", r.StatusCode, r.Header.Get(ocl.SuggestedSpacing))
 	}
 	if got := r.Header.Get("Retry-After"); got != "1" {
 		t.Errorf("Retry-After %q, want 1", got)
@@ -70,7 +70,7 @@ func TestMiddlewareShadowRefusalCarriesTheSpacingHint(t *testing.T) {
 		}
 		_, _ = io.WriteString(w, "ok")
 	})
-	gate, err := capgate.NewGate(memory.New(nil), capgate.NewFixedConfig(capgate.DefaultConfig(capgate.ModeShadow)), nil, "t")
+	gate, err := capgate.NewGate(memory.New(nil), settings.NewFixed(settings.Default(nil, settings.ModeShadow)), nil, "t")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -101,10 +101,10 @@ func TestMiddlewareShadowRefusalCarriesTheSpacingHint(t *testing.T) {
 	// pam (preview) may run one call: the second is shadow-refused, goes
 	// ahead, and is told how often the lane frees a slot.
 	r := send(t, newRequest(t, t.Context(), "POST", srv.URL+semanticMatch, twoRows, "Authorization", "Token t-pam"))
-	if d := r.Header.Get(header.Decision); d != "shadow-refused" || r.StatusCode != 200 {
+	if d := r.Header.Get(ocl.Decision); d != "shadow-refused" || r.StatusCode != 200 {
 		t.Fatalf("%d %s, want 200 shadow-refused", r.StatusCode, d)
 	}
-	if got := r.Header.Get(header.SuggestedSpacing); got != "5000" {
+	if got := r.Header.Get(ocl.SuggestedSpacing); got != "5000" {
 		t.Errorf("spacing %q, want 5000", got)
 	}
 	if got := r.Header.Get("Retry-After"); got != "" {

@@ -13,6 +13,7 @@ import (
 
 	"github.com/capgate/capgate"
 	"github.com/capgate/capgate/header"
+	"github.com/capgate/capgate/settings"
 )
 
 // Idempotent heavy calls (config key idempotency; capgate.Gate.Repeat).
@@ -155,7 +156,7 @@ func (m *Middleware) repeat(w http.ResponseWriter, r *http.Request, call capgate
 		return nil, nil, false
 	}
 	idem := m.gate.Idempotency(ctx)
-	if idem.Mode == capgate.IdempotencyOff {
+	if idem.Mode == settings.IdempotencyOff {
 		return nil, nil, false
 	}
 	key, hasKey, kerr := idempotencyKey(r.Header)
@@ -163,7 +164,7 @@ func (m *Middleware) repeat(w http.ResponseWriter, r *http.Request, call capgate
 		writeIdempotencyError(w, rid, http.StatusBadRequest, kerr.Error()+".", "idempotency_key_invalid")
 		return nil, nil, true
 	}
-	if !hasKey && idem.Mode != capgate.IdempotencyAuto {
+	if !hasKey && idem.Mode != settings.IdempotencyAuto {
 		return nil, nil, false
 	}
 	fp, ok := fingerprint(r)

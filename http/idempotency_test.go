@@ -20,6 +20,7 @@ import (
 	"github.com/capgate/capgate/identity"
 	"github.com/capgate/capgate/memory"
 	"github.com/capgate/capgate/mock"
+	"github.com/capgate/capgate/settings"
 )
 
 // repeatStore is the memory store, telling the test each time a repeat
@@ -53,13 +54,13 @@ type repeatEnv struct {
 	sink *mock.Sink
 }
 
-func newRepeatEnv(t *testing.T, mode capgate.IdempotencyMode, gc func(*capgatehttp.GatewayConfig)) *repeatEnv {
+func newRepeatEnv(t *testing.T, mode settings.IdempotencyMode, gc func(*capgatehttp.GatewayConfig)) *repeatEnv {
 	t.Helper()
 	rs := &repeatStore{Store: memory.New(nil), polled: make(chan string, 1)}
 	sink := &mock.Sink{}
-	c := capgate.DefaultConfig(capgate.ModeShadow)
+	c := settings.Default(nil, settings.ModeShadow)
 	c.Idempotency.Mode = mode
-	gate, err := capgate.NewGate(rs, capgate.NewFixedConfig(c), sink, "task-1")
+	gate, err := capgate.NewGate(rs, settings.NewFixed(c), sink, "task-1")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -101,14 +102,14 @@ func line(t *testing.T, lines []map[string]any, d string) map[string]any {
 var keyed = []string{"Authorization", "Token t-pam", "Idempotency-Key", "k-1", "X-Test-No-Cookie", "1"}
 
 func TestIdempotencyKeyJoinsTheCallRunning(t *testing.T) {
-	e := newRepeatEnv(t, capgate.IdempotencyKey, nil)
+	e := newRepeatEnv(t, settings.IdempotencyKey, nil)
 	ctx := t.Context()
 	first := e.async(ctx, "POST", semanticMatch, twoRows, append(keyed, "X-Test-Do", "hold", "X-Request-ID", "cid-first")...)
 	e.up.waitEntered(t)
 	repeat := e.async(ctx, "POST", semanticMatch, twoRows, append(keyed, "X-Request-ID", "cid-repeat")...)
 	e.waitPolled(t)
 	// The repeat waits holding no lane place: only the first counts.
-	if got := e.inFlight()[capgate.DefaultKeyPrefix+":user:pam"]; got != 1 {
+	if got := e.inFlight()["ocl:capacity:user:pam"]; got != 1 {
 		t.Fatalf("user lane holds %d while the repeat waits; want 1", got)
 	}
 	e.up.release()
@@ -151,7 +152,7 @@ func TestIdempotencyKeyJoinsTheCallRunning(t *testing.T) {
 }
 
 func TestIdempotencyKeyReusedOrMalformed(t *testing.T) {
-	e := newRepeatEnv(t, capgate.IdempotencyKey, nil)
+	e := newRepeatEnv(t, settings.IdempotencyKey, nil)
 	ctx := t.Context()
 	if r := e.do(ctx, "POST", semanticMatch, twoRows, keyed...); r.StatusCode != 200 {
 		t.Fatalf("first: %d", r.StatusCode)
@@ -190,7 +191,7 @@ func TestIdempotencyKeyReusedOrMalformed(t *testing.T) {
 
 // Keys never cross callers: pat's call with pam's key runs.
 func TestIdempotencyKeysNeverCrossCallers(t *testing.T) {
-	e := newRepeatEnv(t, capgate.IdempotencyKey, nil)
+	e := newRepeatEnv(t, settings.IdempotencyKey, nil)
 	ctx := t.Context()
 	e.do(ctx, "POST", semanticMatch, twoRows, keyed...)
 	r := e.do(ctx, "POST", semanticMatch, twoRows, "Authorization", "Token t-pat", "Idempotency-Key", "k-1", "X-Test-No-Cookie", "1")
@@ -213,7 +214,7 @@ func TestIdempotencyAnswersNotKept(t *testing.T) {
 		{"cut stream", []string{"X-Test-Do", "partial"}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			e := newRepeatEnv(t, capgate.IdempotencyKey, nil)
+			e := newRepeatEnv(t, settings.IdempotencyKey, nil)
 			h := append([]string{"Authorization", "Token t-pam", "Idempotency-Key", "k"}, tc.hdr...)
 			for range 2 {
 				req := newRequest(t, t.Context(), "POST", e.front.URL+semanticMatch, twoRows, h...)
@@ -234,7 +235,7 @@ func TestIdempotencyAnswersNotKept(t *testing.T) {
 // Mode auto: a repeat without a key joins a call running; once it has
 // finished, the same call runs again.
 func TestIdempotencyAutoJoinsOnlyACallRunning(t *testing.T) {
-	e := newRepeatEnv(t, capgate.IdempotencyAuto, nil)
+	e := newRepeatEnv(t, settings.IdempotencyAuto, nil)
 	ctx := t.Context()
 	hdr := []string{"Authorization", "Token t-pam", "X-Test-No-Cookie", "1"}
 	first := e.async(ctx, "POST", semanticMatch, twoRows, append(hdr, "X-Test-Do", "hold")...)
@@ -258,7 +259,7 @@ func TestIdempotencyAutoJoinsOnlyACallRunning(t *testing.T) {
 // A caller that goes away while it waits leaves at once; the first call
 // goes on and its line stands.
 func TestIdempotencyRepeatLeavesAtOnce(t *testing.T) {
-	e := newRepeatEnv(t, capgate.IdempotencyKey, nil)
+	e := newRepeatEnv(t, settings.IdempotencyKey, nil)
 	first := e.async(t.Context(), "POST", semanticMatch, twoRows, append(keyed, "X-Test-Do", "hold")...)
 	e.up.waitEntered(t)
 	ctx, cancel := context.WithCancel(t.Context())
@@ -281,7 +282,7 @@ func TestIdempotencyRepeatLeavesAtOnce(t *testing.T) {
 // Fails open: a store that can't claim lets the call run, and its line
 // says why.
 func TestIdempotencyStoreFailureFailsOpen(t *testing.T) {
-	e := newRepeatEnv(t, capgate.IdempotencyKey, nil)
+	e := newRepeatEnv(t, settings.IdempotencyKey, nil)
 	e.rs.claimFail = errors.New("redis down")
 	for range 2 {
 		if r := e.do(t.Context(), "POST", semanticMatch, twoRows, keyed...); r.StatusCode != 200 || r.Header.Get("Idempotent-Replayed") != "" {
@@ -304,7 +305,7 @@ func TestIdempotencyStoreFailureFailsOpen(t *testing.T) {
 
 // Callers the gateway could not identify are never deduplicated.
 func TestIdempotencyNeverForUnidentified(t *testing.T) {
-	e := newRepeatEnv(t, capgate.IdempotencyKey, func(c *capgatehttp.GatewayConfig) {
+	e := newRepeatEnv(t, settings.IdempotencyKey, func(c *capgatehttp.GatewayConfig) {
 		c.Identify = failingIdentifier{}
 	})
 	for range 2 {
@@ -325,7 +326,7 @@ func (failingIdentifier) Identify(context.Context, *http.Request) (capgate.Calle
 
 // Mode off (the default) changes nothing.
 func TestIdempotencyOffByDefault(t *testing.T) {
-	e := newRepeatEnv(t, capgate.IdempotencyOff, nil)
+	e := newRepeatEnv(t, settings.IdempotencyOff, nil)
 	for range 2 {
 		e.do(t.Context(), "POST", semanticMatch, twoRows, keyed...)
 	}
@@ -337,11 +338,11 @@ func TestIdempotencyOffByDefault(t *testing.T) {
 // Two gateways on one store: a repeat sent to the second joins the call
 // running through the first.
 func TestIdempotencyAcrossGateways(t *testing.T) {
-	e := newRepeatEnv(t, capgate.IdempotencyKey, nil)
-	c := capgate.DefaultConfig(capgate.ModeShadow)
-	c.Idempotency.Mode = capgate.IdempotencyKey
+	e := newRepeatEnv(t, settings.IdempotencyKey, nil)
+	c := settings.Default(nil, settings.ModeShadow)
+	c.Idempotency.Mode = settings.IdempotencyKey
 	sink2 := &mock.Sink{}
-	gate2, err := capgate.NewGate(e.rs, capgate.NewFixedConfig(c), sink2, "task-2")
+	gate2, err := capgate.NewGate(e.rs, settings.NewFixed(c), sink2, "task-2")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -372,10 +373,10 @@ func TestIdempotencyAcrossGateways(t *testing.T) {
 // by a Classifier) is deduplicated too, and its handler reads the body
 // whole.
 func TestIdempotencyWithAClassifyFunc(t *testing.T) {
-	c := capgate.DefaultConfig(capgate.ModeShadow)
-	c.Idempotency.Mode = capgate.IdempotencyKey
+	c := settings.Default(nil, settings.ModeShadow)
+	c.Idempotency.Mode = settings.IdempotencyKey
 	sink := &mock.Sink{}
-	gate, err := capgate.NewGate(memory.New(nil), capgate.NewFixedConfig(c), sink, "t")
+	gate, err := capgate.NewGate(memory.New(nil), settings.NewFixed(c), sink, "t")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -391,7 +392,9 @@ func TestIdempotencyWithAClassifyFunc(t *testing.T) {
 		w.Write(append([]byte("ran: "), b...))
 	})
 	heavy := func(r *http.Request) (capgate.Call, bool) {
-		return capgate.Call{Endpoint: "/search", Rows: 1}, r.Method == "POST"
+		// Any call of the gate's policy: this API's /search, counted as a
+		// $rerank of one row.
+		return capgatehttp.OCLCall("rerank", 1, false, false), r.Method == "POST"
 	}
 	h, err := capgatehttp.NewMiddleware(next, gate, ids, capgatehttp.WithClassifyFunc(heavy))
 	if err != nil {
@@ -419,7 +422,7 @@ func TestIdempotencyWithAClassifyFunc(t *testing.T) {
 func TestIdempotencyCallCutAtShutdownNotKept(t *testing.T) {
 	cut, shutdown := context.WithCancel(context.Background())
 	defer shutdown()
-	e := newRepeatEnv(t, capgate.IdempotencyKey, func(c *capgatehttp.GatewayConfig) { c.Shutdown = cut })
+	e := newRepeatEnv(t, settings.IdempotencyKey, func(c *capgatehttp.GatewayConfig) { c.Shutdown = cut })
 	first := e.async(t.Context(), "POST", semanticMatch, twoRows, append(keyed, "X-Test-Do", "hold")...)
 	e.up.waitEntered(t)
 	id := sha256.Sum256([]byte("key\x00pam\x00k-1")) // the gateway's id of pam's key k-1

@@ -3,95 +3,17 @@ package http
 import (
 	"bytes"
 	"encoding/binary"
-	"encoding/json"
 	"strings"
 	"unicode/utf16"
 	"unicode/utf8"
-
-	"github.com/capgate/capgate/internal/jsonscan"
 )
 
-// The body rules here read a heavy call's JSON the way the API does (Python's
-// json module under Django REST framework), not the way encoding/json does:
-// keys match exactly (encoding/json folds case), a key given twice takes its
-// last value, and the body is decoded from the charset the Content-Type
-// names. Where capgate cannot be sure it reads the body as the API would, it
-// says so (bodyUnreadable) and the call is gated as a bulk call.
-
-// bodyVerdict is what a heavy-path body says about the call.
-type bodyVerdict int
-
-const (
-	bodyLight      bodyVerdict = iota // not a heavy call: the API rejects or runs it light
-	bodyHeavy                         // a heavy call with a known number of rows
-	bodyUnreadable                    // capgate can't read it as the API would: gate as bulk
-)
-
-// parseBody reports what a heavy-path JSON body holds: rows a non-empty array
-// and, when needQ, q truthy as Python sees it (a non-empty string, a non-zero
-// number, true, a non-empty array or object). The API's $rerank refuses a
-// falsy q; treating every truthy one as heavy is the conservative side of
-// the rule "q a non-empty string".
-func parseBody(body []byte, needQ bool) (rows int, ok bool) {
-	if !json.Valid(body) {
-		return 0, false
-	}
-	rowsVal, qVal, isObject := topLevel(body)
-	if !isObject {
-		return 0, false
-	}
-	rows = jsonscan.ArrayLen(rowsVal)
-	if rows == 0 {
-		return 0, false
-	}
-	if needQ && !jsonscan.PyTruthy(qVal) {
-		return 0, false
-	}
-	return rows, true
-}
-
-// topLevel returns the raw values of the keys "rows" and "q" (exact match,
-// after unescaping; the last of duplicates) of a valid JSON document, and
-// whether it is an object.
-func topLevel(b []byte) (rows, q []byte, isObject bool) {
-	i := jsonscan.SkipWS(b, 0)
-	if i >= len(b) || b[i] != '{' {
-		return nil, nil, false
-	}
-	i++
-	for {
-		i = jsonscan.SkipWS(b, i)
-		if i >= len(b) || b[i] == '}' {
-			return rows, q, true
-		}
-		kEnd := jsonscan.ValueEnd(b, i)
-		key := b[i:kEnd]
-		i = jsonscan.SkipWS(b, kEnd)
-		i = jsonscan.SkipWS(b, i+1) // the ':'
-		vEnd := jsonscan.ValueEnd(b, i)
-		switch keyString(key) {
-		case "rows":
-			rows = b[i:vEnd]
-		case "q":
-			q = b[i:vEnd]
-		}
-		i = jsonscan.SkipWS(b, vEnd)
-		if i < len(b) && b[i] == ',' {
-			i++
-		}
-	}
-}
-
-// keyString decodes a JSON string literal; only keys with escapes cost a
-// decode.
-func keyString(lit []byte) string {
-	if bytes.IndexByte(lit, '\\') < 0 {
-		return string(lit[1 : len(lit)-1])
-	}
-	var s string
-	_ = json.Unmarshal(lit, &s)
-	return s
-}
+// The body is read as the API reads it: decoded from the charset the
+// Content-Type names, as Django does (the policy's evaluator then matches
+// JSON keys exactly and takes the last of duplicates, as Python's json
+// module does). Where capgate cannot be sure it reads the body as the API
+// would, it says so (policy.Request.BodyUnreadable) and the call is
+// counted, never passed uncounted.
 
 // decodeCharset returns body as UTF-8 the way the API decodes it: with the
 // charset parameter of contentType (any Python codec name; the last one

@@ -32,8 +32,8 @@ const headerTraceID = "X-Amzn-Trace-Id"
 //     answers it), and a lookup that fails gates the call as the user
 //     "(unidentified)" under its own small limit (Gate.Unidentified): a
 //     failure never lets a call through uncounted;
-//   - fills in the call's attribution from X-OCL-Event-Metadata,
-//     X-OCL-Request-Source, X-Amzn-Trace-Id and X-Request-ID (kept, or made
+//   - fills in the call's attribution from the policy's client-metadata
+//     and request-source headers, X-Amzn-Trace-Id and X-Request-ID (kept, or made
 //     up as 32 hex characters, forwarded to the handler and returned; the
 //     log line's cid is its first 200 characters);
 //   - admits it;
@@ -54,22 +54,15 @@ type Middleware struct {
 
 	anonymous string // WithAnonymousAs: gate anonymous callers as this user
 
-	groups capgate.TierGroups
 	cors   corsPolicy
 	logger *slog.Logger
 	now    func() time.Time
 	cut    context.Context // withShutdown; nil: never cut
+	jn     *journal        // withJournal; nil: no journal
 }
 
 // Option configures a Middleware (or a Gateway, which passes them on).
 type Option func(*Middleware)
-
-// WithTierGroups names the auth groups that grant the core and
-// early_access tiers. Default: the zero TierGroups (core_user,
-// early_access).
-func WithTierGroups(g capgate.TierGroups) Option {
-	return func(m *Middleware) { m.groups = g }
-}
 
 // WithCORSOrigins sets the origins the API allows (--cors-origins), for
 // the CORS headers of the middleware's own 429: an Origin in the list is
@@ -84,8 +77,9 @@ func WithCORSOrigins(origins []string) Option {
 // WithClassifier makes the middleware classify with c in two steps: from
 // the path and query first (Classifier.HeavyPath), then, once the caller is
 // known and not anonymous, from the body (Classifier.ClassifyBody, under
-// c.Budget; past it the call gets 503 with Retry-After). Default: a zero
-// Classifier (the OCL profile at the root, DefaultMaxBodyBytes, no budget).
+// c.Budget; past it the call gets 503 with Retry-After). Default: a
+// Classifier of the policy of the gate's config (at the root,
+// DefaultMaxBodyBytes, no budget).
 func WithClassifier(c *Classifier) Option {
 	return func(m *Middleware) {
 		if c != nil {
@@ -95,7 +89,7 @@ func WithClassifier(c *Classifier) Option {
 }
 
 // WithClassifyFunc makes the middleware classify with f, for an API other
-// than OCL's: in one step, before asking who calls (a degenerate two-step
+// whose calls a policy's routes can't describe: in one step, before asking who calls (a degenerate two-step
 // classification whose second step keeps what the first decided). It
 // replaces WithClassifier's Classifier.
 func WithClassifyFunc(f ClassifyFunc) Option {
@@ -126,7 +120,7 @@ func (oneStep) ClassifyBody(_ *http.Request, call capgate.Call) (capgate.Call, b
 
 // WithAnonymousAs gates the heavy calls of callers the identifier can't
 // name but who carry credentials (an Authorization or Cookie header) as
-// user id (tier preview) instead of passing them untouched: for identity
+// user id (the policy's default tier) instead of passing them untouched: for identity
 // modes where the API may know a caller capgate does not (header identity
 // from an untrusted peer, a session cookie or a token missing from the
 // tokens file). A call with no credentials at all still passes: the API
@@ -152,12 +146,19 @@ func withShutdown(cut context.Context) Option {
 	return func(m *Middleware) { m.cut = cut }
 }
 
+// withJournal makes the middleware queue the store leases of the calls it
+// holds in j, and their removal once released (journal.go). Default nil:
+// none.
+func withJournal(j *journal) Option {
+	return func(m *Middleware) { m.jn = j }
+}
+
 // errShutdown is the error of a call cut short because the gateway shut
-// down before it ended: its ocl_capacity line has error "shutdown".
+// down before it ended: its log line has error "shutdown".
 var errShutdown = errors.New("shutdown")
 
 // NewMiddleware returns next behind the gate. identify says who makes the
-// calls; the calls are classified by the OCL profile (a zero Classifier)
+// calls; the calls are classified by the policy of the gate's config
 // unless WithClassifier or WithClassifyFunc say otherwise. It returns an
 // error if next, gate or identify is nil.
 func NewMiddleware(next http.Handler, gate *capgate.Gate, identify identity.Identifier, opts ...Option) (*Middleware, error) {
@@ -169,7 +170,9 @@ func NewMiddleware(next http.Handler, gate *capgate.Gate, identify identity.Iden
 	case identify == nil:
 		return nil, errors.New("capgate middleware: no identifier")
 	}
-	m := &Middleware{next: next, gate: gate, classify: &Classifier{}, identify: identify,
+	// The default classifier evaluates the policy of the gate's config,
+	// whichever it is.
+	m := &Middleware{next: next, gate: gate, classify: &Classifier{follow: gate.Policy}, identify: identify,
 		logger: slog.Default(), now: time.Now}
 	for _, o := range opts {
 		o(m)
@@ -215,7 +218,7 @@ func (m *Middleware) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		// Counted by Classifier.BufferFull; a flood must not flood the log.
 		m.logger.Debug("capgate: request buffer full; answering 503", "path", r.URL.Path)
 		markHeavy(ctx, "")
-		m.cors.refusal(w.Header(), r.Header.Get("Origin"))
+		m.cors.refusal(w.Header(), r.Header.Get("Origin"), wireOf(m.gate.Policy(ctx)))
 		w.Header().Set("Retry-After", strconv.Itoa(bufferFullRetryAfter))
 		writeError(w, r, http.StatusServiceUnavailable, detailBusy)
 		return
@@ -263,12 +266,13 @@ func (m *Middleware) gated(w http.ResponseWriter, r *http.Request, call capgate.
 	if !hadID {
 		rid = newRequestID()
 	}
-	m.attribute(&call, r)
+	p := m.gate.Policy(ctx)
+	m.attribute(&call, r, wireOf(p))
 	call.CID = truncate.Runes(rid, maxRequestID)
 	markHeavy(ctx, rid)
 	if err == nil {
 		call.UserID = caller.UserID
-		call.Tier = m.groups.TierOf(caller.Staff, caller.Groups)
+		call.Tier = p.Identity.TierOf(caller.Staff, caller.Groups)
 	}
 	// A repeat of a call running or answered is answered here, before it
 	// could take a lane place (idempotency.go). Only a caller named as
@@ -293,6 +297,12 @@ func (m *Middleware) gated(w http.ResponseWriter, r *http.Request, call capgate.
 		return
 	}
 	adm.NoteRepeat(note)
+	if m.jn != nil {
+		if token, keys, ok := adm.StoreLease(); ok {
+			m.jn.add(token, keys, max(2*adm.MaxHold(), time.Minute))
+			defer m.jn.remove(token) // after the release below (deferred calls run last first)
+		}
+	}
 	defer adm.Release(ctx)
 	defer func() {
 		if m.cut != nil && m.cut.Err() != nil {
@@ -348,7 +358,7 @@ func (m *Middleware) gated(w http.ResponseWriter, r *http.Request, call capgate.
 // refuse writes the 429 of a refused call.
 func (m *Middleware) refuse(w http.ResponseWriter, r *http.Request, adm *capgate.Admission, rid string) {
 	h := w.Header()
-	m.cors.refusal(h, r.Header.Get("Origin"))
+	m.cors.refusal(h, r.Header.Get("Origin"), wireOf(adm.Policy()))
 	h.Set("Content-Type", "application/json")
 	setGatedHeaders(h, adm, rid)
 	body := RefusalBody(adm)

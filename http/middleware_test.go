@@ -10,11 +10,11 @@ import (
 	"time"
 
 	"github.com/capgate/capgate"
-	"github.com/capgate/capgate/header"
 	capgatehttp "github.com/capgate/capgate/http"
 	"github.com/capgate/capgate/identity"
 	"github.com/capgate/capgate/memory"
 	"github.com/capgate/capgate/mock"
+	"github.com/capgate/capgate/settings"
 )
 
 // mwEnv is the middleware alone, in front of a Go handler, served over
@@ -28,7 +28,7 @@ type mwEnv struct {
 func newMWEnv(t *testing.T, next http.Handler) *mwEnv {
 	t.Helper()
 	e := &mwEnv{store: memory.New(nil), sink: &mock.Sink{}}
-	gate, err := capgate.NewGate(e.store, capgate.NewFixedConfig(capgate.DefaultConfig(capgate.ModeShadow)), e.sink, "t")
+	gate, err := capgate.NewGate(e.store, settings.NewFixed(settings.Default(nil, settings.ModeShadow)), e.sink, "t")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -62,7 +62,7 @@ func (e *mwEnv) post(t *testing.T) (*http.Response, []byte, error) {
 
 func (e *mwEnv) leases(t *testing.T) int {
 	t.Helper()
-	keys, err := e.store.Keys(t.Context(), capgate.DefaultKeyPrefix)
+	keys, err := e.store.Keys(t.Context(), "ocl:capacity")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -84,7 +84,7 @@ func TestMiddlewarePanics(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if resp.StatusCode != 500 || resp.Header.Get(header.Decision) != "admitted" || string(body) != "Internal Server Error\n" {
+	if resp.StatusCode != 500 || resp.Header.Get(ocl.Decision) != "admitted" || string(body) != "Internal Server Error\n" {
 		t.Errorf("got %d %q %v", resp.StatusCode, body, capacityHeaders(resp.Header))
 	}
 	e.sink.Wait(t, 1, waitLimit)
@@ -125,7 +125,7 @@ func TestMiddlewareKeepsTheWriterInterfaces(t *testing.T) {
 		res.flusher = ok
 		if ok {
 			f.Flush() // headers go out with the first flush
-			res.hdrAtFlush = w.Header().Get(header.Decision)
+			res.hdrAtFlush = w.Header().Get(ocl.Decision)
 		}
 		res.ctrlFlush = http.NewResponseController(w).Flush() == nil
 		got <- res
@@ -138,7 +138,7 @@ func TestMiddlewareKeepsTheWriterInterfaces(t *testing.T) {
 	if !res.flusher || !res.hijacker || !res.ctrlFlush || res.hdrAtFlush != "admitted" {
 		t.Errorf("writer: %+v", res)
 	}
-	if resp.Header.Get(header.Decision) != "admitted" {
+	if resp.Header.Get(ocl.Decision) != "admitted" {
 		t.Errorf("headers %v", capacityHeaders(resp.Header))
 	}
 
@@ -169,7 +169,7 @@ func TestMiddlewareErrorResponsesCarryTheHeaders(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if resp.StatusCode != 404 || resp.Header.Get(header.Decision) != "admitted" || !strings.Contains(string(body), "Not found") {
+	if resp.StatusCode != 404 || resp.Header.Get(ocl.Decision) != "admitted" || !strings.Contains(string(body), "Not found") {
 		t.Errorf("got %d %v %q", resp.StatusCode, capacityHeaders(resp.Header), body)
 	}
 	if !hex32.MatchString(resp.Header.Get("X-Request-ID")) {
@@ -195,7 +195,7 @@ func TestMiddlewareReplaysTheBody(t *testing.T) {
 }
 
 func TestNewMiddlewareRejectsMissingParts(t *testing.T) {
-	gate, err := capgate.NewGate(memory.New(nil), capgate.NewFixedConfig(capgate.DefaultConfig("")), nil, "t")
+	gate, err := capgate.NewGate(memory.New(nil), settings.NewFixed(settings.Default(nil, "")), nil, "t")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -221,7 +221,7 @@ func (s blockingSink) Emit([]byte) error { <-s.release; return nil }
 // log line is written at release): a release must not delay the answer.
 func TestResponseIsSentBeforeRelease(t *testing.T) {
 	sink := blockingSink{release: make(chan struct{})}
-	gate, err := capgate.NewGate(memory.New(nil), capgate.NewFixedConfig(capgate.DefaultConfig(capgate.ModeShadow)), sink, "t")
+	gate, err := capgate.NewGate(memory.New(nil), settings.NewFixed(settings.Default(nil, settings.ModeShadow)), sink, "t")
 	if err != nil {
 		t.Fatal(err)
 	}

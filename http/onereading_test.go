@@ -13,6 +13,7 @@ import (
 	capgatehttp "github.com/capgate/capgate/http"
 	"github.com/capgate/capgate/identity"
 	"github.com/capgate/capgate/memory"
+	"github.com/capgate/capgate/settings"
 )
 
 // The tests here are the findings of the second attack run
@@ -199,10 +200,10 @@ func TestJunkCookiesCannotDefeatTheIdentityCache(t *testing.T) {
 
 // unidentifiedEnv is a gateway in enforce whose identity lookups fail
 // (the API's /user/ answers 503), with local lanes.
-func unidentifiedEnv(t *testing.T, cfg func(*capgate.Config)) *env {
+func unidentifiedEnv(t *testing.T, cfg func(*settings.Config)) *env {
 	t.Helper()
-	e := newEnv(t, func(c *capgate.Config) {
-		c.Mode, c.EnforceFor = capgate.ModeEnforce, capgate.EnforceAll
+	e := newEnv(t, func(c *settings.Config) {
+		c.Mode, c.EnforceFor = settings.ModeEnforce, settings.EnforceAll
 		if cfg != nil {
 			cfg(c)
 		}
@@ -232,7 +233,7 @@ func TestFailingLookupCountsAsUnidentified(t *testing.T) {
 		t.Errorf("second unidentified call: %d %v; want 429 with Retry-After", r.StatusCode, capacityHeaders(r.Header))
 	}
 	e.up.release()
-	if r := recv(t, first); r.StatusCode != 200 || r.Header.Get(header.Decision) != "unavailable" {
+	if r := recv(t, first); r.StatusCode != 200 || r.Header.Get(ocl.Decision) != "unavailable" {
 		t.Errorf("first: %d %v", r.StatusCode, capacityHeaders(r.Header))
 	}
 	if n := len(e.up.requests()); n != 1 {
@@ -265,11 +266,11 @@ func TestFailingLookupCountsAsUnidentified(t *testing.T) {
 // The limit is the config's unidentified setting; 0 refuses every call
 // whose caller could not be identified. In shadow it only counts.
 func TestUnidentifiedLimitIsConfigured(t *testing.T) {
-	e := unidentifiedEnv(t, func(c *capgate.Config) { c.Unidentified = 0 })
+	e := unidentifiedEnv(t, func(c *settings.Config) { c.Unidentified = 0 })
 	if r := e.do(t.Context(), "POST", semanticMatch, twoRows, "Authorization", "Token t-pam"); r.StatusCode != 429 || len(e.up.requests()) != 0 {
 		t.Errorf("unidentified 0: %d, %d upstream requests", r.StatusCode, len(e.up.requests()))
 	}
-	s := unidentifiedEnv(t, func(c *capgate.Config) { c.Mode, c.Unidentified = capgate.ModeShadow, 0 })
+	s := unidentifiedEnv(t, func(c *settings.Config) { c.Mode, c.Unidentified = settings.ModeShadow, 0 })
 	if r := s.do(t.Context(), "POST", semanticMatch, twoRows, "Authorization", "Token t-pam"); r.StatusCode != 200 {
 		t.Errorf("shadow: %d, want 200", r.StatusCode)
 	}
@@ -279,7 +280,7 @@ func TestUnidentifiedLimitIsConfigured(t *testing.T) {
 // still connected, and nobody is sent 499 (here max_hold 0: the gateway
 // cut the call at once and answered 499).
 func TestMaxHoldNeverCutsAConnectedClient(t *testing.T) {
-	e := newEnv(t, func(c *capgate.Config) { c.MaxHoldSeconds = 0 }, nil)
+	e := newEnv(t, func(c *settings.Config) { c.MaxHoldSeconds = 0 }, nil)
 	res := e.async(t.Context(), "POST", semanticMatch, twoRows, "Authorization", "Token t-pam", "X-Test-Do", "hold")
 	e.up.waitEntered(t)
 	e.up.release()

@@ -22,17 +22,18 @@ import (
 var errHopByHopRead = errors.New("the Connection header names a header the gateway needs to read")
 
 // readHeader reports whether capgate decides anything by the header named
-// by canonical key k: credentials, the body's framing and type, the host
-// and the forwarding headers. A Connection header naming one would make
-// the proxy drop it after capgate had read it, so the API would act on a
+// by canonical key k: credentials, the body's framing and type, the host,
+// the forwarding headers, and the headers the routes of the policy in
+// force read (n: their predicates and fields). A Connection header naming one would make the
+// proxy drop it after capgate had read it, so the API would act on a
 // request capgate did not see.
-func readHeader(k string) bool {
+func readHeader(k string, n *wire) bool {
 	switch k {
 	case "Authorization", "Cookie", "Content-Type", "Content-Length", "Content-Encoding",
 		"Transfer-Encoding", "Host", "Forwarded":
 		return true
 	}
-	return strings.HasPrefix(k, "X-Forwarded-") || strings.HasPrefix(k, capgateHeaderPrefix)
+	return n.reads[k] || strings.HasPrefix(k, "X-Forwarded-") || strings.HasPrefix(k, capgateHeaderPrefix)
 }
 
 // outgoing returns the request the gateway will forward for r: r itself
@@ -43,6 +44,7 @@ func readHeader(k string) bool {
 // allowed upgrades itself.
 func (g *Gateway) outgoing(r *http.Request, upgrade bool) (*http.Request, error) {
 	var drop []string
+	n := wireOf(g.cfg.Classifier.Policy())
 	named := false // Connection names a header, not only close, keep-alive or upgrade
 	for _, v := range r.Header["Connection"] {
 		for tok := range strings.SplitSeq(v, ",") {
@@ -51,7 +53,7 @@ func (g *Gateway) outgoing(r *http.Request, upgrade bool) (*http.Request, error)
 				continue
 			}
 			k := http.CanonicalHeaderKey(tok)
-			if readHeader(k) {
+			if readHeader(k, n) {
 				return nil, errHopByHopRead
 			}
 			switch k {

@@ -4,15 +4,15 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/capgate/capgate"
+	"github.com/capgate/capgate/settings"
 )
 
 // The standard RateLimit-Policy / RateLimit fields
 // (draft-ietf-httpapi-ratelimit-headers) name the lane in scope with the
 // concurrent-requests quota unit, and browsers may read them.
 func TestRateLimitFields(t *testing.T) {
-	e := newEnv(t, func(c *capgate.Config) {
-		c.Mode, c.EnforceFor = capgate.ModeEnforce, capgate.EnforceAll
+	e := newEnv(t, func(c *settings.Config) {
+		c.Mode, c.EnforceFor = settings.ModeEnforce, settings.EnforceAll
 	}, nil)
 	ctx := t.Context()
 	// pam (preview) may run one call at a time: the first takes it.

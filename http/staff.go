@@ -16,6 +16,7 @@ import (
 	"github.com/capgate/capgate/identity"
 	"github.com/capgate/capgate/internal/jsonenc"
 	"github.com/capgate/capgate/internal/jsontree"
+	"github.com/capgate/capgate/settings"
 	"github.com/capgate/capgate/status"
 )
 
@@ -37,6 +38,7 @@ const (
 //	GET   /capacity/config/history/    ?limit=N (default 50, 1..500), newest first
 //	POST  /capacity/config/rollback/   {"version": N, "note": "why"}: a new version equal to N
 //	GET   /capacity/status/            the lanes' calls in flight and limits
+//	GET   /capacity/policy/            the policy in force: its routes, tiers, lanes and their config keys
 //	GET   /capacity/health/            /readyz with the stores' checks (Health; 404 without)
 //
 // The trailing slash is optional. Only staff may call it, known by the
@@ -52,7 +54,7 @@ type StaffHandler struct {
 	// Status, if set, gives the live state of the lanes under a config
 	// (Gate.Status), for GET /capacity/status/. Default nil: that answers
 	// 503.
-	Status func(ctx context.Context, cfg capgate.Config) status.Snapshot
+	Status func(ctx context.Context, cfg settings.Config) status.Snapshot
 	// Logger gets the store and identity failures. Default slog.Default().
 	Logger *slog.Logger
 	// Health, if set, is served to staff at /capacity/health/ with its
@@ -131,6 +133,11 @@ func (h *StaffHandler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		if r.Method == http.MethodGet {
 			serve = h.getStatus
 		}
+	case "/capacity/policy":
+		allow = "GET"
+		if r.Method == http.MethodGet {
+			serve = h.getPolicy
+		}
 	case "/capacity/health":
 		if h.Health == nil {
 			staffError(w, http.StatusNotFound, "Not found.")
@@ -145,7 +152,7 @@ func (h *StaffHandler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 
-	caller, ok := requireStaff(w, r, h.ids, h.logger())
+	caller, ok := requireStaff(w, r, h.ids, h.logger(), h.configs.Defaults().Policy().Identity.Scheme)
 	if !ok {
 		return
 	}
@@ -160,8 +167,13 @@ func (h *StaffHandler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 // requireStaff identifies r's caller by its credentials (never a cookie:
 // no cross-site request acts as staff) and answers 401 for no one, 403 for
 // a caller who is not staff and 503 when the lookup fails; ok is true only
-// for staff, and then nothing was written.
-func requireStaff(w http.ResponseWriter, r *http.Request, ids identity.Identifier, logger *slog.Logger) (capgate.Caller, bool) {
+// for staff, and then nothing was written. The 401's challenge names
+// scheme, the credential scheme of the policy in force ("Token" when
+// empty), so a client (the status page) knows what to send.
+func requireStaff(w http.ResponseWriter, r *http.Request, ids identity.Identifier, logger *slog.Logger, scheme string) (capgate.Caller, bool) {
+	if scheme == "" {
+		scheme = "Token"
+	}
 	caller, ok, err := ids.Identify(r.Context(), withoutCookies(r))
 	switch {
 	case err != nil:
@@ -169,7 +181,7 @@ func requireStaff(w http.ResponseWriter, r *http.Request, ids identity.Identifie
 		staffError(w, http.StatusServiceUnavailable, "Could not tell who is calling. Please retry.")
 		return capgate.Caller{}, false
 	case !ok || !identity.ValidUsername(caller.UserID):
-		w.Header().Set("WWW-Authenticate", "Token")
+		w.Header().Set("WWW-Authenticate", scheme)
 		staffError(w, http.StatusUnauthorized, staffDetailAnonymous)
 		return capgate.Caller{}, false
 	case !caller.Staff:
@@ -225,8 +237,8 @@ func (h *StaffHandler) getConfig(w http.ResponseWriter, r *http.Request, _ capga
 	defaults := h.configs.Defaults()
 	staffJSON(w, http.StatusOK, struct {
 		staffMeta
-		Config   capgate.Config `json:"config"`
-		Defaults capgate.Config `json:"defaults"`
+		Config   settings.Config `json:"config"`
+		Defaults settings.Config `json:"defaults"`
 	}{staffMetaOf(v), cfg, defaults})
 }
 
@@ -256,7 +268,7 @@ func (h *StaffHandler) changeConfig(w http.ResponseWriter, r *http.Request, call
 	}
 	res, err := h.configs.Save(r.Context(), config.Edit{Set: change, Replace: r.Method == http.MethodPut,
 		By: caller.UserID, Source: config.SourceAPI, Note: note})
-	if verr, ok := errors.AsType[*capgate.ValidationError](err); ok {
+	if verr, ok := errors.AsType[*settings.ValidationError](err); ok {
 		staffJSON(w, http.StatusBadRequest, map[string][]string{"detail": verr.Messages})
 		return
 	}
@@ -266,8 +278,8 @@ func (h *StaffHandler) changeConfig(w http.ResponseWriter, r *http.Request, call
 	}
 	staffJSON(w, http.StatusOK, struct {
 		staffMeta
-		Config  capgate.Config `json:"config"`
-		Changes capgate.Diff   `json:"changes"`
+		Config  settings.Config `json:"config"`
+		Changes settings.Diff   `json:"changes"`
 	}{staffMetaOf(res.Version), res.Config, res.Diff})
 }
 
@@ -288,7 +300,7 @@ func (h *StaffHandler) rollback(w http.ResponseWriter, r *http.Request, caller c
 		return
 	}
 	res, err := h.configs.Rollback(r.Context(), *req.Version, config.Edit{By: caller.UserID, Source: config.SourceAPI, Note: req.Note})
-	if verr, ok := errors.AsType[*capgate.ValidationError](err); ok {
+	if verr, ok := errors.AsType[*settings.ValidationError](err); ok {
 		staffJSON(w, http.StatusBadRequest, map[string][]string{"detail": verr.Messages})
 		return
 	}
@@ -302,9 +314,9 @@ func (h *StaffHandler) rollback(w http.ResponseWriter, r *http.Request, caller c
 	}
 	staffJSON(w, http.StatusOK, struct {
 		staffMeta
-		Config     capgate.Config `json:"config"`
-		Changes    capgate.Diff   `json:"changes"`
-		RollbackOf int64          `json:"rollback_of"`
+		Config     settings.Config `json:"config"`
+		Changes    settings.Diff   `json:"changes"`
+		RollbackOf int64           `json:"rollback_of"`
 	}{staffMetaOf(res.Version), res.Config, res.Diff, *req.Version})
 }
 
@@ -327,7 +339,7 @@ func staffHistoryLimit(s string) int {
 // source and note, each null when empty, and the version's changes.
 type HistoryEntry struct {
 	staffMeta
-	Changes capgate.Diff `json:"changes"`
+	Changes settings.Diff `json:"changes"`
 	// RollbackOf is the version a rollback restored; absent otherwise.
 	RollbackOf *int64 `json:"rollback_of,omitempty"`
 }
@@ -387,4 +399,54 @@ func staffJSON(w http.ResponseWriter, code int, v any) {
 	w.Header().Set("Content-Length", strconv.Itoa(len(b)))
 	w.WriteHeader(code)
 	w.Write(b)
+}
+
+// policyView is GET /capacity/policy/: what the status page needs of the
+// policy in force to lay out its lanes and its config form.
+type policyView struct {
+	Name       string            `json:"name"`
+	File       string            `json:"file"`
+	Tiers      []string          `json:"tiers"`
+	Routes     []policyRouteView `json:"routes"`
+	Lanes      []policyLaneView  `json:"lanes"`
+	ConfigKeys []string          `json:"config_keys"` // the lanes' numbers, in the config's order
+	LogEvent   string            `json:"log_event"`
+	Prefix     string            `json:"header_prefix"`
+}
+
+type policyRouteView struct {
+	Name    string `json:"name"`
+	LogName string `json:"log_name"`
+	Method  string `json:"method"`
+	Path    string `json:"path"`
+}
+
+type policyLaneView struct {
+	Name       string   `json:"name"`
+	Scope      string   `json:"scope"`
+	Key        string   `json:"key,omitempty"`
+	Status     string   `json:"status"`
+	Routes     []string `json:"routes"`
+	LimitKeys  []string `json:"limit_keys"`
+	PerTier    bool     `json:"per_tier,omitempty"` // one limit per tier (else one for every key)
+	ReserveKey string   `json:"reserve_key,omitempty"`
+}
+
+func (h *StaffHandler) getPolicy(w http.ResponseWriter, _ *http.Request, _ capgate.Caller) {
+	defaults := h.configs.Defaults()
+	p := defaults.Policy()
+	v := policyView{Name: p.Name, File: p.File, Tiers: p.Tiers(), ConfigKeys: defaults.Keys(),
+		LogEvent: p.Names.LogEvent, Prefix: p.Names.HeaderPrefix}
+	for _, r := range p.Routes {
+		v.Routes = append(v.Routes, policyRouteView{Name: r.Name, LogName: r.LogName, Method: r.Method, Path: r.Path.Value})
+	}
+	for _, l := range p.Lanes {
+		lv := policyLaneView{Name: l.Name, Scope: l.Scope.String(), Key: l.Key, Status: l.Status, Routes: l.Routes,
+			LimitKeys: l.Limit.ConfigKeys(p.Tiers()), PerTier: l.Limit.PerTier != nil}
+		if l.Reserve != nil {
+			lv.ReserveKey = l.Reserve.Config
+		}
+		v.Lanes = append(v.Lanes, lv)
+	}
+	staffJSON(w, http.StatusOK, v)
 }

@@ -12,22 +12,30 @@ import (
 	"slices"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/capgate/capgate"
 	"github.com/capgate/capgate/config"
-	"github.com/capgate/capgate/configtest"
 	capgatehttp "github.com/capgate/capgate/http"
 	"github.com/capgate/capgate/internal/jsontree"
 	"github.com/capgate/capgate/memory"
+	"github.com/capgate/capgate/mock"
+	"github.com/capgate/capgate/policy"
+	"github.com/capgate/capgate/settings"
 	"github.com/capgate/capgate/sqlite"
 )
 
-// tokens is an Identifier from a map of "Token <t>" credentials; the
-// token "broken" makes the lookup fail.
+// tokens is an Identifier from a map of "Token <t>" or "Bearer <t>"
+// credentials, as identity.Tokens reads them; the token "broken" makes the
+// lookup fail.
 type tokens map[string]capgate.Caller
 
 func (m tokens) Identify(_ context.Context, r *http.Request) (capgate.Caller, bool, error) {
-	t, ok := strings.CutPrefix(r.Header.Get("Authorization"), "Token ")
+	auth := r.Header.Get("Authorization")
+	t, ok := strings.CutPrefix(auth, "Token ")
+	if !ok {
+		t, ok = strings.CutPrefix(auth, "Bearer ")
+	}
 	if !ok {
 		return capgate.Caller{}, false, nil
 	}
@@ -51,7 +59,7 @@ func newStaffServer(t *testing.T) *staffServer {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { store.Close() })
-	configs, _, _, _ := configtest.Service(store)
+	configs := newConfigService(store)
 	ids := tokens{
 		"staff-token": {UserID: "root", Staff: true},
 		"user-token":  {UserID: "alice", Groups: []string{"core_user"}},
@@ -97,11 +105,43 @@ func (s *staffServer) do(t *testing.T, method, path, token, body string) (int, h
 	return resp.StatusCode, resp.Header, got
 }
 
-func (s *staffServer) rows(t *testing.T) int { return configtest.Rows(t, s.store) }
+// newConfigService returns the config service over store the staff tests
+// use: boot mode shadow, a fixed clock, and its log lines and messages
+// dropped. (configtest.Service, which the staff tests used, does not build
+// on package settings yet.)
+func newConfigService(store config.Store) *config.Service {
+	s := config.NewService(store, settings.ModeShadow)
+	s.Now = func() time.Time { return time.Date(2026, 3, 1, 12, 0, 0, 0, time.UTC) }
+	s.Sink, s.Logger = &mock.Sink{}, slog.New(slog.DiscardHandler)
+	s.ReadTimeout = 10 * time.Second
+	return s
+}
+
+// configRows returns how many config versions store holds.
+func configRows(tb testing.TB, store config.Store) int {
+	tb.Helper()
+	vs, err := store.History(context.Background(), 1000)
+	if err != nil {
+		tb.Fatalf("History: %v", err)
+	}
+	return len(vs)
+}
+
+// marshal returns v as JSON.
+func marshal(tb testing.TB, v any) string {
+	tb.Helper()
+	b, err := json.Marshal(v)
+	if err != nil {
+		tb.Fatalf("marshal %v: %v", v, err)
+	}
+	return string(b)
+}
+
+func (s *staffServer) rows(t *testing.T) int { return configRows(t, s.store) }
 
 func wantBody(t *testing.T, what string, got any, want string) {
 	t.Helper()
-	if g, w := configtest.JSON(t, got), configtest.JSON(t, mustDoc(t, want)); g != w {
+	if g, w := marshal(t, got), marshal(t, mustDoc(t, want)); g != w {
 		t.Errorf("%s = %s; want %s", what, g, w)
 	}
 }
@@ -147,7 +187,7 @@ func TestStaffOnly(t *testing.T) {
 // TestGetConfigWithNoRow: original §1.12 item 63.
 func TestGetConfigWithNoRow(t *testing.T) {
 	s := newStaffServer(t)
-	defaults := configtest.JSON(t, capgate.DefaultConfig(capgate.ModeShadow))
+	defaults := marshal(t, settings.Default(nil, settings.ModeShadow))
 	for _, path := range []string{"/capacity/config/", "/capacity/config"} {
 		code, _, body := s.do(t, "GET", path, "staff-token", "")
 		if code != 200 {
@@ -169,12 +209,12 @@ func TestChangeConfigAndReadItsHistory(t *testing.T) {
 	if patch["created_by"] != "root" || patch["note"] != "busy" || patch["source"] != "api" || patch["version"] == nil || patch["created_at"] == nil {
 		t.Errorf("PATCH body = %v; want created_by root, note busy, source api, a version and a time", patch)
 	}
-	if got := s.configs.Config(context.Background()).Tiers.Preview; got != 1 {
+	if got, _ := s.configs.Config(context.Background()).Number("tiers.preview"); got != 1 {
 		t.Errorf("tiers.preview in force = %d; want 1 at once", got)
 	}
 	_, _, body = s.do(t, "GET", "/capacity/config/", "staff-token", "")
-	if got := body.(map[string]any); configtest.JSON(t, got["version"]) != configtest.JSON(t, patch["version"]) ||
-		configtest.JSON(t, got["config"]) != configtest.JSON(t, patch["config"]) {
+	if got := body.(map[string]any); marshal(t, got["version"]) != marshal(t, patch["version"]) ||
+		marshal(t, got["config"]) != marshal(t, patch["config"]) {
 		t.Errorf("GET after PATCH = %v; want the PATCH's version and config", got)
 	}
 
@@ -212,8 +252,8 @@ func TestChangeConfigAndReadItsHistory(t *testing.T) {
 
 	// A change that changes nothing: 200, the current row, changes {}.
 	code, _, body = s.do(t, "PATCH", "/capacity/config/", "staff-token", `{"mode":"off"}`)
-	if got := body.(map[string]any); code != 200 || configtest.JSON(t, got["changes"]) != "{}" ||
-		configtest.JSON(t, got["version"]) != configtest.JSON(t, put["version"]) {
+	if got := body.(map[string]any); code != 200 || marshal(t, got["changes"]) != "{}" ||
+		marshal(t, got["version"]) != marshal(t, put["version"]) {
 		t.Errorf("PATCH changing nothing = %d %v; want 200, the PUT's version and {}", code, got)
 	}
 	if n := s.rows(t); n != 2 {
@@ -248,7 +288,7 @@ func TestChangeConfigRejectsBadInput(t *testing.T) {
 			t.Errorf("%s %.40s = %d; want %d", tc.method, tc.body, code, tc.code)
 		}
 		obj, _ := body.(map[string]any)
-		if g, w := configtest.JSON(t, obj["detail"]), configtest.JSON(t, mustDoc(t, tc.detail)); !strings.Contains(g, strings.Trim(w, "[]")) {
+		if g, w := marshal(t, obj["detail"]), marshal(t, mustDoc(t, tc.detail)); !strings.Contains(g, strings.Trim(w, "[]")) {
 			t.Errorf("%s %.40s detail = %s; want %s", tc.method, tc.body, g, w)
 		}
 	}
@@ -260,7 +300,7 @@ func TestChangeConfigRejectsBadInput(t *testing.T) {
 func TestHistoryLimit(t *testing.T) {
 	s := newStaffServer(t)
 	for i := range 3 {
-		if _, err := s.configs.Save(context.Background(), config.Edit{Set: capgate.Patch{"es2_knn": json.Number(string(rune('4' + i)))}, Source: "api"}); err != nil {
+		if _, err := s.configs.Save(context.Background(), config.Edit{Set: settings.Patch{"es2_knn": json.Number(string(rune('4' + i)))}, Source: "api"}); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -280,13 +320,15 @@ func TestStatus(t *testing.T) {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { store.Close() })
-	configs, _, _, _ := configtest.Service(store)
+	configs := newConfigService(store)
 	gate, err := capgate.NewGate(memory.New(nil), configs, nil, "task1")
 	if err != nil {
 		t.Fatal(err)
 	}
 	ctx := context.Background()
-	a := gate.Admit(ctx, capgate.Call{Endpoint: capgate.EndpointMatch, Rows: 2, Semantic: true, UserID: "alice", Tier: capgate.TierPreview})
+	call := capgatehttp.OCLCall("match", 2, true, false)
+	call.UserID, call.Tier = "alice", "preview"
+	a := gate.Admit(ctx, call)
 	if a == nil || a.Decision() != capgate.DecisionAdmitted {
 		t.Fatalf("Admit = %v; want admitted", a)
 	}
@@ -385,7 +427,7 @@ func TestIdempotencyConfigHistoryAndRollback(t *testing.T) {
 	}
 	first := body.(map[string]any)
 	wantBody(t, "changes", first["changes"], `{"idempotency.mode":["off","key"],"idempotency.ttl_seconds":[300,60]}`)
-	if got := s.configs.Config(context.Background()).Idempotency.Mode; got != capgate.IdempotencyKey {
+	if got := s.configs.Config(context.Background()).Idempotency.Mode; got != settings.IdempotencyKey {
 		t.Fatalf("mode in force %q", got)
 	}
 	code, _, body = s.do(t, "PATCH", "/capacity/config/", "staff-token", `{"idempotency":{"mode":"sometimes"}}`)
@@ -401,12 +443,132 @@ func TestIdempotencyConfigHistoryAndRollback(t *testing.T) {
 		wantBody(t, "history[0].changes", list[0].(map[string]any)["changes"], `{"idempotency.mode":["key","auto"]}`)
 	}
 	code, _, body = s.do(t, "POST", "/capacity/config/rollback/", "staff-token",
-		`{"version":`+configtest.JSON(t, first["version"])+`}`)
+		`{"version":`+marshal(t, first["version"])+`}`)
 	if code != 200 {
 		t.Fatalf("rollback = %d %v", code, body)
 	}
 	wantBody(t, "rollback changes", body.(map[string]any)["changes"], `{"idempotency.mode":["auto","key"]}`)
-	if got := s.configs.Config(context.Background()).Idempotency; got.Mode != capgate.IdempotencyKey || got.TTLSeconds != 60 {
+	if got := s.configs.Config(context.Background()).Idempotency; got.Mode != settings.IdempotencyKey || got.TTLSeconds != 60 {
 		t.Fatalf("after rollback %+v", got)
+	}
+}
+
+// GET /capacity/policy/ gives the status page the policy in force: its
+// tiers, routes, lanes (scope, key, status key, config keys of the limit
+// and the reserve) and every lane number's config key, in the config's
+// order. Staff only, like the rest.
+func TestGetPolicy(t *testing.T) {
+	s := newStaffServer(t)
+	for _, tc := range []struct {
+		token string
+		code  int
+	}{{"", 401}, {"user-token", 403}, {"broken", 503}} {
+		if code, _, _ := s.do(t, "GET", "/capacity/policy/", tc.token, ""); code != tc.code {
+			t.Errorf("GET /capacity/policy/ as %q = %d; want %d", tc.token, code, tc.code)
+		}
+	}
+	if code, h, _ := s.do(t, "POST", "/capacity/policy", "staff-token", "{}"); code != 405 || h.Get("Allow") != "GET" {
+		t.Errorf("POST /capacity/policy = %d Allow %q; want 405 GET", code, h.Get("Allow"))
+	}
+
+	code, _, body := s.do(t, "GET", "/capacity/policy/", "staff-token", "")
+	if code != 200 {
+		t.Fatalf("GET /capacity/policy/ = %d %v", code, body)
+	}
+	wantBody(t, "the OCL policy", body, `{"name":"ocl","file":"policy/ocl.yaml",
+		"tiers":["staff","core","early_access","preview"],
+		"routes":[{"name":"match","log_name":"$match","method":"POST","path":"/concepts/$match"},
+			{"name":"rerank","log_name":"$rerank","method":"POST","path":"/concepts/$rerank"}],
+		"lanes":[
+			{"name":"api_heavy","scope":"cluster","status":"api_heavy","routes":["match","rerank"],"limit_keys":["api_heavy.cluster"],"reserve_key":"reserve_single_row"},
+			{"name":"api_heavy_task","scope":"task","status":"tasks","routes":["match","rerank"],"limit_keys":["api_heavy.per_task"]},
+			{"name":"es2_knn","scope":"cluster","status":"es2_knn","routes":["match"],"limit_keys":["es2_knn"]},
+			{"name":"tier","scope":"key","key":"tier","status":"tiers","routes":["match","rerank"],
+				"limit_keys":["tiers.staff","tiers.core","tiers.early_access","tiers.preview"],"per_tier":true},
+			{"name":"user","scope":"key","key":"user","status":"users","routes":["match","rerank"],
+				"limit_keys":["per_user.staff","per_user.core","per_user.early_access","per_user.preview"],"per_tier":true}],
+		"config_keys":["api_heavy.cluster","api_heavy.per_task","es2_knn","reserve_single_row",
+			"tiers.staff","tiers.core","tiers.early_access","tiers.preview",
+			"per_user.staff","per_user.core","per_user.early_access","per_user.preview"],
+		"log_event":"ocl_capacity","header_prefix":"X-OCL-Capacity-"}`)
+
+	// Each status key the page reads is in the status JSON, and each
+	// config key the form sends is a number of the config.
+	_, _, st := s.do(t, "GET", "/capacity/status/", "staff-token", "")
+	_, _, cfg := s.do(t, "GET", "/capacity/config/", "staff-token", "")
+	checkPageKeys(t, body, st, cfg)
+
+	// Another policy: the view follows it.
+	s.configs.SetPolicy(inferencePolicy(t))
+	_, _, body = s.do(t, "GET", "/capacity/policy/", "staff-token", "")
+	wantBody(t, "the inference policy", body, `{"name":"inference","file":"../examples/inference/policy.yaml",
+		"tiers":["pro","free"],
+		"routes":[{"name":"chat","log_name":"chat","method":"POST","path":"/v1/chat/completions"},
+			{"name":"completions","log_name":"completions","method":"POST","path":"/v1/completions"},
+			{"name":"embeddings","log_name":"embeddings","method":"POST","path":"/v1/embeddings"}],
+		"lanes":[
+			{"name":"cluster","scope":"cluster","status":"cluster","routes":["chat","completions","embeddings"],"limit_keys":["lanes.cluster"]},
+			{"name":"model","scope":"key","key":"model","status":"model","routes":["chat","completions","embeddings"],"limit_keys":["lanes.model"]},
+			{"name":"user","scope":"key","key":"user","status":"user","routes":["chat","completions","embeddings"],
+				"limit_keys":["lanes.user.pro","lanes.user.free"],"per_tier":true}],
+		"config_keys":["lanes.cluster","lanes.model","lanes.user.pro","lanes.user.free"],
+		"log_event":"capgate_call","header_prefix":"Capgate-"}`)
+	_, _, st = s.do(t, "GET", "/capacity/status/", "staff-token", "")
+	_, _, cfg = s.do(t, "GET", "/capacity/config/", "staff-token", "")
+	checkPageKeys(t, body, st, cfg)
+}
+
+// checkPageKeys checks that what the page reads by the policy view is
+// there: each lane under its status key in the status, and each config
+// key a number in the config.
+func checkPageKeys(t *testing.T, view, st, cfg any) {
+	t.Helper()
+	v, s := view.(map[string]any), st.(map[string]any)
+	for _, l := range v["lanes"].([]any) {
+		l := l.(map[string]any)
+		if _, ok := s[l["status"].(string)].(map[string]any); !ok {
+			t.Errorf("policy %s: lane %s: no object %q in the status %v", v["name"], l["name"], l["status"], s)
+		}
+	}
+	c := cfg.(map[string]any)["config"]
+	for _, k := range v["config_keys"].([]any) {
+		var at any = c
+		for part := range strings.SplitSeq(k.(string), ".") {
+			m, _ := at.(map[string]any)
+			at = m[part]
+		}
+		if _, ok := at.(json.Number); !ok {
+			if _, ok := at.(float64); !ok {
+				t.Errorf("policy %s: config key %s is %v in the config; want a number", v["name"], k, at)
+			}
+		}
+	}
+}
+
+// A 401 asks for the policy's credential scheme: Token for the built-in
+// policy, Bearer for one whose callers send bearer tokens, so the status
+// page signs in with what the identity reads.
+func TestStaffChallengeIsThePolicysScheme(t *testing.T) {
+	for _, tc := range []struct {
+		p    *policy.Policy
+		want string
+	}{{policy.OCL(), "Token"}, {inferencePolicy(t), "Bearer"}} {
+		store, err := sqlite.Open(context.Background(), filepath.Join(t.TempDir(), "capgate.db"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		configs := newConfigService(store)
+		configs.SetPolicy(tc.p)
+		srv := httptest.NewServer(capgatehttp.NewStaffHandler(configs, tokens{}))
+		resp, err := http.Get(srv.URL + "/capacity/config/")
+		if err != nil {
+			t.Fatal(err)
+		}
+		resp.Body.Close()
+		if got := resp.Header.Get("WWW-Authenticate"); resp.StatusCode != 401 || got != tc.want {
+			t.Errorf("policy %s: %d, WWW-Authenticate %q; want 401, %q", tc.p.Name, resp.StatusCode, got, tc.want)
+		}
+		srv.Close()
+		store.Close()
 	}
 }

@@ -8,8 +8,9 @@ import (
 	"time"
 
 	"github.com/capgate/capgate"
-	"github.com/capgate/capgate/header"
 	capgatehttp "github.com/capgate/capgate/http"
+	"github.com/capgate/capgate/policy"
+	"github.com/capgate/capgate/settings"
 )
 
 // waitSignal tells a test when a call starts waiting.
@@ -26,8 +27,8 @@ func (w waitSignal) WaitEnded(*capgate.Admission, time.Duration) {}
 // finds its lane full waits at the gateway and goes to the API the moment
 // the call ahead of it ends, with the time it waited in a header.
 func TestWaitingCallIsServedWhenTheSlotFrees(t *testing.T) {
-	e := newEnv(t, func(c *capgate.Config) {
-		c.Mode, c.EnforceFor = capgate.ModeEnforce, capgate.EnforceAll
+	e := newEnv(t, func(c *settings.Config) {
+		c.Mode, c.EnforceFor = settings.ModeEnforce, settings.EnforceAll
 		c.Wait.MaxSeconds = 60
 	}, nil)
 	sig := waitSignal{started: make(chan struct{}, 1)}
@@ -51,11 +52,11 @@ func TestWaitingCallIsServedWhenTheSlotFrees(t *testing.T) {
 		t.Fatalf("first call: status %d", r.StatusCode)
 	}
 	r := recv(t, second)
-	if r.StatusCode != 200 || r.Header.Get(header.Decision) != "admitted" {
-		t.Fatalf("waiting call: status %d, decision %q; want 200 admitted", r.StatusCode, r.Header.Get(header.Decision))
+	if r.StatusCode != 200 || r.Header.Get(ocl.Decision) != "admitted" {
+		t.Fatalf("waiting call: status %d, decision %q; want 200 admitted", r.StatusCode, r.Header.Get(ocl.Decision))
 	}
-	if ms, err := strconv.Atoi(r.Header.Get(header.Waited)); err != nil || ms < 0 {
-		t.Errorf("%s = %q, want whole milliseconds", header.Waited, r.Header.Get(header.Waited))
+	if ms, err := strconv.Atoi(r.Header.Get(ocl.Waited)); err != nil || ms < 0 {
+		t.Errorf("%s = %q, want whole milliseconds", ocl.Waited, r.Header.Get(ocl.Waited))
 	}
 	if r.Header.Get("Retry-After") != "" {
 		t.Error("an admitted call carries Retry-After")
@@ -80,11 +81,11 @@ func TestWaitingCallIsServedWhenTheSlotFrees(t *testing.T) {
 
 func TestWaitedHeaderIsExposed(t *testing.T) {
 	found := false
-	for _, h := range capgatehttp.ExposedHeaders() {
-		found = found || strings.EqualFold(h, header.Waited)
+	for _, h := range capgatehttp.ExposedHeaders(policy.OCL()) {
+		found = found || strings.EqualFold(h, ocl.Waited)
 	}
 	if !found {
-		t.Errorf("ExposedHeaders() = %v lacks %s", capgatehttp.ExposedHeaders(), header.Waited)
+		t.Errorf("ExposedHeaders() = %v lacks %s", capgatehttp.ExposedHeaders(policy.OCL()), ocl.Waited)
 	}
 }
 
@@ -99,8 +100,8 @@ func (w endSignal) WaitEnded(*capgate.Admission, time.Duration) { w.ended <- str
 // TestWaitingClientHangsUp: a client that hangs up while its call waits
 // leaves the waitlist at once, and its call never reaches the API.
 func TestWaitingClientHangsUp(t *testing.T) {
-	e := newEnv(t, func(c *capgate.Config) {
-		c.Mode, c.EnforceFor = capgate.ModeEnforce, capgate.EnforceAll
+	e := newEnv(t, func(c *settings.Config) {
+		c.Mode, c.EnforceFor = settings.ModeEnforce, settings.EnforceAll
 		c.Wait.MaxSeconds = 60
 	}, nil)
 	sig := endSignal{waitSignal{started: make(chan struct{}, 1)}, make(chan struct{}, 1)}
@@ -126,7 +127,7 @@ func TestWaitingClientHangsUp(t *testing.T) {
 		t.Errorf("the hung-up call got status %d", r.StatusCode)
 	}
 	counts := make([]int, 1)
-	if err := e.store.Waiting(t.Context(), capgate.DefaultKeyPrefix, []string{"ocl:capacity:api_heavy"}, counts); err != nil || counts[0] != 0 {
+	if err := e.store.Waiting(t.Context(), "ocl:capacity", []string{"ocl:capacity:api_heavy"}, counts); err != nil || counts[0] != 0 {
 		t.Errorf("waiting after the hang-up = %v, %v; want 0", counts, err)
 	}
 	e.up.release()

@@ -4,6 +4,11 @@
 // credentials; Staff: the staff tokens before another resolver).
 // It knows nothing of the gateway: the http package uses it through
 // Identifier, and cmd/capgate builds the resolvers.
+//
+// JWT knows callers from "Authorization: Bearer" JSON Web Tokens,
+// verified locally against a JSON Web Key Set file (signature, allowed
+// algorithms, issuer, audience, expiry) with go-jose; Reload re-reads the
+// file, and a bad one leaves the keys in force.
 package identity
 
 import (

@@ -7,6 +7,8 @@ import (
 	"github.com/capgate/capgate"
 	"github.com/capgate/capgate/internal/randhex"
 	"github.com/capgate/capgate/mock"
+	"github.com/capgate/capgate/policy"
+	"github.com/capgate/capgate/settings"
 )
 
 // Env is one gate over a store under test, with a config to change and the
@@ -15,7 +17,7 @@ type Env struct {
 	T     testing.TB
 	Store Store
 	Gate  *capgate.Gate
-	Cfg   *capgate.FixedConfig
+	Cfg   *settings.Fixed
 	Sink  *mock.Sink
 }
 
@@ -25,12 +27,14 @@ type Env struct {
 func NewEnv(t testing.TB, open Factory) *Env {
 	t.Helper()
 	s := open(t)
-	def := capgate.DefaultConfig(capgate.ModeShadow)
+	def := settings.Default(nil, settings.ModeShadow)
 	def.Wait.MaxSeconds = 0 // the cases of RunGate refuse at once; RunWait's wait
 	// The original's per_task (2, below cluster): the cases check the
 	// seed's lanes with the seed's numbers, the task lane binding first.
-	def.APIHeavy.PerTask = 2
-	cfg := capgate.NewFixedConfig(def)
+	if err := def.SetNumber("api_heavy.per_task", 2); err != nil {
+		t.Fatal(err)
+	}
+	cfg := settings.NewFixed(def)
 	sink := &mock.Sink{}
 	g, err := capgate.NewGate(s, cfg, sink, "task-a")
 	if err != nil {
@@ -64,9 +68,9 @@ func (e *Env) Key(name capgate.LaneName, id string) string {
 
 // Enforce switches the config to enforce for all calls, with no waiting
 // (a full lane refuses at once), and applies fn.
-func (e *Env) Enforce(fn func(c *capgate.Config)) {
-	e.Cfg.Edit(func(c *capgate.Config) {
-		c.Mode, c.EnforceFor = capgate.ModeEnforce, capgate.EnforceAll
+func (e *Env) Enforce(fn func(c *settings.Config)) {
+	e.Cfg.Edit(func(c *settings.Config) {
+		c.Mode, c.EnforceFor = settings.ModeEnforce, settings.EnforceAll
 		c.Wait.MaxSeconds = 0
 		if fn != nil {
 			fn(c)
@@ -87,16 +91,40 @@ func (e *Env) AdmitOn(g *capgate.Gate, call capgate.Call) *capgate.Admission {
 	return a
 }
 
-// Match returns a semantic $match of 10 rows by user of tier.
-func Match(user string, tier capgate.Tier) capgate.Call {
-	return capgate.Call{Endpoint: capgate.EndpointMatch, Rows: 10, Semantic: true,
-		UserID: user, Tier: tier}
+// Match returns a semantic $match of 10 rows by user of tier, under the
+// OCL policy.
+func Match(user, tier string) capgate.Call { return OCLCall("match", 10, true, false, user, tier) }
+
+// Lexical returns a lexical $match of 10 rows with the reranker, under the
+// OCL policy.
+func Lexical(user, tier string) capgate.Call { return OCLCall("match", 10, false, true, user, tier) }
+
+// OCLCall returns a call of the OCL policy's route ("match" or "rerank")
+// of rows rows by user of tier: what the gateway reads from such a
+// request. semantic and reranker are the $match flags; a $rerank has
+// neither. It panics for another route, or a flag a route lacks.
+func OCLCall(route string, rows int, semantic, reranker bool, user, tier string) capgate.Call {
+	r := policy.OCL().Route(route)
+	if r == nil {
+		panic("lanetest: the OCL policy has no route " + route)
+	}
+	f := policy.NewFields(r)
+	set := func(name string, b bool) {
+		if i := r.Field(name); i >= 0 {
+			f.SetBool(i, b)
+		} else if b {
+			panic("lanetest: OCL route " + route + " has no field " + name)
+		}
+	}
+	set("semantic", semantic)
+	set("reranker", reranker)
+	f.SetInt(r.Field("rows"), rows)
+	return capgate.Call{Route: r, Fields: f, UserID: user, Tier: tier}
 }
 
-// Lexical returns a lexical $match with the reranker.
-func Lexical(user string, tier capgate.Tier) capgate.Call {
-	return capgate.Call{Endpoint: capgate.EndpointMatch, Rows: 10, Reranker: true,
-		UserID: user, Tier: tier}
+// SetRows sets the rows of an OCL call (see OCLCall).
+func SetRows(call *capgate.Call, rows int) {
+	call.Fields.SetInt(call.Route.Field("rows"), rows)
 }
 
 // LaneCounts returns the admission's counts by lane name.

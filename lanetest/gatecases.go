@@ -15,8 +15,11 @@ import (
 	"time"
 
 	"github.com/capgate/capgate"
+	"github.com/capgate/capgate/configtest"
 	capgatehttp "github.com/capgate/capgate/http"
 	"github.com/capgate/capgate/memory"
+	"github.com/capgate/capgate/policy"
+	"github.com/capgate/capgate/settings"
 	"github.com/capgate/capgate/status"
 )
 
@@ -98,7 +101,7 @@ func wantFull(t *testing.T, e *Env, a *capgate.Admission, want ...string) {
 }
 
 func testAdmitsAndCounts(t *testing.T, e *Env) {
-	a := e.Admit(Match("ea", capgate.TierEarlyAccess))
+	a := e.Admit(Match("ea", "early_access"))
 	wantDecision(t, a, capgate.DecisionAdmitted)
 	if !a.Holding() {
 		t.Fatal("admitted call holds no lease")
@@ -131,62 +134,61 @@ func testAdmitsAndCounts(t *testing.T, e *Env) {
 }
 
 func testSingleRowReserve(t *testing.T, e *Env) {
-	e.Enforce(func(c *capgate.Config) {
-		c.APIHeavy = capgate.APIHeavy{Cluster: 2, PerTask: 5}
-		c.ReserveSingleRow = 1
+	e.Enforce(func(c *settings.Config) {
+		configtest.SetNumbers(t, c, "api_heavy.cluster", 2, "api_heavy.per_task", 5, "reserve_single_row", 1)
 	})
-	bulk1 := e.Admit(Match("c1", capgate.TierCore))
+	bulk1 := e.Admit(Match("c1", "core"))
 	wantDecision(t, bulk1, capgate.DecisionAdmitted)
 	if got := LaneLimits(bulk1)["api_heavy"]; got != 1 {
 		t.Fatalf("bulk api_heavy limit = %d, want 1", got)
 	}
-	bulk2 := e.Admit(Match("c2", capgate.TierCore))
+	bulk2 := e.Admit(Match("c2", "core"))
 	wantDecision(t, bulk2, capgate.DecisionRefused)
 	wantFull(t, e, bulk2, "api_heavy")
 
-	single := Match("c3", capgate.TierCore)
-	single.Rows = 1
+	single := Match("c3", "core")
+	SetRows(&single, 1)
 	one := e.Admit(single)
 	wantDecision(t, one, capgate.DecisionAdmitted)
 	if got := LaneLimits(one)["api_heavy"]; got != 2 {
 		t.Fatalf("single-row api_heavy limit = %d, want 2", got)
 	}
-	rerank := capgate.Call{Endpoint: capgate.EndpointRerank, Rows: 1, UserID: "c4", Tier: capgate.TierCore}
+	rerank := OCLCall("rerank", 1, false, false, "c4", "core")
 	wantDecision(t, e.Admit(rerank), capgate.DecisionRefused)
 }
 
 func testPerTaskLanes(t *testing.T, e *Env) {
-	e.Enforce(func(c *capgate.Config) {
-		c.APIHeavy = capgate.APIHeavy{Cluster: 4, PerTask: 1}
-		c.ReserveSingleRow = 0
+	e.Enforce(func(c *settings.Config) {
+		configtest.SetNumbers(t, c, "api_heavy.cluster", 4, "api_heavy.per_task", 1, "reserve_single_row", 0)
 	})
-	wantDecision(t, e.Admit(Match("c1", capgate.TierCore)), capgate.DecisionAdmitted)
-	second := e.Admit(Match("c2", capgate.TierCore))
+	wantDecision(t, e.Admit(Match("c1", "core")), capgate.DecisionAdmitted)
+	second := e.Admit(Match("c2", "core"))
 	wantDecision(t, second, capgate.DecisionRefused)
 	wantFull(t, e, second, "api_heavy_task")
-	onB := e.AdmitOn(e.TaskGate("task-b"), Match("c3", capgate.TierCore))
+	onB := e.AdmitOn(e.TaskGate("task-b"), Match("c3", "core"))
 	wantDecision(t, onB, capgate.DecisionAdmitted)
 	if got := LaneCounts(onB)["api_heavy"]; got != 2 {
 		t.Fatalf("api_heavy count on task-b = %d, want 2", got)
 	}
 }
 
-func bigLimits(c *capgate.Config) {
-	c.APIHeavy = capgate.APIHeavy{Cluster: 10, PerTask: 10}
-	c.ES2KNN = 10
+func bigLimits(t *testing.T) func(c *settings.Config) {
+	return func(c *settings.Config) {
+		configtest.SetNumbers(t, c, "api_heavy.cluster", 10, "api_heavy.per_task", 10, "es2_knn", 10)
+	}
 }
 
 func testTierCeilings(t *testing.T, e *Env) {
-	e.Enforce(bigLimits)
-	wantDecision(t, e.Admit(Match("p1", capgate.TierPreview)), capgate.DecisionAdmitted)
-	wantDecision(t, e.Admit(Match("p2", capgate.TierPreview)), capgate.DecisionAdmitted)
-	third := e.Admit(Match("p3", capgate.TierPreview))
+	e.Enforce(bigLimits(t))
+	wantDecision(t, e.Admit(Match("p1", "preview")), capgate.DecisionAdmitted)
+	wantDecision(t, e.Admit(Match("p2", "preview")), capgate.DecisionAdmitted)
+	third := e.Admit(Match("p3", "preview"))
 	wantDecision(t, third, capgate.DecisionRefused)
 	wantFull(t, e, third, "tier")
 	if got := LaneCounts(third)["tier"]; got != 2 {
 		t.Fatalf("refused call's tier count = %d, want 2 (it doesn't count itself)", got)
 	}
-	ea := e.Admit(Match("ea", capgate.TierEarlyAccess))
+	ea := e.Admit(Match("ea", "early_access"))
 	wantDecision(t, ea, capgate.DecisionAdmitted)
 	if got := LaneCounts(ea)["tier"]; got != 1 {
 		t.Fatalf("early_access tier count = %d, want 1", got)
@@ -194,16 +196,16 @@ func testTierCeilings(t *testing.T, e *Env) {
 }
 
 func testES2KNNOnlySemantic(t *testing.T, e *Env) {
-	e.Enforce(func(c *capgate.Config) { bigLimits(c); c.ES2KNN = 1 })
-	first := e.Admit(Match("c1", capgate.TierCore))
+	e.Enforce(func(c *settings.Config) { bigLimits(t)(c); configtest.SetNumbers(t, c, "es2_knn", 1) })
+	first := e.Admit(Match("c1", "core"))
 	wantDecision(t, first, capgate.DecisionAdmitted)
 	if _, ok := LaneLimits(first)["es2_knn"]; !ok {
 		t.Fatal("semantic call has no es2_knn lane")
 	}
-	second := e.Admit(Match("c2", capgate.TierCore))
+	second := e.Admit(Match("c2", "core"))
 	wantDecision(t, second, capgate.DecisionRefused)
 	wantFull(t, e, second, "es2_knn")
-	lex := e.Admit(Lexical("c3", capgate.TierCore))
+	lex := e.Admit(Lexical("c3", "core"))
 	wantDecision(t, lex, capgate.DecisionAdmitted)
 	if _, ok := LaneLimits(lex)["es2_knn"]; ok {
 		t.Fatal("lexical call has an es2_knn lane")
@@ -211,8 +213,8 @@ func testES2KNNOnlySemantic(t *testing.T, e *Env) {
 }
 
 func testShadowNeverRefuses(t *testing.T, e *Env) {
-	e.Admit(Match("p", capgate.TierPreview))
-	a := e.Admit(Match("p", capgate.TierPreview))
+	e.Admit(Match("p", "preview"))
+	a := e.Admit(Match("p", "preview"))
 	wantDecision(t, a, capgate.DecisionShadowRefused)
 	if !a.Holding() || a.Refused() {
 		t.Fatalf("shadow-refused call: holding %v refused %v, want true false", a.Holding(), a.Refused())
@@ -233,8 +235,8 @@ func testShadowNeverRefuses(t *testing.T, e *Env) {
 
 func testEnforceRefuses(t *testing.T, e *Env) {
 	e.Enforce(nil)
-	first := e.Admit(Match("p", capgate.TierPreview))
-	a := e.Admit(Match("p", capgate.TierPreview))
+	first := e.Admit(Match("p", "preview"))
+	a := e.Admit(Match("p", "preview"))
 	wantDecision(t, a, capgate.DecisionRefused)
 	if a.Holding() {
 		t.Fatal("refused call holds a lease")
@@ -242,7 +244,7 @@ func testEnforceRefuses(t *testing.T, e *Env) {
 	if got := LaneCounts(a)["user"]; got != 1 {
 		t.Fatalf("user count = %d, want 1", got)
 	}
-	if m := e.Store.Members(t, e.Key(capgate.LaneUser, "p")); len(m) != 1 {
+	if m := e.Store.Members(t, e.Key(capgate.LaneName("user"), "p")); len(m) != 1 {
 		t.Fatalf("user lane holds %v, want the first call only", m)
 	}
 	want := `{"detail":"Matching is busy. Please retry in 5 seconds.","error_code":"capacity_exceeded","scope":"user","paused":false,"retry_after":5}`
@@ -250,18 +252,18 @@ func testEnforceRefuses(t *testing.T, e *Env) {
 		t.Fatalf("body = %s\nwant   %s", got, want)
 	}
 	first.Release(context.Background())
-	wantDecision(t, e.Admit(Match("p", capgate.TierPreview)), capgate.DecisionAdmitted)
+	wantDecision(t, e.Admit(Match("p", "preview")), capgate.DecisionAdmitted)
 }
 
 func testEnforceForAware(t *testing.T, e *Env) {
-	e.Cfg.Edit(func(c *capgate.Config) { c.Mode = capgate.ModeEnforce })
-	e.Admit(Match("p", capgate.TierPreview))
-	unaware := e.Admit(Match("p", capgate.TierPreview))
+	e.Cfg.Edit(func(c *settings.Config) { c.Mode = settings.ModeEnforce })
+	e.Admit(Match("p", "preview"))
+	unaware := e.Admit(Match("p", "preview"))
 	wantDecision(t, unaware, capgate.DecisionShadowRefused)
 	if unaware.Enforced() {
 		t.Fatal("unaware call is enforced")
 	}
-	call := Match("p", capgate.TierPreview)
+	call := Match("p", "preview")
 	call.Aware = true
 	aware := e.Admit(call)
 	wantDecision(t, aware, capgate.DecisionRefused)
@@ -271,8 +273,8 @@ func testEnforceForAware(t *testing.T, e *Env) {
 }
 
 func testOffMode(t *testing.T, e *Env) {
-	e.Cfg.Edit(func(c *capgate.Config) { c.Mode = capgate.ModeOff })
-	a := e.Gate.Admit(context.Background(), Match("p", capgate.TierPreview))
+	e.Cfg.Edit(func(c *settings.Config) { c.Mode = settings.ModeOff })
+	a := e.Gate.Admit(context.Background(), Match("p", "preview"))
 	if a == nil || a.Decision() != capgate.DecisionNone {
 		t.Fatalf("off mode admission = %v, want one with no decision", a)
 	}
@@ -292,8 +294,8 @@ func testOffMode(t *testing.T, e *Env) {
 }
 
 func testPausedTier(t *testing.T, e *Env) {
-	e.Enforce(func(c *capgate.Config) { c.Tiers.Preview = 0 })
-	a := e.Admit(Match("p", capgate.TierPreview))
+	e.Enforce(func(c *settings.Config) { configtest.SetNumbers(t, c, "tiers.preview", 0) })
+	a := e.Admit(Match("p", "preview"))
 	wantDecision(t, a, capgate.DecisionRefused)
 	wantFull(t, e, a, "tier")
 	if s, _ := a.RetryAfter(); s != 120 {
@@ -309,16 +311,14 @@ func testPausedTier(t *testing.T, e *Env) {
 }
 
 func testPausedScope(t *testing.T, e *Env) {
-	e.Enforce(func(c *capgate.Config) {
-		c.ReserveSingleRow = 0
-		c.APIHeavy = capgate.APIHeavy{Cluster: 1, PerTask: 5}
-		c.Tiers.Preview = 0
+	e.Enforce(func(c *settings.Config) {
+		configtest.SetNumbers(t, c, "reserve_single_row", 0, "api_heavy.cluster", 1, "api_heavy.per_task", 5, "tiers.preview", 0)
 	})
-	wantDecision(t, e.Admit(Match("c", capgate.TierCore)), capgate.DecisionAdmitted)
-	a := e.Admit(Match("p", capgate.TierPreview))
+	wantDecision(t, e.Admit(Match("c", "core")), capgate.DecisionAdmitted)
+	a := e.Admit(Match("p", "preview"))
 	wantDecision(t, a, capgate.DecisionRefused)
 	wantFull(t, e, a, "api_heavy", "tier")
-	if got := a.Scope(); got != capgate.LaneTier {
+	if got := a.Scope(); got != capgate.LaneName("tier") {
 		t.Fatalf("scope = %q, want tier (a paused lane wins)", got)
 	}
 	want := `{"detail":"Matching is busy. Please retry in 120 seconds.","error_code":"capacity_exceeded","scope":"tier","paused":true,"retry_after":120}`
@@ -328,13 +328,12 @@ func testPausedScope(t *testing.T, e *Env) {
 }
 
 func testRetryAfterGrowth(t *testing.T, e *Env) {
-	e.Cfg.Edit(func(c *capgate.Config) {
-		c.Tiers.Core, c.PerUser.Core = 10, 10
-		c.APIHeavy = capgate.APIHeavy{Cluster: 10, PerTask: 10}
+	e.Cfg.Edit(func(c *settings.Config) {
+		configtest.SetNumbers(t, c, "tiers.core", 10, "per_user.core", 10, "api_heavy.cluster", 10, "api_heavy.per_task", 10)
 	})
 	var got []int
 	for i := 1; i <= 12; i++ {
-		a := e.Admit(Lexical("c", capgate.TierCore))
+		a := e.Admit(Lexical("c", "core"))
 		if i >= 9 {
 			s, _ := a.RetryAfter()
 			got = append(got, s)
@@ -343,8 +342,8 @@ func testRetryAfterGrowth(t *testing.T, e *Env) {
 	if want := []int{0, 5, 10, 15}; !slices.Equal(got, want) {
 		t.Fatalf("retry after of calls 9..12 = %v, want %v (0 = none)", got, want)
 	}
-	e.Cfg.Edit(func(c *capgate.Config) { c.RetryAfter = capgate.RetryAfter{Base: 5, Max: 12, Paused: 120} })
-	if s, _ := e.Admit(Lexical("c", capgate.TierCore)).RetryAfter(); s != 12 {
+	e.Cfg.Edit(func(c *settings.Config) { c.RetryAfter = settings.RetryAfter{Base: 5, Max: 12, Paused: 120} })
+	if s, _ := e.Admit(Lexical("c", "core")).RetryAfter(); s != 12 {
 		t.Fatalf("capped retry after = %d, want 12", s)
 	}
 }
@@ -358,22 +357,22 @@ func testSuggested(t *testing.T, e *Env) {
 		}
 		return n
 	}
-	if got := suggested(e.Admit(Match("c1", capgate.TierCore))); got != 3 {
+	if got := suggested(e.Admit(Match("c1", "core"))); got != 3 {
 		t.Fatalf("core alone: suggested %d, want 3", got)
 	}
-	if got := suggested(e.Admit(Match("c2", capgate.TierCore))); got != 2 {
+	if got := suggested(e.Admit(Match("c2", "core"))); got != 2 {
 		t.Fatalf("second core user: suggested %d, want 2", got)
 	}
-	e.Admit(Match("c3", capgate.TierCore)) // the cluster's bulk limit (3) is now full
-	if got := suggested(e.Admit(Match("p", capgate.TierPreview))); got != 1 {
+	e.Admit(Match("c3", "core")) // the cluster's bulk limit (3) is now full
+	if got := suggested(e.Admit(Match("p", "preview"))); got != 1 {
 		t.Fatalf("preview with the cluster full: suggested %d, want 1", got)
 	}
 }
 
 func testStaleLease(t *testing.T, e *Env) {
-	key := e.Key(capgate.LaneUser, "p")
+	key := e.Key(capgate.LaneName("user"), "p")
 	e.Store.SetLease(t, key, "deadworker00000000000000000000000", -time.Hour)
-	a := e.Admit(Match("p", capgate.TierPreview))
+	a := e.Admit(Match("p", "preview"))
 	wantDecision(t, a, capgate.DecisionAdmitted)
 	if m := e.Store.Members(t, key); len(m) != 1 || m[0] == "deadworker00000000000000000000000" {
 		t.Fatalf("user lane = %v, want only the new call's token", m)
@@ -381,15 +380,15 @@ func testStaleLease(t *testing.T, e *Env) {
 }
 
 func testTTLNeverShortened(t *testing.T, e *Env) {
-	api := e.Key(capgate.LaneAPIHeavy, "")
+	api := e.Key(capgate.LaneName("api_heavy"), "")
 	e.Store.SetLease(t, api, "longcall000000000000000000000000", 600*time.Second)
 	e.Store.SetTTL(t, api, 1200*time.Second)
-	a := e.Admit(Match("p", capgate.TierPreview))
+	a := e.Admit(Match("p", "preview"))
 	wantDecision(t, a, capgate.DecisionAdmitted)
 	if ttl := e.Store.TTL(t, api); ttl <= 600*time.Second {
 		t.Fatalf("api_heavy TTL = %v, want > 600s (never shortened)", ttl)
 	}
-	if ttl := e.Store.TTL(t, e.Key(capgate.LaneUser, "p")); ttl <= 60*time.Second {
+	if ttl := e.Store.TTL(t, e.Key(capgate.LaneName("user"), "p")); ttl <= 60*time.Second {
 		t.Fatalf("user TTL = %v, want > 60s (2 × lease)", ttl)
 	}
 }
@@ -397,7 +396,7 @@ func testTTLNeverShortened(t *testing.T, e *Env) {
 func testGateLateAcquire(t *testing.T, e *Env) {
 	// Late by far more than any store deadline plus the 2 s of slack.
 	e.Gate.Now = func() time.Time { return time.Now().Add(-time.Hour) }
-	a := e.Admit(Match("p", capgate.TierPreview))
+	a := e.Admit(Match("p", "preview"))
 	wantDecision(t, a, capgate.DecisionUnavailable)
 	if a.Holding() {
 		t.Fatal("late acquire holds a lease")
@@ -405,19 +404,19 @@ func testGateLateAcquire(t *testing.T, e *Env) {
 	if err := a.Err(); err == nil || !strings.Contains(err.Error(), "no lease was taken") {
 		t.Fatalf("error = %q, want it to say no lease was taken", err)
 	}
-	if m := e.Store.Members(t, e.Key(capgate.LaneAPIHeavy, "")); len(m) != 0 {
+	if m := e.Store.Members(t, e.Key(capgate.LaneName("api_heavy"), "")); len(m) != 0 {
 		t.Fatalf("api_heavy holds %v after a late acquire", m)
 	}
 	// The skip window is open (by the gate's clock): the next call does
 	// not ask the store.
-	if b := e.Admit(Match("p", capgate.TierPreview)); !errors.Is(b.Err(), capgate.ErrSkipped) {
+	if b := e.Admit(Match("p", "preview")); !errors.Is(b.Err(), capgate.ErrSkipped) {
 		t.Fatalf("after a late acquire: next call's error %q, want %q (the skip window open)", b.Err(), capgate.ErrSkipped)
 	}
 }
 
 func testHeaders(t *testing.T, e *Env) {
 	e.Enforce(nil)
-	ok := e.Admit(Match("p", capgate.TierPreview))
+	ok := e.Admit(Match("p", "preview"))
 	h := http.Header{}
 	capgatehttp.SetHeaders(h, ok)
 	want := http.Header{
@@ -432,7 +431,7 @@ func testHeaders(t *testing.T, e *Env) {
 	if !reflect.DeepEqual(h, want) {
 		t.Fatalf("admitted headers = %v\nwant %v", h, want)
 	}
-	refused := e.Admit(Match("p", capgate.TierPreview))
+	refused := e.Admit(Match("p", "preview"))
 	h = http.Header{}
 	capgatehttp.SetHeaders(h, refused)
 	if h.Get("X-OCL-Capacity-Decision") != "refused" || h.Get("Retry-After") != "5" {
@@ -441,10 +440,9 @@ func testHeaders(t *testing.T, e *Env) {
 }
 
 func testLogLine(t *testing.T, e *Env) {
-	e.Admit(Match("p", capgate.TierPreview))
-	call := Match("p", capgate.TierPreview)
-	call.Rows, call.Reranker = 25, true
-	call.AlgorithmID, call.AutomatchRunID, call.RequestSource = "ocl-semantic", "77", "automatch"
+	e.Admit(Match("p", "preview"))
+	call := OCLCall("match", 25, true, true, "p", "preview")
+	call.Metadata[0], call.Metadata[1], call.RequestSource = "ocl-semantic", "77", "automatch" // algorithm_id, automatch_run_id
 	call.QueueMS, call.HasQueueMS = 3000, true
 	call.CID = "cid-1"
 	a := e.Admit(call)
@@ -492,28 +490,31 @@ func testLogLine(t *testing.T, e *Env) {
 func n(i int) any { return json.Number(fmt.Sprint(i)) }
 
 func testStatus(t *testing.T, e *Env) {
-	e.Admit(Match("p", capgate.TierPreview))
-	e.Admit(Lexical("c", capgate.TierCore))
+	e.Admit(Match("p", "preview"))
+	e.Admit(Lexical("c", "core"))
 	st := e.Gate.Status(context.Background(), e.Cfg.Config(context.Background()))
 	if st.Store != status.OK {
 		t.Fatalf("status store = %q", st.Store)
 	}
-	if got := *st.APIHeavy; got != (status.APIHeavy{InFlight: 2, Limit: 4, BulkLimit: 3}) {
+	if got := SharedLane(t, st, "api_heavy"); !reflect.DeepEqual(got, status.Lane{InFlight: 2, Limit: 4, BulkLimit: Int(3)}) {
 		t.Fatalf("api_heavy = %+v", got)
 	}
-	if got := *st.ES2KNN; got != (status.Lane{InFlight: 1, Limit: 3}) {
+	if got := SharedLane(t, st, "es2_knn"); !reflect.DeepEqual(got, status.Lane{InFlight: 1, Limit: 3}) {
 		t.Fatalf("es2_knn = %+v", got)
 	}
-	if want := map[string]status.Lane{"task-a": {InFlight: 2, Limit: 2}}; !reflect.DeepEqual(st.Tasks, want) {
-		t.Fatalf("tasks = %v, want %v", st.Tasks, want)
+	tasks, tiers, users := Entries(t, st, "api_heavy_task"), Entries(t, st, "tier"), Entries(t, st, "user")
+	if want := map[string]status.Lane{"task-a": {InFlight: 2, Limit: 2}}; !reflect.DeepEqual(tasks, want) {
+		t.Fatalf("tasks = %v, want %v", tasks, want)
 	}
-	if st.Tiers[string(capgate.TierPreview)] != (status.Lane{InFlight: 1, Limit: 2}) ||
-		st.Tiers[string(capgate.TierCore)] != (status.Lane{InFlight: 1, Limit: 4}) ||
-		len(st.Tiers) != 4 {
-		t.Fatalf("tiers = %v", st.Tiers)
+	if tiers["preview"] != (status.Lane{InFlight: 1, Limit: 2}) ||
+		tiers["core"] != (status.Lane{InFlight: 1, Limit: 4}) ||
+		len(tiers) != 4 {
+		t.Fatalf("tiers = %v", tiers)
 	}
-	if want := map[string]status.User{"p": {InFlight: 1}, "c": {InFlight: 1}}; !reflect.DeepEqual(st.Users, want) {
-		t.Fatalf("users = %v, want %v", st.Users, want)
+	// A user's lane has no limit of its own in the status (the user's tier
+	// is not read): in flight and waiting only.
+	if want := map[string]status.Lane{"p": {InFlight: 1}, "c": {InFlight: 1}}; !reflect.DeepEqual(users, want) {
+		t.Fatalf("users = %v, want %v", users, want)
 	}
 	// A gate built by hand over the same store and keys reads the same
 	// (the CLI's capacity status does that).
@@ -528,12 +529,11 @@ func testStatus(t *testing.T, e *Env) {
 // hold it at once.
 func testConcurrentLimit(t *testing.T, e *Env) {
 	const limit, workers, rounds = 3, 64, 30
-	e.Enforce(func(c *capgate.Config) {
-		c.APIHeavy = capgate.APIHeavy{Cluster: limit, PerTask: 1000}
-		c.ReserveSingleRow = 0
-		c.ES2KNN = 1000
-		c.Tiers = capgate.TierLimits{Staff: 1000, Core: 1000, EarlyAccess: 1000, Preview: 1000}
-		c.PerUser = c.Tiers
+	e.Enforce(func(c *settings.Config) {
+		configtest.SetNumbers(t, c, "api_heavy.cluster", limit, "api_heavy.per_task", 1000, "reserve_single_row", 0, "es2_knn", 1000)
+		for _, tier := range policy.OCL().Tiers() {
+			configtest.SetNumbers(t, c, "tiers."+tier, 1000, "per_user."+tier, 1000)
+		}
 	})
 	// A store may shed load under 64 callers (the Redis store's bounded
 	// queue fails at once when full): such calls are unavailable, which is
@@ -544,7 +544,7 @@ func testConcurrentLimit(t *testing.T, e *Env) {
 	for w := range workers {
 		wg.Go(func() {
 			for range rounds {
-				a := e.Gate.Admit(context.Background(), Match(fmt.Sprint("u", w), capgate.TierCore))
+				a := e.Gate.Admit(context.Background(), Match(fmt.Sprint("u", w), "core"))
 				if a.Decision() == capgate.DecisionAdmitted {
 					h := holders.Add(1)
 					for p := peak.Load(); h > p && !peak.CompareAndSwap(p, h); p = peak.Load() {
@@ -570,7 +570,7 @@ func testConcurrentLimit(t *testing.T, e *Env) {
 	if n := unavailable.Load(); n > 0 {
 		t.Logf("%d of %d calls unavailable (the store shed load)", n, workers*rounds)
 	}
-	if m := e.Store.Members(t, e.Key(capgate.LaneAPIHeavy, "")); len(m) != 0 {
+	if m := e.Store.Members(t, e.Key(capgate.LaneName("api_heavy"), "")); len(m) != 0 {
 		t.Fatalf("lane not empty after the run: %v", m)
 	}
 }

@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"github.com/capgate/capgate"
+	"github.com/capgate/capgate/settings"
 )
 
 // testWaitNoLongerEnforced: an enforced call waiting behind a full lane
@@ -14,14 +15,14 @@ import (
 // takes its lease forced, shadow-refused, long before max_seconds. A store
 // without a Waitlist never lets a call wait: it is refused at once.
 func testWaitNoLongerEnforced(t *testing.T, e *Env) {
-	e.Enforce(func(c *capgate.Config) {
-		c.Wait = capgate.Wait{MaxSeconds: 20, MaxWaiting: 10, MaxWaitingPerUser: 5}
+	e.Enforce(func(c *settings.Config) {
+		c.Wait = settings.Wait{MaxSeconds: 20, MaxWaiting: 10, MaxWaitingPerUser: 5}
 	})
-	user := e.Key(capgate.LaneUser, "p")
-	first := e.Admit(Match("p", capgate.TierPreview))
+	user := e.Key(capgate.LaneName("user"), "p")
+	first := e.Admit(Match("p", "preview"))
 	wantDecision(t, first, capgate.DecisionAdmitted)
 	done := make(chan *capgate.Admission, 1)
-	go func() { done <- e.Gate.Admit(context.Background(), Match("p", capgate.TierPreview)) }()
+	go func() { done <- e.Gate.Admit(context.Background(), Match("p", "preview")) }()
 	wl, ok := e.Store.(capgate.Waitlist)
 	if !ok {
 		a := <-done
@@ -42,7 +43,7 @@ func testWaitNoLongerEnforced(t *testing.T, e *Env) {
 			t.Fatal("the second call never queued")
 		}
 	}
-	e.Cfg.Edit(func(c *capgate.Config) { c.Mode = capgate.ModeShadow })
+	e.Cfg.Edit(func(c *settings.Config) { c.Mode = settings.ModeShadow })
 	changed := time.Now()
 	var a *capgate.Admission
 	select {

@@ -39,6 +39,20 @@ func RunStore(t *testing.T, open Factory) {
 		{"Ping", storeTestPing},
 		{"RefusesBadRequests", storeTestRefusesBadRequests},
 		{"ConcurrentAcquireNeverExceedsLimit", storeTestConcurrency},
+		{"SeatsFitOrNothingIsTaken", storeTestSeats},
+		{"ForceTakesEverySeat", storeTestSeatsForce},
+		{"SeatsDifferByLane", storeTestSeatsPerLane},
+		{"RenewExtendsEverySeat", storeTestRenewSeats},
+		{"ReleaseFreesEverySeat", storeTestReleaseSeats},
+		{"RefusesBadSeats", storeTestRefusesBadSeats},
+		{"BorrowsAnIdleReserve", storeTestBorrow},
+		{"BorrowableIsLendUpToTheIdleReserve", storeTestBorrowable},
+		{"BorrowWithoutKeysLendsNothing", storeTestBorrowNone},
+		{"ForceWithBorrow", storeTestBorrowForce},
+		{"ExpiredClassSeatsDontCount", storeTestBorrowExpiredClass},
+		{"LimitZeroRunsOnBorrowedSeats", storeTestBorrowLimitZero},
+		{"BorrowInSomeLanes", storeTestBorrowMixed},
+		{"RefusesBadBorrow", storeTestRefusesBadBorrow},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

@@ -9,7 +9,9 @@ import (
 	"time"
 
 	"github.com/capgate/capgate"
+	"github.com/capgate/capgate/configtest"
 	"github.com/capgate/capgate/mock"
+	"github.com/capgate/capgate/settings"
 	"github.com/capgate/capgate/status"
 	"github.com/capgate/capgate/tune"
 )
@@ -136,7 +138,7 @@ type cluster struct {
 	t     *testing.T
 	clock *mock.Clock
 	store *countingStore
-	cfg   *capgate.FixedConfig
+	cfg   *settings.Fixed
 	gates []*capgate.Gate
 	sink  *mock.Sink
 	be    backend
@@ -145,10 +147,10 @@ type cluster struct {
 func newCluster(t *testing.T, open TuneFactory, static int, mode tune.Mode, be backend) *cluster {
 	clock := mock.NewClock(tuneEpoch)
 	c := &cluster{t: t, clock: clock, store: &countingStore{TuneStore: open(t, clock)}, sink: &mock.Sink{}, be: be}
-	cfg := capgate.DefaultConfig(capgate.ModeEnforce)
-	cfg.ES2KNN = static
-	cfg.Adaptive.ES2KNN = tune.LaneSettings{Mode: mode, Min: 1, Max: 64}
-	c.cfg = capgate.NewFixedConfig(cfg)
+	cfg := settings.Default(nil, settings.ModeEnforce)
+	configtest.SetNumbers(t, &cfg, "es2_knn", static)
+	cfg.Adaptive = cfg.Adaptive.With("es2_knn", tune.LaneSettings{Mode: mode, Min: 1, Max: 64})
+	c.cfg = settings.NewFixed(cfg)
 	for _, task := range []string{"gw-a", "gw-b", "gw-c"} {
 		c.gates = append(c.gates, c.newGate(task))
 	}
@@ -171,10 +173,11 @@ func (c *cluster) newGate(task string) *capgate.Gate {
 func (c *cluster) inForce(i int) int {
 	ctx := context.Background()
 	st := c.gates[i].Status(ctx, c.cfg.Config(ctx))
-	if st.ES2KNN == nil {
+	l, ok := st.SharedLane("es2_knn")
+	if !ok {
 		c.t.Fatalf("gateway %d: status %+v has no es2_knn lane", i, st)
 	}
-	return st.ES2KNN.Limit
+	return l.Limit
 }
 
 // second runs one second: the backend answers at the limit in force (the
@@ -183,7 +186,7 @@ func (c *cluster) second() {
 	c.clock.Advance(time.Second)
 	w := c.be.second(c.inForce(0))
 	for i, g := range c.gates {
-		_ = g.StepAdaptive(context.Background(), map[capgate.LaneName]tune.Window{capgate.LaneES2KNN: split(w, i, len(c.gates))})
+		_ = g.StepAdaptive(context.Background(), map[capgate.LaneName]tune.Window{capgate.LaneName("es2_knn"): split(w, i, len(c.gates))})
 	}
 }
 
@@ -298,22 +301,30 @@ func testTuneAdvise(t *testing.T, open TuneFactory) {
 		c.second()
 	}
 	ctx := context.Background()
-	adv, ok := c.gates[0].AdvisedLimits(ctx)[capgate.LaneES2KNN]
+	adv, ok := c.gates[0].AdvisedLimits(ctx)[capgate.LaneName("es2_knn")]
 	if !ok || adv == 48 || 10*adv < 7*16 || 10*adv > 15*16 {
 		t.Errorf("advised = %d, %v; want within [0.7K, 1.5K] of 16", adv, ok)
 	}
-	if st := c.gates[0].Status(ctx, c.cfg.Config(ctx)); st.ES2KNN == nil || st.ES2KNN.Advised != adv || st.ES2KNN.LimitSource != status.LimitStatic {
-		t.Errorf("status es2_knn = %+v; want advised %d, limit source static", st.ES2KNN, adv)
+	st := c.gates[0].Status(ctx, c.cfg.Config(ctx))
+	if l, ok := st.SharedLane("es2_knn"); !ok || l.Advised != adv || l.LimitSource != status.LimitStatic {
+		t.Errorf("status es2_knn = %+v, %v; want advised %d, limit source static", l, ok, adv)
 	}
 	if got := c.inForce(0); got != 48 {
 		t.Errorf("advise applies %d; want the static 48", got)
 	}
-	c.cfg.Edit(func(cfg *capgate.Config) { cfg.Adaptive.ES2KNN.Mode = tune.Apply })
+	c.cfg.Edit(func(cfg *settings.Config) { setAdaptiveMode(cfg, "es2_knn", tune.Apply) })
 	if got := c.inForce(0); got != adv {
 		t.Errorf("apply: limit %d; want the advised %d at once", got, adv)
 	}
-	c.cfg.Edit(func(cfg *capgate.Config) { cfg.Adaptive.ES2KNN.Mode = tune.Advise })
+	c.cfg.Edit(func(cfg *settings.Config) { setAdaptiveMode(cfg, "es2_knn", tune.Advise) })
 	if got := c.inForce(0); got != 48 {
 		t.Errorf("back to advise: limit %d; want the static 48 at once", got)
 	}
+}
+
+// setAdaptiveMode sets the mode of lane's adaptive setting in cfg.
+func setAdaptiveMode(cfg *settings.Config, lane string, m tune.Mode) {
+	l := cfg.Adaptive.Lane(lane)
+	l.Mode = m
+	cfg.Adaptive = cfg.Adaptive.With(lane, l)
 }

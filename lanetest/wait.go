@@ -51,6 +51,25 @@ func RunWaitlist(t *testing.T, open WaitFactory) {
 		{"PumpRaisesTheTicketsLimits", waitTestRaisedLimit},
 		{"PumpLowersTheTicketsLimits", waitTestLoweredLimit},
 		{"RefusesBadTickets", waitTestRefusesBadTickets},
+		{"JoinWithNobodyWaitingTakesSeats", waitTestSeatsFastPath},
+		{"GrantsEverySeatOrNone", waitTestSeatsGrant},
+		{"SeatsDifferByLane", waitTestSeatsPerLane},
+		{"FairInSeats", waitTestFairInSeats},
+		{"ManySeatsSetFreeSeatsAside", waitTestSeatsSetAside},
+		{"OwnLaneOrNoRoomSetsNothingAside", waitTestOwnLaneSetsNothingAside},
+		{"RefusesBadSeats", waitTestRefusesBadSeats},
+		{"JoinWithNobodyWaitingBorrows", waitTestBorrowFastPath},
+		{"GrantedOnABorrowedSeat", waitTestBorrowGrant},
+		{"WaitingClassGetsItsReserveFirst", waitTestBorrowClassFirst},
+		{"TicketWithoutBorrowBorrowsNothing", waitTestBorrowOnlyWithBorrow},
+		{"BorrowerSetsItsBorrowableSeatsAside", waitTestBorrowSetAside},
+		{"PumpBorrowsOnceTheClassSeatExpires", waitTestBorrowPump},
+		{"LimitZeroWaitsForABorrowedSeat", waitTestBorrowLimitZero},
+		{"TurnedAwayCallBorrows", waitTestBorrowTurnedAway},
+		{"ClassGrantedInThePassHoldsTheReserve", waitTestBorrowAfterClassGrant},
+		{"NextCountsTheBorrowableSeat", waitTestBorrowNext},
+		{"NothingLentWhileTheClassWaits", waitTestBorrowNoneWhileClassWaits},
+		{"RefusesBadBorrow", waitTestRefusesBadBorrow},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -71,20 +90,27 @@ type waitEnv struct {
 }
 
 // ticket returns a ticket of user on shared (limit) and the user's own
-// lane (limit 10).
+// lane (limit 10), its UserLane.
 func (e *waitEnv) ticket(user string, limit int) capgate.Ticket {
 	return capgate.Ticket{
 		Prefix: e.prefix, Token: NewToken(),
 		Keys: []string{e.shared, e.prefix + ":user:" + user}, Limits: []int{limit, 10},
-		UserID: user, Lease: time.Minute, TicketLease: time.Minute, Claim: 30 * time.Second,
+		UserID: user, UserLane: 2, Lease: time.Minute, TicketLease: time.Minute, Claim: 30 * time.Second,
 		MaxWaiting: 100, MaxPerUser: 50,
 	}
 }
 
-// join joins t and returns the result and the counts before.
+// join joins t and returns the result and the counts before (the lanes',
+// then its class keys').
 func (e *waitEnv) join(t capgate.Ticket) (capgate.JoinResult, []int) {
 	e.t.Helper()
-	counts := make([]int, len(t.Keys))
+	n := len(t.Keys)
+	for _, b := range t.Borrow {
+		if b.Key != "" {
+			n++
+		}
+	}
+	counts := make([]int, n)
 	res, err := e.s.Join(e.t.Context(), t, counts)
 	if err != nil {
 		e.t.Fatalf("Join: %v", err)

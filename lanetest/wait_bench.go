@@ -27,7 +27,7 @@ func BenchWake(b *testing.B, holder, waiter WaitStoreAPI) {
 	prefix := NewPrefix() + "ocl"
 	keys := []string{prefix + ":api_heavy", prefix + ":user:u"}
 	ticket := func(user string) capgate.Ticket {
-		return capgate.Ticket{Prefix: prefix, Token: NewToken(), Keys: keys, Limits: []int{1, 10}, UserID: user,
+		return capgate.Ticket{Prefix: prefix, Token: NewToken(), Keys: keys, Limits: []int{1, 10}, UserID: user, UserLane: 2,
 			Lease: time.Minute, TicketLease: 10 * time.Second, Claim: 5 * time.Second, MaxWaiting: 10, MaxPerUser: 10}
 	}
 	counts := make([]int, len(keys))

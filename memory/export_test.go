@@ -2,6 +2,7 @@ package memory
 
 import (
 	"slices"
+	"strings"
 	"testing"
 	"time"
 )
@@ -23,6 +24,7 @@ func (s TestStore) SetLease(t testing.TB, key, token string, d time.Duration) {
 	}
 	exp := now + int64(d)
 	l.leases[token] = exp
+	l.seated = l.seated || strings.Contains(token, "#") // a seat's member
 	l.next = min(l.next, exp)
 }
 

@@ -10,6 +10,7 @@ import (
 	"fmt"
 	"math"
 	"sort"
+	"strconv"
 	"strings"
 	"sync"
 	"time"
@@ -27,11 +28,12 @@ const maxSpare = 64
 const noTTL = math.MaxInt64
 
 // Store is an in-process capgate.LaneStore. It has the same semantics as
-// the Redis store: a lane is a set of leases (token, expiry), and a lane key
-// lives for its TTL, which an acquire or a renew raises to 2×lease and never
-// shortens. Expired leases are dropped lazily, when an acquire touches their
-// lane; a lane whose TTL has passed is gone; an empty lane is deleted. There
-// is no background goroutine.
+// the Redis store: a lane is a set of leases (token, expiry), a call of k
+// seats holding k of them (token, token#2, …, token#k; see
+// capgate.LaneStore), and a lane key lives for its TTL, which an acquire or
+// a renew raises to 2×lease and never shortens. Expired leases are dropped
+// lazily, when an acquire touches their lane; a lane whose TTL has passed
+// is gone; an empty lane is deleted. There is no background goroutine.
 //
 // Time is measured by the store's own clock, Now, as a duration since the
 // store first used it: with the default time.Now that is Go's monotonic
@@ -76,6 +78,10 @@ type lane struct {
 	leases  map[string]int64 // token → expiry
 	next    int64            // no lease expires before this: a lower bound that tells when pruning can find something
 	expires int64            // the key's TTL deadline; noTTL when it has none
+	// seated: a call of more than one seat has been put in the lane since
+	// it was made, so release and renew look for token#2, …; a lane of
+	// 1-seat calls only never does.
+	seated bool
 }
 
 // Kind implements capgate.StoreKind: the lanes live in this process only.
@@ -135,7 +141,7 @@ func (s *Store) create(key string) *lane {
 	} else {
 		l = &lane{leases: make(map[string]int64, 4)}
 	}
-	l.next, l.expires = noTTL, noTTL
+	l.next, l.expires, l.seated = noTTL, noTTL, false
 	s.lanes[key] = l
 	return l
 }
@@ -182,10 +188,18 @@ func (s *Store) prune(key string, l *lane, now int64) bool {
 	return true
 }
 
-// put sets token's expiry in l to exp and raises l's TTL to ttl. A lane
-// with no TTL gets one, as PEXPIRE gives one to a Redis key with none.
-func (l *lane) put(token string, exp, ttl int64) {
+// put sets the expiry in l of token's seats 1 to seats to exp and raises
+// l's TTL to ttl. A lane with no TTL gets one, as PEXPIRE gives one to a
+// Redis key with none.
+func (l *lane) put(token string, seats int, exp, ttl int64) {
 	l.leases[token] = exp
+	if seats > 1 {
+		l.seated = true
+		var buf [64]byte
+		for j := 2; j <= seats; j++ {
+			l.leases[string(seatMember(buf[:0], token, j))] = exp
+		}
+	}
 	if exp < l.next {
 		l.next = exp
 	}
@@ -216,13 +230,25 @@ func (s *Store) Acquire(ctx context.Context, req capgate.AcquireRequest, counts 
 	if !req.NotAfter.IsZero() && t.After(req.NotAfter) {
 		return false, fmt.Errorf("acquire lanes: %w", capgate.ErrLateAcquire)
 	}
-	return s.acquire(req.Token, req.Keys, req.Limits, req.Lease, req.Force, counts, now), nil
+	return s.acquire(req.Token, req.Keys, req.Limits, req.Seats, req.Borrow, nil, req.Lease, req.Force, counts, now), nil
 }
 
-// acquire is Acquire's atomic step on a valid request. Requires s.mu held.
-func (s *Store) acquire(token string, keys []string, limits []int, lease time.Duration, force bool, counts []int, now int64) bool {
+// seat returns seats[i], or 1 when seats is empty (one seat in each lane).
+func seat(seats []int, i int) int {
+	if len(seats) == 0 {
+		return 1
+	}
+	return seats[i]
+}
+
+// acquire is Acquire's atomic step on a valid request: lane i's limit is
+// limits[i] plus what it lends the call (borrow, see capgate.Borrow; w is
+// the waitlist judging a ticket, nil for Acquire: see waitlist.lends), and
+// counts get the class keys' counts after the lanes'. Requires s.mu held.
+func (s *Store) acquire(token string, keys []string, limits, seats []int, borrow []capgate.Borrow, w *waitlist, lease time.Duration, force bool, counts []int, now int64) bool {
 	var seen [8]*lane // the lanes found, so that most calls look each up once
 	full := false
+	j := len(keys) // where the next class key's count goes
 	for i, key := range keys {
 		n := 0
 		l := s.lane(key, now)
@@ -235,7 +261,11 @@ func (s *Store) acquire(token string, keys []string, limits []int, lease time.Du
 			seen[i] = l
 		}
 		counts[i] = n
-		if n >= limits[i] {
+		limit := limits[i]
+		if len(borrow) > 0 {
+			limit = s.limit(w, limits, borrow, i, counts, &j, now)
+		}
+		if n+seat(seats, i) > limit {
 			full = true
 		}
 	}
@@ -256,9 +286,23 @@ func (s *Store) acquire(token string, keys []string, limits []int, lease time.Du
 				l = s.create(key)
 			}
 		}
-		l.put(token, exp, ttl)
+		l.put(token, seat(seats, i), exp, ttl)
 	}
 	return true
+}
+
+// limit returns lane i's limit for a call of limits and borrow: limits[i],
+// plus what the lane lends the call when it lends (w.lends), whose class
+// key's count (expired seats dropped) goes to counts[*j], j then moving on.
+// The call takes nothing in the class key. Requires s.mu held.
+func (s *Store) limit(w *waitlist, limits []int, borrow []capgate.Borrow, i int, counts []int, j *int, now int64) int {
+	if len(borrow) == 0 || borrow[i].Key == "" {
+		return limits[i]
+	}
+	c := s.count(borrow[i].Key, now)
+	counts[*j] = c
+	*j++
+	return limits[i] + w.lends(borrow[i], c)
 }
 
 // Renew implements capgate.LaneStore. It fails only when ctx is done or
@@ -287,9 +331,31 @@ func (s *Store) Renew(ctx context.Context, token string, keys []string, lease ti
 	}
 	exp, ttl := now+int64(lease), now+2*int64(lease)
 	for _, key := range keys {
-		s.lanes[key].put(token, exp, ttl)
+		l := s.lanes[key]
+		l.put(token, 1, exp, ttl)
+		// The call's other seats, up to the first missing one; an
+		// expired seat is not revived.
+		var buf [64]byte
+		for j := 2; l.seated; j++ {
+			m := seatMember(buf[:0], token, j)
+			e, ok := l.leases[string(m)]
+			if !ok {
+				break
+			}
+			if e > now {
+				l.leases[string(m)] = exp
+			}
+		}
 	}
 	return held, nil
+}
+
+// seatMember appends the member of token's seat j (j >= 2) to buf:
+// token+"#j". Looked up as string(seatMember(…)), it costs no allocation.
+func seatMember(buf []byte, token string, j int) []byte {
+	buf = append(buf, token...)
+	buf = append(buf, '#')
+	return strconv.AppendInt(buf, int64(j), 10)
 }
 
 // Release implements capgate.LaneStore. It fails only when ctx is done.
@@ -306,11 +372,20 @@ func (s *Store) Release(ctx context.Context, token string, keys []string) error 
 	return nil
 }
 
-// release removes token from keys. Requires s.mu held.
+// release removes token and the call's other seats (token#2, … up to the
+// first missing one) from keys. Requires s.mu held.
 func (s *Store) release(token string, keys []string) {
+	var buf [64]byte
 	for _, key := range keys {
 		if l := s.lanes[key]; l != nil {
 			delete(l.leases, token)
+			for j := 2; l.seated; j++ {
+				m := seatMember(buf[:0], token, j)
+				if _, ok := l.leases[string(m)]; !ok {
+					break
+				}
+				delete(l.leases, string(m))
+			}
 			if len(l.leases) == 0 {
 				s.drop(key, l)
 			}
@@ -318,8 +393,9 @@ func (s *Store) release(token string, keys []string) {
 	}
 }
 
-// Count implements capgate.LaneStore. It drops nothing. It fails only when
-// ctx is done or counts is shorter than keys.
+// Count implements capgate.LaneStore: the unexpired leases, in seats. It
+// drops nothing. It fails only when ctx is done or counts is shorter than
+// keys.
 func (s *Store) Count(ctx context.Context, keys []string, counts []int) error {
 	if err := ctx.Err(); err != nil {
 		return fmt.Errorf("count leases: %w", err)

@@ -23,9 +23,10 @@ type waitlist struct {
 	perKey  map[string]int // lane key → tickets waiting on it
 	// first is the first lane of every ticket ("" once two differ), and
 	// firstMax the largest limit any ticket has had on it (at its Join or
-	// a Pump): once that lane is full even for firstMax, no ticket can be
-	// granted. Neither shrinks as tickets leave or limits fall (the early
-	// stop stays safe, only less early).
+	// a Pump), with all it could borrow there (ticket.most): once that
+	// lane is full even for firstMax, no ticket can be granted. Neither
+	// shrinks as tickets leave or limits fall (the early stop stays safe,
+	// only less early).
 	first    string
 	mixed    bool
 	firstMax int
@@ -36,12 +37,35 @@ type ticket struct {
 	token, user string
 	keys        []string
 	limits      []int
+	seats       []int            // per lane; nil: 1 each
+	borrow      []capgate.Borrow // per lane; nil when it borrows nowhere
+	userLane    int              // 1 + the index in keys of the user's own lane; 0: none
 	start, seq  int64
 	exp, claim  int64
 }
 
 func (w *waitlist) before(a, b *ticket) bool {
 	return a.start < b.start || a.start == b.start && a.seq < b.seq
+}
+
+// lends returns the seats b lends a call when its class holds class seats
+// in the lane: b.Borrowable(class), but none while a ticket of w waits on
+// b.Key (a call of the class waits: the seats go to it first). w may be
+// nil: nobody waits (Acquire, which has no waitlist).
+func (w *waitlist) lends(b capgate.Borrow, class int) int {
+	if b.Key == "" || w != nil && w.perKey[b.Key] > 0 {
+		return 0
+	}
+	return b.Borrowable(class)
+}
+
+// most returns the largest limit t can have in its first lane: its limit
+// there, plus all the lane may lend it (firstMax).
+func (t *ticket) most() int {
+	if t.borrow == nil || t.borrow[0].Key == "" {
+		return t.limits[0]
+	}
+	return t.limits[0] + t.borrow[0].Lend
 }
 
 // list returns prefix's waitlist, making it if make is set; nil when there
@@ -101,62 +125,98 @@ func (s *Store) count(key string, now int64) int {
 	return 0
 }
 
-// pass is the grant pass over prefix's waitlist. Requires s.mu held.
-func (s *Store) pass(prefix string, now int64) {
+// pass is the grant pass over prefix's waitlist (see capgate.Waitlist).
+// It returns the seats set aside in each lane by the ticket that set some
+// aside (nil when none did), for a call that takes seats after the pass.
+// Requires s.mu held.
+func (s *Store) pass(prefix string, now int64) map[string]int {
 	w := s.list(prefix, false)
 	if w == nil {
-		return
+		return nil
 	}
 	counts := map[string]int{}
+	var aside map[string]int // lane → seats set aside; requires one ticket to set them
+	// held returns k's count in the pass: the seats held there, with those
+	// granted earlier in the pass.
+	held := func(k string) int {
+		n, ok := counts[k]
+		if !ok {
+			n = s.count(k, now)
+			counts[k] = n
+		}
+		return n
+	}
+	// used returns k's count in the pass, plus what is set aside there.
+	used := func(k string) int {
+		return held(k) + aside[k]
+	}
+	// limit returns t's limit in lane i as the pass has it: its own, plus
+	// what the lane lends it now (waitlist.lends: the class's seats as the
+	// pass has them; none while a ticket waits on the class key).
+	limit := func(t *ticket, i int) int {
+		if t.borrow == nil || t.borrow[i].Key == "" {
+			return t.limits[i]
+		}
+		return t.limits[i] + w.lends(t.borrow[i], held(t.borrow[i].Key))
+	}
 	// shut reports that the lane every ticket shares is full for all.
 	shut := func() bool {
 		if w.mixed || w.first == "" {
 			return false
 		}
-		n, ok := counts[w.first]
-		if !ok {
-			n = s.count(w.first, now)
-			counts[w.first] = n
-		}
-		return n >= w.firstMax
+		return used(w.first) >= w.firstMax
 	}
 	if shut() {
-		return
+		return nil
 	}
 	s.dropExpired(prefix, w, now)
 	if s.list(prefix, false) == nil {
-		return
+		return nil
 	}
 	for _, t := range slices.Clone(w.tickets) {
-		fits := true
+		fits, short := true, true
 		for i, k := range t.keys {
-			n, ok := counts[k]
-			if !ok {
-				n = s.count(k, now)
-				counts[k] = n
+			n, need, lim := used(k), seat(t.seats, i), limit(t, i)
+			if n+need <= lim {
+				continue
 			}
-			if n >= t.limits[i] {
-				fits = false
+			fits = false
+			if need == 1 || n >= lim || need > lim || i+1 == t.userLane {
+				short = false // blocked as a call of one seat would be, or by its own lane
 			}
 		}
 		if !fits {
+			if short && aside == nil {
+				// The first ticket short only of seats keeps what is free
+				// where it is short from the tickets after it.
+				aside = make(map[string]int, len(t.keys))
+				for i, k := range t.keys {
+					if n, lim := used(k), limit(t, i); n+seat(t.seats, i) > lim {
+						aside[k] = lim - n
+					}
+				}
+				if shut() {
+					return aside
+				}
+			}
 			continue
 		}
-		for _, k := range t.keys {
-			counts[k]++
+		for i, k := range t.keys {
+			counts[k] += seat(t.seats, i)
 			l := s.lanes[k]
 			if l == nil {
 				l = s.create(k)
 			}
-			l.put(t.token, now+t.claim, now+2*t.claim)
+			l.put(t.token, seat(t.seats, i), now+t.claim, now+2*t.claim)
 		}
 		w.v = max(w.v, t.start)
 		s.remove(prefix, w, t, true)
 		s.notify(prefix, t.token)
 		if shut() {
-			return
+			return aside
 		}
 	}
+	return aside
 }
 
 // notify wakes token's waiter, if it watches. Requires s.mu held.
@@ -170,12 +230,17 @@ func (s *Store) notify(prefix, token string) {
 }
 
 // next returns how long until the earliest lease expires among t's lanes
-// that are full for it; 0 when none is. Requires s.mu held.
-func (s *Store) next(t *ticket, now int64) time.Duration {
+// that are full for it (count + its seats > its limit there, with what
+// the lane lends it now); 0 when none is. Requires s.mu held.
+func (s *Store) next(w *waitlist, t *ticket, now int64) time.Duration {
 	soonest := int64(noTTL)
 	for i, k := range t.keys {
+		limit := t.limits[i]
+		if t.borrow != nil && t.borrow[i].Key != "" {
+			limit += w.lends(t.borrow[i], s.count(t.borrow[i].Key, now))
+		}
 		l := s.lane(k, now)
-		if l == nil || len(l.leases) < t.limits[i] {
+		if l == nil || len(l.leases)+seat(t.seats, i) <= limit {
 			continue
 		}
 		for _, exp := range l.leases {
@@ -249,12 +314,14 @@ func (s *Store) Join(ctx context.Context, t capgate.Ticket, counts []int) (capga
 	keys := t.Keys[:len(t.Keys):len(t.Keys)]
 	busy := w != nil && slices.ContainsFunc(keys, func(k string) bool { return w.perKey[k] > 0 })
 	if !busy {
-		if s.acquire(t.Token, keys, t.Limits, t.Lease, false, counts, now) {
+		if s.acquire(t.Token, keys, t.Limits, t.Seats, t.Borrow, w, t.Lease, false, counts, now) {
 			return capgate.JoinResult{Taken: true}, nil
 		}
 	} else {
+		j := len(keys)
 		for i, k := range keys {
 			counts[i] = s.count(k, now)
+			s.limit(w, t.Limits, t.Borrow, i, counts, &j, now) // the class keys' counts
 		}
 	}
 	if w != nil && t.MaxWaiting >= 1 && t.MaxPerUser >= 1 && w.perUser[t.UserID] < t.MaxPerUser {
@@ -266,22 +333,38 @@ func (s *Store) Join(ctx context.Context, t capgate.Ticket, counts []int) (capga
 		// the last), a call that fits takes nothing a waiting ticket
 		// could use: none that fits is left.
 		if busy {
-			s.pass(t.Prefix, now)
-			if s.acquire(t.Token, keys, t.Limits, t.Lease, false, counts, now) {
+			aside := s.pass(t.Prefix, now)
+			w = s.list(t.Prefix, false)
+			if s.fitsBeyond(w, t, aside, counts, now) &&
+				s.acquire(t.Token, keys, t.Limits, t.Seats, t.Borrow, w, t.Lease, false, counts, now) {
 				return capgate.JoinResult{Taken: true}, nil
 			}
 		}
 		return capgate.JoinResult{}, nil
 	}
 	w = s.list(t.Prefix, true)
-	// A user who already holds k slots in its own lane (the last key) joins
-	// k rounds on: calls taken at once, before anyone waited, count as the
-	// user's turns too.
-	start := max(w.v+int64(counts[len(keys)-1]), w.fin[t.UserID])
-	w.fin[t.UserID] = start + 1
+	// A user who already holds k seats in its own lane (Ticket.UserLane)
+	// joins k rounds on: calls taken at once, before anyone waited, count
+	// as the user's turns too. A ticket costs its largest seats value.
+	held := 0
+	if t.UserLane > 0 {
+		held = counts[t.UserLane-1]
+	}
+	cost := 1
+	for _, n := range t.Seats {
+		cost = max(cost, n)
+	}
+	start := max(w.v+int64(held), w.fin[t.UserID])
+	w.fin[t.UserID] = start + int64(cost)
 	w.seq++
 	tk := &ticket{token: t.Token, user: t.UserID, keys: slices.Clone(keys), limits: slices.Clone(t.Limits[:len(keys)]),
-		start: start, seq: w.seq, exp: now + int64(t.TicketLease), claim: int64(t.Claim)}
+		userLane: t.UserLane, start: start, seq: w.seq, exp: now + int64(t.TicketLease), claim: int64(t.Claim)}
+	if cost > 1 {
+		tk.seats = slices.Clone(t.Seats)
+	}
+	if slices.ContainsFunc(t.Borrow, func(b capgate.Borrow) bool { return b.Key != "" }) {
+		tk.borrow = slices.Clone(t.Borrow)
+	}
 	i, _ := slices.BinarySearchFunc(w.tickets, tk, func(a, b *ticket) int {
 		if w.before(a, b) {
 			return -1
@@ -295,7 +378,7 @@ func (s *Store) Join(ctx context.Context, t capgate.Ticket, counts []int) (capga
 	case w.first != keys[0]:
 		w.mixed = true
 	}
-	w.firstMax = max(w.firstMax, tk.limits[0])
+	w.firstMax = max(w.firstMax, tk.most())
 	w.byToken[tk.token] = tk
 	w.perUser[tk.user]++
 	for _, k := range tk.keys {
@@ -305,11 +388,30 @@ func (s *Store) Join(ctx context.Context, t capgate.Ticket, counts []int) (capga
 	return s.where(t, now), nil
 }
 
+// fitsBeyond reports whether t's lanes have room for its seats beyond
+// what the pass set aside (nil: nothing), with what they lend it (w as
+// after the pass), filling counts as acquire does when they don't.
+// Requires s.mu held.
+func (s *Store) fitsBeyond(w *waitlist, t capgate.Ticket, aside map[string]int, counts []int, now int64) bool {
+	if aside == nil {
+		return true
+	}
+	ok := true
+	j := len(t.Keys)
+	for i, k := range t.Keys {
+		counts[i] = s.count(k, now)
+		if counts[i]+aside[k]+seat(t.Seats, i) > s.limit(w, t.Limits, t.Borrow, i, counts, &j, now) {
+			ok = false
+		}
+	}
+	return ok
+}
+
 // where reports t's standing after a pass. Requires s.mu held.
 func (s *Store) where(t capgate.Ticket, now int64) capgate.JoinResult {
 	if w := s.list(t.Prefix, false); w != nil {
 		if tk := w.byToken[t.Token]; tk != nil {
-			return capgate.JoinResult{Queued: true, Next: s.next(tk, now)}
+			return capgate.JoinResult{Queued: true, Next: s.next(w, tk, now)}
 		}
 	}
 	if s.takeDropped(t.Prefix, t.Token, now) {
@@ -386,7 +488,7 @@ func (s *Store) Pump(ctx context.Context, t capgate.Ticket) (capgate.JoinResult,
 			if t.NewLimits {
 				// Judged by the limits in force from now on.
 				copy(tk.limits, t.Limits)
-				w.firstMax = max(w.firstMax, tk.limits[0])
+				w.firstMax = max(w.firstMax, tk.most())
 			}
 		}
 	}

@@ -8,6 +8,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/capgate/capgate"
+	"github.com/capgate/capgate/settings"
 	"github.com/capgate/capgate/status"
 )
 
@@ -23,14 +24,14 @@ const (
 // LaneReader reads the lanes' state now; capgate.Gate implements it
 // (ReadLanes: the fixed lanes and the gate's own task lane, no key scan).
 type LaneReader interface {
-	ReadLanes(ctx context.Context, cfg capgate.Config) status.Snapshot
+	ReadLanes(ctx context.Context, cfg settings.Config) status.Snapshot
 }
 
 // LocalLaneReader is a LaneReader that also reads the gateway's own local
 // lanes (capgate.Gate.ReadLocalLanes): what decides while the lane store
 // is unavailable. ok is false when there are none.
 type LocalLaneReader interface {
-	ReadLocalLanes(ctx context.Context, cfg capgate.Config) (st status.Snapshot, ok bool)
+	ReadLocalLanes(ctx context.Context, cfg settings.Config) (st status.Snapshot, ok bool)
 }
 
 // Where the lane series come from (the source label).
@@ -41,8 +42,10 @@ const (
 
 // WithLanes exports the lanes as the lane store holds them at scrape time
 // (not as some call last saw them, which stays stale once the load stops):
-// capgate_lane_in_flight{lane} and capgate_lane_limit{lane} for api_heavy,
-// es2_knn, this gateway's api_heavy_task and every tier:<tier>;
+// capgate_lane_in_flight{lane} and capgate_lane_limit{lane} for each
+// cluster lane of the policy, this gateway's task lanes and every
+// <lane>:<tier> of a lane keyed by tier (the lane label is the policy's
+// lane name);
 // capgate_lane_queued{lane}, the calls of all gateways waiting on it; and
 // capgate_wait_max_waiting, the config's wait.max_waiting. One read serves
 // every scrape for DefaultLanesMaxAge. Each series has source="store".
@@ -84,7 +87,7 @@ type laneCollector struct {
 	at     time.Time  // when st was read; requires mu held
 	st     status.Snapshot
 	source string // SourceStore, or SourceLocal when st is the local lanes
-	cfg    capgate.Config
+	cfg    settings.Config
 	failed uint64
 }
 
@@ -96,7 +99,7 @@ func (c *laneCollector) Describe(ch chan<- *prometheus.Desc) {
 
 // snapshot returns the lanes read within maxAge, reading them now if
 // there is none.
-func (c *laneCollector) snapshot() (status.Snapshot, string, capgate.Config, uint64) {
+func (c *laneCollector) snapshot() (status.Snapshot, string, settings.Config, uint64) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	now := c.now()
@@ -126,7 +129,7 @@ func (c *laneCollector) Collect(ch chan<- prometheus.Metric) {
 	st, source, cfg, failed := c.snapshot()
 	ch <- prometheus.MustNewConstMetric(descReadsFailed, prometheus.CounterValue, float64(failed))
 	ch <- prometheus.MustNewConstMetric(descMaxWaiting, prometheus.GaugeValue, float64(cfg.Wait.MaxWaiting))
-	if st.Store != status.OK || st.APIHeavy == nil || st.ES2KNN == nil {
+	if st.Store != status.OK {
 		return
 	}
 	lane := func(name string, l status.Lane) {
@@ -134,12 +137,22 @@ func (c *laneCollector) Collect(ch chan<- prometheus.Metric) {
 		ch <- prometheus.MustNewConstMetric(descLimit, prometheus.GaugeValue, float64(l.Limit), name, source)
 		ch <- prometheus.MustNewConstMetric(descQueued, prometheus.GaugeValue, float64(l.Waiting), name, source)
 	}
-	lane(string(capgate.LaneAPIHeavy), status.Lane{InFlight: st.APIHeavy.InFlight, Limit: st.APIHeavy.Limit, Waiting: st.APIHeavy.Waiting})
-	lane(string(capgate.LaneES2KNN), *st.ES2KNN)
-	for _, t := range st.Tasks { // ReadLanes: this gateway's own task only
-		lane(string(capgate.LaneTask), t)
+	// The label is the policy's lane name; a lane keyed by tier is
+	// <lane>:<tier>. Lanes keyed by the caller or a call field have no
+	// series (ReadLanes reads none of their keys).
+	for _, l := range st.Shared {
+		lane(l.Name, l.Lane)
 	}
-	for t, l := range st.Tiers {
-		lane("tier:"+t, l)
+	for _, kl := range st.Keyed {
+		switch {
+		case kl.Scope == "task":
+			for _, t := range kl.Entries { // ReadLanes: this gateway's own task only
+				lane(kl.Name, t)
+			}
+		case kl.Key == "tier":
+			for t, l := range kl.Entries {
+				lane(kl.Name+":"+t, l)
+			}
+		}
 	}
 }

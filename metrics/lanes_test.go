@@ -19,6 +19,7 @@ import (
 	"github.com/capgate/capgate/metrics"
 	"github.com/capgate/capgate/mock"
 	"github.com/capgate/capgate/redis"
+	"github.com/capgate/capgate/settings"
 )
 
 // TestLaneGaugesAreReadFromTheStore is the stale-gauge finding: a gauge
@@ -49,13 +50,13 @@ func testLaneGauges(t *testing.T, base capgate.LaneStore, prefix string) {
 		counts.Add(1)
 		return store.Base.Count(ctx, keys, c)
 	}
-	cfg := capgate.DefaultConfig(capgate.ModeShadow)
-	gate, err := capgate.NewGate(store, capgate.NewFixedConfig(cfg), nil, "task-1")
+	cfg := settings.Default(nil, settings.ModeShadow)
+	gate, err := capgate.NewGate(store, settings.NewFixed(cfg), nil, "task-1")
 	if err != nil {
 		t.Fatal(err)
 	}
 	gate.KeyPrefix = prefix
-	m, err := metrics.New(reg, metrics.WithLanes(gate, capgate.NewFixedConfig(cfg)))
+	m, err := metrics.New(reg, metrics.WithLanes(gate, settings.NewFixed(cfg)))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -64,7 +65,7 @@ func testLaneGauges(t *testing.T, base capgate.LaneStore, prefix string) {
 	gate.Observer = m
 	ctx := t.Context()
 
-	a := gate.Admit(ctx, call("pam", capgate.TierPreview))
+	a := gate.Admit(ctx, call("pam", "preview"))
 	inFlight := func(want string) {
 		t.Helper()
 		if err := testutil.GatherAndCompare(reg, strings.NewReader(want), "capgate_lane_in_flight"); err != nil {
@@ -126,7 +127,7 @@ func TestLaneGaugesAbsentWhenTheStoreFails(t *testing.T) {
 	reg := prometheus.NewPedanticRegistry()
 	store := &mock.LaneStore{Base: memory.New(nil)}
 	store.CountFn = func(context.Context, []string, []int) error { return errors.New("connection refused") }
-	cfg := capgate.NewFixedConfig(capgate.DefaultConfig(capgate.ModeShadow))
+	cfg := settings.NewFixed(settings.Default(nil, settings.ModeShadow))
 	gate, err := capgate.NewGate(store, cfg, nil, "task-1")
 	if err != nil {
 		t.Fatal(err)
@@ -153,7 +154,7 @@ func TestLaneGaugesFromTheLocalLanesWhenTheStoreFails(t *testing.T) {
 	reg := prometheus.NewPedanticRegistry()
 	store := &mock.LaneStore{Base: memory.New(nil)}
 	store.CountFn = func(context.Context, []string, []int) error { return errors.New("connection refused") }
-	cfg := capgate.NewFixedConfig(capgate.DefaultConfig(capgate.ModeShadow))
+	cfg := settings.NewFixed(settings.Default(nil, settings.ModeShadow))
 	gate, err := capgate.NewGate(store, cfg, nil, "task-1")
 	if err != nil {
 		t.Fatal(err)
@@ -186,7 +187,7 @@ capgate_lane_reads_failed_total 1
 // TestPromlint lints every metric New can export, each with a sample.
 func TestPromlint(t *testing.T) {
 	reg := prometheus.NewPedanticRegistry()
-	cfg := capgate.NewFixedConfig(capgate.DefaultConfig(capgate.ModeShadow))
+	cfg := settings.NewFixed(settings.Default(nil, settings.ModeShadow))
 	gate, err := capgate.NewGate(memory.New(nil), cfg, nil, "task-1")
 	if err != nil {
 		t.Fatal(err)
@@ -198,7 +199,7 @@ func TestPromlint(t *testing.T) {
 		t.Fatal(err)
 	}
 	gate.Observer = m
-	gate.Admit(t.Context(), call("pam", capgate.TierPreview)).Release(t.Context())
+	gate.Admit(t.Context(), call("pam", "preview")).Release(t.Context())
 	m.Request("heavy", 200)
 	m.Upstream("light", 10*time.Millisecond)
 	m.UpstreamError("connect")

@@ -18,6 +18,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/capgate/capgate"
+	"github.com/capgate/capgate/policy"
 	"github.com/capgate/capgate/status"
 )
 
@@ -32,7 +33,8 @@ var HeldBuckets = []float64{0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 120, 30
 // Gate.Observer, and OversizeBody as Classifier.Oversize. Safe for
 // concurrent use.
 type Metrics struct {
-	decisions *prometheus.CounterVec // decision, endpoint, tier
+	policy    *policy.Policy         // WithPolicy; nil: the built-in one
+	decisions *prometheus.CounterVec // decision, endpoint (the route's log name), tier
 	held      prometheus.Histogram   // seconds
 	storeErrs *prometheus.CounterVec // op
 	skipped   *prometheus.CounterVec // op
@@ -131,6 +133,13 @@ func WithRecent(r *status.Recent) Option {
 	return func(m *Metrics) { m.recent = r }
 }
 
+// WithPolicy names the policy whose routes, tiers and lanes the families
+// start with at zero (zeros). Default: the built-in policy. The label
+// values follow each call's own policy either way.
+func WithPolicy(p *policy.Policy) Option {
+	return func(m *Metrics) { m.policy = p }
+}
+
 // New returns metrics registered on reg. It returns an error if reg
 // refuses one of them (a name already registered, say).
 func New(reg prometheus.Registerer, opts ...Option) (*Metrics, error) {
@@ -200,6 +209,10 @@ var (
 // without bound); requests_total starts with code 200 of each class, its
 // other codes appear as they are answered.
 func (m *Metrics) zeros() {
+	p := m.policy
+	if p == nil {
+		p = policy.OCL()
+	}
 	for _, op := range storeOps {
 		m.storeErrs.WithLabelValues(op)
 		m.skipped.WithLabelValues(op)
@@ -211,9 +224,9 @@ func (m *Metrics) zeros() {
 		m.degraded.WithLabelValues(string(d))
 	}
 	for _, d := range append(decisionValues[:len(decisionValues):len(decisionValues)], repeatDecisions...) {
-		for _, e := range []string{capgate.EndpointMatch, capgate.EndpointRerank} {
-			for _, t := range capgate.AllTiers() {
-				m.decisions.WithLabelValues(string(d), e, string(t))
+		for _, r := range p.Routes {
+			for _, t := range p.Tiers() {
+				m.decisions.WithLabelValues(string(d), r.LogName, t)
 			}
 		}
 	}
@@ -223,12 +236,15 @@ func (m *Metrics) zeros() {
 	for _, c := range []string{"heavy", "light"} {
 		m.upstream.WithLabelValues(c)
 	}
-	lanes := []string{string(capgate.LaneAPIHeavy), string(capgate.LaneTask), string(capgate.LaneES2KNN)}
-	for _, t := range capgate.AllTiers() {
-		lanes = append(lanes, "tier:"+string(t))
-	}
-	for _, l := range lanes {
-		m.waiting.WithLabelValues(l)
+	for _, l := range p.Lanes {
+		switch {
+		case l.ByTier():
+			for _, t := range p.Tiers() {
+				m.waiting.WithLabelValues(l.Name + ":" + t)
+			}
+		case l.Scope != policy.ScopeKey:
+			m.waiting.WithLabelValues(l.Name)
+		}
 	}
 }
 
@@ -277,7 +293,7 @@ func (m *Metrics) Admitted(*capgate.Admission) {}
 // time the call held its leases.
 func (m *Metrics) Released(a *capgate.Admission) {
 	call := a.Call()
-	m.decisions.WithLabelValues(string(a.Decision()), call.Endpoint, string(call.Tier)).Inc()
+	m.decisions.WithLabelValues(string(a.Decision()), call.RouteName(), call.Tier).Inc()
 	if a.Degraded() {
 		m.degraded.WithLabelValues(string(a.Decision())).Inc()
 	}
@@ -298,21 +314,23 @@ func (m *Metrics) Released(a *capgate.Admission) {
 				lanes = append(lanes, string(l.Name))
 			}
 		}
-		m.recent.Record(string(call.Tier), string(a.Decision()), lanes, scope)
+		m.recent.Record(call.Tier, string(a.Decision()), lanes, scope)
 	}
 }
 
-// laneLabel names a lane for the lane label: api_heavy, api_heavy_task,
-// es2_knn, or tier:<tier>; "" for the user lane (one series per user would
-// grow without bound).
+// laneLabel names a lane for the lane label: a cluster or task lane by its
+// name, a lane keyed by tier as
+// <lane>:<tier> (OCL: tier:preview); "" for a lane keyed by the caller or
+// by a call field (one series per user, or per value a client sends,
+// would grow without bound).
 func laneLabel(l capgate.Lane, call capgate.Call) string {
-	switch l.Name {
-	case capgate.LaneUser:
-		return ""
-	case capgate.LaneTier:
-		return "tier:" + string(call.Tier)
+	switch {
+	case l.Spec == nil || l.Spec.Scope != policy.ScopeKey:
+		return string(l.Name)
+	case l.Spec.ByTier():
+		return string(l.Name) + ":" + call.Tier
 	}
-	return string(l.Name)
+	return ""
 }
 
 // WaitStarted implements capgate.WaitObserver: the call counts as waiting

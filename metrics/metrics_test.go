@@ -18,9 +18,11 @@ import (
 	"github.com/capgate/capgate"
 	capgatehttp "github.com/capgate/capgate/http"
 	"github.com/capgate/capgate/identity"
+	"github.com/capgate/capgate/lanetest"
 	"github.com/capgate/capgate/memory"
 	"github.com/capgate/capgate/metrics"
 	"github.com/capgate/capgate/mock"
+	"github.com/capgate/capgate/settings"
 
 	dto "github.com/prometheus/client_model/go"
 )
@@ -84,8 +86,8 @@ capgate_upstream_errors_total{kind="timeout"} 0
 	}
 }
 
-func call(user string, tier capgate.Tier) capgate.Call {
-	return capgate.Call{Endpoint: capgate.EndpointMatch, Rows: 2, Semantic: true, UserID: user, Tier: tier}
+func call(user string, tier string) capgate.Call {
+	return lanetest.OCLCall("match", 2, true, false, user, tier)
 }
 
 func TestObserver(t *testing.T) {
@@ -98,20 +100,20 @@ func TestObserver(t *testing.T) {
 	}
 	failing := errors.New("connection refused")
 	store := &mock.LaneStore{Base: memory.New(nil)}
-	gate, err := capgate.NewGate(store, capgate.NewFixedConfig(capgate.DefaultConfig(capgate.ModeShadow)), nil, "task-1")
+	gate, err := capgate.NewGate(store, settings.NewFixed(settings.Default(nil, settings.ModeShadow)), nil, "task-1")
 	if err != nil {
 		t.Fatal(err)
 	}
 	gate.Observer = m
 	ctx := t.Context()
 
-	a1 := gate.Admit(ctx, call("pam", capgate.TierPreview))
-	a2 := gate.Admit(ctx, call("pam", capgate.TierPreview))
+	a1 := gate.Admit(ctx, call("pam", "preview"))
+	a2 := gate.Admit(ctx, call("pam", "preview"))
 	a2.Release(ctx)
 	a1.Release(ctx)
 	store.AcquireFn = func(context.Context, capgate.AcquireRequest, []int) (bool, error) { return false, failing }
-	gate.Admit(ctx, call("cora", capgate.TierCore)).Release(ctx) // fails: opens the skip window
-	gate.Admit(ctx, call("cora", capgate.TierCore)).Release(ctx) // skipped
+	gate.Admit(ctx, call("cora", "core")).Release(ctx) // fails: opens the skip window
+	gate.Admit(ctx, call("cora", "core")).Release(ctx) // skipped
 	m.OversizeBody()
 
 	want := `
@@ -165,7 +167,7 @@ func TestMetricsThroughTheGateway(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	gate, err := capgate.NewGate(memory.New(nil), capgate.NewFixedConfig(capgate.DefaultConfig(capgate.ModeShadow)), nil, "task-1")
+	gate, err := capgate.NewGate(memory.New(nil), settings.NewFixed(settings.Default(nil, settings.ModeShadow)), nil, "task-1")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -241,13 +243,13 @@ func TestDegradedDecisionsCounted(t *testing.T) {
 	store.AcquireFn = func(context.Context, capgate.AcquireRequest, []int) (bool, error) {
 		return false, errors.New("connection refused")
 	}
-	gate, err := capgate.NewGate(store, capgate.NewFixedConfig(capgate.DefaultConfig(capgate.ModeShadow)), nil, "task-1")
+	gate, err := capgate.NewGate(store, settings.NewFixed(settings.Default(nil, settings.ModeShadow)), nil, "task-1")
 	if err != nil {
 		t.Fatal(err)
 	}
 	gate.Local, gate.Observer = memory.New(nil), m
 	ctx := t.Context()
-	gate.Admit(ctx, call("pam", capgate.TierPreview)).Release(ctx)
+	gate.Admit(ctx, call("pam", "preview")).Release(ctx)
 	want := `
 # HELP capgate_degraded_decisions_total Gated calls decided by this gateway's local lanes while the lane store was unavailable, by decision.
 # TYPE capgate_degraded_decisions_total counter

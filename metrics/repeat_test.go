@@ -11,6 +11,7 @@ import (
 	"github.com/capgate/capgate"
 	"github.com/capgate/capgate/memory"
 	"github.com/capgate/capgate/metrics"
+	"github.com/capgate/capgate/settings"
 )
 
 // A repeat is counted by its decision, joined or replayed.
@@ -20,9 +21,9 @@ func TestRepeatsCounted(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	cfg := capgate.DefaultConfig(capgate.ModeShadow)
-	cfg.Idempotency.Mode = capgate.IdempotencyKey
-	gate, err := capgate.NewGate(memory.New(nil), capgate.NewFixedConfig(cfg), nil, "task-1")
+	cfg := settings.Default(nil, settings.ModeShadow)
+	cfg.Idempotency.Mode = settings.IdempotencyKey
+	gate, err := capgate.NewGate(memory.New(nil), settings.NewFixed(cfg), nil, "task-1")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -38,7 +39,7 @@ func TestRepeatsCounted(t *testing.T) {
 	if err != nil || rp.Outcome != capgate.RepeatReplayed {
 		t.Fatalf("repeat = %+v, %v", rp, err)
 	}
-	gate.Repeated(ctx, call("pam", capgate.TierPreview), rp, nil).Release(ctx)
+	gate.Repeated(ctx, call("pam", "preview"), rp, nil).Release(ctx)
 	// Every series starts at 0 (zeros): the replayed one alone is 1.
 	fams, err := reg.Gather()
 	if err != nil {

@@ -12,6 +12,7 @@ import (
 	"github.com/capgate/capgate"
 	"github.com/capgate/capgate/memory"
 	"github.com/capgate/capgate/metrics"
+	"github.com/capgate/capgate/settings"
 )
 
 // TestWaiting: a call that waits shows in capgate_lane_waiting while it
@@ -23,16 +24,16 @@ func TestWaiting(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		cfg := capgate.DefaultConfig(capgate.ModeEnforce)
-		cfg.EnforceFor = capgate.EnforceAll
-		gate, err := capgate.NewGate(memory.New(nil), capgate.NewFixedConfig(cfg), nil, "task-1")
+		cfg := settings.Default(nil, settings.ModeEnforce)
+		cfg.EnforceFor = settings.EnforceAll
+		gate, err := capgate.NewGate(memory.New(nil), settings.NewFixed(cfg), nil, "task-1")
 		if err != nil {
 			t.Fatal(err)
 		}
 		gate.Observer = m
-		first := gate.Admit(t.Context(), call("pam", capgate.TierPreview))
+		first := gate.Admit(t.Context(), call("pam", "preview"))
 		done := make(chan *capgate.Admission)
-		go func() { done <- gate.Admit(t.Context(), call("pam", capgate.TierPreview)) }()
+		go func() { done <- gate.Admit(t.Context(), call("pam", "preview")) }()
 		synctest.Wait()
 		if got := testutil.ToFloat64(m.WaitingGauge("api_heavy")); got != 1 {
 			t.Errorf("capgate_lane_waiting{lane=api_heavy} while waiting = %v, want 1", got)

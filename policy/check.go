@@ -12,18 +12,45 @@ import (
 func (d *decoder) check(p *Policy) {
 	routeNames := d.checkRoutes(p)
 	tiers := p.Identity.tierNames()
+	p.tiers = tiers
 	d.checkClasses(p, routeNames)
 	d.checkLanes(p, routeNames, tiers)
+	if len(p.Lanes) > MaxLanes {
+		d.at(p.Lanes[MaxLanes].line, fmt.Sprintf("lanes[%d]", MaxLanes), "at most %d lanes, got %d", MaxLanes, len(p.Lanes))
+	}
 	taken := map[string]bool{}
-	for _, l := range p.Lanes {
-		for _, r := range l.Routes {
-			taken[r] = true
+	for i, l := range p.Lanes {
+		l.index = i
+		for _, rn := range l.Routes {
+			taken[rn] = true
+			if r := p.Route(rn); r != nil && i < 64 {
+				r.lanes |= 1 << i
+			}
 		}
 	}
+	for _, c := range p.Classes {
+		for _, rn := range c.Routes {
+			if r := p.Route(rn); r != nil && r.index < 64 {
+				c.routes |= 1 << r.index
+			}
+		}
+	}
+	d.checkNames(p)
 	for i, r := range p.Routes {
 		if r.Name != "" && !taken[r.Name] {
 			d.errs = append(d.errs, &Error{File: d.file, Line: r.line, Field: fmt.Sprintf("routes[%d]", i),
 				Msg: fmt.Sprintf("route %q takes no lane: its calls would be counted nowhere", r.Name)})
+			continue
+		}
+		always := false
+		for _, l := range p.Lanes {
+			if l.Takes(r) && l.OnlyIf == "" {
+				always = true
+			}
+		}
+		if r.Name != "" && !always {
+			d.errs = append(d.errs, &Error{File: d.file, Line: r.line, Field: fmt.Sprintf("routes[%d]", i),
+				Msg: fmt.Sprintf("every lane of route %q has only_if: a call none of them takes would be counted nowhere", r.Name)})
 		}
 	}
 }
@@ -86,6 +113,17 @@ func (d *decoder) checkRoutes(p *Policy) []string {
 				if f.seg < 0 || f.Source == "" {
 					d.at(r.lineOf("fields"), sub, "the path has no segment {%s}", f.Source)
 				}
+			}
+		}
+		r.units = -1
+		if r.Units != "" {
+			switch j := r.Field(r.Units); {
+			case j < 0:
+				d.at(r.lineOf("units"), field+".units", "%s", suggest("field", r.Units, fieldNames))
+			case r.Fields[j].Kind.Type() != TypeInt:
+				d.at(r.lineOf("units"), field+".units", "field %q is %s; units count an int field", r.Units, r.Fields[j].Kind.Type().article())
+			default:
+				r.units = j
 			}
 		}
 		if len(r.bodyKeys) > maxBodyKeys {
@@ -193,6 +231,14 @@ func (d *decoder) checkLanes(p *Policy, routes, tiers []string) {
 			d.at(line, field, "config key %q is already lane %q's", key, other)
 			return
 		}
+		// One key can't be a number and hold others: "lanes.x" and
+		// "lanes.x.reserve" would make lanes.x both.
+		for k, other := range configs {
+			if strings.HasPrefix(key, k+".") || strings.HasPrefix(k, key+".") {
+				d.at(line, field, "config key %q and lane %q's %q can't both be numbers: one is inside the other", key, other, k)
+				return
+			}
+		}
 		configs[key] = lane
 	}
 	var classes []string
@@ -267,6 +313,84 @@ func (d *decoder) checkLanes(p *Policy, routes, tiers []string) {
 				d.at(r.lineOf("seats"), fmt.Sprintf("routes[%d].seats.%s", i, lane), "lane %q does not take route %q", lane, r.Name)
 			}
 		}
+	}
+}
+
+// MaxLanes is the most lanes a policy has: a call's lanes are a small set.
+const MaxLanes = 16
+
+// fixedLogKeys are the log line's own keys, which no name of the policy
+// may take.
+var fixedLogKeys = []string{"event", "decision", "mode", "enforced", "tier", "user_id", "scope", "full",
+	"suggested", "retry_after", "held_ms", "queue_ms", "wait_ms", "lease_lost", "error", "degraded",
+	"dedup_of", "dedup_error", "resumed", "task", "request_source", "cid", "ts", "seats", "log_dropped"}
+
+// fixedStatusKeys are the status JSON's own keys.
+var fixedStatusKeys = []string{"mode", "enforce_for", "redis", "lanes", "idempotency", "binding",
+	"decisions", "adaptive", "lanes_health"}
+
+// checkNames checks that the names the log line and the status JSON are
+// written with are each used once, and that a field two routes share has
+// one type (the log line, the decision service and the lanes read it by
+// name).
+func (d *decoder) checkNames(p *Policy) {
+	used := map[string]string{}
+	for _, k := range fixedLogKeys {
+		used[k] = "the log line's own"
+	}
+	take := func(line int, field, key, what string) {
+		if key == "" {
+			return
+		}
+		if other, ok := used[key]; ok {
+			d.at(line, field, "log key %q is %s", key, other)
+			return
+		}
+		used[key] = what
+	}
+	take(0, "names.log_route_key", p.Names.LogRouteKey, "the route's")
+	types := map[string]Type{}
+	for i, r := range p.Routes {
+		for _, f := range r.Fields {
+			t := f.Kind.Type()
+			if have, ok := types[f.Name]; ok {
+				if have != t {
+					d.at(r.lineOf("fields"), fmt.Sprintf("routes[%d].fields.%s", i, f.Name), "field %q is %s in another route: a field name has one type", f.Name, have.article())
+				}
+				continue
+			}
+			types[f.Name] = t
+			p.fields = append(p.fields, FieldInfo{Name: f.Name, Type: t})
+			take(r.lineOf("fields"), fmt.Sprintf("routes[%d].fields.%s", i, f.Name), f.Name, fmt.Sprintf("field %q", f.Name))
+		}
+	}
+	for _, r := range p.Routes {
+		r.fieldOf = make([]int, len(p.fields))
+		for i, fi := range p.fields {
+			r.fieldOf[i] = r.Field(fi.Name)
+		}
+	}
+	for i, c := range p.Classes {
+		take(c.line, fmt.Sprintf("classes[%d].name", i), c.Name, fmt.Sprintf("class %q", c.Name))
+	}
+	for i, l := range p.Lanes {
+		f := fmt.Sprintf("lanes[%d].log", i)
+		take(l.lineOf("log"), f+".in_flight", l.Log.InFlight, fmt.Sprintf("lane %q's", l.Name))
+		take(l.lineOf("log"), f+".limit", l.Log.Limit, fmt.Sprintf("lane %q's", l.Name))
+	}
+	for i, k := range p.Names.MetadataLog {
+		take(0, fmt.Sprintf("names.client_metadata.log[%d].key", i), k.Key, "a metadata key's")
+	}
+	status := map[string]string{}
+	for _, k := range fixedStatusKeys {
+		status[k] = "the status's own"
+	}
+	for i, l := range p.Lanes {
+		if other, ok := status[l.Status]; ok {
+			d.at(l.lineOf("status"), fmt.Sprintf("lanes[%d].status", i), "status key %q is %s", l.Status, other)
+			continue
+		}
+		status[l.Status] = fmt.Sprintf("lane %q's", l.Name)
 	}
 }
 

@@ -12,15 +12,21 @@ import (
 
 func (d *decoder) identity(n *yaml.Node, field string) Identity {
 	var id Identity
-	m := d.mapping(n, field, "resolver", "scheme", "tiers", "default_tier")
+	m := d.mapping(n, field, "resolver", "scheme", "tiers", "default_tier", "jwt")
 	d.required(n, field, m, "resolver", "scheme", "default_tier")
 	if e, ok := m["resolver"]; ok {
 		id.Resolver = d.str(e.val, field+".resolver")
-		if id.Resolver == "jwt" {
-			d.errorf(e.val, field+".resolver", "the jwt resolver is not in this release (valid: %s)", strings.Join(Resolvers, ", "))
-		} else if id.Resolver != "" && !contains(Resolvers, id.Resolver) {
+		if id.Resolver != "" && !contains(Resolvers, id.Resolver) {
 			d.errorf(e.val, field+".resolver", "%s", suggest("resolver", id.Resolver, Resolvers))
 		}
+	}
+	if e, ok := m["jwt"]; ok {
+		id.JWT = d.jwt(e.val, field+".jwt")
+		if id.Resolver != "" && id.Resolver != "jwt" {
+			d.errorf(e.key, field+".jwt", "only the jwt resolver reads it (the resolver is %q)", id.Resolver)
+		}
+	} else if id.Resolver == "jwt" {
+		d.errorf(n, field+".jwt", "missing: the jwt resolver needs the issuer and audience")
 	}
 	if e, ok := m["scheme"]; ok {
 		id.Scheme = d.str(e.val, field+".scheme")
@@ -55,6 +61,25 @@ func (d *decoder) identity(n *yaml.Node, field string) Identity {
 	return id
 }
 
+func (d *decoder) jwt(n *yaml.Node, field string) *JWT {
+	j := &JWT{UserClaim: "sub", GroupsClaim: "groups"}
+	m := d.mapping(n, field, "issuer", "audience", "user_claim", "groups_claim", "staff_claim")
+	d.required(n, field, m, "issuer", "audience")
+	for _, f := range []struct {
+		key string
+		dst *string
+	}{{"issuer", &j.Issuer}, {"audience", &j.Audience}, {"user_claim", &j.UserClaim},
+		{"groups_claim", &j.GroupsClaim}, {"staff_claim", &j.StaffClaim}} {
+		if e, ok := m[f.key]; ok {
+			*f.dst = d.str(e.val, field+"."+f.key)
+			if *f.dst == "" {
+				d.errorf(e.val, field+"."+f.key, "empty")
+			}
+		}
+	}
+	return j
+}
+
 func (d *decoder) tier(n *yaml.Node, field string) string {
 	t := d.str(n, field)
 	if t != "" && !nameRE.MatchString(t) {
@@ -65,7 +90,7 @@ func (d *decoder) tier(n *yaml.Node, field string) string {
 
 func (d *decoder) lane(n *yaml.Node, field string) *Lane {
 	l := &Lane{line: n.Line}
-	m := d.mapping(n, field, "name", "scope", "key", "routes", "only_if", "limit", "config", "reserve", "headers")
+	m := d.mapping(n, field, "name", "scope", "key", "routes", "only_if", "limit", "config", "reserve", "headers", "log", "status")
 	l.lines = lines(m)
 	d.required(n, field, m, "name", "scope", "routes", "limit")
 	if e, ok := m["name"]; ok {
@@ -120,9 +145,9 @@ func (d *decoder) lane(n *yaml.Node, field string) *Lane {
 	}
 	if e, ok := m["reserve"]; ok {
 		sub := field + ".reserve"
-		rm := d.mapping(e.val, sub, "class", "value", "config")
+		rm := d.mapping(e.val, sub, "class", "value", "config", "lend")
 		d.required(e.val, sub, rm, "class", "value")
-		r := &Reserve{Config: "lanes." + l.Name + ".reserve"}
+		r := &Reserve{Config: "reserves." + l.Name}
 		if ce, ok := rm["class"]; ok {
 			r.Class = d.str(ce.val, sub+".class")
 		}
@@ -131,6 +156,11 @@ func (d *decoder) lane(n *yaml.Node, field string) *Lane {
 		}
 		if ke, ok := rm["config"]; ok {
 			r.Config = d.configKey(ke.val, sub+".config")
+		}
+		if le, ok := rm["lend"]; ok {
+			if r.Lend = d.int(le.val, sub+".lend"); r.Lend > r.Value {
+				d.errorf(le.val, sub+".lend", "lend %d is more than the reserve %d: a lane lends only the seats it reserves", r.Lend, r.Value)
+			}
 		}
 		l.Reserve = r
 	}
@@ -147,7 +177,32 @@ func (d *decoder) lane(n *yaml.Node, field string) *Lane {
 		}
 		l.Headers = h
 	}
+	l.Log = LaneLog{InFlight: l.Name + "_in_flight", Limit: l.Name + "_limit"}
+	if e, ok := m["log"]; ok {
+		sub := field + ".log"
+		lm := d.mapping(e.val, sub, "in_flight", "limit")
+		d.required(e.val, sub, lm, "in_flight", "limit")
+		if le, ok := lm["in_flight"]; ok {
+			l.Log.InFlight = d.logKey(le.val, sub+".in_flight")
+		}
+		if le, ok := lm["limit"]; ok {
+			l.Log.Limit = d.logKey(le.val, sub+".limit")
+		}
+	}
+	l.Status = l.Name
+	if e, ok := m["status"]; ok {
+		l.Status = d.logKey(e.val, field+".status")
+	}
 	return l
+}
+
+// logKey checks a key of the log line or of the status JSON.
+func (d *decoder) logKey(n *yaml.Node, field string) string {
+	s := d.str(n, field)
+	if s != "" && !nameRE.MatchString(s) {
+		d.errorf(n, field, "%q: a key is lower case letters, digits and _", s)
+	}
+	return s
 }
 
 var configRE = regexp.MustCompile(`^[a-z][a-z0-9_]*(\.[a-z][a-z0-9_]*)*$`)
@@ -173,10 +228,22 @@ func (d *decoder) token(n *yaml.Node, field string) string {
 	return s
 }
 
+var keyPrefixRE = regexp.MustCompile(`^[A-Za-z0-9_.-]+(:[A-Za-z0-9_.-]+)*$`)
+
 func (d *decoder) names(n *yaml.Node, field string) Names {
-	var nm Names
-	m := d.mapping(n, field, "header_prefix", "ratelimit", "refusal", "log_event", "client_metadata", "request_source_header")
+	nm := Names{KeyPrefix: DefaultKeyPrefix, LogRouteKey: DefaultLogRouteKey}
+	m := d.mapping(n, field, "header_prefix", "ratelimit", "refusal", "log_event", "client_metadata",
+		"request_source_header", "key_prefix", "log_route_key")
 	d.required(n, field, m, "header_prefix", "refusal", "log_event")
+	if e, ok := m["key_prefix"]; ok {
+		nm.KeyPrefix = d.str(e.val, field+".key_prefix")
+		if !keyPrefixRE.MatchString(nm.KeyPrefix) {
+			d.errorf(e.val, field+".key_prefix", "%q: a key prefix is letters, digits and _ . -, parts joined by \":\"", nm.KeyPrefix)
+		}
+	}
+	if e, ok := m["log_route_key"]; ok {
+		nm.LogRouteKey = d.logKey(e.val, field+".log_route_key")
+	}
 	if e, ok := m["header_prefix"]; ok {
 		nm.HeaderPrefix = d.token(e.val, field+".header_prefix")
 		if nm.HeaderPrefix == "" {
@@ -208,8 +275,28 @@ func (d *decoder) names(n *yaml.Node, field string) Names {
 	}
 	if e, ok := m["client_metadata"]; ok {
 		sub := field + ".client_metadata"
-		cm := d.mapping(e.val, sub, "header", "aware_field")
+		cm := d.mapping(e.val, sub, "header", "aware_field", "log")
 		d.required(e.val, sub, cm, "header", "aware_field")
+		if le, ok := cm["log"]; ok {
+			for i, kn := range d.seq(le.val, sub+".log") {
+				ks := fmt.Sprintf("%s.log[%d]", sub, i)
+				km := d.mapping(kn, ks, "key", "max_chars")
+				d.required(kn, ks, km, "key", "max_chars")
+				var k MetadataKey
+				if ke, ok := km["key"]; ok {
+					k.Key = d.logKey(ke.val, ks+".key")
+				}
+				if ke, ok := km["max_chars"]; ok {
+					if k.MaxChars = d.int(ke.val, ks+".max_chars"); k.MaxChars < 1 || k.MaxChars > 1000 {
+						d.errorf(ke.val, ks+".max_chars", "want 1 to 1000, got %d", k.MaxChars)
+					}
+				}
+				nm.MetadataLog = append(nm.MetadataLog, k)
+			}
+			if len(nm.MetadataLog) > MaxMetadataLog {
+				d.errorf(le.val, sub+".log", "at most %d keys, got %d", MaxMetadataLog, len(nm.MetadataLog))
+			}
+		}
 		if he, ok := cm["header"]; ok {
 			nm.MetadataHeader = d.token(he.val, sub+".header")
 		}

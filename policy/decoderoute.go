@@ -16,11 +16,18 @@ var methodRE = regexp.MustCompile(`^[A-Z]+$`)
 
 func (d *decoder) route(n *yaml.Node, field string) *Route {
 	r := &Route{line: n.Line, Seats: map[string]Seats{}}
-	m := d.mapping(n, field, "name", "method", "path", "when", "fields", "seats")
+	m := d.mapping(n, field, "name", "log_name", "method", "path", "when", "fields", "seats", "units")
 	r.lines = lines(m)
 	d.required(n, field, m, "name", "method", "path")
 	if e, ok := m["name"]; ok {
 		r.Name = d.str(e.val, field+".name")
+	}
+	r.LogName = r.Name
+	if e, ok := m["log_name"]; ok {
+		r.LogName = d.str(e.val, field+".log_name")
+		if r.LogName == "" {
+			d.errorf(e.val, field+".log_name", "empty")
+		}
 	}
 	if e, ok := m["method"]; ok {
 		r.Method = d.str(e.val, field+".method")
@@ -43,6 +50,9 @@ func (d *decoder) route(n *yaml.Node, field string) *Route {
 		if len(r.Fields) > MaxFields {
 			d.errorf(e.val, field+".fields", "at most %d fields, got %d", MaxFields, len(r.Fields))
 		}
+	}
+	if e, ok := m["units"]; ok {
+		r.Units = d.str(e.val, field+".units")
 	}
 	if e, ok := m["seats"]; ok {
 		for _, se := range d.pairs(e.val, field+".seats") {

@@ -365,3 +365,87 @@ func segmentAt(path string, i int) string {
 	s, _, _ := strings.Cut(rest, "/")
 	return s
 }
+
+// Detach makes f independent of the request's body: each body string is
+// decoded now (that allocates), so f can be kept once the request is gone
+// (in a call's log line).
+func (f *Fields) Detach() {
+	f.body = nil
+	for i := range f.vals {
+		if v := &f.vals[i]; v.lit != nil {
+			v.s, v.lit = decodeString(v.lit), nil
+		}
+	}
+}
+
+// NewFields returns empty fields of a call of r, to be set one by one
+// (SetBool, SetInt, SetString): a call the decision service is told of
+// rather than one the gateway read. Every field starts at its zero value.
+func NewFields(r *Route) Fields {
+	return Fields{route: r, bodyKnown: true}
+}
+
+// SetBool sets bool field i; false if it is no bool field of the route.
+func (f *Fields) SetBool(i int, b bool) bool {
+	if !f.is(i, TypeBool) {
+		return false
+	}
+	f.vals[i].b = b
+	return true
+}
+
+// SetInt sets int field i; false if it is no int field of the route.
+func (f *Fields) SetInt(i, n int) bool {
+	if !f.is(i, TypeInt) {
+		return false
+	}
+	f.vals[i].n = n
+	return true
+}
+
+// SetString sets string field i; false if it is no string field of the
+// route.
+func (f *Fields) SetString(i int, s string) bool {
+	if !f.is(i, TypeString) {
+		return false
+	}
+	f.vals[i].s, f.vals[i].lit = s, nil
+	return true
+}
+
+func (f *Fields) is(i int, t Type) bool {
+	return f.route != nil && i >= 0 && i < len(f.route.Fields) && f.route.Fields[i].Kind.Type() == t
+}
+
+// ReadsBody reports whether a route that may match req by its method,
+// path, query and headers (MayMatch) reads the body: whether the gateway
+// must buffer it to evaluate req.
+func (e *Evaluator) ReadsBody(req *Request) bool {
+	path, ok := strings.CutPrefix(req.Path, e.prefix)
+	if !ok {
+		return false
+	}
+	bv := bodyView{any: true}
+	for _, r := range e.p.Routes {
+		if len(r.bodyKeys) > 0 && r.Method == req.Method && matchPath(&r.Path, path) && r.holds(req, &bv) {
+			return true
+		}
+	}
+	return false
+}
+
+// RoutePath reports whether path (decoded) is a route's path, whatever
+// the method, query, headers and body: where the gateway never lets a
+// request upgrade its connection.
+func (e *Evaluator) RoutePath(path string) bool {
+	path, ok := strings.CutPrefix(path, e.prefix)
+	if !ok {
+		return false
+	}
+	for _, r := range e.p.Routes {
+		if matchPath(&r.Path, path) {
+			return true
+		}
+	}
+	return false
+}

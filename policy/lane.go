@@ -1,18 +1,34 @@
 package policy
 
+import "github.com/capgate/capgate/header"
+
 // The caller side of a policy (identity and tiers), its lanes and its
 // names.
 
 // Identity says who a caller is and their tier.
 type Identity struct {
-	Resolver string // upstream, header or tokens
+	Resolver string // upstream, header, tokens or jwt
 	Scheme   string // the Authorization scheme: Token or Bearer
 	Tiers    []TierRule
 	Default  string // the tier when no rule holds
+	// JWT holds what the jwt resolver checks and reads; nil for another
+	// resolver. The key set is a deployment's (--jwks), not the policy's.
+	JWT *JWT
+}
+
+// JWT is the jwt resolver's part of a policy: the issuer and audience
+// every token must carry, and the claims naming the user, their groups and
+// (optionally) staff.
+type JWT struct {
+	Issuer      string
+	Audience    string
+	UserClaim   string // default "sub"
+	GroupsClaim string // default "groups"
+	StaffClaim  string // "": nobody is staff by token
 }
 
 // Resolvers are the identity resolvers a policy may name.
-var Resolvers = []string{"upstream", "header", "tokens"}
+var Resolvers = []string{"upstream", "header", "tokens", "jwt"}
 
 // TierRule gives Tier to a caller who is staff (Staff) or in one of Groups.
 type TierRule struct {
@@ -88,7 +104,7 @@ type Lane struct {
 	Key    string   // ScopeKey: "user", "tier" or a field every route of the lane extracts
 	Routes []string // the routes that take it
 	// OnlyIf, if set, is a bool field: a call of one of Routes takes the
-	// lane only when it is true (OCL's es2_knn: semantic calls).
+	// lane only when it is true (the built-in policy's kNN lane: semantic calls).
 	OnlyIf string
 	Limit  Limit
 	// Reserve, if set, holds part of the limit for one class of calls:
@@ -97,7 +113,13 @@ type Lane struct {
 	// Headers, if set, are the response headers (after the names' prefix)
 	// that carry the lane's limit and count.
 	Headers *LaneHeaders
+	// Log names the log line's fields of the lane's count and limit:
+	// default <name>_in_flight and <name>_limit.
+	Log LaneLog
+	// Status is the key of the lane in the status JSON: default its name.
+	Status string
 
+	index int
 	line  int
 	lines map[string]int // the line of each of its fields, for messages
 }
@@ -110,6 +132,9 @@ func (l *Lane) lineOf(key string) int {
 	return l.line
 }
 
+// Index returns the lane's position in the policy (its plan order).
+func (l *Lane) Index() int { return l.index }
+
 // Takes reports whether calls of r may take the lane (OnlyIf aside).
 func (l *Lane) Takes(r *Route) bool {
 	for _, n := range l.Routes {
@@ -120,9 +145,25 @@ func (l *Lane) Takes(r *Route) bool {
 	return false
 }
 
+// ByUser reports whether the lane counts each caller apart (scope key,
+// keyed by user): the caller's own lane.
+func (l *Lane) ByUser() bool { return l.Scope == ScopeKey && l.Key == KeyUser }
+
+// ByTier reports whether the lane counts each tier apart.
+func (l *Lane) ByTier() bool { return l.Scope == ScopeKey && l.Key == KeyTier }
+
+// ByField reports whether the lane counts each value of a call field
+// apart (a model, a tenant).
+func (l *Lane) ByField() bool { return l.Scope == ScopeKey && !l.ByUser() && !l.ByTier() }
+
+// Shared reports whether one count of the lane is shared by every caller
+// and has one limit: a cluster or task lane with a single limit. Only such
+// a lane may have an adaptive limit.
+func (l *Lane) Shared() bool { return l.Scope != ScopeKey && l.Limit.PerTier == nil }
+
 // TakesCall reports whether a call of r with fields f takes the lane.
 func (l *Lane) TakesCall(r *Route, f *Fields) bool {
-	if !l.Takes(r) {
+	if r == nil || !r.TakesLane(l.index) {
 		return false
 	}
 	if l.OnlyIf == "" {
@@ -153,11 +194,20 @@ func (l Limit) ConfigKeys(tiers []string) []string {
 }
 
 // Reserve holds Value of a lane's limit for calls of Class; its number
-// lives at Config.
+// lives at Config. Lend of those seats, while the class leaves them idle,
+// may be borrowed by the lane's other calls (default 0: none; staff change
+// it at runtime, the config's optional "lending.<lane>").
 type Reserve struct {
 	Class  string
 	Value  int
 	Config string
+	Lend   int
+}
+
+// LaneLog names the log line's fields of a lane.
+type LaneLog struct {
+	InFlight string
+	Limit    string
 }
 
 // LaneHeaders name the headers of a lane's limit and in-flight count, each
@@ -169,8 +219,9 @@ type LaneHeaders struct {
 
 // Names are what capgate calls things on the wire and in its logs.
 type Names struct {
-	// HeaderPrefix starts every capacity header: "X-OCL-Capacity-" for OCL,
-	// "Capgate-" for a generic policy.
+	// HeaderPrefix starts every capacity header: "Capgate-" for a policy
+	// written for capgate (the built-in policy keeps the prefix it has
+	// always sent).
 	HeaderPrefix string
 	// RateLimit sends the IETF RateLimit and RateLimit-Policy fields.
 	RateLimit bool
@@ -185,6 +236,39 @@ type Names struct {
 	// AwareField its key that says the client handles refusals.
 	MetadataHeader string
 	AwareField     string
+	// MetadataLog are the keys of the client metadata the log line keeps,
+	// in its order, each cut to its MaxChars.
+	MetadataLog []MetadataKey
 	// RequestSourceHeader names where the call came from, for the log line.
 	RequestSourceHeader string
+	// KeyPrefix starts every key capgate keeps in its lane store: OCL
+	// "ocl:capacity"; default "capgate".
+	KeyPrefix string
+	// LogRouteKey is the log line's key of the route's LogName: OCL
+	// "endpoint"; default "route".
+	LogRouteKey string
+}
+
+// MaxMetadataLog is the most client-metadata keys the log line keeps.
+const MaxMetadataLog = 4
+
+// MetadataKey is one key of the client metadata the log line keeps.
+type MetadataKey struct {
+	Key      string
+	MaxChars int
+}
+
+// The defaults of the names a policy may leave out.
+const (
+	DefaultKeyPrefix   = "capgate"
+	DefaultLogRouteKey = "route"
+)
+
+// Header returns the names as a client reads them (package header): the
+// capacity headers under HeaderPrefix, the client-metadata header and its
+// aware field, the request-source header and the refusal's error code.
+func (n Names) Header() header.Names {
+	h := header.NewNames(n.HeaderPrefix, n.MetadataHeader, n.AwareField, n.RequestSourceHeader)
+	h.RefusalCode = n.RefusalCode
+	return h
 }

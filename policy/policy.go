@@ -17,6 +17,8 @@ type Policy struct {
 	Names    Names
 
 	source []byte
+	fields []FieldInfo // Fields
+	tiers  []string    // Tiers
 }
 
 // Source returns the YAML the policy was parsed from.
@@ -74,7 +76,7 @@ func (p *Policy) HeadersRead() []string {
 }
 
 // Tiers returns the policy's tiers in rule order, the default last.
-func (p *Policy) Tiers() []string { return p.Identity.tierNames() }
+func (p *Policy) Tiers() []string { return p.tiers }
 
 // LanesOf returns the lanes route r takes, in lane order.
 func (p *Policy) LanesOf(r *Route) []*Lane {
@@ -89,15 +91,25 @@ func (p *Policy) LanesOf(r *Route) []*Lane {
 
 // Route is one kind of heavy call.
 type Route struct {
-	Name   string
-	Method string // upper case
-	Path   Path
-	When   []Predicate // all must hold
-	Fields []Field     // at most MaxFields
+	Name string
+	// LogName is what the log line, the decision service and the metrics
+	// call the route: the policy's log_name, else Name.
+	LogName string
+	Method  string // upper case
+	Path    Path
+	When    []Predicate // all must hold
+	Fields  []Field     // at most MaxFields
 	// Seats is the route's cost per lane name; a lane not in it costs 1.
 	Seats map[string]Seats
+	// Units, if set, is an int field: the call's units of work, of which
+	// the adaptive limits measure the service time (OCL: rows). Unset:
+	// each call is one unit.
+	Units string
 
 	index    int
+	units    int      // the index of the Units field; -1 none
+	fieldOf  []int    // by the policy's field index (Policy.Fields): the route's, -1 none
+	lanes    uint64   // bit i: lane i of the policy takes the route (before only_if)
 	bodyKeys []string // the top-level body keys When and Fields read
 	line     int
 	lines    map[string]int // the line of each of its fields, for messages
@@ -113,6 +125,28 @@ func (r *Route) lineOf(key string) int {
 
 // Index returns the route's position in the policy.
 func (r *Route) Index() int { return r.index }
+
+// PolicyField returns the index in r.Fields of the policy's field i (of
+// Policy.Fields); -1 when r has no such field.
+func (r *Route) PolicyField(i int) int {
+	if i < 0 || i >= len(r.fieldOf) {
+		return -1
+	}
+	return r.fieldOf[i]
+}
+
+// UnitsOf returns the units of work of a call of r with fields f: its
+// Units field (less than 1 counts as 1 where it is used), else 1.
+func (r *Route) UnitsOf(f *Fields) int {
+	if r.units < 0 || f == nil {
+		return 1
+	}
+	return f.Int(r.units)
+}
+
+// TakesLane reports whether lane i of the policy takes calls of r (its
+// only_if aside), allocating nothing.
+func (r *Route) TakesLane(i int) bool { return i >= 0 && i < 64 && r.lanes&(1<<i) != 0 }
 
 // Field returns the index of the field named name in r.Fields, or -1.
 func (r *Route) Field(name string) int {
@@ -316,19 +350,13 @@ type Class struct {
 	Field  string // optional: an int or bool field of every route named
 	Equals any    // int, bool or string, when Field is set
 
-	line int
+	routes uint64 // bit i: route i is one of Routes
+	line   int
 }
 
 // Has reports whether a call of route r with fields f is of the class.
 func (c *Class) Has(r *Route, f *Fields) bool {
-	found := false
-	for _, n := range c.Routes {
-		if n == r.Name {
-			found = true
-			break
-		}
-	}
-	if !found {
+	if r == nil || r.index >= 64 || c.routes&(1<<r.index) == 0 {
 		return false
 	}
 	if c.Field == "" {
@@ -347,4 +375,83 @@ func (c *Class) Has(r *Route, f *Fields) bool {
 		return f.Equal(i, want)
 	}
 	return false
+}
+
+// FieldInfo is a field name of the policy and its type.
+type FieldInfo struct {
+	Name string
+	Type Type
+}
+
+// Fields returns every field name of the routes, each once, in the order
+// they first appear, with its type (a name has one type in every route):
+// the fields the log line writes, in its order.
+func (p *Policy) Fields() []FieldInfo { return p.fields }
+
+// Class returns the class named name, or nil.
+func (p *Policy) Class(name string) *Class {
+	for _, c := range p.Classes {
+		if c.Name == name {
+			return c
+		}
+	}
+	return nil
+}
+
+// RouteByLogName returns the route whose LogName is name, or nil.
+func (p *Policy) RouteByLogName(name string) *Route {
+	for _, r := range p.Routes {
+		if r.LogName == name {
+			return r
+		}
+	}
+	return nil
+}
+
+// UserLane returns the index of the first lane keyed by the caller (the
+// caller's own lane), or -1.
+func (p *Policy) UserLane() int {
+	for i, l := range p.Lanes {
+		if l.ByUser() {
+			return i
+		}
+	}
+	return -1
+}
+
+// TaskLane returns the index of the first lane of scope task, or -1.
+func (p *Policy) TaskLane() int {
+	for i, l := range p.Lanes {
+		if l.Scope == ScopeTask {
+			return i
+		}
+	}
+	return -1
+}
+
+// TierIndex returns the index of tier t in Tiers, or -1.
+func (p *Policy) TierIndex(t string) int {
+	for i, name := range p.tiers {
+		if name == t {
+			return i
+		}
+	}
+	return -1
+}
+
+// WithTierGroups returns a copy of p in which the tier rule of tier grants
+// it to groups (the gateway's --core-group and --early-access-group,
+// which rename an auth group of the built-in policy without a policy file
+// of one's own). It returns an error when p has no rule of groups for tier.
+func (p *Policy) WithTierGroups(tier string, groups []string) (*Policy, error) {
+	for i, r := range p.Identity.Tiers {
+		if r.Tier != tier || len(r.Groups) == 0 {
+			continue
+		}
+		q := *p
+		q.Identity.Tiers = append([]TierRule(nil), p.Identity.Tiers...)
+		q.Identity.Tiers[i].Groups = append([]string(nil), groups...)
+		return &q, nil
+	}
+	return nil, fmt.Errorf("policy %s has no tier %q granted by groups", p.Name, tier)
 }

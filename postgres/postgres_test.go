@@ -6,12 +6,12 @@ import (
 	"testing"
 	"time"
 
-	"github.com/capgate/capgate/config"
 	"github.com/jackc/pgx/v5"
 
-	"github.com/capgate/capgate"
+	"github.com/capgate/capgate/config"
 	"github.com/capgate/capgate/configtest"
 	"github.com/capgate/capgate/postgres"
+	"github.com/capgate/capgate/settings"
 )
 
 // MustOpen opens a store in a schema of its own.
@@ -38,7 +38,7 @@ func TestOpenTwiceAndNewerSchema(t *testing.T) {
 	u := configtest.PostgresSchema(t)
 	ctx := context.Background()
 	s := mustOpenURL(t, u)
-	v := configtest.Append(t, s, capgate.DefaultConfig(capgate.ModeOff).Doc())
+	v := configtest.Append(t, s, settings.Default(nil, settings.ModeOff).Doc())
 	again := mustOpenURL(t, u)
 	if got, err := again.Latest(ctx); err != nil || got == nil || got.ID != v.ID {
 		t.Fatalf("Latest through a second store = %+v, %v; want version %d", got, err, v.ID)
@@ -91,8 +91,8 @@ func TestLockedTable(t *testing.T) {
 		if d := time.Since(start); d > 2*time.Second {
 			t.Errorf("a refresh with the table locked took %v; want about the 200ms read timeout", d)
 		}
-		if got.Mode != capgate.ModeShadow || got.ES2KNN != 1 {
-			t.Errorf("Config with the table locked = mode %s, es2_knn %d; want the last known config as shadow", got.Mode, got.ES2KNN)
+		if es2 := configtest.Number(t, got, "es2_knn"); got.Mode != settings.ModeShadow || es2 != 1 {
+			t.Errorf("Config with the table locked = mode %s, es2_knn %d; want the last known config as shadow", got.Mode, es2)
 		}
 	}
 	if n := logs.Count("WARN"); n != 2 {
@@ -103,7 +103,7 @@ func TestLockedTable(t *testing.T) {
 		t.Fatal(err)
 	}
 	clock.Advance(config.DefaultCacheTTL)
-	if got := s.Config(ctx); got.Mode != capgate.ModeEnforce || got.ES2KNN != 1 {
+	if got := s.Config(ctx); got.Mode != settings.ModeEnforce || configtest.Number(t, got, "es2_knn") != 1 {
 		t.Errorf("Config after the lock is gone = %+v; want enforce and es2_knn 1", got)
 	}
 	if err := store.Ping(ctx); err != nil {

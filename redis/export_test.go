@@ -81,6 +81,7 @@ var Scripts = map[string]struct {
 }{
 	"acquire.lua": {acquireSrc, acquireScript},
 	"renew.lua":   {renewSrc, renewScript},
+	"release.lua": {releaseSrc, releaseScript},
 	"count.lua":   {countSrc, countScript},
 	"tune.lua":    {tuneSrc, tuneScript},
 
@@ -97,6 +98,13 @@ var Scripts = map[string]struct {
 }
 
 var FormatSeconds = formatSeconds
+
+// AppendBorrow and ClassKeys are the ARGV tail and the extra KEYS of a
+// call's Borrow.
+var (
+	AppendBorrow = appendBorrow
+	ClassKeys    = classKeys
+)
 
 // Direct reports whether s runs commands on the caller's goroutine.
 func Direct(s *Store) bool { return s.direct }

@@ -13,6 +13,7 @@ import (
 	"github.com/capgate/capgate"
 	"github.com/capgate/capgate/lanetest"
 	"github.com/capgate/capgate/redis"
+	"github.com/capgate/capgate/settings"
 )
 
 func TestGateMiniredis(t *testing.T) {
@@ -40,13 +41,13 @@ func TestGateRealRedis(t *testing.T) {
 // store's deadline, with the exact error, and the skip window opens.
 func TestGateFailsOpenAtTheDeadlineOfAHungRedis(t *testing.T) {
 	s, _ := openHung(t, redis.Options{Deadline: 100 * time.Millisecond})
-	cfg := capgate.NewFixedConfig(capgate.DefaultConfig(capgate.ModeEnforce))
+	cfg := settings.NewFixed(settings.Default(nil, settings.ModeEnforce))
 	g, err := capgate.NewGate(s, cfg, nil, "task-a")
 	if err != nil {
 		t.Fatal(err)
 	}
 	start := time.Now()
-	a := g.Admit(context.Background(), lanetest.Match("p", capgate.TierPreview))
+	a := g.Admit(context.Background(), lanetest.Match("p", "preview"))
 	within(t, "gate acquire", start, time.Second)
 	a.Release(context.Background())
 	if a.Decision() != capgate.DecisionUnavailable || a.Refused() {
@@ -56,7 +57,7 @@ func TestGateFailsOpenAtTheDeadlineOfAHungRedis(t *testing.T) {
 		t.Fatalf("error %q", a.Err())
 	}
 	// The skip window is open: the next call does not ask Redis.
-	b := g.Admit(context.Background(), lanetest.Match("p", capgate.TierPreview))
+	b := g.Admit(context.Background(), lanetest.Match("p", "preview"))
 	b.Release(context.Background())
 	if !errors.Is(b.Err(), capgate.ErrSkipped) {
 		t.Fatalf("after a hung call: next call's error %q, want %q (the skip window open)", b.Err(), capgate.ErrSkipped)
@@ -75,7 +76,7 @@ func TestFloodDoesNotOpenTheSkipWindow(t *testing.T) {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { _ = s.Close() })
-	g, err := capgate.NewGate(s, capgate.NewFixedConfig(capgate.DefaultConfig(capgate.ModeShadow)), nil, "task-a")
+	g, err := capgate.NewGate(s, settings.NewFixed(settings.Default(nil, settings.ModeShadow)), nil, "task-a")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -83,7 +84,7 @@ func TestFloodDoesNotOpenTheSkipWindow(t *testing.T) {
 	var warm sync.WaitGroup
 	for i := range 2 {
 		warm.Go(func() {
-			g.Admit(t.Context(), lanetest.Match(fmt.Sprintf("w%d", i), capgate.TierPreview)).Release(t.Context())
+			g.Admit(t.Context(), lanetest.Match(fmt.Sprintf("w%d", i), "preview")).Release(t.Context())
 		})
 	}
 	warm.Wait()
@@ -94,7 +95,7 @@ func TestFloodDoesNotOpenTheSkipWindow(t *testing.T) {
 	admissions := make([]*capgate.Admission, calls)
 	for i := range calls {
 		wg.Go(func() {
-			a := g.Admit(t.Context(), lanetest.Match(fmt.Sprintf("u%d", i), capgate.TierPreview))
+			a := g.Admit(t.Context(), lanetest.Match(fmt.Sprintf("u%d", i), "preview"))
 			if errors.Is(a.Err(), capgate.ErrBusy) {
 				busy.Add(1)
 			}
@@ -103,7 +104,7 @@ func TestFloodDoesNotOpenTheSkipWindow(t *testing.T) {
 	}
 	wg.Wait()
 	// The skip window stayed closed: a call after the flood is not skipped.
-	after := g.Admit(t.Context(), lanetest.Match("after", capgate.TierPreview))
+	after := g.Admit(t.Context(), lanetest.Match("after", "preview"))
 	defer after.Release(t.Context())
 	if errors.Is(after.Err(), capgate.ErrSkipped) {
 		t.Fatalf("the skip window opened under a flood (last error %v)", admissions[calls-1].Err())

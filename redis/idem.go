@@ -11,6 +11,7 @@ import (
 	goredis "github.com/redis/go-redis/v9"
 
 	"github.com/capgate/capgate"
+	"github.com/capgate/capgate/policy"
 )
 
 // The idempotency entries (capgate.IdempotencyStore). Each key's entry is
@@ -47,7 +48,7 @@ var _ capgate.IdempotencyStore = (*Store)(nil)
 func (s *Store) repeatBase() string {
 	p := s.opts.KeyPrefix
 	if p == "" {
-		p = capgate.DefaultKeyPrefix
+		p = policy.DefaultKeyPrefix
 	}
 	return strings.NewReplacer("{", "", "}", "").Replace(p) + ":idem:"
 }

@@ -4,7 +4,7 @@ import (
 	"fmt"
 	"strings"
 
-	"github.com/capgate/capgate"
+	"github.com/capgate/capgate/policy"
 )
 
 // KeyLayout says how the lane keys are formed from the key prefix.
@@ -31,14 +31,14 @@ func ParseKeyLayout(s string) (KeyLayout, error) {
 }
 
 // Prefix returns the key prefix the layout makes of prefix
-// (capgate.DefaultKeyPrefix when empty). The default layout returns it unchanged;
+// (policy.DefaultKeyPrefix when empty). The default layout returns it unchanged;
 // the cluster layout wraps it in braces, unless it already carries a hash
 // tag (then every key under it already shares one slot). It returns an
 // error when the cluster layout can't pin the keys to one slot (a prefix
 // that starts with "}").
 func (l KeyLayout) Prefix(prefix string) (string, error) {
 	if prefix == "" {
-		prefix = capgate.DefaultKeyPrefix
+		prefix = policy.DefaultKeyPrefix
 	}
 	switch l {
 	case KeyLayoutDefault, "":

@@ -4,7 +4,10 @@ import (
 	"testing"
 
 	"github.com/capgate/capgate"
+	"github.com/capgate/capgate/lanetest"
+	"github.com/capgate/capgate/policy"
 	"github.com/capgate/capgate/redis"
+	"github.com/capgate/capgate/settings"
 )
 
 func TestKeyLayoutPrefix(t *testing.T) {
@@ -13,10 +16,11 @@ func TestKeyLayoutPrefix(t *testing.T) {
 		prefix string
 		want   string
 	}{
-		{redis.KeyLayoutDefault, "", "ocl:capacity"},
+		{redis.KeyLayoutDefault, "", policy.DefaultKeyPrefix}, // "capgate": a gateway passes its policy's
 		{redis.KeyLayoutDefault, "ocl:capacity", "ocl:capacity"},
 		{"", "app:lanes", "app:lanes"},
-		{redis.KeyLayoutCluster, "", "{ocl:capacity}"},
+		{redis.KeyLayoutCluster, "", "{" + policy.DefaultKeyPrefix + "}"},
+		{redis.KeyLayoutCluster, "ocl:capacity", "{ocl:capacity}"},
 		{redis.KeyLayoutCluster, "app:lanes", "{app:lanes}"},
 		{redis.KeyLayoutCluster, "{app}:lanes", "{app}:lanes"}, // already tagged
 		{redis.KeyLayoutCluster, "a{}b", "{a{}b}"},             // an empty tag is none
@@ -37,8 +41,8 @@ func TestKeyLayoutPrefix(t *testing.T) {
 // The default layout keeps the original's keys byte for byte; the cluster
 // layout puts every lane of a call in one hash slot.
 func TestKeyLayoutLaneKeys(t *testing.T) {
-	call := capgate.Call{Endpoint: capgate.EndpointMatch, Rows: 10, Semantic: true, UserID: "alice", Tier: capgate.TierCore}
-	cfg := capgate.DefaultConfig(capgate.ModeShadow)
+	call := lanetest.OCLCall("match", 10, true, false, "alice", "core")
+	cfg := settings.Default(nil, settings.ModeShadow)
 	for _, tt := range []struct {
 		layout redis.KeyLayout
 		want   []string
@@ -48,11 +52,14 @@ func TestKeyLayoutLaneKeys(t *testing.T) {
 		{redis.KeyLayoutCluster, []string{"{ocl:capacity}:api_heavy", "{ocl:capacity}:api_heavy_task:t1",
 			"{ocl:capacity}:es2_knn", "{ocl:capacity}:tier:core", "{ocl:capacity}:user:alice"}},
 	} {
-		p, err := tt.layout.Prefix(capgate.DefaultKeyPrefix)
+		p, err := tt.layout.Prefix("ocl:capacity") // the OCL policy's key prefix
 		if err != nil {
 			t.Fatal(err)
 		}
-		lanes := capgate.Keys{Prefix: p, TaskID: "t1"}.AppendPlan(nil, cfg, call)
+		lanes := capgate.Keys{Prefix: p, TaskID: "t1"}.AppendPlan(nil, cfg, &call, cfg.Policy().TierIndex(call.Tier))
+		if len(lanes) != len(tt.want) {
+			t.Fatalf("%s layout: %d lanes, want %d", tt.layout, len(lanes), len(tt.want))
+		}
 		for i, l := range lanes {
 			if l.Key != tt.want[i] {
 				t.Errorf("%s layout: lane %s key %q, want %q", tt.layout, l.Name, l.Key, tt.want[i])

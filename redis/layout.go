@@ -22,7 +22,7 @@ func (s *Store) onCluster() bool {
 }
 
 // keyPrefix returns the prefix the lane keys must have under o, on a
-// cluster or not: o.KeyPrefix (capgate.DefaultKeyPrefix when empty), in
+// cluster or not: o.KeyPrefix (policy.DefaultKeyPrefix when empty), in
 // the cluster key layout on a cluster (wrapped in a hash tag unless it has
 // one).
 func keyPrefix(o Options, cluster bool) (string, error) {
@@ -34,10 +34,15 @@ func keyPrefix(o Options, cluster bool) (string, error) {
 }
 
 // KeyPrefix implements capgate.StoreKeyPrefix: the prefix of the lane
-// keys, Options.KeyPrefix (capgate.DefaultKeyPrefix when empty), wrapped in
-// a hash tag on a Redis Cluster unless it has one. NewGate gives it to the
-// gate.
+// keys, Options.KeyPrefix, wrapped in a hash tag on a Redis Cluster unless
+// it has one; NewGate gives it to the gate. Without Options.KeyPrefix it
+// is "" (the gate then uses its policy's key prefix), except on a
+// cluster, whose keys must share one tag: there it is
+// policy.DefaultKeyPrefix's.
 func (s *Store) KeyPrefix() string {
+	if s.opts.KeyPrefix == "" && !s.onCluster() {
+		return ""
+	}
 	p, _ := keyPrefix(s.opts, s.onCluster()) // checked by Open and New
 	return p
 }

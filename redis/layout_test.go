@@ -11,7 +11,9 @@ import (
 
 	"github.com/capgate/capgate"
 	"github.com/capgate/capgate/lanetest"
+	"github.com/capgate/capgate/policy"
 	"github.com/capgate/capgate/redis"
+	"github.com/capgate/capgate/settings"
 )
 
 // openMiniCluster returns a store over a Redis Cluster client whose one
@@ -33,17 +35,19 @@ func openMiniCluster(t *testing.T, o redis.Options) (*redis.Store, *miniredis.Mi
 
 // A library user who puts a gate on a Redis Cluster store, setting no
 // prefix, gets lane keys in one hash slot: the store gives the gate its
-// hash-tagged prefix.
+// hash-tagged prefix (the store's default, policy.DefaultKeyPrefix, since
+// the policy refactor; the gateway passes its policy's).
 func TestClusterStoreGivesTheGateAHashTaggedPrefix(t *testing.T) {
 	s, m := openMiniCluster(t, redis.Options{})
-	if got := s.KeyPrefix(); got != "{ocl:capacity}" {
-		t.Fatalf("KeyPrefix() = %q, want {ocl:capacity}", got)
+	tagged := "{" + policy.DefaultKeyPrefix + "}"
+	if got := s.KeyPrefix(); got != tagged {
+		t.Fatalf("KeyPrefix() = %q, want %s", got, tagged)
 	}
-	g, err := capgate.NewGate(s, capgate.NewFixedConfig(capgate.DefaultConfig(capgate.ModeEnforce)), nil, "task-a")
+	g, err := capgate.NewGate(s, settings.NewFixed(settings.Default(nil, settings.ModeEnforce)), nil, "task-a")
 	if err != nil {
 		t.Fatal(err)
 	}
-	a := g.Admit(t.Context(), lanetest.Match("alice", capgate.TierCore))
+	a := g.Admit(t.Context(), lanetest.Match("alice", "core"))
 	defer a.Release(context.Background())
 	if a.Decision() != capgate.DecisionAdmitted || !a.Holding() {
 		t.Fatalf("decision %q, holding %v, err %v; want admitted, holding", a.Decision(), a.Holding(), a.Err())
@@ -53,8 +57,8 @@ func TestClusterStoreGivesTheGateAHashTaggedPrefix(t *testing.T) {
 		t.Fatal("no lane keys in Redis")
 	}
 	for _, k := range keys {
-		if !strings.HasPrefix(k, "{ocl:capacity}:") {
-			t.Errorf("lane key %q is not under the hash tag {ocl:capacity}", k)
+		if !strings.HasPrefix(k, tagged+":") {
+			t.Errorf("lane key %q is not under the hash tag %s", k, tagged)
 		}
 	}
 }
@@ -79,6 +83,20 @@ func TestClusterStoreRefusesKeysOutsideOneSlot(t *testing.T) {
 		Lease: time.Minute, TicketLease: time.Minute, Claim: time.Minute, MaxWaiting: 10, MaxPerUser: 10}
 	if _, err := s.Join(ctx, tk, make([]int, 1)); err == nil || !strings.Contains(err.Error(), "hash tag") {
 		t.Errorf("Join with a prefix outside the keys' slot: %v; want an error about hash tags", err)
+	}
+	// A class key (Borrow) outside the lanes' slot, for Acquire, Join and
+	// Pump.
+	borrow := []capgate.Borrow{{Key: "{b}:api_heavy:class", Reserve: 1, Lend: 1}}
+	req := capgate.AcquireRequest{Token: tok, Keys: []string{"{a}:api_heavy"}, Limits: []int{5}, Lease: time.Minute, Borrow: borrow}
+	if taken, err := s.Acquire(ctx, req, make([]int, 2)); err == nil || taken || !strings.Contains(err.Error(), "hash tag") {
+		t.Errorf("Acquire with a class key outside the lanes' slot = %v, %v; want an error about hash tags", taken, err)
+	}
+	tk.Prefix, tk.Borrow = "{a}", borrow
+	if _, err := s.Join(ctx, tk, make([]int, 2)); err == nil || !strings.Contains(err.Error(), "hash tag") {
+		t.Errorf("Join with a class key outside the lanes' slot: %v; want an error about hash tags", err)
+	}
+	if _, err := s.Pump(ctx, tk); err == nil || !strings.Contains(err.Error(), "hash tag") {
+		t.Errorf("Pump with a class key outside the lanes' slot: %v; want an error about hash tags", err)
 	}
 	if keys := m.Keys(); len(keys) != 0 {
 		t.Fatalf("keys in Redis after refused calls: %v", keys)

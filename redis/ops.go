@@ -30,7 +30,8 @@ const countBatch = 1000
 var errBadLease = errors.New("the lease must be at least 1ms")
 
 // Acquire implements capgate.LaneStore with the acquire.lua script, one
-// atomic step across req.Keys. It returns an error wrapping
+// atomic step across req.Keys (and the class keys of req.Borrow, sent as
+// KEYS after them, only when some lane lends). It returns an error wrapping
 // capgate.ErrLateAcquire when Redis ran it after req.NotAfter (by Redis's
 // clock against the caller's wall time), an error when req is malformed
 // (req.Validate),
@@ -40,11 +41,15 @@ func (s *Store) Acquire(ctx context.Context, req capgate.AcquireRequest, counts 
 	if err := req.Validate(counts); err != nil {
 		return false, fmt.Errorf("%s: %w", op, err)
 	}
-	if err := s.checkSlot(op, req.Keys); err != nil {
+	n := len(req.Keys)
+	keys := s.own(req.Keys)
+	if class := classKeys(req.Borrow); class != nil {
+		keys = withClassKeys(req.Keys, class)
+	}
+	if err := s.checkSlot(op, keys); err != nil {
 		return false, err
 	}
-	keys := s.own(req.Keys)
-	args := make([]any, 0, 4+len(keys))
+	args := make([]any, 0, 4+2*n+borrowArgs(keys, n))
 	force := "0"
 	if req.Force {
 		force = "1"
@@ -54,9 +59,10 @@ func (s *Store) Acquire(ctx context.Context, req capgate.AcquireRequest, counts 
 		notAfter = max(req.NotAfter.UnixMilli(), 1)
 	}
 	args = append(args, req.Token, req.Lease.Milliseconds(), force, notAfter)
-	for _, limit := range req.Limits[:len(keys)] {
+	for _, limit := range req.Limits[:n] {
 		args = append(args, limit)
 	}
+	args = appendBorrow(args, req.Seats, req.Borrow, n)
 
 	res, err := runToAnswer(ctx, s, op, func(ctx context.Context) ([]int64, error) {
 		return acquireScript.Run(ctx, s.client, keys, args...).Int64Slice()
@@ -70,10 +76,92 @@ func (s *Store) Acquire(ctx context.Context, req capgate.AcquireRequest, counts 
 	if len(res) != 1+len(keys) {
 		return false, fmt.Errorf("%s: the script returned %d values for %d keys", op, len(res), len(keys))
 	}
-	for i, n := range res[1:] {
-		counts[i] = int(n)
+	// The lanes' counts, then the class keys'.
+	for i, c := range res[1:] {
+		counts[i] = int(c)
 	}
 	return res[0] == 1, nil
+}
+
+// appendSeats appends seats to a script's ARGV when any exceeds 1: a call
+// of one seat in every lane sends none (the scripts' default), so its
+// command is the one it was before seats.
+func appendSeats(args []any, seats []int) []any {
+	for _, n := range seats {
+		if n > 1 {
+			for _, n := range seats {
+				args = append(args, n)
+			}
+			return args
+		}
+	}
+	return args
+}
+
+// classKeys returns the class keys of borrow that are set, in lane order:
+// the KEYS a script gets after the lanes; nil when none is (no lane
+// lends), so the call sends the KEYS it did before lending.
+func classKeys(borrow []capgate.Borrow) []string {
+	var keys []string
+	for _, b := range borrow {
+		if b.Key != "" {
+			keys = append(keys, b.Key)
+		}
+	}
+	return keys
+}
+
+// withClassKeys returns a new slice of keys followed by class: the KEYS of
+// a call that borrows.
+func withClassKeys(keys, class []string) []string {
+	return append(append(make([]string, 0, len(keys)+len(class)), keys...), class...)
+}
+
+// borrowArgs returns how many more ARGV a call of n lanes sends with the
+// Borrow of its KEYS keys: none without (len(keys) == n), else the
+// reserves, lends and n (appendBorrow).
+func borrowArgs(keys []string, n int) int {
+	if len(keys) == n {
+		return 0
+	}
+	return 2*n + 1
+}
+
+// appendBorrow appends a script's ARGV tail for a call of n lanes: when
+// some lane lends (borrow), its seats (1 each when none are given), each
+// lane's reserve, then each lane's lend (0 and 0 where it lends nothing),
+// then n; else the seats as appendSeats does, so a call without Borrow
+// sends what it did before lending (the scripts tell the two apart by
+// ARGV's length).
+func appendBorrow(args []any, seats []int, borrow []capgate.Borrow, n int) []any {
+	if !slices.ContainsFunc(borrow, func(b capgate.Borrow) bool { return b.Key != "" }) {
+		return appendSeats(args, seats)
+	}
+	for i := range n {
+		args = append(args, seatOf(seats, i))
+	}
+	for _, b := range borrow {
+		if b.Key == "" {
+			b.Reserve = 0
+		}
+		args = append(args, b.Reserve)
+	}
+	for _, b := range borrow {
+		if b.Key == "" {
+			b.Lend = 0
+		}
+		args = append(args, b.Lend)
+	}
+	return append(args, n)
+}
+
+// seatOf returns seats[i], or 1 when seats is empty (one seat in
+// each lane).
+func seatOf(seats []int, i int) int {
+	if len(seats) == 0 {
+		return 1
+	}
+	return seats[i]
 }
 
 // Renew implements capgate.LaneStore with the renew.lua script. It returns
@@ -93,8 +181,12 @@ func (s *Store) Renew(ctx context.Context, token string, keys []string, lease ti
 	return int(held), err
 }
 
-// Release implements capgate.LaneStore: a ZREM of token from each key, in
-// one pipeline (not a transaction). It returns the errors of Store.
+// Release implements capgate.LaneStore: a ZREM of token and token#2 from
+// each key, in one pipeline (not a transaction); then, for the keys where
+// both were there (the call held 2 seats or more), the release.lua script
+// takes the rest (token#3, … up to the first missing one). A call of
+// one seat costs what it did before seats: one round trip, one ZREM per
+// key, each answering 1. It returns the errors of Store.
 func (s *Store) Release(ctx context.Context, token string, keys []string) error {
 	const op = "release leases"
 	if err := s.checkSlot(op, keys); err != nil {
@@ -105,13 +197,27 @@ func (s *Store) Release(ctx context.Context, token string, keys []string) error 
 		if len(keys) == 0 {
 			return struct{}{}, nil
 		}
-		_, err := s.client.Pipelined(ctx, func(p goredis.Pipeliner) error {
+		// Boxed once for all keys.
+		first, second := any(token), any(token+"#2")
+		cmds, err := s.client.Pipelined(ctx, func(p goredis.Pipeliner) error {
 			for _, key := range keys {
-				p.ZRem(ctx, key, token)
+				p.ZRem(ctx, key, first, second)
 			}
 			return nil
 		})
-		return struct{}{}, err
+		if err != nil {
+			return struct{}{}, err
+		}
+		var more []string
+		for i, c := range cmds {
+			if c, ok := c.(*goredis.IntCmd); ok && c.Val() == 2 {
+				more = append(more, keys[i])
+			}
+		}
+		if len(more) == 0 {
+			return struct{}{}, nil
+		}
+		return struct{}{}, releaseScript.Run(ctx, s.client, more, token, 3).Err()
 	})
 	return err
 }

@@ -53,10 +53,12 @@ type Options struct {
 	DB int
 
 	// KeyPrefix is the prefix of the lane keys, which the store gives the
-	// gate (Store.KeyPrefix, read by capgate.NewGate). Default
-	// capgate.DefaultKeyPrefix. On a Redis Cluster the store wraps it in a
-	// hash tag (KeyLayoutCluster) unless it has one, so a call's
-	// keys share one slot, and refuses keys that don't.
+	// gate (Store.KeyPrefix, read by capgate.NewGate). Default: none, the
+	// gate's policy's (names.key_prefix); the store's own keys (the
+	// journal, idempotency) then go under policy.DefaultKeyPrefix. On a
+	// Redis Cluster (default there: policy.DefaultKeyPrefix) the store
+	// wraps it in a hash tag (KeyLayoutCluster) unless it has one, so a
+	// call's keys share one slot, and refuses keys that don't.
 	KeyPrefix string
 
 	// Timeout is the socket read, write and connect timeout of every

@@ -1,15 +1,18 @@
 -- renew: extend every lease of a call, or none, atomically.
 --
 -- KEYS:    the call's lane keys (sorted sets of token -> expiry in ms by
---          Redis's clock).
+--          Redis's clock; a call of k seats holds token, token#2, ...,
+--          token#k).
 -- ARGV[1]: the lease token.
 -- ARGV[2]: the lease in ms (> 0).
 --
 -- Returns: the number of KEYS that hold the token with an expiry > now.
---          Only when that is #KEYS is every lease set to now + lease and
---          each key's TTL raised to 2 x lease (never shortened); otherwise
---          nothing changes. An expired lease is never revived and a deleted
---          key never re-created (ZADD XX on keys known to hold the token).
+--          Only when that is #KEYS is every seat of the call (the token,
+--          then token#2, token#3, ... up to the first missing one) set to
+--          now + lease and each key's TTL raised to 2 x lease (never
+--          shortened); otherwise nothing changes. An expired lease or seat
+--          is never revived, a missing one never added, and a deleted key
+--          never re-created (ZADD XX on keys known to hold the token).
 if redis.replicate_commands then redis.replicate_commands() end
 
 local t = redis.call('TIME')
@@ -31,6 +34,14 @@ if held == #KEYS then
   local ttl = 2 * lease
   for _, key in ipairs(KEYS) do
     redis.call('ZADD', key, 'XX', expiry, token)
+    local j = 2
+    while true do
+      local m = token .. '#' .. j
+      local score = redis.call('ZSCORE', key, m)
+      if not score then break end
+      if tonumber(score) > now then redis.call('ZADD', key, 'XX', expiry, m) end
+      j = j + 1
+    end
     local pttl = redis.call('PTTL', key)
     if pttl < ttl then -- -1 (no TTL) counts as shorter
       redis.call('PEXPIRE', key, ttl)

@@ -14,10 +14,13 @@ var (
 	acquireSrc string
 	//go:embed renew.lua
 	renewSrc string
+	//go:embed release.lua
+	releaseSrc string
 	//go:embed count.lua
 	countSrc string
 
 	acquireScript = goredis.NewScript(acquireSrc)
 	renewScript   = goredis.NewScript(renewSrc)
+	releaseScript = goredis.NewScript(releaseSrc)
 	countScript   = goredis.NewScript(countSrc)
 )

@@ -49,7 +49,8 @@ func (s *Store) wakeChannel(prefix string) string {
 	return prefix + ":wake:" + s.instance
 }
 
-// Join implements capgate.Waitlist with waitjoin.lua: one atomic step. It
+// Join implements capgate.Waitlist with waitjoin.lua: one atomic step
+// (t's class keys, when some lane lends it, go in KEYS after its lanes). It
 // returns an error wrapping capgate.ErrLateAcquire when Redis ran it after
 // t.NotAfter, an error when t is malformed, and the errors of Store.
 func (s *Store) Join(ctx context.Context, t capgate.Ticket, counts []int) (capgate.JoinResult, error) {
@@ -57,20 +58,23 @@ func (s *Store) Join(ctx context.Context, t capgate.Ticket, counts []int) (capga
 	if err := t.ValidateJoin(counts); err != nil {
 		return capgate.JoinResult{}, fmt.Errorf("%s: %w", op, err)
 	}
-	if err := s.checkSlot(op, t.Keys, t.Prefix); err != nil {
+	n := len(t.Keys)
+	keys := ticketKeys(t)
+	if err := s.checkSlot(op, keys, t.Prefix); err != nil {
 		return capgate.JoinResult{}, err
 	}
-	keys := slices.Clone(t.Keys)
 	var notAfter int64
 	if !t.NotAfter.IsZero() {
 		notAfter = max(t.NotAfter.UnixMilli(), 1)
 	}
-	args := make([]any, 0, 10+len(keys))
+	args := make([]any, 0, 11+2*n+borrowArgs(keys, n))
 	args = append(args, t.Prefix, t.Token, t.Lease.Milliseconds(), notAfter, t.TicketLease.Milliseconds(),
 		t.Claim.Milliseconds(), t.MaxWaiting, t.MaxPerUser, t.UserID, s.wakeChannel(t.Prefix))
-	for _, l := range t.Limits[:len(keys)] {
+	for _, l := range t.Limits[:n] {
 		args = append(args, l)
 	}
+	args = append(args, t.UserLane)
+	args = appendBorrow(args, t.Seats, t.Borrow, n)
 	res, err := run(ctx, s, op, func(ctx context.Context) ([]int64, error) {
 		return waitJoinScript.Run(ctx, s.client, keys, args...).Int64Slice()
 	})
@@ -83,30 +87,42 @@ func (s *Store) Join(ctx context.Context, t capgate.Ticket, counts []int) (capga
 	if len(res) != 2+len(keys) {
 		return capgate.JoinResult{}, fmt.Errorf("%s: the script returned %d values for %d keys", op, len(res), len(keys))
 	}
-	for i, n := range res[2:] {
-		counts[i] = int(n)
+	// The lanes' counts, then the class keys'.
+	for i, c := range res[2:] {
+		counts[i] = int(c)
 	}
 	return joinResult(res[0], res[1]), nil
+}
+
+// ticketKeys returns a new slice of t's lane keys, then the class keys of
+// the lanes that lend it (classKeys): the KEYS of its Join and Pump.
+func ticketKeys(t capgate.Ticket) []string {
+	if class := classKeys(t.Borrow); class != nil {
+		return withClassKeys(t.Keys, class)
+	}
+	return slices.Clone(t.Keys)
 }
 
 func joinResult(state, next int64) capgate.JoinResult {
 	return capgate.JoinResult{Taken: state == 1, Queued: state == 2, Dropped: state == 3, Next: time.Duration(next) * time.Millisecond}
 }
 
-// Pump implements capgate.Waitlist with waitpump.lua. It returns an error
+// Pump implements capgate.Waitlist with waitpump.lua (t's class keys as
+// Join's, for Next). It returns an error
 // when t is malformed, and the errors of Store.
 func (s *Store) Pump(ctx context.Context, t capgate.Ticket) (capgate.JoinResult, error) {
 	const op = "pump waitlist"
 	if err := t.Validate(); err != nil {
 		return capgate.JoinResult{}, fmt.Errorf("%s: %w", op, err)
 	}
-	if err := s.checkSlot(op, t.Keys, t.Prefix); err != nil {
+	n := len(t.Keys)
+	keys := ticketKeys(t)
+	if err := s.checkSlot(op, keys, t.Prefix); err != nil {
 		return capgate.JoinResult{}, err
 	}
-	keys := slices.Clone(t.Keys)
-	args := make([]any, 0, 4+len(keys))
+	args := make([]any, 0, 4+2*n+borrowArgs(keys, n))
 	args = append(args, t.Prefix, t.Token, t.TicketLease.Milliseconds())
-	for _, l := range t.Limits[:len(keys)] {
+	for _, l := range t.Limits[:n] {
 		args = append(args, l)
 	}
 	newLimits := 0
@@ -114,6 +130,7 @@ func (s *Store) Pump(ctx context.Context, t capgate.Ticket) (capgate.JoinResult,
 		newLimits = 1
 	}
 	args = append(args, newLimits)
+	args = appendBorrow(args, t.Seats, t.Borrow, n)
 	res, err := run(ctx, s, op, func(ctx context.Context) ([]int64, error) {
 		return waitPumpScript.Run(ctx, s.client, keys, args...).Int64Slice()
 	})

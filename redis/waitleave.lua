@@ -4,7 +4,8 @@
 -- ARGV[2]: the token.
 --
 -- Returns: 1 when the ticket had been granted (the token holds an
---          unexpired lease in every key), else 0.
+--          unexpired lease in every key; its other seats come with it),
+--          else 0.
 local now = now_ms()
 local w = wkeys(ARGV[1])
 local token = ARGV[2]

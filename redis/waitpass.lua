@@ -1,5 +1,13 @@
 -- waitpass: the waitlist's shared part, prepended to every wait*.lua
--- script (Redis has no includes). It defines no KEYS or ARGV of its own.
+-- script (Redis has no includes). It defines no KEYS or ARGV of its own
+-- (borrow_args reads the Borrow its caller's header lays out).
+--
+-- Keys outside the running script's KEYS: the waitlist's own (below, under
+-- its ARGV prefix), and the lanes and class keys of the other tickets the
+-- pass judges (it counts and grants in their lanes, counts their class
+-- keys). Each ticket's keys shared the prefix's hash tag at its join
+-- (redis.Store checks every operation's keys and prefix for one hash tag),
+-- so on a Redis Cluster all of them are in the script's slot.
 --
 -- The waitlist under prefix P lives in these keys, all under P so that a
 -- hash-tagged prefix keeps them in one slot with the lanes:
@@ -7,7 +15,12 @@
 --             <16-digit arrival seq>:<token>, so ties go by arrival;
 --   P:wait:t  hash token → the ticket as JSON {m = its member, u = user,
 --             k = lane keys, l = limits, c = claim ms, n = the channel to
---             PUBLISH its token to when granted};
+--             PUBLISH its token to when granted; and, only for a ticket of
+--             more than one seat in some lane, s = its seats per lane and
+--             ul = 1 + the index of its user's own lane in k, 0 none; and,
+--             only for a ticket that borrows (some lane lends it), b = per
+--             lane {class key, reserve, lend}, {'', 0, 0} where the lane
+--             lends nothing};
 --   P:wait:n  hash lane key → tickets waiting on it;
 --   P:wait:u  hash user → tickets waiting;
 --   P:wait:f  hash user → finish tag F of the user's newest ticket;
@@ -46,15 +59,57 @@ end
 local function uq(w, user) return w.b .. 'uq:' .. user end
 local function xk(w, token) return w.b .. 'x:' .. token end
 
+-- borrow_args reads the Borrow a script's ARGV sends for n lanes (see
+-- acquire.lua): the reserves at ARGV[at..at+n-1], the lends after them,
+-- the class keys of the lanes that lend (reserve > 0) at KEYS[n+1..] in
+-- lane order. It returns per lane {class key, reserve, lend}, {'', 0, 0}
+-- where the lane lends nothing.
+local function borrow_args(at, n)
+  local b, j = {}, n
+  for i = 1, n do
+    local r = tonumber(ARGV[at + i - 1])
+    if r > 0 then
+      j = j + 1
+      b[i] = {KEYS[j], r, tonumber(ARGV[at + n + i - 1])}
+    else
+      b[i] = {'', 0, 0}
+    end
+  end
+  return b
+end
+
+-- lent returns the seats a lane lends a ticket (or a call Join judges):
+-- e is the lane's {class key, reserve, lend} ('': it lends nothing) and c
+-- the class's seats there (its key's count): min(lend, max(reserve - c,
+-- 0)), but 0 while any ticket waits on the class key (a call of the class
+-- waits: the seats go to it first).
+local function lent(w, e, c)
+  if e[1] == '' or tonumber(redis.call('HGET', w.n, e[1]) or '0') > 0 then return 0 end
+  return math.min(e[3], math.max(e[2] - c, 0))
+end
+
 -- count prunes a lane's expired leases and returns how many are left.
 local function count(key, now)
   redis.call('ZREMRANGEBYSCORE', key, '-inf', now)
   return redis.call('ZCARD', key)
 end
 
--- add puts token in key with expiry now+ms, raising the TTL to 2 x ms.
-local function add(key, token, now, ms)
+-- add puts a call's seats in key, token and token#2..token#seats (seats
+-- nil: 1), with expiry now+ms, raising the TTL to 2 x ms.
+local function add(key, token, now, ms, seats)
   redis.call('ZADD', key, now + ms, token)
+  if seats and seats > 1 then
+    local args, n = {}, 0
+    for j = 2, seats do
+      args[n + 1] = now + ms
+      args[n + 2] = token .. '#' .. j
+      n = n + 2
+      if n == 200 or j == seats then
+        redis.call('ZADD', key, unpack(args, 1, n))
+        n = 0
+      end
+    end
+  end
   if redis.call('PTTL', key) < 2 * ms then -- -1 (no TTL) counts as shorter
     redis.call('PEXPIRE', key, 2 * ms)
   end
@@ -100,10 +155,11 @@ local function reset_if_empty(w)
 end
 
 -- note_first records a ticket's first lane and its limit there (at its
--- join, and when a pump raises it): s.k1 is the first lane of every ticket
--- ('' once two tickets differ) and s.l1 the largest limit on it. Neither
--- shrinks as tickets leave or limits fall (the early stop stays safe, only
--- less early) until the list empties.
+-- join, and when a pump raises it), with all that lane may lend it (its
+-- lend): s.k1 is the first lane of every ticket ('' once two tickets
+-- differ) and s.l1 the largest such limit on it. Neither shrinks as
+-- tickets leave or limits fall (the early stop stays safe, only less
+-- early) until the list empties.
 local function note_first(w, key, limit)
   local st = redis.call('HMGET', w.s, 'k1', 'l1')
   if st[1] == false or st[1] == nil then
@@ -129,7 +185,7 @@ local function set_limits(w, token, limits)
   if same then return end
   tk.l = limits
   redis.call('HSET', w.t, token, cjson.encode(tk))
-  note_first(w, tk.k[1], limits[1])
+  note_first(w, tk.k[1], limits[1] + (tk.b and tk.b[1][3] or 0))
 end
 
 -- drop_expired removes the tickets whose expiry has passed, found by
@@ -171,20 +227,38 @@ local function drop_longest(w, mine, ms)
 end
 
 -- pass is the grant pass: walk the tickets in fair order, counting each
--- lane as it goes, and grant every ticket all of whose lanes have room.
--- It stops early, without reading a ticket, once the first lane every
--- ticket shares (api_heavy) is full even for the largest limit any ticket
--- has on it: then nothing can be granted (see note_first).
+-- lane as it goes, and grant every ticket all of whose lanes have room for
+-- its seats. A ticket's limit in a lane that lends it (tk.b) is its own +
+-- lent(): the class key's count as the pass has it, with the seats
+-- granted earlier in the pass. The first ticket short only of seats
+-- (capgate.Waitlist: it needs more than one seat in every lane it doesn't
+-- fit, each of those has room for a call of one seat and is not its user
+-- lane, and its seats there are at most its limit, all by its limit with
+-- what the lane lends it now) sets the free seats of those lanes aside:
+-- the tickets after it see them taken. It stops early, without reading a
+-- ticket, once the first lane every ticket shares (api_heavy) is full,
+-- with what is set aside, even for the largest limit any ticket has on it:
+-- then nothing can be granted (see note_first). It returns the seats set
+-- aside by lane key, or nil when none were.
 local function pass(w, now)
   local st = redis.call('HMGET', w.s, 'v', 'k1', 'l1')
   local v, k1, l1 = tonumber(st[1] or '0'), st[2], tonumber(st[3] or '0')
-  local counts = {}
+  local counts, aside = {}, nil
+  -- used returns k's count in the pass, plus what is set aside there.
+  local function used(k)
+    local n = counts[k]
+    if n == nil then
+      n = count(k, now)
+      counts[k] = n
+    end
+    if aside and aside[k] then return n + aside[k] end
+    return n
+  end
   local function shut()
     if not k1 or k1 == '' then return false end
-    if counts[k1] == nil then counts[k1] = count(k1, now) end
-    return counts[k1] >= l1
+    return used(k1) >= l1
   end
-  if shut() then return end
+  if shut() then return nil end
   drop_expired(w, now)
   -- The tickets are read a page at a time, so a pass that grants the
   -- first ticket it reads costs O(log n), not a read of the whole list.
@@ -202,37 +276,63 @@ local function pass(w, now)
         pos = pos - 1
       else
         local tk = cjson.decode(raw)
-        do
-          local fits = true
+        local ts, fits, short = tk.s, true, true -- ts: seats, nil for 1 each
+        local tl = tk.l -- its limits, with what each lane lends it now
+        if tk.b then
+          tl = {}
+          for j, e in ipairs(tk.b) do
+            tl[j] = tk.l[j]
+            if e[1] ~= '' then
+              local c = counts[e[1]]
+              if c == nil then
+                c = count(e[1], now)
+                counts[e[1]] = c
+              end
+              tl[j] = tl[j] + lent(w, e, c)
+            end
+          end
+        end
+        for j, k in ipairs(tk.k) do
+          local n, need = counts[k], ts and ts[j] or 1
+          if n == nil then
+            n = count(k, now)
+            counts[k] = n
+          end
+          if aside and aside[k] then n = n + aside[k] end -- used(k), inline
+          if n + need > tl[j] then
+            fits = false
+            -- Blocked as a call of one seat would be, or by its own lane.
+            if need == 1 or n >= tl[j] or need > tl[j] or j == tk.ul then short = false end
+          end
+        end
+        if fits then
           for j, k in ipairs(tk.k) do
-            local n = counts[k]
-            if n == nil then
-              n = count(k, now)
-              counts[k] = n
-            end
-            if n >= tk.l[j] then fits = false end
+            local need = ts and ts[j] or 1
+            counts[k] = counts[k] + need
+            add(k, token, now, tk.c, need)
           end
-          if fits then
-            for _, k in ipairs(tk.k) do
-              counts[k] = counts[k] + 1
-              add(k, token, now, tk.c)
-            end
-            if s > v then v = s end
-            granted = true
-            remove_ticket(w, token, tk, true)
-            pos = pos - 1
-            redis.call('PUBLISH', tk.n, token)
-            if shut() then
-              done = true
-              break
-            end
+          if s > v then v = s end
+          granted = true
+          remove_ticket(w, token, tk, true)
+          pos = pos - 1
+          redis.call('PUBLISH', tk.n, token)
+        elseif short and not aside then
+          aside = {}
+          for j, k in ipairs(tk.k) do
+            local n = used(k)
+            if n + (ts and ts[j] or 1) > tl[j] then aside[k] = tl[j] - n end
           end
+        end
+        if (fits or aside) and shut() then
+          done = true
+          break
         end
       end
     end
   end
   if granted then redis.call('HSET', w.s, 'v', v) end
   reset_if_empty(w)
+  return aside
 end
 
 -- holds reports whether token holds an unexpired lease in every key.
@@ -246,11 +346,14 @@ end
 
 -- where returns {state, next_ms}: state 2 = queued, 1 = holds its lease
 -- (granted), 3 = dropped to make room (the mark is taken), 0 = neither; next_ms = ms until the earliest lease of a lane
--- full for the queued ticket expires, 0 when none.
+-- full for the queued ticket (count + its seats > its limit, with what
+-- the lane lends it now) expires, 0 when none.
 --
--- limits, when given, are the ticket's own (a pump's): the ticket is then
--- found queued by its expiry in the index, without reading it.
-local function where(w, token, keys, now, limits)
+-- limits, seats (nil: 1 in each lane) and borrow (nil: none; per lane as
+-- a ticket's b), when limits are given, are the ticket's own (a pump's):
+-- the ticket is then found queued by its expiry in the index, without
+-- reading it.
+local function where(w, token, keys, now, limits, seats, borrow)
   local queued
   if limits then
     queued = redis.call('ZSCORE', w.e, token) ~= false
@@ -258,7 +361,7 @@ local function where(w, token, keys, now, limits)
     local raw = redis.call('HGET', w.t, token)
     if raw then
       local tk = cjson.decode(raw)
-      keys, limits, queued = tk.k, tk.l, true
+      keys, limits, seats, borrow, queued = tk.k, tk.l, tk.s, tk.b, true
     end
   end
   if not queued then
@@ -268,7 +371,9 @@ local function where(w, token, keys, now, limits)
   end
   local soonest = nil
   for j, k in ipairs(keys) do
-    if redis.call('ZCARD', k) >= limits[j] then
+    local limit = limits[j]
+    if borrow and borrow[j][1] ~= '' then limit = limit + lent(w, borrow[j], count(borrow[j][1], now)) end
+    if redis.call('ZCARD', k) + (seats and seats[j] or 1) > limit then
       local first = redis.call('ZRANGE', k, 0, 0, 'WITHSCORES')
       if #first == 2 then
         local e = tonumber(first[2])

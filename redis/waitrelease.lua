@@ -1,12 +1,20 @@
--- waitrelease: release a call's leases and, when tickets wait under the
--- prefix, run the grant pass, so the freed slot is handed over at once.
+-- waitrelease: release a call's leases (every seat: the token, token#2,
+-- ... up to the first missing one) and, when tickets wait under the
+-- prefix, run the grant pass, so the freed seats are handed over at once.
 --
 -- KEYS:    the call's lane keys. ARGV[1]: the key prefix P.
 -- ARGV[2]: the token.
 --
 -- Returns: 1 when the pass ran, else 0.
 local token = ARGV[2]
-for _, k in ipairs(KEYS) do redis.call('ZREM', k, token) end
+for _, k in ipairs(KEYS) do
+  -- token and token#2, then, when both were there, token#3, token#4, ...
+  -- up to the first missing one.
+  if redis.call('ZREM', k, token, token .. '#2') == 2 then
+    local j = 3
+    while redis.call('ZREM', k, token .. '#' .. j) == 1 do j = j + 1 end
+  end
+end
 local w = wkeys(ARGV[1])
 if redis.call('EXISTS', w.q) == 0 then return 0 end
 pass(w, now_ms())

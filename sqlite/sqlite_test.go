@@ -9,9 +9,9 @@ import (
 	"testing"
 	"time"
 
-	"github.com/capgate/capgate"
 	"github.com/capgate/capgate/config"
 	"github.com/capgate/capgate/configtest"
+	"github.com/capgate/capgate/settings"
 	"github.com/capgate/capgate/sqlite"
 )
 
@@ -46,7 +46,7 @@ func TestReopenKeepsTheHistory(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	v := configtest.Append(t, s, capgate.DefaultConfig(capgate.ModeOff).Doc())
+	v := configtest.Append(t, s, settings.Default(nil, settings.ModeOff).Doc())
 	if err := s.Close(); err != nil {
 		t.Fatal(err)
 	}

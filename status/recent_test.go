@@ -45,28 +45,27 @@ func TestRecentDecisions(t *testing.T) {
 }
 
 func TestBindingLane(t *testing.T) {
-	st := status.Snapshot{
-		APIHeavy: &status.APIHeavy{InFlight: 2, Limit: 4, BulkLimit: 3, Waiting: 22},
-		ES2KNN:   &status.Lane{InFlight: 1, Limit: 3, Waiting: 5},
-		Tasks:    map[string]status.Lane{"gw1": {InFlight: 2, Limit: 2, Waiting: 22}},
-		Tiers:    map[string]status.Lane{"preview": {InFlight: 2, Limit: 2, Waiting: 3}, "core": {InFlight: 0, Limit: 4}},
-	}
+	st := ocl(status.Snapshot{},
+		&status.Lane{InFlight: 2, Limit: 4, BulkLimit: ptr(3), Waiting: 22},
+		&status.Lane{InFlight: 1, Limit: 3, Waiting: 5},
+		map[string]status.Lane{"gw1": {InFlight: 2, Limit: 2, Waiting: 22}},
+		map[string]status.Lane{"preview": {InFlight: 2, Limit: 2, Waiting: 3}, "core": {InFlight: 0, Limit: 4}}, nil)
 	// api_heavy has the most waiting too, but slots free: the calls wait
 	// on the full task lane.
 	if got := status.BindingLane(st); got != "task:gw1" {
 		t.Errorf("binding %q, want task:gw1", got)
 	}
-	st.Tasks["gw1"] = status.Lane{InFlight: 1, Limit: 2, Waiting: 22}
+	st.Keyed[0].Entries["gw1"] = status.Lane{InFlight: 1, Limit: 2, Waiting: 22}
 	if got := status.BindingLane(st); got != "tier:preview" {
 		t.Errorf("binding %q, want tier:preview", got)
 	}
 	// Shadow: nobody waits; the fullest full lane.
-	st = status.Snapshot{APIHeavy: &status.APIHeavy{InFlight: 9, Limit: 4, BulkLimit: 3},
-		Tiers: map[string]status.Lane{"preview": {InFlight: 3, Limit: 2}}}
+	st = ocl(status.Snapshot{}, &status.Lane{InFlight: 9, Limit: 4, BulkLimit: ptr(3)}, nil, nil,
+		map[string]status.Lane{"preview": {InFlight: 3, Limit: 2}}, nil)
 	if got := status.BindingLane(st); got != "api_heavy" {
 		t.Errorf("shadow binding %q, want api_heavy (9 of 3)", got)
 	}
-	if got := status.BindingLane(status.Snapshot{APIHeavy: &status.APIHeavy{InFlight: 1, Limit: 4, BulkLimit: 3}}); got != "" {
+	if got := status.BindingLane(ocl(status.Snapshot{}, &status.Lane{InFlight: 1, Limit: 4, BulkLimit: ptr(3)}, nil, nil, nil, nil)); got != "" {
 		t.Errorf("no full lane: binding %q, want none", got)
 	}
 }

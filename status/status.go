@@ -8,33 +8,80 @@
 // the values of capgate.Mode, capgate.EnforceFor and capgate.Tier.
 package status
 
-import "encoding/json"
+import (
+	"bytes"
+	"encoding/json"
+)
 
-// Snapshot is the state of the lanes at one read. When the lane store
-// fails, only Mode, EnforceFor, Store and Lanes are set, Store holding the
-// error.
+// Snapshot is the state of the lanes at one read, laid out by the policy's
+// lanes. When the lane store fails, only Mode, EnforceFor, Store and Lanes
+// are set, Store holding the error.
 type Snapshot struct {
-	Mode       string `json:"mode"`        // a capgate.Mode
-	EnforceFor string `json:"enforce_for"` // a capgate.EnforceFor
-	Store      string `json:"redis"`       // OK, or the lane store's error; "redis" on the wire, whatever the store
-	Lanes      string `json:"lanes"`       // where the lanes live: memory, redis, redis-sentinel, redis-cluster
+	Mode       string // a settings.Mode
+	EnforceFor string // a settings.EnforceFor
+	Store      string // OK, or the lane store's error; "redis" on the wire, whatever the store
+	Lanes      string // where the lanes live: memory, redis, redis-sentinel, redis-cluster
 	// Idempotency is the idempotency mode in force (a
-	// capgate.IdempotencyMode), "" (left out) when off.
-	Idempotency string `json:"idempotency,omitempty"`
-	// Binding is the lane calls wait on (see BindingLane): "api_heavy",
-	// "es2_knn", "task:<id>" or "tier:<tier>"; "" when no lane is full.
-	Binding string `json:"binding,omitempty"`
+	// settings.IdempotencyMode), "" (left out) when off.
+	Idempotency string
+	// Binding is the lane calls wait on (see BindingLane): a shared lane's
+	// name, "task:<id>" or "<lane>:<key>" of a lane keyed by tier or by a
+	// call field; "" when no lane is full.
+	Binding string
 	// Decisions counts this gateway's decisions of the last minutes, when
 	// the server keeps them (Recent); nil otherwise.
-	Decisions *Decisions      `json:"decisions,omitempty"`
-	APIHeavy  *APIHeavy       `json:"api_heavy,omitempty"`
-	ES2KNN    *Lane           `json:"es2_knn,omitempty"`
-	Tasks     map[string]Lane `json:"-"` // by task id
-	Tiers     map[string]Lane `json:"-"` // by capgate.Tier
-	Users     map[string]User `json:"-"` // by user id
+	Decisions *Decisions
+	// Shared are the lanes with one count for the whole cluster, in the
+	// policy's order.
+	Shared []SharedLane
+	// Keyed are the lanes with one count per task or per key (tier, user,
+	// call field), in the policy's order.
+	Keyed []KeyedLane
 	// Adaptive is the advice of the adaptive control loop for each
 	// adaptive lane, by lane name; nil without one.
-	Adaptive map[string]Adaptive `json:"adaptive,omitempty"`
+	Adaptive map[string]Adaptive
+}
+
+// SharedLane is one lane with one count for the whole cluster.
+type SharedLane struct {
+	Name      string // the lane's name
+	StatusKey string // its key in the JSON (the policy lane's status)
+	Lane
+}
+
+// KeyedLane is one lane counted per task or per key.
+type KeyedLane struct {
+	Name      string // the lane's name
+	StatusKey string // its key in the JSON (the policy lane's status)
+	Scope     string // "task" or "key"
+	Key       string // scope key: "user", "tier" or the call field
+	// PerKeyLimit says each entry's Limit is known: false for a lane whose
+	// limit is per tier but whose key is not the tier (a user's lane: the
+	// user's tier is not read), whose entries then carry no limit.
+	PerKeyLimit bool
+	// Entries are the keys with calls in flight or waiting (a tier lane
+	// and a gateway's own task: every one, idle ones too).
+	Entries map[string]Lane
+}
+
+// Shared returns the shared lane named name.
+func (s *Snapshot) SharedLane(name string) (Lane, bool) {
+	for _, l := range s.Shared {
+		if l.Name == name {
+			return l.Lane, true
+		}
+	}
+	return Lane{}, false
+}
+
+// KeyedLane returns the keyed lane named name.
+func (s *Snapshot) KeyedLane(name string) (*KeyedLane, bool) {
+	for i := range s.Keyed {
+		if s.Keyed[i].Name == name {
+			return &s.Keyed[i], true
+		}
+	}
+	return nil, false
 }
 
 // Adaptive is what the adaptive control loop advises for one lane, and
@@ -63,12 +110,17 @@ const (
 	LimitAdaptive = "adaptive" // the limit the adaptive control loop advises
 )
 
-// APIHeavy is the cluster lane: its limit and the bulk limit.
-type APIHeavy struct {
-	InFlight  int `json:"in_flight"`
-	Limit     int `json:"limit"`
-	BulkLimit int `json:"bulk_limit"`
-	Waiting   int `json:"waiting,omitempty"` // calls waiting for this lane
+// Lane is one count's calls in flight and its limit.
+type Lane struct {
+	InFlight int `json:"in_flight"`
+	Limit    int `json:"limit"`
+	// BulkLimit is the limit of the calls that are not of the lane's
+	// reserve class (limit − reserve); nil for a lane without a reserve.
+	BulkLimit *int `json:"bulk_limit,omitempty"`
+	// Lend is how many of the reserve's seats the other calls may borrow
+	// while the class leaves them idle (the config's lending); 0: none.
+	Lend    int `json:"lend,omitempty"`
+	Waiting int `json:"waiting,omitempty"` // calls waiting for this lane
 	// Advised and LimitSource are set for an adaptive lane: the limit the
 	// control loop advises, and where Limit comes from (LimitStatic or
 	// LimitAdaptive).
@@ -76,25 +128,26 @@ type APIHeavy struct {
 	LimitSource string `json:"limit_source,omitempty"`
 }
 
-// Lane is one lane's calls in flight and its limit.
-type Lane struct {
-	InFlight int `json:"in_flight"`
-	Limit    int `json:"limit"`
-	Waiting  int `json:"waiting,omitempty"` // calls waiting for this lane
-	// As in APIHeavy, for an adaptive lane.
-	Advised     int    `json:"advised,omitempty"`
-	LimitSource string `json:"limit_source,omitempty"`
+// Bulk returns the limit of the calls outside the lane's reserve: its
+// BulkLimit, else its Limit.
+func (l Lane) Bulk() int {
+	if l.BulkLimit != nil {
+		return *l.BulkLimit
+	}
+	return l.Limit
 }
 
-// User is one user's calls in flight.
+// User is one key's calls in flight when its limit is not known.
 type User struct {
 	InFlight int `json:"in_flight"`
 	Waiting  int `json:"waiting,omitempty"` // calls waiting for a slot
 }
 
-// MarshalJSON writes the full snapshot when the store answered (tasks,
-// tiers and users as objects, empty ones too), and only mode, enforce_for,
-// the error and where the lanes live when it did not.
+// MarshalJSON writes the full snapshot when the store answered — mode,
+// enforce_for, the store, the shared lanes (each under its status key),
+// adaptive, lanes_health, then the keyed lanes as objects by key (empty
+// ones too) — and only mode, enforce_for, the error and where the lanes
+// live when it did not.
 func (s Snapshot) MarshalJSON() ([]byte, error) {
 	if s.Store != OK {
 		return json.Marshal(struct {
@@ -106,26 +159,67 @@ func (s Snapshot) MarshalJSON() ([]byte, error) {
 			Decisions  *Decisions `json:"decisions,omitempty"`
 		}{s.Mode, s.EnforceFor, s.Store, s.Lanes, s.Store, s.Decisions})
 	}
-	type full Snapshot // without this method
-	f := full(s)
-	if f.Tasks == nil {
-		f.Tasks = map[string]Lane{}
+	var b bytes.Buffer
+	b.WriteByte('{')
+	field := func(k string, v any) error {
+		if b.Len() > 1 {
+			b.WriteByte(',')
+		}
+		kb, _ := json.Marshal(k)
+		b.Write(kb)
+		b.WriteByte(':')
+		vb, err := json.Marshal(v)
+		if err != nil {
+			return err
+		}
+		b.Write(vb)
+		return nil
 	}
-	if f.Users == nil {
-		f.Users = map[string]User{}
+	type kv struct {
+		k string
+		v any
 	}
-	if f.Tiers == nil {
-		f.Tiers = map[string]Lane{}
+	out := []kv{{"mode", s.Mode}, {"enforce_for", s.EnforceFor}, {"redis", s.Store}, {"lanes", s.Lanes}}
+	if s.Idempotency != "" {
+		out = append(out, kv{"idempotency", s.Idempotency})
+	}
+	if s.Binding != "" {
+		out = append(out, kv{"binding", s.Binding})
+	}
+	if s.Decisions != nil {
+		out = append(out, kv{"decisions", s.Decisions})
+	}
+	for _, l := range s.Shared {
+		out = append(out, kv{l.StatusKey, l.Lane})
+	}
+	if len(s.Adaptive) > 0 {
+		out = append(out, kv{"adaptive", s.Adaptive})
 	}
 	// lanes_health is "redis" under a name that fits every store (the
 	// in-process lanes are no Redis); "redis" stays for existing readers.
-	return json.Marshal(struct {
-		full
-		Health string          `json:"lanes_health"`
-		Tasks  map[string]Lane `json:"tasks"`
-		Tiers  map[string]Lane `json:"tiers"`
-		Users  map[string]User `json:"users"`
-	}{f, f.Store, f.Tasks, f.Tiers, f.Users})
+	out = append(out, kv{"lanes_health", s.Store})
+	for _, l := range s.Keyed {
+		if l.PerKeyLimit {
+			m := l.Entries
+			if m == nil {
+				m = map[string]Lane{}
+			}
+			out = append(out, kv{l.StatusKey, m})
+			continue
+		}
+		m := make(map[string]User, len(l.Entries))
+		for k, e := range l.Entries {
+			m[k] = User{InFlight: e.InFlight, Waiting: e.Waiting}
+		}
+		out = append(out, kv{l.StatusKey, m})
+	}
+	for _, e := range out {
+		if err := field(e.k, e.v); err != nil {
+			return nil, err
+		}
+	}
+	b.WriteByte('}')
+	return b.Bytes(), nil
 }
 
 // BindingLane returns the lane calls wait on in st: of the full lanes (in
@@ -133,26 +227,29 @@ func (s Snapshot) MarshalJSON() ([]byte, error) {
 // most waiting; with none waiting (shadow, or no wait), the fullest full
 // lane. A waiting call is counted in every lane of its plan, so the most
 // waiting alone would name a lane with free slots; a full lane is where
-// it waits. Per-user lanes are not named: one user's lane binds that user
-// only. "" when no lane is full.
+// it waits. A lane keyed by the caller is not named: one user's lane binds
+// that user only. "" when no lane is full.
 func BindingLane(st Snapshot) string {
 	type cand struct {
 		name                     string
 		inFlight, limit, waiting int
 	}
 	var cands []cand
-	if st.APIHeavy != nil {
+	for _, l := range st.Shared {
 		// The bulk limit binds bulk calls, the most of them.
-		cands = append(cands, cand{"api_heavy", st.APIHeavy.InFlight, st.APIHeavy.BulkLimit, st.APIHeavy.Waiting})
+		cands = append(cands, cand{l.Name, l.InFlight, l.Bulk(), l.Waiting})
 	}
-	if st.ES2KNN != nil {
-		cands = append(cands, cand{"es2_knn", st.ES2KNN.InFlight, st.ES2KNN.Limit, st.ES2KNN.Waiting})
-	}
-	for id, l := range st.Tasks {
-		cands = append(cands, cand{"task:" + id, l.InFlight, l.Limit, l.Waiting})
-	}
-	for t, l := range st.Tiers {
-		cands = append(cands, cand{"tier:" + t, l.InFlight, l.Limit, l.Waiting})
+	for _, kl := range st.Keyed {
+		if !kl.PerKeyLimit || kl.Key == "user" {
+			continue
+		}
+		prefix := kl.Name + ":"
+		if kl.Scope == "task" {
+			prefix = "task:"
+		}
+		for id, l := range kl.Entries {
+			cands = append(cands, cand{prefix + id, l.InFlight, l.Limit, l.Waiting})
+		}
 	}
 	best, bestWait, bestRatio := "", -1, -1.0
 	for _, c := range cands {

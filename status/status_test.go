@@ -15,25 +15,25 @@ func TestSnapshotJSON(t *testing.T) {
 		s    status.Snapshot
 		want string
 	}{
-		{"store answered, nothing in flight", status.Snapshot{Mode: "shadow", EnforceFor: "aware", Store: status.OK, Lanes: "memory",
-			APIHeavy: &status.APIHeavy{Limit: 4, BulkLimit: 3}, ES2KNN: &status.Lane{Limit: 3}},
+		{"store answered, nothing in flight", ocl(status.Snapshot{Mode: "shadow", EnforceFor: "aware", Store: status.OK, Lanes: "memory"},
+			&status.Lane{Limit: 4, BulkLimit: ptr(3)}, &status.Lane{Limit: 3}, nil, nil, nil),
 			`{"mode":"shadow","enforce_for":"aware","redis":"ok","lanes":"memory",` +
 				`"api_heavy":{"in_flight":0,"limit":4,"bulk_limit":3},"es2_knn":{"in_flight":0,"limit":3},` +
 				`"lanes_health":"ok","tasks":{},"tiers":{},"users":{}}`},
-		{"store answered, calls in flight and waiting, adaptive", status.Snapshot{Mode: "enforce", EnforceFor: "all", Store: status.OK, Lanes: "redis",
-			APIHeavy: &status.APIHeavy{InFlight: 2, Limit: 6, BulkLimit: 5, Waiting: 1, Advised: 6, LimitSource: status.LimitAdaptive},
-			ES2KNN:   &status.Lane{InFlight: 1, Limit: 3, LimitSource: status.LimitStatic},
-			Tasks:    map[string]status.Lane{"t1": {InFlight: 2, Limit: 2}},
-			Tiers:    map[string]status.Lane{"preview": {InFlight: 1, Limit: 2}, "core": {InFlight: 1, Limit: 4, Waiting: 1}},
-			Users:    map[string]status.User{"pam": {InFlight: 2, Waiting: 1}}},
+		{"store answered, calls in flight and waiting, adaptive", ocl(status.Snapshot{Mode: "enforce", EnforceFor: "all", Store: status.OK, Lanes: "redis"},
+			&status.Lane{InFlight: 2, Limit: 6, BulkLimit: ptr(5), Waiting: 1, Advised: 6, LimitSource: status.LimitAdaptive},
+			&status.Lane{InFlight: 1, Limit: 3, LimitSource: status.LimitStatic},
+			map[string]status.Lane{"t1": {InFlight: 2, Limit: 2}},
+			map[string]status.Lane{"preview": {InFlight: 1, Limit: 2}, "core": {InFlight: 1, Limit: 4, Waiting: 1}},
+			map[string]status.Lane{"pam": {InFlight: 2, Waiting: 1}}),
 			`{"mode":"enforce","enforce_for":"all","redis":"ok","lanes":"redis",` +
 				`"api_heavy":{"in_flight":2,"limit":6,"bulk_limit":5,"waiting":1,"advised":6,"limit_source":"adaptive"},` +
 				`"es2_knn":{"in_flight":1,"limit":3,"limit_source":"static"},` +
 				`"lanes_health":"ok","tasks":{"t1":{"in_flight":2,"limit":2}},` +
 				`"tiers":{"core":{"in_flight":1,"limit":4,"waiting":1},"preview":{"in_flight":1,"limit":2}},` +
 				`"users":{"pam":{"in_flight":2,"waiting":1}}}`},
-		{"store failed: no lanes, whatever is set", status.Snapshot{Mode: "shadow", EnforceFor: "aware", Store: "count lanes: i/o timeout", Lanes: "redis",
-			APIHeavy: &status.APIHeavy{Limit: 4}, Tasks: map[string]status.Lane{"t1": {}}},
+		{"store failed: no lanes, whatever is set", ocl(status.Snapshot{Mode: "shadow", EnforceFor: "aware", Store: "count lanes: i/o timeout", Lanes: "redis"},
+			&status.Lane{Limit: 4}, nil, map[string]status.Lane{"t1": {}}, nil, nil),
 			`{"mode":"shadow","enforce_for":"aware","redis":"count lanes: i/o timeout","lanes":"redis","lanes_health":"count lanes: i/o timeout"}`},
 	} {
 		b, err := json.Marshal(tt.s)
@@ -43,5 +43,45 @@ func TestSnapshotJSON(t *testing.T) {
 		if string(b) != tt.want {
 			t.Errorf("%s:\n got %s\nwant %s", tt.name, b, tt.want)
 		}
+	}
+}
+
+func ptr(n int) *int { return &n }
+
+// ocl lays out st as the OCL policy's lanes do: api_heavy and es2_knn
+// shared (nil: left out), then tasks, tiers and users by key.
+func ocl(st status.Snapshot, apiHeavy, es2 *status.Lane, tasks, tiers, users map[string]status.Lane) status.Snapshot {
+	if apiHeavy != nil {
+		st.Shared = append(st.Shared, status.SharedLane{Name: "api_heavy", StatusKey: "api_heavy", Lane: *apiHeavy})
+	}
+	if es2 != nil {
+		st.Shared = append(st.Shared, status.SharedLane{Name: "es2_knn", StatusKey: "es2_knn", Lane: *es2})
+	}
+	st.Keyed = []status.KeyedLane{
+		{Name: "api_heavy_task", StatusKey: "tasks", Scope: "task", PerKeyLimit: true, Entries: tasks},
+		{Name: "tier", StatusKey: "tiers", Scope: "key", Key: "tier", PerKeyLimit: true, Entries: tiers},
+		{Name: "user", StatusKey: "users", Scope: "key", Key: "user", Entries: users},
+	}
+	return st
+}
+
+// A policy's own lanes under their status keys: a field-keyed lane with
+// its limit per key, and no OCL name anywhere.
+func TestSnapshotJSONOfAnotherPolicy(t *testing.T) {
+	st := status.Snapshot{Mode: "enforce", EnforceFor: "all", Store: status.OK, Lanes: "memory",
+		Shared: []status.SharedLane{{Name: "cluster", StatusKey: "cluster", Lane: status.Lane{InFlight: 3, Limit: 8}}},
+		Keyed: []status.KeyedLane{
+			{Name: "model", StatusKey: "model", Scope: "key", Key: "model", PerKeyLimit: true,
+				Entries: map[string]status.Lane{"llama": {InFlight: 2, Limit: 2, Waiting: 1}}},
+			{Name: "user", StatusKey: "user", Scope: "key", Key: "user"},
+		}}
+	b, err := json.Marshal(st)
+	want := `{"mode":"enforce","enforce_for":"all","redis":"ok","lanes":"memory","cluster":{"in_flight":3,"limit":8},` +
+		`"lanes_health":"ok","model":{"llama":{"in_flight":2,"limit":2,"waiting":1}},"user":{}}`
+	if err != nil || string(b) != want {
+		t.Errorf("got %s, %v\nwant %s", b, err, want)
+	}
+	if got := status.BindingLane(st); got != "model:llama" {
+		t.Errorf("binding %q, want model:llama", got)
 	}
 }

@@ -27,13 +27,14 @@ const (
 const ConfigKey = "adaptive"
 
 // Settings is the config key "adaptive": per lane that protects a shared
-// resource, whether its limit is found by the control loop. A lane left out
-// is off. The zero value (no key in the config) changes nothing: the config
-// reads and writes as it did before adaptive limits existed.
+// resource (a policy's lane with one count and one limit: its cluster and
+// task lanes), whether its limit is found by the control loop. A lane left
+// out is off. The zero value (no key in the config) changes nothing: the
+// config reads and writes as it did before adaptive limits existed. A
+// Settings is a value: With returns a changed copy, nothing changes one in
+// place.
 type Settings struct {
-	APIHeavy     LaneSettings // replaces api_heavy.cluster (the bulk limit follows)
-	APIHeavyTask LaneSettings // replaces api_heavy.per_task: each gateway's own limit
-	ES2KNN       LaneSettings // replaces es2_knn
+	lanes map[string]LaneSettings // by lane name; only lanes with a setting
 }
 
 // LaneSettings is one lane's adaptive setting: its mode and the bounds the
@@ -49,16 +50,55 @@ type LaneSettings struct {
 func (l LaneSettings) On() bool { return l.Mode == Advise || l.Mode == Apply }
 
 // maxBound is the largest min or max, the largest number a config accepts
-// (the root's maxNumber).
+// (the settings package's MaxNumber).
 const maxBound = 100000
 
-// laneNames are the keys of the "adaptive" object, the root's LaneName
-// values of the lanes a setting may name, in the order they are reported.
-var laneNames = []string{"api_heavy", "api_heavy_task", "es2_knn"}
+// Lane returns the setting of lane name; the zero LaneSettings (off) when
+// it has none.
+func (s Settings) Lane(name string) LaneSettings { return s.lanes[name] }
 
-// lane returns the setting of laneNames[i].
-func (s *Settings) lane(i int) *LaneSettings {
-	return [...]*LaneSettings{&s.APIHeavy, &s.APIHeavyTask, &s.ES2KNN}[i]
+// Empty reports whether no lane has a setting.
+func (s Settings) Empty() bool { return len(s.lanes) == 0 }
+
+// Names returns the lanes that have a setting, sorted.
+func (s Settings) Names() []string {
+	out := make([]string, 0, len(s.lanes))
+	for n := range s.lanes {
+		out = append(out, n)
+	}
+	sort.Strings(out)
+	return out
+}
+
+// With returns s with lane name set to l (the zero l removes the lane's
+// setting); s is unchanged.
+func (s Settings) With(name string, l LaneSettings) Settings {
+	out := Settings{lanes: make(map[string]LaneSettings, len(s.lanes)+1)}
+	for k, v := range s.lanes {
+		out.lanes[k] = v
+	}
+	if l == (LaneSettings{}) {
+		delete(out.lanes, name)
+	} else {
+		out.lanes[name] = l
+	}
+	if len(out.lanes) == 0 {
+		return Settings{}
+	}
+	return out
+}
+
+// Equal reports whether s and o set the same lanes alike.
+func (s Settings) Equal(o Settings) bool {
+	if len(s.lanes) != len(o.lanes) {
+		return false
+	}
+	for k, v := range s.lanes {
+		if w, ok := o.lanes[k]; !ok || w != v {
+			return false
+		}
+	}
+	return true
 }
 
 // Doc returns the "adaptive" object of a config document (numbers as
@@ -66,8 +106,7 @@ func (s *Settings) lane(i int) *LaneSettings {
 // no "adaptive" key.
 func (s Settings) Doc() map[string]any {
 	var out map[string]any
-	for i, name := range laneNames {
-		l := s.lane(i)
+	for name, l := range s.lanes {
 		if l.Mode == "" {
 			continue
 		}
@@ -85,9 +124,11 @@ func (s Settings) Doc() map[string]any {
 
 // ParseSettings checks the "adaptive" value of a config document (decoded
 // as jsontree does) and returns it with every problem found, as the
-// config's validation messages. null, for the whole key or for a lane,
-// means no setting (so a PATCH can remove one).
-func ParseSettings(v any) (Settings, []string) {
+// config's validation messages. lanes are the lanes a setting may name, in
+// the order their problems are reported (the policy's shared lanes); nil
+// takes any lane name. null, for the whole key or for a lane, means no
+// setting (so a PATCH can remove one).
+func ParseSettings(v any, lanes []string) (Settings, []string) {
 	var s Settings
 	if v == nil {
 		return s, nil
@@ -96,19 +137,31 @@ func ParseSettings(v any) (Settings, []string) {
 	if !ok {
 		return s, []string{fmt.Sprintf("%q must be an object.", ConfigKey)}
 	}
+	names := lanes
+	if names == nil {
+		for k := range obj {
+			names = append(names, k)
+		}
+		sort.Strings(names)
+	}
 	var errs, unknown []string
-	for i, name := range laneNames {
+	for _, name := range names {
 		lv, ok := obj[name]
 		if !ok || lv == nil {
 			continue
 		}
 		l, lerrs := parseLane(ConfigKey+"."+name, lv)
 		errs = append(errs, lerrs...)
-		*s.lane(i) = l
+		if l.Mode != "" {
+			if s.lanes == nil {
+				s.lanes = map[string]LaneSettings{}
+			}
+			s.lanes[name] = l
+		}
 	}
 	for k := range obj {
-		if !slices.Contains(laneNames, k) {
-			unknown = append(unknown, fmt.Sprintf("Unknown setting %q: adaptive limits are for api_heavy, api_heavy_task and es2_knn.", ConfigKey+"."+k))
+		if !slices.Contains(names, k) {
+			unknown = append(unknown, fmt.Sprintf("Unknown setting %q: adaptive limits are for %s.", ConfigKey+"."+k, listOf(lanes)))
 		}
 	}
 	sort.Strings(unknown)
@@ -185,10 +238,22 @@ func (s *Settings) UnmarshalJSON(b []byte) error {
 	if err != nil {
 		return fmt.Errorf("adaptive: %w", err)
 	}
-	got, errs := ParseSettings(v)
+	got, errs := ParseSettings(v, nil)
 	if len(errs) > 0 {
 		return errors.New(strings.Join(errs, " ")) // as capgate.ValidationError reads
 	}
 	*s = got
 	return nil
+}
+
+// listOf writes names as a sentence does: "a", "a and b", "a, b and c";
+// "no lane of this policy" for none.
+func listOf(names []string) string {
+	switch len(names) {
+	case 0:
+		return "no lane of this policy"
+	case 1:
+		return names[0]
+	}
+	return strings.Join(names[:len(names)-1], ", ") + " and " + names[len(names)-1]
 }

@@ -55,7 +55,7 @@ func openTarget(url, cluster string) (*target, error) {
 	switch {
 	case cluster != "":
 		seeds := strings.Split(cluster, ",")
-		p, _ := redis.KeyLayoutCluster.Prefix(capgate.DefaultKeyPrefix)
+		p, _ := redis.KeyLayoutCluster.Prefix("ocl:capacity")
 		return &target{raw: goredis.NewClusterClient(&goredis.ClusterOptions{Addrs: seeds, Protocol: 2, DisableIdentity: true}),
 			opts: redis.Options{Cluster: seeds}, prefix: p}, nil
 	case url != "":
@@ -64,7 +64,7 @@ func openTarget(url, cluster string) (*target, error) {
 			return nil, err
 		}
 		o.Protocol, o.DisableIdentity = 2, true
-		return &target{raw: goredis.NewClient(o), opts: redis.Options{URL: url}, prefix: capgate.DefaultKeyPrefix}, nil
+		return &target{raw: goredis.NewClient(o), opts: redis.Options{URL: url}, prefix: "ocl:capacity"}, nil
 	}
 	return nil, errors.New("set -redis or -cluster")
 }
@@ -341,8 +341,8 @@ func probeAcquire(ctx context.Context, tg *target, d time.Duration) ([]time.Dura
 	defer tick.Stop()
 	for i := 0; time.Now().Before(end); i++ {
 		<-tick.C
-		keys := []string{k.Lane(capgate.LaneAPIHeavy, ""), k.Lane(capgate.LaneTask, "probe"), k.Lane(capgate.LaneES2KNN, ""),
-			k.Lane(capgate.LaneTier, "core"), k.Lane(capgate.LaneUser, "probe-"+strconv.Itoa(i%50))}
+		keys := []string{k.Lane(capgate.LaneName("api_heavy"), ""), k.Lane(capgate.LaneName("api_heavy_task"), "probe"), k.Lane(capgate.LaneName("es2_knn"), ""),
+			k.Lane(capgate.LaneName("tier"), "core"), k.Lane(capgate.LaneName("user"), "probe-"+strconv.Itoa(i%50))}
 		req := capgate.AcquireRequest{Token: token(), Keys: keys, Limits: []int{1e5, 1e5, 1e5, 1e5, 1e5}, Lease: time.Minute}
 		start := time.Now()
 		_, err := s.Acquire(ctx, req, make([]int, len(keys)))
@@ -400,10 +400,10 @@ func seedCmd(args []string) error {
 	k := capgate.Keys{Prefix: tg.prefix}
 	var keys []string
 	for i := range *nTasks {
-		keys = append(keys, k.Lane(capgate.LaneTask, "gw"+strconv.Itoa(i+1)))
+		keys = append(keys, k.Lane(capgate.LaneName("api_heavy_task"), "gw"+strconv.Itoa(i+1)))
 	}
 	for i := range *nUsers {
-		keys = append(keys, k.Lane(capgate.LaneUser, "user-"+strconv.Itoa(i)))
+		keys = append(keys, k.Lane(capgate.LaneName("user"), "user-"+strconv.Itoa(i)))
 	}
 	for lo := 0; lo < len(keys); lo += 1000 {
 		_, err := tg.raw.Pipelined(ctx, func(p goredis.Pipeliner) error {

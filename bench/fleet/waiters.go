@@ -73,7 +73,7 @@ func waitersCmd(args []string) error {
 	}
 	defer func() { _ = s.Close() }()
 
-	prefix := capgate.DefaultKeyPrefix
+	prefix := "ocl:capacity"
 	shared := prefix + ":api_heavy"
 	ticket := func(user string, maxWaiting int) capgate.Ticket {
 		return capgate.Ticket{Prefix: prefix, Token: token(), Keys: []string{shared, prefix + ":user:" + user},

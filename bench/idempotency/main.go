@@ -47,6 +47,7 @@ import (
 	capgatehttp "github.com/capgate/capgate/http"
 	"github.com/capgate/capgate/identity"
 	"github.com/capgate/capgate/redis"
+	"github.com/capgate/capgate/settings"
 )
 
 func main() {
@@ -75,7 +76,7 @@ func run() error {
 	if b.redisURL == "" {
 		return errors.New("give -redis")
 	}
-	for _, mode := range []capgate.IdempotencyMode{capgate.IdempotencyOff, capgate.IdempotencyKey, capgate.IdempotencyAuto} {
+	for _, mode := range []settings.IdempotencyMode{settings.IdempotencyOff, settings.IdempotencyKey, settings.IdempotencyAuto} {
 		if err := b.retries(mode); err != nil {
 			return fmt.Errorf("mode %s: %w", mode, err)
 		}
@@ -113,10 +114,10 @@ type fleet struct {
 	close  func()
 }
 
-func (b *bench) fleet(mode capgate.IdempotencyMode, up http.Handler) (*fleet, error) {
+func (b *bench) fleet(mode settings.IdempotencyMode, up http.Handler) (*fleet, error) {
 	apiSrv := httptest.NewServer(up)
 	u, _ := url.Parse(apiSrv.URL)
-	cfg := capgate.DefaultConfig(capgate.ModeShadow)
+	cfg := settings.Default(nil, settings.ModeShadow)
 	cfg.Idempotency.Mode = mode
 	var entries []identity.TokenEntry
 	for i := range b.clients {
@@ -145,7 +146,7 @@ func (b *bench) fleet(mode capgate.IdempotencyMode, up http.Handler) (*fleet, er
 			return nil, err
 		}
 		f.stores = append(f.stores, st)
-		gate, err := capgate.NewGate(st, capgate.NewFixedConfig(cfg), nil, fmt.Sprintf("gw-%d", i+1))
+		gate, err := capgate.NewGate(st, settings.NewFixed(cfg), nil, fmt.Sprintf("gw-%d", i+1))
 		if err != nil {
 			f.close()
 			return nil, err
@@ -167,7 +168,7 @@ func body(i int) string { return fmt.Sprintf(`{"rows":[{"name":"concept-%d"}]}`,
 
 const path = "/concepts/$match/?semantic=true"
 
-func (b *bench) retries(mode capgate.IdempotencyMode) error {
+func (b *bench) retries(mode settings.IdempotencyMode) error {
 	up := &api{d: b.call, calls: map[string]int{}}
 	f, err := b.fleet(mode, up)
 	if err != nil {
@@ -187,7 +188,7 @@ func (b *bench) retries(mode capgate.IdempotencyMode) error {
 				req, _ := http.NewRequest("POST", f.urls[try%2]+path, strings.NewReader(body(i)))
 				req.Header.Set("Authorization", fmt.Sprintf("Token t-%d", i))
 				req.Header.Set("Content-Type", "application/json")
-				if mode == capgate.IdempotencyKey {
+				if mode == settings.IdempotencyKey {
 					req.Header.Set("Idempotency-Key", fmt.Sprintf("call-%d", i))
 				}
 				resp, err := c.Do(req)
@@ -231,7 +232,7 @@ func (b *bench) retries(mode capgate.IdempotencyMode) error {
 // same read straight from the store.
 func (b *bench) replayCost() error {
 	up := &api{d: 0, calls: map[string]int{}}
-	f, err := b.fleet(capgate.IdempotencyKey, up)
+	f, err := b.fleet(settings.IdempotencyKey, up)
 	if err != nil {
 		return err
 	}

@@ -35,6 +35,7 @@ import (
 	"github.com/capgate/capgate/internal/randhex"
 	"github.com/capgate/capgate/memory"
 	"github.com/capgate/capgate/redis"
+	"github.com/capgate/capgate/settings"
 	"github.com/capgate/capgate/status"
 )
 
@@ -48,11 +49,11 @@ const lease = time.Minute
 func keysFor(user string) []string {
 	k := capgate.Keys{TaskID: "bench"}
 	return []string{
-		k.Lane(capgate.LaneAPIHeavy, ""),
-		k.Lane(capgate.LaneTask, k.TaskID),
-		k.Lane(capgate.LaneES2KNN, ""),
-		k.Lane(capgate.LaneTier, string(capgate.TierCore)),
-		k.Lane(capgate.LaneUser, user),
+		k.Lane(capgate.LaneName("api_heavy"), ""),
+		k.Lane(capgate.LaneName("api_heavy_task"), k.TaskID),
+		k.Lane(capgate.LaneName("es2_knn"), ""),
+		k.Lane(capgate.LaneName("tier"), string("core")),
+		k.Lane(capgate.LaneName("user"), user),
 	}
 }
 
@@ -342,8 +343,8 @@ func scale(args []string) error {
 		return err
 	}
 	defer store.Close()
-	cfg := capgate.DefaultConfig(capgate.ModeShadow)
-	gate, err := capgate.NewGate(store, capgate.NewFixedConfig(cfg), nil, "bench")
+	cfg := settings.Default(nil, settings.ModeShadow)
+	gate, err := capgate.NewGate(store, settings.NewFixed(cfg), nil, "bench")
 	if err != nil {
 		return err
 	}
@@ -383,10 +384,12 @@ func scale(args []string) error {
 			r.StatusError = s.Store
 			r.StatusFailed++
 		} else {
-			r.StatusUsers = len(s.Users)
+			if users, ok := s.KeyedLane("user"); ok {
+				r.StatusUsers = len(users.Entries)
+			}
 		}
 	}
-	prefix := capgate.Keys{}.Lane(capgate.LaneUser, "") + ":"
+	prefix := capgate.Keys{}.Lane(capgate.LaneName("user"), "") + ":"
 	for range *rounds {
 		t1 := time.Now()
 		all, err := store.Keys(ctx, prefix)

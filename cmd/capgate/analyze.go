@@ -9,30 +9,36 @@ import (
 	"strings"
 	"time"
 
-	"github.com/capgate/capgate"
 	"github.com/capgate/capgate/cmd/capgate/internal/analyze"
 	"github.com/capgate/capgate/internal/jsontree"
+	"github.com/capgate/capgate/policy"
+	"github.com/capgate/capgate/settings"
 )
 
 const analyzeUsage = `Usage: capgate analyze [flags] [FILE...]
 
-Reads ocl_capacity log lines from the files (stdin when none; "-" is stdin)
-and reports calls by decision, endpoint and tier; peak calls in flight per
-lane against its limit; shadow-refusal rates by lane, tier and user;
-held_ms and queue_ms percentiles; lane store unavailability windows; and
-the lines the gateways dropped. Other lines are skipped and counted.
+Reads the per-call log lines of a policy (the built-in OCL policy's
+the built-in policy's lines, or those of --policy) from the files (stdin when none;
+"-" is stdin) and reports calls by decision, route and tier; peak calls in
+flight per lane against its limit; shadow-refusal rates by lane, tier and
+user; held_ms and queue_ms percentiles; lane store unavailability windows;
+and the lines the gateways dropped. Other lines are skipped and counted.
 Several files (one per gateway) are merged by ts.
 
 Flags may come before or after the files:
   --json              write the report as JSON instead of text
   --html FILE         also write the report as one self-contained HTML page
+  --policy FILE       the policy the gateways ran: its event, routes,
+                      fields, lanes and tiers are what is read, and its
+                      config keys what --what-if and --config take
+                      (default: the built-in OCL policy; "ocl" names it)
   --what-if K=V...    replay the calls against the config changed by these
                       assignments ("capgate capacity set" syntax; every
                       K=V argument after the flag, up to the next flag)
   --config FILE       the config the what-if changes start from: a config
-                      JSON object (missing keys take the defaults) or the
-                      output of "capgate capacity show"; default: the
-                      built-in defaults
+                      JSON object (missing keys take the policy's
+                      defaults) or the output of "capgate capacity show";
+                      default: the policy's defaults
   --top N             users listed (default 10)
   --max-users N       users tracked one by one; later ones are folded
                       (default 10000)
@@ -42,6 +48,7 @@ Flags may come before or after the files:
 
 Example:
   capgate analyze gw1.log gw2.log --what-if api_heavy.cluster=6 mode=enforce enforce_for=all --html report.html
+  capgate analyze --policy examples/inference/policy.yaml gw.log --what-if lanes.model=4
 `
 
 // AnalyzeCommand is "capgate analyze": it reads logs and writes a report.
@@ -81,6 +88,7 @@ type analyzeArgs struct {
 	whatIf   []string
 	hasWhat  bool
 	config   string
+	policy   string
 	files    []string
 	opts     analyze.Options
 	showHelp bool
@@ -128,6 +136,8 @@ func parseAnalyzeArgs(args []string) (analyzeArgs, error) {
 			a.html, err = value(&i, "--html", inline, hasInline)
 		case "config":
 			a.config, err = value(&i, "--config", inline, hasInline)
+		case "policy":
+			a.policy, err = value(&i, "--policy", inline, hasInline)
 		case "what-if":
 			a.hasWhat = true
 			if hasInline {
@@ -164,9 +174,9 @@ func parseAnalyzeArgs(args []string) (analyzeArgs, error) {
 }
 
 // Run analyzes the logs named by args. Errors: an *analyzeArgError for a bad
-// command line or what-if (the messages of the assignments' parser and of
-// Config.Apply's *capgate.ValidationError, as they are), or a wrapped I/O
-// error.
+// command line, policy or what-if (the policy's errors, the messages of the
+// assignments' parser and of Config.Apply's *settings.ValidationError, as
+// they are), or a wrapped I/O error.
 func (c *AnalyzeCommand) Run(ctx context.Context, args []string) error {
 	if err := c.run(ctx, args); err != nil {
 		return fmt.Errorf("capgate analyze: %w", err)
@@ -183,9 +193,14 @@ func (c *AnalyzeCommand) run(ctx context.Context, args []string) error {
 		_, err := fmt.Fprint(c.Stdout, c.Usage())
 		return err
 	}
-	base := capgate.DefaultConfig(capgate.ModeShadow)
+	p, err := readAnalyzePolicy(a.policy)
+	if err != nil {
+		return err
+	}
+	a.opts.Policy = p
+	base := settings.Default(p, settings.ModeShadow)
 	if a.config != "" {
-		if base, err = readAnalyzeConfig(a.config); err != nil {
+		if base, err = readAnalyzeConfig(a.config, p); err != nil {
 			return err
 		}
 	}
@@ -258,27 +273,46 @@ func (c *AnalyzeCommand) open(files []string) ([]analyze.Input, func(), error) {
 	return inputs, closeAll, nil
 }
 
-// readAnalyzeConfig reads a config (or "capgate capacity show" output) and
-// returns the defaults overlaid with it, validated.
-func readAnalyzeConfig(name string) (capgate.Config, error) {
+// readAnalyzePolicy reads the policy file name: nil (the built-in OCL
+// policy) for "" or "ocl". A file that can't be read is an I/O error; a
+// policy that does not parse, an *analyzeArgError with its errors.
+func readAnalyzePolicy(name string) (*policy.Policy, error) {
+	if name == "" || name == "ocl" {
+		return nil, nil
+	}
 	b, err := os.ReadFile(name)
 	if err != nil {
-		return capgate.Config{}, fmt.Errorf("read config: %w", err)
+		return nil, fmt.Errorf("read policy: %w", err)
+	}
+	p, err := policy.Parse(name, b)
+	if err != nil {
+		return nil, analyzeArgErrorf("--policy: %w", err)
+	}
+	return p, nil
+}
+
+// readAnalyzeConfig reads a config (or "capgate capacity show" output) of
+// policy p (nil: OCL) and returns p's defaults overlaid with it,
+// validated.
+func readAnalyzeConfig(name string, p *policy.Policy) (settings.Config, error) {
+	b, err := os.ReadFile(name)
+	if err != nil {
+		return settings.Config{}, fmt.Errorf("read config: %w", err)
 	}
 	doc, err := jsontree.Parse(b)
 	if err != nil {
-		return capgate.Config{}, analyzeArgErrorf("--config %s: %w", name, err)
+		return settings.Config{}, analyzeArgErrorf("--config %s: %w", name, err)
 	}
 	obj, ok := doc.(map[string]any)
 	if !ok {
-		return capgate.Config{}, analyzeArgErrorf("--config %s: config must be an object.", name)
+		return settings.Config{}, analyzeArgErrorf("--config %s: config must be an object.", name)
 	}
 	if inner, ok := obj["config"].(map[string]any); ok {
 		obj = inner // the output of "capgate capacity show"
 	}
-	cfg, _, err := capgate.DefaultConfig(capgate.ModeShadow).Apply(obj)
+	cfg, _, err := settings.Default(p, settings.ModeShadow).Apply(settings.Patch(obj))
 	if err != nil {
-		return capgate.Config{}, analyzeArgErrorf("--config %s: %w", name, err)
+		return settings.Config{}, analyzeArgErrorf("--config %s: %w", name, err)
 	}
 	return cfg, nil
 }

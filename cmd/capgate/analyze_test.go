@@ -13,7 +13,7 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/capgate/capgate"
+	"github.com/capgate/capgate/settings"
 	"github.com/capgate/capgate/tools/genlog"
 )
 
@@ -134,10 +134,12 @@ func TestAnalyzeCLIErrors(t *testing.T) {
 
 func TestAnalyzeCLIConfigFile(t *testing.T) {
 	dir := t.TempDir()
-	cfg := capgate.DefaultConfig(capgate.ModeShadow)
-	cfg.APIHeavy.Cluster = 8
+	cfg := settings.Default(nil, settings.ModeShadow)
+	if err := cfg.SetNumber("api_heavy.cluster", 8); err != nil {
+		t.Fatal(err)
+	}
 	log := genLog(t, dir, "gw.log", genlog.Options{Calls: 2000, Rate: 3, Seed: 2, Config: &cfg})
-	show, err := json.Marshal(map[string]any{"version": 3, "config": cfg})
+	show, err := json.Marshal(map[string]any{"version": 3, "config": cfg.Doc()})
 	if err != nil {
 		t.Fatal(err)
 	}

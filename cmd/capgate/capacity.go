@@ -20,11 +20,12 @@ import (
 	"github.com/capgate/capgate/identity"
 	"github.com/capgate/capgate/internal/jsontree"
 	"github.com/capgate/capgate/logsink"
+	"github.com/capgate/capgate/policy"
 	"github.com/capgate/capgate/postgres"
 	"github.com/capgate/capgate/redis"
+	"github.com/capgate/capgate/settings"
 	"github.com/capgate/capgate/sqlite"
 	"github.com/capgate/capgate/status"
-	"github.com/capgate/capgate/tune"
 )
 
 // capacityHistoryDefault is history's default --limit.
@@ -35,7 +36,7 @@ const capacityDrain = 2 * time.Second
 
 // CapacityCommand is "capgate capacity": it shows and changes the runtime
 // config, opening the config store directly (as the gateway does). Output
-// is JSON indented by 2 spaces on Stdout; the ocl_capacity_config line of a
+// is JSON indented by 2 spaces on Stdout; the <log event>_config line of a
 // change goes to Stderr.
 type CapacityCommand struct {
 	Stdout, Stderr io.Writer
@@ -210,8 +211,8 @@ func (c *CapacityCommand) Run(ctx context.Context, args []string) error {
 				return err
 			}
 			return c.print(struct {
-				Version *int64         `json:"version"`
-				Config  capgate.Config `json:"config"`
+				Version *int64          `json:"version"`
+				Config  settings.Config `json:"config"`
 			}{versionID(v), cfg})
 		})
 	case "history":
@@ -247,7 +248,11 @@ func (c *CapacityCommand) withConfigs(ctx context.Context, a *capacityAction, fn
 			return err
 		}
 	}
-	return fn(st.NewConfigService(store))
+	pol, err := st.LoadPolicy()
+	if err != nil {
+		return err
+	}
+	return fn(st.NewConfigService(store, pol))
 }
 
 // osUser names who runs the command, for created_by: the operating
@@ -300,10 +305,10 @@ func (c *CapacityCommand) save(ctx context.Context, a *capacityAction, change co
 			rollbackOf = &change.RollbackOf
 		}
 		return c.print(struct {
-			Version    *int64       `json:"version"`
-			Changes    capgate.Diff `json:"changes"`
-			RollbackOf *int64       `json:"rollback_of,omitempty"`
-			Applies    string       `json:"applies,omitempty"`
+			Version    *int64        `json:"version"`
+			Changes    settings.Diff `json:"changes"`
+			RollbackOf *int64        `json:"rollback_of,omitempty"`
+			Applies    string        `json:"applies,omitempty"`
 		}{versionID(res.Version), res.Diff, rollbackOf, applies})
 	})
 }
@@ -320,8 +325,12 @@ func (c *CapacityCommand) announce(ctx context.Context, st Settings, version int
 		pushed = append(pushed, "SQLite's commit counter (the gateways on this file check it every "+sqlite.DataVersionInterval.String()+")")
 	}
 	if st.HasRedis() {
+		pol, perr := st.LoadPolicy()
+		if perr != nil {
+			pol = policy.OCL() // withConfigs read it already: not expected
+		}
 		if lanes, err := redis.Open(st.RedisOptions()); err == nil {
-			n, err := redis.NewConfigChannel(lanes, st.KeyPrefix).Publish(ctx, version)
+			n, err := redis.NewConfigChannel(lanes, st.KeyPrefixOf(pol)).Publish(ctx, version)
 			lanes.Close()
 			if err == nil {
 				pushed = append(pushed, fmt.Sprintf("Redis pub/sub (%d gateway(s) listening)", n))
@@ -362,7 +371,11 @@ func (c *CapacityCommand) status(ctx context.Context, a *capacityAction) error {
 	if !st.HasRedis() {
 		return errNoLaneStore
 	}
-	keyPrefix, err := st.LaneKeyPrefix()
+	pol, err := st.LoadPolicy()
+	if err != nil {
+		return err
+	}
+	keyPrefix, err := st.LaneKeyPrefix(pol)
 	if err != nil {
 		return err
 	}
@@ -381,13 +394,13 @@ func (c *CapacityCommand) status(ctx context.Context, a *capacityAction) error {
 		// A gate over the lanes, only to read them: it admits nothing and
 		// runs no adaptive loop, but reads the cluster's adaptive state,
 		// so the limits shown are those in force and the loop's advice.
-		g, err := capgate.NewGate(lanes, capgate.NewFixedConfig(cfg), nil, st.TaskID)
+		g, err := capgate.NewGate(lanes, settings.NewFixed(cfg), nil, st.TaskID)
 		if err != nil {
 			return err
 		}
 		defer func() { _ = g.Close(context.WithoutCancel(ctx)) }()
 		g.KeyPrefix = keyPrefix
-		if cfg.Adaptive != (tune.Settings{}) {
+		if !cfg.Adaptive.Empty() {
 			if err := g.ReadAdaptive(ctx); err != nil {
 				return fmt.Errorf("read the adaptive limits: %w", err)
 			}

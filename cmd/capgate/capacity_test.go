@@ -24,7 +24,9 @@ import (
 	"github.com/capgate/capgate/configtest"
 	capgatehttp "github.com/capgate/capgate/http"
 	"github.com/capgate/capgate/internal/skipnote"
+	"github.com/capgate/capgate/lanetest"
 	"github.com/capgate/capgate/redis"
+	"github.com/capgate/capgate/settings"
 	"github.com/capgate/capgate/tune"
 )
 
@@ -118,7 +120,7 @@ func TestCapacityShowSetResetHistory(t *testing.T) {
 	databases(t, func(t *testing.T, db string) {
 		store := openStore(t, db)
 		out := mustRun(t, "capacity", "show", "--database", db)
-		wantJSON(t, "show", out, `{"config":`+configtest.JSON(t, capgate.DefaultConfig(capgate.ModeShadow).Doc())+`,"version":null}`)
+		wantJSON(t, "show", out, `{"config":`+configtest.JSON(t, settings.Default(nil, settings.ModeShadow).Doc())+`,"version":null}`)
 
 		code, stdout, stderr := run(t, "capacity", "set", "tiers.preview=1", "mode=enforce", "--note", "test", "--database", db)
 		if code != 0 {
@@ -179,7 +181,7 @@ func TestCapacityHistoryMatchesStaffAPI(t *testing.T) {
 			cli = append(cli, compactJSON(t, e))
 		}
 
-		staff := capgatehttp.NewStaffHandler(config.NewService(store, capgate.ModeShadow), staffCaller{})
+		staff := capgatehttp.NewStaffHandler(config.NewService(store, settings.ModeShadow), staffCaller{})
 		rec := httptest.NewRecorder()
 		staff.ServeHTTP(rec, httptest.NewRequest(http.MethodGet, "/capacity/config/history/", nil))
 		var entries []json.RawMessage
@@ -321,13 +323,13 @@ func TestCapacityStatus(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer lanes.Close()
-	configs := config.NewService(openStore(t, db), capgate.ModeShadow)
+	configs := config.NewService(openStore(t, db), settings.ModeShadow)
 	gate, err := capgate.NewGate(lanes, configs, nil, "task1")
 	if err != nil {
 		t.Fatal(err)
 	}
 	ctx := context.Background()
-	a := gate.Admit(ctx, capgate.Call{Endpoint: capgate.EndpointMatch, Rows: 2, Semantic: true, UserID: "alice", Tier: capgate.TierPreview})
+	a := gate.Admit(ctx, lanetest.OCLCall("match", 2, true, false, "alice", "preview"))
 	if a == nil || a.Decision() != capgate.DecisionAdmitted {
 		t.Fatalf("Admit = %v; want admitted", a)
 	}
@@ -419,7 +421,7 @@ func TestCLIAndGatewayShareSQLite(t *testing.T) {
 	var saveErr error
 	wg.Go(func() { // staff change the config through the gateway too, now and then
 		for i := range 50 {
-			change := capgate.Patch{"tiers": map[string]any{"staff": json.Number(fmt.Sprint(i%5 + 1))}}
+			change := settings.Patch{"tiers": map[string]any{"staff": json.Number(fmt.Sprint(i%5 + 1))}}
 			if _, err := configs.Save(ctx, config.Edit{Set: change, By: "gw", Source: "api"}); err != nil && saveErr == nil {
 				saveErr = err
 			}

@@ -73,7 +73,7 @@ func decideTokenFlags(fs *flag.FlagSet, o *DecideOptions, env func(name, def str
 // startDecide serves the decision protocol over gate on o.Listen until ctx
 // is done or stop is called; stop ends it and waits for it (call it before
 // the gate closes). With no address it does nothing.
-func startDecide(ctx context.Context, o DecideOptions, gate *capgate.Gate, groups capgate.TierGroups,
+func startDecide(ctx context.Context, o DecideOptions, gate *capgate.Gate,
 	shutdown time.Duration, logger *slog.Logger) (stop func() error, err error) {
 	if o.Listen == "" {
 		return func() error { return nil }, nil
@@ -86,7 +86,7 @@ func startDecide(ctx context.Context, o DecideOptions, gate *capgate.Gate, group
 		return nil, fmt.Errorf("decision service: %w", err)
 	}
 	s := decide.NewServer(gate)
-	s.Token, s.Groups, s.Logger, s.MaxWaiting = o.Token, groups, logger, o.MaxWaiting
+	s.Token, s.Logger, s.MaxWaiting = o.Token, logger, o.MaxWaiting
 	if j, ok := gate.Store.(decide.Journal); ok {
 		// Before serving: a killed predecessor's places are freed now,
 		// not after lease_seconds; the calls still running re-register.
@@ -132,7 +132,7 @@ func (c *DecideCommand) Usage() string {
 Runs the decision service: an app (the Python package's Django middleware,
 or any HTTP/1.1 client) asks POST /v1/calls whether a heavy call may run,
 and holds its place while the connection stays open (docs/PROTOCOL.md). It
-uses the same config, lanes, fair wait and ocl_capacity lines as serve,
+uses the same config, lanes, fair wait and log lines as serve,
 with no upstream and no identity lookup: the app says who calls. --listen
 unix:<path> needs no token; a TCP address needs --decide-token unless it is
 loopback and --decide-no-token is given. --admin-listen serves GET /metrics,
@@ -163,9 +163,9 @@ func (c *DecideCommand) flags() (*decideFlags, error) {
 	decideSocketFlags(fs, &f.d, "")
 	fs.StringVar(&o.AdminListen, "admin-listen", env("CAPGATE_ADMIN_LISTEN", ""), "serve GET /metrics, /livez and /readyz on this address, and with --staff-tokens the staff API and status page under /capacity/ (CAPGATE_ADMIN_LISTEN)")
 	fs.StringVar(&o.StaffTokens, "staff-tokens", env("CAPGATE_STAFF_TOKENS", ""), "a file of static staff tokens (the --tokens format, every entry \"is_staff\": true): with --admin-listen, the staff API and status page (/capacity/, /capacity/status/, config, history, rollback) for them only; reloaded on SIGHUP (CAPGATE_STAFF_TOKENS)")
-	fs.StringVar(&o.LogFile, "log-file", env("CAPGATE_LOG_FILE", ""), "append the ocl_capacity lines to this file instead of stdout (CAPGATE_LOG_FILE)")
-	fs.StringVar(&o.CoreGroup, "core-group", env("CAPGATE_CORE_GROUP", "core_user"), "the auth group of the core tier, for calls that send groups (CAPGATE_CORE_GROUP)")
-	fs.StringVar(&o.EarlyGroup, "early-access-group", env("CAPGATE_EARLY_ACCESS_GROUP", "early_access"), "the auth group of the early_access tier (CAPGATE_EARLY_ACCESS_GROUP)")
+	fs.StringVar(&o.LogFile, "log-file", env("CAPGATE_LOG_FILE", ""), "append the per-call log lines to this file instead of stdout (CAPGATE_LOG_FILE)")
+	fs.StringVar(&o.CoreGroup, "core-group", env("CAPGATE_CORE_GROUP", ""), "the auth group of the core tier, for calls that send groups, in place of the policy's (CAPGATE_CORE_GROUP)")
+	fs.StringVar(&o.EarlyGroup, "early-access-group", env("CAPGATE_EARLY_ACCESS_GROUP", ""), "the auth group of the early_access tier, in place of the policy's (CAPGATE_EARLY_ACCESS_GROUP)")
 	o.LocalLanes = true
 	fs.Var(boolValue{&o.LocalLanes}, "local-lanes", "with Redis: keep local lanes of this service's calls and apply degraded limits while Redis is unavailable (CAPGATE_LOCAL_LANES)")
 	o.ShutdownTimeout = DefaultShutdownTimeout
@@ -234,16 +234,16 @@ func (c *DecideCommand) Run(ctx context.Context, args []string) error {
 		h := capgatehttp.NewStaffHandler(s.Configs, s.staffTokens)
 		h.Status, h.Logger, h.Health = s.Gate.Status, logger, s.Health
 		staff = capgatehttp.ObserveStaff(h, s.metrics, nil)
-		defer reloadOnHUP(ctx, s.Reload)()
 	}
+	// SIGHUP: reload the policy and the staff tokens, reopen the log file.
+	defer reloadOnHUP(ctx, s.Reload)()
 	var admin net.Listener
 	if o.AdminListen != "" {
 		if admin, err = net.Listen("tcp", o.AdminListen); err != nil {
 			return fmt.Errorf("--admin-listen: %w", err)
 		}
 	}
-	groups := capgate.TierGroups{Core: o.CoreGroup, EarlyAccess: o.EarlyGroup}
-	wait, err := startDecide(ctx, f.d, s.Gate, groups, o.ShutdownTimeout, logger)
+	wait, err := startDecide(ctx, f.d, s.Gate, o.ShutdownTimeout, logger)
 	if err != nil {
 		if admin != nil {
 			admin.Close()

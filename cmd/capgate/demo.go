@@ -20,13 +20,19 @@ import (
 	"github.com/capgate/capgate"
 	"github.com/capgate/capgate/cmd/capgate/internal/loadgen"
 	"github.com/capgate/capgate/config"
+	"github.com/capgate/capgate/policy"
+	"github.com/capgate/capgate/settings"
+	"github.com/capgate/capgate/status"
 	"github.com/capgate/capgate/tools/simapi"
 )
 
 // DemoCommand is `capgate demo`: a simulated OCL API with a knee (it slows
 // past its capacity and fails past twice that), the real gateway in front
 // of it on embedded defaults, and simulated Mapper users of every tier;
-// half the run in shadow, half in enforce, then the two side by side.
+// half the run in shadow, half in enforce, then the two side by side. With
+// --policy, the same under another policy: a simulated API of its routes
+// (simapi.Generic), users of its tiers calling them (loadgen's routes
+// workload), the tiers, lanes and summary its own.
 type DemoCommand struct {
 	Stdout, Stderr io.Writer
 	// Live rewrites the progress line in place (a terminal); otherwise a
@@ -49,13 +55,21 @@ in enforce (calls wait at the gateway for a slot: the API stays at its
 knee). Shows live progress, then the two halves side by side: what the API
 served and failed, its latency, time waited at the gateway, refusals, and
 each tier's share; decisions by tier and endpoint; peak calls in flight per
-lane against its limit. Needs no services. Flags:
+lane against its limit. Needs no services.
+
+With --policy FILE the demo runs under that policy instead: a simulated API
+that answers every call of the policy's routes (its knee: the first cluster
+lane's limit), users of each of its tiers known from a tokens file the demo
+writes (--identity tokens), sending its token scheme and calls made from its
+routes (a model or other string field from a few values, the first most
+often), and the summary in its tiers, routes and lanes (a lane keyed by a
+field shown per value). Flags:
 `
 }
 
 // demoPhase is one half of the demo: its mode and what happened.
 type demoPhase struct {
-	mode capgate.Mode
+	mode settings.Mode
 	dur  time.Duration
 	rep  *loadgen.Report
 	api  simapi.Window
@@ -69,15 +83,24 @@ func (c *DemoCommand) Run(ctx context.Context, args []string) error {
 	duration := fs.Duration("duration", 20*time.Second, "how long the users send new calls, both halves together")
 	mode := fs.String("mode", "both", "both (shadow, then enforce), or only shadow or only enforce")
 	perTier := fs.Int("users-per-tier", 2, "simulated users in each tier")
-	logFile := fs.String("log-file", "", "write the ocl_capacity lines here (default: a file in the demo's temporary directory)")
+	logFile := fs.String("log-file", "", "write the per-call log lines here (default: a file in the demo's temporary directory)")
+	var pst Settings // the demo reads no environment: --policy only
+	fs.StringVar(&pst.PolicyFile, "policy", "", "run under this policy `file` (YAML; docs/POLICY.md); none: the built-in policy, the OCL Mapper's demo")
 	if done, err := parseFlags(fs, args, c.Usage(), c.Stdout); done {
 		return err
 	}
-	var modes []capgate.Mode
+	pol, err := pst.LoadPolicy()
+	if err != nil {
+		return err
+	}
+	// The Mapper's demo under the built-in policy; the routes' under any
+	// other.
+	mapper := loadgen.WorkloadOf(loadgen.Config{Policy: pol}) == loadgen.WorkloadMapper
+	var modes []settings.Mode
 	if *mode == "both" {
-		modes = []capgate.Mode{capgate.ModeShadow, capgate.ModeEnforce}
-	} else if m, ok := capgate.ParseMode(*mode); ok && m != capgate.ModeOff {
-		modes = []capgate.Mode{m}
+		modes = []settings.Mode{settings.ModeShadow, settings.ModeEnforce}
+	} else if m, ok := settings.ParseMode(*mode); ok && m != settings.ModeOff {
+		modes = []settings.Mode{m}
 	} else {
 		return &UsageError{Msg: fmt.Sprintf("--mode %q: use both, shadow or enforce", *mode)}
 	}
@@ -100,11 +123,23 @@ func (c *DemoCommand) Run(ctx context.Context, args []string) error {
 		*logFile = filepath.Join(dir, "capacity.log")
 	}
 
-	defaults := capgate.DefaultConfig(capgate.ModeShadow)
-	knee := &simapi.Knee{Capacity: defaults.APIHeavy.Cluster, FailAt: 2 * defaults.APIHeavy.Cluster}
-	users, loadUsers := demoUsers(*perTier)
-	api := simapi.New(users)
-	api.Knee = knee
+	defaults := settings.Default(pol, settings.ModeShadow)
+	cluster := demoCapacity(defaults)
+	knee := &simapi.Knee{Capacity: cluster, FailAt: 2 * cluster}
+	users, loadUsers := demoUsers(pol, *perTier)
+	var api demoUpstream
+	identityKind, tokens := "upstream", ""
+	if mapper {
+		oclAPI := simapi.New(users)
+		oclAPI.Knee = knee
+		api = oclAPI
+	} else {
+		api = &simapi.Generic{Policy: pol, Users: users, Knee: knee}
+		identityKind, tokens = "tokens", filepath.Join(dir, "tokens.json")
+		if err := writeTokens(tokens, users); err != nil {
+			return err
+		}
+	}
 	apiLn, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		return fmt.Errorf("listen for the simulated API: %w", err)
@@ -120,9 +155,10 @@ func (c *DemoCommand) Run(ctx context.Context, args []string) error {
 		return err
 	}
 	st.Database = "sqlite:" + filepath.Join(dir, "capgate.db")
+	st.PolicyFile = pst.PolicyFile
 	st.Mode = modes[0]
 	st.TaskID = "demo"
-	opts := ServeOptions{Settings: st, Upstream: "http://" + apiLn.Addr().String(), Identity: "upstream",
+	opts := ServeOptions{Settings: st, Upstream: "http://" + apiLn.Addr().String(), Identity: identityKind, Tokens: tokens,
 		MaxBodyBytes: 32 << 20, ShutdownTimeout: 5 * time.Second, LogFile: *logFile}
 	logger := slog.New(slog.NewTextHandler(io.Discard, nil))
 	srv, err := NewServer(ctx, opts, io.Discard, logger)
@@ -133,7 +169,7 @@ func (c *DemoCommand) Run(ctx context.Context, args []string) error {
 	// with a note): the simulated calls last about a second, not the
 	// minutes a real bulk match can take, so refused calls retry sooner
 	// than the default 5 s per call ahead.
-	if err := demoSave(ctx, srv, capgate.Patch{"retry_after": map[string]any{"base": 1, "max": 10, "paused": 30}},
+	if err := demoSave(ctx, srv, settings.Patch{"retry_after": map[string]any{"base": 1, "max": 10, "paused": 30}},
 		"demo: short calls"); err != nil {
 		srv.Close()
 		return err
@@ -151,12 +187,12 @@ func (c *DemoCommand) Run(ctx context.Context, args []string) error {
 	gwURL := "http://" + gwLn.Addr().String()
 	progress(fmt.Sprintf("building the pieces: the gateway at %s (in-process lanes, SQLite config)", gwURL))
 	if tempLog {
-		progress("ocl_capacity lines: a temporary file, removed at the end (--log-file FILE keeps them)")
+		progress(pol.Names.LogEvent + " lines: a temporary file, removed at the end (--log-file FILE keeps them)")
 	} else {
-		progress("ocl_capacity lines: " + *logFile)
+		progress(pol.Names.LogEvent + " lines: " + *logFile)
 	}
 	fmt.Fprintf(c.Stdout, "capgate demo: %d users (%d per tier, 2 calls at once each), %s\n", len(loadUsers), *perTier, *duration)
-	fmt.Fprintf(c.Stdout, "live: the API's load, then each lane's calls in flight / limit (tiers: staff, core, early_access, preview)\n\n")
+	fmt.Fprintf(c.Stdout, "live: the API's load, then each lane's calls in flight / limit (tiers: %s)\n\n", strings.Join(pol.Tiers(), ", "))
 
 	phases := make([]demoPhase, len(modes))
 	var runErr error
@@ -166,20 +202,20 @@ func (c *DemoCommand) Run(ctx context.Context, args []string) error {
 		if i > 0 {
 			// The switch staff make at runtime: no restart, no deploy.
 			// enforce_for all: every demo user runs the capacity-aware client.
-			if err := demoSave(ctx, srv, capgate.Patch{"mode": string(m), "enforce_for": string(capgate.EnforceAll)},
+			if err := demoSave(ctx, srv, settings.Patch{"mode": string(m), "enforce_for": string(settings.EnforceAll)},
 				"demo: "+string(m)); err != nil {
 				runErr = err
 				break
 			}
 		}
-		fmt.Fprintf(c.Stdout, "== %s for %s: %s\n", m, ph.dur, phaseStory(m))
+		fmt.Fprintf(c.Stdout, "== %s for %s: %s\n", m, ph.dur, phaseStory(m, mapper))
 		ph.t = tally.begin()
 		api.TakeWindow()
-		failedBefore := api.Stats().Failed // the live line counts this phase's failures
+		_, failedBefore := api.Load() // the live line counts this phase's failures
 		cfgNow := srv.Configs.Config(ctx)
 		var lastPrint time.Time
 		ph.rep, runErr = loadgen.Run(ctx, loadgen.Config{BaseURL: gwURL, Users: loadUsers, Duration: ph.dur,
-			Workers: 2, Think: time.Second, Grace: 10 * time.Second, BulkRows: [2]int{5, 25}},
+			Workers: 2, Think: time.Second, Grace: 10 * time.Second, BulkRows: [2]int{5, 25}, Policy: pol},
 			func(p loadgen.Progress) {
 				line := c.progressLine(ctx, srv.Gate, cfgNow, api, failedBefore, p)
 				if c.Live {
@@ -202,6 +238,10 @@ func (c *DemoCommand) Run(ctx context.Context, args []string) error {
 		settle(ctx, api, srv.Gate, cfgNow)
 		ph.api = api.TakeWindow()
 	}
+	// The config in force, read while the config store is open: once it is
+	// closed, a read past the cache gives the last known config with
+	// enforce as shadow.
+	final := srv.Configs.Config(ctx)
 	stopServe()
 	serr := <-served
 	cerr := srv.Close() // drains the log lines
@@ -218,10 +258,10 @@ func (c *DemoCommand) Run(ctx context.Context, args []string) error {
 	if tempLog {
 		kept = "" // removed with the demo's directory
 	}
-	c.summary(phases, tally, srv.Configs.Config(ctx), knee, kept)
+	c.summary(phases, tally, final, knee, kept)
 	for _, ph := range phases {
-		if n := ph.rep.Failed(); n > 0 && ph.mode == capgate.ModeEnforce {
-			return fmt.Errorf("demo: %d rows failed in enforce", n)
+		if n := ph.rep.Failed(); n > 0 && ph.mode == settings.ModeEnforce {
+			return fmt.Errorf("demo: %d %s failed in enforce", n, demoUnit(pol))
 		}
 	}
 	return nil
@@ -229,13 +269,13 @@ func (c *DemoCommand) Run(ctx context.Context, args []string) error {
 
 // settle waits, at most 15 s, until the API runs no call and the lanes
 // hold none.
-func settle(ctx context.Context, api *simapi.API, g *capgate.Gate, cfg capgate.Config) {
+func settle(ctx context.Context, api demoUpstream, g *capgate.Gate, cfg settings.Config) {
 	t := time.NewTicker(50 * time.Millisecond)
 	defer t.Stop()
 	deadline := time.After(15 * time.Second)
 	for {
 		st := g.Status(ctx, cfg)
-		if api.Stats().InFlight == 0 && (st.APIHeavy == nil || st.APIHeavy.InFlight == 0) {
+		if n, _ := api.Load(); n == 0 && inFlight(st) == 0 {
 			return
 		}
 		select {
@@ -248,8 +288,16 @@ func settle(ctx context.Context, api *simapi.API, g *capgate.Gate, cfg capgate.C
 	}
 }
 
+// inFlight returns the calls in flight in the first shared lane of st.
+func inFlight(st status.Snapshot) int {
+	if len(st.Shared) == 0 {
+		return 0
+	}
+	return st.Shared[0].InFlight
+}
+
 // demoSave makes a change to the demo gateway's config, as staff would.
-func demoSave(ctx context.Context, srv *Server, set capgate.Patch, note string) error {
+func demoSave(ctx context.Context, srv *Server, set settings.Patch, note string) error {
 	_, err := srv.Configs.Save(ctx, config.Edit{Set: set, By: "demo", Source: config.SourceCommand, Note: note})
 	if err != nil {
 		return fmt.Errorf("demo config (%s): %w", note, err)
@@ -257,33 +305,46 @@ func demoSave(ctx context.Context, srv *Server, set capgate.Patch, note string) 
 	return nil
 }
 
-func phaseStory(m capgate.Mode) string {
-	if m == capgate.ModeShadow {
+// phaseStory says what a phase shows: the API's knee for the Mapper's
+// demo, the policy's lanes for another.
+func phaseStory(m settings.Mode, mapper bool) string {
+	switch {
+	case m == settings.ModeShadow && mapper:
 		return "capgate counts and refuses nothing; watch the API pass its knee"
+	case m == settings.ModeShadow:
+		return "capgate counts and refuses nothing; watch the lanes go past their limits"
+	case mapper:
+		return "calls that find a lane full wait at the gateway for a slot; the API stays at its knee"
 	}
-	return "calls that find a lane full wait at the gateway for a slot; the API stays at its knee"
+	return "calls that find a lane full wait at the gateway for a slot; every lane holds"
 }
 
-// demoUsers makes n users per tier, known to the simulated API.
-func demoUsers(n int) ([]simapi.User, []loadgen.User) {
+// demoUsers makes n users per tier of p, known to the simulated API: for
+// each tier, in order, users the tier's rule gives it to (staff, or in the
+// rule's first group; none for the default tier), named after the tier.
+func demoUsers(p *policy.Policy, n int) ([]simapi.User, []loadgen.User) {
 	var su []simapi.User
 	var lu []loadgen.User
-	for _, t := range []struct {
-		tier  capgate.Tier
-		staff bool
-		group string
-	}{
-		{capgate.TierStaff, true, ""}, {capgate.TierCore, false, capgate.DefaultCoreGroup},
-		{capgate.TierEarlyAccess, false, capgate.DefaultEarlyAccessGroup}, {capgate.TierPreview, false, ""},
-	} {
+	for _, tier := range p.Tiers() {
+		var staff bool
+		var group string
+		for _, r := range p.Identity.Tiers {
+			if r.Tier == tier {
+				staff = r.Staff
+				if len(r.Groups) > 0 {
+					group = r.Groups[0]
+				}
+				break
+			}
+		}
 		for i := 1; i <= n; i++ {
-			name := fmt.Sprintf("%s-%d", strings.ReplaceAll(string(t.tier), "_", "-"), i)
-			u := simapi.User{Token: name + "-token", Username: name, IsStaff: t.staff}
-			if t.group != "" {
-				u.Groups = []string{t.group}
+			name := fmt.Sprintf("%s-%d", strings.ReplaceAll(tier, "_", "-"), i)
+			u := simapi.User{Token: name + "-token", Username: name, IsStaff: staff}
+			if group != "" {
+				u.Groups = []string{group}
 			}
 			su = append(su, u)
-			lu = append(lu, loadgen.User{Name: name, Token: u.Token, Tier: string(t.tier)})
+			lu = append(lu, loadgen.User{Name: name, Token: u.Token, Tier: tier})
 		}
 	}
 	return su, lu
@@ -291,21 +352,46 @@ func demoUsers(n int) ([]simapi.User, []loadgen.User) {
 
 // progressLine is the live line: the phase's calls, the API's load and
 // failures (since failedBefore), and the lanes, limits as they apply.
-func (c *DemoCommand) progressLine(ctx context.Context, g *capgate.Gate, cfg capgate.Config, api *simapi.API, failedBefore int, p loadgen.Progress) string {
+func (c *DemoCommand) progressLine(ctx context.Context, g *capgate.Gate, cfg settings.Config, api demoUpstream, failedBefore int, p loadgen.Progress) string {
 	st := g.Status(ctx, cfg)
-	as := api.Stats()
+	inAPI, failed := api.Load()
 	var b strings.Builder
-	fmt.Fprintf(&b, "%3.0fs %-7s calls %-4d rows %-5d | API %2d at once, %d failed", p.Elapsed.Seconds(), cfg.Mode,
-		p.Calls, p.RowsDone, as.InFlight, as.Failed-failedBefore)
-	if st.APIHeavy != nil {
-		fmt.Fprintf(&b, " | api_heavy %d/%s es2_knn %d/%d | tiers", st.APIHeavy.InFlight,
-			heavyLimit(st.APIHeavy.Limit, st.APIHeavy.BulkLimit), st.ES2KNN.InFlight, st.ES2KNN.Limit)
-		for _, t := range capgate.AllTiers() {
-			l := st.Tiers[string(t)]
-			fmt.Fprintf(&b, " %d/%d", l.InFlight, l.Limit)
+	fmt.Fprintf(&b, "%3.0fs %-7s calls %-4d", p.Elapsed.Seconds(), cfg.Mode, p.Calls)
+	if unit := demoUnit(cfg.Policy()); unit != "calls" {
+		fmt.Fprintf(&b, " %s %-5d", unit, p.RowsDone) // the built-in policy's rows
+	}
+	fmt.Fprintf(&b, " | API %2d at once, %d failed", inAPI, failed-failedBefore)
+	if st.Store == status.OK {
+		// The shared lanes, then each tier's: "api_heavy 3/4 (bulk 3)
+		// es2_knn 2/3 | tiers 0/4 1/4 2/3 1/2" under the built-in policy.
+		b.WriteString(" |")
+		waiting := 0
+		for i, l := range st.Shared {
+			fmt.Fprintf(&b, " %s %d/%s", l.Name, l.InFlight, heavyLimit(l.Limit, l.Bulk()))
+			if i == 0 {
+				waiting = l.Waiting
+			}
 		}
-		if w := st.APIHeavy.Waiting; w > 0 {
-			fmt.Fprintf(&b, " | waiting %d", w)
+		for _, kl := range st.Keyed {
+			switch kl.Key {
+			case policy.KeyTier:
+				b.WriteString(" | tiers")
+				for _, t := range cfg.Policy().Tiers() {
+					l := kl.Entries[t]
+					fmt.Fprintf(&b, " %d/%d", l.InFlight, l.Limit)
+				}
+			case policy.KeyUser:
+			default: // a lane keyed by a field: its busy values
+				if kl.Scope == "key" && len(kl.Entries) > 0 {
+					fmt.Fprintf(&b, " | %s", kl.Name)
+					for _, v := range slices.Sorted(maps.Keys(kl.Entries)) {
+						fmt.Fprintf(&b, " %s %d/%d", v, kl.Entries[v].InFlight, kl.Entries[v].Limit)
+					}
+				}
+			}
+		}
+		if waiting > 0 {
+			fmt.Fprintf(&b, " | waiting %d", waiting)
 		}
 	}
 	return b.String()
@@ -361,7 +447,7 @@ func (d *demoTally) Released(a *capgate.Admission) {
 	}
 	t := d.phases[len(d.phases)-1]
 	t.gated++
-	t.decisions[[3]string{string(call.Tier), call.Endpoint, string(a.Decision())}]++
+	t.decisions[[3]string{call.Tier, call.RouteName(), string(a.Decision())}]++
 	switch a.Decision() {
 	case capgate.DecisionShadowRefused:
 		t.wouldRef[string(a.Scope())]++
@@ -377,25 +463,39 @@ func (d *demoTally) Released(a *capgate.Admission) {
 			continue
 		}
 		name := string(l.Name)
-		switch l.Name {
-		case capgate.LaneTier:
-			name = "tier:" + string(call.Tier)
-		case capgate.LaneUser:
-			name = "user (busiest, " + string(call.Tier) + ")"
+		switch {
+		case l.Spec == nil:
+		case l.Spec.ByTier():
+			name = string(l.Name) + ":" + call.Tier
+		case l.Spec.ByUser():
+			name = string(l.Name) + " (busiest, " + call.Tier + ")"
+		case l.Spec.ByField():
+			v, _ := call.Fields.ByName(l.Spec.Key)
+			if v == "" {
+				v = "(none)"
+			}
+			name = string(l.Name) + ":" + v
 		}
 		p := t.peaks[name]
 		p.peak = max(p.peak, counts[i])
-		// api_heavy has two limits: a single-row $match's (the cluster
-		// limit) and the bulk limit below it; show both.
-		if l.Name == capgate.LaneAPIHeavy && call.SingleRow() {
-			p.limit = l.Limit
-		} else if l.Name == capgate.LaneAPIHeavy {
-			p.bulk = l.Limit
-		} else {
+		// A lane with a reserve has two limits: a call of its class's
+		// (the whole limit) and the bulk limit below it; show both.
+		switch {
+		case l.Spec == nil || l.Spec.Reserve == nil:
 			p.limit, p.bulk = l.Limit, l.Limit
+		case inClass(a.Policy(), l.Spec.Reserve.Class, call):
+			p.limit = l.Limit
+		default:
+			p.bulk = l.Limit
 		}
 		t.peaks[name] = p
 	}
+}
+
+// inClass reports whether call is of class name of p.
+func inClass(p *policy.Policy, name string, call capgate.Call) bool {
+	c := p.Class(name)
+	return c != nil && c.Has(call.Route, &call.Fields)
 }
 
 type teeObserver []capgate.Observer
@@ -428,7 +528,7 @@ func pct(sorted []time.Duration, p int) time.Duration {
 	return sorted[(len(sorted)-1)*p/100]
 }
 
-func (c *DemoCommand) summary(phases []demoPhase, d *demoTally, cfg capgate.Config, knee *simapi.Knee, logFile string) {
+func (c *DemoCommand) summary(phases []demoPhase, d *demoTally, cfg settings.Config, knee *simapi.Knee, logFile string) {
 	w := c.Stdout
 	d.mu.Lock()
 	defer d.mu.Unlock()
@@ -465,7 +565,8 @@ func (c *DemoCommand) summary(phases []demoPhase, d *demoTally, cfg capgate.Conf
 	})
 	row("refused (429), retried by the client", func(ph demoPhase) string { return fmt.Sprintf("%d (%s)", sum(ph.t.refused), byScope(ph.t.refused)) })
 	row("shadow-refused (would have met a full lane)", func(ph demoPhase) string { return fmt.Sprint(sum(ph.t.wouldRef)) })
-	for _, kind := range []string{loadgen.KindBulk, loadgen.KindSingle, loadgen.KindRerank} {
+	unit := demoUnit(cfg.Policy())
+	for _, kind := range loadgen.Kinds(loadgen.Config{Policy: cfg.Policy()}) {
 		row("users' "+kind+" p50 / p99", func(ph demoPhase) string {
 			for _, l := range ph.rep.Latencies {
 				if l.Kind == kind {
@@ -475,15 +576,15 @@ func (c *DemoCommand) summary(phases []demoPhase, d *demoTally, cfg capgate.Conf
 			return "-"
 		})
 	}
-	row("rows done / failed (the client retries 503s)", func(ph demoPhase) string {
+	row(unit+" done / failed (the client retries 503s)", func(ph demoPhase) string {
 		done := 0
 		for _, t := range ph.rep.Tiers {
 			done += t.RowsDone
 		}
 		return fmt.Sprintf("%d / %d", done, ph.rep.Failed())
 	})
-	for _, tier := range capgate.AllTiers() {
-		row("share of rows done: "+string(tier), func(ph demoPhase) string {
+	for _, tier := range cfg.Policy().Tiers() {
+		row("share of "+unit+" done: "+string(tier), func(ph demoPhase) string {
 			done, all := 0, 0
 			for _, t := range ph.rep.Tiers {
 				all += t.RowsDone
@@ -497,7 +598,7 @@ func (c *DemoCommand) summary(phases []demoPhase, d *demoTally, cfg capgate.Conf
 			return fmt.Sprintf("%.0f %%", 100*float64(done)/float64(all))
 		})
 	}
-	row("users who got rows done", func(ph demoPhase) string {
+	row("users who got "+unit+" done", func(ph demoPhase) string {
 		n := 0
 		for _, u := range ph.rep.Users {
 			if u.RowsDone > 0 {
@@ -513,8 +614,9 @@ func (c *DemoCommand) summary(phases []demoPhase, d *demoTally, cfg capgate.Conf
 	decisions := []capgate.Decision{capgate.DecisionAdmitted, capgate.DecisionShadowRefused, capgate.DecisionRefused, capgate.DecisionUnavailable}
 	fmt.Fprintln(tw, "tier\tendpoint\tmode\tadmitted\tshadow-refused\trefused\tunavailable\t")
 	total := map[capgate.Decision]int{}
-	for _, t := range capgate.AllTiers() {
-		for _, e := range []string{capgate.EndpointMatch, capgate.EndpointRerank} {
+	for _, t := range cfg.Policy().Tiers() {
+		for _, r := range cfg.Policy().Routes {
+			e := r.LogName
 			for _, ph := range phases {
 				var cells []string
 				any := false
@@ -558,7 +660,7 @@ func (c *DemoCommand) summary(phases []demoPhase, d *demoTally, cfg capgate.Conf
 		for _, ph := range phases {
 			p := ph.t.peaks[n]
 			cell := fmt.Sprint(p.peak)
-			if p.peak > max(l.limit, l.bulk) && ph.mode == capgate.ModeShadow {
+			if p.peak > max(l.limit, l.bulk) && ph.mode == settings.ModeShadow {
 				cell += " (over: shadow lets it through)"
 			}
 			fmt.Fprintf(tw, "%s\t", cell)
@@ -569,16 +671,23 @@ func (c *DemoCommand) summary(phases []demoPhase, d *demoTally, cfg capgate.Conf
 
 	fmt.Fprintf(w, "\n== What this shows\n")
 	for _, ph := range phases {
-		if ph.mode == capgate.ModeShadow {
+		if ph.mode == settings.ModeShadow {
 			fmt.Fprintf(w, "shadow: %d calls found a lane full (%s); all went ahead, the API ran up to %d at once against its knee of %d, and failed %d.\n",
 				sum(ph.t.wouldRef), byScope(ph.t.wouldRef), ph.api.Peak, knee.Capacity, ph.api.Failed)
 		} else {
-			fmt.Fprintf(w, "enforce: the API ran at most %d at once and failed %d; %d calls waited at the gateway instead, %d were refused and retried, and %d rows failed.\n",
-				ph.api.Peak, ph.api.Failed, len(ph.t.waits), sum(ph.t.refused), ph.rep.Failed())
+			fmt.Fprintf(w, "enforce: the API ran at most %d at once and failed %d; %d calls waited at the gateway instead, %d were refused and retried, and %d %s failed.\n",
+				ph.api.Peak, ph.api.Failed, len(ph.t.waits), sum(ph.t.refused), ph.rep.Failed(), unit)
 		}
 	}
-	fmt.Fprintf(w, "The config in force now: mode %s, enforce_for %s, api_heavy %s, per_task %d.\n", cfg.Mode, cfg.EnforceFor,
-		heavyLimit(cfg.APIHeavy.Cluster, max(cfg.APIHeavy.Cluster-cfg.ReserveSingleRow, 0)), cfg.APIHeavy.PerTask)
+	cluster, okC := cfg.Number("api_heavy.cluster")
+	reserve, okR := cfg.Number("reserve_single_row")
+	perTask, okT := cfg.Number("api_heavy.per_task")
+	if okC && okR && okT {
+		fmt.Fprintf(w, "The config in force now: mode %s, enforce_for %s, api_heavy %s, per_task %d.\n", cfg.Mode, cfg.EnforceFor,
+			heavyLimit(cluster, max(cluster-reserve, 0)), perTask)
+	} else {
+		fmt.Fprintf(w, "The config in force now: mode %s, enforce_for %s, %s.\n", cfg.Mode, cfg.EnforceFor, laneLimits(cfg))
+	}
 	if logFile == "" {
 		fmt.Fprintf(w, "\nThe log of this run was temporary and is gone; run with --log-file FILE to keep it for capgate analyze.\n")
 		return

@@ -7,7 +7,7 @@ import (
 	"strings"
 	"time"
 
-	"github.com/capgate/capgate"
+	"github.com/capgate/capgate/settings"
 )
 
 // parseDuration reads a duration the one way every capgate setting takes
@@ -64,7 +64,7 @@ func (v durationValue) Set(s string) error {
 }
 
 // modeValue is the --mode flag: off, shadow or enforce, nothing else.
-type modeValue struct{ m *capgate.Mode }
+type modeValue struct{ m *settings.Mode }
 
 func (v modeValue) String() string {
 	if v.m == nil {
@@ -83,8 +83,8 @@ func (v modeValue) Set(s string) error {
 }
 
 // parseMode reads a boot mode; a typo is an error, never a silent shadow.
-func parseMode(s string) (capgate.Mode, error) {
-	m, ok := capgate.ParseMode(strings.TrimSpace(s))
+func parseMode(s string) (settings.Mode, error) {
+	m, ok := settings.ParseMode(strings.TrimSpace(s))
 	if !ok {
 		return "", fmt.Errorf("%q is not a mode: use off, shadow or enforce", s)
 	}

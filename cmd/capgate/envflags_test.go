@@ -7,7 +7,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/capgate/capgate"
+	"github.com/capgate/capgate/settings"
 )
 
 // parseServeEnv parses serve's flags args over the environment env, which
@@ -42,7 +42,7 @@ func TestEveryFlagReadsItsVariable(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if o.Mode != capgate.ModeEnforce || o.Redis != "redis://127.0.0.1:1/3" || o.CacheTTL != 3*time.Second ||
+	if o.Mode != settings.ModeEnforce || o.Redis != "redis://127.0.0.1:1/3" || o.CacheTTL != 3*time.Second ||
 		o.RedisRetry != 7*time.Second || o.TaskID != "t1" || o.MaxBufferedBytes != 32<<20 ||
 		o.MaxBodyBytes != 64000 || !o.PublicMetrics || o.LocalLanes || o.RedisDeadline != 2*time.Second {
 		t.Errorf("options = %+v", o)

@@ -11,12 +11,13 @@ import (
 	"strings"
 	"time"
 
-	"github.com/capgate/capgate"
 	"github.com/capgate/capgate/cmd/capgate/internal/loadgen"
+	"github.com/capgate/capgate/policy"
 )
 
-// LoadgenCommand is `capgate loadgen`: simulated Mapper users against a
-// gateway.
+// LoadgenCommand is `capgate loadgen`: simulated users against a gateway:
+// Mapper users under the built-in policy, users calling the policy's
+// routes under any other.
 type LoadgenCommand struct {
 	Stdout, Stderr io.Writer
 	// Live redraws the progress on one line (stderr is a terminal); else
@@ -41,7 +42,16 @@ latency percentiles, 429s, the makespan, and with --bottleneck-limit the
 bottleneck lane's utilization (from --sim-stats when given, else from the
 calls' times as the client saw them) where the limit held the calls; where
 calls went past it (shadow-refused, unavailable) it says so instead. The users file is the tokens file of
-capgate serve: [{"token","username","auth_groups",...}]. Flags:
+capgate serve: [{"token","username","auth_groups",...}].
+
+With --policy FILE (the gateway's), the users speak that policy's names,
+send their token in its identity scheme, and (--workload routes, the
+default for any policy but the built-in one) call its routes: each job is
+one call of a route picked at random, made so the route matches it (its
+method and path, the query flags, headers and JSON body its predicates
+need; a string field such as model from a few values, the first most often;
+a body array of --rows items with --calls); a call counts as the rows of
+its route's units field, else as 1. Flags:
 `
 }
 
@@ -61,13 +71,20 @@ func (c *LoadgenCommand) Run(ctx context.Context, args []string) error {
 	limit := fs.Int("bottleneck-limit", 0, "the limit of the lane that binds first, to report its utilization")
 	simStats := fs.String("sim-stats", "", "the upstream's stats URL (capgate simapi: http://HOST:PORT/_simapi/stats)")
 	jsonOut := fs.String("json", "", "also write the report as JSON to this file")
+	workload := fs.String("workload", "", "what users send: mapper (the built-in policy's Mapper jobs) or routes (calls of the policy's routes); default: mapper under the built-in policy, routes under any other")
+	var st Settings
+	st.PolicyFlag(fs)
 	if done, err := parseFlags(fs, args, c.Usage(), c.Stdout); done {
+		return err
+	}
+	pol, err := st.LoadPolicy()
+	if err != nil {
 		return err
 	}
 	if *base == "" || *usersFile == "" {
 		return &UsageError{Msg: "give --url and --users\n\n" + helpOf(c.Usage(), fs)}
 	}
-	users, err := readUsers(*usersFile)
+	users, err := readUsers(*usersFile, pol)
 	if err != nil {
 		return err
 	}
@@ -80,7 +97,7 @@ func (c *LoadgenCommand) Run(ctx context.Context, args []string) error {
 	fmt.Fprintf(c.Stderr, "loadgen: %d users against %s, client %s\n", len(users), *base, *clientKind)
 	rep, err := loadgen.Run(ctx, loadgen.Config{BaseURL: urls[0], MoreURLs: urls[1:], Users: users, Duration: *duration,
 		Workers: *workers, Grace: *grace, Client: *clientKind, Calls: *calls, BulkRows: [2]int{*rows, *rows},
-		BottleneckLimit: *limit, SimStatsURL: *simStats}, func(p loadgen.Progress) {
+		BottleneckLimit: *limit, SimStatsURL: *simStats, Policy: pol, Workload: *workload}, func(p loadgen.Progress) {
 		line := fmt.Sprintf("%5.0fs  calls %d  rows done %d  throttled %d  failed %d",
 			p.Elapsed.Seconds(), p.Calls, p.RowsDone, p.Throttled, p.Failed)
 		if c.Live {
@@ -133,8 +150,8 @@ func setHeavy(users []loadgen.User, spec string) error {
 }
 
 // readUsers reads a tokens file as load users; the tier comes from the
-// default group names.
-func readUsers(path string) ([]loadgen.User, error) {
+// tier rules of policy p.
+func readUsers(path string, p *policy.Policy) ([]loadgen.User, error) {
 	b, err := os.ReadFile(path)
 	if err != nil {
 		return nil, fmt.Errorf("--users: %w", err)
@@ -153,7 +170,7 @@ func readUsers(path string) ([]loadgen.User, error) {
 		if e.Token == "" || e.Username == "" {
 			return nil, fmt.Errorf("--users %s: every entry needs a token and a username", path)
 		}
-		users = append(users, loadgen.User{Name: e.Username, Token: e.Token, Tier: string(capgate.TierGroups{}.TierOf(e.IsStaff, e.Groups))})
+		users = append(users, loadgen.User{Name: e.Username, Token: e.Token, Tier: p.Identity.TierOf(e.IsStaff, e.Groups)})
 	}
 	if len(users) == 0 {
 		return nil, fmt.Errorf("--users %s: no users", path)

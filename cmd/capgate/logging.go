@@ -10,7 +10,7 @@ import (
 )
 
 // The formats of the operational logs (--log-format): not the
-// ocl_capacity lines, which are always JSON.
+// per-call log lines, which are always JSON.
 const (
 	LogFormatText = "text"
 	LogFormatJSON = "json"

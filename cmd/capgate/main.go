@@ -40,9 +40,9 @@ Commands:
   capacity   show and change the runtime config: show|set|reset|rollback|history|status
   demo       run a simulated API, the gateway and simulated users for ~30 s
   loadgen    drive a gateway with simulated Mapper users and report
-  analyze    report on ocl_capacity log lines; --what-if replays them against a changed config
+  analyze    report on the per-call log lines; --what-if replays them against a changed config
   simapi     serve the demo's simulated OCL API, to try serve in front of
-  policy     check a policy file, or show one (default: the built-in OCL policy)
+  policy     check a policy file, or show one (default: the built-in policy)
   migrate    create or update the config database's tables
   healthcheck  probe a gateway's /livez (for images without curl)
 

@@ -11,9 +11,8 @@ import (
 )
 
 // PolicyCommand is `capgate policy check|show`: validate a policy file and
-// show what capgate reads in it. The gateway, the decision service and the
-// runtime config still run the built-in OCL profile; a policy file is not
-// served yet.
+// show what capgate reads in it. serve, decide and capacity run one with
+// --policy (CAPGATE_POLICY); without, the built-in policy.
 type PolicyCommand struct {
 	Stdout, Stderr io.Writer
 }
@@ -26,12 +25,11 @@ func (c *PolicyCommand) Usage() string {
                                      (file:line: field: message)
   capgate policy show [--yaml] [FILE|ocl]
                                      show what capgate reads in a policy
-                                     (default: the built-in OCL policy);
+                                     (default: the built-in policy, ocl);
                                      --yaml prints the file itself
 
-The schema is docs/POLICY.md. This release checks and shows policies; the
-gateway, the decision service and the runtime config still run the built-in
-OCL policy.
+The schema is docs/POLICY.md. serve, decide and capacity run a policy with
+--policy FILE (CAPGATE_POLICY); without one, the built-in policy.
 `
 }
 
@@ -91,7 +89,7 @@ func (c *PolicyCommand) check(args []string) error {
 	return errors.Join(errs...)
 }
 
-// show prints the summary (or the YAML) of a file, or of the built-in OCL
+// show prints the summary (or the YAML) of a file, or of the built-in
 // policy.
 func (c *PolicyCommand) show(args []string) error {
 	var yaml bool

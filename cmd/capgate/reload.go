@@ -84,8 +84,9 @@ func (t *reloadingTokens) Identify(ctx context.Context, r *http.Request) (capgat
 	return t.cur.Load().Identify(ctx, r)
 }
 
-// Reload is what SIGHUP does: reopen the log file (--log-file) and read
-// the tokens file (--identity tokens) again. It logs what it did, and
+// Reload is what SIGHUP does: reopen the log file (--log-file), read the
+// tokens file (--identity tokens), the JWKS (--identity jwt) and the policy
+// (--policy) again. It logs what it did, and
 // returns the errors; what failed keeps its old state.
 func (s *Server) Reload() error {
 	var errs []error
@@ -102,6 +103,16 @@ func (s *Server) Reload() error {
 		} else {
 			s.logger.Info("reloaded the tokens file", "path", s.tokens.path)
 		}
+	}
+	if s.jwks != nil {
+		if err := s.jwks.Reload(); err != nil {
+			errs = append(errs, fmt.Errorf("reload the JWKS: %w", err))
+		} else {
+			s.logger.Info("reloaded the JWKS", "keys", s.jwks.KeyCount())
+		}
+	}
+	if err := s.reloadPolicy(); err != nil {
+		errs = append(errs, err)
 	}
 	if s.staffTokens != nil {
 		if err := s.staffTokens.Reload(); err != nil {
@@ -146,4 +157,34 @@ func reloadOnHUP(ctx context.Context, reload func() error) (stop func()) {
 		signal.Stop(hup)
 		close(done)
 	}
+}
+
+// reloadPolicy reads the policy file again (--policy; nothing to do for
+// the built-in policy) and puts it in force: the config service reads the
+// config in force on its lanes (each setting whose key it still has keeps
+// its value), and the gateway's classifier evaluates its routes. A policy
+// that does not parse, or that would need a restart (another key prefix:
+// the lane store's keys are laid out at start), keeps the one in force.
+func (s *Server) reloadPolicy() error {
+	if s.opts.PolicyFile == "" || s.policy == nil {
+		return nil
+	}
+	p, err := s.opts.LoadPolicy()
+	if err == nil {
+		p, err = s.opts.tierGroups(p)
+	}
+	if err != nil {
+		return fmt.Errorf("reload the policy: %w", err)
+	}
+	if s.opts.KeyPrefixOf(p) != s.opts.KeyPrefixOf(s.policy) {
+		return fmt.Errorf("reload the policy: its key prefix %q is not the one in force (%q): that takes a restart",
+			s.opts.KeyPrefixOf(p), s.opts.KeyPrefixOf(s.policy))
+	}
+	s.policy = p
+	s.Configs.SetPolicy(p)
+	if s.classifier != nil {
+		s.classifier.SetPolicy(p)
+	}
+	s.logger.Info("reloaded the policy", "path", s.opts.PolicyFile, "policy", p.Name, "routes", len(p.Routes), "lanes", len(p.Lanes))
+	return nil
 }

@@ -8,8 +8,8 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/capgate/capgate"
 	"github.com/capgate/capgate/configtest"
+	"github.com/capgate/capgate/settings"
 )
 
 // Why: there was no rollback; the history kept what changed, and undoing
@@ -24,8 +24,8 @@ func TestCapacityRollback(t *testing.T) {
 		if fmt.Sprint(out["rollback_of"]) != fmt.Sprint(v1) {
 			t.Errorf("rollback_of = %v, want %v", out["rollback_of"], v1)
 		}
-		want := capgate.DefaultConfig(capgate.ModeShadow)
-		want.Mode = capgate.ModeEnforce
+		want := settings.Default(nil, settings.ModeShadow)
+		want.Mode = settings.ModeEnforce
 		show := mustRun(t, "capacity", "show", "--database", db)
 		wantJSON(t, "config after the rollback", show["config"], configtest.JSON(t, want.Doc()))
 

@@ -13,8 +13,8 @@ import (
 	"syscall"
 	"time"
 
-	"github.com/capgate/capgate"
 	capgatehttp "github.com/capgate/capgate/http"
+	"github.com/capgate/capgate/settings"
 )
 
 // DefaultShutdownTimeout is how long serve lets calls in flight finish
@@ -41,7 +41,7 @@ func (c *ServeCommand) Usage() string {
 Runs the gateway: a reverse proxy in front of the API at --upstream that
 gates its heavy calls, serves the staff API under /capacity/, GET /metrics
 and the probes GET /livez and GET /readyz (/healthz: /livez), and writes
-one ocl_capacity JSON line per gated call to stdout (or --log-file). SIGHUP reopens --log-file and reloads --tokens. A
+one JSON line per gated call (event: the policy's log_event) to stdout (or --log-file). SIGHUP reopens --log-file and reloads --tokens, --jwks and --policy. A
 sqlite: database is created if missing (its absolute path is logged at start);
 the gateway starts even when the database is down, on the defaults. Every
 flag also reads the environment variable CAPGATE_<FLAG> (--redis-cluster:
@@ -72,22 +72,25 @@ func (c *ServeCommand) flags() (*serveFlags, error) {
 	fs.StringVar(&o.Listen, "listen", env("CAPGATE_LISTEN", "127.0.0.1:8080"), "address to serve the gateway on (CAPGATE_LISTEN)")
 	fs.StringVar(&o.AdminListen, "admin-listen", env("CAPGATE_ADMIN_LISTEN", ""), "serve the staff API, /metrics and the probes only on this address (CAPGATE_ADMIN_LISTEN)")
 	fs.StringVar(&o.Upstream, "upstream", env("CAPGATE_UPSTREAM", ""), "the API, e.g. http://127.0.0.1:8000 (CAPGATE_UPSTREAM; required)")
-	fs.StringVar(&o.Identity, "identity", env("CAPGATE_IDENTITY", "upstream"), "how callers are identified: upstream, header or tokens (CAPGATE_IDENTITY)")
+	fs.StringVar(&o.Identity, "identity", env("CAPGATE_IDENTITY", ""), "how callers are identified: upstream, header, tokens or jwt (CAPGATE_IDENTITY; default: the policy's identity.resolver, upstream for the built-in policy)")
 	fs.StringVar(&o.Tokens, "tokens", env("CAPGATE_TOKENS", ""), "the tokens file for --identity tokens (CAPGATE_TOKENS)")
+	fs.StringVar(&o.JWKS, "jwks", env("CAPGATE_JWKS", ""), "the JSON Web Key Set `file` for --identity jwt, reloaded on SIGHUP (CAPGATE_JWKS)")
 	fs.StringVar(&o.TrustedProxies, "trusted-proxies", env("CAPGATE_TRUSTED_PROXIES", ""), "comma-separated CIDRs of proxies whose X-Forwarded-* and X-Capgate-* headers are trusted (CAPGATE_TRUSTED_PROXIES)")
 	fs.StringVar(&o.PathPrefix, "path-prefix", env("CAPGATE_PATH_PREFIX", ""), "where the API is mounted, e.g. /api (CAPGATE_PATH_PREFIX)")
 	o.MaxBodyBytes = capgatehttp.DefaultMaxBodyBytes
 	fs.Var(bytesValue{&o.MaxBodyBytes}, "max-body-bytes", "the most `bytes` of a body read to classify it, such as 65536 or 64KiB; a larger heavy-path body is gated as bulk (CAPGATE_MAX_BODY_BYTES)")
 	fs.StringVar(&o.CORSOrigins, "cors-origins", env("CAPGATE_CORS_ORIGINS", ""), "comma-separated origins allowed, with credentials, on the gateway's own 429; default: echo the request's Origin without credentials (CAPGATE_CORS_ORIGINS)")
-	fs.StringVar(&o.LogFile, "log-file", env("CAPGATE_LOG_FILE", ""), "append the ocl_capacity lines to this file instead of stdout (CAPGATE_LOG_FILE)")
+	fs.StringVar(&o.LogFile, "log-file", env("CAPGATE_LOG_FILE", ""), "append the per-call log lines to this file instead of stdout (CAPGATE_LOG_FILE)")
 	o.ShutdownTimeout = DefaultShutdownTimeout
 	fs.Var(durationValue{&o.ShutdownTimeout, time.Second}, "shutdown-timeout", "how long calls in flight may finish after SIGTERM and the drain delay, a `duration` such as 30s or a number of seconds; calls still running then are cut (their lines say error shutdown, their leases are released) and the exit code is 1 (CAPGATE_SHUTDOWN_TIMEOUT)")
 	o.DrainDelay = DefaultDrainDelay
 	fs.Var(durationValue{&o.DrainDelay, time.Second}, "drain-delay", "after SIGTERM, how long /readyz answers 503 while the gateway still serves, before it stops accepting, a `duration` such as 5s or a number of seconds; a second SIGTERM or SIGINT skips it and exits at once (CAPGATE_DRAIN_DELAY)")
-	fs.StringVar(&o.CoreGroup, "core-group", env("CAPGATE_CORE_GROUP", "core_user"), "the auth group of the core tier (CAPGATE_CORE_GROUP)")
+	o.RestartHold = capgatehttp.DefaultRestartHold
+	fs.Var(durationValue{&o.RestartHold, time.Second}, "restart-hold", "with Redis: how long after start the gateway releases the leases a killed predecessor (the same --task-id, listening at the same address) left, a `duration` such as 1s or a number of seconds. Short: the places of its calls that ended are free at once, and a call the API still runs goes uncounted until it ends; long (up to lease_seconds): those places stay taken this long, every call it had counted (CAPGATE_RESTART_HOLD)")
+	fs.StringVar(&o.CoreGroup, "core-group", env("CAPGATE_CORE_GROUP", ""), "the auth group of the core tier, in place of the policy's (CAPGATE_CORE_GROUP)")
 	o.LocalLanes = true
 	fs.Var(boolValue{&o.LocalLanes}, "local-lanes", "with Redis: keep local lanes of this gateway's calls, refuse what they find full, and apply degraded limits while Redis is unavailable (CAPGATE_LOCAL_LANES)")
-	fs.StringVar(&o.EarlyGroup, "early-access-group", env("CAPGATE_EARLY_ACCESS_GROUP", "early_access"), "the auth group of the early_access tier (CAPGATE_EARLY_ACCESS_GROUP)")
+	fs.StringVar(&o.EarlyGroup, "early-access-group", env("CAPGATE_EARLY_ACCESS_GROUP", ""), "the auth group of the early_access tier, in place of the policy's (CAPGATE_EARLY_ACCESS_GROUP)")
 	// Request-front hardening (docs/SECURITY.md).
 	o.MaxBufferedBytes = capgatehttp.DefaultMaxBufferedBytes
 	fs.Var(bytesValue{&o.MaxBufferedBytes}, "max-buffered-bytes", "the most request `bytes` (such as 32MiB) held to classify calls, across all calls in flight, request headers included; past it a heavy call gets 503 with Retry-After (CAPGATE_MAX_BUFFERED_BYTES)")
@@ -102,7 +105,7 @@ func (c *ServeCommand) flags() (*serveFlags, error) {
 	// Start-up and operations (ops).
 	f.migrate = true
 	fs.Var(boolValue{&f.migrate}, "migrate", "migrate the config database at start (retried in the background while it is down); false: leave it to capgate migrate, for a database user without DDL rights (CAPGATE_MIGRATE)")
-	fs.StringVar(&f.logFormat, "log-format", env("CAPGATE_LOG_FORMAT", LogFormatText), "the operational logs' format on stderr, text or json; the ocl_capacity lines are always JSON (CAPGATE_LOG_FORMAT)")
+	fs.StringVar(&f.logFormat, "log-format", env("CAPGATE_LOG_FORMAT", LogFormatText), "the operational logs' format on stderr, text or json; the per-call log lines are always JSON (CAPGATE_LOG_FORMAT)")
 	// The decision service beside the gateway (decide.go).
 	fs.StringVar(&o.Decide.Listen, "decide-listen", env("CAPGATE_DECIDE_LISTEN", ""), "also serve the decision protocol (docs/PROTOCOL.md) on unix:<path> or host:port (CAPGATE_DECIDE_LISTEN)")
 	decideTokenFlags(fs, &o.Decide, env)
@@ -192,8 +195,18 @@ func (c *ServeCommand) parse(args []string) (ServeOptions, error) {
 		return o, src.name(fmt.Errorf("--max-header-bytes %d: want a positive number of bytes, at most 1GiB", f.maxHeader))
 	}
 	o.MaxHeaderBytes = int(f.maxHeader)
-	if o.Tokens != "" && o.Identity != "tokens" {
-		return o, src.name(fmt.Errorf("--tokens needs --identity tokens (the identity is %q): set both, or neither", o.Identity))
+	if o.Tokens != "" {
+		id := o.Identity
+		if id == "" { // the policy's resolver
+			p, err := o.LoadPolicy()
+			if err != nil {
+				return o, src.name(err)
+			}
+			id = o.identityOf(p)
+		}
+		if id != "tokens" {
+			return o, src.name(fmt.Errorf("--tokens needs --identity tokens (the identity is %q): set both, or neither", id))
+		}
 	}
 	o.effective = effectiveSettings(f.fs)
 	return o, nil
@@ -215,7 +228,7 @@ func (c *ServeCommand) Run(ctx context.Context, args []string) error {
 	}
 	setProcessLogger(ctx, logger)
 	logger.Info("capgate settings", append([]any{"version", version()}, o.effective...)...)
-	if o.Mode == capgate.ModeEnforce {
+	if o.Mode == settings.ModeEnforce {
 		logger.Info("boot mode enforce: the defaults refuse enforced calls until staff change the config")
 	}
 	// A second SIGTERM or SIGINT ends the shutdown at once.
@@ -261,8 +274,7 @@ func (c *ServeCommand) Run(ctx context.Context, args []string) error {
 			return fmt.Errorf("--admin-listen: %w", err)
 		}
 	}
-	waitDecide, err := startDecide(ctx, o.Decide, srv.Gate, capgate.TierGroups{Core: o.CoreGroup, EarlyAccess: o.EarlyGroup},
-		o.ShutdownTimeout, logger)
+	waitDecide, err := startDecide(ctx, o.Decide, srv.Gate, o.ShutdownTimeout, logger)
 	if err != nil {
 		ln.Close()
 		if admin != nil {
@@ -272,11 +284,12 @@ func (c *ServeCommand) Run(ctx context.Context, args []string) error {
 	}
 	defer func() { _ = waitDecide() }() // before the gate closes (the deferred srv.Close)
 	logger.Info("capgate serving", "listen", ln.Addr().String(), "upstream", maskURL(o.Upstream),
-		"task", o.TaskID, "identity", o.Identity)
+		"task", o.TaskID, "identity", srv.opts.Identity)
 	if c.Ready != nil {
 		c.Ready <- ln.Addr().String()
 	}
-	// SIGHUP: reopen the log file and reload the tokens file.
+	// SIGHUP: reopen the log file, reload the tokens file, the JWKS and
+	// the policy.
 	defer reloadOnHUP(ctx, srv.Reload)()
 	return srv.Serve(ctx, ln, admin)
 }

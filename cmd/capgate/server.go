@@ -20,6 +20,8 @@ import (
 
 	"github.com/capgate/capgate/config"
 	"github.com/capgate/capgate/identity"
+	"github.com/capgate/capgate/policy"
+	"github.com/capgate/capgate/settings"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
@@ -41,15 +43,21 @@ type ServeOptions struct {
 	Listen          string        // --listen, CAPGATE_LISTEN
 	AdminListen     string        // --admin-listen, CAPGATE_ADMIN_LISTEN: staff API, metrics and health only there
 	Upstream        string        // --upstream, CAPGATE_UPSTREAM (required)
-	Identity        string        // --identity, CAPGATE_IDENTITY: upstream, header or tokens
+	Identity        string        // --identity, CAPGATE_IDENTITY: upstream, header, tokens or jwt; "": the policy's
 	Tokens          string        // --tokens, CAPGATE_TOKENS: the tokens file
+	JWKS            string        // --jwks, CAPGATE_JWKS: the JSON Web Key Set of --identity jwt
 	TrustedProxies  string        // --trusted-proxies, CAPGATE_TRUSTED_PROXIES: comma-separated CIDRs
 	PathPrefix      string        // --path-prefix, CAPGATE_PATH_PREFIX
 	MaxBodyBytes    int64         // --max-body-bytes, CAPGATE_MAX_BODY_BYTES
 	CORSOrigins     string        // --cors-origins, CAPGATE_CORS_ORIGINS: comma-separated; empty: echo Origin
-	LogFile         string        // --log-file, CAPGATE_LOG_FILE: the ocl_capacity lines; empty: stdout
+	LogFile         string        // --log-file, CAPGATE_LOG_FILE: the per-call log lines; empty: stdout
 	ShutdownTimeout time.Duration // --shutdown-timeout, CAPGATE_SHUTDOWN_TIMEOUT
 	DrainDelay      time.Duration // --drain-delay, CAPGATE_DRAIN_DELAY: /readyz fails this long before the listener closes
+	// RestartHold (--restart-hold, CAPGATE_RESTART_HOLD, default
+	// capgatehttp.DefaultRestartHold): with Redis, how long after start the
+	// gateway releases the leases its killed predecessor left
+	// (capgatehttp.Gateway.Recover).
+	RestartHold time.Duration
 	// Force, when closed, ends a shutdown at once (a second signal): calls
 	// in flight are cut and their leases released. Default nil: never.
 	Force      <-chan struct{}
@@ -88,6 +96,7 @@ type Server struct {
 	Lanes   capgate.LaneStore
 	Sink    *logsink.Sink
 	Handler http.Handler // the gateway (and, without AdminListen, the staff API, /metrics, the probes)
+	Gateway *capgatehttp.Gateway
 	Admin   http.Handler // the staff API, /metrics and the probes, when AdminListen is set
 	Health  *capgatehttp.Health
 
@@ -96,8 +105,13 @@ type Server struct {
 	recent  *status.Recent // this gateway's decisions of the last 15 minutes, for the status
 	closers []func() error
 	store   MigratingStore
-	logFile *reopenFile      // --log-file, reopened on SIGHUP
-	tokens  *reloadingTokens // --identity tokens, reloaded on SIGHUP
+	// policy is the policy in force (--policy, reloaded on SIGHUP), and
+	// classifier the gateway's, which evaluates it.
+	policy     *policy.Policy
+	classifier *capgatehttp.Classifier
+	logFile    *reopenFile      // --log-file, reopened on SIGHUP
+	tokens     *reloadingTokens // --identity tokens, reloaded on SIGHUP
+	jwks       *identity.JWT    // --identity jwt: its --jwks file, reloaded on SIGHUP
 	// staffTokens (--staff-tokens) and accessFile (--access-log) are
 	// reloaded and reopened on SIGHUP.
 	staffTokens *reloadingTokens
@@ -124,7 +138,7 @@ type Server struct {
 }
 
 // NewServer opens the stores and builds the gateway of opts. lines
-// receives the ocl_capacity lines when opts.LogFile is empty. It returns
+// receives the per-call log lines when opts.LogFile is empty. It returns
 // an error for an invalid setting; an upstream that is down is not one.
 func NewServer(ctx context.Context, opts ServeOptions, lines io.Writer, logger *slog.Logger) (_ *Server, err error) {
 	s := &Server{opts: opts, logger: logger}
@@ -145,6 +159,9 @@ func NewServer(ctx context.Context, opts ServeOptions, lines io.Writer, logger *
 	if opts.MaxBodyBytes <= 0 {
 		return nil, fmt.Errorf("--max-body-bytes %d: want a positive number of bytes", opts.MaxBodyBytes)
 	}
+	if opts.RestartHold < 0 {
+		return nil, fmt.Errorf("--restart-hold %v: want 0 or more", opts.RestartHold)
+	}
 	proxies, err := parsePrefixes(opts.TrustedProxies)
 	if err != nil {
 		return nil, err
@@ -155,12 +172,18 @@ func NewServer(ctx context.Context, opts ServeOptions, lines io.Writer, logger *
 	}
 	m, reg := s.metrics, s.registry
 
-	ids, err := newIdentity(opts, proxies)
+	// The identity in force: --identity, else the policy's resolver.
+	opts.Identity = opts.identityOf(s.policy)
+	s.opts.Identity = opts.Identity
+	ids, err := newIdentity(opts, proxies, s.policy)
 	if err != nil {
 		return nil, err
 	}
-	if t, ok := ids.(*reloadingTokens); ok {
+	switch t := ids.(type) {
+	case *reloadingTokens:
 		s.tokens = t
+	case *identity.JWT:
+		s.jwks = t
 	}
 	// The staff endpoints take the static staff tokens before asking ids,
 	// so they keep working while the API (the upstream identity) is down.
@@ -175,12 +198,14 @@ func NewServer(ctx context.Context, opts ServeOptions, lines io.Writer, logger *
 	staff.Status = s.status
 	staff.Logger = logger
 	staff.Health = s.Health
+	s.classifier = &capgatehttp.Classifier{PathPrefix: opts.PathPrefix, MaxBodyBytes: opts.MaxBodyBytes, Oversize: m.OversizeBody,
+		Budget: capgatehttp.NewBudget(opts.MaxBufferedBytes), BufferFull: m.BufferFull}
+	s.classifier.SetPolicy(s.policy)
 	gcfg := capgatehttp.GatewayConfig{
-		Upstream: up,
-		Gate:     s.Gate,
-		Identify: ids,
-		Classifier: &capgatehttp.Classifier{PathPrefix: opts.PathPrefix, MaxBodyBytes: opts.MaxBodyBytes, Oversize: m.OversizeBody,
-			Budget: capgatehttp.NewBudget(opts.MaxBufferedBytes), BufferFull: m.BufferFull},
+		Upstream:       up,
+		Gate:           s.Gate,
+		Identify:       ids,
+		Classifier:     s.classifier,
 		TrustedProxies: proxies,
 		UpgradePaths:   splitList(opts.UpgradePaths),
 		PublicMetrics:  opts.PublicMetrics,
@@ -190,9 +215,13 @@ func NewServer(ctx context.Context, opts ServeOptions, lines io.Writer, logger *
 		Observer:       m,
 		Logger:         logger,
 		Options: []capgatehttp.Option{
-			capgatehttp.WithTierGroups(capgate.TierGroups{Core: opts.CoreGroup, EarlyAccess: opts.EarlyGroup}),
 			capgatehttp.WithCORSOrigins(splitList(opts.CORSOrigins)),
 		},
+	}
+	if j, ok := s.Lanes.(capgatehttp.Journal); ok {
+		// Redis: the calls' leases are journalled, so the next gateway
+		// listening here releases what a killed one left (Serve).
+		gcfg.Journal = j
 	}
 	if opts.Identity == "header" || opts.Identity == "tokens" {
 		// Callers these modes can't name (no trusted proxy's word, a session
@@ -221,7 +250,13 @@ func NewServer(ctx context.Context, opts ServeOptions, lines io.Writer, logger *
 	if err != nil {
 		return nil, err
 	}
-	s.Handler = gw
+	s.Handler, s.Gateway = gw, gw
+	// Before the gate and the stores close: the journal's last removals.
+	s.closers = append(s.closers, func() error {
+		ctx, cancel := context.WithTimeout(context.Background(), s.storeDeadline())
+		defer cancel()
+		return gw.Close(ctx)
+	})
 	return s, nil
 }
 
@@ -257,7 +292,15 @@ func (s *Server) openCore(ctx context.Context, lines io.Writer, who string) erro
 		return s.Sink.Close(ctx)
 	})
 
-	keyPrefix, err := s.opts.LaneKeyPrefix()
+	pol, err := s.opts.LoadPolicy()
+	if err != nil {
+		return err
+	}
+	if pol, err = s.opts.tierGroups(pol); err != nil {
+		return err
+	}
+	s.policy = pol
+	keyPrefix, err := s.opts.LaneKeyPrefix(pol)
 	if err != nil {
 		return err
 	}
@@ -294,7 +337,7 @@ func (s *Server) openCore(ctx context.Context, lines io.Writer, who string) erro
 	if err := s.prepareSchema(ctx); err != nil {
 		return err
 	}
-	s.Configs = s.opts.NewConfigService(cstore)
+	s.Configs = s.opts.NewConfigService(cstore, pol)
 	s.Configs.Sink = s.Sink
 	s.Configs.Logger = logger
 	// Changes are pushed: through PostgreSQL NOTIFY where the config is
@@ -305,7 +348,7 @@ func (s *Server) openCore(ctx context.Context, lines io.Writer, who string) erro
 		s.pushes = append(s.pushes, sub)
 	}
 	if rs, ok := s.Lanes.(*redis.Store); ok {
-		ch := redis.NewConfigChannel(rs, s.opts.KeyPrefix)
+		ch := redis.NewConfigChannel(rs, s.opts.KeyPrefixOf(pol))
 		s.pushes = append(s.pushes, ch)
 		s.Configs.Notifiers = append(s.Configs.Notifiers, ch)
 	}
@@ -338,7 +381,7 @@ func (s *Server) openCore(ctx context.Context, lines io.Writer, who string) erro
 	s.metrics, err = metrics.New(s.registry, metrics.WithLogDropped(s.Sink.Dropped), metrics.WithConfigVersion(s.Configs.Version),
 		metrics.WithStoreUp(s.Health.Up, "lanes", "config"), metrics.WithBuildInfo(version(), revision()),
 		metrics.WithLanes(s.Gate, s.Configs), metrics.WithAdvisedLimits(s.advisedLimits), metrics.WithRecent(s.recent),
-		metrics.WithAdaptiveStepAges(s.adaptiveStepAges))
+		metrics.WithAdaptiveStepAges(s.adaptiveStepAges), metrics.WithPolicy(pol))
 	if err != nil {
 		return fmt.Errorf("metrics: %w", err)
 	}
@@ -352,18 +395,21 @@ func (s *Server) openCore(ctx context.Context, lines io.Writer, who string) erro
 	}
 	// Before the stores close: the last try at releases still pending.
 	s.closers = append(s.closers, func() error {
-		// The store owns its deadline (redis.Options.Deadline); a store
-		// that states none gets the gate's default, as in the gate.
-		d := capgate.DefaultStoreDeadline
-		if sd, ok := s.Lanes.(capgate.StoreDeadline); ok && sd.Deadline() > 0 {
-			d = sd.Deadline()
-		}
-		ctx, cancel := context.WithTimeout(context.Background(), d)
+		ctx, cancel := context.WithTimeout(context.Background(), s.storeDeadline())
 		defer cancel()
 		return s.Gate.Close(ctx)
 	})
 
 	return nil
+}
+
+// storeDeadline is the lane store's deadline of one operation: its own
+// (redis.Options.Deadline), else the gate's default, as in the gate.
+func (s *Server) storeDeadline() time.Duration {
+	if sd, ok := s.Lanes.(capgate.StoreDeadline); ok && sd.Deadline() > 0 {
+		return sd.Deadline()
+	}
+	return capgate.DefaultStoreDeadline
 }
 
 // prepareSchema migrates the config database at start (unless --migrate
@@ -448,8 +494,11 @@ func (s *Server) migrateInBackground(ctx context.Context) {
 	})
 }
 
-func newIdentity(opts ServeOptions, proxies []netip.Prefix) (identity.Identifier, error) {
-	switch opts.Identity {
+// newIdentity returns the identity resolver of --identity, or, when it is
+// not given, of the policy's identity.resolver.
+func newIdentity(opts ServeOptions, proxies []netip.Prefix, p *policy.Policy) (identity.Identifier, error) {
+	resolver := opts.identityOf(p)
+	switch resolver {
 	case "upstream", "":
 		id, err := identity.NewUpstream(opts.Upstream)
 		if err != nil {
@@ -469,8 +518,18 @@ func newIdentity(opts ServeOptions, proxies []netip.Prefix) (identity.Identifier
 			return nil, errors.New("--identity tokens needs --tokens FILE")
 		}
 		return loadTokens(opts.Tokens) // reloaded on SIGHUP
+	case "jwt":
+		if opts.JWKS == "" {
+			return nil, errors.New("--identity jwt needs --jwks FILE: the JSON Web Key Set the tokens are signed with")
+		}
+		if p.Identity.JWT == nil {
+			return nil, fmt.Errorf("--identity jwt: policy %s has no identity.jwt (issuer, audience, claims)", p.Name)
+		}
+		pj := p.Identity.JWT
+		return identity.NewJWT(identity.JWTOptions{JWKSFile: opts.JWKS, Issuer: pj.Issuer, Audience: pj.Audience,
+			UserClaim: pj.UserClaim, GroupsClaim: pj.GroupsClaim, StaffClaim: pj.StaffClaim}) // reloaded on SIGHUP
 	}
-	return nil, fmt.Errorf("--identity %q: use upstream, header or tokens", opts.Identity)
+	return nil, fmt.Errorf("--identity %q: use upstream, header, tokens or jwt", resolver)
 }
 
 func parsePrefixes(list string) ([]netip.Prefix, error) {
@@ -516,6 +575,9 @@ func (s *Server) Serve(ctx context.Context, ln, admin net.Listener) error {
 	// gateway cuts them (GatewayConfig.Shutdown), and each request's
 	// context derives from it.
 	defer s.cutCalls()
+	// A killed predecessor's leases: taken before serving, released after
+	// the hold (or as Serve returns).
+	defer s.recoverJournal(ctx, ln)()
 	base := s.cutCtx
 	newHTTP := func(h http.Handler) *http.Server {
 		return &http.Server{
@@ -687,7 +749,7 @@ func (s *Server) awaitCut() {
 // status is the staff API's GET /capacity/status/: the lanes' live state
 // (the lane calls wait on among it) and this gateway's decisions of the
 // last 1, 5 and 15 minutes.
-func (s *Server) status(ctx context.Context, cfg capgate.Config) status.Snapshot {
+func (s *Server) status(ctx context.Context, cfg settings.Config) status.Snapshot {
 	st := s.Gate.Status(ctx, cfg)
 	st.Decisions = s.recent.Decisions()
 	return st
@@ -734,4 +796,31 @@ func (s *Server) advisedLimits() map[string]int {
 		out[string(lane)] = l
 	}
 	return out
+}
+
+// identityOf returns the identity resolver in force under policy p:
+// --identity, else p's identity.resolver.
+func (o ServeOptions) identityOf(p *policy.Policy) string {
+	if o.Identity != "" {
+		return o.Identity
+	}
+	return p.Identity.Resolver
+}
+
+// tierGroups returns p with the tier groups of --core-group and
+// --early-access-group, when given, in place of its own.
+func (o ServeOptions) tierGroups(p *policy.Policy) (*policy.Policy, error) {
+	for _, g := range []struct{ flag, tier, group string }{
+		{"--core-group", "core", o.CoreGroup}, {"--early-access-group", "early_access", o.EarlyGroup},
+	} {
+		if g.group == "" {
+			continue
+		}
+		q, err := p.WithTierGroups(g.tier, []string{g.group})
+		if err != nil {
+			return nil, fmt.Errorf("%s: %w", g.flag, err)
+		}
+		p = q
+	}
+	return p, nil
 }

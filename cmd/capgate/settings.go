@@ -15,8 +15,10 @@ import (
 	"github.com/capgate/capgate"
 	"github.com/capgate/capgate/config"
 	"github.com/capgate/capgate/internal/migrate"
+	"github.com/capgate/capgate/policy"
 	"github.com/capgate/capgate/postgres"
 	"github.com/capgate/capgate/redis"
+	"github.com/capgate/capgate/settings"
 	"github.com/capgate/capgate/sqlite"
 )
 
@@ -29,8 +31,11 @@ const DefaultDatabase = "sqlite:capgate.db"
 // Every one has a flag; its default comes from the environment, under the
 // original implementation's names, else the built-in default.
 type Settings struct {
+	// PolicyFile is the policy (--policy, CAPGATE_POLICY): which calls are
+	// heavy, the lanes, tiers and names; "": the built-in policy.
+	PolicyFile  string
 	Database    string        // --database, CAPGATE_DATABASE: sqlite:<path> or postgres://…
-	Mode        capgate.Mode  // --mode, CAPACITY_LIMIT_MODE: the defaults' mode; invalid means shadow
+	Mode        settings.Mode // --mode, CAPACITY_LIMIT_MODE: the defaults' mode; invalid means shadow
 	CacheTTL    time.Duration // --config-cache, CAPACITY_CONFIG_CACHE_SECONDS (10); 0 reads on every call
 	ReadTimeout time.Duration // --config-read-timeout, CAPACITY_CONFIG_READ_TIMEOUT_MS (500)
 
@@ -44,7 +49,7 @@ type Settings struct {
 	RedisRetry     time.Duration // --redis-retry, CAPACITY_REDIS_RETRY_SECONDS (15)
 
 	TaskID    string // --task-id, CAPACITY_TASK_ID: this API task's lane; default the hostname
-	KeyPrefix string // --key-prefix, CAPGATE_KEY_PREFIX: the lane keys' prefix (ocl:capacity)
+	KeyPrefix string // --key-prefix, CAPGATE_KEY_PREFIX: the lane keys' prefix; "": the policy's (names.key_prefix)
 	KeyLayout string // --key-layout, CAPGATE_KEY_LAYOUT: default or cluster; empty: cluster with --redis-cluster, else default
 }
 
@@ -58,7 +63,7 @@ func LoadSettings(getenv func(string) string) (Settings, error) {
 	host, _ := os.Hostname()
 	s := Settings{
 		Database:      DefaultDatabase,
-		Mode:          capgate.ModeShadow,
+		Mode:          settings.ModeShadow,
 		CacheTTL:      config.DefaultCacheTTL,
 		ReadTimeout:   config.DefaultReadTimeout,
 		RedisMaster:   redis.DefaultMasterName,
@@ -66,7 +71,6 @@ func LoadSettings(getenv func(string) string) (Settings, error) {
 		RedisDeadline: redis.DefaultDeadline,
 		RedisRetry:    capgate.DefaultSkipDuration,
 		TaskID:        host,
-		KeyPrefix:     capgate.DefaultKeyPrefix,
 	}
 	var errs []error
 	str := func(dst *string, name string) {
@@ -87,6 +91,7 @@ func LoadSettings(getenv func(string) string) (Settings, error) {
 		*dst = d
 	}
 	str(&s.Database, "CAPGATE_DATABASE")
+	str(&s.PolicyFile, "CAPGATE_POLICY")
 	if v := getenv("CAPACITY_LIMIT_MODE"); v != "" {
 		m, err := parseMode(v)
 		if err != nil {
@@ -161,9 +166,29 @@ func (s *Settings) ConfigFlags(fs *flag.FlagSet) {
 	fs.Var(durationValue{&s.ReadTimeout, time.Millisecond}, "config-read-timeout", "bound of the config read on the request path, a `duration` such as 500ms or a number of milliseconds (CAPACITY_CONFIG_READ_TIMEOUT_MS)")
 }
 
+// PolicyFlag registers --policy on fs, defaulting to s's value.
+func (s *Settings) PolicyFlag(fs *flag.FlagSet) {
+	fs.StringVar(&s.PolicyFile, "policy", s.PolicyFile, "the policy `file` (YAML: routes, lanes, tiers, names; docs/POLICY.md); none: the built-in policy, "+policy.OCLFile+" (CAPGATE_POLICY)")
+}
+
+// LoadPolicy reads the policy file (PolicyFile), or returns the built-in
+// policy when there is none. A file that does not parse is an error
+// naming every problem, file:line: field.
+func (s Settings) LoadPolicy() (*policy.Policy, error) {
+	if s.PolicyFile == "" {
+		return policy.OCL(), nil
+	}
+	p, err := policy.Load(s.PolicyFile)
+	if err != nil {
+		return nil, fmt.Errorf("--policy: %w", err)
+	}
+	return p, nil
+}
+
 // StoreFlags registers the config store and boot mode settings on fs
 // (what the capacity CLI needs), defaulting to s's values.
 func (s *Settings) StoreFlags(fs *flag.FlagSet) {
+	s.PolicyFlag(fs)
 	fs.StringVar(&s.Database, "database", s.Database, "where the config lives: sqlite:<path> (created if missing; relative to the current directory) or postgres://… (CAPGATE_DATABASE)")
 	fs.Var(modeValue{&s.Mode}, "mode", "the defaults' `off|shadow|enforce` mode until staff change the config (CAPACITY_LIMIT_MODE)")
 }
@@ -171,6 +196,7 @@ func (s *Settings) StoreFlags(fs *flag.FlagSet) {
 // CLIStoreFlags registers the config store and boot mode settings of the
 // capacity CLI, which never makes a database unless asked (--create).
 func (s *Settings) CLIStoreFlags(fs *flag.FlagSet) {
+	s.PolicyFlag(fs)
 	fs.StringVar(&s.Database, "database", s.Database, "the gateways' config database: sqlite:<path> (relative to the current directory) or postgres://… (CAPGATE_DATABASE)")
 	fs.Var(modeValue{&s.Mode}, "mode", "the defaults' `off|shadow|enforce` mode, as the gateways were started with (CAPACITY_LIMIT_MODE)")
 }
@@ -185,7 +211,7 @@ func (s *Settings) LaneFlags(fs *flag.FlagSet) {
 	fs.Var(durationValue{&s.RedisDeadline, time.Second}, "redis-deadline", "the longest one Redis operation may take, a `duration` such as 1s or a number of seconds (CAPACITY_REDIS_DEADLINE_SECONDS)")
 	fs.Var(durationValue{&s.RedisRetry, time.Second}, "redis-retry", "how long to skip Redis after it failed, a `duration` such as 15s or a number of seconds (CAPACITY_REDIS_RETRY_SECONDS)")
 	fs.StringVar(&s.TaskID, "task-id", s.TaskID, "this API task's lane name (CAPACITY_TASK_ID; default the hostname)")
-	fs.StringVar(&s.KeyPrefix, "key-prefix", s.KeyPrefix, "the lane keys' prefix (CAPGATE_KEY_PREFIX)")
+	fs.StringVar(&s.KeyPrefix, "key-prefix", s.KeyPrefix, "the lane keys' prefix (CAPGATE_KEY_PREFIX; default: the policy's names.key_prefix)")
 	fs.StringVar(&s.RedisCluster, "redis-cluster", s.RedisCluster, "a Redis Cluster, host:port,host:port (any of its nodes) (CAPGATE_REDIS_CLUSTER); implies --key-layout cluster")
 	fs.StringVar(&s.KeyLayout, "key-layout", s.KeyLayout, "the lane keys' layout: default (<prefix>:<lane>, the original's) or cluster ({<prefix>}:<lane>, one hash slot) (CAPGATE_KEY_LAYOUT; default: cluster with --redis-cluster, else default)")
 }
@@ -196,11 +222,21 @@ func (s Settings) HasRedis() bool {
 	return s.Redis != "" || s.RedisSentinels != "" || s.RedisCluster != ""
 }
 
-// LaneKeyPrefix returns the prefix of the lane keys under the key layout:
-// KeyPrefix as is for the default layout, wrapped in a hash tag for the
-// cluster layout (the default with a Redis Cluster). It refuses the default
-// layout on a cluster, where a call's lanes would land in different slots.
-func (s Settings) LaneKeyPrefix() (string, error) {
+// KeyPrefixOf returns the lane keys' prefix before the key layout:
+// KeyPrefix, else the key prefix of policy p.
+func (s Settings) KeyPrefixOf(p *policy.Policy) string {
+	if s.KeyPrefix != "" {
+		return s.KeyPrefix
+	}
+	return p.Names.KeyPrefix
+}
+
+// LaneKeyPrefix returns the prefix of the lane keys of policy p under the
+// key layout: KeyPrefixOf(p) as is for the default layout, wrapped in a
+// hash tag for the cluster layout (the default with a Redis Cluster). It
+// refuses the default layout on a cluster, where a call's lanes would land
+// in different slots.
+func (s Settings) LaneKeyPrefix(p *policy.Policy) (string, error) {
 	layout := redis.KeyLayoutDefault
 	if s.RedisCluster != "" {
 		layout = redis.KeyLayoutCluster
@@ -215,11 +251,11 @@ func (s Settings) LaneKeyPrefix() (string, error) {
 	if s.RedisCluster != "" && layout != redis.KeyLayoutCluster {
 		return "", errors.New("--key-layout default can't be used with --redis-cluster: a call's lanes must share one hash slot there; use --key-layout cluster (the default with a cluster)")
 	}
-	p, err := layout.Prefix(s.KeyPrefix)
+	prefix, err := layout.Prefix(s.KeyPrefixOf(p))
 	if err != nil {
 		return "", fmt.Errorf("--key-prefix: %w", err)
 	}
-	return p, nil
+	return prefix, nil
 }
 
 // RedisOptions returns the Redis lane store's options.
@@ -292,8 +328,9 @@ func latestSchema(database string) int {
 
 // NewConfigService returns the config service of these settings over
 // store.
-func (s Settings) NewConfigService(store config.Store) *config.Service {
+func (s Settings) NewConfigService(store config.Store, p *policy.Policy) *config.Service {
 	svc := config.NewService(store, s.Mode)
+	svc.Policy = p
 	svc.CacheTTL, svc.ReadTimeout = s.CacheTTL, s.ReadTimeout
 	if s.CacheTTL == 0 {
 		svc.CacheTTL = -1 // 0 means no caching here; the service's 0 means its default

@@ -7,6 +7,8 @@ import (
 	"slices"
 	"strings"
 	"testing"
+
+	"github.com/capgate/capgate/policy"
 )
 
 func TestClusterSettings(t *testing.T) {
@@ -23,18 +25,18 @@ func TestClusterSettings(t *testing.T) {
 	if !slices.Equal(o.Cluster, []string{"127.0.0.1:7000", "127.0.0.1:7001"}) || o.URL != "" || o.Sentinels != nil || o.Password != "pw" {
 		t.Errorf("RedisOptions with a cluster = %+v", o)
 	}
-	if p, err := st.LaneKeyPrefix(); err != nil || p != "{ocl:capacity}" {
+	if p, err := st.LaneKeyPrefix(policy.OCL()); err != nil || p != "{ocl:capacity}" {
 		t.Errorf("a cluster's key prefix = %q, %v; want {ocl:capacity} (the cluster layout implied)", p, err)
 	}
 
 	st.KeyLayout = "default"
-	if _, err := st.LaneKeyPrefix(); err == nil || !strings.Contains(err.Error(), "--key-layout default can't be used with --redis-cluster") {
+	if _, err := st.LaneKeyPrefix(policy.OCL()); err == nil || !strings.Contains(err.Error(), "--key-layout default can't be used with --redis-cluster") {
 		t.Errorf("default layout on a cluster: %v; want it refused", err)
 	}
 
 	// The hash-tagged layout on a standalone Redis, chosen by flag.
 	st, _ = LoadSettings(envOf(map[string]string{"CAPGATE_REDIS_URL": "redis://r:1/0", "CAPGATE_KEY_PREFIX": "app:lanes"}))
-	if p, err := st.LaneKeyPrefix(); err != nil || p != "app:lanes" {
+	if p, err := st.LaneKeyPrefix(policy.OCL()); err != nil || p != "app:lanes" {
 		t.Errorf("default layout prefix = %q, %v; want app:lanes unchanged", p, err)
 	}
 	fs := flag.NewFlagSet("x", flag.ContinueOnError)
@@ -43,11 +45,11 @@ func TestClusterSettings(t *testing.T) {
 	if err := fs.Parse([]string{"--key-layout", "cluster"}); err != nil {
 		t.Fatal(err)
 	}
-	if p, err := st.LaneKeyPrefix(); err != nil || p != "{app:lanes}" {
+	if p, err := st.LaneKeyPrefix(policy.OCL()); err != nil || p != "{app:lanes}" {
 		t.Errorf("--key-layout cluster prefix = %q, %v; want {app:lanes}", p, err)
 	}
 	st.KeyLayout = "slots"
-	if _, err := st.LaneKeyPrefix(); err == nil || !strings.Contains(err.Error(), "--key-layout") {
+	if _, err := st.LaneKeyPrefix(policy.OCL()); err == nil || !strings.Contains(err.Error(), "--key-layout") {
 		t.Errorf("an unknown layout: %v", err)
 	}
 }

@@ -8,7 +8,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/capgate/capgate"
+	"github.com/capgate/capgate/settings"
 )
 
 func envOf(m map[string]string) func(string) string { return func(k string) string { return m[k] } }
@@ -18,7 +18,7 @@ func TestLoadSettings(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if st.Database != "sqlite:capgate.db" || st.Mode != capgate.ModeShadow || st.CacheTTL != 10*time.Second ||
+	if st.Database != "sqlite:capgate.db" || st.Mode != settings.ModeShadow || st.CacheTTL != 10*time.Second ||
 		st.ReadTimeout != 500*time.Millisecond || st.HasRedis() || st.RedisTimeout != 500*time.Millisecond ||
 		st.RedisDeadline != time.Second || st.RedisRetry != 15*time.Second || st.RedisMaster != "default" || st.TaskID == "" {
 		t.Errorf("defaults = %+v", st)
@@ -33,7 +33,7 @@ func TestLoadSettings(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if st.Database != "postgres://db/x" || st.Mode != capgate.ModeEnforce || st.CacheTTL != 2500*time.Millisecond ||
+	if st.Database != "postgres://db/x" || st.Mode != settings.ModeEnforce || st.CacheTTL != 2500*time.Millisecond ||
 		st.ReadTimeout != 200*time.Millisecond || st.Redis != "redis://:p%40ss@cache:6380/2" || st.RedisTimeout != 250*time.Millisecond ||
 		st.TaskID != "task7" {
 		t.Errorf("from the environment = %+v", st)
@@ -49,10 +49,10 @@ func TestLoadSettings(t *testing.T) {
 	if err := fs.Parse([]string{"--database", "sqlite:a.db", "--mode", "off", "--config-cache", "0s", "--redis", "redis://r:1/0", "--redis-sentinels", ""}); err != nil {
 		t.Fatal(err)
 	}
-	if st.Database != "sqlite:a.db" || st.Mode != capgate.ModeOff || st.RedisOptions().URL != "redis://r:1/0" {
+	if st.Database != "sqlite:a.db" || st.Mode != settings.ModeOff || st.RedisOptions().URL != "redis://r:1/0" {
 		t.Errorf("flags over the environment = %+v", st)
 	}
-	if svc := st.NewConfigService(nil); svc.CacheTTL >= 0 {
+	if svc := st.NewConfigService(nil, nil); svc.CacheTTL >= 0 {
 		t.Errorf("--config-cache 0: service CacheTTL %v; want reading on every call", svc.CacheTTL)
 	}
 

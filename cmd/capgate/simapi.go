@@ -13,11 +13,14 @@ import (
 	"strings"
 	"time"
 
+	"github.com/capgate/capgate/policy"
 	"github.com/capgate/capgate/tools/simapi"
 )
 
-// SimAPICommand is `capgate simapi`: the demo's simulated OCL API on its
-// own, to put capgate serve in front of when trying it out.
+// SimAPICommand is `capgate simapi`: the demo's simulated API on its own
+// (the built-in policy's, with --api inference an OpenAI-compatible one,
+// or with --api policy one of any policy's routes), to put capgate serve
+// in front of when trying it out.
 type SimAPICommand struct {
 	Stdout, Stderr io.Writer
 }
@@ -26,6 +29,8 @@ type SimAPICommand struct {
 func (c *SimAPICommand) Usage() string {
 	return `Usage: capgate simapi [--listen ADDR] [--tokens FILE] [--latency LO-HI]
                      [--backend-capacity K --backend-base-ms B [--backend-per-row]]
+       capgate simapi --api inference [--listen ADDR] [--latency D]
+       capgate simapi --api policy --policy FILE [--listen ADDR] [--tokens FILE] [--knee N]
 
 Serves a simulated OCL API: GET /user/ for the demo users (tokens such as
 core-1-token, preview-1-token, staff-1-token), and POST /concepts/$match/ and
@@ -41,7 +46,22 @@ starts; with --backend-per-row a semantic call sends its rows one after
 another, as a bulk $match does, and takes rows × that. GET /_sim/backend gives its capacity and the latencies it gave
 (p50_ms, p99_ms; ?reset=1 starts them over); POST /_sim/backend
 {"capacity": K} changes the capacity at runtime ({"per_row": true} the
-per-row model). Flags:
+per-row model).
+
+With --api inference it serves a fake OpenAI-compatible inference API for
+examples/inference: POST /v1/chat/completions, /v1/completions and
+/v1/embeddings answer after --latency (default 2s) and GET /v1/models lists
+the models; GET /_simapi/stats gives the calls served and the most that ran
+at once, in all, per model and per bearer token.
+
+With --api policy it serves a simulated API of the routes of the policy
+--policy FILE (the demo's under that policy): every call a route matches
+answers after 400 ms + 40 ms a unit of work (±40 %), slower past --knee N
+calls at once and failing with 503 past twice that (0: no knee), anything
+else {"ok":true}; --tokens writes users of each of the policy's tiers
+(<tier>-<n>-token) for capgate serve --identity tokens, and only they are
+served. GET /_simapi/stats gives the calls and the most at once, in all, per
+route, per caller and per value of each string field. Flags:
 `
 }
 
@@ -56,8 +76,28 @@ func (c *SimAPICommand) Run(ctx context.Context, args []string) error {
 	capacity := fs.Int("backend-capacity", 0, "semantic calls use a backend of this many calls at once (0: none)")
 	baseMS := fs.Float64("backend-base-ms", 50, "the backend's time per call when not overloaded, ms")
 	perRow := fs.Bool("backend-per-row", false, "a semantic call sends its rows one after another: it takes rows × the backend's time")
+	kind := fs.String("api", "ocl", "the API to simulate: ocl (the built-in policy's, the demo's), inference (examples/inference) or policy (the routes of --policy)")
+	knee := fs.Int("knee", 0, "with --api policy: calls past this many at once are slower, past twice it fail (0: none)")
+	var pst Settings
+	fs.StringVar(&pst.PolicyFile, "policy", "", "with --api policy: the policy `file` whose routes to serve (YAML; docs/POLICY.md)")
 	if done, err := parseFlags(fs, args, c.Usage(), c.Stdout); done {
 		return err
+	}
+	switch *kind {
+	case "ocl":
+	case "inference":
+		return c.inference(ctx, *listen, *latency, fs)
+	case "policy":
+		if pst.PolicyFile == "" {
+			return &UsageError{Msg: "--api policy: give --policy FILE\n\n" + helpOf(c.Usage(), fs)}
+		}
+		pol, err := pst.LoadPolicy()
+		if err != nil {
+			return err
+		}
+		return c.generic(ctx, pol, *listen, *tokens, *perTier, *knee)
+	default:
+		return &UsageError{Msg: fmt.Sprintf("--api %q: want ocl, inference or policy\n\n%s", *kind, helpOf(c.Usage(), fs))}
 	}
 	var lo, hi time.Duration
 	if *latency != "" {
@@ -69,7 +109,7 @@ func (c *SimAPICommand) Run(ctx context.Context, args []string) error {
 			return &UsageError{Msg: fmt.Sprintf("--latency %q: want LO-HI, e.g. 1.2s-1.4s\n\n%s", *latency, helpOf(c.Usage(), fs))}
 		}
 	}
-	users, _ := demoUsers(*perTier)
+	users, _ := demoUsers(policy.OCL(), *perTier)
 	if *tokens != "" {
 		b, err := json.MarshalIndent(users, "", "  ")
 		if err != nil {
@@ -98,12 +138,59 @@ func (c *SimAPICommand) Run(ctx context.Context, args []string) error {
 		handler = be.Handler(api)
 		fmt.Fprintf(c.Stderr, "semantic backend: %d calls at once, %v ms each when not overloaded\n", *capacity, *baseMS)
 	}
-	srv := &http.Server{Handler: handler, ReadHeaderTimeout: 10 * time.Second}
 	fmt.Fprintf(c.Stderr, "simulated OCL API on http://%s; users:", ln.Addr())
 	for _, u := range users {
 		fmt.Fprintf(c.Stderr, " %s", u.Token)
 	}
 	fmt.Fprintln(c.Stderr)
+	return serveUntil(ctx, ln, handler)
+}
+
+// inference serves the fake inference API (--api inference).
+func (c *SimAPICommand) inference(ctx context.Context, listen, latency string, fs *flag.FlagSet) error {
+	api := &simapi.Inference{}
+	if latency != "" {
+		d, err := time.ParseDuration(latency)
+		if err != nil || d < 0 {
+			return &UsageError{Msg: fmt.Sprintf("--latency %q: want a duration such as 2s\n\n%s", latency, helpOf(c.Usage(), fs))}
+		}
+		api.Latency = d
+	}
+	ln, err := net.Listen("tcp", listen)
+	if err != nil {
+		return fmt.Errorf("--listen: %w", err)
+	}
+	fmt.Fprintf(c.Stderr, "fake inference API on http://%s (models small, large)\n", ln.Addr())
+	return serveUntil(ctx, ln, api)
+}
+
+// generic serves a simulated API of p's routes (--api policy).
+func (c *SimAPICommand) generic(ctx context.Context, p *policy.Policy, listen, tokens string, perTier, knee int) error {
+	users, _ := demoUsers(p, perTier)
+	if tokens != "" {
+		if err := writeTokens(tokens, users); err != nil {
+			return fmt.Errorf("--tokens: %w", err)
+		}
+	}
+	api := &simapi.Generic{Policy: p, Users: users}
+	if knee > 0 {
+		api.Knee = &simapi.Knee{Capacity: knee, FailAt: 2 * knee}
+	}
+	ln, err := net.Listen("tcp", listen)
+	if err != nil {
+		return fmt.Errorf("--listen: %w", err)
+	}
+	fmt.Fprintf(c.Stderr, "simulated API of policy %s on http://%s; users:", p.Name, ln.Addr())
+	for _, u := range users {
+		fmt.Fprintf(c.Stderr, " %s", u.Token)
+	}
+	fmt.Fprintln(c.Stderr)
+	return serveUntil(ctx, ln, api)
+}
+
+// serveUntil serves h on ln until ctx is done, then shuts down.
+func serveUntil(ctx context.Context, ln net.Listener, h http.Handler) error {
+	srv := &http.Server{Handler: h, ReadHeaderTimeout: 10 * time.Second}
 	go func() {
 		<-ctx.Done()
 		sctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)

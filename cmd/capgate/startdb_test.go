@@ -18,8 +18,8 @@ import (
 	"github.com/capgate/capgate/config"
 	"github.com/jackc/pgx/v5"
 
-	"github.com/capgate/capgate"
 	"github.com/capgate/capgate/configtest"
+	"github.com/capgate/capgate/settings"
 )
 
 // forward accepts on addr and pipes each connection to target, until the
@@ -96,8 +96,8 @@ func TestServeStartsWithPostgresDownAndPicksItUp(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer store.Close()
-	svc := config.NewService(store, capgate.ModeShadow)
-	if _, err := svc.Save(context.Background(), config.Edit{Set: capgate.Patch{"es2_knn": 2}, By: "ops", Source: config.SourceCommand}); err != nil {
+	svc := config.NewService(store, settings.ModeShadow)
+	if _, err := svc.Save(context.Background(), config.Edit{Set: settings.Patch{"es2_knn": 2}, By: "ops", Source: config.SourceCommand}); err != nil {
 		t.Fatal(err)
 	}
 	forward(t, down, ru.Host)

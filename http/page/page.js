@@ -1,16 +1,21 @@
 "use strict";
 // The capgate staff status page. It fetches the staff API next to it
-// (status/, config/, config/history/), sending the staff token, if one was
-// given, as "Authorization: Token <t>". The token is kept in sessionStorage:
-// this tab only. Data from the API is always written as text, never as markup.
+// (policy/, status/, config/, config/history/), sending the staff token, if
+// one was given, as "Authorization: <scheme> <t>" (the scheme the API's 401 asks for: the policy's). The token is kept in
+// sessionStorage: this tab only. Data from the API is always written as
+// text, never as markup.
+//
+// The page is laid out by the policy in force (policy/): a row for each
+// shared lane (scope cluster, under its status key in status/), a row for
+// each tier of a lane keyed by tier, the API tasks of a task lane, the
+// busiest entries of a lane keyed by user or by a call field, the
+// decisions of the policy's tiers, and a form field for each of its
+// config keys.
 (() => {
   const TOKEN_KEY = "capgate.staffToken";
   const POLL_MS = 2000;
   const HISTORY_LIMIT = 20;
   const TOP_USERS = 10;
-  const TIERS = ["staff", "core", "early_access", "preview"];
-  const LIMIT_KEYS = ["api_heavy.cluster", "api_heavy.per_task", "es2_knn", "reserve_single_row"]
-    .concat(TIERS.map((t) => "tiers." + t), TIERS.map((t) => "per_user." + t));
 
   const $ = (id) => document.getElementById(id);
   let token = sessionStorage.getItem(TOKEN_KEY) || "";
@@ -18,6 +23,7 @@
   let running = false;
   let pollGen = 0;
   let loaded = {}; // the form's values as last loaded: dotted key → string
+  let policy = null; // GET policy/: its tiers, lanes and config keys
 
   // AuthError is a 401 or 403 from the staff API.
   class AuthError extends Error {
@@ -33,16 +39,29 @@
     return "";
   }
 
+  // scheme is the credential scheme the staff API asks for: its 401's
+  // WWW-Authenticate (the policy's identity.scheme), "Token" until one says.
+  let scheme = "Token";
+
   // api calls the staff API; paths are relative to the page (/capacity/).
+  // A 401 whose challenge names another scheme is retried once with it.
   async function api(method, path, body) {
     const headers = { Accept: "application/json" };
-    if (token) headers.Authorization = "Token " + token;
+    if (token) headers.Authorization = scheme + " " + token;
     const init = { method, headers, cache: "no-store", credentials: "same-origin" };
     if (body !== undefined) {
       headers["Content-Type"] = "application/json";
       init.body = JSON.stringify(body);
     }
-    const resp = await fetch(path, init);
+    let resp = await fetch(path, init);
+    const asked = resp.status === 401 ? (resp.headers.get("WWW-Authenticate") || "").split(" ")[0] : "";
+    if (asked && asked !== scheme) {
+      scheme = asked;
+      if (token) {
+        headers.Authorization = scheme + " " + token;
+        resp = await fetch(path, init);
+      }
+    }
     let data = null;
     try {
       data = await resp.json();
@@ -113,6 +132,7 @@
 
   async function start() {
     try {
+      await refreshPolicy();
       await Promise.all([refreshStatus(), refreshConfig(), refreshHistory()]);
     } catch (err) {
       if (err instanceof AuthError) {
@@ -170,7 +190,19 @@
     if (running && gen === pollGen) pollTimer = setTimeout(() => poll(gen), POLL_MS);
   }
 
+  // refreshPolicy reads the policy in force and lays the page out by it.
+  async function refreshPolicy() {
+    const res = await api("GET", "policy/");
+    if (!res.ok) throw new Error("the policy: " + (detailText(res.data) || "HTTP " + res.status));
+    setPolicy(res.data);
+  }
+
   async function refreshStatus() {
+    if (!policy) {
+      // The policy failed to load at the start: the form waits for it too.
+      await refreshPolicy();
+      await refreshConfig();
+    }
     const res = await api("GET", "status/");
     if (!res.ok) {
       setText("status-problem", "Status: " + (detailText(res.data) || "HTTP " + res.status));
@@ -261,12 +293,106 @@
     "redis-cluster": "Redis Cluster",
   };
 
-  // bindingRowId is the id of the row of the lane calls wait on.
+  // bindingRowId is the id of the row of the lane calls wait on: a
+  // shared lane's name, "task:<id>", or "<lane>:<key>" of a lane keyed by
+  // tier or by a call field.
   function bindingRowId(binding) {
     if (!binding) return "";
     if (binding.startsWith("task:")) return "task-" + binding.slice(5);
-    if (binding.startsWith("tier:")) return "lane-tier-" + binding.slice(5);
-    return "lane-" + binding;
+    const i = binding.indexOf(":");
+    if (i < 0) return "lane-" + binding;
+    const lane = binding.slice(0, i);
+    const l = policy && policy.lanes.find((x) => x.name === lane);
+    if (l && l.key === "tier") return "lane-" + lane + "-" + binding.slice(i + 1);
+    return entryRowId(lane, binding.slice(i + 1));
+  }
+
+  // ---- the layout of the policy in force ----
+
+  // entryRowId is the id of the row of one key of a lane keyed by a call
+  // field.
+  function entryRowId(lane, key) {
+    return "entry-" + lane + "-" + key;
+  }
+
+  // sortedEntries returns a keyed lane's entries in the status, the
+  // busiest first (then by key).
+  function sortedEntries(v) {
+    return Object.entries(v || {}).sort((a, b) => b[1].in_flight - a[1].in_flight || (a[0] < b[0] ? -1 : 1));
+  }
+
+  // keyedBlocks are the lists of the lanes keyed by user or by a call
+  // field: the first lane keyed by user in the page's own "Busiest users",
+  // each other in a block made for it.
+  let keyedBlocks = [];
+
+  function userRow(id, name, u) {
+    return { id, name, inFlight: u.in_flight, waiting: u.waiting || 0 };
+  }
+
+  function buildUser(r) {
+    const tr = el("tr");
+    tr.id = r.id;
+    const th = el("th", r.name);
+    th.scope = "row";
+    tr.append(th, el("td", "", "count"));
+    return tr;
+  }
+
+  function updateUser(tr, r) {
+    tr.querySelector(".count").textContent = String(r.inFlight) + waitText(r.waiting);
+  }
+
+  // keyedBlock makes the list of lane l (keyed by user or by a call field)
+  // in the page: its heading, its table (with each key's limit when the
+  // lane has one limit for every key) and what it says when it is empty.
+  function keyedBlock(l) {
+    const base = "keyed-" + l.name;
+    const limited = l.key !== "user" && !l.per_tier;
+    const box = el("div");
+    box.id = base + "-box";
+    box.className = "keyed";
+    const h = el("h3", "Lane " + l.name + ": busiest by " + l.key);
+    h.id = base + "-h";
+    const table = el("table");
+    table.id = base;
+    if (limited) table.className = "lanes";
+    table.setAttribute("aria-labelledby", h.id);
+    const head = el("tr");
+    const cols = limited ? [l.key, "In flight / limit", "Use"] : [l.key, "In flight"];
+    for (const c of cols) {
+      const th = el("th", c);
+      th.scope = "col";
+      head.append(th);
+    }
+    table.createTHead().append(head);
+    table.append(document.createElement("tbody"));
+    const none = el("p", "No " + l.key + " has calls in flight.", "quiet");
+    none.id = base + "-none";
+    box.append(h, table, none);
+    $("keyed").append(box);
+    return { lane: l, table, none, limited, prefix: entryRowId(l.name, "") };
+  }
+
+  // setPolicy lays the page out by policy p: the lists of the keyed lanes
+  // and the form's limit fields.
+  function setPolicy(p) {
+    policy = p;
+    $("tasks-box").hidden = !p.lanes.some((l) => l.scope === "task");
+    for (const b of keyedBlocks) if (b.table !== $("users")) b.table.parentElement.remove();
+    keyedBlocks = [];
+    let users = false;
+    for (const l of p.lanes) {
+      if (l.scope !== "key" || l.key === "tier") continue;
+      if (l.key === "user" && !users) {
+        users = true;
+        keyedBlocks.push({ lane: l, table: $("users"), none: $("users-none"), limited: false, prefix: "user-" });
+        continue;
+      }
+      keyedBlocks.push(keyedBlock(l));
+    }
+    $("users-box").hidden = !users;
+    buildLimitFields(p.config_keys || []);
   }
 
   function renderStatus(s) {
@@ -281,38 +407,55 @@
     // One time zone on the page: UTC, as the history.
     setText("updated", "updated " + new Date().toISOString().slice(11, 19) + " UTC");
 
+    // The policy's lanes, in its order: a row for each shared lane
+    // (with its limit for bulk calls when it keeps room for a class of
+    // calls) and for each tier of a lane keyed by tier; the tasks of a
+    // task lane.
     const lanes = [];
-    if (s.api_heavy) {
-      lanes.push(laneRow("lane-api_heavy", "api_heavy", "(bulk calls up to " + s.api_heavy.bulk_limit + ")",
-        s.api_heavy.in_flight, s.api_heavy.limit, s.api_heavy.waiting, s.api_heavy));
-    }
-    if (s.es2_knn) lanes.push(laneRow("lane-es2_knn", "es2_knn", "", s.es2_knn.in_flight, s.es2_knn.limit, s.es2_knn.waiting, s.es2_knn));
-    for (const t of TIERS) {
-      const l = (s.tiers || {})[t];
-      if (l) lanes.push(laneRow("lane-tier-" + t, "tier " + t, "", l.in_flight, l.limit, l.waiting));
+    let tasks = [];
+    let taskLanes = 0;
+    for (const l of policy ? policy.lanes : []) {
+      const v = s[l.status];
+      if (l.scope === "cluster") {
+        if (!v) continue;
+        const note = v.bulk_limit === undefined ? "" :
+          "(bulk calls up to " + v.bulk_limit + (v.lend ? ", borrowing up to " + v.lend + " more while the reserve is idle" : "") + ")";
+        lanes.push(laneRow("lane-" + l.name, l.name, note, v.in_flight, v.limit, v.waiting, v));
+      } else if (l.scope === "key" && l.key === "tier") {
+        for (const t of policy.tiers) {
+          const e = (v || {})[t];
+          if (e) lanes.push(laneRow("lane-" + l.name + "-" + t, l.name + " " + t, "", e.in_flight, e.limit, e.waiting));
+        }
+      } else if (l.scope === "task") {
+        // A policy has one task lane as a rule; another's rows are told
+        // apart by its name.
+        const named = taskLanes++ > 0;
+        tasks = tasks.concat(sortedEntries(v).map(([id, e]) => laneRow(named ? "task-" + l.name + "-" + id : "task-" + id,
+          named ? l.name + " " + id : id, "", e.in_flight, e.limit, e.waiting, e)));
+      }
     }
     renderRows($("lanes").tBodies[0], lanes, buildLane, updateLane);
-
-    const tasks = Object.entries(s.tasks || {}).sort((a, b) => b[1].in_flight - a[1].in_flight || (a[0] < b[0] ? -1 : 1))
-      .map(([id, l]) => laneRow("task-" + id, id, "", l.in_flight, l.limit, l.waiting, l));
     renderRows($("tasks").tBodies[0], tasks, buildLane, updateLane);
     $("tasks").hidden = tasks.length === 0;
     $("tasks-none").hidden = tasks.length > 0;
 
-    const users = Object.entries(s.users || {}).sort((a, b) => b[1].in_flight - a[1].in_flight || (a[0] < b[0] ? -1 : 1))
-      .slice(0, TOP_USERS).map(([id, u]) => ({ id: "user-" + id, name: id, inFlight: u.in_flight, waiting: u.waiting || 0 }));
-    renderRows($("users").tBodies[0], users, (r) => {
-      const tr = el("tr");
-      tr.id = r.id;
-      const th = el("th", r.name);
-      th.scope = "row";
-      tr.append(th, el("td", "", "count"));
-      return tr;
-    }, (tr, r) => {
-      tr.querySelector(".count").textContent = String(r.inFlight) + waitText(r.waiting);
-    });
-    $("users").hidden = users.length === 0;
-    $("users-none").hidden = users.length > 0;
+    // The busiest keys of each lane keyed by user or by a call field; a
+    // key's row, when the lane has one limit for every key, with it.
+    let entries = [];
+    for (const b of keyedBlocks) {
+      const all = sortedEntries(s[b.lane.status]).map(([id, e]) => b.limited
+        ? Object.assign(laneRow(b.prefix + id, id, "", e.in_flight, e.limit, e.waiting), { label: b.lane.name + " " + id })
+        : userRow(b.prefix + id, id, e));
+      const shown = all.slice(0, TOP_USERS);
+      if (b.limited) {
+        renderRows(b.table.tBodies[0], shown, buildLane, updateLane);
+        entries = entries.concat(all);
+      } else {
+        renderRows(b.table.tBodies[0], shown, buildUser, updateUser);
+      }
+      b.table.hidden = shown.length === 0;
+      b.none.hidden = shown.length > 0;
+    }
 
     // The lane calls wait on: its row marked, and said in words.
     const bindId = bindingRowId(s.binding);
@@ -337,8 +480,9 @@
       const want = waits ? "calls wait here" : "full: enforce would make calls wait here";
       if (mark.textContent !== want) mark.textContent = want;
     }
-    const bound = lanes.concat(tasks).find((r) => r.id === bindId);
-    const where = bound ? bound.name + (bound.note ? " " + bound.note : "") + ": " + countText(bound.inFlight, bound.limit, bound.waiting) : "";
+    const bound = lanes.concat(tasks, entries).find((r) => r.id === bindId);
+    const where = bound ? (bound.label || bound.name) + (bound.note ? " " + bound.note : "") + ": " +
+      countText(bound.inFlight, bound.limit, bound.waiting) : "";
     setText("binding", !bound ? "No lane is full: no call waits."
       : waits ? "Calls wait on " + where + "."
         : "Full: " + where + ". In shadow nothing waits; in enforce calls would wait on this lane.");
@@ -369,7 +513,8 @@
         rows.push({ id: "dec-" + kind + "-" + name, name: kind + " " + name, counts });
       }
     };
-    add("tier", d.by_tier || {}, TIERS.concat(Object.keys(d.by_tier || {}).filter((t) => !TIERS.includes(t)).sort()));
+    const tiers = policy ? policy.tiers : [];
+    add("tier", d.by_tier || {}, tiers.concat(Object.keys(d.by_tier || {}).filter((t) => !tiers.includes(t)).sort()));
     add("lane", d.by_lane || {}, Object.keys(d.by_lane || {}).sort());
     renderRows($("decisions-table").tBodies[0], rows, (r) => {
       const tr = el("tr");
@@ -493,9 +638,12 @@
     return "f-" + key.replace(/\./g, "-");
   }
 
-  function buildLimitFields() {
+  // buildLimitFields makes a number field for each of the policy's config
+  // keys (its lanes' limits and reserves), in the config's order.
+  function buildLimitFields(keys) {
     const box = $("limit-fields");
-    for (const key of LIMIT_KEYS) {
+    box.replaceChildren();
+    for (const key of keys) {
       const label = el("label", key);
       label.htmlFor = fieldId(key);
       const input = el("input");
@@ -616,6 +764,5 @@
     }
   });
 
-  buildLimitFields();
   start();
 })();

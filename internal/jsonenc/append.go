@@ -13,7 +13,7 @@ func AppendString(b []byte, s string) []byte {
 	return appendString(b, s, &plainASCII, false)
 }
 
-// AppendStringHTMLSafe is AppendString in the form of the ocl_capacity
+// AppendStringHTMLSafe is AppendString in the form of the per-call log
 // line (capgate.Record), whose bytes its users and tests pin: <, > and &
 // escaped as well (\u003c, \u003e, \u0026), and each byte of invalid UTF-8
 // written as the character U+FFFD itself rather than its escape.

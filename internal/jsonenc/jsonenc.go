@@ -1,7 +1,7 @@
 // Package jsonenc encodes JSON as capgate writes it everywhere: without
 // encoding/json's HTML escaping, so that a note or a URL with <, > or &
 // reads the same in a log line, a stored config and the CLI's output. The
-// one exception is the ocl_capacity line's strings (AppendStringHTMLSafe),
+// one exception is the per-call log line's strings (AppendStringHTMLSafe),
 // whose bytes are pinned.
 package jsonenc
 

@@ -1,8 +1,10 @@
-// Package genlog writes realistic ocl_capacity logs for tests and
-// benchmarks. It runs the real capgate.Gate over the real in-process lane
-// store (memory.Store), both on a simulated clock: calls arrive at random,
-// hold their leases for a random time and end; each line is the one the
-// gate writes. Outages make the store fail (through mock.LaneStore).
+// Package genlog writes realistic per-call logs for tests and benchmarks.
+// It runs the real capgate.Gate over the real in-process lane store
+// (memory.Store), both on a simulated clock, under a policy (default: the
+// built-in OCL policy, whose lines are ocl_capacity lines): calls of the
+// policy's routes arrive at random, hold their leases for a random time
+// and end; each line is the one the gate writes. Outages make the store
+// fail (through mock.LaneStore).
 package genlog
 
 import (
@@ -21,6 +23,8 @@ import (
 	"github.com/capgate/capgate"
 	"github.com/capgate/capgate/memory"
 	"github.com/capgate/capgate/mock"
+	"github.com/capgate/capgate/policy"
+	"github.com/capgate/capgate/settings"
 )
 
 // Options shape a generated log. The zero value gives a small shadow log.
@@ -31,15 +35,20 @@ type Options struct {
 	MeanHeld time.Duration // mean time a call runs (log-normal); default 1.5 s
 	Users    int           // default 200; a few users make most calls
 	Tasks    int           // gateways (API tasks), each with its own Gate; default 2
-	// Config is the config in force; default capgate.DefaultConfig(shadow).
-	Config *capgate.Config
+	// Policy is the policy the gates run, whose routes the calls are of.
+	// Default: Config's policy when Config is set, else the built-in OCL
+	// policy (policy.OCL()).
+	Policy *policy.Policy
+	// Config is the config in force, a config of Policy; default
+	// settings.Default(Policy, shadow).
+	Config *settings.Config
 	// Aware is the share of calls that send capacity_aware; default 0.
 	Aware float64
 	// Outages are spans, from Start, during which the lane store fails.
 	Outages []Outage
-	// NoiseEvery writes a line that is not an ocl_capacity line (a slog
-	// line, a config change with log_dropped, or garbage) after every
-	// NoiseEvery calls; 0: none.
+	// NoiseEvery writes a line that is not a call's line (a slog line, a
+	// config change with log_dropped, or garbage) after every NoiseEvery
+	// calls; 0: none.
 	NoiseEvery int
 	Seed       uint64
 }
@@ -52,7 +61,7 @@ type Outage struct {
 // Stats says what Generate wrote.
 type Stats struct {
 	Lines     int              // every line written
-	Calls     int              // ocl_capacity lines
+	Calls     int              // call lines (OCL: ocl_capacity lines)
 	Noise     int              // other lines
 	Dropped   int64            // the sum of the log_dropped values written
 	Decisions map[string]int64 // calls by decision
@@ -96,10 +105,18 @@ func (s *sink) Emit(line []byte) error {
 	return s.w.WriteByte('\n')
 }
 
+// ErrPolicyMismatch is wrapped by Generate's error when Options.Config is
+// a config of another policy than Options.Policy.
+var ErrPolicyMismatch = errors.New("config of another policy")
+
 // Generate writes a log of opts.Calls calls to w. It fails when w does or
-// when ctx ends; the error wraps the cause.
+// when ctx ends, the error wrapping the cause; and with ErrPolicyMismatch.
 func Generate(ctx context.Context, w io.Writer, opts Options) (Stats, error) {
 	opts = withDefaults(opts)
+	if p := opts.Config.Policy(); p != opts.Policy {
+		return Stats{}, fmt.Errorf("generate log: %w (%s, not %s)", ErrPolicyMismatch, p.Name, opts.Policy.Name)
+	}
+	mix := newCallMix(opts)
 	rng := rand.New(rand.NewPCG(opts.Seed, opts.Seed^0x9e3779b97f4a7c15))
 	// Simulated µs since opts.Start. Atomic: a gate's background release
 	// retries read the clock on their own goroutine.
@@ -108,7 +125,7 @@ func Generate(ctx context.Context, w io.Writer, opts Options) (Stats, error) {
 	var isDown atomic.Bool
 	store := outageStore(memory.New(now), &isDown)
 	out := &sink{w: bufio.NewWriterSize(w, 256<<10)}
-	cfg := capgate.NewFixedConfig(*opts.Config)
+	cfg := settings.NewFixed(*opts.Config)
 	quiet := slog.New(slog.NewTextHandler(io.Discard, nil))
 	gates := make([]*capgate.Gate, opts.Tasks)
 	for i := range gates {
@@ -143,7 +160,7 @@ func Generate(ctx context.Context, w io.Writer, opts Options) (Stats, error) {
 		nowUS.Store(next)
 		isDown.Store(down(opts.Outages, next))
 		g := gates[rng.IntN(len(gates))]
-		adm := g.Admit(ctx, randomCall(rng, opts))
+		adm := g.Admit(ctx, mix.call(rng))
 		if adm.Refused() {
 			adm.Release(ctx)
 			st.Decisions[string(adm.Decision())]++
@@ -153,7 +170,7 @@ func Generate(ctx context.Context, w io.Writer, opts Options) (Stats, error) {
 		}
 		if opts.NoiseEvery > 0 && (i+1)%opts.NoiseEvery == 0 {
 			st.Noise++
-			st.Dropped += noise(out, rng, now())
+			st.Dropped += noise(out, rng, now(), opts.Config)
 		}
 		if out.err != nil {
 			return st, fmt.Errorf("generate log: %w", out.err)
@@ -192,8 +209,14 @@ func withDefaults(o Options) Options {
 	if o.Tasks <= 0 {
 		o.Tasks = 2
 	}
+	if o.Policy == nil && o.Config != nil {
+		o.Policy = o.Config.Policy()
+	}
+	if o.Policy == nil {
+		o.Policy = policy.OCL()
+	}
 	if o.Config == nil {
-		c := capgate.DefaultConfig(capgate.ModeShadow)
+		c := settings.Default(o.Policy, settings.ModeShadow)
 		o.Config = &c
 	}
 	return o
@@ -237,51 +260,36 @@ func down(outages []Outage, us int64) bool {
 	return false
 }
 
-var tiers = [10]capgate.Tier{capgate.TierStaff, capgate.TierCore, capgate.TierCore,
-	capgate.TierEarlyAccess, capgate.TierEarlyAccess, capgate.TierEarlyAccess,
-	capgate.TierPreview, capgate.TierPreview, capgate.TierPreview, capgate.TierPreview}
-
-// randomCall returns a heavy call from a skewed mix of users: user k is
-// picked with a probability falling with k, and its tier follows k.
-func randomCall(rng *rand.Rand, o Options) capgate.Call {
-	u := rng.Float64()
-	k := int(float64(o.Users) * u * u)
-	c := capgate.Call{
-		UserID: fmt.Sprintf("user%d", k),
-		Tier:   tiers[k%len(tiers)],
-		Aware:  rng.Float64() < o.Aware,
-		CID:    fmt.Sprintf("c%x", rng.Uint64()),
-	}
-	if rng.IntN(10) < 7 {
-		c.Endpoint = capgate.EndpointMatch
-		c.Semantic = rng.IntN(10) < 6
-		c.Reranker = !c.Semantic || rng.IntN(2) == 0
-		c.Rows = 1
-		if rng.IntN(10) >= 3 {
-			c.Rows = 2 + rng.IntN(50)
-		}
-	} else {
-		c.Endpoint = capgate.EndpointRerank
-		c.Rows = 1 + rng.IntN(20)
-	}
-	if rng.IntN(2) == 0 {
-		c.QueueMS, c.HasQueueMS = int64(rng.IntN(2000)), true
-	}
-	return c
-}
-
-// noise writes one line that is not an ocl_capacity line and returns its
-// log_dropped.
-func noise(s *sink, rng *rand.Rand, now time.Time) int64 {
+// noise writes one line that is not a call's line and returns its
+// log_dropped: a config change's line is the policy's event + "_config",
+// changing the first per-tier lane number for the default tier (OCL:
+// tiers.preview), else the first lane number.
+func noise(s *sink, rng *rand.Rand, now time.Time, cfg *settings.Config) int64 {
 	ts := now.UTC().Format(time.RFC3339Nano)
 	switch rng.IntN(3) {
 	case 0:
 		_ = s.Emit(fmt.Appendf(nil, `{"time":%q,"level":"WARN","msg":"capacity lane store failed","op":"acquire"}`, ts))
 	case 1:
-		_ = s.Emit(fmt.Appendf(nil, `{"event":"ocl_capacity_config","version":7,"changed_by":"ops","source":"command","changes":{"tiers.preview":[2,3]},"mode":"shadow","log_dropped":2}`))
+		_ = s.Emit(fmt.Appendf(nil, `{"event":%q,"version":7,"changed_by":"ops","source":"command","changes":{%q:[2,3]},"mode":"shadow","log_dropped":2}`,
+			cfg.Policy().Names.LogEvent+"_config", noiseKey(cfg)))
 		return 2
 	default:
 		_ = s.Emit(fmt.Appendf(nil, `time=%s level=INFO msg="gateway listening"`, ts))
 	}
 	return 0
+}
+
+// noiseKey returns the config key a noise line's change names.
+func noiseKey(cfg *settings.Config) string {
+	p := cfg.Policy()
+	tiers := p.Tiers()
+	for _, l := range p.Lanes {
+		if l.Limit.PerTier != nil && len(tiers) > 0 {
+			return l.Limit.ConfigKeys(tiers)[len(tiers)-1]
+		}
+	}
+	if keys := cfg.Keys(); len(keys) > 0 {
+		return keys[0]
+	}
+	return "mode"
 }

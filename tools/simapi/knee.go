@@ -66,10 +66,36 @@ func (a *API) TakeWindow() Window {
 	w := a.win
 	a.win = window{peak: a.stats.InFlight}
 	a.mu.Unlock()
+	return w.result()
+}
+
+// result returns the Window w recorded. It sorts w's times.
+func (w window) result() Window {
 	slices.Sort(w.times)
 	out := Window{Served: w.served, Failed: w.failed, Peak: w.peak}
 	if n := len(w.times); n > 0 {
 		out.P50, out.P95 = w.times[(n-1)*50/100], w.times[(n-1)*95/100]
 	}
 	return out
+}
+
+// end records a heavy call that ended after took, failed by the knee or
+// served.
+func (w *window) end(took time.Duration, failed bool) {
+	if failed {
+		w.failed++
+		return
+	}
+	w.served++
+	if len(w.times) < maxWindowSamples {
+		w.times = append(w.times, took)
+	}
+}
+
+// Load returns the heavy calls running now and those the knee failed so
+// far.
+func (a *API) Load() (inFlight, failed int) {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	return a.stats.InFlight, a.stats.Failed
 }

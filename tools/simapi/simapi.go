@@ -2,7 +2,9 @@
 // end-to-end tests: it knows a few users, answers $match and $rerank after
 // a realistic, randomized time, and records how many calls ran at once —
 // overall, per user and for semantic calls — so a test can check that a
-// gateway in front of it kept every limit.
+// gateway in front of it kept every limit. Inference is a fake
+// OpenAI-compatible inference API (the inference example's), and Generic
+// a simulated API of any policy's routes.
 package simapi
 
 import (
@@ -238,7 +240,13 @@ func (a *API) latency(endpoint string, rows int, semantic bool) time.Duration {
 	if a.Latency != nil {
 		return a.Latency(endpoint, rows, semantic)
 	}
-	base := 400*time.Millisecond + time.Duration(rows)*40*time.Millisecond
+	return defaultLatency(rows)
+}
+
+// defaultLatency is a heavy call's time of units rows (or units of work):
+// 400 ms + 40 ms a unit, ±40 %, capped at 5 s.
+func defaultLatency(units int) time.Duration {
+	base := 400*time.Millisecond + time.Duration(units)*40*time.Millisecond
 	d := time.Duration(float64(base) * (0.6 + 0.8*rand.Float64()))
 	return min(d, 5*time.Second)
 }
@@ -281,13 +289,8 @@ func (a *API) leave(user string, semantic, single bool, began time.Time, failed 
 	a.stats.Busy += took
 	if failed {
 		a.stats.Failed++
-		a.win.failed++
-	} else {
-		a.win.served++
-		if len(a.win.times) < maxWindowSamples {
-			a.win.times = append(a.win.times, took)
-		}
 	}
+	a.win.end(took, failed)
 	a.stats.InFlight--
 	if semantic {
 		a.stats.semantic--

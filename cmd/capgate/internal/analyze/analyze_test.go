@@ -11,6 +11,8 @@ import (
 
 	"github.com/capgate/capgate"
 	"github.com/capgate/capgate/cmd/capgate/internal/analyze"
+	"github.com/capgate/capgate/policy"
+	"github.com/capgate/capgate/settings"
 )
 
 var t0 = time.Date(2026, 3, 1, 12, 0, 0, 0, time.UTC)
@@ -19,7 +21,7 @@ var t0 = time.Date(2026, 3, 1, 12, 0, 0, 0, time.UTC)
 type call struct {
 	decision     capgate.Decision
 	user         string
-	tier         capgate.Tier
+	tier         string
 	task         string
 	endpoint     string
 	rows         int
@@ -40,35 +42,36 @@ type call struct {
 
 // line encodes c as the gate writes an ocl_capacity line: the fields in
 // the documented order, unset ones left out, the lanes' fields named by
-// capgate.LaneName.LogFields. (The lines of the real gate reach analyze in
+// the OCL policy (capgate.LogKeys). (The lines of the real gate reach analyze in
 // the genlog tests.)
 func line(c call) string {
 	if c.endpoint == "" {
-		c.endpoint = capgate.EndpointMatch
+		c.endpoint = "$match"
 	}
 	if c.rows == 0 {
 		c.rows = 5
 	}
 	if c.tier == "" {
-		c.tier = capgate.TierPreview
+		c.tier = "preview"
 	}
 	if c.task == "" {
 		c.task = "gw1"
 	}
-	mode := capgate.ModeShadow
+	mode := settings.ModeShadow
 	if c.enforced {
-		mode = capgate.ModeEnforce
+		mode = settings.ModeEnforce
 	}
+	ocl := policy.OCL()
 	var l lineWriter
-	l.str("event", "ocl_capacity")
+	l.str("event", ocl.Names.LogEvent)
 	l.str("decision", string(c.decision))
 	l.str("mode", string(mode))
 	l.raw("enforced", strconv.FormatBool(c.enforced))
-	l.str("endpoint", c.endpoint)
+	l.str(ocl.Names.LogRouteKey, c.endpoint)
 	l.raw("semantic", strconv.FormatBool(c.semantic))
 	l.raw("reranker", "false")
 	l.raw("rows", strconv.Itoa(c.rows))
-	l.raw("single_row", strconv.FormatBool(c.endpoint == capgate.EndpointMatch && c.rows == 1))
+	l.raw("single_row", strconv.FormatBool(c.endpoint == "$match" && c.rows == 1))
 	l.str("tier", string(c.tier))
 	l.str("user_id", c.user)
 	if len(c.full) > 0 {
@@ -76,13 +79,13 @@ func line(c call) string {
 		full, _ := json.Marshal(c.full)
 		l.raw("full", string(full))
 	}
-	lanes := []capgate.LaneName{capgate.LaneAPIHeavy, capgate.LaneTask}
+	lanes := []capgate.LaneName{"api_heavy", "api_heavy_task"}
 	if c.semantic {
-		lanes = append(lanes, capgate.LaneES2KNN)
+		lanes = append(lanes, "es2_knn")
 	}
-	lanes = append(lanes, capgate.LaneTier, capgate.LaneUser)
+	lanes = append(lanes, "tier", "user")
 	for i, name := range lanes {
-		inFlight, limit := name.LogFields()
+		inFlight, limit := capgate.LogKeys(ocl, name)
 		if i < len(c.counts) && !c.withoutCount {
 			l.raw(inFlight, strconv.Itoa(c.counts[i]))
 		}
@@ -385,7 +388,7 @@ func TestWhatIf(t *testing.T) {
 		line(call{decision: "shadow-refused", user: "d", tier: "core", task: "gw2", start: 500, held: 100, counts: []int{4, 2, 2, 1},
 			limits: []int{3, 2, 4, 3}, full: []string{"api_heavy"}, queue: -1}),
 	)
-	base := capgate.DefaultConfig(capgate.ModeShadow)
+	base := settings.Default(policy.OCL(), settings.ModeShadow)
 	for _, tt := range []struct {
 		name        string
 		assign      []string
@@ -442,7 +445,7 @@ func TestWhatIf(t *testing.T) {
 }
 
 func TestWhatIfConfigErrors(t *testing.T) {
-	base := capgate.DefaultConfig(capgate.ModeShadow)
+	base := settings.Default(policy.OCL(), settings.ModeShadow)
 	for _, tt := range []struct {
 		assign  []string
 		invalid bool
@@ -465,7 +468,7 @@ func TestWhatIfConfigErrors(t *testing.T) {
 		}
 	}
 	cfg, changes, err := analyze.WhatIfConfig(base, []string{"tiers.preview=3", "mode=enforce"})
-	if err != nil || cfg.Tiers.Preview != 3 || cfg.Mode != capgate.ModeEnforce || len(changes) != 2 {
+	if preview, _ := cfg.Number("tiers.preview"); err != nil || preview != 3 || cfg.Mode != settings.ModeEnforce || len(changes) != 2 {
 		t.Errorf("WhatIfConfig = %+v, %v, %v", cfg, changes, err)
 	}
 }

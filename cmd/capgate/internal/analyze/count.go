@@ -6,6 +6,8 @@ import (
 	"slices"
 	"strings"
 	"time"
+
+	"github.com/capgate/capgate/policy"
 )
 
 // Bounds of the maps a counter keeps.
@@ -14,10 +16,11 @@ const (
 	maxErrorTexts  = 20
 	otherKey       = "(other)"
 	otherUsersKey  = "(other users)"
+	otherKeysKey   = "(other keys)"
 )
 
-// laneKey names one lane: its index and id (task, tier or user; "" for
-// the cluster-wide lanes).
+// laneKey names one lane: its index in the policy and id (task, tier,
+// user or field value; "" for the cluster-wide lanes).
 type laneKey struct {
 	lane int
 	id   string
@@ -31,16 +34,18 @@ type userStat struct {
 
 // counter makes the one-pass tallies, in arrival order.
 type counter struct {
+	lay      *layout
 	lines    LineCounts
 	dropped  int64
 	calls    CallCounts
-	lanes    map[laneKey]*LanePeak // every lane but the user lanes
+	lanes    map[laneKey]*LanePeak // every lane but the user lane
+	keyed    [policy.MaxLanes]int  // ids kept in lanes, per lane keyed by a field or by user (see lane)
 	users    map[string]*userStat
 	maxUsers int
 	seen     int64 // distinct users, including folded ones (while tracked)
 	folded   int64 // calls of users folded into otherUsersKey
 	counted  Rate
-	byLane   [numLanes]Rate
+	byLane   [policy.MaxLanes]Rate
 	byTier   map[string]*Rate
 	held     hist
 	queue    hist
@@ -50,8 +55,9 @@ type counter struct {
 	any      bool
 }
 
-func newCounter(maxUsers int) *counter {
+func newCounter(maxUsers int, lay *layout) *counter {
 	return &counter{
+		lay:   lay,
 		lines: LineCounts{OtherEvents: map[string]int64{}},
 		calls: CallCounts{ByDecision: map[string]int64{}, ByEndpoint: map[string]map[string]int64{},
 			ByTier: map[string]map[string]int64{}, ByMode: map[string]int64{}},
@@ -113,7 +119,7 @@ func (c *counter) add(ev *event) {
 	c.lines.Events++
 	c.calls.Total++
 	c.calls.ByDecision[ev.decision]++
-	inc(c.calls.ByEndpoint, ev.endpoint, ev.decision)
+	inc(c.calls.ByEndpoint, ev.route, ev.decision)
 	inc(c.calls.ByTier, ev.tier, ev.decision)
 	c.calls.ByMode[ev.mode]++
 	if !c.any || ev.start < c.from {
@@ -124,20 +130,20 @@ func (c *counter) add(ev *event) {
 	}
 	c.any = true
 
-	for i := range numLanes {
+	for i := range c.lay.lanes {
 		if ev.degraded {
 			break // the local lanes' counts and limits, not the cluster's
 		}
-		if ev.hasCount&(1<<i) == 0 && ev.hasLimit&(1<<i) == 0 {
+		if !(ev.hasCount | ev.hasLimit).has(i) {
 			continue
 		}
-		if i == laneUser {
+		if c.lay.isUserLane(i) {
 			if u := c.user(ev.user); u != nil {
 				recordPeak(&u.peak, ev, i)
 			}
 			continue
 		}
-		recordPeak(c.lane(i, laneID(ev, i)), ev, i)
+		recordPeak(c.lane(i, c.lay.laneID(ev, i)), ev, i)
 	}
 
 	if ev.degraded {
@@ -161,9 +167,9 @@ func (c *counter) add(ev *event) {
 		c.unavail.Errors[text]++
 	} else if !ev.degraded {
 		countRate(&c.counted, ev, true)
-		for i := range numLanes {
-			if ev.hasLimit&(1<<i) != 0 {
-				countRate(&c.byLane[i], ev, ev.full&(1<<i) != 0)
+		for i := range c.lay.lanes {
+			if ev.hasLimit.has(i) {
+				countRate(&c.byLane[i], ev, ev.full.has(i))
 			}
 		}
 		r := c.byTier[ev.tier]
@@ -205,26 +211,26 @@ func tallyRefusal(r *Rate, decision string) {
 	}
 }
 
-// laneID returns the id of lane i of ev's call.
-func laneID(ev *event, i int) string {
-	switch i {
-	case laneTask:
-		return ev.task
-	case laneTier:
-		return ev.tier
-	case laneUser:
-		return ev.user
-	}
-	return ""
-}
-
+// lane returns the peak of lane i for id. A lane keyed by a call field
+// (or by user, but for the user lane, which the users' stats hold) keeps
+// at most maxUsers ids; later ones share otherKeysKey.
 func (c *counter) lane(i int, id string) *LanePeak {
 	k := laneKey{i, id}
-	p := c.lanes[k]
-	if p == nil {
-		p = &LanePeak{Lane: laneNames[i], ID: id, Peak: -1, MinLimit: math.MaxInt}
-		c.lanes[k] = p
+	if p := c.lanes[k]; p != nil {
+		return p
 	}
+	if l := c.lay.lanes[i]; l.ByField() || l.ByUser() {
+		if c.keyed[i] >= c.maxUsers {
+			k.id = otherKeysKey
+			if p := c.lanes[k]; p != nil {
+				return p
+			}
+		} else {
+			c.keyed[i]++
+		}
+	}
+	p := &LanePeak{Lane: c.lay.lanes[i].Name, ID: k.id, Peak: -1, MinLimit: math.MaxInt}
+	c.lanes[k] = p
 	return p
 }
 
@@ -244,18 +250,18 @@ func (c *counter) user(id string) *userStat {
 	} else {
 		c.seen++
 	}
-	u = &userStat{peak: LanePeak{Lane: laneNames[laneUser], ID: id, Peak: -1, MinLimit: math.MaxInt}, rate: Rate{Name: id}}
+	u = &userStat{peak: LanePeak{Lane: c.lay.userLaneName(), ID: id, Peak: -1, MinLimit: math.MaxInt}, rate: Rate{Name: id}}
 	c.users[id] = u
 	return u
 }
 
 func recordPeak(p *LanePeak, ev *event, i int) {
-	hasLimit := ev.hasLimit&(1<<i) != 0
+	hasLimit := ev.hasLimit.has(i)
 	if hasLimit {
 		p.MinLimit = min(p.MinLimit, ev.limit[i])
 		p.MaxLimit = max(p.MaxLimit, ev.limit[i])
 	}
-	if ev.hasCount&(1<<i) == 0 {
+	if !ev.hasCount.has(i) {
 		return
 	}
 	p.Calls++
@@ -301,21 +307,6 @@ func rate(r Rate) Rate {
 	return r
 }
 
-// tierRank orders tiers highest first, unknown ones last.
-func tierRank(t string) int {
-	switch t {
-	case "staff":
-		return 0
-	case "core":
-		return 1
-	case "early_access":
-		return 2
-	case "preview":
-		return 3
-	}
-	return 4
-}
-
 // fill writes the tallies into r, keeping the top users.
 func (c *counter) fill(r *Report, top int) {
 	r.Lines = c.lines
@@ -329,11 +320,12 @@ func (c *counter) fill(r *Report, top int) {
 		lanes = append(lanes, p.done())
 	}
 	slices.SortFunc(lanes, func(a, b LanePeak) int {
-		if a.Lane != b.Lane {
-			return cmp.Compare(laneIndex(a.Lane), laneIndex(b.Lane))
+		ai, bi := c.lay.laneIndex(a.Lane), c.lay.laneIndex(b.Lane)
+		if ai != bi {
+			return cmp.Compare(ai, bi)
 		}
-		if a.Lane == "tier" {
-			return cmp.Or(cmp.Compare(tierRank(a.ID), tierRank(b.ID)), strings.Compare(a.ID, b.ID))
+		if c.lay.lanes[ai].ByTier() {
+			return cmp.Or(cmp.Compare(c.lay.tierRank(a.ID), c.lay.tierRank(b.ID)), strings.Compare(a.ID, b.ID))
 		}
 		return strings.Compare(a.ID, b.ID)
 	})
@@ -347,8 +339,10 @@ func (c *counter) fill(r *Report, top int) {
 		return cmp.Or(cmp.Compare(b.peak.Peak, a.peak.Peak), strings.Compare(a.peak.ID, b.peak.ID))
 	})
 	r.Users = UserPeaks{Seen: c.seen, Folded: c.folded}
-	for _, u := range users[:min(top, len(users))] {
-		r.Users.Top = append(r.Users.Top, u.peak.done())
+	if c.lay.userLane >= 0 { // else no user has a lane of their own
+		for _, u := range users[:min(top, len(users))] {
+			r.Users.Top = append(r.Users.Top, u.peak.done())
+		}
 	}
 	slices.SortFunc(users, func(a, b *userStat) int {
 		return cmp.Or(cmp.Compare(b.rate.ShadowRefused, a.rate.ShadowRefused),
@@ -360,28 +354,17 @@ func (c *counter) fill(r *Report, top int) {
 			r.Refusals.TopUsers = append(r.Refusals.TopUsers, rate(u.rate))
 		}
 	}
-	for i, lr := range c.byLane {
+	for i, lr := range c.byLane[:len(c.lay.lanes)] {
 		if lr.Calls > 0 {
-			lr.Name = laneNames[i]
+			lr.Name = c.lay.lanes[i].Name
 			r.Refusals.ByLane = append(r.Refusals.ByLane, rate(lr))
 		}
 	}
-	for _, t := range sortedTiers(c.byTier) {
+	for _, t := range sortedTiers(c.lay, c.byTier) {
 		r.Refusals.ByTier = append(r.Refusals.ByTier, rate(*c.byTier[t]))
 	}
 	r.Held, r.Queue, r.Wait = c.held.percentiles(), c.queue.percentiles(), c.wait.percentiles()
 	r.Unavailable.Calls, r.Unavailable.StoreErrors = c.unavail.Calls, c.unavail.StoreErrors
 	r.Unavailable.Other, r.Unavailable.Errors = c.unavail.Other, c.unavail.Errors
 	r.Unavailable.Degraded, r.Unavailable.DegradedRefused = c.unavail.Degraded, c.unavail.DegradedRefused
-}
-
-func sortedTiers[V any](m map[string]V) []string {
-	ts := make([]string, 0, len(m))
-	for t := range m {
-		ts = append(ts, t)
-	}
-	slices.SortFunc(ts, func(a, b string) int {
-		return cmp.Or(cmp.Compare(tierRank(a), tierRank(b)), strings.Compare(a, b))
-	})
-	return ts
 }

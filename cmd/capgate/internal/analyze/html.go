@@ -4,6 +4,7 @@ import (
 	"bufio"
 	_ "embed"
 	"fmt"
+	"html"
 	"html/template"
 	"io"
 	"math"
@@ -68,6 +69,10 @@ type rateTable struct {
 // pageData is what the template renders.
 type pageData struct {
 	R         *Report
+	Layout    *layout // r.Policy's
+	Event     string  // the policy's event
+	RouteKey  string  // the log key of the route's name
+	LimitNote template.HTML
 	Generated string
 	Decisions []string
 	InFlight  []chart
@@ -77,10 +82,12 @@ type pageData struct {
 
 // WriteHTML writes r as one self-contained HTML page: the report's tables
 // and inline SVG charts of the calls in flight per lane against the limit,
-// and of refusals over time. It uses no scripts and no external assets.
-// It fails only when w does.
+// and of refusals over time, naming things as r.Policy does. It uses no
+// scripts and no external assets. It fails only when w does.
 func WriteHTML(w io.Writer, r *Report) error {
-	d := pageData{R: r, Generated: time.Now().UTC().Format(time.RFC3339), Decisions: decisionOrder,
+	lay := newLayout(r.Policy)
+	d := pageData{R: r, Layout: lay, Event: lay.event, RouteKey: lay.routeKey, LimitNote: limitNote(lay),
+		Generated: time.Now().UTC().Format(time.RFC3339), Decisions: decisionOrder,
 		LanePeaks: append(append([]LanePeak(nil), r.Lanes...), r.Users.Top...)}
 	tl := r.Timeline
 	for i, s := range tl.Series {
@@ -95,6 +102,48 @@ func WriteHTML(w io.Writer, r *Report) error {
 		return fmt.Errorf("write html report: %w", err)
 	}
 	return nil
+}
+
+// limitNote says, for the in-flight charts, which limit a lane with a
+// reserve records for which calls: its class's calls see the whole limit,
+// the others the limit less the reserve (the built-in policy: "a single-row match gets
+// the cluster limit, other calls the bulk limit"). "" when no lane has a
+// reserve.
+func limitNote(lay *layout) template.HTML {
+	var notes []string
+	n := 0
+	for _, l := range lay.lanes {
+		if l.Reserve != nil {
+			n++
+		}
+	}
+	for _, l := range lay.lanes {
+		if l.Reserve == nil {
+			continue
+		}
+		c := lay.p.Class(l.Reserve.Class)
+		if c == nil || c.Name == "" {
+			continue
+		}
+		what := strings.ReplaceAll(c.Name, "_", "-")
+		article := "a"
+		if strings.ContainsRune("aeiou", rune(what[0])) {
+			article = "an"
+		}
+		var routes []string
+		for _, name := range c.Routes {
+			if r := lay.p.Route(name); r != nil {
+				routes = append(routes, "<code>"+html.EscapeString(r.LogName)+"</code>")
+			}
+		}
+		s := fmt.Sprintf("%s %s %s gets the %s limit, other calls the bulk limit",
+			article, html.EscapeString(what), strings.Join(routes, " or "), l.Scope)
+		if n > 1 {
+			s = "in lane " + html.EscapeString(l.Name) + ", " + s
+		}
+		notes = append(notes, s)
+	}
+	return template.HTML(strings.Join(notes, "; ")) // built from escaped names
 }
 
 func laneLabel(p LanePeak) string {

@@ -3,63 +3,30 @@ package analyze
 import (
 	"errors"
 
-	"github.com/capgate/capgate"
+	"github.com/capgate/capgate/policy"
 )
 
-// The lanes of a call, by index, in lane order.
-const (
-	laneAPIHeavy = iota
-	laneTask
-	laneES2KNN
-	laneTier
-	laneUser
-	numLanes
-)
-
-var laneNames = [numLanes]string{
-	string(capgate.LaneAPIHeavy), string(capgate.LaneTask), string(capgate.LaneES2KNN),
-	string(capgate.LaneTier), string(capgate.LaneUser),
-}
-
-// laneKeys are the names of each lane's count and limit fields in the line.
-var laneKeys = func() (k [numLanes][2]string) {
-	for i, n := range laneNames {
-		k[i][0], k[i][1] = capgate.LaneName(n).LogFields()
-	}
-	return k
-}()
-
-func laneIndex(name string) int {
-	for i, n := range laneNames {
-		if n == name {
-			return i
-		}
-	}
-	return -1
-}
-
-// event is one parsed ocl_capacity line: the fields analyze uses.
+// event is one parsed call line: the fields analyze uses.
 type event struct {
 	seq        int64 // order of arrival across all inputs
 	decision   string
 	mode       string
 	enforced   bool
-	endpoint   string
-	semantic   bool
-	rows       int
-	singleRow  bool
+	route      string        // the route's log name (OCL's endpoint)
+	rt         *policy.Route // the route of that name; nil: one the policy lacks
+	vals       []fieldVal    // the call's fields, by layout field index
 	tier       string
 	user       string
 	task       string
 	errText    string
-	full       uint8         // bit i: lane i was full
-	inFlight   [numLanes]int // recorded counts
-	limit      [numLanes]int // recorded limits
-	hasCount   uint8         // bit i: inFlight[i] recorded
-	hasLimit   uint8         // bit i: limit[i] recorded
-	retryAfter int           // recorded Retry-After, 0 when none
-	held       int64         // held_ms; -1 when the call held no lease
-	queue      int64         // queue_ms, when hasQueue
+	full       laneSet              // the lanes found full
+	inFlight   [policy.MaxLanes]int // recorded counts, by lane index
+	limit      [policy.MaxLanes]int // recorded limits
+	hasCount   laneSet              // inFlight[i] recorded
+	hasLimit   laneSet              // limit[i] recorded
+	retryAfter int                  // recorded Retry-After, 0 when none
+	held       int64                // held_ms; -1 when the call held no lease
+	queue      int64                // queue_ms, when hasQueue
 	hasQueue   bool
 	wait       int64 // wait_ms, when hasWait: the time waited for a slot
 	hasWait    bool
@@ -68,34 +35,66 @@ type event struct {
 	dropped    int64 // log_dropped
 	leaseLost  bool
 	degraded   bool // decided by the gateway's local lanes while the store was unavailable
+	// seats are the call's seats by lane index, as its line's "seats"
+	// recorded them; 0 (a lane the line leaves out): one.
+	seats [policy.MaxLanes]int
+}
+
+// policyMaxLanes is policy.MaxLanes, for the scanner's array bound.
+const policyMaxLanes = policy.MaxLanes
+
+// maxSeats bounds a recorded seats value the replay believes: a lane's
+// limit is at most settings.MaxNumber, and a call's seats never exceed its
+// lane's limit.
+const maxSeats = 1 << 20
+
+// seatsIn returns the seats the call took in lane i, by its line.
+func (ev *event) seatsIn(i int) int { return max(ev.seats[i], 1) }
+
+// fieldVal is one field of a call, of the field's type.
+type fieldVal struct {
+	b bool
+	n int
+	s string
 }
 
 // lineKind says what a line was.
 type lineKind uint8
 
 const (
-	kindEvent   lineKind = iota // an ocl_capacity line
+	kindEvent   lineKind = iota // a line of the policy's event
 	kindOther                   // a JSON object with another (or no) event
 	kindNotJSON                 // not a JSON object
-	kindInvalid                 // an ocl_capacity line without a known decision or a ts
+	kindInvalid                 // an event line without a known decision or a ts
 	kindTooLong                 // longer than the line limit
 	kindBlank                   // empty or white space; not counted as skipped
 )
 
 var errSyntax = errors.New("not a JSON object")
 
-// parser decodes lines into events. It interns the short strings it
-// keeps (decisions, tiers, users, tasks) so that a million lines allocate
-// little; the intern table is bounded by maxIntern.
+// parser decodes lines into events, reading the keys the layout's policy
+// names. It interns the short strings it keeps (decisions, tiers, users,
+// tasks, field values) so that a million lines allocate little; the intern
+// table is bounded by maxIntern, beyond the policy's own names (its
+// routes' log names and its tiers), which it starts with.
 type parser struct {
+	lay       *layout
 	intern    map[string]string
 	maxIntern int
 	scratch   []byte
 	otherName string // the event name of the last kindOther line, "" when none
 }
 
-func newParser(maxIntern int) *parser {
-	return &parser{intern: make(map[string]string, 64), maxIntern: maxIntern}
+func newParser(maxIntern int, lay *layout) *parser {
+	p := &parser{lay: lay, intern: make(map[string]string, 64)}
+	for name := range lay.routes {
+		p.intern[name] = name
+	}
+	for t := range lay.tiers {
+		p.intern[t] = t
+	}
+	p.maxIntern = maxIntern + len(p.intern)
+	return p
 }
 
 func (p *parser) str(b []byte) string {
@@ -112,18 +111,6 @@ func (p *parser) str(b []byte) string {
 		return "shadow"
 	case "enforce":
 		return "enforce"
-	case "$match":
-		return "$match"
-	case "$rerank":
-		return "$rerank"
-	case "staff":
-		return "staff"
-	case "core":
-		return "core"
-	case "early_access":
-		return "early_access"
-	case "preview":
-		return "preview"
 	}
 	if s, ok := p.intern[string(b)]; ok {
 		return s
@@ -138,7 +125,12 @@ func (p *parser) str(b []byte) string {
 // parse decodes one line into ev (which it resets) and says what the line
 // was. For a kindOther line, ev.dropped and p.otherName are still set.
 func (p *parser) parse(line []byte, ev *event) lineKind {
-	*ev = event{held: -1}
+	vals := ev.vals
+	if len(vals) != len(p.lay.fields) {
+		vals = make([]fieldVal, len(p.lay.fields))
+	}
+	clear(vals)
+	*ev = event{held: -1, vals: vals}
 	p.otherName = ""
 	i := skipWS(line, 0)
 	if i == len(line) {
@@ -160,7 +152,7 @@ func (p *parser) parse(line []byte, ev *event) lineKind {
 	case "joined", "replayed":
 		// A repeat of another call (idempotency): it held no lane, so it
 		// is no call of the replay; listed with the other events.
-		p.otherName = "ocl_capacity " + ev.decision
+		p.otherName = p.lay.event + " " + ev.decision
 		return kindOther
 	default:
 		return kindInvalid
@@ -172,9 +164,8 @@ func (p *parser) parse(line []byte, ev *event) lineKind {
 	if ev.held >= 0 {
 		ev.start = ev.end - ev.held
 	}
-	if ev.rows == 0 && ev.singleRow {
-		ev.rows = 1 // so the lane plan sees a single-row call
-	}
+	ev.rt = p.lay.routes[ev.route]
+	p.lay.fixClasses(ev, st.classes)
 	return kindEvent
 }
 
@@ -182,6 +173,7 @@ func (p *parser) parse(line []byte, ev *event) lineKind {
 type lineState struct {
 	ev                       *event
 	isEvent, sawEvent, sawTS bool
+	classes                  uint64 // bit i: the line says the call is of class i
 }
 
 // member stores one top-level member of a line.
@@ -190,7 +182,7 @@ func (p *parser) member(st *lineState, key []byte, v value) {
 	case "event":
 		st.sawEvent = true
 		s := v.text(p)
-		st.isEvent = s == "ocl_capacity"
+		st.isEvent = s == p.lay.event
 		if !st.isEvent {
 			p.otherName = s
 		}
@@ -202,14 +194,6 @@ func (p *parser) member(st *lineState, key []byte, v value) {
 		st.ev.mode = v.text(p)
 	case "enforced":
 		st.ev.enforced = v.isTrue()
-	case "endpoint":
-		st.ev.endpoint = v.text(p)
-	case "semantic":
-		st.ev.semantic = v.isTrue()
-	case "rows":
-		st.ev.rows = int(v.int())
-	case "single_row":
-		st.ev.singleRow = v.isTrue()
 	case "tier":
 		st.ev.tier = v.text(p)
 	case "user_id":
@@ -224,6 +208,8 @@ func (p *parser) member(st *lineState, key []byte, v value) {
 		st.ev.degraded = v.isTrue()
 	case "full":
 		st.ev.full = v.lanes(p)
+	case "seats":
+		v.seats(p, &st.ev.seats)
 	case "retry_after":
 		st.ev.retryAfter = int(v.int())
 	case "held_ms":
@@ -245,23 +231,42 @@ func (p *parser) member(st *lineState, key []byte, v value) {
 			}
 		}
 	default:
-		st.ev.setLaneField(key, v)
+		p.policyMember(st, key, v)
 	}
 }
 
-// setLaneField keeps a lane's recorded count or limit, when key names one.
-func (ev *event) setLaneField(key []byte, v value) {
-	if v.kind != vNumber {
+// policyMember stores a member whose key the policy names: the route, a
+// field, a class, a lane's count or limit. Other keys are ignored.
+func (p *parser) policyMember(st *lineState, key []byte, v value) {
+	k, ok := p.lay.keys[string(key)]
+	if !ok {
 		return
 	}
-	for lane, k := range laneKeys {
-		switch string(key) {
-		case k[0]:
-			ev.inFlight[lane], ev.hasCount = int(v.int()), ev.hasCount|1<<lane
-			return
-		case k[1]:
-			ev.limit[lane], ev.hasLimit = int(v.int()), ev.hasLimit|1<<lane
-			return
+	ev := st.ev
+	switch k.kind {
+	case keyRoute:
+		ev.route = v.text(p)
+	case keyField:
+		f := &ev.vals[k.i]
+		switch p.lay.fields[k.i].Type {
+		case policy.TypeBool:
+			f.b = v.isTrue()
+		case policy.TypeInt:
+			f.n = int(v.int())
+		default:
+			f.s = v.text(p)
+		}
+	case keyClass:
+		if v.isTrue() && k.i < 64 {
+			st.classes |= 1 << k.i
+		}
+	case keyInFlight:
+		if v.kind == vNumber {
+			ev.inFlight[k.i], ev.hasCount = int(v.int()), ev.hasCount|1<<k.i
+		}
+	case keyLimit:
+		if v.kind == vNumber {
+			ev.limit[k.i], ev.hasLimit = int(v.int()), ev.hasLimit|1<<k.i
 		}
 	}
 }

@@ -5,10 +5,35 @@ import (
 	"slices"
 	"testing"
 	"time"
+
+	"github.com/capgate/capgate/policy"
 )
 
+// The lanes of the OCL policy, by index, and its layout.
+const (
+	laneAPIHeavy = iota
+	laneTask
+	laneES2KNN
+	laneTier
+	laneUser
+	numLanes
+)
+
+var oclLayout = newLayout(policy.OCL())
+
+func TestOCLLanes(t *testing.T) {
+	for i, want := range [numLanes]string{"api_heavy", "api_heavy_task", "es2_knn", "tier", "user"} {
+		if got := oclLayout.lanes[i].Name; got != want {
+			t.Errorf("lane %d = %s, want %s", i, got, want)
+		}
+	}
+	if len(oclLayout.lanes) != numLanes || oclLayout.userLane != laneUser {
+		t.Errorf("%d lanes, user lane %d; want %d, %d", len(oclLayout.lanes), oclLayout.userLane, numLanes, laneUser)
+	}
+}
+
 func TestParseLine(t *testing.T) {
-	p := newParser(100)
+	p := newParser(100, oclLayout)
 	var ev event
 	line := `  {"event":"ocl_capacity","decision":"shadow-refused","extra":{"a":[1,{"b":null}]},"user_id":"al\"ice\u00e9",` +
 		`"full":["api_heavy","user","nonsense"],"in_flight":5,"limit":3,"user_in_flight":2,"held_ms":1500,"queue_ms":-20,"wait_ms":250,` +
@@ -19,7 +44,7 @@ func TestParseLine(t *testing.T) {
 	wantEnd := time.Date(2026, 3, 1, 11, 0, 1, 500e6, time.UTC).UnixMilli()
 	if ev.user != "al\"iceé" || ev.decision != "shadow-refused" || ev.full != 1<<laneAPIHeavy|1<<laneUser ||
 		ev.inFlight[laneAPIHeavy] != 5 || ev.limit[laneAPIHeavy] != 3 || ev.hasCount != 1<<laneAPIHeavy|1<<laneUser ||
-		ev.held != 1500 || !ev.hasQueue || ev.queue != -20 || !ev.hasWait || ev.wait != 250 || ev.end != wantEnd || ev.start != wantEnd-1500 || !ev.semantic {
+		ev.held != 1500 || !ev.hasQueue || ev.queue != -20 || !ev.hasWait || ev.wait != 250 || ev.end != wantEnd || ev.start != wantEnd-1500 || !ev.vals[oclLayout.fieldIndex("semantic")].b {
 		t.Errorf("parsed %+v", ev)
 	}
 	for _, bad := range []string{`{"event":"ocl_capacity",}`, `{"a":tru}`, `[1]`, `{"a":"b"`, `{"a" "b"}`, `{"a":"b\"}`} {
@@ -70,7 +95,7 @@ func TestHistQuantiles(t *testing.T) {
 }
 
 func TestTimelineCompacts(t *testing.T) {
-	tl := newTimeline()
+	tl := newTimeline(oclLayout)
 	k := laneKey{laneAPIHeavy, ""}
 	for i := range int64(3000) { // 3000 s at 1 s buckets: compacts twice
 		tl.advance(i * 1000)
@@ -102,14 +127,14 @@ func TestOrDefault(t *testing.T) {
 
 func TestLaneKeysFollowTheRecord(t *testing.T) {
 	var ev event
-	p := newParser(10)
+	p := newParser(10, oclLayout)
 	line := `{"event":"ocl_capacity","decision":"admitted","ts":"2026-03-01T12:00:00Z",` +
 		`"in_flight":1,"limit":2,"task_in_flight":3,"task_limit":4,"es2_knn_in_flight":5,"es2_knn_limit":6,` +
 		`"tier_in_flight":7,"tier_limit":8,"user_in_flight":9,"user_limit":10,"tier_limit_x":99,"user_limit":"x"}`
 	if k := p.parse([]byte(line), &ev); k != kindEvent {
 		t.Fatalf("kind = %d, want an event", k)
 	}
-	if ev.inFlight != [numLanes]int{1, 3, 5, 7, 9} || ev.limit != [numLanes]int{2, 4, 6, 8, 10} ||
+	if [numLanes]int(ev.inFlight[:numLanes]) != [numLanes]int{1, 3, 5, 7, 9} || [numLanes]int(ev.limit[:numLanes]) != [numLanes]int{2, 4, 6, 8, 10} ||
 		ev.hasCount != 1<<numLanes-1 || ev.hasLimit != 1<<numLanes-1 {
 		t.Errorf("counts %v (%b), limits %v (%b); want every lane's, from its own fields", ev.inFlight, ev.hasCount, ev.limit, ev.hasLimit)
 	}

@@ -1,20 +1,31 @@
 package analyze
 
-import "github.com/capgate/capgate"
+import (
+	"github.com/capgate/capgate"
+	"github.com/capgate/capgate/policy"
+	"github.com/capgate/capgate/settings"
+)
 
-// lease is one call holding its lanes until end.
+// lease is one call holding its seats in its lanes until end.
 type lease struct {
 	end   int64
-	lanes []*laneCount
+	lanes []held
 }
 
-// laneCount is the calls in flight in one lane.
+// held is a call's seats in one lane.
+type held struct {
+	c     *laneCount
+	seats int
+}
+
+// laneCount is the seats in flight in one lane (with a seat per call, as
+// by default, the calls).
 type laneCount struct {
 	key laneKey
 	n   int
 }
 
-// lanes counts the calls in flight per lane as calls start and end, in
+// lanes counts the seats in flight per lane as calls start and end, in
 // time order. Entries are deleted at zero, so its maps hold only the lanes
 // with calls in flight.
 type lanes struct {
@@ -22,8 +33,8 @@ type lanes struct {
 	active  leaseHeap
 	holdCap int64 // the longest a lease lives, ms; 0: no cap
 	last    int64 // the last start or end processed (see mark)
-	free    [][]*laneCount
-	took    []*laneCount
+	free    [][]held
+	took    []held
 	// onEnd, when set, is told about each lane count that drops.
 	onEnd func(end int64, k laneKey, count int)
 }
@@ -36,7 +47,7 @@ func newLanes(holdCap int64) *lanes {
 // stops renewing at max_hold_seconds, so the last renewal is the last
 // multiple of renew_seconds before it, and the lease expires lease_seconds
 // later.
-func holdCapMS(cfg capgate.Config) int64 {
+func holdCapMS(cfg settings.Config) int64 {
 	renew, maxHold := int64(cfg.RenewSeconds)*1000, int64(cfg.MaxHoldSeconds)*1000
 	if renew <= 0 || maxHold <= 0 {
 		return 0
@@ -44,7 +55,7 @@ func holdCapMS(cfg capgate.Config) int64 {
 	return (maxHold-1)/renew*renew + int64(cfg.LeaseSeconds)*1000
 }
 
-// count returns the calls in flight in lane k.
+// count returns the seats in flight in lane k.
 func (l *lanes) count(k laneKey) int {
 	if c := l.counts[k]; c != nil {
 		return c.n
@@ -57,8 +68,9 @@ func (l *lanes) count(k laneKey) int {
 func (l *lanes) endUntil(t int64) {
 	for len(l.active) > 0 && l.active[0].end <= t {
 		ls := l.active.pop()
-		for _, c := range ls.lanes {
-			c.n--
+		for _, h := range ls.lanes {
+			c := h.c
+			c.n -= h.seats
 			if c.n <= 0 {
 				delete(l.counts, c.key)
 			}
@@ -71,27 +83,28 @@ func (l *lanes) endUntil(t int64) {
 	}
 }
 
-// take adds a lease on keys from start to end (capped at holdCap); it
-// returns false when the lease is empty (end ≤ start).
-func (l *lanes) take(keys []laneKey, start, end int64) bool {
+// take adds a lease of seats[i] seats on each keys[i] from start to end
+// (capped at holdCap); it returns false when the lease is empty (end ≤
+// start).
+func (l *lanes) take(keys []laneKey, seats []int, start, end int64) bool {
 	if l.holdCap > 0 {
 		end = min(end, start+l.holdCap)
 	}
 	if end <= start {
 		return false // held for less than the ts resolution: in flight for no one
 	}
-	var cs []*laneCount
+	var cs []held
 	if n := len(l.free); n > 0 {
 		cs, l.free = l.free[n-1], l.free[:n-1]
 	}
-	for _, k := range keys {
+	for i, k := range keys {
 		c := l.counts[k]
 		if c == nil {
 			c = &laneCount{key: k}
 			l.counts[k] = c
 		}
-		c.n++
-		cs = append(cs, c)
+		c.n += seats[i]
+		cs = append(cs, held{c, seats[i]})
 	}
 	l.active.push(lease{end: end, lanes: cs})
 	l.took = cs
@@ -118,50 +131,54 @@ func (l *lanes) nearTie(t int64, nextStart int64, hasNext bool) bool {
 // mark records a start processed, for nearTie.
 func (l *lanes) mark(t int64) { l.last = max(l.last, t) }
 
-// callKeys returns the lanes of ev's call, in lane order.
-func callKeys(buf []laneKey, ev *event) []laneKey {
-	buf = append(buf[:0], laneKey{laneAPIHeavy, ""}, laneKey{laneTask, ev.task})
-	if ev.semantic {
-		buf = append(buf, laneKey{laneES2KNN, ""})
-	}
-	return append(buf, laneKey{laneTier, ev.tier}, laneKey{laneUser, ev.user})
-}
-
-// retryAfter is the gate's Retry-After for a call that found lanes full.
-func retryAfter(ra capgate.RetryAfter, lanes []capgate.Lane, before []int) int {
+// retryAfter is the gate's Retry-After for a call that found lanes full:
+// base × the most seats ahead in a full lane.
+func retryAfter(ra settings.RetryAfter, lanes []capgate.Lane, before []int) int {
 	ahead := 0
 	for i, l := range lanes {
-		if before[i] < l.Limit {
+		seats := max(l.Seats, 1)
+		if before[i]+seats <= l.Limit {
 			continue
 		}
-		if l.Limit == 0 {
+		if l.Limit == 0 && l.Borrow.Key == "" {
 			return ra.Paused
 		}
-		ahead = max(ahead, before[i]-l.Limit+1)
+		ahead = max(ahead, before[i]+seats-l.Limit)
 	}
 	return min(ra.Max, ra.Base*ahead)
 }
 
-// whatIf replays the calls against a changed config.
+// classKey returns the key of the class's seats in lane k (a lane that
+// lends, config "lending"): apart from every lane's.
+func classKey(k laneKey) laneKey { return laneKey{k.lane + policy.MaxLanes, k.id} }
+
+// whatIf replays the calls against a changed config, planning each call
+// as the gate does (capgate.Keys.AppendPlan) under the config and its
+// policy, the log's.
 type whatIf struct {
-	cfg    capgate.Config
+	lay    *layout
+	cfg    settings.Config
 	lanes  *lanes
 	plan   []capgate.Lane
 	keys   []laneKey
+	seats  []int
 	before []int
 	out    WhatIf
-	byLane [numLanes]Rate
+	byLane [policy.MaxLanes]Rate
 	byTier map[string]*Rate
+	// noRoute counts the calls of routes the policy lacks: they are
+	// planned in no lane, so the replay admits them.
+	noRoute int64
 }
 
-func newWhatIf(cfg capgate.Config) *whatIf {
-	return &whatIf{cfg: cfg, lanes: newLanes(holdCapMS(cfg)), byTier: map[string]*Rate{},
+func newWhatIf(cfg settings.Config, lay *layout) *whatIf {
+	return &whatIf{lay: lay, cfg: cfg, lanes: newLanes(holdCapMS(cfg)), byTier: map[string]*Rate{},
 		out: WhatIf{Decisions: map[string]int64{}, Agreement: Agreement{Changed: map[string]int64{}}}}
 }
 
-// step replays one call at its start; it returns whether the changed
-// config refuses it.
-func (w *whatIf) step(ev *event, nextStart int64, hasNext bool) bool {
+// step replays one call (ev, and call as layout.callOf made it) at its
+// start; it returns whether the changed config refuses it.
+func (w *whatIf) step(ev *event, call *capgate.Call, nextStart int64, hasNext bool) bool {
 	w.lanes.endUntil(ev.start)
 	defer w.lanes.mark(ev.start)
 	if ev.decision == "unavailable" || ev.degraded {
@@ -174,24 +191,41 @@ func (w *whatIf) step(ev *event, nextStart int64, hasNext bool) bool {
 		w.byTier[ev.tier] = r
 	}
 	r.Calls++
-	if w.cfg.Mode == capgate.ModeOff {
+	if w.cfg.Mode == settings.ModeOff {
 		w.out.Decisions["none"]++
 		return false
 	}
-	call := capgate.Call{Endpoint: ev.endpoint, Rows: ev.rows, Semantic: ev.semantic,
-		UserID: ev.user, Tier: capgate.Tier(ev.tier)}
-	w.plan = capgate.Keys{TaskID: ev.task}.AppendPlan(w.plan[:0], w.cfg, call)
-	w.keys, w.before = w.keys[:0], w.before[:0]
-	full := false
-	for _, l := range w.plan {
-		i := laneIndex(string(l.Name))
-		k := laneKey{i, laneID(ev, i)}
-		n := w.lanes.count(k)
-		w.keys, w.before = append(w.keys, k), append(w.before, n)
-		w.byLane[i].Calls++
-		full = full || n >= l.Limit
+	w.plan = w.plan[:0]
+	if call.Route != nil {
+		w.plan = capgate.Keys{TaskID: ev.task}.AppendPlan(w.plan, w.cfg, call, w.lay.tierIndex(ev.tier))
+	} else {
+		w.noRoute++
 	}
-	enforced := w.cfg.Mode == capgate.ModeEnforce && (w.cfg.EnforceFor == capgate.EnforceAll || ev.enforced)
+	w.keys, w.seats, w.before = w.keys[:0], w.seats[:0], w.before[:0]
+	full := false
+	for j := range w.plan {
+		l := &w.plan[j]
+		// The seats as the changed config's plan has them: a call's seats
+		// are capped at the lane's limit, which the change may move.
+		i, seats := l.Spec.Index(), max(l.Seats, 1)
+		k := laneKey{i, w.lay.laneID(ev, i)}
+		n := w.lanes.count(k)
+		if l.Borrow.Key != "" {
+			// A lane that lends: the reserve's idle seats, by the class's
+			// own count in the lane.
+			l.Limit += l.Borrow.Borrowable(w.lanes.count(classKey(k)))
+		}
+		w.keys, w.seats, w.before = append(w.keys, k), append(w.seats, seats), append(w.before, n)
+		w.byLane[i].Calls++
+		full = full || n+seats > l.Limit
+	}
+	for j, l := range w.plan {
+		if l.ClassKey != "" {
+			// A call of the class also counts in the class's seats.
+			w.keys, w.seats = append(w.keys, classKey(w.keys[j])), append(w.seats, w.seats[j])
+		}
+	}
+	enforced := w.cfg.Enforces(ev.enforced)
 	decision := "admitted"
 	switch {
 	case full && enforced:
@@ -211,7 +245,7 @@ func (w *whatIf) step(ev *event, nextStart int64, hasNext bool) bool {
 	}
 	if full {
 		for j, l := range w.plan {
-			if w.before[j] >= l.Limit {
+			if w.before[j]+w.seats[j] > l.Limit {
 				tallyRefusal(&w.byLane[w.keys[j].lane], decision)
 			}
 		}
@@ -231,7 +265,7 @@ func (w *whatIf) step(ev *event, nextStart int64, hasNext bool) bool {
 		}
 		return false
 	}
-	w.lanes.take(w.keys, ev.start, ev.end)
+	w.lanes.take(w.keys, w.seats, ev.start, ev.end)
 	return false
 }
 
@@ -241,13 +275,13 @@ func (w *whatIf) report() *WhatIf {
 	if out.Agreement.Compared > 0 {
 		out.Agreement.Rate = float64(out.Agreement.Same) / float64(out.Agreement.Compared)
 	}
-	for i, r := range w.byLane {
+	for i, r := range w.byLane[:len(w.lay.lanes)] {
 		if r.Calls > 0 {
-			r.Name = laneNames[i]
+			r.Name = w.lay.lanes[i].Name
 			out.ByLane = append(out.ByLane, rate(r))
 		}
 	}
-	for _, t := range sortedTiers(w.byTier) {
+	for _, t := range sortedTiers(w.lay, w.byTier) {
 		out.ByTier = append(out.ByTier, rate(*w.byTier[t]))
 	}
 	return &out

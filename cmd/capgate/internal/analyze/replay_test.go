@@ -10,6 +10,8 @@ import (
 
 	"github.com/capgate/capgate"
 	"github.com/capgate/capgate/cmd/capgate/internal/analyze"
+	"github.com/capgate/capgate/configtest"
+	"github.com/capgate/capgate/settings"
 	"github.com/capgate/capgate/tools/genlog"
 )
 
@@ -37,7 +39,7 @@ func analyzeBytes(t *testing.T, log []byte, opts analyze.Options) *analyze.Repor
 // the limits that were in force: at least 99 % of the calls must get the
 // decision their line records.
 func TestReplayReproducesShadowLog(t *testing.T) {
-	cfg := capgate.DefaultConfig(capgate.ModeShadow)
+	cfg := settings.Default(nil, settings.ModeShadow)
 	log, st := generate(t, genlog.Options{Calls: 20000, Rate: 2, Users: 150, Tasks: 3, NoiseEvery: 500, Seed: 7, Config: &cfg})
 	if st.Decisions["admitted"] < 2000 || st.Decisions["shadow-refused"] < 2000 {
 		t.Fatalf("the generated log should mix decisions: %v", st.Decisions)
@@ -88,8 +90,8 @@ func TestReplayReproducesShadowLog(t *testing.T) {
 // unaware clients: refused calls took no lease, and the replay must refuse
 // them again.
 func TestReplayReproducesEnforceLog(t *testing.T) {
-	cfg := capgate.DefaultConfig(capgate.ModeEnforce)
-	cfg.EnforceFor = capgate.EnforceAware
+	cfg := settings.Default(nil, settings.ModeEnforce)
+	cfg.EnforceFor = settings.EnforceAware
 	log, st := generate(t, genlog.Options{Calls: 10000, Rate: 2, Users: 100, Tasks: 2, Aware: 0.5, Seed: 11, Config: &cfg})
 	if st.Decisions["refused"] < 500 {
 		t.Fatalf("want refusals in the generated log: %v", st.Decisions)
@@ -171,4 +173,39 @@ func TestMergedGatewayLogs(t *testing.T) {
 			t.Errorf("lane %d: whole %+v, split %+v", i, whole.Lanes[i], split.Lanes[i])
 		}
 	}
+}
+
+// Lending (config lending.api_heavy): the real gate's log with lending on
+// replays to the decisions it recorded, and a what-if of lending on a log
+// made without it admits batch calls the reserve turned away.
+func TestReplayWithLending(t *testing.T) {
+	off := settings.Default(nil, settings.ModeShadow)
+	configtest.SetNumbers(t, &off, "api_heavy.cluster", 4, "reserve_single_row", 2)
+	on, _, err := off.Apply(settings.Patch{"lending": map[string]any{"api_heavy": 2}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	log, st := generate(t, genlog.Options{Calls: 8000, Rate: 3, Users: 100, Tasks: 2, Seed: 31, Config: &on})
+	same, _, err := analyze.WhatIfConfig(on, []string{"mode=shadow"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	r := analyzeBytes(t, log, analyze.Options{WhatIf: &same})
+	if a := r.WhatIf.Agreement; a.Compared != int64(st.Calls) || a.Rate < 0.99 || a.NearTies != a.Compared-a.Same {
+		t.Errorf("replay of the lending config in force: agreement %+v, want ≥ 0.99 of %d, every change near a tie", a, st.Calls)
+	}
+	if rc := r.Reconstruction; rc.Agreement < 0.99 {
+		t.Errorf("reconstruction %+v, want ≥ 99 %% decisions", rc)
+	}
+
+	// The same traffic without lending, replayed with it: fewer refused.
+	log, _ = generate(t, genlog.Options{Calls: 8000, Rate: 3, Users: 100, Tasks: 2, Seed: 31, Config: &off})
+	wiOff, _, _ := analyze.WhatIfConfig(off, []string{"mode=enforce", "enforce_for=all"})
+	wiOn, _, _ := analyze.WhatIfConfig(off, []string{"mode=enforce", "enforce_for=all", "lending.api_heavy=2"})
+	a := analyzeBytes(t, log, analyze.Options{WhatIf: &wiOff}).WhatIf
+	b := analyzeBytes(t, log, analyze.Options{WhatIf: &wiOn}).WhatIf
+	if a.Refused == 0 || b.Refused >= a.Refused {
+		t.Errorf("refused without lending %d, with %d; want fewer with lending", a.Refused, b.Refused)
+	}
+	t.Logf("what-if refused: %d without lending, %d with", a.Refused, b.Refused)
 }

@@ -1,11 +1,22 @@
 package analyze
 
-import "time"
+import (
+	"time"
+
+	"github.com/capgate/capgate/policy"
+	"github.com/capgate/capgate/settings"
+)
 
 // Report is what Analyze found in the logs. Its JSON form is the output of
 // `capgate analyze --json`; maps encode with sorted keys, so the output is
-// stable for a given input.
+// stable for a given input. Its keys are the same for every policy; the
+// names in it (event, routes, lanes, tiers) are the policy's.
 type Report struct {
+	// Policy is the policy the log was read under; WriteText and
+	// WriteHTML name things as it does. nil is the built-in OCL policy.
+	// It is not part of the JSON.
+	Policy *policy.Policy `json:"-"`
+
 	Inputs []InputSummary `json:"inputs"`
 	Lines  LineCounts     `json:"lines"`
 	// Dropped is the sum of log_dropped over every JSON line read: the
@@ -33,7 +44,7 @@ type Report struct {
 type InputSummary struct {
 	Name   string `json:"name"`
 	Lines  int64  `json:"lines"`
-	Events int64  `json:"events"` // ocl_capacity lines analyzed
+	Events int64  `json:"events"` // lines of the policy's event
 }
 
 // LineCounts says what the lines were. Skipped = NotJSON + Invalid +
@@ -44,30 +55,39 @@ type LineCounts struct {
 	Skipped int64 `json:"skipped"`
 	Blank   int64 `json:"blank"`
 	NotJSON int64 `json:"not_json"`
-	// Invalid counts ocl_capacity lines without a known decision or a ts.
+	// Invalid counts lines of the policy's event without a known
+	// decision or a ts.
 	Invalid int64 `json:"invalid"`
 	TooLong int64 `json:"too_long"`
 	// OtherEvents counts JSON lines by their "event" ("(no event)" when
-	// they have none, "(other)" past the first 50 names).
+	// they have none, "(other)" past the first 50 names; a repeat's line,
+	// which holds no lane, as "<event> joined" or "<event> replayed").
 	OtherEvents map[string]int64 `json:"other_events"`
 }
 
 // CallCounts counts the calls by decision, and by decision within each
-// endpoint, tier and mode.
+// route, tier and mode.
 type CallCounts struct {
-	Total      int64                       `json:"total"`
-	ByDecision map[string]int64            `json:"by_decision"`
+	Total      int64            `json:"total"`
+	ByDecision map[string]int64 `json:"by_decision"`
+	// ByEndpoint is by route: the route's log name, under the policy's
+	// route key (the built-in policy's "endpoint"). Its JSON key is
+	// "by_endpoint" for every policy.
 	ByEndpoint map[string]map[string]int64 `json:"by_endpoint"`
 	ByTier     map[string]map[string]int64 `json:"by_tier"`
 	ByMode     map[string]int64            `json:"by_mode"`
 }
 
 // LanePeak is the busiest a lane got. Peak comes from the counts the lines
-// recorded (in_flight and friends: the count including the call itself);
-// Reconstructed comes from the calls' intervals [ts − held_ms, ts).
+// recorded (under the lane's log keys, OCL's in_flight and friends: the
+// count including the call itself); Reconstructed comes from the calls'
+// intervals [ts − held_ms, ts).
 type LanePeak struct {
-	Lane string `json:"lane"`         // api_heavy, api_heavy_task, es2_knn, tier, user
-	ID   string `json:"id,omitempty"` // the task id, tier or user id
+	Lane string `json:"lane"` // the policy's lane name
+	// ID is what one count of the lane covers: the task id, tier, user id
+	// or field value ("(none)": empty); "" for a cluster lane. A lane keyed
+	// by a field keeps Options.MaxUsers ids, then "(other keys)".
+	ID string `json:"id,omitempty"`
 	// Calls counts the lines that recorded a count for this lane.
 	Calls     int64     `json:"calls"`
 	Peak      int       `json:"peak"`
@@ -81,8 +101,9 @@ type LanePeak struct {
 	ReconstructedAt time.Time `json:"reconstructed_at"`
 }
 
-// UserPeaks holds the busiest users' lanes. Per-user state is kept for
-// at most Options.MaxUsers users; later users are folded into one
+// UserPeaks holds the busiest users' lanes: the policy's first lane keyed
+// by user (OCL: user); none when it has no such lane. Per-user state is
+// kept for at most Options.MaxUsers users; later users are folded into one
 // "(other users)" entry and counted in Folded.
 type UserPeaks struct {
 	Seen   int64      `json:"seen"`
@@ -95,7 +116,7 @@ type UserPeaks struct {
 type Refusals struct {
 	Rate
 	ByLane   []Rate `json:"by_lane"`   // a call counts for a lane when the lane was in its full list
-	ByTier   []Rate `json:"by_tier"`   // in tier order
+	ByTier   []Rate `json:"by_tier"`   // in the policy's tier order
 	TopUsers []Rate `json:"top_users"` // by shadow-refused calls, then refused, then name
 }
 
@@ -173,7 +194,9 @@ type Reconstruction struct {
 // WhatIf is the replay of the calls against a changed config.
 type WhatIf struct {
 	Changes map[string][2]any `json:"changes"` // dotted path: [base, what-if]
-	Config  any               `json:"config"`  // the config replayed
+	// Config is the config replayed: its document, keys in the config's
+	// order.
+	Config settings.Config `json:"config"`
 	// Calls counts the calls replayed: every decision but unavailable.
 	Calls     int64            `json:"calls"`
 	Decisions map[string]int64 `json:"decisions"`

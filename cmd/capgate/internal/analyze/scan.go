@@ -63,12 +63,13 @@ func (v value) text(p *parser) string {
 	return p.str(b)
 }
 
-// lanes returns the lane bits of an array of lane names.
-func (v value) lanes(p *parser) uint8 {
+// lanes returns the set of the policy's lanes an array of lane names
+// names.
+func (v value) lanes(p *parser) laneSet {
 	if v.kind != vArray {
 		return 0
 	}
-	var set uint8
+	var set laneSet
 	i := skipWS(v.raw, 1)
 	for i < len(v.raw) && v.raw[i] != ']' {
 		el, next, err := p.value(v.raw, i)
@@ -76,7 +77,7 @@ func (v value) lanes(p *parser) uint8 {
 			return set
 		}
 		if el.kind == vString {
-			if n := laneIndex(el.text(p)); n >= 0 {
+			if n := p.lay.laneIndex(el.text(p)); n >= 0 {
 				set |= 1 << n
 			}
 		}
@@ -86,6 +87,38 @@ func (v value) lanes(p *parser) uint8 {
 		}
 	}
 	return set
+}
+
+// seats stores into seats the members of an object of lane names and
+// seat numbers (the line's "seats": where the call took more than one), by
+// the policy's lane index; other lanes and values are left alone.
+func (v value) seats(p *parser, seats *[policyMaxLanes]int) {
+	if v.kind != vObject {
+		return
+	}
+	b := v.raw
+	i := skipWS(b, 1)
+	for i < len(b) && b[i] != '}' {
+		key, next, err := p.value(b, i)
+		if err != nil || key.kind != vString {
+			return
+		}
+		i = skipWS(b, next)
+		if i >= len(b) || b[i] != ':' {
+			return
+		}
+		n, next, err := p.value(b, skipWS(b, i+1))
+		if err != nil {
+			return
+		}
+		if l := p.lay.laneIndex(key.text(p)); l >= 0 && n.int() > 1 && n.int() <= maxSeats {
+			seats[l] = int(n.int())
+		}
+		i = skipWS(b, next)
+		if i < len(b) && b[i] == ',' {
+			i = skipWS(b, i+1)
+		}
+	}
 }
 
 func skipWS(b []byte, i int) int {

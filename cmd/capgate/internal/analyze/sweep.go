@@ -23,6 +23,7 @@ const (
 // horizon is the larger of Options.Horizon and the longest held_ms seen so
 // far plus 2 s. Its memory is the calls that start within one horizon.
 type sweep struct {
+	lay     *layout
 	c       *counter
 	pool    *evPool
 	horizon int64
@@ -33,7 +34,9 @@ type sweep struct {
 	late    int64
 
 	recon   *lanes
+	call    capgate.Call // the call being processed (layout.callOf)
 	keys    []laneKey
+	seats   []int // per key: the seats the call took there
 	recOut  Reconstruction
 	whatIf  *whatIf
 	tl      *timeline
@@ -43,9 +46,9 @@ type sweep struct {
 	leftOut int64
 }
 
-func newSweep(c *counter, minHorizon int64, recCap int64, w *whatIf, pool *evPool) *sweep {
-	s := &sweep{c: c, horizon: minHorizon, recon: newLanes(recCap),
-		whatIf: w, tl: newTimeline(), open: map[string]int{}, lastWin: map[string]int{}, pool: pool}
+func newSweep(lay *layout, c *counter, minHorizon int64, recCap int64, w *whatIf, pool *evPool) *sweep {
+	s := &sweep{lay: lay, c: c, horizon: minHorizon, recon: newLanes(recCap),
+		whatIf: w, tl: newTimeline(lay), open: map[string]int{}, lastWin: map[string]int{}, pool: pool}
 	s.recon.onEnd = func(end int64, k laneKey, n int) {
 		s.tl.advance(end)
 		s.tl.set(k, n, -1)
@@ -97,6 +100,7 @@ func (s *sweep) process(ev *event) {
 	nextStart, hasNext := s.next()
 	s.recon.endUntil(ev.start)
 	s.tl.advance(ev.start)
+	s.lay.callOf(ev, &s.call)
 	s.reconstruct(ev, nextStart, hasNext)
 	s.recon.mark(ev.start)
 	s.trackWindow(ev)
@@ -106,7 +110,7 @@ func (s *sweep) process(ev *event) {
 	case "refused":
 		s.tl.refused[s.tl.n-1]++
 	}
-	if s.whatIf != nil && s.whatIf.step(ev, nextStart, hasNext) {
+	if s.whatIf != nil && s.whatIf.step(ev, &s.call, nextStart, hasNext) {
 		s.tl.whatIf[s.tl.n-1]++
 	}
 	s.pool.put(ev)
@@ -120,18 +124,21 @@ func (s *sweep) reconstruct(ev *event, nextStart int64, hasNext bool) {
 		return
 	}
 	taken := ev.held >= 0
-	s.keys = callKeys(s.keys, ev)
+	s.keys = s.lay.callKeys(s.keys, ev, &s.call)
+	s.seats = s.seats[:0]
 	countsAgree, full := true, false
 	for _, k := range s.keys {
-		n := s.recon.count(k)
-		if ev.hasCount&(1<<k.lane) != 0 {
+		// The seats its line says it took (one where it says nothing).
+		n, seats := s.recon.count(k), ev.seatsIn(k.lane)
+		s.seats = append(s.seats, seats)
+		if ev.hasCount.has(k.lane) {
 			want := n
 			if taken {
-				want++
+				want += seats
 			}
 			countsAgree = countsAgree && ev.inFlight[k.lane] == want
 		}
-		if ev.hasLimit&(1<<k.lane) != 0 && n >= ev.limit[k.lane] {
+		if ev.hasLimit.has(k.lane) && n+seats > ev.limit[k.lane] {
 			full = true
 		}
 	}
@@ -154,18 +161,18 @@ func (s *sweep) reconstruct(ev *event, nextStart int64, hasNext bool) {
 	if !taken {
 		return
 	}
-	if !s.recon.take(s.keys, ev.start, ev.end) {
+	if !s.recon.take(s.keys, s.seats, ev.start, ev.end) {
 		return // held for less than a millisecond
 	}
-	for _, lc := range s.recon.took {
-		k, n := lc.key, lc.n
+	for _, h := range s.recon.took {
+		k, n := h.c.key, h.c.n
 		limit := -1
-		if ev.hasLimit&(1<<k.lane) != 0 {
+		if ev.hasLimit.has(k.lane) {
 			limit = ev.limit[k.lane]
 		}
 		s.tl.set(k, n, limit)
 		var p *LanePeak
-		if k.lane == laneUser {
+		if s.lay.isUserLane(k.lane) {
 			p = s.c.userPeak(k.id)
 		} else {
 			p = s.c.lane(k.lane, k.id)

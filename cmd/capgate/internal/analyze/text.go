@@ -24,21 +24,22 @@ func WriteJSON(w io.Writer, r *Report) error {
 	return nil
 }
 
-// WriteText writes r as a plain-text report for people. It fails only
-// when w does.
+// WriteText writes r as a plain-text report for people, naming things as
+// r.Policy does. It fails only when w does.
 func WriteText(w io.Writer, r *Report) error {
+	lay := newLayout(r.Policy)
 	bw := bufio.NewWriter(w)
 	tw := tabwriter.NewWriter(bw, 0, 0, 2, ' ', 0)
 	p := func(format string, a ...any) { fmt.Fprintf(tw, format, a...) }
 
 	l := r.Lines
-	p("capgate analyze: %d ocl_capacity lines", l.Events)
+	p("capgate analyze: %d %s lines", l.Events, lay.event)
 	if l.Events > 0 {
 		p(", %s to %s (%s)", stamp(r.From), stamp(r.To), r.To.Sub(r.From).Round(time.Millisecond))
 	}
 	p("\n")
-	p("Lines: %d read, %d skipped (%d not JSON, %d other events, %d invalid ocl_capacity, %d too long), %d blank\n",
-		l.Read, l.Skipped, l.NotJSON, sum(l.OtherEvents), l.Invalid, l.TooLong, l.Blank)
+	p("Lines: %d read, %d skipped (%d not JSON, %d other events, %d invalid %s, %d too long), %d blank\n",
+		l.Read, l.Skipped, l.NotJSON, sum(l.OtherEvents), l.Invalid, lay.event, l.TooLong, l.Blank)
 	if len(l.OtherEvents) > 0 {
 		p("  other events: %s\n", countList(l.OtherEvents))
 	}
@@ -48,9 +49,9 @@ func WriteText(w io.Writer, r *Report) error {
 	p("\t\ttotal\t%s\n", strings.Join(decisionOrder, "\t"))
 	p("\tall\t%d\t%s\n", r.Calls.Total, decisionCells(r.Calls.ByDecision))
 	for _, e := range sortedKeys(r.Calls.ByEndpoint) {
-		p("\tendpoint %s\t%d\t%s\n", orNone(e), sum(r.Calls.ByEndpoint[e]), decisionCells(r.Calls.ByEndpoint[e]))
+		p("\t%s %s\t%d\t%s\n", lay.routeKey, orNone(e), sum(r.Calls.ByEndpoint[e]), decisionCells(r.Calls.ByEndpoint[e]))
 	}
-	for _, t := range sortedTiers(r.Calls.ByTier) {
+	for _, t := range sortedTiers(lay, r.Calls.ByTier) {
 		p("\ttier %s\t%d\t%s\n", orNone(t), sum(r.Calls.ByTier[t]), decisionCells(r.Calls.ByTier[t]))
 	}
 	if len(r.Calls.ByMode) > 0 {

@@ -1,7 +1,11 @@
 package analyze
 
+import "github.com/capgate/capgate/policy"
+
 // The timeline's shape: buckets start 1 s wide and double (merging pairs)
-// whenever there would be more than maxBuckets, so its memory is fixed.
+// whenever there would be more than maxBuckets, so its memory is fixed;
+// a lane counted per task or per field value is charted for its first
+// maxTaskSeries ids.
 const (
 	firstBucketMS = 1000
 	maxBuckets    = 1000
@@ -20,26 +24,29 @@ type tlSeries struct {
 // timeline buckets the reconstructed calls in flight per lane, and the
 // refusals, over time. Times must be given in non-decreasing order.
 type timeline struct {
+	lay     *layout
 	started bool
 	origin  int64
 	width   int64
 	n       int
 	series  []*tlSeries
 	index   map[laneKey]int
-	tasks   int
+	ids     [policy.MaxLanes]int // series per lane charted per task or field value
 	shadow  []int64
 	refused []int64
 	whatIf  []int64
 }
 
-func newTimeline() *timeline {
-	return &timeline{width: firstBucketMS, index: map[laneKey]int{}}
+func newTimeline(lay *layout) *timeline {
+	return &timeline{lay: lay, width: firstBucketMS, index: map[laneKey]int{}}
 }
 
 // seriesOf returns the series of lane k, creating it; nil for lanes not
-// charted (users, tasks past maxTaskSeries).
+// charted (those counted per user; tasks and field values past
+// maxTaskSeries).
 func (t *timeline) seriesOf(k laneKey) *tlSeries {
-	if k.lane == laneUser {
+	l := t.lay.lanes[k.lane]
+	if l.ByUser() {
 		return nil
 	}
 	if i, ok := t.index[k]; ok {
@@ -48,18 +55,16 @@ func (t *timeline) seriesOf(k laneKey) *tlSeries {
 		}
 		return t.series[i]
 	}
-	name := laneNames[k.lane]
-	switch k.lane {
-	case laneUser:
-		return nil
-	case laneTask:
-		if t.tasks >= maxTaskSeries {
+	name := l.Name
+	switch {
+	case l.Scope == policy.ScopeTask || l.ByField():
+		if t.ids[k.lane] >= maxTaskSeries {
 			t.index[k] = -1
 			return nil
 		}
-		t.tasks++
+		t.ids[k.lane]++
 		name += ":" + k.id
-	case laneTier:
+	case l.ByTier():
 		name += ":" + k.id
 	}
 	s := &tlSeries{name: name, inFlight: make([]int, t.n), limit: make([]int, t.n), lastLimit: -1}

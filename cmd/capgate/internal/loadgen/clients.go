@@ -14,7 +14,6 @@ import (
 	"time"
 
 	"github.com/capgate/capgate/client"
-	"github.com/capgate/capgate/header"
 )
 
 // The clients loadgen can drive the gateway with (Config.Client).
@@ -49,13 +48,14 @@ const (
 // the time of every heavy call the API answered with success — the time
 // the call held its lanes, as the client sees it.
 type meter struct {
-	base http.RoundTripper
+	base     http.RoundTripper
+	decision string // the policy's Decision header
 
 	mu     sync.Mutex
 	busy   time.Duration // requires mu held
 	served int           // requires mu held
 	n429   int           // requires mu held
-	// decisions counts the gateway's X-OCL-Capacity-Decision answers;
+	// decisions counts the gateway's Decision header answers;
 	// requires mu held.
 	decisions map[string]int
 }
@@ -68,7 +68,7 @@ func (m *meter) RoundTrip(req *http.Request) (*http.Response, error) {
 	}
 	d := time.Since(start)
 	m.mu.Lock()
-	if dec := resp.Header.Get(header.Decision); dec != "" {
+	if dec := resp.Header.Get(m.decision); dec != "" {
 		if m.decisions == nil {
 			m.decisions = map[string]int{}
 		}

@@ -5,17 +5,17 @@ import (
 	"testing"
 	"time"
 
-	"github.com/capgate/capgate"
 	"github.com/capgate/capgate/cmd/capgate/internal/loadgen"
+	"github.com/capgate/capgate/configtest"
+	"github.com/capgate/capgate/settings"
 )
 
 // oneSlot is enforce for every call with one slot on the task lane, the
 // bottleneck.
-func oneSlot() capgate.Config {
-	c := tight(capgate.ModeEnforce)
-	c.EnforceFor = capgate.EnforceAll
-	c.APIHeavy.PerTask = 1
-	c.PerUser.Core, c.Tiers.Core = 4, 4
+func oneSlot(t testing.TB) settings.Config {
+	c := tight(t, settings.ModeEnforce)
+	c.EnforceFor = settings.EnforceAll
+	configtest.SetNumbers(t, &c, "api_heavy.per_task", 1, "per_user.core", 4, "tiers.core", 4)
 	return c
 }
 
@@ -28,7 +28,7 @@ func TestClientModes(t *testing.T) {
 	const users, calls, rows = 2, 2, 10
 	for _, mode := range []string{loadgen.ClientPlain, loadgen.ClientRetryAfter, loadgen.ClientAware} {
 		t.Run(mode, func(t *testing.T) {
-			s := newStack(t, oneSlot())
+			s := newStack(t, oneSlot(t))
 			rep, err := loadgen.Run(context.Background(), loadgen.Config{
 				BaseURL: s.gw.URL, Users: s.users[:users], Client: mode, Calls: calls, Workers: calls,
 				BulkRows: [2]int{rows, rows}, BottleneckLimit: 1, Duration: 30 * time.Second, Grace: time.Second,

@@ -1,13 +1,16 @@
 // Package loadgen drives a capgate gateway (or any API with the same
-// contract) with simulated Mapper users: each runs Auto Match-like jobs
-// (batches of rows, single-row lookups, reranks), or a fixed number of bulk
-// calls, through one of three clients (the capacity-aware one, a plain one
-// that never retries, one that follows the Mapper's Retry-After rules), and
-// the run ends with a report per user and tier: rows done, Jain's fairness
+// contract) with simulated users: under the built-in policy, Mapper users
+// running Auto Match-like jobs (batches of rows, single-row lookups,
+// reranks); under any other policy, users sending calls synthesized from
+// the policy's routes (WorkloadRoutes); or a fixed number of bulk calls,
+// through one of three clients (the capacity-aware one, a plain one that
+// never retries, one that follows the Mapper's Retry-After rules), and the
+// run ends with a report per user and tier: rows done, Jain's fairness
 // index, 429s, and how busy the bottleneck lane was kept.
 package loadgen
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"fmt"
@@ -21,12 +24,13 @@ import (
 
 	"github.com/capgate/capgate/client"
 	"github.com/capgate/capgate/header"
+	"github.com/capgate/capgate/policy"
 )
 
 // User is one simulated user.
 type User struct {
 	Name  string // the username, as the API knows it
-	Token string // sent as Authorization: Token <token>
+	Token string // sent as Authorization: <scheme> <token>, the policy's identity scheme
 	Tier  string // for the report (and the client's tier pauses)
 	// Workers and Calls override Config.Workers and Config.Calls for this
 	// user (0: the config's), e.g. for one heavy user among light ones.
@@ -36,6 +40,30 @@ type User struct {
 // Config says what load to send. Zero values mean the defaults.
 type Config struct {
 	BaseURL string // the gateway, e.g. http://127.0.0.1:8080 (required)
+	// Policy is the gateway's policy, whose names (headers, metadata),
+	// identity scheme and lanes the users send and read, and whose routes
+	// they call (Workload). Default: the built-in policy.
+	Policy *policy.Policy
+	// Workload is what users send: WorkloadMapper (the Mapper's jobs; the
+	// built-in policy's routes) or WorkloadRoutes (each job one call of a
+	// route of the policy picked at random, synthesized so the route
+	// matches it: its method; a concrete path, a pattern's {name} filled
+	// from Values; the query parameters its query_truthy predicates need,
+	// and each other query flag half the time; the headers of its
+	// header_present predicates and header fields; a JSON body whose keys
+	// make its body predicates hold, a body_string field from Values and a
+	// body_array_len field an array of BulkRows items). Default:
+	// WorkloadMapper under the built-in policy, WorkloadRoutes under any
+	// other (WorkloadOf). In the routes workload a call counts for its
+	// route's units (policy units) as rows, 1 without them; it is
+	// Interactive when it is of a class a lane keeps room for, else Bulk;
+	// and the client is told the lanes it takes (Call.Lanes).
+	Workload string
+	// Values are the values a synthesized string field (body_string,
+	// header, path_segment, or a pattern's {name}) takes, by field name:
+	// the first most often, each next one half as often as the one before,
+	// so a lane keyed by the field fills up. Default: DefaultValues.
+	Values map[string][]string
 	// MoreURLs are further gateways; user i sends to the (i mod n)th of
 	// BaseURL and these.
 	MoreURLs []string
@@ -44,7 +72,9 @@ type Config struct {
 	Client string
 	// Calls, when > 0, is a fixed workload instead of the job mix: each
 	// user sends exactly Calls bulk semantic $match calls of BulkRows[0]
-	// rows through its Workers, and the run ends when all are answered (or
+	// rows (in the routes workload, calls of the first route, each string
+	// field its first value, each array BulkRows[0] long, each query flag
+	// set) through its Workers, and the run ends when all are answered (or
 	// at Duration + Grace). The report then has each user's finish time.
 	Calls int
 	// BottleneckLimit is the limit of the lane every call takes that binds
@@ -80,7 +110,8 @@ type Config struct {
 	// Mix is the share of jobs of each kind (default 0.6 Auto Match runs,
 	// 0.25 single-row lookups, 0.15 reranks).
 	Mix Mix
-	// BulkRows is the range of rows in a bulk call (default 10 to 50).
+	// BulkRows is the range of rows in a bulk call, and of items in a
+	// synthesized body array (default 10 to 50).
 	BulkRows [2]int
 	// Seed makes the job mix repeatable (default 1).
 	Seed uint64
@@ -126,12 +157,40 @@ func Run(ctx context.Context, cfg Config, progress func(Progress)) (*Report, err
 	if cfg.Grace <= 0 {
 		cfg.Grace = 20 * time.Second
 	}
+	if cfg.Policy == nil {
+		cfg.Policy = policy.OCL()
+	}
+	cfg.Workload = WorkloadOf(cfg)
+	switch cfg.Workload {
+	case WorkloadMapper:
+		if cfg.Policy.RouteByLogName(KindRerank) == nil || cfg.Policy.RouteByLogName("$match") == nil {
+			return nil, fmt.Errorf("loadgen: the %s workload sends the built-in policy's $match and $rerank; policy %s has none: use the %s workload",
+				WorkloadMapper, cfg.Policy.Name, WorkloadRoutes)
+		}
+	case WorkloadRoutes:
+	default:
+		return nil, fmt.Errorf("loadgen: workload %q: want %s or %s", cfg.Workload, WorkloadMapper, WorkloadRoutes)
+	}
+	names := cfg.Policy.Names.Header()
 	if cfg.Transport == nil {
 		cfg.Transport = client.NewTransport(nil)
 	}
+	if cfg.Transport.Names == (header.Names{}) {
+		cfg.Transport.Names = names // the gateway's, not the client's generic default
+	}
+	// The lanes keyed by the caller and by the tier, which the client
+	// pauses per user and per tier.
+	for _, l := range cfg.Policy.Lanes {
+		switch {
+		case l.ByUser() && cfg.Transport.UserLane == "":
+			cfg.Transport.UserLane = l.Name
+		case l.ByTier() && cfg.Transport.TierLane == "":
+			cfg.Transport.TierLane = l.Name
+		}
+	}
 	base := http.DefaultTransport.(*http.Transport).Clone()
 	base.MaxIdleConnsPerHost = 256 // every worker keeps its connection
-	m := &meter{base: base}
+	m := &meter{base: base, decision: names.Decision}
 	if cfg.Transport.Base != nil {
 		m.base = cfg.Transport.Base
 	}
@@ -149,7 +208,14 @@ func Run(ctx context.Context, cfg Config, progress func(Progress)) (*Report, err
 	if cfg.Seed == 0 {
 		cfg.Seed = 1
 	}
-	r := &run{cfg: cfg, meter: m}
+	r := &run{cfg: cfg, meter: m, kinds: Kinds(cfg)}
+	if cfg.Workload == WorkloadRoutes {
+		s, err := newSynth(cfg.Policy, cfg.Values, cfg.BulkRows)
+		if err != nil {
+			return nil, err
+		}
+		r.synth = s
+	}
 	if cfg.Client == ClientAware {
 		cfg.Transport.Base = m
 		r.hc = &http.Client{Transport: cfg.Transport}
@@ -227,6 +293,8 @@ type run struct {
 	cfg                 Config
 	hc                  *http.Client
 	meter               *meter
+	kinds               []string // Kinds(cfg)
+	synth               *synth   // WorkloadRoutes
 	start, end          time.Time
 	simBefore, simAfter time.Duration
 	users               []*userRun
@@ -261,7 +329,11 @@ func (r *run) workCalls(ctx context.Context, u *userRun, rng *rand.Rand) {
 		}
 		u.left--
 		u.mu.Unlock()
-		_ = r.send(ctx, u, rng, KindBulk, r.cfg.BulkRows[0], true, false)
+		if r.synth != nil {
+			_ = r.send(ctx, u, rng, r.synth.call(r.cfg.Policy.Routes[0], rng, true))
+			continue
+		}
+		_ = r.send(ctx, u, rng, r.mapperCall(KindBulk, r.cfg.BulkRows[0], true, false))
 	}
 }
 
@@ -278,6 +350,11 @@ func (r *run) work(stopNew, calls context.Context, u *userRun, rng *rand.Rand) {
 				return
 			}
 		}
+		if r.synth != nil { // one call of a route
+			routes := r.cfg.Policy.Routes
+			r.call(stopNew, calls, u, rng, r.synth.call(routes[rng.IntN(len(routes))], rng, false))
+			continue
+		}
 		switch p := rng.Float64(); {
 		case p < r.cfg.Mix.Bulk: // an Auto Match run: a few batches of rows
 			semantic := rng.Float64() < 0.7
@@ -286,12 +363,12 @@ func (r *run) work(stopNew, calls context.Context, u *userRun, rng *rand.Rand) {
 					return
 				}
 				lo, hi := r.cfg.BulkRows[0], r.cfg.BulkRows[1]
-				r.call(stopNew, calls, u, rng, KindBulk, lo+rng.IntN(hi-lo+1), semantic, rng.Float64() < 0.5)
+				r.call(stopNew, calls, u, rng, r.mapperCall(KindBulk, lo+rng.IntN(hi-lo+1), semantic, rng.Float64() < 0.5))
 			}
 		case p < r.cfg.Mix.Bulk+r.cfg.Mix.Single: // a person looking up one row
-			r.call(stopNew, calls, u, rng, KindSingle, 1, true, false)
+			r.call(stopNew, calls, u, rng, r.mapperCall(KindSingle, 1, true, false))
 		default:
-			r.call(stopNew, calls, u, rng, KindRerank, 5+rng.IntN(26), false, false)
+			r.call(stopNew, calls, u, rng, r.mapperCall(KindRerank, 5+rng.IntN(26), false, false))
 		}
 	}
 }
@@ -300,8 +377,8 @@ func (r *run) work(stopNew, calls context.Context, u *userRun, rng *rand.Rand) {
 // (the server's wait outlasted the budget or the run) the worker waits out
 // that pause before its next call, as a person would, instead of looping;
 // the wait ends with stopNew.
-func (r *run) call(stopNew, ctx context.Context, u *userRun, rng *rand.Rand, kind string, rows int, semantic, reranker bool) {
-	err := r.send(ctx, u, rng, kind, rows, semantic, reranker)
+func (r *run) call(stopNew, ctx context.Context, u *userRun, rng *rand.Rand, spec callSpec) {
+	err := r.send(ctx, u, rng, spec)
 	if !errors.Is(err, client.ErrThrottled) {
 		return
 	}
@@ -318,8 +395,10 @@ func (r *run) call(stopNew, ctx context.Context, u *userRun, rng *rand.Rand, kin
 	}
 }
 
-func (r *run) send(ctx context.Context, u *userRun, rng *rand.Rand, kind string, rows int, semantic, reranker bool) error {
-	var path string
+// mapperCall returns a call of the Mapper: a $match of rows rows (with
+// the semantic and reranker flags; a lexical one always with the
+// reranker), or a $rerank.
+func (r *run) mapperCall(kind string, rows int, semantic, reranker bool) callSpec {
 	var b strings.Builder
 	b.WriteString(`{"rows":[`)
 	for i := range rows {
@@ -329,10 +408,11 @@ func (r *run) send(ctx context.Context, u *userRun, rng *rand.Rand, kind string,
 		fmt.Fprintf(&b, `{"name":"concept %d"}`, i)
 	}
 	b.WriteString("]")
-	cc := client.Call{User: u.Name, Tier: u.Tier, Semantic: semantic}
+	spec := callSpec{kind: kind, method: http.MethodPost, units: rows, call: client.Call{Lanes: r.lanes(kind, semantic)},
+		aware: kind == KindBulk && semantic}
 	switch kind {
 	case KindRerank:
-		path = "/concepts/$rerank/"
+		spec.target = "/concepts/$rerank/"
 		b.WriteString(`,"q":"malaria"}`)
 	default:
 		q := url.Values{}
@@ -342,30 +422,45 @@ func (r *run) send(ctx context.Context, u *userRun, rng *rand.Rand, kind string,
 		if reranker || !semantic {
 			q.Set("reranker", "true")
 		}
-		path = "/concepts/$match/?" + q.Encode()
+		spec.target = "/concepts/$match/?" + q.Encode()
 		b.WriteString("}")
 		if kind == KindSingle {
-			cc.Class = client.Interactive
+			spec.call.Class = client.Interactive
 		}
 	}
-	body := b.String()
+	spec.body = []byte(b.String())
+	return spec
+}
+
+// send sends one call and records how it went.
+func (r *run) send(ctx context.Context, u *userRun, rng *rand.Rand, spec callSpec) error {
+	cc := spec.call
+	cc.User, cc.Tier = u.Name, u.Tier
 	var res client.Result
 	cc.Result = &res
+	kind, rows := spec.kind, spec.units
 	newReq := func() (*http.Request, error) {
 		rctx := ctx
 		if r.cfg.Client == ClientAware {
 			rctx = client.WithCall(ctx, cc)
 		}
-		req, err := http.NewRequestWithContext(rctx, http.MethodPost, u.base+path, strings.NewReader(body))
+		req, err := http.NewRequestWithContext(rctx, spec.method, u.base+spec.target, bytes.NewReader(spec.body))
 		if err != nil {
 			return nil, err
 		}
-		req.Header.Set("Authorization", "Token "+u.Token)
+		for k, vs := range spec.header {
+			req.Header[k] = vs
+		}
+		req.Header.Set("Authorization", r.cfg.Policy.Identity.Scheme+" "+u.Token)
 		req.Header.Set("Content-Type", "application/json")
-		req.Header.Set(header.RequestSource, "loadgen")
-		if r.cfg.Client == ClientRetryAfter && kind == KindBulk && semantic {
-			// The Mapper declares its bulk semantic $match capacity-aware.
-			req.Header.Set(header.EventMetadata, `{"capacity_aware":"true"}`)
+		names := r.cfg.Policy.Names
+		if names.RequestSourceHeader != "" {
+			req.Header.Set(names.RequestSourceHeader, "loadgen")
+		}
+		if r.cfg.Client == ClientRetryAfter && spec.aware && names.MetadataHeader != "" {
+			// The Mapper declares its bulk semantic $match capacity-aware;
+			// a synthesized call is declared so always.
+			req.Header.Set(names.MetadataHeader, `{"`+names.AwareField+`":"true"}`)
 		}
 		return req, nil
 	}
@@ -419,4 +514,24 @@ func (u *userRun) record(kind string, rows int, d, at time.Duration, res client.
 			u.errs = append(u.errs, err.Error())
 		}
 	}
+}
+
+// lanes returns the lanes of the policy a call of kind takes (for the
+// client's pauses): the lanes of its route, those with only_if taken only
+// by a semantic call.
+func (r *run) lanes(kind string, semantic bool) []string {
+	route := r.cfg.Policy.RouteByLogName("$match")
+	if kind == KindRerank {
+		route = r.cfg.Policy.RouteByLogName("$rerank")
+	}
+	if route == nil {
+		return nil
+	}
+	var out []string
+	for _, l := range r.cfg.Policy.LanesOf(route) {
+		if l.OnlyIf == "" || semantic {
+			out = append(out, l.Name)
+		}
+	}
+	return out
 }

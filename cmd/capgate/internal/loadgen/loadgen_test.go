@@ -10,10 +10,12 @@ import (
 
 	"github.com/capgate/capgate"
 	"github.com/capgate/capgate/cmd/capgate/internal/loadgen"
+	"github.com/capgate/capgate/configtest"
 	capgatehttp "github.com/capgate/capgate/http"
 	"github.com/capgate/capgate/identity"
 	"github.com/capgate/capgate/memory"
 	"github.com/capgate/capgate/mock"
+	"github.com/capgate/capgate/settings"
 	"github.com/capgate/capgate/tools/simapi"
 )
 
@@ -21,22 +23,22 @@ import (
 type stack struct {
 	api   *simapi.API
 	gw    *httptest.Server
-	cfg   *capgate.FixedConfig
+	cfg   *settings.Fixed
 	lines *mock.Sink
 	users []loadgen.User
 }
 
-func newStack(t *testing.T, cfg capgate.Config) *stack {
+func newStack(t *testing.T, cfg settings.Config) *stack {
 	t.Helper()
 	var users []simapi.User
 	var lusers []loadgen.User
 	for _, u := range []struct {
 		name, group string
-		tier        capgate.Tier
+		tier        string
 	}{
-		{"core-1", "core_user", capgate.TierCore}, {"core-2", "core_user", capgate.TierCore},
-		{"early-1", "early_access", capgate.TierEarlyAccess}, {"early-2", "early_access", capgate.TierEarlyAccess},
-		{"preview-1", "", capgate.TierPreview}, {"preview-2", "", capgate.TierPreview},
+		{"core-1", "core_user", "core"}, {"core-2", "core_user", "core"},
+		{"early-1", "early_access", "early_access"}, {"early-2", "early_access", "early_access"},
+		{"preview-1", "", "preview"}, {"preview-2", "", "preview"},
 	} {
 		su := simapi.User{Token: u.name + "-token", Username: u.name}
 		if u.group != "" {
@@ -54,7 +56,7 @@ func newStack(t *testing.T, cfg capgate.Config) *stack {
 	}
 	up := httptest.NewServer(api)
 	t.Cleanup(up.Close)
-	fc := capgate.NewFixedConfig(cfg)
+	fc := settings.NewFixed(cfg)
 	lines := &mock.Sink{}
 	gate, err := capgate.NewGate(memory.New(nil), fc, lines, "task-a")
 	if err != nil {
@@ -74,15 +76,13 @@ func newStack(t *testing.T, cfg capgate.Config) *stack {
 	return &stack{api: api, gw: srv, cfg: fc, lines: lines, users: lusers}
 }
 
-func tight(mode capgate.Mode) capgate.Config {
-	c := capgate.DefaultConfig(mode)
-	c.EnforceFor = capgate.EnforceAware
-	c.APIHeavy = capgate.APIHeavy{Cluster: 4, PerTask: 4}
-	c.ReserveSingleRow = 1
-	c.ES2KNN = 3
-	c.Tiers = capgate.TierLimits{Staff: 4, Core: 2, EarlyAccess: 2, Preview: 1}
-	c.PerUser = capgate.TierLimits{Staff: 4, Core: 2, EarlyAccess: 1, Preview: 1}
-	c.RetryAfter = capgate.RetryAfter{Base: 1, Max: 2, Paused: 5}
+func tight(t testing.TB, mode settings.Mode) settings.Config {
+	c := settings.Default(nil, mode)
+	c.EnforceFor = settings.EnforceAware
+	configtest.SetNumbers(t, &c, "api_heavy.cluster", 4, "api_heavy.per_task", 4, "reserve_single_row", 1, "es2_knn", 3,
+		"tiers.staff", 4, "tiers.core", 2, "tiers.early_access", 2, "tiers.preview", 1,
+		"per_user.staff", 4, "per_user.core", 2, "per_user.early_access", 1, "per_user.preview", 1)
+	c.RetryAfter = settings.RetryAfter{Base: 1, Max: 2, Paused: 5}
 	c.Wait.MaxSeconds = 0 // these tests drive the client's handling of refusals
 	return c
 }
@@ -91,7 +91,7 @@ func TestEnforceUnderLoadFailsNoRowAndStaysFair(t *testing.T) {
 	if testing.Short() {
 		t.Skip("runs load for several seconds")
 	}
-	s := newStack(t, tight(capgate.ModeEnforce))
+	s := newStack(t, tight(t, settings.ModeEnforce))
 	rep, err := loadgen.Run(context.Background(), loadgen.Config{
 		BaseURL: s.gw.URL, Users: s.users, Duration: 10 * time.Second, Workers: 3, Grace: 15 * time.Second,
 		// Equal work for every user (bulk calls of 20 rows): the index then
@@ -136,7 +136,7 @@ func TestShadowThrottlesNothing(t *testing.T) {
 	if testing.Short() {
 		t.Skip("runs load for several seconds")
 	}
-	s := newStack(t, tight(capgate.ModeShadow))
+	s := newStack(t, tight(t, settings.ModeShadow))
 	rep, err := loadgen.Run(context.Background(), loadgen.Config{
 		BaseURL: s.gw.URL, Users: s.users, Duration: 3 * time.Second, Workers: 3,
 	}, nil)
@@ -177,9 +177,9 @@ func TestFairness(t *testing.T) {
 // A user whose calls are throttled (a paused lane outlasting the run)
 // waits the pause out: its workers don't spin on calls that end at once.
 func TestThrottledUserDoesNotSpin(t *testing.T) {
-	c := tight(capgate.ModeEnforce)
-	c.EnforceFor = capgate.EnforceAll
-	c.PerUser.Preview = 0
+	c := tight(t, settings.ModeEnforce)
+	c.EnforceFor = settings.EnforceAll
+	configtest.SetNumbers(t, &c, "per_user.preview", 0)
 	c.RetryAfter.Paused = 120
 	s := newStack(t, c)
 	rep, err := loadgen.Run(context.Background(), loadgen.Config{
@@ -189,7 +189,7 @@ func TestThrottledUserDoesNotSpin(t *testing.T) {
 		t.Fatal(err)
 	}
 	for _, u := range rep.Users {
-		if u.Tier != string(capgate.TierPreview) {
+		if u.Tier != "preview" {
 			continue
 		}
 		if u.Calls == 0 || u.Calls > 4 || u.RowsThrottled == 0 || u.RowsDone != 0 {

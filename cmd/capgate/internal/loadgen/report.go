@@ -112,7 +112,8 @@ type Report struct {
 	// busy ÷ (limit × makespan) is not a share of the lane's slots. The
 	// report then prints the note instead of the number.
 	UtilizationNote string
-	// Decisions counts the gateway's X-OCL-Capacity-Decision answers.
+	// Decisions counts the gateway's answers in its policy's Decision
+	// header.
 	Decisions map[string]int
 	// MaxSlowdown is the largest Slowdown among the users with the fewest
 	// calls (the light users; all users when demand is equal).
@@ -222,7 +223,11 @@ func (r *run) report() *Report {
 		t.Fairness = Fairness(rates[name])
 		rep.Tiers = append(rep.Tiers, *t)
 	}
-	for _, kind := range []string{KindBulk, KindSingle, KindRerank} {
+	kinds := r.kinds
+	if kinds == nil {
+		kinds = Kinds(r.cfg)
+	}
+	for _, kind := range kinds {
 		d := lat[kind]
 		slices.Sort(d)
 		if len(d) == 0 {

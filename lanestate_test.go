@@ -5,8 +5,11 @@ import (
 	"testing"
 
 	"github.com/capgate/capgate"
+	"github.com/capgate/capgate/configtest"
+	"github.com/capgate/capgate/lanetest"
 	"github.com/capgate/capgate/memory"
 	"github.com/capgate/capgate/mock"
+	"github.com/capgate/capgate/settings"
 	"github.com/capgate/capgate/status"
 )
 
@@ -16,8 +19,8 @@ func TestReadLanesScansNothing(t *testing.T) {
 	ctx := t.Context()
 	base := memory.New(nil)
 	store := &mock.LaneStore{Base: base}
-	cfg := capgate.DefaultConfig(capgate.ModeShadow)
-	src := capgate.NewFixedConfig(cfg)
+	cfg := settings.Default(nil, settings.ModeShadow)
+	src := settings.NewFixed(cfg)
 	g1, err := capgate.NewGate(store, src, nil, "task-1")
 	if err != nil {
 		t.Fatal(err)
@@ -26,7 +29,7 @@ func TestReadLanesScansNothing(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	call := capgate.Call{Endpoint: capgate.EndpointMatch, Rows: 1, Semantic: true, UserID: "pam", Tier: capgate.TierCore}
+	call := lanetest.OCLCall("match", 1, true, false, "pam", "core")
 	a1, a2 := g1.Admit(ctx, call), g2.Admit(ctx, call)
 	defer a1.Release(ctx)
 	defer a2.Release(ctx)
@@ -40,22 +43,25 @@ func TestReadLanesScansNothing(t *testing.T) {
 	if scans != 0 {
 		t.Errorf("ReadLanes listed keys %d times, want none", scans)
 	}
-	if st.Store != status.OK || st.APIHeavy.InFlight != 2 || st.ES2KNN.InFlight != 2 || st.Tiers[string(capgate.TierCore)].InFlight != 2 {
+	if st.Store != status.OK || lanetest.SharedLane(t, st, "api_heavy").InFlight != 2 || lanetest.SharedLane(t, st, "es2_knn").InFlight != 2 ||
+		lanetest.Entries(t, st, "tier")["core"].InFlight != 2 {
 		t.Errorf("ReadLanes: %+v; want 2 in flight on api_heavy, es2_knn and tier core", st)
 	}
-	if want := (status.Lane{InFlight: 1, Limit: cfg.APIHeavy.PerTask}); len(st.Tasks) != 1 || st.Tasks["task-1"] != want {
-		t.Errorf("ReadLanes tasks %v, want only task-1: %+v", st.Tasks, want)
+	tasks := lanetest.Entries(t, st, "api_heavy_task")
+	if want := (status.Lane{InFlight: 1, Limit: configtest.Number(t, cfg, "api_heavy.per_task")}); len(tasks) != 1 || tasks["task-1"] != want {
+		t.Errorf("ReadLanes tasks %v, want only task-1: %+v", tasks, want)
 	}
-	if len(st.Users) != 0 {
-		t.Errorf("ReadLanes users %v, want none", st.Users)
+	if users := lanetest.Entries(t, st, "user"); len(users) != 0 {
+		t.Errorf("ReadLanes users %v, want none", users)
 	}
 	full := g1.Status(ctx, cfg)
-	if scans != 2 || len(full.Tasks) != 2 || full.Users["pam"].InFlight != 2 {
-		t.Errorf("Status: %d scans, tasks %v, users %v; want 2 scans, both tasks, pam with 2", scans, full.Tasks, full.Users)
+	tasks, users := lanetest.Entries(t, full, "api_heavy_task"), lanetest.Entries(t, full, "user")
+	if scans != 2 || len(tasks) != 2 || users["pam"].InFlight != 2 {
+		t.Errorf("Status: %d scans, tasks %v, users %v; want 2 scans, both tasks, pam with 2", scans, tasks, users)
 	}
 
 	store.CountFn = func(context.Context, []string, []int) error { return context.DeadlineExceeded }
-	if st := g1.ReadLanes(ctx, cfg); st.Store == status.OK || st.APIHeavy != nil {
+	if st := g1.ReadLanes(ctx, cfg); st.Store == status.OK || len(st.Shared) != 0 || len(st.Keyed) != 0 {
 		t.Errorf("ReadLanes with a failing store: %+v; want the error and no lanes", st)
 	}
 }

@@ -1,32 +1,42 @@
-package capgate_test
+package settings_test
 
 import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"reflect"
 	"slices"
 	"strings"
 	"testing"
 
-	"github.com/capgate/capgate"
 	"github.com/capgate/capgate/configtest"
+	"github.com/capgate/capgate/policy"
+	"github.com/capgate/capgate/settings"
 )
 
 func TestDefaultConfig(t *testing.T) {
-	got := capgate.DefaultConfig(capgate.ModeShadow)
-	want := capgate.Config{
+	got := settings.Default(nil, settings.ModeShadow)
+	want := settings.Config{
 		Mode: "shadow", EnforceFor: "aware",
-		APIHeavy: capgate.APIHeavy{Cluster: 4, PerTask: 4}, ES2KNN: 3, ReserveSingleRow: 1,
-		Tiers:        capgate.TierLimits{Staff: 4, Core: 4, EarlyAccess: 3, Preview: 2},
-		PerUser:      capgate.TierLimits{Staff: 4, Core: 3, EarlyAccess: 2, Preview: 1},
 		LeaseSeconds: 60, RenewSeconds: 20, MaxHoldSeconds: 900,
-		RetryAfter:   capgate.RetryAfter{Policy: "adaptive", Base: 5, Max: 30, Paused: 120},
-		Wait:         capgate.Wait{MaxSeconds: 20, MaxWaiting: 200, MaxWaitingPerUser: 20},
+		RetryAfter:   settings.RetryAfter{Policy: "adaptive", Base: 5, Max: 30, Paused: 120},
+		Wait:         settings.Wait{MaxSeconds: 20, MaxWaiting: 200, MaxWaitingPerUser: 20},
 		Unidentified: 1,
-		Idempotency:  capgate.Idempotency{Mode: "off", TTLSeconds: 300, MaxAnswerKiB: 1024, MaxTotalMiB: 64},
+		Idempotency:  settings.Idempotency{Mode: "off", TTLSeconds: 300, MaxAnswerKiB: 1024, MaxTotalMiB: 64},
 	}
-	if got != want {
-		t.Fatalf("DefaultConfig = %+v, want %+v", got, want)
+	if g := configtest.Exported(got); !reflect.DeepEqual(g, want) {
+		t.Fatalf("Default = %+v, want %+v", g, want)
+	}
+	wantNumbers := map[string]int{
+		"api_heavy.cluster": 4, "api_heavy.per_task": 4, "es2_knn": 3, "reserve_single_row": 1,
+		"tiers.staff": 4, "tiers.core": 4, "tiers.early_access": 3, "tiers.preview": 2,
+		"per_user.staff": 4, "per_user.core": 3, "per_user.early_access": 2, "per_user.preview": 1,
+	}
+	if got, want := configtest.Numbers(got), wantNumbers; !reflect.DeepEqual(got, want) {
+		t.Fatalf("Default's lane numbers = %v, want %v", got, want)
+	}
+	if got.Policy() != policy.OCL() {
+		t.Fatalf("Default's policy = %s, want OCL's", got.Policy().Name)
 	}
 	if _, _, err := got.Apply(nil); err != nil {
 		t.Fatalf("the defaults are invalid: %v", err)
@@ -34,23 +44,23 @@ func TestDefaultConfig(t *testing.T) {
 }
 
 func TestDefaultConfigMode(t *testing.T) {
-	for boot, want := range map[capgate.Mode]capgate.Mode{
+	for boot, want := range map[settings.Mode]settings.Mode{
 		"off": "off", "enforce": "enforce", "shadow": "shadow", "loud": "shadow", "": "shadow",
 	} {
-		if got := capgate.DefaultConfig(boot).Mode; got != want {
-			t.Errorf("DefaultConfig(%q).Mode = %q, want %q", boot, got, want)
+		if got := settings.Default(nil, boot).Mode; got != want {
+			t.Errorf("Default(nil, %q).Mode = %q, want %q", boot, got, want)
 		}
 	}
 }
 
 // applyProblems applies change to c and returns the messages of the
 // *ValidationError it fails with; none when it succeeds.
-func applyProblems(c capgate.Config, change capgate.Patch) []string {
+func applyProblems(c settings.Config, change settings.Patch) []string {
 	_, _, err := c.Apply(change)
 	if err == nil {
 		return nil
 	}
-	verr, ok := errors.AsType[*capgate.ValidationError](err)
+	verr, ok := errors.AsType[*settings.ValidationError](err)
 	if !ok {
 		return []string{fmt.Sprintf("not a *ValidationError: %v", err)}
 	}
@@ -58,7 +68,7 @@ func applyProblems(c capgate.Config, change capgate.Patch) []string {
 }
 
 func TestApply(t *testing.T) {
-	base := capgate.DefaultConfig(capgate.ModeShadow)
+	base := settings.Default(nil, settings.ModeShadow)
 	change := configtest.Doc(t, `{"tiers":{"preview":1},"mode":"off","es2_knn":3}`)
 	changeText := configtest.JSON(t, change)
 	got, changes, err := base.Apply(change)
@@ -66,23 +76,24 @@ func TestApply(t *testing.T) {
 		t.Fatal(err)
 	}
 	want := base
-	want.Mode, want.Tiers.Preview = capgate.ModeOff, 1
-	if got != want {
+	want.Mode = settings.ModeOff
+	configtest.SetNumbers(t, &want, "tiers.preview", 1)
+	if !configtest.Same(got, want) {
 		t.Errorf("Apply = %+v; want %+v", got, want)
 	}
 	if g, w := configtest.JSON(t, changes), `{"mode":["shadow","off"],"tiers.preview":[2,1]}`; g != w {
 		t.Errorf("Apply changes = %s; want %s", g, w)
 	}
-	if configtest.JSON(t, change) != changeText || base != capgate.DefaultConfig(capgate.ModeShadow) {
+	if configtest.JSON(t, change) != changeText || !configtest.Same(base, settings.Default(nil, settings.ModeShadow)) {
 		t.Errorf("Apply modified its inputs: change %s", configtest.JSON(t, change))
 	}
-	if same, changes, err := got.Apply(change); err != nil || same != got || changes == nil || len(changes) != 0 {
+	if same, changes, err := got.Apply(change); err != nil || !configtest.Same(same, got) || changes == nil || len(changes) != 0 {
 		t.Errorf("Apply again = %+v, %v, %v; want the same config and empty, non-nil changes", same, changes, err)
 	}
 
-	bad, changes, err := base.Apply(capgate.Patch{"es2_knn": -1, "bogus": 1})
-	verr, ok := errors.AsType[*capgate.ValidationError](err)
-	if !ok || !errors.Is(err, capgate.ErrInvalidConfig) || bad != (capgate.Config{}) || changes != nil {
+	bad, changes, err := base.Apply(settings.Patch{"es2_knn": -1, "bogus": 1})
+	verr, ok := errors.AsType[*settings.ValidationError](err)
+	if !ok || !errors.Is(err, settings.ErrInvalid) || !configtest.Same(bad, settings.Config{}) || changes != nil {
 		t.Fatalf("Apply(invalid) = %+v, %v, %v; want the zero Config, nil changes and a *ValidationError", bad, changes, err)
 	}
 	wantMsgs := []string{`"es2_knn" must be a whole number from 0 to 100000.`, `Unknown setting "bogus".`}
@@ -153,7 +164,7 @@ func TestApplyRejects(t *testing.T) {
 			`"lease_seconds" (14) must be at least 15.`, renew(5, 14),
 		}},
 	}
-	defaults := capgate.DefaultConfig(capgate.ModeShadow)
+	defaults := settings.Default(nil, settings.ModeShadow)
 	for _, tt := range tests {
 		got := applyProblems(defaults, configtest.Doc(t, tt.change))
 		if !slices.Equal(got, tt.want) {
@@ -163,8 +174,8 @@ func TestApplyRejects(t *testing.T) {
 }
 
 func TestApplyAccepts(t *testing.T) {
-	defaults := capgate.DefaultConfig(capgate.ModeShadow)
-	for _, change := range []capgate.Patch{
+	defaults := settings.Default(nil, settings.ModeShadow)
+	for _, change := range []settings.Patch{
 		{"es2_knn": json.Number("0")},
 		{"es2_knn": json.Number("-0")},
 		{"es2_knn": json.Number("100000")},
@@ -184,7 +195,7 @@ func TestApplyAccepts(t *testing.T) {
 	// Values a Go caller may build that JSON text can't hold.
 	for _, v := range []any{7.0, json.Number("03"), json.Number("-"), json.Number(""), json.Number("3.0"),
 		json.Number("+3"), uint64(1 << 63), int64(-1), "7"} {
-		errs := applyProblems(defaults, capgate.Patch{"es2_knn": v})
+		errs := applyProblems(defaults, settings.Patch{"es2_knn": v})
 		if !slices.Equal(errs, []string{`"es2_knn" must be a whole number from 0 to 100000.`}) {
 			t.Errorf("Apply with es2_knn %#v = %q, want the whole-number error", v, errs)
 		}

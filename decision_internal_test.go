@@ -3,19 +3,29 @@ package capgate
 import (
 	"slices"
 	"testing"
+
+	"github.com/capgate/capgate/policy"
+	"github.com/capgate/capgate/settings"
 )
 
+// lanes returns the lanes of a semantic $match under the OCL policy, in
+// plan order, with the given limits.
 func lanes(limits ...int) []Lane {
-	names := []LaneName{LaneAPIHeavy, LaneTask, LaneES2KNN, LaneTier, LaneUser}
+	names := []string{"api_heavy", "api_heavy_task", "es2_knn", "tier", "user"}
 	out := make([]Lane, len(limits))
 	for i, l := range limits {
-		out[i] = Lane{Name: names[i], Key: string(names[i]), Limit: l}
+		out[i] = oclLane(names[i], l)
 	}
 	return out
 }
 
+// oclLane returns the OCL policy's lane name with limit.
+func oclLane(name string, limit int) Lane {
+	return Lane{Name: LaneName(name), Key: name, Limit: limit, Spec: policy.OCL().Lane(name)}
+}
+
 func TestFullScopeRetryAfter(t *testing.T) {
-	ra := RetryAfter{Base: 5, Max: 30, Paused: 120}
+	ra := settings.RetryAfter{Base: 5, Max: 30, Paused: 120}
 	cases := []struct {
 		name      string
 		limits    []int

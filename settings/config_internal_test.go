@@ -1,16 +1,37 @@
-package capgate
+package settings
 
 import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"reflect"
 	"slices"
 	"strings"
 	"testing"
 
 	"github.com/capgate/capgate/internal/jsontree"
+	"github.com/capgate/capgate/policy"
 	"github.com/capgate/capgate/tune"
 )
+
+// ocl returns the schema of the built-in OCL policy, whose keys these
+// tests name.
+func ocl() *schema { return schemaOf(policy.OCL()) }
+
+// same reports whether two configs are equal (Config has slices and a map:
+// no ==).
+func same(a, b Config) bool { return reflect.DeepEqual(a, b) }
+
+// setNumbers sets the lane numbers of kv (key, value, key, value...) on c,
+// failing tb on a key the policy does not have.
+func setNumbers(tb testing.TB, c *Config, kv ...any) {
+	tb.Helper()
+	for i := 0; i < len(kv); i += 2 {
+		if err := c.SetNumber(kv[i].(string), kv[i+1].(int)); err != nil {
+			tb.Fatal(err)
+		}
+	}
+}
 
 // doc parses a JSON literal for a test, failing it on bad JSON.
 func doc(tb testing.TB, s string) map[string]any {
@@ -37,7 +58,7 @@ func jsonText(tb testing.TB, v any) string {
 }
 
 func TestValidateMissing(t *testing.T) {
-	got := validate(map[string]any{})
+	got := ocl().validate(map[string]any{})
 	want := []string{
 		`"mode" is required.`, `"enforce_for" is required.`, `"api_heavy" is required.`,
 		`"es2_knn" is required.`, `"reserve_single_row" is required.`, `"tiers" is required.`,
@@ -48,9 +69,9 @@ func TestValidateMissing(t *testing.T) {
 	if !slices.Equal(got, want) {
 		t.Fatalf("validate({})\n got %q\nwant %q", got, want)
 	}
-	d := DefaultConfig(ModeShadow).Doc()
+	d := Default(nil, ModeShadow).Doc()
 	d["tiers"] = map[string]any{"staff": 1}
-	got = validate(d)
+	got = ocl().validate(d)
 	want = []string{`"tiers.core" is required.`, `"tiers.early_access" is required.`, `"tiers.preview" is required.`}
 	if !slices.Equal(got, want) {
 		t.Fatalf("validate(partial tiers)\n got %q\nwant %q", got, want)
@@ -63,7 +84,7 @@ func TestValidateNotAnObject(t *testing.T) {
 		if err != nil {
 			t.Fatalf("Parse(%s): %v", s, err)
 		}
-		if got := validate(v); !slices.Equal(got, []string{"config must be an object."}) {
+		if got := ocl().validate(v); !slices.Equal(got, []string{"config must be an object."}) {
 			t.Errorf("validate(%s) = %q", s, got)
 		}
 	}
@@ -72,7 +93,7 @@ func TestValidateNotAnObject(t *testing.T) {
 // TestChangesOfASave follows the original implementation: the
 // changes a PATCH and a PUT report.
 func TestChangesOfASave(t *testing.T) {
-	defaults := DefaultConfig(ModeShadow).Doc()
+	defaults := Default(nil, ModeShadow).Doc()
 	saved := jsontree.Merge(defaults, doc(t, `{"tiers":{"preview":1},"mode":"off"}`), false)
 	if got, want := jsonText(t, jsontree.Diff(defaults, saved)), `{"mode":["shadow","off"],"tiers.preview":[2,1]}`; got != want {
 		t.Errorf("PATCH changes = %s, want %s", got, want)
@@ -85,8 +106,8 @@ func TestChangesOfASave(t *testing.T) {
 }
 
 func TestConfigDocRoundTrip(t *testing.T) {
-	want := DefaultConfig(ModeEnforce)
-	want.Tiers.Preview = 0
+	want := Default(nil, ModeEnforce)
+	setNumbers(t, &want, "tiers.preview", 0)
 	want.RetryAfter.Max = 12
 	d := want.Doc()
 	if n, ok := d["es2_knn"].(json.Number); !ok || n != "3" {
@@ -96,25 +117,25 @@ func TestConfigDocRoundTrip(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	got, errs := configFromDoc(parsed)
-	if len(errs) != 0 || got != want {
-		t.Fatalf("configFromDoc(Doc()) = %+v, %q; want %+v", got, errs, want)
+	got, errs := ocl().fromDoc(parsed)
+	if len(errs) != 0 || !same(got, want) {
+		t.Fatalf("fromDoc(Doc()) = %+v, %q; want %+v", got, errs, want)
 	}
-	if got, errs := configFromDoc(map[string]any{"mode": "off"}); len(errs) == 0 || got != (Config{}) {
-		t.Fatalf("configFromDoc(invalid) = %+v, %q; want the zero Config and errors", got, errs)
+	if got, errs := ocl().fromDoc(map[string]any{"mode": "off"}); len(errs) == 0 || !same(got, Config{}) {
+		t.Fatalf("fromDoc(invalid) = %+v, %q; want the zero Config and errors", got, errs)
 	}
 }
 
 func TestOverlay(t *testing.T) {
-	defaults := DefaultConfig(ModeShadow)
-	if got, err := defaults.Overlay(nil); err != nil || got != defaults {
+	defaults := Default(nil, ModeShadow)
+	if got, err := defaults.Overlay(nil); err != nil || !same(got, defaults) {
 		t.Errorf("Overlay(nil) = %+v, %v; want the defaults", got, err)
 	}
 	stored := doc(t, `{"retired_setting":1,"es2_knn":5,"tiers":{"preview":1,"gold":9}}`)
 	storedText := jsonText(t, stored)
 	want := defaults
-	want.ES2KNN, want.Tiers.Preview = 5, 1
-	if got, err := defaults.Overlay(stored); err != nil || got != want {
+	setNumbers(t, &want, "es2_knn", 5, "tiers.preview", 1)
+	if got, err := defaults.Overlay(stored); err != nil || !same(got, want) {
 		t.Errorf("Overlay(%s) = %+v, %v; want %+v", storedText, got, err, want)
 	}
 	if jsonText(t, stored) != storedText {
@@ -128,8 +149,8 @@ func TestOverlay(t *testing.T) {
 	}
 
 	got, err := defaults.Overlay(doc(t, `{"es2_knn":-1,"lease_seconds":10}`))
-	if got != defaults || !errors.Is(err, ErrInvalidConfig) {
-		t.Fatalf("Overlay(invalid) = %+v, %v; want the defaults and ErrInvalidConfig", got, err)
+	if !same(got, defaults) || !errors.Is(err, ErrInvalid) {
+		t.Fatalf("Overlay(invalid) = %+v, %v; want the defaults and ErrInvalid", got, err)
 	}
 	wantErr := `capacity config is invalid ("es2_knn" must be a whole number from 0 to 100000.); using the defaults`
 	if err.Error() != wantErr {
@@ -142,22 +163,29 @@ func TestOverlay(t *testing.T) {
 func configProblems(c Config) []string {
 	var p []string
 	numbers := map[string]int{
-		"cluster": c.APIHeavy.Cluster, "per_task": c.APIHeavy.PerTask, "es2_knn": c.ES2KNN,
-		"reserve": c.ReserveSingleRow, "lease": c.LeaseSeconds, "renew": c.RenewSeconds,
+		"lease": c.LeaseSeconds, "renew": c.RenewSeconds,
 		"max_hold": c.MaxHoldSeconds, "base": c.RetryAfter.Base, "max": c.RetryAfter.Max,
 		"paused": c.RetryAfter.Paused, "wait.max_seconds": c.Wait.MaxSeconds,
 		"wait.max_waiting": c.Wait.MaxWaiting, "wait.max_waiting_per_user": c.Wait.MaxWaitingPerUser,
 	}
-	for _, tier := range AllTiers() {
-		numbers["tiers."+string(tier)] = c.Tiers.of(tier)
-		numbers["per_user."+string(tier)] = c.PerUser.of(tier)
+	// The OCL lane numbers, named apart from the schema that reads them.
+	laneKeys := []string{"api_heavy.cluster", "api_heavy.per_task", "es2_knn", "reserve_single_row"}
+	for _, tier := range []string{"staff", "core", "early_access", "preview"} {
+		laneKeys = append(laneKeys, "tiers."+tier, "per_user."+tier)
+	}
+	for _, k := range laneKeys {
+		n, ok := c.Number(k)
+		if !ok {
+			p = append(p, fmt.Sprintf("no lane number %s", k))
+		}
+		numbers[k] = n
 	}
 	for name, n := range numbers {
 		if n < 0 || n > 100000 {
 			p = append(p, fmt.Sprintf("%s = %d", name, n))
 		}
 	}
-	if c.ReserveSingleRow > c.APIHeavy.Cluster {
+	if numbers["reserve_single_row"] > numbers["api_heavy.cluster"] {
 		p = append(p, "reserve > cluster")
 	}
 	if c.LeaseSeconds < 15 {
@@ -209,7 +237,7 @@ func badNumbers(v any, path string) []string {
 }
 
 func FuzzValidate(f *testing.F) {
-	f.Add([]byte(jsonText(f, DefaultConfig(ModeShadow).Doc())))
+	f.Add([]byte(jsonText(f, Default(nil, ModeShadow).Doc())))
 	f.Add([]byte(`{}`))
 	f.Add([]byte(`[1]`))
 	f.Add([]byte(`{"mode":"enforce","enforce_for":"all","api_heavy":{"cluster":1,"per_task":0},"es2_knn":0,` +
@@ -222,13 +250,13 @@ func FuzzValidate(f *testing.F) {
 		if err != nil {
 			return
 		}
-		errs := validate(doc)
-		if again := validate(doc); !slices.Equal(errs, again) {
+		errs := ocl().validate(doc)
+		if again := ocl().validate(doc); !slices.Equal(errs, again) {
 			t.Fatalf("validate is not deterministic: %q then %q", errs, again)
 		}
-		c, fromErrs := configFromDoc(doc)
+		c, fromErrs := ocl().fromDoc(doc)
 		if !slices.Equal(errs, fromErrs) {
-			t.Fatalf("configFromDoc errors %q, validate %q", fromErrs, errs)
+			t.Fatalf("fromDoc errors %q, validate %q", fromErrs, errs)
 		}
 		if len(errs) > 0 {
 			return
@@ -245,19 +273,25 @@ func FuzzValidate(f *testing.F) {
 	})
 }
 
-// The "adaptive" object's keys are package tune's; the root looks a
-// setting up by LaneName. They must name the same lanes.
+// The "adaptive" object's keys are the lanes tune.ParseSettings is given
+// (the policy's shared lanes); the gate looks a setting up by lane name
+// (tune.Settings.Lane). They must name the same lanes: for OCL, the three
+// lanes the adaptive limits have always been for.
 func TestAdaptiveLanesAreTunesKeys(t *testing.T) {
-	for i, name := range adaptiveLanes {
-		a, errs := tune.ParseSettings(doc(t, fmt.Sprintf(`{%q: {"mode": "advise", "min": %d, "max": 10}}`, name, i+1)))
+	lanes := ocl().adaptive
+	if want := []string{"api_heavy", "api_heavy_task", "es2_knn"}; !slices.Equal(lanes, want) {
+		t.Fatalf("adaptive lanes = %q, want %q", lanes, want)
+	}
+	for i, name := range lanes {
+		a, errs := tune.ParseSettings(doc(t, fmt.Sprintf(`{%q: {"mode": "advise", "min": %d, "max": 10}}`, name, i+1)), lanes)
 		if len(errs) > 0 {
 			t.Fatalf("adaptive %s: %v", name, errs)
 		}
 		want := tune.LaneSettings{Mode: tune.Advise, Min: i + 1, Max: 10}
-		if got := adaptiveLane(a, name); got != want {
-			t.Errorf("adaptiveLane(%s) = %+v; want %+v", name, got, want)
+		if got := a.Lane(name); got != want {
+			t.Errorf("Lane(%s) = %+v; want %+v", name, got, want)
 		}
-		if d := a.Doc(); len(d) != 1 || d[string(name)] == nil {
+		if d := a.Doc(); len(d) != 1 || d[name] == nil {
 			t.Errorf("Doc() = %v; want only %s", d, name)
 		}
 	}

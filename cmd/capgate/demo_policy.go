@@ -1,0 +1,93 @@
+package main
+
+// The demo under a policy of its own (capgate demo --policy): what of it
+// the policy decides.
+
+import (
+	"encoding/json"
+	"fmt"
+	"net/http"
+	"os"
+	"strings"
+
+	"github.com/capgate/capgate/policy"
+	"github.com/capgate/capgate/settings"
+	"github.com/capgate/capgate/tools/simapi"
+)
+
+// demoUpstream is the demo's simulated API: the OCL one (simapi.API) under
+// the built-in policy, simapi.Generic under another.
+type demoUpstream interface {
+	http.Handler
+	// TakeWindow returns what the API saw since the last call.
+	TakeWindow() simapi.Window
+	// Load returns the heavy calls running now and those failed so far.
+	Load() (inFlight, failed int)
+}
+
+// demoCapacity is the knee of the demo's API: the default limit of the
+// policy's first cluster lane with one limit (the built-in policy's
+// api_heavy.cluster), else 4.
+func demoCapacity(cfg settings.Config) int {
+	for i, l := range cfg.Policy().Lanes {
+		if l.Scope == policy.ScopeCluster && l.Limit.PerTier == nil {
+			if n := cfg.Limit(i, -1); n > 0 {
+				return n
+			}
+		}
+	}
+	return 4
+}
+
+// demoUnit names what a user's call counts for in the summary: the units
+// field of the policy's routes (the built-in policy's "rows"), "units" when
+// they differ, "calls" when no route has one.
+func demoUnit(p *policy.Policy) string {
+	unit := ""
+	for _, r := range p.Routes {
+		switch {
+		case r.Units == "":
+		case unit == "":
+			unit = r.Units
+		case unit != r.Units:
+			return "units"
+		}
+	}
+	if unit == "" {
+		return "calls"
+	}
+	return unit
+}
+
+// laneLimits writes each lane's limit in force: "cluster 8, model 2, user
+// free 1 / pro 3"; a lane with a reserve as heavyLimit does.
+func laneLimits(cfg settings.Config) string {
+	p := cfg.Policy()
+	var parts []string
+	for i, l := range p.Lanes {
+		if l.Limit.PerTier == nil {
+			n := cfg.Limit(i, -1)
+			parts = append(parts, l.Name+" "+heavyLimit(n, max(n-cfg.Reserve(i), 0)))
+			continue
+		}
+		var tiers []string
+		for t, tier := range p.Tiers() {
+			tiers = append(tiers, fmt.Sprintf("%s %d", tier, cfg.Limit(i, t)))
+		}
+		parts = append(parts, l.Name+" "+strings.Join(tiers, " / "))
+	}
+	return strings.Join(parts, ", ")
+}
+
+// writeTokens writes users as a tokens file (capgate serve --identity
+// tokens).
+func writeTokens(path string, users []simapi.User) error {
+	b, err := json.MarshalIndent(users, "", "  ")
+	if err != nil {
+		return err
+	}
+	if err := os.WriteFile(path, append(b, '\n'), 0o600); err != nil {
+		return fmt.Errorf("demo tokens file: %w", err)
+	}
+	return nil
+}

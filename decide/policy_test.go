@@ -1,0 +1,91 @@
+package decide_test
+
+import (
+	"encoding/json"
+	"io"
+	"strings"
+	"testing"
+
+	"github.com/capgate/capgate/policy"
+	"github.com/capgate/capgate/settings"
+)
+
+// inferencePolicy is examples/inference/policy.yaml.
+func inferencePolicy(t *testing.T) *policy.Policy {
+	t.Helper()
+	p, err := policy.Load("../examples/inference/policy.yaml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	return p
+}
+
+// An app names the call by its route and fields; the service plans the
+// policy's lanes: a model's lane is keyed by the field, and the answer's
+// headers and 429 are the policy's names.
+func TestRouteAndFieldsOfAPolicy(t *testing.T) {
+	p := inferencePolicy(t)
+	e := newEnv(t, "", func(c *settings.Config) {
+		d := settings.Default(p, settings.ModeEnforce)
+		d.EnforceFor, d.Wait.MaxSeconds = settings.EnforceAll, 0
+		*c = d
+	})
+	body := func(user, model string) string {
+		return `{"user":"` + user + `","groups":["pro"],"route":"chat","fields":{"model":"` + model + `"}}`
+	}
+	a := e.post(t, t.Context(), body("ann", "large"), "")
+	b := e.post(t, t.Context(), body("bob", "large"), "")
+	for _, s := range []*stream{a, b} {
+		if s.d.Decision != "admitted" || !s.d.Held {
+			t.Fatalf("%+v: want admitted and held", s.d)
+		}
+	}
+	if got := a.d.Headers["Capgate-Decision"]; got != "admitted" {
+		t.Errorf("headers %v: want Capgate-Decision admitted", a.d.Headers)
+	}
+	// The model lane (2) is full for "large", not for "small".
+	c := e.post(t, t.Context(), body("cy", "large"), "")
+	if c.d.Decision != "refused" || c.d.Status != 429 {
+		t.Fatalf("third call of a model: %+v; want refused, 429", c.d)
+	}
+	var refusal map[string]any
+	if err := json.Unmarshal(c.d.Body, &refusal); err != nil || refusal["scope"] != "model" ||
+		refusal["error_code"] != "capacity_exceeded" || !strings.HasPrefix(refusal["detail"].(string), "The API is busy.") {
+		t.Errorf("429 body %s (%v); want scope model in the policy's words", c.d.Body, err)
+	}
+	if d := e.post(t, t.Context(), body("cy", "small"), ""); d.d.Decision != "admitted" {
+		t.Errorf("another model: %+v; want admitted", d.d)
+	}
+	counts := make([]int, 1)
+	if err := e.store.Count(t.Context(), []string{"capgate:model:large"}, counts); err != nil || counts[0] != 2 {
+		t.Errorf("capgate:model:large holds %d (%v); want 2 (the policy's key prefix and the field's value)", counts[0], err)
+	}
+	a.close()
+	b.close()
+}
+
+// A route or field the policy lacks, or a field of the wrong type, is
+// refused with a message naming what is valid; "endpoint" names a route
+// by its log name (the first protocol's word).
+func TestRouteAndFieldsRefused(t *testing.T) {
+	p := inferencePolicy(t)
+	e := newEnv(t, "", func(c *settings.Config) { *c = settings.Default(p, settings.ModeEnforce) })
+	for _, tc := range []struct{ body, want string }{
+		{`{"user":"u","route":"chats"}`, `\"route\" \"chats\": want \"chat\", \"completions\" or \"embeddings\"`},
+		{`{"user":"u","endpoint":"$match","rows":1}`, `\"endpoint\" \"$match\": want \"chat\", \"completions\" or \"embeddings\"`},
+		{`{"user":"u"}`, `\"route\" is required`},
+		{`{"user":"u","route":"chat","endpoint":"chat"}`, `not both`},
+		{`{"user":"u","route":"chat","fields":{"modl":"x"}}`, `route \"chat\" has no such field (its fields: model)`},
+		{`{"user":"u","route":"chat","fields":{"model":3}}`, `\"fields.model\" must be a string`},
+		{`{"user":"u","route":"chat","tier":"gold"}`, `want one of [pro free]`},
+	} {
+		s := e.post(t, t.Context(), tc.body, "")
+		b, _ := io.ReadAll(s.resp.Body)
+		if s.resp.StatusCode != 400 || !strings.Contains(string(b), tc.want) {
+			t.Errorf("%s: %d %s; want 400 containing %s", tc.body, s.resp.StatusCode, b, tc.want)
+		}
+	}
+	if s := e.post(t, t.Context(), `{"user":"u","endpoint":"chat","fields":{"model":"m"}}`, ""); s.d.Decision != "admitted" {
+		t.Errorf("endpoint naming a route by its log name: %+v; want admitted", s.d)
+	}
+}

@@ -1,0 +1,148 @@
+package capgate
+
+import (
+	"errors"
+
+	"github.com/capgate/capgate/policy"
+	"github.com/capgate/capgate/settings"
+)
+
+// The pure part of a decision: which lanes are full, which one is reported,
+// how long to wait and how many calls to keep in flight. No I/O here.
+
+// laneSet is a set of lane indexes; a call has at most policy.MaxLanes.
+type laneSet uint32
+
+func (s laneSet) has(i int) bool { return s&(1<<i) != 0 }
+func (s laneSet) empty() bool    { return s == 0 }
+
+// decide returns the decision of a call whose lanes full were full before
+// it, given whether the store took its leases. A store that took none
+// though no lane was full broke its contract: that is an error, and the
+// call is counted as unavailable.
+func decide(full laneSet, taken bool) (Decision, error) {
+	switch {
+	case full.empty() && !taken:
+		return DecisionNone, errors.New("the store took no lease though no lane was full")
+	case full.empty():
+		return DecisionAdmitted, nil
+	case taken:
+		return DecisionShadowRefused, nil
+	default:
+		return DecisionRefused, nil
+	}
+}
+
+// fullLanes returns the lanes where the call's seats don't fit beside the
+// count before it (for a call of one seat: the count reached the limit); a
+// limit of 0 is always full.
+func fullLanes(lanes []Lane, before []int) laneSet {
+	var s laneSet
+	for i, l := range lanes {
+		if before[i]+l.seats() > l.Limit {
+			s |= 1 << i
+		}
+	}
+	return s
+}
+
+// seats returns what the call takes of l: at least 1 (a Lane built by hand
+// has none set).
+func (l Lane) seats() int { return max(l.Seats, 1) }
+
+// paused reports whether l admits no call: a limit of 0 and nothing to
+// borrow (a lane that lends may still admit a call on a borrowed seat).
+func (l Lane) paused() bool { return l.Limit <= 0 && l.Borrow.Key == "" }
+
+// scopeOf returns the lane reported for a refusal: the first full lane
+// whose limit is 0 (a paused lane wins), else the first full lane; -1 when
+// none is full.
+func scopeOf(lanes []Lane, full laneSet) int {
+	first := -1
+	for i, l := range lanes {
+		if !full.has(i) {
+			continue
+		}
+		if l.paused() {
+			return i
+		}
+		if first < 0 {
+			first = i
+		}
+	}
+	return first
+}
+
+// retryAfterSeconds returns Retry-After for a call that found lanes full:
+// retry_after.paused if any full lane is paused, else base × the most seats
+// ahead in a full lane (count before + the call's seats − limit: for a
+// call of one seat, the calls ahead), capped at max.
+func retryAfterSeconds(ra settings.RetryAfter, lanes []Lane, before []int, full laneSet) int {
+	ahead := 0
+	for i, l := range lanes {
+		if !full.has(i) {
+			continue
+		}
+		if l.paused() {
+			return ra.Paused
+		}
+		ahead = max(ahead, before[i]+l.seats()-l.Limit)
+	}
+	return min(ra.Max, ra.Base*ahead)
+}
+
+// suggestedConcurrency returns how many calls the user should keep in
+// flight now, given the counts including this call (nil when unknown): the
+// calls it has in its own lane (the one keyed by the caller) plus the room
+// left in the fullest lane, within its own lane's limit. Without such a
+// lane its own calls are unknown: the room left plus this call, within the
+// smallest limit. Task lanes are left out: they say nothing about what the
+// user may send. ok is false when the call has no lanes.
+func suggestedConcurrency(lanes []Lane, counts []int) (n int, ok bool) {
+	if len(lanes) == 0 {
+		return 0, false
+	}
+	user := -1
+	for i, l := range lanes {
+		if l.paused() {
+			return 0, true
+		}
+		if user < 0 && l.Spec != nil && l.Spec.ByUser() {
+			user = i
+		}
+	}
+	limit := lanes[0].Limit
+	if user >= 0 {
+		limit = lanes[user].Limit
+	} else {
+		seen := false
+		for _, l := range lanes {
+			if !isTaskLane(l) && (!seen || l.Limit < limit) {
+				limit, seen = l.Limit, true
+			}
+		}
+	}
+	if counts == nil {
+		return limit, true
+	}
+	room, seen := 0, false
+	for i, l := range lanes {
+		if isTaskLane(l) {
+			continue
+		}
+		if r := l.Limit - counts[i]; !seen || r < room {
+			room, seen = r, true
+		}
+	}
+	if !seen { // only task lanes: they are all the call knows
+		room = lanes[0].Limit - counts[0]
+	}
+	own := 1
+	if user >= 0 {
+		own = counts[user]
+	}
+	return max(1, min(limit, own+room)), true
+}
+
+// isTaskLane reports whether l counts one API task's calls.
+func isTaskLane(l Lane) bool { return l.Spec != nil && l.Spec.Scope == policy.ScopeTask }
