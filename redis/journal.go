@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"strings"
 	"time"
 
 	goredis "github.com/redis/go-redis/v9"
@@ -23,7 +24,13 @@ return all`)
 // (lane listings must never see it) yet distinct per prefix, so that
 // deployments sharing a Redis under their own prefixes never take each
 // other's journals.
-func (s *Store) JournalKey(name string) string { return "capgate:journal:" + s.KeyPrefix() + name }
+func (s *Store) JournalKey(name string) string {
+	p := s.KeyPrefix()
+	if p != "" && !strings.HasSuffix(p, ":") {
+		p += ":" // "ocl:capacity" + "gateway:…" must not read "ocl:capacitygateway:…"
+	}
+	return "capgate:journal:" + p + name
+}
 
 // JournalAdd records that token holds leases in keys under journal name,
 // and keeps the journal at least ttl. It returns the errors of Store.

@@ -3,8 +3,12 @@ package redis_test
 import (
 	"maps"
 	"slices"
+	"strings"
 	"testing"
 	"time"
+
+	"github.com/alicebob/miniredis/v2"
+	goredis "github.com/redis/go-redis/v9"
 
 	"github.com/capgate/capgate/redis"
 )
@@ -75,5 +79,31 @@ func testJournalWrite(t *testing.T, h harness) {
 	}
 	if n, err := h.raw.Exists(ctx, key).Result(); err != nil || n != 0 {
 		t.Errorf("journal emptied: exists %d (%v), want gone", n, err)
+	}
+}
+
+// TestJournalKey: the journal's key joins the store's key prefix and the
+// journal's name with one ":", so that "gateway:…" never runs into the
+// prefix ("ocl:capacitygateway:…").
+func TestJournalKey(t *testing.T) {
+	m := miniredis.RunT(t)
+	for _, c := range []struct{ prefix, want string }{
+		{"", "capgate:journal:gateway:t1"},
+		{"acme:cap", "capgate:journal:acme:cap:gateway:t1"},
+		{"acme:cap:", "capgate:journal:acme:cap:gateway:t1"},
+	} {
+		client := goredis.NewClient(&goredis.Options{Addr: m.Addr()})
+		t.Cleanup(func() { client.Close() })
+		s, err := redis.New(client, redis.Options{KeyPrefix: c.prefix})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got := s.JournalKey("gateway:t1"); got != c.want {
+			t.Errorf("prefix %q: JournalKey = %q, want %q", c.prefix, got, c.want)
+		}
+	}
+	s, _ := openMiniCluster(t, redis.Options{})
+	if got := s.JournalKey("gateway:t1"); !strings.HasSuffix(got, "}:gateway:t1") {
+		t.Errorf("on a cluster: JournalKey = %q, want the tagged prefix, then \":gateway:t1\"", got)
 	}
 }

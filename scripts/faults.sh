@@ -27,7 +27,7 @@ if ! command -v redis-server >/dev/null; then
 fi
 
 if [ "$short" = 1 ]; then
-	exec go test -tags faults -count=1 -v -timeout 8m -run 'TestS0[1367]|TestS1[2356]|TestS14ClusterFailover$' "${args[@]}" ./test/faults \
+	exec go test -tags faults -count=1 -v -timeout 8m -run 'TestS0[1367]|TestS1[2356]|TestS14ClusterFailover$|TestSpliceDoc' "${args[@]}" ./test/faults \
 		-args -faults.short
 fi
 go test -tags faults -count=1 -v -timeout 15m "${args[@]}" ./test/faults \

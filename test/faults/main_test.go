@@ -4,8 +4,10 @@ package faults
 
 import (
 	"context"
+	"errors"
 	"flag"
 	"fmt"
+	"io/fs"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -208,7 +210,24 @@ func duration(full, short time.Duration) time.Duration {
 	return full
 }
 
-// writeDoc writes docs/RELIABILITY.md.
+// docMarker ends the part of docs/RELIABILITY.md the suite writes; what
+// follows it is written by hand (runs of one scenario, the restart
+// benchmarks, the notes) and a regeneration keeps it.
+const docMarker = "<!-- scripts/faults.sh rewrites everything above this line; what follows is kept -->"
+
+// spliceDoc returns the generated header and table, the marker, and
+// what followed the marker in old; docNotes when old has no marker (a
+// first run, or a file from before the marker).
+func spliceDoc(generated, old string) string {
+	tail := docNotes
+	if _, after, ok := strings.Cut(old, docMarker+"\n"); ok {
+		tail = after
+	}
+	return generated + "\n" + docMarker + "\n" + tail
+}
+
+// writeDoc writes docs/RELIABILITY.md: the header and table anew, and the
+// hand-written part below docMarker as it was.
 func writeDoc(path string, started time.Time) error {
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
@@ -255,8 +274,11 @@ func writeDoc(path string, started time.Time) error {
 		fmt.Fprintf(&b, "| %d | %s | %s | %s | %.0f s |\n", n, s.Name, verdict,
 			strings.ReplaceAll(s.Figures, "|", "\\|"), s.Took.Seconds())
 	}
-	b.WriteString(docNotes)
-	if err := os.WriteFile(path, []byte(b.String()), 0o644); err != nil {
+	old, err := os.ReadFile(path)
+	if err != nil && !errors.Is(err, fs.ErrNotExist) {
+		return fmt.Errorf("read %s: %w", path, err)
+	}
+	if err := os.WriteFile(path, []byte(spliceDoc(b.String(), string(old))), 0o644); err != nil {
 		return fmt.Errorf("write %s: %w", path, err)
 	}
 	return nil
