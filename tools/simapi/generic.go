@@ -180,40 +180,14 @@ func (g *Generic) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	if g.Started != nil {
 		g.Started <- route.Name
 	}
-	if failed {
-		t := time.NewTimer(g.Knee.failAfter())
-		defer t.Stop()
-		select {
-		case <-t.C:
-		case <-r.Context().Done():
-			return
-		}
-		w.Header().Set("Content-Type", "application/json")
-		w.WriteHeader(http.StatusServiceUnavailable)
-		_, _ = io.WriteString(w, overloaded)
-		return
-	}
-	if g.Hold != nil {
-		select {
-		case <-g.Hold:
-		case <-r.Context().Done():
-			return
-		}
-	} else {
-		d := defaultLatency(units)
+	latency := func() time.Duration {
 		if g.Latency != nil {
-			d = g.Latency(route.Name, units)
+			return g.Latency(route.Name, units)
 		}
-		if g.Knee != nil {
-			d = g.Knee.slow(d, n)
-		}
-		t := time.NewTimer(d)
-		defer t.Stop()
-		select {
-		case <-t.C:
-		case <-r.Context().Done():
-			return
-		}
+		return defaultLatency(units)
+	}
+	if !work(w, r, g.Knee, n, failed, g.Hold, latency) {
+		return
 	}
 	writeJSON(w, map[string]string{"route": route.Name})
 }

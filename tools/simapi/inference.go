@@ -125,24 +125,14 @@ func (a *Inference) call(w http.ResponseWriter, r *http.Request) {
 	if a.Started != nil {
 		a.Started <- r.URL.Path
 	}
-	if a.Hold != nil {
-		select {
-		case <-a.Hold:
-		case <-r.Context().Done():
-			return
+	latency := func() time.Duration {
+		if a.Latency <= 0 {
+			return 2 * time.Second
 		}
-	} else {
-		d := a.Latency
-		if d <= 0 {
-			d = 2 * time.Second
-		}
-		t := time.NewTimer(d)
-		defer t.Stop()
-		select {
-		case <-t.C:
-		case <-r.Context().Done():
-			return
-		}
+		return a.Latency
+	}
+	if !work(w, r, nil, 0, false, a.Hold, latency) {
+		return
 	}
 	if strings.HasSuffix(r.URL.Path, "/embeddings") {
 		writeJSON(w, map[string]any{"object": "list", "model": body.Model,

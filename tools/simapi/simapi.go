@@ -196,37 +196,9 @@ func (a *API) serveHeavy(w http.ResponseWriter, r *http.Request, rerank bool) {
 	if a.Started != nil {
 		a.Started <- u.Username
 	}
-	if failed {
-		t := time.NewTimer(a.Knee.failAfter())
-		defer t.Stop()
-		select {
-		case <-t.C:
-		case <-r.Context().Done():
-			return
-		}
-		w.Header().Set("Content-Type", "application/json")
-		w.WriteHeader(http.StatusServiceUnavailable)
-		_, _ = io.WriteString(w, overloaded)
+	latency := func() time.Duration { return a.latency(endpoint, len(body.Rows), semantic) }
+	if !work(w, r, a.Knee, n, failed, a.Hold, latency) {
 		return
-	}
-	if a.Hold != nil {
-		select {
-		case <-a.Hold:
-		case <-r.Context().Done():
-			return
-		}
-	} else {
-		d := a.latency(endpoint, len(body.Rows), semantic)
-		if a.Knee != nil {
-			d = a.Knee.slow(d, n)
-		}
-		t := time.NewTimer(d)
-		select {
-		case <-t.C:
-		case <-r.Context().Done():
-			t.Stop()
-			return
-		}
 	}
 	w.Header().Set("Content-Type", "application/json")
 	results := make([]map[string]any, len(body.Rows))
