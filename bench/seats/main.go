@@ -27,6 +27,8 @@ import (
 	"strings"
 	"sync"
 	"time"
+
+	"github.com/capgate/capgate/internal/jain"
 )
 
 // group is users sending one kind of call.
@@ -309,24 +311,12 @@ func summarize(groups []group, results []result, u usage, limit int, window time
 		}
 		s.Groups = append(s.Groups, gs)
 	}
-	s.Jain = round3(jain(xs))
+	s.Jain = round3(jain.Index(xs))
 	return s
 }
 
 // userOf maps a token to its user: the bench's tokens are "<user>-token".
 func userOf(token string) string { return strings.TrimSuffix(token, "-token") }
-
-func jain(xs []float64) float64 {
-	var sum, sq float64
-	for _, x := range xs {
-		sum += x
-		sq += x * x
-	}
-	if sq == 0 {
-		return 0
-	}
-	return sum * sum / (float64(len(xs)) * sq)
-}
 
 func pct(sorted []float64, p float64) float64 {
 	if len(sorted) == 0 {

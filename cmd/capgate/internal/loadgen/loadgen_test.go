@@ -157,23 +157,6 @@ func TestShadowThrottlesNothing(t *testing.T) {
 	}
 }
 
-func TestFairness(t *testing.T) {
-	cases := []struct {
-		xs   []float64
-		want float64
-	}{
-		{[]float64{1, 1, 1, 1}, 1},
-		{[]float64{1, 0, 0, 0}, 0.25},
-		{[]float64{3, 1}, 0.8},
-		{nil, 1},
-	}
-	for _, c := range cases {
-		if got := loadgen.Fairness(c.xs); got < c.want-1e-9 || got > c.want+1e-9 {
-			t.Errorf("Fairness(%v) = %v, want %v", c.xs, got, c.want)
-		}
-	}
-}
-
 // A user whose calls are throttled (a paused lane outlasting the run)
 // waits the pause out: its workers don't spin on calls that end at once.
 func TestThrottledUserDoesNotSpin(t *testing.T) {

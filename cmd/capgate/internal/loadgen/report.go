@@ -9,6 +9,8 @@ import (
 	"strings"
 	"text/tabwriter"
 	"time"
+
+	"github.com/capgate/capgate/internal/jain"
 )
 
 // Progress is a running count.
@@ -138,20 +140,6 @@ func (r *Report) Throttled() int {
 	return n
 }
 
-// Fairness returns Jain's index of xs: (Σx)² / (n·Σx²); 1 for no or all
-// zero values.
-func Fairness(xs []float64) float64 {
-	var sum, sq float64
-	for _, x := range xs {
-		sum += x
-		sq += x * x
-	}
-	if sq == 0 {
-		return 1
-	}
-	return sum * sum / (float64(len(xs)) * sq)
-}
-
 func percentile(sorted []time.Duration, p float64) time.Duration {
 	if len(sorted) == 0 {
 		return 0
@@ -220,7 +208,7 @@ func (r *run) report() *Report {
 	}
 	for _, name := range slices.Sorted(maps.Keys(tiers)) {
 		t := tiers[name]
-		t.Fairness = Fairness(rates[name])
+		t.Fairness = jain.Index(rates[name])
 		rep.Tiers = append(rep.Tiers, *t)
 	}
 	kinds := r.kinds
