@@ -337,3 +337,21 @@ func (g *Gate) Policy(ctx context.Context) *policy.Policy {
 	cfg, _ := g.config(ctx)
 	return cfg.Policy()
 }
+
+// ReleaseLeft releases the leases a killed incarnation of a gateway or
+// decision service left in the store (token → the keys it holds leases
+// in, as its journal recorded them) and returns how many calls it
+// released. It stops at the first failure: the store is failing, each
+// further release would wait out its deadline, and the leases left expire
+// by themselves after lease_seconds.
+func (g *Gate) ReleaseLeft(ctx context.Context, left map[string][]string) (int, error) {
+	n := 0
+	for token, keys := range left {
+		if err := g.Store.Release(ctx, token, keys); err != nil {
+			return n, fmt.Errorf("release the previous incarnation's calls: %d of %d released, the rest expire by themselves: %w",
+				n, len(left), err)
+		}
+		n++
+	}
+	return n, nil
+}

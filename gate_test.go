@@ -608,3 +608,48 @@ func TestReleaseContextFollowsTheStoresBound(t *testing.T) {
 		})
 	}
 }
+
+// TestReleaseLeftStopsAtTheFirstFailure: the leases a killed incarnation
+// left are released; once the store fails, the rest are left to expire
+// (each further release would wait out the store's deadline), and the
+// error says how many were released.
+func TestReleaseLeftStopsAtTheFirstFailure(t *testing.T) {
+	e := newFaultEnv(t)
+	ctx := context.Background()
+	left := map[string][]string{}
+	for _, user := range []string{"ada", "grace", "linus"} {
+		a := e.gate.Admit(ctx, lanetest.Match(user, "preview"))
+		if !a.Holding() {
+			t.Fatalf("%s: decision %q, want a lease", user, a.Decision())
+		}
+		token, keys, ok := a.StoreLease()
+		if !ok {
+			t.Fatalf("%s: no store lease", user)
+		}
+		left[token] = keys // the call's process dies: nobody releases it
+	}
+	n, err := e.gate.ReleaseLeft(ctx, left)
+	if n != 3 || err != nil {
+		t.Fatalf("ReleaseLeft = %d, %v; want 3 released", n, err)
+	}
+	for _, user := range []string{"ada", "grace", "linus"} {
+		if c := e.userLane(t, user); c != 0 {
+			t.Errorf("%s's lane holds %d after ReleaseLeft, want 0", user, c)
+		}
+	}
+
+	e.releases.Store(0)
+	e.store.ReleaseFn = func(ctx context.Context, token string, keys []string) error {
+		if e.releases.Add(1) == 2 {
+			return errRefused
+		}
+		return e.mem.Release(ctx, token, keys)
+	}
+	n, err = e.gate.ReleaseLeft(ctx, left)
+	if n != 1 || !errors.Is(err, errRefused) || !strings.Contains(err.Error(), "1 of 3 released") {
+		t.Fatalf("ReleaseLeft with the store failing on the second = %d, %v; want 1 and the store's error", n, err)
+	}
+	if r := e.releases.Load(); r != 2 {
+		t.Errorf("%d releases sent, want 2: none after the failure", r)
+	}
+}

@@ -70,7 +70,7 @@ func (s *Server) Recover(ctx context.Context, delay time.Duration) (release func
 		case <-t.C:
 		case <-ctx.Done(): // shutting down: release now
 		}
-		n, err := s.releaseLeft(context.WithoutCancel(ctx), left)
+		n, err := s.Gate.ReleaseLeft(context.WithoutCancel(ctx), left)
 		done <- result{n, err}
 	}()
 	var once sync.Once
@@ -79,23 +79,6 @@ func (s *Server) Recover(ctx context.Context, delay time.Duration) (release func
 		once.Do(func() { res = <-done })
 		return res.n, res.err
 	}, nil
-}
-
-// releaseLeft releases the leases left (token → keys).
-func (s *Server) releaseLeft(ctx context.Context, left map[string][]string) (int, error) {
-	n := 0
-	var errs []error
-	for token, keys := range left {
-		if err := s.Gate.Store.Release(ctx, token, keys); err != nil {
-			errs = append(errs, err)
-			continue
-		}
-		n++
-	}
-	if len(errs) > 0 {
-		return n, fmt.Errorf("release %d of the previous incarnation's %d calls (the rest expire by themselves): %w", len(errs), len(left), errs[0])
-	}
-	return n, nil
 }
 
 // journal records adm's store lease, if it has one, and returns the

@@ -375,7 +375,7 @@ func (g *Gateway) Recover(ctx context.Context, instance string, hold time.Durati
 		case <-ctx.Done(): // shutting down: release now
 		case <-stopped:
 		}
-		n, err := g.releaseLeft(context.WithoutCancel(ctx), left)
+		n, err := g.cfg.Gate.ReleaseLeft(context.WithoutCancel(ctx), left)
 		for token := range left {
 			j.remove(token) // released, or left to expire by itself
 		}
@@ -387,21 +387,6 @@ func (g *Gateway) Recover(ctx context.Context, instance string, hold time.Durati
 		once.Do(func() { res = <-done })
 		return res.n, res.err
 	}, nil
-}
-
-// releaseLeft releases the leases left (token → keys), each bounded by the
-// store's deadline. It stops at the first failure: the rest expire by
-// themselves.
-func (g *Gateway) releaseLeft(ctx context.Context, left map[string][]string) (int, error) {
-	n := 0
-	for token, keys := range left {
-		if err := g.cfg.Gate.Store.Release(ctx, token, keys); err != nil {
-			return n, fmt.Errorf("release the previous incarnation's calls: %d of %d released, the rest expire by themselves: %w",
-				n, len(left), err)
-		}
-		n++
-	}
-	return n, nil
 }
 
 // Close writes the journal's last entries (the removals of the calls
