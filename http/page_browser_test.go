@@ -2,12 +2,9 @@ package http_test
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"log/slog"
 	"net/http/httptest"
-	"os"
-	"os/exec"
 	"path/filepath"
 	"strings"
 	"sync"
@@ -19,7 +16,7 @@ import (
 	"github.com/capgate/capgate"
 	"github.com/capgate/capgate/config"
 	capgatehttp "github.com/capgate/capgate/http"
-	"github.com/capgate/capgate/internal/skipnote"
+	"github.com/capgate/capgate/internal/browsertest"
 	"github.com/capgate/capgate/memory"
 	"github.com/capgate/capgate/policy"
 	"github.com/capgate/capgate/settings"
@@ -35,85 +32,19 @@ import (
 // PATH), CAPGATE_REQUIRE_BROWSER=1 fails instead of skipping without one;
 // scripts/browser-deps.sh installs it.
 
-// pageBrowser is one headless Chromium tab, with the page's uncaught
-// exceptions and security errors (a script the Content-Security-Policy
-// blocks) collected.
+// pageBrowser is one headless Chromium tab (browsertest.Browser), its
+// context at hand for chromedp's actions.
 type pageBrowser struct {
+	*browsertest.Browser
 	ctx context.Context
-
-	mu       sync.Mutex
-	problems []string // requires mu held
 }
 
 // startPageBrowser starts Chromium within ctx; it skips the test when
 // there is none (or it will not start). The browser is closed at cleanup.
 func startPageBrowser(t *testing.T, ctx context.Context) *pageBrowser {
 	t.Helper()
-	skip := func(format string, args ...any) {
-		t.Helper()
-		msg := fmt.Sprintf(format, args...)
-		if os.Getenv("CAPGATE_REQUIRE_BROWSER") == "1" {
-			t.Fatal(msg)
-		}
-		skipnote.Record("the Chromium tests", "install chromium (scripts/browser-deps.sh) or set CAPGATE_CHROMIUM")
-		t.Skip(msg + "; install it with scripts/browser-deps.sh or set CAPGATE_CHROMIUM")
-	}
-	path := os.Getenv("CAPGATE_CHROMIUM")
-	if path == "" {
-		for _, name := range []string{"chromium", "chromium-browser", "google-chrome"} {
-			if p, err := exec.LookPath(name); err == nil {
-				path = p
-				break
-			}
-		}
-	}
-	if path == "" {
-		skip("browser test: %v", errors.New("no chromium on PATH"))
-	}
-	actx, cancelAlloc := chromedp.NewExecAllocator(ctx,
-		chromedp.ExecPath(path),
-		chromedp.Headless,
-		chromedp.NoSandbox, // as root, Chromium's sandbox will not start
-		chromedp.DisableGPU,
-		chromedp.NoFirstRun,
-		chromedp.NoDefaultBrowserCheck,
-		chromedp.Flag("disable-background-networking", true),
-		chromedp.Flag("disable-component-update", true),
-		chromedp.Flag("disable-sync", true),
-		chromedp.Flag("disable-dev-shm-usage", true),
-		chromedp.Flag("disable-background-timer-throttling", true),
-		chromedp.Flag("disable-renderer-backgrounding", true),
-		chromedp.UserDataDir(t.TempDir()),
-		chromedp.WindowSize(1100, 900),
-	)
-	bctx, cancelTab := chromedp.NewContext(actx)
-	b := &pageBrowser{ctx: bctx}
-	var wg sync.WaitGroup
-	t.Cleanup(func() {
-		cancelTab()
-		cancelAlloc()
-		wg.Wait()
-	})
-	if err := chromedp.Do(bctx); err != nil {
-		if ctx.Err() != nil {
-			t.Fatalf("browser test: out of time starting chromium: %v", err)
-		}
-		skip("browser test: chromium at %s did not start: %v", path, err)
-	}
-	msgs := chromedp.Console(bctx)
-	wg.Go(func() {
-		for m, err := range msgs {
-			if err != nil {
-				return
-			}
-			if m.IsException() || (m.Type == chromedp.ConsoleError && m.Source == "security") {
-				b.mu.Lock()
-				b.problems = append(b.problems, m.String())
-				b.mu.Unlock()
-			}
-		}
-	})
-	return b
+	b := browsertest.Start(t, ctx)
+	return &pageBrowser{Browser: b, ctx: b.Context()}
 }
 
 // pageWait bounds each wait for the page to show something; the page
@@ -391,15 +322,9 @@ func TestStatusPageOCLInChromium(t *testing.T) {
 		t.Errorf("es2_knn aria-invalid = %q; want true", got)
 	}
 
-	if p := b.problemsSeen(); len(p) > 0 {
+	if p := b.Problems(); len(p) > 0 {
 		t.Errorf("the page had errors:\n%s", strings.Join(p, "\n"))
 	}
-}
-
-func (b *pageBrowser) problemsSeen() []string {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return append([]string(nil), b.problems...)
 }
 
 // inferenceCall returns a call of the inference policy's route of model.
@@ -495,7 +420,7 @@ func TestStatusPageInferenceInChromium(t *testing.T) {
 	b.waitText(t, "#change-result", "Saved version 1: lanes.user.free 1 → 2.", true)
 	b.waitText(t, `[id="config-lanes.user.free"] td`, "2", true)
 
-	if p := b.problemsSeen(); len(p) > 0 {
+	if p := b.Problems(); len(p) > 0 {
 		t.Errorf("the page had errors:\n%s", strings.Join(p, "\n"))
 	}
 }

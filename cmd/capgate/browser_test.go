@@ -2,57 +2,24 @@ package main
 
 import (
 	"context"
-	"errors"
 	"fmt"
-	"os"
-	"os/exec"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
-	"github.com/capgate/capgate/internal/skipnote"
+	"github.com/capgate/capgate/internal/browsertest"
 	"github.com/chromedp/chromedp"
 )
 
-// The browser tests drive Debian's chromium, headless, through the Chrome
-// DevTools Protocol. Set CAPGATE_CHROMIUM to use another binary, and
-// CAPGATE_REQUIRE_BROWSER=1 to fail instead of skipping when there is none
-// or it will not start. scripts/browser-deps.sh installs chromium.
+// The browser tests drive Debian's chromium, headless, through
+// internal/browsertest (CAPGATE_CHROMIUM, CAPGATE_REQUIRE_BROWSER: see
+// there).
 
-// browserSkip skips the test (or fails it, with CAPGATE_REQUIRE_BROWSER=1)
-// because no browser can run here.
-func browserSkip(t *testing.T, format string, args ...any) {
-	t.Helper()
-	msg := fmt.Sprintf(format, args...) + "; install it with scripts/browser-deps.sh (apt-get install -y chromium) or set CAPGATE_CHROMIUM"
-	if os.Getenv("CAPGATE_REQUIRE_BROWSER") == "1" {
-		t.Fatal(msg)
-	}
-	skipnote.Record("the Chromium tests", "install chromium (scripts/browser-deps.sh) or set CAPGATE_CHROMIUM")
-	t.Skip(msg)
-}
-
-// chromiumPath finds the browser: CAPGATE_CHROMIUM, else chromium on PATH.
-func chromiumPath() (string, error) {
-	if p := os.Getenv("CAPGATE_CHROMIUM"); p != "" {
-		return p, nil
-	}
-	for _, name := range []string{"chromium", "chromium-browser", "google-chrome"} {
-		if p, err := exec.LookPath(name); err == nil {
-			return p, nil
-		}
-	}
-	return "", errors.New("no chromium on PATH")
-}
-
-// browser is one headless Chromium tab for a test, with the page's
-// uncaught exceptions and security errors (such as a script blocked by
-// the Content-Security-Policy) collected.
+// browser is one headless Chromium tab (browsertest.Browser), its context
+// at hand for chromedp's actions.
 type browser struct {
+	*browsertest.Browser
 	ctx context.Context
-
-	mu       sync.Mutex
-	problems []string // requires mu held
 }
 
 // startBrowser starts Chromium with a fresh profile, within ctx, and
@@ -60,67 +27,8 @@ type browser struct {
 // started. The browser is closed at cleanup.
 func startBrowser(t *testing.T, ctx context.Context) *browser {
 	t.Helper()
-	path, err := chromiumPath()
-	if err != nil {
-		browserSkip(t, "browser test: %v", err)
-	}
-	opts := []chromedp.ExecAllocatorOption{
-		chromedp.ExecPath(path),
-		chromedp.Headless,
-		chromedp.NoSandbox, // as root, Chromium's sandbox will not start
-		chromedp.DisableGPU,
-		chromedp.NoFirstRun,
-		chromedp.NoDefaultBrowserCheck,
-		chromedp.Flag("disable-quic", true),
-		chromedp.Flag("disable-background-networking", true),
-		chromedp.Flag("disable-component-update", true),
-		chromedp.Flag("disable-sync", true),
-		chromedp.Flag("disable-dev-shm-usage", true),
-		chromedp.Flag("disable-background-timer-throttling", true),
-		chromedp.Flag("disable-renderer-backgrounding", true),
-		chromedp.UserDataDir(t.TempDir()),
-		chromedp.WindowSize(1100, 900),
-	}
-	actx, cancelAlloc := chromedp.NewExecAllocator(ctx, opts...)
-	bctx, cancelTab := chromedp.NewContext(actx)
-	b := &browser{ctx: bctx}
-	var wg sync.WaitGroup
-	t.Cleanup(func() {
-		cancelTab()
-		cancelAlloc()
-		wg.Wait()
-	})
-	// The first action starts the browser and ties its life to the
-	// context it runs with: bctx, bounded by ctx.
-	if err := chromedp.Do(bctx); err != nil {
-		if ctx.Err() != nil {
-			t.Fatalf("browser test: out of time starting chromium: %v", err)
-		}
-		browserSkip(t, "browser test: chromium at %s did not start: %v", path, err)
-	}
-	msgs := chromedp.Console(bctx)
-	wg.Add(1)
-	go func() {
-		defer wg.Done()
-		for m, err := range msgs {
-			if err != nil {
-				return
-			}
-			if m.IsException() || (m.Type == chromedp.ConsoleError && m.Source == "security") {
-				b.mu.Lock()
-				b.problems = append(b.problems, m.String())
-				b.mu.Unlock()
-			}
-		}
-	}()
-	return b
-}
-
-// problemsSeen returns the exceptions and security errors seen so far.
-func (b *browser) problemsSeen() []string {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return append([]string(nil), b.problems...)
+	b := browsertest.Start(t, ctx)
+	return &browser{Browser: b, ctx: b.Context()}
 }
 
 // do runs steps within within, failing the test on an error.

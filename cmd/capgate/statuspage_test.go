@@ -187,7 +187,7 @@ func TestStatusPageInChromium(t *testing.T) {
 		t.Errorf("after signing out, sessionStorage holds %d items (%v), want 0", kept, err)
 	}
 
-	if p := b.problemsSeen(); len(p) > 0 {
+	if p := b.Problems(); len(p) > 0 {
 		t.Errorf("the page had errors:\n%s", strings.Join(p, "\n"))
 	}
 }
