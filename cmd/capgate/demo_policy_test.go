@@ -63,30 +63,16 @@ func TestDemoUnderAPolicy(t *testing.T) {
 			t.Errorf("the built-in policy's %q in a demo of another:\n%s", no, text)
 		}
 	}
-	cells := func(label string) []string {
-		m := regexp.MustCompile(`(?m)^` + regexp.QuoteMeta(label) + `\s{2,}(.+?)\s{2,}(.+?)\s*$`).FindStringSubmatch(text)
-		if m == nil {
-			t.Fatalf("no row %q in:\n%s", label, text)
-		}
-		return m[1:]
-	}
-	num := func(s string) int {
-		n, err := strconv.Atoi(strings.Fields(s)[0])
-		if err != nil {
-			t.Fatalf("%q: %v", s, err)
-		}
-		return n
-	}
-	if failed := cells("failed by the API (503, overloaded)"); num(failed[1]) != 0 {
+	if failed := demoCells(t, text, "failed by the API (503, overloaded)"); demoNum(t, failed[1]) != 0 {
 		t.Errorf("enforce: the API failed %s calls, want 0", failed[1])
 	}
-	if done := cells("calls done / failed (the client retries 503s)"); num(done[1]) == 0 || !strings.HasSuffix(done[1], "/ 0") {
+	if done := demoCells(t, text, "calls done / failed (the client retries 503s)"); demoNum(t, done[1]) == 0 || !strings.HasSuffix(done[1], "/ 0") {
 		t.Errorf("enforce: calls done / failed %q, want some done and none failed", done[1])
 	}
-	if r := cells("refused (429), retried by the client"); num(r[0]) != 0 {
+	if r := demoCells(t, text, "refused (429), retried by the client"); demoNum(t, r[0]) != 0 {
 		t.Errorf("shadow refused %s calls", r[0])
 	}
-	if cells("users' chat p50 / p99") == nil || cells("users' embeddings p50 / p99") == nil {
+	if demoCells(t, text, "users' chat p50 / p99") == nil || demoCells(t, text, "users' embeddings p50 / p99") == nil {
 		t.Error("no latency rows of the routes")
 	}
 	// The peaks: a lane keyed by the model per model, the user lane per

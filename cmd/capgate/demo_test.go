@@ -33,35 +33,20 @@ func TestDemoTellsTheStory(t *testing.T) {
 			t.Errorf("no %q in:\n%s", want, text)
 		}
 	}
-	// The side-by-side rows: shadow's column, then enforce's.
-	cells := func(label string) []string {
-		m := regexp.MustCompile(`(?m)^` + regexp.QuoteMeta(label) + `\s{2,}(.+?)\s{2,}(.+?)\s*$`).FindStringSubmatch(text)
-		if m == nil {
-			t.Fatalf("no row %q in:\n%s", label, text)
-		}
-		return m[1:]
-	}
-	num := func(s string) int {
-		n, err := strconv.Atoi(strings.Fields(s)[0])
-		if err != nil {
-			t.Fatalf("%q: %v", s, err)
-		}
-		return n
-	}
-	peak := cells("most at once in the API")
-	if num(peak[0]) <= 4 || !strings.Contains(peak[0], "past the knee") {
+	peak := demoCells(t, text, "most at once in the API")
+	if demoNum(t, peak[0]) <= 4 || !strings.Contains(peak[0], "past the knee") {
 		t.Errorf("shadow: the API ran %q at once, want past its knee of 4", peak[0])
 	}
-	if num(peak[1]) > 4 || strings.Contains(peak[1], "past") {
+	if demoNum(t, peak[1]) > 4 || strings.Contains(peak[1], "past") {
 		t.Errorf("enforce: the API ran %q at once, want at most its knee of 4 (api_heavy.cluster)", peak[1])
 	}
-	if failed := cells("failed by the API (503, overloaded)"); num(failed[1]) != 0 {
+	if failed := demoCells(t, text, "failed by the API (503, overloaded)"); demoNum(t, failed[1]) != 0 {
 		t.Errorf("enforce: the API failed %s calls, want 0", failed[1])
 	}
-	if r := cells("refused (429), retried by the client"); num(r[0]) != 0 {
+	if r := demoCells(t, text, "refused (429), retried by the client"); demoNum(t, r[0]) != 0 {
 		t.Errorf("shadow refused %s calls", r[0])
 	}
-	if w := cells("calls that waited at the gateway"); num(w[0]) != 0 {
+	if w := demoCells(t, text, "calls that waited at the gateway"); demoNum(t, w[0]) != 0 {
 		t.Errorf("shadow: %s calls waited, want none", w[0])
 	}
 	// api_heavy's limit is printed as the lanes apply it, the live line
@@ -108,4 +93,25 @@ func TestDemoTellsTheStory(t *testing.T) {
 	if len(rep.Calls.ByDecision) != len(summary) {
 		t.Errorf("analyze decisions %v, demo %v", rep.Calls.ByDecision, summary)
 	}
+}
+
+// demoCells returns the two columns (shadow's, then enforce's) of the
+// demo's side-by-side row label.
+func demoCells(t *testing.T, text, label string) []string {
+	t.Helper()
+	m := regexp.MustCompile(`(?m)^` + regexp.QuoteMeta(label) + `\s{2,}(.+?)\s{2,}(.+?)\s*$`).FindStringSubmatch(text)
+	if m == nil {
+		t.Fatalf("no row %q in:\n%s", label, text)
+	}
+	return m[1:]
+}
+
+// demoNum returns the number a demo cell starts with.
+func demoNum(t *testing.T, s string) int {
+	t.Helper()
+	n, err := strconv.Atoi(strings.Fields(s)[0])
+	if err != nil {
+		t.Fatalf("%q: %v", s, err)
+	}
+	return n
 }
