@@ -2,6 +2,7 @@ package config_test
 
 import (
 	"context"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -13,16 +14,19 @@ import (
 // read in flight on a loaded database is.
 type slowStore struct {
 	flakyStore
-	hold chan chan struct{} // a read sends itself here, then waits for release
+	armed atomic.Bool        // the next read is held (and disarms)
+	hold  chan chan struct{} // a held read sends itself here, then waits for release
 }
 
 func (s *slowStore) LatestWithin(ctx context.Context, d time.Duration) (*config.Version, error) {
 	v, err := s.Latest(ctx)
-	release := make(chan struct{})
-	select {
-	case s.hold <- release:
+	// Only an armed read is held, and it waits for the test to take it: a
+	// send that gave up when the test was not yet receiving (a loaded
+	// machine) let the read through and left the test waiting forever.
+	if s.armed.CompareAndSwap(true, false) {
+		release := make(chan struct{})
+		s.hold <- release
 		<-release
-	default:
 	}
 	return v, err
 }
@@ -48,6 +52,7 @@ func TestNoCacheNeverServesAReadThatBeganBeforeTheCall(t *testing.T) {
 	// A read begins (a waiting call's re-check), reads version 1 and is
 	// held; then another process saves max_seconds 20.
 	old := make(chan settings.Config)
+	store.armed.Store(true)
 	go func() { old <- svc.Config(context.Background()) }()
 	release := <-store.hold
 	store.set(false, doc(20))
