@@ -243,7 +243,7 @@ class _Replay:
 
 
 async def _respond(send: Send, status: int, headers: Mapping[str, str], body: Any) -> None:
-    payload = json.dumps(body).encode()
+    payload = json.dumps(body, separators=(",", ":")).encode()
     hs = [(b"content-type", b"application/json"), (b"content-length", str(len(payload)).encode())]
     hs += [(k.lower().encode("latin-1"), v.encode("latin-1")) for k, v in headers.items()
            if k.lower() not in ("content-type", "content-length")]
