@@ -7,8 +7,6 @@ import (
 	"math/rand/v2"
 	"strings"
 	"testing"
-
-	"github.com/capgate/capgate/settings"
 )
 
 // A conservative call is counted as the route's most expensive reading,
@@ -17,12 +15,7 @@ import (
 // lanes, never by the service: the app sends it when its own reading
 // failed, and a 400 would leave the call uncounted.
 func TestConservativeCallIsCountedAtItsMost(t *testing.T) {
-	p := inferencePolicy(t)
-	e := newEnv(t, "", func(c *settings.Config) {
-		d := settings.Default(p, settings.ModeEnforce)
-		d.EnforceFor, d.Wait.MaxSeconds = settings.EnforceAll, 0
-		*c = d
-	})
+	e := newInferenceEnv(t)
 	long := strings.Repeat("é", 151)
 	n := 0
 	for _, tc := range []struct{ name, body, user, route, model, inputs, tier string }{
@@ -70,12 +63,7 @@ func numOrNil(s string) any {
 // call sent as conservative is always decided. Mutations of valid calls,
 // from a fixed seed, through a real HTTP server.
 func TestNothingACallerSendsIs5xx(t *testing.T) {
-	p := inferencePolicy(t)
-	e := newEnv(t, "", func(c *settings.Config) {
-		d := settings.Default(p, settings.ModeEnforce)
-		d.EnforceFor, d.Wait.MaxSeconds = settings.EnforceAll, 0
-		*c = d
-	})
+	e := newInferenceEnv(t)
 	seeds := []string{
 		`{"user":"ann","groups":["pro"],"route":"chat","fields":{"model":"large"}}`,
 		`{"user":"bob","tier":"free","route":"embeddings","fields":{"model":"m","inputs":40},"repeat_key":"k1","fingerprint":"f"}`,

@@ -42,16 +42,18 @@ def read_request(c):
 
 
 class Stub:
-    """A unix-socket server that answers every connection with reply (bytes,
-    or None to say nothing and hold the connection)."""
+    """A unix-socket server that records each call's JSON body (bodies) and
+    answers the first connection with reply, the others with then (default
+    reply): bytes, or None to say nothing and hold the connection."""
 
-    def __init__(self, reply):
+    def __init__(self, reply, then=None):
         self.dir = tempfile.mkdtemp()
         self.path = os.path.join(self.dir, "d.sock")
         self.sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
         self.sock.bind(self.path)
         self.sock.listen(16)
-        self.reply = reply
+        self.replies = [reply, then if then is not None else reply]
+        self.bodies = []
         self.conns = []
         self.stop = threading.Event()
         self.thread = threading.Thread(target=self.serve, daemon=True)
@@ -65,9 +67,14 @@ class Stub:
             except socket.timeout:
                 continue
             self.conns.append(c)
-            read_request(c)
-            if self.reply is not None:
-                c.sendall(self.reply)
+            body = read_request(c)
+            try:
+                self.bodies.append(json.loads(body) if body else None)
+            except ValueError:
+                self.bodies.append(body)
+            reply = self.replies[min(len(self.bodies) - 1, 1)]
+            if reply is not None:
+                c.sendall(reply)
                 c.close()
 
     def close(self):
@@ -83,42 +90,6 @@ class Stub:
 CALL = dict(user="cora", groups=["core_user"], endpoint="$match", semantic=True, rows=1)
 
 OFF = b'{"id":"x","decision":"off","held":false,"headers":{}}\n'
-
-
-class Recorder:
-    """A unix-socket server that records each call's JSON body and answers
-    the first with reply, the others with then (default reply)."""
-
-    def __init__(self, reply, then=None):
-        self.dir = tempfile.mkdtemp()
-        self.path = os.path.join(self.dir, "d.sock")
-        self.sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-        self.sock.bind(self.path)
-        self.sock.listen(16)
-        self.replies = [reply, then or reply]
-        self.bodies = []
-        self.stop = threading.Event()
-        self.thread = threading.Thread(target=self.serve, daemon=True)
-        self.thread.start()
-
-    def serve(self):
-        self.sock.settimeout(0.05)
-        while not self.stop.is_set():
-            try:
-                c, _ = self.sock.accept()
-            except socket.timeout:
-                continue
-            body = read_request(c)
-            self.bodies.append(json.loads(body) if body else None)
-            c.sendall(self.replies[min(len(self.bodies) - 1, 1)])
-            c.close()
-
-    def close(self):
-        self.stop.set()
-        self.thread.join()
-        self.sock.close()
-        os.unlink(self.path)
-        os.rmdir(self.dir)
 
 
 class ClientTest(unittest.TestCase):
@@ -212,7 +183,7 @@ class ClientTest(unittest.TestCase):
 
     def test_route_and_fields_are_sent(self):
         # The call of a policy's route (issue 40: Client refused "route").
-        s = Recorder(b"HTTP/1.1 200 OK\r\nContent-Length: %d\r\n\r\n%s" % (len(OFF), OFF))
+        s = Stub(b"HTTP/1.1 200 OK\r\nContent-Length: %d\r\n\r\n%s" % (len(OFF), OFF))
         try:
             c = capgate.Client("unix:" + s.path, timeout=1)
             with c.call(user="ann", groups=["staff"], route="report", fields={"pages": 40, "format": "pdf"},
@@ -236,7 +207,7 @@ class ClientTest(unittest.TestCase):
             (dict(user="ann", groups=["staff"], route="report", fields={"when": object()}), False),
             (dict(user="ann", groups=["staff"], route="report", fields={"x": "y" * 20000}), False),
         ):
-            s = Recorder(bad, then=ok) if first else Recorder(ok)
+            s = Stub(bad, then=ok) if first else Stub(ok)
             try:
                 c = capgate.Client("unix:" + s.path, timeout=1)
                 before = capgate.stats()["conservative"].get("rejected", 0)
@@ -254,7 +225,7 @@ class ClientTest(unittest.TestCase):
 
     def test_a_service_that_refuses_the_conservative_call_too_fails_open(self):
         bad = b'HTTP/1.1 400 Bad Request\r\nContent-Length: 16\r\n\r\n{"detail":"no"}\n'
-        s = Recorder(bad, then=bad)
+        s = Stub(bad, then=bad)
         try:
             d, _ = self.ask("unix:" + s.path)
             self.assertEqual((d.failed_open, d.reason), (True, "rejected"))

@@ -223,24 +223,30 @@ func TestDjangoExample(t *testing.T) {
 	})
 
 	t.Run("the service stopped: calls fail open", func(t *testing.T) {
-		svc.stop()
-		mark := lineCount(t, record)
-		rs := together(2, func(int) reply { return report("alice", 0.2) })
-		for _, r := range rs {
-			if r.status != 200 || r.header.Get("Capgate-Decision") != "" {
-				t.Errorf("with the service stopped: %d %v; want 200, no capacity headers", r.status, r.header)
-			}
-		}
-		for _, run := range waitRuns(t, record, mark, 2) {
-			if run.start.Decision != "failed-open" {
-				t.Errorf("a run with the service stopped: decision %q; want failed-open", run.start.Decision)
-			}
-		}
+		failsOpen(t, svc, record, func() reply { return report("alice", 0.2) })
 		b, _ := os.ReadFile(glog)
 		if !strings.Contains(string(b), "calls run unlimited (fail open)") {
 			t.Errorf("gunicorn's log does not say the calls failed open:\n%s", e2e.TailFile(glog, 20))
 		}
 	})
+}
+
+// failsOpen stops svc and checks that two heavy calls at once (send) both
+// run, uncounted: 200 with no capacity headers, failed-open at the view.
+func failsOpen(t *testing.T, svc *service, record string, send func() reply) {
+	t.Helper()
+	svc.stop()
+	mark := lineCount(t, record)
+	for _, r := range together(2, func(int) reply { return send() }) {
+		if r.status != 200 || r.header.Get("Capgate-Decision") != "" {
+			t.Errorf("with the service stopped: %d %v; want 200, no capacity headers", r.status, r.header)
+		}
+	}
+	for _, run := range waitRuns(t, record, mark, 2) {
+		if run.start.Decision != "failed-open" {
+			t.Errorf("a run with the service stopped: decision %q; want failed-open", run.start.Decision)
+		}
+	}
 }
 
 // waitStarted waits until a run since mark has started, for at most 30 s.

@@ -94,18 +94,6 @@ func TestInferenceExampleInApp(t *testing.T) {
 	})
 
 	t.Run("the service stopped: calls fail open", func(t *testing.T) {
-		svc.stop()
-		mark := lineCount(t, record)
-		rs := together(2, func(int) reply { return chat("fay-token", "small") })
-		for _, r := range rs {
-			if r.status != 200 || r.header.Get("Capgate-Decision") != "" {
-				t.Errorf("with the service stopped: %d %v; want 200, no capacity headers", r.status, r.header)
-			}
-		}
-		for _, run := range waitRuns(t, record, mark, 2) {
-			if run.start.Decision != "failed-open" {
-				t.Errorf("a run with the service stopped: decision %q; want failed-open", run.start.Decision)
-			}
-		}
+		failsOpen(t, svc, record, func() reply { return chat("fay-token", "small") })
 	})
 }
