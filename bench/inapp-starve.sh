@@ -27,7 +27,9 @@ ROOT=$PWD
 
 go build -o "$WORK/capgate" ./cmd/capgate
 mkdir -p "$WORK/pre"
-git archive "$PRE" python/capgate | tar -x -C "$WORK/pre"
+# The package before, with the app of its time (today's app decorates a
+# DRF class, which that package could not).
+git archive "$PRE" python/capgate test/decide/app test/internal/python | tar -x -C "$WORK/pre"
 
 APP="$ROOT/test/decide/app"
 export DECIDE_DIR="$WORK" DJANGO_SETTINGS_MODULE=decidesite.settings PYTHONDONTWRITEBYTECODE=1
@@ -42,13 +44,15 @@ DB="sqlite:$WORK/config.db"
 PIDS+=($!)
 for _ in $(seq 100); do [[ -S "$WORK/d.sock" ]] && break; sleep 0.1; done
 
-# run NAME PYTHONPATH ENV... prints starve.py's JSON line for one app.
+# run NAME ROOT ENV... prints starve.py's JSON line for the app and the
+# package of the tree at ROOT.
 run() {
-	local name=$1 path=$2 port pid
+	local name=$1 root=$2 port pid
 	shift 2
 	port=$(free_port)
 	: >"$WORK/$name.jsonl"
-	(cd "$APP" && exec env PYTHONPATH="$BASE_PATH:$path" DECIDE_RECORD="$WORK/$name.jsonl" "$@" \
+	(cd "$root/test/decide/app" && exec env PYTHONPATH="$root/test/internal/python:$root/test/decide/app:$root/python" \
+		DECIDE_RECORD="$WORK/$name.jsonl" "$@" \
 		gunicorn --bind "127.0.0.1:$port" --workers 1 --worker-class gthread --threads 8 --timeout 120 \
 		decidesite.wsgi:application 2>"$WORK/gunicorn-$name.log") &
 	pid=$!
@@ -65,9 +69,9 @@ echo "| package | pam's heavy runs (uncounted) | most at once | pam's statuses |
 echo "|---|---|---|---|---|"
 for what in pre fixed control; do
 	case $what in
-	pre) out=$(run pre "$WORK/pre/python" CAPGATE_URL="unix:$WORK/d.sock") label="before ($PRE)" ;;
-	fixed) out=$(run fixed "$ROOT/python" CAPGATE_URL="unix:$WORK/d.sock") label="this tree" ;;
-	control) out=$(run control "$ROOT/python" DECIDE_NO_LIMITER=1 CAPGATE_URL=unix:/nonexistent) label="no limiter (control)" ;;
+	pre) out=$(run pre "$WORK/pre" CAPGATE_URL="unix:$WORK/d.sock") label="before ($PRE)" ;;
+	fixed) out=$(run fixed "$ROOT" CAPGATE_URL="unix:$WORK/d.sock") label="this tree" ;;
+	control) out=$(run control "$ROOT" DECIDE_NO_LIMITER=1 CAPGATE_URL=unix:/nonexistent) label="no limiter (control)" ;;
 	esac
 	echo "| $label | $(field "$out" pam_runs) | $(field "$out" pam_at_once) | $(field "$out" statuses) | $(field "$out" hog_calls) |"
 done

@@ -69,6 +69,11 @@ type callRequest struct {
 	// same request: the same key with another is reused.
 	RepeatKey   string `json:"repeat_key,omitempty"`
 	Fingerprint string `json:"fingerprint,omitempty"`
+	// Conservative: count the call as the most expensive reading of its
+	// route (of the policy's most expensive route when it names none the
+	// policy has), whatever its fields say — the app could not read the
+	// call, or the service refused its reading (conservativeCall).
+	Conservative bool `json:"conservative,omitempty"`
 }
 
 // maxRepeatKey bounds repeat_key and fingerprint, in bytes, as the
@@ -125,6 +130,9 @@ func decodeCall(body io.Reader) (callRequest, error) {
 // tiers are resolved from groups and is_staff as the gateway's identity
 // does (p's tier rules).
 func (c callRequest) call(p *policy.Policy) (capgate.Call, error) {
+	if c.Conservative {
+		return c.conservativeCall(p), nil
+	}
 	switch {
 	case c.User == "":
 		return capgate.Call{}, errors.New(`"user" is required: the caller's username`)
@@ -275,4 +283,56 @@ func (c callRequest) fields(r *policy.Route) (policy.Fields, error) {
 		}
 	}
 	return f, nil
+}
+
+// conservativeCall returns the call c names, read at its most expensive
+// (policy.Policy.Conservative): the app sends it when it could not read
+// the call, or when the service refused the call it read (400). It is
+// never refused for what it names, so that an error on the caller's side
+// is counted, never left uncounted: a user that is empty or too long is
+// UnidentifiedUser, a tier the policy lacks is resolved from the groups
+// and is_staff (the default tier without them), a bad task is the
+// service's own, the fields given are ignored, the call is capacity-aware
+// (refused under enforce_for aware too) and never deduplicated.
+func (c callRequest) conservativeCall(p *policy.Policy) capgate.Call {
+	route := p.Route(c.Route)
+	if route == nil && c.Endpoint != "" {
+		route = p.RouteByLogName(c.Endpoint)
+	}
+	route, fields := p.Conservative(route)
+	user := c.User
+	if user == "" || utf8.RuneCountInString(user) > identity.MaxUsername {
+		user = capgate.UnidentifiedUser
+	}
+	tier := c.Tier
+	if tier == "" || p.TierIndex(tier) < 0 {
+		tier = p.Identity.TierOf(c.IsStaff, c.Groups)
+	}
+	rid := c.RequestID
+	if rid == "" {
+		rid = randhex.String(16)
+	}
+	return capgate.Call{
+		Route:         route,
+		Fields:        fields,
+		UserID:        user,
+		Tier:          tier,
+		Aware:         true,
+		RequestSource: truncate.Runes(c.RequestSource, maxRequestSource),
+		CID:           truncate.Runes(rid, maxRequestID),
+	}
+}
+
+// conservativeRequest returns c, and for a conservative call c with its
+// task cleared when it is no valid task id (the service's own task counts
+// it), and its repeat_key and fingerprint cleared.
+func (c callRequest) conservativeRequest() callRequest {
+	if !c.Conservative {
+		return c
+	}
+	if c.Task != "" && !taskPattern.MatchString(c.Task) {
+		c.Task = ""
+	}
+	c.RepeatKey, c.Fingerprint = "", ""
+	return c
 }

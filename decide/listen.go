@@ -117,9 +117,14 @@ func listenUnix(path string, so SocketOptions) (net.Listener, error) {
 			return nil, fmt.Errorf("%s: another process serves on it", path)
 		}
 	}
-	dir, err := os.MkdirTemp(filepath.Dir(path), ".capgate-sock-")
+	parent := filepath.Dir(path)
+	if _, err := os.Stat(parent); errors.Is(err, fs.ErrNotExist) {
+		return nil, fmt.Errorf("the socket's directory %s does not exist: create it first, writable by the service's user "+
+			"(install -d -o <service user> -g <app group> -m 0750 %s; systemd: RuntimeDirectory=): %w", parent, parent, fs.ErrNotExist)
+	}
+	dir, err := os.MkdirTemp(parent, ".capgate-sock-")
 	if err != nil {
-		return nil, fmt.Errorf("make a private directory beside the socket: %w", err)
+		return nil, fmt.Errorf("make a private directory beside the socket, in %s (the service's user must be able to write there): %w", parent, err)
 	}
 	defer os.RemoveAll(dir)
 	tmp := filepath.Join(dir, "s")

@@ -1,6 +1,7 @@
 package decide_test
 
 import (
+	"errors"
 	"io/fs"
 	"net"
 	"os"
@@ -105,7 +106,7 @@ func TestSocketOptionErrors(t *testing.T) {
 		{decide.UnixPrefix + dir + "/a.sock", decide.SocketOptions{Group: "no-such-group-capgate"}, "no-such-group-capgate"},
 		{decide.UnixPrefix + dir + "/b.sock", decide.SocketOptions{Group: "-3"}, "group id"},
 		{"127.0.0.1:0", decide.SocketOptions{Mode: 0o660}, "unix socket"},
-		{decide.UnixPrefix + dir + "/nodir/c.sock", decide.SocketOptions{}, "private directory"},
+		{decide.UnixPrefix + dir + "/nodir/c.sock", decide.SocketOptions{}, "does not exist: create it first"},
 	} {
 		ln, err := decide.Listen(tt.addr, "t", false, tt.so)
 		if err == nil || !strings.Contains(err.Error(), tt.want) {
@@ -128,5 +129,17 @@ func TestSocketOptionErrors(t *testing.T) {
 	}
 	if ents, _ := os.ReadDir(dir); len(ents) != 0 {
 		t.Errorf("after the failures %s holds %v, want nothing", dir, ents)
+	}
+}
+
+// A socket whose directory does not exist names the directory and how to
+// make it (it used to say "make a private directory beside the socket:
+// stat …: no such file or directory").
+func TestSocketDirectoryMissing(t *testing.T) {
+	dir := filepath.Join(t.TempDir(), "run", "capgate")
+	_, err := decide.Listen(decide.UnixPrefix+filepath.Join(dir, "decide.sock"), "", false, decide.SocketOptions{})
+	if err == nil || !errors.Is(err, fs.ErrNotExist) || !strings.Contains(err.Error(), "the socket's directory "+dir+" does not exist: create it first") ||
+		!strings.Contains(err.Error(), "install -d") {
+		t.Errorf("listen in a missing directory: %v; want it named, with how to create it", err)
 	}
 }

@@ -20,16 +20,23 @@ func inferencePolicy(t *testing.T) *policy.Policy {
 	return p
 }
 
-// An app names the call by its route and fields; the service plans the
-// policy's lanes: a model's lane is keyed by the field, and the answer's
-// headers and 429 are the policy's names.
-func TestRouteAndFieldsOfAPolicy(t *testing.T) {
+// newInferenceEnv serves the inference policy in enforce for every call,
+// waiting off.
+func newInferenceEnv(t *testing.T) *env {
+	t.Helper()
 	p := inferencePolicy(t)
-	e := newEnv(t, "", func(c *settings.Config) {
+	return newEnv(t, "", func(c *settings.Config) {
 		d := settings.Default(p, settings.ModeEnforce)
 		d.EnforceFor, d.Wait.MaxSeconds = settings.EnforceAll, 0
 		*c = d
 	})
+}
+
+// An app names the call by its route and fields; the service plans the
+// policy's lanes: a model's lane is keyed by the field, and the answer's
+// headers and 429 are the policy's names.
+func TestRouteAndFieldsOfAPolicy(t *testing.T) {
+	e := newInferenceEnv(t)
 	body := func(user, model string) string {
 		return `{"user":"` + user + `","groups":["pro"],"route":"chat","fields":{"model":"` + model + `"}}`
 	}

@@ -22,6 +22,13 @@ import (
 // keeps a gate for.
 const DefaultMaxTasks = 64
 
+// DefaultMaxWaiting is how many calls of one API task may wait in the
+// service at once unless told otherwise: each holds one of the app's
+// workers while it waits, and with 2 an app of 4 sync workers keeps one
+// for the user's running call and one free for everything else
+// (docs/PROTOCOL.md, "How many may wait"; measured in docs/BENCHMARKS.md).
+const DefaultMaxWaiting = 2
+
 // HeaderWaitSeconds is sent, with the response's headers ahead of the
 // decision, when the call may wait: the most seconds it may (the config's
 // wait.max_seconds). A client allows that long beyond its own timeout for
@@ -94,7 +101,7 @@ type Server struct {
 	// the gate's own) may wait in the service at once: each holds one of
 	// the app's workers while it waits. A call that would wait past it is
 	// decided at once (refused, with the usual Retry-After, when a lane is
-	// full). 0: no bound.
+	// full). Default DefaultMaxWaiting; 0: no bound.
 	MaxWaiting int
 	// Journal, if set, records the held calls' leases for Recover.
 	Journal Journal
@@ -124,10 +131,11 @@ type heldCall struct {
 
 func (h *heldCall) end() { h.once.Do(func() { close(h.release) }) }
 
-// NewServer returns a server deciding with gate.
+// NewServer returns a server deciding with gate, with the defaults
+// (DefaultMaxTasks, DefaultMaxWaiting).
 func NewServer(gate *capgate.Gate) *Server {
 	kill, killFn := context.WithCancel(context.Background())
-	return &Server{Gate: gate, MaxTasks: DefaultMaxTasks, Logger: slog.Default(),
+	return &Server{Gate: gate, MaxTasks: DefaultMaxTasks, MaxWaiting: DefaultMaxWaiting, Logger: slog.Default(),
 		tasks: map[string]*capgate.Gate{}, held: map[string]*heldCall{}, waiting: map[string]int{},
 		done: make(chan struct{}), kill: kill, killFn: killFn}
 }
@@ -364,6 +372,7 @@ func (s *Server) readCall(w http.ResponseWriter, r *http.Request, rc *http.Respo
 	_ = rc.SetReadDeadline(time.Now().Add(bodyReadTimeout))
 	req, err := decodeCall(r.Body)
 	_ = rc.SetReadDeadline(time.Time{})
+	req = req.conservativeRequest()
 	var call capgate.Call
 	if err == nil {
 		call, err = req.call(s.Gate.Policy(r.Context()))
@@ -371,6 +380,10 @@ func (s *Server) readCall(w http.ResponseWriter, r *http.Request, rc *http.Respo
 	var gate *capgate.Gate
 	if err == nil {
 		gate, err = s.gateFor(req.Task)
+		if err != nil && req.Conservative {
+			// Past MaxTasks: the service's own task counts it.
+			gate, err = s.Gate, nil
+		}
 	}
 	switch {
 	case err != nil:

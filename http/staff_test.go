@@ -23,6 +23,7 @@ import (
 	"github.com/capgate/capgate/policy"
 	"github.com/capgate/capgate/settings"
 	"github.com/capgate/capgate/sqlite"
+	"github.com/capgate/capgate/status"
 )
 
 // tokens is an Identifier from a map of "Token <t>" or "Bearer <t>"
@@ -341,8 +342,9 @@ func TestStatus(t *testing.T) {
 
 	code, _, body := s.do(t, "GET", "/capacity/status", "staff-token", "")
 	got, _ := body.(map[string]any)
-	if code != 200 || got["mode"] != "shadow" || got["enforce_for"] != "aware" || got["redis"] != "ok" {
-		t.Errorf("status = %d %v; want 200, shadow, aware, ok", code, body)
+	if code != 200 || got["mode"] != "shadow" || got["enforce_for"] != "aware" || got["lanes_health"] != "ok" ||
+		got["lanes"] != "memory" || got["redis"] != status.NoRedis {
+		t.Errorf("status = %d %v; want 200, shadow, aware, lanes memory and ok, redis %q (there is none)", code, body, status.NoRedis)
 	}
 	wantBody(t, "status api_heavy", got["api_heavy"], `{"in_flight":1,"limit":4,"bulk_limit":3}`)
 	wantBody(t, "status users", got["users"], `{"alice":{"in_flight":1}}`)

@@ -19,7 +19,7 @@ import (
 type Snapshot struct {
 	Mode       string // a settings.Mode
 	EnforceFor string // a settings.EnforceFor
-	Store      string // OK, or the lane store's error; "redis" on the wire, whatever the store
+	Store      string // OK, or the lane store's error: "lanes_health" on the wire, and "redis" for a Redis (NoRedis otherwise)
 	Lanes      string // where the lanes live: memory, redis, redis-sentinel, redis-cluster
 	// Idempotency is the idempotency mode in force (a
 	// settings.IdempotencyMode), "" (left out) when off.
@@ -104,6 +104,21 @@ type Adaptive struct {
 // OK is Snapshot.Store when the lane store answered.
 const OK = "ok"
 
+// NoRedis is the JSON's "redis" when the lanes are in this process
+// (Lanes "memory"): there is no Redis whose health it could name, and
+// "ok" would say there is. "lanes" names the store, "lanes_health" its
+// health, whatever it is.
+const NoRedis = "none: lanes in memory"
+
+// redis returns the JSON's "redis": the store's health when it is a Redis
+// (the key's meaning since the first status API), NoRedis otherwise.
+func (s Snapshot) redis() string {
+	if s.Lanes == "memory" {
+		return NoRedis
+	}
+	return s.Store
+}
+
 // Where a lane's limit in force comes from (LimitSource).
 const (
 	LimitStatic   = "static"   // the config's limit
@@ -157,7 +172,7 @@ func (s Snapshot) MarshalJSON() ([]byte, error) {
 			Lanes      string     `json:"lanes"`
 			Health     string     `json:"lanes_health"`
 			Decisions  *Decisions `json:"decisions,omitempty"`
-		}{s.Mode, s.EnforceFor, s.Store, s.Lanes, s.Store, s.Decisions})
+		}{s.Mode, s.EnforceFor, s.redis(), s.Lanes, s.Store, s.Decisions})
 	}
 	var b bytes.Buffer
 	b.WriteByte('{')
@@ -179,7 +194,7 @@ func (s Snapshot) MarshalJSON() ([]byte, error) {
 		k string
 		v any
 	}
-	out := []kv{{"mode", s.Mode}, {"enforce_for", s.EnforceFor}, {"redis", s.Store}, {"lanes", s.Lanes}}
+	out := []kv{{"mode", s.Mode}, {"enforce_for", s.EnforceFor}, {"redis", s.redis()}, {"lanes", s.Lanes}}
 	if s.Idempotency != "" {
 		out = append(out, kv{"idempotency", s.Idempotency})
 	}
@@ -195,8 +210,8 @@ func (s Snapshot) MarshalJSON() ([]byte, error) {
 	if len(s.Adaptive) > 0 {
 		out = append(out, kv{"adaptive", s.Adaptive})
 	}
-	// lanes_health is "redis" under a name that fits every store (the
-	// in-process lanes are no Redis); "redis" stays for existing readers.
+	// lanes_health is the store's health under a name that fits every
+	// store; "redis" stays for existing readers of a Redis's.
 	out = append(out, kv{"lanes_health", s.Store})
 	for _, l := range s.Keyed {
 		if l.PerKeyLimit {

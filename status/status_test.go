@@ -17,7 +17,7 @@ func TestSnapshotJSON(t *testing.T) {
 	}{
 		{"store answered, nothing in flight", ocl(status.Snapshot{Mode: "shadow", EnforceFor: "aware", Store: status.OK, Lanes: "memory"},
 			&status.Lane{Limit: 4, BulkLimit: ptr(3)}, &status.Lane{Limit: 3}, nil, nil, nil),
-			`{"mode":"shadow","enforce_for":"aware","redis":"ok","lanes":"memory",` +
+			`{"mode":"shadow","enforce_for":"aware","redis":"none: lanes in memory","lanes":"memory",` +
 				`"api_heavy":{"in_flight":0,"limit":4,"bulk_limit":3},"es2_knn":{"in_flight":0,"limit":3},` +
 				`"lanes_health":"ok","tasks":{},"tiers":{},"users":{}}`},
 		{"store answered, calls in flight and waiting, adaptive", ocl(status.Snapshot{Mode: "enforce", EnforceFor: "all", Store: status.OK, Lanes: "redis"},
@@ -76,7 +76,7 @@ func TestSnapshotJSONOfAnotherPolicy(t *testing.T) {
 			{Name: "user", StatusKey: "user", Scope: "key", Key: "user"},
 		}}
 	b, err := json.Marshal(st)
-	want := `{"mode":"enforce","enforce_for":"all","redis":"ok","lanes":"memory","cluster":{"in_flight":3,"limit":8},` +
+	want := `{"mode":"enforce","enforce_for":"all","redis":"none: lanes in memory","lanes":"memory","cluster":{"in_flight":3,"limit":8},` +
 		`"lanes_health":"ok","model":{"llama":{"in_flight":2,"limit":2,"waiting":1}},"user":{}}`
 	if err != nil || string(b) != want {
 		t.Errorf("got %s, %v\nwant %s", b, err, want)

@@ -32,7 +32,8 @@ type DecideOptions struct {
 	// --socket-group; serve: --decide-socket-mode, --decide-socket-group).
 	Socket decide.SocketOptions
 	// MaxWaiting bounds the calls of one API task waiting at once
-	// (--max-waiting; serve: --decide-max-waiting); 0: no bound.
+	// (--max-waiting; serve: --decide-max-waiting); default
+	// decide.DefaultMaxWaiting, 0: no bound.
 	MaxWaiting int
 }
 
@@ -61,7 +62,7 @@ func decideSocketFlags(fs *flag.FlagSet, o *DecideOptions, prefix string) {
 	env := "CAPGATE_" + strings.ToUpper(strings.ReplaceAll(prefix, "-", "_"))
 	fs.Var(socketModeValue{&o.Socket.Mode}, prefix+"socket-mode", "the unix socket's permission bits, an octal `mode` such as 0660 (the app's group may connect); set as the socket is created, never after. Default: what the umask leaves ("+env+"SOCKET_MODE)")
 	fs.StringVar(&o.Socket.Group, prefix+"socket-group", "", "the unix socket's `group`, a name or id: the app's, with --"+prefix+"socket-mode 0660; the service must be a member of it ("+env+"SOCKET_GROUP)")
-	fs.IntVar(&o.MaxWaiting, prefix+"max-waiting", 0, "the most calls of one API task that may wait in the service at once (each holds an app worker); past it a call that would wait is refused at once with Retry-After. Below the app's worker count, e.g. half its sync workers; 0: no bound ("+env+"MAX_WAITING)")
+	fs.IntVar(&o.MaxWaiting, prefix+"max-waiting", decide.DefaultMaxWaiting, "the most calls of one API task that may wait in the service at once (each holds an app worker); past it a call that would wait is refused at once with Retry-After. Below the app's worker count: the default, 2, leaves 4 sync workers one for the user's running call and one free; 0: no bound ("+env+"MAX_WAITING)")
 }
 
 // decideTokenFlags registers the token flags on fs.

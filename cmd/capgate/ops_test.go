@@ -251,7 +251,7 @@ func TestEveryCommandHasItsOwnHelp(t *testing.T) {
 }
 
 // Why: the staff API's status said "redis":"ok" with in-process lanes; it
-// names the lane store now.
+// names the lane store now, and "redis" says there is none.
 func TestStatusNamesTheLaneStore(t *testing.T) {
 	p := startServeProcess(t, nil, "--upstream", newAPI(t), "--database", "sqlite:"+filepath.Join(t.TempDir(), "c.db"))
 	req, _ := http.NewRequest("GET", p.addr+"/capacity/status/", nil)
@@ -262,8 +262,9 @@ func TestStatusNamesTheLaneStore(t *testing.T) {
 	}
 	b, _ := io.ReadAll(resp.Body)
 	resp.Body.Close()
-	if resp.StatusCode != 200 || !strings.Contains(string(b), `"lanes":"memory"`) {
-		t.Errorf("status = %d %s; want lanes memory", resp.StatusCode, b)
+	if resp.StatusCode != 200 || !strings.Contains(string(b), `"lanes":"memory"`) || !strings.Contains(string(b), `"lanes_health":"ok"`) ||
+		!strings.Contains(string(b), `"redis":"none: lanes in memory"`) {
+		t.Errorf("status = %d %s; want lanes memory, lanes_health ok, and no \"redis\":\"ok\" (there is no Redis)", resp.StatusCode, b)
 	}
 }
 

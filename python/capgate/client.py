@@ -6,149 +6,125 @@ block runs the connection stays open, and closing it gives the call's place
 back. A process that dies closes its sockets, so its places are freed at once
 with no renewal logic here.
 
-One rule for what goes wrong: the call runs uncounted (``failed_open``)
-only when the service cannot be reached (no socket, connection refused or
-reset, permission denied) or sends no decision within the bound. An answer
-it can't read (not ``200``, not HTTP, no JSON, an unknown decision) is not a
-miss: the call is refused (``decision == "error"``, a 503). Misses and errors
-are logged at most once a minute per client.
+Two rules for what goes wrong (docs/SECURITY.md):
 
-The bound is measured on the service, not on this process: it starts once
-the call is sent, and when it has passed the client still reads what the
-service already sent before calling it a miss, so a worker that was paused
-or starved of the GIL (another thread parsing a large body) does not turn
-an answered call into an uncounted one.
+- **A failing limiter never refuses a call.** When the service can't be
+  reached, sends no decision within the bound, answers a status other than
+  200 or 400 (a 5xx, a proxy's error page, a wrong token) or something that
+  is no decision line, the call runs uncounted: ``failed_open``, with a
+  ``reason``, counted in ``capgate.stats()`` and logged at most once a minute
+  per process.
+- **What the caller's side sends always counts.** A call the service can't
+  take as read (``400``: a route or field the policy lacks, a key it can't
+  use, a call too large), or one that can't even be sent (a value that is
+  no JSON), is sent again as the conservative call (``conservative_call``):
+  the service counts it as the route's most expensive reading, of the
+  caller as named, or ``(unidentified)``. Only if the service refuses that
+  too — its own error — does the call fail open.
 """
 
 from __future__ import annotations
 
 import http.client
-import io
 import json
 import logging
 import socket
-import threading
 import time
 from types import TracebackType
-from typing import Any, Callable, Dict, List, Mapping, Optional, Type, cast
+from typing import Any, Callable, Dict, Mapping, Optional, Sequence, Tuple, Type, Union
 from urllib.parse import urlsplit
 
-__all__ = ["Client", "Decision", "DecisionError", "DEFAULT_TIMEOUT"]
+from capgate import _rewatch
+from capgate._wire import Bound, PatientSocket, UnixConnection
+from capgate.stats import LOG_INTERVAL, counts, log_once_a_minute
 
-logger = logging.getLogger("capgate")
+__all__ = [
+    "Client",
+    "Decision",
+    "DecisionError",
+    "Rejected",
+    "DEFAULT_TIMEOUT",
+    "UNIDENTIFIED",
+    "FieldValue",
+    "conservative_call",
+]
 
 #: Seconds to connect and get an answer, beyond the wait the service says
 #: a call may take (its ``Capgate-Wait-Seconds`` header).
 DEFAULT_TIMEOUT = 0.25
 
-#: How often a client logs that it failed open, at most.
-MISS_LOG_INTERVAL = 60.0
+#: How often a client logs one kind of failure, at most (per process).
+MISS_LOG_INTERVAL = LOG_INTERVAL
 
-_FIELDS = (
-    "user", "tier", "groups", "is_staff", "endpoint", "semantic", "reranker",
-    "rows", "aware", "request_id", "task", "request_source",
-)
-
-
-#: The last read once the bound has passed: long enough to take what the
-#: kernel holds already, too short to wait for anything new.
-LAST_READ = 0.001
+#: The user of a conservative call whose caller could not be identified.
+UNIDENTIFIED = "(unidentified)"
 
 #: The decisions a service may answer (docs/PROTOCOL.md).
-DECISIONS = frozenset(("admitted", "shadow-refused", "refused", "unavailable", "off"))
+DECISIONS = frozenset(("admitted", "shadow-refused", "refused", "unavailable", "off", "joined", "reused"))
 
-#: What the app answers when the service's answer can't be read.
-ERROR_STATUS = 503
-ERROR_RETRY_AFTER = "1"
+#: The bounds of what the service takes (docs/PROTOCOL.md): the call's
+#: JSON, a username, the groups kept, the ids kept.
+MAX_CALL_BYTES = 16 << 10
+MAX_USER = 150
+MAX_GROUPS = 100
+MAX_REQUEST_ID = 200
+MAX_REQUEST_SOURCE = 50
+
+#: A call field's value: a policy field is a boolean, a whole number or a
+#: string.
+FieldValue = Union[bool, int, str]
+
+# The old private name, which the tests use.
+_UnixConnection = UnixConnection
 
 
 class DecisionError(Exception):
     """The service answered, but not with a decision the client can read:
-    the call is refused, not run uncounted."""
+    the call fails open."""
 
 
-class _PatientReader(io.RawIOBase):
-    """The answer's socket, read against the call's deadline (``_Bound``).
-    A read never fails before it has looked: past the deadline it still
-    takes what the kernel holds, and a poll that timed out is followed by
-    one non-blocking read, since the thread may have waited for the GIL
-    long after the poll gave up (another thread parsing a large body) while
-    the answer arrived."""
-
-    def __init__(self, sock: socket.socket, bound: "_Bound") -> None:
-        super().__init__()
-        self._sock = sock
-        self._bound = bound
-        # The socket's own file, read through recv_into here, keeps it open
-        # for the response when http.client closes the connection's
-        # reference (Connection: close), as its makefile would.
-        self._file = sock.makefile("rb", buffering=0)
-
-    def readable(self) -> bool:
-        return True
-
-    def close(self) -> None:
-        if not self.closed:
-            self._file.close()
-        super().close()
-
-    def readinto(self, b: Any) -> int:
-        self._sock.settimeout(max(self._bound.deadline - time.monotonic(), LAST_READ))
-        try:
-            return self._sock.recv_into(b)
-        except socket.timeout:
-            self._sock.setblocking(False)
-            try:
-                return self._sock.recv_into(b)
-            except BlockingIOError:
-                raise socket.timeout("capgate decide: no answer within the timeout") from None
-            finally:
-                self._sock.settimeout(LAST_READ)
+class Rejected(DecisionError):
+    """The service can't take the call as it was read (400): the call is
+    sent again as the conservative call."""
 
 
-class _Bound:
-    """The deadline of one call's answer (monotonic seconds)."""
-
-    __slots__ = ("deadline",)
-
-    def __init__(self, deadline: float) -> None:
-        self.deadline = deadline
-
-
-class _PatientSocket:
-    """What http.client.HTTPResponse reads an answer from: the socket
-    through _PatientReader."""
-
-    def __init__(self, sock: socket.socket, bound: _Bound) -> None:
-        self._sock = sock
-        self._bound = bound
-
-    def makefile(self, mode: str = "rb", *args: Any, **kwargs: Any) -> io.BufferedReader:
-        return io.BufferedReader(_PatientReader(self._sock, self._bound))
+class _StatusError(DecisionError):
+    """An answer whose status is neither 200 nor 400."""
 
 
 class Decision:
     """The service's decision on one call.
 
-    ``decision`` is admitted, shadow-refused, refused, unavailable, off, or
-    ``failed-open`` when the service could not be asked. ``refused`` means
-    the app answers ``status`` (429) with ``headers`` and ``body`` and never
-    runs the call; otherwise it runs the call and adds ``headers`` to its
-    response.
+    ``decision`` is admitted, shadow-refused, refused, unavailable, off,
+    joined or reused (docs/PROTOCOL.md), or ``failed-open`` when the
+    service could not decide (``failed_open`` true, ``reason`` says why:
+    capgate.stats.FAILED_OPEN_REASONS). ``refused`` means the app answers
+    ``status`` with ``headers`` and ``body`` and never runs the call (a
+    refusal's 429, or the 422 of a repeat_key used for another request);
+    ``joined`` means the call repeats one still running: the app does not
+    run it, and may ``wait`` for that call to end. Otherwise the app runs
+    the call and adds ``headers`` to its response. ``conservative`` says
+    the call was counted as the conservative call.
     """
 
-    __slots__ = ("decision", "held", "status", "headers", "body", "id", "failed_open", "error")
+    __slots__ = ("decision", "held", "status", "headers", "body", "id", "failed_open", "reason", "error",
+                 "conservative", "dedup_of", "_call")
 
-    def __init__(self, line: Optional[Mapping[str, Any]] = None, error: Optional[BaseException] = None) -> None:
+    def __init__(self, line: Optional[Mapping[str, Any]] = None, reason: Optional[str] = None,
+                 error: Optional[BaseException] = None) -> None:
         line = line or {}
-        self.decision: str = line.get("decision", "failed-open")
-        self.held: bool = bool(line.get("held", False))
+        self.decision: str = str(line.get("decision", "failed-open"))
+        self.held: bool = line.get("held") is True
         self.status: Optional[int] = line.get("status") or None
         self.headers: Dict[str, str] = dict(line.get("headers") or {})
         self.body: Any = line.get("body")
         self.id: Optional[str] = line.get("id")
-        self.failed_open: bool = line == {} or error is not None
+        self.dedup_of: Optional[str] = line.get("dedup_of")
+        self.failed_open: bool = reason is not None
+        self.reason: Optional[str] = reason
         self.error: Optional[BaseException] = error
+        self.conservative = False
+        self._call: Optional[_Call] = None
 
     @classmethod
     def from_line(cls, raw: bytes) -> "Decision":
@@ -160,97 +136,139 @@ class Decision:
             raise DecisionError("capgate decide: the decision line is not JSON: %s" % e) from e
         if not isinstance(line, dict) or line.get("decision") not in DECISIONS:
             raise DecisionError("capgate decide: not a decision: %.200r" % (raw,))
-        if not isinstance(line.get("headers") or {}, dict):
-            raise DecisionError("capgate decide: the decision's headers are not an object")
-        if line["decision"] == "refused" and not isinstance(line.get("status") or 429, int):
-            raise DecisionError("capgate decide: the refusal's status is not a number")
+        headers = line.get("headers") or {}
+        if not isinstance(headers, dict) or not all(isinstance(v, str) for v in headers.values()):
+            raise DecisionError("capgate decide: the decision's headers are not an object of strings")
+        if not isinstance(line.get("held", False), bool):
+            raise DecisionError("capgate decide: the decision's held is not a boolean")
+        if line["decision"] in ("refused", "reused"):
+            status = line.get("status")
+            if not isinstance(status, int) or isinstance(status, bool) or not 400 <= status < 500:
+                raise DecisionError("capgate decide: the refusal's status is not a 4xx")
+            if not isinstance(line.get("body"), dict):
+                raise DecisionError("capgate decide: the refusal has no body")
         return cls(line)
 
     @classmethod
-    def failed(cls, error: BaseException) -> "Decision":
-        """The call refused because the service's answer could not be read."""
-        d = cls({
-            "decision": "error",
-            "status": ERROR_STATUS,
-            "headers": {"Retry-After": ERROR_RETRY_AFTER, "X-OCL-Capacity-Decision": "error"},
-            "body": {"detail": "Matching is busy. Please retry.", "error_code": "capacity_error"},
-        })
-        d.error = error
-        return d
+    def failed(cls, reason: str, error: BaseException) -> "Decision":
+        """The call runs uncounted: the service could not decide it."""
+        return cls(None, reason=reason, error=error)
 
     @property
     def refused(self) -> bool:
         """The app answers status with headers and body and never runs the
-        call: the service refused it, or its answer could not be read."""
-        return self.decision in ("refused", "error") and not self.failed_open
+        call: the service refused it (429), or its repeat_key was used for
+        another request (422)."""
+        return self.decision in ("refused", "reused")
+
+    @property
+    def joined(self) -> bool:
+        """The call repeats one still running (its repeat_key): the app
+        does not run it (wait, then look for that call's result, or answer
+        409)."""
+        return self.decision == "joined"
+
+    def wait(self, timeout: float) -> Optional[str]:
+        """For a joined call, waits at most timeout seconds for the call it
+        repeats to end, and returns why the service ended the answer:
+        "finished" (look for its result now; a call that left none may be
+        asked again), "max_hold", "store_failed" or "shutdown"; None when
+        the time ran out or the answer ended with no reason."""
+        if self._call is None:
+            return None
+        return self._call._wait_end(timeout)
 
     def __repr__(self) -> str:
         return "Decision(%r, held=%r, status=%r)" % (self.decision, self.held, self.status)
 
 
-class _UnixConnection(http.client.HTTPConnection):
-    """HTTP over a unix socket."""
+def _clip(v: Any, n: int) -> Optional[str]:
+    return v[:n] if isinstance(v, str) and v else None
 
-    def __init__(self, path: str, timeout: float) -> None:
-        super().__init__("localhost", timeout=timeout)
-        self._path = path
 
-    def connect(self) -> None:
-        s = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-        s.settimeout(self.timeout)
-        try:
-            s.connect(self._path)
-        except BaseException:
-            s.close()
-            raise
-        self.sock = s
+def conservative_call(user: Any = None, *, groups: Any = None, is_staff: Any = None, tier: Any = None,
+                      route: Any = None, endpoint: Any = None, task: Any = None, request_id: Any = None,
+                      request_source: Any = None) -> Dict[str, Any]:
+    """The conservative call of a caller: what a call is counted as when its
+    own reading can't be had (docs/PROTOCOL.md, ``conservative``). The
+    service counts it as the most expensive reading of route (of the
+    policy's most expensive route without one): the policy in force, never
+    a copy here. The caller is user when it is a name the service takes (a
+    string of 1 to 150 characters), else ``(unidentified)``; its groups,
+    is_staff and tier are kept when they are of the protocol's types (the
+    service resolves a tier it lacks from the groups). Nothing here can make
+    the service refuse it."""
+    call: Dict[str, Any] = {"user": user if isinstance(user, str) and 0 < len(user) <= MAX_USER else UNIDENTIFIED,
+                            "conservative": True}
+    if isinstance(groups, (list, tuple)):
+        kept = [g for g in groups if isinstance(g, str) and len(g) <= MAX_USER][:MAX_GROUPS]
+        if kept:
+            call["groups"] = kept
+    if isinstance(is_staff, bool):
+        call["is_staff"] = is_staff
+    for name, v, n in (("tier", tier, 64), ("route", route, 64), ("endpoint", endpoint, 64), ("task", task, 64),
+                       ("request_id", request_id, MAX_REQUEST_ID), ("request_source", request_source, MAX_REQUEST_SOURCE)):
+        s = _clip(v, n)
+        if s is not None:
+            call[name] = s
+    if "route" in call:
+        call.pop("endpoint", None)
+    if len(_encode(call)) > MAX_CALL_BYTES:
+        call.pop("groups", None)  # the default tier's: never more than the caller's
+    return call
+
+
+def _conservative_of(call: Mapping[str, Any]) -> Dict[str, Any]:
+    """The conservative call of a call that could not be taken as read."""
+    return conservative_call(call.get("user"), groups=call.get("groups"), is_staff=call.get("is_staff"),
+                             tier=call.get("tier"), route=call.get("route"), endpoint=call.get("endpoint"),
+                             task=call.get("task"), request_id=call.get("request_id"),
+                             request_source=call.get("request_source"))
+
+
+def _encode(call: Mapping[str, Any]) -> bytes:
+    return json.dumps(call, allow_nan=False, separators=(",", ":")).encode()
+
+
+def _reason(e: BaseException, connected: bool) -> str:
+    """Why a call whose ask raised e fails open (FAILED_OPEN_REASONS)."""
+    if isinstance(e, Rejected):
+        return "rejected"
+    if isinstance(e, _StatusError):
+        return "status"
+    if isinstance(e, (DecisionError, http.client.HTTPException)) and not isinstance(
+            e, (http.client.RemoteDisconnected, http.client.IncompleteRead)):
+        return "not_a_decision"
+    if isinstance(e, socket.timeout):
+        return "timeout"
+    if isinstance(e, (http.client.RemoteDisconnected, http.client.IncompleteRead, EOFError)):
+        return "closed"
+    if isinstance(e, OSError):
+        return "closed" if connected else "unreachable"
+    return "error"
 
 
 class _Call:
     """The context manager of one call: holds the connection while it runs."""
 
-    def __init__(self, client: "Client", body: bytes) -> None:
+    def __init__(self, client: "Client", call: Dict[str, Any]) -> None:
         self._client = client
-        self._body = body
+        self._call = call
+        self._body = b""  # what was sent, for a re-registration
         self._conn: Optional[http.client.HTTPConnection] = None
         self._sock: Optional[socket.socket] = None
         self._resp: Optional[http.client.HTTPResponse] = None
+        self._bound: Optional[Bound] = None
+        self._connected = False
         self.decision: Optional[Decision] = None
 
     def __enter__(self) -> Decision:
-        try:
-            self.decision = self._ask()
-        except (http.client.RemoteDisconnected, http.client.IncompleteRead, EOFError) as e:
-            # The connection ended before a decision: the service is gone
-            # (crashed, restarting), a miss.
-            return self._miss(e)
-        except (DecisionError, http.client.HTTPException) as e:
-            # The service answered something that is no decision (not 200,
-            # not HTTP, no JSON): refuse the call rather than run it
-            # uncounted.
-            return self._refuse(e)
-        except OSError as e:
-            # Not reached (no socket, refused, reset, denied) or no answer
-            # within the bound (socket.timeout is an OSError): the only
-            # case where the call runs uncounted.
-            return self._miss(e)
-        except Exception as e:  # anything else is a bug here: count it
-            return self._refuse(e)
-        if self.decision.held:
-            self._watch()
-        return self.decision
-
-    def _refuse(self, e: BaseException) -> Decision:
-        self.close()
-        self.decision = Decision.failed(e)
-        self._client._missed(e, refused=True)
-        return self.decision
-
-    def _miss(self, e: BaseException) -> Decision:
-        self.close()
-        self.decision = Decision(error=e)
-        self._client._missed(e)
-        return self.decision
+        d = self._decide()
+        self.decision = d
+        counts.add("decision", d.decision)
+        if d.held:
+            _rewatch.rewatcher().watch(self)
+        return d
 
     def __exit__(
         self,
@@ -260,8 +278,48 @@ class _Call:
     ) -> None:
         self.close()
 
-    def _ask(self) -> Decision:
+    def _decide(self) -> Decision:
+        """Asks the service; a call it can't take as read is asked again as
+        the conservative call; anything the limiter gets wrong fails open.
+        Never raises."""
         c = self._client
+        if not self._call.get("conservative"):
+            try:
+                try:
+                    body = _encode(self._call)
+                except (TypeError, ValueError) as e:
+                    raise Rejected("the call is no JSON: %s" % e) from e
+                if len(body) > MAX_CALL_BYTES:
+                    raise Rejected("the call is larger than %d bytes" % MAX_CALL_BYTES)
+                return self._ask(body)
+            except Rejected as e:
+                self.close()
+                counts.add("conservative", "rejected")
+                log_once_a_minute("rejected", logging.WARNING,
+                                  "capgate: decision service %s can't take a call as the app read it (%s); "
+                                  "such calls are counted as the conservative call", c.url, e)
+            except Exception as e:
+                return self._fail(e)
+        try:
+            d = self._ask(_encode(_conservative_of(self._call)))
+        except Exception as e:
+            return self._fail(e)
+        d.conservative = True
+        return d
+
+    def _fail(self, e: BaseException) -> Decision:
+        reason = _reason(e, self._connected)
+        self.close()
+        counts.add("failed_open", reason)
+        log_once_a_minute("failed_open", logging.WARNING,
+                          "capgate: decision service %s not usable (%s); calls run unlimited (fail open): %s",
+                          self._client.url, reason, e)
+        return Decision.failed(reason, e)
+
+    def _ask(self, body: bytes) -> Decision:
+        c = self._client
+        self.close()
+        self._connected = False
         conn = c._connect()
         self._conn = conn
         # Connecting and sending have the timeout each; the bound on the
@@ -269,20 +327,23 @@ class _Call:
         # not running (a GIL held by a parse, a paused worker) before then
         # is not charged to the service.
         conn.connect()
+        self._connected = True
         # getresponse hands the socket to the response (Connection: close)
         # and forgets it: keep it, for the timeout and the shutdown.
         sock = conn.sock
         assert sock is not None
         self._sock = sock
-        conn.request("POST", "/v1/calls", body=self._body, headers=c._headers)
-        bound = _Bound(time.monotonic() + c.timeout)
+        conn.request("POST", "/v1/calls", body=body, headers=c._headers)
+        bound = Bound(time.monotonic() + c.timeout)
+        self._bound = bound
         conn.response_class = lambda sock, method=None: http.client.HTTPResponse(  # type: ignore[assignment]
-            _PatientSocket(sock, bound), method=method)  # type: ignore[arg-type]
+            PatientSocket(sock, bound), method=method)  # type: ignore[arg-type]
         resp = conn.getresponse()
         self._resp = resp
         if resp.status != 200:
             detail = resp.read(4096).decode("utf-8", "replace").strip()
-            raise DecisionError("capgate decide answered %d: %s" % (resp.status, detail[:500]))
+            err = Rejected if resp.status == 400 else _StatusError
+            raise err("capgate decide answered %d: %s" % (resp.status, detail[:500]))
         wait = resp.getheader("Capgate-Wait-Seconds")
         if wait:
             # The call may wait in the service's queue: allow that long.
@@ -296,17 +357,62 @@ class _Call:
         if not line.endswith(b"\n"):
             raise DecisionError("capgate decide: the decision line is cut or too long")
         d = Decision.from_line(line)
-        if not d.held:
+        self._body = body
+        if d.joined:
+            d._call = self  # its answer stays open until the call it repeats ends
+        elif not d.held:
             self.close()  # nothing to hold: the answer has ended
         return d
 
-    def _watch(self) -> None:
-        """Re-registers the call if its connection drops while it runs."""
-        _rewatcher.watch(self)
+    def _wait_end(self, timeout: float) -> Optional[str]:
+        """Reads a joined call's answer to its end line, for at most
+        timeout seconds; the end's reason, or None."""
+        resp, bound = self._resp, self._bound
+        if resp is None or bound is None:
+            return None
+        bound.deadline = time.monotonic() + max(timeout, 0.0)
+        try:
+            while True:
+                raw = resp.readline(64 << 10)
+                if not raw:
+                    return None
+                raw = raw.strip()
+                if not raw:
+                    continue  # a probe
+                line = json.loads(raw)
+                if isinstance(line, dict) and isinstance(line.get("released"), str):
+                    return str(line["released"])
+        except (OSError, ValueError, http.client.HTTPException):
+            return None
+
+    def _running_again(self) -> Tuple[Optional["_Call"], Optional[Decision]]:
+        """One try at counting this held call again, as running (its
+        connection dropped): the new call and its decision, or (None, None)
+        when the service could not be asked."""
+        again: Optional[_Call] = None
+        try:
+            body = json.loads(self._body)
+            body["running"] = True
+            # The same correlation id as the first decision's (the
+            # service made one up if the call had none): one call, one cid.
+            rid = self.decision.headers.get("X-Request-Id") if self.decision is not None else None
+            if rid and not body.get("request_id"):
+                body["request_id"] = rid
+            again = _Call(self._client, body)
+            return again, again._ask(_encode(body))
+        except Exception:
+            if again is not None:
+                again.close()
+            return None, None
+
+    def _take_connection(self, other: "_Call") -> None:
+        """Holds other's connection instead of its own (a re-registration)."""
+        self._conn, self._sock, self._resp = other._conn, other._sock, other._resp
+        other._conn = other._sock = other._resp = None
 
     def close(self) -> None:
         """Ends the call: closing the connection gives its place back."""
-        _rewatcher.forget(self)
+        _rewatch.rewatcher().forget(self)
         conn, self._conn = self._conn, None
         if conn is None:
             return
@@ -323,6 +429,7 @@ class _Call:
                 self._resp.close()
         except Exception:
             pass
+        self._resp = None
         conn.close()
 
 
@@ -342,7 +449,7 @@ class Client:
             path = url[len("unix:"):]
             if path.startswith("//"):
                 path = path[2:]
-            self._connect: Callable[[], http.client.HTTPConnection] = lambda: _UnixConnection(path, self.timeout)
+            self._connect: Callable[[], http.client.HTTPConnection] = lambda: UnixConnection(path, self.timeout)
         else:
             u = urlsplit(url)
             if u.scheme != "http" or not u.hostname:
@@ -352,206 +459,44 @@ class Client:
         self._headers = {"Content-Type": "application/json", "Connection": "close"}
         if token:
             self._headers["Authorization"] = "Bearer " + token
-        self._lock = threading.Lock()
-        self._last_miss: Optional[float] = None
 
-    def call(self, **call: Any) -> _Call:
-        """Returns a context manager whose value is the call's Decision.
+    def call(
+        self,
+        *,
+        user: str,
+        tier: Optional[str] = None,
+        groups: Optional[Sequence[str]] = None,
+        is_staff: Optional[bool] = None,
+        route: Optional[str] = None,
+        fields: Optional[Mapping[str, FieldValue]] = None,
+        endpoint: Optional[str] = None,
+        semantic: Optional[bool] = None,
+        reranker: Optional[bool] = None,
+        rows: Optional[int] = None,
+        aware: Optional[bool] = None,
+        request_id: Optional[str] = None,
+        task: Optional[str] = None,
+        request_source: Optional[str] = None,
+        repeat_key: Optional[str] = None,
+        fingerprint: Optional[str] = None,
+        conservative: Optional[bool] = None,
+    ) -> _Call:
+        """Returns a context manager whose value is the call's Decision; the
+        call holds its place until the ``with`` block ends.
 
-        The fields are those of the protocol: user, tier (or groups and
-        is_staff), endpoint, semantic, reranker, rows, aware, request_id,
-        task, request_source. The call holds its place until the ``with``
-        block ends.
+        The fields are the protocol's (docs/PROTOCOL.md): the caller (user,
+        and tier or groups and is_staff), the call by its policy route and
+        fields (``route="report", fields={"pages": 3}``; or the built-in
+        policy's endpoint, semantic, reranker and rows), aware, request_id,
+        task, request_source, repeat_key and fingerprint (a repeat of a call
+        running is ``joined``), and conservative (count it as the route's
+        most expensive reading: ``conservative_call``). A field not given
+        is left out.
         """
-        unknown = set(call) - set(_FIELDS)
-        if unknown:
-            raise TypeError("capgate call: unknown fields %s" % ", ".join(sorted(unknown)))
-        body = json.dumps({k: v for k, v in call.items() if v is not None}).encode()
-        return _Call(self, body)
-
-    def _missed(self, err: BaseException, refused: bool = False) -> None:
-        """Logs that a call failed open (or was refused for an answer that
-        could not be read), at most once a minute."""
-        now = time.monotonic()
-        with self._lock:
-            if self._last_miss is not None and now - self._last_miss < MISS_LOG_INTERVAL:
-                return
-            self._last_miss = now
-        if refused:
-            logger.error("capgate: decision service %s answered what is no decision; calls are refused: %s",
-                         self.url, err)
-        else:
-            logger.warning("capgate: decision service %s not usable; calls run unlimited (fail open): %s",
-                           self.url, err)
-
-
-# --- Re-registering held calls whose connection dropped -------------------
-#
-# The connection is the lease: if the service restarts (or is killed) while
-# a held call's ``with`` block still runs, its connection ends without the
-# client closing it, and the call would run uncounted. One background thread
-# per process watches the held calls' sockets; when one ends that way it
-# re-sends the call with ``"running": true`` every REREGISTER_EVERY seconds
-# while the block runs, until a service counts it again (docs/PROTOCOL.md,
-# "A call that already runs"), and then holds the new connection instead.
-
-#: Seconds between tries to re-register a call whose connection dropped.
-REREGISTER_EVERY = 0.25
-
-
-class _Watched:
-    """A held call's connection as the watcher sees it."""
-
-    def __init__(self, sock: socket.socket) -> None:
-        self.sock = sock
-        self.buf = b""  # the end of what the service sent after the decision
-        self.lost = False  # the connection ended: re-register
-        self.next = 0.0  # when to try that next (time.monotonic)
-
-
-class _Rewatcher:
-    """Watches held calls' connections and re-registers dropped ones."""
-
-    def __init__(self) -> None:
-        self._lock = threading.Lock()
-        self._calls: Dict[_Call, _Watched] = {}
-        self._thread: Optional[threading.Thread] = None
-        self._pid: Optional[int] = None
-
-    def watch(self, call: _Call) -> None:
-        """Starts watching a held call's connection."""
-        if call._sock is None:
-            return
-        with self._lock:
-            self._calls[call] = _Watched(call._sock)
-            self._start_locked()
-
-    def forget(self, call: _Call) -> None:
-        """Stops watching call: its block ended, the client closes it."""
-        with self._lock:
-            self._calls.pop(call, None)
-
-    def _start_locked(self) -> None:
-        # A forked worker (gunicorn's preload) has no thread of its parent's.
-        if self._thread is not None and self._thread.is_alive() and self._pid == _os.getpid():
-            return
-        self._pid = _os.getpid()
-        self._thread = threading.Thread(target=self._run, name="capgate-rewatch", daemon=True)
-        self._thread.start()
-
-    def _run(self) -> None:
-        import selectors
-
-        while True:
-            with self._lock:
-                if not self._calls:
-                    self._thread = None
-                    return
-                watched = {st.sock: c for c, st in self._calls.items() if not st.lost}
-                lost = [c for c, st in self._calls.items() if st.lost]
-            if watched:
-                ready: List[socket.socket] = []
-                # epoll or poll: no limit on descriptor numbers, unlike select.
-                with selectors.DefaultSelector() as sel:
-                    for sock in watched:
-                        try:
-                            sel.register(sock, selectors.EVENT_READ)
-                        except (OSError, ValueError):
-                            ready.append(sock)  # closed under us: look at it
-                    if sel.get_map():
-                        ready += [cast(socket.socket, key.fileobj) for key, _ in sel.select(REREGISTER_EVERY)]
-                for sock in ready:
-                    self._read(watched[sock], sock)
-            else:
-                time.sleep(REREGISTER_EVERY)
-            now = time.monotonic()
-            for call in lost:
-                with self._lock:
-                    st = self._calls.get(call)
-                    due = st is not None and st.lost and st.next <= now
-                if due:
-                    self._reregister(call)
-
-    def _read(self, call: _Call, sock: socket.socket) -> None:
-        """Reads what the service sent after the decision; a connection
-        that ends (or resets) without the service ending the call, or one
-        the service ended for shutting down, is lost."""
-        try:
-            data = sock.recv(4096)
-        except (BlockingIOError, socket.timeout, InterruptedError):
-            return
-        except OSError:
-            data = b""
-        with self._lock:
-            st = self._calls.get(call)
-            if st is None or st.sock is not sock:
-                return
-            if data:
-                st.buf = (st.buf + data)[-256:]
-                if b'"released":"release"' in st.buf or b'"released":"max_hold"' in st.buf:
-                    # The service ended the hold on purpose: nothing to re-register.
-                    self._calls.pop(call, None)
-                return
-            st.lost, st.next, st.buf = True, 0.0, b""
-        try:
-            sock.close()
-        except OSError:
-            pass
-
-    def _reregister(self, call: _Call) -> None:
-        """One try at counting call again; on success the call holds the
-        new connection."""
-        again: Optional[_Call] = None
-        d: Optional[Decision] = None
-        try:
-            body = json.loads(call._body)
-            body["running"] = True
-            # The same correlation id as the first decision's (the
-            # service made one up if the call had none): one call, one cid.
-            rid = (call.decision.headers.get("X-Request-Id") if call.decision is not None else None)
-            if rid and not body.get("request_id"):
-                body["request_id"] = rid
-            again = _Call(call._client, json.dumps(body).encode())
-            d = again._ask()
-        except Exception:
-            d, again = None, None
-        ok = d is not None and d.held
-        with self._lock:
-            st = self._calls.get(call)
-            if st is not None and d is not None and not ok:
-                # The service answered but holds nothing (mode off): done.
-                self._calls.pop(call, None)
-                st = None
-            if st is None or not ok:
-                if st is not None:
-                    st.next = time.monotonic() + REREGISTER_EVERY
-                keep = False
-            else:
-                assert again is not None
-                # The block still runs: it holds the new connection, which
-                # its close() ends.
-                call._conn, call._sock, call._resp = again._conn, again._sock, again._resp
-                again._conn = again._sock = again._resp = None
-                if call._sock is None:
-                    self._calls.pop(call, None)
-                else:
-                    self._calls[call] = _Watched(call._sock)
-                keep = True
-        if again is not None and not keep:
-            again.close()
-
-
-_rewatcher = _Rewatcher()
-
-
-def _rewatcher_after_fork() -> None:
-    # A forked child has none of its parent's calls nor its thread, and its
-    # copy of the lock may have been held at the fork.
-    global _rewatcher
-    _rewatcher = _Rewatcher()
-
-
-import os as _os  # noqa: E402 (the watcher's part of the module)
-
-if hasattr(_os, "register_at_fork"):
-    _os.register_at_fork(after_in_child=_rewatcher_after_fork)
+        given: Dict[str, Any] = {
+            "user": user, "tier": tier, "groups": groups, "is_staff": is_staff, "route": route, "fields": fields,
+            "endpoint": endpoint, "semantic": semantic, "reranker": reranker, "rows": rows, "aware": aware,
+            "request_id": request_id, "task": task, "request_source": request_source,
+            "repeat_key": repeat_key, "fingerprint": fingerprint, "conservative": conservative or None,
+        }
+        return _Call(self, {k: v for k, v in given.items() if v is not None})

@@ -8,7 +8,12 @@ the connection as the lease, and a count of what it holds.
 Besides ``POST /v1/calls`` it answers ``PUT /limits`` (a JSON object, user
 → limit; a user not named is unlimited; ``{"*": n}`` sets the default;
 ``{"_wait": s}`` makes a call over its limit wait up to s seconds for a
-place, announced with ``Capgate-Wait-Seconds``) and
+place, announced with ``Capgate-Wait-Seconds``; ``{"_routes": [names]}``
+answers 400 to a call naming another route, as a policy without it would,
+while a ``conservative`` call is always decided; ``{"_status": n}`` answers
+every call with status n and no decision; ``{"_prefix": "Capgate-"}``
+names the capacity headers; ``{"_running": [keys]}`` answers a call whose
+repeat_key is one of keys ``joined``, ended ``finished`` after 0.2 s) and
 ``GET /stats`` (``{"held": {user: n}, "max": {user: n}, "calls": [call,
 …]}``: what it holds now, the most it held at once, every call it was
 asked). It is no capgate: the real service is tested from Go (test/decide).
@@ -19,6 +24,7 @@ import os
 import socket
 import sys
 import threading
+import time
 import uuid
 
 lock = threading.Condition()
@@ -64,6 +70,24 @@ def decide(c, call):
         limit = limits.get(user, limits.get("*"))
         wait = float(limits.get("_wait", 0))
         admitted = limit is None or held.get(user, 0) < limit
+        routes = limits.get("_routes")
+        status = limits.get("_status")
+        prefix = limits.get("_prefix", "X-Ocl-Capacity-")
+        running = limits.get("_running") or []
+    if status:
+        answer(c, {"detail": "the stub answers %d" % status}, "%d Stub" % status)
+        return
+    if routes is not None and not call.get("conservative") and call.get("route") not in routes:
+        answer(c, {"detail": '"route" %r: want %s' % (call.get("route"), routes)}, "400 Bad Request")
+        return
+    if call.get("repeat_key") in running and not call.get("conservative"):
+        line = {"id": uuid.uuid4().hex, "decision": "joined", "held": False, "dedup_of": "first-call",
+                "headers": {"X-Request-Id": call.get("request_id") or "made-up"}, "max_hold_seconds": 900}
+        c.sendall(b"HTTP/1.1 200 OK\r\nContent-Type: application/x-ndjson\r\nConnection: close\r\n\r\n")
+        c.sendall(json.dumps(line).encode() + b"\n\n")
+        time.sleep(0.2)
+        c.sendall(b'{"released":"finished"}\n')
+        return
     announced = False
     if not admitted and wait > 0 and limit:
         # Wait for a place: the headers first, so the client allows the wait.
@@ -80,7 +104,7 @@ def decide(c, call):
     cid = uuid.uuid4().hex
     if not admitted:
         line = {"id": cid, "decision": "refused", "held": False, "status": 429,
-                "headers": {"Retry-After": "5", "X-Ocl-Capacity-Decision": "refused"},
+                "headers": {"Retry-After": "5", prefix + "Decision": "refused"},
                 "body": {"detail": "Matching is busy. Please retry in 5 seconds.",
                          "error_code": "capacity_exceeded", "scope": "user", "paused": limit == 0}}
         if announced:
@@ -89,7 +113,7 @@ def decide(c, call):
             answer(c, line)
         return
     line = {"id": cid, "decision": "admitted", "held": True,
-            "headers": {"X-Ocl-Capacity-Decision": "admitted"}}
+            "headers": {prefix + "Decision": "admitted", "X-Request-Id": call.get("request_id") or cid}}
     # Streamed, close-delimited: the answer stays open while the call runs.
     if not announced:
         c.sendall(b"HTTP/1.1 200 OK\r\nContent-Type: application/x-ndjson\r\nConnection: close\r\n\r\n")

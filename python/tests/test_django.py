@@ -3,9 +3,12 @@ Django's test client: every kind of view is gated, a classifier's error is
 counted, a capacity refusal spends no DRF throttle allowance, async views
 are gated."""
 import json
+import os
 
 import pytest
 from asgiref.sync import async_to_sync
+
+import capgate
 from django.test import AsyncClient, Client
 
 from testsite import views
@@ -87,9 +90,11 @@ def test_a_classifier_that_raises_is_gated_as_the_most_conservative_call(stub, u
     assert r.status_code == 429
     assert views.RUNS == []
     calls = stub.calls()
-    assert [c["user"] for c in calls] == ["paused", "(unidentified)"]
-    for c in calls:
-        assert (c["endpoint"], c["semantic"], c["rows"], c["aware"]) == ("$match", True, 0, True)
+    # The conservative call: the service reads it at the policy's most
+    # expensive (decide's tests check how); nothing of OCL's here.
+    assert calls == [{"user": "paused", "is_staff": False, "conservative": True},
+                     {"user": "(unidentified)", "is_staff": False, "conservative": True}]
+    assert capgate.stats()["conservative"]["classifier"] >= 2
 
 
 def test_deep_event_metadata_is_read_within_bounds(stub, users):
@@ -161,3 +166,112 @@ def test_an_admitted_call_holds_its_place_until_the_response_is_closed(stub, use
     # The test client closes the response before handing it back.
     assert stub.wait_released() == {}
     assert stub.stats()["max"] == {"one": 1}
+
+
+REPORT = "testsite.views.report_classify"
+
+
+def test_a_policys_own_route_and_fields(stub, users, settings):
+    # A non-OCL policy's call (issue 40: every call answered 503).
+    settings.CAPGATE = dict(settings.CAPGATE, CLASSIFY=REPORT)
+    stub.limits(paused=0, _routes=["report"], _prefix="Capgate-")
+    r = post(Client(), "/mw/apiview/heavy/", users["free"])
+    assert r.status_code == 200, r.content
+    assert r["Capgate-Decision"] == "admitted"
+    assert "X-Ocl-Capacity-Decision" not in r
+    r = post(Client(), "/mw/apiview/heavy/", users["paused"])
+    assert (r.status_code, r["Capgate-Decision"], r.json()["error_code"]) == (429, "refused", "capacity_exceeded")
+    assert [c.get("route") for c in stub.calls()] == ["report", "report"]
+    assert stub.calls()[0]["fields"] == {"pages": 1}
+    assert [run["user"] for run in views.RUNS] == ["free"]
+
+
+@pytest.mark.parametrize("way", WAYS)
+def test_a_call_the_service_cannot_take_is_counted_as_the_conservative_call(stub, users, settings, way):
+    # The service answers 400 (a route its policy lacks), or the classifier
+    # names a field the protocol lacks: the caller's side counts — as the
+    # conservative call of the caller as identified — never uncounted.
+    settings.CAPGATE = dict(settings.CAPGATE, CLASSIFY=REPORT)
+    stub.limits(paused=0, _routes=["report"])
+    path = "/%s/apiview/heavy/" % way
+    classify = None if way == "mw" else REPORT
+    if classify:
+        settings.CAPGATE = dict(settings.CAPGATE, CLASSIFY="testsite.views.classify")
+        views.PVAPIView.capacity_classify = staticmethod(views.report_classify)
+    try:
+        for extra in ({"X-Test-Route": "reprot"}, {"X-Test-Field": "1"}):
+            r = post(Client(), path, users["paused"], **extra)
+            assert r.status_code == 429, (extra, r.content)
+        r = post(Client(), path, users["free"], **{"X-Test-Route": "reprot", "X-Request-ID": "rid-7"})
+        assert r.status_code == 200
+        assert r.wsgi_request.capgate_decision.conservative
+    finally:
+        views.PVAPIView.capacity_classify = staticmethod(views.pv_classify)
+    calls = stub.calls()
+    assert [c["user"] for c in calls if c.get("conservative")] == ["paused", "paused", "free"]
+    assert calls[-1] == {"user": "free", "is_staff": False, "route": "reprot",
+                         "request_id": "rid-7", "conservative": True}
+    assert [run["user"] for run in views.RUNS] == ["free"]
+
+
+@pytest.mark.parametrize("status", [500, 503, 502, 401])
+def test_a_failing_service_fails_open(stub, users, status):
+    # A failing limiter never refuses (issue 40: a 503 from the service
+    # refused every heavy call).
+    stub.limits(paused=0, _status=status)
+    r = post(Client(), "/mw/viewset/heavy/", users["paused"])
+    assert r.status_code == 200, r.content
+    assert "X-Ocl-Capacity-Decision" not in r
+    d = r.wsgi_request.capgate_decision
+    assert (d.decision, d.failed_open, d.reason) == ("failed-open", True, "status")
+
+
+def test_a_repeat_of_a_call_running_is_not_run(stub, users, settings):
+    settings.CAPGATE = dict(settings.CAPGATE, CLASSIFY=REPORT)
+    stub.limits(_running=["key-1"])
+    r = post(Client(), "/mw/apiview/heavy/", users["free"], **{"Idempotency-Key": '"key-1"', "X-Request-ID": "r2"})
+    assert r.status_code == 409
+    assert r.json()["error_code"] == "idempotency_key_in_use"
+    assert (r["Retry-After"], r["X-Request-Id"]) == ("1", "r2")
+    call = stub.calls()[-1]
+    assert call["repeat_key"] == "key-1" and len(call["fingerprint"]) == 64
+    assert views.RUNS == []
+    # An app's own answer: wait for the call it repeats, then look for its result.
+    settings.CAPGATE = dict(settings.CAPGATE, ON_JOINED="testsite.views.joined_answer")
+    r = post(Client(), "/mw/apiview/heavy/", users["free"], **{"Idempotency-Key": "key-1"})
+    assert (r.status_code, r.json()) == (202, {"repeated": "first-call", "ended": "finished"})
+    # Another key runs.
+    r = post(Client(), "/mw/apiview/heavy/", users["free"], **{"Idempotency-Key": "key-2"})
+    assert r.status_code == 200
+    assert [run["user"] for run in views.RUNS] == ["free"]
+
+
+def test_the_same_key_and_request_have_the_same_fingerprint(rf):
+    from capgate.django import repeat_key
+
+    def key(body, path="/r/"):
+        return repeat_key(rf.post(path, body, content_type="application/json", HTTP_IDEMPOTENCY_KEY="k"))
+
+    assert key("{}") == key("{}")
+    assert key("{}")["fingerprint"] != key("[]")["fingerprint"]
+    assert key("{}")["fingerprint"] != key("{}", "/s/")["fingerprint"]
+    assert repeat_key(rf.post("/r/", "{}", content_type="application/json")) == {}
+
+
+def test_stats_are_exported_to_prometheus(stub, users, settings):
+    try:
+        import prometheus_client
+    except ImportError:  # pragma: no cover
+        msg = "prometheus_client is missing (scripts/python-deps.sh installs python3-prometheus-client)"
+        if os.environ.get("CAPGATE_REQUIRE_BYPASS") == "1":
+            pytest.fail(msg)
+        pytest.skip(msg)
+    from capgate import prometheus
+
+    reg = prometheus_client.CollectorRegistry()
+    prometheus.register(reg)
+    prometheus.register(reg)  # once per registry
+    settings.CAPGATE = dict(settings.CAPGATE, URL="unix:/nonexistent/capgate.sock")
+    post(Client(), "/mw/viewset/heavy/", users["paused"])
+    assert reg.get_sample_value("capgate_client_failed_open_total", {"reason": "unreachable"}) == 1
+    assert reg.get_sample_value("capgate_client_decisions_total", {"decision": "failed-open"}) == 1

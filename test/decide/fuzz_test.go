@@ -19,7 +19,10 @@ import (
 // (tokens, sessions, their spellings), bodies (rows, charsets, nesting deep
 // enough for a RecursionError, padding past Django's upload limit, broken
 // JSON), X-OCL-Event-Metadata (deep, huge, malformed, aware), request ids,
-// framing — and their timing (callers that hang up mid-body or trickle
+// Idempotency-Key (the decorated view's classifier sends it as the call's
+// repeat_key: one the service can't take is a 400, and the call must be
+// counted as the conservative call, never run uncounted), framing — and
+// their timing (callers that hang up mid-body or trickle
 // it, streamed answers, held calls), and sends each to the hosts, where
 // capgate.django.CapacityMiddleware (or the decorated view) decides inside
 // Django. Meanwhile a hog sends large lexical $match bodies, which hold the
@@ -27,7 +30,9 @@ import (
 // (checkInvariants): the views never run more heavy calls of a user at
 // once than its limit, and every heavy run was counted by a decision
 // service — whatever the mutation: an error in the classifier or the
-// middleware is counted, not run.
+// middleware is counted, not run, and the service answers every call
+// with a decision or a 400 (a run that failed open, as after a 5xx,
+// breaks the invariant: the service is up throughout).
 //
 // CI runs seed 1 for -decide.fuzz (15 s); a longer run takes a seed of its
 // own (-decide.seed).
@@ -301,6 +306,10 @@ func (m *inAppMutator) extraHeaders(paused bool) []string {
 	}
 	if m.chance(0.05) {
 		h = append(h, m.pick("Connection: Authorization", "Expect: 100-continue", "X-Forwarded-User: stan", "Upgrade: h2c"))
+	}
+	if m.chance(0.3) {
+		h = append(h, "Idempotency-Key: "+m.pick(fmt.Sprintf("k-%x", m.rnd.Uint64()), `"quoted-key"`, "a key with spaces",
+			strings.Repeat("k", 300), "clé", `"`, fmt.Sprintf("k-%d", m.rnd.IntN(3))))
 	}
 	return h
 }

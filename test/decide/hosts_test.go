@@ -5,6 +5,7 @@ import (
 	"context"
 	"fmt"
 	"github.com/capgate/capgate/test/internal/e2e"
+	"net"
 	"net/http"
 	"os"
 	"path/filepath"
@@ -255,13 +256,36 @@ func TestServiceStoppedFailsOpen(t *testing.T) {
 	check("service hung", 0.6)
 	_ = syscall.Kill(h.decide.Process.Pid, syscall.SIGCONT)
 	r.stopDecide(h)
+	// Broken: something answers on the socket, but no decision (a 503, as
+	// a service in trouble or a proxy before it would): the limiter's
+	// failure, so the calls run (they were refused with 503 before).
+	broken := brokenService(t, h.sock)
+	check("service answering 503", 0.3)
+	broken.Close()
 	b, err := os.ReadFile(filepath.Join(r.dir, "gunicorn-"+h.name+".log"))
 	if err != nil {
 		t.Fatal(err)
 	}
-	if n := strings.Count(string(b), "not usable; calls run unlimited"); n < 1 || n > 2 {
-		t.Errorf("the miss was logged %d times by 2 workers within a minute, want 1 or 2", n)
+	if n := strings.Count(string(b), "calls run unlimited (fail open)"); n < 1 || n > 2 {
+		t.Errorf("the misses were logged %d times by 2 workers within a minute, want 1 or 2", n)
 	}
+}
+
+// brokenService serves 503 to every request on the unix socket at path,
+// until closed.
+func brokenService(t *testing.T, path string) *http.Server {
+	t.Helper()
+	_ = os.Remove(path)
+	ln, err := net.Listen("unix", path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv := &http.Server{Handler: http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		http.Error(w, "upstream connect error", http.StatusServiceUnavailable)
+	}), ReadHeaderTimeout: 5 * time.Second}
+	go func() { _ = srv.Serve(ln) }()
+	t.Cleanup(func() { _ = srv.Close() })
+	return srv
 }
 
 // awaitStart waits for user's next run since mark to start, and returns it.

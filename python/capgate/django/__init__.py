@@ -3,11 +3,13 @@
 Settings::
 
     CAPGATE = {
-        "URL": "unix:/run/capgate.sock",   # or http://127.0.0.1:8091
+        "URL": "unix:/run/capgate/decide.sock",  # or http://127.0.0.1:8091
         "TOKEN": None,                     # --decide-token, for TCP
-        "CLASSIFY": "capgate.django.ocl.classify",
+        "CLASSIFY": "myapp.capacity.classify",  # default: capgate.django.ocl.classify
         "TIMEOUT": 0.25,                   # seconds; fail open past it
         "REUSE_AUTHENTICATION": True,      # the view reuses the middleware's DRF authentication
+        "ON_JOINED": None,                 # a repeat of a call running: default 409
+        "PROMETHEUS": False,               # export capgate.stats() (capgate.prometheus)
     }
 
 Three ways to gate a view, each with the same classifier:
@@ -24,22 +26,31 @@ Three ways to gate a view, each with the same classifier:
   on a DRF method it runs after DRF's throttles, which then count the
   refusal: use the class form for DRF).
 
-A classifier gets the request and returns the call (a dict of the
-protocol's fields: user, groups and is_staff or tier, endpoint, semantic,
-reranker, rows, aware, request_id, request_source) or None.
+A classifier gets the request and returns the call — a dict of the
+protocol's fields (``capgate.Client.call``): the caller (user, and groups
+and is_staff, or tier), the policy's route and its fields
+(``{"user": u, "groups": g, "route": "report", "fields": {"pages": 40}}``),
+and optionally aware, request_id, request_source, task, and repeat_key and
+fingerprint (``repeat_key(request)``) — or None for a call that is not
+heavy.
 
-A refused call gets the service's 429 as a JsonResponse and the view never
-runs. An admitted call's response gets the capacity headers, and its place
-is held until the response is finished: Django closes it after the last
-byte, streaming responses included, and on exceptions and client
-disconnects. The request's decision is ``request.capgate_decision``.
+A refused call gets the service's answer — its status (429; 422 for a
+repeat_key used for another request), headers and body, in the policy's
+names — and the view never runs. A call that repeats one still running
+(``joined``) gets ``ON_JOINED(request, decision)``, by default a 409. An
+admitted call's response gets the capacity headers, and its place is held
+until the response is finished: Django closes it after the last byte,
+streaming responses included, and on exceptions and client disconnects.
+The request's decision is ``request.capgate_decision``.
 
-One rule for failures (docs/SECURITY.md): the view runs uncounted only when
-the decision service can't be reached or does not answer within its bound.
-A classifier that raises, or a request that can't be read, is gated as the
-most conservative call (``conservative_call``: a bulk semantic ``$match``
-of the caller as identified, else ``(unidentified)``); an answer that can't
-be read refuses the call (503).
+Two rules for failures (docs/SECURITY.md): a failing limiter never
+refuses — the view runs uncounted (``decision.failed_open``) when the
+decision service can't be reached, does not answer within its bound, or
+answers something that is no decision; and the caller's side always
+counts — a classifier that raises, a request that can't be read, or a call
+the service can't take as read is counted as the conservative call
+(``conservative_call``: the policy's most expensive reading of the call,
+of the caller as identified, else ``(unidentified)``).
 """
 
 from __future__ import annotations
@@ -48,25 +59,37 @@ import asyncio
 import functools
 import logging
 import threading
-import time
-from typing import Any, Callable, Dict, Optional, Tuple, Union
+from typing import Any, Callable, Dict, List, Mapping, Optional, Tuple, Union
 
-from capgate.client import DEFAULT_TIMEOUT, MISS_LOG_INTERVAL, Client, _Call
+from capgate import client as _client_mod
+from capgate.client import DEFAULT_TIMEOUT, UNIDENTIFIED, Client, _Call
+from capgate.django.answers import JOINED_BODY, JOINED_STATUS, OnJoined, _on_joined, _refusal, joined_conflict, repeat_key
+from capgate.django.reading import (
+    RequestUnreadable,
+    _django_request,
+    _drf_request,
+    _identified,
+    _LazyDRFRequest,
+    _reuse_authentication,
+)
+from capgate.stats import counts, log_once_a_minute
 
 __all__ = [
     "CapacityMiddleware",
     "CapacityLimitedMixin",
     "capacity_limited",
     "conservative_call",
+    "repeat_key",
+    "joined_conflict",
+    "RequestUnreadable",
     "UNIDENTIFIED",
+    "JOINED_STATUS",
+    "JOINED_BODY",
 ]
 
-logger = logging.getLogger("capgate")
 
-#: The user of a conservative call whose caller could not be identified.
-UNIDENTIFIED = "(unidentified)"
-
-Classifier = Callable[[Any], Optional[Dict[str, Any]]]
+#: A classifier: the request → the call (the protocol's fields), or None.
+Classifier = Callable[[Any], Optional[Mapping[str, Any]]]
 
 _clients: Dict[Tuple[str, Optional[str], float], Client] = {}
 _clients_lock = threading.Lock()
@@ -89,6 +112,10 @@ def _client(conf: Dict[str, Any]) -> Client:
         c = _clients.get(key)
         if c is None:
             c = _clients[key] = Client(key[0], token=key[1], timeout=key[2])
+            if conf.get("PROMETHEUS"):
+                from capgate import prometheus
+
+                prometheus.register()
         return c
 
 
@@ -101,112 +128,56 @@ def _classifier(classify: Union[None, str, Classifier], conf: Dict[str, Any]) ->
     return classify  # type: ignore[return-value]
 
 
-class _Misses:
-    """Logs a classifier's failures at most once a minute."""
-
-    def __init__(self) -> None:
-        self._lock = threading.Lock()
-        self._last: Optional[float] = None
-
-    def log(self, err: BaseException) -> None:
-        now = time.monotonic()
-        with self._lock:
-            if self._last is not None and now - self._last < MISS_LOG_INTERVAL:
-                return
-            self._last = now
-        logger.warning("capgate: the classifier failed; the call is gated as the most conservative call: %r", err)
+def _counted_conservative(why: str, err: BaseException) -> None:
+    """Counts (and logs, at most once a minute) a call counted as the
+    conservative call because of err on the caller's side."""
+    counts.add("conservative", why)
+    log_once_a_minute("classifier", logging.WARNING,
+                      "capgate: the classifier or the request failed; the call is counted as the conservative call: %r",
+                      err)
 
 
-_misses = _Misses()
-
-
-class RequestUnreadable(RuntimeError):
-    """The middleware could not build the request a classifier reads (a
-    DRF view it can't set up, a body it can't read). Never an
-    AttributeError, which ``getattr(request, name, None)`` would hide."""
-
-
-def _identified(request: Any) -> Tuple[Optional[Any], Any]:
-    """The caller as far as it was identified without asking again: the user
-    DRF's authenticators found, else Django's (session) user; (None, the
-    Django request) when neither is an authenticated user."""
-    django_request = _django_request(request)
-    if isinstance(request, _LazyDRFRequest):
-        drf_request = request.__dict__.get("_drf")
-    else:
-        drf_request = request if request is not django_request else None
-    users = []
-    if drf_request is not None:
-        users.append(vars(drf_request).get("_user"))  # what DRF authenticated, if it did
-    try:
-        users.append(getattr(django_request, "user", None))  # the session's (AuthenticationMiddleware)
-    except Exception:
-        pass
-    for user in users:
-        try:
-            if user is not None and getattr(user, "is_authenticated", False):
-                return user, django_request
-        except Exception:
-            continue
-    return None, django_request
-
-
-def conservative_call(request: Any) -> Dict[str, Any]:
-    """The call a request is gated as when its classifier failed: a bulk
-    (rows unknown) semantic and reranked ``$match``, capacity-aware (refused
-    under ``enforce_for: aware`` too), of the caller as identified — with
-    its groups when they can be read, else none (the lowest tier) — or of
-    ``(unidentified)``."""
+def conservative_call(request: Any, route: Optional[str] = None) -> Dict[str, Any]:
+    """The call a request is counted as when its own reading failed (the
+    classifier raised, the request could not be read, the service could
+    not take the call as read): the policy's most expensive reading of
+    route — of the policy's most expensive route without one — as the
+    service in force computes it (``capgate.conservative_call``), of the
+    caller as identified — with its groups when they can be read, else
+    none (the lowest tier) — or of ``(unidentified)``."""
     user, django_request = _identified(request)
-    call: Dict[str, Any] = {
-        "user": UNIDENTIFIED, "groups": [], "is_staff": False, "endpoint": "$match",
-        "semantic": True, "reranker": True, "rows": 0, "aware": True,
-    }
+    name: Optional[str] = None
+    groups: List[str] = []
+    is_staff = False
     if user is not None:
         try:
-            name = user.get_username()
-            if isinstance(name, str) and 0 < len(name) <= 150:
-                call["user"] = name
-                call["is_staff"] = bool(getattr(user, "is_staff", False) or getattr(user, "is_superuser", False))
-                call["groups"] = [str(g.name) for g in user.groups.all()] if hasattr(user, "groups") else []
+            got = user.get_username()
+            if isinstance(got, str):
+                name = got
+                is_staff = bool(getattr(user, "is_staff", False) or getattr(user, "is_superuser", False))
+                groups = [str(g.name) for g in user.groups.all()] if hasattr(user, "groups") else []
         except Exception:
-            call["is_staff"], call["groups"] = False, []
+            is_staff, groups = False, []
+    rid = None
     try:
         rid = django_request.META.get("HTTP_X_REQUEST_ID")
-        if isinstance(rid, str) and rid:
-            call["request_id"] = rid[:200]
     except Exception:
         pass
-    return call
+    return _client_mod.conservative_call(name, groups=groups, is_staff=is_staff, route=route, request_id=rid)
 
 
 def _classify(classify: Classifier, request: Any) -> Optional[Dict[str, Any]]:
-    """The classifier's call; when it raises (RecursionError included), the
-    conservative call, never None: an error is counted, not run."""
+    """The classifier's call; when it raises (RecursionError included) or
+    returns something else than a dict or None, the conservative call,
+    never None: an error is counted, not run."""
     try:
         fields = classify(request)
-        if fields is not None and not isinstance(fields, dict):
+        if fields is not None and not isinstance(fields, Mapping):
             raise TypeError("capgate classifier returned %r, not a dict or None" % (type(fields).__name__,))
-        return fields
+        return dict(fields) if fields is not None else None
     except Exception as e:
-        _misses.log(e)
+        _counted_conservative("unreadable" if isinstance(e, RequestUnreadable) else "classifier", e)
         return conservative_call(request)
-
-
-def _django_request(request: Any) -> Any:
-    """The Django HttpRequest under a DRF Request (or the request itself)."""
-    inner = getattr(request, "__dict__", {}).get("_request")
-    return inner if inner is not None else request
-
-
-def _refusal(decision: Any) -> Any:
-    from django.http import JsonResponse
-
-    body = decision.body if decision.body is not None else {"detail": "Matching is busy. Please retry."}
-    resp = JsonResponse(body, status=decision.status or 429)
-    for k, v in decision.headers.items():
-        resp[k] = v
-    return resp
 
 
 def _attach(call: _Call, response: Any) -> Any:
@@ -237,110 +208,28 @@ def _attach(call: _Call, response: Any) -> Any:
     return response
 
 
-def _begin(client: Client, call_fields: Dict[str, Any], django_request: Any) -> Tuple[Optional[_Call], Any]:
-    """Asks the service; returns (call context, refusal response or None)."""
+def _begin(client: Client, call_fields: Dict[str, Any], request: Any,
+           on_joined: OnJoined) -> Tuple[Optional[_Call], Any]:
+    """Asks the service; returns (call context, the answer instead of the
+    view or None)."""
+    django_request = _django_request(request)
     try:
         call = client.call(**call_fields)
-    except TypeError as e:  # a classifier's unknown field: count the call all the same
-        _misses.log(e)
-        call = client.call(**conservative_call(django_request))
+    except TypeError as e:  # a classifier's unknown or missing field: count the call all the same
+        _counted_conservative("classifier", e)
+        route = call_fields.get("route")
+        call = client.call(**conservative_call(request, route if isinstance(route, str) else None))
     d = call.__enter__()
     django_request.capgate_decision = d
     if d.refused:
         call.close()
         return None, _refusal(d)
+    if d.joined:
+        try:
+            return None, on_joined(request, d)
+        finally:
+            call.close()
     return call, None
-
-
-# What a classifier may read of the request without DRF being asked: the
-# method, the path, the query and the headers.
-_PLAIN = frozenset(("method", "path", "path_info", "META", "GET", "headers", "COOKIES", "scheme", "get_full_path"))
-
-
-def _keep_body(request: Any) -> None:
-    """Reads the body so that Django keeps it: the classifier's parse and the
-    view's then read the same bytes. Past DATA_UPLOAD_MAX_MEMORY_SIZE Django
-    refuses request.body, yet DRF's parsers read the stream with no limit:
-    read it here all the same, as DRF will, so such a body is classified,
-    not passed."""
-    from django.core.exceptions import RequestDataTooBig
-
-    try:
-        request.body
-    except RequestDataTooBig:
-        import io
-
-        request._body = request.read()
-        request._stream = io.BytesIO(request._body)
-
-
-class _LazyDRFRequest:
-    """The request as a DRF view will see it — its authenticators and
-    parsers: request.user, request.query_params, request.data — made only
-    when the classifier asks for more than the method, path, query and
-    headers, so a call that is not heavy costs no parse and no
-    authentication."""
-
-    def __init__(self, request: Any, view_func: Any, view_args: Any, view_kwargs: Any) -> None:
-        self._request = request
-        self._view = (view_func, view_args, view_kwargs)
-        self._drf: Any = None
-
-    def drf(self) -> Any:
-        if self._drf is None:
-            try:
-                self._drf = self._build()
-            except Exception as e:
-                # Never an AttributeError out of __getattr__: Python would
-                # report it as a missing attribute (request.user as None)
-                # and the call would pass ungated.
-                raise RequestUnreadable("capgate: can't make the DRF request for the classifier: %r" % (e,)) from e
-        return self._drf
-
-    def _build(self) -> Any:
-        view_func, args, kwargs = self._view
-        request = self._request
-        if request.method not in ("GET", "HEAD", "OPTIONS"):
-            _keep_body(request)
-        view = view_func.cls(**(getattr(view_func, "initkwargs", None) or {}))
-        actions = getattr(view_func, "actions", None)
-        if actions is not None:
-            # A ViewSet: as_view(actions) binds the HTTP methods to its
-            # actions; its initialize_request reads action_map.
-            view.action_map = actions
-            for method, action in actions.items():
-                setattr(view, method, getattr(view, action))
-        view.args, view.kwargs, view.request = args, kwargs, request
-        view.format_kwarg = None
-        return view.initialize_request(request, *args, **kwargs)
-
-    def __getattr__(self, name: str) -> Any:
-        if name in _PLAIN:
-            return getattr(self._request, name)
-        return getattr(self.drf(), name)
-
-
-def _drf_request(request: Any, view_func: Any, view_args: Any, view_kwargs: Any) -> Any:
-    """The request for the classifier: a lazy DRF request for a DRF view,
-    else the Django request."""
-    cls = getattr(view_func, "cls", None)
-    if cls is None or not hasattr(cls, "initialize_request"):
-        return request
-    return _LazyDRFRequest(request, view_func, view_args, view_kwargs)
-
-
-def _reuse_authentication(request: Any, lazy: Any) -> None:
-    """Hands the user the view's own authenticators found (for the
-    classifier) to the view, so it does not authenticate the request a second
-    time (a token lookup: about half of what the middleware adds to a call).
-    Only a user that authenticated is handed on; DRF takes it as forced
-    authentication."""
-    drf_request = lazy.__dict__.get("_drf")
-    user = getattr(drf_request, "_user", None) if drf_request is not None else None
-    if user is None or not getattr(user, "is_authenticated", False):
-        return
-    request._force_auth_user = user
-    request._force_auth_token = getattr(drf_request, "_auth", None)
 
 
 class CapacityMiddleware:
@@ -357,6 +246,7 @@ class CapacityMiddleware:
         self.client = _client(conf)
         self.classify = _classifier(None, conf)
         self.reuse_auth = conf.get("REUSE_AUTHENTICATION", True)
+        self.on_joined = _on_joined(conf)
         self._async = asyncio.iscoroutinefunction(get_response)
         if self._async:
             # Django (3.2's way) tells an async middleware by this marker.
@@ -401,7 +291,7 @@ class CapacityMiddleware:
         try:
             req = _drf_request(request, view_func, view_args, view_kwargs)
         except Exception as e:
-            _misses.log(e)
+            _counted_conservative("unreadable", e)
             return conservative_call(request)
         fields = _classify(self.classify, req)
         if self.reuse_auth and isinstance(req, _LazyDRFRequest):
@@ -414,7 +304,7 @@ class CapacityMiddleware:
         fields = self._fields(request, view_func, view_args, view_kwargs)
         if not fields:
             return None
-        call, refusal = _begin(self.client, fields, request)
+        call, refusal = _begin(self.client, fields, request, self.on_joined)
         if refusal is not None:
             return refusal
         request._capgate_call = call
@@ -430,7 +320,7 @@ class CapacityMiddleware:
         fields = await sync_to_async(self._fields, thread_sensitive=True)(request, view_func, view_args, view_kwargs)
         if not fields:
             return None
-        call, refusal = await sync_to_async(_begin, thread_sensitive=False)(self.client, fields, request)
+        call, refusal = await sync_to_async(_begin, thread_sensitive=False)(self.client, fields, request, self.on_joined)
         if refusal is not None:
             return refusal
         request._capgate_call = call
@@ -451,7 +341,8 @@ def _gate(classify: Union[None, str, Classifier], request: Any) -> Tuple[Optiona
     fields = _fields_for(classify, request)
     if not fields:
         return None, None
-    return _begin(_client(_conf()), fields, _django_request(request))
+    conf = _conf()
+    return _begin(_client(conf), fields, request, _on_joined(conf))
 
 
 class _Refused(Exception):
@@ -542,7 +433,7 @@ def capacity_limited(classify: Union[None, str, Classifier] = None) -> Callable[
                 if fields:
                     # The decision (which may wait) in a thread of its own.
                     call, refusal = await sync_to_async(_begin, thread_sensitive=False)(
-                        _client(_conf()), fields, _django_request(request))
+                        _client(_conf()), fields, request, _on_joined(_conf()))
                 if refusal is not None:
                     return refusal
                 return await _arun(call, view, args, kwargs)

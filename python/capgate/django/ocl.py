@@ -78,7 +78,7 @@ def _is_drf(request: Any) -> bool:
     """A DRF request (or the middleware's lazy one) has data; a Django
     HttpRequest has not. Asked of the type, so that asking never parses nor
     hides an error (hasattr would call the property)."""
-    from capgate.django import _LazyDRFRequest
+    from capgate.django.reading import _LazyDRFRequest
 
     return isinstance(request, _LazyDRFRequest) or hasattr(type(request), "data")
 

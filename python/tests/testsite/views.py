@@ -18,7 +18,7 @@ from rest_framework.response import Response
 from rest_framework.throttling import UserRateThrottle
 from rest_framework.views import APIView
 
-from capgate.django import CapacityLimitedMixin, capacity_limited, ocl
+from capgate.django import CapacityLimitedMixin, capacity_limited, ocl, repeat_key
 
 RUNS = []
 _lock = threading.Lock()
@@ -65,6 +65,30 @@ def pv_classify(request):
 
 def raising_classify(request):
     raise RecursionError("maximum recursion depth exceeded")
+
+
+def report_classify(request):
+    """A policy's own route: POST /mw/<kind>/heavy/ is a "report" call of
+    the caller, its rows the report's pages; an Idempotency-Key is its
+    repeat_key. X-Test-Route names another route (one the policy lacks),
+    X-Test-Field adds a field the classifier should not send."""
+    call = _call(request)
+    if call is None or not re.match(r"^/(mw|pv)/[a-z_]+/heavy/$", request.path_info):
+        return None
+    pages = call.pop("rows")
+    for k in ("endpoint", "semantic"):
+        call.pop(k)
+    call.update(route=request.META.get("HTTP_X_TEST_ROUTE", "report"), fields={"pages": pages},
+                request_id=request.META.get("HTTP_X_REQUEST_ID"))
+    call.update(repeat_key(request))
+    if request.META.get("HTTP_X_TEST_FIELD"):
+        call["colour"] = "blue"  # no field of the protocol's: Client.call raises TypeError
+    return call
+
+
+def joined_answer(request, decision):
+    """An ON_JOINED that waits for the call it repeats, then says so."""
+    return JsonResponse({"repeated": decision.dedup_of, "ended": decision.wait(5)}, status=202)
 
 
 def run(request, kind):

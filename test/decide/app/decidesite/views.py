@@ -18,7 +18,7 @@ from rest_framework import viewsets
 from rest_framework.response import Response
 from rest_framework.views import APIView
 
-from capgate.django import capacity_limited
+from capgate.django import capacity_limited, repeat_key
 from oclapi.views import RerankView, hold_seconds, no_rows, rows
 
 
@@ -76,16 +76,20 @@ def run_heavy(request, endpoint, nrows):
 def v2_classify(request):
     """The decorated view's classifier: any authenticated caller's call with
     rows is a heavy $match (the view is mounted where the OCL classifier,
-    and so the middleware, does not look)."""
+    and so the middleware, does not look), named by its route and fields;
+    the caller's Idempotency-Key, as sent, is its repeat_key (one the
+    service can't take gets the call counted as the conservative call)."""
     user = request.user
     if user is None or not user.is_authenticated:
         return None
     found = rows(request)
     if found is None:
         return None
-    return {"user": user.username, "is_staff": user.is_staff, "groups": [g.name for g in user.groups.all()],
-            "endpoint": "$match", "semantic": True, "rows": len(found),
+    call = {"user": user.username, "is_staff": user.is_staff, "groups": [g.name for g in user.groups.all()],
+            "route": "match", "fields": {"semantic": True, "rows": len(found)},
             "request_id": request.META.get("HTTP_X_REQUEST_ID")}
+    call.update(repeat_key(request))
+    return call
 
 
 @capacity_limited(v2_classify)
