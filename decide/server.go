@@ -13,7 +13,7 @@ import (
 	"time"
 
 	"github.com/capgate/capgate"
-	capgatehttp "github.com/capgate/capgate/http"
+	"github.com/capgate/capgate/answer"
 	"github.com/capgate/capgate/internal/jsonenc"
 	"github.com/capgate/capgate/internal/randhex"
 )
@@ -327,7 +327,7 @@ func (s *Server) decide(w http.ResponseWriter, r *http.Request) {
 		d.Decision = string(capgate.DecisionAdmitted) // it runs already; its line says resumed
 	}
 	h := http.Header{}
-	capgatehttp.SetGatedHeaders(h, adm, call.CID)
+	answer.SetGated(h, adm, call.CID)
 	for k, v := range h {
 		if len(v) > 0 {
 			d.Headers[k] = v[0]
@@ -335,7 +335,7 @@ func (s *Server) decide(w http.ResponseWriter, r *http.Request) {
 	}
 	if adm.Refused() {
 		d.Status = http.StatusTooManyRequests
-		d.Body = capgatehttp.RefusalBody(adm)
+		d.Body = answer.Refusal(adm)
 	}
 	if !adm.Counted() || ctx.Err() != nil {
 		finished = s.writeLine(cc, d)

@@ -12,6 +12,7 @@ import (
 	"unicode/utf8"
 
 	"github.com/capgate/capgate"
+	"github.com/capgate/capgate/answer"
 	"github.com/capgate/capgate/header"
 	"github.com/capgate/capgate/identity"
 	"github.com/capgate/capgate/internal/randhex"
@@ -218,7 +219,7 @@ func (m *Middleware) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		// Counted by Classifier.BufferFull; a flood must not flood the log.
 		m.logger.Debug("capgate: request buffer full; answering 503", "path", r.URL.Path)
 		markHeavy(ctx, "")
-		m.cors.refusal(w.Header(), r.Header.Get("Origin"), wireOf(m.gate.Policy(ctx)))
+		m.cors.refusal(w.Header(), r.Header.Get("Origin"), m.gate.Policy(ctx))
 		w.Header().Set("Retry-After", strconv.Itoa(bufferFullRetryAfter))
 		writeError(w, r, http.StatusServiceUnavailable, detailBusy)
 		return
@@ -358,10 +359,10 @@ func (m *Middleware) gated(w http.ResponseWriter, r *http.Request, call capgate.
 // refuse writes the 429 of a refused call.
 func (m *Middleware) refuse(w http.ResponseWriter, r *http.Request, adm *capgate.Admission, rid string) {
 	h := w.Header()
-	m.cors.refusal(h, r.Header.Get("Origin"), wireOf(adm.Policy()))
+	m.cors.refusal(h, r.Header.Get("Origin"), adm.Policy())
 	h.Set("Content-Type", "application/json")
-	setGatedHeaders(h, adm, rid)
-	body := RefusalBody(adm)
+	answer.SetGated(h, adm, rid)
+	body := answer.Refusal(adm)
 	w.WriteHeader(http.StatusTooManyRequests)
 	_, _ = w.Write(body)
 }
