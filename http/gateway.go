@@ -15,6 +15,7 @@ import (
 	"sync"
 
 	"github.com/capgate/capgate"
+	"github.com/capgate/capgate/answer"
 	"github.com/capgate/capgate/identity"
 )
 
@@ -181,7 +182,7 @@ func (g *Gateway) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		// net/http hands the HTTP/2 prior-knowledge preface to handlers so
 		// an h2c handler can take over the connection; capgate speaks no
 		// h2c, and passing it on could open a tunnel to an API that does.
-		http.Error(w, "HTTP/2 without TLS is not supported.", http.StatusHTTPVersionNotSupported)
+		answer.Text(w, http.StatusHTTPVersionNotSupported, "HTTP/2 without TLS is not supported.")
 		return
 	}
 	if g.observed() {
@@ -224,7 +225,7 @@ func (g *Gateway) route(w http.ResponseWriter, r *http.Request) {
 				f()
 			}
 			w.Header().Set("Retry-After", strconv.Itoa(bufferFullRetryAfter))
-			http.Error(w, "The gateway is busy. Please retry.", http.StatusServiceUnavailable)
+			answer.Text(w, http.StatusServiceUnavailable, "The gateway is busy. Please retry.")
 			return
 		}
 		defer budget.give(hb)
@@ -232,7 +233,7 @@ func (g *Gateway) route(w http.ResponseWriter, r *http.Request) {
 		// request as it will be forwarded (outgoing.go).
 		out, err := g.outgoing(r, hasUpgrade(r.Header) && g.upgradeAllowed(r))
 		if err != nil {
-			http.Error(w, "Bad Request: "+err.Error()+".", http.StatusBadRequest)
+			answer.Text(w, http.StatusBadRequest, "Bad Request: "+err.Error()+".")
 			return
 		}
 		g.gated.ServeHTTP(w, out)

@@ -378,10 +378,7 @@ func (m *Middleware) recovered(gw *gatedWriter, r *http.Request, p any) {
 	}
 	m.logger.Error("capgate: handler panicked", "method", r.Method, "path", r.URL.Path,
 		"panic", fmt.Sprint(p), "stack", string(debug.Stack()))
-	gw.Header().Set("Content-Type", "text/plain; charset=utf-8")
-	gw.Header().Set("X-Content-Type-Options", "nosniff")
-	gw.WriteHeader(http.StatusInternalServerError)
-	_, _ = gw.Write([]byte("Internal Server Error\n"))
+	answer.Text(gw, http.StatusInternalServerError, "Internal Server Error")
 }
 
 // firstValue is h.Get(k) for a canonical k, which h.Get would copy to
