@@ -24,14 +24,14 @@ var (
 	// core: the engine and its vocabulary, the policy and config models,
 	// the answer's format, and the services over the ports the adapters
 	// implement (config, journal). It imports no adapter and no kit.
-	core = []string{"", "policy", "settings", "tune", "status", "header", "answer", "config"}
+	core = []string{"", "policy", "settings", "tune", "status", "header", "answer", "config", "journal"}
 	// adapters: one per dependency or edge (a store, a front door, a
 	// sink). An adapter imports the core, never another adapter, but for
 	// the leans allowed below.
 	adapters = []string{"memory", "redis", "sqlite", "postgres", "http", "decide", "identity", "logsink", "metrics", "client"}
 	// kits: conformance suites and fakes for tests. A kit imports the core
 	// and other kits, no adapter.
-	kits = []string{"mock", "lanetest", "configtest"}
+	kits = []string{"mock", "lanetest", "configtest", "journaltest"}
 	// allowed are the adapter-to-adapter imports the design keeps, and
 	// why.
 	allowed = map[[2]string]string{

@@ -16,6 +16,7 @@ import (
 	"github.com/capgate/capgate/answer"
 	"github.com/capgate/capgate/internal/jsonenc"
 	"github.com/capgate/capgate/internal/randhex"
+	"github.com/capgate/capgate/journal"
 )
 
 // DefaultMaxTasks is how many task ids other than the gate's own a Server
@@ -96,12 +97,12 @@ type Server struct {
 	// decided at once (refused, with the usual Retry-After, when a lane is
 	// full). 0: no bound.
 	MaxWaiting int
-	// Journal, if set, records the held calls' leases for Recover.
-	Journal Journal
-	// Instance names this service among those of its task id, for the
-	// journal: its listen address (two live services can't share one; a
-	// restarted service must give its predecessor's).
-	Instance string
+	// Journal, if set, is an open journal (journal.Open) where the server
+	// records the store leases of the calls it holds, off their path, so
+	// that once this process is dead another of its group releases them.
+	// Its opener closes it once the server's calls have ended. Default
+	// nil: none, a killed service's leases expire after lease_seconds.
+	Journal *journal.Journal
 
 	mu      sync.Mutex
 	tasks   map[string]*capgate.Gate // requires mu held
@@ -343,11 +344,11 @@ func (s *Server) decide(w http.ResponseWriter, r *http.Request) {
 	}
 	d.Held = true
 	d.MaxHoldSeconds = int(adm.MaxHold() / time.Second)
-	forget := s.journal(ctx, adm)
-	defer func() {
-		adm.Release(ctx) // idempotent: then the journal forgets it (a crash between leaves a harmless record)
-		forget()
-	}()
+	if token, keys, ok := adm.StoreLease(); ok && s.Journal != nil {
+		s.Journal.Add(token, keys, adm.MaxHold())
+		defer s.Journal.Remove(token)
+		defer adm.Release(ctx) // before the record's removal (deferred calls run last first); Release is idempotent
+	}
 	finished = s.hold(ctx, cc, adm, d)
 }
 

@@ -17,6 +17,7 @@ import (
 	"github.com/capgate/capgate"
 	"github.com/capgate/capgate/answer"
 	"github.com/capgate/capgate/identity"
+	"github.com/capgate/capgate/journal"
 )
 
 // GatewayConfig is what a Gateway needs. Upstream, Gate and Identify are
@@ -90,13 +91,14 @@ type GatewayConfig struct {
 	// as the handler returns. Default nil: never.
 	Shutdown context.Context
 
-	// Journal, if set, is where the gateway records the store leases of
-	// the calls it holds, in batches off their path, once Recover has named
-	// its journal: its next incarnation then releases what a killed one
-	// left (journal.go). Set it only for a lane store that outlives the
-	// process (Redis). Default: none, a killed gateway's leases expire
-	// after lease_seconds.
-	Journal Journal
+	// Journal, if set, is an open journal (journal.Open) where the
+	// gateway records the store leases of the calls it holds, off their
+	// path, so that once this process is dead another of its group
+	// releases them. Its opener closes it once the gateway's calls have
+	// ended. Set it only for a lane store that outlives the process
+	// (Redis). Default nil: none, a killed gateway's leases expire after
+	// lease_seconds.
+	Journal *journal.Journal
 
 	// Logger gets upstream failures and handler panics. Default
 	// slog.Default().
@@ -112,8 +114,8 @@ type GatewayConfig struct {
 // leases are released once its response has been sent, or, if its client
 // went away, once the upstream has finished the call (bounded by
 // max_hold_seconds; see hold.go). With a Journal it records those leases
-// in the background, so that its next incarnation releases what a killed
-// one left (Recover before serving, Close after; journal.go). Bodies pass
+// in the background, so that once it is dead another process of its
+// group releases them (package journal). Bodies pass
 // byte for byte; responses of unknown length and event streams are flushed
 // as they arrive. An upstream failure becomes 502, an upstream timeout 504 (both with a JSON {"detail", "request_id"}
 // body); a client gone before the answer is sent nothing (499 is only
@@ -122,11 +124,10 @@ type GatewayConfig struct {
 //
 // Create one with NewGateway. Safe for concurrent use.
 type Gateway struct {
-	cfg     GatewayConfig
-	logger  *slog.Logger
-	gated   http.Handler
-	journal *journal  // nil without GatewayConfig.Journal
-	lines   sync.Pool // *[]byte: the access log's line buffers (the sink copies a line)
+	cfg    GatewayConfig
+	logger *slog.Logger
+	gated  http.Handler
+	lines  sync.Pool // *[]byte: the access log's line buffers (the sink copies a line)
 }
 
 // NewGateway returns a gateway with cfg's defaults filled in. It returns
@@ -147,9 +148,6 @@ func NewGateway(cfg GatewayConfig) (*Gateway, error) {
 		cfg.Logger = slog.Default()
 	}
 	g := &Gateway{cfg: cfg, logger: cfg.Logger}
-	if cfg.Journal != nil {
-		g.journal = newJournal(cfg.Journal, cfg.Logger)
-	}
 	transport := cfg.Transport
 	if cfg.Observer != nil {
 		transport = timedTransport{next: transport, obs: cfg.Observer}
@@ -165,7 +163,7 @@ func NewGateway(cfg GatewayConfig) (*Gateway, error) {
 		// once (its flush interval is -1 for those).
 	}
 	opts := append([]Option{WithLogger(cfg.Logger)}, cfg.Options...)
-	opts = append(opts, WithClassifier(cfg.Classifier), withShutdown(cfg.Shutdown), withJournal(g.journal))
+	opts = append(opts, WithClassifier(cfg.Classifier), withShutdown(cfg.Shutdown), withJournal(cfg.Journal))
 	mw, err := NewMiddleware(holdUpstream(proxy, cfg.Shutdown), cfg.Gate, cfg.Identify, opts...)
 	if err != nil {
 		return nil, fmt.Errorf("gateway: %w", err)

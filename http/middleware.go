@@ -17,6 +17,7 @@ import (
 	"github.com/capgate/capgate/identity"
 	"github.com/capgate/capgate/internal/randhex"
 	"github.com/capgate/capgate/internal/truncate"
+	"github.com/capgate/capgate/journal"
 )
 
 // headerTraceID is the load balancer's trace header, which the
@@ -58,8 +59,8 @@ type Middleware struct {
 	cors   corsPolicy
 	logger *slog.Logger
 	now    func() time.Time
-	cut    context.Context // withShutdown; nil: never cut
-	jn     *journal        // withJournal; nil: no journal
+	cut    context.Context  // withShutdown; nil: never cut
+	jn     *journal.Journal // withJournal; nil: no journal
 }
 
 // Option configures a Middleware (or a Gateway, which passes them on).
@@ -148,9 +149,8 @@ func withShutdown(cut context.Context) Option {
 }
 
 // withJournal makes the middleware queue the store leases of the calls it
-// holds in j, and their removal once released (journal.go). Default nil:
-// none.
-func withJournal(j *journal) Option {
+// holds in j, and their removal once released. Default nil: none.
+func withJournal(j *journal.Journal) Option {
 	return func(m *Middleware) { m.jn = j }
 }
 
@@ -300,8 +300,8 @@ func (m *Middleware) gated(w http.ResponseWriter, r *http.Request, call capgate.
 	adm.NoteRepeat(note)
 	if m.jn != nil {
 		if token, keys, ok := adm.StoreLease(); ok {
-			m.jn.add(token, keys, max(2*adm.MaxHold(), time.Minute))
-			defer m.jn.remove(token) // after the release below (deferred calls run last first)
+			m.jn.Add(token, keys, adm.MaxHold())
+			defer m.jn.Remove(token) // after the release below (deferred calls run last first)
 		}
 	}
 	defer adm.Release(ctx)
