@@ -99,7 +99,9 @@ func (j *Journal) reclaim(ctx context.Context, id string) {
 	}
 	if ferr != nil {
 		j.warn("capgate: forget a dead incarnation's journal (its records expire by themselves)", ferr)
+		return
 	}
+	delete(j.noted, id) // gone from the roster, or renewing again: noted afresh if so
 }
 
 // warn logs a renewal's or reclaim's failure, at most once a minute.
