@@ -345,7 +345,12 @@ func (s *Server) decide(w http.ResponseWriter, r *http.Request) {
 	d.Held = true
 	d.MaxHoldSeconds = int(adm.MaxHold() / time.Second)
 	if token, keys, ok := adm.StoreLease(); ok && s.Journal != nil {
-		s.Journal.Add(token, keys, adm.MaxHold())
+		// Written before the app has its answer: a call the app runs is
+		// journalled, whenever the service dies.
+		if err := s.Journal.AddNow(context.WithoutCancel(ctx), token, keys, adm.MaxHold()); err != nil {
+			s.logger().Warn("capgate decide: journal a held call (retried; a crash meanwhile would leave its place taken for lease_seconds)",
+				"error", err)
+		}
 		defer s.Journal.Remove(token)
 		defer adm.Release(ctx) // before the record's removal (deferred calls run last first); Release is idempotent
 	}

@@ -165,6 +165,22 @@ func (j *Journal) Add(token string, keys []string, maxHold time.Duration) {
 	j.q.add(token, keys, max(2*maxHold, MinRecordTTL))
 }
 
+// AddNow records that token holds leases in keys as Add does, and writes
+// it before it returns, with whatever else is queued (calls recording at
+// once share one write): one round trip, for a caller that must know the
+// record is in the store before it goes on — the decision service, which
+// answers the app only then, so an app that starts its work has its call
+// journalled. A write that fails is retried as Add's are, and its error
+// returned. After Close it does nothing.
+func (j *Journal) AddNow(ctx context.Context, token string, keys []string, maxHold time.Duration) error {
+	if !j.q.add(token, keys, max(2*maxHold, MinRecordTTL)) {
+		return nil
+	}
+	ctx, cancel := context.WithTimeout(ctx, j.deadline)
+	defer cancel()
+	return j.q.write(ctx)
+}
+
 // Remove queues the removal of token's record, once its leases are
 // released; a record still queued is dropped instead, never written. It
 // sends nothing. After Close it does nothing.

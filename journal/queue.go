@@ -70,22 +70,24 @@ func (q *queue) rosterKeep() time.Duration {
 }
 
 // add queues the record that token holds leases in keys, to keep at least
-// ttl.
-func (q *queue) add(token string, keys []string, ttl time.Duration) {
+// ttl. It reports whether the record was queued (not after close, nor
+// with the queue full).
+func (q *queue) add(token string, keys []string, ttl time.Duration) bool {
 	q.mu.Lock()
 	if q.closed {
 		q.mu.Unlock()
-		return
+		return false
 	}
 	if len(q.entries) >= q.max {
 		q.dropLocked(1)
-		return // unlocked
+		return false // unlocked
 	}
 	q.entries[token] = entry{add: true, keys: keys}
 	q.ttl = max(q.ttl, ttl)
 	q.keep = max(q.keep, ttl)
 	q.armLocked(q.every)
 	q.mu.Unlock()
+	return true
 }
 
 // remove queues the removal of token's record; a record still queued is

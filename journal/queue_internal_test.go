@@ -299,6 +299,41 @@ func TestQueueFailedWriteIsRetried(t *testing.T) {
 	})
 }
 
+// AddNow writes before it returns, together with what Add queued before
+// it; a failed write is returned, and retried as a queued one is.
+func TestAddNowWritesBeforeItReturns(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		f, h := &fakeStore{}, &logs{}
+		j := openTest(t, f, h)
+		defer j.Close(context.Background())
+		j.Add("a", keysA, time.Minute)
+		if err := j.AddNow(context.Background(), "b", keysA[:1], time.Minute); err != nil {
+			t.Fatal(err)
+		}
+		w := f.taken()
+		want := map[string][]string{"a": keysA, "b": keysA[:1]}
+		if len(w) != 1 || !maps.EqualFunc(w[0].add, want, slices.Equal) {
+			t.Fatalf("writes %+v by AddNow's return, want one adding a and b", w)
+		}
+		time.Sleep(10 * writeDelay)
+		synctest.Wait()
+		if w := f.taken(); len(w) != 0 {
+			t.Fatalf("written again: %+v", w)
+		}
+		f.mu.Lock()
+		f.fail = 1
+		f.mu.Unlock()
+		if err := j.AddNow(context.Background(), "c", keysA, time.Minute); err == nil {
+			t.Fatal("a failed write: no error")
+		}
+		time.Sleep(retryDelay)
+		synctest.Wait()
+		if w := f.taken(); len(w) != 1 || w[0].add["c"] == nil {
+			t.Fatalf("writes %+v after the failure, want c retried", w)
+		}
+	})
+}
+
 // BenchmarkJournalAddRemove is what the journal adds to a gated call's
 // path: its record queued after the admission, its removal after the
 // release (writes in the background every writeDelay, to a store that
