@@ -60,7 +60,7 @@ func formatOf(p *policy.Policy) *format {
 func newFormat(p *policy.Policy) *format {
 	n := p.Names
 	f := &format{
-		Names:     header.NewNames(n.HeaderPrefix, n.MetadataHeader, n.AwareField, n.RequestSourceHeader),
+		Names:     n.Header(),
 		lanes:     make([]laneHeaders, len(p.Lanes)),
 		rateLimit: n.RateLimit,
 	}

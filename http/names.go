@@ -37,7 +37,7 @@ func wireOf(p *policy.Policy) *wire {
 func newWire(p *policy.Policy) *wire {
 	n := p.Names
 	w := &wire{
-		Names:    header.NewNames(n.HeaderPrefix, n.MetadataHeader, n.AwareField, n.RequestSourceHeader),
+		Names:    n.Header(),
 		metaKeys: n.MetadataLog,
 		reads:    map[string]bool{},
 	}

@@ -2,12 +2,9 @@ package main
 
 import (
 	"net"
-	"net/http"
-	"net/http/httptest"
 	"os"
 	"path/filepath"
 	"strings"
-	"sync"
 	"syscall"
 	"testing"
 	"time"
@@ -105,30 +102,6 @@ func journalKeys(m *miniredis.Miniredis) []string {
 		}
 	}
 	return out
-}
-
-// releasableAPI is an API whose $rerank calls hold until release is
-// called; started gets one value per call that reached it.
-func releasableAPI(t *testing.T) (url string, started <-chan struct{}, release func()) {
-	t.Helper()
-	ch, hold := make(chan struct{}, 16), make(chan struct{})
-	var once sync.Once
-	api := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		if strings.Contains(r.URL.Path, "$rerank") {
-			ch <- struct{}{}
-			select {
-			case <-hold:
-			case <-r.Context().Done():
-			}
-		}
-		w.WriteHeader(http.StatusOK)
-	}))
-	release = func() { once.Do(func() { close(hold) }) }
-	t.Cleanup(func() {
-		release()
-		api.Close()
-	})
-	return api.URL, ch, release
 }
 
 // TestServeDrainingKeepsItsCalls: a gateway sent SIGTERM stops listening
