@@ -98,8 +98,9 @@ type Server struct {
 	// full). 0: no bound.
 	MaxWaiting int
 	// Journal, if set, is an open journal (journal.Open) where the server
-	// records the store leases of the calls it holds, off their path, so
-	// that once this process is dead another of its group releases them.
+	// records the store leases of the calls it holds, each before the app
+	// has its answer (Journal.AddNow), so that once this process is dead
+	// another of its group releases them.
 	// Its opener closes it once the server's calls have ended. Default
 	// nil: none, a killed service's leases expire after lease_seconds.
 	Journal *journal.Journal

@@ -92,9 +92,9 @@ func startDecide(ctx context.Context, o DecideOptions, gate *capgate.Gate,
 	if rs, ok := gate.Store.(*redis.Store); ok {
 		// Redis: the held calls' leases are journalled, so that once this
 		// service is dead another of its task id and --listen releases
-		// them; a dead predecessor's are released journal.DefaultHold
-		// after this one starts, the calls still running having
-		// registered again meanwhile.
+		// them; a predecessor's are released once it is proven dead, and
+		// journal.DefaultHold after this one starts at the earliest: the
+		// calls still running have registered again meanwhile.
 		s.Journal, err = journal.Open(ctx, journal.Options{Store: rs, Group: "decide:" + gate.TaskID + ":" + o.Listen,
 			Release: gate.ReleaseLeft, Hold: journal.DefaultHold, Logger: logger})
 		if err != nil {
