@@ -11,8 +11,8 @@ import (
 	"time"
 
 	"github.com/capgate/capgate"
+	"github.com/capgate/capgate/answer"
 	"github.com/capgate/capgate/configtest"
-	capgatehttp "github.com/capgate/capgate/http"
 	"github.com/capgate/capgate/lanetest"
 	"github.com/capgate/capgate/memory"
 	"github.com/capgate/capgate/settings"
@@ -86,7 +86,7 @@ func TestLocalLanesRefuseAFloodBeforeTheStore(t *testing.T) {
 			}
 			if r := got[capgate.DecisionRefused]; len(r) > 0 {
 				h := http.Header{}
-				capgatehttp.SetHeaders(h, r[0])
+				answer.SetHeaders(h, r[0])
 				want := "5"
 				if limit == 0 {
 					want = "120" // paused
@@ -216,7 +216,7 @@ func TestDegradedLanesOnlyCountInShadow(t *testing.T) {
 			t.Fatalf("shadow: decision %q degraded %v", a.Decision(), a.Degraded())
 		}
 		h := http.Header{}
-		capgatehttp.SetHeaders(h, a)
+		answer.SetHeaders(h, a)
 		if h.Get("Retry-After") != "" {
 			t.Fatalf("shadow call has Retry-After %q", h.Get("Retry-After"))
 		}
@@ -244,12 +244,12 @@ func TestABusyStoreIsNotAFailure(t *testing.T) {
 	b := e.gate.Admit(ctx, lanetest.Match("p", "preview"))
 	b.Release(ctx)
 	h := http.Header{}
-	capgatehttp.SetHeaders(h, b)
+	answer.SetHeaders(h, b)
 	if b.Decision() != capgate.DecisionRefused || b.Scope() != capgate.LaneName("api_heavy_task") || h.Get("Retry-After") != "5" || e.gate.Skipping() {
 		t.Fatalf("enforced: decision %q scope %q Retry-After %q skipping %v; want refused on api_heavy_task after 5 s",
 			b.Decision(), b.Scope(), h.Get("Retry-After"), e.gate.Skipping())
 	}
-	if got := string(capgatehttp.RefusalBody(b)); got != `{"detail":"Matching is busy. Please retry in 5 seconds.","error_code":"capacity_exceeded","scope":"api_heavy_task","paused":false,"retry_after":5}` {
+	if got := string(answer.Refusal(b)); got != `{"detail":"Matching is busy. Please retry in 5 seconds.","error_code":"capacity_exceeded","scope":"api_heavy_task","paused":false,"retry_after":5}` {
 		t.Fatalf("refusal body %s", got)
 	}
 

@@ -9,6 +9,7 @@ import (
 	"strings"
 
 	"github.com/capgate/capgate"
+	"github.com/capgate/capgate/answer"
 	capgatehttp "github.com/capgate/capgate/http"
 	"github.com/capgate/capgate/identity"
 	"github.com/capgate/capgate/logsink"
@@ -64,10 +65,10 @@ func Example_admit() {
 		ctx := r.Context()
 		adm := gate.Admit(ctx, call) // never nil; blocks only for a call that may wait
 		defer adm.Release(ctx)       // always, however the call ends
-		capgatehttp.SetHeaders(w.Header(), adm)
+		answer.SetHeaders(w.Header(), adm)
 		if adm.Refused() {
 			w.WriteHeader(http.StatusTooManyRequests)
-			w.Write(capgatehttp.RefusalBody(adm))
+			w.Write(answer.Refusal(adm))
 			return
 		}
 		// adm.Err() is the limiter's own error, if any (the call still goes ahead).

@@ -10,7 +10,7 @@ import (
 	"testing"
 
 	"github.com/capgate/capgate"
-	capgatehttp "github.com/capgate/capgate/http"
+	"github.com/capgate/capgate/answer"
 	"github.com/capgate/capgate/lanetest"
 	"github.com/capgate/capgate/memory"
 	"github.com/capgate/capgate/settings"
@@ -134,7 +134,7 @@ func BenchmarkAdmissionSetHeaders(b *testing.B) {
 	h := http.Header{"Content-Type": {"application/json"}, "Vary": {"Origin"}}
 	b.ReportAllocs()
 	for b.Loop() {
-		capgatehttp.SetHeaders(h, a)
+		answer.SetHeaders(h, a)
 	}
 }
 

@@ -12,8 +12,8 @@ import (
 	"time"
 
 	"github.com/capgate/capgate"
+	"github.com/capgate/capgate/answer"
 	"github.com/capgate/capgate/configtest"
-	capgatehttp "github.com/capgate/capgate/http"
 	"github.com/capgate/capgate/lanetest"
 	"github.com/capgate/capgate/memory"
 	"github.com/capgate/capgate/mock"
@@ -106,7 +106,7 @@ func TestStoreFailureFailsOpenAndSkipsTheStore(t *testing.T) {
 		t.Fatalf("suggested without counts = %d %v, want the per-user limit 1", n, ok)
 	}
 	h := http.Header{}
-	capgatehttp.SetHeaders(h, b)
+	answer.SetHeaders(h, b)
 	if h.Get("Retry-After") != "" || h.Get("X-OCL-Capacity-In-Flight") != "" || h.Get("X-OCL-Capacity-Limit") != "3" {
 		t.Fatalf("unavailable headers = %v", h)
 	}
@@ -266,11 +266,11 @@ func TestErrorAfterARefusalNeverRefuses(t *testing.T) {
 		t.Fatal("retry after kept after a failure")
 	}
 	h := http.Header{}
-	capgatehttp.SetHeaders(h, a)
+	answer.SetHeaders(h, a)
 	if h.Get("Retry-After") != "" {
 		t.Fatalf("Retry-After sent: %v", h)
 	}
-	if capgatehttp.RefusalBody(a) != nil {
+	if answer.Refusal(a) != nil {
 		t.Fatal("refusal body for an unavailable call")
 	}
 }
@@ -301,7 +301,7 @@ func TestUnavailableForAFailedLookup(t *testing.T) {
 		t.Fatalf("decision %q, acquires %d", a.Decision(), e.acquires.Load())
 	}
 	h := http.Header{}
-	capgatehttp.SetHeaders(h, a)
+	answer.SetHeaders(h, a)
 	if len(h) != 1 || h.Get("X-OCL-Capacity-Decision") != "unavailable" {
 		t.Fatalf("headers = %v, want only the decision", h)
 	}
@@ -469,7 +469,7 @@ func TestHeadersLeaveTheAPIsRetryAfterAlone(t *testing.T) {
 	a := e.gate.Admit(context.Background(), lanetest.Match("p", "preview"))
 	defer a.Release(context.Background())
 	h := http.Header{"Retry-After": {"30"}} // the API's own throttle answered
-	capgatehttp.SetHeaders(h, a)
+	answer.SetHeaders(h, a)
 	if got := h.Get("Retry-After"); got != "30" || h.Get("X-OCL-Capacity-Decision") != "admitted" {
 		t.Fatalf("Retry-After %q, decision %q: the API's header must stay", got, h.Get("X-OCL-Capacity-Decision"))
 	}

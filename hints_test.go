@@ -7,8 +7,8 @@ import (
 	"time"
 
 	"github.com/capgate/capgate"
+	"github.com/capgate/capgate/answer"
 	"github.com/capgate/capgate/configtest"
-	capgatehttp "github.com/capgate/capgate/http"
 	"github.com/capgate/capgate/lanetest"
 	"github.com/capgate/capgate/memory"
 	"github.com/capgate/capgate/policy"
@@ -69,7 +69,7 @@ func TestAdaptiveHintsFromTheGatesOwnReleases(t *testing.T) {
 	first := [2]*capgate.Admission{e.Admit(lanetest.Match("u1", "core")), e.Admit(lanetest.Match("u2", "core"))}
 	r := e.Admit(lanetest.Match("u3", "core"))
 	h := http.Header{}
-	capgatehttp.SetHeaders(h, r)
+	answer.SetHeaders(h, r)
 	if got, _ := r.RetryAfter(); got != 5 {
 		t.Errorf("no history: Retry-After %d, want 5", got)
 	}
@@ -88,7 +88,7 @@ func TestAdaptiveHintsFromTheGatesOwnReleases(t *testing.T) {
 	defer a.Release(context.Background())
 	defer b.Release(context.Background())
 	h = http.Header{}
-	capgatehttp.SetHeaders(h, a)
+	answer.SetHeaders(h, a)
 	if got := h.Get(oclNames.SuggestedSpacing); got != "" {
 		t.Errorf("admitted call got spacing %q, want none", got)
 	}
@@ -98,7 +98,7 @@ func TestAdaptiveHintsFromTheGatesOwnReleases(t *testing.T) {
 		t.Fatalf("third call: %s in %s, want shadow-refused in %s", r.Decision(), r.Scope(), capgate.LaneName("api_heavy_task"))
 	}
 	h = http.Header{}
-	capgatehttp.SetHeaders(h, r)
+	answer.SetHeaders(h, r)
 	if got, _ := r.RetryAfter(); got != 1 {
 		t.Errorf("Retry-After %d, want 1 (650 ms, rounded up)", got)
 	}
@@ -122,7 +122,7 @@ func TestFixedPolicyHintsAsBefore(t *testing.T) {
 	r := e.Admit(lanetest.Match("u3", "core"))
 	defer r.Release(context.Background())
 	h := http.Header{}
-	capgatehttp.SetHeaders(h, r)
+	answer.SetHeaders(h, r)
 	if got, _ := r.RetryAfter(); got != 5 {
 		t.Errorf("fixed: Retry-After %d, want 5 (base × 1 call ahead)", got)
 	}

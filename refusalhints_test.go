@@ -10,8 +10,8 @@ import (
 	"time"
 
 	"github.com/capgate/capgate"
+	"github.com/capgate/capgate/answer"
 	"github.com/capgate/capgate/configtest"
-	capgatehttp "github.com/capgate/capgate/http"
 	"github.com/capgate/capgate/lanetest"
 	"github.com/capgate/capgate/memory"
 	"github.com/capgate/capgate/mock"
@@ -170,7 +170,7 @@ func TestEveryRefusalCarriesTheSameHints(t *testing.T) {
 						t.Fatalf("decision %s scope %s, want refused on %s", a.Decision(), a.Scope(), p.scope)
 					}
 					h := http.Header{}
-					capgatehttp.SetHeaders(h, a)
+					answer.SetHeaders(h, a)
 					wantRetry, wantSpacing := "5", "" // base × one call ahead
 					if policy == settings.PolicyAdaptive {
 						wantRetry = fmt.Sprint(int((p.slot + time.Second - 1) / time.Second))

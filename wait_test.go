@@ -13,8 +13,8 @@ import (
 	"time"
 
 	"github.com/capgate/capgate"
+	"github.com/capgate/capgate/answer"
 	"github.com/capgate/capgate/configtest"
-	capgatehttp "github.com/capgate/capgate/http"
 	"github.com/capgate/capgate/lanetest"
 	"github.com/capgate/capgate/memory"
 	"github.com/capgate/capgate/mock"
@@ -127,7 +127,7 @@ func TestWaitTakesTheFreedSlot(t *testing.T) {
 			t.Errorf("Waited = %v, %v; want 1.5s, true", waited, ok)
 		}
 		h := http.Header{}
-		capgatehttp.SetHeaders(h, second)
+		answer.SetHeaders(h, second)
 		if got := h.Get(oclNames.Waited); got != "1500" {
 			t.Errorf("%s = %q, want 1500", oclNames.Waited, got)
 		}

@@ -7,12 +7,14 @@
 # the app, one keeps running; the service is started again at once. Prints,
 # for RUNS runs, how long after the restart began (a) the service listened,
 # (b) the user's lane in Redis held exactly the one running call (the two
-# that ended freed: the journal, decide/journal.go; the running one counted
+# that ended freed: the journal, package journal, once the killed service's
+# liveness has lapsed and the new one has run 1 s; the running one counted
 # again: the client's re-register, python/capgate/client.py), and the lane's
 # count at the restart. Needs redis-server.
 #
 #   bench/decide-restart.sh          # 5 runs
 #   RUNS=10 bench/decide-restart.sh
+#   BIN=/tmp/capgate-before bench/decide-restart.sh   # another build, side by side
 set -euo pipefail
 cd "$(dirname "$0")/.."
 # shellcheck source=bench/lib.sh
@@ -20,7 +22,11 @@ cd "$(dirname "$0")/.."
 bench_init decide-restart
 need_tools redis-server:redis-server
 RUNS=${RUNS:-5}
-go build -o "$WORK/capgate" ./cmd/capgate
+if [[ -n "${BIN:-}" ]]; then
+	cp "$BIN" "$WORK/capgate"
+else
+	go build -o "$WORK/capgate" ./cmd/capgate
+fi
 start_redis
 DB="sqlite:$WORK/config.db"
 "$WORK/capgate" capacity set --create --database "$DB" mode=enforce enforce_for=all wait.max_seconds=0 \

@@ -9,13 +9,14 @@
 # is started again at once, same --task-id, same address. Prints, for RUNS
 # runs, how long after the restart began (a) it listened, (b) the user's
 # lane in Redis was empty: the places of the calls that ended are free (the
-# journal, http/journal.go, after --restart-hold), and the still-running
-# call is uncounted from then on; and the lane's count at the restart and
-# 0.5 s after (b). Needs redis-server.
+# journal, package journal: once the killed gateway's liveness has lapsed,
+# about 1 s after the kill, and --restart-hold after the restart), and the
+# still-running call is uncounted from then on; and the lane's count at the
+# restart and 0.5 s after (b). Needs redis-server.
 #
 #   bench/gateway-restart.sh                     # 5 runs, --restart-hold 1s (the default)
 #   HOLD=5s RUNS=3 bench/gateway-restart.sh      # another hold
-#   BIN=/tmp/capgate-before bench/gateway-restart.sh   # a build without the journal
+#   BIN=/tmp/capgate-before bench/gateway-restart.sh   # another build, side by side
 set -euo pipefail
 cd "$(dirname "$0")/.."
 # shellcheck source=bench/lib.sh

@@ -45,11 +45,9 @@ type Service struct {
 	// Sink receives one <log event>_config line (the policy's log event,
 	// the built-in policy's <event>_config) per saved change. Default (nil): no lines.
 	Sink capgate.Sink
-	// Policy is the policy whose config this is: its lanes' limits are the
-	// config's. Default (nil): the built-in policy. SetPolicy replaces it
-	// once the Service is in use.
 	// BootMode is the mode of the defaults until staff first change the
-	// config (--mode, CAPACITY_LIMIT_MODE). An invalid value means shadow.
+	// config (--mode, CAPACITY_LIMIT_MODE). Default (""), or an invalid
+	// value: shadow.
 	BootMode settings.Mode
 	// CacheTTL is how long a read config is used. Default (0)
 	// DefaultCacheTTL; negative: read on every call.
@@ -65,7 +63,9 @@ type Service struct {
 	// pub/sub), so it applies there at once. A store that announces its
 	// own changes (PostgreSQL NOTIFY) needs none. Default: none.
 	Notifiers []Notifier
-
+	// Policy is the policy whose config this is: its lanes' limits are the
+	// config's. Default (nil): the built-in policy. SetPolicy replaces it
+	// once the Service is in use.
 	Policy *policy.Policy
 
 	replaced   atomic.Pointer[policy.Policy] // SetPolicy's; nil: Policy

@@ -10,28 +10,41 @@ import (
 
 	"github.com/capgate/capgate"
 	"github.com/capgate/capgate/decide"
+	"github.com/capgate/capgate/journal"
 	"github.com/capgate/capgate/mock"
 	"github.com/capgate/capgate/redis"
 	"github.com/capgate/capgate/settings"
 )
 
-// incarnation is one decision service of task host-a on a shared Redis.
+// incarnation is one decision service of task host-a, its own Redis
+// client on a shared Redis.
 type incarnation struct {
-	url  string
-	srv  *decide.Server
-	gate *capgate.Gate
-	sink *mock.Sink
+	url   string
+	srv   *decide.Server
+	store *redis.Store
+	j     *journal.Journal
 }
 
-func startIncarnation(t *testing.T, store *redis.Store, cfg capgate.ConfigSource) *incarnation {
+// startIncarnation starts a service journalling in group with liveness
+// (0: the default) and no hold. The test closes it (its calls end, then
+// its journal) or kills it (its client closes: nothing reaches Redis).
+func startIncarnation(t *testing.T, url, group string, liveness time.Duration, cfg capgate.ConfigSource) *incarnation {
 	t.Helper()
-	sink := &mock.Sink{}
-	gate, err := capgate.NewGate(store, cfg, sink, "host-a")
+	store, err := redis.Open(redis.Options{URL: url, Deadline: 10 * time.Second})
+	if err != nil {
+		t.Fatal(err)
+	}
+	gate, err := capgate.NewGate(store, cfg, &mock.Sink{}, "host-a")
+	if err != nil {
+		t.Fatal(err)
+	}
+	j, err := journal.Open(t.Context(), journal.Options{Store: store, Group: group, Release: gate.ReleaseLeft,
+		Liveness: liveness, Logger: gate.Logger})
 	if err != nil {
 		t.Fatal(err)
 	}
 	srv := decide.NewServer(gate)
-	srv.Journal = store
+	srv.Journal = j
 	hs := httptest.NewUnstartedServer(srv)
 	hs.Config = decide.NewHTTPServer(srv, gate.Logger)
 	hs.Start()
@@ -41,29 +54,47 @@ func startIncarnation(t *testing.T, store *redis.Store, cfg capgate.ConfigSource
 		ctx, cancel := context.WithTimeout(context.Background(), waitLimit)
 		defer cancel()
 		srv.Wait(ctx)
+		_ = j.Close(ctx)
 		_ = srv.Close(ctx)
 		_ = gate.Close(ctx)
+		_ = store.Close()
 	})
-	return &incarnation{url: hs.URL, srv: srv, gate: gate, sink: sink}
+	return &incarnation{url: hs.URL, srv: srv, store: store, j: j}
 }
 
-// TestRecoverReleasesAPredecessorsCalls: a new incarnation of the service
-// releases, at start, the store leases its predecessor journalled and
-// never released (it was killed), so they are not left for lease_seconds;
-// calls released normally leave nothing in the journal.
-func TestRecoverReleasesAPredecessorsCalls(t *testing.T) {
-	m := miniredis.RunT(t)
-	store, err := redis.Open(redis.Options{URL: "redis://" + m.Addr(), Deadline: 10 * time.Second})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = store.Close() })
+func journalConfig(t *testing.T) capgate.ConfigSource {
 	c := settings.Default(nil, settings.ModeEnforce)
 	c.EnforceFor, c.Wait.MaxSeconds, c.LeaseSeconds, c.RenewSeconds = settings.EnforceAll, 0, 600, 300
 	setNumbers(t, &c, map[string]int{"per_user.core": 3, "api_heavy.per_task": 8, "tiers.core": 8})
-	cfg := settings.NewFixed(c)
+	return settings.NewFixed(c)
+}
 
-	old := startIncarnation(t, store, cfg)
+// userLane counts cora's calls in Redis.
+func userLane(t *testing.T, m *miniredis.Miniredis) int {
+	t.Helper()
+	n, _ := m.ZMembers("ocl:capacity:user:cora")
+	return len(n)
+}
+
+func eventually(t *testing.T, what string, ok func() bool) {
+	t.Helper()
+	for deadline := time.Now().Add(waitLimit); !ok(); {
+		if time.Now().After(deadline) {
+			t.Fatalf("never: %s", what)
+		}
+		time.Sleep(5 * time.Millisecond) // Redis and the server's goroutines move it
+	}
+}
+
+// TestJournalReleasesADeadServicesCalls: a service's held calls are
+// journalled (a call released normally leaves nothing); once the service
+// is killed, a new one of its group releases them, rather than leaving
+// the places taken for lease_seconds.
+func TestJournalReleasesADeadServicesCalls(t *testing.T) {
+	m := miniredis.RunT(t)
+	url, cfg := "redis://"+m.Addr(), journalConfig(t)
+	const group = "decide:host-a:unix:/run/capgate.sock"
+	old := startIncarnation(t, url, group, 0, cfg)
 	oldEnv := &env{url: old.url}
 	held := []*stream{oldEnv.post(t, t.Context(), call("1"), ""), oldEnv.post(t, t.Context(), call("2"), ""),
 		oldEnv.post(t, t.Context(), call("3"), "")}
@@ -72,60 +103,47 @@ func TestRecoverReleasesAPredecessorsCalls(t *testing.T) {
 			t.Fatalf("%+v: want held", s.d)
 		}
 	}
-	// One is released normally: its record goes with it.
-	if err := held[2].resp.Body.Close(); err != nil {
-		t.Fatal(err)
-	}
-	old.sink.Wait(t, 1, waitLimit) // its line: written at its release
-	userLane := []string{"ocl:capacity:user:cora"}
-	counts := make([]int, 1)
-	if err := store.Count(t.Context(), userLane, counts); err != nil || counts[0] != 2 {
-		t.Fatalf("user lane %d (%v), want 2 after one release", counts[0], err)
-	}
-	journal := store.JournalKey("decide:host-a")
-	journalled := func() int { keys, _ := m.HKeys(journal); return len(keys) }
-	// The record is forgotten just after the release's line: poll briefly.
-	for deadline := time.Now().Add(waitLimit); journalled() != 2 && time.Now().Before(deadline); {
-		time.Sleep(5 * time.Millisecond)
-	}
-	if n := journalled(); n != 2 {
-		t.Fatalf("journal holds %d calls, want the 2 still held", n)
-	}
+	held[2].close() // released normally: its record goes with it
+	eventually(t, "one call released", func() bool { return userLane(t, m) == 2 })
+	journal := old.store.JournalKey(group, old.j.ID())
+	eventually(t, "the 2 calls still held journalled", func() bool { keys, _ := m.HKeys(journal); return len(keys) == 2 })
 
-	// Another live service of the task id, on another address, never
-	// takes this one's journal.
-	other := startIncarnation(t, store, cfg)
-	other.srv.Instance = "unix:/run/other.sock"
-	release, err := other.srv.Recover(t.Context(), 0)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if n, err := release(); err != nil || n != 0 || journalled() != 2 {
-		t.Fatalf("another service's Recover: %d, %v, journal %d; want nothing taken", n, err, journalled())
-	}
+	_ = old.store.Close() // killed: its renewals stop, its calls stay in Redis
+	startIncarnation(t, url, group, 0, cfg)
+	eventually(t, "the killed service's calls released", func() bool { return userLane(t, m) == 0 })
+	eventually(t, "the killed service's journal forgotten after its release", func() bool { return !m.Exists(journal) })
+}
 
-	// The old incarnation is "killed": its two calls stay in Redis. The
-	// new one releases them before it serves.
-	next := startIncarnation(t, store, cfg)
-	release, err = next.srv.Recover(t.Context(), 0)
-	if err != nil {
+// TestTwinServicesNeverReleaseEachOther: two live services of one group
+// (before: decide.Server{Instance: ""}, or one task id and listen address
+// on two hosts, shared one journal, and the second released the first's
+// calls) each keep their own journal and never release each other's.
+func TestTwinServicesNeverReleaseEachOther(t *testing.T) {
+	m := miniredis.RunT(t)
+	url, cfg := "redis://"+m.Addr(), journalConfig(t)
+	const group = "decide:host-a:" // no instance: the group is the task id's
+	a := startIncarnation(t, url, group, time.Minute, cfg)
+	aCall := (&env{url: a.url}).post(t, t.Context(), call("1"), "")
+	eventually(t, "a's call journalled", func() bool {
+		keys, _ := m.HKeys(a.store.JournalKey(group, a.j.ID()))
+		return len(keys) == 1
+	})
+	b := startIncarnation(t, url, group, time.Minute, cfg)
+	bCall := (&env{url: b.url}).post(t, t.Context(), call("2"), "")
+	if !aCall.d.Held || !bCall.d.Held {
+		t.Fatalf("a %+v, b %+v: want both held", aCall.d, bCall.d)
+	}
+	if a.j.ID() == b.j.ID() {
+		t.Fatal("two services share a journal")
+	}
+	// b's last look at the group, as it closes, releases the dead only.
+	if err := b.j.Close(t.Context()); err != nil {
 		t.Fatal(err)
 	}
-	n, err := release()
-	if err != nil || n != 2 {
-		t.Fatalf("Recover: %d, %v; want the 2 calls released", n, err)
+	if n := userLane(t, m); n != 2 {
+		t.Errorf("%d of cora's calls counted, want a's and b's: both run", n)
 	}
-	if err := store.Count(t.Context(), userLane, counts); err != nil || counts[0] != 0 {
-		t.Errorf("user lane after Recover: %d (%v), want 0", counts[0], err)
-	}
-	if m.Exists(journal) {
-		t.Error("the journal is left after Recover")
-	}
-	release, err = next.srv.Recover(t.Context(), 0)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if n, err := release(); err != nil || n != 0 {
-		t.Errorf("a second Recover: %d, %v; want nothing to release", n, err)
-	}
+	aCall.close()
+	bCall.close()
+	eventually(t, "both calls released", func() bool { return userLane(t, m) == 0 })
 }

@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/capgate/capgate"
+	"github.com/capgate/capgate/answer"
 	"github.com/capgate/capgate/header"
 	"github.com/capgate/capgate/internal/randhex"
 	"github.com/capgate/capgate/settings"
@@ -20,8 +21,9 @@ import (
 // repeats ends. The service never sees the app's answer, so it keeps
 // none: the first call's key is let go when its answer ends.
 
-// reusedBody is the body of a "reused" answer: the gateway's 422.
-var reusedBody = []byte(`{"detail":"This repeat_key was used for a different request.","error_code":"idempotency_key_reused"}`)
+// reusedDetail is the detail of a "reused" answer's body, the gateway's
+// 422 (answer.KeyError) in the protocol's words.
+const reusedDetail = "This repeat_key was used for a different request."
 
 // repeatID is the store's id of a call's repeat_key: a hash of the user
 // and the key, so keys never cross users and neither is stored in clear.
@@ -62,7 +64,7 @@ func (s *Server) repeat(ctx context.Context, cc *callConn, gate *capgate.Gate, r
 	d := Decision{ID: randhex.String(12), Headers: map[string]string{header.RequestID: call.CID}}
 	switch rp.Outcome {
 	case capgate.RepeatReused:
-		d.Decision, d.Status, d.Body = "reused", http.StatusUnprocessableEntity, reusedBody
+		d.Decision, d.Status, d.Body = "reused", http.StatusUnprocessableEntity, answer.KeyError(reusedDetail, "idempotency_key_reused")
 		return nil, nil, true, s.writeLine(cc, d)
 	case capgate.RepeatJoined:
 		return nil, nil, true, s.joined(ctx, cc, gate, call, rp, d)

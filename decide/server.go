@@ -13,9 +13,10 @@ import (
 	"time"
 
 	"github.com/capgate/capgate"
-	capgatehttp "github.com/capgate/capgate/http"
+	"github.com/capgate/capgate/answer"
 	"github.com/capgate/capgate/internal/jsonenc"
 	"github.com/capgate/capgate/internal/randhex"
+	"github.com/capgate/capgate/journal"
 )
 
 // DefaultMaxTasks is how many task ids other than the gate's own a Server
@@ -103,12 +104,13 @@ type Server struct {
 	// decided at once (refused, with the usual Retry-After, when a lane is
 	// full). Default DefaultMaxWaiting; 0: no bound.
 	MaxWaiting int
-	// Journal, if set, records the held calls' leases for Recover.
-	Journal Journal
-	// Instance names this service among those of its task id, for the
-	// journal: its listen address (two live services can't share one; a
-	// restarted service must give its predecessor's).
-	Instance string
+	// Journal, if set, is an open journal (journal.Open) where the server
+	// records the store leases of the calls it holds, each before the app
+	// has its answer (Journal.AddNow), so that once this process is dead
+	// another of its group releases them.
+	// Its opener closes it once the server's calls have ended. Default
+	// nil: none, a killed service's leases expire after lease_seconds.
+	Journal *journal.Journal
 
 	mu      sync.Mutex
 	tasks   map[string]*capgate.Gate // requires mu held
@@ -335,7 +337,7 @@ func (s *Server) decide(w http.ResponseWriter, r *http.Request) {
 		d.Decision = string(capgate.DecisionAdmitted) // it runs already; its line says resumed
 	}
 	h := http.Header{}
-	capgatehttp.SetGatedHeaders(h, adm, call.CID)
+	answer.SetGated(h, adm, call.CID)
 	for k, v := range h {
 		if len(v) > 0 {
 			d.Headers[k] = v[0]
@@ -343,7 +345,7 @@ func (s *Server) decide(w http.ResponseWriter, r *http.Request) {
 	}
 	if adm.Refused() {
 		d.Status = http.StatusTooManyRequests
-		d.Body = capgatehttp.RefusalBody(adm)
+		d.Body = answer.Refusal(adm)
 	}
 	if !adm.Counted() || ctx.Err() != nil {
 		finished = s.writeLine(cc, d)
@@ -351,11 +353,16 @@ func (s *Server) decide(w http.ResponseWriter, r *http.Request) {
 	}
 	d.Held = true
 	d.MaxHoldSeconds = int(adm.MaxHold() / time.Second)
-	forget := s.journal(ctx, adm)
-	defer func() {
-		adm.Release(ctx) // idempotent: then the journal forgets it (a crash between leaves a harmless record)
-		forget()
-	}()
+	if token, keys, ok := adm.StoreLease(); ok && s.Journal != nil {
+		// Written before the app has its answer: a call the app runs is
+		// journalled, whenever the service dies.
+		if err := s.Journal.AddNow(context.WithoutCancel(ctx), token, keys, adm.MaxHold()); err != nil {
+			s.logger().Warn("capgate decide: journal a held call (retried; a crash meanwhile would leave its place taken for lease_seconds)",
+				"error", err)
+		}
+		defer s.Journal.Remove(token)
+		defer adm.Release(ctx) // before the record's removal (deferred calls run last first); Release is idempotent
+	}
 	finished = s.hold(ctx, cc, adm, d)
 }
 

@@ -4,48 +4,10 @@ import (
 	"net/http"
 	"slices"
 	"strings"
+
+	"github.com/capgate/capgate/answer"
+	"github.com/capgate/capgate/policy"
 )
-
-// exposeCapacityHeaders adds the capacity headers of names n, Retry-After
-// and (when the policy sends them) the standard RateLimit-Policy and
-// RateLimit fields to h's Access-Control-Expose-Headers, keeping what the
-// API listed there.
-func exposeCapacityHeaders(h http.Header, n *wire) {
-	h[exposeHeadersKey] = []string{exposeValue(h, n)}
-}
-
-const exposeHeadersKey = "Access-Control-Expose-Headers"
-
-// exposeValue returns h's Access-Control-Expose-Headers with the capacity
-// headers of names n, Retry-After and the RateLimit fields added.
-func exposeValue(h http.Header, n *wire) string {
-	listed := h.Values(exposeHeadersKey)
-	if len(listed) == 0 {
-		return n.exposeAll
-	}
-	var names []string
-	for _, v := range listed {
-		for n := range strings.SplitSeq(v, ",") {
-			if n = strings.TrimSpace(n); n != "" {
-				names = append(names, n)
-			}
-		}
-	}
-	add := func(k string) {
-		if !slices.ContainsFunc(names, func(s string) bool { return strings.EqualFold(s, k) }) {
-			names = append(names, k)
-		}
-	}
-	for _, k := range n.exposed {
-		add(k)
-	}
-	if n.rateLimit {
-		for _, k := range rateLimitFields {
-			add(k)
-		}
-	}
-	return strings.Join(names, ", ")
-}
 
 // corsPolicy gives the middleware's own 429 the CORS headers the API
 // would have sent for the request's origin. The zero value echoes any
@@ -71,9 +33,9 @@ func newCORSPolicy(origins []string) corsPolicy {
 }
 
 // refusal sets the CORS headers of a 429 (or 503) answered for origin,
-// exposing the capacity headers of names n.
-func (p corsPolicy) refusal(h http.Header, origin string, n *wire) {
-	exposeCapacityHeaders(h, n)
+// exposing the capacity headers of policy pol.
+func (p corsPolicy) refusal(h http.Header, origin string, pol *policy.Policy) {
+	answer.Expose(h, pol)
 	h.Add("Vary", "Origin")
 	if origin == "" {
 		return

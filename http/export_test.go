@@ -29,12 +29,3 @@ func OCLCall(route string, rows int, semantic, reranker bool) capgate.Call {
 // NormalizeRequest makes r read as the API behind the gateway reads it, as
 // the middleware does before HeavyPath.
 func NormalizeRequest(r *http.Request) { normalizeRequest(r) }
-
-// SetRestartTimer makes g's Recover wait for the channel f returns, given
-// the hold, instead of a timer's.
-func (g *Gateway) SetRestartTimer(f func(hold time.Duration) (<-chan time.Time, func() bool)) {
-	g.journal.hold = f
-}
-
-// WriteJournal writes what g's journal has queued now, as its timer would.
-func (g *Gateway) WriteJournal(ctx context.Context) error { return g.journal.write(ctx) }

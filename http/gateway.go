@@ -15,7 +15,9 @@ import (
 	"sync"
 
 	"github.com/capgate/capgate"
+	"github.com/capgate/capgate/answer"
 	"github.com/capgate/capgate/identity"
+	"github.com/capgate/capgate/journal"
 )
 
 // GatewayConfig is what a Gateway needs. Upstream, Gate and Identify are
@@ -89,13 +91,14 @@ type GatewayConfig struct {
 	// as the handler returns. Default nil: never.
 	Shutdown context.Context
 
-	// Journal, if set, is where the gateway records the store leases of
-	// the calls it holds, in batches off their path, once Recover has named
-	// its journal: its next incarnation then releases what a killed one
-	// left (journal.go). Set it only for a lane store that outlives the
-	// process (Redis). Default: none, a killed gateway's leases expire
-	// after lease_seconds.
-	Journal Journal
+	// Journal, if set, is an open journal (journal.Open) where the
+	// gateway records the store leases of the calls it holds, off their
+	// path, so that once this process is dead another of its group
+	// releases them. Its opener closes it once the gateway's calls have
+	// ended. Set it only for a lane store that outlives the process
+	// (Redis). Default nil: none, a killed gateway's leases expire after
+	// lease_seconds.
+	Journal *journal.Journal
 
 	// Logger gets upstream failures and handler panics. Default
 	// slog.Default().
@@ -111,8 +114,8 @@ type GatewayConfig struct {
 // leases are released once its response has been sent, or, if its client
 // went away, once the upstream has finished the call (bounded by
 // max_hold_seconds; see hold.go). With a Journal it records those leases
-// in the background, so that its next incarnation releases what a killed
-// one left (Recover before serving, Close after; journal.go). Bodies pass
+// in the background, so that once it is dead another process of its
+// group releases them (package journal). Bodies pass
 // byte for byte; responses of unknown length and event streams are flushed
 // as they arrive. An upstream failure becomes 502, an upstream timeout 504 (both with a JSON {"detail", "request_id"}
 // body); a client gone before the answer is sent nothing (499 is only
@@ -121,11 +124,10 @@ type GatewayConfig struct {
 //
 // Create one with NewGateway. Safe for concurrent use.
 type Gateway struct {
-	cfg     GatewayConfig
-	logger  *slog.Logger
-	gated   http.Handler
-	journal *journal  // nil without GatewayConfig.Journal
-	lines   sync.Pool // *[]byte: the access log's line buffers (the sink copies a line)
+	cfg    GatewayConfig
+	logger *slog.Logger
+	gated  http.Handler
+	lines  sync.Pool // *[]byte: the access log's line buffers (the sink copies a line)
 }
 
 // NewGateway returns a gateway with cfg's defaults filled in. It returns
@@ -146,9 +148,6 @@ func NewGateway(cfg GatewayConfig) (*Gateway, error) {
 		cfg.Logger = slog.Default()
 	}
 	g := &Gateway{cfg: cfg, logger: cfg.Logger}
-	if cfg.Journal != nil {
-		g.journal = newJournal(cfg.Journal, cfg.Logger)
-	}
 	transport := cfg.Transport
 	if cfg.Observer != nil {
 		transport = timedTransport{next: transport, obs: cfg.Observer}
@@ -164,7 +163,7 @@ func NewGateway(cfg GatewayConfig) (*Gateway, error) {
 		// once (its flush interval is -1 for those).
 	}
 	opts := append([]Option{WithLogger(cfg.Logger)}, cfg.Options...)
-	opts = append(opts, WithClassifier(cfg.Classifier), withShutdown(cfg.Shutdown), withJournal(g.journal))
+	opts = append(opts, WithClassifier(cfg.Classifier), withShutdown(cfg.Shutdown), withJournal(cfg.Journal))
 	mw, err := NewMiddleware(holdUpstream(proxy, cfg.Shutdown), cfg.Gate, cfg.Identify, opts...)
 	if err != nil {
 		return nil, fmt.Errorf("gateway: %w", err)
@@ -181,7 +180,7 @@ func (g *Gateway) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		// net/http hands the HTTP/2 prior-knowledge preface to handlers so
 		// an h2c handler can take over the connection; capgate speaks no
 		// h2c, and passing it on could open a tunnel to an API that does.
-		http.Error(w, "HTTP/2 without TLS is not supported.", http.StatusHTTPVersionNotSupported)
+		answer.Text(w, http.StatusHTTPVersionNotSupported, "HTTP/2 without TLS is not supported.")
 		return
 	}
 	if g.observed() {
@@ -224,7 +223,7 @@ func (g *Gateway) route(w http.ResponseWriter, r *http.Request) {
 				f()
 			}
 			w.Header().Set("Retry-After", strconv.Itoa(bufferFullRetryAfter))
-			http.Error(w, "The gateway is busy. Please retry.", http.StatusServiceUnavailable)
+			answer.Text(w, http.StatusServiceUnavailable, "The gateway is busy. Please retry.")
 			return
 		}
 		defer budget.give(hb)
@@ -232,7 +231,7 @@ func (g *Gateway) route(w http.ResponseWriter, r *http.Request) {
 		// request as it will be forwarded (outgoing.go).
 		out, err := g.outgoing(r, hasUpgrade(r.Header) && g.upgradeAllowed(r))
 		if err != nil {
-			http.Error(w, "Bad Request: "+err.Error()+".", http.StatusBadRequest)
+			answer.Text(w, http.StatusBadRequest, "Bad Request: "+err.Error()+".")
 			return
 		}
 		g.gated.ServeHTTP(w, out)

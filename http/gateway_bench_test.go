@@ -20,6 +20,7 @@ import (
 	capgatehttp "github.com/capgate/capgate/http"
 	"github.com/capgate/capgate/identity"
 	"github.com/capgate/capgate/internal/randhex"
+	"github.com/capgate/capgate/journal"
 	"github.com/capgate/capgate/logsink"
 	"github.com/capgate/capgate/memory"
 	"github.com/capgate/capgate/metrics"
@@ -92,12 +93,6 @@ func benchGatewayServerWith(b *testing.B, store capgate.LaneStore, prefix string
 	gw, err := capgatehttp.NewGateway(cfg)
 	if err != nil {
 		b.Fatal(err)
-	}
-	if cfg.Journal != nil {
-		if _, err := gw.Recover(b.Context(), "bench:"+randhex.String(4), 0); err != nil {
-			b.Fatal(err)
-		}
-		b.Cleanup(func() { _ = gw.Close(context.Background()) })
 	}
 	srv := httptest.NewServer(gw)
 	b.Cleanup(srv.Close)
@@ -223,7 +218,7 @@ func benchGatewayRedis(b *testing.B, opts redis.Options) {
 	benchGatewayRedisWith(b, opts, false)
 }
 
-func benchGatewayRedisWith(b *testing.B, opts redis.Options, journal bool) {
+func benchGatewayRedisWith(b *testing.B, opts redis.Options, journalled bool) {
 	u := os.Getenv("CAPGATE_TEST_REDIS_URL")
 	if u == "" {
 		b.Skip("no real Redis: set CAPGATE_TEST_REDIS_URL")
@@ -235,9 +230,16 @@ func benchGatewayRedisWith(b *testing.B, opts redis.Options, journal bool) {
 	}
 	b.Cleanup(func() { _ = store.Close() })
 	base := benchGatewayServerWith(b, store, "bench:"+randhex.String(4), func(c *capgatehttp.GatewayConfig) {
-		if journal {
-			c.Journal = store
+		if !journalled {
+			return
 		}
+		j, err := journal.Open(b.Context(), journal.Options{Store: store, Group: "gateway:bench:" + randhex.String(4),
+			Release: c.Gate.ReleaseLeft, Logger: c.Logger})
+		if err != nil {
+			b.Fatal(err)
+		}
+		b.Cleanup(func() { _ = j.Close(context.Background()) })
+		c.Journal = j
 	})
 	want := []capgate.Decision{capgate.DecisionAdmitted, capgate.DecisionShadowRefused}
 	if opts.MaxInFlight == 0 {

@@ -14,6 +14,7 @@ import (
 	"testing"
 
 	"github.com/capgate/capgate"
+	"github.com/capgate/capgate/answer"
 	capgatehttp "github.com/capgate/capgate/http"
 	"github.com/capgate/capgate/identity"
 	"github.com/capgate/capgate/policy"
@@ -34,7 +35,7 @@ func exposed(h http.Header) []string {
 func wantExposed(t *testing.T, h http.Header, extra ...string) {
 	t.Helper()
 	got := exposed(h)
-	for _, n := range append(capgatehttp.ExposedHeaders(policy.OCL()), extra...) {
+	for _, n := range append(answer.ExposedHeaders(policy.OCL()), extra...) {
 		if !slices.Contains(got, n) {
 			t.Errorf("Access-Control-Expose-Headers %v lacks %s", got, n)
 		}

@@ -12,6 +12,7 @@ import (
 	"strings"
 
 	"github.com/capgate/capgate"
+	"github.com/capgate/capgate/answer"
 	"github.com/capgate/capgate/header"
 	"github.com/capgate/capgate/settings"
 )
@@ -214,12 +215,8 @@ func (m *Middleware) repeat(w http.ResponseWriter, r *http.Request, call capgate
 // writeIdempotencyError answers a call that is not run because of its
 // Idempotency-Key.
 func writeIdempotencyError(w http.ResponseWriter, rid string, code int, detail, errorCode string) {
-	h := w.Header()
-	h.Set("Content-Type", "application/json")
-	h.Set("X-Content-Type-Options", "nosniff")
-	h.Set(header.RequestID, rid)
-	w.WriteHeader(code)
-	fmt.Fprintf(w, `{"detail":%s,"error_code":%q}`+"\n", strconv.Quote(detail), errorCode)
+	w.Header().Set(header.RequestID, rid)
+	answer.WriteJSON(w, code, append(answer.KeyError(detail, errorCode), '\n'))
 }
 
 // answerMagic starts an encoded answer, so a change of the format is
@@ -314,8 +311,8 @@ func (w *answerWriter) answer() []byte {
 // a repeat: its status, headers and body, Idempotent-Replayed: true and
 // the repeat's own request id. false when the bytes are not an answer
 // (nothing is written then).
-func writeAnswer(w http.ResponseWriter, answer []byte, rid string) bool {
-	rest, ok := bytes.CutPrefix(answer, []byte(answerMagic))
+func writeAnswer(w http.ResponseWriter, kept []byte, rid string) bool {
+	rest, ok := bytes.CutPrefix(kept, []byte(answerMagic))
 	if !ok {
 		return false
 	}
@@ -345,8 +342,8 @@ func writeAnswer(w http.ResponseWriter, answer []byte, rid string) bool {
 	}
 	dst.Set(header.IdempotentReplayed, "true")
 	dst.Set(header.RequestID, rid)
-	if len(dst.Values(exposeHeadersKey)) > 0 {
-		dst.Set(exposeHeadersKey, strings.Join(dst.Values(exposeHeadersKey), ", ")+", "+header.IdempotentReplayed)
+	if len(dst.Values(answer.ExposeHeadersKey)) > 0 {
+		dst.Set(answer.ExposeHeadersKey, strings.Join(dst.Values(answer.ExposeHeadersKey), ", ")+", "+header.IdempotentReplayed)
 	}
 	w.WriteHeader(status)
 	_, _ = w.Write(rest)

@@ -11,6 +11,7 @@ import (
 	"testing"
 
 	"github.com/capgate/capgate"
+	"github.com/capgate/capgate/answer"
 	capgatehttp "github.com/capgate/capgate/http"
 	"github.com/capgate/capgate/identity"
 	"github.com/capgate/capgate/memory"
@@ -231,12 +232,12 @@ func TestGatewayInferencePolicyHeaders(t *testing.T) {
 		}
 	}
 	if got, want := r.Header.Get("Access-Control-Expose-Headers"), "X-Total-Count, "+
-		strings.Join(append(capgatehttp.ExposedHeaders(inferencePolicy(t)), "RateLimit-Policy", "RateLimit"), ", "); got != want {
+		strings.Join(append(answer.ExposedHeaders(inferencePolicy(t)), "RateLimit-Policy", "RateLimit"), ", "); got != want {
 		t.Errorf("expose list %q\nwant %q", got, want)
 	}
 	wantList := []string{"Capgate-Decision", "Capgate-Limit", "Capgate-In-Flight", "Capgate-Tier",
 		"Capgate-Suggested-Concurrency", "Capgate-Suggested-Spacing-Ms", "Capgate-Waited-Ms", "Retry-After"}
-	if got := capgatehttp.ExposedHeaders(inferencePolicy(t)); strings.Join(got, ",") != strings.Join(wantList, ",") {
+	if got := answer.ExposedHeaders(inferencePolicy(t)); strings.Join(got, ",") != strings.Join(wantList, ",") {
 		t.Errorf("ExposedHeaders = %q; want %q", got, wantList)
 	}
 

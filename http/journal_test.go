@@ -2,14 +2,13 @@ package http_test
 
 import (
 	"context"
-	"encoding/json"
+	"errors"
 	"log/slog"
-	"maps"
 	"net/http/httptest"
 	"net/url"
 	"os"
-	"slices"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -17,78 +16,217 @@ import (
 	goredis "github.com/redis/go-redis/v9"
 
 	"github.com/capgate/capgate"
+	"github.com/capgate/capgate/configtest"
 	capgatehttp "github.com/capgate/capgate/http"
 	"github.com/capgate/capgate/identity"
 	"github.com/capgate/capgate/internal/randhex"
+	"github.com/capgate/capgate/journal"
+	"github.com/capgate/capgate/memory"
 	"github.com/capgate/capgate/mock"
 	"github.com/capgate/capgate/redis"
 	"github.com/capgate/capgate/settings"
 )
 
-// restartEnv is an upstream that holds every call and the Redis that
-// incarnations of a gateway of task task-1 share: the real one at
-// CAPGATE_TEST_REDIS_URL (under a key prefix of the test's own), else a
-// miniredis.
-type restartEnv struct {
-	t      *testing.T
-	up     *upstream
-	url    string // the Redis
-	prefix string // the lanes' (and the journal's) key prefix
-	raw    *goredis.Client
-	config *settings.Fixed
-	ids    identity.Identifier
+// The gateway's journal across incarnations of one group (the same task
+// id and listen address), on the memory store shared by the incarnations
+// in this process, on miniredis and on the real Redis at
+// CAPGATE_TEST_REDIS_URL (under a key prefix of the test's own).
+
+// journalBackend opens the stores of incarnations sharing one backend.
+type journalBackend struct {
+	name string
+	// open returns an incarnation's lane and journal stores and its kill:
+	// nothing it does reaches the backend from then on.
+	open func(t *testing.T) (capgate.LaneStore, journal.Store, func())
+	// observer is a store on the backend that is never killed, to count
+	// the lanes.
+	observer capgate.LaneStore
+	// journals counts the records of every journal of the backend.
+	journals func(t *testing.T) int
+	prefix   string
 }
 
-func newRestartEnv(t *testing.T) *restartEnv {
-	t.Helper()
-	u := os.Getenv("CAPGATE_TEST_REDIS_URL")
-	if u == "" {
-		u = "redis://" + miniredis.RunT(t).Addr()
+func journalBackends(t *testing.T) []journalBackend {
+	mem := memory.New(nil)
+	out := []journalBackend{{
+		name: "memory",
+		open: func(t *testing.T) (capgate.LaneStore, journal.Store, func()) {
+			var dead atomic.Bool
+			gone := errors.New("killed")
+			lanes := &mock.LaneStore{Base: mem,
+				AcquireFn: func(ctx context.Context, req capgate.AcquireRequest, counts []int) (bool, error) {
+					if dead.Load() {
+						return false, gone
+					}
+					return mem.Acquire(ctx, req, counts)
+				},
+				RenewFn: func(ctx context.Context, token string, keys []string, lease time.Duration) (int, error) {
+					if dead.Load() {
+						return 0, gone
+					}
+					return mem.Renew(ctx, token, keys, lease)
+				},
+				ReleaseFn: func(ctx context.Context, token string, keys []string) error {
+					if dead.Load() {
+						return gone
+					}
+					return mem.Release(ctx, token, keys)
+				},
+			}
+			return lanes, &killable{Store: mem, dead: &dead}, func() { dead.Store(true) }
+		},
+		observer: mem,
+		journals: func(*testing.T) int {
+			n := 0
+			for _, g := range mem.Journals() {
+				for _, recs := range g {
+					n += len(recs)
+				}
+			}
+			return n
+		},
+		prefix: "ocl:capacity",
+	}}
+	redisBackend := func(name, url string) journalBackend {
+		prefix := "jt" + randhex.String(4)
+		open := func(t *testing.T) *redis.Store {
+			s, err := redis.Open(redis.Options{URL: url, KeyPrefix: prefix, Deadline: 10 * time.Second})
+			if err != nil {
+				t.Fatal(err)
+			}
+			t.Cleanup(func() { _ = s.Close() })
+			return s
+		}
+		obs := open(t)
+		return journalBackend{
+			name: name,
+			open: func(t *testing.T) (capgate.LaneStore, journal.Store, func()) {
+				s := open(t)
+				return s, s, func() { _ = s.Close() }
+			},
+			observer: obs,
+			journals: func(t *testing.T) int { return redisJournalled(t, url, "capgate:journal:"+prefix+":") },
+			prefix:   prefix,
+		}
 	}
-	opts, err := goredis.ParseURL(u)
+	out = append(out, redisBackend("miniredis", "redis://"+miniredis.RunT(t).Addr()))
+	if u := os.Getenv("CAPGATE_TEST_REDIS_URL"); u != "" {
+		out = append(out, redisBackend("redis", u))
+	}
+	return out
+}
+
+// redisJournalled counts the records of the journals under prefix (the
+// hashes; a roster is a sorted set).
+func redisJournalled(t *testing.T, url, prefix string) int {
+	t.Helper()
+	opts, err := goredis.ParseURL(url)
 	if err != nil {
 		t.Fatal(err)
 	}
 	raw := goredis.NewClient(opts)
-	t.Cleanup(func() { _ = raw.Close() })
+	defer raw.Close()
+	ctx := context.Background()
+	keys, err := raw.Keys(ctx, prefix+"*").Result()
+	if err != nil {
+		t.Fatal(err)
+	}
+	n := 0
+	for _, k := range keys {
+		if typ, _ := raw.Type(ctx, k).Result(); typ == "hash" {
+			n += int(raw.HLen(ctx, k).Val())
+		}
+	}
+	return n
+}
+
+// killable is a journal store that fails every call once dead.
+type killable struct {
+	journal.Store
+	dead *atomic.Bool
+}
+
+var errKilled = errors.New("killed")
+
+func (k *killable) JournalRenew(ctx context.Context, group, self string, ttl, keep time.Duration) (map[string]time.Duration, error) {
+	if k.dead.Load() {
+		return nil, errKilled
+	}
+	return k.Store.JournalRenew(ctx, group, self, ttl, keep)
+}
+
+func (k *killable) JournalWrite(ctx context.Context, group, self string, add map[string][]string, remove []string, ttl time.Duration) error {
+	if k.dead.Load() {
+		return errKilled
+	}
+	return k.Store.JournalWrite(ctx, group, self, add, remove, ttl)
+}
+
+func (k *killable) JournalLeave(ctx context.Context, group, self string) error {
+	if k.dead.Load() {
+		return errKilled
+	}
+	return k.Store.JournalLeave(ctx, group, self)
+}
+
+// journalEnv is an upstream that holds every call, and the backend that
+// incarnations of a gateway of task task-1 at one listen address share.
+type journalEnv struct {
+	t      *testing.T
+	b      journalBackend
+	up     *upstream
+	config *settings.Fixed
+	ids    identity.Identifier
+	group  string
+}
+
+func newJournalEnv(t *testing.T, b journalBackend) *journalEnv {
+	t.Helper()
 	c := settings.Default(nil, settings.ModeShadow) // every call runs, holding its leases
 	c.Wait.MaxSeconds, c.LeaseSeconds, c.RenewSeconds = 0, 600, 300
 	ids, err := identity.NewTokens([]identity.TokenEntry{{Token: "t-ada", Username: "ada"}, {Token: "t-bob", Username: "bob"}})
 	if err != nil {
 		t.Fatal(err)
 	}
-	e := &restartEnv{t: t, up: newUpstream(t), url: u, prefix: "jt" + randhex.String(4) + ":", raw: raw,
-		config: settings.NewFixed(c), ids: ids}
-	// Run after every incarnation's cleanup: whatever was killed, its
-	// successor took its journal, and the last one closed cleanly.
+	e := &journalEnv{t: t, b: b, up: newUpstream(t), config: settings.NewFixed(c), ids: ids,
+		group: "gateway:task-1:127.0.0.1:8080"}
+	// Run after every incarnation's cleanup: the dead were released, the
+	// live closed cleanly.
 	t.Cleanup(func() {
-		left, err := raw.Keys(context.Background(), "capgate:journal:"+strings.TrimSuffix(e.prefix, ":")+"*").Result()
-		if err != nil || len(left) > 0 {
-			t.Errorf("journals left at the end: %v (%v)", left, err)
+		if n := b.journals(t); n != 0 {
+			t.Errorf("%d journal records left at the end", n)
 		}
 	})
 	return e
 }
 
-// incarnation is one gateway process: its own Redis client, gate and
-// gateway, serving on front.
-type incarnation struct {
-	store *redis.Store
-	gate  *capgate.Gate
-	gw    *capgatehttp.Gateway
+// gatewayIncarnation is one gateway process: its stores, gate, journal
+// and gateway, serving on front.
+type gatewayIncarnation struct {
+	j     *journal.Journal
+	logs  *configtest.Logs
 	front *httptest.Server
+	kill  func()
 }
 
-// start starts an incarnation. It is not closed at the end: the test
-// closes it (clean shutdown) or kills it.
-func (e *restartEnv) start() *incarnation {
+// start starts an incarnation with the given hold and liveness (0: the
+// default). The test closes it (a clean shutdown: its calls end, then its
+// journal closes) or kills it. An incarnation that must stay alive has a
+// long liveness: a loaded machine's stall must not make it seem dead.
+func (e *journalEnv) start(hold, liveness time.Duration) *gatewayIncarnation {
 	t := e.t
 	t.Helper()
-	store, err := redis.Open(redis.Options{URL: e.url, KeyPrefix: e.prefix, Deadline: 10 * time.Second})
+	lanes, js, kill := e.b.open(t)
+	gate, err := capgate.NewGate(lanes, e.config, &mock.Sink{}, "task-1")
 	if err != nil {
 		t.Fatal(err)
 	}
-	gate, err := capgate.NewGate(store, e.config, &mock.Sink{}, "task-1")
+	gate.KeyPrefix = e.b.prefix
+	logs := &configtest.Logs{}
+	logger := slog.New(logs)
+	gate.Logger = logger
+	j, err := journal.Open(t.Context(), journal.Options{Store: js, Group: e.group, Release: gate.ReleaseLeft, Hold: hold,
+		Liveness: liveness, Logger: logger})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -96,40 +234,30 @@ func (e *restartEnv) start() *incarnation {
 	if err != nil {
 		t.Fatal(err)
 	}
-	logger := slog.New(slog.NewTextHandler(t.Output(), nil))
-	gate.Logger = logger
 	gw, err := capgatehttp.NewGateway(capgatehttp.GatewayConfig{Upstream: upURL, Gate: gate, Identify: e.ids,
-		Journal: store, Logger: logger})
+		Journal: j, Logger: logger})
 	if err != nil {
 		t.Fatal(err)
 	}
 	front := httptest.NewServer(gw)
+	inc := &gatewayIncarnation{j: j, logs: logs, front: front, kill: func() {
+		kill()
+		front.CloseClientConnections()
+	}}
 	t.Cleanup(func() {
 		e.up.release() // the calls held end, so their handlers return
 		front.Close()
-		// A killed incarnation's timers, stopped before the test ends
-		// (they would log after it).
 		ctx, cancel := context.WithTimeout(context.Background(), waitLimit)
 		defer cancel()
-		_ = gw.Close(ctx)
+		_ = j.Close(ctx) // a killed incarnation's: its goodbye reaches nothing
 		_ = gate.Close(ctx)
-		_ = store.Close()
 	})
-	return &incarnation{store: store, gate: gate, gw: gw, front: front}
-}
-
-// kill stops inc as SIGKILL would, as far as Redis can tell: its client
-// is closed, so nothing it does from now on (releases, renewals, journal
-// writes) reaches Redis, and its clients' connections are cut. Its gateway
-// is never closed.
-func (inc *incarnation) kill() {
-	_ = inc.store.Close()
-	inc.front.CloseClientConnections()
+	return inc
 }
 
 // hold sends a heavy call through inc that the upstream holds, and waits
 // until it is there.
-func (e *restartEnv) hold(inc *incarnation, token string) {
+func (e *journalEnv) hold(inc *gatewayIncarnation, token string) {
 	e.t.Helper()
 	req := newRequest(e.t, context.WithoutCancel(e.t.Context()), "POST", inc.front.URL+semanticMatch, twoRows,
 		"Authorization", "Token "+token, "X-Test-Do", "hold")
@@ -141,296 +269,153 @@ func (e *restartEnv) hold(inc *incarnation, token string) {
 	e.up.waitEntered(e.t)
 }
 
-// journal returns the journal of the gateway at instance: token → keys.
-func (e *restartEnv) journal(inc *incarnation, instance string) map[string][]string {
-	e.t.Helper()
-	all, err := e.raw.HGetAll(e.t.Context(), inc.store.JournalKey("gateway:task-1:"+instance)).Result()
-	if err != nil {
-		e.t.Fatal(err)
-	}
-	out := map[string][]string{}
-	for tok, v := range all {
-		var keys []string
-		if err := json.Unmarshal([]byte(v), &keys); err != nil {
-			e.t.Fatal(err)
-		}
-		out[tok] = keys
-	}
-	return out
-}
-
-// lanes returns every lane's members: key → tokens, sorted.
-func (e *restartEnv) lanes() map[string][]string {
+// held returns how many lease entries the lanes hold in all.
+func (e *journalEnv) held() int {
 	e.t.Helper()
 	ctx := e.t.Context()
-	keys, err := e.raw.Keys(ctx, e.prefix+"*").Result()
+	keys, err := e.b.observer.Keys(ctx, e.b.prefix)
 	if err != nil {
 		e.t.Fatal(err)
 	}
-	out := map[string][]string{}
-	for _, k := range keys {
-		if typ, _ := e.raw.Type(ctx, k).Result(); typ != "zset" {
-			continue
-		}
-		m, err := e.raw.ZRange(ctx, k, 0, -1).Result()
-		if err != nil {
-			e.t.Fatal(err)
-		}
-		if len(m) > 0 {
-			slices.Sort(m)
-			out[k] = m
-		}
+	counts := make([]int, len(keys))
+	if err := e.b.observer.Count(ctx, keys, counts); err != nil {
+		e.t.Fatal(err)
 	}
-	return out
+	n := 0
+	for _, c := range counts {
+		n += c
+	}
+	return n
 }
 
-// holding returns the lanes the calls of journal hold: key → tokens.
-func holding(journal map[string][]string) map[string][]string {
-	out := map[string][]string{}
-	for tok, keys := range journal {
-		for _, k := range keys {
-			out[k] = append(out[k], tok)
+// until waits, polling, until ok holds; the store and the incarnations
+// are other goroutines' (or a server's) to move.
+func until(t *testing.T, what string, ok func() bool) {
+	t.Helper()
+	for deadline := time.Now().Add(waitLimit); !ok(); {
+		if time.Now().After(deadline) {
+			t.Fatalf("never: %s", what)
 		}
+		time.Sleep(5 * time.Millisecond)
 	}
-	for _, v := range out {
-		slices.Sort(v)
-	}
-	return out
 }
 
-func sameLanes(a, b map[string][]string) bool {
-	if len(a) != len(b) {
-		return false
+const aliveLog = "INFO capgate: another incarnation of this journal's group is alive"
+
+func forEachJournalBackend(t *testing.T, f func(t *testing.T, e *journalEnv)) {
+	for _, b := range journalBackends(t) {
+		t.Run(b.name, func(t *testing.T) { f(t, newJournalEnv(t, b)) })
 	}
-	for k, v := range a {
-		if !slices.Equal(v, b[k]) {
-			return false
+}
+
+// TestGatewayJournalsFromItsStart: a gateway given a journal records its
+// calls' leases at once, with nothing more to call (before, a Journal
+// without Recover journalled nothing, silently).
+func TestGatewayJournalsFromItsStart(t *testing.T) {
+	forEachJournalBackend(t, func(t *testing.T, e *journalEnv) {
+		inc := e.start(journal.DefaultHold, 0)
+		e.hold(inc, "t-ada")
+		until(t, "the call journalled", func() bool { return e.b.journals(t) == 1 })
+		e.up.release()
+		inc.front.Close() // waits for the call's handler: it has released
+		if err := inc.j.Close(t.Context()); err != nil {
+			t.Fatal(err)
 		}
-	}
-	return true
-}
-
-// fakeHold is a restart timer the test fires: it records the hold asked.
-type fakeHold struct {
-	asked chan time.Duration
-	fire  chan time.Time
-}
-
-func newFakeHold(gw *capgatehttp.Gateway) *fakeHold {
-	h := &fakeHold{asked: make(chan time.Duration, 1), fire: make(chan time.Time)}
-	gw.SetRestartTimer(func(d time.Duration) (<-chan time.Time, func() bool) {
-		h.asked <- d
-		return h.fire, func() bool { return true }
+		if n := e.b.journals(t); n != 0 {
+			t.Errorf("%d records after a clean close, want none", n)
+		}
+		if n := e.held(); n != 0 {
+			t.Errorf("%d lease entries after a clean close, want none", n)
+		}
 	})
-	return h
 }
 
-const (
-	instanceA = "127.0.0.1:8080"
-	instanceB = "127.0.0.1:9090"
-)
-
-// TestGatewayRestartReleasesAPredecessorsCalls: a gateway holding three
-// calls is killed; a new one of the same task id, listening at the same
-// address, takes the journal before it serves and releases those leases
-// once the hold has passed, leaving the lanes to what it holds itself. A
-// live gateway of the same task id at another address never takes the
-// first one's journal.
-func TestGatewayRestartReleasesAPredecessorsCalls(t *testing.T) {
-	e := newRestartEnv(t)
-	ctx := t.Context()
-	old := e.start()
-	if _, err := old.gw.Recover(ctx, instanceA, capgatehttp.DefaultRestartHold); err != nil {
-		t.Fatal(err)
-	}
-	for range 3 {
-		e.hold(old, "t-ada")
-	}
-	if err := old.gw.WriteJournal(ctx); err != nil { // what its timer does 50 ms after the calls began
-		t.Fatal(err)
-	}
-	left := e.journal(old, instanceA)
-	if len(left) != 3 {
-		t.Fatalf("journal %v, want the 3 calls held", left)
-	}
-	if got := e.lanes(); !sameLanes(got, holding(left)) {
-		t.Fatalf("lanes %v, want the 3 calls journalled %v", got, holding(left))
-	}
-	old.kill()
-
-	// Another live gateway of task-1, at another address: its journal is
-	// its own.
-	other := e.start()
-	release, err := other.gw.Recover(ctx, instanceB, capgatehttp.DefaultRestartHold)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if n, err := release(); n != 0 || err != nil || len(e.journal(old, instanceA)) != 3 {
-		t.Fatalf("another gateway's Recover: %d, %v, journal %v; want nothing taken", n, err, e.journal(old, instanceA))
-	}
-
-	// The restarted one listens where the killed one did.
-	next := e.start()
-	hold := newFakeHold(next.gw)
-	release, err = next.gw.Recover(ctx, instanceA, 3*time.Second)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if d := <-hold.asked; d != 3*time.Second {
-		t.Errorf("hold %v, want 3s", d)
-	}
-	e.hold(next, "t-bob") // it serves at once
-	if err := next.gw.WriteJournal(ctx); err != nil {
-		t.Fatal(err)
-	}
-	// Within the hold the killed gateway's calls stay counted, and their
-	// records stay beside the new gateway's own (killed now, it would
-	// leave them all to the next).
-	all := e.journal(next, instanceA)
-	own := maps.Clone(all)
-	maps.DeleteFunc(own, func(tok string, _ []string) bool { return left[tok] != nil })
-	if len(all) != 4 || len(own) != 1 {
-		t.Fatalf("journal within the hold %v, want the 3 old calls and the new one", all)
-	}
-	if got := e.lanes(); !sameLanes(got, holding(all)) {
-		t.Fatalf("lanes within the hold %v, want the 3 old calls and the new one %v", got, holding(all))
-	}
-	hold.fire <- time.Now()
-	if n, err := release(); n != 3 || err != nil {
-		t.Fatalf("released %d (%v), want the 3 calls the killed gateway left", n, err)
-	}
-	if got := e.lanes(); !sameLanes(got, holding(own)) {
-		t.Errorf("lanes after the hold %v, want only the new gateway's call %v", got, holding(own))
-	}
-	if err := next.gw.WriteJournal(ctx); err != nil {
-		t.Fatal(err)
-	}
-	if got := e.journal(next, instanceA); !maps.EqualFunc(got, own, slices.Equal) {
-		t.Errorf("journal after the hold %v, want only the new gateway's call %v", got, own)
-	}
+// TestGatewayRestartReleasesADeadPredecessorsCalls: a gateway holding
+// calls is killed; a new one of its group releases them once the old
+// one's liveness has lapsed and its own hold has passed, and keeps its own
+// call counted.
+func TestGatewayRestartReleasesADeadPredecessorsCalls(t *testing.T) {
+	forEachJournalBackend(t, func(t *testing.T, e *journalEnv) {
+		old := e.start(journal.DefaultHold, 0)
+		for range 3 {
+			e.hold(old, "t-ada")
+		}
+		until(t, "the 3 calls journalled", func() bool { return e.b.journals(t) == 3 })
+		perCall := e.held() / 3
+		old.kill()
+		next := e.start(300*time.Millisecond, 0)
+		e.hold(next, "t-bob")
+		if n := e.held(); n != 4*perCall {
+			t.Fatalf("%d lease entries at the restart, want the 4 calls' %d", n, 4*perCall)
+		}
+		until(t, "the killed gateway's calls released", func() bool { return e.held() == perCall })
+		const released = "INFO capgate: released the calls a dead incarnation left held"
+		until(t, "the release logged", func() bool { return next.logs.Count(released) > 0 })
+		if n := next.logs.Count(released); n != 1 {
+			t.Errorf("released logged %d times, want once: %q", n, next.logs.Records())
+		}
+	})
 }
 
-// TestGatewayRestartHoldsUntilTheHoldEnds: with a longer hold the killed
-// gateway's leases stay counted until it ends (a real timer here), or
-// until the new gateway shuts down first; one killed within its hold
-// leaves them to the next; a clean shutdown leaves an empty journal.
-func TestGatewayRestartHoldsUntilTheHoldEnds(t *testing.T) {
-	e := newRestartEnv(t)
-	ctx := t.Context()
-	old := e.start()
-	if _, err := old.gw.Recover(ctx, instanceA, capgatehttp.DefaultRestartHold); err != nil {
-		t.Fatal(err)
-	}
-	for range 3 {
+// TestGatewayDrainingPredecessorKeepsItsCalls: a gateway sent SIGTERM
+// stops listening but still serves its calls; a successor of its group,
+// with no hold at all, never releases them while it lives (before: after
+// the hold, because the successor could bind the address), and the calls'
+// leases end with the calls; its goodbye leaves nothing behind.
+func TestGatewayDrainingPredecessorKeepsItsCalls(t *testing.T) {
+	forEachJournalBackend(t, func(t *testing.T, e *journalEnv) {
+		old := e.start(journal.DefaultHold, time.Minute)
 		e.hold(old, "t-ada")
-	}
-	if err := old.gw.WriteJournal(ctx); err != nil {
-		t.Fatal(err)
-	}
-	left := holding(e.journal(old, instanceA))
-	old.kill()
-
-	const hold = 300 * time.Millisecond
-	next := e.start()
-	began := time.Now()
-	release, err := next.gw.Recover(ctx, instanceA, hold)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if got := e.lanes(); !sameLanes(got, left) {
-		t.Fatalf("lanes at the restart %v, want the killed gateway's %v", got, left)
-	}
-	if n, err := release(); n != 3 || err != nil {
-		t.Fatalf("released %d (%v), want 3", n, err)
-	}
-	if waited := time.Since(began); waited < hold {
-		t.Errorf("released %v after the restart, want the hold (%v) first", waited, hold)
-	}
-	if got := e.lanes(); len(got) != 0 {
-		t.Errorf("lanes after the hold %v, want none", got)
-	}
-
-	// Killed again, holding one call. The next one's hold is long, and it
-	// is killed within it: the one after it still finds the call's record,
-	// and shuts down before its own hold ends, releasing the lease as it
-	// closes.
-	e.hold(next, "t-bob")
-	if err := next.gw.WriteJournal(ctx); err != nil {
-		t.Fatal(err)
-	}
-	left = holding(e.journal(next, instanceA))
-	next.kill()
-	for i := range 2 {
-		inc := e.start()
-		longHold := newFakeHold(inc.gw)
-		release, err = inc.gw.Recover(ctx, instanceA, time.Minute)
-		if err != nil {
+		e.hold(old, "t-ada")
+		until(t, "the 2 calls journalled", func() bool { return e.b.journals(t) == 2 })
+		before := e.held()
+		next := e.start(0, 0)
+		until(t, "the successor sees its predecessor alive", func() bool { return next.logs.Count(aliveLog) == 1 })
+		if n := e.held(); n != before {
+			t.Fatalf("%d lease entries with the predecessor alive, want its %d", n, before)
+		}
+		// The successor shuts down first: its last look releases the dead
+		// only.
+		if err := next.j.Close(t.Context()); err != nil {
 			t.Fatal(err)
 		}
-		<-longHold.asked
-		if got := e.lanes(); !sameLanes(got, left) {
-			t.Fatalf("lanes within the long hold %v, want the killed gateway's %v", got, left)
+		if n := e.held(); n != before {
+			t.Fatalf("%d lease entries after the successor closed, want the live predecessor's %d", n, before)
 		}
-		if got := e.journal(inc, instanceA); len(got) != 1 {
-			t.Fatalf("journal within the long hold %v, want the killed gateway's call", got)
-		}
-		if i == 0 {
-			inc.kill()
-			continue
-		}
-		closeCtx, cancel := context.WithTimeout(ctx, waitLimit)
-		defer cancel()
-		if err := inc.gw.Close(closeCtx); err != nil {
+		e.up.release() // the draining gateway's calls end in their own time
+		old.front.Close()
+		if err := old.j.Close(t.Context()); err != nil {
 			t.Fatal(err)
 		}
-		if n, err := release(); n != 1 || err != nil {
-			t.Fatalf("released %d (%v) at close, want 1", n, err)
+		if n := e.held(); n != 0 {
+			t.Errorf("%d lease entries after the calls ended, want none", n)
 		}
-		if got := e.lanes(); len(got) != 0 {
-			t.Errorf("lanes after close %v, want none", got)
-		}
-		if n, err := e.raw.Exists(ctx, inc.store.JournalKey("gateway:task-1:"+instanceA)).Result(); n != 0 || err != nil {
-			t.Errorf("journal after a clean close: exists %d (%v), want none", n, err)
-		}
-	}
+	})
 }
 
-// TestGatewayCloseLeavesAnEmptyJournal: calls released normally leave
-// nothing behind once the gateway has closed, whether their records were
-// written or not.
-func TestGatewayCloseLeavesAnEmptyJournal(t *testing.T) {
-	e := newRestartEnv(t)
-	ctx := t.Context()
-	inc := e.start()
-	if _, err := inc.gw.Recover(ctx, instanceA, capgatehttp.DefaultRestartHold); err != nil {
-		t.Fatal(err)
-	}
-	e.hold(inc, "t-ada")
-	e.hold(inc, "t-bob")
-	if err := inc.gw.WriteJournal(ctx); err != nil {
-		t.Fatal(err)
-	}
-	if j := e.journal(inc, instanceA); len(j) != 2 {
-		t.Fatalf("journal %v, want the 2 calls held", j)
-	}
-	done := make(chan response, 1)
-	go func() {
-		done <- send(t, newRequest(t, ctx, "POST", inc.front.URL+semanticMatch, twoRows, "Authorization", "Token t-ada"))
-	}()
-	e.up.release() // the held calls end; so does the third, unwritten
-	if r := recv(t, done); r.StatusCode != 200 {
-		t.Fatalf("status %d", r.StatusCode)
-	}
-	inc.front.Close() // waits for the held calls' handlers: they have released
-	closeCtx, cancel := context.WithTimeout(ctx, waitLimit)
-	defer cancel()
-	if err := inc.gw.Close(closeCtx); err != nil {
-		t.Fatal(err)
-	}
-	if n, err := e.raw.Exists(ctx, inc.store.JournalKey("gateway:task-1:"+instanceA)).Result(); n != 0 || err != nil {
-		t.Errorf("journal after a clean close: exists %d (%v), want none", n, err)
-	}
-	if got := e.lanes(); len(got) != 0 {
-		t.Errorf("lanes %v, want none", got)
-	}
+// TestTwinGatewaysNeverReleaseEachOther: two live gateways of one task id
+// and listen address (two hosts, one store) each keep their own journal;
+// neither releases the other's calls (before: the second to start released
+// the first's); once one is killed, the other releases its calls alone.
+func TestTwinGatewaysNeverReleaseEachOther(t *testing.T) {
+	forEachJournalBackend(t, func(t *testing.T, e *journalEnv) {
+		a := e.start(0, 4*time.Second) // renewing every second: it sees b within one
+		e.hold(a, "t-ada")
+		b := e.start(0, 2*time.Second)
+		e.hold(b, "t-bob")
+		e.hold(b, "t-bob")
+		until(t, "the 3 calls journalled", func() bool { return e.b.journals(t) == 3 })
+		perCall := e.held() / 3
+		until(t, "each sees the other alive", func() bool { return a.logs.Count(aliveLog) == 1 && b.logs.Count(aliveLog) == 1 })
+		if n := e.held(); n != 3*perCall {
+			t.Fatalf("%d lease entries with both alive, want the 3 calls' %d", n, 3*perCall)
+		}
+		b.kill()
+		until(t, "the killed twin's calls released", func() bool { return e.held() == perCall })
+		for _, r := range a.logs.Records() {
+			if strings.HasPrefix(r, "WARN") {
+				t.Errorf("the live twin warned: %s", r)
+			}
+		}
+	})
 }

@@ -12,10 +12,12 @@ import (
 	"unicode/utf8"
 
 	"github.com/capgate/capgate"
+	"github.com/capgate/capgate/answer"
 	"github.com/capgate/capgate/header"
 	"github.com/capgate/capgate/identity"
 	"github.com/capgate/capgate/internal/randhex"
 	"github.com/capgate/capgate/internal/truncate"
+	"github.com/capgate/capgate/journal"
 )
 
 // headerTraceID is the load balancer's trace header, which the
@@ -57,8 +59,8 @@ type Middleware struct {
 	cors   corsPolicy
 	logger *slog.Logger
 	now    func() time.Time
-	cut    context.Context // withShutdown; nil: never cut
-	jn     *journal        // withJournal; nil: no journal
+	cut    context.Context  // withShutdown; nil: never cut
+	jn     *journal.Journal // withJournal; nil: no journal
 }
 
 // Option configures a Middleware (or a Gateway, which passes them on).
@@ -147,9 +149,8 @@ func withShutdown(cut context.Context) Option {
 }
 
 // withJournal makes the middleware queue the store leases of the calls it
-// holds in j, and their removal once released (journal.go). Default nil:
-// none.
-func withJournal(j *journal) Option {
+// holds in j, and their removal once released. Default nil: none.
+func withJournal(j *journal.Journal) Option {
 	return func(m *Middleware) { m.jn = j }
 }
 
@@ -218,7 +219,7 @@ func (m *Middleware) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		// Counted by Classifier.BufferFull; a flood must not flood the log.
 		m.logger.Debug("capgate: request buffer full; answering 503", "path", r.URL.Path)
 		markHeavy(ctx, "")
-		m.cors.refusal(w.Header(), r.Header.Get("Origin"), wireOf(m.gate.Policy(ctx)))
+		m.cors.refusal(w.Header(), r.Header.Get("Origin"), m.gate.Policy(ctx))
 		w.Header().Set("Retry-After", strconv.Itoa(bufferFullRetryAfter))
 		writeError(w, r, http.StatusServiceUnavailable, detailBusy)
 		return
@@ -299,8 +300,8 @@ func (m *Middleware) gated(w http.ResponseWriter, r *http.Request, call capgate.
 	adm.NoteRepeat(note)
 	if m.jn != nil {
 		if token, keys, ok := adm.StoreLease(); ok {
-			m.jn.add(token, keys, max(2*adm.MaxHold(), time.Minute))
-			defer m.jn.remove(token) // after the release below (deferred calls run last first)
+			m.jn.Add(token, keys, adm.MaxHold())
+			defer m.jn.Remove(token) // after the release below (deferred calls run last first)
 		}
 	}
 	defer adm.Release(ctx)
@@ -358,10 +359,10 @@ func (m *Middleware) gated(w http.ResponseWriter, r *http.Request, call capgate.
 // refuse writes the 429 of a refused call.
 func (m *Middleware) refuse(w http.ResponseWriter, r *http.Request, adm *capgate.Admission, rid string) {
 	h := w.Header()
-	m.cors.refusal(h, r.Header.Get("Origin"), wireOf(adm.Policy()))
+	m.cors.refusal(h, r.Header.Get("Origin"), adm.Policy())
 	h.Set("Content-Type", "application/json")
-	setGatedHeaders(h, adm, rid)
-	body := RefusalBody(adm)
+	answer.SetGated(h, adm, rid)
+	body := answer.Refusal(adm)
 	w.WriteHeader(http.StatusTooManyRequests)
 	_, _ = w.Write(body)
 }
@@ -377,10 +378,7 @@ func (m *Middleware) recovered(gw *gatedWriter, r *http.Request, p any) {
 	}
 	m.logger.Error("capgate: handler panicked", "method", r.Method, "path", r.URL.Path,
 		"panic", fmt.Sprint(p), "stack", string(debug.Stack()))
-	gw.Header().Set("Content-Type", "text/plain; charset=utf-8")
-	gw.Header().Set("X-Content-Type-Options", "nosniff")
-	gw.WriteHeader(http.StatusInternalServerError)
-	_, _ = gw.Write([]byte("Internal Server Error\n"))
+	answer.Text(gw, http.StatusInternalServerError, "Internal Server Error")
 }
 
 // firstValue is h.Get(k) for a canonical k, which h.Get would copy to

@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/capgate/capgate"
+	"github.com/capgate/capgate/answer"
 	"github.com/capgate/capgate/header"
 	"github.com/capgate/capgate/internal/jsonenc"
 	"github.com/capgate/capgate/internal/truncate"
@@ -254,29 +255,14 @@ const (
 	detailBusy           = "The gateway is busy. Please retry."
 )
 
-// errorBody is the JSON of the gateway's own error answers, shaped as the
-// API's errors are ({"detail": ...}), with the request id when known.
-type errorBody struct {
-	Detail    string `json:"detail"`
-	RequestID string `json:"request_id,omitempty"`
-}
-
-// writeError answers code with a JSON errorBody.
+// writeError answers code with the gateway's JSON error body (answer.Error),
+// with the request id when known.
 func writeError(w http.ResponseWriter, r *http.Request, code int, detail string) {
 	rid := firstValue(r.Header, header.RequestID)
 	if i := infoFrom(r.Context()); i != nil && i.rid != "" {
 		rid = i.rid
 	}
-	body, err := jsonenc.Marshal(errorBody{Detail: detail, RequestID: truncate.Runes(rid, maxRequestID)})
-	if err != nil {
-		body = []byte(`{"detail":"error"}`)
-	}
-	h := w.Header()
-	h.Set("Content-Type", "application/json")
-	h.Set("X-Content-Type-Options", "nosniff")
-	h.Del("Content-Length")
-	w.WriteHeader(code)
-	_, _ = w.Write(append(body, '\n'))
+	answer.WriteJSON(w, code, answer.Error(detail, truncate.Runes(rid, maxRequestID)))
 }
 
 // ObserveStaff wraps h, a handler of capgate's own endpoints only (the

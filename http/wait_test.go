@@ -8,7 +8,7 @@ import (
 	"time"
 
 	"github.com/capgate/capgate"
-	capgatehttp "github.com/capgate/capgate/http"
+	"github.com/capgate/capgate/answer"
 	"github.com/capgate/capgate/policy"
 	"github.com/capgate/capgate/settings"
 )
@@ -81,11 +81,11 @@ func TestWaitingCallIsServedWhenTheSlotFrees(t *testing.T) {
 
 func TestWaitedHeaderIsExposed(t *testing.T) {
 	found := false
-	for _, h := range capgatehttp.ExposedHeaders(policy.OCL()) {
+	for _, h := range answer.ExposedHeaders(policy.OCL()) {
 		found = found || strings.EqualFold(h, ocl.Waited)
 	}
 	if !found {
-		t.Errorf("ExposedHeaders() = %v lacks %s", capgatehttp.ExposedHeaders(policy.OCL()), ocl.Waited)
+		t.Errorf("ExposedHeaders() = %v lacks %s", answer.ExposedHeaders(policy.OCL()), ocl.Waited)
 	}
 }
 

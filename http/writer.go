@@ -6,6 +6,7 @@ import (
 	"net/http"
 
 	"github.com/capgate/capgate"
+	"github.com/capgate/capgate/answer"
 )
 
 // gatedWriter sets a gated call's headers just before its response
@@ -25,7 +26,7 @@ func (w *gatedWriter) setHeaders() {
 		return
 	}
 	w.wrote = true
-	setGatedHeaders(w.ResponseWriter.Header(), w.adm, w.rid)
+	answer.SetGated(w.ResponseWriter.Header(), w.adm, w.rid)
 }
 
 func (w *gatedWriter) WriteHeader(code int) {

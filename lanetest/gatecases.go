@@ -15,9 +15,8 @@ import (
 	"time"
 
 	"github.com/capgate/capgate"
+	"github.com/capgate/capgate/answer"
 	"github.com/capgate/capgate/configtest"
-	capgatehttp "github.com/capgate/capgate/http"
-	"github.com/capgate/capgate/memory"
 	"github.com/capgate/capgate/policy"
 	"github.com/capgate/capgate/settings"
 	"github.com/capgate/capgate/status"
@@ -25,14 +24,17 @@ import (
 
 // RunGate runs the gate's scenarios (the original
 // implementation's gate tests) on top of the stores open makes.
-func RunGate(t *testing.T, open Factory) { runGate(t, open, false) }
+func RunGate(t *testing.T, open Factory) { runGate(t, open, nil) }
 
 // RunGateWithLocalLanes runs RunGate's scenarios with local lanes on the
-// gate (Gate.Local, an in-process memory.Store): while the store works they
-// must not change a single decision, count or header.
-func RunGateWithLocalLanes(t *testing.T, open Factory) { runGate(t, open, true) }
+// gate (Gate.Local, a fresh store of local's for each: an in-process
+// memory.Store): while the store works they must not change a single
+// decision, count or header.
+func RunGateWithLocalLanes(t *testing.T, open Factory, local func() capgate.LaneStore) {
+	runGate(t, open, local)
+}
 
-func runGate(t *testing.T, open Factory, local bool) {
+func runGate(t *testing.T, open Factory, local func() capgate.LaneStore) {
 	cases := []struct {
 		name string
 		fn   func(t *testing.T, e *Env)
@@ -62,8 +64,8 @@ func runGate(t *testing.T, open Factory, local bool) {
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
 			e := NewEnv(t, open)
-			if local {
-				e.Gate.Local = memory.New(nil)
+			if local != nil {
+				e.Gate.Local = local()
 			}
 			c.fn(t, e)
 		})
@@ -227,7 +229,7 @@ func testShadowNeverRefuses(t *testing.T, e *Env) {
 		t.Fatalf("retry after = %d %v, want 5", s, ok)
 	}
 	h := http.Header{}
-	capgatehttp.SetHeaders(h, a)
+	answer.SetHeaders(h, a)
 	if v := h.Get("Retry-After"); v != "" {
 		t.Fatalf("shadow-refused call sends Retry-After %q", v)
 	}
@@ -248,7 +250,7 @@ func testEnforceRefuses(t *testing.T, e *Env) {
 		t.Fatalf("user lane holds %v, want the first call only", m)
 	}
 	want := `{"detail":"Matching is busy. Please retry in 5 seconds.","error_code":"capacity_exceeded","scope":"user","paused":false,"retry_after":5}`
-	if got := string(capgatehttp.RefusalBody(a)); got != want {
+	if got := string(answer.Refusal(a)); got != want {
 		t.Fatalf("body = %s\nwant   %s", got, want)
 	}
 	first.Release(context.Background())
@@ -279,7 +281,7 @@ func testOffMode(t *testing.T, e *Env) {
 		t.Fatalf("off mode admission = %v, want one with no decision", a)
 	}
 	h := http.Header{}
-	capgatehttp.SetHeaders(h, a)
+	answer.SetHeaders(h, a)
 	a.Release(context.Background())
 	if len(h) != 0 {
 		t.Fatalf("off mode set headers %v", h)
@@ -305,7 +307,7 @@ func testPausedTier(t *testing.T, e *Env) {
 		t.Fatalf("suggested = %d %v, want 0", n, ok)
 	}
 	want := `{"detail":"Matching is busy. Please retry in 120 seconds.","error_code":"capacity_exceeded","scope":"tier","paused":true,"retry_after":120}`
-	if got := string(capgatehttp.RefusalBody(a)); got != want {
+	if got := string(answer.Refusal(a)); got != want {
 		t.Fatalf("body = %s\nwant   %s", got, want)
 	}
 }
@@ -322,7 +324,7 @@ func testPausedScope(t *testing.T, e *Env) {
 		t.Fatalf("scope = %q, want tier (a paused lane wins)", got)
 	}
 	want := `{"detail":"Matching is busy. Please retry in 120 seconds.","error_code":"capacity_exceeded","scope":"tier","paused":true,"retry_after":120}`
-	if got := string(capgatehttp.RefusalBody(a)); got != want {
+	if got := string(answer.Refusal(a)); got != want {
 		t.Fatalf("body = %s\nwant   %s", got, want)
 	}
 }
@@ -418,7 +420,7 @@ func testHeaders(t *testing.T, e *Env) {
 	e.Enforce(nil)
 	ok := e.Admit(Match("p", "preview"))
 	h := http.Header{}
-	capgatehttp.SetHeaders(h, ok)
+	answer.SetHeaders(h, ok)
 	want := http.Header{
 		"X-Ocl-Capacity-Decision":              {"admitted"},
 		"X-Ocl-Capacity-Limit":                 {"3"},
@@ -433,7 +435,7 @@ func testHeaders(t *testing.T, e *Env) {
 	}
 	refused := e.Admit(Match("p", "preview"))
 	h = http.Header{}
-	capgatehttp.SetHeaders(h, refused)
+	answer.SetHeaders(h, refused)
 	if h.Get("X-OCL-Capacity-Decision") != "refused" || h.Get("Retry-After") != "5" {
 		t.Fatalf("refused headers = %v, want decision refused and Retry-After 5", h)
 	}

@@ -4,6 +4,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/capgate/capgate"
 	"github.com/capgate/capgate/lanetest"
 	"github.com/capgate/capgate/memory"
 	"github.com/capgate/capgate/mock"
@@ -24,7 +25,7 @@ func TestWaitlist(t *testing.T) {
 func TestGateWithLocalLanes(t *testing.T) {
 	lanetest.RunGateWithLocalLanes(t, func(t testing.TB) lanetest.Store {
 		return memory.TestStore{Store: memory.New(nil)}
-	})
+	}, func() capgate.LaneStore { return memory.New(nil) })
 }
 
 func TestTune(t *testing.T) {

@@ -4,24 +4,19 @@ import (
 	"context"
 	"fmt"
 	"strconv"
-
-	"github.com/capgate/capgate/config"
 )
 
 // ConfigChannel announces config changes on a Redis pub/sub channel, for
 // gateways whose lanes are in Redis: the process that saves a change
 // publishes its version, and every gateway subscribed re-reads the config
 // at once. On a Redis Cluster a message published on any node reaches the
-// subscribers of every node.
+// subscribers of every node. It is a config.Notifier and a
+// config.Subscriber (the store adapter need not import the config
+// service to be one: configpush_test.go checks it).
 type ConfigChannel struct {
 	store *Store
 	name  string
 }
-
-var (
-	_ config.Notifier   = (*ConfigChannel)(nil)
-	_ config.Subscriber = (*ConfigChannel)(nil)
-)
 
 // NewConfigChannel returns the config channel of the lanes under
 // keyPrefix: "<keyPrefix>:config", so gateways sharing a Redis but not

@@ -8,7 +8,13 @@ import (
 
 	"github.com/alicebob/miniredis/v2"
 
+	"github.com/capgate/capgate/config"
 	"github.com/capgate/capgate/redis"
+)
+
+var (
+	_ config.Notifier   = (*redis.ConfigChannel)(nil)
+	_ config.Subscriber = (*redis.ConfigChannel)(nil)
 )
 
 // A version published on the channel reaches its subscribers, and only

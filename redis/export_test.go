@@ -85,6 +85,11 @@ var Scripts = map[string]struct {
 	"count.lua":   {countSrc, countScript},
 	"tune.lua":    {tuneSrc, tuneScript},
 
+	"journalrenew.lua":  {journalRenewSrc, journalRenewScript},
+	"journalread.lua":   {journalReadSrc, journalReadScript},
+	"journalforget.lua": {journalForgetSrc, journalForgetScript},
+	"journalleave.lua":  {journalLeaveSrc, journalLeaveScript},
+
 	"repeatclaim.lua":  {repeatClaimSrc, repeatClaimScript},
 	"repeattouch.lua":  {repeatTouchSrc, repeatTouchScript},
 	"repeatfinish.lua": {repeatFinishSrc, repeatFinishScript},

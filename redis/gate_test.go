@@ -12,6 +12,7 @@ import (
 
 	"github.com/capgate/capgate"
 	"github.com/capgate/capgate/lanetest"
+	"github.com/capgate/capgate/memory"
 	"github.com/capgate/capgate/redis"
 	"github.com/capgate/capgate/settings"
 )
@@ -27,7 +28,7 @@ func TestGateMiniredisWithLocalLanes(t *testing.T) {
 	lanetest.RunGateWithLocalLanes(t, func(t testing.TB) lanetest.Store {
 		_, h := openMini(t)
 		return h
-	})
+	}, func() capgate.LaneStore { return memory.New(nil) })
 }
 
 func TestGateRealRedis(t *testing.T) {

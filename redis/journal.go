@@ -2,76 +2,87 @@ package redis
 
 import (
 	"context"
+	_ "embed"
 	"encoding/json"
 	"fmt"
+	"strconv"
 	"strings"
 	"time"
 
 	goredis "github.com/redis/go-redis/v9"
 )
 
-// The journal: a hash, token → the JSON list of the keys it holds leases
-// in, where the decision service (decide.Journal) and the gateway
-// (capgatehttp.Journal, in batches: JournalWrite) record their held calls
-// so that their next incarnation can release what a killed one left. Its
-// key is outside the lane prefix, so lane listings never see it.
+// The journal (journal.Store): a group's roster, a sorted set of its
+// incarnations scored by the ms (Redis's clock) at which each one's
+// liveness lapses, and each incarnation's journal, a hash of token → the
+// JSON list of the keys it holds leases in. The keys are outside the lane
+// prefix, so lane listings never see them, yet carry it, so deployments
+// sharing a Redis under their own prefixes never read each other's, and
+// on a Redis Cluster (a hash-tagged prefix) a group's keys share the
+// lanes' slot: the scripts that read a roster and a journal together are
+// one slot's.
+//
+//	capgate:journal:<prefix>:<group>:live   the roster
+//	capgate:journal:<prefix>:<group>:<id>   an incarnation's journal
 
-var journalTakeScript = goredis.NewScript(`local all = redis.call('HGETALL', KEYS[1])
-redis.call('DEL', KEYS[1])
-return all`)
+var (
+	//go:embed journalrenew.lua
+	journalRenewSrc string
+	//go:embed journalread.lua
+	journalReadSrc string
+	//go:embed journalforget.lua
+	journalForgetSrc string
+	//go:embed journalleave.lua
+	journalLeaveSrc string
 
-// JournalKey returns the journal hash of name: outside the lane prefix
-// (lane listings must never see it) yet distinct per prefix, so that
-// deployments sharing a Redis under their own prefixes never take each
-// other's journals.
-func (s *Store) JournalKey(name string) string {
+	journalRenewScript  = goredis.NewScript(journalRenewSrc)
+	journalReadScript   = goredis.NewScript(journalReadSrc)
+	journalForgetScript = goredis.NewScript(journalForgetSrc)
+	journalLeaveScript  = goredis.NewScript(journalLeaveSrc)
+)
+
+// journalBase returns the start of group's keys.
+func (s *Store) journalBase(group string) string {
 	p := s.KeyPrefix()
 	if p != "" && !strings.HasSuffix(p, ":") {
 		p += ":" // "ocl:capacity" + "gateway:…" must not read "ocl:capacitygateway:…"
 	}
-	return "capgate:journal:" + p + name
+	return "capgate:journal:" + p + group
 }
 
-// JournalAdd records that token holds leases in keys under journal name,
-// and keeps the journal at least ttl. It returns the errors of Store.
-func (s *Store) JournalAdd(ctx context.Context, name, token string, keys []string, ttl time.Duration) error {
-	const op = "journal a lease"
-	b, err := json.Marshal(keys)
-	if err != nil {
-		return fmt.Errorf("%s: %w", op, err)
+// JournalRoster returns the key of group's roster.
+func (s *Store) JournalRoster(group string) string { return s.journalBase(group) + ":live" }
+
+// JournalKey returns the key of incarnation id's journal in group.
+func (s *Store) JournalKey(group, id string) string { return s.journalBase(group) + ":" + id }
+
+// JournalRenew implements journal.Store. It returns the errors of Store.
+func (s *Store) JournalRenew(ctx context.Context, group, self string, ttl, keep time.Duration) (map[string]time.Duration, error) {
+	const op = "renew the journal's liveness"
+	keys := []string{s.JournalRoster(group)}
+	if err := s.checkSlot(op, keys); err != nil {
+		return nil, err
 	}
-	key, v := s.JournalKey(name), string(b)
-	_, err = run(ctx, s, op, func(ctx context.Context) (struct{}, error) {
-		_, err := s.client.Pipelined(ctx, func(p goredis.Pipeliner) error {
-			p.HSet(ctx, key, token, v)
-			p.PExpire(ctx, key, ttl)
-			return nil
-		})
-		return struct{}{}, err
+	flat, err := run(ctx, s, op, func(ctx context.Context) ([]string, error) {
+		return journalRenewScript.Run(ctx, s.client, keys, self, max(ttl.Milliseconds(), 1), max(keep.Milliseconds(), 1)).StringSlice()
 	})
-	return err
+	if err != nil {
+		return nil, err
+	}
+	out := make(map[string]time.Duration, len(flat)/2)
+	for i := 0; i+1 < len(flat); i += 2 {
+		ms, err := strconv.ParseInt(flat[i+1], 10, 64)
+		if err != nil {
+			return nil, fmt.Errorf("%s: liveness %q of %q: %w", op, flat[i+1], flat[i], err)
+		}
+		out[flat[i]] = time.Duration(ms) * time.Millisecond
+	}
+	return out, nil
 }
 
-// JournalRemove forgets token in journal name. It returns the errors of
-// Store.
-func (s *Store) JournalRemove(ctx context.Context, name, token string) error {
-	key := s.JournalKey(name)
-	_, err := run(ctx, s, "forget a journalled lease", func(ctx context.Context) (struct{}, error) {
-		_, err := s.client.Pipelined(ctx, func(p goredis.Pipeliner) error {
-			p.HDel(ctx, key, token)
-			return nil
-		})
-		return struct{}{}, err
-	})
-	return err
-}
-
-// JournalWrite applies a batch to journal name in one round trip: it
-// records that each token of add holds leases in its keys, forgets each
-// token of remove, and, when it adds, keeps the journal at least ttl. A
-// journal left empty is gone. The gateway writes its records this way, off
-// its calls' path. It returns the errors of Store.
-func (s *Store) JournalWrite(ctx context.Context, name string, add map[string][]string, remove []string, ttl time.Duration) error {
+// JournalWrite implements journal.Store: HSET, HDEL, and PEXPIRE when it
+// adds, in one pipeline. It returns the errors of Store.
+func (s *Store) JournalWrite(ctx context.Context, group, self string, add map[string][]string, remove []string, ttl time.Duration) error {
 	const op = "write the journal"
 	if len(add) == 0 && len(remove) == 0 {
 		return nil
@@ -84,7 +95,7 @@ func (s *Store) JournalWrite(ctx context.Context, name string, add map[string][]
 		}
 		fields = append(fields, token, string(b))
 	}
-	key := s.JournalKey(name)
+	key := s.JournalKey(group, self)
 	_, err := run(ctx, s, op, func(ctx context.Context) (struct{}, error) {
 		_, err := s.client.Pipelined(ctx, func(p goredis.Pipeliner) error {
 			if len(fields) > 0 {
@@ -101,47 +112,61 @@ func (s *Store) JournalWrite(ctx context.Context, name string, add map[string][]
 	return err
 }
 
-// JournalRead returns every lease recorded in journal name (token → keys)
-// and leaves them there. It returns the errors of Store.
-func (s *Store) JournalRead(ctx context.Context, name string) (map[string][]string, error) {
-	key := s.JournalKey(name)
-	all, err := run(ctx, s, "read the journal", func(ctx context.Context) (map[string]string, error) {
-		var cmd *goredis.MapStringStringCmd
-		if _, err := s.client.Pipelined(ctx, func(p goredis.Pipeliner) error {
-			cmd = p.HGetAll(ctx, key)
-			return nil
-		}); err != nil {
-			return nil, err
-		}
-		return cmd.Val(), nil
+// JournalRead implements journal.Store. It returns the errors of Store.
+func (s *Store) JournalRead(ctx context.Context, group, id string) (map[string][]string, bool, error) {
+	const op = "read a journal"
+	keys := []string{s.JournalRoster(group), s.JournalKey(group, id)}
+	if err := s.checkSlot(op, keys); err != nil {
+		return nil, false, err
+	}
+	res, err := run(ctx, s, op, func(ctx context.Context) ([]any, error) {
+		return journalReadScript.Run(ctx, s.client, keys, id).Slice()
 	})
 	if err != nil {
-		return nil, err
+		return nil, false, err
 	}
-	return decodeJournal(all), nil
+	if len(res) == 0 || res[0] != int64(1) {
+		return nil, false, nil
+	}
+	all := make(map[string]string, (len(res)-1)/2)
+	for i := 1; i+1 < len(res); i += 2 {
+		token, _ := res[i].(string)
+		v, _ := res[i+1].(string)
+		all[token] = v
+	}
+	return decodeJournal(all), true, nil
 }
 
-// JournalTake returns every lease recorded in journal name and empties it
-// (one script: nothing added meanwhile is lost). It returns the errors of
+// JournalForget implements journal.Store. It returns the errors of
 // Store.
-func (s *Store) JournalTake(ctx context.Context, name string) (map[string][]string, error) {
-	const op = "take the journal"
-	key := s.JournalKey(name)
-	all, err := run(ctx, s, op, func(ctx context.Context) (map[string]string, error) {
-		flat, err := journalTakeScript.Run(ctx, s.client, []string{key}).StringSlice()
-		if err != nil {
-			return nil, err
-		}
-		m := make(map[string]string, len(flat)/2)
-		for i := 0; i+1 < len(flat); i += 2 {
-			m[flat[i]] = flat[i+1]
-		}
-		return m, nil
-	})
-	if err != nil {
-		return nil, err
+func (s *Store) JournalForget(ctx context.Context, group, id string, tokens []string) error {
+	const op = "forget journalled leases"
+	keys := []string{s.JournalRoster(group), s.JournalKey(group, id)}
+	if err := s.checkSlot(op, keys); err != nil {
+		return err
 	}
-	return decodeJournal(all), nil
+	args := make([]any, 0, 1+len(tokens))
+	args = append(args, id)
+	for _, t := range tokens {
+		args = append(args, t)
+	}
+	_, err := run(ctx, s, op, func(ctx context.Context) (struct{}, error) {
+		return struct{}{}, journalForgetScript.Run(ctx, s.client, keys, args...).Err()
+	})
+	return err
+}
+
+// JournalLeave implements journal.Store. It returns the errors of Store.
+func (s *Store) JournalLeave(ctx context.Context, group, self string) error {
+	const op = "leave the journal's roster"
+	keys := []string{s.JournalRoster(group), s.JournalKey(group, self)}
+	if err := s.checkSlot(op, keys); err != nil {
+		return err
+	}
+	_, err := run(ctx, s, op, func(ctx context.Context) (struct{}, error) {
+		return struct{}{}, journalLeaveScript.Run(ctx, s.client, keys, self).Err()
+	})
+	return err
 }
 
 // decodeJournal returns a journal's records (token → the JSON list of

@@ -64,9 +64,12 @@ def live():
 
 
 def journalled():
+    """The calls journalled: the records of the journals (hashes; a group's
+    roster of incarnations is a sorted set)."""
     n = 0
     for k in rdb.cmd("KEYS", "capgate:journal:*gateway:gw-a:*") or []:
-        n += rdb.cmd("HLEN", k)
+        if rdb.cmd("TYPE", k) == "hash":
+            n += rdb.cmd("HLEN", k)
     return n
 
 

@@ -20,6 +20,8 @@ import (
 	"github.com/capgate/capgate"
 	"github.com/capgate/capgate/decide"
 	capgatehttp "github.com/capgate/capgate/http"
+	"github.com/capgate/capgate/journal"
+	"github.com/capgate/capgate/redis"
 )
 
 // DecideOptions are the decision service's own settings, shared by
@@ -88,22 +90,17 @@ func startDecide(ctx context.Context, o DecideOptions, gate *capgate.Gate,
 	}
 	s := decide.NewServer(gate)
 	s.Token, s.Logger, s.MaxWaiting = o.Token, logger, o.MaxWaiting
-	if j, ok := gate.Store.(decide.Journal); ok {
-		// Before serving: a killed predecessor's places are freed now,
-		// not after lease_seconds; the calls still running re-register.
-		s.Journal, s.Instance = j, o.Listen
-		release, err := s.Recover(ctx, decide.DefaultRecoverDelay)
+	if rs, ok := gate.Store.(*redis.Store); ok {
+		// Redis: the held calls' leases are journalled, so that once this
+		// service is dead another of its task id and --listen releases
+		// them; a predecessor's are released once it is proven dead, and
+		// journal.DefaultHold after this one starts at the earliest: the
+		// calls still running have registered again meanwhile.
+		s.Journal, err = journal.Open(ctx, journal.Options{Store: rs, Group: "decide:" + gate.TaskID + ":" + o.Listen,
+			Release: gate.ReleaseLeft, Hold: journal.DefaultHold, Logger: logger})
 		if err != nil {
-			logger.Warn("capgate decision service: read the previous incarnation's calls", "error", err)
-		} else {
-			go func() {
-				n, err := release()
-				if err != nil {
-					logger.Warn("capgate decision service: release the previous incarnation's calls", "error", err)
-				} else if n > 0 {
-					logger.Info("capgate decision service: released the calls a previous incarnation left held", "calls", n)
-				}
-			}()
+			ln.Close()
+			return nil, fmt.Errorf("decision service: journal: %w", err)
 		}
 	}
 	logger.Info("capgate decision service", "listen", o.Listen, "token", o.Token != "", "max_waiting", o.MaxWaiting)
@@ -111,7 +108,17 @@ func startDecide(ctx context.Context, o DecideOptions, gate *capgate.Gate,
 	var wg sync.WaitGroup
 	var serr error
 	wg.Go(func() { serr = decide.Serve(ctx, s, ln, shutdown, logger) })
-	return func() error { cancel(); wg.Wait(); return serr }, nil
+	return func() error {
+		cancel()
+		wg.Wait()
+		if s.Journal != nil {
+			// The calls have ended: goodbye (their removals written).
+			if err := s.Journal.Close(context.Background()); err != nil {
+				logger.Warn("capgate decision service: close the journal", "error", err)
+			}
+		}
+		return serr
+	}, nil
 }
 
 // DecideCommand is `capgate decide`: the decision service alone.

@@ -2,39 +2,34 @@ package main
 
 import (
 	"context"
-	"net"
-	"sync"
+	"fmt"
+	"time"
+
+	"github.com/capgate/capgate/journal"
+	"github.com/capgate/capgate/redis"
 )
 
-// recoverJournal starts the gateway's journal and reads what a killed
-// gateway of this task id listening at ln's address left there: it
-// releases those leases after --restart-hold, in the background
-// (capgatehttp.Gateway.Recover). The func it returns releases them now if
-// they are still held, and waits. Without Redis (no journal) it does
-// nothing.
-func (s *Server) recoverJournal(ctx context.Context, ln net.Listener) (wait func()) {
-	if s.Gateway == nil {
-		return func() {}
+// openJournal opens the journal of this process's gateway or decision
+// service in group (its kind, task id and listen address), when its lanes
+// are in Redis: the calls' leases are recorded, so that once this process
+// is dead another of its group releases them, hold after it started at
+// the earliest (package journal). It is closed, after the calls have
+// ended and before the gate and the stores close, by Server.Close. With
+// in-process lanes (they end with the process) it returns nil.
+func (s *Server) openJournal(ctx context.Context, group string, hold time.Duration) (*journal.Journal, error) {
+	rs, ok := s.Lanes.(*redis.Store)
+	if !ok {
+		return nil, nil
 	}
-	ctx, cancel := context.WithCancel(ctx)
-	release, err := s.Gateway.Recover(ctx, ln.Addr().String(), s.opts.RestartHold)
+	j, err := journal.Open(ctx, journal.Options{Store: rs, Group: group, Release: s.Gate.ReleaseLeft, Hold: hold,
+		Logger: s.logger})
 	if err != nil {
-		cancel()
-		s.logger.Warn("capgate: read the calls a previous gateway left held (their leases expire by themselves)", "error", err)
-		return func() {}
+		return nil, fmt.Errorf("journal: %w", err)
 	}
-	var wg sync.WaitGroup
-	wg.Go(func() {
-		n, err := release()
-		if err != nil {
-			s.logger.Warn("capgate: release the calls a previous gateway left held", "error", err)
-		} else if n > 0 {
-			s.logger.Info("capgate: released the calls a previous gateway left held", "calls", n,
-				"restart_hold", s.opts.RestartHold.String())
-		}
+	s.closers = append(s.closers, func() error {
+		ctx, cancel := context.WithTimeout(context.Background(), s.storeDeadline())
+		defer cancel()
+		return j.Close(ctx)
 	})
-	return func() {
-		cancel()
-		wg.Wait()
-	}
+	return j, nil
 }

@@ -1,6 +1,7 @@
 package main
 
 import (
+	"net"
 	"os"
 	"path/filepath"
 	"strings"
@@ -11,11 +12,12 @@ import (
 	"github.com/alicebob/miniredis/v2"
 )
 
-// journalled counts the records of every journal in m.
+// journalled counts the records of every journal in m (the hashes; a
+// group's roster is a sorted set).
 func journalled(m *miniredis.Miniredis) int {
 	n := 0
 	for _, k := range m.Keys() {
-		if strings.HasPrefix(k, "capgate:journal:") {
+		if strings.HasPrefix(k, "capgate:journal:") && m.Type(k) == "hash" {
 			f, _ := m.HKeys(k)
 			n += len(f)
 		}
@@ -23,23 +25,31 @@ func journalled(m *miniredis.Miniredis) int {
 	return n
 }
 
-// TestServeKilledAndRestartedReleasesItsCalls: capgate serve with Redis
-// lanes, holding three calls, is killed (SIGKILL). Started again with the
-// same task id at the same address and a long --restart-hold, it keeps
-// them counted; killed within its hold, it leaves them to the next, which,
-// with --restart-hold 300ms, releases them 300 ms after it starts, not
-// lease_seconds later.
-func TestServeKilledAndRestartedReleasesItsCalls(t *testing.T) {
+// restartArgs returns serve's arguments for a gateway of task gw-a at a
+// fixed address over api, with Redis lanes in m, and the tokens file's
+// t-ann.
+func restartArgs(t *testing.T, m *miniredis.Miniredis, api string) []string {
+	t.Helper()
 	dir := t.TempDir()
 	tokens := filepath.Join(dir, "tokens.json")
 	if err := os.WriteFile(tokens, []byte(`[{"token":"t-ann","username":"ann","is_staff":false,"auth_groups":[]}]`), 0o600); err != nil {
 		t.Fatal(err)
 	}
-	m := miniredis.RunT(t)
-	api, started := hangingAPI(t)
-	args := []string{"--listen", closedPort(t), "--upstream", api, "--database", "sqlite:" + filepath.Join(dir, "c.db"),
+	return []string{"--listen", closedPort(t), "--upstream", api, "--database", "sqlite:" + filepath.Join(dir, "c.db"),
 		"--identity", "tokens", "--tokens", tokens, "--mode", "shadow", "--redis", "redis://" + m.Addr() + "/0",
 		"--task-id", "gw-a"}
+}
+
+// TestServeKilledAndRestartedReleasesItsCalls: capgate serve with Redis
+// lanes, holding three calls, is killed (SIGKILL). Started again with the
+// same task id at the same address and a long --restart-hold, it keeps
+// them counted; killed within its hold, it leaves them to the next, which,
+// with --restart-hold 300ms, releases them once the first one's liveness
+// has lapsed and 300 ms after it starts, not lease_seconds later.
+func TestServeKilledAndRestartedReleasesItsCalls(t *testing.T) {
+	m := miniredis.RunT(t)
+	api, started := hangingAPI(t)
+	args := restartArgs(t, m, api)
 	first := startServeProcess(t, nil, args...)
 	waitReady(first)
 	for range 3 {
@@ -54,7 +64,7 @@ func TestServeKilledAndRestartedReleasesItsCalls(t *testing.T) {
 	first.exitCode(10 * time.Second)
 
 	second := startServeProcess(t, nil, append(args, "--restart-hold", "1h")...)
-	waitReady(second) // Recover has read the journal: it runs before serving
+	waitReady(second)
 	if n := leasesHeld(m); n != held {
 		t.Fatalf("%d lease entries within the hold, want the killed gateway's %d", n, held)
 	}
@@ -66,11 +76,11 @@ func TestServeKilledAndRestartedReleasesItsCalls(t *testing.T) {
 
 	began := time.Now()
 	third := startServeProcess(t, nil, append(args, "--restart-hold", "300ms")...)
-	third.waitFor("released the calls a previous gateway left held", 10*time.Second)
+	line := third.waitFor("released the calls a dead incarnation left held", 10*time.Second)
 	if took := time.Since(began); took < 300*time.Millisecond {
 		t.Errorf("released %v after the start, want the hold (300ms) first", took)
 	}
-	if line := third.waitFor("released the calls", 0); !strings.Contains(line, "calls=3") {
+	if !strings.Contains(line, "calls=3") {
 		t.Errorf("log line %q, want calls=3", line)
 	}
 	if n := leasesHeld(m); n != 0 {
@@ -80,6 +90,67 @@ func TestServeKilledAndRestartedReleasesItsCalls(t *testing.T) {
 	third.stop()
 	if n := journalled(m); n != 0 {
 		t.Errorf("%d calls journalled after a clean stop, want 0", n)
+	}
+}
+
+// journalKeys returns the journals' keys in m, rosters included.
+func journalKeys(m *miniredis.Miniredis) []string {
+	var out []string
+	for _, k := range m.Keys() {
+		if strings.HasPrefix(k, "capgate:journal:") {
+			out = append(out, k)
+		}
+	}
+	return out
+}
+
+// TestServeDrainingKeepsItsCalls: a gateway sent SIGTERM stops listening
+// but still serves its calls. A successor of the same task id at the same
+// address, with --restart-hold 0, never releases them while the old one
+// lives (before, it released them as soon as it could listen: a limit-1
+// user could run 2 calls at once); they are released as they end, and
+// the old gateway's goodbye leaves nothing behind.
+func TestServeDrainingKeepsItsCalls(t *testing.T) {
+	m := miniredis.RunT(t)
+	api, started, release := releasableAPI(t)
+	args := restartArgs(t, m, api)
+	first := startServeProcess(t, nil, append(args, "--shutdown-timeout", "5m")...)
+	waitReady(first)
+	calls := startHeavy(t, first, started)
+	until(t, 10*time.Second, "the call journalled", func() bool { return journalled(m) == 1 })
+	held := leasesHeld(m)
+	first.signal(syscall.SIGTERM)
+	first.waitFor("shutting down", 10*time.Second)
+	addr := args[1]
+	until(t, 10*time.Second, "the draining gateway's address free", func() bool {
+		ln, err := net.Listen("tcp", addr)
+		if err != nil {
+			return false
+		}
+		ln.Close()
+		return true
+	})
+
+	second := startServeProcess(t, nil, append(args, "--restart-hold", "0")...)
+	waitReady(second)
+	second.waitFor("another incarnation of this journal's group is alive", 10*time.Second)
+	if n := leasesHeld(m); n != held {
+		t.Fatalf("%d lease entries with the draining gateway alive, want its call's %d", n, held)
+	}
+	release() // the call ends in its own time
+	calls.Wait()
+	if code := first.exitCode(30 * time.Second); code != 0 {
+		t.Errorf("the draining gateway exited %d, want 0", code)
+	}
+	if n := leasesHeld(m); n != 0 {
+		t.Errorf("%d lease entries after the call ended, want 0", n)
+	}
+	if line := second.Stderr(); strings.Contains(line, "released the calls a dead incarnation left held") {
+		t.Errorf("the successor released calls:\n%s", line)
+	}
+	second.stop()
+	if keys := journalKeys(m); len(keys) != 0 {
+		t.Errorf("journal keys left after both stopped: %v", keys)
 	}
 }
 

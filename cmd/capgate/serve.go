@@ -14,6 +14,7 @@ import (
 	"time"
 
 	capgatehttp "github.com/capgate/capgate/http"
+	"github.com/capgate/capgate/journal"
 	"github.com/capgate/capgate/settings"
 )
 
@@ -85,8 +86,8 @@ func (c *ServeCommand) flags() (*serveFlags, error) {
 	fs.Var(durationValue{&o.ShutdownTimeout, time.Second}, "shutdown-timeout", "how long calls in flight may finish after SIGTERM and the drain delay, a `duration` such as 30s or a number of seconds; calls still running then are cut (their lines say error shutdown, their leases are released) and the exit code is 1 (CAPGATE_SHUTDOWN_TIMEOUT)")
 	o.DrainDelay = DefaultDrainDelay
 	fs.Var(durationValue{&o.DrainDelay, time.Second}, "drain-delay", "after SIGTERM, how long /readyz answers 503 while the gateway still serves, before it stops accepting, a `duration` such as 5s or a number of seconds; a second SIGTERM or SIGINT skips it and exits at once (CAPGATE_DRAIN_DELAY)")
-	o.RestartHold = capgatehttp.DefaultRestartHold
-	fs.Var(durationValue{&o.RestartHold, time.Second}, "restart-hold", "with Redis: how long after start the gateway releases the leases a killed predecessor (the same --task-id, listening at the same address) left, a `duration` such as 1s or a number of seconds. Short: the places of its calls that ended are free at once, and a call the API still runs goes uncounted until it ends; long (up to lease_seconds): those places stay taken this long, every call it had counted (CAPGATE_RESTART_HOLD)")
+	o.RestartHold = journal.DefaultHold
+	fs.Var(durationValue{&o.RestartHold, time.Second}, "restart-hold", "with Redis: how long after start, at the earliest, the gateway releases the leases a dead predecessor (the same --task-id and --listen, its liveness in Redis lapsed about 1 s after it stopped, or it said goodbye) left, a `duration` such as 1s or a number of seconds. A predecessor still alive (draining after SIGTERM, or a twin on another host) is never released. Short: the places of its calls that ended are free soon, and a call the API still runs goes uncounted until it ends; long (up to lease_seconds): those places stay taken this long, every call it had counted (CAPGATE_RESTART_HOLD)")
 	fs.StringVar(&o.CoreGroup, "core-group", env("CAPGATE_CORE_GROUP", ""), "the auth group of the core tier, in place of the policy's (CAPGATE_CORE_GROUP)")
 	o.LocalLanes = true
 	fs.Var(boolValue{&o.LocalLanes}, "local-lanes", "with Redis: keep local lanes of this gateway's calls, refuse what they find full, and apply degraded limits while Redis is unavailable (CAPGATE_LOCAL_LANES)")

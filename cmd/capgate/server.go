@@ -54,9 +54,9 @@ type ServeOptions struct {
 	ShutdownTimeout time.Duration // --shutdown-timeout, CAPGATE_SHUTDOWN_TIMEOUT
 	DrainDelay      time.Duration // --drain-delay, CAPGATE_DRAIN_DELAY: /readyz fails this long before the listener closes
 	// RestartHold (--restart-hold, CAPGATE_RESTART_HOLD, default
-	// capgatehttp.DefaultRestartHold): with Redis, how long after start the
-	// gateway releases the leases its killed predecessor left
-	// (capgatehttp.Gateway.Recover).
+	// journal.DefaultHold): with Redis, how long after start the gateway
+	// releases at the earliest the leases a dead predecessor left
+	// (journal.Options.Hold).
 	RestartHold time.Duration
 	// Force, when closed, ends a shutdown at once (a second signal): calls
 	// in flight are cut and their leases released. Default nil: never.
@@ -218,10 +218,10 @@ func NewServer(ctx context.Context, opts ServeOptions, lines io.Writer, logger *
 			capgatehttp.WithCORSOrigins(splitList(opts.CORSOrigins)),
 		},
 	}
-	if j, ok := s.Lanes.(capgatehttp.Journal); ok {
-		// Redis: the calls' leases are journalled, so the next gateway
-		// listening here releases what a killed one left (Serve).
-		gcfg.Journal = j
+	// Redis: the calls' leases are journalled, so that once this gateway
+	// is dead another of its task id and --listen releases them.
+	if gcfg.Journal, err = s.openJournal(ctx, "gateway:"+opts.TaskID+":"+opts.Listen, opts.RestartHold); err != nil {
+		return nil, err
 	}
 	if opts.Identity == "header" || opts.Identity == "tokens" {
 		// Callers these modes can't name (no trusted proxy's word, a session
@@ -251,12 +251,6 @@ func NewServer(ctx context.Context, opts ServeOptions, lines io.Writer, logger *
 		return nil, err
 	}
 	s.Handler, s.Gateway = gw, gw
-	// Before the gate and the stores close: the journal's last removals.
-	s.closers = append(s.closers, func() error {
-		ctx, cancel := context.WithTimeout(context.Background(), s.storeDeadline())
-		defer cancel()
-		return gw.Close(ctx)
-	})
 	return s, nil
 }
 
@@ -575,9 +569,6 @@ func (s *Server) Serve(ctx context.Context, ln, admin net.Listener) error {
 	// gateway cuts them (GatewayConfig.Shutdown), and each request's
 	// context derives from it.
 	defer s.cutCalls()
-	// A killed predecessor's leases: taken before serving, released after
-	// the hold (or as Serve returns).
-	defer s.recoverJournal(ctx, ln)()
 	base := s.cutCtx
 	newHTTP := func(h http.Handler) *http.Server {
 		return &http.Server{

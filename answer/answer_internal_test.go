@@ -1,4 +1,4 @@
-package http
+package answer
 
 import (
 	"context"
@@ -19,8 +19,8 @@ import (
 	"github.com/capgate/capgate/settings"
 )
 
-func TestRefusalBody(t *testing.T) {
-	got := string(refusalBody(wireOf(policy.OCL()), capgate.LaneName("user"), false, 5))
+func TestRefusal(t *testing.T) {
+	got := string(refusal(formatOf(policy.OCL()), capgate.LaneName("user"), false, 5))
 	want := `{"detail":"Matching is busy. Please retry in 5 seconds.","error_code":"capacity_exceeded","scope":"user","paused":false,"retry_after":5}`
 	if got != want {
 		t.Fatalf("body = %s\nwant   %s", got, want)
@@ -62,7 +62,7 @@ func testAdmissions(t *testing.T) []*capgate.Admission {
 // ocl is the OCL policy's names as a client reads them.
 var ocl = policy.OCL().Names.Header()
 
-// setGatedHeadersStepwise is setGatedHeaders as separate h.Set steps,
+// setGatedHeadersStepwise is SetGated as separate h.Set steps,
 // the form the one-pass writer must match, for a call of the OCL policy.
 func setGatedHeadersStepwise(h http.Header, adm *capgate.Admission, rid string) {
 	d := adm.Decision()
@@ -103,7 +103,7 @@ func setGatedHeadersStepwise(h http.Header, adm *capgate.Admission, rid string) 
 // TestOCLNames pins the OCL policy's names on the wire to the ones capgate
 // sent before the policy: the headers, the expose list and the 429 body.
 func TestOCLNames(t *testing.T) {
-	n := wireOf(policy.OCL())
+	n := formatOf(policy.OCL())
 	got := []string{n.Decision, n.Tier, n.SuggestedConcurrency, n.SuggestedSpacing, n.Waited,
 		n.Metadata, n.AwareField, n.RequestSource, n.exposeAll}
 	want := []string{"X-Ocl-Capacity-Decision", "X-Ocl-Capacity-Tier", "X-Ocl-Capacity-Suggested-Concurrency",
@@ -115,11 +115,11 @@ func TestOCLNames(t *testing.T) {
 	if !slices.Equal(got, want) {
 		t.Errorf("names\n got %q\nwant %q", got, want)
 	}
-	lanes := map[string]laneWire{}
+	lanes := map[string]laneHeaders{}
 	for i, l := range policy.OCL().Lanes {
 		lanes[l.Name] = n.lanes[i]
 	}
-	wantLanes := map[string]laneWire{
+	wantLanes := map[string]laneHeaders{
 		"api_heavy":      {"X-Ocl-Capacity-Limit", "X-Ocl-Capacity-In-Flight"},
 		"tier":           {"X-Ocl-Capacity-Tier-Limit", "X-Ocl-Capacity-Tier-In-Flight"},
 		"api_heavy_task": {}, "es2_knn": {}, "user": {},
@@ -130,17 +130,17 @@ func TestOCLNames(t *testing.T) {
 	if !n.rateLimit {
 		t.Error("the OCL policy sends no RateLimit fields")
 	}
-	if got, want := string(refusalBody(n, capgate.LaneName("api_heavy"), true, 30)),
+	if got, want := string(refusal(n, capgate.LaneName("api_heavy"), true, 30)),
 		`{"detail":"Matching is busy. Please retry in 30 seconds.","error_code":"capacity_exceeded","scope":"api_heavy","paused":true,"retry_after":30}`; got != want {
 		t.Errorf("body = %s\nwant   %s", got, want)
 	}
 }
 
-func TestSetGatedHeadersMatchesStepwise(t *testing.T) {
+func TestSetGatedMatchesStepwise(t *testing.T) {
 	for i, adm := range testAdmissions(t) {
 		got := http.Header{"Content-Type": {"application/json"}}
 		want := got.Clone()
-		setGatedHeaders(got, adm, "rid-1")
+		SetGated(got, adm, "rid-1")
 		setGatedHeadersStepwise(want, adm, "rid-1")
 		if !reflect.DeepEqual(got, want) {
 			t.Errorf("call %d (%s):\n got %v\nwant %v", i, adm.Decision(), got, want)
@@ -155,56 +155,39 @@ func TestSetGatedHeadersMatchesStepwise(t *testing.T) {
 	}
 }
 
-func TestSetGatedHeadersKeepsTheAPIsExposeList(t *testing.T) {
+func TestSetGatedKeepsTheAPIsExposeList(t *testing.T) {
 	adm := testAdmissions(t)[0]
 	h := http.Header{}
 	h.Add("Access-Control-Expose-Headers", "X-Total-Count, x-ocl-capacity-decision")
-	setGatedHeaders(h, adm, "r")
+	SetGated(h, adm, "r")
 	want := "X-Total-Count, x-ocl-capacity-decision, " + strings.Join(slices.Concat(ExposedHeaders(policy.OCL())[1:], rateLimitFields), ", ")
 	if got := h.Values("Access-Control-Expose-Headers"); len(got) != 1 || got[0] != want {
 		t.Errorf("expose list %q\nwant %q", got, want)
 	}
 }
 
-func TestSetGatedHeadersAllocs(t *testing.T) {
+func TestSetGatedAllocs(t *testing.T) {
 	if raceEnabled {
 		t.Skip("the race detector allocates")
 	}
 	adm := testAdmissions(t)[1]
 	h := http.Header{}
-	setGatedHeaders(h, adm, "r") // the keys are in the map from here on
+	SetGated(h, adm, "r") // the keys are in the map from here on
 	// The text of the values and their slices: two, however many values.
 	if n := testing.AllocsPerRun(100, func() {
-		delete(h, exposeHeadersKey) // else it is the API's list, to be merged
-		setGatedHeaders(h, adm, "r")
+		delete(h, ExposeHeadersKey) // else it is the API's list, to be merged
+		SetGated(h, adm, "r")
 	}); n > 2 {
-		t.Errorf("setGatedHeaders allocates %v times; want at most 2", n)
+		t.Errorf("SetGated allocates %v times; want at most 2", n)
 	}
 	if n := testing.AllocsPerRun(100, func() { SetHeaders(h, adm) }); n > 2 {
 		t.Errorf("SetHeaders allocates %v times; want at most 2", n)
 	}
 }
 
-func TestCloneHeaderWith(t *testing.T) {
-	h := http.Header{"A": {"1", "2"}, "B": nil, "X-Request-Id": {"old"}}
-	got := cloneHeaderWith(h, header.RequestID, "new")
-	want := http.Header{"A": {"1", "2"}, "B": nil, "X-Request-Id": {"new"}}
-	if !reflect.DeepEqual(got, want) {
-		t.Fatalf("got %v, want %v", got, want)
-	}
-	got["A"][0] = "changed"
-	got.Add("A", "3")
-	if !reflect.DeepEqual(h, http.Header{"A": {"1", "2"}, "B": nil, "X-Request-Id": {"old"}}) {
-		t.Errorf("the copy shares values with the original: %v", h)
-	}
-	if got.Get(header.RequestID) != "new" {
-		t.Errorf("appending to A changed X-Request-Id: %v", got)
-	}
-}
-
 // A policy's refusal detail has its {retry_after} replaced by the seconds
 // wherever it stands, and is JSON-quoted; the error code too.
-func TestRefusalBodyOfAPolicy(t *testing.T) {
+func TestRefusalOfAPolicy(t *testing.T) {
 	p, err := policy.Parse("busy.yaml", []byte(`version: 1
 name: busy
 routes:
@@ -222,7 +205,7 @@ names:
 	if err != nil {
 		t.Fatal(err)
 	}
-	got := string(refusalBody(wireOf(p), capgate.LaneName("cluster"), false, 7))
+	got := string(refusal(formatOf(p), capgate.LaneName("cluster"), false, 7))
 	want := `{"detail":"7 s: \"busy\" <now>; retry in 7 seconds","error_code":"too \"busy\"","scope":"cluster","paused":false,"retry_after":7}`
 	if got != want {
 		t.Fatalf("body = %s\nwant   %s", got, want)
@@ -230,4 +213,18 @@ names:
 	if !json.Valid([]byte(got)) {
 		t.Errorf("not JSON: %s", got)
 	}
+}
+
+// testCall returns a call of the OCL policy's route ("match" or "rerank")
+// of rows rows, with the $match flags semantic and reranker.
+func testCall(route string, rows int, semantic, reranker bool) capgate.Call {
+	r := policy.OCL().Route(route)
+	f := policy.NewFields(r)
+	for name, b := range map[string]bool{"semantic": semantic, "reranker": reranker} {
+		if i := r.Field(name); i >= 0 {
+			f.SetBool(i, b)
+		}
+	}
+	f.SetInt(r.Field("rows"), rows)
+	return capgate.Call{Route: r, Fields: f}
 }

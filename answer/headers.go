@@ -1,4 +1,4 @@
-package http
+package answer
 
 import (
 	"net/http"
@@ -15,7 +15,7 @@ import (
 // headers (each lane's, the waited time and the suggested spacing
 // included) and Retry-After.
 func ExposedHeaders(p *policy.Policy) []string {
-	return append([]string(nil), wireOf(p).exposed...)
+	return append([]string(nil), formatOf(p).exposed...)
 }
 
 // SetHeaders sets the capacity headers of adm on h: every value that is
@@ -30,23 +30,26 @@ func SetHeaders(h http.Header, adm *capgate.Admission) {
 	w.flush()
 }
 
-// setGatedHeaders sets the headers a gated call's response carries: the
-// capacity headers, the RateLimit fields, the CORS expose list and
-// X-Request-ID (rid), as SetHeaders, setRateLimitFields,
-// exposeCapacityHeaders and h.Set would, in one go.
-func setGatedHeaders(h http.Header, adm *capgate.Admission, rid string) {
+// SetGated sets on h every header a gated call's response carries: the
+// capacity headers (Retry-After on the gate's own refusal), the RateLimit
+// fields when the policy sends them, the CORS expose list (the API's own,
+// with the capacity headers added) and X-Request-Id (rid), in one pass at
+// two allocations. The gateway sets them on the API's response and on its
+// own 429; the decision service hands them to an app that decides inside
+// itself, so its responses carry what the gateway's would.
+func SetGated(h http.Header, adm *capgate.Admission, rid string) {
 	if h == nil {
 		return
 	}
 	w := headerWriter{h: h}
-	names := wireOf(admissionPolicy(adm))
+	f := formatOf(policyOf(adm))
 	if adm != nil && adm.Decision() != capgate.DecisionNone {
 		w.capacity(adm)
 	}
-	if names.rateLimit {
+	if f.rateLimit {
 		w.rateLimit(adm)
 	}
-	w.set(exposeHeadersKey, exposeValue(h, names))
+	w.set(ExposeHeadersKey, exposeValue(h, f))
 	w.set(header.RequestID, rid)
 	w.flush()
 }
@@ -137,7 +140,7 @@ func (w *headerWriter) flush() {
 // capacity sets the capacity headers of adm (see SetHeaders), which has a
 // decision. The names are canonical.
 func (w *headerWriter) capacity(adm *capgate.Admission) {
-	n := wireOf(adm.Policy())
+	n := formatOf(adm.Policy())
 	d := adm.Decision()
 	w.set(n.Decision, string(d))
 	lanes, counts := adm.Lanes(), adm.Counts()
@@ -171,46 +174,4 @@ func (w *headerWriter) capacity(adm *capgate.Admission) {
 	if s, ok := adm.RetryAfter(); ok && d == capgate.DecisionRefused {
 		w.setInt(header.RetryAfter, int64(s))
 	}
-}
-
-// RefusalBody returns the JSON body of the 429 of a refused call; nil
-// unless adm was refused.
-func RefusalBody(adm *capgate.Admission) []byte {
-	if adm == nil || !adm.Refused() {
-		return nil
-	}
-	scope, paused := adm.Scope(), false
-	for _, l := range adm.Lanes() {
-		if l.Name == scope {
-			paused = l.Limit == 0
-			break
-		}
-	}
-	retry, _ := adm.RetryAfter()
-	return refusalBody(wireOf(adm.Policy()), scope, paused, retry)
-}
-
-// refusalBody returns the JSON body of the 429 in names n: the policy's
-// detail (each {retry_after} replaced by the seconds) and error code, the
-// scope, whether it is paused and the seconds. The scope is one of the
-// lane names, plain ASCII, so Go quoting is JSON quoting.
-func refusalBody(n *wire, scope capgate.LaneName, paused bool, retryAfter int) []byte {
-	s := strconv.Itoa(retryAfter)
-	b := make([]byte, 0, 160)
-	b = append(b, `{"detail":"`...)
-	for i, part := range n.detail {
-		if i > 0 {
-			b = append(b, s...)
-		}
-		b = append(b, part...)
-	}
-	b = append(b, `","error_code":"`...)
-	b = append(b, n.code...)
-	b = append(b, `","scope":`...)
-	b = strconv.AppendQuote(b, string(scope))
-	b = append(b, `,"paused":`...)
-	b = strconv.AppendBool(b, paused)
-	b = append(b, `,"retry_after":`...)
-	b = append(b, s...)
-	return append(b, '}')
 }

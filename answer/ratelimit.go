@@ -1,4 +1,4 @@
-package http
+package answer
 
 import (
 	"net/http"
