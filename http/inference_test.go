@@ -58,7 +58,7 @@ func TestClassifierInferencePolicy(t *testing.T) {
 		{name: "a query", method: "POST", target: "/v1/chat/completions?stream=true", body: chat, route: "chat", model: "llama-3-70b"},
 		{name: "no model: still heavy", method: "POST", target: "/v1/chat/completions", body: `{"messages":[]}`, route: "chat"},
 		{name: "model not a string", method: "POST", target: "/v1/chat/completions", body: `{"model":7}`, route: "chat"},
-		{name: "not JSON: still heavy", method: "POST", target: "/v1/completions", body: `model=m1`, route: "completions"},
+		{name: "not JSON: still heavy, counted under (unreadable)", method: "POST", target: "/v1/completions", body: `model=m1`, route: "completions", model: "(unreadable)"},
 		{name: "no body", method: "POST", target: "/v1/completions", route: "completions"},
 		{name: "post in lower case", method: "post", target: "/v1/embeddings", body: `{"model":"e5"}`, route: "embeddings", model: "e5"},
 		{name: "a GET of a route's path", method: "GET", target: "/v1/chat/completions", body: chat},
