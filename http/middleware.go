@@ -333,6 +333,9 @@ func (m *Middleware) gated(w http.ResponseWriter, r *http.Request, call capgate.
 		return
 	}
 	actx := withAdmission(ctx, adm) // AdmissionFrom
+	if rp != nil {
+		actx = withRepeatHolder(actx) // its retry may join it (clientgone.go)
+	}
 	r = r.WithContext(actx)
 	if !hadID {
 		// The handler's request gets a header of its own, so the
