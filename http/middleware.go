@@ -274,6 +274,10 @@ func (m *Middleware) gated(w http.ResponseWriter, r *http.Request, call capgate.
 		call.UserID = caller.UserID
 		call.Tier = p.Identity.TierOf(caller.Staff, caller.Groups)
 	}
+	if m.refuseUnreadable(ctx, call) {
+		writeCallError(w, rid, http.StatusBadRequest, detailBodyUnreadable, errorCodeBodyUnreadable)
+		return
+	}
 	// A repeat of a call running or answered is answered here, before it
 	// could take a lane place (idempotency.go). Only a caller named as
 	// itself is deduplicated: not one the lookup failed for, nor the
