@@ -170,8 +170,17 @@ func TestInferenceExample(t *testing.T) {
 	if got := strings.Join(keys, " "); got != "lanes.cluster lanes.model lanes.user.pro lanes.user.free" {
 		t.Errorf("config keys = %s", got)
 	}
-	if l := p.Lane("user"); l.Limit.PerTier["free"] != 1 || l.Limit.PerTier["pro"] != 3 || p.Lane("cluster").Limit.Value != 8 || p.Lane("model").Limit.Value != 2 {
-		t.Error("limits are not cluster 8, model 2, user free 1 / pro 3")
+	if l := p.Lane("user"); l.Limit.PerTier["free"] != 1 || l.Limit.PerTier["pro"] != 3 || p.Lane("cluster").Limit.Value != 8 || p.Lane("model").Limit.Value != 8 ||
+		len(p.Lane("model").KeyLimits) != 1 || p.Lane("model").KeyLimits["large"] != 4 {
+		t.Error("limits are not cluster 8, model 8 (large 4), user free 1 / pro 3")
+	}
+	for _, r := range p.Routes {
+		if !r.CostFromBody() || r.OnClientGone != policy.ClientGoneCancel || r.UnreadableBody != policy.UnreadableRefuse {
+			t.Errorf("route %s: its cost not from its body, or not cancelled when its client goes, or not refusing a body it can't read", r.Name)
+		}
+	}
+	if id := p.Idempotency; id.RetryHeader != "X-Stainless-Retry-Count" || strings.Join(id.FingerprintHeaders, ",") != "Openai-Organization,Openai-Project" {
+		t.Errorf("idempotency %+v", id)
 	}
 	ev := policy.NewEvaluator(p, "")
 	body := []byte(`{"model":"llama-3-8b","messages":[{"role":"user","content":"hi"}]}`)
@@ -206,9 +215,10 @@ func TestInferenceExample(t *testing.T) {
 	}
 }
 
-// Seats of the inference example: embeddings cost ceil(len(input) / 16)
+// Seats of the inference example: embeddings cost ceil(texts / 16)
 // seats, at most 4, in the model lane (the gate caps a call's seats at the
-// lane's limit), and one elsewhere.
+// lane's limit), and one elsewhere; chat and completions a seat per 512
+// tokens of max_tokens (1024 when absent), at most 8.
 func TestSeatsOfTheEmbeddingsExample(t *testing.T) {
 	data, err := os.ReadFile("../examples/inference/policy.yaml")
 	if err != nil {
@@ -225,6 +235,8 @@ func TestSeatsOfTheEmbeddingsExample(t *testing.T) {
 		{`{"model":"e5","input":[` + strings.TrimSuffix(strings.Repeat(`"x",`, 8), ",") + `]}`, 1},
 		{`{"model":"e5","input":[` + strings.TrimSuffix(strings.Repeat(`"x",`, 200), ",") + `]}`, 4},
 		{`{"model":"e5","input":"one string"}`, 1},
+		{`{"model":"e5","input":[[1,2,3],[4,5]]}`, 1},
+		{`{"model":"e5","input":[` + strings.Repeat(`[1,2],`, 32) + `[3]]}`, 3},
 	} {
 		var f policy.Fields
 		r := ev.Evaluate(&policy.Request{Method: "POST", Path: "/v1/embeddings", Body: []byte(tc.body)}, &f)
@@ -236,6 +248,20 @@ func TestSeatsOfTheEmbeddingsExample(t *testing.T) {
 		}
 		if got := r.SeatsIn("cluster", &f); got != 1 {
 			t.Errorf("%d seats in cluster; want 1", got)
+		}
+	}
+	for body, seats := range map[string]int{
+		`{"model":"m","messages":[]}`:                    2,
+		`{"model":"m","messages":[],"max_tokens":100}`:   1,
+		`{"model":"m","messages":[],"max_tokens":1025}`:  3,
+		`{"model":"m","messages":[],"max_tokens":32000}`: 8,
+	} {
+		for _, path := range []string{"/v1/chat/completions", "/v1/completions"} {
+			var f policy.Fields
+			r := ev.Evaluate(&policy.Request{Method: "POST", Path: path, Body: []byte(body)}, &f)
+			if got := r.SeatsIn("model", &f); got != seats {
+				t.Errorf("%s %s: %d seats in model; want %d", path, body, got, seats)
+			}
 		}
 	}
 }
