@@ -432,9 +432,19 @@ func (f *Fields) Detach() {
 
 // NewFields returns empty fields of a call of r, to be set one by one
 // (SetBool, SetInt, SetString): a call the decision service is told of
-// rather than one the gateway read. Every field starts at its zero value.
+// rather than one the gateway read. Every field starts at its zero value,
+// a body_int field at its default (a call that names no max_tokens costs
+// what the policy says such a call costs).
 func NewFields(r *Route) Fields {
-	return Fields{route: r, bodyKnown: true}
+	f := Fields{route: r, bodyKnown: true}
+	if r != nil {
+		for i, fd := range r.Fields {
+			if fd.Kind == FieldBodyInt {
+				f.vals[i].n = fd.Default
+			}
+		}
+	}
+	return f
 }
 
 // SetBool sets bool field i; false if it is no bool field of the route.

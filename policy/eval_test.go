@@ -375,6 +375,12 @@ func TestEvaluateCostFields(t *testing.T) {
 				r.SeatsIn(lane, &f), model, f.BodyKnown(), tc.n, tc.seats, tc.model, tc.known)
 		}
 	}
+	// A call the decision service is told of without max_tokens costs
+	// what the policy says such a call costs: the field's default.
+	nf := policy.NewFields(p.Route("chat"))
+	if n, _ := nf.ByName("max_tokens"); n != "1024" || p.Route("chat").SeatsIn("model", &nf) != 2 {
+		t.Errorf("NewFields: max_tokens %s, seats %d; want the default 1024, 2 seats", n, p.Route("chat").SeatsIn("model", &nf))
+	}
 	// An unreadable body (past --max-body-bytes, compressed) likewise.
 	var f policy.Fields
 	r := ev.Evaluate(&policy.Request{Method: "POST", Path: "/chat", BodyUnreadable: true}, &f)
