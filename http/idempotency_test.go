@@ -467,18 +467,7 @@ idempotency:
 // (the header at 1 or more) joins the call running; one from another
 // organization (a fingerprint header) is another request and runs.
 func TestIdempotencyAutoJoinsOnlyRetries(t *testing.T) {
-	p := mustPolicy(t, retryPolicy)
-	rs := &repeatStore{Store: memory.New(nil), polled: make(chan string, 1)}
-	sink := &mock.Sink{}
-	c := settings.Default(p, settings.ModeShadow)
-	c.Idempotency.Mode = settings.IdempotencyAuto
-	gate, err := capgate.NewGate(rs, settings.NewFixed(c), sink, "task-1")
-	if err != nil {
-		t.Fatal(err)
-	}
-	e := &repeatEnv{env: newPolicyEnv(t, p, nil, func(conf *capgatehttp.GatewayConfig) { conf.Gate = gate }), rs: rs, sink: sink}
-	e.store = rs.Store
-	t.Cleanup(e.up.release)
+	e := newAutoEnv(t, mustPolicy(t, retryPolicy))
 	ctx := t.Context()
 	const body = `{"model":"m","messages":[{"role":"user","content":"a poem"}],"temperature":1}`
 	hdr := func(retry, org string) []string {
@@ -514,6 +503,24 @@ func TestIdempotencyAutoJoinsOnlyRetries(t *testing.T) {
 	}
 }
 
+// newAutoEnv is a gateway under policy p whose gate runs on a
+// repeatStore, in shadow, with idempotency auto.
+func newAutoEnv(t *testing.T, p *policy.Policy) *repeatEnv {
+	t.Helper()
+	rs := &repeatStore{Store: memory.New(nil), polled: make(chan string, 1)}
+	sink := &mock.Sink{}
+	c := settings.Default(p, settings.ModeShadow)
+	c.Idempotency.Mode = settings.IdempotencyAuto
+	gate, err := capgate.NewGate(rs, settings.NewFixed(c), sink, "task-1")
+	if err != nil {
+		t.Fatal(err)
+	}
+	e := &repeatEnv{env: newPolicyEnv(t, p, nil, func(conf *capgatehttp.GatewayConfig) { conf.Gate = gate }), rs: rs, sink: sink}
+	e.store = rs.Store
+	t.Cleanup(e.up.release)
+	return e
+}
+
 func mustPolicy(t *testing.T, src string) *policy.Policy {
 	t.Helper()
 	p, err := policy.Parse("p.yaml", []byte(src))
@@ -528,18 +535,7 @@ func mustPolicy(t *testing.T, src string) *policy.Policy {
 // SDK's timeout) is held, not cut: its retry joins it, and the API runs
 // the call once.
 func TestIdempotencyRetryJoinsATimedOutCall(t *testing.T) {
-	p := mustPolicy(t, strings.Replace(retryPolicy, "    fields:\n", "    on_client_gone: cancel\n    fields:\n", 1))
-	rs := &repeatStore{Store: memory.New(nil), polled: make(chan string, 1)}
-	sink := &mock.Sink{}
-	c := settings.Default(p, settings.ModeShadow)
-	c.Idempotency.Mode = settings.IdempotencyAuto
-	gate, err := capgate.NewGate(rs, settings.NewFixed(c), sink, "task-1")
-	if err != nil {
-		t.Fatal(err)
-	}
-	e := &repeatEnv{env: newPolicyEnv(t, p, nil, func(conf *capgatehttp.GatewayConfig) { conf.Gate = gate }), rs: rs, sink: sink}
-	e.store = rs.Store
-	t.Cleanup(e.up.release)
+	e := newAutoEnv(t, mustPolicy(t, strings.Replace(retryPolicy, "    fields:\n", "    on_client_gone: cancel\n    fields:\n", 1)))
 	const body = `{"model":"m","messages":[]}`
 	hdr := []string{"Authorization", "Token t-pam", "X-Test-No-Cookie", "1", "X-Test-Do", "hold"}
 	timeout, giveUp := context.WithCancel(t.Context())

@@ -5,9 +5,7 @@ import (
 	"fmt"
 	"maps"
 	"slices"
-	"sort"
 	"strconv"
-	"strings"
 
 	"github.com/capgate/capgate/internal/jsontree"
 	"github.com/capgate/capgate/policy"
@@ -170,7 +168,7 @@ func (s *schema) parseKeyLimits(v any, c *Config) []string {
 		return []string{fmt.Sprintf("%q must be an object.", KeyLimitsKey)}
 	}
 	lanes := s.keyLimitLanes()
-	var errs, unknown []string
+	var errs []string
 	out := make([]map[string]int, len(s.p.Lanes))
 	for i, l := range s.p.Lanes {
 		lv, ok := obj[l.Name]
@@ -216,17 +214,7 @@ func (s *schema) parseKeyLimits(v any, c *Config) []string {
 		}
 		out[i] = limits
 	}
-	for k := range obj {
-		if !slices.Contains(lanes, k) {
-			what := "no lane of this policy"
-			if len(lanes) > 0 {
-				what = strings.Join(lanes, ", ")
-			}
-			unknown = append(unknown, fmt.Sprintf("Unknown setting %q: key_limits are for the lanes keyed by a call field: %s.", KeyLimitsKey+"."+k, what))
-		}
-	}
-	sort.Strings(unknown)
-	errs = append(errs, unknown...)
+	errs = append(errs, unknownLanes(obj, lanes, KeyLimitsKey, "key_limits are for the lanes keyed by a call field")...)
 	if len(errs) == 0 {
 		c.keyLimits = out
 	}
