@@ -327,11 +327,13 @@ func TestStatusPageOCLInChromium(t *testing.T) {
 	}
 }
 
-// inferenceCall returns a call of the inference policy's route of model.
+// inferenceCall returns a call of the inference policy's route of model,
+// of one seat (256 tokens, for a route that counts max_tokens).
 func inferenceCall(p *policy.Policy, route, model string) capgate.Call {
 	r := p.Route(route)
 	f := policy.NewFields(r)
 	f.SetString(r.Field("model"), model)
+	f.SetInt(r.Field("max_tokens"), 256)
 	return capgate.Call{Route: r, Fields: f}
 }
 
