@@ -137,9 +137,9 @@ const laneBufLen = 6
 // policy that take the call's route, in the policy's order) to lanes: the
 // key of each (a cluster lane's, this task's, or the key the call's user,
 // tier or field names) and the limit that applies to this call (the
-// lane's, or its tier's; minus the lane's reserve unless the call is of
-// the reserve's class), and the seats the call takes there (its route's
-// cost, capped at that limit). Appending lets a hot path reuse a buffer (the
+// lane's, its tier's, or its key value's: the config's key_limits; minus
+// the lane's reserve unless the call is of the reserve's class), and the
+// seats the call takes there (its route's cost, capped at that limit). Appending lets a hot path reuse a buffer (the
 // gate's is in the Admission). The call's route must be of cfg's policy
 // and its tier one of the policy's (tier, its index).
 func (k Keys) AppendPlan(lanes []Lane, cfg settings.Config, call *Call, tier int) []Lane {
@@ -150,7 +150,15 @@ func (k Keys) AppendPlan(lanes []Lane, cfg settings.Config, call *Call, tier int
 			continue
 		}
 		full := cfg.Limit(i, tier)
-		lane := Lane{Name: LaneName(l.Name), Key: k.laneKey(c, i, l, call, tier), Limit: full, Spec: l}
+		key := k.laneKey(c, i, l, call, tier)
+		if l.ByField() {
+			// A key value with a limit of its own (the config's
+			// key_limits): the value is what follows "<prefix>:<lane>:".
+			if n, ok := cfg.KeyLimit(i, key[len(k.prefix())+len(l.Name)+2:]); ok {
+				full = n
+			}
+		}
+		lane := Lane{Name: LaneName(l.Name), Key: key, Limit: full, Spec: l}
 		lend := 0
 		if l.Reserve != nil {
 			cls := p.Class(l.Reserve.Class)

@@ -154,3 +154,59 @@ func TestPlanLending(t *testing.T) {
 		t.Errorf("a paused lane lends: %+v", got)
 	}
 }
+
+// A lane keyed by a call field plans a key value's own limit (key_limits)
+// where it has one, else the lane's; a change at runtime applies to the
+// next plan.
+func TestPlanKeyLimits(t *testing.T) {
+	p, err := policy.Parse("kl.yaml", []byte(keyLimitsPolicy))
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg := settings.Default(p, settings.ModeShadow)
+	k := capgate.Keys{Prefix: "api:cap", TaskID: "t"}
+	limit := func(cfg settings.Config, model string) (string, int) {
+		call := capgate.Call{Route: p.Route("chat"), Fields: policy.NewFields(p.Route("chat")), UserID: "u", Tier: "free"}
+		call.Fields.SetString(0, model)
+		got := k.AppendPlan(nil, cfg, &call, 0)
+		return got[0].Key, got[0].Limit
+	}
+	for model, want := range map[string]int{"large": 1, "small": 2, "": 2} {
+		if _, got := limit(cfg, model); got != want {
+			t.Errorf("model %q: limit %d; want %d", model, got, want)
+		}
+	}
+	next, _, err := cfg.Apply(settings.Patch{"key_limits": map[string]any{"model": map[string]any{"large": nil, "small": 5, "(none)": 0}}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for model, want := range map[string]int{"large": 2, "small": 5, "": 0} {
+		if key, got := limit(next, model); got != want {
+			t.Errorf("after the change, model %q (key %s): limit %d; want %d", model, key, got, want)
+		}
+	}
+}
+
+// keyLimitsPolicy has a lane keyed by a call field, model, with a limit of
+// its own for the value large.
+const keyLimitsPolicy = `version: 1
+name: kl
+routes:
+  - name: chat
+    method: POST
+    path: {exact: /chat}
+    fields:
+      model: {body_string: model}
+identity: {resolver: tokens, scheme: Bearer, default_tier: free}
+lanes:
+  - name: model
+    scope: key
+    key: model
+    routes: [chat]
+    limit: 2
+    key_limits: {large: 1}
+names:
+  header_prefix: Capgate-
+  refusal: {detail: "busy", error_code: busy}
+  log_event: capgate_call
+`

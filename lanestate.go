@@ -193,8 +193,24 @@ func (g *Gate) readLanes(ctx context.Context, store LaneStore, k Keys, cfg setti
 		e := status.Lane{InFlight: c, Waiting: wt}
 		if kl.PerKeyLimit {
 			e.Limit = cfg.Limit(w.lane, p.TierIndex(w.id))
+			if n, ok := cfg.KeyLimit(w.lane, w.id); ok {
+				e.Limit = n
+			}
 		}
 		kl.Entries[w.id] = e
+	}
+	// The key values with a limit of their own (key_limits) are shown
+	// with no call in flight too, so staff see every limit in force.
+	for i, l := range p.Lanes {
+		if !l.ByField() || !scan {
+			continue
+		}
+		kl := &st.Keyed[keyed[i]]
+		for v, n := range cfg.KeyLimits(i) {
+			if _, ok := kl.Entries[v]; !ok {
+				kl.Entries[v] = status.Lane{Limit: n}
+			}
+		}
 	}
 	return nil
 }

@@ -9,6 +9,7 @@ import (
 	"github.com/capgate/capgate/lanetest"
 	"github.com/capgate/capgate/memory"
 	"github.com/capgate/capgate/mock"
+	"github.com/capgate/capgate/policy"
 	"github.com/capgate/capgate/settings"
 	"github.com/capgate/capgate/status"
 )
@@ -63,5 +64,29 @@ func TestReadLanesScansNothing(t *testing.T) {
 	store.CountFn = func(context.Context, []string, []int) error { return context.DeadlineExceeded }
 	if st := g1.ReadLanes(ctx, cfg); st.Store == status.OK || len(st.Shared) != 0 || len(st.Keyed) != 0 {
 		t.Errorf("ReadLanes with a failing store: %+v; want the error and no lanes", st)
+	}
+}
+
+// The status lists a field lane's key values with a limit of their own
+// (key_limits), with no call in flight too, each with its limit.
+func TestStatusShowsKeyLimits(t *testing.T) {
+	ctx := t.Context()
+	p, err := policy.Parse("kl.yaml", []byte(keyLimitsPolicy))
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg := settings.Default(p, settings.ModeShadow)
+	g, err := capgate.NewGate(memory.New(nil), settings.NewFixed(cfg), nil, "task-1")
+	if err != nil {
+		t.Fatal(err)
+	}
+	call := capgate.Call{Route: p.Route("chat"), Fields: policy.NewFields(p.Route("chat")), UserID: "u", Tier: "free"}
+	call.Fields.SetString(0, "small")
+	a := g.Admit(ctx, call)
+	defer a.Release(ctx)
+	got := lanetest.Entries(t, g.Status(ctx, cfg), "model")
+	want := map[string]status.Lane{"small": {InFlight: 1, Limit: 2}, "large": {Limit: 1}}
+	if len(got) != len(want) || got["small"] != want["small"] || got["large"] != want["large"] {
+		t.Errorf("model entries %+v; want %+v", got, want)
 	}
 }

@@ -50,7 +50,8 @@ func TestRouteAndFieldsOfAPolicy(t *testing.T) {
 	if got := a.d.Headers["Capgate-Decision"]; got != "admitted" {
 		t.Errorf("headers %v: want Capgate-Decision admitted", a.d.Headers)
 	}
-	// The model lane (2) is full for "large", not for "small".
+	// The model lane is full for "large" (its own limit, 4 seats: two
+	// calls that name no max_tokens, 2 seats each), not for "small".
 	c := e.post(t, t.Context(), body("cy", "large"), "")
 	if c.d.Decision != "refused" || c.d.Status != 429 {
 		t.Fatalf("third call of a model: %+v; want refused, 429", c.d)
@@ -64,8 +65,8 @@ func TestRouteAndFieldsOfAPolicy(t *testing.T) {
 		t.Errorf("another model: %+v; want admitted", d.d)
 	}
 	counts := make([]int, 1)
-	if err := e.store.Count(t.Context(), []string{"capgate:model:large"}, counts); err != nil || counts[0] != 2 {
-		t.Errorf("capgate:model:large holds %d (%v); want 2 (the policy's key prefix and the field's value)", counts[0], err)
+	if err := e.store.Count(t.Context(), []string{"capgate:model:large"}, counts); err != nil || counts[0] != 4 {
+		t.Errorf("capgate:model:large holds %d (%v); want 4 seats (the policy's key prefix and the field's value)", counts[0], err)
 	}
 	a.close()
 	b.close()
@@ -82,7 +83,7 @@ func TestRouteAndFieldsRefused(t *testing.T) {
 		{`{"user":"u","endpoint":"$match","rows":1}`, `\"endpoint\" \"$match\": want \"chat\", \"completions\" or \"embeddings\"`},
 		{`{"user":"u"}`, `\"route\" is required`},
 		{`{"user":"u","route":"chat","endpoint":"chat"}`, `not both`},
-		{`{"user":"u","route":"chat","fields":{"modl":"x"}}`, `route \"chat\" has no such field (its fields: model)`},
+		{`{"user":"u","route":"chat","fields":{"modl":"x"}}`, `route \"chat\" has no such field (its fields: model, max_tokens)`},
 		{`{"user":"u","route":"chat","fields":{"model":3}}`, `\"fields.model\" must be a string`},
 		{`{"user":"u","route":"chat","tier":"gold"}`, `want one of [pro free]`},
 	} {

@@ -4,9 +4,11 @@ import (
 	"context"
 	"net/http"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/capgate/capgate"
+	"github.com/capgate/capgate/policy"
 )
 
 // A counted call (one holding a place in a lane) keeps its upstream
@@ -46,8 +48,10 @@ func AdmissionFrom(ctx context.Context) *capgate.Admission {
 // never cut (max_hold_seconds only stops the renewals of its leases); once
 // the client has left, what the upstream answers is read to the end and
 // dropped, until max_hold_seconds after the call began, when the upstream
-// request is cancelled. When cut (GatewayConfig.Shutdown; nil: never) is
-// done, the upstream request is cancelled nonetheless.
+// request is cancelled. A call of a route whose API stops work when its
+// connection closes (on_client_gone: cancel) is cut as soon as its client
+// leaves instead (cancelOnLeave). When cut (GatewayConfig.Shutdown; nil:
+// never) is done, the upstream request is cancelled nonetheless.
 func holdUpstream(next http.Handler, cut context.Context) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		adm := AdmissionFrom(r.Context())
@@ -60,8 +64,19 @@ func holdUpstream(next http.Handler, cut context.Context) http.Handler {
 			// answer nothing (there is nobody to answer).
 			return
 		}
-		ctx, stop := holdContext(r.Context(), time.Now().Add(adm.MaxHold()))
-		defer stop()
+		hw := &holdWriter{ResponseWriter: w}
+		var onLeave func() bool
+		var up *upstreamConn
+		ctx := r.Context()
+		if route := adm.Call().Route; route != nil && route.OnClientGone == policy.ClientGoneCancel {
+			onLeave = cancelOnLeave(ctx, hw)
+			ctx, up = traceUpstreamConn(ctx)
+		}
+		ctx, h := holdContext(ctx, time.Now().Add(adm.MaxHold()), onLeave)
+		defer h.stop()
+		if onLeave != nil {
+			defer h.cutDone(r.Context(), adm, up) // after the proxy, even when it panics
+		}
 		// The gateway shutting down past its timeout cuts it nonetheless.
 		if cut != nil {
 			var cancel context.CancelFunc
@@ -70,20 +85,21 @@ func holdUpstream(next http.Handler, cut context.Context) http.Handler {
 			unhook := context.AfterFunc(cut, cancel)
 			defer unhook()
 		}
-		next.ServeHTTP(&holdWriter{ResponseWriter: w}, r.WithContext(ctx))
+		next.ServeHTTP(hw, r.WithContext(ctx))
 	})
 }
 
 // holdContext returns a context with client's values that is not cancelled
 // with it: it ends only once client is done and the deadline has passed
-// (at once if the client leaves later than deadline). stop releases its
-// resources; call it when the call ends.
-func holdContext(client context.Context, deadline time.Time) (context.Context, context.CancelFunc) {
-	h := &hold{deadline: deadline}
+// (at once if the client leaves later than deadline), or, with onLeave,
+// as soon as the client leaves if onLeave then says so. Call the hold's
+// stop when the call ends.
+func holdContext(client context.Context, deadline time.Time, onLeave func() bool) (context.Context, *hold) {
+	h := &hold{deadline: deadline, onLeave: onLeave}
 	var ctx context.Context
 	ctx, h.cancel = context.WithCancel(context.WithoutCancel(client))
 	h.stopAfter = context.AfterFunc(client, h.clientLeft)
-	return ctx, h.stop
+	return ctx, h
 }
 
 // hold is a holdContext's state, in one allocation.
@@ -91,16 +107,23 @@ type hold struct {
 	deadline  time.Time
 	cancel    context.CancelFunc
 	stopAfter func() bool
+	onLeave   func() bool // nil: hold
 
 	mu    sync.Mutex
 	timer *time.Timer // set once the client left; requires mu held
 	ended bool        // requires mu held
+	cut   bool        // cancelled because the client left; requires mu held
 }
 
 func (h *hold) clientLeft() {
 	h.mu.Lock()
 	defer h.mu.Unlock()
-	if !h.ended {
+	switch {
+	case h.ended:
+	case h.onLeave != nil && h.onLeave():
+		h.cut = true
+		h.cancel()
+	default:
 		h.timer = time.AfterFunc(time.Until(h.deadline), h.cancel)
 	}
 }
@@ -120,13 +143,23 @@ func (h *hold) stop() {
 // client is gone), and from then on drops it, reporting success, so the
 // proxy reads the upstream's answer to its end rather than cutting it off.
 // Flushes go through http.ResponseController via Unwrap; they can fail
-// only when writes do.
+// only when writes do. started says the answer began (its status was
+// written), for cancelOnLeave, which reads it from another goroutine.
 type holdWriter struct {
 	http.ResponseWriter
-	gone bool
+	gone    bool
+	started atomic.Bool
+}
+
+func (w *holdWriter) WriteHeader(code int) {
+	if code >= 200 {
+		w.started.Store(true)
+	}
+	w.ResponseWriter.WriteHeader(code)
 }
 
 func (w *holdWriter) Write(p []byte) (int, error) {
+	w.started.Store(true)
 	if w.gone {
 		return len(p), nil
 	}

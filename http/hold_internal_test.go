@@ -13,8 +13,8 @@ import (
 func TestHoldContext(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		client, leave := context.WithCancel(context.Background())
-		ctx, stop := holdContext(client, time.Now().Add(time.Minute))
-		defer stop()
+		ctx, h := holdContext(client, time.Now().Add(time.Minute), nil)
+		defer h.stop()
 		time.Sleep(time.Hour) // the bubble's clock: the call runs long past max_hold
 		synctest.Wait()
 		if ctx.Err() != nil {
@@ -28,8 +28,8 @@ func TestHoldContext(t *testing.T) {
 	})
 	synctest.Test(t, func(t *testing.T) {
 		client, leave := context.WithCancel(context.Background())
-		ctx, stop := holdContext(client, time.Now().Add(time.Minute))
-		defer stop()
+		ctx, h := holdContext(client, time.Now().Add(time.Minute), nil)
+		defer h.stop()
 		leave()
 		time.Sleep(59 * time.Second)
 		synctest.Wait()
@@ -44,12 +44,38 @@ func TestHoldContext(t *testing.T) {
 	})
 	synctest.Test(t, func(t *testing.T) {
 		client, leave := context.WithCancel(context.Background())
-		ctx, stop := holdContext(client, time.Now().Add(time.Minute))
-		stop() // the call ended
+		ctx, h := holdContext(client, time.Now().Add(time.Minute), nil)
+		h.stop() // the call ended
 		leave()
 		synctest.Wait()
 		if ctx.Err() == nil {
 			t.Fatal("stop left the context live")
 		}
 	})
+}
+
+// With onLeave (on_client_gone: cancel), the context ends as soon as the
+// client leaves when onLeave says so, and the hold says it was cut; when
+// it says no (a call a retry may join), the call is held as before.
+func TestHoldContextCancelOnLeave(t *testing.T) {
+	for _, cancelNow := range []bool{true, false} {
+		synctest.Test(t, func(t *testing.T) {
+			client, leave := context.WithCancel(context.Background())
+			ctx, h := holdContext(client, time.Now().Add(time.Minute), func() bool { return cancelNow })
+			defer h.stop()
+			leave()
+			synctest.Wait()
+			h.mu.Lock()
+			cut := h.cut
+			h.mu.Unlock()
+			if (ctx.Err() != nil) != cancelNow || cut != cancelNow {
+				t.Fatalf("onLeave %v: done %v, cut %v; want both %v", cancelNow, ctx.Err() != nil, cut, cancelNow)
+			}
+			time.Sleep(time.Minute)
+			synctest.Wait()
+			if ctx.Err() == nil {
+				t.Fatal("held past the deadline")
+			}
+		})
+	}
 }

@@ -67,9 +67,10 @@ func idempotencyKey(h http.Header) (key string, has bool, err error) {
 }
 
 // fingerprint hashes what makes a request the same request: the method,
-// the path, the query, the body and the answerHeaders. ok is false when
-// the body was not read whole.
-func fingerprint(r *http.Request) (string, bool) {
+// the path, the query, the body, the answerHeaders and the headers the
+// policy adds (extra: policy.Idempotency.FingerprintHeaders). ok is false
+// when the body was not read whole.
+func fingerprint(r *http.Request, extra []string) (string, bool) {
 	body, ok := wholeBody(r)
 	if !ok {
 		return "", false
@@ -83,11 +84,13 @@ func fingerprint(r *http.Request) (string, bool) {
 	w.WriteByte('\n')
 	w.WriteString(r.URL.RawQuery)
 	w.WriteByte('\n')
-	for _, k := range answerHeaders {
-		w.WriteString(k)
-		w.WriteByte(':')
-		w.WriteString(strings.Join(r.Header.Values(k), ","))
-		w.WriteByte('\n')
+	for _, hs := range [][]string{answerHeaders, extra} {
+		for _, k := range hs {
+			w.WriteString(k)
+			w.WriteByte(':')
+			w.WriteString(strings.Join(r.Header.Values(k), ","))
+			w.WriteByte('\n')
+		}
 	}
 	w.Write(bh[:])
 	w.Flush()
@@ -162,22 +165,30 @@ func (m *Middleware) repeat(w http.ResponseWriter, r *http.Request, call capgate
 	}
 	key, hasKey, kerr := idempotencyKey(r.Header)
 	if kerr != nil {
-		writeIdempotencyError(w, rid, http.StatusBadRequest, kerr.Error()+".", "idempotency_key_invalid")
+		writeCallError(w, rid, http.StatusBadRequest, kerr.Error()+".", "idempotency_key_invalid")
 		return nil, nil, true
 	}
 	if !hasKey && idem.Mode != settings.IdempotencyAuto {
 		return nil, nil, false
 	}
-	fp, ok := fingerprint(r)
+	pi := m.gate.Policy(ctx).Idempotency
+	fp, ok := fingerprint(r, pi.FingerprintHeaders)
 	if !ok && m.bufferForRepeat(r) {
-		fp, ok = fingerprint(r)
+		fp, ok = fingerprint(r, pi.FingerprintHeaders)
 	}
 	if !ok {
 		return nil, errBodyNotRead, false
 	}
+	// Where the policy names the header by which clients mark a retry, a
+	// first attempt without a key never joins another call: it takes the
+	// key when it is free (its retry may join it) and runs either way.
+	first := !hasKey && pi.RetryHeader != "" && !isRetry(r.Header, pi.RetryHeader)
 	rp, err := m.gate.Repeat(ctx, capgate.RepeatRequest{
-		ID: repeatID(call.UserID, key, hasKey, fp), Fingerprint: fp, CID: call.CID, Replay: hasKey,
+		ID: repeatID(call.UserID, key, hasKey, fp), Fingerprint: fp, CID: call.CID, Replay: hasKey, Peek: first,
 	})
+	if err == nil && first && rp.Outcome != capgate.RepeatFirst {
+		return nil, nil, false // an identical first attempt runs: this one runs too
+	}
 	switch {
 	case err != nil && ctx.Err() != nil:
 		// Gone while it waited: nobody to answer; the line says so.
@@ -186,7 +197,7 @@ func (m *Middleware) repeat(w http.ResponseWriter, r *http.Request, call capgate
 	case errors.Is(err, capgate.ErrRepeatWait):
 		adm := m.gate.Repeated(ctx, call, nil, err)
 		defer adm.Release(ctx)
-		writeIdempotencyError(w, rid, http.StatusGatewayTimeout,
+		writeCallError(w, rid, http.StatusGatewayTimeout,
 			"The call this one repeats is still running.", "idempotency_wait_timeout")
 		return nil, nil, true
 	case err != nil:
@@ -194,7 +205,7 @@ func (m *Middleware) repeat(w http.ResponseWriter, r *http.Request, call capgate
 	}
 	switch rp.Outcome {
 	case capgate.RepeatReused:
-		writeIdempotencyError(w, rid, http.StatusUnprocessableEntity,
+		writeCallError(w, rid, http.StatusUnprocessableEntity,
 			"This Idempotency-Key was used for a different request.", "idempotency_key_reused")
 		return nil, nil, true
 	case capgate.RepeatReplayed, capgate.RepeatJoined:
@@ -212,9 +223,22 @@ func (m *Middleware) repeat(w http.ResponseWriter, r *http.Request, call capgate
 	return rp, nil, false
 }
 
-// writeIdempotencyError answers a call that is not run because of its
-// Idempotency-Key.
-func writeIdempotencyError(w http.ResponseWriter, rid string, code int, detail, errorCode string) {
+// isRetry reports whether the request says it is a retry by the header
+// named h: a whole number of 1 or more (the OpenAI clients send
+// X-Stainless-Retry-Count: 0 on a first attempt, 1 on the first retry).
+func isRetry(hd http.Header, h string) bool {
+	for _, v := range hd.Values(h) {
+		if n, err := strconv.Atoi(strings.TrimSpace(v)); err == nil && n >= 1 {
+			return true
+		}
+	}
+	return false
+}
+
+// writeCallError answers a heavy call capgate does not run for what it
+// sent (its Idempotency-Key, a body it can't read), with the refusal's
+// names: {"detail", "error_code"}.
+func writeCallError(w http.ResponseWriter, rid string, code int, detail, errorCode string) {
 	w.Header().Set(header.RequestID, rid)
 	answer.WriteJSON(w, code, append(answer.KeyError(detail, errorCode), '\n'))
 }

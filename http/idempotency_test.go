@@ -20,6 +20,7 @@ import (
 	"github.com/capgate/capgate/identity"
 	"github.com/capgate/capgate/memory"
 	"github.com/capgate/capgate/mock"
+	"github.com/capgate/capgate/policy"
 	"github.com/capgate/capgate/settings"
 )
 
@@ -436,5 +437,124 @@ func TestIdempotencyCallCutAtShutdownNotKept(t *testing.T) {
 	}
 	if e, ok, _ := e.rs.Store.GetRepeat(t.Context(), hex.EncodeToString(id[:])); ok {
 		t.Fatalf("the cut call left an entry: %+v", e)
+	}
+}
+
+// retryPolicy names the header the OpenAI clients mark their retries with,
+// and a header that makes two requests different.
+const retryPolicy = `version: 1
+name: retries
+routes:
+  - name: chat
+    method: POST
+    path: {exact: /v1/chat/completions}
+    fields:
+      model: {body_string: model}
+identity: {resolver: tokens, scheme: Token, default_tier: all}
+lanes:
+  - {name: model, scope: key, key: model, routes: [chat], limit: 8}
+names:
+  header_prefix: Capgate-
+  refusal: {detail: "busy", error_code: busy}
+  log_event: capgate_call
+idempotency:
+  retry_header: x-stainless-retry-count
+  fingerprint_headers: [OpenAI-Organization]
+`
+
+// With a retry header in the policy, mode auto never joins two first
+// attempts (a sampling API answers them differently): both run. A retry
+// (the header at 1 or more) joins the call running; one from another
+// organization (a fingerprint header) is another request and runs.
+func TestIdempotencyAutoJoinsOnlyRetries(t *testing.T) {
+	e := newAutoEnv(t, mustPolicy(t, retryPolicy))
+	ctx := t.Context()
+	const body = `{"model":"m","messages":[{"role":"user","content":"a poem"}],"temperature":1}`
+	hdr := func(retry, org string) []string {
+		return []string{"Authorization", "Token t-pam", "X-Test-No-Cookie", "1", "X-Stainless-Retry-Count", retry,
+			"OpenAI-Organization", org, "X-Test-Do", "hold"}
+	}
+	a := e.async(ctx, "POST", "/v1/chat/completions", body, hdr("0", "org-1")...)
+	e.up.waitEntered(t)
+	b := e.async(ctx, "POST", "/v1/chat/completions", body, hdr("0", "org-1")...)
+	e.up.waitEntered(t) // the second first attempt runs too
+	retry := e.async(ctx, "POST", "/v1/chat/completions", body, hdr("1", "org-1")...)
+	e.waitPolled(t) // the retry waits for the call running
+	other := e.async(ctx, "POST", "/v1/chat/completions", body, hdr("1", "org-2")...)
+	e.up.waitEntered(t) // another organization's: another request
+	e.up.release()
+	ra, rb, rr, ro := recv(t, a), recv(t, b), recv(t, retry), recv(t, other)
+	for _, r := range []response{ra, rb, rr, ro} {
+		if r.Err != nil || r.StatusCode != 200 {
+			t.Fatalf("%v %v; want 200", r.Response, r.Err)
+		}
+	}
+	if ra.Header.Get("Idempotent-Replayed") != "" || rb.Header.Get("Idempotent-Replayed") != "" || ro.Header.Get("Idempotent-Replayed") != "" {
+		t.Error("a first attempt, or another organization's retry, was answered by another call")
+	}
+	if rr.Header.Get("Idempotent-Replayed") != "true" {
+		t.Error("the retry ran: want it joined to the call running")
+	}
+	if n := len(e.up.requests()); n != 3 {
+		t.Errorf("the API ran %d calls; want 3 (both first attempts and the other organization's)", n)
+	}
+	if j := line(t, e.sink.Wait(t, 4, waitLimit), "joined"); j["user_id"] != "pam" {
+		t.Errorf("joined line %v", j)
+	}
+}
+
+// newAutoEnv is a gateway under policy p whose gate runs on a
+// repeatStore, in shadow, with idempotency auto.
+func newAutoEnv(t *testing.T, p *policy.Policy) *repeatEnv {
+	t.Helper()
+	rs := &repeatStore{Store: memory.New(nil), polled: make(chan string, 1)}
+	sink := &mock.Sink{}
+	c := settings.Default(p, settings.ModeShadow)
+	c.Idempotency.Mode = settings.IdempotencyAuto
+	gate, err := capgate.NewGate(rs, settings.NewFixed(c), sink, "task-1")
+	if err != nil {
+		t.Fatal(err)
+	}
+	e := &repeatEnv{env: newPolicyEnv(t, p, nil, func(conf *capgatehttp.GatewayConfig) { conf.Gate = gate }), rs: rs, sink: sink}
+	e.store = rs.Store
+	t.Cleanup(e.up.release)
+	return e
+}
+
+func mustPolicy(t *testing.T, src string) *policy.Policy {
+	t.Helper()
+	p, err := policy.Parse("p.yaml", []byte(src))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return p
+}
+
+// On a route whose API stops when its client goes (on_client_gone:
+// cancel), a first attempt whose client gave up before any answer (the
+// SDK's timeout) is held, not cut: its retry joins it, and the API runs
+// the call once.
+func TestIdempotencyRetryJoinsATimedOutCall(t *testing.T) {
+	e := newAutoEnv(t, mustPolicy(t, strings.Replace(retryPolicy, "    fields:\n", "    on_client_gone: cancel\n    fields:\n", 1)))
+	const body = `{"model":"m","messages":[]}`
+	hdr := []string{"Authorization", "Token t-pam", "X-Test-No-Cookie", "1", "X-Test-Do", "hold"}
+	timeout, giveUp := context.WithCancel(t.Context())
+	first := e.async(timeout, "POST", "/v1/chat/completions", body, append(hdr, "X-Stainless-Retry-Count", "0")...)
+	e.up.waitEntered(t)
+	giveUp() // the client's timeout, before any answer
+	if r := recv(t, first); r.Err == nil {
+		t.Fatalf("the first attempt was answered %d; want its client gone", r.StatusCode)
+	}
+	retry := e.async(t.Context(), "POST", "/v1/chat/completions", body, append(hdr, "X-Stainless-Retry-Count", "1")...)
+	e.waitPolled(t)
+	e.up.release()
+	if r := recv(t, retry); r.Err != nil || r.StatusCode != 200 || r.Header.Get("Idempotent-Replayed") != "true" {
+		t.Fatalf("retry: %v %v; want the held call's answer", r.Response, r.Err)
+	}
+	e.up.mu.Lock()
+	cancelled := e.up.cancelled
+	e.up.mu.Unlock()
+	if n := len(e.up.requests()); n != 1 || cancelled != 0 {
+		t.Errorf("the API ran %d calls, %d cancelled; want 1, none", n, cancelled)
 	}
 }

@@ -59,7 +59,7 @@ func TestClassifierInferencePolicy(t *testing.T) {
 		{name: "a query", method: "POST", target: "/v1/chat/completions?stream=true", body: chat, route: "chat", model: "llama-3-70b"},
 		{name: "no model: still heavy", method: "POST", target: "/v1/chat/completions", body: `{"messages":[]}`, route: "chat"},
 		{name: "model not a string", method: "POST", target: "/v1/chat/completions", body: `{"model":7}`, route: "chat"},
-		{name: "not JSON: still heavy", method: "POST", target: "/v1/completions", body: `model=m1`, route: "completions"},
+		{name: "not JSON: still heavy, counted under (unreadable)", method: "POST", target: "/v1/completions", body: `model=m1`, route: "completions", model: "(unreadable)"},
 		{name: "no body", method: "POST", target: "/v1/completions", route: "completions"},
 		{name: "post in lower case", method: "post", target: "/v1/embeddings", body: `{"model":"e5"}`, route: "embeddings", model: "e5"},
 		{name: "a GET of a route's path", method: "GET", target: "/v1/chat/completions", body: chat},
@@ -185,7 +185,9 @@ func TestClassifierSetPolicy(t *testing.T) {
 }
 
 // inferenceEnv is a gateway under the inference policy in enforce/all, its
-// users pam (free) and pro (tier pro), with cfg changing the limits.
+// users pam (free) and pro (tier pro), the model lane at 2 seats
+// (lanes.model: two calls of up to 512 tokens fill a model), with cfg
+// changing the limits.
 func inferenceEnv(t *testing.T, cfg func(*settings.Config)) *env {
 	t.Helper()
 	ids, err := identity.NewTokens([]identity.TokenEntry{
@@ -197,13 +199,14 @@ func inferenceEnv(t *testing.T, cfg func(*settings.Config)) *env {
 	}
 	return newPolicyEnv(t, inferencePolicy(t), func(c *settings.Config) {
 		c.Mode, c.EnforceFor = settings.ModeEnforce, settings.EnforceAll
+		setNumber(c, "lanes.model", 2)
 		if cfg != nil {
 			cfg(c)
 		}
 	}, func(c *capgatehttp.GatewayConfig) { c.Identify = ids })
 }
 
-const chatBody = `{"model":"llama-3-70b","messages":[{"role":"user","content":"hi"}]}`
+const chatBody = `{"model":"llama-3-70b","messages":[{"role":"user","content":"hi"}],"max_tokens":256}`
 
 func TestGatewayInferencePolicyHeaders(t *testing.T) {
 	e := inferenceEnv(t, nil)
@@ -551,7 +554,7 @@ func TestGatewayInferenceEmbeddingsSeats(t *testing.T) {
 			if m[e.prefix+":model:e5"] != tc.seats || m[e.prefix+":cluster"] != 1 || m[e.prefix+":user:priya"] != 1 {
 				t.Fatalf("store counts %v; want %d seats in model:e5 and 1 in cluster and user:priya", m, tc.seats)
 			}
-			chat := `{"model":"e5","messages":[]}`
+			chat := `{"model":"e5","messages":[],"max_tokens":100}`
 			r := e.do(t.Context(), "POST", "/v1/chat/completions", chat, "Authorization", "Bearer t-pro")
 			if r.StatusCode != tc.chat {
 				t.Fatalf("chat to e5 beside it: %d %s; want %d", r.StatusCode, r.Body, tc.chat)

@@ -275,6 +275,10 @@ func (m *Middleware) gated(w http.ResponseWriter, r *http.Request, call capgate.
 		call.UserID = caller.UserID
 		call.Tier = p.Identity.TierOf(caller.Staff, caller.Groups)
 	}
+	if m.refuseUnreadable(ctx, call) {
+		writeCallError(w, rid, http.StatusBadRequest, detailBodyUnreadable, errorCodeBodyUnreadable)
+		return
+	}
 	// A repeat of a call running or answered is answered here, before it
 	// could take a lane place (idempotency.go). Only a caller named as
 	// itself is deduplicated: not one the lookup failed for, nor the
@@ -334,6 +338,9 @@ func (m *Middleware) gated(w http.ResponseWriter, r *http.Request, call capgate.
 		return
 	}
 	actx := withAdmission(ctx, adm) // AdmissionFrom
+	if rp != nil {
+		actx = withRepeatHolder(actx) // its retry may join it (clientgone.go)
+	}
 	r = r.WithContext(actx)
 	if !hadID {
 		// The handler's request gets a header of its own, so the

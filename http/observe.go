@@ -47,6 +47,7 @@ type GatewayObserver interface {
 type requestInfo struct {
 	heavy bool
 	rid   string
+	gone  bool // the call was cut because its client left (clientgone.go): 499
 }
 
 type requestInfoKey struct{}
@@ -97,7 +98,7 @@ func (g *Gateway) serveObserved(w http.ResponseWriter, r *http.Request, staff bo
 			class = ClassStaff
 		}
 		code := sw.status()
-		if r.Context().Err() != nil && !sw.wrote {
+		if r.Context().Err() != nil && !sw.wrote || info.gone {
 			code = statusClientClosedRequest
 		}
 		if g.cfg.Observer != nil {

@@ -327,11 +327,13 @@ func TestStatusPageOCLInChromium(t *testing.T) {
 	}
 }
 
-// inferenceCall returns a call of the inference policy's route of model.
+// inferenceCall returns a call of the inference policy's route of model,
+// of one seat (256 tokens, for a route that counts max_tokens).
 func inferenceCall(p *policy.Policy, route, model string) capgate.Call {
 	r := p.Route(route)
 	f := policy.NewFields(r)
 	f.SetString(r.Field("model"), model)
+	f.SetInt(r.Field("max_tokens"), 256)
 	return capgate.Call{Route: r, Fields: f}
 }
 
@@ -344,7 +346,13 @@ func TestStatusPageInferenceInChromium(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 55*time.Second)
 	defer cancel()
 	b := startPageBrowser(t, ctx)
-	p := inferencePolicy(t)
+	// The example with one limit for every model, 2 seats: the page's
+	// keyed lane then lists only the models with calls in flight.
+	src := strings.Replace(string(inferencePolicy(t).Source()), "    limit: 8\n    key_limits: {large: 4}\n", "    limit: 2\n", 1)
+	p, err := policy.Parse("inference.yaml", []byte(src))
+	if err != nil {
+		t.Fatal(err)
+	}
 	s := newPageServer(t, p)
 	signIn(t, b, s, "#lane-cluster")
 	ids := func(sel string) string {

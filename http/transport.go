@@ -28,10 +28,13 @@ const (
 // compression, so bodies pass byte for byte.
 func NewTransport() *http.Transport {
 	return &http.Transport{
-		DialContext: (&net.Dialer{
+		// Each connection says when it is closed: a call cut because its
+		// client left (on_client_gone: cancel) frees its place once the
+		// upstream has seen its connection close (clientgone.go).
+		DialContext: trackedDial((&net.Dialer{
 			Timeout:   defaultDialTimeout,
 			KeepAlive: 30 * time.Second,
-		}).DialContext,
+		}).DialContext),
 		TLSHandshakeTimeout:   10 * time.Second,
 		ResponseHeaderTimeout: defaultResponseHeaderTimeout,
 		ExpectContinueTimeout: time.Second,

@@ -23,8 +23,15 @@ func (d *decoder) check(p *Policy) {
 		l.index = i
 		for _, rn := range l.Routes {
 			taken[rn] = true
-			if r := p.Route(rn); r != nil && i < 64 {
+			r := p.Route(rn)
+			if r != nil && i < 64 {
 				r.lanes |= 1 << i
+			}
+			// A lane keyed by a body field: the call's cost is in its body.
+			if r != nil && l.ByField() {
+				if j := r.Field(l.Key); j >= 0 && r.Fields[j].Kind.body() {
+					r.bodyCost = true
+				}
 			}
 		}
 	}
@@ -106,7 +113,7 @@ func (d *decoder) checkRoutes(p *Policy) []string {
 			}
 			fieldNames = append(fieldNames, f.Name)
 			switch f.Kind {
-			case FieldBodyArrayLen, FieldBodyString:
+			case FieldBodyArrayLen, FieldBodyString, FieldBodyInt, FieldBodyTexts:
 				f.body = addKey(f.Source)
 			case FieldPathSegment:
 				f.seg = slices.Index(segs, f.Source)
@@ -142,6 +149,8 @@ func (d *decoder) checkRoutes(p *Policy) []string {
 				d.at(r.lineOf("seats"), field+".seats."+lane+".field", "field %q is %s; seats count an int field", s.Field, r.Fields[j].Kind.Type().article())
 			}
 			s.field = j
+			s.body = j >= 0 && r.Fields[j].Kind.body()
+			r.bodyCost = r.bodyCost || s.body
 			r.Seats[lane] = s
 		}
 		// A route after one that matches every request it would is dead.
@@ -180,7 +189,7 @@ func shadows(a, b Path) bool {
 // runtimeKeys are the runtime config's keys that are not a lane's limit:
 // no lane's config key may start with one.
 var runtimeKeys = []string{"mode", "enforce_for", "lease_seconds", "renew_seconds", "max_hold_seconds",
-	"retry_after", "wait", "unidentified", "adaptive"}
+	"retry_after", "wait", "unidentified", "idempotency", "adaptive", "lending", KeyLimitsKey}
 
 func (d *decoder) checkClasses(p *Policy, routes []string) {
 	var names []string
@@ -207,10 +216,7 @@ func (d *decoder) checkClasses(p *Policy, routes []string) {
 				d.at(c.line, field+".field", "route %q has no field %q", rn, c.Field)
 				continue
 			}
-			want := map[FieldKind]string{FieldBodyArrayLen: "int", FieldQueryTruthy: "bool"}[r.Fields[k].Kind]
-			if want == "" {
-				want = "string"
-			}
+			want := r.Fields[k].Kind.Type().String()
 			got := fmt.Sprintf("%T", c.Equals)
 			if got != want {
 				d.at(c.line, field+".equals", "field %q of route %q is %s, equals is %s", c.Field, rn, article(want), article(got))
@@ -301,6 +307,16 @@ func (d *decoder) checkLanes(p *Policy, routes, tiers []string) {
 				d.at(l.lineOf("reserve"), field+".reserve.value", "reserve %d is more than the limit %d", r.Value, l.Limit.Value)
 			}
 			claim(l.lineOf("reserve"), field+".reserve.config", r.Config, l.Name)
+		}
+		if len(l.KeyLimits) > 0 {
+			if !l.ByField() {
+				d.at(l.lineOf("key_limits"), field+".key_limits", "only a lane keyed by a call field (a model, a tenant) has limits per key value")
+			}
+			for _, k := range slices.Sorted(maps.Keys(l.KeyLimits)) {
+				if r := l.Reserve; r != nil && l.KeyLimits[k] < r.Value {
+					d.at(l.lineOf("key_limits"), field+".key_limits."+k, "limit %d is less than the reserve %d", l.KeyLimits[k], r.Value)
+				}
+			}
 		}
 	}
 	for i, r := range p.Routes {

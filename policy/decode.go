@@ -230,7 +230,7 @@ func contains(list []string, s string) bool {
 	return false
 }
 
-var topKeys = []string{"version", "name", "routes", "classes", "identity", "lanes", "names"}
+var topKeys = []string{"version", "name", "routes", "classes", "identity", "lanes", "names", "idempotency"}
 
 func (d *decoder) policy(n *yaml.Node) *Policy {
 	p := &Policy{}
@@ -270,6 +270,9 @@ func (d *decoder) policy(n *yaml.Node) *Policy {
 	}
 	if e, ok := m["names"]; ok {
 		p.Names = d.names(e.val, "names")
+	}
+	if e, ok := m["idempotency"]; ok {
+		p.Idempotency = d.idempotency(e.val, "idempotency")
 	}
 	return p
 }

@@ -90,7 +90,7 @@ func (d *decoder) tier(n *yaml.Node, field string) string {
 
 func (d *decoder) lane(n *yaml.Node, field string) *Lane {
 	l := &Lane{line: n.Line}
-	m := d.mapping(n, field, "name", "scope", "key", "routes", "only_if", "limit", "config", "reserve", "headers", "log", "status")
+	m := d.mapping(n, field, "name", "scope", "key", "routes", "only_if", "limit", "key_limits", "config", "reserve", "headers", "log", "status")
 	l.lines = lines(m)
 	d.required(n, field, m, "name", "scope", "routes", "limit")
 	if e, ok := m["name"]; ok {
@@ -137,6 +137,9 @@ func (d *decoder) lane(n *yaml.Node, field string) *Lane {
 		} else {
 			l.Limit.Value = d.int(e.val, field+".limit")
 		}
+	}
+	if e, ok := m["key_limits"]; ok {
+		l.KeyLimits = d.keyLimits(e.val, field+".key_limits")
 	}
 	if e, ok := m["config"]; ok {
 		l.Limit.Config = d.configKey(e.val, field+".config")
@@ -194,6 +197,42 @@ func (d *decoder) lane(n *yaml.Node, field string) *Lane {
 		l.Status = d.logKey(e.val, field+".status")
 	}
 	return l
+}
+
+// keyLimits decodes a lane's key_limits: a mapping of key values (a model's
+// name, as calls send it) to limits.
+func (d *decoder) keyLimits(n *yaml.Node, field string) map[string]int {
+	out := map[string]int{}
+	pairs := d.pairs(n, field)
+	for _, e := range pairs {
+		k := e.key.Value
+		if msg := KeyLimitValueProblem(k); msg != "" {
+			d.errorf(e.key, field, "%q: %s", k, msg)
+			continue
+		}
+		out[k] = d.int(e.val, field+"."+k)
+	}
+	if len(pairs) > MaxKeyLimits {
+		d.errorf(n, field, "at most %d key values, got %d", MaxKeyLimits, len(pairs))
+	}
+	return out
+}
+
+// KeyLimitValueProblem says what is wrong with v as a key value a key
+// limit names (the policy's or the runtime config's), or "".
+func KeyLimitValueProblem(v string) string {
+	switch {
+	case v == "":
+		return "a key value is not empty (calls without one count under (none))"
+	case len(v) > MaxKeyLimitValue:
+		return fmt.Sprintf("a key value is at most %d bytes", MaxKeyLimitValue)
+	}
+	for _, r := range v {
+		if r < 0x20 || r == 0x7f {
+			return "a key value has no control characters"
+		}
+	}
+	return ""
 }
 
 // logKey checks a key of the log line or of the status JSON.

@@ -16,7 +16,8 @@ var methodRE = regexp.MustCompile(`^[A-Z]+$`)
 
 func (d *decoder) route(n *yaml.Node, field string) *Route {
 	r := &Route{line: n.Line, Seats: map[string]Seats{}}
-	m := d.mapping(n, field, "name", "log_name", "method", "path", "when", "fields", "seats", "units")
+	m := d.mapping(n, field, "name", "log_name", "method", "path", "when", "fields", "seats", "units",
+		"unreadable_body", "on_client_gone")
 	r.lines = lines(m)
 	d.required(n, field, m, "name", "method", "path")
 	if e, ok := m["name"]; ok {
@@ -57,6 +58,24 @@ func (d *decoder) route(n *yaml.Node, field string) *Route {
 	if e, ok := m["seats"]; ok {
 		for _, se := range d.pairs(e.val, field+".seats") {
 			r.Seats[se.key.Value] = d.seats(se.val, field+".seats."+se.key.Value)
+		}
+	}
+	if e, ok := m["unreadable_body"]; ok {
+		switch v := d.str(e.val, field+".unreadable_body"); v {
+		case "refuse":
+		case "max":
+			r.UnreadableBody = UnreadableMax
+		default:
+			d.errorf(e.val, field+".unreadable_body", "%s", suggest("value", v, []string{"refuse", "max"}))
+		}
+	}
+	if e, ok := m["on_client_gone"]; ok {
+		switch v := d.str(e.val, field+".on_client_gone"); v {
+		case "hold":
+		case "cancel":
+			r.OnClientGone = ClientGoneCancel
+		default:
+			d.errorf(e.val, field+".on_client_gone", "%s", suggest("value", v, []string{"hold", "cancel"}))
 		}
 	}
 	return r
@@ -180,7 +199,7 @@ func (d *decoder) predicate(n *yaml.Node, field string, depth int) Predicate {
 }
 
 func fieldKeys() []string {
-	return []string{"body_array_len", "body_string", "header", "path_segment", "query_truthy"}
+	return []string{"body_array_len", "body_int", "body_string", "body_texts", "header", "path_segment", "query_truthy"}
 }
 
 var nameRE = regexp.MustCompile(`^[a-z][a-z0-9_]*$`)
@@ -190,12 +209,20 @@ func (d *decoder) field(e entry, field string) Field {
 	if !nameRE.MatchString(f.Name) {
 		d.errorf(e.key, field, "a field name is lower case letters, digits and _")
 	}
-	m := d.mapping(e.val, field, fieldKeys()...)
+	m := d.mapping(e.val, field, append(fieldKeys(), "default")...)
+	de, hasDefault := m["default"]
+	delete(m, "default")
 	if len(m) != 1 {
-		if rn := resolve(e.val); rn.Kind == yaml.MappingNode && len(rn.Content) != 2 {
+		if rn := resolve(e.val); rn.Kind == yaml.MappingNode && len(rn.Content) != 2 && !(hasDefault && len(rn.Content) == 4) {
 			d.errorf(e.val, field, "want exactly one of %s", strings.Join(fieldKeys(), ", "))
 		}
 		return f
+	}
+	if hasDefault {
+		f.Default = d.int(de.val, field+".default")
+		if _, ok := m["body_int"]; !ok {
+			d.errorf(de.key, field+".default", "only a body_int field has a default")
+		}
 	}
 	for name, v := range m {
 		f.Kind = fieldKindNames[name]
@@ -269,4 +296,50 @@ func (d *decoder) class(n *yaml.Node, field string) *Class {
 		}
 	}
 	return c
+}
+
+// Idempotency is the policy's optional "idempotency": what the gateway's
+// idempotency (the runtime config's idempotency.mode) reads of a request.
+type Idempotency struct {
+	// RetryHeader, if set, is the request header by which a client marks
+	// a retry (the OpenAI clients' X-Stainless-Retry-Count): a value of 1
+	// or more. With it, mode auto joins only retries (and calls with an
+	// Idempotency-Key), never two first attempts: a sampling API answers
+	// two identical requests differently. Without it, mode auto takes any
+	// identical request as a repeat (the built-in policy: OCL's Mapper
+	// retries without marking them).
+	RetryHeader string
+	// FingerprintHeaders are request headers that make two requests
+	// different (an OpenAI-Organization): they are part of a request's
+	// fingerprint, beside the method, path, query, body and the headers
+	// that change what an API answers.
+	FingerprintHeaders []string
+}
+
+// MaxFingerprintHeaders is the most headers a policy adds to a request's
+// fingerprint.
+const MaxFingerprintHeaders = 8
+
+func (d *decoder) idempotency(n *yaml.Node, field string) Idempotency {
+	var id Idempotency
+	m := d.mapping(n, field, "retry_header", "fingerprint_headers")
+	if e, ok := m["retry_header"]; ok {
+		id.RetryHeader = textproto.CanonicalMIMEHeaderKey(d.token(e.val, field+".retry_header"))
+		if id.RetryHeader == "" {
+			d.errorf(e.val, field+".retry_header", "empty")
+		}
+	}
+	if e, ok := m["fingerprint_headers"]; ok {
+		for i, hn := range d.seq(e.val, field+".fingerprint_headers") {
+			h := textproto.CanonicalMIMEHeaderKey(d.token(hn, fmt.Sprintf("%s.fingerprint_headers[%d]", field, i)))
+			if h == "" {
+				d.errorf(hn, fmt.Sprintf("%s.fingerprint_headers[%d]", field, i), "empty")
+			}
+			id.FingerprintHeaders = append(id.FingerprintHeaders, h)
+		}
+		if len(id.FingerprintHeaders) > MaxFingerprintHeaders {
+			d.errorf(e.val, field+".fingerprint_headers", "at most %d headers, got %d", MaxFingerprintHeaders, len(id.FingerprintHeaders))
+		}
+	}
+	return id
 }

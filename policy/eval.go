@@ -66,22 +66,58 @@ func (e *Evaluator) Evaluate(req *Request, f *Fields) *Route {
 			continue
 		}
 		var bv bodyView
-		if len(r.bodyKeys) > 0 && !req.BodyUnreadable {
+		unread := req.BodyUnreadable
+		if len(r.bodyKeys) > 0 && !unread {
 			if !bodyChecked {
 				bodyChecked = true
 				bodyValid = req.Body != nil && json.Valid(req.Body)
 			}
-			if bodyValid {
+			switch {
+			case bodyValid:
 				bv.scan(req.Body, r.bodyKeys)
+				// A cost field the API reads and capgate can't (a
+				// max_tokens of "x") makes the body unread too.
+				unread = r.bodyCost && !r.costReadable(&bv)
+			case r.bodyCost && !blank(req.Body):
+				// Not JSON as Go reads it, but maybe as the API does
+				// (NaN, Infinity, UTF-16 without a charset): never the
+				// cheap call.
+				unread = true
 			}
+		}
+		if unread {
+			bv.any = true // every body predicate holds
 		}
 		if !r.holds(req, &bv) {
 			continue
 		}
-		r.extract(req, path, &bv, f)
+		r.extract(req, path, &bv, f, unread)
 		return r
 	}
 	return nil
+}
+
+// blank reports whether a body holds nothing but JSON whitespace: no body
+// to read (its fields take their defaults).
+func blank(b []byte) bool {
+	return jsonscan.SkipWS(b, 0) >= len(b)
+}
+
+// costReadable reports whether each int body field of r that its seats
+// count reads as a number (bodyInt ok).
+func (r *Route) costReadable(bv *bodyView) bool {
+	for _, s := range r.Seats {
+		if !s.body {
+			continue
+		}
+		fd := &r.Fields[s.field]
+		if fd.Kind == FieldBodyInt {
+			if _, ok := bodyInt(bv.vals[fd.body], fd.Default); !ok {
+				return false
+			}
+		}
+	}
+	return true
 }
 
 // MayMatch reports whether some route matches req by its method, path and
@@ -156,9 +192,12 @@ func (p *Predicate) holds(req *Request, bv *bodyView) bool {
 	return false
 }
 
-func (r *Route) extract(req *Request, path string, bv *bodyView, f *Fields) {
+// extract fills f with the fields of a call of r. unread: the body could
+// not be read (its fields are zero; on a route whose cost is in its body,
+// its string fields are UnreadableValue, its seats its most).
+func (r *Route) extract(req *Request, path string, bv *bodyView, f *Fields, unread bool) {
 	f.route, f.body = r, req.Body
-	f.bodyKnown = !req.BodyUnreadable
+	f.bodyKnown = !unread
 	for i := range r.Fields {
 		fd := &r.Fields[i]
 		v := &f.vals[i]
@@ -169,9 +208,22 @@ func (r *Route) extract(req *Request, path string, bv *bodyView, f *Fields) {
 			if bv.object {
 				v.n = jsonscan.ArrayLen(bv.vals[fd.body])
 			}
+		case FieldBodyInt:
+			switch {
+			case bv.object:
+				v.n, _ = bodyInt(bv.vals[fd.body], fd.Default)
+			case !unread:
+				v.n = fd.Default // no body, or not an object
+			}
+		case FieldBodyTexts:
+			if bv.object {
+				v.n = bodyTexts(bv.vals[fd.body])
+			}
 		case FieldBodyString:
 			if raw := bv.vals[fd.body]; bv.object && len(raw) >= 2 && raw[0] == '"' {
 				v.lit = raw
+			} else if unread && r.bodyCost {
+				v.s = UnreadableValue
 			}
 		case FieldHeader:
 			v.s = headerValue(req.Header, fd.Source)
@@ -380,9 +432,19 @@ func (f *Fields) Detach() {
 
 // NewFields returns empty fields of a call of r, to be set one by one
 // (SetBool, SetInt, SetString): a call the decision service is told of
-// rather than one the gateway read. Every field starts at its zero value.
+// rather than one the gateway read. Every field starts at its zero value,
+// a body_int field at its default (a call that names no max_tokens costs
+// what the policy says such a call costs).
 func NewFields(r *Route) Fields {
-	return Fields{route: r, bodyKnown: true}
+	f := Fields{route: r, bodyKnown: true}
+	if r != nil {
+		for i, fd := range r.Fields {
+			if fd.Kind == FieldBodyInt {
+				f.vals[i].n = fd.Default
+			}
+		}
+	}
+	return f
 }
 
 // SetBool sets bool field i; false if it is no bool field of the route.

@@ -207,3 +207,72 @@ func unhex(c byte) byte {
 	}
 	return c - 'a' + 10
 }
+
+// bodyInt reads a body_int field's raw JSON value as a Python API's int
+// field reads it (pydantic's lax mode): an integer, a number with a zero
+// fraction (512.0) or a string of digits ("512"); absent or null, def. A
+// value past MaxBodyInt reads as MaxBodyInt, a negative one as 0 (the API
+// refuses it). ok is false for anything else (a fraction, an exponent, a
+// word, a list): a value capgate can't read as the API might. It
+// allocates nothing.
+func bodyInt(v []byte, def int) (n int, ok bool) {
+	if len(v) == 0 || string(v) == "null" {
+		return def, true
+	}
+	quoted := v[0] == '"'
+	if quoted {
+		v = v[1 : len(v)-1] // a string of digits, and nothing else
+		if len(v) == 0 {
+			return 0, false
+		}
+	}
+	neg := v[0] == '-'
+	if neg {
+		v = v[1:]
+	}
+	i := 0
+	for ; i < len(v) && '0' <= v[i] && v[i] <= '9'; i++ {
+		if n < MaxBodyInt {
+			n = n*10 + int(v[i]-'0')
+		}
+	}
+	if i == 0 {
+		return 0, false
+	}
+	if i < len(v) {
+		// Only a zero fraction (not in a string: "512.0" is no int).
+		if quoted || v[i] != '.' || i+1 == len(v) {
+			return 0, false
+		}
+		for _, c := range v[i+1:] {
+			if c != '0' {
+				return 0, false
+			}
+		}
+	}
+	if neg {
+		return 0, true
+	}
+	return min(n, MaxBodyInt), true
+}
+
+// bodyTexts counts the texts of an embeddings-style input (OpenAI's
+// "input"): a string is one, an array of token ids (numbers) is one, an
+// array of strings or of token-id arrays is that many; anything else 0.
+// It allocates nothing.
+func bodyTexts(v []byte) int {
+	if len(v) == 0 {
+		return 0
+	}
+	switch v[0] {
+	case '"':
+		return 1
+	case '[':
+		i := jsonscan.SkipWS(v, 1)
+		if i < len(v) && (v[i] == '-' || '0' <= v[i] && v[i] <= '9') {
+			return 1 // one text, as token ids
+		}
+		return jsonscan.ArrayLen(v)
+	}
+	return 0
+}

@@ -107,6 +107,11 @@ type Lane struct {
 	// lane only when it is true (the built-in policy's kNN lane: semantic calls).
 	OnlyIf string
 	Limit  Limit
+	// KeyLimits, for a lane keyed by a call field, are the default limits
+	// of some of its key values (a model's own limit); a value without one
+	// takes Limit. At most MaxKeyLimits; the runtime config keeps the
+	// numbers in force under "key_limits.<lane>.<value>".
+	KeyLimits map[string]int
 	// Reserve, if set, holds part of the limit for one class of calls:
 	// every other call sees limit − reserve.
 	Reserve *Reserve
@@ -172,6 +177,20 @@ func (l *Lane) TakesCall(r *Route, f *Fields) bool {
 	i := r.Field(l.OnlyIf)
 	return i >= 0 && f != nil && f.Bool(i)
 }
+
+// MaxKeyLimits is the most key values a lane has a limit of its own for
+// (the policy's and the runtime config's key_limits): a call's plan looks
+// its key up, and the status lists them all.
+const MaxKeyLimits = 64
+
+// MaxKeyLimitValue is the longest key value, in bytes, a key limit may
+// name: longer values count under a cut key (a hash appended), which no
+// configured value could name.
+const MaxKeyLimitValue = 128
+
+// KeyLimitsKey is the runtime config's key of the lanes' key limits:
+// "key_limits.<lane>.<value>".
+const KeyLimitsKey = "key_limits"
 
 // Limit is a lane's limit: one number, or one per tier; Config is the
 // runtime-config key it lives at (per tier: Config + "." + tier).

@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"regexp"
+	"slices"
 	"strings"
 	"testing"
 
@@ -211,4 +212,85 @@ func FuzzParse(f *testing.F) {
 		}
 		_ = fmt.Sprint(p.Name)
 	})
+}
+
+// A lane keyed by a call field takes limits per key value (key_limits);
+// no other lane does, each is a limit, and there are at most MaxKeyLimits.
+func TestParseKeyLimits(t *testing.T) {
+	keyed := strings.Replace(base, "    scope: cluster\n", "    scope: key\n    key: model\n", 1)
+	p, err := policy.Parse("p.yaml", []byte(strings.Replace(keyed, "    limit: 8\n", "    limit: 8\n    key_limits: {large: 1, llama-3.1: 16}\n", 1)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := p.Lane("cluster").KeyLimits; len(got) != 2 || got["large"] != 1 || got["llama-3.1"] != 16 {
+		t.Errorf("KeyLimits = %v; want large 1, llama-3.1 16", got)
+	}
+	many := make([]string, policy.MaxKeyLimits+1)
+	for i := range many {
+		many[i] = fmt.Sprintf("m%d: 1", i)
+	}
+	for _, tc := range []struct {
+		name, src, field, msg string
+	}{
+		{"on a cluster lane", strings.Replace(base, "    limit: 8\n", "    limit: 8\n    key_limits: {large: 1}\n", 1),
+			"lanes[0].key_limits", "only a lane keyed by a call field"},
+		{"on a user lane", strings.Replace(strings.Replace(base, "    scope: cluster\n", "    scope: key\n    key: user\n", 1),
+			"    limit: 8\n", "    limit: 8\n    key_limits: {ann: 1}\n", 1), "lanes[0].key_limits", "only a lane keyed by a call field"},
+		{"not a number", strings.Replace(keyed, "    limit: 8\n", "    limit: 8\n    key_limits: {large: x}\n", 1),
+			"lanes[0].key_limits.large", "want a whole number"},
+		{"too many", strings.Replace(keyed, "    limit: 8\n", "    limit: 8\n    key_limits: {"+strings.Join(many, ", ")+"}\n", 1),
+			"lanes[0].key_limits", "at most 64 key values, got 65"},
+		{"under the reserve", strings.Replace(keyed, "    limit: 8\n", "    limit: 8\n    reserve: {class: c, value: 2}\n    key_limits: {large: 1}\n", 1) +
+			"classes:\n  - {name: c, routes: [a]}\n", "lanes[0].key_limits.large", "limit 1 is less than the reserve 2"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			_, err := policy.Parse("p.yaml", []byte(tc.src))
+			var es policy.Errors
+			if !errors.As(err, &es) {
+				t.Fatalf("Parse: %v; want Errors", err)
+			}
+			for _, e := range es {
+				if e.Field == tc.field && strings.Contains(e.Msg, tc.msg) {
+					return
+				}
+			}
+			t.Errorf("no error %s containing %q; got:\n%v", tc.field, tc.msg, err)
+		})
+	}
+}
+
+// A route says what a body it can't read costs and what its API does when
+// the client goes; a body_int field may have a default, no other field.
+func TestParseRouteBehaviour(t *testing.T) {
+	src := strings.Replace(base, "      flag: {query_truthy: flag}\n",
+		"      flag: {query_truthy: flag}\n      max_tokens: {body_int: max_tokens, default: 256}\n      texts: {body_texts: input}\n    unreadable_body: max\n    on_client_gone: cancel\n", 1)
+	p, err := policy.Parse("p.yaml", []byte(src))
+	if err != nil {
+		t.Fatal(err)
+	}
+	r := p.Route("a")
+	if r.UnreadableBody != policy.UnreadableMax || r.OnClientGone != policy.ClientGoneCancel {
+		t.Errorf("route a: unreadable %v, client gone %v; want max, cancel", r.UnreadableBody, r.OnClientGone)
+	}
+	if f := r.Fields[r.Field("max_tokens")]; f.Kind != policy.FieldBodyInt || f.Default != 256 || f.Kind.Type() != policy.TypeInt {
+		t.Errorf("max_tokens field %+v; want body_int, default 256", f)
+	}
+	if f := r.Fields[r.Field("texts")]; f.Kind != policy.FieldBodyTexts || f.Kind.Type() != policy.TypeInt {
+		t.Errorf("texts field %+v; want body_texts, an int", f)
+	}
+	if d := mustParse(t, base).Route("a"); d.UnreadableBody != policy.UnreadableRefuse || d.OnClientGone != policy.ClientGoneHold {
+		t.Errorf("defaults: %v, %v; want refuse, hold", d.UnreadableBody, d.OnClientGone)
+	}
+	for _, tc := range []struct{ old, new, field, msg string }{
+		{"      flag: {query_truthy: flag}\n", "      flag: {query_truthy: flag}\n    on_client_gone: cancl\n", "routes[0].on_client_gone", `did you mean "cancel"`},
+		{"      flag: {query_truthy: flag}\n", "      flag: {query_truthy: flag}\n    unreadable_body: min\n", "routes[0].unreadable_body", `unknown value "min"`},
+		{"{body_string: model}", "{body_string: model, default: 3}", "routes[0].fields.model.default", "only a body_int field has a default"},
+		{"{body_array_len: input}", "{body_int: input, default: x}", "routes[0].fields.n.default", "want a whole number"},
+	} {
+		_, err := policy.Parse("p.yaml", []byte(strings.Replace(base, tc.old, tc.new, 1)))
+		var es policy.Errors
+		if !errors.As(err, &es) || !slices.ContainsFunc(es, func(e *policy.Error) bool { return e.Field == tc.field && strings.Contains(e.Msg, tc.msg) }) {
+			t.Errorf("%s: %v; want %s: %s", tc.new, err, tc.field, tc.msg)
+		}
+	}
 }

@@ -15,6 +15,9 @@ type Policy struct {
 	Identity Identity
 	Lanes    []*Lane
 	Names    Names
+	// Idempotency says how the gateway tells a retry from a first attempt
+	// and which headers make two requests different (optional).
+	Idempotency Idempotency
 
 	source []byte
 	fields []FieldInfo // Fields
@@ -105,12 +108,21 @@ type Route struct {
 	// the adaptive limits measure the service time (OCL: rows). Unset:
 	// each call is one unit.
 	Units string
+	// UnreadableBody says what a call whose cost depends on its body
+	// (CostFromBody) gets when the gateway can't read the body as the API
+	// would: UnreadableRefuse (the default) or UnreadableMax.
+	UnreadableBody Unreadable
+	// OnClientGone says what the API does with a call whose client went
+	// away: ClientGoneHold (the default: it runs the call to its end) or
+	// ClientGoneCancel (it stops when its connection closes).
+	OnClientGone ClientGone
 
 	index    int
 	units    int      // the index of the Units field; -1 none
 	fieldOf  []int    // by the policy's field index (Policy.Fields): the route's, -1 none
 	lanes    uint64   // bit i: lane i of the policy takes the route (before only_if)
 	bodyKeys []string // the top-level body keys When and Fields read
+	bodyCost bool     // a lane's key or a seats field is a body field (CostFromBody)
 	line     int
 	lines    map[string]int // the line of each of its fields, for messages
 }
@@ -122,6 +134,44 @@ func (r *Route) lineOf(key string) int {
 	}
 	return r.line
 }
+
+// CostFromBody reports whether what a call of r costs depends on its body:
+// a lane it takes is keyed by a body field (a model), or its seats count
+// one (max_tokens, inputs). Such a call whose body can't be read as the
+// API reads it (Fields.BodyKnown false) is never the cheap call: refused
+// with 400 where enforced, else counted at its most (UnreadableBody).
+func (r *Route) CostFromBody() bool { return r.bodyCost }
+
+// Unreadable is what a route does with a call whose body it can't read.
+type Unreadable int
+
+const (
+	// UnreadableRefuse: an enforced call gets 400; any other is counted
+	// as UnreadableMax counts it.
+	UnreadableRefuse Unreadable = iota
+	// UnreadableMax: the call is counted at the route's most seats in
+	// every lane, its body string fields (a model) all UnreadableValue.
+	UnreadableMax
+)
+
+// UnreadableValue is the value of the body string fields of a call whose
+// body could not be read, on a route whose cost depends on its body: the
+// key of the one lane such calls share in a lane keyed by that field.
+const UnreadableValue = "(unreadable)"
+
+// ClientGone is what a route's API does with a call whose client left.
+type ClientGone int
+
+const (
+	// ClientGoneHold: the API runs the call to its end (a Django worker
+	// does), so the gateway keeps the upstream request and the call's
+	// place until it ends.
+	ClientGoneHold ClientGone = iota
+	// ClientGoneCancel: the API stops the call when its connection closes
+	// (vLLM, TGI, llama.cpp's server), so the gateway cancels the upstream
+	// request at once and frees the place once the connection is closed.
+	ClientGoneCancel
+)
 
 // Index returns the route's position in the policy.
 func (r *Route) Index() int { return r.index }
@@ -249,6 +299,8 @@ const (
 	FieldBodyString                        // string: a top-level body string ("" if not a string)
 	FieldHeader                            // string: the last value of a header
 	FieldPathSegment                       // string: the segment a pattern's {name} matched
+	FieldBodyInt                           // int: a top-level body integer (Field.Default when absent or null)
+	FieldBodyTexts                         // int: the texts of an embeddings-style input (a string: 1; token ids: 1; an array of texts: its length)
 )
 
 var fieldKindNames = map[string]FieldKind{
@@ -257,6 +309,8 @@ var fieldKindNames = map[string]FieldKind{
 	"body_string":    FieldBodyString,
 	"header":         FieldHeader,
 	"path_segment":   FieldPathSegment,
+	"body_int":       FieldBodyInt,
+	"body_texts":     FieldBodyTexts,
 }
 
 func (k FieldKind) String() string {
@@ -294,17 +348,34 @@ func (k FieldKind) Type() Type {
 	switch k {
 	case FieldQueryTruthy:
 		return TypeBool
-	case FieldBodyArrayLen:
+	case FieldBodyArrayLen, FieldBodyInt, FieldBodyTexts:
 		return TypeInt
 	}
 	return TypeString
 }
+
+// body reports whether a field of kind k is read from the body.
+func (k FieldKind) body() bool {
+	switch k {
+	case FieldBodyArrayLen, FieldBodyString, FieldBodyInt, FieldBodyTexts:
+		return true
+	}
+	return false
+}
+
+// MaxBodyInt is the largest value a body_int field takes: a larger one
+// (or one past int64) reads as MaxBodyInt, so no seats arithmetic on it
+// overflows.
+const MaxBodyInt = 1 << 40
 
 // Field is one value a route extracts from a call.
 type Field struct {
 	Name   string
 	Kind   FieldKind
 	Source string // the query parameter, body key, header (canonical) or pattern segment name
+	// Default is a body_int field's value when the body lacks the key or
+	// holds null (default 0).
+	Default int
 
 	body int // index into the route's body keys, for body kinds
 	seg  int // index into the pattern's segments, for FieldPathSegment
@@ -326,12 +397,17 @@ type Seats struct {
 	Max   int    // ≥ 1
 
 	field int
+	body  bool // Field is read from the body
 }
 
-// Of returns the seats for a call with fields f.
+// Of returns the seats for a call with fields f: Max for a body field of
+// a body that could not be read (never the cheap call).
 func (s Seats) Of(f *Fields) int {
 	if s.Field == "" {
 		return max(s.Const, 1)
+	}
+	if s.body && f != nil && f.route != nil && !f.bodyKnown {
+		return s.Max
 	}
 	n := 0
 	if f != nil {

@@ -3,6 +3,8 @@ package policy
 import (
 	"fmt"
 	"io"
+	"maps"
+	"slices"
 	"strings"
 )
 
@@ -44,6 +46,16 @@ func (p *Policy) WriteSummary(w io.Writer) error {
 			lanes = append(lanes, s)
 		}
 		fmt.Fprintf(&b, "    lanes  %s\n", strings.Join(lanes, ", "))
+		if r.CostFromBody() {
+			what := "refused with 400 where enforced, else counted at its most"
+			if r.UnreadableBody == UnreadableMax {
+				what = "counted at its most"
+			}
+			fmt.Fprintf(&b, "    a body capgate can't read: %s, under %s\n", what, UnreadableValue)
+		}
+		if r.OnClientGone == ClientGoneCancel {
+			b.WriteString("    client gone: the upstream request is cancelled\n")
+		}
 	}
 	if len(p.Classes) > 0 {
 		b.WriteString("\nclasses:\n")
@@ -71,6 +83,13 @@ func (p *Policy) WriteSummary(w io.Writer) error {
 				ts = append(ts, fmt.Sprintf("%s %d", t, l.Limit.PerTier[t]))
 			}
 			fmt.Fprintf(&b, "    limit per tier: %s at %s.<tier>\n", strings.Join(ts, ", "), l.Limit.Config)
+		}
+		if len(l.KeyLimits) > 0 {
+			var ks []string
+			for _, k := range slices.Sorted(maps.Keys(l.KeyLimits)) {
+				ks = append(ks, fmt.Sprintf("%s %d", k, l.KeyLimits[k]))
+			}
+			fmt.Fprintf(&b, "    limit per %s: %s at %s.%s.<%s>\n", l.Key, strings.Join(ks, ", "), KeyLimitsKey, l.Name, l.Key)
 		}
 		if r := l.Reserve; r != nil {
 			fmt.Fprintf(&b, "    reserve %d for %s at %s (other calls see limit − reserve)\n", r.Value, r.Class, r.Config)

@@ -58,7 +58,7 @@ func (e *ValidationError) Is(target error) bool { return target == ErrInvalid }
 // It modifies neither c nor change.
 func (c Config) Apply(change Patch) (Config, Diff, error) {
 	old := c.Doc()
-	next, msgs := c.sch().fromDoc(jsontree.Merge(old, change, false))
+	next, msgs := c.sch().fromDoc(jsontree.Merge(old, flatKeyLimits(change), false))
 	if len(msgs) > 0 {
 		return Config{}, nil, &ValidationError{Messages: msgs}
 	}
@@ -82,6 +82,11 @@ func (c Config) Overlay(stored map[string]any) (Config, error) {
 		if a, ok := stored[k]; ok {
 			merged = jsontree.Merge(merged, map[string]any{k: a}, false) // optional, so not in the defaults
 		}
+	}
+	if a, ok := stored[KeyLimitsKey]; ok {
+		// Each lane's values whole: one the defaults have and the stored
+		// version removed stays removed.
+		merged[KeyLimitsKey] = overlayKeyLimits(merged[KeyLimitsKey], a)
 	}
 	next, errs := c.sch().fromDoc(merged)
 	if len(errs) > 0 {

@@ -64,7 +64,10 @@ type Config struct {
 
 	lanes   []laneNumbers // by the policy's lane index; nil: the schema's defaults
 	lending []int         // by the policy's lane index: the seats each lends (Lend); nil: the policy's
-	schema  *schema       // nil: the built-in policy's
+	// keyLimits are by the policy's lane index: the limits of a lane's key
+	// values (KeyLimit); nil: the policy's. Never changed in place.
+	keyLimits []map[string]int
+	schema    *schema // nil: the built-in policy's
 }
 
 // laneNumbers are one lane's numbers.

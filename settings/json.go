@@ -29,13 +29,19 @@ func (c Config) MarshalJSON() ([]byte, error) {
 		b = append(b[:len(b)-1], `,"`+tune.ConfigKey+`":`...)
 		b = append(append(b, ab...), '}')
 	}
-	if l := c.lendingDoc(); l != nil {
-		lb, err := json.Marshal(l)
+	for _, opt := range []struct {
+		key string
+		doc map[string]any
+	}{{LendingKey, c.lendingDoc()}, {KeyLimitsKey, c.keyLimitsDoc()}} {
+		if opt.doc == nil {
+			continue
+		}
+		ob, err := json.Marshal(opt.doc)
 		if err != nil {
 			return nil, err
 		}
-		b = append(b[:len(b)-1], `,"`+LendingKey+`":`...)
-		b = append(append(b, lb...), '}')
+		b = append(b[:len(b)-1], `,"`+opt.key+`":`...)
+		b = append(append(b, ob...), '}')
 	}
 	return b, nil
 }
@@ -87,6 +93,9 @@ func (c *Config) UnmarshalJSON(b []byte) error {
 		if a, ok := obj[k]; ok {
 			merged[k] = a
 		}
+	}
+	if a, ok := obj[KeyLimitsKey]; ok {
+		merged[KeyLimitsKey] = overlayKeyLimits(merged[KeyLimitsKey], a)
 	}
 	next, msgs := c.sch().fromDoc(merged)
 	if len(msgs) > 0 {

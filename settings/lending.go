@@ -81,7 +81,7 @@ func (s *schema) parseLending(v any, c *Config) []string {
 		return []string{fmt.Sprintf("%q must be an object.", LendingKey)}
 	}
 	lanes := s.lendLanes()
-	var errs, unknown []string
+	var errs []string
 	lending := make([]int, len(s.p.Lanes))
 	for i, l := range s.p.Lanes {
 		if l.Reserve != nil {
@@ -106,19 +106,27 @@ func (s *schema) parseLending(v any, c *Config) []string {
 		}
 		lending[i] = int(n)
 	}
-	for k := range obj {
-		if !slices.Contains(lanes, k) {
-			what := "no lane of this policy"
-			if len(lanes) > 0 {
-				what = strings.Join(lanes, ", ")
-			}
-			unknown = append(unknown, fmt.Sprintf("Unknown setting %q: lending is for the lanes with a reserve: %s.", LendingKey+"."+k, what))
-		}
-	}
-	sort.Strings(unknown)
-	errs = append(errs, unknown...)
+	errs = append(errs, unknownLanes(obj, lanes, LendingKey, "lending is for the lanes with a reserve")...)
 	if len(errs) == 0 {
 		c.lending = lending
 	}
 	return errs
+}
+
+// unknownLanes returns the messages of the keys of obj (the object of the
+// optional config key key) that are not one of lanes, sorted: "Unknown
+// setting "<key>.<lane>": <what>: <lanes>."
+func unknownLanes(obj map[string]any, lanes []string, key, what string) []string {
+	var unknown []string
+	for k := range obj {
+		if !slices.Contains(lanes, k) {
+			names := "no lane of this policy"
+			if len(lanes) > 0 {
+				names = strings.Join(lanes, ", ")
+			}
+			unknown = append(unknown, fmt.Sprintf("Unknown setting %q: %s: %s.", key+"."+k, what, names))
+		}
+	}
+	sort.Strings(unknown)
+	return unknown
 }

@@ -203,6 +203,9 @@ func (c Config) Doc() map[string]any {
 	if l := c.lendingDoc(); l != nil {
 		doc[LendingKey] = l
 	}
+	if k := c.keyLimitsDoc(); k != nil {
+		doc[KeyLimitsKey] = k
+	}
 	return doc
 }
 
@@ -344,6 +347,7 @@ func (s *schema) fromDoc(doc any) (Config, []string) {
 	}
 	rest, av, hasAdaptive := splitAdaptive(top)
 	rest, lv, hasLending := splitKey(rest, LendingKey)
+	rest, kv, hasKeyLimits := splitKey(rest, KeyLimitsKey)
 	var errs, unknown []string
 	checkShape(rest, s.top, "", &errs, &unknown)
 	sort.Strings(unknown)
@@ -361,6 +365,9 @@ func (s *schema) fromDoc(doc any) (Config, []string) {
 	}
 	if hasLending && len(errs) == 0 {
 		errs = append(errs, s.parseLending(lv, &c)...)
+	}
+	if hasKeyLimits && len(errs) == 0 {
+		errs = append(errs, s.parseKeyLimits(kv, &c)...)
 	}
 	if len(errs) > 0 {
 		return Config{}, errs

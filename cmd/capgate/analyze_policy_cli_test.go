@@ -23,7 +23,7 @@ func TestAnalyzeCLIPolicy(t *testing.T) {
 		t.Fatalf("exit %d: %s", code, errs)
 	}
 	for _, want := range []string{"capgate analyze: 2000 capgate_call lines", "  route chat ", "  model:model-0 ",
-		"What if: enforce_for aware→all, lanes.model 2→1, mode shadow→enforce"} {
+		"What if: enforce_for aware→all, lanes.model 8→1, mode shadow→enforce"} {
 		if !strings.Contains(out, want) {
 			t.Errorf("output lacks %q:\n%s", want, out)
 		}

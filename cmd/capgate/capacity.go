@@ -69,7 +69,8 @@ relative to the current directory) must exist: the CLI never makes a new
 one by mistake. --create makes it (and its tables) when it is missing.
 
 Settings are dotted paths (tiers.preview=1 mode=enforce); a value of digits
-is a number, anything else a string. Flags may come before or after the
+is a number, null removes a setting that may be absent (a key value's limit:
+key_limits.model.large=null), anything else a string. Flags may come before or after the
 assignments. A change that changes nothing adds no version.
 
 --user records who made the change (default: the operating system user).

@@ -69,11 +69,12 @@ field shown per value). Flags:
 
 // demoPhase is one half of the demo: its mode and what happened.
 type demoPhase struct {
-	mode settings.Mode
-	dur  time.Duration
-	rep  *loadgen.Report
-	api  simapi.Window
-	t    *phaseTally
+	mode   settings.Mode
+	dur    time.Duration
+	rep    *loadgen.Report
+	api    simapi.Window
+	t      *phaseTally
+	engine *engineWindow // the inference engine's, under an inference API's policy; nil else
 }
 
 // Run runs the demo.
@@ -128,11 +129,20 @@ func (c *DemoCommand) Run(ctx context.Context, args []string) error {
 	knee := &simapi.Knee{Capacity: cluster, FailAt: 2 * cluster}
 	users, loadUsers := demoUsers(pol, *perTier)
 	var api demoUpstream
+	var eng *simapi.Engine // an inference API's policy: the engine upstream, its knee in tokens
 	identityKind, tokens := "upstream", ""
+	workers := 2
 	if mapper {
 		oclAPI := simapi.New(users)
 		oclAPI.Knee = knee
 		api = oclAPI
+	} else if servesCompletions(pol) {
+		eng = demoEngine(defaults)
+		api = &simapi.Inference{Engine: eng, Latency: demoEmbeddings}
+		identityKind, tokens, workers = "tokens", filepath.Join(dir, "tokens.json"), demoInferenceWorkers
+		if err := writeTokens(tokens, users); err != nil {
+			return err
+		}
 	} else {
 		api = &simapi.Generic{Policy: pol, Users: users, Knee: knee}
 		identityKind, tokens = "tokens", filepath.Join(dir, "tokens.json")
@@ -147,8 +157,7 @@ func (c *DemoCommand) Run(ctx context.Context, args []string) error {
 	apiSrv := &http.Server{Handler: api, ReadHeaderTimeout: 10 * time.Second}
 	go func() { _ = apiSrv.Serve(apiLn) }()
 	defer apiSrv.Close()
-	progress(fmt.Sprintf("building the pieces: the simulated API at %s (its knee: %d heavy calls at once; slower past it, 503 past %d)",
-		apiLn.Addr(), knee.Capacity, knee.FailAt))
+	progress(fmt.Sprintf("building the pieces: the simulated API at %s (%s)", apiLn.Addr(), kneeText(knee, eng)))
 
 	st, err := LoadSettings(func(string) string { return "" }) // embedded defaults, whatever the environment says
 	if err != nil {
@@ -191,7 +200,7 @@ func (c *DemoCommand) Run(ctx context.Context, args []string) error {
 	} else {
 		progress(pol.Names.LogEvent + " lines: " + *logFile)
 	}
-	fmt.Fprintf(c.Stdout, "capgate demo: %d users (%d per tier, 2 calls at once each), %s\n", len(loadUsers), *perTier, *duration)
+	fmt.Fprintf(c.Stdout, "capgate demo: %d users (%d per tier, %d calls at once each), %s\n", len(loadUsers), *perTier, workers, *duration)
 	fmt.Fprintf(c.Stdout, "live: the API's load, then each lane's calls in flight / limit (tiers: %s)\n\n", strings.Join(pol.Tiers(), ", "))
 
 	phases := make([]demoPhase, len(modes))
@@ -211,11 +220,16 @@ func (c *DemoCommand) Run(ctx context.Context, args []string) error {
 		fmt.Fprintf(c.Stdout, "== %s for %s: %s\n", m, ph.dur, phaseStory(m, mapper))
 		ph.t = tally.begin()
 		api.TakeWindow()
+		began, tokensBefore := time.Now(), int64(0)
+		if eng != nil {
+			eng.ResetPeaks()
+			tokensBefore = eng.Tokens()
+		}
 		_, failedBefore := api.Load() // the live line counts this phase's failures
 		cfgNow := srv.Configs.Config(ctx)
 		var lastPrint time.Time
 		ph.rep, runErr = loadgen.Run(ctx, loadgen.Config{BaseURL: gwURL, Users: loadUsers, Duration: ph.dur,
-			Workers: 2, Think: time.Second, Grace: 10 * time.Second, BulkRows: [2]int{5, 25}, Policy: pol},
+			Workers: workers, Think: time.Second, Grace: 10 * time.Second, BulkRows: [2]int{5, 25}, Policy: pol},
 			func(p loadgen.Progress) {
 				line := c.progressLine(ctx, srv.Gate, cfgNow, api, failedBefore, p)
 				if c.Live {
@@ -237,6 +251,9 @@ func (c *DemoCommand) Run(ctx context.Context, args []string) error {
 		// its own calls.
 		settle(ctx, api, srv.Gate, cfgNow)
 		ph.api = api.TakeWindow()
+		if eng != nil {
+			ph.engine = &engineWindow{tokens: eng.Tokens() - tokensBefore, span: time.Since(began), models: eng.Models()}
+		}
 	}
 	// The config in force, read while the config store is open: once it is
 	// closed, a read past the cache gives the last known config with
@@ -258,7 +275,7 @@ func (c *DemoCommand) Run(ctx context.Context, args []string) error {
 	if tempLog {
 		kept = "" // removed with the demo's directory
 	}
-	c.summary(phases, tally, final, knee, kept)
+	c.summary(phases, tally, final, knee, eng, kept)
 	for _, ph := range phases {
 		if n := ph.rep.Failed(); n > 0 && ph.mode == settings.ModeEnforce {
 			return fmt.Errorf("demo: %d %s failed in enforce", n, demoUnit(pol))
@@ -528,7 +545,7 @@ func pct(sorted []time.Duration, p int) time.Duration {
 	return sorted[(len(sorted)-1)*p/100]
 }
 
-func (c *DemoCommand) summary(phases []demoPhase, d *demoTally, cfg settings.Config, knee *simapi.Knee, logFile string) {
+func (c *DemoCommand) summary(phases []demoPhase, d *demoTally, cfg settings.Config, knee *simapi.Knee, eng *simapi.Engine, logFile string) {
 	w := c.Stdout
 	d.mu.Lock()
 	defer d.mu.Unlock()
@@ -540,13 +557,14 @@ func (c *DemoCommand) summary(phases []demoPhase, d *demoTally, cfg settings.Con
 		}
 		fmt.Fprintln(tw)
 	}
-	fmt.Fprintf(w, "\n== What the API went through (its knee: %d heavy calls at once; slower past it, 503 past %d)\n", knee.Capacity, knee.FailAt)
+	fmt.Fprintf(w, "\n== What the API went through (%s)\n", kneeText(knee, eng))
 	row("", func(ph demoPhase) string { return fmt.Sprintf("%s (%s)", ph.mode, ph.dur) })
 	row("heavy calls served by the API", func(ph demoPhase) string { return fmt.Sprint(ph.api.Served) })
+	engineRows(row, phases)
 	row("failed by the API (503, overloaded)", func(ph demoPhase) string { return fmt.Sprint(ph.api.Failed) })
 	row("most at once in the API", func(ph demoPhase) string {
 		s := fmt.Sprint(ph.api.Peak)
-		if ph.api.Peak > knee.Capacity {
+		if eng == nil && ph.api.Peak > knee.Capacity {
 			s += " (past the knee)"
 		}
 		return s
@@ -671,10 +689,13 @@ func (c *DemoCommand) summary(phases []demoPhase, d *demoTally, cfg settings.Con
 
 	fmt.Fprintf(w, "\n== What this shows\n")
 	for _, ph := range phases {
-		if ph.mode == settings.ModeShadow {
+		switch {
+		case ph.engine != nil:
+			fmt.Fprintln(w, engineStory(ph, unit))
+		case ph.mode == settings.ModeShadow:
 			fmt.Fprintf(w, "shadow: %d calls found a lane full (%s); all went ahead, the API ran up to %d at once against its knee of %d, and failed %d.\n",
 				sum(ph.t.wouldRef), byScope(ph.t.wouldRef), ph.api.Peak, knee.Capacity, ph.api.Failed)
-		} else {
+		default:
 			fmt.Fprintf(w, "enforce: the API ran at most %d at once and failed %d; %d calls waited at the gateway instead, %d were refused and retried, and %d %s failed.\n",
 				ph.api.Peak, ph.api.Failed, len(ph.t.waits), sum(ph.t.refused), ph.rep.Failed(), unit)
 		}

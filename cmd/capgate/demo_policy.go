@@ -6,8 +6,10 @@ package main
 import (
 	"encoding/json"
 	"fmt"
+	"maps"
 	"net/http"
 	"os"
+	"slices"
 	"strings"
 
 	"github.com/capgate/capgate/policy"
@@ -59,15 +61,24 @@ func demoUnit(p *policy.Policy) string {
 	return unit
 }
 
-// laneLimits writes each lane's limit in force: "cluster 8, model 2, user
-// free 1 / pro 3"; a lane with a reserve as heavyLimit does.
+// laneLimits writes each lane's limit in force: "cluster 8, model 8
+// (large 4), user free 1 / pro 3" (a key value's own limit in brackets); a
+// lane with a reserve as heavyLimit does.
 func laneLimits(cfg settings.Config) string {
 	p := cfg.Policy()
 	var parts []string
 	for i, l := range p.Lanes {
 		if l.Limit.PerTier == nil {
 			n := cfg.Limit(i, -1)
-			parts = append(parts, l.Name+" "+heavyLimit(n, max(n-cfg.Reserve(i), 0)))
+			part := l.Name + " " + heavyLimit(n, max(n-cfg.Reserve(i), 0))
+			if kl := cfg.KeyLimits(i); len(kl) > 0 {
+				var ks []string
+				for _, k := range slices.Sorted(maps.Keys(kl)) {
+					ks = append(ks, fmt.Sprintf("%s %d", k, kl[k]))
+				}
+				part += " (" + strings.Join(ks, ", ") + ")"
+			}
+			parts = append(parts, part)
 			continue
 		}
 		var tiers []string

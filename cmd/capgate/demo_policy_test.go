@@ -35,10 +35,11 @@ func examplePolicy(t *testing.T) string {
 
 // TestDemoUnderAPolicy runs a short demo under the inference policy and
 // checks what it tells: its users are of the policy's tiers, its calls of
-// the policy's routes; in enforce the API fails nothing and every lane
-// holds (the model lane per model, the user lane per tier), the config
-// line names the policy's lanes, and capgate analyze of its log reports
-// the same decisions as its summary.
+// the policy's routes; its upstream the batching engine, whose knee is in
+// tokens; in enforce the API fails nothing, no call waits for a model's
+// cache and every lane holds (the model lane per model, the user lane per
+// tier), the config line names the policy's lanes, and capgate analyze of
+// its log reports the same decisions as its summary.
 func TestDemoUnderAPolicy(t *testing.T) {
 	if testing.Short() {
 		t.Skip("runs the demo for a few seconds")
@@ -52,8 +53,8 @@ func TestDemoUnderAPolicy(t *testing.T) {
 		t.Fatalf("demo exited %d: %s\n%s", code, errOut.String(), text)
 	}
 	for _, want := range []string{"capgate_call lines: " + logFile, "(tiers: pro, free)", "== shadow for 3s", "== enforce for 3s",
-		"its knee: 8 heavy calls at once", "share of calls done: pro", "share of calls done: free",
-		"The config in force now: mode enforce, enforce_for all, cluster 8, model 2, user pro 3 / free 1."} {
+		"its knee: each model's KV cache, small 4224, large 2112 tokens", "share of calls done: pro", "share of calls done: free",
+		"The config in force now: mode enforce, enforce_for all, cluster 8, model 8 (large 4), user pro 3 / free 1."} {
 		if !strings.Contains(text, want) {
 			t.Errorf("no %q in:\n%s", want, text)
 		}
@@ -74,6 +75,17 @@ func TestDemoUnderAPolicy(t *testing.T) {
 	}
 	if demoCells(t, text, "users' chat p50 / p99") == nil || demoCells(t, text, "users' embeddings p50 / p99") == nil {
 		t.Error("no latency rows of the routes")
+	}
+	// The engine upstream, its knee in tokens: in enforce the gateway
+	// keeps each model within its cache (the seats of its max_tokens), so
+	// no call waits in the engine.
+	if demoCells(t, text, "tokens generated, per second") == nil {
+		t.Errorf("no tokens per second in:\n%s", text)
+	}
+	for _, m := range []string{"small", "large"} {
+		if c := demoCells(t, text, "model "+m+": most cache held / calls waiting for it"); c != nil && !strings.HasSuffix(c[1], "/ 0") {
+			t.Errorf("enforce: model %s %q; want no call waiting for its cache", m, c[1])
+		}
 	}
 	// The peaks: a lane keyed by the model per model, the user lane per
 	// tier; each within its limit in enforce.

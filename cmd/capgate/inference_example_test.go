@@ -39,7 +39,8 @@ func writeInferenceTokens(t *testing.T, dir string) string {
 	path := filepath.Join(dir, "tokens.json")
 	body := `[{"token":"t-fay","username":"fay","is_staff":false,"auth_groups":[]},
 {"token":"t-pia","username":"pia","is_staff":false,"auth_groups":["pro"]},
-{"token":"t-pat","username":"pat","is_staff":false,"auth_groups":["pro"]}]`
+{"token":"t-pat","username":"pat","is_staff":false,"auth_groups":["pro"]},
+{"token":"t-sam","username":"sam","is_staff":true,"auth_groups":[]}]`
 	if err := os.WriteFile(path, []byte(body), 0o600); err != nil {
 		t.Fatal(err)
 	}
@@ -235,8 +236,10 @@ func logLines(t *testing.T, path string) []map[string]any {
 // by the test alone), reading the config on every call (--config-cache 0:
 // a change staff make applies to the next call). The API holds each call
 // until the test lets it go, so the calls in flight are exactly the ones
-// the test sent. The API's own peaks show each limit held: per model 2,
-// per user free 1 and pro 3, the cluster 8.
+// the test sent. Each chat or completions call names no max_tokens: it
+// takes 2 seats of its model (1024 tokens), an embeddings call of one text
+// 1. The API's own peaks show each limit held: the large model's 4 seats
+// (its key limit), per user free 1 and pro 3, the cluster 8.
 func TestInferenceExampleEndToEnd(t *testing.T) {
 	clearLaneEnv(t)
 	dir := t.TempDir()
@@ -278,7 +281,8 @@ func TestInferenceExampleEndToEnd(t *testing.T) {
 	// Per user: fay (free) runs one call at a time.
 	r.hold(chat, tokFree, "large")
 	r.refused(chat, tokFree, "small", "user")
-	// Per model: "large" runs two calls at a time, whoever sends them.
+	// Per model: "large" (key_limits.model.large 4) runs two calls of 2
+	// seats at a time, whoever sends them.
 	r.hold(chat, tokPia, "large")
 	r.refused(completions, tokPat, "large", "model")
 	// Per user: pia (pro) runs three.
@@ -343,8 +347,9 @@ func TestInferenceExampleEndToEnd(t *testing.T) {
 	}
 	r.release()
 
-	// A runtime change of the model lane: the next calls see limit 1.
-	mustRun(t, "capacity", "set", "--database", db, "--policy", inferencePolicy, "lanes.model=1", "--note", "one per model")
+	// A runtime change of a model's own limit: the next calls see 1 (a
+	// call's seats capped at it: one call at a time).
+	mustRun(t, "capacity", "set", "--database", db, "--policy", inferencePolicy, "key_limits.model.large=1", "--note", "one on large")
 	r.hold(chat, tokPia, "large")
 	r.refused(chat, tokPat, "large", "model")
 	r.release()
@@ -359,11 +364,34 @@ func TestInferenceExampleEndToEnd(t *testing.T) {
 	if err := json.NewDecoder(strings.NewReader(hist)).Decode(&newest); err != nil {
 		t.Fatalf("capacity history %q: %v", hist, err)
 	}
-	if c := newest.Changes["lanes.model"]; fmt.Sprint(c[0], c[1]) != "2 1" || newest.Note != "one per model" {
-		t.Errorf("capacity history, newest = %+v; want lanes.model 2→1", newest)
+	if c := newest.Changes["key_limits.model.large"]; fmt.Sprint(c[0], c[1]) != "4 1" || newest.Note != "one on large" {
+		t.Errorf("capacity history, newest = %+v; want key_limits.model.large 4→1", newest)
 	}
 	if !strings.Contains(hist, `"lanes.user.pro"`) {
 		t.Errorf("capacity history %q lacks the lanes.user.pro change", hist)
+	}
+	// The status (staff) shows the model lane's configured values, none
+	// in flight; a rollback puts large's limit back, as any limit.
+	largeLimit := func() string {
+		t.Helper()
+		a := callAPI(t, r.addr, http.MethodGet, "/capacity/status/", "t-sam", "")
+		var st struct {
+			Model map[string]struct {
+				InFlight int `json:"in_flight"`
+				Limit    int `json:"limit"`
+			} `json:"model"`
+		}
+		if err := json.Unmarshal([]byte(a.body), &st); a.code != http.StatusOK || err != nil {
+			t.Fatalf("GET /capacity/status/ as staff: %d %s (%v)", a.code, a.body, err)
+		}
+		return fmt.Sprint(st.Model["large"])
+	}
+	if got := largeLimit(); got != "{0 1}" {
+		t.Errorf("status of model large %s; want none in flight, limit 1", got)
+	}
+	mustRun(t, "capacity", "rollback", "--database", db, "--policy", inferencePolicy, "--to", "2", "--note", "large back")
+	if got := largeLimit(); got != "{0 4}" {
+		t.Errorf("status of model large after the rollback %s; want limit 4 again", got)
 	}
 
 	if err := stop(); err != nil {
@@ -387,7 +415,7 @@ func TestInferenceExampleEndToEnd(t *testing.T) {
 					admitted = l
 				}
 			case "refused":
-				refusedModel = l // the last: under lanes.model=1
+				refusedModel = l // the last: under key_limits.model.large=1
 			}
 		}
 	}
@@ -403,12 +431,13 @@ func TestInferenceExampleEndToEnd(t *testing.T) {
 		}
 	}
 	if admitted["user_id"] != "fay" || admitted["tier"] != "free" || admitted["cluster_limit"] != 8.0 ||
-		admitted["model_limit"] != 2.0 || admitted["user_limit"] != 1.0 || admitted["mode"] != "enforce" {
-		t.Errorf("fay's chat on large: %v; want user fay, tier free, limits cluster 8, model 2, user 1, mode enforce", admitted)
+		admitted["model_limit"] != 4.0 || admitted["model_in_flight"] != 2.0 || admitted["max_tokens"] != 1024.0 ||
+		fmt.Sprint(admitted["seats"]) != "map[model:2]" || admitted["user_limit"] != 1.0 || admitted["mode"] != "enforce" {
+		t.Errorf("fay's chat on large: %v; want user fay, tier free, limits cluster 8, model 4 (its 2 seats in flight), user 1, mode enforce", admitted)
 	}
 	if refusedModel["user_id"] != "pat" || refusedModel["model_limit"] != 1.0 || refusedModel["model_in_flight"] != 1.0 ||
 		refusedModel["user_limit"] != 5.0 || refusedModel["scope"] != "model" {
-		t.Errorf("pat's refused chat on large after lanes.model=1: %v; want model limit 1 (1 in flight), user limit 5, scope model", refusedModel)
+		t.Errorf("pat's refused chat on large after key_limits.model.large=1: %v; want model limit 1 (1 in flight), user limit 5, scope model", refusedModel)
 	}
 	if fmt.Sprint(refusedCluster["full"]) != "[cluster]" || refusedCluster["cluster_in_flight"] != 8.0 || refusedCluster["user_in_flight"] != 0.0 {
 		t.Errorf("fay's call refused by the cluster: %v; want full [cluster], 8 in flight there, none of hers", refusedCluster)

@@ -245,8 +245,10 @@ func TestServeReloadsThePolicy(t *testing.T) {
 
 identity:`)
 	v2 = edit(t, v2, `    routes: [chat, completions, embeddings]
-    limit: 8`, `    routes: [chat, completions, embeddings, models]
-    limit: 5`)
+    limit: 8
+    headers:`, `    routes: [chat, completions, embeddings, models]
+    limit: 5
+    headers:`)
 	v2 = edit(t, v2, `    routes: [chat, completions, embeddings]
     limit: {free: 1, pro: 3}`, `    routes: [chat, completions, embeddings, models]
     limit: {free: 1, pro: 3}`)

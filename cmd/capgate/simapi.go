@@ -10,6 +10,7 @@ import (
 	"net"
 	"net/http"
 	"os"
+	"strconv"
 	"strings"
 	"time"
 
@@ -29,7 +30,8 @@ type SimAPICommand struct {
 func (c *SimAPICommand) Usage() string {
 	return `Usage: capgate simapi [--listen ADDR] [--tokens FILE] [--latency LO-HI]
                      [--backend-capacity K --backend-base-ms B [--backend-per-row]]
-       capgate simapi --api inference [--listen ADDR] [--latency D]
+       capgate simapi --api inference [--listen ADDR] [--step D] [--batch-knee N]
+                     [--kv-tokens N] [--model-kv M=N,...] [--latency D]
        capgate simapi --api policy --policy FILE [--listen ADDR] [--tokens FILE] [--knee N]
 
 Serves a simulated OCL API: GET /user/ for the demo users (tokens such as
@@ -49,10 +51,19 @@ another, as a bulk $match does, and takes rows × that. GET /_sim/backend gives 
 per-row model).
 
 With --api inference it serves a fake OpenAI-compatible inference API for
-examples/inference: POST /v1/chat/completions, /v1/completions and
-/v1/embeddings answer after --latency (default 2s) and GET /v1/models lists
-the models; GET /_simapi/stats gives the calls served and the most that ran
-at once, in all, per model and per bearer token.
+examples/inference: POST /v1/chat/completions and /v1/completions answer in
+OpenAI's shapes (streamed with "stream": true, the usage in a last chunk
+with stream_options.include_usage), made by a simulated continuous-batching
+engine: per model, a token of each running call per step of --step × (1 +
+batch / --batch-knee); each call holds prompt + max_tokens tokens of the
+model's KV cache (--kv-tokens, or per model --model-kv large=2048); past it
+calls wait, and while they wait every step is slower (the engine thrashes),
+so the model serves fewer tokens a second. A client that goes away stops
+its call. With --latency D every completion takes D instead. POST
+/v1/embeddings answers after --latency (default 2s); GET /v1/models lists
+the models; GET /_simapi/stats gives the calls served, the most that ran at
+once (in all, per model and per bearer token), the tokens generated and
+each model's cache and queue.
 
 With --api policy it serves a simulated API of the routes of the policy
 --policy FILE (the demo's under that policy): every call a route matches
@@ -78,6 +89,11 @@ func (c *SimAPICommand) Run(ctx context.Context, args []string) error {
 	perRow := fs.Bool("backend-per-row", false, "a semantic call sends its rows one after another: it takes rows × the backend's time")
 	kind := fs.String("api", "ocl", "the API to simulate: ocl (the built-in policy's, the demo's), inference (examples/inference) or policy (the routes of --policy)")
 	knee := fs.Int("knee", 0, "with --api policy: calls past this many at once are slower, past twice it fail (0: none)")
+	var eng inferenceFlags
+	fs.DurationVar(&eng.step, "step", simapi.DefaultStepTime, "with --api inference: one token of a batch of one")
+	fs.IntVar(&eng.knee, "batch-knee", simapi.DefaultBatchKnee, "with --api inference: the batch at which a step takes twice --step")
+	fs.IntVar(&eng.kv, "kv-tokens", simapi.DefaultKVTokens, "with --api inference: each model's KV cache, in tokens")
+	fs.StringVar(&eng.models, "model-kv", "", "with --api inference: per model KV caches, M=N,... (e.g. large=2048)")
 	var pst Settings
 	fs.StringVar(&pst.PolicyFile, "policy", "", "with --api policy: the policy `file` whose routes to serve (YAML; docs/POLICY.md)")
 	if done, err := parseFlags(fs, args, c.Usage(), c.Stdout); done {
@@ -86,7 +102,7 @@ func (c *SimAPICommand) Run(ctx context.Context, args []string) error {
 	switch *kind {
 	case "ocl":
 	case "inference":
-		return c.inference(ctx, *listen, *latency, fs)
+		return c.inference(ctx, *listen, *latency, eng, fs)
 	case "policy":
 		if pst.PolicyFile == "" {
 			return &UsageError{Msg: "--api policy: give --policy FILE\n\n" + helpOf(c.Usage(), fs)}
@@ -146,8 +162,36 @@ func (c *SimAPICommand) Run(ctx context.Context, args []string) error {
 	return serveUntil(ctx, ln, handler)
 }
 
+// inferenceFlags are the engine's flags of --api inference.
+type inferenceFlags struct {
+	step   time.Duration
+	knee   int
+	kv     int
+	models string
+}
+
+// engine returns the Engine the flags describe.
+func (f inferenceFlags) engine() (*simapi.Engine, error) {
+	if f.step <= 0 || f.knee < 1 || f.kv < 1 {
+		return nil, fmt.Errorf("--step, --batch-knee and --kv-tokens: want a positive duration and numbers of at least 1")
+	}
+	e := &simapi.Engine{StepTime: f.step, BatchKnee: f.knee, DefaultKVTokens: f.kv, KVTokens: map[string]int{}}
+	for pair := range strings.SplitSeq(f.models, ",") {
+		if pair = strings.TrimSpace(pair); pair == "" {
+			continue
+		}
+		m, n, ok := strings.Cut(pair, "=")
+		v, err := strconv.Atoi(n)
+		if !ok || m == "" || err != nil || v < 1 {
+			return nil, fmt.Errorf("--model-kv %q: want MODEL=TOKENS pairs, e.g. large=2048", f.models)
+		}
+		e.KVTokens[m] = v
+	}
+	return e, nil
+}
+
 // inference serves the fake inference API (--api inference).
-func (c *SimAPICommand) inference(ctx context.Context, listen, latency string, fs *flag.FlagSet) error {
+func (c *SimAPICommand) inference(ctx context.Context, listen, latency string, f inferenceFlags, fs *flag.FlagSet) error {
 	api := &simapi.Inference{}
 	if latency != "" {
 		d, err := time.ParseDuration(latency)
@@ -155,12 +199,25 @@ func (c *SimAPICommand) inference(ctx context.Context, listen, latency string, f
 			return &UsageError{Msg: fmt.Sprintf("--latency %q: want a duration such as 2s\n\n%s", latency, helpOf(c.Usage(), fs))}
 		}
 		api.Latency = d
+	} else {
+		e, err := f.engine()
+		if err != nil {
+			return &UsageError{Msg: err.Error() + "\n\n" + helpOf(c.Usage(), fs)}
+		}
+		api.Engine = e
 	}
 	ln, err := net.Listen("tcp", listen)
 	if err != nil {
 		return fmt.Errorf("--listen: %w", err)
 	}
-	fmt.Fprintf(c.Stderr, "fake inference API on http://%s (models small, large)\n", ln.Addr())
+	what := "every completion takes " + latency
+	if api.Engine != nil {
+		what = fmt.Sprintf("a batching engine: %v a token, batch knee %d, KV cache %d tokens a model", f.step, f.knee, f.kv)
+		if f.models != "" {
+			what += " (" + f.models + ")"
+		}
+	}
+	fmt.Fprintf(c.Stderr, "fake inference API on http://%s (models small, large; %s)\n", ln.Addr(), what)
 	return serveUntil(ctx, ln, api)
 }
 

@@ -240,8 +240,8 @@ func numbersEqual(a, b string) bool {
 // ParseAssignments builds a config change from command-line assignments
 // such as "tiers.preview=1" and "mode=enforce": a dotted setting builds
 // nested objects, and the assignments are deep-merged in order. A value of
-// digits with an optional leading "-" becomes an integer (json.Number);
-// any other value is a string. It fails with `Give at least one
+// digits with an optional leading "-" becomes an integer (json.Number),
+// "null" becomes JSON null; any other value is a string. It fails with `Give at least one
 // <setting>=<value>.` when args is empty, and with `Expected
 // <setting>=<value>, got "<arg>".` for an argument without "=", or with an
 // empty setting or dotted part ("=1", "tiers..core=1"). The messages are
@@ -260,6 +260,8 @@ func ParseAssignments(args []string) (map[string]any, error) {
 		var v any = value
 		if n, isInt := intFromDigits(value); isInt {
 			v = n
+		} else if value == "null" {
+			v = nil // removes what a setting may lack (key_limits.<lane>.<value>)
 		}
 		for i := len(keys) - 1; i > 0; i-- {
 			v = map[string]any{keys[i]: v}

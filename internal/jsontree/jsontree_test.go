@@ -74,6 +74,7 @@ func TestParseAssignments(t *testing.T) {
 			`{"a":{"b":{"c":"x=y","d":""}},"e":"1.5","f":"-","g":"1e2","h":" 1"}`},
 		{[]string{"tiers=1", "tiers.preview=2"}, `{"tiers":{"preview":2}}`},
 		{[]string{"n=99999999999999999999999"}, `{"n":99999999999999999999999}`},
+		{[]string{"key_limits.model.large=null", "s=Null"}, `{"key_limits":{"model":{"large":null}},"s":"Null"}`},
 	}
 	for _, tt := range tests {
 		got, err := jsontree.ParseAssignments(tt.args)

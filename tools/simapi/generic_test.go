@@ -118,7 +118,7 @@ func TestGenericKnee(t *testing.T) {
 		done <- code
 	}()
 	<-api.Started
-	if code, body := post(t, srv.URL, "/v1/embeddings", "y", `not json`); code != http.StatusServiceUnavailable || !strings.Contains(body, "overloaded") {
+	if code, body := post(t, srv.URL, "/v1/embeddings", "y", `{"input":"x"}`); code != http.StatusServiceUnavailable || !strings.Contains(body, "overloaded") {
 		t.Errorf("a second call past FailAt 1: %d %s", code, body)
 	}
 	<-api.Started

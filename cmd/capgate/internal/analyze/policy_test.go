@@ -348,7 +348,7 @@ func TestAnotherPolicyWhatIf(t *testing.T) {
 		full   []string // lanes that refuse calls
 	}{
 		{"one call per model", []string{"mode=enforce", "enforce_for=all", "lanes.model=1"}, []string{"model", "user"}},
-		{"a small cluster", []string{"mode=enforce", "enforce_for=all", "lanes.cluster=3", "lanes.user.pro=1"}, []string{"cluster", "model", "user"}},
+		{"a small cluster", []string{"mode=enforce", "enforce_for=all", "lanes.cluster=3", "lanes.user.pro=1"}, []string{"cluster", "user"}},
 		{"everything loose", []string{"mode=enforce", "enforce_for=all", "lanes.cluster=1000", "lanes.model=1000",
 			"lanes.user.free=1000", "lanes.user.pro=1000"}, nil},
 	} {

@@ -52,7 +52,13 @@ func newInferenceStack(t *testing.T, mode settings.Mode) *inferenceStack {
 	api := &simapi.Inference{Latency: 150 * time.Millisecond}
 	up := httptest.NewServer(api)
 	t.Cleanup(up.Close)
-	cfg := settings.Default(p, mode)
+	// Two seats a model, whatever the model (a call of up to 512
+	// tokens takes one), so the skewed models fill their lanes.
+	cfg, _, err := settings.Default(p, mode).Apply(settings.Patch{"lanes": map[string]any{"model": 2},
+		"key_limits": map[string]any{"model": map[string]any{"large": nil}}})
+	if err != nil {
+		t.Fatal(err)
+	}
 	cfg.EnforceFor = settings.EnforceAware // the client must say it is aware, in the policy's header
 	cfg.RetryAfter = settings.RetryAfter{Base: 1, Max: 2, Paused: 5}
 	cfg.Wait.MaxSeconds = 0 // the client waits out refusals

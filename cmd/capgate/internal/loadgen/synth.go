@@ -8,6 +8,7 @@ import (
 	"math/rand/v2"
 	"net/http"
 	"net/url"
+	"strconv"
 	"strings"
 
 	"github.com/capgate/capgate/client"
@@ -73,6 +74,16 @@ func DefaultValues(name string) []string {
 	return []string{name + "-1", name + "-2", name + "-3"}
 }
 
+// DefaultInts returns the values a synthesized body_int field named name
+// takes when Config.Values has none: 256, 512, 1024 and 2048 tokens for
+// max_tokens, else 1, 8 and 64.
+func DefaultInts(name string) []string {
+	if name == "max_tokens" {
+		return []string{"256", "512", "1024", "2048"}
+	}
+	return []string{"1", "8", "64"}
+}
+
 // callSpec is one call to send: the request after the user's base URL,
 // and what the report and the client know of it.
 type callSpec struct {
@@ -125,9 +136,22 @@ func newSynth(p *policy.Policy, values map[string][]string, lens [2]int) (*synth
 // value returns a value of the string field (or pattern segment) name:
 // the first of its values most often, each next one half as often.
 func (s *synth) value(name string, rng *rand.Rand, fixed bool) string {
+	return s.pick(name, DefaultValues(name), rng, fixed)
+}
+
+// intValue returns a value of the int field name, as value does: its
+// Config.Values (each a number), else DefaultInts.
+func (s *synth) intValue(name string, rng *rand.Rand, fixed bool) int {
+	n, _ := strconv.Atoi(s.pick(name, DefaultInts(name), rng, fixed))
+	return n
+}
+
+// pick returns one of the values of name (Config.Values, else def), the
+// first most often, each next one half as often.
+func (s *synth) pick(name string, def []string, rng *rand.Rand, fixed bool) string {
 	vs := s.values[name]
 	if len(vs) == 0 {
-		vs = DefaultValues(name)
+		vs = def
 	}
 	if fixed {
 		return vs[0]
@@ -195,8 +219,11 @@ func (s *synth) request(r *policy.Route, rng *rand.Rand, fixed bool) policy.Requ
 			if fixed || rng.IntN(2) == 0 {
 				q.Set(f.Source, "true")
 			}
-		case policy.FieldBodyArrayLen:
+		case policy.FieldBodyArrayLen, policy.FieldBodyTexts:
 			setBody(f.Source, array())
+			fieldKeys[f.Source] = true
+		case policy.FieldBodyInt:
+			setBody(f.Source, s.intValue(f.Name, rng, fixed))
 			fieldKeys[f.Source] = true
 		case policy.FieldBodyString:
 			setBody(f.Source, s.value(f.Name, rng, fixed))

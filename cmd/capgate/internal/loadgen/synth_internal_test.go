@@ -34,8 +34,8 @@ func decodeBody(t *testing.T, spec callSpec) map[string]any {
 
 // The inference policy's calls: POST to each route's path, a JSON body
 // with a model, small about twice as often as large (so the model lane
-// keyed by it fills up), embeddings' texts, the lanes every call takes,
-// one unit each.
+// keyed by it fills up), chat's and completions' max_tokens, embeddings'
+// texts, the lanes every call takes, one unit each.
 func TestSynthInference(t *testing.T) {
 	p := inferencePolicy(t)
 	s, err := newSynth(p, nil, [2]int{10, 50})
@@ -62,8 +62,8 @@ func TestSynthInference(t *testing.T) {
 			if len(m) != 2 || !ok || len(in) < 10 || len(in) > 50 {
 				t.Fatalf("route %s: body %s, want the model and 10 to 50 inputs", r.Name, spec.body)
 			}
-		} else if len(m) != 1 {
-			t.Fatalf("route %s: body %s, want only the model", r.Name, spec.body)
+		} else if mt, ok := m["max_tokens"].(float64); len(m) != 2 || !ok || !slices.Contains([]float64{256, 512, 1024, 2048}, mt) {
+			t.Fatalf("route %s: body %s, want the model and max_tokens", r.Name, spec.body)
 		}
 		models[m["model"].(string)]++
 	}
@@ -72,7 +72,7 @@ func TestSynthInference(t *testing.T) {
 	}
 	// The fixed workload's call: the first route, the first model.
 	spec := s.call(p.Routes[0], rng, true)
-	if spec.target != "/v1/chat/completions" || string(spec.body) != `{"model":"small"}` {
+	if spec.target != "/v1/chat/completions" || string(spec.body) != `{"model":"small","max_tokens":256}` {
 		t.Errorf("fixed call: %s %s", spec.target, spec.body)
 	}
 }

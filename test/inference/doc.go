@@ -1,0 +1,12 @@
+// Package inference is capgate's suite of an inference API driven by the
+// official OpenAI client: the `openai` npm package (pinned in package.json
+// and package-lock.json, installed by scripts/openai-deps.sh) runs
+// client.mjs against a real `capgate serve` with the inference example's
+// policy (examples/inference/policy.yaml), in front of simapi's inference
+// engine. The tests check what an operator of an OpenAI-compatible API
+// needs: per-model limits hold at the upstream, an aborted stream frees its
+// place, embeddings cost seats by their texts, a call that timed out and
+// was retried by the client runs once, and two identical first attempts
+// both run. Without node or the package the tests skip, or fail when
+// CAPGATE_REQUIRE_OPENAI=1 (set by .ci/run once the package is in).
+package inference
