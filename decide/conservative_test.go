@@ -19,13 +19,13 @@ func TestConservativeCallIsCountedAtItsMost(t *testing.T) {
 	long := strings.Repeat("é", 151)
 	n := 0
 	for _, tc := range []struct{ name, body, user, route, model, inputs, tier string }{
-		{"no route: the policy's most expensive", `{"user":"ann","groups":["pro"],"conservative":true}`, "ann", "embeddings", "", "64", "pro"},
+		{"no route: the policy's most expensive", `{"user":"ann","groups":["pro"],"conservative":true}`, "ann", "chat", "", "", "pro"},
 		{"its own route", `{"user":"bob","route":"chat","fields":{"model":"small"},"conservative":true}`, "bob", "chat", "", "", "free"},
-		{"a route the policy lacks", `{"user":"cy","route":"chats","tier":"pro","conservative":true}`, "cy", "embeddings", "", "64", "pro"},
+		{"a route the policy lacks", `{"user":"cy","route":"chats","tier":"pro","conservative":true}`, "cy", "chat", "", "", "pro"},
 		{"fields of the wrong type", `{"user":"di","route":"chat","fields":{"model":3,"x":true},"conservative":true}`, "di", "chat", "", "", "free"},
-		{"a name too long", `{"user":"` + long + `","conservative":true}`, "(unidentified)", "embeddings", "", "64", "free"},
+		{"a name too long", `{"user":"` + long + `","conservative":true}`, "(unidentified)", "chat", "", "", "free"},
 		{"no name, a tier, task and key the policy can't take", `{"user":"","tier":"gold","groups":["pro"],"task":"a b","repeat_key":"k\u0001","conservative":true}`,
-			"(unidentified)", "embeddings", "", "64", "pro"},
+			"(unidentified)", "chat", "", "", "pro"},
 	} {
 		s := e.post(t, t.Context(), tc.body, "")
 		if s.resp.StatusCode != 200 || s.d.Decision != "admitted" || !s.d.Held {

@@ -63,15 +63,18 @@ func TestConservativeTakesTheMostSeats(t *testing.T) {
 		t.Fatal(err)
 	}
 	r, f := p.Conservative(nil)
-	if r.Name != "embeddings" {
-		t.Fatalf("route %s; want embeddings (up to 4 seats in the model lane)", r.Name)
+	if r.Name != "chat" {
+		t.Fatalf("route %s; want chat (up to 8 seats in the model lane, from max_tokens)", r.Name)
 	}
-	sameReading(t, "embeddings", reading(r, &f), map[string]string{"model": "", "inputs": "64"})
-	if got := r.SeatsIn("model", &f); got != 4 {
-		t.Errorf("seats in model: %d; want the rule's max, 4", got)
+	sameReading(t, "chat", reading(r, &f), map[string]string{"model": "", "max_tokens": "4096"})
+	if got := r.SeatsIn("model", &f); got != 8 {
+		t.Errorf("seats in model: %d; want the rule's max, 8", got)
 	}
-	cr, cf := p.Conservative(p.Route("chat"))
-	sameReading(t, "chat", reading(cr, &cf), map[string]string{"model": ""})
+	er, ef := p.Conservative(p.Route("embeddings"))
+	sameReading(t, "embeddings", reading(er, &ef), map[string]string{"model": "", "inputs": "64"})
+	if got := er.SeatsIn("model", &ef); got != 4 {
+		t.Errorf("embeddings: seats in model: %d; want the rule's max, 4", got)
+	}
 }
 
 // A class never holds the conservative reading, and a lane's only_if
