@@ -141,7 +141,7 @@ func (d *decoder) checkRoutes(p *Policy) []string {
 			case r.Fields[j].Kind.Type() != TypeInt:
 				d.at(r.lineOf("seats"), field+".seats."+lane+".field", "field %q is %s; seats count an int field", s.Field, r.Fields[j].Kind.Type().article())
 			}
-			s.field = j
+			s.field = j + 1
 			r.Seats[lane] = s
 		}
 		// A route after one that matches every request it would is dead.
