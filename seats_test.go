@@ -123,7 +123,7 @@ func (e *seatsEnv) admit(t *testing.T, n int, user string) *capgate.Admission {
 func (e *seatsEnv) count(t *testing.T, key string) int {
 	t.Helper()
 	counts := make([]int, 1)
-	if err := e.mem.Count(t.Context(), []string{"capgate:" + key}, counts); err != nil {
+	if err := e.mem.Count(t.Context(), []string{e.p.Names.KeyPrefix + ":" + key}, counts); err != nil {
 		t.Fatal(err)
 	}
 	return counts[0]
@@ -288,7 +288,7 @@ func TestSeatsInTheLocalLanes(t *testing.T) {
 	first.Release(t.Context())
 	third.Release(t.Context())
 	counts := make([]int, 1)
-	if err := e.gate.Local.Count(t.Context(), []string{"capgate:pool"}, counts); err != nil || counts[0] != 0 {
+	if err := e.gate.Local.Count(t.Context(), []string{e.p.Names.KeyPrefix + ":pool"}, counts); err != nil || counts[0] != 0 {
 		t.Errorf("local pool after release %d (%v); want 0", counts[0], err)
 	}
 }

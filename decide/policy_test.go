@@ -57,8 +57,8 @@ func TestRouteAndFieldsOfAPolicy(t *testing.T) {
 		t.Errorf("another model: %+v; want admitted", d.d)
 	}
 	counts := make([]int, 1)
-	if err := e.store.Count(t.Context(), []string{"capgate:model:large"}, counts); err != nil || counts[0] != 2 {
-		t.Errorf("capgate:model:large holds %d (%v); want 2 (the policy's key prefix and the field's value)", counts[0], err)
+	if err := e.store.Count(t.Context(), []string{"capgate:inference:model:large"}, counts); err != nil || counts[0] != 2 {
+		t.Errorf("capgate:inference:model:large holds %d (%v); want 2 (the policy's key prefix and the field's value)", counts[0], err)
 	}
 	a.close()
 	b.close()

@@ -253,6 +253,17 @@ func expandedNodes(n *yaml.Node, limit int) int {
 	return count(n)
 }
 
+// hasKey reports whether n is a mapping with key.
+func hasKey(n *yaml.Node, key string) bool {
+	n = resolve(n)
+	for i := 0; n.Kind == yaml.MappingNode && i+1 < len(n.Content); i += 2 {
+		if n.Content[i].Value == key {
+			return true
+		}
+	}
+	return false
+}
+
 // resolve follows an alias.
 func resolve(n *yaml.Node) *yaml.Node {
 	for i := 0; n.Kind == yaml.AliasNode && n.Alias != nil && i < 16; i++ {
@@ -332,6 +343,21 @@ func (d *decoder) policy(n *yaml.Node) *Policy {
 	}
 	if e, ok := m["names"]; ok {
 		p.Names = d.names(e.val, "names")
+		if !hasKey(e.val, "key_prefix") {
+			p.Names.KeyPrefix = d.defaultKeyPrefix(p.Name, m["name"].val)
+		}
 	}
 	return p
+}
+
+// defaultKeyPrefix returns the key prefix of a policy named name that
+// gives none: DefaultKeyPrefix and the name, so that two APIs' policies
+// sharing one lane store never share a key. A name that can't be part of
+// a key (see key_prefix) is an error at nameNode.
+func (d *decoder) defaultKeyPrefix(name string, nameNode *yaml.Node) string {
+	prefix := DefaultKeyPrefix + ":" + name
+	if name != "" && !keyPrefixRE.MatchString(prefix) {
+		d.errorf(nameNode, "name", "%q can't be part of the lane keys' default prefix (%s:<name>): give names.key_prefix, or a name of letters, digits and _ . -", name, DefaultKeyPrefix)
+	}
+	return prefix
 }

@@ -231,7 +231,7 @@ func (d *decoder) token(n *yaml.Node, field string) string {
 var keyPrefixRE = regexp.MustCompile(`^[A-Za-z0-9_.-]+(:[A-Za-z0-9_.-]+)*$`)
 
 func (d *decoder) names(n *yaml.Node, field string) Names {
-	nm := Names{KeyPrefix: DefaultKeyPrefix, LogRouteKey: DefaultLogRouteKey}
+	nm := Names{LogRouteKey: DefaultLogRouteKey} // KeyPrefix: set by policy when not given
 	m := d.mapping(n, field, "header_prefix", "ratelimit", "refusal", "log_event", "client_metadata",
 		"request_source_header", "key_prefix", "log_route_key")
 	d.required(n, field, m, "header_prefix", "refusal", "log_event")

@@ -242,7 +242,8 @@ type Names struct {
 	// RequestSourceHeader names where the call came from, for the log line.
 	RequestSourceHeader string
 	// KeyPrefix starts every key capgate keeps in its lane store: OCL
-	// "ocl:capacity"; default "capgate".
+	// "ocl:capacity"; default "capgate:<the policy's name>", so that two
+	// APIs sharing one store never share a lane or a kept answer.
 	KeyPrefix string
 	// LogRouteKey is the log line's key of the route's LogName: OCL
 	// "endpoint"; default "route".
@@ -260,6 +261,9 @@ type MetadataKey struct {
 
 // The defaults of the names a policy may leave out.
 const (
+	// DefaultKeyPrefix starts the key prefix of a policy that gives none
+	// (DefaultKeyPrefix:<name>), and is the prefix of a store or gate
+	// told none at all.
 	DefaultKeyPrefix   = "capgate"
 	DefaultLogRouteKey = "route"
 )
