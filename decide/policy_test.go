@@ -89,3 +89,32 @@ func TestRouteAndFieldsRefused(t *testing.T) {
 		t.Errorf("endpoint naming a route by its log name: %+v; want admitted", s.d)
 	}
 }
+
+// Why: a seats field near 2^63 wrapped ceil(n / per) negative and became 1
+// seat: an embeddings call of 2^63-1 inputs took 1 seat beside a chat call
+// that should have been refused. It now takes the most it can (its max 4,
+// capped at the model lane's limit 2). A number past int64 is refused.
+func TestSeatsFieldAtTheInt64Edge(t *testing.T) {
+	p := inferencePolicy(t)
+	e := newEnv(t, "", func(c *settings.Config) {
+		d := settings.Default(p, settings.ModeEnforce)
+		d.EnforceFor, d.Wait.MaxSeconds = settings.EnforceAll, 0
+		*c = d
+	})
+	emb := e.post(t, t.Context(), `{"user":"ann","groups":["pro"],"route":"embeddings","fields":{"model":"e5","inputs":9223372036854775807}}`, "")
+	if emb.d.Decision != "admitted" || !emb.d.Held {
+		t.Fatalf("the embeddings call: %+v; want admitted and held", emb.d)
+	}
+	counts := make([]int, 1)
+	if err := e.store.Count(t.Context(), []string{p.Names.KeyPrefix + ":model:e5"}, counts); err != nil || counts[0] != 2 {
+		t.Errorf("model e5 holds %d seats (%v); want 2", counts[0], err)
+	}
+	if chat := e.post(t, t.Context(), `{"user":"bob","groups":["pro"],"route":"chat","fields":{"model":"e5"}}`, ""); chat.d.Decision != "refused" {
+		t.Errorf("a chat call to e5 beside it: %+v; want refused", chat.d)
+	}
+	s := e.post(t, t.Context(), `{"user":"cy","route":"embeddings","fields":{"model":"e6","inputs":9223372036854775808}}`, "")
+	if b, _ := io.ReadAll(s.resp.Body); s.resp.StatusCode != 400 || !strings.Contains(string(b), "fields.inputs") {
+		t.Errorf("inputs past int64: %d %s; want 400 naming the field", s.resp.StatusCode, b)
+	}
+	emb.close()
+}
