@@ -14,6 +14,12 @@ type Identity struct {
 	// JWT holds what the jwt resolver checks and reads; nil for another
 	// resolver. The key set is a deployment's (--jwks), not the policy's.
 	JWT *JWT
+	// RefuseUnverified (unverified: refuse) answers a heavy call whose
+	// credential the resolver can't verify with 401 in mode enforce;
+	// false (unverified: anonymous, the default) gates it as the user
+	// "(anonymous)" of the default tier. A call with no credential at all
+	// passes either way.
+	RefuseUnverified bool
 }
 
 // JWT is the jwt resolver's part of a policy: the issuer and audience
