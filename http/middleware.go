@@ -278,12 +278,19 @@ func (m *Middleware) identifyCaller(ctx context.Context, r *http.Request) (calle
 // refusesUnverified reports whether a heavy call whose credential can't
 // be verified is answered 401 rather than gated as anonymous: the
 // policy's identity.unverified is "refuse" and the mode is enforce (in
-// shadow capgate changes no answer).
-func (m *Middleware) refusesUnverified(ctx context.Context) bool {
-	if !m.gate.Policy(ctx).Identity.RefuseUnverified || m.gate.Source == nil {
+// shadow capgate changes no answer). A config source that panics refuses
+// nothing (the call is gated), as the gate reads it.
+func (m *Middleware) refusesUnverified(ctx context.Context) (refuse bool) {
+	if m.gate.Source == nil {
 		return false
 	}
-	return m.gate.Source.Config(ctx).Mode == settings.ModeEnforce
+	defer func() {
+		if recover() != nil {
+			refuse = false
+		}
+	}()
+	cfg := m.gate.Source.Config(ctx)
+	return cfg.Mode == settings.ModeEnforce && cfg.Policy().Identity.RefuseUnverified
 }
 
 // detailUnverified is the detail of the 401 of a credential capgate can't

@@ -34,20 +34,7 @@ func aliasBomb(k int) string {
 	for range k - 1 {
 		b.WriteString("  - *route\n")
 	}
-	b.WriteString(`identity:
-  resolver: tokens
-  scheme: Bearer
-  default_tier: free
-lanes:
-  - name: cluster
-    scope: cluster
-    routes: [a]
-    limit: 8
-names:
-  header_prefix: Capgate-
-  refusal: {detail: "busy, retry in {retry_after} s", error_code: busy}
-  log_event: capgate_call
-`)
+	b.WriteString(base[strings.Index(base, "identity:"):]) // base's identity, lanes and names
 	return b.String()
 }
 

@@ -132,15 +132,21 @@ func (k *jwtKit) claims(user string, edit func(map[string]any)) map[string]any {
 // sign returns claims signed RS256 by priv, the header naming kid ("": none).
 func (k *jwtKit) sign(t testing.TB, priv *rsa.PrivateKey, kid string, claims map[string]any) string {
 	t.Helper()
-	b, err := json.Marshal(claims)
-	if err != nil {
-		t.Fatal(err)
-	}
 	key := jose.SigningKey{Algorithm: jose.RS256, Key: priv}
 	if kid != "" {
 		key.Key = jose.JSONWebKey{Key: priv, KeyID: kid}
 	}
-	s, err := jose.NewSigner(key, nil)
+	return compact(t, key, nil, claims)
+}
+
+// compact returns claims signed with key (and opts), compact serialized.
+func compact(t testing.TB, key jose.SigningKey, opts *jose.SignerOptions, claims map[string]any) string {
+	t.Helper()
+	b, err := json.Marshal(claims)
+	if err != nil {
+		t.Fatal(err)
+	}
+	s, err := jose.NewSigner(key, opts)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -181,22 +187,8 @@ func (k *jwtKit) unverifiable(t testing.TB, user string) []badToken {
 	mac := hmac.New(sha256.New, der)
 	mac.Write([]byte(hsInput))
 	// A token signed by the attacker's key, carrying that key in its header.
-	embedded := func() string {
-		s, err := jose.NewSigner(jose.SigningKey{Algorithm: jose.ES256, Key: k.attacker}, (&jose.SignerOptions{EmbedJWK: true}).WithHeader("kid", "k1"))
-		if err != nil {
-			t.Fatal(err)
-		}
-		b, _ := json.Marshal(k.claims(user, nil))
-		obj, err := s.Sign(b)
-		if err != nil {
-			t.Fatal(err)
-		}
-		tok, err := obj.CompactSerialize()
-		if err != nil {
-			t.Fatal(err)
-		}
-		return tok
-	}()
+	embedded := compact(t, jose.SigningKey{Algorithm: jose.ES256, Key: k.attacker},
+		(&jose.SignerOptions{EmbedJWK: true}).WithHeader("kid", "k1"), k.claims(user, nil))
 	goodTok := good(nil)
 	parts := strings.Split(goodTok, ".")
 	return []badToken{
