@@ -173,7 +173,7 @@ func lend(lanes []Lane, counts []int, nk int) []int {
 	j := nk
 	for i := range lanes {
 		if b := lanes[i].Borrow; b.Key != "" {
-			lanes[i].Limit += b.Borrowable(counts[j])
+			lanes[i].Limit = satAdd(lanes[i].Limit, b.Borrowable(counts[j]))
 			j++
 		}
 	}

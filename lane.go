@@ -2,6 +2,7 @@ package capgate
 
 import (
 	"hash/fnv"
+	"math"
 	"strconv"
 	"sync/atomic"
 
@@ -181,12 +182,22 @@ func (k Keys) AppendPlan(lanes []Lane, cfg settings.Config, call *Call, tier int
 		lane.Seats = 1
 		if len(call.Route.Seats) > 0 {
 			// At most what the call could ever hold there (borrowing all
-			// it may), so a big call runs alone rather than never.
-			lane.Seats = max(1, min(call.Route.SeatsIn(l.Name, &call.Fields), lane.Limit+lend))
+			// it may), so a big call runs alone rather than never, and at
+			// most what a store takes (MaxSeats).
+			lane.Seats = max(1, min(call.Route.SeatsIn(l.Name, &call.Fields), satAdd(lane.Limit, lend), MaxSeats))
 		}
 		lanes = append(lanes, lane)
 	}
 	return lanes
+}
+
+// satAdd returns a + b for b ≥ 0, saturating at math.MaxInt: a limit
+// plus what a lane lends is no limit past MaxInt, never a wrapped one.
+func satAdd(a, b int) int {
+	if a > math.MaxInt-b {
+		return math.MaxInt
+	}
+	return a + b
 }
 
 // classKey returns the class key of the lane whose key is laneKey: where

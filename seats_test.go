@@ -3,6 +3,7 @@ package capgate_test
 import (
 	"context"
 	"errors"
+	"math"
 	"strings"
 	"testing"
 	"testing/synctest"
@@ -123,7 +124,7 @@ func (e *seatsEnv) admit(t *testing.T, n int, user string) *capgate.Admission {
 func (e *seatsEnv) count(t *testing.T, key string) int {
 	t.Helper()
 	counts := make([]int, 1)
-	if err := e.mem.Count(t.Context(), []string{"capgate:" + key}, counts); err != nil {
+	if err := e.mem.Count(t.Context(), []string{e.p.Names.KeyPrefix + ":" + key}, counts); err != nil {
 		t.Fatal(err)
 	}
 	return counts[0]
@@ -288,7 +289,41 @@ func TestSeatsInTheLocalLanes(t *testing.T) {
 	first.Release(t.Context())
 	third.Release(t.Context())
 	counts := make([]int, 1)
-	if err := e.gate.Local.Count(t.Context(), []string{"capgate:pool"}, counts); err != nil || counts[0] != 0 {
+	if err := e.gate.Local.Count(t.Context(), []string{e.p.Names.KeyPrefix + ":pool"}, counts); err != nil || counts[0] != 0 {
 		t.Errorf("local pool after release %d (%v); want 0", counts[0], err)
+	}
+}
+
+// Why: a call's seats were its route's cost capped at the lane's limit
+// plus what it may borrow, which wraps for a limit near 2^63, and a store
+// takes a member per seat. The gate caps a call's seats at
+// capgate.MaxSeats too (what every store accepts), so a huge count in a
+// lane of a huge limit is admitted, never a store error that would open
+// the skip window, and a field of math.MaxInt never wraps to 1 seat.
+func TestSeatsAtTheInt64Edge(t *testing.T) {
+	for _, tc := range []struct {
+		name  string
+		limit int
+		items int
+		want  int
+	}{
+		{"the lane's limit", 4, math.MaxInt, 4},
+		{"MaxSeats", math.MaxInt, math.MaxInt, capgate.MaxSeats},
+		{"limit MaxInt, few items", math.MaxInt, 3, 3},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			e := newSeatsEnvOn(t, func(c *settings.Config) {
+				if err := c.SetNumber("lanes.pool", tc.limit); err != nil {
+					t.Fatal(err)
+				}
+			}, true)
+			e.p.Route("job").Seats["pool"] = policy.Seats{Field: "items", Per: 1, Max: 1_000_000} // Parse's largest
+			a := e.admit(t, tc.items, "ann")
+			mustDecide(t, a, capgate.DecisionAdmitted)
+			if got := lanetest.LaneCounts(a)["pool"]; got != tc.want {
+				t.Errorf("pool count %d; want %d", got, tc.want)
+			}
+			a.Release(t.Context())
+		})
 	}
 }

@@ -117,8 +117,8 @@ type AcquireRequest struct {
 	Lease    time.Duration // how long a lease lives unless renewed
 	Force    bool          // take the lease even when a lane is full (not enforced)
 	NotAfter time.Time     // take nothing if the store runs the acquire later than this; zero: no guard
-	// Seats are the seats the call takes in each lane (len(Keys), each at
-	// least 1), all or nothing; nil or empty: 1 in each.
+	// Seats are the seats the call takes in each lane (len(Keys), each 1
+	// to MaxSeats), all or nothing; nil or empty: 1 in each.
 	Seats []int
 	// Borrow, nil or one per key, lets the call borrow seats a lane
 	// reserves for a class of calls it is not of, while the class leaves
@@ -195,7 +195,7 @@ var errBadLease = errors.New("the lease must be at least 1ms")
 // Validate reports whether a store can run r with counts as the buffer of
 // the lanes' counts: a token, at least one key, a limit per key, room for
 // a count per key and per Borrow key, a lease of at least 1ms, Seats
-// empty or one of at least 1 per key, and Borrow valid (see Borrow). Every
+// empty or one of 1 to MaxSeats per key, and Borrow valid (see Borrow). Every
 // LaneStore runs it first and takes nothing for a request it refuses, so
 // all stores refuse the same requests.
 func (r AcquireRequest) Validate(counts []int) error {
@@ -215,8 +215,15 @@ func (r AcquireRequest) Validate(counts []int) error {
 	return validBorrow(r.Borrow, r.Keys)
 }
 
-// validSeats reports whether seats are none (1 in each lane) or at least 1
-// for each of keys.
+// MaxSeats is the most seats a call may take in one lane
+// (AcquireRequest.Seats, Ticket.Seats): the largest limit a config gives a
+// lane (settings.MaxNumber). A store takes each seat as a member of the
+// lane, so the bound keeps one acquire's work bounded, and a count plus a
+// call's seats never overflows; the gate caps a call's seats at it.
+const MaxSeats = settings.MaxNumber
+
+// validSeats reports whether seats are none (1 in each lane) or 1 to
+// MaxSeats for each of keys.
 func validSeats(seats []int, keys []string) error {
 	if len(seats) == 0 {
 		return nil
@@ -225,8 +232,8 @@ func validSeats(seats []int, keys []string) error {
 		return fmt.Errorf("%d seats for %d keys: want none (1 each) or one per key", len(seats), len(keys))
 	}
 	for i, n := range seats {
-		if n < 1 {
-			return fmt.Errorf("%d seats in lane %s: want at least 1", n, keys[i])
+		if n < 1 || n > MaxSeats {
+			return fmt.Errorf("%d seats in lane %s: want 1 to %d", n, keys[i], MaxSeats)
 		}
 	}
 	return nil

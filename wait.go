@@ -219,7 +219,7 @@ func (a *Admission) readLimits(cfg settings.Config, limits []int) (changed, paus
 		// A limit lowered below the seats the ticket queued with could
 		// never grant it (its seats are fixed at the join): refused as on a
 		// paused lane; a retry gets seats capped at the new limit.
-		paused = paused || l.paused() || a.lanes[i].seats() > l.Limit+l.Borrow.Lend
+		paused = paused || l.paused() || a.lanes[i].seats() > satAdd(l.Limit, l.Borrow.Lend)
 	}
 	return changed, paused
 }

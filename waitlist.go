@@ -154,8 +154,8 @@ type Ticket struct {
 	MaxWaiting  int           // tickets queued at once under Prefix, at most
 	MaxPerUser  int           // tickets of one user queued at once, at most
 	// Seats are the seats the call takes in each lane, as
-	// AcquireRequest.Seats (len(Keys), each at least 1; nil or empty: 1
-	// in each); a Pump sends the Join's. A ticket whose seats in a lane
+	// AcquireRequest.Seats (len(Keys), each 1 to MaxSeats; nil or empty:
+	// 1 in each); a Pump sends the Join's. A ticket whose seats in a lane
 	// exceed its limit there is never granted (and sets nothing aside):
 	// like a call on a paused lane, the gate should refuse it instead.
 	Seats []int
@@ -175,8 +175,8 @@ type Ticket struct {
 // least one key, a limit of at least 1 per key (a ticket on a paused lane
 // could never be granted: the gate refuses such a call instead) or 0
 // where the lane lends, a lease, ticket lease and claim of at least 1ms
-// each, Seats empty or one of at least 1 per key, and Borrow valid (see
-// Borrow). Every Waitlist runs
+// each, Seats empty or one of 1 to MaxSeats per key, and Borrow valid
+// (see Borrow). Every Waitlist runs
 // it (or ValidateJoin) first and does nothing with a ticket it refuses, so
 // all stores refuse the same tickets.
 func (t Ticket) Validate() error {

@@ -65,8 +65,8 @@ func TestRouteAndFieldsOfAPolicy(t *testing.T) {
 		t.Errorf("another model: %+v; want admitted", d.d)
 	}
 	counts := make([]int, 1)
-	if err := e.store.Count(t.Context(), []string{"capgate:model:large"}, counts); err != nil || counts[0] != 4 {
-		t.Errorf("capgate:model:large holds %d (%v); want 4 seats (the policy's key prefix and the field's value)", counts[0], err)
+	if err := e.store.Count(t.Context(), []string{"capgate:inference:model:large"}, counts); err != nil || counts[0] != 4 {
+		t.Errorf("capgate:inference:model:large holds %d (%v); want 4 seats (the policy's key prefix and the field's value)", counts[0], err)
 	}
 	a.close()
 	b.close()
@@ -96,4 +96,78 @@ func TestRouteAndFieldsRefused(t *testing.T) {
 	if s := e.post(t, t.Context(), `{"user":"u","endpoint":"chat","fields":{"model":"m"}}`, ""); s.d.Decision != "admitted" {
 		t.Errorf("endpoint naming a route by its log name: %+v; want admitted", s.d)
 	}
+}
+
+// embeddingsPolicy is a policy of its own (not the inference example,
+// whose costs may change): an embeddings call costs a seat per 16 inputs,
+// at most 4, in its model's lane (limit 2); a chat call costs 1.
+const embeddingsPolicy = `version: 1
+name: emb
+routes:
+  - name: chat
+    method: POST
+    path: {exact: /v1/chat/completions}
+    fields:
+      model: {body_string: model}
+  - name: embeddings
+    method: POST
+    path: {exact: /v1/embeddings}
+    fields:
+      model: {body_string: model}
+      inputs: {body_array_len: input}
+    seats:
+      model: {field: inputs, per: 16, max: 4}
+identity:
+  resolver: tokens
+  scheme: Bearer
+  tiers:
+    - {tier: pro, groups: [pro]}
+  default_tier: free
+lanes:
+  - name: model
+    scope: key
+    key: model
+    routes: [chat, embeddings]
+    limit: 2
+  - name: user
+    scope: key
+    key: user
+    routes: [chat, embeddings]
+    limit: {free: 1, pro: 3}
+names:
+  header_prefix: Capgate-
+  refusal: {detail: "Busy: retry in {retry_after} seconds.", error_code: busy}
+  log_event: capgate_call
+`
+
+// Why: a seats field near 2^63 wrapped ceil(n / per) negative and became 1
+// seat: an embeddings call of 2^63-1 inputs took 1 seat beside a chat call
+// that should have been refused. It now takes the most it can (its max 4,
+// capped at the model lane's limit 2). A number past int64 is refused.
+func TestSeatsFieldAtTheInt64Edge(t *testing.T) {
+	p, err := policy.Parse("emb.yaml", []byte(embeddingsPolicy))
+	if err != nil {
+		t.Fatal(err)
+	}
+	e := newEnv(t, "", func(c *settings.Config) {
+		d := settings.Default(p, settings.ModeEnforce)
+		d.EnforceFor, d.Wait.MaxSeconds = settings.EnforceAll, 0
+		*c = d
+	})
+	emb := e.post(t, t.Context(), `{"user":"ann","groups":["pro"],"route":"embeddings","fields":{"model":"e5","inputs":9223372036854775807}}`, "")
+	if emb.d.Decision != "admitted" || !emb.d.Held {
+		t.Fatalf("the embeddings call: %+v; want admitted and held", emb.d)
+	}
+	counts := make([]int, 1)
+	if err := e.store.Count(t.Context(), []string{p.Names.KeyPrefix + ":model:e5"}, counts); err != nil || counts[0] != 2 {
+		t.Errorf("model e5 holds %d seats (%v); want 2", counts[0], err)
+	}
+	if chat := e.post(t, t.Context(), `{"user":"bob","groups":["pro"],"route":"chat","fields":{"model":"e5"}}`, ""); chat.d.Decision != "refused" {
+		t.Errorf("a chat call to e5 beside it: %+v; want refused", chat.d)
+	}
+	s := e.post(t, t.Context(), `{"user":"cy","route":"embeddings","fields":{"model":"e6","inputs":9223372036854775808}}`, "")
+	if b, _ := io.ReadAll(s.resp.Body); s.resp.StatusCode != 400 || !strings.Contains(string(b), "fields.inputs") {
+		t.Errorf("inputs past int64: %d %s; want 400 naming the field", s.resp.StatusCode, b)
+	}
+	emb.close()
 }

@@ -189,10 +189,16 @@ func TestIdentityLookupsAreCached(t *testing.T) {
 	if n := e.up.lookupsOf("Token t-pat") + e.up.lookupsOf(""); n != 0 || len(capacityHeaders(r.Header)) != 0 {
 		t.Errorf("%d lookups for calls that need none", n)
 	}
-	// A rejected credential passes ungated.
-	r = e.do(ctx, "POST", semanticMatch, twoRows, "Authorization", "Token bad")
-	if r.StatusCode != 200 || len(capacityHeaders(r.Header)) != 0 {
-		t.Errorf("rejected credential: %d %v", r.StatusCode, capacityHeaders(r.Header))
+	// A credential the API rejects is gated as (anonymous), its 401
+	// cached: one lookup for two calls.
+	for range 2 {
+		r = e.do(ctx, "POST", semanticMatch, twoRows, "Authorization", "Token bad")
+		if r.StatusCode != 200 || r.Header.Get(ocl.Decision) != "admitted" || r.Header.Get(ocl.Tier) != "preview" {
+			t.Errorf("rejected credential: %d %v; want gated as (anonymous), preview", r.StatusCode, capacityHeaders(r.Header))
+		}
+	}
+	if n := e.up.lookupsOf("Token bad"); n != 1 {
+		t.Errorf("lookups of a rejected credential: %d, want 1", n)
 	}
 }
 

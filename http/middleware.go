@@ -1,6 +1,7 @@
 package http
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -18,6 +19,7 @@ import (
 	"github.com/capgate/capgate/internal/randhex"
 	"github.com/capgate/capgate/internal/truncate"
 	"github.com/capgate/capgate/journal"
+	"github.com/capgate/capgate/settings"
 )
 
 // headerTraceID is the load balancer's trace header, which the
@@ -30,10 +32,17 @@ const headerTraceID = "X-Amzn-Trace-Id"
 //   - classifies it; a call that is not heavy, and a preflight OPTIONS,
 //     goes to the handler untouched;
 //   - in mode off, lets the call go on untouched, looking nobody up;
-//   - asks who is calling; an anonymous call goes on untouched (the API
-//     answers it), and a lookup that fails gates the call as the user
-//     "(unidentified)" under its own small limit (Gate.Unidentified): a
-//     failure never lets a call through uncounted;
+//   - asks who is calling. One rule for every identifier: a caller with
+//     no credential at all (no Authorization, no Cookie) goes on
+//     untouched (the API can't know it either, and answers it); a
+//     credential the identifier can't verify (a token it doesn't know,
+//     an expired or wrongly signed JWT, a header identity from an
+//     untrusted peer, a lookup the API answered 401, a username too long)
+//     is gated as the user "(anonymous)" of the default tier, or, where
+//     the policy's identity.unverified is "refuse" and the mode enforce,
+//     answered 401; never passed ungated. A lookup that fails gates the
+//     call as the user "(unidentified)" under its own small limit
+//     (Gate.Unidentified): a failure never lets a call through uncounted;
 //   - fills in the call's attribution from the policy's client-metadata
 //     and request-source headers, X-Amzn-Trace-Id and X-Request-ID (kept, or made
 //     up as 32 hex characters, forwarded to the handler and returned; the
@@ -54,7 +63,7 @@ type Middleware struct {
 	classify twoStep // WithClassifier, WithClassifyFunc
 	identify identity.Identifier
 
-	anonymous string // WithAnonymousAs: gate anonymous callers as this user
+	anonymous string // WithAnonymousAs: the user unverified credentials are gated as
 
 	cors   corsPolicy
 	logger *slog.Logger
@@ -120,15 +129,21 @@ func (oneStep) ClassifyBody(_ *http.Request, call capgate.Call) (capgate.Call, b
 	return call, true, nil
 }
 
-// WithAnonymousAs gates the heavy calls of callers the identifier can't
-// name but who carry credentials (an Authorization or Cookie header) as
-// user id (the policy's default tier) instead of passing them untouched: for identity
-// modes where the API may know a caller capgate does not (header identity
-// from an untrusted peer, a session cookie or a token missing from the
-// tokens file). A call with no credentials at all still passes: the API
-// can't know its caller either. Default "": anonymous calls pass untouched.
+// WithAnonymousAs names the user under which the middleware gates the
+// heavy calls of callers who carry a credential (an Authorization or
+// Cookie header) the identifier can't verify: the API may know a caller
+// capgate does not (a token missing from the tokens file, a JWT signed by
+// a key the JWKS file lacks yet, a session cookie), so such a call shares
+// one lane of the policy's default tier, never passes untouched. Default
+// (and for ""): identity.AnonymousUser, "(anonymous)". A call with no
+// credential at all passes untouched: the API can't know its caller
+// either.
 func WithAnonymousAs(id string) Option {
-	return func(m *Middleware) { m.anonymous = id }
+	return func(m *Middleware) {
+		if id != "" {
+			m.anonymous = id
+		}
+	}
 }
 
 // WithLogger sets the logger of the middleware's own warnings (a handler
@@ -174,7 +189,7 @@ func NewMiddleware(next http.Handler, gate *capgate.Gate, identify identity.Iden
 	// The default classifier evaluates the policy of the gate's config,
 	// whichever it is.
 	m := &Middleware{next: next, gate: gate, classify: &Classifier{follow: gate.Policy}, identify: identify,
-		logger: slog.Default(), now: time.Now}
+		anonymous: identity.AnonymousUser, logger: slog.Default(), now: time.Now}
 	for _, o := range opts {
 		o(m)
 	}
@@ -209,9 +224,9 @@ func (m *Middleware) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		m.next.ServeHTTP(w, r) // mode off: untouched, and nobody looked up
 		return
 	}
-	caller, ok, err := m.identifyCaller(ctx, r)
+	caller, ok, unverified, err := m.identifyCaller(ctx, r)
 	if err == nil && !ok {
-		m.next.ServeHTTP(w, r) // anonymous: the API answers
+		m.next.ServeHTTP(w, r) // no credential at all: the API answers
 		return
 	}
 	call, heavy, cerr := m.classify.ClassifyBody(r, call)
@@ -228,6 +243,10 @@ func (m *Middleware) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		m.next.ServeHTTP(w, r)
 		return
 	}
+	if unverified && m.refusesUnverified(ctx) {
+		m.unauthorized(w, r)
+		return
+	}
 	m.gated(w, r, call, caller, err)
 }
 
@@ -235,20 +254,60 @@ func (m *Middleware) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 // when the classification buffer budget is spent.
 const bufferFullRetryAfter = 1
 
-// identifyCaller asks who calls, refusing identity (anonymous, logged) to a
-// username longer than MaxUsername, and, with WithAnonymousAs, gating an
-// anonymous caller under that user id.
-func (m *Middleware) identifyCaller(ctx context.Context, r *http.Request) (capgate.Caller, bool, error) {
-	caller, ok, err := m.identify.Identify(ctx, r)
-	if err == nil && ok && !identity.ValidUsername(caller.UserID) {
-		m.logger.Warn("capgate: username too long; the caller is anonymous",
+// identifyCaller asks who calls and applies the one identity rule: a
+// caller the identifier names is itself (unless its username is longer
+// than MaxUsername: logged, and not believed); one it can't name who
+// carries a credential is unverified, gated as the anonymous user; one
+// with no credential at all is ok false (passed untouched). err is the
+// identifier's failure (the caller is then unidentified).
+func (m *Middleware) identifyCaller(ctx context.Context, r *http.Request) (caller capgate.Caller, ok, unverified bool, err error) {
+	caller, ok, err = m.identify.Identify(ctx, r)
+	if err != nil {
+		return capgate.Caller{}, false, false, err
+	}
+	if ok && !identity.ValidUsername(caller.UserID) {
+		m.logger.Warn("capgate: username too long; the caller is gated as anonymous",
 			"length", utf8.RuneCountInString(caller.UserID), "max", identity.MaxUsername)
-		caller, ok = capgate.Caller{}, false
+		return capgate.Caller{UserID: m.anonymous}, true, true, nil
 	}
-	if err == nil && !ok && m.anonymous != "" && hasCredentials(r) {
-		return capgate.Caller{UserID: m.anonymous}, true, nil
+	if !ok && hasCredentials(r) {
+		return capgate.Caller{UserID: m.anonymous}, true, true, nil
 	}
-	return caller, ok, err
+	return caller, ok, false, nil
+}
+
+// refusesUnverified reports whether a heavy call whose credential can't
+// be verified is answered 401 rather than gated as anonymous: the
+// policy's identity.unverified is "refuse" and the mode is enforce (in
+// shadow capgate changes no answer). A config source that panics refuses
+// nothing (the call is gated), as the gate reads it.
+func (m *Middleware) refusesUnverified(ctx context.Context) (refuse bool) {
+	if m.gate.Source == nil {
+		return false
+	}
+	defer func() {
+		if recover() != nil {
+			refuse = false
+		}
+	}()
+	cfg := m.gate.Source.Config(ctx)
+	return cfg.Mode == settings.ModeEnforce && cfg.Policy().Identity.RefuseUnverified
+}
+
+// detailUnverified is the detail of the 401 of a credential capgate can't
+// verify, under identity.unverified: refuse.
+const detailUnverified = "The credentials could not be verified."
+
+// unauthorized answers a heavy call whose credential can't be verified
+// with 401 and the policy's scheme as the challenge, never calling the
+// handler.
+func (m *Middleware) unauthorized(w http.ResponseWriter, r *http.Request) {
+	ctx := r.Context()
+	p := m.gate.Policy(ctx)
+	markHeavy(ctx, "")
+	m.cors.refusal(w.Header(), r.Header.Get("Origin"), p)
+	w.Header().Set("WWW-Authenticate", cmp.Or(p.Identity.Scheme, "Bearer"))
+	writeError(w, r, http.StatusUnauthorized, detailUnverified)
 }
 
 // hasCredentials reports whether r carries anything the API could
@@ -282,8 +341,8 @@ func (m *Middleware) gated(w http.ResponseWriter, r *http.Request, call capgate.
 	// A repeat of a call running or answered is answered here, before it
 	// could take a lane place (idempotency.go). Only a caller named as
 	// itself is deduplicated: not one the lookup failed for, nor the
-	// shared user of WithAnonymousAs.
-	identified := err == nil && (m.anonymous == "" || caller.UserID != m.anonymous)
+	// shared anonymous user of unverified credentials.
+	identified := err == nil && caller.UserID != m.anonymous
 	rp, note, done := m.repeat(w, r, call, identified, rid)
 	if done {
 		return

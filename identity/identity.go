@@ -32,10 +32,13 @@ import (
 // (upstream lookup, trusted headers, a tokens file) implement it, and the
 // staff API uses the same one.
 type Identifier interface {
-	// Identify returns the caller of r. ok is false when r carries no
-	// valid credentials (anonymous, or the API answered 401). An error
-	// means the lookup itself failed (timeout, upstream error): the
-	// middleware gates the call as "(unidentified)" (Gate.Unidentified).
+	// Identify returns the caller of r. ok is false when it names nobody:
+	// r carries no credential, or one it can't verify (an unknown token,
+	// a JWT it refuses, the API answered 401); the middleware then passes
+	// a call with no credential at all untouched and gates any other as
+	// AnonymousUser (one rule for every Identifier). An error means the
+	// lookup itself failed (timeout, upstream error): the middleware
+	// gates the call as "(unidentified)" (Gate.Unidentified).
 	Identify(ctx context.Context, r *http.Request) (c capgate.Caller, ok bool, err error)
 }
 
@@ -243,9 +246,11 @@ var (
 	_ Identifier = (*Tokens)(nil)
 )
 
-// AnonymousUser is the user id under which WithAnonymousAs gates the heavy
-// calls of callers capgate can't name (header identity without a trusted
-// proxy's word). The parentheses keep it apart from any Django username.
+// AnonymousUser is the user id under which the gateway's middleware gates
+// the heavy calls of callers who carry a credential no Identifier can
+// verify (a token not in the file, a JWT it refuses, header identity
+// without a trusted proxy's word, a lookup the API answered 401). The
+// parentheses keep it apart from any Django username.
 const AnonymousUser = "(anonymous)"
 
 // MaxUsername is the longest username, in characters, capgate accepts as

@@ -76,9 +76,10 @@ type JWTOptions struct {
 // its "alg" is allowed, its "iss" is the Issuer, its "aud" contains the
 // Audience, it has an "exp" and is not expired, not yet valid or issued in the future
 // (allowing Leeway), it names its user and its groups claim has the right
-// type. Any other request is anonymous: Identify never returns an error,
-// and never logs or returns the token. A token longer than 8 KiB is
-// anonymous without being parsed.
+// type. Any other request names nobody (ok false: the middleware gates a
+// call with a credential it can't verify as AnonymousUser): Identify never
+// returns an error, and never logs or returns the token. A token longer
+// than 8 KiB names nobody without being parsed.
 //
 // Reload re-reads the key set (on SIGHUP); a bad file leaves the keys in
 // force. Identify takes no lock. Safe for concurrent use.

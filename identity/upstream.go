@@ -51,9 +51,9 @@ var ErrLookup = errors.New("user lookup failed")
 // Answers are cached per credential, keyed by its SHA-256 (never the raw
 // token), for TTL; the cache holds at most CacheEntries credentials and
 // evicts the least recently used. Concurrent lookups of one credential
-// share one request. A 401 or 403 means the credential is not valid: the
-// caller is anonymous (the API answers the call itself), and that is
-// cached for UnauthorizedTTL. A request with neither credential is
+// share one request. A 401 or 403 means the API does not take the
+// credential: ok is false (the middleware gates a call carrying it as
+// AnonymousUser), and that is cached for UnauthorizedTTL. A request with neither credential is
 // anonymous and triggers no lookup. A lookup that fails or takes longer
 // than Timeout returns an error; it is not cached.
 //

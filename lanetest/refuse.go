@@ -1,6 +1,7 @@
 package lanetest
 
 import (
+	"math"
 	"testing"
 	"time"
 
@@ -59,6 +60,8 @@ func waitTestRefusesBadTickets(t *testing.T, e *waitEnv) {
 		{"lease under 1ms", func(tk *capgate.Ticket) { tk.Lease = time.Microsecond }},
 		{"ticket lease under 1ms", func(tk *capgate.Ticket) { tk.TicketLease = 0 }},
 		{"claim under 1ms", func(tk *capgate.Ticket) { tk.Claim = 0 }},
+		{"seats past MaxSeats", func(tk *capgate.Ticket) { tk.Seats = []int{1, capgate.MaxSeats + 1} }},
+		{"seats MaxInt", func(tk *capgate.Ticket) { tk.Seats = []int{math.MaxInt, 1} }},
 	}
 	for _, c := range cases {
 		tk := e.ticket("a", 2)

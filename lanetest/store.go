@@ -45,6 +45,7 @@ func RunStore(t *testing.T, open Factory) {
 		{"RenewExtendsEverySeat", storeTestRenewSeats},
 		{"ReleaseFreesEverySeat", storeTestReleaseSeats},
 		{"RefusesBadSeats", storeTestRefusesBadSeats},
+		{"ExtremeSeatsAndLimits", storeTestExtremeSeats},
 		{"BorrowsAnIdleReserve", storeTestBorrow},
 		{"BorrowableIsLendUpToTheIdleReserve", storeTestBorrowable},
 		{"BorrowWithoutKeysLendsNothing", storeTestBorrowNone},

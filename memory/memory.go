@@ -305,7 +305,17 @@ func (s *Store) limit(w *waitlist, limits []int, borrow []capgate.Borrow, i int,
 	c := s.count(borrow[i].Key, now)
 	counts[*j] = c
 	*j++
-	return limits[i] + w.lends(borrow[i], c)
+	return satAdd(limits[i], w.lends(borrow[i], c))
+}
+
+// satAdd returns a + b for b ≥ 0, saturating at math.MaxInt: a lane's
+// limit plus what it lends may be any int (a limit of MaxInt is no limit,
+// never a wrapped negative one, which would be full).
+func satAdd(a, b int) int {
+	if a > math.MaxInt-b {
+		return math.MaxInt
+	}
+	return a + b
 }
 
 // Renew implements capgate.LaneStore. It fails only when ctx is done or

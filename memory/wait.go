@@ -65,7 +65,7 @@ func (t *ticket) most() int {
 	if t.borrow == nil || t.borrow[0].Key == "" {
 		return t.limits[0]
 	}
-	return t.limits[0] + t.borrow[0].Lend
+	return satAdd(t.limits[0], t.borrow[0].Lend)
 }
 
 // list returns prefix's waitlist, making it if make is set; nil when there
@@ -157,7 +157,7 @@ func (s *Store) pass(prefix string, now int64) map[string]int {
 		if t.borrow == nil || t.borrow[i].Key == "" {
 			return t.limits[i]
 		}
-		return t.limits[i] + w.lends(t.borrow[i], held(t.borrow[i].Key))
+		return satAdd(t.limits[i], w.lends(t.borrow[i], held(t.borrow[i].Key)))
 	}
 	// shut reports that the lane every ticket shares is full for all.
 	shut := func() bool {
@@ -237,7 +237,7 @@ func (s *Store) next(w *waitlist, t *ticket, now int64) time.Duration {
 	for i, k := range t.keys {
 		limit := t.limits[i]
 		if t.borrow != nil && t.borrow[i].Key != "" {
-			limit += w.lends(t.borrow[i], s.count(t.borrow[i].Key, now))
+			limit = satAdd(limit, w.lends(t.borrow[i], s.count(t.borrow[i].Key, now)))
 		}
 		l := s.lane(k, now)
 		if l == nil || len(l.leases)+seat(t.seats, i) <= limit {

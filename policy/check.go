@@ -148,7 +148,7 @@ func (d *decoder) checkRoutes(p *Policy) []string {
 			case r.Fields[j].Kind.Type() != TypeInt:
 				d.at(r.lineOf("seats"), field+".seats."+lane+".field", "field %q is %s; seats count an int field", s.Field, r.Fields[j].Kind.Type().article())
 			}
-			s.field = j
+			s.field = j + 1
 			s.body = j >= 0 && r.Fields[j].Kind.body()
 			r.bodyCost = r.bodyCost || s.body
 			r.Seats[lane] = s

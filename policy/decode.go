@@ -3,6 +3,7 @@ package policy
 import (
 	"errors"
 	"fmt"
+	"io"
 	"os"
 	"regexp"
 	"slices"
@@ -11,9 +12,29 @@ import (
 	"go.yaml.in/yaml/v3"
 )
 
-// Load reads and parses the policy file at path.
+// The bounds of a policy file. A policy is configuration an operator
+// writes, so these are far above any real one (the built-in OCL policy is
+// about 3 KB and 300 nodes); they keep a mistaken or hostile file from
+// taking the process down.
+const (
+	// MaxBytes is the largest policy file read, in bytes.
+	MaxBytes = 1 << 20
+	// MaxNodes is the node budget: the most YAML nodes a policy may hold
+	// with every alias counted as the nodes it names, each time it is
+	// used. The decoder follows aliases, so a few KB of aliases of aliases
+	// would otherwise build billions of nodes.
+	MaxNodes = 100_000
+)
+
+// Load reads and parses the policy file at path. It reads at most
+// MaxBytes and a byte of it: a larger file is refused as Parse refuses it.
 func Load(path string) (*Policy, error) {
-	data, err := os.ReadFile(path)
+	f, err := os.Open(path)
+	if err != nil {
+		return nil, fmt.Errorf("read policy: %w", err)
+	}
+	defer f.Close()
+	data, err := io.ReadAll(io.LimitReader(f, MaxBytes+1))
 	if err != nil {
 		return nil, fmt.Errorf("read policy: %w", err)
 	}
@@ -21,8 +42,13 @@ func Load(path string) (*Policy, error) {
 }
 
 // Parse parses and checks a policy; file names it in messages. On any error
-// it returns no policy and an Errors holding every error found.
+// it returns no policy and an Errors holding every error found. A policy
+// of more than MaxBytes, or whose nodes with its aliases expanded pass
+// MaxNodes, is refused before it is decoded.
 func Parse(file string, data []byte) (*Policy, error) {
+	if len(data) > MaxBytes {
+		return nil, Errors{{File: file, Msg: fmt.Sprintf("the file is more than %d bytes (MaxBytes): no policy is that large", MaxBytes)}}
+	}
 	d := &decoder{file: file}
 	var doc yaml.Node
 	if err := yaml.Unmarshal(data, &doc); err != nil {
@@ -30,6 +56,10 @@ func Parse(file string, data []byte) (*Policy, error) {
 	}
 	if doc.Kind != yaml.DocumentNode || len(doc.Content) == 0 {
 		return nil, Errors{{File: file, Msg: "empty policy"}}
+	}
+	if expandedNodes(&doc, MaxNodes) > MaxNodes {
+		return nil, Errors{{File: file, Line: 1, Msg: fmt.Sprintf(
+			"the policy holds more than %d YAML nodes with its aliases expanded (the node budget, MaxNodes): write fewer aliases of aliases", MaxNodes)}}
 	}
 	p := d.policy(doc.Content[0])
 	if len(d.errs) == 0 {
@@ -191,6 +221,49 @@ func (d *decoder) strs(n *yaml.Node, field string) []string {
 	return out
 }
 
+// expandedNodes returns the nodes under n, n included, with each alias
+// counted as the nodes it names, or limit+1 once there are more than
+// limit. Each node is counted once and remembered, so the count costs the
+// file's own nodes, not their expansion. A node that holds itself counts
+// past any limit.
+func expandedNodes(n *yaml.Node, limit int) int {
+	memo := map[*yaml.Node]int{}
+	var count func(n *yaml.Node) int
+	count = func(n *yaml.Node) int {
+		if n == nil {
+			return 0
+		}
+		if c, ok := memo[n]; ok {
+			return c
+		}
+		memo[n] = limit + 1 // while counting: a node that holds itself is over
+		total := 1
+		if n.Kind == yaml.AliasNode {
+			total += count(n.Alias)
+		}
+		for _, c := range n.Content {
+			if total += count(c); total > limit {
+				break
+			}
+		}
+		total = min(total, limit+1)
+		memo[n] = total
+		return total
+	}
+	return count(n)
+}
+
+// hasKey reports whether n is a mapping with key.
+func hasKey(n *yaml.Node, key string) bool {
+	n = resolve(n)
+	for i := 0; n.Kind == yaml.MappingNode && i+1 < len(n.Content); i += 2 {
+		if n.Content[i].Value == key {
+			return true
+		}
+	}
+	return false
+}
+
 // resolve follows an alias.
 func resolve(n *yaml.Node) *yaml.Node {
 	for i := 0; n.Kind == yaml.AliasNode && n.Alias != nil && i < 16; i++ {
@@ -270,9 +343,24 @@ func (d *decoder) policy(n *yaml.Node) *Policy {
 	}
 	if e, ok := m["names"]; ok {
 		p.Names = d.names(e.val, "names")
+		if !hasKey(e.val, "key_prefix") {
+			p.Names.KeyPrefix = d.defaultKeyPrefix(p.Name, m["name"].val)
+		}
 	}
 	if e, ok := m["idempotency"]; ok {
 		p.Idempotency = d.idempotency(e.val, "idempotency")
 	}
 	return p
+}
+
+// defaultKeyPrefix returns the key prefix of a policy named name that
+// gives none: DefaultKeyPrefix and the name, so that two APIs' policies
+// sharing one lane store never share a key. A name that can't be part of
+// a key (see key_prefix) is an error at nameNode.
+func (d *decoder) defaultKeyPrefix(name string, nameNode *yaml.Node) string {
+	prefix := DefaultKeyPrefix + ":" + name
+	if name != "" && !keyPrefixRE.MatchString(prefix) {
+		d.errorf(nameNode, "name", "%q can't be part of the lane keys' default prefix (%s:<name>): give names.key_prefix, or a name of letters, digits and _ . -", name, DefaultKeyPrefix)
+	}
+	return prefix
 }

@@ -12,7 +12,7 @@ import (
 
 func (d *decoder) identity(n *yaml.Node, field string) Identity {
 	var id Identity
-	m := d.mapping(n, field, "resolver", "scheme", "tiers", "default_tier", "jwt")
+	m := d.mapping(n, field, "resolver", "scheme", "tiers", "default_tier", "jwt", "unverified")
 	d.required(n, field, m, "resolver", "scheme", "default_tier")
 	if e, ok := m["resolver"]; ok {
 		id.Resolver = d.str(e.val, field+".resolver")
@@ -57,6 +57,15 @@ func (d *decoder) identity(n *yaml.Node, field string) Identity {
 	}
 	if e, ok := m["default_tier"]; ok {
 		id.Default = d.tier(e.val, field+".default_tier")
+	}
+	if e, ok := m["unverified"]; ok {
+		switch v := d.str(e.val, field+".unverified"); v {
+		case "refuse":
+			id.RefuseUnverified = true
+		case "anonymous":
+		default:
+			d.errorf(e.val, field+".unverified", "%s", suggest("value", v, []string{"anonymous", "refuse"}))
+		}
 	}
 	return id
 }
@@ -270,7 +279,7 @@ func (d *decoder) token(n *yaml.Node, field string) string {
 var keyPrefixRE = regexp.MustCompile(`^[A-Za-z0-9_.-]+(:[A-Za-z0-9_.-]+)*$`)
 
 func (d *decoder) names(n *yaml.Node, field string) Names {
-	nm := Names{KeyPrefix: DefaultKeyPrefix, LogRouteKey: DefaultLogRouteKey}
+	nm := Names{LogRouteKey: DefaultLogRouteKey} // KeyPrefix: set by policy when not given
 	m := d.mapping(n, field, "header_prefix", "ratelimit", "refusal", "log_event", "client_metadata",
 		"request_source_header", "key_prefix", "log_route_key")
 	d.required(n, field, m, "header_prefix", "refusal", "log_event")

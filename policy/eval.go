@@ -31,6 +31,8 @@ type Request struct {
 }
 
 // Evaluator finds the route of a request. It is safe for concurrent use.
+// The zero value, like an Evaluator of a nil policy, has no routes:
+// nothing is a heavy call.
 type Evaluator struct {
 	p      *Policy
 	prefix string
@@ -38,13 +40,21 @@ type Evaluator struct {
 
 // NewEvaluator returns an Evaluator for p with the API mounted at
 // pathPrefix (such as "/api"; "" is the root): a path outside it matches no
-// route, and routes match what follows it.
+// route, and routes match what follows it. A nil p matches nothing.
 func NewEvaluator(p *Policy, pathPrefix string) *Evaluator {
 	return &Evaluator{p: p, prefix: strings.TrimSuffix(pathPrefix, "/")}
 }
 
-// Policy returns the evaluator's policy.
+// Policy returns the evaluator's policy (nil for the zero Evaluator).
 func (e *Evaluator) Policy() *Policy { return e.p }
+
+// routes returns the policy's routes; none without a policy.
+func (e *Evaluator) routes() []*Route {
+	if e.p == nil {
+		return nil
+	}
+	return e.p.Routes
+}
 
 // Evaluate returns the first route that matches req and fills f with the
 // call's fields; nil, and f reset, when no route matches (the request is
@@ -56,7 +66,7 @@ func (e *Evaluator) Evaluate(req *Request, f *Fields) *Route {
 		return nil
 	}
 	var bodyValid, bodyChecked bool
-	for _, r := range e.p.Routes {
+	for _, r := range e.routes() {
 		if r.Method != req.Method || !matchPath(&r.Path, path) {
 			continue
 		}
@@ -110,7 +120,7 @@ func (r *Route) costReadable(bv *bodyView) bool {
 		if !s.body {
 			continue
 		}
-		fd := &r.Fields[s.field]
+		fd := &r.Fields[s.field-1] // s.body: set by Parse with the field
 		if fd.Kind == FieldBodyInt {
 			if _, ok := bodyInt(bv.vals[fd.body], fd.Default); !ok {
 				return false
@@ -130,7 +140,7 @@ func (e *Evaluator) MayMatch(req *Request) bool {
 		return false
 	}
 	bv := bodyView{any: true}
-	for _, r := range e.p.Routes {
+	for _, r := range e.routes() {
 		if r.Method == req.Method && matchPath(&r.Path, path) && r.holds(req, &bv) {
 			return true
 		}
@@ -488,7 +498,7 @@ func (e *Evaluator) ReadsBody(req *Request) bool {
 		return false
 	}
 	bv := bodyView{any: true}
-	for _, r := range e.p.Routes {
+	for _, r := range e.routes() {
 		if len(r.bodyKeys) > 0 && r.Method == req.Method && matchPath(&r.Path, path) && r.holds(req, &bv) {
 			return true
 		}
@@ -504,7 +514,7 @@ func (e *Evaluator) RoutePath(path string) bool {
 	if !ok {
 		return false
 	}
-	for _, r := range e.p.Routes {
+	for _, r := range e.routes() {
 		if matchPath(&r.Path, path) {
 			return true
 		}

@@ -14,6 +14,12 @@ type Identity struct {
 	// JWT holds what the jwt resolver checks and reads; nil for another
 	// resolver. The key set is a deployment's (--jwks), not the policy's.
 	JWT *JWT
+	// RefuseUnverified (unverified: refuse) answers a heavy call whose
+	// credential the resolver can't verify with 401 in mode enforce;
+	// false (unverified: anonymous, the default) gates it as the user
+	// "(anonymous)" of the default tier. A call with no credential at all
+	// passes either way.
+	RefuseUnverified bool
 }
 
 // JWT is the jwt resolver's part of a policy: the issuer and audience
@@ -261,7 +267,8 @@ type Names struct {
 	// RequestSourceHeader names where the call came from, for the log line.
 	RequestSourceHeader string
 	// KeyPrefix starts every key capgate keeps in its lane store: OCL
-	// "ocl:capacity"; default "capgate".
+	// "ocl:capacity"; default "capgate:<the policy's name>", so that two
+	// APIs sharing one store never share a lane or a kept answer.
 	KeyPrefix string
 	// LogRouteKey is the log line's key of the route's LogName: OCL
 	// "endpoint"; default "route".
@@ -279,6 +286,9 @@ type MetadataKey struct {
 
 // The defaults of the names a policy may leave out.
 const (
+	// DefaultKeyPrefix starts the key prefix of a policy that gives none
+	// (DefaultKeyPrefix:<name>), and is the prefix of a store or gate
+	// told none at all.
 	DefaultKeyPrefix   = "capgate"
 	DefaultLogRouteKey = "route"
 )

@@ -389,14 +389,21 @@ const MaxFields = 8
 const maxBodyKeys = 8
 
 // Seats is a route's cost in one lane: Const, or ceil(Field / Per) capped
-// at Max. Never below 1.
+// at Max. Never below 1; the arithmetic saturates, so a field near 2^63
+// costs the most seats, never wraps to few.
+//
+// Parse fills it in from the policy. The zero value costs 1 seat, and
+// each field's zero value is useful in one built by hand: Field is looked
+// up by name in the call's route (a route without it costs 1 seat), Per
+// below 1 counts each unit a seat, and Max below 1 sets no cap of its own
+// (the gate still caps a call's seats at the lane's limit).
 type Seats struct {
 	Const int    // when Field is ""
 	Field string // an int field of the route
-	Per   int    // ≥ 1
-	Max   int    // ≥ 1
+	Per   int    // ≥ 1 (Parse); below 1: 1
+	Max   int    // ≥ 1 (Parse); below 1: no cap
 
-	field int
+	field int  // 1 + the index of Field in its route, set by Parse; 0: by name
 	body  bool // Field is read from the body
 }
 
@@ -411,10 +418,22 @@ func (s Seats) Of(f *Fields) int {
 	}
 	n := 0
 	if f != nil {
-		n = f.Int(s.field)
+		i := s.field - 1
+		if i < 0 && f.route != nil {
+			i = f.route.Field(s.Field)
+		}
+		n = f.Int(i)
 	}
-	n = (n + s.Per - 1) / s.Per
-	return min(max(n, 1), s.Max)
+	per := max(s.Per, 1)
+	seats := n / per // ceil(n / per) without the overflow of n + per - 1
+	if n%per > 0 {
+		seats++
+	}
+	seats = max(seats, 1)
+	if s.Max >= 1 {
+		seats = min(seats, s.Max)
+	}
+	return seats
 }
 
 // Class is a class of calls a lane may reserve part of its limit for:

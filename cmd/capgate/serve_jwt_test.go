@@ -109,8 +109,10 @@ func tokenClaims(sub string, roles []string, age time.Duration) map[string]any {
 
 // TestServeJWTIdentity: serve --identity jwt --jwks FILE under a policy of
 // the jwt resolver. A valid token's user and tier (from its groups claim)
-// are the call's; an expired or wrongly signed token is anonymous, and an
-// anonymous call passes untouched; after the key set is rotated and
+// are the call's; an expired or wrongly signed token is a credential
+// capgate can't verify, so its call is gated as "(anonymous)" of the
+// default tier (never passed ungated: the API may accept it), and a call
+// with no credential passes untouched; after the key set is rotated and
 // reloaded (SIGHUP), the new key's tokens are believed and the old key's
 // are not.
 func TestServeJWTIdentity(t *testing.T) {
@@ -140,29 +142,26 @@ func TestServeJWTIdentity(t *testing.T) {
 			t.Errorf("%s: headers %v; want the call gated, Capgate-Tier %s", what, a.header, tier)
 		}
 	}
-	untouched := func(what, token string) {
+	anonymous := func(what, token string) {
 		t.Helper()
-		before := api.Stats().Calls
-		a := call(token)
-		if h := capacityHeaders(a.header); len(h) > 0 {
-			t.Errorf("%s: capacity headers %v; want the call untouched (anonymous)", what, h)
-		}
-		if api.Stats().Calls != before+1 {
-			t.Errorf("%s: the API did not serve the call", what)
-		}
+		gated(what+" (as anonymous)", token, "free")
+	}
+	before := api.Stats().Calls
+	if a := call(""); len(capacityHeaders(a.header)) > 0 || api.Stats().Calls != before+1 {
+		t.Errorf("no credential: capacity headers %v; want the call untouched, served", capacityHeaders(a.header))
 	}
 
 	gated("a pro's token", signToken(t, k1, "k1", tokenClaims("u-pro", []string{"staff", "pro"}, 0)), "pro")
 	gated("a token without the pro group", signToken(t, k1, "k1", tokenClaims("u-free", []string{"staff"}, 0)), "free")
-	untouched("an expired token", signToken(t, k1, "k1", tokenClaims("u-late", []string{"pro"}, 3*time.Hour)))
-	untouched("a token signed by another key under k1's kid", signToken(t, forger, "k1", tokenClaims("u-forged", []string{"pro"}, 0)))
-	untouched("a token of another issuer", signToken(t, k1, "k1", func() map[string]any {
+	anonymous("an expired token", signToken(t, k1, "k1", tokenClaims("u-late", []string{"pro"}, 3*time.Hour)))
+	anonymous("a token signed by another key under k1's kid", signToken(t, forger, "k1", tokenClaims("u-forged", []string{"pro"}, 0)))
+	anonymous("a token of another issuer", signToken(t, k1, "k1", func() map[string]any {
 		c := tokenClaims("u-other", []string{"pro"}, 0)
 		c["iss"] = "https://elsewhere.example.com"
 		return c
 	}()))
 	next := signToken(t, k2, "k2", tokenClaims("u-next", []string{"pro"}, 0))
-	untouched("a token of a key not in the set yet", next)
+	anonymous("a token of a key not in the set yet", next)
 
 	// The key set is rotated: k2 in, k1 out. SIGHUP reloads it.
 	writeKeySet(t, jwks, []string{"k2"}, k2)
@@ -173,7 +172,7 @@ func TestServeJWTIdentity(t *testing.T) {
 		t.Errorf("no reloaded the JWKS line:\n%s", stderr)
 	}
 	gated("the new key's token", next, "pro")
-	untouched("the old key's token", signToken(t, k1, "k1", tokenClaims("u-pro", []string{"pro"}, 0)))
+	anonymous("the old key's token", signToken(t, k1, "k1", tokenClaims("u-pro", []string{"pro"}, 0)))
 
 	// A broken key set keeps the keys in force.
 	writeFile(t, jwks, "not json")
@@ -182,15 +181,16 @@ func TestServeJWTIdentity(t *testing.T) {
 	}
 	gated("the new key's token after a broken key set", next, "pro")
 
-	// The log lines of the gated calls name each token's user and tier;
-	// the anonymous calls have none.
-	until(t, 10*time.Second, "the four gated calls' log lines", func() bool { return len(logLines(t, srv.opts.LogFile)) == 4 })
+	// The log lines of the gated calls name each token's user and tier,
+	// (anonymous) for the five unverifiable ones.
+	until(t, 10*time.Second, "the nine gated calls' log lines", func() bool { return len(logLines(t, srv.opts.LogFile)) == 9 })
 	var users []string
 	for _, l := range logLines(t, srv.opts.LogFile) {
 		users = append(users, l["user_id"].(string)+":"+l["tier"].(string))
 	}
 	slices.Sort(users)
-	if strings.Join(users, " ") != "u-free:free u-next:pro u-next:pro u-pro:pro" {
-		t.Errorf("the log lines' users %q; want u-free:free, u-next:pro twice, u-pro:pro", users)
+	want := strings.Repeat("(anonymous):free ", 5) + "u-free:free u-next:pro u-next:pro u-pro:pro"
+	if strings.Join(users, " ") != want {
+		t.Errorf("the log lines' users %q; want %s", users, want)
 	}
 }

@@ -223,12 +223,6 @@ func NewServer(ctx context.Context, opts ServeOptions, lines io.Writer, logger *
 	if gcfg.Journal, err = s.openJournal(ctx, "gateway:"+opts.TaskID+":"+opts.Listen, opts.RestartHold); err != nil {
 		return nil, err
 	}
-	if opts.Identity == "header" || opts.Identity == "tokens" {
-		// Callers these modes can't name (no trusted proxy's word, a session
-		// cookie, a token not in the file) may still carry credentials the
-		// API accepts: their heavy calls share one lane, never pass ungated.
-		gcfg.Options = append(gcfg.Options, capgatehttp.WithAnonymousAs(identity.AnonymousUser))
-	}
 	if opts.AccessLog != "" {
 		if gcfg.AccessLog, err = s.openAccessLog(opts.AccessLog); err != nil {
 			return nil, err

@@ -15,17 +15,19 @@ import (
 
 // The differential fuzzer: a generator mutates heavy requests (query pairs
 // and escapes, ";" and "&", paths, repeated headers and their case,
-// Connection tokens, cookies, Authorization spellings, charsets, bodies,
-// framing) and sends each through a gateway to the real Django upstream.
+// Connection tokens, cookies, Authorization spellings, JWTs, charsets,
+// bodies, framing) and sends each through a gateway to the real Django
+// upstream.
 // The upstream records every heavy call it runs and for whom; the
 // invariant (checkInvariants) is that it never runs one capgate did not
 // count, whatever the mutation. Most mutations carry pam's credentials
 // (preview, paused): any heavy run of hers is a bypass; cora (limit 1)
 // calls too, held a little, so with the wait on her calls queue.
 //
-// CI runs a fixed seed for -bypass.fuzz (20 s) per wait setting;
-// bench/bypass-fuzz.sh runs it longer, with a seed of its own
-// (-bypass.seed).
+// CI runs a fixed seed for -bypass.fuzz (20 s) per wait setting, and as
+// long again on the JWT path (the --identity jwt gateway, JWTs of every
+// kind it can't verify, which the upstream runs); bench/bypass-fuzz.sh runs
+// it longer, with a seed of its own (-bypass.seed).
 var (
 	fuzzFor  = flag.Duration("bypass.fuzz", 20*time.Second, "how long the differential fuzzer runs per wait setting (0: skip it)")
 	fuzzSeed = flag.Uint64("bypass.seed", 1, "the differential fuzzer's seed")
@@ -48,15 +50,24 @@ func TestDifferentialFuzz(t *testing.T) {
 	}
 	t.Run("wait="+rigWait, func(t *testing.T) {
 		mark := r.mark(t)
-		n := r.fuzz(t, *fuzzSeed, *fuzzFor, []*gateway{r.gateways[gwUpstream], r.gateways[gwTokens], r.gateways[gwHeader]})
+		n := r.fuzz(t, *fuzzSeed, *fuzzFor, []*gateway{r.gateways[gwUpstream], r.gateways[gwTokens], r.gateways[gwHeader]}, nil)
 		t.Logf("seed %d: %d mutations, %d heavy runs upstream", *fuzzSeed, n, len(r.runs(t))-mark)
 		r.checkInvariants(t, mark)
 	})
 	t.Run("wait="+other, func(t *testing.T) {
 		g := r.otherWaitGateway(t)
 		mark := r.mark(t)
-		n := r.fuzz(t, *fuzzSeed+1, *fuzzFor, []*gateway{g})
+		n := r.fuzz(t, *fuzzSeed+1, *fuzzFor, []*gateway{g}, nil)
 		t.Logf("seed %d: %d mutations, %d heavy runs upstream", *fuzzSeed+1, n, len(r.runs(t))-mark)
+		r.checkInvariants(t, mark)
+	})
+	// The JWT path: the --identity jwt gateway, with JWTs (good ones and
+	// every kind it can't verify, which the upstream runs) mutated.
+	t.Run("jwt", func(t *testing.T) {
+		g, k := r.jwtGateway(t)
+		mark := r.mark(t)
+		n := r.fuzz(t, *fuzzSeed+2, *fuzzFor, []*gateway{g}, k.pool(t))
+		t.Logf("seed %d: %d mutations, %d heavy runs upstream", *fuzzSeed+2, n, len(r.runs(t))-mark)
 		r.checkInvariants(t, mark)
 	})
 }
@@ -65,7 +76,9 @@ func TestDifferentialFuzz(t *testing.T) {
 // returns how many it sent. Worker w draws from its own stream of seed, so
 // a seed gives the same mutations (their interleaving aside). cora's calls
 // all go to gws[0]: each gateway counts her limit in lanes of its own.
-func (r *rig) fuzz(t *testing.T, seed uint64, d time.Duration, gws []*gateway) int {
+// With jwt (a pool of tokens per user, jwtKit.pool) the credentials are
+// JWTs; without, DRF tokens and sessions.
+func (r *rig) fuzz(t *testing.T, seed uint64, d time.Duration, gws []*gateway, jwt map[string][]string) int {
 	t.Helper()
 	deadline := time.Now().Add(d)
 	var mu sync.Mutex
@@ -73,7 +86,7 @@ func (r *rig) fuzz(t *testing.T, seed uint64, d time.Duration, gws []*gateway) i
 	var wg sync.WaitGroup
 	for w := range fuzzWorkers {
 		wg.Go(func() {
-			m := &mutator{r: r, rnd: rand.New(rand.NewPCG(seed, uint64(w)))}
+			m := &mutator{r: r, rnd: rand.New(rand.NewPCG(seed, uint64(w))), jwt: jwt}
 			for i := 0; time.Now().Before(deadline); i++ {
 				q, user := m.request(fmt.Sprintf("fuzz %d/%d/%d", seed, w, i))
 				g := gws[m.rnd.IntN(len(gws))]
@@ -115,6 +128,7 @@ func (r *rig) otherWaitGateway(t *testing.T) *gateway {
 type mutator struct {
 	r   *rig
 	rnd *rand.Rand
+	jwt map[string][]string // per user, JWTs to send (jwtCredentials); nil: DRF credentials
 }
 
 func (m *mutator) pick(s ...string) string { return s[m.rnd.IntN(len(s))] }
@@ -136,7 +150,11 @@ func (m *mutator) request(name string) (e2e.Request, string) {
 	rerank := m.chance(0.25)
 	q.Target = m.path(rerank) + m.query(rerank)
 	body, ct := m.body(rerank)
-	q.Headers = append(q.Headers, m.credentials(user)...)
+	if m.jwt != nil {
+		q.Headers = append(q.Headers, m.jwtCredentials(user)...)
+	} else {
+		q.Headers = append(q.Headers, m.credentials(user)...)
+	}
 	q.Headers = append(q.Headers, ct...)
 	q.Headers = append(q.Headers, m.extraHeaders(user == "pam")...)
 	q.Body = body

@@ -22,3 +22,13 @@ DATABASES = {
     }
 }
 LOGGING = {"version": 1, "disable_existing_loggers": True}
+
+# Token first, as OCL; then Bearer JWTs read leniently (oclsim.auth: the
+# worst case of an API that accepts tokens capgate can't verify); then the
+# session.
+REST_FRAMEWORK = dict(REST_FRAMEWORK)  # noqa: F405
+REST_FRAMEWORK["DEFAULT_AUTHENTICATION_CLASSES"] = [
+    "rest_framework.authentication.TokenAuthentication",
+    "oclsim.auth.LenientJWTAuthentication",
+    "rest_framework.authentication.SessionAuthentication",
+]
