@@ -44,7 +44,7 @@ names:
     default: '{"error": {"message": "{detail} (request {request_id})", "type": "server_error", "code": {error_code}}}'
 `
 
-func parseShaped(t *testing.T) *policy.Policy {
+func parseShaped(t testing.TB) *policy.Policy {
 	t.Helper()
 	p, err := policy.Parse("shaped.yaml", []byte(shapedPolicy))
 	if err != nil {
@@ -55,7 +55,7 @@ func parseShaped(t *testing.T) *policy.Policy {
 
 // shapedRefusals returns a refused call of p's model lane (limit 1, one
 // call of the model running) and one of a paused lane (limit 0).
-func shapedRefusals(t *testing.T, p *policy.Policy) (full, paused *capgate.Admission) {
+func shapedRefusals(t testing.TB, p *policy.Policy) (full, paused *capgate.Admission) {
 	t.Helper()
 	ctx := context.Background()
 	admit := func(limit int, model string) *capgate.Admission {
