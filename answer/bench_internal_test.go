@@ -9,8 +9,10 @@ import (
 
 // The refusal path alone, under the built-in policy (capgate's own shape)
 // and under a policy's template (OpenAI's shape, its detail a text
-// template, Retry-After-Ms and X-Should-Retry): the 429's headers
-// (SetGated) and its body (WriteRefusal, from the pooled buffer).
+// template, Retry-After-Ms and X-Should-Retry): the 429's body as the
+// decision service takes it (Refusal, a new slice) and as the gateway
+// writes it (WriteRefusal, from the pooled buffer), and with its headers
+// (SetGated).
 // docs/BENCHMARKS.md has the numbers.
 func BenchmarkRefusal(b *testing.B) {
 	full, _ := shapedRefusals(b, parseShaped(b))
@@ -20,6 +22,12 @@ func BenchmarkRefusal(b *testing.B) {
 		adm  *capgate.Admission
 	}{{"ocl", admissions[len(admissions)-1]}, {"template", full}} {
 		w := discard{h: http.Header{}}
+		b.Run(tc.name+"/Refusal", func(b *testing.B) {
+			b.ReportAllocs()
+			for b.Loop() {
+				_ = Refusal(tc.adm) // a new slice: the decision service's
+			}
+		})
 		b.Run(tc.name+"/body", func(b *testing.B) {
 			b.ReportAllocs()
 			for b.Loop() {

@@ -54,7 +54,7 @@ func Refusal(adm *capgate.Admission) []byte {
 	if adm == nil || !adm.Refused() {
 		return nil
 	}
-	return AppendRefusal(make([]byte, 0, 256), adm)
+	return AppendRefusal(make([]byte, 0, formatOf(adm.Policy()).refusalCap), adm)
 }
 
 // AppendRefusal appends the 429 body of adm, a refused call, to dst: its

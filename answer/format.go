@@ -36,9 +36,10 @@ type format struct {
 	rateLimit bool          // send the RateLimit fields
 	// The 429 body: its template, its {detail} (the policy's refusal
 	// detail, a text template) and {error_code}.
-	refused *policy.Template
-	detail  jsontmpl.Value
-	code    string
+	refused    *policy.Template
+	refusalCap int // the bytes Refusal makes room for
+	detail     jsontmpl.Value
+	code       string
 	// templates are the policy's templates of its answers, by kind (nil:
 	// capgate's own shape); the retry headers it sends.
 	templates    [policy.NumAnswerKinds]*policy.Template
@@ -109,6 +110,11 @@ func newFormat(p *policy.Policy) *format {
 		f.templates[k] = a.Template(k)
 	}
 	f.refused = cmp.Or(f.templates[policy.AnswerRefused], builtinRefusal)
+	f.refusalCap = 160 // capgate's own shape, the built-in detail
+	if f.refused != builtinRefusal || len(n.RefusalDetail) > 60 {
+		// Room for the template with its detail and numbers filled in.
+		f.refusalCap = len(f.refused.Source()) + len(n.RefusalDetail) + 64
+	}
 	f.code = n.RefusalCode
 	f.detail = jsontmpl.Str(n.RefusalDetail)
 	if t := refusalDetail(p); t != nil {

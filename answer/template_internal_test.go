@@ -215,7 +215,8 @@ func TestOwnAnswersInAPolicysShape(t *testing.T) {
 }
 
 // The refusal path allocates nothing but what the body is written
-// into (the gateway's comes from a pool), with a template as without.
+// into (the gateway's comes from a pool; Refusal's is one slice, sized
+// for the body), with a template as without.
 func TestRefusalAllocs(t *testing.T) {
 	if raceEnabled {
 		t.Skip("the race detector allocates")
@@ -226,6 +227,9 @@ func TestRefusalAllocs(t *testing.T) {
 		buf := make([]byte, 0, 512)
 		if n := testing.AllocsPerRun(100, func() { buf = AppendRefusal(buf[:0], adm) }); n != 0 {
 			t.Errorf("%s: AppendRefusal allocates %v times; want 0", adm.Policy().Name, n)
+		}
+		if n := testing.AllocsPerRun(100, func() { _ = Refusal(adm) }); n != 1 {
+			t.Errorf("%s: Refusal allocates %v times; want 1 (the body)", adm.Policy().Name, n)
 		}
 		w := discard{h: http.Header{}}
 		if n := testing.AllocsPerRun(100, func() { WriteRefusal(w, adm) }); n != 0 {
