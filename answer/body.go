@@ -54,16 +54,22 @@ func Refusal(adm *capgate.Admission) []byte {
 	if adm == nil || !adm.Refused() {
 		return nil
 	}
-	return AppendRefusal(make([]byte, 0, formatOf(adm.Policy()).refusalCap), adm)
+	f := formatOf(adm.Policy())
+	return appendRefusalOf(make([]byte, 0, f.refusalCap), f, adm)
 }
 
 // AppendRefusal appends the 429 body of adm, a refused call, to dst: its
 // policy's refused template (names.answers), else capgate's own shape,
 // {"detail", "error_code", "scope", "paused", "retry_after"}.
 func AppendRefusal(dst []byte, adm *capgate.Admission) []byte {
+	return appendRefusalOf(dst, formatOf(adm.Policy()), adm)
+}
+
+// appendRefusalOf appends the 429 body of adm in format f.
+func appendRefusalOf(dst []byte, f *format, adm *capgate.Admission) []byte {
 	scope, paused := refusalScope(adm)
 	retry, _ := adm.RetryAfter()
-	return appendRefusal(dst, formatOf(adm.Policy()), scope, paused, retry, adm.Call().CID)
+	return appendRefusal(dst, f, scope, paused, retry, adm.Call().CID)
 }
 
 // refusalScope returns the lane that refused adm, and whether it is

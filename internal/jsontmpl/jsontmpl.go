@@ -172,8 +172,7 @@ func (t *Template) literal(s string) string {
 	if !t.text {
 		return s
 	}
-	b := jsonenc.AppendString(nil, s)
-	return string(b[1 : len(b)-1])
+	return string(jsonenc.AppendStringContent(nil, s))
 }
 
 // placeholderAt returns the name of the placeholder s starts with
@@ -325,17 +324,16 @@ func appendValue(dst []byte, vals []Value, i int, inString bool, depth int) []by
 	case Bool:
 		return strconv.AppendBool(dst, v.n != 0)
 	}
+	if v.text == nil {
+		if !inString {
+			return jsonenc.AppendString(dst, v.s)
+		}
+		return jsonenc.AppendStringContent(dst, v.s) // inside a string
+	}
 	if !inString {
 		dst = append(dst, '"')
 	}
-	switch {
-	case v.text == nil:
-		mark := len(dst)
-		dst = jsonenc.AppendString(dst, v.s)
-		// The escaped text without its quotes.
-		copy(dst[mark:], dst[mark+1:len(dst)-1])
-		dst = dst[:len(dst)-2]
-	case depth == 0:
+	if depth == 0 {
 		dst = v.text.append(dst, vals, depth+1)
 	}
 	if !inString {
