@@ -29,7 +29,7 @@ func TestRefusal(t *testing.T) {
 
 // testAdmissions returns a user's admitted, shadow-refused and refused
 // calls (five lanes each, the per-user limit 3) and their releases.
-func testAdmissions(t *testing.T) []*capgate.Admission {
+func testAdmissions(t testing.TB) []*capgate.Admission {
 	t.Helper()
 	ctx := context.Background()
 	call := testCall("match", 25, true, false)

@@ -1,24 +1,27 @@
 // Package answer writes the answers capgate gives an API's callers itself,
-// in a policy's names: the capacity headers of a gated call's response
-// (SetHeaders, SetGated: the decision, each lane's limit and count, the
-// hints, Retry-After, the RateLimit fields, the CORS expose list), the 429
-// of a refused call (Refusal), and the bodies of capgate's own errors
-// (Error, KeyError, Text). The gateway (capgatehttp) and the decision
-// service (decide) both write through it, so an app's answer is the
-// gateway's byte for byte.
+// in a policy's names and shape: the capacity headers of a gated call's
+// response (SetHeaders, SetGated: the decision, each lane's limit and
+// count, the hints, Retry-After and the retry headers a policy asks for,
+// the RateLimit fields, the CORS expose list), the 429 of a refused call
+// (Refusal, WriteRefusal), and capgate's own errors (KeyError,
+// WriteKeyError, WriteError, WriteText), each kind (policy.AnswerKind) in
+// the policy's JSON template when it gives one (names.answers), else in
+// capgate's own shape, the bytes the built-in policy has always sent. The
+// gateway (capgatehttp) and the decision service (decide) both write
+// through it, so an app's answer is the gateway's byte for byte.
 //
 // Every body capgate writes to a caller is made in this package and
-// nowhere else: a change of their shape (a policy's template, say) is a
-// change here alone.
+// nowhere else: a change of their shape is a change here alone.
 package answer
 
 import (
+	"cmp"
 	"strings"
 	"sync"
 
 	"github.com/capgate/capgate"
 	"github.com/capgate/capgate/header"
-	"github.com/capgate/capgate/internal/jsonenc"
+	"github.com/capgate/capgate/internal/jsontmpl"
 	"github.com/capgate/capgate/policy"
 )
 
@@ -31,10 +34,17 @@ type format struct {
 	exposed   []string      // the expose list's names, in order
 	exposeAll string        // exposed and the RateLimit fields, joined
 	rateLimit bool          // send the RateLimit fields
-	// The 429 body's detail, split at each {retry_after}, and its
-	// error_code (each JSON-quoted already, without the quotes).
-	detail []string
-	code   string
+	// The 429 body: its template, its {detail} (the policy's refusal
+	// detail, a text template) and {error_code}.
+	refused    *policy.Template
+	refusalCap int // the bytes Refusal makes room for
+	detail     jsontmpl.Value
+	code       string
+	// templates are the policy's templates of its answers, by kind (nil:
+	// capgate's own shape); the retry headers it sends.
+	templates    [policy.NumAnswerKinds]*policy.Template
+	retryAfterMS bool
+	shouldRetry  bool
 }
 
 // laneHeaders are one lane's limit and count headers ("" for a lane that
@@ -83,23 +93,47 @@ func newFormat(p *policy.Policy) *format {
 		f.exposed = append(f.exposed, f.Tier)
 	}
 	f.exposed = append(f.exposed, f.SuggestedConcurrency, f.SuggestedSpacing, f.Waited, header.RetryAfter)
+	a := &n.Answers
+	f.retryAfterMS, f.shouldRetry = a.RetryAfterMS, a.ShouldRetry
+	if f.retryAfterMS {
+		f.exposed = append(f.exposed, RetryAfterMSKey)
+	}
+	if f.shouldRetry {
+		f.exposed = append(f.exposed, ShouldRetryKey)
+	}
 	all := f.exposed
 	if f.rateLimit {
 		all = append(append([]string(nil), all...), rateLimitFields...)
 	}
 	f.exposeAll = strings.Join(all, ", ")
-	for _, part := range strings.Split(n.RefusalDetail, "{retry_after}") {
-		f.detail = append(f.detail, jsonInner(part))
+	for k := range policy.NumAnswerKinds {
+		f.templates[k] = a.Template(k)
 	}
-	f.code = jsonInner(n.RefusalCode)
+	f.refused = cmp.Or(f.templates[policy.AnswerRefused], builtinRefusal)
+	f.refusalCap = 160 // capgate's own shape, the built-in detail
+	if f.refused != builtinRefusal || len(n.RefusalDetail) > 60 {
+		// Room for the template with its detail and numbers filled in.
+		f.refusalCap = len(f.refused.Source()) + len(n.RefusalDetail) + 64
+	}
+	f.code = n.RefusalCode
+	f.detail = jsontmpl.Str(n.RefusalDetail)
+	if t := refusalDetail(p); t != nil {
+		f.detail = jsontmpl.Text(t)
+	}
 	return f
 }
 
-// jsonInner returns s as a JSON string's inside (quoted, without the
-// quotes).
-func jsonInner(s string) string {
-	b := jsonenc.AppendString(nil, s)
-	return string(b[1 : len(b)-1])
+// refusalDetail returns p's refusal detail as a text template: the
+// policy's, or for a policy not parsed compiled here (nil if it can't
+// be: the detail is then written as it is).
+func refusalDetail(p *policy.Policy) *policy.Template {
+	if t := p.Names.Answers.RefusalDetail(); t != nil {
+		return t
+	}
+	fields := append([]jsontmpl.Field(nil), policy.AnswerFields...)
+	fields[policy.PlaceDetail].Name = ""
+	t, _ := jsontmpl.CompileText(p.Names.RefusalDetail, fields)
+	return t
 }
 
 // policyOf returns the policy adm was decided under (the built-in one for

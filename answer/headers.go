@@ -19,7 +19,8 @@ func ExposedHeaders(p *policy.Policy) []string {
 }
 
 // SetHeaders sets the capacity headers of adm on h: every value that is
-// known, and Retry-After only on the gate's own refusal. It does nothing
+// known, and Retry-After (with the policy's Retry-After-Ms and
+// X-Should-Retry) only on the gate's own refusal. It does nothing
 // for a nil h, or an admission that passed untouched (mode off).
 func SetHeaders(h http.Header, adm *capgate.Admission) {
 	if h == nil || adm == nil || adm.Decision() == capgate.DecisionNone {
@@ -31,7 +32,8 @@ func SetHeaders(h http.Header, adm *capgate.Admission) {
 }
 
 // SetGated sets on h every header a gated call's response carries: the
-// capacity headers (Retry-After on the gate's own refusal), the RateLimit
+// capacity headers (Retry-After and the policy's retry headers on the
+// gate's own refusal), the RateLimit
 // fields when the policy sends them, the CORS expose list (the API's own,
 // with the capacity headers added) and X-Request-Id (rid), in one pass at
 // two allocations. The gateway sets them on the API's response and on its
@@ -55,8 +57,9 @@ func SetGated(h http.Header, adm *capgate.Admission, rid string) {
 }
 
 // maxHeaderValues is how many values a headerWriter holds: the most a
-// gated response gets is 14.
-const maxHeaderValues = 16
+// gated response gets is 16 (Retry-After-Ms and X-Should-Retry
+// included).
+const maxHeaderValues = 18
 
 // headerWriter sets header values at two allocations in all, not two
 // each: the numbers and other built text go into one strings.Builder, and
@@ -173,5 +176,12 @@ func (w *headerWriter) capacity(adm *capgate.Admission) {
 	// itself (its rate limit, a 503) is left alone.
 	if s, ok := adm.RetryAfter(); ok && d == capgate.DecisionRefused {
 		w.setInt(header.RetryAfter, int64(s))
+		if n.retryAfterMS {
+			w.setInt(RetryAfterMSKey, int64(s)*1000)
+		}
+	}
+	if n.shouldRetry && d == capgate.DecisionRefused {
+		_, paused := refusalScope(adm)
+		w.set(ShouldRetryKey, strconv.FormatBool(shouldRetry(http.StatusTooManyRequests, paused)))
 	}
 }

@@ -79,6 +79,16 @@ func readRefusalBody(r io.Reader) refusalBody {
 		return b
 	}
 	_ = json.Unmarshal(m["error_code"], &b.ErrorCode)
+	if b.ErrorCode == "" {
+		// OpenAI's error shape, {"error": {"code": ...}}, which a policy
+		// may give capgate's refusals (names.answers).
+		var e struct {
+			Code string `json:"code"`
+		}
+		if json.Unmarshal(m["error"], &e) == nil {
+			b.ErrorCode = e.Code
+		}
+	}
 	_ = json.Unmarshal(m["scope"], &b.Scope)
 	_ = json.Unmarshal(m["paused"], &b.Paused)
 	b.RetryAfter, b.HasRetry = bodyRetryAfter(m["retry_after"])
@@ -167,6 +177,13 @@ func parseRefusal(resp *http.Response, now time.Time, n int, names *header.Names
 	case body.ErrorCode != "" && body.ErrorCode == names.RefusalCode:
 		r.kind, r.scope, r.paused = Capacity, body.Scope, body.Paused
 	}
+	if r.kind == Capacity && r.scope == "" && resp.Header.Get(names.Decision) == "refused" {
+		// A body in a policy's own shape may not say the lane: the
+		// RateLimit field names it, and X-Should-Retry: false on the
+		// gate's refusal says it is paused.
+		r.scope = rateLimitScope(resp.Header.Get("RateLimit"))
+		r.paused = r.paused || resp.Header.Get("X-Should-Retry") == "false"
+	}
 	if d, ok := headerRetryAfter(resp.Header.Get("Retry-After"), now); ok {
 		r.delay, r.source = d, sourceHeader
 	} else if body.HasRetry {
@@ -192,4 +209,14 @@ func parseRefusal(resp *http.Response, now time.Time, n int, names *header.Names
 // errorDelay is the wait before error retry n (0-based): 3 s × 4^n.
 func errorDelay(n int) time.Duration {
 	return errorBackoff << (2 * min(n, 4))
+}
+
+// rateLimitScope returns the lane a RateLimit field names ("user" of
+// `"user";r=0;t=5`), or "".
+func rateLimitScope(v string) string {
+	item, _, _ := strings.Cut(strings.TrimSpace(v), ";")
+	if len(item) < 2 || item[0] != '"' || item[len(item)-1] != '"' {
+		return ""
+	}
+	return item[1 : len(item)-1]
 }

@@ -8,6 +8,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/capgate/capgate/header"
 	"github.com/capgate/capgate/policy"
 )
 
@@ -55,6 +56,12 @@ func TestReadRefusalBody(t *testing.T) {
 		{`{"retry_after":-1}`, refusalBody{}},
 		{`{"retry_after":0.25}`, refusalBody{RetryAfter: 250 * time.Millisecond, HasRetry: true}},
 		{`{"detail":"Request was throttled."}`, refusalBody{}},
+		// OpenAI's error shape (a policy's names.answers): the code read
+		// from the error object.
+		{`{"error": {"message": "The API is busy.", "type": "requests", "param": null, "code": "capacity_exceeded"}}`,
+			refusalBody{ErrorCode: "capacity_exceeded"}},
+		{`{"error": {"code": 429}}`, refusalBody{}},
+		{`{"error": "busy"}`, refusalBody{}},
 		{`[1,2]`, refusalBody{}},
 		{`<html>busy</html>`, refusalBody{}},
 		{``, refusalBody{}},
@@ -85,5 +92,34 @@ func TestParseRefusalKinds(t *testing.T) {
 	}
 	if r := parseRefusal(resp(503, ``), now, 1, &ocl); r.delay != 12*time.Second {
 		t.Errorf("503 without a delay, second retry: %+v", r)
+	}
+}
+
+// A refusal in a policy's own shape (OpenAI's, with no scope in the
+// body): the gate's refusal (its decision header) names the lane in the
+// RateLimit field, and a paused one says X-Should-Retry: false.
+func TestParseRefusalInAPolicysShape(t *testing.T) {
+	names := header.Generic
+	now := time.Now()
+	body := `{"error": {"message": "The API is busy. Please retry in 2 seconds.", "type": "requests", "param": null, "code": "capacity_exceeded"}}`
+	resp := func(h ...string) *http.Response {
+		r := &http.Response{StatusCode: 429, Header: http.Header{}, Body: io.NopCloser(strings.NewReader(body))}
+		for i := 0; i+1 < len(h); i += 2 {
+			r.Header.Set(h[i], h[i+1])
+		}
+		return r
+	}
+	r := parseRefusal(resp("Capgate-Decision", "refused", "Retry-After", "2", "RateLimit", `"model";r=0;t=2`, "X-Should-Retry", "true"), now, 0, &names)
+	if r.kind != Capacity || r.scope != "model" || r.paused || r.delay != 2*time.Second {
+		t.Errorf("full: %+v; want capacity, scope model, 2 s", r)
+	}
+	r = parseRefusal(resp("Capgate-Decision", "refused", "Retry-After", "120", "RateLimit", `"user";r=0;t=120`, "X-Should-Retry", "false"), now, 0, &names)
+	if r.kind != Capacity || r.scope != "user" || !r.paused {
+		t.Errorf("paused: %+v; want capacity, scope user, paused", r)
+	}
+	// The API's own 429 with the same code and no decision header: no
+	// scope is made up.
+	if r := parseRefusal(resp("RateLimit", `"model";r=0`), now, 0, &names); r.kind != Capacity || r.scope != "" || r.paused {
+		t.Errorf("no decision header: %+v; want capacity without a scope", r)
 	}
 }

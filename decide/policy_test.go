@@ -56,10 +56,18 @@ func TestRouteAndFieldsOfAPolicy(t *testing.T) {
 	if c.d.Decision != "refused" || c.d.Status != 429 {
 		t.Fatalf("third call of a model: %+v; want refused, 429", c.d)
 	}
-	var refusal map[string]any
-	if err := json.Unmarshal(c.d.Body, &refusal); err != nil || refusal["scope"] != "model" ||
-		refusal["error_code"] != "capacity_exceeded" || !strings.HasPrefix(refusal["detail"].(string), "The API is busy.") {
-		t.Errorf("429 body %s (%v); want scope model in the policy's words", c.d.Body, err)
+	// The body and headers are the gateway's: OpenAI's error shape, the
+	// scope in RateLimit, Retry-After in ms, a retry worth making.
+	var refusal struct {
+		Error struct{ Message, Type, Code string }
+	}
+	ra := c.d.Headers["Retry-After"]
+	if err := json.Unmarshal(c.d.Body, &refusal); err != nil || refusal.Error.Code != "capacity_exceeded" ||
+		refusal.Error.Type != "requests" || refusal.Error.Message != "The API is busy. Please retry in "+ra+" seconds." {
+		t.Errorf("429 body %s (%v); want OpenAI's shape in the policy's words", c.d.Body, err)
+	}
+	if c.d.Headers["Ratelimit"] != `"model";r=0;t=`+ra || c.d.Headers["Retry-After-Ms"] != ra+"000" || c.d.Headers["X-Should-Retry"] != "true" {
+		t.Errorf("429 headers %v; want the scope model, Retry-After-Ms, X-Should-Retry", c.d.Headers)
 	}
 	if d := e.post(t, t.Context(), body("cy", "small"), ""); d.d.Decision != "admitted" {
 		t.Errorf("another model: %+v; want admitted", d.d)
@@ -170,4 +178,35 @@ func TestSeatsFieldAtTheInt64Edge(t *testing.T) {
 		t.Errorf("inputs past int64: %d %s; want 400 naming the field", s.resp.StatusCode, b)
 	}
 	emb.close()
+}
+
+// A repeat_key used for another request is answered as the gateway
+// answers it under the policy: the inference example's 422 in OpenAI's
+// error shape, X-Should-Retry false.
+func TestRepeatKeyReusedInThePolicysShape(t *testing.T) {
+	p := inferencePolicy(t)
+	e := newEnv(t, "", func(c *settings.Config) {
+		d := settings.Default(p, settings.ModeEnforce)
+		d.EnforceFor, d.Wait.MaxSeconds = settings.EnforceAll, 0
+		d.Idempotency.Mode = settings.IdempotencyKey
+		*c = d
+	})
+	call := func(rid, fp string) string {
+		return `{"user":"ann","route":"chat","fields":{"model":"m"},"request_id":"` + rid +
+			`","repeat_key":"k1","fingerprint":"` + fp + `"}`
+	}
+	first := e.post(t, t.Context(), call("rid-1", "f1"), "")
+	if !first.d.Held {
+		t.Fatalf("first: %+v, want held", first.d)
+	}
+	s := e.post(t, t.Context(), call("rid-2", "f2"), "")
+	// The template, compacted on the line (the body is JSON in JSON).
+	want := `{"error":{"message":"This repeat_key was used for a different request.","type":"invalid_request_error","param":null,"code":"idempotency_key_reused"}}`
+	if s.d.Decision != "reused" || s.d.Status != 422 || string(s.d.Body) != want {
+		t.Errorf("other fingerprint: %s %d %s\nwant reused, 422, %s", s.d.Decision, s.d.Status, s.d.Body, want)
+	}
+	if s.d.Headers["X-Should-Retry"] != "false" || s.d.Headers["X-Request-Id"] != "rid-2" {
+		t.Errorf("headers %v; want X-Should-Retry false, the request id", s.d.Headers)
+	}
+	first.close()
 }

@@ -12,6 +12,7 @@ import (
 	"github.com/capgate/capgate/answer"
 	"github.com/capgate/capgate/header"
 	"github.com/capgate/capgate/internal/randhex"
+	"github.com/capgate/capgate/policy"
 	"github.com/capgate/capgate/settings"
 )
 
@@ -22,7 +23,7 @@ import (
 // none: the first call's key is let go when its answer ends.
 
 // reusedDetail is the detail of a "reused" answer's body, the gateway's
-// 422 (answer.KeyError) in the protocol's words.
+// 422 (answer.KeyError, in the policy's shape) in the protocol's words.
 const reusedDetail = "This repeat_key was used for a different request."
 
 // repeatID is the store's id of a call's repeat_key: a hash of the user
@@ -64,7 +65,14 @@ func (s *Server) repeat(ctx context.Context, cc *callConn, gate *capgate.Gate, r
 	d := Decision{ID: randhex.String(12), Headers: map[string]string{header.RequestID: call.CID}}
 	switch rp.Outcome {
 	case capgate.RepeatReused:
-		d.Decision, d.Status, d.Body = "reused", http.StatusUnprocessableEntity, answer.KeyError(reusedDetail, "idempotency_key_reused")
+		o := answer.Own{Kind: policy.AnswerKeyReused, Detail: reusedDetail, RequestID: call.CID}
+		p := gate.Policy(ctx)
+		d.Decision, d.Status, d.Body = "reused", o.Kind.Status(), answer.KeyError(p, o)
+		h := http.Header{}
+		answer.SetRetryHeaders(h, p, o)
+		for k := range h {
+			d.Headers[k] = h.Get(k)
+		}
 		return nil, nil, true, s.writeLine(cc, d)
 	case capgate.RepeatJoined:
 		return nil, nil, true, s.joined(ctx, cc, gate, call, rp, d)

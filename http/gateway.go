@@ -10,7 +10,6 @@ import (
 	"net/http/httputil"
 	"net/netip"
 	"net/url"
-	"strconv"
 	"strings"
 	"sync"
 
@@ -18,6 +17,7 @@ import (
 	"github.com/capgate/capgate/answer"
 	"github.com/capgate/capgate/identity"
 	"github.com/capgate/capgate/journal"
+	"github.com/capgate/capgate/policy"
 )
 
 // GatewayConfig is what a Gateway needs. Upstream, Gate and Identify are
@@ -126,7 +126,7 @@ type GatewayConfig struct {
 type Gateway struct {
 	cfg    GatewayConfig
 	logger *slog.Logger
-	gated  http.Handler
+	gated  *Middleware
 	lines  sync.Pool // *[]byte: the access log's line buffers (the sink copies a line)
 }
 
@@ -222,8 +222,7 @@ func (g *Gateway) route(w http.ResponseWriter, r *http.Request) {
 			if f := g.cfg.Classifier.BufferFull; f != nil {
 				f()
 			}
-			w.Header().Set("Retry-After", strconv.Itoa(bufferFullRetryAfter))
-			answer.Text(w, http.StatusServiceUnavailable, "The gateway is busy. Please retry.")
+			answer.WriteText(w, g.policy(r), answer.Own{Kind: policy.AnswerBusy, Detail: detailBusy, RetryAfter: bufferFullRetryAfter})
 			return
 		}
 		defer budget.give(hb)
@@ -231,7 +230,7 @@ func (g *Gateway) route(w http.ResponseWriter, r *http.Request) {
 		// request as it will be forwarded (outgoing.go).
 		out, err := g.outgoing(r, hasUpgrade(r.Header) && g.upgradeAllowed(r))
 		if err != nil {
-			answer.Text(w, http.StatusBadRequest, "Bad Request: "+err.Error()+".")
+			answer.WriteText(w, g.policy(r), answer.Own{Kind: policy.AnswerBadRequest, Detail: "Bad Request: " + err.Error() + "."})
 			return
 		}
 		g.gated.ServeHTTP(w, out)
@@ -313,6 +312,12 @@ func (g *Gateway) rewrite(pr *httputil.ProxyRequest) {
 	}
 }
 
+// policy returns the policy in force for r: the one capgate's own
+// answers are shaped by.
+func (g *Gateway) policy(r *http.Request) *policy.Policy {
+	return g.gated.gate.Policy(r.Context())
+}
+
 // capgateHeaderPrefix starts the headers an auth proxy sets for
 // Header.
 const capgateHeaderPrefix = "X-Capgate-"
@@ -341,11 +346,11 @@ func (g *Gateway) proxyError(w http.ResponseWriter, r *http.Request, err error) 
 	if g.cfg.Observer != nil {
 		g.cfg.Observer.UpstreamError(upstreamErrorKind(err))
 	}
-	detail := detailBadGateway
+	kind, detail := policy.AnswerUpstreamUnreachable, detailBadGateway
 	if status == http.StatusGatewayTimeout {
-		detail = detailGatewayTimeout
+		kind, detail = policy.AnswerUpstreamTimeout, detailGatewayTimeout
 	}
-	writeError(w, r, status, detail)
+	g.gated.writeError(w, r, kind, detail)
 }
 
 // statusOf turns a proxying error into the status answered: 499 when the

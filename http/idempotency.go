@@ -14,6 +14,7 @@ import (
 	"github.com/capgate/capgate"
 	"github.com/capgate/capgate/answer"
 	"github.com/capgate/capgate/header"
+	"github.com/capgate/capgate/policy"
 	"github.com/capgate/capgate/settings"
 )
 
@@ -165,7 +166,7 @@ func (m *Middleware) repeat(w http.ResponseWriter, r *http.Request, call capgate
 	}
 	key, hasKey, kerr := idempotencyKey(r.Header)
 	if kerr != nil {
-		writeCallError(w, rid, http.StatusBadRequest, kerr.Error()+".", "idempotency_key_invalid")
+		m.writeCallError(w, r, rid, policy.AnswerKeyInvalid, kerr.Error()+".")
 		return nil, nil, true
 	}
 	if !hasKey && idem.Mode != settings.IdempotencyAuto {
@@ -197,16 +198,14 @@ func (m *Middleware) repeat(w http.ResponseWriter, r *http.Request, call capgate
 	case errors.Is(err, capgate.ErrRepeatWait):
 		adm := m.gate.Repeated(ctx, call, nil, err)
 		defer adm.Release(ctx)
-		writeCallError(w, rid, http.StatusGatewayTimeout,
-			"The call this one repeats is still running.", "idempotency_wait_timeout")
+		m.writeCallError(w, r, rid, policy.AnswerKeyWait, "The call this one repeats is still running.")
 		return nil, nil, true
 	case err != nil:
 		return nil, err, false
 	}
 	switch rp.Outcome {
 	case capgate.RepeatReused:
-		writeCallError(w, rid, http.StatusUnprocessableEntity,
-			"This Idempotency-Key was used for a different request.", "idempotency_key_reused")
+		m.writeCallError(w, r, rid, policy.AnswerKeyReused, "This Idempotency-Key was used for a different request.")
 		return nil, nil, true
 	case capgate.RepeatReplayed, capgate.RepeatJoined:
 		adm := m.gate.Repeated(ctx, call, rp, nil)
@@ -216,7 +215,7 @@ func (m *Middleware) repeat(w http.ResponseWriter, r *http.Request, call capgate
 			// bad. The call has nobody to join; answer as the gateway
 			// answers an upstream failure.
 			adm.Interrupt(errors.New("idempotency: the kept answer can't be read"))
-			writeError(w, r, http.StatusBadGateway, detailBadGateway)
+			m.writeError(w, r, policy.AnswerUpstreamUnreachable, detailBadGateway)
 		}
 		return nil, nil, true
 	}
@@ -236,11 +235,11 @@ func isRetry(hd http.Header, h string) bool {
 }
 
 // writeCallError answers a heavy call capgate does not run for what it
-// sent (its Idempotency-Key, a body it can't read), with the refusal's
-// names: {"detail", "error_code"}.
-func writeCallError(w http.ResponseWriter, rid string, code int, detail, errorCode string) {
+// sent (its Idempotency-Key, a body it can't read): in the policy's shape
+// for kind, else in capgate's own, {"detail", "error_code"}.
+func (m *Middleware) writeCallError(w http.ResponseWriter, r *http.Request, rid string, kind policy.AnswerKind, detail string) {
 	w.Header().Set(header.RequestID, rid)
-	answer.WriteJSON(w, code, append(answer.KeyError(detail, errorCode), '\n'))
+	answer.WriteKeyError(w, m.gate.Policy(r.Context()), answer.Own{Kind: kind, Detail: detail, RequestID: rid})
 }
 
 // answerMagic starts an encoded answer, so a change of the format is

@@ -239,7 +239,8 @@ func TestGatewayInferencePolicyHeaders(t *testing.T) {
 		t.Errorf("expose list %q\nwant %q", got, want)
 	}
 	wantList := []string{"Capgate-Decision", "Capgate-Limit", "Capgate-In-Flight", "Capgate-Tier",
-		"Capgate-Suggested-Concurrency", "Capgate-Suggested-Spacing-Ms", "Capgate-Waited-Ms", "Retry-After"}
+		"Capgate-Suggested-Concurrency", "Capgate-Suggested-Spacing-Ms", "Capgate-Waited-Ms", "Retry-After",
+		"Retry-After-Ms", "X-Should-Retry"}
 	if got := answer.ExposedHeaders(inferencePolicy(t)); strings.Join(got, ",") != strings.Join(wantList, ",") {
 		t.Errorf("ExposedHeaders = %q; want %q", got, wantList)
 	}
@@ -293,6 +294,13 @@ func policyHeaders(h http.Header) map[string]string {
 	return m
 }
 
+// openAIRefusal is the inference example's 429 body (OpenAI's error
+// shape) of a refusal of Retry-After ra.
+func openAIRefusal(ra string) string {
+	return `{"error": {"message": "The API is busy. Please retry in ` + ra +
+		` seconds.", "type": "requests", "param": null, "code": "capacity_exceeded"}}`
+}
+
 func TestGatewayInferencePolicyRefusal(t *testing.T) {
 	// A paused lane (lanes.user.free 0).
 	e := inferenceEnv(t, func(c *settings.Config) { setNumber(c, "lanes.user.free", 0) })
@@ -300,13 +308,14 @@ func TestGatewayInferencePolicyRefusal(t *testing.T) {
 	if r.StatusCode != 429 || len(e.up.requests()) != 0 {
 		t.Fatalf("status %d, %d upstream requests; want 429 and none", r.StatusCode, len(e.up.requests()))
 	}
+	// In OpenAI's error shape; a paused lane: no retry can succeed.
 	ra := r.Header.Get("Retry-After")
-	if want := `{"detail":"The API is busy. Please retry in ` + ra + ` seconds.","error_code":"capacity_exceeded",` +
-		`"scope":"user","paused":true,"retry_after":` + ra + `}`; ra == "" || string(r.Body) != want {
+	if want := openAIRefusal(ra); ra == "" || string(r.Body) != want {
 		t.Errorf("429 body %s (Retry-After %q)\nwant %s", r.Body, ra, want)
 	}
 	if r.Header.Get("Capgate-Decision") != "refused" || r.Header.Get("Capgate-Tier") != "free" ||
-		r.Header.Get("Content-Type") != "application/json" {
+		r.Header.Get("Content-Type") != "application/json" || r.Header.Get("Retry-After-Ms") != ra+"000" ||
+		r.Header.Get("X-Should-Retry") != "false" || r.Header.Get("Ratelimit") != `"user";r=0;t=`+ra {
 		t.Errorf("429 headers %v", r.Header)
 	}
 	l := e.sink.Wait(t, 1, waitLimit)[0]
@@ -324,9 +333,11 @@ func TestGatewayInferencePolicyRefusal(t *testing.T) {
 	}
 	r = e.do(t.Context(), "POST", "/v1/completions", `{"model":"llama-3-70b"}`, "Authorization", "Bearer t-pro")
 	ra = r.Header.Get("Retry-After")
-	if want := `{"detail":"The API is busy. Please retry in ` + ra + ` seconds.","error_code":"capacity_exceeded",` +
-		`"scope":"model","paused":false,"retry_after":` + ra + `}`; r.StatusCode != 429 || string(r.Body) != want {
+	if want := openAIRefusal(ra); r.StatusCode != 429 || string(r.Body) != want {
 		t.Errorf("429 %d body %s\nwant %s", r.StatusCode, r.Body, want)
+	}
+	if r.Header.Get("X-Should-Retry") != "true" || r.Header.Get("Ratelimit") != `"model";r=0;t=`+ra {
+		t.Errorf("429 headers %v", r.Header)
 	}
 	if n, err := strconv.Atoi(ra); err != nil || n < 1 {
 		t.Errorf("Retry-After %q", ra)
@@ -486,12 +497,13 @@ func TestMiddlewareInferencePolicy(t *testing.T) {
 	r.Header.Set("Origin", "https://app.example")
 	w := httptest.NewRecorder()
 	m.ServeHTTP(w, r)
-	want := `{"detail":"The API is busy. Please retry in 120 seconds.","error_code":"capacity_exceeded","scope":"user","paused":true,"retry_after":120}`
+	want := openAIRefusal("120")
 	if w.Code != 429 || w.Body.String() != want || ran != 0 {
 		t.Fatalf("got %d %s (handler ran %d times)\nwant 429 %s", w.Code, w.Body, ran, want)
 	}
 	for k, v := range map[string]string{"Capgate-Decision": "refused", "Capgate-Tier": "free", "Capgate-Limit": "8",
-		"Capgate-In-Flight": "0", "Retry-After": "120", "Ratelimit": `"user";r=0;t=120`, "Vary": "Origin",
+		"Capgate-In-Flight": "0", "Retry-After": "120", "Retry-After-Ms": "120000", "X-Should-Retry": "false",
+		"Ratelimit": `"user";r=0;t=120`, "Vary": "Origin",
 		"Access-Control-Allow-Origin": "https://app.example"} {
 		if got := w.Header().Get(k); got != v {
 			t.Errorf("%s = %q; want %q", k, got, v)
@@ -561,8 +573,8 @@ func TestGatewayInferenceEmbeddingsSeats(t *testing.T) {
 			}
 			if tc.chat == 429 {
 				want := `"model";r=0;t=` + r.Header.Get("Retry-After")
-				if !strings.Contains(string(r.Body), `"scope":"model"`) || r.Header.Get("Ratelimit") != want {
-					t.Errorf("refusal %s, RateLimit %q; want scope model, %s", r.Body, r.Header.Get("Ratelimit"), want)
+				if string(r.Body) != openAIRefusal(r.Header.Get("Retry-After")) || r.Header.Get("Ratelimit") != want {
+					t.Errorf("refusal %s, RateLimit %q; want the policy's, %s", r.Body, r.Header.Get("Ratelimit"), want)
 				}
 			} else if got := r.Header.Get("Ratelimit"); got != `"model";r=0` {
 				// Its own seat and the embeddings call's: e5 is full now.

@@ -8,7 +8,6 @@ import (
 	"log/slog"
 	"net/http"
 	"runtime/debug"
-	"strconv"
 	"time"
 	"unicode/utf8"
 
@@ -19,6 +18,7 @@ import (
 	"github.com/capgate/capgate/internal/randhex"
 	"github.com/capgate/capgate/internal/truncate"
 	"github.com/capgate/capgate/journal"
+	"github.com/capgate/capgate/policy"
 	"github.com/capgate/capgate/settings"
 )
 
@@ -235,8 +235,7 @@ func (m *Middleware) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		m.logger.Debug("capgate: request buffer full; answering 503", "path", r.URL.Path)
 		markHeavy(ctx, "")
 		m.cors.refusal(w.Header(), r.Header.Get("Origin"), m.gate.Policy(ctx))
-		w.Header().Set("Retry-After", strconv.Itoa(bufferFullRetryAfter))
-		writeError(w, r, http.StatusServiceUnavailable, detailBusy)
+		m.writeErrorRetry(w, r, policy.AnswerBusy, detailBusy, bufferFullRetryAfter)
 		return
 	}
 	if !heavy {
@@ -307,7 +306,7 @@ func (m *Middleware) unauthorized(w http.ResponseWriter, r *http.Request) {
 	markHeavy(ctx, "")
 	m.cors.refusal(w.Header(), r.Header.Get("Origin"), p)
 	w.Header().Set("WWW-Authenticate", cmp.Or(p.Identity.Scheme, "Bearer"))
-	writeError(w, r, http.StatusUnauthorized, detailUnverified)
+	m.writeError(w, r, policy.AnswerUnverified, detailUnverified)
 }
 
 // hasCredentials reports whether r carries anything the API could
@@ -335,7 +334,7 @@ func (m *Middleware) gated(w http.ResponseWriter, r *http.Request, call capgate.
 		call.Tier = p.Identity.TierOf(caller.Staff, caller.Groups)
 	}
 	if m.refuseUnreadable(ctx, call) {
-		writeCallError(w, rid, http.StatusBadRequest, detailBodyUnreadable, errorCodeBodyUnreadable)
+		m.writeCallError(w, r, rid, policy.AnswerBodyUnreadable, detailBodyUnreadable)
 		return
 	}
 	// A repeat of a call running or answered is answered here, before it
@@ -428,9 +427,7 @@ func (m *Middleware) refuse(w http.ResponseWriter, r *http.Request, adm *capgate
 	m.cors.refusal(h, r.Header.Get("Origin"), adm.Policy())
 	h.Set("Content-Type", "application/json")
 	answer.SetGated(h, adm, rid)
-	body := answer.Refusal(adm)
-	w.WriteHeader(http.StatusTooManyRequests)
-	_, _ = w.Write(body)
+	answer.WriteRefusal(w, adm)
 }
 
 // recovered handles a panic of the handler. http.ErrAbortHandler goes on
@@ -444,7 +441,7 @@ func (m *Middleware) recovered(gw *gatedWriter, r *http.Request, p any) {
 	}
 	m.logger.Error("capgate: handler panicked", "method", r.Method, "path", r.URL.Path,
 		"panic", fmt.Sprint(p), "stack", string(debug.Stack()))
-	answer.Text(gw, http.StatusInternalServerError, "Internal Server Error")
+	answer.WriteText(gw, m.gate.Policy(r.Context()), answer.Own{Kind: policy.AnswerInternal, Detail: "Internal Server Error", RequestID: gw.rid})
 }
 
 // firstValue is h.Get(k) for a canonical k, which h.Get would copy to

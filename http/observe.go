@@ -16,6 +16,7 @@ import (
 	"github.com/capgate/capgate/header"
 	"github.com/capgate/capgate/internal/jsonenc"
 	"github.com/capgate/capgate/internal/truncate"
+	"github.com/capgate/capgate/policy"
 )
 
 // The classes of request a GatewayObserver and the access log tell apart.
@@ -256,14 +257,22 @@ const (
 	detailBusy           = "The gateway is busy. Please retry."
 )
 
-// writeError answers code with the gateway's JSON error body (answer.Error),
-// with the request id when known.
-func writeError(w http.ResponseWriter, r *http.Request, code int, detail string) {
+// writeError answers one of the gateway's own errors of kind, in the
+// policy's shape or capgate's own JSON error body (answer.WriteError), with
+// the request id when known.
+func (m *Middleware) writeError(w http.ResponseWriter, r *http.Request, kind policy.AnswerKind, detail string) {
+	m.writeErrorRetry(w, r, kind, detail, 0)
+}
+
+// writeErrorRetry is writeError with a Retry-After of retryAfter
+// seconds (0: none).
+func (m *Middleware) writeErrorRetry(w http.ResponseWriter, r *http.Request, kind policy.AnswerKind, detail string, retryAfter int) {
 	rid := firstValue(r.Header, header.RequestID)
 	if i := infoFrom(r.Context()); i != nil && i.rid != "" {
 		rid = i.rid
 	}
-	answer.WriteJSON(w, code, answer.Error(detail, truncate.Runes(rid, maxRequestID)))
+	answer.WriteError(w, m.gate.Policy(r.Context()), answer.Own{
+		Kind: kind, Detail: detail, RequestID: truncate.Runes(rid, maxRequestID), RetryAfter: retryAfter})
 }
 
 // ObserveStaff wraps h, a handler of capgate's own endpoints only (the

@@ -19,11 +19,9 @@ import (
 // shadow, or for a call not enforced, capgate refuses nothing: it goes
 // ahead, counted at its most.
 
-// The 400 of a body capgate can't read.
-const (
-	detailBodyUnreadable    = "The request body can't be read as JSON: send JSON in UTF-8, without NaN or Infinity, within the size the gateway reads."
-	errorCodeBodyUnreadable = "body_unreadable"
-)
+// detailBodyUnreadable is the detail of the 400 of a body capgate can't
+// read (its error code: policy.AnswerBodyUnreadable's name).
+const detailBodyUnreadable = "The request body can't be read as JSON: send JSON in UTF-8, without NaN or Infinity, within the size the gateway reads."
 
 // refuseUnreadable reports whether call is refused for a body capgate
 // can't read: its cost is in the body, the body was not read, its route

@@ -5,7 +5,6 @@ package policy
 import (
 	"fmt"
 	"regexp"
-	"strings"
 
 	"go.yaml.in/yaml/v3"
 )
@@ -280,8 +279,9 @@ var keyPrefixRE = regexp.MustCompile(`^[A-Za-z0-9_.-]+(:[A-Za-z0-9_.-]+)*$`)
 
 func (d *decoder) names(n *yaml.Node, field string) Names {
 	nm := Names{LogRouteKey: DefaultLogRouteKey} // KeyPrefix: set by policy when not given
+	var refusal *Template
 	m := d.mapping(n, field, "header_prefix", "ratelimit", "refusal", "log_event", "client_metadata",
-		"request_source_header", "key_prefix", "log_route_key")
+		"request_source_header", "key_prefix", "log_route_key", "answers")
 	d.required(n, field, m, "header_prefix", "refusal", "log_event")
 	if e, ok := m["key_prefix"]; ok {
 		nm.KeyPrefix = d.str(e.val, field+".key_prefix")
@@ -307,14 +307,16 @@ func (d *decoder) names(n *yaml.Node, field string) Names {
 		d.required(e.val, sub, rm, "detail", "error_code")
 		if de, ok := rm["detail"]; ok {
 			nm.RefusalDetail = d.str(de.val, sub+".detail")
-			if rest := strings.ReplaceAll(nm.RefusalDetail, "{retry_after}", ""); strings.ContainsAny(rest, "{}") {
-				d.errorf(de.val, sub+".detail", "the only placeholder is {retry_after}")
-			}
+			refusal = d.refusalText(de.val, sub+".detail", nm.RefusalDetail)
 		}
 		if ce, ok := rm["error_code"]; ok {
 			nm.RefusalCode = d.str(ce.val, sub+".error_code")
 		}
 	}
+	if e, ok := m["answers"]; ok {
+		nm.Answers = d.answers(e.val, field+".answers")
+	}
+	nm.Answers.refusal = refusal
 	if e, ok := m["log_event"]; ok {
 		nm.LogEvent = d.str(e.val, field+".log_event")
 		if nm.LogEvent != "" && !nameRE.MatchString(nm.LogEvent) {

@@ -250,8 +250,9 @@ type Names struct {
 	HeaderPrefix string
 	// RateLimit sends the IETF RateLimit and RateLimit-Policy fields.
 	RateLimit bool
-	// RefusalDetail is the refusal body's "detail"; "{retry_after}" is
-	// replaced by the seconds.
+	// RefusalDetail is the refusal body's "detail", a text template:
+	// "{retry_after}" is replaced by the seconds, and so is each other
+	// placeholder of an answer but {detail} (Answers.RefusalDetail).
 	RefusalDetail string
 	// RefusalCode is the refusal body's "error_code".
 	RefusalCode string
@@ -273,6 +274,9 @@ type Names struct {
 	// LogRouteKey is the log line's key of the route's LogName: OCL
 	// "endpoint"; default "route".
 	LogRouteKey string
+	// Answers shape the answers capgate writes itself (names.answers):
+	// the zero value, capgate's own shape, for a policy without.
+	Answers Answers
 }
 
 // MaxMetadataLog is the most client-metadata keys the log line keeps.

@@ -104,7 +104,7 @@ func TestParseErrors(t *testing.T) {
 		{"seats unknown lane", "      flag: {query_truthy: flag}\n", "      flag: {query_truthy: flag}\n    seats: {modl: 2}\n", 11, "routes[0].seats.modl", `unknown lane "modl"`, ""},
 		{"seats not an int field", "      flag: {query_truthy: flag}\n", "      flag: {query_truthy: flag}\n    seats: {cluster: {field: model, per: 2, max: 3}}\n", 11, "routes[0].seats.cluster.field", "seats count an int field", ""},
 		{"seats zero", "      flag: {query_truthy: flag}\n", "      flag: {query_truthy: flag}\n    seats: {cluster: 0}\n", 11, "routes[0].seats.cluster", "at least 1 seat", ""},
-		{"placeholder", "{retry_after} s", "{seconds} s", 24, "names.refusal.detail", "only placeholder", ""},
+		{"placeholder", "{retry_after} s", "{seconds} s", 24, "names.refusal.detail", "unknown placeholder {seconds} (valid: {error_code}, {status}, {retry_after}", ""},
 		{"config key of the runtime config", "    limit: 8\n", "    limit: 8\n    config: wait.max_seconds\n", 22, "lanes[0].config", `the runtime config's own "wait"`, ""},
 		{"config key twice", "    limit: 8\n", "    limit: 8\n  - {name: other, scope: task, routes: [a], limit: 1, config: lanes.cluster}\n", 22, "lanes[1].config", `already lane "cluster"'s`, ""},
 		{"unknown class route", "identity:\n", "classes:\n  - {name: c, routes: [b]}\nidentity:\n", 12, "classes[0].routes[0]", `unknown route "b"`, ""},

@@ -123,6 +123,7 @@ func (p *Policy) WriteSummary(w io.Writer) error {
 	if n.RequestSourceHeader != "" {
 		fmt.Fprintf(&b, "  request source %s\n", n.RequestSourceHeader)
 	}
+	n.Answers.describe(&b)
 	_, err := io.WriteString(w, b.String())
 	return err
 }

@@ -172,10 +172,16 @@ func (r *inferenceRig) refused(path, token, model, scope string) answer {
 	if err != nil || ra < 1 {
 		r.t.Errorf("%s %s of %s: Retry-After %q; want whole seconds", path, model, token, a.header.Get("Retry-After"))
 	}
-	want := fmt.Sprintf(`{"detail":"The API is busy. Please retry in %d seconds.","error_code":"capacity_exceeded","scope":%q,"paused":false,"retry_after":%d}`,
-		ra, scope, ra)
+	// OpenAI's error shape; the scope in the RateLimit field, the retry
+	// in milliseconds too.
+	want := fmt.Sprintf(`{"error": {"message": "The API is busy. Please retry in %d seconds.", "type": "requests", "param": null, "code": "capacity_exceeded"}}`, ra)
 	if a.body != want {
 		r.t.Errorf("%s %s of %s: 429 body\n %s\nwant\n %s", path, model, token, a.body, want)
+	}
+	if rl := a.header.Get("Ratelimit"); !strings.HasPrefix(rl, strconv.Quote(scope)+";r=0;t=") ||
+		a.header.Get("Retry-After-Ms") != strconv.Itoa(ra*1000) || a.header.Get("X-Should-Retry") != "true" {
+		r.t.Errorf("%s %s of %s: RateLimit %q, Retry-After-Ms %q, X-Should-Retry %q; want scope %s, %d, true", path, model, token,
+			rl, a.header.Get("Retry-After-Ms"), a.header.Get("X-Should-Retry"), scope, ra*1000)
 	}
 	if a.header.Get("Capgate-Decision") != "refused" || a.header.Get("Capgate-Limit") == "" ||
 		a.header.Get("Capgate-In-Flight") == "" || a.header.Get("Ratelimit-Policy") == "" {

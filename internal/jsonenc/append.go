@@ -33,10 +33,23 @@ func asciiSets() (plain, html [utf8.RuneSelf]bool) {
 	return plain, html
 }
 
-// appendString writes s copying the bytes asis marks; rawFFFD writes
-// invalid UTF-8 as the character U+FFFD instead of \ufffd.
+// AppendStringContent appends s escaped as AppendString escapes it,
+// without the quotes: the inside of a JSON string, for text that stands
+// within a longer one (a template's).
+func AppendStringContent(b []byte, s string) []byte {
+	return appendContent(b, s, &plainASCII, false)
+}
+
+// appendString writes s quoted, copying the bytes asis marks; rawFFFD
+// writes invalid UTF-8 as the character U+FFFD instead of \ufffd.
 func appendString(b []byte, s string, asis *[utf8.RuneSelf]bool, rawFFFD bool) []byte {
 	b = append(b, '"')
+	b = appendContent(b, s, asis, rawFFFD)
+	return append(b, '"')
+}
+
+// appendContent writes s escaped, without quotes.
+func appendContent(b []byte, s string, asis *[utf8.RuneSelf]bool, rawFFFD bool) []byte {
 	start := 0 // s[start:i] is plain ASCII not yet appended
 	for i := 0; i < len(s); {
 		if c := s[i]; c < utf8.RuneSelf && asis[c] {
@@ -64,6 +77,5 @@ func appendString(b []byte, s string, asis *[utf8.RuneSelf]bool, rawFFFD bool) [
 			b = utf8.AppendRune(b, r)
 		}
 	}
-	b = append(b, s[start:]...)
-	return append(b, '"')
+	return append(b, s[start:]...)
 }

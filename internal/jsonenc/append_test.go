@@ -109,3 +109,13 @@ func marshalled(t *testing.T, s string, html bool) string {
 	}
 	return out.String()
 }
+
+// AppendStringContent is AppendString without its quotes.
+func TestAppendStringContent(t *testing.T) {
+	for _, s := range stringSeeds {
+		q := jsonenc.AppendString(nil, s)
+		if got := string(jsonenc.AppendStringContent([]byte("x"), s)); got != "x"+string(q[1:len(q)-1]) {
+			t.Errorf("AppendStringContent(%q) = %s; want x%s", s, got, q[1:len(q)-1])
+		}
+	}
+}

@@ -68,11 +68,17 @@ func TestInferenceExampleInApp(t *testing.T) {
 			if r.status != 429 {
 				continue
 			}
-			var body map[string]any
+			// The policy's answer, the gateway's: OpenAI's error shape,
+			// the lane that refused it in the RateLimit field.
+			var body struct {
+				Error struct{ Message, Code string }
+			}
 			_ = json.Unmarshal([]byte(r.body), &body)
-			scopes[fmt.Sprint(body["scope"])]++
-			if r.header.Get("Capgate-Decision") != "refused" || !strings.HasPrefix(fmt.Sprint(body["detail"]), "The API is busy.") {
-				t.Errorf("a refusal: %v %s; want the policy's words", r.header, r.body)
+			scope, _, _ := strings.Cut(r.header.Get("RateLimit"), ";")
+			scopes[strings.Trim(scope, `"`)]++
+			if r.header.Get("Capgate-Decision") != "refused" || body.Error.Code != "capacity_exceeded" ||
+				!strings.HasPrefix(body.Error.Message, "The API is busy.") || r.header.Get("X-Should-Retry") != "true" {
+				t.Errorf("a refusal: %v %s; want the policy's words and shape", r.header, r.body)
 			}
 		}
 		if scopes["user"] != 2 || scopes["model"] != 1 {

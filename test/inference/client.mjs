@@ -5,28 +5,42 @@
 //   {"baseURL": "...", "apiKey": "...", "timeoutMs": N, "maxRetries": N,
 //    "calls": [{"kind": "chat" | "embeddings", "model": "...",
 //               "max_tokens": N, "stream": bool, "abortAfter": N,
-//               "input": ..., "delayMs": N, "prompt": "..."}, ...]}
+//               "input": ..., "delayMs": N, "prompt": "...",
+//               "apiKey": "...", "maxRetries": N}, ...]}
 //
-// runs the calls at once (each after its delayMs), and prints one JSON array
-// of their outcomes, in order: {ok, status, chunks, usage, data, headers}
-// (the Capgate-* and retry headers of the answer), or {ok: false, status,
-// code, name, error} for an error the client raised. A streamed call with
-// abortAfter aborts its stream after that many chunks of content.
+// runs the calls at once (each after its delayMs; a call's apiKey and
+// maxRetries over the plan's), and prints one JSON array of their
+// outcomes, in order: {ok, status, chunks, usage, data, headers} (the
+// Capgate-* and retry headers of the answer), or {ok: false, status, code,
+// type, name, error, headers} for an error the client raised; each with
+// its ms and attempts (the requests the client sent for it, its retries
+// included). A streamed call with abortAfter aborts its stream after that
+// many chunks of content.
 import OpenAI from "openai";
 
 const plan = JSON.parse(process.argv[2]);
-const client = new OpenAI({
-  baseURL: plan.baseURL,
-  apiKey: plan.apiKey,
-  timeout: plan.timeoutMs ?? 60_000,
-  maxRetries: plan.maxRetries ?? 2,
-});
+
+// clientFor returns a client of its own for call c, whose fetch counts
+// the requests sent for the call in counter.n.
+function clientFor(c, counter) {
+  return new OpenAI({
+    baseURL: plan.baseURL,
+    apiKey: c.apiKey ?? plan.apiKey,
+    timeout: plan.timeoutMs ?? 60_000,
+    maxRetries: c.maxRetries ?? plan.maxRetries ?? 2,
+    fetch: (url, init) => {
+      counter.n++;
+      return fetch(url, init);
+    },
+  });
+}
 
 // picked are the answer's headers the tests read.
 function picked(headers) {
   const out = {};
   for (const [k, v] of headers) {
-    if (k.startsWith("capgate-") || k === "idempotent-replayed" || k.startsWith("retry-after")) out[k] = v;
+    if (k.startsWith("capgate-") || k === "idempotent-replayed" || k.startsWith("retry-after") ||
+      k === "x-should-retry" || k === "ratelimit") out[k] = v;
   }
   return out;
 }
@@ -35,7 +49,9 @@ const sleep = (ms) => new Promise((resolve) => setTimeout(resolve, ms));
 
 async function run(c) {
   const started = Date.now();
-  const done = (v) => Object.assign(v, { ms: Date.now() - started });
+  const counter = { n: 0 };
+  const client = clientFor(c, counter);
+  const done = (v) => Object.assign(v, { ms: Date.now() - started, attempts: counter.n });
   try {
     if (c.kind === "embeddings") {
       const { data, response } = await client.embeddings.create({ model: c.model, input: c.input }).withResponse();
@@ -71,7 +87,8 @@ async function run(c) {
     }
     return done({ ok: true, status: response.status, chunks, usage, aborted: !!c.abortAfter, headers: picked(response.headers) });
   } catch (e) {
-    return done({ ok: false, status: e.status ?? null, code: e.code ?? null, name: e.constructor.name, error: String(e.message) });
+    return done({ ok: false, status: e.status ?? null, code: e.code ?? null, type: e.type ?? null,
+      name: e.constructor.name, error: String(e.message), headers: e.headers ? picked(e.headers) : {} });
   }
 }
 

@@ -160,6 +160,8 @@ type call struct {
 	AbortAfter int    `json:"abortAfter,omitempty"`
 	Input      any    `json:"input,omitempty"`
 	DelayMS    int    `json:"delayMs,omitempty"`
+	APIKey     string `json:"apiKey,omitempty"`     // the plan's when empty
+	MaxRetries *int   `json:"maxRetries,omitempty"` // the plan's when nil
 }
 
 // outcome is what client.mjs says of a call.
@@ -167,6 +169,7 @@ type outcome struct {
 	OK      bool              `json:"ok"`
 	Status  int               `json:"status"`
 	Code    string            `json:"code"`
+	Type    string            `json:"type"`
 	Name    string            `json:"name"`
 	Error   string            `json:"error"`
 	Chunks  int               `json:"chunks"`
@@ -175,7 +178,8 @@ type outcome struct {
 	Usage   *struct {
 		CompletionTokens int `json:"completion_tokens"`
 	} `json:"usage"`
-	MS int `json:"ms"`
+	MS       int `json:"ms"`
+	Attempts int `json:"attempts"` // the requests the client sent, its retries included
 }
 
 // plan is client.mjs's argument.

@@ -1,0 +1,5 @@
+//go:build !race
+
+package jsontmpl_test
+
+const raceEnabled = false
