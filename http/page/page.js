@@ -603,25 +603,31 @@
     }));
     $("history").hidden = res.data.length === 0;
     $("history-none").hidden = res.data.length > 0;
+    $("undo-box").hidden = res.data.length === 0;
+    if (res.data.length > 0) setText("undo", "Roll back the last change (version " + res.data[0].version + ")");
   }
 
-  // rollback makes a new version equal to version, with the form's note.
+  // rollback makes a new version equal to version, with the form's note;
+  // with no version, it rolls back the last change. A rollback the
+  // gateway refuses (409: it would change nothing, or roll back a
+  // rollback) shows its detail.
   async function rollback(version, button) {
     clearErrors();
     const note = $("f-note").value.trim();
     if (!note) {
-      showErrors(["Say in the note why you roll back to version " + version + "."], [$("f-note")]);
+      showErrors(["Say in the note why you roll back " + (version ? "to version " + version : "the last change") + "."], [$("f-note")]);
       return;
     }
     button.disabled = true;
     try {
-      const res = await api("POST", "config/rollback/", { version, note });
+      const res = await api("POST", "config/rollback/", version ? { version, note } : { note });
       if (!res.ok) {
         const d = res.data && res.data.detail;
         showErrors(Array.isArray(d) ? d : [detailText(res.data) || "The gateway answered HTTP " + res.status + "."], []);
         return;
       }
-      setText("change-result", "Saved version " + res.data.version + ": back to version " + version + ".");
+      setText("change-result", "Saved version " + res.data.version + ": " + (version ? "back to version " + version
+        : "version " + res.data.undid + " rolled back" + (res.data.rollback_of ? " (to version " + res.data.rollback_of + "'s config)" : " (to the defaults)")) + ".");
       $("f-note").value = "";
       await Promise.all([refreshConfig(), refreshHistory(), refreshStatus()]);
     } catch (err) {
@@ -631,6 +637,8 @@
       button.disabled = false;
     }
   }
+
+  $("undo").addEventListener("click", () => rollback(0, $("undo")));
 
   // ---- the change form ----
 
