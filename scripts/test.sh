@@ -9,6 +9,7 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 bin=$(mktemp -d)
 trap 'rm -rf "$bin"' EXIT
+echo "scripts/test.sh: building tools/testprogress, then go test -race -json $* (a line at least every 30 s)"
 go build -o "$bin/testprogress" ./tools/testprogress
 args=("$@")
 if [ ${#args[@]} -eq 0 ]; then
