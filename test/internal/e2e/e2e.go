@@ -70,8 +70,24 @@ func ModuleRoot() (string, error) {
 	return filepath.Abs(filepath.Join(filepath.Dir(file), "..", "..", ".."))
 }
 
+// TestBinEnv names a capgate binary the suites use instead of building one
+// (BuildCapgate): CI builds one static binary for them all and the image.
+const TestBinEnv = "CAPGATE_TEST_BIN"
+
 // BuildCapgate builds ./cmd/capgate of the module at root into bin.
+// With CAPGATE_TEST_BIN set it copies that binary instead.
 func BuildCapgate(ctx context.Context, root, bin string) error {
+	if built := os.Getenv(TestBinEnv); built != "" {
+		// A binary built once for every suite (.ci/run: the image's).
+		b, err := os.ReadFile(built)
+		if err == nil {
+			err = os.WriteFile(bin, b, 0o755)
+		}
+		if err != nil {
+			return fmt.Errorf("capgate from %s: %w", TestBinEnv, err)
+		}
+		return nil
+	}
 	if out, err := Run(ctx, root, nil, "go", "build", "-o", bin, "./cmd/capgate"); err != nil {
 		return fmt.Errorf("build capgate: %w: %s", err, out)
 	}
