@@ -14,7 +14,6 @@ import (
 	"os/exec"
 	"path/filepath"
 	"strings"
-	"sync"
 	"sync/atomic"
 	"syscall"
 	"testing"
@@ -155,8 +154,12 @@ func send(t *testing.T, addr, method, target, token, body string) (int, http.Hea
 func start(t *testing.T, addr string, name string, args ...string) {
 	t.Helper()
 	cmd := exec.Command(name, args...)
-	var out syncBuffer
-	cmd.Stdout, cmd.Stderr = &out, &out
+	out, err := os.Create(filepath.Join(t.TempDir(), filepath.Base(name)+".out"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { out.Close() }) // after the process is gone (cleanups run last first)
+	cmd.Stdout, cmd.Stderr = out, out
 	// Its own process group: nginx's workers go with their master.
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
 	cmd.WaitDelay = 5 * time.Second
@@ -175,7 +178,8 @@ func start(t *testing.T, addr string, name string, args ...string) {
 			return
 		}
 		if time.Now().After(deadline) {
-			t.Fatalf("%s never listened on %s: %s", name, addr, out.String())
+			b, _ := os.ReadFile(out.Name())
+			t.Fatalf("%s never listened on %s: %s", name, addr, b)
 		}
 		time.Sleep(20 * time.Millisecond)
 	}
@@ -263,24 +267,6 @@ func TestHAProxyRoutesOnlyHeavyCallsThroughCapgate(t *testing.T) {
 	}
 	start(t, listen, bin, "-db", "-f", cfg)
 	checkRouting(t, r, listen)
-}
-
-// syncBuffer is a bytes.Buffer safe for a process's output and a reader.
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (b *syncBuffer) Write(p []byte) (int, error) {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.b.Write(p)
-}
-
-func (b *syncBuffer) String() string {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.b.String()
 }
 
 func write(t *testing.T, path, text string) {

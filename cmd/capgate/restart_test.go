@@ -36,7 +36,7 @@ func TestServeKilledAndRestartedReleasesItsCalls(t *testing.T) {
 		t.Fatal(err)
 	}
 	m := miniredis.RunT(t)
-	api, started := hangingAPI(t)
+	api, started, _ := hangingAPI(t)
 	args := []string{"--listen", closedPort(t), "--upstream", api, "--database", "sqlite:" + filepath.Join(dir, "c.db"),
 		"--identity", "tokens", "--tokens", tokens, "--mode", "shadow", "--redis", "redis://" + m.Addr() + "/0",
 		"--task-id", "gw-a"}

@@ -14,27 +14,30 @@ import (
 	"github.com/alicebob/miniredis/v2"
 )
 
-// hangingAPI is an upstream whose heavy calls hang until the test ends;
-// started receives one value per heavy call that reached it.
-func hangingAPI(t *testing.T) (url string, started <-chan struct{}) {
+// hangingAPI is an upstream whose heavy calls hang until release is called
+// or the test ends; started receives one value per heavy call that
+// reached it.
+func hangingAPI(t *testing.T) (url string, started <-chan struct{}, release func()) {
 	t.Helper()
 	ch := make(chan struct{}, 16)
-	release := make(chan struct{})
+	gate := make(chan struct{})
+	var once sync.Once
+	release = func() { once.Do(func() { close(gate) }) }
 	api := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		if strings.Contains(r.URL.Path, "$rerank") {
 			ch <- struct{}{}
 			select {
-			case <-release:
+			case <-gate:
 			case <-r.Context().Done():
 			}
 		}
 		w.WriteHeader(http.StatusOK)
 	}))
 	t.Cleanup(func() {
-		close(release)
+		release()
 		api.Close()
 	})
-	return api.URL, ch
+	return api.URL, ch, release
 }
 
 // shutdownGateway starts a gateway over hangingAPI with Redis lanes in
@@ -47,7 +50,7 @@ func shutdownGateway(t *testing.T, args ...string) (*serveProcess, *miniredis.Mi
 		t.Fatal(err)
 	}
 	m := miniredis.RunT(t)
-	api, started := hangingAPI(t)
+	api, started, _ := hangingAPI(t)
 	logFile := filepath.Join(dir, "capacity.log")
 	p := startServeProcess(t, nil, append([]string{"--upstream", api, "--database", "sqlite:" + filepath.Join(dir, "c.db"),
 		"--identity", "tokens", "--tokens", tokens, "--log-file", logFile, "--mode", "enforce",
@@ -219,31 +222,6 @@ func TestShutdownWithNothingInFlightExitsAtOnce(t *testing.T) {
 	p.waitFor("draining skipped", time.Second)
 }
 
-// releasableAPI is an upstream whose heavy calls wait for release; started
-// gets one value per heavy call that reached it.
-func releasableAPI(t *testing.T) (url string, started <-chan struct{}, release func()) {
-	t.Helper()
-	ch := make(chan struct{}, 16)
-	gate := make(chan struct{})
-	var once sync.Once
-	api := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		if strings.Contains(r.URL.Path, "$rerank") {
-			ch <- struct{}{}
-			select {
-			case <-gate:
-			case <-r.Context().Done():
-			}
-		}
-		w.WriteHeader(http.StatusOK)
-	}))
-	release = func() { once.Do(func() { close(gate) }) }
-	t.Cleanup(func() {
-		release()
-		api.Close()
-	})
-	return api.URL, ch, release
-}
-
 // With no readiness probe, the drain lasts while calls are in flight: the
 // gateway still serves then, and exits as soon as the last one ends, long
 // before the delay.
@@ -253,7 +231,7 @@ func TestShutdownWithoutProbeDrainsWhileCallsRun(t *testing.T) {
 	if err := os.WriteFile(tokens, []byte(`[{"token":"t-ann","username":"ann","is_staff":false,"auth_groups":[]}]`), 0o600); err != nil {
 		t.Fatal(err)
 	}
-	api, started, release := releasableAPI(t)
+	api, started, release := hangingAPI(t)
 	p := startServeProcess(t, nil, "--upstream", api, "--database", "sqlite:"+filepath.Join(dir, "c.db"),
 		"--identity", "tokens", "--tokens", tokens, "--drain-delay", "1h", "--shutdown-timeout", "1h")
 	waitLive(p)
