@@ -291,7 +291,9 @@ func (s *Suite[R]) Main(m *testing.M) {
 		os.Exit(1)
 	}
 	s.dir = dir
+	stop := skipnote.Heartbeat() // these suites run for minutes
 	code := m.Run()
+	stop()
 	s.procs.Stop()
 	skipnote.Report()
 	os.RemoveAll(dir)
