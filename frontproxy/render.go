@@ -56,8 +56,10 @@ func header(p *policy.Policy, format, comment string, o Options) string {
 }
 
 // nginx returns the routing as an nginx include for the http context
-// (conf.d): the two upstreams, the map that picks one by method and raw
-// request target, and the server that proxies.
+// (conf.d): the two upstreams, the maps that pick one — by method first (a
+// hash lookup: a light method never costs a regex; nginx itself refuses a
+// method in lower case), then, for a heavy route's method, by the target as
+// sent ($request_uri, not decoded) — and the server that proxies.
 func nginx(p *policy.Policy, o Options) string {
 	var b strings.Builder
 	b.WriteString(header(p, "nginx", "#", o))
@@ -72,17 +74,28 @@ upstream capgate_api {
     keepalive 32;
 }
 
-# $request_uri is the target as sent (not decoded); the method is matched in
-# any case (nginx itself refuses a method in lower case).
-map "$request_method $request_uri" $capgate_upstream {
+# The method first: only a heavy route's method is matched by its target.
+map $request_method $capgate_upstream {
     default capgate_api;
 `, o.Capgate, o.API)
-	for _, r := range Rules(p, o.PathPrefix) {
-		fmt.Fprintf(&b, "    # %s: %s %s\n", r.Route, r.Method, r.Path)
-		fmt.Fprintf(&b, "    %q capgate_gateway;\n", "~*^"+r.Method+" "+strings.TrimPrefix(r.Regex, "^"))
+	rules := Rules(p, o.PathPrefix)
+	methods := Methods(p)
+	for _, m := range methods {
+		fmt.Fprintf(&b, "    %s $capgate_%s;\n", m, strings.ToLower(m))
 	}
-	fmt.Fprintf(&b, `}
-
+	b.WriteString("}\n")
+	for _, m := range methods {
+		fmt.Fprintf(&b, "\n# %s: the target as sent (not decoded), in any case.\nmap $request_uri $capgate_%s {\n    default capgate_api;\n",
+			m, strings.ToLower(m))
+		for _, r := range rules {
+			if r.Method == m {
+				fmt.Fprintf(&b, "    # %s: %s %s\n", r.Route, r.Method, r.Path)
+				fmt.Fprintf(&b, "    %q capgate_gateway;\n", "~*"+r.Regex)
+			}
+		}
+		b.WriteString("}\n")
+	}
+	fmt.Fprintf(&b, `
 server {
     listen %s;
 

@@ -1,6 +1,7 @@
 package skipnote
 
 import (
+	"flag"
 	"fmt"
 	"io"
 	"os"
@@ -20,6 +21,9 @@ const heartbeatEvery = 30 * time.Second
 // output; with -v, in CI (no terminal) or a pipe, it does nothing
 // (scripts/test.sh prints progress there). Run calls it.
 func Heartbeat() (stop func()) {
+	if !flag.Parsed() {
+		flag.Parse() // testing.Verbose needs it; m.Run would parse them anyway
+	}
 	if testing.Verbose() || isTerminal(os.Stdout) {
 		return func() {}
 	}
