@@ -24,11 +24,14 @@ func (g *Gate) Status(ctx context.Context, cfg settings.Config) status.Snapshot 
 	k := g.keys(inForce)
 	st := newSnapshot(g.Store, inForce)
 	if err := g.readLanes(ctx, g.Store, k, inForce, &st, true); err != nil {
-		return failedSnapshot(st, err)
+		st = failedSnapshot(st, err)
+		st.Paused = pausedLanes(inForce)
+		return st
 	}
 	st.Store = status.OK
 	g.tuner.annotate(cfg, g.TaskID, g.now(), &st)
 	st.Binding = status.BindingLane(st)
+	st.Paused = pausedLanes(inForce)
 	return st
 }
 
@@ -124,6 +127,7 @@ func (g *Gate) readLanes(ctx context.Context, store LaneStore, k Keys, cfg setti
 	p := cfg.Policy()
 	var keys []string
 	var which []statusKey
+	uncounted := map[int]int{} // lane index → the keys listed past maxStatusKeys
 	add := func(lane int, id, key string) {
 		keys = append(keys, key)
 		which = append(which, statusKey{lane, id})
@@ -144,6 +148,12 @@ func (g *Gate) readLanes(ctx context.Context, store LaneStore, k Keys, cfg setti
 			found, err := store.Keys(ctx, prefix)
 			if err != nil {
 				return fmt.Errorf("list %s lanes: %w", l.Name, err)
+			}
+			if len(found) > maxStatusKeys {
+				// A bounded read: counting every key of a lane keyed by
+				// user could cost the store a count per user; the
+				// snapshot says how many were left out.
+				uncounted[i], found = len(found)-maxStatusKeys, found[:maxStatusKeys]
 			}
 			for _, key := range found {
 				add(i, strings.TrimPrefix(key, prefix), key)
@@ -174,7 +184,7 @@ func (g *Gate) readLanes(ctx context.Context, store LaneStore, k Keys, cfg setti
 		}
 		keyed[i] = len(st.Keyed)
 		st.Keyed = append(st.Keyed, status.KeyedLane{Name: l.Name, StatusKey: l.Status, Scope: l.Scope.String(),
-			Key: l.Key, PerKeyLimit: l.Limit.PerTier == nil || l.ByTier(), Entries: map[string]status.Lane{}})
+			Key: l.Key, PerKeyLimit: l.Limit.PerTier == nil || l.ByTier(), Entries: map[string]status.Lane{}, Uncounted: uncounted[i]})
 	}
 	shared := 0
 	for j, w := range which {

@@ -20,32 +20,6 @@ fi
 UPORT=$(free_port)
 PPORT=$(free_port)
 mkdir -p "$WORK/nginx-up" "$WORK/nginx-proxy"
-NGINX_USER=""
-if [[ $EUID == 0 ]]; then
-	NGINX_USER="user root;"
-fi
-
-# nginx_conf writes a config: $1 dir, $2 workers, $3 server block.
-nginx_conf() {
-	cat >"$1/nginx.conf" <<EOF
-$NGINX_USER
-daemon off;
-worker_processes $2;
-pid $1/nginx.pid;
-error_log $1/error.log warn;
-events { worker_connections 4096; }
-http {
-    access_log off;
-    client_body_temp_path $1/body;
-    proxy_temp_path $1/proxy;
-    fastcgi_temp_path $1/fastcgi;
-    uwsgi_temp_path $1/uwsgi;
-    scgi_temp_path $1/scgi;
-    keepalive_requests 1000000;
-    $3
-}
-EOF
-}
 # The upstream: one worker, like one API process, answering every request
 # with the same small JSON body.
 nginx_conf "$WORK/nginx-up" 1 "server {

@@ -134,3 +134,31 @@ done = function(summary, latency, requests)
 end
 EOF
 }
+
+# nginx_conf DIR WORKERS BODY writes DIR/nginx.conf (making DIR): an nginx
+# in the foreground with WORKERS workers, its files in DIR, BODY in http.
+nginx_conf() {
+	local user=""
+	if [[ $EUID == 0 ]]; then
+		user="user root;"
+	fi
+	mkdir -p "$1"
+	cat >"$1/nginx.conf" <<EOF
+$user
+daemon off;
+worker_processes $2;
+pid $1/nginx.pid;
+error_log $1/error.log warn;
+events { worker_connections 4096; }
+http {
+    access_log off;
+    client_body_temp_path $1/body;
+    proxy_temp_path $1/proxy;
+    fastcgi_temp_path $1/fastcgi;
+    uwsgi_temp_path $1/uwsgi;
+    scgi_temp_path $1/scgi;
+    keepalive_requests 1000000;
+    $3
+}
+EOF
+}

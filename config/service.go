@@ -98,6 +98,9 @@ type SaveResult struct {
 	// Diff is what the save changed, against the config in force before
 	// it; empty (never nil) when nothing changed.
 	Diff settings.Diff
+	// Undid is, for a Rollback of the last change, the version it
+	// undid; 0 otherwise.
+	Undid int64
 }
 
 func (s *Service) now() time.Time {
@@ -386,6 +389,11 @@ type Edit struct {
 	// RollbackOf records the version a rollback restores (Rollback sets
 	// it). Default (0): not a rollback.
 	RollbackOf int64
+
+	// rollback is set by Rollback: the version that must still be the
+	// latest under the writers' lock (0: any), and a change that would
+	// change nothing refused rather than answered with no changes.
+	rollback *rollbackCheck
 }
 
 // Save changes the config. The change is applied (Config.Apply) to a
@@ -401,6 +409,9 @@ type Edit struct {
 func (s *Service) Save(ctx context.Context, change Edit) (SaveResult, error) {
 	var res SaveResult
 	appended, err := s.Store.Update(ctx, func(latest *Version) (*Version, error) {
+		if err := change.rollback.before(latest); err != nil {
+			return nil, err
+		}
 		current := s.resolve(latest)
 		base := current
 		if change.Replace {
@@ -415,7 +426,7 @@ func (s *Service) Save(ctx context.Context, change Edit) (SaveResult, error) {
 		}
 		res = SaveResult{Version: latest, Config: next, Diff: changes}
 		if len(changes) == 0 {
-			return nil, nil
+			return nil, change.rollback.unchanged(latest)
 		}
 		return &Version{Config: next.Doc(), PreviousConfig: current.Doc(), CreatedBy: change.By,
 			Source: change.Source, Note: change.Note, RollbackOf: change.RollbackOf}, nil
@@ -424,6 +435,9 @@ func (s *Service) Save(ctx context.Context, change Edit) (SaveResult, error) {
 		var verr *settings.ValidationError
 		if errors.As(err, &verr) {
 			return SaveResult{}, verr
+		}
+		if rerr, ok := errors.AsType[*RollbackError](err); ok {
+			return SaveResult{}, rerr
 		}
 		return SaveResult{}, fmt.Errorf("save capacity config: %w", err)
 	}
@@ -482,38 +496,6 @@ func (s *Service) emit(v *Version, res SaveResult) {
 		s.logger().Warn(fmt.Sprintf("Capacity config version %d was saved, but its log line failed: %v", v.ID, err),
 			slog.Int64("version", v.ID))
 	}
-}
-
-// ErrNoVersion is Rollback's error for a version the history does not
-// hold.
-var ErrNoVersion = errors.New("no such config version")
-
-// ErrNoRollback is Rollback's error for a store that can't read a given
-// version (it is no VersionReader).
-var ErrNoRollback = errors.New("this config store can't read past versions")
-
-// Rollback makes a new version whose config equals version to's: the
-// change is recorded like any other (change.By, Source and Note: who and
-// why), with RollbackOf set to to, and applies as a Save does. It fails
-// with ErrNoVersion for a version the history does not hold, and with a
-// *ValidationError when that version's config is no longer valid. A
-// rollback to the config already in force appends nothing.
-func (s *Service) Rollback(ctx context.Context, to int64, change Edit) (SaveResult, error) {
-	r, ok := s.Store.(VersionReader)
-	if !ok {
-		return SaveResult{}, ErrNoRollback
-	}
-	v, err := r.Version(ctx, to)
-	if err != nil {
-		return SaveResult{}, fmt.Errorf("roll back capacity config: %w", err)
-	}
-	if v == nil {
-		return SaveResult{}, fmt.Errorf("%w: %d", ErrNoVersion, to)
-	}
-	// Onto the defaults: every version holds its complete config, so the
-	// result is that version's config, whatever came since.
-	change.Set, change.Replace, change.RollbackOf = settings.Patch(v.Config), true, to
-	return s.Save(ctx, change)
 }
 
 // logEvent returns the policy's log event.

@@ -49,6 +49,9 @@ func Run(t *testing.T, open Opener) {
 		{"FirstReadWaitsAtMostTheTimeout", testFirstReadBounded},
 		{"ConcurrentPatches", testConcurrentPatches},
 		{"Adaptive", testAdaptive},
+		{"RollbackLast", testRollbackLast},
+		{"RollbackFirst", testRollbackFirst},
+		{"RollbackRace", testRollbackRace},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) { tt.fn(t, open) })

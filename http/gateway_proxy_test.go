@@ -168,6 +168,7 @@ func TestGatewayRoutes(t *testing.T) {
 	}
 	healthErr := errors.New("lane store: down")
 	var healthy, ready atomic.Bool
+	var probes atomic.Int64
 	health := &capgatehttp.Health{
 		Checks: []capgatehttp.HealthCheck{{Name: "lanes", Check: func(context.Context) error {
 			if healthy.Load() {
@@ -175,7 +176,8 @@ func TestGatewayRoutes(t *testing.T) {
 			}
 			return healthErr
 		}}},
-		Ready: ready.Load,
+		Ready:  ready.Load,
+		Probed: func() { probes.Add(1) },
 	}
 	e := newEnv(t, nil, func(c *capgatehttp.GatewayConfig) {
 		c.Staff = named("staff")
@@ -213,8 +215,14 @@ func TestGatewayRoutes(t *testing.T) {
 			t.Errorf("%s with the lane store down: %d %s; want 200 with no details", p, r.StatusCode, r.Body)
 		}
 	}
+	if n := probes.Load(); n != 0 {
+		t.Errorf("Probed called %d times by /livez and /healthz; want only /readyz to count as a readiness probe", n)
+	}
 	if r := e.do(ctx, "GET", "/readyz", ""); r.StatusCode != 503 || string(r.Body) != `{"status":"starting","ready":false}`+"\n" {
 		t.Errorf("/readyz before the config was read: %d %s; want 503", r.StatusCode, r.Body)
+	}
+	if n := probes.Load(); n != 1 {
+		t.Errorf("Probed called %d times after one /readyz; want 1", n)
 	}
 	ready.Store(true)
 	if r := e.do(ctx, "GET", "/readyz", ""); r.StatusCode != 200 || string(r.Body) != `{"status":"ok","ready":true}`+"\n" {

@@ -52,6 +52,10 @@ type Health struct {
 	Interval time.Duration
 	// Timeout bounds each check. Default 2 s.
 	Timeout time.Duration
+	// Probed, if set, is called on each GET /readyz (on the admin
+	// address or the public port): a readiness prober is watching, so a
+	// shutdown must give it time to see the 503. Default: nothing.
+	Probed func()
 
 	mu    sync.Mutex
 	state map[string]string // name → "ok" or the error; requires mu held
@@ -139,6 +143,12 @@ func (h *Health) Up(name string) float64 {
 
 func (h *Health) ready() bool { return h.Ready == nil || h.Ready() }
 
+func (h *Health) probed() {
+	if h.Probed != nil {
+		h.Probed()
+	}
+}
+
 // healthBody is the JSON of both probes.
 type healthBody struct {
 	Status string            `json:"status"`           // "ok", or "starting" before ready
@@ -170,6 +180,7 @@ func (h *Health) Livez() http.Handler {
 // Readyz answers GET /readyz: 200 once ready, 503 before.
 func (h *Health) Readyz() http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		h.probed()
 		b := h.body()
 		code := http.StatusOK
 		if !b.Ready {
@@ -193,6 +204,7 @@ func (h *Health) publicLivez() http.Handler {
 // publicReadyz: see publicLivez.
 func (h *Health) publicReadyz() http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		h.probed()
 		b, code := healthBody{Status: stateOK, Ready: h.ready()}, http.StatusOK
 		if !b.Ready {
 			b.Status, code = "starting", http.StatusServiceUnavailable

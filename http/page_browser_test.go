@@ -428,6 +428,15 @@ func TestStatusPageInferenceInChromium(t *testing.T) {
 	b.waitText(t, "#change-result", "Saved version 1: lanes.user.free 1 → 2.", true)
 	b.waitText(t, `[id="config-lanes.user.free"] td`, "2", true)
 
+	// A lane keyed by model paused (limit 0): named as paused, with whose
+	// calls it refuses; in shadow, what enforce would do.
+	b.do(t, "pause the model lane", clearField("f-lanes-model"),
+		chromedp.SendKeys(chromedp.CSS("#f-lanes-model"), "0"),
+		chromedp.SendKeys(chromedp.CSS("#f-note"), "models paused"),
+		chromedp.Click(chromedp.CSS("#save")))
+	b.waitText(t, "#paused li", "Paused: model refuses ", false)
+	b.waitText(t, "#paused li", " calls of every caller — in shadow they go ahead (shadow-refused); enforce would refuse them.", false)
+
 	if p := b.Problems(); len(p) > 0 {
 		t.Errorf("the page had errors:\n%s", strings.Join(p, "\n"))
 	}

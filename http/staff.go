@@ -1,6 +1,7 @@
 package http
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
@@ -36,7 +37,8 @@ const (
 //	PATCH /capacity/config/            merge a change into it
 //	PUT   /capacity/config/            replace it: the change onto the defaults
 //	GET   /capacity/config/history/    ?limit=N (default 50, 1..500), newest first
-//	POST  /capacity/config/rollback/   {"version": N, "note": "why"}: a new version equal to N
+//	POST  /capacity/config/rollback/   {"version": N, "note": "why"}: a new version equal to N;
+//	                                   {} or {"note": "why"}: the last change rolled back
 //	GET   /capacity/status/            the lanes' calls in flight and limits
 //	GET   /capacity/policy/            the policy in force: its routes, tiers, lanes and their config keys
 //	GET   /capacity/health/            /readyz with the stores' checks (Health; 404 without)
@@ -283,8 +285,13 @@ func (h *StaffHandler) changeConfig(w http.ResponseWriter, r *http.Request, call
 	}{staffMetaOf(res.Version), res.Config, res.Diff})
 }
 
-// rollback makes a new version equal to the one the body names:
-// {"version": N, "note": "why"}. An unknown version is 404.
+// rollback restores a past config as a new version (config.Service.Rollback):
+// {"version": N, "note": "why"} restores version N's; without a version
+// ({} or {"note": "why"}) it rolls back the last change, and the answer
+// names the version undone ("undid"). An unknown version is 404; a
+// rollback that would not do what its caller means (nothing to roll back,
+// the config already in force, the last change itself a rollback, a
+// change saved meanwhile) is 409 with a detail that says so.
 func (h *StaffHandler) rollback(w http.ResponseWriter, r *http.Request, caller capgate.Caller) {
 	body, err := io.ReadAll(http.MaxBytesReader(w, r.Body, staffMaxBodyBytes))
 	if err != nil {
@@ -295,29 +302,48 @@ func (h *StaffHandler) rollback(w http.ResponseWriter, r *http.Request, caller c
 		Version *int64 `json:"version"`
 		Note    string `json:"note"`
 	}
-	if err := json.Unmarshal(body, &req); err != nil || req.Version == nil || *req.Version < 1 {
-		staffError(w, http.StatusBadRequest, `Send {"version": N}, N a version of the history, and an optional "note".`)
+	if len(bytes.TrimSpace(body)) == 0 {
+		body = []byte("{}")
+	}
+	if err := json.Unmarshal(body, &req); err != nil || (req.Version != nil && *req.Version < 1) {
+		staffError(w, http.StatusBadRequest, `Send {"version": N} to restore version N, or {} to roll back the last change, with an optional "note".`)
 		return
 	}
-	res, err := h.configs.Rollback(r.Context(), *req.Version, config.Edit{By: caller.UserID, Source: config.SourceAPI, Note: req.Note})
+	var to int64
+	if req.Version != nil {
+		to = *req.Version
+	}
+	res, err := h.configs.Rollback(r.Context(), to, config.Edit{By: caller.UserID, Source: config.SourceAPI, Note: req.Note})
 	if verr, ok := errors.AsType[*settings.ValidationError](err); ok {
 		staffJSON(w, http.StatusBadRequest, map[string][]string{"detail": verr.Messages})
 		return
 	}
 	if errors.Is(err, config.ErrNoVersion) {
-		staffError(w, http.StatusNotFound, "No version "+strconv.FormatInt(*req.Version, 10)+".")
+		staffError(w, http.StatusNotFound, "No version "+strconv.FormatInt(to, 10)+".")
+		return
+	}
+	if rerr, ok := errors.AsType[*config.RollbackError](err); ok {
+		staffError(w, http.StatusConflict, rerr.Error())
 		return
 	}
 	if err != nil {
 		h.storeFailed(w, "roll back the capacity config", err)
 		return
 	}
-	staffJSON(w, http.StatusOK, struct {
+	out := struct {
 		staffMeta
 		Config     settings.Config `json:"config"`
 		Changes    settings.Diff   `json:"changes"`
-		RollbackOf int64           `json:"rollback_of"`
-	}{staffMetaOf(res.Version), res.Config, res.Diff, *req.Version})
+		RollbackOf *int64          `json:"rollback_of,omitempty"`
+		Undid      *int64          `json:"undid,omitempty"`
+	}{staffMeta: staffMetaOf(res.Version), Config: res.Config, Changes: res.Diff}
+	if res.Version.RollbackOf != 0 {
+		out.RollbackOf = &res.Version.RollbackOf
+	}
+	if res.Undid != 0 {
+		out.Undid = &res.Undid
+	}
+	staffJSON(w, http.StatusOK, out)
 }
 
 // staffHistoryLimit reads ?limit=: default 50 (also for a non-number or

@@ -6,6 +6,10 @@
 #
 #   scripts/image.sh [TAG]        default tag capgate:dev
 #
+# CAPGATE_IMAGE_BINARY_ONLY=PATH builds only the static binary, to PATH;
+# CAPGATE_IMAGE_BINARY=PATH builds the image around that binary instead of
+# building one (.ci/run builds it early, beside other stages).
+#
 # CAPGATE_IMAGE_TOOL picks the builder (default: podman if installed, else
 # docker). With podman it builds in the docker format, which keeps the
 # HEALTHCHECK (the OCI format drops it). When podman's default overlay
@@ -25,7 +29,17 @@ trap 'rm -rf "$ctx"' EXIT
 
 # -buildvcs=auto: the revision goes into the binary's build info (capgate
 # --version) when this is a git checkout.
-CGO_ENABLED=0 GOOS=linux go build -trimpath -buildvcs=auto -ldflags='-s -w' -o "$ctx/capgate" ./cmd/capgate
+static_build() { CGO_ENABLED=0 GOOS=linux go build -trimpath -buildvcs=auto -ldflags='-s -w' -o "$1" ./cmd/capgate; }
+if [ -n "${CAPGATE_IMAGE_BINARY_ONLY:-}" ]; then
+	static_build "$CAPGATE_IMAGE_BINARY_ONLY"
+	echo "image: built the static binary $CAPGATE_IMAGE_BINARY_ONLY"
+	exit 0
+fi
+if [ -n "${CAPGATE_IMAGE_BINARY:-}" ]; then
+	cp "$CAPGATE_IMAGE_BINARY" "$ctx/capgate"
+else
+	static_build "$ctx/capgate"
+fi
 cp /etc/ssl/certs/ca-certificates.crt "$ctx/ca-certificates.crt"
 printf 'root:x:0:0:root:/:/sbin/nologin\ncapgate:x:10001:10001:capgate:/var/lib/capgate:/sbin/nologin\n' >"$ctx/passwd"
 printf 'root:x:0:\ncapgate:x:10001:\n' >"$ctx/group"

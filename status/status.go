@@ -10,7 +10,10 @@ package status
 
 import (
 	"bytes"
+	"cmp"
 	"encoding/json"
+	"slices"
+	"strings"
 )
 
 // Snapshot is the state of the lanes at one read, laid out by the policy's
@@ -40,6 +43,9 @@ type Snapshot struct {
 	// Adaptive is the advice of the adaptive control loop for each
 	// adaptive lane, by lane name; nil without one.
 	Adaptive map[string]Adaptive
+	// Paused are the lanes the config pauses (a limit of 0), in the
+	// policy's order; set by Gate.Status, also when the store failed.
+	Paused []Paused
 }
 
 // SharedLane is one lane with one count for the whole cluster.
@@ -62,6 +68,44 @@ type KeyedLane struct {
 	// Entries are the keys with calls in flight or waiting (a tier lane
 	// and a gateway's own task: every one, idle ones too).
 	Entries map[string]Lane
+	// Uncounted is how many keys of the lane the store listed that the
+	// read did not count (past capgate.Gate.Status counts at most 1000 keys of a lane); 0 when it counted
+	// every one.
+	Uncounted int
+}
+
+// MaxKeysShown is how many keys of a keyed lane the status JSON lists: the
+// busiest (most in flight, then most waiting, then by key); the others are
+// summed up under "keys_left_out".
+const MaxKeysShown = 50
+
+// busiest returns the keys of entries in order, the busiest first.
+func busiest(entries map[string]Lane) []string {
+	keys := make([]string, 0, len(entries))
+	for k := range entries {
+		keys = append(keys, k)
+	}
+	slices.SortFunc(keys, func(a, b string) int {
+		ea, eb := entries[a], entries[b]
+		if c := cmp.Compare(eb.InFlight, ea.InFlight); c != 0 {
+			return c
+		}
+		if c := cmp.Compare(eb.Waiting, ea.Waiting); c != 0 {
+			return c
+		}
+		return strings.Compare(a, b)
+	})
+	return keys
+}
+
+// LeftOut is what the status JSON leaves out of a keyed lane: the keys
+// past MaxKeysShown, and the keys the read did not count (Uncounted).
+type LeftOut struct {
+	Keys     int `json:"keys"`      // keys with calls not listed, plus those not counted
+	InFlight int `json:"in_flight"` // the calls in flight of the keys counted but not listed
+	// Uncounted is how many keys the store listed that the read did not
+	// count (past capgate.Gate.Status counts at most 1000 keys of a lane): they may have calls too.
+	Uncounted int `json:"uncounted,omitempty"`
 }
 
 // Shared returns the shared lane named name.
@@ -168,11 +212,13 @@ func (s Snapshot) MarshalJSON() ([]byte, error) {
 		return json.Marshal(struct {
 			Mode       string     `json:"mode"`
 			EnforceFor string     `json:"enforce_for"`
+			Enforced   string     `json:"enforced"`
 			Redis      string     `json:"redis"`
 			Lanes      string     `json:"lanes"`
 			Health     string     `json:"lanes_health"`
+			Paused     []Paused   `json:"paused,omitempty"`
 			Decisions  *Decisions `json:"decisions,omitempty"`
-		}{s.Mode, s.EnforceFor, s.redis(), s.Lanes, s.Store, s.Decisions})
+		}{s.Mode, s.EnforceFor, Enforced(s.Mode, s.EnforceFor), s.redis(), s.Lanes, s.Store, s.Paused, s.Decisions})
 	}
 	var b bytes.Buffer
 	b.WriteByte('{')
@@ -194,7 +240,11 @@ func (s Snapshot) MarshalJSON() ([]byte, error) {
 		k string
 		v any
 	}
-	out := []kv{{"mode", s.Mode}, {"enforce_for", s.EnforceFor}, {"redis", s.redis()}, {"lanes", s.Lanes}}
+	out := []kv{{"mode", s.Mode}, {"enforce_for", s.EnforceFor}, {"enforced", Enforced(s.Mode, s.EnforceFor)},
+		{"redis", s.redis()}, {"lanes", s.Lanes}}
+	if len(s.Paused) > 0 {
+		out = append(out, kv{"paused", s.Paused})
+	}
 	if s.Idempotency != "" {
 		out = append(out, kv{"idempotency", s.Idempotency})
 	}
@@ -213,20 +263,38 @@ func (s Snapshot) MarshalJSON() ([]byte, error) {
 	// lanes_health is the store's health under a name that fits every
 	// store; "redis" stays for existing readers of a Redis's.
 	out = append(out, kv{"lanes_health", s.Store})
+	leftOut := map[string]LeftOut{}
 	for _, l := range s.Keyed {
+		shown := busiest(l.Entries)
+		if len(shown) > MaxKeysShown || l.Uncounted > 0 {
+			lo := LeftOut{Uncounted: l.Uncounted}
+			if len(shown) > MaxKeysShown {
+				for _, k := range shown[MaxKeysShown:] {
+					lo.InFlight += l.Entries[k].InFlight
+				}
+				lo.Keys = len(shown) - MaxKeysShown
+				shown = shown[:MaxKeysShown]
+			}
+			lo.Keys += lo.Uncounted
+			leftOut[l.StatusKey] = lo
+		}
 		if l.PerKeyLimit {
-			m := l.Entries
-			if m == nil {
-				m = map[string]Lane{}
+			m := make(map[string]Lane, len(shown))
+			for _, k := range shown {
+				m[k] = l.Entries[k]
 			}
 			out = append(out, kv{l.StatusKey, m})
 			continue
 		}
-		m := make(map[string]User, len(l.Entries))
-		for k, e := range l.Entries {
+		m := make(map[string]User, len(shown))
+		for _, k := range shown {
+			e := l.Entries[k]
 			m[k] = User{InFlight: e.InFlight, Waiting: e.Waiting}
 		}
 		out = append(out, kv{l.StatusKey, m})
+	}
+	if len(leftOut) > 0 {
+		out = append(out, kv{"keys_left_out", leftOut})
 	}
 	for _, e := range out {
 		if err := field(e.k, e.v); err != nil {

@@ -57,9 +57,11 @@ func (c *CapacityCommand) Usage() string {
                                                merge a change: {version, changes}
   capgate capacity reset [--note TEXT] [--user NAME]
                                                back to the defaults: {version, changes}
-  capgate capacity rollback --to N [--note TEXT] [--user NAME]
-                                               a new version equal to version N:
-                                               {version, changes, rollback_of}
+  capgate capacity rollback [--to N] [--note TEXT] [--user NAME]
+                                               roll back the last change (or, with
+                                               --to N, restore version N) as a new
+                                               version: {version, changes,
+                                               rollback_of, undid}
   capgate capacity history [--limit N]         the changes, newest first (default 20)
   capgate capacity status                      the lanes in flight (needs Redis);
                                                exits 1 when a store fails
@@ -98,7 +100,7 @@ var capacitySynopsis = map[string]string{
 	"show":     "capgate capacity show: print the config in force, {version, config}.",
 	"set":      "capgate capacity set <setting>=<value>... [--note TEXT] [--user NAME]: merge a change, print {version, changes}.",
 	"reset":    "capgate capacity reset [--note TEXT] [--user NAME]: go back to the defaults, print {version, changes}.",
-	"rollback": "capgate capacity rollback --to N [--note TEXT] [--user NAME]: make a new version equal to version N (recorded as a change: who and why), print {version, changes, rollback_of}.",
+	"rollback": "capgate capacity rollback [--to N] [--note TEXT] [--user NAME]: roll back the last change, or with --to N restore version N, as a new version (recorded as a change: who and why); print {version, changes, rollback_of, undid}. A rollback that would change nothing, or that would roll back a rollback, is refused with why (exit 1).",
 	"history":  "capgate capacity history [--limit N]: print the changes, newest first, one JSON object each.",
 	"status":   "capgate capacity status: print the lanes' calls in flight and limits (needs the lanes' Redis); exits 1 when a store fails.",
 }
@@ -111,7 +113,7 @@ func (c *CapacityCommand) newAction(name string, st Settings) *capacityAction {
 	switch name {
 	case "set", "reset", "rollback":
 		if name == "rollback" {
-			a.fs.Int64Var(&a.to, "to", 0, "the version to restore (see capgate capacity history)")
+			a.fs.Int64Var(&a.to, "to", 0, "the version to restore (see capgate capacity history); none: roll back the last change")
 		}
 		a.fs.StringVar(&a.note, "note", "", "why the change was made")
 		a.fs.StringVar(&a.user, "user", "", "who made the change (default: the operating system user)")
@@ -192,14 +194,16 @@ func (c *CapacityCommand) Run(ctx context.Context, args []string) error {
 		if err != nil {
 			return err
 		}
-		return c.save(ctx, a, config.Edit{Set: change})
+		return c.save(ctx, a, config.Edit{Set: change}, false)
 	case "reset":
-		return c.save(ctx, a, config.Edit{Replace: true}) // assignments are ignored
+		return c.save(ctx, a, config.Edit{Replace: true}, false) // assignments are ignored
 	case "rollback":
-		if a.to < 1 {
-			return &UsageError{Msg: fmt.Sprintf("capgate capacity rollback needs --to N, a version of the history\n\n%s", a.usage())}
+		named := false
+		a.fs.Visit(func(f *flag.Flag) { named = named || f.Name == "to" })
+		if a.to < 0 || (named && a.to == 0) {
+			return &UsageError{Msg: fmt.Sprintf("capgate capacity rollback --to N: N is a version of the history\n\n%s", a.usage())}
 		}
-		return c.save(ctx, a, config.Edit{RollbackOf: a.to})
+		return c.save(ctx, a, config.Edit{}, true)
 	}
 	if len(rest) > 0 {
 		return &UsageError{Msg: fmt.Sprintf("capgate capacity %s takes no arguments, got %q\n\n%s", name, rest[0], a.usage())}
@@ -268,8 +272,9 @@ func osUser() string {
 	return "uid:" + strconv.Itoa(os.Getuid())
 }
 
-// save saves change, filling in who made it, the source and the note.
-func (c *CapacityCommand) save(ctx context.Context, a *capacityAction, change config.Edit) error {
+// save saves change, filling in who made it, the source and the note; a
+// rollback (of --to, or of the last change) when rollback is set.
+func (c *CapacityCommand) save(ctx context.Context, a *capacityAction, change config.Edit, rollback bool) error {
 	if a.user != "" && a.tokens != "" {
 		if err := checkUser(a.tokens, a.user); err != nil {
 			return err
@@ -289,8 +294,8 @@ func (c *CapacityCommand) save(ctx context.Context, a *capacityAction, change co
 		svc.Sink = sink
 		var res config.SaveResult
 		var err error
-		if change.RollbackOf != 0 {
-			res, err = svc.Rollback(ctx, change.RollbackOf, change)
+		if rollback {
+			res, err = svc.Rollback(ctx, a.to, change)
 		} else {
 			res, err = svc.Save(ctx, change)
 		}
@@ -301,16 +306,20 @@ func (c *CapacityCommand) save(ctx context.Context, a *capacityAction, change co
 		if len(res.Diff) > 0 {
 			applies = c.announce(ctx, a.st, res.Version.ID)
 		}
-		var rollbackOf *int64
-		if change.RollbackOf != 0 {
-			rollbackOf = &change.RollbackOf
+		var rollbackOf, undid *int64
+		if rollback && res.Version != nil && res.Version.RollbackOf != 0 {
+			rollbackOf = &res.Version.RollbackOf
+		}
+		if res.Undid != 0 {
+			undid = &res.Undid
 		}
 		return c.print(struct {
 			Version    *int64        `json:"version"`
 			Changes    settings.Diff `json:"changes"`
 			RollbackOf *int64        `json:"rollback_of,omitempty"`
+			Undid      *int64        `json:"undid,omitempty"`
 			Applies    string        `json:"applies,omitempty"`
-		}{versionID(res.Version), res.Diff, rollbackOf, applies})
+		}{versionID(res.Version), res.Diff, rollbackOf, undid, applies})
 	})
 }
 

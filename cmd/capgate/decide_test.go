@@ -164,7 +164,7 @@ func TestDecideStaffAPI(t *testing.T) {
 	if err := os.WriteFile(staff, []byte(`[{"token":"ops-static","username":"ops","is_staff":true}]`), 0o600); err != nil {
 		t.Fatal(err)
 	}
-	for _, change := range []string{"mode=shadow", "mode=enforce"} { // versions 1 and 2
+	for _, change := range []string{"es2_knn=2", "mode=enforce"} { // versions 1 and 2
 		if code := Run(t.Context(), []string{"capacity", "set", "--create", "--database", db, change}, nil, io.Discard, io.Discard); code != 0 {
 			t.Fatalf("capacity set: exit %d", code)
 		}
@@ -207,7 +207,15 @@ func TestDecideStaffAPI(t *testing.T) {
 	if resp.StatusCode != http.StatusOK {
 		t.Errorf("rollback to version 1 with a staff token: %d, want 200", resp.StatusCode)
 	}
-	if code, body := get(t, admin+"/capacity/config/", "Token ops-static"); code != http.StatusOK || !strings.Contains(body, `"mode":"shadow"`) {
-		t.Errorf("the config after the rollback: %d %s, want mode shadow", code, body)
+	// The config, not the defaults beside it (which say shadow too).
+	code, body = get(t, admin+"/capacity/config/", "Token ops-static")
+	var after struct {
+		Config struct {
+			Mode   string `json:"mode"`
+			ES2KNN int    `json:"es2_knn"`
+		} `json:"config"`
+	}
+	if err := json.Unmarshal([]byte(body), &after); code != http.StatusOK || err != nil || after.Config.Mode != "shadow" || after.Config.ES2KNN != 2 {
+		t.Errorf("the config after the rollback: %d %s, want version 1's: mode shadow, es2_knn 2", code, body)
 	}
 }

@@ -152,7 +152,11 @@ func engineStory(ph demoPhase, unit string) string {
 // generic policy's), or in tokens (the inference engine's caches).
 func kneeText(knee *simapi.Knee, eng *simapi.Engine) string {
 	if eng == nil {
-		return fmt.Sprintf("its knee: %d heavy calls at once; slower past it, 503 past %d", knee.Capacity, knee.FailAt)
+		past := "slower past it"
+		if knee.Thrash > 0 {
+			past = "past it the calls share it and it loses throughput"
+		}
+		return fmt.Sprintf("its knee: %d heavy calls at once; %s, 503 past %d", knee.Capacity, past, knee.FailAt)
 	}
 	return fmt.Sprintf("a batching engine; its knee: each model's KV cache, %s; past it calls wait and the model thrashes",
 		engineCaches(eng, loadgen.DefaultValues("model"))) // the models the users call

@@ -55,8 +55,12 @@ func TestDemoTellsTheStory(t *testing.T) {
 		!regexp.MustCompile(`api_heavy \d+/4 \(bulk 3\)`).MatchString(text) {
 		t.Errorf("api_heavy's limit not shown as 4 (bulk 3) in the peaks and the live lines:\n%s", text)
 	}
-	if strings.Contains(text[strings.Index(text, "enforce: the API"):], "shadow") {
+	enforceLine, _, _ := strings.Cut(text[strings.Index(text, "enforce: the API"):], "\n")
+	if strings.Contains(enforceLine, "shadow") {
 		t.Errorf("the enforce summary mentions shadow:\n%s", text)
+	}
+	if !regexp.MustCompile(`Side by side: enforce got \d+ rows done against \d+ in shadow; users' bulk \$match p50 \S+ against \S+\.`).MatchString(text) {
+		t.Errorf("no side-by-side sentence:\n%s", text)
 	}
 
 	m := regexp.MustCompile(`(?m)^all\s+(\d+)\s+(\d+)\s+(\d+)\s+(\d+)`).FindStringSubmatch(text)

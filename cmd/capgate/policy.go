@@ -6,7 +6,9 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"strings"
 
+	"github.com/capgate/capgate/frontproxy"
 	"github.com/capgate/capgate/policy"
 )
 
@@ -27,6 +29,12 @@ func (c *PolicyCommand) Usage() string {
                                      show what capgate reads in a policy
                                      (default: the built-in policy, ocl);
                                      --yaml prints the file itself
+  capgate policy routes --format nginx|haproxy|alb [flags] [FILE|ocl]
+                                     the front proxy's routing: the heavy
+                                     routes' calls to capgate, every other
+                                     call straight to the API (flags:
+                                     --listen, --capgate, --api host:port,
+                                     --path-prefix)
 
 The schema is docs/POLICY.md. serve, decide and capacity run a policy with
 --policy FILE (CAPGATE_POLICY); without one, the built-in policy.
@@ -43,6 +51,8 @@ func (c *PolicyCommand) Run(ctx context.Context, args []string) error {
 		return c.check(args[1:])
 	case "show":
 		return c.show(args[1:])
+	case "routes":
+		return c.routes(args[1:])
 	case "-h", "--help", "help":
 		fmt.Fprint(c.Stdout, c.Usage())
 		return nil
@@ -113,4 +123,34 @@ func (c *PolicyCommand) show(args []string) error {
 		return err
 	}
 	return p.WriteSummary(c.Stdout)
+}
+
+// routes prints the front proxy's routing for a policy (frontproxy).
+func (c *PolicyCommand) routes(args []string) error {
+	fs := flag.NewFlagSet("capgate policy routes", flag.ContinueOnError)
+	fs.SetOutput(io.Discard)
+	format := fs.String("format", "", "the front proxy: "+strings.Join(frontproxy.Formats, ", "))
+	var o frontproxy.Options
+	fs.StringVar(&o.Listen, "listen", frontproxy.DefaultListen, "the front proxy's address")
+	fs.StringVar(&o.Capgate, "capgate", frontproxy.DefaultCapgate, "capgate's address, host:port")
+	fs.StringVar(&o.API, "api", frontproxy.DefaultAPI, "the API's address, host:port")
+	fs.StringVar(&o.PathPrefix, "path-prefix", "", "where the API is mounted (capgate's --path-prefix)")
+	if err := fs.Parse(args); err != nil {
+		if errors.Is(err, flag.ErrHelp) {
+			fmt.Fprint(c.Stdout, c.Usage())
+			return nil
+		}
+		return &UsageError{Msg: fmt.Sprintf("%v\n\n%s", err, c.Usage())}
+	}
+	if *format == "" || fs.NArg() > 1 {
+		return &UsageError{Msg: "capgate policy routes needs --format " + strings.Join(frontproxy.Formats, "|") + " and at most one FILE\n\n" + c.Usage()}
+	}
+	p := policy.OCL()
+	if fs.NArg() == 1 && fs.Arg(0) != "ocl" {
+		var err error
+		if p, err = policy.Load(fs.Arg(0)); err != nil {
+			return err
+		}
+	}
+	return frontproxy.Write(c.Stdout, *format, p, o)
 }

@@ -8,6 +8,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/capgate/capgate/frontproxy"
 	"github.com/capgate/capgate/policy"
 )
 
@@ -103,5 +104,28 @@ func TestPolicyShow(t *testing.T) {
 	}
 	if code, _, _ := runPolicy(t, "frob"); code != 2 {
 		t.Errorf("policy frob: exit %d; want 2", code)
+	}
+}
+
+// capgate policy routes prints frontproxy's routing for the policy and
+// the addresses given; deploy/frontproxy holds the built-in policy's.
+func TestPolicyRoutes(t *testing.T) {
+	code, out, errs := runPolicy(t, "routes", "--format", "nginx", "--capgate", "10.0.0.5:8080", "--api", "10.0.0.6:8000", "--path-prefix", "/api")
+	var want strings.Builder
+	if err := frontproxy.Write(&want, "nginx", policy.OCL(), frontproxy.Options{Capgate: "10.0.0.5:8080", API: "10.0.0.6:8000", PathPrefix: "/api"}); err != nil {
+		t.Fatal(err)
+	}
+	if code != 0 || errs != "" || out != want.String() || !strings.Contains(out, "server 10.0.0.5:8080;") {
+		t.Errorf("routes --format nginx: %d %q\n%s", code, errs, out)
+	}
+	example := filepath.Join("..", "..", "examples", "inference", "policy.yaml")
+	if code, out, _ := runPolicy(t, "routes", "--format", "haproxy", example); code != 0 || !strings.Contains(out, "# chat: POST exact /v1/chat/completions") {
+		t.Errorf("routes --format haproxy of the example: %d\n%s", code, out)
+	}
+	if code, _, _ := runPolicy(t, "routes"); code != 2 {
+		t.Errorf("routes without --format: exit %d; want 2", code)
+	}
+	if code, _, errs := runPolicy(t, "routes", "--format", "caddy"); code != 1 || !strings.Contains(errs, `unknown front proxy "caddy"`) {
+		t.Errorf("routes --format caddy: exit %d %q; want 1", code, errs)
 	}
 }

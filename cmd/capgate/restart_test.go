@@ -48,7 +48,7 @@ func restartArgs(t *testing.T, m *miniredis.Miniredis, api string) []string {
 // has lapsed and 300 ms after it starts, not lease_seconds later.
 func TestServeKilledAndRestartedReleasesItsCalls(t *testing.T) {
 	m := miniredis.RunT(t)
-	api, started := hangingAPI(t)
+	api, started, _ := hangingAPI(t)
 	args := restartArgs(t, m, api)
 	first := startServeProcess(t, nil, args...)
 	waitReady(first)
@@ -112,7 +112,7 @@ func journalKeys(m *miniredis.Miniredis) []string {
 // the old gateway's goodbye leaves nothing behind.
 func TestServeDrainingKeepsItsCalls(t *testing.T) {
 	m := miniredis.RunT(t)
-	api, started, release := releasableAPI(t)
+	api, started, release := hangingAPI(t)
 	args := restartArgs(t, m, api)
 	first := startServeProcess(t, nil, append(args, "--shutdown-timeout", "5m")...)
 	waitReady(first)

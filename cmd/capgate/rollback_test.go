@@ -42,8 +42,22 @@ func TestCapacityRollback(t *testing.T) {
 		if code, _, stderr := run(t, "capacity", "rollback", "--to", "999", "--database", db); code != 1 || !strings.Contains(stderr, "no such config version") {
 			t.Errorf("rollback to a missing version: exit %d, %q", code, stderr)
 		}
-		if code, _, _ := run(t, "capacity", "rollback", "--database", db); code != 2 {
-			t.Errorf("rollback without --to: exit %d, want 2", code)
+
+		// Without --to: the last change rolled back. The last change is
+		// the rollback above, so rolling it back would redo what it undid:
+		// refused, saying so.
+		if code, _, stderr := run(t, "capacity", "rollback", "--database", db); code != 1 || !strings.Contains(stderr, "was itself a rollback") {
+			t.Errorf("rollback of a rollback: exit %d, %q", code, stderr)
+		}
+		v4 := mustRun(t, "capacity", "set", "es2_knn=1", "--database", db)["version"]
+		out = mustRun(t, "capacity", "rollback", "--note", "knn back", "--database", db)
+		wantJSON(t, "rollback of the last change", out["changes"], `{"es2_knn":[1,3]}`)
+		if fmt.Sprint(out["undid"]) != fmt.Sprint(v4) {
+			t.Errorf("undid = %v, want %v", out["undid"], v4)
+		}
+		// By its number, to the config in force: said so, nothing saved.
+		if code, _, stderr := run(t, "capacity", "rollback", "--to", fmt.Sprint(v1), "--database", db); code != 1 || !strings.Contains(stderr, "already in force") {
+			t.Errorf("rollback to the config in force: exit %d, %q", code, stderr)
 		}
 	})
 }
@@ -80,7 +94,25 @@ func TestStaffRollback(t *testing.T) {
 	if code, _ := staff("POST", "/capacity/config/rollback/", `{"version":999}`); code != http.StatusNotFound {
 		t.Errorf("rollback to a missing version: %d, want 404", code)
 	}
-	if code, _ := staff("POST", "/capacity/config/rollback/", `{}`); code != http.StatusBadRequest {
-		t.Errorf("rollback without a version: %d, want 400", code)
+	if code, _ := staff("POST", "/capacity/config/rollback/", `{"version":0}`); code != http.StatusBadRequest {
+		t.Errorf("rollback to version 0: %d, want 400", code)
+	}
+	// The same rollback again (the CLI's, then the page's): it would change
+	// nothing, and the answer says so instead of 200 with no changes.
+	code, out = staff("POST", "/capacity/config/rollback/", fmt.Sprintf(`{"version":%v}`, first["version"]))
+	if detail, _ := out["detail"].(string); code != http.StatusConflict || !strings.Contains(detail, "already in force") {
+		t.Errorf("a second rollback to the same version: %d %v; want 409, already in force", code, out)
+	}
+	// Without a version: the last change rolled back; the last change is a
+	// rollback, so 409 with why.
+	code, out = staff("POST", "/capacity/config/rollback/", `{}`)
+	if detail, _ := out["detail"].(string); code != http.StatusConflict || !strings.Contains(detail, "itself a rollback") {
+		t.Errorf("a rollback of a rollback: %d %v; want 409", code, out)
+	}
+	_, third := staff("PATCH", "/capacity/config/", `{"es2_knn":1}`)
+	code, out = staff("POST", "/capacity/config/rollback/", `{"note":"knn back"}`)
+	if cfg, _ := out["config"].(map[string]any); code != http.StatusOK || fmt.Sprint(out["undid"]) != fmt.Sprint(third["version"]) ||
+		fmt.Sprint(cfg["es2_knn"]) != "3" {
+		t.Errorf("rollback of the last change: %d %v", code, out)
 	}
 }

@@ -126,6 +126,11 @@ type Server struct {
 	draining atomic.Bool // set at shutdown: /readyz answers 503
 	inFlight sync.WaitGroup
 	running  atomic.Int64 // requests being served
+	// idle gets a value (never blocking) when running drops to 0, for the
+	// drain (drain.go); lastProbe is when a GET /readyz last came (Unix
+	// nanoseconds, 0: never).
+	idle      chan struct{}
+	lastProbe atomic.Int64
 	// migrateLater is set when the migration at start failed (the
 	// database was down): Serve retries it in the background.
 	migrateLater bool
@@ -141,7 +146,7 @@ type Server struct {
 // receives the per-call log lines when opts.LogFile is empty. It returns
 // an error for an invalid setting; an upstream that is down is not one.
 func NewServer(ctx context.Context, opts ServeOptions, lines io.Writer, logger *slog.Logger) (_ *Server, err error) {
-	s := &Server{opts: opts, logger: logger}
+	s := &Server{opts: opts, logger: logger, idle: make(chan struct{}, 1)}
 	s.cutCtx, s.cutCalls = context.WithCancel(context.WithoutCancel(ctx))
 	defer func() {
 		if err != nil {
@@ -358,7 +363,8 @@ func (s *Server) openCore(ctx context.Context, lines io.Writer, who string) erro
 		},
 		// Draining, the gateway still serves but asks to be taken out of
 		// the load balancer first.
-		Ready: func() bool { return !s.draining.Load() && s.Configs.ReadState().Ready },
+		Ready:  func() bool { return !s.draining.Load() && s.Configs.ReadState().Ready },
+		Probed: s.probed,
 	}
 	if s.Gate, err = capgate.NewGate(s.Lanes, s.Configs, s.Sink, s.opts.TaskID); err != nil {
 		return err
@@ -552,7 +558,8 @@ const DefaultDrainDelay = 5 * time.Second
 // Serve serves the gateway on ln (and the admin handler on admin, if
 // given) until ctx is done, then shuts down: /readyz answers 503 for
 // DrainDelay while the listeners still serve (so load balancers take the
-// gateway out first), then it stops accepting and lets calls in flight
+// gateway out first: the whole delay while a readiness probe watches,
+// else only while calls are in flight; see drain), then it stops accepting and lets calls in flight
 // finish for at most ShutdownTimeout (their leases are released as each
 // one ends). Calls still running then are cut: each writes its line with
 // error "shutdown" and releases its leases, and Serve returns an error
@@ -608,13 +615,7 @@ func (s *Server) Serve(ctx context.Context, ln, admin net.Listener) error {
 	}
 	s.draining.Store(true)
 	if err == nil && s.opts.DrainDelay > 0 {
-		s.logger.Info("draining: /readyz answers 503 while calls are still served", "drain_delay", s.opts.DrainDelay.String())
-		t := time.NewTimer(s.opts.DrainDelay)
-		select {
-		case <-t.C:
-		case <-force:
-		}
-		t.Stop()
+		s.drain(force)
 	}
 	s.logger.Info("shutting down", "timeout", s.opts.ShutdownTimeout.String(), "in_flight", s.running.Load())
 	sctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), s.opts.ShutdownTimeout)
@@ -702,7 +703,12 @@ func (s *Server) track(h http.Handler) http.Handler {
 		s.inFlight.Add(1)
 		s.running.Add(1)
 		defer func() {
-			s.running.Add(-1)
+			if s.running.Add(-1) == 0 {
+				select {
+				case s.idle <- struct{}{}:
+				default:
+				}
+			}
 			s.inFlight.Done()
 		}()
 		h.ServeHTTP(w, r)

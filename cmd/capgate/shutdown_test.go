@@ -14,31 +14,25 @@ import (
 	"github.com/alicebob/miniredis/v2"
 )
 
-// hangingAPI is an upstream whose heavy calls hang until the test ends;
-// started receives one value per heavy call that reached it.
-func hangingAPI(t *testing.T) (url string, started <-chan struct{}) {
+// hangingAPI is an upstream whose heavy calls hang until release is called
+// or the test ends; started receives one value per heavy call that
+// reached it.
+func hangingAPI(t *testing.T) (url string, started <-chan struct{}, release func()) {
 	t.Helper()
-	url, started, _ = releasableAPI(t)
-	return url, started
-}
-
-// releasableAPI is an API whose $rerank calls hold until release is
-// called; started gets one value per call that reached it.
-func releasableAPI(t *testing.T) (url string, started <-chan struct{}, release func()) {
-	t.Helper()
-	ch, hold := make(chan struct{}, 16), make(chan struct{})
+	ch := make(chan struct{}, 16)
+	gate := make(chan struct{})
 	var once sync.Once
+	release = func() { once.Do(func() { close(gate) }) }
 	api := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		if strings.Contains(r.URL.Path, "$rerank") {
 			ch <- struct{}{}
 			select {
-			case <-hold:
+			case <-gate:
 			case <-r.Context().Done():
 			}
 		}
 		w.WriteHeader(http.StatusOK)
 	}))
-	release = func() { once.Do(func() { close(hold) }) }
 	t.Cleanup(func() {
 		release()
 		api.Close()
@@ -56,7 +50,7 @@ func shutdownGateway(t *testing.T, args ...string) (*serveProcess, *miniredis.Mi
 		t.Fatal(err)
 	}
 	m := miniredis.RunT(t)
-	api, started := hangingAPI(t)
+	api, started, _ := hangingAPI(t)
 	logFile := filepath.Join(dir, "capacity.log")
 	p := startServeProcess(t, nil, append([]string{"--upstream", api, "--database", "sqlite:" + filepath.Join(dir, "c.db"),
 		"--identity", "tokens", "--tokens", tokens, "--log-file", logFile, "--mode", "enforce",
@@ -203,4 +197,58 @@ func TestShutdownWithABlockedLogSink(t *testing.T) {
 	}
 	p.signal(syscall.SIGTERM)
 	p.exitCode(30 * time.Second)
+}
+
+// waitLive waits until the gateway has read its config, asking /livez
+// (whose body says ready too), never /readyz: no readiness probe watches.
+func waitLive(p *serveProcess) {
+	p.t.Helper()
+	until(p.t, 20*time.Second, "/livez ready", func() bool {
+		code, b := p.probe("/livez")
+		return code == 200 && b.Ready
+	})
+}
+
+// Why: stopping a gateway always waited the whole --drain-delay, even with
+// nothing in flight and nothing routing by its /readyz.
+func TestShutdownWithNothingInFlightExitsAtOnce(t *testing.T) {
+	p := startServeProcess(t, nil, "--upstream", newAPI(t), "--database", "sqlite:"+filepath.Join(t.TempDir(), "c.db"),
+		"--drain-delay", "1h")
+	waitLive(p)
+	p.signal(syscall.SIGTERM)
+	if code := p.exitCode(20 * time.Second); code != 0 {
+		t.Errorf("exit code %d, want 0", code)
+	}
+	p.waitFor("draining skipped", time.Second)
+}
+
+// With no readiness probe, the drain lasts while calls are in flight: the
+// gateway still serves then, and exits as soon as the last one ends, long
+// before the delay.
+func TestShutdownWithoutProbeDrainsWhileCallsRun(t *testing.T) {
+	dir := t.TempDir()
+	tokens := filepath.Join(dir, "tokens.json")
+	if err := os.WriteFile(tokens, []byte(`[{"token":"t-ann","username":"ann","is_staff":false,"auth_groups":[]}]`), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	api, started, release := hangingAPI(t)
+	p := startServeProcess(t, nil, "--upstream", api, "--database", "sqlite:"+filepath.Join(dir, "c.db"),
+		"--identity", "tokens", "--tokens", tokens, "--drain-delay", "1h", "--shutdown-timeout", "1h")
+	waitLive(p)
+	wg := startHeavy(t, p, started)
+	p.signal(syscall.SIGTERM)
+	p.waitFor("calls in flight, no readiness probe", 10*time.Second)
+	if code, _ := p.get("/livez"); code != http.StatusOK {
+		t.Errorf("/livez while a call runs after SIGTERM: %d, want 200: the listener still serves", code)
+	}
+	select {
+	case <-p.exited:
+		t.Fatal("the gateway exited with a call still in flight")
+	default:
+	}
+	release()
+	wg.Wait()
+	if code := p.exitCode(20 * time.Second); code != 0 {
+		t.Errorf("exit code %d, want 0 (no call was cut)", code)
+	}
 }

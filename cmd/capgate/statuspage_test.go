@@ -31,8 +31,10 @@ const pageWait = 15 * time.Second
 // named and the time in UTC, sees a shadow-refused call counted in the
 // decisions of the last minutes, watches the api_heavy bar follow three
 // calls held in flight and the full lane marked as the one calls wait on, raises a limit through
-// the form and sees it in force, and sees the API's validation error for a
-// bad value inline.
+// the form and sees it in force, sees the API's validation error for a
+// bad value inline, rolls back (a version, then the last change, then is
+// told why a rollback of a rollback is refused), and sees a paused lane
+// named as paused with whose calls it refuses.
 func TestStatusPageInChromium(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 55*time.Second)
 	defer cancel()
@@ -60,6 +62,9 @@ func TestStatusPageInChromium(t *testing.T) {
 	b.waitText(t, "#lane-api_heavy .count", "0 / 4", true, pageWait)
 	b.waitText(t, "#lane-es2_knn .count", "0 / 3", true, pageWait)
 	b.waitText(t, "#mode", "shadow", true, pageWait)
+	// Why: "Mode shadow enforced for aware" read as if shadow enforced
+	// something; the line says who is refused now.
+	b.waitText(t, "#enforcing", "· counts and refuses nobody (in enforce it would refuse capacity-aware clients only)", true, pageWait)
 	if unlabelled, err := chromedp.Run(b.ctx, chromedp.Evaluate[[]string](`Array.from(document.querySelectorAll("input, select, textarea"))
 		.filter((e) => !e.labels || e.labels.length === 0).map((e) => e.id)`)); err != nil || len(unlabelled) > 0 {
 		t.Errorf("controls without a label: %v (%v)", unlabelled, err)
@@ -169,6 +174,25 @@ func TestStatusPageInChromium(t *testing.T) {
 	b.waitText(t, `[id="config-api_heavy.cluster"] td`, "6", true, pageWait)
 	b.waitText(t, "#history-3", "rollback to version 1", false, pageWait)
 
+	// Roll back the last change (the button above the history). Version 3
+	// is itself a rollback: rolling it back would redo version 2, and the
+	// page shows why it is refused. After a change (version 4), the button
+	// rolls it back to version 3's config.
+	b.waitText(t, "#undo", "Roll back the last change (version 3)", true, pageWait)
+	b.do(t, "roll back a rollback", pageWait, clearField("f-note"),
+		chromedp.SendKeys(chromedp.CSS("#f-note"), "and back again"),
+		chromedp.Click(chromedp.CSS("#undo")))
+	b.waitText(t, "#change-errors li", "The last change, version 3, was itself a rollback (to version 1's config): rolling it back would bring back what it undid. To do that, roll back to version 2 by its number.", true, pageWait)
+	patchConfig(t, addr, `{"es2_knn":2,"note":"less kNN"}`)
+	b.do(t, "reload for the new history", pageWait, chromedp.Navigate(page), chromedp.WaitVisible(chromedp.CSS("#history-4")))
+	b.waitText(t, "#undo", "Roll back the last change (version 4)", true, pageWait)
+	b.do(t, "roll back the last change", pageWait, clearField("f-note"),
+		chromedp.SendKeys(chromedp.CSS("#f-note"), "kNN was fine"),
+		chromedp.Click(chromedp.CSS("#undo")))
+	b.waitText(t, "#change-result", "Saved version 5: version 4 rolled back (to version 3's config).", true, pageWait)
+	b.waitText(t, `[id="config-es2_knn"] td`, "3", true, pageWait)
+	b.waitText(t, "#history-5", "rollback to version 3", false, pageWait)
+
 	// An adaptive limit on es2_knn: advised beside the static limit, then
 	// applied, then switched back (the gateway steps it every second).
 	patchConfig(t, addr, `{"adaptive":{"es2_knn":{"mode":"advise","min":1,"max":8}}}`)
@@ -182,6 +206,18 @@ func TestStatusPageInChromium(t *testing.T) {
 	// forgets it.
 	b.do(t, "reload", pageWait, chromedp.Navigate(page), chromedp.WaitVisible(chromedp.CSS("#lane-api_heavy")))
 	b.waitText(t, "#lane-api_heavy .count", "0 / 6", true, pageWait)
+
+	// Why: with core users paused the page said "No lane is full: no call
+	// waits."; the pause showed only as a 0 in the config table.
+	patchConfig(t, addr, `{"mode":"enforce","enforce_for":"all","per_user":{"core":0},"note":"pause core"}`)
+	b.do(t, "reload for the new config", pageWait, chromedp.Navigate(page), chromedp.WaitVisible(chromedp.CSS("#history-9")))
+	b.waitText(t, "#paused li", "Paused: user for tier core refuses $match and $rerank calls of tier core — refused at once.", true, pageWait)
+	b.waitText(t, "#enforcing", "· refuses every caller at a full lane", true, pageWait)
+	b.waitText(t, "#binding", "No other lane is full: the paused lanes above refuse their calls, no call waits.", true, pageWait)
+	saveScreenshot(t, b, "status-page-paused.png")
+	patchConfig(t, addr, `{"mode":"shadow","note":"shadow again"}`)
+	b.waitText(t, "#paused li", "— in shadow they go ahead (shadow-refused); enforce would refuse them.", false, pageWait)
+
 	b.do(t, "sign out", pageWait, chromedp.Click(chromedp.CSS("#signout")), chromedp.WaitVisible(chromedp.CSS("#token")))
 	if kept, err := chromedp.Run(b.ctx, chromedp.Evaluate[int](`sessionStorage.length`)); err != nil || kept != 0 {
 		t.Errorf("after signing out, sessionStorage holds %d items (%v), want 0", kept, err)

@@ -369,9 +369,12 @@
     table.append(document.createElement("tbody"));
     const none = el("p", "No " + l.key + " has calls in flight.", "quiet");
     none.id = base + "-none";
-    box.append(h, table, none);
+    const more = el("p", "", "quiet");
+    more.id = base + "-more";
+    more.hidden = true;
+    box.append(h, table, none, more);
     $("keyed").append(box);
-    return { lane: l, table, none, limited, prefix: entryRowId(l.name, "") };
+    return { lane: l, table, none, more, limited, prefix: entryRowId(l.name, "") };
   }
 
   // setPolicy lays the page out by policy p: the lists of the keyed lanes
@@ -386,7 +389,7 @@
       if (l.scope !== "key" || l.key === "tier") continue;
       if (l.key === "user" && !users) {
         users = true;
-        keyedBlocks.push({ lane: l, table: $("users"), none: $("users-none"), limited: false, prefix: "user-" });
+        keyedBlocks.push({ lane: l, table: $("users"), none: $("users-none"), more: $("users-more"), limited: false, prefix: "user-" });
         continue;
       }
       keyedBlocks.push(keyedBlock(l));
@@ -395,9 +398,42 @@
     buildLimitFields(p.config_keys || []);
   }
 
+  // enforcingText says who the mode refuses, in words that can't
+  // contradict it: enforce_for matters only in enforce.
+  function enforcingText(mode, enforceFor) {
+    if (mode === "off") return "· nothing is counted, nobody refused";
+    const who = enforceFor === "all" ? "every caller" : "capacity-aware clients only";
+    if (mode !== "enforce") return "· counts and refuses nobody (in enforce it would refuse " + who + ")";
+    return enforceFor === "all" ? "· refuses every caller at a full lane"
+      : "· refuses capacity-aware clients at a full lane; the others go ahead as in shadow";
+  }
+
+  // renderPaused lists the lanes the config pauses, whose calls each
+  // refuses, and whether it does now (enforce) or would (shadow).
+  function renderPaused(s) {
+    const list = s.paused || [];
+    const box = $("paused");
+    box.hidden = list.length === 0;
+    const when = s.mode !== "enforce" ? " — in " + s.mode + " they go ahead (shadow-refused); enforce would refuse them"
+      : s.enforce_for === "all" ? " — refused at once" : " — refused at once for capacity-aware clients";
+    const items = list.map((p) => {
+      const li = el("li");
+      li.append(el("strong", "Paused: " + p.lane + (p.tier ? " for tier " + p.tier : "") + (p.except ? " (bulk: all but " + p.except + ")" : "")),
+        " refuses " + p.refuses + when + ".");
+      return li;
+    });
+    const ul = box.querySelector("ul");
+    const text = items.map((li) => li.textContent).join("\n");
+    if (ul.dataset.text !== text) {
+      ul.replaceChildren(...items);
+      ul.dataset.text = text;
+    }
+  }
+
   function renderStatus(s) {
     badge("mode", s.mode, s.mode === "enforce" ? "enforce" : "");
-    badge("enforce-for", s.enforce_for);
+    setText("enforcing", enforcingText(s.mode, s.enforce_for));
+    renderPaused(s);
     // lanes_health is the store's health under a name for every store;
     // an older gateway sends only "redis".
     const health = s.lanes_health !== undefined ? s.lanes_health : s.redis;
@@ -455,6 +491,19 @@
       }
       b.table.hidden = shown.length === 0;
       b.none.hidden = shown.length > 0;
+      // The keys the gateway left out (the JSON lists the busiest 50; a
+      // status read counts at most 1000 keys of a lane).
+      const lo = (s.keys_left_out || {})[b.lane.status];
+      const hidden = all.length - shown.length;
+      let more = "";
+      if (hidden > 0 || lo) {
+        const keys = hidden + (lo ? lo.keys : 0);
+        const calls = all.slice(TOP_USERS).reduce((n, r) => n + r.inFlight, 0) + (lo ? lo.in_flight : 0);
+        more = "… and " + keys + " more " + b.lane.key + (keys === 1 ? "" : "s") + " with " + calls + " call" + (calls === 1 ? "" : "s") +
+          " in flight" + (lo && lo.uncounted ? " (" + lo.uncounted + " not counted: too many to read at once)" : "") + ".";
+      }
+      setText(b.more.id, more);
+      b.more.hidden = more === "";
     }
 
     // The lane calls wait on: its row marked, and said in words.
@@ -483,7 +532,9 @@
     const bound = lanes.concat(tasks, entries).find((r) => r.id === bindId);
     const where = bound ? (bound.label || bound.name) + (bound.note ? " " + bound.note : "") + ": " +
       countText(bound.inFlight, bound.limit, bound.waiting) : "";
-    setText("binding", !bound ? "No lane is full: no call waits."
+    const paused = (s.paused || []).length > 0;
+    setText("binding", !bound ? (paused ? "No other lane is full: the paused lanes above refuse their calls, no call waits."
+      : "No lane is full: no call waits.")
       : waits ? "Calls wait on " + where + "."
         : "Full: " + where + ". In shadow nothing waits; in enforce calls would wait on this lane.");
     renderDecisions(s.decisions);
@@ -603,25 +654,31 @@
     }));
     $("history").hidden = res.data.length === 0;
     $("history-none").hidden = res.data.length > 0;
+    $("undo-box").hidden = res.data.length === 0;
+    if (res.data.length > 0) setText("undo", "Roll back the last change (version " + res.data[0].version + ")");
   }
 
-  // rollback makes a new version equal to version, with the form's note.
+  // rollback makes a new version equal to version, with the form's note;
+  // with no version, it rolls back the last change. A rollback the
+  // gateway refuses (409: it would change nothing, or roll back a
+  // rollback) shows its detail.
   async function rollback(version, button) {
     clearErrors();
     const note = $("f-note").value.trim();
     if (!note) {
-      showErrors(["Say in the note why you roll back to version " + version + "."], [$("f-note")]);
+      showErrors(["Say in the note why you roll back " + (version ? "to version " + version : "the last change") + "."], [$("f-note")]);
       return;
     }
     button.disabled = true;
     try {
-      const res = await api("POST", "config/rollback/", { version, note });
+      const res = await api("POST", "config/rollback/", version ? { version, note } : { note });
       if (!res.ok) {
         const d = res.data && res.data.detail;
         showErrors(Array.isArray(d) ? d : [detailText(res.data) || "The gateway answered HTTP " + res.status + "."], []);
         return;
       }
-      setText("change-result", "Saved version " + res.data.version + ": back to version " + version + ".");
+      setText("change-result", "Saved version " + res.data.version + ": " + (version ? "back to version " + version
+        : "version " + res.data.undid + " rolled back" + (res.data.rollback_of ? " (to version " + res.data.rollback_of + "'s config)" : " (to the defaults)")) + ".");
       $("f-note").value = "";
       await Promise.all([refreshConfig(), refreshHistory(), refreshStatus()]);
     } catch (err) {
@@ -631,6 +688,8 @@
       button.disabled = false;
     }
   }
+
+  $("undo").addEventListener("click", () => rollback(0, $("undo")));
 
   // ---- the change form ----
 

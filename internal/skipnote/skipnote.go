@@ -8,6 +8,10 @@
 // the output is not already shown; with -v, or a terminal on stdout (go
 // test in one package's directory), they go to stdout; with neither (CI,
 // a pipe) they go to stdout too, where `go test -v` shows them.
+//
+// Run (and Heartbeat) also say on the terminal, every 30 s, that a
+// package's tests still run: go test shows nothing of a package until it
+// ends.
 package skipnote
 
 import (
@@ -56,9 +60,12 @@ func Record(suite, how string) {
 func Main(m *testing.M) { os.Exit(Run(m)) }
 
 // Run runs m, writes the lines and returns m's code, for a TestMain with
-// more to do before it exits.
+// more to do before it exits. While the tests run, it says every 30 s on
+// the terminal that they still do (Heartbeat).
 func Run(m *testing.M) int {
+	stop := Heartbeat()
 	code := m.Run()
+	stop()
 	Report()
 	return code
 }

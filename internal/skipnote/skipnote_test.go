@@ -2,7 +2,10 @@ package skipnote
 
 import (
 	"slices"
+	"strings"
 	"testing"
+	"testing/synctest"
+	"time"
 )
 
 func TestOneLinePerSuite(t *testing.T) {
@@ -19,4 +22,20 @@ func TestOneLinePerSuite(t *testing.T) {
 	if got := Lines(); !slices.Equal(got, want) {
 		t.Errorf("lines\n%q\nwant\n%q", got, want)
 	}
+}
+
+// The heartbeat writes a line every period, naming the package and how
+// long its tests have run, and nothing once stopped.
+func TestHeartbeat(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		var b strings.Builder
+		stop := heartbeatTo(&b, 30*time.Second, "./slow")
+		time.Sleep(65 * time.Second)
+		stop()
+		time.Sleep(time.Minute)
+		want := "… ./slow: tests still running (30s)\n… ./slow: tests still running (1m0s)\n"
+		if b.String() != want {
+			t.Errorf("heartbeat wrote %q; want %q", b.String(), want)
+		}
+	})
 }

@@ -82,15 +82,17 @@ func redisURL() string {
 	return os.Getenv("CAPGATE_TEST_REDIS_URL")
 }
 
-// missingDeps says what the rig lacks, or "".
-func missingDeps() string {
-	if why := e2e.MissingDjango(); why != "" {
-		return why
+// missingDeps says what the rig lacks and how to get it; the zero Lack
+// when nothing.
+func missingDeps() e2e.Lack {
+	if lack := e2e.MissingDjango(); lack.What != "" {
+		return lack
 	}
 	if redisURL() == "" {
-		return "neither CAPGATE_TEST_DECIDE_REDIS_URL nor CAPGATE_TEST_REDIS_URL is set (the hosts share a real Redis)"
+		return e2e.Lack{What: "no real Redis: neither CAPGATE_TEST_DECIDE_REDIS_URL nor CAPGATE_TEST_REDIS_URL is set",
+			How: "set CAPGATE_TEST_DECIDE_REDIS_URL=redis://127.0.0.1:6379/14 (a database of its own: the suite never flushes, other packages flush theirs)"}
 	}
-	return ""
+	return e2e.Lack{}
 }
 
 func (r *rig) start(ctx context.Context) error {

@@ -13,10 +13,31 @@ import (
 // running fails with 503 (after FailAfter) as an overloaded API times out
 // or sheds load. It is what the demo shows: what overload does in shadow,
 // and a gateway holding the API at its knee in enforce.
+//
+// Slowing in proportion alone keeps the API's throughput flat past the
+// knee (n calls, each n/Capacity times slower), so capping it gains no
+// throughput. Real backends past their knee lose throughput: a kNN search
+// whose working set fits its caches for Capacity queries evicts the
+// others' pages with every query past it, and a client's timeout throws
+// away work the API finished. Thrash models both (thrash.go): the API then
+// shares its capacity among the calls running, as a CPU or a search node
+// does, the ones it will fail past FailAt included until they fail — each call's work advances at Capacity / n of full speed, further
+// divided by 1 + Thrash × (n − Capacity) / Capacity past the knee,
+// recomputed whenever a call starts or ends — so the API's throughput past
+// the knee is Capacity / (1 + Thrash × (n − Capacity) / Capacity) calls'
+// worth, where slowing in proportion alone kept all of it: with Thrash 2
+// (the demo's), at twice the knee each call takes 6 times its time and the
+// API does a third of its best.
 type Knee struct {
 	Capacity  int           // calls at once at the usual time (at least 1)
 	FailAt    int           // past this many at once a call fails; 0: never
 	FailAfter time.Duration // how long a failing call takes (default 1 s)
+	// Thrash is how much each call past the knee slows every call running
+	// (see above). Default 0: slower in proportion only, judged when a
+	// call starts.
+	Thrash float64
+
+	share sharing // the calls sharing the API's capacity, with Thrash
 }
 
 // overloaded is the 503 body of a call the knee failed.

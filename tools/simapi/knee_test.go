@@ -4,7 +4,9 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"strings"
+	"sync"
 	"testing"
+	"testing/synctest"
 	"time"
 )
 
@@ -73,4 +75,51 @@ func TestKneeFailsPastFailAt(t *testing.T) {
 	if w := api.TakeWindow(); w.Served != 0 || w.Failed != 0 || w.Peak != 0 {
 		t.Errorf("the next window %+v, want empty", w)
 	}
+}
+
+// With Thrash the API shares its capacity among the calls running: each
+// call's work advances at rate(n), recomputed as calls start and end.
+func TestThrashSharesCapacity(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		k := &Knee{Capacity: 1, Thrash: 1}
+		if r := k.rate(2); r != 0.25 {
+			t.Fatalf("rate(2) at capacity 1, thrash 1 = %v; want 0.25 (half the speed, halved again)", r)
+		}
+		took := func(start time.Duration, work time.Duration, out *time.Duration, wg *sync.WaitGroup) {
+			defer wg.Done()
+			time.Sleep(start)
+			t0 := time.Now()
+			if !k.run(t.Context(), work) {
+				t.Error("run ended early")
+			}
+			*out = time.Since(t0)
+		}
+		var wg sync.WaitGroup
+		var alone time.Duration
+		wg.Add(1)
+		go took(0, time.Second, &alone, &wg)
+		wg.Wait()
+		if alone != time.Second {
+			t.Errorf("one call alone took %s; want 1s", alone)
+		}
+		// A second call joins half-way: both run at 0.25 until the
+		// first ends (0.5 s of work left: 2 s), then the second alone.
+		var a, b time.Duration
+		wg.Add(2)
+		go took(0, time.Second, &a, &wg)
+		go took(500*time.Millisecond, time.Second, &b, &wg)
+		wg.Wait()
+		if a != 2500*time.Millisecond || b != 2500*time.Millisecond {
+			t.Errorf("first took %s, second %s; want 2.5s each", a, b)
+		}
+		// Throughput past the knee: two calls of 1 s together finish
+		// after 4 s, against 2 s one after the other.
+		wg.Add(2)
+		go took(0, time.Second, &a, &wg)
+		go took(0, time.Second, &b, &wg)
+		wg.Wait()
+		if a != 4*time.Second || b != 4*time.Second {
+			t.Errorf("two at once took %s and %s; want 4s each", a, b)
+		}
+	})
 }

@@ -13,7 +13,16 @@ import (
 // its answer: false when it was answered here or its client went away.
 func work(w http.ResponseWriter, r *http.Request, k *Knee, n int, failed bool, hold <-chan struct{}, latency func() time.Duration) bool {
 	if failed {
-		if !sleep(r.Context(), k.failAfter()) {
+		if k.Thrash > 0 {
+			// Timed out by the overloaded API, the call still took its
+			// share of it until then: work done and thrown away.
+			ctx, cancel := context.WithTimeout(r.Context(), k.failAfter())
+			k.run(ctx, latency())
+			cancel()
+			if r.Context().Err() != nil {
+				return false
+			}
+		} else if !sleep(r.Context(), k.failAfter()) {
 			return false
 		}
 		w.Header().Set("Content-Type", "application/json")
@@ -30,6 +39,9 @@ func work(w http.ResponseWriter, r *http.Request, k *Knee, n int, failed bool, h
 		}
 	}
 	d := latency()
+	if k != nil && k.Thrash > 0 {
+		return k.run(r.Context(), d) // shared among the calls running (thrash.go)
+	}
 	if k != nil {
 		d = k.slow(d, n)
 	}

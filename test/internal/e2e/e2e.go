@@ -31,9 +31,6 @@ import (
 // PythonBin is the Python with Debian's Django and DRF.
 const PythonBin = "/usr/bin/python3"
 
-// DepsHint says how to install what the Django suites need.
-const DepsHint = "scripts/bypass-deps.sh installs Debian's python3-django, python3-djangorestframework and gunicorn"
-
 // SkipOrFail skips t with msg, or fails it when CAPGATE_REQUIRE_BYPASS=1
 // (set by .ci/run once Debian's packages are in).
 func SkipOrFail(t testing.TB, msg string) {
@@ -44,15 +41,24 @@ func SkipOrFail(t testing.TB, msg string) {
 	t.Skip(msg)
 }
 
-// MissingDjango says what of gunicorn, Django and DRF is missing, or "".
-func MissingDjango() string {
+// Lack is what a machine lacks for a rig (What) and what gets it (How);
+// the zero Lack: nothing.
+type Lack struct {
+	What string // "gunicorn is not installed"
+	How  string // "run scripts/bypass-deps.sh"
+}
+
+// MissingDjango says what of gunicorn, Django and DRF is missing, and
+// that scripts/bypass-deps.sh installs them; the zero Lack when nothing.
+func MissingDjango() Lack {
+	const how = "run scripts/bypass-deps.sh"
 	if _, err := exec.LookPath("gunicorn"); err != nil {
-		return "gunicorn is not installed"
+		return Lack{"gunicorn is not installed", how}
 	}
 	if err := exec.Command(PythonBin, "-c", "import django, rest_framework").Run(); err != nil {
-		return PythonBin + " lacks Django or Django REST framework"
+		return Lack{PythonBin + " lacks Django or Django REST framework", how}
 	}
-	return ""
+	return Lack{}
 }
 
 // ModuleRoot returns the module's root folder.
@@ -64,8 +70,24 @@ func ModuleRoot() (string, error) {
 	return filepath.Abs(filepath.Join(filepath.Dir(file), "..", "..", ".."))
 }
 
+// TestBinEnv names a capgate binary the suites use instead of building one
+// (BuildCapgate): CI builds one static binary for them all and the image.
+const TestBinEnv = "CAPGATE_TEST_BIN"
+
 // BuildCapgate builds ./cmd/capgate of the module at root into bin.
+// With CAPGATE_TEST_BIN set it copies that binary instead.
 func BuildCapgate(ctx context.Context, root, bin string) error {
+	if built := os.Getenv(TestBinEnv); built != "" {
+		// A binary built once for every suite (.ci/run: the image's).
+		b, err := os.ReadFile(built)
+		if err == nil {
+			err = os.WriteFile(bin, b, 0o755)
+		}
+		if err != nil {
+			return fmt.Errorf("capgate from %s: %w", TestBinEnv, err)
+		}
+		return nil
+	}
 	if out, err := Run(ctx, root, nil, "go", "build", "-o", bin, "./cmd/capgate"); err != nil {
 		return fmt.Errorf("build capgate: %w: %s", err, out)
 	}
@@ -241,8 +263,8 @@ func Report(t testing.TB, errs []string) {
 // (Get), in a temporary folder of its own, and stopped when the tests are
 // done (Main, from TestMain).
 type Suite[R any] struct {
-	Name    string        // "bypass": in messages and the folder's name
-	Missing func() string // what the machine lacks for the rig, or ""
+	Name    string      // "bypass": in messages and the folder's name
+	Missing func() Lack // what the machine lacks for the rig, and how to get it; the zero Lack: nothing
 	// Start starts the rig, within ctx (3 minutes).
 	Start func(ctx context.Context, s Setup) (R, error)
 
@@ -269,7 +291,9 @@ func (s *Suite[R]) Main(m *testing.M) {
 		os.Exit(1)
 	}
 	s.dir = dir
+	stop := skipnote.Heartbeat() // these suites run for minutes
 	code := m.Run()
+	stop()
 	s.procs.Stop()
 	skipnote.Report()
 	os.RemoveAll(dir)
@@ -281,11 +305,11 @@ func (s *Suite[R]) Main(m *testing.M) {
 // CAPGATE_REQUIRE_BYPASS=1.
 func (s *Suite[R]) Get(t *testing.T) R {
 	t.Helper()
-	if why := s.Missing(); why != "" {
+	if lack := s.Missing(); lack.What != "" {
 		if os.Getenv("CAPGATE_REQUIRE_BYPASS") != "1" {
-			skipnote.Record("the "+s.Name+" suite ("+why+")", "run scripts/bypass-deps.sh")
+			skipnote.Record("the "+s.Name+" suite ("+lack.What+")", lack.How)
 		}
-		SkipOrFail(t, s.Name+" suite: "+why+" ("+DepsHint+")")
+		SkipOrFail(t, s.Name+" suite: "+lack.What+" ("+lack.How+")")
 	}
 	s.once.Do(func() {
 		ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
