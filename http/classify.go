@@ -269,8 +269,9 @@ func (c *Classifier) buffer(r *http.Request) (body []byte, over bool, err error)
 		c.Budget.give(extra)
 		reserved = int64(buf.Len())
 	}
+	whole := rerr == nil && int64(buf.Len()) <= limit
 	rb := &replayBody{buf: buf, data: buf.Bytes(), rest: r.Body, err: rerr, budget: c.Budget, reserved: reserved,
-		whole: rerr == nil && int64(buf.Len()) <= limit}
+		whole: whole, eof: whole}
 	r.Body = rb
 	if rerr != nil {
 		// The upstream gets what arrived, then the read error; the API
@@ -303,6 +304,9 @@ type replayBody struct {
 	// whole: data is the whole body (read to its end, within
 	// MaxBodyBytes), so it can be hashed (idempotency.go).
 	whole bool
+	// eof: rest has ended; it is not read again (net/http's server may
+	// have closed it by then, and a read would fail the forwarded body).
+	eof bool
 
 	budget   *Budget // given back reserved bytes on Close
 	reserved int64
@@ -324,7 +328,14 @@ func (b *replayBody) Read(p []byte) (int, error) {
 	if b.err != nil {
 		return 0, b.err
 	}
-	return b.rest.Read(p)
+	if b.eof {
+		return 0, io.EOF
+	}
+	n, err := b.rest.Read(p)
+	if err == io.EOF {
+		b.eof = true
+	}
+	return n, err
 }
 
 func (b *replayBody) Close() error {

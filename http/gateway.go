@@ -164,12 +164,28 @@ func NewGateway(cfg GatewayConfig) (*Gateway, error) {
 	}
 	opts := append([]Option{WithLogger(cfg.Logger)}, cfg.Options...)
 	opts = append(opts, WithClassifier(cfg.Classifier), withShutdown(cfg.Shutdown), withJournal(cfg.Journal))
-	mw, err := NewMiddleware(holdUpstream(proxy, cfg.Shutdown), cfg.Gate, cfg.Identify, opts...)
+	mw, err := NewMiddleware(holdUpstream(fullDuplex(proxy), cfg.Shutdown), cfg.Gate, cfg.Identify, opts...)
 	if err != nil {
 		return nil, fmt.Errorf("gateway: %w", err)
 	}
 	g.gated = mw
 	return g, nil
+}
+
+// fullDuplex lets an upstream's answer pass on while the request body is
+// still being sent to it: without it, net/http's server reads (and closes)
+// the rest of the request body itself as soon as the answer starts, under
+// the transport still sending it, which cuts the upstream connection
+// mid-answer — or, when the client sends the rest only once it sees the
+// answer begin, waits for it forever.
+func fullDuplex(next http.Handler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.ContentLength != 0 && r.ProtoMajor == 1 {
+			// Not supported: HTTP/2 is full duplex already.
+			_ = http.NewResponseController(w).EnableFullDuplex()
+		}
+		next.ServeHTTP(w, r)
+	})
 }
 
 // ServeHTTP implements http.Handler. It routes by exact path so the API's
