@@ -150,11 +150,17 @@ func (b *usageBody) finish() {
 	buf := *b.buf
 	var n int64
 	var ok bool
-	if b.stream {
-		rotate(buf, b.head)
-		n, ok = lastEventUsage(buf, b.usage)
-	} else {
+	switch {
+	case !b.stream:
 		n, ok = b.usage.Read(buf)
+	case b.head == 0:
+		n, ok = streamUsage(buf, b.usage)
+	default:
+		// A full ring: its bytes in order, in a second buffer.
+		line := usageBuffers.Get().(*[]byte)
+		*line = append(append((*line)[:0], buf[b.head:]...), buf[:b.head]...)
+		n, ok = streamUsage(*line, b.usage)
+		usageBuffers.Put(line)
 	}
 	if ok {
 		b.adm.SetUsage(n)
@@ -169,21 +175,36 @@ func (b *usageBody) free() {
 	b.buf = nil
 }
 
-// rotate turns a ring whose oldest byte is at head into its bytes in
-// order, in place.
-func rotate(b []byte, head int) {
-	if head == 0 {
-		return
+// streamUsage returns the usage of the last complete event of the stream
+// end b whose data carries it, looking from the end: the last place the
+// path's last key appears, the event around it, and so on backwards.
+func streamUsage(b []byte, u policy.Usage) (n int64, ok bool) {
+	path := u.Path()
+	last := path[len(path)-1]
+	for {
+		at := bytes.LastIndex(b, []byte(last))
+		if at < 0 {
+			return 0, false
+		}
+		start := eventStart(b, at)
+		if n, ok = lastEventUsage(b[start:], u); ok {
+			return n, true
+		}
+		b = b[:start]
 	}
-	reverse(b[:head])
-	reverse(b[head:])
-	reverse(b)
 }
 
-func reverse(b []byte) {
-	for i, j := 0, len(b)-1; i < j; i, j = i+1, j-1 {
-		b[i], b[j] = b[j], b[i]
+// eventStart returns where the event holding b[at] begins: just past the
+// blank line before it, else 0. A blank line is two line ends in a row,
+// other than a CRLF's two bytes.
+func eventStart(b []byte, at int) int {
+	for i := at - 1; i > 0; i-- {
+		c, p := b[i], b[i-1]
+		if (c == '\n' || c == '\r') && (p == '\n' || p == '\r') && !(p == '\r' && c == '\n') {
+			return i + 1
+		}
 	}
+	return 0
 }
 
 // lastEventUsage returns the usage of the last complete event in b (the
