@@ -84,7 +84,9 @@ type End struct {
 //     /v1/calls/{id}/release), max_hold_seconds pass, or the server shuts
 //     down. A client that leaves while it waits leaves the queue.
 //   - POST /v1/calls/{id}/release ends a held call: 204, or 404 when no
-//     call of that id is held.
+//     call of that id is held. Its optional body {"usage": N} (at most
+//     MaxReleaseBytes) reports what the call used, for its line; anything
+//     else is 400, and ends nothing.
 //
 // With Token set, both need "Authorization: Bearer <Token>" (else 401).
 // Build one with NewServer; set the fields before first use. Safe for
