@@ -87,6 +87,8 @@ type Admission struct {
 	keyBuf  [laneBufLen]string
 	intBuf  [2 * laneBufLen]int
 	seatBuf [laneBufLen]int
+
+	usage atomic.Int64 // what SetUsage recorded, +1; 0: nothing (usage.go)
 }
 
 // seats returns the seats the call takes in each of a.keys, for the
@@ -685,6 +687,10 @@ func (a *Admission) fillRecord(v *recordValues) record {
 		v.waitMS = d.Milliseconds()
 		r.WaitMS = &v.waitMS
 	}
+	if n, ok := a.Usage(); ok {
+		v.usage = n
+		r.Usage = &v.usage
+	}
 	a.mu.Lock()
 	if a.err != nil {
 		r.Error = truncate.Runes(a.err.Error(), maxErrorLen)
@@ -715,6 +721,7 @@ type recordValues struct {
 	suggested, retryAfter int
 	queueMS, waitMS       int64
 	heldMS                int64
+	usage                 int64
 }
 
 // Policy returns the policy the call was decided under (the built-in one

@@ -35,6 +35,7 @@ type record struct {
 	HeldMS     *int64
 	QueueMS    *int64
 	WaitMS     *int64 // how long the call waited for a slot; nil: it never waited
+	Usage      *int64 // what the upstream reported the call used (SetUsage); nil: nothing
 	LeaseLost  bool
 	Error      string
 	Degraded   bool   // decided by the gateway's local lanes alone
@@ -134,6 +135,9 @@ func (r *record) AppendJSON(b []byte) []byte {
 	}
 	if r.WaitMS != nil {
 		b = appendInt(b, "wait_ms", *r.WaitMS)
+	}
+	if r.Usage != nil {
+		b = appendInt(b, "usage", *r.Usage)
 	}
 	if r.LeaseLost {
 		b = append(b, `,"lease_lost":true`...)

@@ -1,13 +1,16 @@
 package decide
 
 import (
+	"bytes"
 	"context"
 	"crypto/subtle"
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
 	"log/slog"
 	"net/http"
+	"strconv"
 	"strings"
 	"sync"
 	"time"
@@ -81,7 +84,9 @@ type End struct {
 //     /v1/calls/{id}/release), max_hold_seconds pass, or the server shuts
 //     down. A client that leaves while it waits leaves the queue.
 //   - POST /v1/calls/{id}/release ends a held call: 204, or 404 when no
-//     call of that id is held.
+//     call of that id is held. Its optional body {"usage": N} (at most
+//     MaxReleaseBytes) reports what the call used, for its line; anything
+//     else is 400, and ends nothing.
 //
 // With Token set, both need "Authorization: Bearer <Token>" (else 401).
 // Build one with NewServer; set the fields before first use. Safe for
@@ -127,6 +132,7 @@ type Server struct {
 
 // heldCall is a call holding its place, until release is closed.
 type heldCall struct {
+	adm     *capgate.Admission
 	release chan struct{}
 	once    sync.Once
 }
@@ -247,7 +253,7 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 			httpError(w, http.StatusMethodNotAllowed, "use POST")
 			return
 		}
-		s.release(w, strings.TrimSuffix(strings.TrimPrefix(path, "/v1/calls/"), "/release"))
+		s.release(w, r, strings.TrimSuffix(strings.TrimPrefix(path, "/v1/calls/"), "/release"))
 	default:
 		httpError(w, http.StatusNotFound, "no such endpoint; see POST /v1/calls")
 	}
@@ -409,7 +415,7 @@ func (s *Server) readCall(w http.ResponseWriter, r *http.Request, rc *http.Respo
 // Release then gives the place back (at once, when the client is gone).
 // It reports whether the answer was written to its end.
 func (s *Server) hold(ctx context.Context, cc *callConn, adm *capgate.Admission, d Decision) bool {
-	hc := &heldCall{release: make(chan struct{})}
+	hc := &heldCall{adm: adm, release: make(chan struct{})}
 	s.mu.Lock()
 	s.held[d.ID] = hc
 	s.mu.Unlock()
@@ -448,7 +454,12 @@ func (s *Server) writeLine(cc *callConn, v any) bool {
 	return cc.writeLine(append(b, '\n')) == nil
 }
 
-func (s *Server) release(w http.ResponseWriter, id string) {
+func (s *Server) release(w http.ResponseWriter, r *http.Request, id string) {
+	usage, err := readRelease(r.Body)
+	if err != nil {
+		httpError(w, http.StatusBadRequest, err.Error())
+		return
+	}
 	s.mu.Lock()
 	hc := s.held[id]
 	s.mu.Unlock()
@@ -456,8 +467,47 @@ func (s *Server) release(w http.ResponseWriter, id string) {
 		httpError(w, http.StatusNotFound, "no call of that id is held")
 		return
 	}
+	if usage >= 0 {
+		hc.adm.SetUsage(usage) // before the end: the holder releases after it
+	}
 	hc.end()
 	w.WriteHeader(http.StatusNoContent)
+}
+
+// MaxReleaseBytes is the most a release's body may hold.
+const MaxReleaseBytes = 1 << 10
+
+// readRelease reads a release's optional body, {"usage": N}: what the call
+// used (N a whole number from 0 to 2^63-1), -1 when it says nothing.
+func readRelease(body io.Reader) (int64, error) {
+	b, err := io.ReadAll(io.LimitReader(body, MaxReleaseBytes+1))
+	switch {
+	case err != nil:
+		return -1, fmt.Errorf("read the release: %w", err)
+	case len(b) > MaxReleaseBytes:
+		return -1, fmt.Errorf("the release is larger than %d bytes", MaxReleaseBytes)
+	case len(bytes.TrimSpace(b)) == 0:
+		return -1, nil
+	}
+	var rel struct {
+		Usage json.RawMessage `json:"usage"`
+	}
+	dec := json.NewDecoder(bytes.NewReader(b))
+	dec.DisallowUnknownFields()
+	if err := dec.Decode(&rel); err != nil {
+		return -1, fmt.Errorf("the release: want {\"usage\": N} or nothing: %w", err)
+	}
+	if dec.More() {
+		return -1, errors.New("the release is followed by more data; send one JSON object")
+	}
+	if rel.Usage == nil || string(rel.Usage) == "null" {
+		return -1, nil
+	}
+	n, err := strconv.ParseInt(string(rel.Usage), 10, 64) // digits only: a "7", 7.0 or 1e3 fails
+	if err != nil || n < 0 || rel.Usage[0] == '+' {
+		return -1, fmt.Errorf("the release's usage %.40s: want a whole number from 0 to 2^63-1", rel.Usage)
+	}
+	return n, nil
 }
 
 // gateFor returns the gate of task: the Server's own for "" or its task

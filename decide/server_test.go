@@ -534,3 +534,58 @@ func setNumbers(tb testing.TB, c *settings.Config, numbers map[string]int) {
 		}
 	}
 }
+
+// TestReleaseWithUsage: the app reports what its call used on the release
+// ({"usage": N}), and the call's line carries it; a release whose usage is
+// not a whole number from 0 up is refused with 400 and ends nothing.
+func TestReleaseWithUsage(t *testing.T) {
+	e := newEnv(t, "", nil)
+	s := e.post(t, t.Context(), call("1"), "")
+	if !s.d.Held {
+		t.Fatalf("%+v: want held", s.d)
+	}
+	release := func(body string) int {
+		t.Helper()
+		req, _ := http.NewRequestWithContext(t.Context(), "POST", e.url+"/v1/calls/"+s.d.ID+"/release", strings.NewReader(body))
+		req.Header.Set("Content-Type", "application/json")
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		resp.Body.Close()
+		return resp.StatusCode
+	}
+	for _, bad := range []string{`{"usage":-1}`, `{"usage":2.5}`, `{"usage":"7"}`, `{"usage":1e3}`, `{"usage":99999999999999999999}`,
+		`{"tokens":7}`, `{"usage":7}{}`, `not json`, `{"usage":7}` + strings.Repeat(" ", 2<<10)} {
+		if code := release(bad); code != http.StatusBadRequest {
+			t.Errorf("release %.40q: %d, want 400", bad, code)
+		}
+	}
+	if code := release(`{"usage":2048}`); code != http.StatusNoContent {
+		t.Fatalf("release with usage: %d, want 204", code)
+	}
+	var end decide.End
+	s.nextLine(t, &end)
+	if end.Released != "release" {
+		t.Errorf("end line %+v, want released: release", end)
+	}
+	if line := e.sink.Wait(t, 1, waitLimit)[0]; line["usage"] != json.Number("2048") {
+		t.Errorf("log line %v, want usage 2048", line)
+	}
+	// A release without a body (or with {}) reports none.
+	s2 := e.post(t, t.Context(), call("2"), "")
+	for _, body := range []string{`{}`} {
+		req, _ := http.NewRequestWithContext(t.Context(), "POST", e.url+"/v1/calls/"+s2.d.ID+"/release", strings.NewReader(body))
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		resp.Body.Close()
+		if resp.StatusCode != http.StatusNoContent {
+			t.Errorf("release %s: %d, want 204", body, resp.StatusCode)
+		}
+	}
+	if line := e.sink.Wait(t, 2, waitLimit)[1]; line["usage"] != nil {
+		t.Errorf("log line %v, want no usage", line)
+	}
+}

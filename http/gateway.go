@@ -153,11 +153,12 @@ func NewGateway(cfg GatewayConfig) (*Gateway, error) {
 		transport = timedTransport{next: transport, obs: cfg.Observer}
 	}
 	proxy := &httputil.ReverseProxy{
-		Rewrite:      g.rewrite,
-		Transport:    transport,
-		ErrorHandler: g.proxyError,
-		ErrorLog:     slog.NewLogLogger(cfg.Logger.Handler(), slog.LevelWarn),
-		BufferPool:   NewBufferPool(),
+		Rewrite:        g.rewrite,
+		Transport:      transport,
+		ModifyResponse: readUsage, // a route's usage (usage.go)
+		ErrorHandler:   g.proxyError,
+		ErrorLog:       slog.NewLogLogger(cfg.Logger.Handler(), slog.LevelWarn),
+		BufferPool:     NewBufferPool(),
 		// FlushInterval 0: known-length bodies are buffered as usual;
 		// ReverseProxy flushes event streams and unknown-length bodies at
 		// once (its flush interval is -1 for those).

@@ -54,6 +54,12 @@ func policyBenches(b *testing.B) []policyBench {
 // cfg of it.
 func (pb policyBench) server(b *testing.B, cfg settings.Config) string {
 	b.Helper()
+	return pb.serverWith(b, cfg, nil)
+}
+
+// serverWith is server with the gateway's config changed by gc.
+func (pb policyBench) serverWith(b *testing.B, cfg settings.Config, gc func(*capgatehttp.GatewayConfig)) string {
+	b.Helper()
 	quiet := slog.New(slog.NewTextHandler(io.Discard, nil))
 	sink := logsink.New(io.Discard)
 	b.Cleanup(func() { _ = sink.Close(context.Background()) })
@@ -73,8 +79,11 @@ func (pb policyBench) server(b *testing.B, cfg settings.Config) string {
 	}
 	c := &capgatehttp.Classifier{}
 	c.SetPolicy(pb.policy)
-	gw, err := capgatehttp.NewGateway(capgatehttp.GatewayConfig{Upstream: benchUpstream(b), Gate: gate, Identify: ids,
-		Logger: quiet, Classifier: c})
+	conf := capgatehttp.GatewayConfig{Upstream: benchUpstream(b), Gate: gate, Identify: ids, Logger: quiet, Classifier: c}
+	if gc != nil {
+		gc(&conf)
+	}
+	gw, err := capgatehttp.NewGateway(conf)
 	if err != nil {
 		b.Fatal(err)
 	}

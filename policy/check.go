@@ -338,7 +338,7 @@ const MaxLanes = 16
 // fixedLogKeys are the log line's own keys, which no name of the policy
 // may take.
 var fixedLogKeys = []string{"event", "decision", "mode", "enforced", "tier", "user_id", "scope", "full",
-	"suggested", "retry_after", "held_ms", "queue_ms", "wait_ms", "lease_lost", "error", "degraded",
+	"suggested", "retry_after", "held_ms", "queue_ms", "wait_ms", "usage", "lease_lost", "error", "degraded",
 	"dedup_of", "dedup_error", "resumed", "task", "request_source", "cid", "ts", "seats", "log_dropped"}
 
 // fixedStatusKeys are the status JSON's own keys.

@@ -17,7 +17,7 @@ var methodRE = regexp.MustCompile(`^[A-Z]+$`)
 func (d *decoder) route(n *yaml.Node, field string) *Route {
 	r := &Route{line: n.Line, Seats: map[string]Seats{}}
 	m := d.mapping(n, field, "name", "log_name", "method", "path", "when", "fields", "seats", "units",
-		"unreadable_body", "on_client_gone")
+		"unreadable_body", "on_client_gone", "usage")
 	r.lines = lines(m)
 	d.required(n, field, m, "name", "method", "path")
 	if e, ok := m["name"]; ok {
@@ -77,6 +77,9 @@ func (d *decoder) route(n *yaml.Node, field string) *Route {
 		default:
 			d.errorf(e.val, field+".on_client_gone", "%s", suggest("value", v, []string{"hold", "cancel"}))
 		}
+	}
+	if e, ok := m["usage"]; ok {
+		r.Usage = d.usage(e.val, field+".usage")
 	}
 	return r
 }

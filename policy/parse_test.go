@@ -294,3 +294,39 @@ func TestParseRouteBehaviour(t *testing.T) {
 		}
 	}
 }
+
+// A route may say where its answer reports what the call used: a dotted
+// path of object keys into the JSON answer, bounded in depth and length.
+func TestParseUsage(t *testing.T) {
+	withUsage := func(u string) string {
+		return strings.Replace(base, "      flag: {query_truthy: flag}\n", "      flag: {query_truthy: flag}\n    usage: "+u+"\n", 1)
+	}
+	p := mustParse(t, withUsage("{json: usage.total_tokens}"))
+	if u := p.Route("a").Usage; u.JSON != "usage.total_tokens" || !slices.Equal(u.Path(), []string{"usage", "total_tokens"}) {
+		t.Errorf("usage %+v, path %q; want usage.total_tokens", u, u.Path())
+	}
+	if u := mustParse(t, base).Route("a").Usage; u.JSON != "" || u.Path() != nil {
+		t.Errorf("no usage: %+v", u)
+	}
+	deep := strings.Repeat("a.", policy.MaxUsageDepth) + "a"
+	long := strings.Repeat("a", policy.MaxUsagePathLen+1)
+	for _, tc := range []struct{ usage, field, msg string }{
+		{"{json: \"\"}", "routes[0].usage.json", "empty"},
+		{"{json: usage..total}", "routes[0].usage.json", "empty key"},
+		{"{json: .usage}", "routes[0].usage.json", "empty key"},
+		{"{json: \"usage[0]\"}", "routes[0].usage.json", "letters, digits"},
+		{"{json: " + deep + "}", "routes[0].usage.json", fmt.Sprintf("at most %d keys", policy.MaxUsageDepth)},
+		{"{json: " + long + "}", "routes[0].usage.json", fmt.Sprintf("at most %d characters", policy.MaxUsagePathLen)},
+		{"{jsn: usage.total_tokens}", "routes[0].usage.jsn", "json"},
+		{"{}", "routes[0].usage.json", "missing"},
+		{"usage.total_tokens", "routes[0].usage", "want a mapping"},
+	} {
+		_, err := policy.Parse("p.yaml", []byte(withUsage(tc.usage)))
+		var es policy.Errors
+		if !errors.As(err, &es) || !slices.ContainsFunc(es, func(e *policy.Error) bool {
+			return e.Field == tc.field && strings.Contains(e.Msg, tc.msg) && e.Line == 11
+		}) {
+			t.Errorf("%s: %v; want p.yaml:11: %s: %s", tc.usage, err, tc.field, tc.msg)
+		}
+	}
+}

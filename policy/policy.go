@@ -116,6 +116,8 @@ type Route struct {
 	// away: ClientGoneHold (the default: it runs the call to its end) or
 	// ClientGoneCancel (it stops when its connection closes).
 	OnClientGone ClientGone
+	// Usage says where the answer reports what the call used (optional).
+	Usage Usage
 
 	index    int
 	units    int      // the index of the Units field; -1 none

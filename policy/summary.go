@@ -56,6 +56,9 @@ func (p *Policy) WriteSummary(w io.Writer) error {
 		if r.OnClientGone == ClientGoneCancel {
 			b.WriteString("    client gone: the upstream request is cancelled\n")
 		}
+		if r.Usage.JSON != "" {
+			fmt.Fprintf(&b, "    usage  %s of the JSON answer, or of a stream's last event that has it\n", r.Usage.JSON)
+		}
 	}
 	if len(p.Classes) > 0 {
 		b.WriteString("\nclasses:\n")

@@ -32,7 +32,7 @@ import socket
 import time
 from types import TracebackType
 from typing import Any, Callable, Dict, Mapping, Optional, Sequence, Tuple, Type, Union
-from urllib.parse import urlsplit
+from urllib.parse import quote, urlsplit
 
 from capgate import _rewatch
 from capgate._wire import Bound, PatientSocket, UnixConnection
@@ -108,7 +108,7 @@ class Decision:
     """
 
     __slots__ = ("decision", "held", "status", "headers", "body", "id", "failed_open", "reason", "error",
-                 "conservative", "dedup_of", "_call")
+                 "conservative", "dedup_of", "_call", "_holder")
 
     def __init__(self, line: Optional[Mapping[str, Any]] = None, reason: Optional[str] = None,
                  error: Optional[BaseException] = None) -> None:
@@ -125,6 +125,7 @@ class Decision:
         self.error: Optional[BaseException] = error
         self.conservative = False
         self._call: Optional[_Call] = None
+        self._holder: Optional[_Call] = None  # the call holding its place, for release
 
     @classmethod
     def from_line(cls, raw: bytes) -> "Decision":
@@ -177,6 +178,22 @@ class Decision:
         if self._call is None:
             return None
         return self._call._wait_end(timeout)
+
+    def release(self, usage: Optional[int] = None) -> None:
+        """Ends the call now, before its ``with`` block does, giving its
+        place back. ``usage`` is what the call used (the tokens an inference
+        call served, say: a whole number from 0 up), which the service
+        writes on the call's line as ``usage``; a negative one, or one that
+        is no int, is not sent. Reporting it asks the service once more
+        (``POST /v1/calls/{id}/release``, within the client's timeout); if
+        that fails, the call is released all the same, without its usage.
+        Never raises; a call that holds nothing is left as it is."""
+        holder, self._holder = self._holder, None
+        if holder is None:
+            return
+        if isinstance(usage, int) and not isinstance(usage, bool) and 0 <= usage < 1 << 63 and self.id:
+            holder._client._release(self.id, usage)
+        holder.close()
 
     def __repr__(self) -> str:
         return "Decision(%r, held=%r, status=%r)" % (self.decision, self.held, self.status)
@@ -267,6 +284,7 @@ class _Call:
         self.decision = d
         counts.add("decision", d.decision)
         if d.held:
+            d._holder = self
             _rewatch.rewatcher().watch(self)
         return d
 
@@ -459,6 +477,26 @@ class Client:
         self._headers = {"Content-Type": "application/json", "Connection": "close"}
         if token:
             self._headers["Authorization"] = "Bearer " + token
+
+    def _release(self, call_id: str, usage: int) -> None:
+        """Releases the held call call_id reporting its usage; a failure is
+        logged (at most once a minute), never raised."""
+        conn = None
+        try:
+            conn = self._connect()
+            body = json.dumps({"usage": usage}).encode()
+            conn.request("POST", "/v1/calls/%s/release" % quote(call_id, safe=""), body=body, headers=self._headers)
+            resp = conn.getresponse()
+            resp.read(4096)
+            if resp.status != 204:
+                raise _StatusError("capgate decide answered %d to the release" % resp.status)
+        except Exception as e:
+            log_once_a_minute("release_failed", logging.WARNING,
+                              "capgate: decision service %s: the release with usage failed (the call is released "
+                              "all the same, without it): %s", self.url, e)
+        finally:
+            if conn is not None:
+                conn.close()
 
     def call(
         self,

@@ -15,8 +15,10 @@ every call with status n and no decision; ``{"_prefix": "Capgate-"}``
 names the capacity headers; ``{"_running": [keys]}`` answers a call whose
 repeat_key is one of keys ``joined``, ended ``finished`` after 0.2 s) and
 ``GET /stats`` (``{"held": {user: n}, "max": {user: n}, "calls": [call,
-…]}``: what it holds now, the most it held at once, every call it was
-asked). It is no capgate: the real service is tested from Go (test/decide).
+…], "releases": [{"id": id, "body": body}, …]}``: what it holds now, the
+most it held at once, every call it was asked, every ``POST
+/v1/calls/{id}/release`` it got, its JSON body or null; a release answers
+204 and ends nothing: the client closes the call's connection). It is no capgate: the real service is tested from Go (test/decide).
 """
 
 import json
@@ -32,6 +34,7 @@ limits = {}
 held = {}
 most = {}
 calls = []
+releases = []
 
 
 def read_request(c):
@@ -136,6 +139,11 @@ def serve(c):
             return
         if method == "POST" and path == "/v1/calls":
             decide(c, json.loads(body))
+        elif method == "POST" and path.startswith("/v1/calls/") and path.endswith("/release"):
+            with lock:
+                releases.append({"id": path[len("/v1/calls/"):-len("/release")],
+                                 "body": json.loads(body) if body.strip() else None})
+            c.sendall(b"HTTP/1.1 204 No Content\r\nConnection: close\r\n\r\n")
         elif method == "PUT" and path == "/limits":
             new = json.loads(body)
             with lock:
@@ -144,11 +152,12 @@ def serve(c):
             answer(c, {"ok": True})
         elif method == "GET" and path == "/stats":
             with lock:
-                answer(c, {"held": dict(held), "max": dict(most), "calls": list(calls)})
+                answer(c, {"held": dict(held), "max": dict(most), "calls": list(calls), "releases": list(releases)})
         elif method == "DELETE" and path == "/stats":
             with lock:
                 most.clear()
                 del calls[:]
+                del releases[:]
             answer(c, {"ok": True})
         else:
             answer(c, {"detail": "not found"}, "404 Not Found")

@@ -177,6 +177,7 @@ type outcome struct {
 	Headers map[string]string `json:"headers"`
 	Usage   *struct {
 		CompletionTokens int `json:"completion_tokens"`
+		TotalTokens      int `json:"total_tokens"`
 	} `json:"usage"`
 	MS       int `json:"ms"`
 	Attempts int `json:"attempts"` // the requests the client sent, its retries included

@@ -174,3 +174,32 @@ func TestIdenticalFirstAttemptsBothRun(t *testing.T) {
 		t.Errorf("lines %v; want two admitted", ls)
 	}
 }
+
+// The example's routes read usage.total_tokens: a chat completion's JSON
+// answer and a stream with stream_options.include_usage (the client sends
+// it) both put on the call's line what the client was told it used.
+func TestUsageOnTheLine(t *testing.T) {
+	r := getRig(t)
+	res := r.run(t, plan{APIKey: "pia-token", Calls: []call{
+		{Kind: "chat", Model: "t-usage-json", MaxTokens: 40},
+		{Kind: "chat", Model: "t-usage-stream", MaxTokens: 30, Stream: true},
+	}})
+	for i, model := range []string{"t-usage-json", "t-usage-stream"} {
+		o := res[i]
+		if !o.OK || o.Usage == nil || o.Usage.TotalTokens <= o.Usage.CompletionTokens {
+			t.Errorf("%s: %+v; want an answer with its usage", model, o)
+			continue
+		}
+		// The line is written as the call is released, just after its
+		// answer reached the client.
+		var ls []line
+		for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(20 * time.Millisecond) {
+			if ls = r.lines(t, model); len(ls) > 0 || time.Now().After(deadline) {
+				break
+			}
+		}
+		if len(ls) != 1 || ls[0]["usage"] != float64(o.Usage.TotalTokens) {
+			t.Errorf("%s: lines %v; want one with usage %d", model, ls, o.Usage.TotalTokens)
+		}
+	}
+}
