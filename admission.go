@@ -87,6 +87,8 @@ type Admission struct {
 	keyBuf  [laneBufLen]string
 	intBuf  [2 * laneBufLen]int
 	seatBuf [laneBufLen]int
+
+	usage atomic.Int64 // what SetUsage recorded, +1; 0: nothing (usage.go)
 }
 
 // seats returns the seats the call takes in each of a.keys, for the

@@ -17,7 +17,7 @@ func TestConfigJSONIsTheStructsOfOld(t *testing.T) {
 		`"tiers":{"staff":4,"core":4,"early_access":3,"preview":2},"per_user":{"staff":4,"core":3,"early_access":2,"preview":1},` +
 		`"lease_seconds":60,"renew_seconds":20,"max_hold_seconds":900,"retry_after":{"policy":"adaptive","base":5,"max":30,"paused":120},` +
 		`"wait":{"max_seconds":20,"max_waiting":200,"max_waiting_per_user":20},"unidentified":1,` +
-		`"idempotency":{"mode":"off","ttl_seconds":300,"max_answer_kib":1024,"max_total_mib":64}}`
+		`"idempotency":{"mode":"off","ttl_seconds":300,"max_answer_kib":1024,"max_total_mib":64},"fairness":{"by":"time"}}`
 	if b, err := json.Marshal(c); err != nil || string(b) != want {
 		t.Errorf("defaults as JSON = %s, %v\nwant %s", b, err, want)
 	}
@@ -27,7 +27,7 @@ func TestConfigJSONIsTheStructsOfOld(t *testing.T) {
 		`"tiers":{"staff":4,"core":4,"early_access":3,"preview":0},"per_user":{"staff":4,"core":3,"early_access":2,"preview":1},` +
 		`"lease_seconds":60,"renew_seconds":20,"max_hold_seconds":900,"retry_after":{"policy":"adaptive","base":5,"max":30,"paused":120},` +
 		`"wait":{"max_seconds":20,"max_waiting":200,"max_waiting_per_user":20},"unidentified":1,` +
-		`"idempotency":{"mode":"off","ttl_seconds":300,"max_answer_kib":1024,"max_total_mib":64},` +
+		`"idempotency":{"mode":"off","ttl_seconds":300,"max_answer_kib":1024,"max_total_mib":64},"fairness":{"by":"time"},` +
 		`"adaptive":{"es2_knn":{"max":5,"min":1,"mode":"apply"}}}`
 	b, err := json.Marshal(c)
 	if err != nil || string(b) != want {
