@@ -83,24 +83,53 @@ func (s *Store) fairEstimate(prefix, user string) int64 {
 
 // fairPending is the provisional charge of user's calls running now: for
 // those charged by time, seats × milliseconds held beyond the estimate
-// their ticket charged. It drops the records older than RunMaxAge.
-// Requires s.mu held.
-func (s *Store) fairPending(prefix, user string, now int64) int64 {
+// their ticket charged; and how many run. It drops the records older than
+// RunMaxAge. Requires s.mu held.
+func (s *Store) fairPending(prefix, user string, now int64) (p int64, running int) {
 	f := s.fairs[prefix]
 	if f == nil {
-		return 0
+		return 0, 0
 	}
-	var p int64
 	for tok, r := range f.runs {
 		if now-r.start > int64(capgate.RunMaxAge) {
 			delete(f.runs, tok)
 			continue
 		}
-		if r.user == user && r.byTime {
+		if r.user != user {
+			continue
+		}
+		running++
+		if r.byTime {
 			p += max(r.seats*((now-r.start)/int64(time.Millisecond))-r.est, 0)
 		}
 	}
-	return p
+	return p, running
+}
+
+// fairTag is the start tag of a new fair-work ticket of user on w: the
+// user's counter with its provisional charge, lifted to the list's
+// virtual time only when the user is newly active (no ticket waits and no
+// call of it runs): a user whose calls run or wait keeps the credit of
+// its counter, however the virtual time leapt meanwhile. Requires s.mu
+// held.
+func (s *Store) fairTag(prefix string, w *waitlist, user string, now int64) int64 {
+	p, running := s.fairPending(prefix, user, now)
+	if running > 0 || w.perUser[user] > 0 {
+		return w.fin[user] + p
+	}
+	return max(w.v, w.fin[user]+p)
+}
+
+// fairLift lifts user's counter to the virtual time when a call it takes
+// at once makes it newly active (fairTag). Requires s.mu held.
+func (s *Store) fairLift(prefix, user string, by capgate.FairBy, now int64) {
+	w := s.list(prefix, false)
+	if by == capgate.FairCalls || w == nil || w.perUser[user] > 0 {
+		return
+	}
+	if _, running := s.fairPending(prefix, user, now); running == 0 {
+		w.fin[user] = max(w.fin[user], w.v)
+	}
 }
 
 // fairCharge ends token's run and charges c: the user's finish tag moves

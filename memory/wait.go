@@ -99,8 +99,8 @@ func (s *Store) remove(prefix string, w *waitlist, t *ticket, granted bool, now 
 	}
 	if w.perUser[t.user]--; w.perUser[t.user] == 0 {
 		delete(w.perUser, t.user)
-		if !granted {
-			delete(w.fin, t.user)
+		if !granted && t.fair == capgate.FairCalls {
+			delete(w.fin, t.user) // (fair work keeps its counter: fairTag)
 		}
 	}
 	for _, k := range t.keys {
@@ -329,6 +329,7 @@ func (s *Store) Join(ctx context.Context, t capgate.Ticket, counts []int) (capga
 	}
 	if !busy {
 		if s.acquire(t.Token, keys, t.Limits, t.Seats, t.Borrow, w, t.Lease, false, counts, now) {
+			s.fairLift(t.Prefix, t.UserID, t.Fair, now)
 			s.fairStart(t.Prefix, t.Token, t.UserID, cost, 0, t.Fair, false, now)
 			return capgate.JoinResult{Taken: true}, nil
 		}
@@ -352,7 +353,8 @@ func (s *Store) Join(ctx context.Context, t capgate.Ticket, counts []int) (capga
 			w = s.list(t.Prefix, false)
 			if s.fitsBeyond(w, t, aside, counts, now) &&
 				s.acquire(t.Token, keys, t.Limits, t.Seats, t.Borrow, w, t.Lease, false, counts, now) {
-				s.fairStart(t.Prefix, t.Token, t.UserID, cost, 0, t.Fair, false, now)
+				s.fairLift(t.Prefix, t.UserID, t.Fair, now)
+			s.fairStart(t.Prefix, t.Token, t.UserID, cost, 0, t.Fair, false, now)
 				return capgate.JoinResult{Taken: true}, nil
 			}
 		}
@@ -370,7 +372,7 @@ func (s *Store) Join(ctx context.Context, t capgate.Ticket, counts []int) (capga
 	}
 	start, est := max(w.v+int64(held), w.fin[t.UserID]), int64(cost)
 	if t.Fair != capgate.FairCalls {
-		start = max(w.v, w.fin[t.UserID]+s.fairPending(t.Prefix, t.UserID, now))
+		start = s.fairTag(t.Prefix, w, t.UserID, now)
 		est = s.fairEstimate(t.Prefix, t.UserID)
 	}
 	w.fin[t.UserID] = start + est

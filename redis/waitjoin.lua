@@ -105,6 +105,7 @@ for i, k in ipairs(lanes) do
 end
 local function take()
   for i, k in ipairs(lanes) do add(k, token, now, lease, seats and seats[i]) end
+  fair_lift(w, user, fb, now)
   fair_start(w, token, user, cost, 0, fb, false, now)
   res[1] = 1
   return res
@@ -146,7 +147,7 @@ local held = 0
 if ul >= 1 and ul <= n then held = res[ul + 2] end
 local s, est = math.max(v + held, f), cost
 if fb > 0 then
-  s = math.max(v, f + fair_pending(w, user, now))
+  s = fair_tag(w, user, mine, v, f, now)
   est = fair_estimate(w, user)
 end
 redis.call('HSET', w.f, user, s + est)

@@ -108,8 +108,9 @@ local function fair_estimate(w, user)
   return e
 end
 
--- fair_pending is the provisional charge of user's calls running now:
--- for those charged by time, seats x ms held beyond their estimate.
+-- fair_pending is the provisional charge of user's calls running now
+-- (for those charged by time, seats x ms held beyond their estimate), and
+-- how many run.
 local function fair_pending(w, user, now)
   local ru = w.b .. 'ru:' .. user
   local old = redis.call('ZRANGEBYSCORE', ru, '-inf', now - RUN_MAX_MS - 1)
@@ -118,17 +119,41 @@ local function fair_pending(w, user, now)
     redis.call('ZREM', w.b .. 'rq', tok)
   end
   if #old > 0 then redis.call('ZREMRANGEBYSCORE', ru, '-inf', now - RUN_MAX_MS - 1) end
-  local p = 0
+  local p, running = 0, 0
   for _, tok in ipairs(redis.call('ZRANGE', ru, 0, -1)) do
     local raw = redis.call('HGET', w.b .. 'r', tok)
     if raw then
       local r = cjson.decode(raw)
+      running = running + 1
       if r.b == 1 then p = p + math.max(r.s * (now - r.t) - r.e, 0) end
     else
       redis.call('ZREM', ru, tok)
     end
   end
-  return p
+  return p, running
+end
+
+-- fair_tag is the start tag of a new fair-work ticket of user, who has
+-- mine tickets waiting, with the list's v and the user's counter f: the
+-- counter with its provisional charge, lifted to v only when the user is
+-- newly active (nothing of it waits or runs), so a user whose calls run
+-- or wait keeps its counter's credit however v leapt meanwhile.
+local function fair_tag(w, user, mine, v, f, now)
+  local p, running = fair_pending(w, user, now)
+  if running > 0 or mine > 0 then return f + p end
+  return math.max(v, f + p)
+end
+
+-- fair_lift lifts user's counter to v when a call it takes at once makes
+-- it newly active (fair_tag).
+local function fair_lift(w, user, fb, now)
+  if not fb or fb == 0 or redis.call('EXISTS', w.f) == 0 then return end
+  if tonumber(redis.call('HGET', w.u, user) or '0') > 0 then return end
+  local _, running = fair_pending(w, user, now)
+  if running > 0 then return end
+  local v = tonumber(redis.call('HGET', w.s, 'v') or '0')
+  local f = tonumber(redis.call('HGET', w.f, user) or '0')
+  if f < v then redis.call('HSET', w.f, user, v) end
 end
 
 -- borrow_args reads the Borrow a script's ARGV sends for n lanes (see
@@ -200,7 +225,7 @@ local function remove_ticket(w, token, tk, granted)
   if not granted and tk.fb then redis.call('HINCRBY', w.f, tk.u, -tk.e) end -- gives back its estimate
   if redis.call('HINCRBY', w.u, tk.u, -1) <= 0 then
     redis.call('HDEL', w.u, tk.u)
-    if not granted then redis.call('HDEL', w.f, tk.u) end
+    if not granted and not tk.fb then redis.call('HDEL', w.f, tk.u) end -- (fair work keeps it: fair_tag)
   end
   for _, k in ipairs(tk.k) do
     if redis.call('HINCRBY', w.n, k, -1) <= 0 then redis.call('HDEL', w.n, k) end
