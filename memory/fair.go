@@ -132,7 +132,8 @@ func (s *Store) fairLift(prefix, user string, by capgate.FairBy, now int64) {
 	}
 }
 
-// fairCharge ends token's run and charges c: the user's finish tag moves
+// fairCharge ends token's run and charges c: the user's finish tag, for
+// a call recorded as running (of fair work), moves
 // by the cost less the estimate its ticket charged, while the list lasts
 // (tickets wait, or calls granted from it run; else only the estimates
 // learn it, and the list of no tickets whose last such call this was
@@ -155,12 +156,8 @@ func (s *Store) fairCharge(prefix, token string, c capgate.Charge, now int64) {
 	f = s.fair(prefix)
 	f.last[c.User], f.last[""] = c.Cost, c.Cost
 	w := s.list(prefix, false)
-	if w == nil {
-		return
+	if w == nil || r == nil || r.user != c.User {
+		return // (a call of fairness by calls, or its record is gone: charged at its join)
 	}
-	est := int64(0)
-	if r != nil && r.user == c.User {
-		est = r.est
-	}
-	w.fin[c.User] += c.Cost - est
+	w.fin[c.User] += c.Cost - r.est
 }

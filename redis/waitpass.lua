@@ -272,10 +272,9 @@ local function fair_charge(w, token, user, cost, now)
   if user == '' or cost < 0 then return end
   redis.call('HSET', w.b .. 'c', user, cost, '', cost)
   redis.call('PEXPIRE', w.b .. 'c', RUN_MAX_MS)
-  if redis.call('EXISTS', w.f) == 1 or redis.call('EXISTS', w.q) == 1 then
-    local est = 0
-    if r and r.u == user then est = r.e end
-    redis.call('HINCRBY', w.f, user, cost - est)
+  -- Only a call recorded as running (of fair work) moves the counter.
+  if r and r.u == user and (redis.call('EXISTS', w.f) == 1 or redis.call('EXISTS', w.q) == 1) then
+    redis.call('HINCRBY', w.f, user, cost - r.e)
     if redis.call('PTTL', w.f) < 0 then redis.call('PEXPIRE', w.f, RUN_MAX_MS) end
   end
 end
