@@ -178,4 +178,3 @@ func TestFairTimeBound(t *testing.T) {
 		t.Errorf("by calls: the long calls' user got %.3f of the lane, want about 10/11 (fair in calls)", share)
 	}
 }
-

@@ -354,7 +354,7 @@ func (s *Store) Join(ctx context.Context, t capgate.Ticket, counts []int) (capga
 			if s.fitsBeyond(w, t, aside, counts, now) &&
 				s.acquire(t.Token, keys, t.Limits, t.Seats, t.Borrow, w, t.Lease, false, counts, now) {
 				s.fairLift(t.Prefix, t.UserID, t.Fair, now)
-			s.fairStart(t.Prefix, t.Token, t.UserID, cost, 0, t.Fair, false, now)
+				s.fairStart(t.Prefix, t.Token, t.UserID, cost, 0, t.Fair, false, now)
 				return capgate.JoinResult{Taken: true}, nil
 			}
 		}
