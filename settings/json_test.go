@@ -47,3 +47,29 @@ func TestConfigJSONIsTheStructsOfOld(t *testing.T) {
 		t.Errorf("invalid document: error %v, es2_knn %d; want an error and c unchanged", err, configtest.Number(t, back, "es2_knn"))
 	}
 }
+
+// A config stored before fairness.by existed reads as fairness by time;
+// a fairness.by that is none of calls, time or usage is refused.
+func TestConfigWithoutFairnessIsByTime(t *testing.T) {
+	c := settings.Default(nil, settings.ModeEnforce)
+	c.Fairness.By = settings.FairCalls
+	b, err := json.Marshal(c)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var doc map[string]any
+	if err := json.Unmarshal(b, &doc); err != nil {
+		t.Fatal(err)
+	}
+	delete(doc, "fairness")
+	old, _ := json.Marshal(doc)
+	var back settings.Config
+	if err := json.Unmarshal(old, &back); err != nil || back.Fairness.By != settings.FairTime {
+		t.Errorf("a config without fairness reads as %+v, %v; want fairness.by time", back.Fairness, err)
+	}
+	doc["fairness"] = map[string]any{"by": "work"}
+	bad, _ := json.Marshal(doc)
+	if err := json.Unmarshal(bad, &back); err == nil {
+		t.Error(`fairness.by "work" was accepted`)
+	}
+}

@@ -33,6 +33,9 @@ type setting struct {
 	// optional: a document may leave the setting out (one stored before
 	// it existed), and the Config then keeps its default (fromDoc).
 	optional bool
+	// dflt is what a text setting's empty value (a zero Config's) reads
+	// as in its document; "" for none.
+	dflt string
 }
 
 // laneKey says which lane number a setting is.
@@ -185,7 +188,7 @@ func buildSchema(p *policy.Policy) *schema {
 			numSetting("max_total_mib", func(c *Config) *int { return &c.Idempotency.MaxTotalMiB }),
 		}},
 		&setting{key: "fairness", optional: true, kids: []*setting{
-			{key: "by", oneOf: []string{string(FairCalls), string(FairTime), string(FairUsage)},
+			{key: "by", oneOf: []string{string(FairCalls), string(FairTime), string(FairUsage)}, dflt: string(FairTime),
 				text: func(c *Config) *string { return (*string)(&c.Fairness.By) }},
 		}},
 	)
@@ -223,7 +226,11 @@ func docOf(c *Config, lanes []laneNumbers, settings []*setting) map[string]any {
 		case st.isObject():
 			doc[st.key] = docOf(c, lanes, st.kids)
 		case st.text != nil:
-			doc[st.key] = *st.text(c)
+			v := *st.text(c)
+			if v == "" {
+				v = st.dflt
+			}
+			doc[st.key] = v
 		case st.lane != nil:
 			doc[st.key] = json.Number(strconv.Itoa(*st.lane.lanePtr(lanes)))
 		default:
