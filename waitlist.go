@@ -85,22 +85,25 @@ import (
 // its seats but the work its call does, known only when the call ends.
 // Each user has a counter F of the work charged to it (in the units of
 // Charge.Cost: seat-milliseconds held, or reported usage). A ticket gets
-// S = max(V, F + P), where P is the provisional charge of the user's calls
-// running now: for FairTime, each one's seats × milliseconds held so far
-// beyond its estimate (below), for FairUsage nothing beyond it; F then
+// S = F + P, where P is the provisional charge of the user's calls running
+// now: for FairTime, each one's seats × milliseconds held so far beyond
+// its estimate (below), for FairUsage nothing beyond it; a user newly
+// active (no ticket of it waits and no call of it runs) gets max(V, F + P)
+// instead, lifted to the round as VTC lifts a newly backlogged client to
+// the smallest counter, so idle time earns no credit; one whose calls run
+// or wait keeps its counter's credit however V leapt meanwhile. F then
 // becomes S + E, where the estimate E is the cost of the user's last call
 // charged (or, for a user with none, the last call anyone was charged for;
 // 1 before any). A call taken by a fair-work ticket or by Join's fast path
-// is recorded as running (its user, seats, start and estimate, 0 on the
-// fast path) until its ReleaseWait, which charges F += Charge.Cost − E, or
-// for RunMaxAge (then its record is dropped: a dead gateway's call stops
-// counting). A ticket that leaves unserved gives its E back. Charges
-// while no ticket waits under the prefix update only the estimates: the
-// fair order starts over, as its tags do, when the list empties. So a
-// user lifted to V on arrival (max with V) gets no credit for time it
-// did not wait, as VTC's newly backlogged client lifted to the smallest
-// counter; and two users waiting all along get service within a bound
-// of each other (docs/ARCHITECTURE.md states it).
+// under one is recorded as running (its user, seats, start and estimate,
+// 0 on the fast path, which also lifts a newly active user's F to V) until
+// its ReleaseWait, which charges F += Charge.Cost − E (only for a call so
+// recorded), or for RunMaxAge (then its record is dropped: a dead
+// gateway's call stops counting). A ticket that leaves unserved gives its
+// E back, and its user keeps F. The counters outlive the list's last
+// ticket while a call granted from it runs, and start over with the list
+// otherwise. Two users waiting all along get service within a bound of
+// each other (docs/ARCHITECTURE.md states it).
 type Waitlist interface {
 	// Watch registers interest in wake-ups for token, which must come
 	// before Join so none is missed. The channel gets a value (it never
