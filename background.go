@@ -172,7 +172,7 @@ func (g *Gate) releasePending(ctx context.Context) {
 			}
 			// Tickets may wait for these slots: hand them over.
 			if err == nil {
-				err = wl.ReleaseWait(rctx, prefix, p.token, p.keys)
+				err = wl.ReleaseWait(rctx, prefix, p.token, p.keys, Charge{})
 			}
 		} else {
 			err = g.Store.Release(rctx, p.token, p.keys)

@@ -103,6 +103,9 @@ func newSnapshot(store LaneStore, cfg settings.Config) status.Snapshot {
 	if m := cfg.Idempotency.Mode; m != settings.IdempotencyOff && cfg.Mode != settings.ModeOff {
 		st.Idempotency = string(m)
 	}
+	if cfg.Mode == settings.ModeEnforce && cfg.Wait.MaxSeconds > 0 {
+		st.Fairness = string(cfg.Fairness.By)
+	}
 	return st
 }
 

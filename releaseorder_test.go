@@ -32,8 +32,8 @@ func (s *hookStore) Release(ctx context.Context, token string, keys []string) er
 	return err
 }
 
-func (s *hookStore) ReleaseWait(ctx context.Context, prefix, token string, keys []string) error {
-	err := s.Store.ReleaseWait(ctx, prefix, token, keys)
+func (s *hookStore) ReleaseWait(ctx context.Context, prefix, token string, keys []string, c capgate.Charge) error {
+	err := s.Store.ReleaseWait(ctx, prefix, token, keys, c)
 	s.after()
 	return err
 }

@@ -77,6 +77,7 @@ func (a *Admission) join(ctx context.Context, wl Waitlist, req AcquireRequest, b
 		NotAfter:    req.NotAfter,
 		Seats:       req.Seats,
 		Borrow:      req.Borrow,
+		Fair:        fairBy(a.cfg.Fairness.By),
 	}
 	// Store calls run to their end whatever the client does (the store's
 	// deadline bounds each), as the acquire does; the waiting itself ends
@@ -269,7 +270,7 @@ func (a *Admission) leave(ctx context.Context, wl Waitlist, t Ticket, req Acquir
 		a.tookGrant(before, t.Limits)
 		return true, nil
 	}
-	if err := wl.ReleaseWait(ctx, t.Prefix, t.Token, t.Keys); err != nil {
+	if err := wl.ReleaseWait(ctx, t.Prefix, t.Token, t.Keys, Charge{}); err != nil {
 		return false, err
 	}
 	return false, nil
@@ -316,7 +317,7 @@ func (a *Admission) Waited() (d time.Duration, ok bool) {
 // calls may be waiting for them, so a freed slot is handed over at once.
 func (a *Admission) releaseStore(ctx context.Context) error {
 	if wl, ok := a.g.Store.(Waitlist); ok && a.cfg.Mode == settings.ModeEnforce && a.cfg.Wait.MaxSeconds > 0 {
-		return wl.ReleaseWait(ctx, a.g.keys(a.cfg).prefix(), a.token, a.keys)
+		return wl.ReleaseWait(ctx, a.g.keys(a.cfg).prefix(), a.token, a.keys, a.charge())
 	}
 	return a.g.Store.Release(ctx, a.token, a.keys)
 }
@@ -330,4 +331,29 @@ func (a *Admission) userLane() int {
 		}
 	}
 	return -1
+}
+
+// charge is what the call cost its user in the wait's fair order, told
+// to the store as it releases (fairness.by): nothing by calls (charged at
+// the join); by time, its seats (the most it took in a lane) × the
+// milliseconds it held them; by usage, what SetUsage recorded, or its time
+// when nothing was.
+func (a *Admission) charge() Charge {
+	by := fairBy(a.cfg.Fairness.By)
+	if by == FairCalls {
+		return Charge{}
+	}
+	if n, ok := a.Usage(); ok && by == FairUsage {
+		return Charge{User: a.call.UserID, Cost: n}
+	}
+	seats := 1
+	for _, l := range a.lanes {
+		seats = max(seats, l.seats())
+	}
+	held := a.heldMS // set by Release, which runs this
+	if !a.released || held < 0 {
+		held = a.g.now().Sub(a.start).Milliseconds()
+	}
+	held = max(held, 0)
+	return Charge{User: a.call.UserID, Cost: int64(seats) * held}
 }

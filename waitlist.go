@@ -5,6 +5,8 @@ import (
 	"errors"
 	"fmt"
 	"time"
+
+	"github.com/capgate/capgate/settings"
 )
 
 // Waitlist is the optional part of a LaneStore that lets an enforced call
@@ -78,6 +80,30 @@ import (
 // call, or by its own user lane, sets nothing aside. A call Join turns
 // away from a full list takes nothing set aside either. With one seat
 // per call nothing is ever set aside.
+//
+// Fair work (Ticket.Fair FairTime or FairUsage): a ticket's cost is not
+// its seats but the work its call does, known only when the call ends.
+// Each user has a counter F of the work charged to it (in the units of
+// Charge.Cost: seat-milliseconds held, or reported usage). A ticket gets
+// S = F + P, where P is the provisional charge of the user's calls running
+// now: for FairTime, each one's seats × milliseconds held so far beyond
+// its estimate (below), for FairUsage nothing beyond it; a user newly
+// active (no ticket of it waits and no call of it runs) gets max(V, F + P)
+// instead, lifted to the round as VTC lifts a newly backlogged client to
+// the smallest counter, so idle time earns no credit; one whose calls run
+// or wait keeps its counter's credit however V leapt meanwhile. F then
+// becomes S + E, where the estimate E is the cost of the user's last call
+// charged (or, for a user with none, the last call anyone was charged for;
+// 1 before any). A call taken by a fair-work ticket or by Join's fast path
+// under one is recorded as running (its user, seats, start and estimate,
+// 0 on the fast path, which also lifts a newly active user's F to V) until
+// its ReleaseWait, which charges F += Charge.Cost − E (only for a call so
+// recorded), or for RunMaxAge (then its record is dropped: a dead
+// gateway's call stops counting). A ticket that leaves unserved gives its
+// E back, and its user keeps F. The counters outlive the list's last
+// ticket while a call granted from it runs, and start over with the list
+// otherwise. Two users waiting all along get service within a bound of
+// each other (docs/ARCHITECTURE.md states it).
 type Waitlist interface {
 	// Watch registers interest in wake-ups for token, which must come
 	// before Join so none is missed. The channel gets a value (it never
@@ -127,8 +153,10 @@ type Waitlist interface {
 
 	// ReleaseWait is Release (every seat of the call) followed, when
 	// tickets wait under prefix, by the grant pass, in one atomic step: a
-	// freed seat is handed over inside the store.
-	ReleaseWait(ctx context.Context, prefix, token string, keys []string) error
+	// freed seat is handed over inside the store. It also charges c (see
+	// Fair work below) before the pass, so the pass already orders the
+	// user's tickets by it; a zero Charge charges nothing.
+	ReleaseWait(ctx context.Context, prefix, token string, keys []string, c Charge) error
 
 	// Waiting fills counts (len(keys)) with the number of tickets waiting
 	// on each lane key under prefix.
@@ -169,7 +197,47 @@ type Ticket struct {
 	// Borrow of its Join; a ticket without (nil, or every Key "") is
 	// stored and judged as before lending.
 	Borrow []Borrow
+	// Fair is what the ticket's turn costs its user (fairness.by):
+	// FairCalls (the zero value) its seats at the join, FairTime and
+	// FairUsage the work its call does, charged when it ends (see Fair
+	// work in Waitlist). A Pump sends the Join's.
+	Fair FairBy
 }
+
+// FairBy says what a waiting call's turn costs its user in the
+// waitlist's fair order (settings.FairBy, as the store sees it).
+type FairBy uint8
+
+// The costs a fair order shares.
+const (
+	FairCalls FairBy = iota // seats at the join (the zero value)
+	FairTime                // seat-milliseconds held, charged after the call
+	FairUsage               // reported usage, charged after the call
+)
+
+// fairBy returns the store's form of a fairness.by setting.
+func fairBy(by settings.FairBy) FairBy {
+	switch by {
+	case settings.FairCalls:
+		return FairCalls
+	case settings.FairUsage:
+		return FairUsage
+	}
+	return FairTime
+}
+
+// Charge is what a call that ended cost its user in the fair order
+// (ReleaseWait): Cost in the units of the ticket's Fair (seat-ms held, or
+// reported usage). A zero User, or a negative Cost, charges nothing.
+type Charge struct {
+	User string
+	Cost int64
+}
+
+// RunMaxAge is how long a waitlist counts a running call's provisional
+// charge (Fair work in Waitlist) without hearing of its end: a call of a
+// gateway that died stops counting against its user after it.
+const RunMaxAge = 10 * time.Minute
 
 // Validate reports whether a Waitlist can run t (Join, Pump): a token, at
 // least one key, a limit of at least 1 per key (a ticket on a paused lane

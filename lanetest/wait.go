@@ -70,6 +70,8 @@ func RunWaitlist(t *testing.T, open WaitFactory) {
 		{"NextCountsTheBorrowableSeat", waitTestBorrowNext},
 		{"NothingLentWhileTheClassWaits", waitTestBorrowNoneWhileClassWaits},
 		{"RefusesBadBorrow", waitTestRefusesBadBorrow},
+		{"FairInWork", waitTestFairWork},
+		{"FairInWorkLeftGivesBack", waitTestFairWorkLeftGivesBack},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -141,7 +143,7 @@ func (e *waitEnv) release(token string, keys ...string) {
 	if len(keys) == 0 {
 		keys = []string{e.shared}
 	}
-	if err := e.s.ReleaseWait(e.t.Context(), e.prefix, token, keys); err != nil {
+	if err := e.s.ReleaseWait(e.t.Context(), e.prefix, token, keys, capgate.Charge{}); err != nil {
 		e.t.Fatalf("ReleaseWait: %v", err)
 	}
 }

@@ -48,7 +48,7 @@ func BenchWake(b *testing.B, holder, waiter WaitStoreAPI) {
 			b.Fatalf("waiter Join = %+v, %v; want queued", res, err)
 		}
 		start := time.Now()
-		if err := holder.ReleaseWait(ctx, prefix, h.Token, keys); err != nil {
+		if err := holder.ReleaseWait(ctx, prefix, h.Token, keys, capgate.Charge{}); err != nil {
 			b.Fatal(err)
 		}
 		timer.Reset(10 * time.Second)
@@ -63,7 +63,7 @@ func BenchWake(b *testing.B, holder, waiter WaitStoreAPI) {
 		}
 		pickups = append(pickups, time.Since(start))
 		stop()
-		if err := waiter.ReleaseWait(ctx, prefix, w.Token, keys); err != nil {
+		if err := waiter.ReleaseWait(ctx, prefix, w.Token, keys, capgate.Charge{}); err != nil {
 			b.Fatal(err)
 		}
 	}

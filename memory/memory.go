@@ -58,6 +58,7 @@ type Store struct {
 
 	lists    map[string]*waitlist     // by key prefix; requires mu held
 	watchers map[string]chan struct{} // by prefix+token; requires mu held
+	fairs    map[string]*fairState    // fair-work state by key prefix (fair.go); requires mu held
 
 	tunes   map[string]*tuneEntry // adaptive limits' state by key (tune/); requires mu held
 	dropped map[string]int64      // prefix+token → when the mark lapses: tickets dropped to make room; requires mu held

@@ -42,6 +42,9 @@ type ticket struct {
 	userLane    int              // 1 + the index in keys of the user's own lane; 0: none
 	start, seq  int64
 	exp, claim  int64
+	fair        capgate.FairBy // how its turn is charged
+	est         int64          // fair work: the estimate charged at its join
+	cost        int            // its largest seats value
 }
 
 func (w *waitlist) before(a, b *ticket) bool {
@@ -87,14 +90,17 @@ func (s *Store) list(prefix string, create bool) *waitlist {
 // granted (it left or expired) loses its finish tag: its next ticket joins
 // the current round instead of queueing behind the rounds its abandoned
 // tickets had reserved. Requires s.mu held.
-func (s *Store) remove(prefix string, w *waitlist, t *ticket, granted bool) {
+func (s *Store) remove(prefix string, w *waitlist, t *ticket, granted bool, now int64) {
 	i := slices.Index(w.tickets, t)
 	w.tickets = slices.Delete(w.tickets, i, i+1)
 	delete(w.byToken, t.token)
+	if !granted && t.fair != capgate.FairCalls {
+		w.fin[t.user] -= t.est // gives back what its join charged
+	}
 	if w.perUser[t.user]--; w.perUser[t.user] == 0 {
 		delete(w.perUser, t.user)
-		if !granted {
-			delete(w.fin, t.user)
+		if !granted && t.fair == capgate.FairCalls {
+			delete(w.fin, t.user) // (fair work keeps its counter: fairTag)
 		}
 	}
 	for _, k := range t.keys {
@@ -103,7 +109,10 @@ func (s *Store) remove(prefix string, w *waitlist, t *ticket, granted bool) {
 		}
 	}
 	if len(w.tickets) == 0 {
-		delete(s.lists, prefix) // fair tags start over
+		w.first, w.mixed, w.firstMax = "", false, 0
+		if !s.fairKeeps(prefix, now) {
+			delete(s.lists, prefix) // fair tags start over
+		}
 	}
 }
 
@@ -112,7 +121,7 @@ func (s *Store) remove(prefix string, w *waitlist, t *ticket, granted bool) {
 func (s *Store) dropExpired(prefix string, w *waitlist, now int64) {
 	for _, t := range slices.Clone(w.tickets) {
 		if t.exp <= now {
-			s.remove(prefix, w, t, false)
+			s.remove(prefix, w, t, false, now)
 		}
 	}
 }
@@ -210,7 +219,8 @@ func (s *Store) pass(prefix string, now int64) map[string]int {
 			l.put(t.token, seat(t.seats, i), now+t.claim, now+2*t.claim)
 		}
 		w.v = max(w.v, t.start)
-		s.remove(prefix, w, t, true)
+		s.fairStart(prefix, t.token, t.user, t.cost, t.est, t.fair, true, now)
+		s.remove(prefix, w, t, true, now)
 		s.notify(prefix, t.token)
 		if shut() {
 			return aside
@@ -313,8 +323,14 @@ func (s *Store) Join(ctx context.Context, t capgate.Ticket, counts []int) (capga
 	}
 	keys := t.Keys[:len(t.Keys):len(t.Keys)]
 	busy := w != nil && slices.ContainsFunc(keys, func(k string) bool { return w.perKey[k] > 0 })
+	cost := 1
+	for _, n := range t.Seats {
+		cost = max(cost, n)
+	}
 	if !busy {
 		if s.acquire(t.Token, keys, t.Limits, t.Seats, t.Borrow, w, t.Lease, false, counts, now) {
+			s.fairLift(t.Prefix, t.UserID, t.Fair, now)
+			s.fairStart(t.Prefix, t.Token, t.UserID, cost, 0, t.Fair, false, now)
 			return capgate.JoinResult{Taken: true}, nil
 		}
 	} else {
@@ -325,7 +341,7 @@ func (s *Store) Join(ctx context.Context, t capgate.Ticket, counts []int) (capga
 		}
 	}
 	if w != nil && t.MaxWaiting >= 1 && t.MaxPerUser >= 1 && w.perUser[t.UserID] < t.MaxPerUser {
-		for len(w.tickets) >= t.MaxWaiting && s.dropLongest(t.Prefix, w, w.perUser[t.UserID], now+2*int64(t.TicketLease)) {
+		for len(w.tickets) >= t.MaxWaiting && s.dropLongest(t.Prefix, w, w.perUser[t.UserID], now+2*int64(t.TicketLease), now) {
 		}
 	}
 	if t.MaxWaiting < 1 || t.MaxPerUser < 1 || w != nil && (len(w.tickets) >= t.MaxWaiting || w.perUser[t.UserID] >= t.MaxPerUser) {
@@ -337,6 +353,8 @@ func (s *Store) Join(ctx context.Context, t capgate.Ticket, counts []int) (capga
 			w = s.list(t.Prefix, false)
 			if s.fitsBeyond(w, t, aside, counts, now) &&
 				s.acquire(t.Token, keys, t.Limits, t.Seats, t.Borrow, w, t.Lease, false, counts, now) {
+				s.fairLift(t.Prefix, t.UserID, t.Fair, now)
+				s.fairStart(t.Prefix, t.Token, t.UserID, cost, 0, t.Fair, false, now)
 				return capgate.JoinResult{Taken: true}, nil
 			}
 		}
@@ -346,19 +364,22 @@ func (s *Store) Join(ctx context.Context, t capgate.Ticket, counts []int) (capga
 	// A user who already holds k seats in its own lane (Ticket.UserLane)
 	// joins k rounds on: calls taken at once, before anyone waited, count
 	// as the user's turns too. A ticket costs its largest seats value.
+	// Fair work: the user's counter, with what its calls running now have
+	// cost so far, and the ticket charges an estimate (fair.go).
 	held := 0
 	if t.UserLane > 0 {
 		held = counts[t.UserLane-1]
 	}
-	cost := 1
-	for _, n := range t.Seats {
-		cost = max(cost, n)
+	start, est := max(w.v+int64(held), w.fin[t.UserID]), int64(cost)
+	if t.Fair != capgate.FairCalls {
+		start = s.fairTag(t.Prefix, w, t.UserID, now)
+		est = s.fairEstimate(t.Prefix, t.UserID)
 	}
-	start := max(w.v+int64(held), w.fin[t.UserID])
-	w.fin[t.UserID] = start + int64(cost)
+	w.fin[t.UserID] = start + est
 	w.seq++
 	tk := &ticket{token: t.Token, user: t.UserID, keys: slices.Clone(keys), limits: slices.Clone(t.Limits[:len(keys)]),
-		userLane: t.UserLane, start: start, seq: w.seq, exp: now + int64(t.TicketLease), claim: int64(t.Claim)}
+		userLane: t.UserLane, start: start, seq: w.seq, exp: now + int64(t.TicketLease), claim: int64(t.Claim),
+		fair: t.Fair, est: est, cost: cost}
 	if cost > 1 {
 		tk.seats = slices.Clone(t.Seats)
 	}
@@ -426,7 +447,7 @@ func (s *Store) where(t capgate.Ticket, now int64) capgate.JoinResult {
 // Pump reports Dropped), and the user's finish tag goes back to the
 // dropped ticket's start tag. It reports whether a ticket was dropped.
 // Requires s.mu held.
-func (s *Store) dropLongest(prefix string, w *waitlist, mine int, until int64) bool {
+func (s *Store) dropLongest(prefix string, w *waitlist, mine int, until, now int64) bool {
 	top, most := "", 0
 	for u, n := range w.perUser {
 		if n > most || n == most && u < top {
@@ -442,7 +463,7 @@ func (s *Store) dropLongest(prefix string, w *waitlist, mine int, until int64) b
 			victim = tk
 		}
 	}
-	s.remove(prefix, w, victim, false)
+	s.remove(prefix, w, victim, false, now)
 	w.fin[top] = victim.start
 	if s.dropped == nil {
 		s.dropped = make(map[string]int64)
@@ -510,7 +531,7 @@ func (s *Store) Leave(ctx context.Context, t capgate.Ticket) (bool, error) {
 	_, now := s.clock()
 	if w := s.list(t.Prefix, false); w != nil {
 		if tk := w.byToken[t.Token]; tk != nil {
-			s.remove(t.Prefix, w, tk, false)
+			s.remove(t.Prefix, w, tk, false, now)
 			return false, nil
 		}
 	}
@@ -519,15 +540,16 @@ func (s *Store) Leave(ctx context.Context, t capgate.Ticket) (bool, error) {
 }
 
 // ReleaseWait implements capgate.Waitlist. It fails only when ctx is done.
-func (s *Store) ReleaseWait(ctx context.Context, prefix, token string, keys []string) error {
+func (s *Store) ReleaseWait(ctx context.Context, prefix, token string, keys []string, c capgate.Charge) error {
 	if err := ctx.Err(); err != nil {
 		return fmt.Errorf("release leases: %w", err)
 	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	s.release(token, keys)
+	_, now := s.clock()
+	s.fairCharge(prefix, token, c, now)
 	if s.lists[prefix] != nil {
-		_, now := s.clock()
 		s.pass(prefix, now)
 	}
 	return nil

@@ -73,3 +73,33 @@ func BenchmarkRealRedisAcquireRelease(b *testing.B) {
 func BenchmarkRealRedisAcquireReleaseParallel(b *testing.B) {
 	benchPairsParallel(b, benchStore(b, redis.RealRedisURL(b)))
 }
+
+// BenchmarkRealRedisJoinReleaseWait is a waiting-on call's store work
+// uncontended, by fairness: Join's fast path and ReleaseWait (by time and
+// usage each also records the call as running, and charges it).
+func BenchmarkRealRedisJoinReleaseWait(b *testing.B) {
+	url := redis.RealRedisURL(b)
+	for _, c := range []struct {
+		name string
+		fair capgate.FairBy
+	}{{"calls", capgate.FairCalls}, {"time", capgate.FairTime}} {
+		b.Run(c.name, func(b *testing.B) {
+			s := benchStore(b, url)
+			keys := benchKeys()
+			prefix := lanetest.NewPrefix() + "ocl"
+			ctx := b.Context()
+			counts := make([]int, len(keys))
+			b.ReportAllocs()
+			for b.Loop() {
+				t := capgate.Ticket{Prefix: prefix, Token: lanetest.NewToken(), Keys: keys, Limits: []int{1 << 20, 1 << 20, 1 << 20, 1 << 20},
+					UserID: "alice", Lease: time.Minute, TicketLease: time.Minute, Claim: time.Second, MaxWaiting: 10, MaxPerUser: 10, Fair: c.fair}
+				if res, err := s.Join(ctx, t, counts); err != nil || !res.Taken {
+					b.Fatalf("Join = %+v, %v", res, err)
+				}
+				if err := s.ReleaseWait(ctx, prefix, t.Token, keys, capgate.Charge{User: "alice", Cost: 5}); err != nil {
+					b.Fatal(err)
+				}
+			}
+		})
+	}
+}

@@ -67,9 +67,9 @@ func (s *Store) Join(ctx context.Context, t capgate.Ticket, counts []int) (capga
 	if !t.NotAfter.IsZero() {
 		notAfter = max(t.NotAfter.UnixMilli(), 1)
 	}
-	args := make([]any, 0, 11+2*n+borrowArgs(keys, n))
+	args := make([]any, 0, 12+2*n+borrowArgs(keys, n))
 	args = append(args, t.Prefix, t.Token, t.Lease.Milliseconds(), notAfter, t.TicketLease.Milliseconds(),
-		t.Claim.Milliseconds(), t.MaxWaiting, t.MaxPerUser, t.UserID, s.wakeChannel(t.Prefix))
+		t.Claim.Milliseconds(), t.MaxWaiting, t.MaxPerUser, t.UserID, s.wakeChannel(t.Prefix), int(t.Fair))
 	for _, l := range t.Limits[:n] {
 		args = append(args, l)
 	}
@@ -162,14 +162,14 @@ func (s *Store) Leave(ctx context.Context, t capgate.Ticket) (bool, error) {
 // ReleaseWait implements capgate.Waitlist with waitrelease.lua: as cheap
 // as Release (one round trip) when nobody waits. It returns the errors of
 // Store.
-func (s *Store) ReleaseWait(ctx context.Context, prefix, token string, keys []string) error {
+func (s *Store) ReleaseWait(ctx context.Context, prefix, token string, keys []string, c capgate.Charge) error {
 	const op = "release leases"
 	if err := s.checkSlot(op, keys, prefix); err != nil {
 		return err
 	}
 	keys = slices.Clone(keys)
 	_, err := run(ctx, s, op, func(ctx context.Context) (int64, error) {
-		return waitReleaseScript.Run(ctx, s.client, keys, prefix, token).Int64()
+		return waitReleaseScript.Run(ctx, s.client, keys, prefix, token, c.User, c.Cost).Int64()
 	})
 	return err
 }

@@ -14,6 +14,9 @@
 -- ARGV[7]: max tickets waiting under P; ARGV[8]: max per user.
 -- ARGV[9]: the user id. ARGV[10]: the channel to PUBLISH the token to
 --          when the ticket is granted.
+-- ARGV[11]: the ticket's fairness (Ticket.Fair): 0 calls, 1 time, 2
+--          usage; taken out of ARGV first, so the positions below are
+--          counted without it.
 -- ARGV[11..10+n]: the limit of each lane for this call (0 only where the
 --          lane lends).
 -- ARGV[11+n]: 1 + the index of the user's own lane in KEYS; 0: none.
@@ -39,7 +42,11 @@
 --          its class key), wherever this script judges the call. A call
 --          turned away from a full list takes no seat the pass set aside.
 --          A ticket costs its largest seats value: its user's finish tag
---          becomes its start tag + that.
+--          becomes its start tag + that; a ticket of fair work (fb 1 or 2)
+--          gets S = max(V, F + the user's provisional charge) and costs
+--          its estimate (waitpass's fair_*), and a call it takes at once
+--          is recorded as running.
+local fb = tonumber(table.remove(ARGV, 11))
 local now = now_ms()
 local notafter = tonumber(ARGV[4])
 if notafter > 0 and now > notafter then return {-1} end
@@ -98,6 +105,8 @@ for i, k in ipairs(lanes) do
 end
 local function take()
   for i, k in ipairs(lanes) do add(k, token, now, lease, seats and seats[i]) end
+  fair_lift(w, user, fb, now)
+  fair_start(w, token, user, cost, 0, fb, false, now)
   res[1] = 1
   return res
 end
@@ -136,8 +145,12 @@ local f = tonumber(redis.call('HGET', w.f, user) or '0')
 local ul = tonumber(ARGV[11 + n] or '0')
 local held = 0
 if ul >= 1 and ul <= n then held = res[ul + 2] end
-local s = math.max(v + held, f)
-redis.call('HSET', w.f, user, s + cost)
+local s, est = math.max(v + held, f), cost
+if fb > 0 then
+  s = fair_tag(w, user, mine, v, f, now)
+  est = fair_estimate(w, user)
+end
+redis.call('HSET', w.f, user, s + est)
 local seq = redis.call('HINCRBY', w.s, 'seq', 1)
 local m = string.format('%016d:%s', seq, token)
 local limits = {}
@@ -146,6 +159,7 @@ redis.call('ZADD', w.q, s, m)
 local tk = {m = m, u = user, k = lanes, l = limits, c = tonumber(ARGV[6]), n = ARGV[10]}
 if cost > 1 then tk.s, tk.ul = seats, ul end
 if borrow then tk.b = borrow end
+if fb > 0 then tk.fb, tk.e = fb, est end
 redis.call('HSET', w.t, token, cjson.encode(tk))
 redis.call('HINCRBY', w.u, user, 1)
 redis.call('ZINCRBY', w.l, 1, user)

@@ -37,8 +37,20 @@
 --             (its newest, for the drop);
 --   P:wait:x:<token>  set (with a TTL) when the ticket was dropped to make
 --             room: its waiter is refused, not treated as lost.
+-- Fair work (capgate.Waitlist: a ticket of fairness by time or usage has
+-- fb = 1 or 2 and e = the estimate its join charged in its JSON):
+--   P:wait:r  hash token → a running call's record as JSON {u = user, s =
+--             seats, t = start ms, e = estimate, b = 1 when charged by
+--             time while it runs, q = 1 when granted from the list};
+--   P:wait:ru:<user>  sorted set token → start ms of the user's running
+--             calls (their provisional charge at the user's next join);
+--   P:wait:rq sorted set token → start ms of the running calls granted
+--             from the list: while one runs, the tags outlive the queue;
+--   P:wait:c  hash user → the cost of its last call charged ('' → anyone's):
+--             the estimate of its next ticket.
+--   Each lives RUN_MAX_MS from its last write; a record older is dropped.
 -- When the queue empties, the first eight are deleted: the fair tags start
--- over.
+-- over (but P:wait:f and v stay while a call granted from it runs).
 -- Each join and pump raises their TTL to 2 x the ticket lease, so tickets
 -- nobody pumps (their gateways died) don't outlive them for long even if
 -- no call comes by to drop them.
@@ -58,6 +70,91 @@ end
 -- uq is the key of user's own queue; xk the dropped mark of token.
 local function uq(w, user) return w.b .. 'uq:' .. user end
 local function xk(w, token) return w.b .. 'x:' .. token end
+
+-- RUN_MAX_MS is capgate.RunMaxAge: a running call's record lives no
+-- longer (a dead gateway's call stops counting).
+local RUN_MAX_MS = 600000
+
+-- fair_start records a call of a fair-work ticket (fb 1: time, 2: usage)
+-- as running from now, with the estimate its join charged (0: taken at
+-- once) and whether it was granted from the list.
+local function fair_start(w, token, user, seats, est, fb, queued, now)
+  if not fb or fb == 0 then return end
+  local rec = {u = user, s = seats, t = now, e = est, b = (fb == 1) and 1 or 0, q = queued and 1 or 0}
+  redis.call('HSET', w.b .. 'r', token, cjson.encode(rec))
+  redis.call('PEXPIRE', w.b .. 'r', RUN_MAX_MS)
+  local ru = w.b .. 'ru:' .. user
+  redis.call('ZADD', ru, now, token)
+  redis.call('PEXPIRE', ru, RUN_MAX_MS)
+  if queued then
+    redis.call('ZADD', w.b .. 'rq', now, token)
+    redis.call('PEXPIRE', w.b .. 'rq', RUN_MAX_MS)
+  end
+end
+
+-- fair_keeps reports whether a call granted from the list runs (started
+-- less than RUN_MAX_MS ago).
+local function fair_keeps(w, now)
+  redis.call('ZREMRANGEBYSCORE', w.b .. 'rq', '-inf', now - RUN_MAX_MS - 1)
+  return redis.call('ZCARD', w.b .. 'rq') > 0
+end
+
+-- fair_estimate is a new ticket's estimate: the cost of the user's last
+-- call charged, or anyone's, or 1.
+local function fair_estimate(w, user)
+  local c = redis.call('HMGET', w.b .. 'c', user, '')
+  local e = tonumber(c[1] or c[2] or '1') or 1
+  if e < 1 then e = 1 end
+  return e
+end
+
+-- fair_pending is the provisional charge of user's calls running now
+-- (for those charged by time, seats x ms held beyond their estimate), and
+-- how many run.
+local function fair_pending(w, user, now)
+  local ru = w.b .. 'ru:' .. user
+  local old = redis.call('ZRANGEBYSCORE', ru, '-inf', now - RUN_MAX_MS - 1)
+  for _, tok in ipairs(old) do
+    redis.call('HDEL', w.b .. 'r', tok)
+    redis.call('ZREM', w.b .. 'rq', tok)
+  end
+  if #old > 0 then redis.call('ZREMRANGEBYSCORE', ru, '-inf', now - RUN_MAX_MS - 1) end
+  local p, running = 0, 0
+  for _, tok in ipairs(redis.call('ZRANGE', ru, 0, -1)) do
+    local raw = redis.call('HGET', w.b .. 'r', tok)
+    if raw then
+      local r = cjson.decode(raw)
+      running = running + 1
+      if r.b == 1 then p = p + math.max(r.s * (now - r.t) - r.e, 0) end
+    else
+      redis.call('ZREM', ru, tok)
+    end
+  end
+  return p, running
+end
+
+-- fair_tag is the start tag of a new fair-work ticket of user, who has
+-- mine tickets waiting, with the list's v and the user's counter f: the
+-- counter with its provisional charge, lifted to v only when the user is
+-- newly active (nothing of it waits or runs), so a user whose calls run
+-- or wait keeps its counter's credit however v leapt meanwhile.
+local function fair_tag(w, user, mine, v, f, now)
+  local p, running = fair_pending(w, user, now)
+  if running > 0 or mine > 0 then return f + p end
+  return math.max(v, f + p)
+end
+
+-- fair_lift lifts user's counter to v when a call it takes at once makes
+-- it newly active (fair_tag).
+local function fair_lift(w, user, fb, now)
+  if not fb or fb == 0 or redis.call('EXISTS', w.f) == 0 then return end
+  if tonumber(redis.call('HGET', w.u, user) or '0') > 0 then return end
+  local _, running = fair_pending(w, user, now)
+  if running > 0 then return end
+  local v = tonumber(redis.call('HGET', w.s, 'v') or '0')
+  local f = tonumber(redis.call('HGET', w.f, user) or '0')
+  if f < v then redis.call('HSET', w.f, user, v) end
+end
 
 -- borrow_args reads the Borrow a script's ARGV sends for n lanes (see
 -- acquire.lua): the reserves at ARGV[at..at+n-1], the lends after them,
@@ -125,9 +222,10 @@ local function remove_ticket(w, token, tk, granted)
   redis.call('ZREM', w.e, token)
   redis.call('ZREM', uq(w, tk.u), token)
   if tonumber(redis.call('ZINCRBY', w.l, -1, tk.u)) <= 0 then redis.call('ZREM', w.l, tk.u) end
+  if not granted and tk.fb then redis.call('HINCRBY', w.f, tk.u, -tk.e) end -- gives back its estimate
   if redis.call('HINCRBY', w.u, tk.u, -1) <= 0 then
     redis.call('HDEL', w.u, tk.u)
-    if not granted then redis.call('HDEL', w.f, tk.u) end
+    if not granted and not tk.fb then redis.call('HDEL', w.f, tk.u) end -- (fair work keeps it: fair_tag)
   end
   for _, k in ipairs(tk.k) do
     if redis.call('HINCRBY', w.n, k, -1) <= 0 then redis.call('HDEL', w.n, k) end
@@ -150,7 +248,34 @@ end
 
 local function reset_if_empty(w)
   if redis.call('ZCARD', w.q) == 0 then
-    redis.call('DEL', w.q, w.t, w.n, w.u, w.f, w.s, w.e, w.l)
+    if fair_keeps(w, now_ms()) then
+      redis.call('DEL', w.q, w.t, w.n, w.u, w.e, w.l)
+      redis.call('HDEL', w.s, 'k1', 'l1')
+    else
+      redis.call('DEL', w.q, w.t, w.n, w.u, w.f, w.s, w.e, w.l)
+    end
+  end
+end
+
+-- fair_charge ends token's run and charges user cost (cost < 0 or user
+-- '': nothing): the user's finish tag moves by the cost less the estimate
+-- its ticket charged while the tags last (tickets wait, or a call granted
+-- from the list runs); the estimates learn it in any case.
+local function fair_charge(w, token, user, cost, now)
+  local raw = redis.call('HGET', w.b .. 'r', token)
+  local r = raw and cjson.decode(raw)
+  if r then
+    redis.call('HDEL', w.b .. 'r', token)
+    redis.call('ZREM', w.b .. 'ru:' .. r.u, token)
+    redis.call('ZREM', w.b .. 'rq', token)
+  end
+  if user == '' or cost < 0 then return end
+  redis.call('HSET', w.b .. 'c', user, cost, '', cost)
+  redis.call('PEXPIRE', w.b .. 'c', RUN_MAX_MS)
+  -- Only a call recorded as running (of fair work) moves the counter.
+  if r and r.u == user and (redis.call('EXISTS', w.f) == 1 or redis.call('EXISTS', w.q) == 1) then
+    redis.call('HINCRBY', w.f, user, cost - r.e)
+    if redis.call('PTTL', w.f) < 0 then redis.call('PEXPIRE', w.f, RUN_MAX_MS) end
   end
 end
 
@@ -306,12 +431,15 @@ local function pass(w, now)
           end
         end
         if fits then
+          local most = 1
           for j, k in ipairs(tk.k) do
             local need = ts and ts[j] or 1
             counts[k] = counts[k] + need
             add(k, token, now, tk.c, need)
+            if need > most then most = need end
           end
           if s > v then v = s end
+          fair_start(w, token, tk.u, most, tk.e, tk.fb, true, now)
           granted = true
           remove_ticket(w, token, tk, true)
           pos = pos - 1

@@ -3,7 +3,8 @@
 -- prefix, run the grant pass, so the freed seats are handed over at once.
 --
 -- KEYS:    the call's lane keys. ARGV[1]: the key prefix P.
--- ARGV[2]: the token.
+-- ARGV[2]: the token. ARGV[3]: the user to charge ('' none) and
+-- ARGV[4]: the cost (capgate.Charge; negative: nothing): see fair_charge.
 --
 -- Returns: 1 when the pass ran, else 0.
 local token = ARGV[2]
@@ -16,6 +17,8 @@ for _, k in ipairs(KEYS) do
   end
 end
 local w = wkeys(ARGV[1])
+local now = now_ms()
+fair_charge(w, token, ARGV[3] or '', tonumber(ARGV[4] or '-1'), now)
 if redis.call('EXISTS', w.q) == 0 then return 0 end
-pass(w, now_ms())
+pass(w, now)
 return 1

@@ -57,6 +57,9 @@ type Config struct {
 	// Idempotency says whether a heavy call that repeats one running or
 	// just answered joins it instead of running again.
 	Idempotency Idempotency
+	// Fairness says what a waiting call's turn costs its user in the
+	// wait's fair order (fairness.by).
+	Fairness Fairness
 	// Adaptive is the optional "adaptive" key (package tune): absent from
 	// the document when no lane has a setting. It may name the policy's
 	// shared lanes (policy.Lane.Shared).
@@ -116,6 +119,30 @@ const (
 	defaultWaitMaxWaiting        = 200
 	defaultWaitMaxWaitingPerUser = 20
 )
+
+// FairBy says what a waiting call's turn costs its user in the wait's
+// fair order (fairness.by).
+type FairBy string
+
+// The costs a fair order can share.
+const (
+	// FairCalls: a call costs its seats at admission; users get equal
+	// admissions while they wait, however long each call holds its seats.
+	FairCalls FairBy = "calls"
+	// FairTime: a call costs the seat-seconds it held, charged when it
+	// ends (and provisionally while it runs); users get equal time in the
+	// lanes while they wait. The default.
+	FairTime FairBy = "time"
+	// FairUsage: a call costs what the upstream reported it used (the
+	// route's usage reading: tokens, say), charged when it ends; a call
+	// that reports none costs its time, as FairTime.
+	FairUsage FairBy = "usage"
+)
+
+// Fairness is the config key "fairness".
+type Fairness struct {
+	By FairBy // calls, time (default) or usage
+}
 
 // IdempotencyMode says which heavy calls are deduplicated.
 type IdempotencyMode string
@@ -198,6 +225,7 @@ func Default(p *policy.Policy, mode Mode) Config {
 			MaxWaitingPerUser: defaultWaitMaxWaitingPerUser},
 		Unidentified: DefaultUnidentified,
 		Idempotency:  defaultIdempotency,
+		Fairness:     Fairness{By: FairTime},
 		lanes:        s.defaults(),
 		schema:       s,
 	}

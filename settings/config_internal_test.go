@@ -223,7 +223,7 @@ func badNumbers(v any, path string) []string {
 		var bad []string
 		for k, x := range m {
 			if path == "" && (k == "mode" || k == "enforce_for") || path == ".retry_after" && k == "policy" ||
-				path == ".idempotency" && k == "mode" {
+				path == ".idempotency" && k == "mode" || path == ".fairness" && k == "by" {
 				continue
 			}
 			bad = append(bad, badNumbers(x, path+"."+k)...)

@@ -23,6 +23,7 @@ func TestDefaultConfig(t *testing.T) {
 		Wait:         settings.Wait{MaxSeconds: 20, MaxWaiting: 200, MaxWaitingPerUser: 20},
 		Unidentified: 1,
 		Idempotency:  settings.Idempotency{Mode: "off", TTLSeconds: 300, MaxAnswerKiB: 1024, MaxTotalMiB: 64},
+		Fairness:     settings.Fairness{By: "time"},
 	}
 	if g := configtest.Exported(got); !reflect.DeepEqual(g, want) {
 		t.Fatalf("Default = %+v, want %+v", g, want)

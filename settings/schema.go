@@ -30,6 +30,12 @@ type setting struct {
 	text  func(c *Config) *string
 	num   func(c *Config) *int
 	lane  *laneKey // a lane's number
+	// optional: a document may leave the setting out (one stored before
+	// it existed), and the Config then keeps its default (fromDoc).
+	optional bool
+	// dflt is what a text setting's empty value (a zero Config's) reads
+	// as in its document; "" for none.
+	dflt string
 }
 
 // laneKey says which lane number a setting is.
@@ -181,6 +187,10 @@ func buildSchema(p *policy.Policy) *schema {
 			numSetting("max_answer_kib", func(c *Config) *int { return &c.Idempotency.MaxAnswerKiB }),
 			numSetting("max_total_mib", func(c *Config) *int { return &c.Idempotency.MaxTotalMiB }),
 		}},
+		&setting{key: "fairness", optional: true, kids: []*setting{
+			{key: "by", oneOf: []string{string(FairCalls), string(FairTime), string(FairUsage)}, dflt: string(FairTime),
+				text: func(c *Config) *string { return (*string)(&c.Fairness.By) }},
+		}},
 	)
 	return s
 }
@@ -216,7 +226,11 @@ func docOf(c *Config, lanes []laneNumbers, settings []*setting) map[string]any {
 		case st.isObject():
 			doc[st.key] = docOf(c, lanes, st.kids)
 		case st.text != nil:
-			doc[st.key] = *st.text(c)
+			v := *st.text(c)
+			if v == "" {
+				v = st.dflt
+			}
+			doc[st.key] = v
 		case st.lane != nil:
 			doc[st.key] = json.Number(strconv.Itoa(*st.lane.lanePtr(lanes)))
 		default:
@@ -242,6 +256,7 @@ func checkShape(obj map[string]any, settings []*setting, prefix string, errs, un
 		path := prefix + st.key
 		v, ok := obj[st.key]
 		switch {
+		case !ok && st.optional:
 		case !ok:
 			*errs = append(*errs, fmt.Sprintf("%q is required.", path))
 		case st.isObject():
@@ -323,7 +338,9 @@ func fill(c *Config, obj map[string]any, settings []*setting) {
 	for _, st := range settings {
 		switch {
 		case st.isObject():
-			fill(c, obj[st.key].(map[string]any), st.kids)
+			if kid, ok := obj[st.key].(map[string]any); ok {
+				fill(c, kid, st.kids)
+			}
 		case st.text != nil:
 			*st.text(c) = obj[st.key].(string)
 		case st.lane != nil:
@@ -356,6 +373,9 @@ func (s *schema) fromDoc(doc any) (Config, []string) {
 	if len(errs) == 0 {
 		c = Config{lanes: s.defaults(), schema: s}
 		fill(&c, rest, s.top)
+		if c.Fairness.By == "" {
+			c.Fairness.By = FairTime // a document stored before fairness.by existed
+		}
 		errs = s.checkCross(c)
 	}
 	if hasAdaptive {

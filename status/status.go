@@ -27,6 +27,10 @@ type Snapshot struct {
 	// Idempotency is the idempotency mode in force (a
 	// settings.IdempotencyMode), "" (left out) when off.
 	Idempotency string
+	// Fairness is what a waiting call's turn costs its user (a
+	// settings.FairBy: calls, time or usage) when calls wait, "" (left
+	// out) when none can (not enforced, or wait.max_seconds 0).
+	Fairness string
 	// Binding is the lane calls wait on (see BindingLane): a shared lane's
 	// name, "task:<id>" or "<lane>:<key>" of a lane keyed by tier or by a
 	// call field; "" when no lane is full.
@@ -247,6 +251,9 @@ func (s Snapshot) MarshalJSON() ([]byte, error) {
 	}
 	if s.Idempotency != "" {
 		out = append(out, kv{"idempotency", s.Idempotency})
+	}
+	if s.Fairness != "" {
+		out = append(out, kv{"fairness", s.Fairness})
 	}
 	if s.Binding != "" {
 		out = append(out, kv{"binding", s.Binding})

@@ -48,8 +48,14 @@ func waitersCmd(args []string) error {
 	every := fs.Duration("every", 0, "how often each ticket is pumped; 0: as the gate does for this many tickets")
 	window := fs.Duration("window", 50*time.Second, "the window Redis's counters are read over")
 	conc := fs.Int("concurrency", 32, "pumps in flight at once")
+	fair := fs.String("fair", "time", "the tickets' fairness (fairness.by): calls, time or usage")
 	if err := fs.Parse(args); err != nil {
 		return err
+	}
+	by := map[string]capgate.FairBy{"calls": capgate.FairCalls, "time": capgate.FairTime, "usage": capgate.FairUsage}
+	fb, ok := by[*fair]
+	if !ok {
+		return fmt.Errorf("-fair %q: want calls, time or usage", *fair)
 	}
 	if *every == 0 {
 		// The gate's pump interval (wait.go, pumpEvery): 400 pumps a
@@ -78,7 +84,7 @@ func waitersCmd(args []string) error {
 	ticket := func(user string, maxWaiting int) capgate.Ticket {
 		return capgate.Ticket{Prefix: prefix, Token: token(), Keys: []string{shared, prefix + ":user:" + user},
 			Limits: []int{1, 1}, UserID: user, Lease: time.Minute, TicketLease: 2**every + 2*time.Second,
-			Claim: 3 * time.Second, MaxWaiting: maxWaiting, MaxPerUser: 1 << 20}
+			Claim: 3 * time.Second, MaxWaiting: maxWaiting, MaxPerUser: 1 << 20, Fair: fb}
 	}
 	// The one slot is taken for the whole run: every ticket waits.
 	if ok, err := s.Acquire(ctx, capgate.AcquireRequest{Token: token(), Keys: []string{shared}, Limits: []int{1}, Lease: time.Hour}, make([]int, 1)); err != nil || !ok {

@@ -222,6 +222,20 @@ func TestCapacitySetWait(t *testing.T) {
 	}
 }
 
+// fairness.by is set like any setting, validated, and rolled back.
+func TestCapacitySetFairness(t *testing.T) {
+	clearLaneEnv(t)
+	db := "sqlite:" + filepath.Join(t.TempDir(), "capgate.db")
+	out := mustRun(t, "capacity", "set", "fairness.by=usage", "--database", db, "--create")
+	wantJSON(t, "set changes", out["changes"], `{"fairness.by":["time","usage"]}`)
+	code, _, stderr := run(t, "capacity", "set", "fairness.by=work", "--database", db)
+	if code == 0 || !strings.Contains(stderr, `"fairness.by" must be one of calls, time, usage.`) {
+		t.Errorf("set fairness.by=work = %d %q; want the validation message", code, stderr)
+	}
+	out = mustRun(t, "capacity", "rollback", "--database", db)
+	wantJSON(t, "rollback changes", out["changes"], `{"fairness.by":["usage","time"]}`)
+}
+
 func TestCapacityHistory(t *testing.T) {
 	clearLaneEnv(t)
 	db := "sqlite:" + filepath.Join(t.TempDir(), "capgate.db")

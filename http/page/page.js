@@ -398,6 +398,14 @@
     buildLimitFields(p.config_keys || []);
   }
 
+  // FAIRNESS_TEXT says how calls waiting for a full lane share it
+  // (fairness.by; absent when no call can wait).
+  const FAIRNESS_TEXT = {
+    time: "· waiting calls share the lanes' time fairly across users",
+    usage: "· waiting calls share what the upstream reports used (tokens) fairly across users",
+    calls: "· waiting calls are admitted in turn across users, one call each",
+  };
+
   // enforcingText says who the mode refuses, in words that can't
   // contradict it: enforce_for matters only in enforce.
   function enforcingText(mode, enforceFor) {
@@ -433,6 +441,7 @@
   function renderStatus(s) {
     badge("mode", s.mode, s.mode === "enforce" ? "enforce" : "");
     setText("enforcing", enforcingText(s.mode, s.enforce_for));
+    setText("fairness", FAIRNESS_TEXT[s.fairness] || "");
     renderPaused(s);
     // lanes_health is the store's health under a name for every store;
     // an older gateway sends only "redis".

@@ -89,7 +89,7 @@ func TestOCLGoldenGenerated(t *testing.T) {
 	want := map[string]string{
 		"log":  "0706386c06548f6aa55600112639c2b8fd24bbb13f1144dbf5605d210eee14bd",
 		"txt":  "a0ac82c99edac9ed50d83a6403659a9631cd0871c2014bc4a21184065ebaaebb",
-		"json": "8dbb21957d08e34558afdf14f42f7cd172a754d25de5ab8a538686bdc738cdf0",
+		"json": "3090810031f4449292ea0fb0921c633f32b1621882bd419303b9ad11b3f8deee",
 		"html": "a5e3705e6f8c22c8edade70e7c3f72074f9f74340b2693484737b9b7e5f0c9c9",
 	}
 	cfg, _, err := analyze.WhatIfConfig(settings.Default(nil, settings.ModeShadow), []string{"mode=enforce", "enforce_for=all"})

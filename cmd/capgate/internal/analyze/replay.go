@@ -1,6 +1,10 @@
 package analyze
 
 import (
+	"cmp"
+	"slices"
+	"strings"
+
 	"github.com/capgate/capgate"
 	"github.com/capgate/capgate/policy"
 	"github.com/capgate/capgate/settings"
@@ -169,6 +173,9 @@ type whatIf struct {
 	// noRoute counts the calls of routes the policy lacks: they are
 	// planned in no lane, so the replay admits them.
 	noRoute int64
+	// waited are, by user, the calls of the log that waited for a slot
+	// (the contended ones), for the fairness replay (fairness).
+	waited map[string]*FairUser
 }
 
 func newWhatIf(cfg settings.Config, lay *layout) *whatIf {
@@ -259,6 +266,9 @@ func (w *whatIf) step(ev *event, call *capgate.Call, nextStart int64, hasNext bo
 		w.out.ExtraWaitSeconds += int64(retryAfter(w.cfg.RetryAfter, w.plan, w.before))
 		return true
 	}
+	if ev.hasWait && ev.wait > 0 && ev.held >= 0 {
+		w.noteWaited(ev)
+	}
 	if ev.held < 0 {
 		if ev.decision == "refused" {
 			w.out.NoLease++
@@ -269,9 +279,65 @@ func (w *whatIf) step(ev *event, call *capgate.Call, nextStart int64, hasNext bo
 	return false
 }
 
+// noteWaited counts a call that waited for a slot: its user's calls
+// and seat-milliseconds held (its most seats in a lane × held_ms).
+func (w *whatIf) noteWaited(ev *event) {
+	if w.waited == nil {
+		w.waited = map[string]*FairUser{}
+	}
+	u := w.waited[ev.user]
+	if u == nil {
+		u = &FairUser{User: ev.user}
+		w.waited[ev.user] = u
+	}
+	seats := 1
+	for _, n := range ev.seats {
+		seats = max(seats, n)
+	}
+	u.Waited++
+	u.HeldSeatMS += int64(seats) * ev.held
+}
+
+// fairness replays the config's fairness.by over the users whose calls
+// waited in the log: while they wait together, by calls each gets as
+// many admissions (its share of the time ∝ its mean call), by time or
+// usage (the log has no usage: as time) each gets as much time. It
+// returns the 20 users that held the most, with their share as logged
+// and as replayed; nil when no call waited.
+func (w *whatIf) fairness() *Fairness {
+	if len(w.waited) == 0 {
+		return nil
+	}
+	f := &Fairness{By: string(w.cfg.Fairness.By)}
+	var total, means float64
+	for _, u := range w.waited {
+		u.MeanHeldMS = float64(u.HeldSeatMS) / float64(u.Waited)
+		total += float64(u.HeldSeatMS)
+		means += u.MeanHeldMS
+		f.Users = append(f.Users, *u)
+	}
+	for i := range f.Users {
+		u := &f.Users[i]
+		u.Logged = float64(u.HeldSeatMS) / max(total, 1)
+		u.Replayed = 1 / float64(len(f.Users))
+		if w.cfg.Fairness.By == settings.FairCalls {
+			u.Replayed = u.MeanHeldMS / max(means, 1)
+		}
+	}
+	slices.SortFunc(f.Users, func(a, b FairUser) int {
+		if a.HeldSeatMS != b.HeldSeatMS {
+			return cmp.Compare(b.HeldSeatMS, a.HeldSeatMS)
+		}
+		return strings.Compare(a.User, b.User)
+	})
+	f.Users = f.Users[:min(len(f.Users), 20)]
+	return f
+}
+
 // report returns the replay's findings.
 func (w *whatIf) report() *WhatIf {
 	out := w.out
+	out.Fairness = w.fairness()
 	if out.Agreement.Compared > 0 {
 		out.Agreement.Rate = float64(out.Agreement.Same) / float64(out.Agreement.Compared)
 	}

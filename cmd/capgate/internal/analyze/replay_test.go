@@ -4,6 +4,8 @@ import (
 	"bufio"
 	"bytes"
 	"context"
+	"math"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -208,4 +210,46 @@ func TestReplayWithLending(t *testing.T) {
 		t.Errorf("refused without lending %d, with %d; want fewer with lending", a.Refused, b.Refused)
 	}
 	t.Logf("what-if refused: %d without lending, %d with", a.Refused, b.Refused)
+}
+
+// The what-if replays the config's fairness.by over the calls that waited
+// in the log: a's calls hold 10× b's, and both waited; by calls a keeps
+// about 10/11 of the contended time, by time each gets half.
+func TestReplayFairness(t *testing.T) {
+	var log strings.Builder
+	at := time.Date(2026, 3, 1, 12, 0, 0, 0, time.UTC)
+	line := func(user string, held int64) {
+		at = at.Add(time.Duration(held) * time.Millisecond)
+		log.WriteString(`{"event":"ocl_capacity","decision":"admitted","user_id":"` + user + `","tier":"core","enforced":true,` +
+			`"rows":10,"held_ms":` + strconv.FormatInt(held, 10) + `,"wait_ms":300,"ts":"` + at.Format(time.RFC3339Nano) + "\"}\n")
+	}
+	for range 10 {
+		line("a", 2000)
+		line("b", 200)
+	}
+	// c never waited.
+	log.WriteString(strings.Replace(`{"event":"ocl_capacity","decision":"admitted","user_id":"c","tier":"core","enforced":true,"rows":10,"held_ms":100,"ts":"T"}`+"\n",
+		"T", at.Add(time.Second).Format(time.RFC3339Nano), 1))
+	for _, c := range []struct {
+		by   string
+		want map[string][2]float64 // user → logged, replayed share
+	}{
+		{"calls", map[string][2]float64{"a": {10.0 / 11, 10.0 / 11}, "b": {1.0 / 11, 1.0 / 11}, "c": {0, 0}}},
+		{"time", map[string][2]float64{"a": {10.0 / 11, 0.5}, "b": {1.0 / 11, 0.5}}},
+	} {
+		cfg, _, err := analyze.WhatIfConfig(settings.Default(nil, settings.ModeEnforce), []string{"fairness.by=" + c.by})
+		if err != nil {
+			t.Fatal(err)
+		}
+		f := analyzeBytes(t, []byte(log.String()), analyze.Options{WhatIf: &cfg}).WhatIf.Fairness
+		if f == nil || f.By != c.by || len(f.Users) != 2 {
+			t.Fatalf("by %s: fairness %+v, want a and b (c never waited)", c.by, f)
+		}
+		for _, u := range f.Users {
+			w := c.want[u.User]
+			if math.Abs(u.Logged-w[0]) > 1e-9 || math.Abs(u.Replayed-w[1]) > 1e-9 {
+				t.Errorf("by %s: %s's share logged %.3f, replayed %.3f; want %.3f, %.3f", c.by, u.User, u.Logged, u.Replayed, w[0], w[1])
+			}
+		}
+	}
 }

@@ -216,6 +216,30 @@ type WhatIf struct {
 	// never ran, so they hold no lease in the replay.
 	NoLease int64    `json:"no_lease"`
 	Notes   []string `json:"notes"`
+	// Fairness replays the config's fairness.by over the calls that
+	// waited in the log; nil (left out) when none did.
+	Fairness *Fairness `json:"fairness,omitempty"`
+}
+
+// Fairness is the share of the contended time each user would get under
+// a fairness.by, against the log's: by users whose calls waited for a
+// slot, at most 20 (those that held the most).
+type Fairness struct {
+	By    string     `json:"by"`
+	Users []FairUser `json:"users"`
+}
+
+// FairUser is one user's calls that waited: how many, the seat-ms they
+// held, the mean, and the user's share of the held time as logged and as
+// the fairness replayed gives it while they all wait (by calls: its mean
+// call over the sum of the means; by time or usage: an equal share).
+type FairUser struct {
+	User       string  `json:"user"`
+	Waited     int64   `json:"waited"`
+	HeldSeatMS int64   `json:"held_seat_ms"`
+	MeanHeldMS float64 `json:"mean_held_ms"`
+	Logged     float64 `json:"logged_share"`
+	Replayed   float64 `json:"replayed_share"`
 }
 
 // Agreement counts replayed decisions equal to the logged ones; Changed

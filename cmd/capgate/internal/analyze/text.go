@@ -142,6 +142,12 @@ func writeWhatIf(p func(string, ...any), wi *WhatIf) {
 		p("; changed: %s; %d of those near a tie (2 ms)", countList(a.Changed), a.NearTies)
 	}
 	p("\n")
+	if f := wi.Fairness; f != nil {
+		p("  fairness.by %s, over the calls that waited: user, waited, mean held ms, share of the time logged → replayed\n", f.By)
+		for _, u := range f.Users {
+			p("\t%s\t%d\t%.0f\t%s → %s\n", u.User, u.Waited, u.MeanHeldMS, pct(u.Logged), pct(u.Replayed))
+		}
+	}
 	for _, n := range wi.Notes {
 		p("  note: %s\n", n)
 	}
