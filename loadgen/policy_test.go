@@ -31,7 +31,7 @@ type inferenceStack struct {
 
 func newInferenceStack(t *testing.T, mode settings.Mode) *inferenceStack {
 	t.Helper()
-	p, err := policy.Load("../../../../examples/inference/policy.yaml")
+	p, err := policy.Load("../examples/inference/policy.yaml")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -161,7 +161,7 @@ func TestRoutesWorkloadShadow(t *testing.T) {
 
 // The Mapper workload needs the built-in policy's routes.
 func TestMapperWorkloadNeedsItsRoutes(t *testing.T) {
-	p, err := policy.Load("../../../../examples/inference/policy.yaml")
+	p, err := policy.Load("../examples/inference/policy.yaml")
 	if err != nil {
 		t.Fatal(err)
 	}
