@@ -27,6 +27,7 @@ func TestNoBuiltInPolicyNamesInTheEngine(t *testing.T) {
 		"tools/genlog/",           // logs of the built-in policy's call mix (pinned by analyze's tests)
 		"loadgen/",                // the Mapper workload (the built-in policy's web client)
 		"demo/demo.go",            // the demo of the built-in policy's API
+		"cmd/capgate/demo.go",     // the demo's help: the built-in policy's API
 		"cmd/capgate/loadgen.go",  // loadgen's help: the Mapper workload
 		"cmd/capgate/simapi.go",   // simapi's help: the built-in policy's simulated API
 		"python/",                 // the Python classifier of the built-in policy
