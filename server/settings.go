@@ -35,7 +35,7 @@ type Settings struct {
 	// heavy, the lanes, tiers and names; "": the built-in policy.
 	PolicyFile  string
 	Database    string        // --database, CAPGATE_DATABASE: sqlite:<path> or postgres://…
-	Mode        settings.Mode // --mode, CAPACITY_LIMIT_MODE: the defaults' mode; invalid means shadow
+	Mode        settings.Mode // --mode, CAPACITY_LIMIT_MODE: the defaults' mode; another word is an error (ParseMode)
 	CacheTTL    time.Duration // --config-cache, CAPACITY_CONFIG_CACHE_SECONDS (10); 0 reads on every call
 	ReadTimeout time.Duration // --config-read-timeout, CAPACITY_CONFIG_READ_TIMEOUT_MS (500)
 
