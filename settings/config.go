@@ -181,16 +181,17 @@ func (i Idempotency) TTL() time.Duration { return time.Duration(i.TTLSeconds) * 
 const DefaultUnidentified = 1
 
 // Default returns the default config of policy p (nil: the built-in
-// policy) with the given boot mode, read in any case ("Enforce" is
-// enforce); no mode ("") means shadow. Any other mode is kept as given,
-// and Check refuses it: a gate under the config decides no call (each is
-// unavailable, its log line says why) rather than gate in a mode nobody
-// asked for.
+// policy) with the given boot mode, read in any case and without
+// surrounding spaces ("Enforce" is enforce, not a typo to overrule); no
+// mode, or a word that is none of the three, means shadow (the boot
+// default's rule: an invalid value means shadow; the CLI refuses one
+// before it gets here, ParseMode). Each lane's limits and reserve are the
+// policy's.
 func Default(p *policy.Policy, mode Mode) Config {
-	if mode == "" {
-		mode = ModeShadow
-	} else if m, ok := ParseMode(strings.ToLower(strings.TrimSpace(string(mode)))); ok {
+	if m, ok := ParseMode(strings.ToLower(strings.TrimSpace(string(mode)))); ok {
 		mode = m
+	} else {
+		mode = ModeShadow
 	}
 	s := schemaOf(p)
 	return Config{
