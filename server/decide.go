@@ -110,7 +110,7 @@ func RunDecider(ctx context.Context, o ServeOptions, d DecideOptions, stdout io.
 	if o.StaffTokens != "" {
 		// The staff API and page as serve has them, for the holders of the
 		// static staff tokens alone: the service has no identity lookup.
-		if s.staffTokens, err = LoadStaffTokens(o.StaffTokens); err != nil {
+		if s.staffTokens, err = loadStaffTokens(o.StaffTokens); err != nil {
 			return err
 		}
 		h := capgatehttp.NewStaffHandler(s.Configs, s.staffTokens)

@@ -33,8 +33,8 @@ func ParseDuration(v string, unit time.Duration) (time.Duration, error) {
 	return d, nil
 }
 
-// UnitName is "seconds" or "milliseconds".
-func UnitName(unit time.Duration) string {
+// unitName is "seconds" or "milliseconds".
+func unitName(unit time.Duration) string {
 	if unit == time.Millisecond {
 		return "milliseconds"
 	}
@@ -57,33 +57,33 @@ func (v DurationValue) String() string {
 func (v DurationValue) Set(s string) error {
 	d, err := ParseDuration(s, v.Unit)
 	if err != nil {
-		return fmt.Errorf("want a duration such as 10s or 500ms, or a number of %s", UnitName(v.Unit))
+		return fmt.Errorf("want a duration such as 10s or 500ms, or a number of %s", unitName(v.Unit))
 	}
 	*v.D = d
 	return nil
 }
 
-// ModeValue is the --mode flag: off, shadow or enforce, nothing else.
-type ModeValue struct{ M *settings.Mode }
+// modeValue is the --mode flag: off, shadow or enforce, nothing else.
+type modeValue struct{ m *settings.Mode }
 
-func (v ModeValue) String() string {
-	if v.M == nil {
+func (v modeValue) String() string {
+	if v.m == nil {
 		return ""
 	}
-	return string(*v.M)
+	return string(*v.m)
 }
 
-func (v ModeValue) Set(s string) error {
-	m, err := ParseMode(s)
+func (v modeValue) Set(s string) error {
+	m, err := parseMode(s)
 	if err != nil {
 		return err
 	}
-	*v.M = m
+	*v.m = m
 	return nil
 }
 
-// ParseMode reads a boot mode; a typo is an error, never a silent shadow.
-func ParseMode(s string) (settings.Mode, error) {
+// parseMode reads a boot mode; a typo is an error, never a silent shadow.
+func parseMode(s string) (settings.Mode, error) {
 	m, ok := settings.ParseMode(strings.TrimSpace(s))
 	if !ok {
 		return "", fmt.Errorf("%q is not a mode: use off, shadow or enforce", s)

@@ -33,9 +33,9 @@ func revision() string {
 	return ""
 }
 
-// LoadStaffTokens reads a --staff-tokens file: the --tokens format, every
+// loadStaffTokens reads a --staff-tokens file: the --tokens format, every
 // entry staff. Reloaded on SIGHUP.
-func LoadStaffTokens(path string) (*reloadingTokens, error) {
+func loadStaffTokens(path string) (*reloadingTokens, error) {
 	t := &reloadingTokens{path: path, load: func(path string) (*identity.Tokens, error) {
 		entries, err := identity.ReadTokens(path)
 		if err != nil {

@@ -23,7 +23,7 @@ func TestStaffTokensReload(t *testing.T) {
 		return err == nil && ok && c.Staff
 	}
 	write(`[{"token":"a","username":"ops","is_staff":true}]`)
-	tok, err := LoadStaffTokens(path)
+	tok, err := loadStaffTokens(path)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -36,7 +36,7 @@ func TestStaffTokensReload(t *testing.T) {
 		t.Errorf("reload: err %v; a known %v, c known %v; want only c", err, knows(tok, "a"), knows(tok, "c"))
 	}
 	write(`[{"token":"x","username":"pam"}]`)
-	if _, err := LoadStaffTokens(path); err == nil {
+	if _, err := loadStaffTokens(path); err == nil {
 		t.Error("a staff tokens file with a non-staff entry was loaded at start")
 	}
 }

@@ -192,7 +192,7 @@ func NewServer(ctx context.Context, opts ServeOptions, lines io.Writer, logger *
 	// so they keep working while the API (the upstream identity) is down.
 	staffIDs := ids
 	if opts.StaffTokens != "" {
-		if s.staffTokens, err = LoadStaffTokens(opts.StaffTokens); err != nil {
+		if s.staffTokens, err = loadStaffTokens(opts.StaffTokens); err != nil {
 			return nil, err
 		}
 		staffIDs = identity.NewStaff(s.staffTokens, ids)

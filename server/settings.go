@@ -35,7 +35,7 @@ type Settings struct {
 	// heavy, the lanes, tiers and names; "": the built-in policy.
 	PolicyFile  string
 	Database    string        // --database, CAPGATE_DATABASE: sqlite:<path> or postgres://…
-	Mode        settings.Mode // --mode, CAPACITY_LIMIT_MODE: the defaults' mode; another word is an error (ParseMode)
+	Mode        settings.Mode // --mode, CAPACITY_LIMIT_MODE: the defaults' mode; another word is an error (parseMode)
 	CacheTTL    time.Duration // --config-cache, CAPACITY_CONFIG_CACHE_SECONDS (10); 0 reads on every call
 	ReadTimeout time.Duration // --config-read-timeout, CAPACITY_CONFIG_READ_TIMEOUT_MS (500)
 
@@ -85,7 +85,7 @@ func LoadSettings(getenv func(string) string) (Settings, error) {
 		}
 		d, err := ParseDuration(v, unit)
 		if err != nil {
-			errs = append(errs, fmt.Errorf("%s=%q: want a duration such as 10s or 500ms, or a number of %s, 0 or more", name, v, UnitName(unit)))
+			errs = append(errs, fmt.Errorf("%s=%q: want a duration such as 10s or 500ms, or a number of %s, 0 or more", name, v, unitName(unit)))
 			return
 		}
 		*dst = d
@@ -93,7 +93,7 @@ func LoadSettings(getenv func(string) string) (Settings, error) {
 	str(&s.Database, "CAPGATE_DATABASE")
 	str(&s.PolicyFile, "CAPGATE_POLICY")
 	if v := getenv("CAPACITY_LIMIT_MODE"); v != "" {
-		m, err := ParseMode(v)
+		m, err := parseMode(v)
 		if err != nil {
 			errs = append(errs, fmt.Errorf("CAPACITY_LIMIT_MODE=%w", err))
 		}
@@ -190,7 +190,7 @@ func (s Settings) LoadPolicy() (*policy.Policy, error) {
 func (s *Settings) StoreFlags(fs *flag.FlagSet) {
 	s.PolicyFlag(fs)
 	fs.StringVar(&s.Database, "database", s.Database, "where the config lives: sqlite:<path> (created if missing; relative to the current directory) or postgres://… (CAPGATE_DATABASE)")
-	fs.Var(ModeValue{&s.Mode}, "mode", "the defaults' `off|shadow|enforce` mode until staff change the config (CAPACITY_LIMIT_MODE)")
+	fs.Var(modeValue{&s.Mode}, "mode", "the defaults' `off|shadow|enforce` mode until staff change the config (CAPACITY_LIMIT_MODE)")
 }
 
 // CLIStoreFlags registers the config store and boot mode settings of the
@@ -198,7 +198,7 @@ func (s *Settings) StoreFlags(fs *flag.FlagSet) {
 func (s *Settings) CLIStoreFlags(fs *flag.FlagSet) {
 	s.PolicyFlag(fs)
 	fs.StringVar(&s.Database, "database", s.Database, "the gateways' config database: sqlite:<path> (relative to the current directory) or postgres://… (CAPGATE_DATABASE)")
-	fs.Var(ModeValue{&s.Mode}, "mode", "the defaults' `off|shadow|enforce` mode, as the gateways were started with (CAPACITY_LIMIT_MODE)")
+	fs.Var(modeValue{&s.Mode}, "mode", "the defaults' `off|shadow|enforce` mode, as the gateways were started with (CAPACITY_LIMIT_MODE)")
 }
 
 // LaneFlags registers the lane store settings on fs, defaulting to s's
