@@ -32,6 +32,13 @@ var (
 	// kits: conformance suites and fakes for tests. A kit imports the core
 	// and other kits, no adapter.
 	kits = []string{"mock", "lanetest", "configtest", "journaltest"}
+	// assemblies: what a command runs, each built of the core and the
+	// adapters and testable on its own, so that cmd/ only wires (flags,
+	// environment, exit codes): the server process, the demo, the log
+	// analysis, the load generator. An assembly imports any layer but the
+	// kits, and other assemblies; nothing but cmd/, tools/, bench/ and
+	// test/ imports an assembly.
+	assemblies = []string{"server", "demo", "analyze", "loadgen"}
 	// allowed are the adapter-to-adapter imports the design keeps, and
 	// why.
 	allowed = map[[2]string]string{
@@ -109,7 +116,7 @@ func documented(pkg string) bool {
 func checkLayers(t *testing.T, imports map[string][]string) {
 	t.Helper()
 	layer := map[string]string{}
-	for name, pkgs := range map[string][]string{"core": core, "adapter": adapters, "kit": kits} {
+	for name, pkgs := range map[string][]string{"core": core, "adapter": adapters, "kit": kits, "assembly": assemblies} {
 		for _, p := range pkgs {
 			if l, ok := layer[p]; ok {
 				t.Errorf("package %q is both %s and %s", p, l, name)
@@ -124,7 +131,7 @@ func checkLayers(t *testing.T, imports map[string][]string) {
 		l, ok := layer[pkg]
 		if !ok {
 			if documented(pkg) && !strings.HasPrefix(pkg, "internal/") && !strings.HasPrefix(pkg, "cmd/") && !strings.HasPrefix(pkg, "tools/") {
-				t.Errorf("package %q is in no layer: place it in core, adapters or kits (deps_test.go)", pkg)
+				t.Errorf("package %q is in no layer: place it in core, adapters, kits or assemblies (deps_test.go)", pkg)
 			}
 			if strings.HasPrefix(pkg, "internal/") {
 				for _, dep := range imp {
@@ -149,6 +156,12 @@ func checkLayers(t *testing.T, imports map[string][]string) {
 				t.Errorf("the adapter %q imports the test kit %q", pkg, d)
 			case l == "kit" && dl == "adapter":
 				t.Errorf("the test kit %q imports the adapter %q: kits are given the stores they test", pkg, d)
+			case (l == "core" || l == "adapter" || l == "kit") && dl == "assembly":
+				t.Errorf("the %s %q imports the assembly %q: assemblies are what commands run, built of the layers below", l, label(pkg), d)
+			case l == "assembly" && dl == "kit":
+				t.Errorf("the assembly %q imports the test kit %q", pkg, d)
+			case l == "assembly" && strings.HasPrefix(d, "cmd/"):
+				t.Errorf("the assembly %q imports the command %q", pkg, d)
 			case (l == "core" || l == "adapter" || l == "kit") && (strings.HasPrefix(d, "cmd/") || strings.HasPrefix(d, "tools/")):
 				t.Errorf("%q imports the tool %q", label(pkg), d)
 			}

@@ -100,10 +100,12 @@ func NewGate(store LaneStore, cfg ConfigSource, sink Sink, taskID string) (*Gate
 	if taskID == "" {
 		return nil, errors.New("new gate: no task id: each API task (gateway) needs its own, e.g. its hostname")
 	}
-	prefix := ""
-	if s, ok := store.(StoreKeyPrefix); ok {
-		prefix = s.KeyPrefix() // the store's own layout (a Redis Cluster's hash tag)
+	if store == nil || cfg == nil {
+		// Every call would be unavailable: refused here instead.
+		return nil, fmt.Errorf("new gate: a lane store (%v) and a config source (%v) are both required, e.g. memory.New(nil) and settings.NewFixed(settings.Default(nil, settings.ModeShadow))",
+			store != nil, cfg != nil)
 	}
+	prefix := CapsOf(store).KeyPrefix // the store's own layout (a Redis Cluster's hash tag)
 	return &Gate{
 		Store:     store,
 		Source:    cfg,
@@ -165,10 +167,8 @@ func (g *Gate) now() time.Time {
 // by being a StoreDeadline, and one whose operations never wait (memory)
 // returns 0 from it. bounded is false for a store that is not one.
 func (g *Gate) storeBound() (d time.Duration, bounded bool) {
-	if s, ok := g.Store.(StoreDeadline); ok {
-		return s.Deadline(), true
-	}
-	return 0, false
+	c := CapsOf(g.Store)
+	return c.Deadline, c.Bounded
 }
 
 // storeDeadline is the longest one store operation may take: an acquire
@@ -306,14 +306,21 @@ func (g *Gate) Off(ctx context.Context) bool {
 
 // config reads the config in force. A ConfigSource must not fail; if one
 // panics anyway, the call is gated in shadow with the defaults, and
-// counted as unavailable.
+// counted as unavailable. A config settings.Config.Check refuses (the
+// zero Config of a zero settings.Fixed) is that error, with the defaults
+// in shadow: the call is unavailable, and the store is never asked (its
+// skip window stays shut: the config's fault is not the store's).
 func (g *Gate) config(ctx context.Context) (c settings.Config, err error) {
 	defer func() {
 		if r := recover(); r != nil {
 			c, err = settings.Default(nil, settings.ModeShadow), fmt.Errorf("internal error: read config: %v", r)
 		}
 	}()
-	return g.tuner.apply(g.Source.Config(ctx)), nil
+	c = g.Source.Config(ctx)
+	if err := c.Check(); err != nil {
+		return settings.Default(c.Policy(), settings.ModeShadow), err
+	}
+	return g.tuner.apply(c), nil
 }
 
 // Unavailable returns an admission for a call the gate could not decide

@@ -37,7 +37,9 @@ type faultEnv struct {
 func newFaultEnv(t *testing.T) *faultEnv {
 	t.Helper()
 	e := &faultEnv{mem: memory.New(nil), lines: &mock.Sink{}}
-	e.store = &mock.LaneStore{Base: e.mem}
+	// A store with no optional part (no waitlist, idempotency, adaptive
+	// state, bound or kind): every call goes through the func fields.
+	e.store = &mock.LaneStore{Base: e.mem, CapsFn: func() capgate.StoreCaps { return capgate.StoreCaps{} }}
 	e.store.AcquireFn = func(ctx context.Context, req capgate.AcquireRequest, counts []int) (bool, error) {
 		e.acquires.Add(1)
 		e.lastToken.Store(req.Token)
@@ -554,15 +556,6 @@ func TestABusyStoreFailsOneCallWithoutTheSkipWindow(t *testing.T) {
 	}
 }
 
-// boundedStore is a lane store that bounds its own operations by d
-// (Deadline), as the Redis store does; d 0: they never wait.
-type boundedStore struct {
-	*mock.LaneStore
-	d time.Duration
-}
-
-func (s boundedStore) Deadline() time.Duration { return s.d }
-
 // TestReleaseContextFollowsTheStoresBound: a call whose client is gone
 // still gives its leases back, under a context the request's cancellation
 // does not reach; the gate sets a deadline only for a store that does not
@@ -586,8 +579,9 @@ func TestReleaseContextFollowsTheStoresBound(t *testing.T) {
 				_, hasDeadline = ctx.Deadline()
 				return e.mem.Release(ctx, token, keys)
 			}
+			e.store.CapsFn = func() capgate.StoreCaps { return capgate.StoreCaps{} }
 			if tt.bound != nil {
-				e.gate.Store = boundedStore{e.store, *tt.bound}
+				e.store.CapsFn = func() capgate.StoreCaps { return capgate.StoreCaps{Deadline: *tt.bound, Bounded: true} }
 			}
 			ctx, cancel := context.WithCancel(context.Background())
 			a := e.gate.Admit(ctx, lanetest.Match("p", "preview"))

@@ -54,6 +54,10 @@ type RepeatEntry struct {
 	Answer      []byte // the kept answer; nil while the call runs
 }
 
+// ErrNoRepeatID is Gate.Repeat's error for a request with no ID: calls
+// of different callers with no key would join each other.
+var ErrNoRepeatID = errors.New("idempotency: the repeat request has no id")
+
 // RepeatRequest is a heavy call that may repeat another.
 type RepeatRequest struct {
 	// ID is the key: a hash of the caller and the Idempotency-Key, or of
@@ -157,8 +161,11 @@ func (g *Gate) Idempotency(ctx context.Context) settings.Idempotency {
 // returns an error and a nil Repeat: the caller runs the call as if
 // idempotency were off, and says why on its line (Admission.NoteRepeat).
 func (g *Gate) Repeat(ctx context.Context, req RepeatRequest) (*Repeat, error) {
-	st, ok := g.Store.(IdempotencyStore)
-	if !ok {
+	if req.ID == "" {
+		return nil, ErrNoRepeatID // no key: it would join whoever else sent none
+	}
+	st := CapsOf(g.Store).Idempotency
+	if st == nil {
 		return nil, ErrNoRepeatStore
 	}
 	cfg, err := g.config(ctx)

@@ -90,7 +90,7 @@ func TestRepeatWaitBounds(t *testing.T) {
 
 // A store that keeps no idempotency entries: the call runs, and says why.
 func TestRepeatFailsOpen(t *testing.T) {
-	g := repeatGate(t, &mock.LaneStore{Base: memory.New(nil)}, nil)
+	g := repeatGate(t, &mock.LaneStore{Base: memory.New(nil), CapsFn: func() capgate.StoreCaps { return capgate.StoreCaps{} }}, nil)
 	if _, err := g.Repeat(t.Context(), capgate.RepeatRequest{ID: "id"}); !errors.Is(err, capgate.ErrNoRepeatStore) {
 		t.Fatalf("err %v; want ErrNoRepeatStore", err)
 	}

@@ -4,8 +4,8 @@ package capgate
 // (this process only), "redis", "redis-sentinel", "redis-cluster". A LaneStore says so by
 // being a StoreKind; one that is not is "unknown".
 func laneStoreKind(s LaneStore) string {
-	if k, ok := s.(StoreKind); ok {
-		return k.Kind()
+	if k := CapsOf(s).Kind; k != "" {
+		return k
 	}
 	return "unknown"
 }

@@ -22,14 +22,15 @@ func TestNoBuiltInPolicyNamesInTheEngine(t *testing.T) {
 		"bench/",                   // benchmarks of the built-in policy's calls
 		"test/",                    // the integration suites, run under the built-in policy
 		"lanetest/", "configtest/", // conformance suites: their calls are the built-in policy's
-		"tools/simapi/simapi.go",        // the simulated API of the built-in policy
-		"tools/simapi/backend.go",       // its kNN backend
-		"tools/genlog/",                 // logs of the built-in policy's call mix (pinned by analyze's tests)
-		"cmd/capgate/internal/loadgen/", // the Mapper workload (the built-in policy's web client)
-		"cmd/capgate/demo.go",           // the demo of the built-in policy's API
-		"cmd/capgate/loadgen.go",        // loadgen's help: the Mapper workload
-		"cmd/capgate/simapi.go",         // simapi's help: the built-in policy's simulated API
-		"python/",                       // the Python classifier of the built-in policy
+		"tools/simapi/simapi.go",   // the simulated API of the built-in policy
+		"tools/simapi/backend.go",  // its kNN backend
+		"tools/genlog/",            // logs of the built-in policy's call mix (pinned by analyze's tests)
+		"loadgen/",                 // the Mapper workload (the built-in policy's web client)
+		"demo/demo.go",             // the demo of the built-in policy's API
+		"cmd/capgate/demoflags.go", // the demo's help: the built-in policy's API
+		"cmd/capgate/loadgen.go",   // loadgen's help: the Mapper workload
+		"cmd/capgate/simapi.go",    // simapi's help: the built-in policy's simulated API
+		"python/",                  // the Python classifier of the built-in policy
 	}
 	err := filepath.WalkDir(".", func(path string, d fs.DirEntry, err error) error {
 		if err != nil {

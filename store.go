@@ -15,13 +15,16 @@ import (
 // don't matter. Every method is safe for concurrent use. Any error returned
 // is a store failure: the gate fails open and skips the store for a while.
 //
-// A store may also implement the optional interfaces the gate looks for by
-// a type assertion: Waitlist (enforced calls wait for a slot instead of
-// being refused), StoreDeadline (the store bounds its own operations),
-// StoreKind (where the lanes live, for status), StoreKeyPrefix (the
-// store lays out its own keys) and IdempotencyStore (the entries of
-// idempotent calls, idempotency.go). memory.Store implements all but
-// StoreKeyPrefix, redis.Store all five.
+// A store may also offer optional parts, one set of them (StoreCaps), which
+// the gate reads through CapsOf: Waitlist (enforced calls wait for a slot
+// instead of being refused), StoreDeadline (the store bounds its own
+// operations), StoreKind (where the lanes live, for status),
+// StoreKeyPrefix (the store lays out its own keys), IdempotencyStore (the
+// entries of idempotent calls, idempotency.go) and tune.Store (the adaptive
+// limits' state). A store offers them by implementing those interfaces; a
+// store that wraps another declares the set itself (CapableStore), so
+// wrapping hides nothing. memory.Store implements all but StoreKeyPrefix,
+// redis.Store all six.
 type LaneStore interface {
 	// Acquire is atomic across req.Keys: it drops leases that have expired,
 	// counts the rest into counts (len(req.Keys); the count before this

@@ -1,11 +1,15 @@
 package capgate_test
 
 import (
+	"context"
+	"errors"
 	"strings"
 	"testing"
 
 	"github.com/capgate/capgate"
+	"github.com/capgate/capgate/lanetest"
 	"github.com/capgate/capgate/memory"
+	"github.com/capgate/capgate/mock"
 	"github.com/capgate/capgate/settings"
 )
 
@@ -20,4 +24,115 @@ func TestNewGateRefusesAnEmptyTaskID(t *testing.T) {
 	if g, err := capgate.NewGate(memory.New(nil), cfg, nil, "task-a"); err != nil || g.TaskID != "task-a" {
 		t.Fatalf("NewGate(task-a) = %+v, %v; want a gate on task-a", g, err)
 	}
+}
+
+// A config the gate can't decide by (the zero Config of settings.NewFixed
+// or a zero settings.Fixed) makes its calls unavailable, saying why, and
+// is never counted as a store failure: the next call under a good config
+// is decided, not "skipped: Redis failed recently".
+func TestAZeroConfigIsNotAStoreFailure(t *testing.T) {
+	ctx := context.Background()
+	for name, src := range map[string]*settings.Fixed{"NewFixed(Config{})": settings.NewFixed(settings.Config{}), "zero Fixed": new(settings.Fixed)} {
+		t.Run(name, func(t *testing.T) {
+			g, err := capgate.NewGate(memory.New(nil), src, nil, "task-a")
+			if err != nil {
+				t.Fatal(err)
+			}
+			a := g.Admit(ctx, lanetest.Match("p", "preview"))
+			a.Release(ctx)
+			if a.Decision() != capgate.DecisionUnavailable || a.Err() == nil || !strings.Contains(a.Err().Error(), "config") {
+				t.Fatalf("under the zero config: %v, %v; want unavailable, naming the config", a.Decision(), a.Err())
+			}
+			src.Set(settings.Default(nil, settings.ModeEnforce))
+			b := g.Admit(ctx, lanetest.Match("p", "preview"))
+			b.Release(ctx)
+			if b.Decision() != capgate.DecisionAdmitted {
+				t.Fatalf("under a good config after it: %v, %v; want admitted (no skip window)", b.Decision(), b.Err())
+			}
+		})
+	}
+}
+
+// A gate with no store or no config source would make every call
+// unavailable: NewGate refuses it.
+func TestNewGateRefusesNoStoreOrNoConfig(t *testing.T) {
+	cfg := settings.NewFixed(settings.Default(nil, settings.ModeShadow))
+	if g, err := capgate.NewGate(nil, cfg, nil, "task-a"); err == nil || g != nil {
+		t.Errorf("NewGate(nil store) = %v, %v; want an error", g, err)
+	}
+	if g, err := capgate.NewGate(memory.New(nil), nil, nil, "task-a"); err == nil || g != nil {
+		t.Errorf("NewGate(nil config) = %v, %v; want an error", g, err)
+	}
+}
+
+// A mode in another case is that mode, not shadow; no mode, or a word
+// that is none of the three, is shadow (the boot default's rule), and
+// whatever Default returns passes Check.
+func TestDefaultModeIsReadNotGuessed(t *testing.T) {
+	for in, want := range map[settings.Mode]settings.Mode{"Enforce": settings.ModeEnforce, " OFF ": settings.ModeOff,
+		"": settings.ModeShadow, "shadow": settings.ModeShadow, "enforcing": settings.ModeShadow} {
+		c := settings.Default(nil, in)
+		if c.Mode != want || c.Check() != nil {
+			t.Errorf("Default(nil, %q): mode %q, Check %v; want %q and no error", in, c.Mode, c.Check(), want)
+		}
+	}
+}
+
+// A repeat request with no id would join any other call with none, a
+// different caller's: Repeat refuses it.
+func TestRepeatRefusesAnEmptyID(t *testing.T) {
+	cfg := settings.Default(nil, settings.ModeShadow)
+	cfg.Idempotency.Mode = settings.IdempotencyKey
+	g, err := capgate.NewGate(memory.New(nil), settings.NewFixed(cfg), nil, "task-a")
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx := context.Background()
+	first, err := g.Repeat(ctx, capgate.RepeatRequest{CID: "alice's", Fingerprint: "fp"})
+	if !errors.Is(err, capgate.ErrNoRepeatID) {
+		t.Fatalf("Repeat(no id) = %+v, %v; want ErrNoRepeatID", first, err)
+	}
+	if r, err := g.Repeat(ctx, capgate.RepeatRequest{CID: "bob's", Fingerprint: "fp", Peek: true}); !errors.Is(err, capgate.ErrNoRepeatID) {
+		t.Fatalf("a second Repeat(no id) = %+v, %v; want ErrNoRepeatID, not joined to the first", r, err)
+	}
+}
+
+// Under the zero config Repeat returns the config's error: no claim with
+// a lease of 0, no ticker of period 0 (a panic swallowed).
+func TestRepeatUnderAZeroConfig(t *testing.T) {
+	g, err := capgate.NewGate(memory.New(nil), settings.NewFixed(settings.Config{}), nil, "task-a")
+	if err != nil {
+		t.Fatal(err)
+	}
+	r, err := g.Repeat(context.Background(), capgate.RepeatRequest{ID: "id", CID: "c1", Fingerprint: "fp"})
+	if err == nil || r != nil || !strings.Contains(err.Error(), "config") {
+		t.Fatalf("Repeat under the zero config = %+v, %v; want an error naming the config", r, err)
+	}
+}
+
+// A store wrapped by mock.LaneStore offers what the store it wraps offers
+// (capgate.CapsOf): calls wait on its waitlist, repeats join, status
+// names where the lanes live.
+func TestAWrappedStoreKeepsItsParts(t *testing.T) {
+	base := memory.New(nil)
+	wrapped := &mock.LaneStore{Base: base}
+	bc, wc := capgate.CapsOf(base), capgate.CapsOf(wrapped)
+	if wc.Waitlist == nil || wc.Idempotency == nil || wc.Adaptive == nil || !wc.Bounded || wc.Kind != bc.Kind || wc.Kind != "memory" {
+		t.Fatalf("CapsOf(mock.LaneStore{memory}) = %+v; want memory's %+v", wc, bc)
+	}
+	cfg := settings.Default(nil, settings.ModeShadow)
+	cfg.Idempotency.Mode = settings.IdempotencyKey
+	g, err := capgate.NewGate(wrapped, settings.NewFixed(cfg), nil, "task-a")
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx := context.Background()
+	if st := g.Status(ctx, cfg); st.Lanes != "memory" {
+		t.Errorf("status of a wrapped memory store: lanes %q, want memory", st.Lanes)
+	}
+	r, err := g.Repeat(ctx, capgate.RepeatRequest{ID: "id", CID: "c1", Fingerprint: "fp"})
+	if err != nil || r.Outcome != capgate.RepeatFirst {
+		t.Fatalf("Repeat through a wrapped store = %+v, %v; want the first of its key", r, err)
+	}
+	r.Finish(ctx, nil)
 }

@@ -98,7 +98,7 @@ func TestUnidentifiedWithoutLocalLanes(t *testing.T) {
 	}
 	first.Release(ctx)
 
-	g2, err := capgate.NewGate(&mock.LaneStore{Base: memory.New(nil)}, settings.NewFixed(cfg), nil, "t1")
+	g2, err := capgate.NewGate(&mock.LaneStore{Base: memory.New(nil), CapsFn: func() capgate.StoreCaps { return capgate.StoreCaps{} }}, settings.NewFixed(cfg), nil, "t1")
 	if err != nil {
 		t.Fatal(err)
 	}

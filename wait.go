@@ -26,8 +26,8 @@ func (a *Admission) waitlist() Waitlist {
 	if !a.enforced || a.cfg.Wait.MaxSeconds <= 0 {
 		return nil
 	}
-	wl, ok := a.g.Store.(Waitlist)
-	if !ok {
+	wl := CapsOf(a.g.Store).Waitlist
+	if wl == nil {
 		return nil
 	}
 	for _, l := range a.lanes {
@@ -316,7 +316,7 @@ func (a *Admission) Waited() (d time.Duration, ok bool) {
 // releaseStore gives the call's leases back, through the waitlist when
 // calls may be waiting for them, so a freed slot is handed over at once.
 func (a *Admission) releaseStore(ctx context.Context) error {
-	if wl, ok := a.g.Store.(Waitlist); ok && a.cfg.Mode == settings.ModeEnforce && a.cfg.Wait.MaxSeconds > 0 {
+	if wl := CapsOf(a.g.Store).Waitlist; wl != nil && a.cfg.Mode == settings.ModeEnforce && a.cfg.Wait.MaxSeconds > 0 {
 		return wl.ReleaseWait(ctx, a.g.keys(a.cfg).prefix(), a.token, a.keys, a.charge())
 	}
 	return a.g.Store.Release(ctx, a.token, a.keys)

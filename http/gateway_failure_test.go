@@ -219,7 +219,7 @@ func TestFailingLookupWithoutLocalLanes(t *testing.T) {
 				c.Identify = id
 			})
 			if !inProcess {
-				e.gate.Store = &mock.LaneStore{Base: e.store} // a store of unknown kind
+				e.gate.Store = &mock.LaneStore{Base: e.store, CapsFn: func() capgate.StoreCaps { return capgate.StoreCaps{} }} // a store of unknown kind
 			}
 			e.up.setUserStatus(http.StatusServiceUnavailable)
 			want, decision := 429, "refused"

@@ -17,6 +17,7 @@ import (
 	"github.com/capgate/capgate/answer"
 	capgatehttp "github.com/capgate/capgate/http"
 	"github.com/capgate/capgate/identity"
+	"github.com/capgate/capgate/memory"
 	"github.com/capgate/capgate/policy"
 	"github.com/capgate/capgate/settings"
 )
@@ -260,7 +261,7 @@ func TestGatewayRoutes(t *testing.T) {
 }
 
 func TestNewGatewayRejects(t *testing.T) {
-	gate, err := capgate.NewGate(nil, settings.NewFixed(settings.Default(nil, "")), nil, "t")
+	gate, err := capgate.NewGate(memory.New(nil), settings.NewFixed(settings.Default(nil, "")), nil, "t")
 	if err != nil {
 		t.Fatal(err)
 	}

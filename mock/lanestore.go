@@ -9,11 +9,13 @@ import (
 	"github.com/capgate/capgate"
 )
 
-var _ capgate.LaneStore = (*LaneStore)(nil)
+var _ capgate.CapableStore = (*LaneStore)(nil)
 
 // LaneStore calls its func fields where set and the wrapped Base
 // otherwise, so a test can make one operation fail or hang while the rest
-// behave as the real store does.
+// behave as the real store does. It offers what Base offers (Caps): Base's
+// waitlist, idempotency, adaptive state, deadline, kind and key prefix,
+// called directly, not through the func fields; CapsFn declares others.
 type LaneStore struct {
 	Base capgate.LaneStore
 
@@ -23,6 +25,9 @@ type LaneStore struct {
 	CountFn   func(ctx context.Context, keys []string, counts []int) error
 	KeysFn    func(ctx context.Context, prefix string) ([]string, error)
 	PingFn    func(ctx context.Context) error
+	// CapsFn, if set, declares what the store offers instead of Base: a
+	// test's store of unknown kind, or without a waitlist.
+	CapsFn func() capgate.StoreCaps
 }
 
 // Acquire calls AcquireFn or Base.Acquire.
@@ -71,4 +76,14 @@ func (s *LaneStore) Ping(ctx context.Context) error {
 		return s.PingFn(ctx)
 	}
 	return s.Base.Ping(ctx)
+}
+
+// Caps calls CapsFn or forwards Base's optional parts (capgate.CapsOf): a
+// wrapped store waits, joins repeats and keeps adaptive limits as Base
+// does.
+func (s *LaneStore) Caps() capgate.StoreCaps {
+	if s.CapsFn != nil {
+		return s.CapsFn()
+	}
+	return capgate.CapsOf(s.Base)
 }

@@ -2,6 +2,7 @@ package settings
 
 import (
 	"fmt"
+	"strings"
 	"time"
 
 	"github.com/capgate/capgate/policy"
@@ -207,10 +208,16 @@ func (i Idempotency) TTL() time.Duration { return time.Duration(i.TTLSeconds) * 
 const DefaultUnidentified = 1
 
 // Default returns the default config of policy p (nil: the built-in
-// policy) with the given boot mode; an invalid mode means shadow. Each
-// lane's limits and reserve are the policy's.
+// policy) with the given boot mode, read in any case and without
+// surrounding spaces ("Enforce" is enforce, not a typo to overrule); no
+// mode, or a word that is none of the three, means shadow (the boot
+// default's rule: an invalid value means shadow; the CLI refuses one
+// before it gets here, ParseMode). Each lane's limits and reserve are the
+// policy's.
 func Default(p *policy.Policy, mode Mode) Config {
-	if _, ok := ParseMode(string(mode)); !ok {
+	if m, ok := ParseMode(strings.ToLower(strings.TrimSpace(string(mode)))); ok {
+		mode = m
+	} else {
 		mode = ModeShadow
 	}
 	s := schemaOf(p)
@@ -330,6 +337,28 @@ func cloneLanes(ls []laneNumbers) []laneNumbers {
 		}
 	}
 	return out
+}
+
+// Check returns why the gate can't decide a call under c, or nil: a mode
+// of its own (off, shadow or enforce: the zero Config has none), enforce_for
+// aware or all, a lease and a renewal of at least a second. It is the least
+// a config must hold, read on every call (the gate counts a call under a
+// config Check refuses as unavailable, the config's fault, never the
+// store's); a stored config's full rules are Validate's and Apply's.
+func (c Config) Check() error {
+	if _, ok := ParseMode(string(c.Mode)); !ok {
+		return fmt.Errorf("config: mode %q: want off, shadow or enforce (settings.Default gives a whole config)", c.Mode)
+	}
+	if c.Mode == ModeOff {
+		return nil
+	}
+	if c.EnforceFor != EnforceAware && c.EnforceFor != EnforceAll {
+		return fmt.Errorf("config: enforce_for %q: want aware or all", c.EnforceFor)
+	}
+	if c.LeaseSeconds < 1 || c.RenewSeconds < 1 {
+		return fmt.Errorf("config: lease_seconds %d, renew_seconds %d: want 1 or more of each", c.LeaseSeconds, c.RenewSeconds)
+	}
+	return nil
 }
 
 // Enforces reports whether a full lane refuses a call under c: in

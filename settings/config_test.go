@@ -46,7 +46,7 @@ func TestDefaultConfig(t *testing.T) {
 
 func TestDefaultConfigMode(t *testing.T) {
 	for boot, want := range map[settings.Mode]settings.Mode{
-		"off": "off", "enforce": "enforce", "shadow": "shadow", "loud": "shadow", "": "shadow",
+		"off": "off", "enforce": "enforce", "shadow": "shadow", "Enforce": "enforce", "loud": "shadow", "": "shadow",
 	} {
 		if got := settings.Default(nil, boot).Mode; got != want {
 			t.Errorf("Default(nil, %q).Mode = %q, want %q", boot, got, want)

@@ -9,7 +9,7 @@ import (
 	"strings"
 	"time"
 
-	"github.com/capgate/capgate/cmd/capgate/internal/analyze"
+	"github.com/capgate/capgate/analyze"
 	"github.com/capgate/capgate/internal/jsontree"
 	"github.com/capgate/capgate/policy"
 	"github.com/capgate/capgate/settings"

@@ -7,8 +7,9 @@ import (
 	"testing"
 	"time"
 
-	"github.com/capgate/capgate/internal/browsertest"
 	"github.com/chromedp/chromedp"
+
+	"github.com/capgate/capgate/internal/browsertest"
 )
 
 // The browser tests drive Debian's chromium, headless, through

@@ -23,6 +23,7 @@ import (
 	"github.com/capgate/capgate/policy"
 	"github.com/capgate/capgate/postgres"
 	"github.com/capgate/capgate/redis"
+	"github.com/capgate/capgate/server"
 	"github.com/capgate/capgate/settings"
 	"github.com/capgate/capgate/sqlite"
 	"github.com/capgate/capgate/status"
@@ -70,7 +71,7 @@ The database (--database, CAPGATE_DATABASE; default sqlite:capgate.db,
 relative to the current directory) must exist: the CLI never makes a new
 one by mistake. --create makes it (and its tables) when it is missing.
 
-Settings are dotted paths (tiers.preview=1 mode=enforce); a value of digits
+server.Settings are dotted paths (tiers.preview=1 mode=enforce); a value of digits
 is a number, null removes a setting that may be absent (a key value's limit:
 key_limits.model.large=null), anything else a string. Flags may come before or after the
 assignments. A change that changes nothing adds no version.
@@ -92,7 +93,7 @@ type capacityAction struct {
 	tokens string
 	limit  int
 	to     int64
-	st     Settings
+	st     server.Settings
 }
 
 // capacitySynopsis is each action's first line of help.
@@ -105,7 +106,7 @@ var capacitySynopsis = map[string]string{
 	"status":   "capgate capacity status: print the lanes' calls in flight and limits (needs the lanes' Redis); exits 1 when a store fails.",
 }
 
-func (c *CapacityCommand) newAction(name string, st Settings) *capacityAction {
+func (c *CapacityCommand) newAction(name string, st server.Settings) *capacityAction {
 	a := &capacityAction{fs: flag.NewFlagSet("capgate capacity "+name, flag.ContinueOnError), st: st}
 	a.fs.SetOutput(io.Discard)
 	a.st.CLIStoreFlags(a.fs)
@@ -168,7 +169,7 @@ func (c *CapacityCommand) Run(ctx context.Context, args []string) error {
 	default:
 		return &UsageError{Msg: fmt.Sprintf("capgate capacity: unknown action %q\n\n%s", name, c.Usage())}
 	}
-	st, err := LoadSettings(c.Getenv)
+	st, err := server.LoadSettings(c.Getenv)
 	if err != nil {
 		return err
 	}
@@ -230,13 +231,13 @@ func (c *CapacityCommand) Run(ctx context.Context, args []string) error {
 // It refuses a database that is missing, unless --create.
 func (c *CapacityCommand) withConfigs(ctx context.Context, a *capacityAction, fn func(*config.Service) error) error {
 	st := a.st
-	if p := sqlitePath(st.Database); p != "" && !a.create {
+	if p := server.SQLitePath(st.Database); p != "" && !a.create {
 		if _, err := os.Stat(p); errors.Is(err, fs.ErrNotExist) {
 			abs, _ := filepath.Abs(p)
 			return fmt.Errorf("no config database at %s (--database %s): point --database or CAPGATE_DATABASE at the gateway's database, or pass --create to make a new one", abs, st.Database)
 		}
 	}
-	store, err := ConnectConfigStore(ctx, st.Database)
+	store, err := server.ConnectConfigStore(ctx, st.Database)
 	if err != nil {
 		return err
 	}
@@ -247,8 +248,8 @@ func (c *CapacityCommand) withConfigs(ctx context.Context, a *capacityAction, fn
 	}
 	switch {
 	case have == 0 && !a.create:
-		return fmt.Errorf("the config database %s has no capgate tables: run capgate migrate --database …, or pass --create", maskURL(st.Database))
-	case have < latestSchema(st.Database):
+		return fmt.Errorf("the config database %s has no capgate tables: run capgate migrate --database …, or pass --create", server.MaskURL(st.Database))
+	case have < server.LatestSchema(st.Database):
 		if err := store.Migrate(ctx); err != nil {
 			return err
 		}
@@ -326,10 +327,10 @@ func (c *CapacityCommand) save(ctx context.Context, a *capacityAction, change co
 // announce pushes a saved version to the gateways where it can (the
 // lanes' Redis; PostgreSQL notified in the save itself) and says when the
 // change applies.
-func (c *CapacityCommand) announce(ctx context.Context, st Settings, version int64) string {
+func (c *CapacityCommand) announce(ctx context.Context, st server.Settings, version int64) string {
 	poll := fmt.Sprintf("within each gateway's --config-cache (%s by default)", config.DefaultCacheTTL)
 	var pushed []string
-	if sqlitePath(st.Database) == "" {
+	if server.SQLitePath(st.Database) == "" {
 		pushed = append(pushed, "PostgreSQL NOTIFY "+postgres.ConfigChannelName)
 	} else {
 		pushed = append(pushed, "SQLite's commit counter (the gateways on this file check it every "+sqlite.DataVersionInterval.String()+")")

@@ -18,14 +18,15 @@ import (
 	"time"
 
 	"github.com/alicebob/miniredis/v2"
-	"github.com/capgate/capgate/config"
 
 	"github.com/capgate/capgate"
+	"github.com/capgate/capgate/config"
 	"github.com/capgate/capgate/configtest"
 	capgatehttp "github.com/capgate/capgate/http"
 	"github.com/capgate/capgate/internal/skipnote"
 	"github.com/capgate/capgate/lanetest"
 	"github.com/capgate/capgate/redis"
+	"github.com/capgate/capgate/server"
 	"github.com/capgate/capgate/settings"
 	"github.com/capgate/capgate/tune"
 )
@@ -98,7 +99,7 @@ func databases(t *testing.T, fn func(t *testing.T, database string)) {
 
 func openStore(t *testing.T, database string) config.Store {
 	t.Helper()
-	store, err := OpenConfigStore(context.Background(), database)
+	store, err := server.OpenConfigStore(context.Background(), database)
 	if err != nil {
 		t.Fatal(err)
 	}

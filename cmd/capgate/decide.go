@@ -7,37 +7,13 @@ import (
 	"fmt"
 	"io"
 	"io/fs"
-	"log/slog"
-	"net"
-	"net/http"
 	"os"
 	"strings"
-	"sync"
 	"time"
 
-	"github.com/prometheus/client_golang/prometheus/promhttp"
-
-	"github.com/capgate/capgate"
 	"github.com/capgate/capgate/decide"
-	capgatehttp "github.com/capgate/capgate/http"
-	"github.com/capgate/capgate/journal"
-	"github.com/capgate/capgate/redis"
+	"github.com/capgate/capgate/server"
 )
-
-// DecideOptions are the decision service's own settings, shared by
-// `capgate decide` and `capgate serve --decide-listen`.
-type DecideOptions struct {
-	Listen  string // --listen (decide) or --decide-listen (serve): unix:<path> or host:port
-	Token   string // --decide-token, CAPGATE_DECIDE_TOKEN: the shared secret
-	NoToken bool   // --decide-no-token, CAPGATE_DECIDE_NO_TOKEN: allow a loopback TCP address without one
-	// Socket is the unix socket's mode and group (--socket-mode and
-	// --socket-group; serve: --decide-socket-mode, --decide-socket-group).
-	Socket decide.SocketOptions
-	// MaxWaiting bounds the calls of one API task waiting at once
-	// (--max-waiting; serve: --decide-max-waiting); default
-	// decide.DefaultMaxWaiting, 0: no bound.
-	MaxWaiting int
-}
 
 // socketModeValue is an octal file mode flag (0660).
 type socketModeValue struct{ m *fs.FileMode }
@@ -60,7 +36,7 @@ func (v socketModeValue) Set(s string) error {
 
 // decideSocketFlags registers the socket's and the wait's flags on fs,
 // each name after prefix ("" for decide, "decide-" for serve).
-func decideSocketFlags(fs *flag.FlagSet, o *DecideOptions, prefix string) {
+func decideSocketFlags(fs *flag.FlagSet, o *server.DecideOptions, prefix string) {
 	env := "CAPGATE_" + strings.ToUpper(strings.ReplaceAll(prefix, "-", "_"))
 	fs.Var(socketModeValue{&o.Socket.Mode}, prefix+"socket-mode", "the unix socket's permission bits, an octal `mode` such as 0660 (the app's group may connect); set as the socket is created, never after. Default: what the umask leaves ("+env+"SOCKET_MODE)")
 	fs.StringVar(&o.Socket.Group, prefix+"socket-group", "", "the unix socket's `group`, a name or id: the app's, with --"+prefix+"socket-mode 0660; the service must be a member of it ("+env+"SOCKET_GROUP)")
@@ -68,57 +44,9 @@ func decideSocketFlags(fs *flag.FlagSet, o *DecideOptions, prefix string) {
 }
 
 // decideTokenFlags registers the token flags on fs.
-func decideTokenFlags(fs *flag.FlagSet, o *DecideOptions, env func(name, def string) string) {
+func decideTokenFlags(fs *flag.FlagSet, o *server.DecideOptions, env func(name, def string) string) {
 	fs.StringVar(&o.Token, "decide-token", env("CAPGATE_DECIDE_TOKEN", ""), "the decision service's shared secret, sent as Authorization: Bearer; required on TCP unless --decide-no-token on a loopback address (CAPGATE_DECIDE_TOKEN)")
 	fs.Var(boolValue{&o.NoToken}, "decide-no-token", "serve the decision service without a token on a loopback TCP address (a unix socket never needs one) (CAPGATE_DECIDE_NO_TOKEN)")
-}
-
-// startDecide serves the decision protocol over gate on o.Listen until ctx
-// is done or stop is called; stop ends it and waits for it (call it before
-// the gate closes). With no address it does nothing.
-func startDecide(ctx context.Context, o DecideOptions, gate *capgate.Gate,
-	shutdown time.Duration, logger *slog.Logger) (stop func() error, err error) {
-	if o.Listen == "" {
-		return func() error { return nil }, nil
-	}
-	if o.MaxWaiting < 0 {
-		return nil, fmt.Errorf("decision service: max waiting %d: want 0 (no bound) or more", o.MaxWaiting)
-	}
-	ln, err := decide.Listen(o.Listen, o.Token, o.NoToken, o.Socket)
-	if err != nil {
-		return nil, fmt.Errorf("decision service: %w", err)
-	}
-	s := decide.NewServer(gate)
-	s.Token, s.Logger, s.MaxWaiting = o.Token, logger, o.MaxWaiting
-	if rs, ok := gate.Store.(*redis.Store); ok {
-		// Redis: the held calls' leases are journalled, so that once this
-		// service is dead another of its task id and --listen releases
-		// them; a predecessor's are released once it is proven dead, and
-		// journal.DefaultHold after this one starts at the earliest: the
-		// calls still running have registered again meanwhile.
-		s.Journal, err = journal.Open(ctx, journal.Options{Store: rs, Group: "decide:" + gate.TaskID + ":" + o.Listen,
-			Release: gate.ReleaseLeft, Hold: journal.DefaultHold, Logger: logger})
-		if err != nil {
-			ln.Close()
-			return nil, fmt.Errorf("decision service: journal: %w", err)
-		}
-	}
-	logger.Info("capgate decision service", "listen", o.Listen, "token", o.Token != "", "max_waiting", o.MaxWaiting)
-	ctx, cancel := context.WithCancel(ctx)
-	var wg sync.WaitGroup
-	var serr error
-	wg.Go(func() { serr = decide.Serve(ctx, s, ln, shutdown, logger) })
-	return func() error {
-		cancel()
-		wg.Wait()
-		if s.Journal != nil {
-			// The calls have ended: goodbye (their removals written).
-			if err := s.Journal.Close(context.Background()); err != nil {
-				logger.Warn("capgate decision service: close the journal", "error", err)
-			}
-		}
-		return serr
-	}, nil
 }
 
 // DecideCommand is `capgate decide`: the decision service alone.
@@ -152,9 +80,9 @@ loopback and --decide-no-token is given. --admin-listen serves GET /metrics,
 // decideFlags holds the parsed flag values of decide.
 type decideFlags struct {
 	fs        *flag.FlagSet
-	st        *Settings
-	o         *ServeOptions
-	d         DecideOptions
+	st        *server.Settings
+	o         *server.ServeOptions
+	d         server.DecideOptions
 	logFormat string
 	migrate   bool
 }
@@ -164,7 +92,7 @@ func (c *DecideCommand) flags() (*decideFlags, error) {
 	if err != nil {
 		return nil, err
 	}
-	f := &decideFlags{fs: fs, st: st, o: &ServeOptions{}}
+	f := &decideFlags{fs: fs, st: st, o: &server.ServeOptions{}}
 	o := f.o
 	fs.StringVar(&f.d.Listen, "listen", env("CAPGATE_DECIDE_LISTEN", "unix:capgate-decide.sock"), "where to serve the decision protocol: unix:<path> or host:port (CAPGATE_DECIDE_LISTEN)")
 	decideTokenFlags(fs, &f.d, env)
@@ -177,7 +105,7 @@ func (c *DecideCommand) flags() (*decideFlags, error) {
 	o.LocalLanes = true
 	fs.Var(boolValue{&o.LocalLanes}, "local-lanes", "with Redis: keep local lanes of this service's calls and apply degraded limits while Redis is unavailable (CAPGATE_LOCAL_LANES)")
 	o.ShutdownTimeout = DefaultShutdownTimeout
-	fs.Var(durationValue{&o.ShutdownTimeout, time.Second}, "shutdown-timeout", "how long held calls' handlers may take to end after SIGTERM, a `duration` (CAPGATE_SHUTDOWN_TIMEOUT)")
+	fs.Var(server.DurationValue{D: &o.ShutdownTimeout, Unit: time.Second}, "shutdown-timeout", "how long held calls' handlers may take to end after SIGTERM, a `duration` (CAPGATE_SHUTDOWN_TIMEOUT)")
 	f.migrate = true
 	fs.Var(boolValue{&f.migrate}, "migrate", "migrate the config database at start (CAPGATE_MIGRATE)")
 	fs.StringVar(&f.logFormat, "log-format", env("CAPGATE_LOG_FORMAT", LogFormatText), "the operational logs' format on stderr, text or json (CAPGATE_LOG_FORMAT)")
@@ -215,76 +143,6 @@ func (c *DecideCommand) Run(ctx context.Context, args []string) error {
 		return err
 	}
 	setProcessLogger(ctx, logger)
-	logger.Info("capgate settings", append([]any{"version", version()}, effectiveSettings(f.fs)...)...)
-	// The same stores, gate, pushes and metrics as serve (openCore), with
-	// no gateway, upstream or identity.
-	s := &Server{opts: o, logger: logger}
-	if err := s.openCore(ctx, c.Stdout, "decision service"); err != nil {
-		s.closeStores()
-		return err
-	}
-	reg := s.registry
-	defer func() {
-		if cerr := s.Close(); cerr != nil {
-			logger.Warn("close", "error", cerr)
-		}
-	}()
-	if o.StaffTokens != "" && o.AdminListen == "" {
-		return &UsageError{Msg: "capgate decide: --staff-tokens serves the staff API on --admin-listen; set it too"}
-	}
-	var staff http.Handler
-	if o.StaffTokens != "" {
-		// The staff API and page as serve has them, for the holders of the
-		// static staff tokens alone: the service has no identity lookup.
-		if s.staffTokens, err = loadStaffTokens(o.StaffTokens); err != nil {
-			return err
-		}
-		h := capgatehttp.NewStaffHandler(s.Configs, s.staffTokens)
-		h.Status, h.Logger, h.Health = s.Gate.Status, logger, s.Health
-		staff = capgatehttp.ObserveStaff(h, s.metrics, nil)
-	}
-	// SIGHUP: reload the policy and the staff tokens, reopen the log file.
-	defer reloadOnHUP(ctx, s.Reload)()
-	var admin net.Listener
-	if o.AdminListen != "" {
-		if admin, err = net.Listen("tcp", o.AdminListen); err != nil {
-			return fmt.Errorf("--admin-listen: %w", err)
-		}
-	}
-	wait, err := startDecide(ctx, f.d, s.Gate, o.ShutdownTimeout, logger)
-	if err != nil {
-		if admin != nil {
-			admin.Close()
-		}
-		return err
-	}
-	if c.AdminReady != nil && admin != nil {
-		c.AdminReady <- admin.Addr().String()
-	}
-	if c.Ready != nil {
-		c.Ready <- f.d.Listen
-	}
-	// The config watch and health checks run as under serve; /metrics and
-	// the probes on the admin address, if any.
-	stop := s.startBackground(ctx)
-	defer stop()
-	var hs *http.Server
-	if admin != nil {
-		mux := http.NewServeMux()
-		mux.Handle("GET /metrics", promhttp.HandlerFor(reg, promhttp.HandlerOpts{}))
-		mux.Handle("GET /livez", s.Health.Livez())
-		mux.Handle("GET /healthz", s.Health.Livez())
-		mux.Handle("GET /readyz", s.Health.Readyz())
-		if staff != nil {
-			mux.Handle("/capacity/", staff)
-		}
-		hs = &http.Server{Handler: mux, ReadHeaderTimeout: 10 * time.Second}
-		go func() { _ = hs.Serve(admin) }()
-	}
-	<-ctx.Done()
-	err = wait()
-	if hs != nil {
-		_ = hs.Close()
-	}
-	return err
+	logger.Info("capgate settings", append([]any{"version", server.Version()}, effectiveSettings(f.fs)...)...)
+	return server.RunDecider(ctx, o, f.d, c.Stdout, logger, c.Ready, c.AdminReady)
 }

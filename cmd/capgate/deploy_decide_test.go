@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/capgate/capgate/decide"
+	"github.com/capgate/capgate/server"
 )
 
 // The decision service's deploy/ examples, relative to this package.
@@ -98,7 +99,7 @@ func TestKubernetesDecideSidecar(t *testing.T) {
 			t.Errorf("the sidecar's %s is not an httpGet on the admin port", probe)
 		}
 	}
-	shutdown, err := parseDuration(env(sidecar, "CAPGATE_SHUTDOWN_TIMEOUT"), time.Second)
+	shutdown, err := server.ParseDuration(env(sidecar, "CAPGATE_SHUTDOWN_TIMEOUT"), time.Second)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -205,7 +206,7 @@ func TestECSDecideExample(t *testing.T) {
 	if port == "" || !mapped {
 		t.Errorf("CAPGATE_ADMIN_LISTEN %q: its port is not mapped", se["CAPGATE_ADMIN_LISTEN"])
 	}
-	shutdown, err := parseDuration(se["CAPGATE_SHUTDOWN_TIMEOUT"], time.Second)
+	shutdown, err := server.ParseDuration(se["CAPGATE_SHUTDOWN_TIMEOUT"], time.Second)
 	if err != nil {
 		t.Fatal(err)
 	}

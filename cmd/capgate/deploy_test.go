@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/capgate/capgate/logsink"
+	"github.com/capgate/capgate/server"
 )
 
 // The deploy/ examples, relative to this package.
@@ -65,14 +66,14 @@ const graceMargin = 5 * time.Second
 // drain delay, the shutdown timeout and the log sink's drain.
 func stopBudget(t *testing.T, drain, shutdown string) time.Duration {
 	t.Helper()
-	d, err := parseDuration(drain, time.Second)
+	d, err := server.ParseDuration(drain, time.Second)
 	if drain == "" {
-		d, err = DefaultDrainDelay, nil
+		d, err = server.DefaultDrainDelay, nil
 	}
 	if err != nil {
 		t.Fatal(err)
 	}
-	s, err := parseDuration(shutdown, time.Second)
+	s, err := server.ParseDuration(shutdown, time.Second)
 	if err != nil {
 		t.Fatal(err)
 	}

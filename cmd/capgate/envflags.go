@@ -13,6 +13,7 @@ import (
 	"strings"
 
 	"github.com/capgate/capgate/internal/editdist"
+	"github.com/capgate/capgate/server"
 )
 
 // EnvPrefix starts the environment variable of every flag: --redis-cluster
@@ -45,12 +46,12 @@ func envName(flagName string) string {
 
 // envAliases are the other names a flag reads, after its CAPGATE_ one:
 // the original implementation's (CAPACITY_*, REDIS_*) and earlier
-// capgate ones. README.md, Settings, lists them.
+// capgate ones. README.md, server.Settings, lists them.
 var envAliases = map[string][]string{
 	"mode":                {"CAPACITY_LIMIT_MODE"},
 	"config-cache":        {"CAPACITY_CONFIG_CACHE_SECONDS"},
 	"config-read-timeout": {"CAPACITY_CONFIG_READ_TIMEOUT_MS"},
-	"redis":               {"CAPGATE_REDIS_URL"}, // REDIS_HOST and its kin: LoadSettings
+	"redis":               {"CAPGATE_REDIS_URL"}, // REDIS_HOST and its kin: server.LoadSettings
 	"redis-sentinels":     {"REDIS_SENTINELS"},
 	"redis-master":        {"REDIS_SENTINELS_MASTER"},
 	"redis-timeout":       {"CAPACITY_REDIS_TIMEOUT_SECONDS"},
@@ -92,7 +93,7 @@ func applyEnv(fs *flag.FlagSet, getenv func(string) string) (envSources, error) 
 			return
 		}
 	})
-	return src, joinLine(errs)
+	return src, server.JoinLine(errs)
 }
 
 // unknownEnv returns an error for each CAPGATE_ variable of environ that no
@@ -118,7 +119,7 @@ func unknownEnv(fs *flag.FlagSet, environ []string) error {
 		}
 		errs = append(errs, fmt.Errorf("unknown setting %s in the environment: did you mean %s?", name, nearest(name, names)))
 	}
-	return joinLine(errs)
+	return server.JoinLine(errs)
 }
 
 // nearest returns the name of names closest to s by edit distance.
@@ -235,11 +236,11 @@ func parseBytes(s string) (int64, error) {
 // decide): the settings read through getenv (nil: os.Getenv), their config
 // and lane flags on the set, and env, which gives a variable's value or
 // def, for the defaults of the command's own flags.
-func storeFlags(name string, getenv func(string) string) (*flag.FlagSet, *Settings, func(name, def string) string, error) {
+func storeFlags(name string, getenv func(string) string) (*flag.FlagSet, *server.Settings, func(name, def string) string, error) {
 	if getenv == nil {
 		getenv = os.Getenv
 	}
-	st, err := LoadSettings(getenv)
+	st, err := server.LoadSettings(getenv)
 	if err != nil {
 		return nil, nil, nil, err
 	}

@@ -7,19 +7,21 @@ import (
 	"testing"
 	"time"
 
+	"github.com/capgate/capgate/server"
 	"github.com/capgate/capgate/settings"
 )
 
 // parseServeEnv parses serve's flags args over the environment env, which
 // is also what Environ lists.
-func parseServeEnv(env map[string]string, args ...string) (ServeOptions, error) {
+func parseServeEnv(env map[string]string, args ...string) (server.ServeOptions, error) {
 	var environ []string
 	for k, v := range env {
 		environ = append(environ, k+"="+v)
 	}
 	cmd := &ServeCommand{Stdout: &bytes.Buffer{}, Stderr: &bytes.Buffer{}, Getenv: envOf(env),
 		Environ: func() []string { return environ }}
-	return cmd.parse(args)
+	o, err := cmd.parse(args)
+	return o.ServeOptions, err
 }
 
 // Every flag reads CAPGATE_<FLAG>: CAPGATE_MODE and CAPGATE_REDIS were

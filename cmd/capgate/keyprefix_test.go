@@ -51,9 +51,9 @@ func TestTwoPoliciesSharingOneRedisShareNothing(t *testing.T) {
 	start := func(pol, task string) (*inferenceRig, string) {
 		srv, addr, _ := startServer(t, api, "--policy", pol, "--identity", "tokens", "--tokens", tokens,
 			"--redis", "redis://"+m.Addr()+"/0", "--config-cache", "0", "--task-id", task)
-		mustRun(t, "capacity", "set", "--database", srv.opts.Database, "--policy", pol,
+		mustRun(t, "capacity", "set", "--database", srv.Options().Database, "--policy", pol,
 			"mode=enforce", "enforce_for=all", "wait.max_seconds=0", "idempotency.mode=key")
-		return &inferenceRig{t: t, api: api, addr: addr}, srv.opts.Database
+		return &inferenceRig{t: t, api: api, addr: addr}, srv.Options().Database
 	}
 	a, _ := start(polA, "task-a")
 	b, _ := start(polB, "task-b")

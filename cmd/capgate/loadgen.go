@@ -11,8 +11,9 @@ import (
 	"strings"
 	"time"
 
-	"github.com/capgate/capgate/cmd/capgate/internal/loadgen"
+	"github.com/capgate/capgate/loadgen"
 	"github.com/capgate/capgate/policy"
+	"github.com/capgate/capgate/server"
 )
 
 // LoadgenCommand is `capgate loadgen`: simulated users against a gateway:
@@ -72,7 +73,7 @@ func (c *LoadgenCommand) Run(ctx context.Context, args []string) error {
 	simStats := fs.String("sim-stats", "", "the upstream's stats URL (capgate simapi: http://HOST:PORT/_simapi/stats)")
 	jsonOut := fs.String("json", "", "also write the report as JSON to this file")
 	workload := fs.String("workload", "", "what users send: mapper (the built-in policy's Mapper jobs) or routes (calls of the policy's routes); default: mapper under the built-in policy, routes under any other")
-	var st Settings
+	var st server.Settings
 	st.PolicyFlag(fs)
 	if done, err := parseFlags(fs, args, c.Usage(), c.Stdout); done {
 		return err

@@ -14,6 +14,8 @@ import (
 	"syscall"
 
 	goredis "github.com/redis/go-redis/v9"
+
+	"github.com/capgate/capgate/server"
 )
 
 func main() { os.Exit(processMain()) }
@@ -62,7 +64,7 @@ func Run(ctx context.Context, args []string, stdin io.Reader, stdout, stderr io.
 		fmt.Fprint(stdout, usage)
 		return 0
 	case "--version", "-version", "version":
-		fmt.Fprintln(stdout, "capgate", version())
+		fmt.Fprintln(stdout, "capgate", server.Version())
 		return 0
 	case "serve":
 		cmd := &ServeCommand{Stdout: stdout, Stderr: stderr}

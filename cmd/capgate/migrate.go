@@ -7,6 +7,8 @@ import (
 	"io"
 	"os"
 	"time"
+
+	"github.com/capgate/capgate/server"
 )
 
 // migrateTimeout bounds `capgate migrate`.
@@ -37,7 +39,7 @@ Flags:
 
 // Run runs the migration.
 func (c *MigrateCommand) Run(ctx context.Context, args []string) error {
-	st, err := LoadSettings(c.Getenv)
+	st, err := server.LoadSettings(c.Getenv)
 	if err != nil {
 		return err
 	}
@@ -45,7 +47,7 @@ func (c *MigrateCommand) Run(ctx context.Context, args []string) error {
 	fs.SetOutput(io.Discard)
 	fs.StringVar(&st.Database, "database", st.Database, "the config database: sqlite:<path> or postgres://… (CAPGATE_DATABASE)")
 	var wait time.Duration
-	fs.Var(durationValue{&wait, time.Second}, "wait", "retry while the database does not answer, for up to this `duration` (a container started with it); 0 fails at once")
+	fs.Var(server.DurationValue{D: &wait, Unit: time.Second}, "wait", "retry while the database does not answer, for up to this `duration` (a container started with it); 0 fails at once")
 	if done, err := parseFlags(fs, args, c.Usage(), c.Stdout); done {
 		return err
 	}
@@ -61,7 +63,7 @@ func (c *MigrateCommand) Run(ctx context.Context, args []string) error {
 	}
 	ctx, cancel := context.WithTimeout(ctx, migrateTimeout)
 	defer cancel()
-	store, err := ConnectConfigStore(ctx, st.Database)
+	store, err := server.ConnectConfigStore(ctx, st.Database)
 	if err != nil {
 		return err
 	}
@@ -76,7 +78,7 @@ func (c *MigrateCommand) Run(ctx context.Context, args []string) error {
 	return printJSON(c.Stdout, struct {
 		Database      string `json:"database"`
 		SchemaVersion int    `json:"schema_version"`
-	}{maskURL(st.Database), v})
+	}{server.MaskURL(st.Database), v})
 }
 
 // migrateRetry is how often migrate --wait tries again.
@@ -84,7 +86,7 @@ const migrateRetry = time.Second
 
 // migrateWithin migrates, trying again every second for up to wait while
 // it fails (the database is still starting), and returns the last error.
-func migrateWithin(ctx context.Context, store MigratingStore, wait time.Duration, progress io.Writer) error {
+func migrateWithin(ctx context.Context, store server.MigratingStore, wait time.Duration, progress io.Writer) error {
 	deadline := time.Now().Add(wait)
 	for {
 		err := store.Migrate(ctx)

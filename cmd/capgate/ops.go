@@ -3,35 +3,9 @@ package main
 import (
 	"fmt"
 	"io"
-	"net/url"
-	"runtime/debug"
-	"strings"
 
 	"github.com/capgate/capgate/internal/jsonenc"
 )
-
-// maskURL returns a database or Redis URL fit for logs and output: the
-// password replaced by xxxxx, and a password= query parameter too.
-func maskURL(s string) string {
-	u, err := url.Parse(s)
-	if err != nil || u.Scheme == "" {
-		return s
-	}
-	if u.Opaque != "" { // sqlite:path
-		return s
-	}
-	if _, ok := u.User.Password(); ok {
-		u.User = url.UserPassword(u.User.Username(), "xxxxx")
-	}
-	q := u.Query()
-	for k := range q {
-		if strings.EqualFold(k, "password") {
-			q.Set(k, "xxxxx")
-		}
-	}
-	u.RawQuery = q.Encode()
-	return u.String()
-}
 
 // printJSON writes v as JSON indented by 2 spaces, the CLI's output.
 func printJSON(w io.Writer, v any) error {
@@ -39,38 +13,4 @@ func printJSON(w io.Writer, v any) error {
 		return fmt.Errorf("write output: %w", err)
 	}
 	return nil
-}
-
-// version is this binary's version from its build info: the module
-// version (a tagged build), else the VCS revision and time, with
-// "+dirty" for a modified tree.
-func version() string {
-	bi, ok := debug.ReadBuildInfo()
-	if !ok {
-		return "unknown"
-	}
-	v := bi.Main.Version
-	var rev, at, dirty string
-	for _, s := range bi.Settings {
-		switch s.Key {
-		case "vcs.revision":
-			rev = s.Value
-		case "vcs.time":
-			at = s.Value
-		case "vcs.modified":
-			if s.Value == "true" {
-				dirty = "+dirty"
-			}
-		}
-	}
-	if v != "" && v != "(devel)" {
-		return v
-	}
-	if rev == "" {
-		return "devel"
-	}
-	if len(rev) > 12 {
-		rev = rev[:12]
-	}
-	return strings.TrimSpace("devel " + rev + dirty + " " + at)
 }

@@ -15,6 +15,7 @@ import (
 
 	capgatehttp "github.com/capgate/capgate/http"
 	"github.com/capgate/capgate/journal"
+	"github.com/capgate/capgate/server"
 	"github.com/capgate/capgate/settings"
 )
 
@@ -54,8 +55,8 @@ invalid value, or a CAPGATE_ variable no flag reads, refuses to start. Flags:
 // serveFlags holds the parsed flag values until they are checked.
 type serveFlags struct {
 	fs        *flag.FlagSet
-	st        *Settings
-	o         *ServeOptions
+	st        *server.Settings
+	o         *server.ServeOptions
 	maxHeader int64
 	// Start-up and operations (ops).
 	logFormat string
@@ -68,7 +69,7 @@ func (c *ServeCommand) flags() (*serveFlags, error) {
 	if err != nil {
 		return nil, err
 	}
-	f := &serveFlags{fs: fs, st: st, o: &ServeOptions{}}
+	f := &serveFlags{fs: fs, st: st, o: &server.ServeOptions{}}
 	o := f.o
 	fs.StringVar(&o.Listen, "listen", env("CAPGATE_LISTEN", "127.0.0.1:8080"), "address to serve the gateway on (CAPGATE_LISTEN)")
 	fs.StringVar(&o.AdminListen, "admin-listen", env("CAPGATE_ADMIN_LISTEN", ""), "serve the staff API, /metrics and the probes only on this address (CAPGATE_ADMIN_LISTEN)")
@@ -83,11 +84,11 @@ func (c *ServeCommand) flags() (*serveFlags, error) {
 	fs.StringVar(&o.CORSOrigins, "cors-origins", env("CAPGATE_CORS_ORIGINS", ""), "comma-separated origins allowed, with credentials, on the gateway's own 429; default: echo the request's Origin without credentials (CAPGATE_CORS_ORIGINS)")
 	fs.StringVar(&o.LogFile, "log-file", env("CAPGATE_LOG_FILE", ""), "append the per-call log lines to this file instead of stdout (CAPGATE_LOG_FILE)")
 	o.ShutdownTimeout = DefaultShutdownTimeout
-	fs.Var(durationValue{&o.ShutdownTimeout, time.Second}, "shutdown-timeout", "how long calls in flight may finish after SIGTERM and the drain delay, a `duration` such as 30s or a number of seconds; calls still running then are cut (their lines say error shutdown, their leases are released) and the exit code is 1 (CAPGATE_SHUTDOWN_TIMEOUT)")
-	o.DrainDelay = DefaultDrainDelay
-	fs.Var(durationValue{&o.DrainDelay, time.Second}, "drain-delay", "after SIGTERM, how long /readyz answers 503 while the gateway still serves, before it stops accepting, a `duration` such as 5s or a number of seconds: all of it when a readiness probe asked /readyz in the last minute, else only while calls are in flight; a second SIGTERM or SIGINT skips it and exits at once (CAPGATE_DRAIN_DELAY)")
+	fs.Var(server.DurationValue{D: &o.ShutdownTimeout, Unit: time.Second}, "shutdown-timeout", "how long calls in flight may finish after SIGTERM and the drain delay, a `duration` such as 30s or a number of seconds; calls still running then are cut (their lines say error shutdown, their leases are released) and the exit code is 1 (CAPGATE_SHUTDOWN_TIMEOUT)")
+	o.DrainDelay = server.DefaultDrainDelay
+	fs.Var(server.DurationValue{D: &o.DrainDelay, Unit: time.Second}, "drain-delay", "after SIGTERM, how long /readyz answers 503 while the gateway still serves, before it stops accepting, a `duration` such as 5s or a number of seconds: all of it when a readiness probe asked /readyz in the last minute, else only while calls are in flight; a second SIGTERM or SIGINT skips it and exits at once (CAPGATE_DRAIN_DELAY)")
 	o.RestartHold = journal.DefaultHold
-	fs.Var(durationValue{&o.RestartHold, time.Second}, "restart-hold", "with Redis: how long after start, at the earliest, the gateway releases the leases a dead predecessor (the same --task-id and --listen, its liveness in Redis lapsed about 1 s after it stopped, or it said goodbye) left, a `duration` such as 1s or a number of seconds. A predecessor still alive (draining after SIGTERM, or a twin on another host) is never released. Short: the places of its calls that ended are free soon, and a call the API still runs goes uncounted until it ends; long (up to lease_seconds): those places stay taken this long, every call it had counted (CAPGATE_RESTART_HOLD)")
+	fs.Var(server.DurationValue{D: &o.RestartHold, Unit: time.Second}, "restart-hold", "with Redis: how long after start, at the earliest, the gateway releases the leases a dead predecessor (the same --task-id and --listen, its liveness in Redis lapsed about 1 s after it stopped, or it said goodbye) left, a `duration` such as 1s or a number of seconds. A predecessor still alive (draining after SIGTERM, or a twin on another host) is never released. Short: the places of its calls that ended are free soon, and a call the API still runs goes uncounted until it ends; long (up to lease_seconds): those places stay taken this long, every call it had counted (CAPGATE_RESTART_HOLD)")
 	fs.StringVar(&o.CoreGroup, "core-group", env("CAPGATE_CORE_GROUP", ""), "the auth group of the core tier, in place of the policy's (CAPGATE_CORE_GROUP)")
 	o.LocalLanes = true
 	fs.Var(boolValue{&o.LocalLanes}, "local-lanes", "with Redis: keep local lanes of this gateway's calls, refuse what they find full, and apply degraded limits while Redis is unavailable (CAPGATE_LOCAL_LANES)")
@@ -119,8 +120,8 @@ func (c *ServeCommand) flags() (*serveFlags, error) {
 func effectiveSettings(fs *flag.FlagSet) []any {
 	var kv []any
 	fs.VisitAll(func(f *flag.Flag) {
-		v := maskURL(f.Value.String())
-		if secretFlags[f.Name] && v != "" {
+		v := server.MaskURL(f.Value.String())
+		if server.SecretFlags[f.Name] && v != "" {
 			v = "***"
 		}
 		kv = append(kv, f.Name, v)
@@ -149,23 +150,31 @@ func afterBoolFlag(fs *flag.FlagSet, args []string) string {
 
 func (f *serveFlags) help(usage string) string { return helpOf(usage, f.fs) }
 
+// parsedServe are serve's options as parsed, with where each came from
+// (for errors) and every flag's value (for the start-up log line).
+type parsedServe struct {
+	server.ServeOptions
+	envSrc    envSources // the flags set from the environment, for errors
+	effective []any      // every flag's value, for the start-up log line
+}
+
 // parse reads the flags over the environment's settings.
-func (c *ServeCommand) parse(args []string) (ServeOptions, error) {
+func (c *ServeCommand) parse(args []string) (parsedServe, error) {
 	f, err := c.flags()
 	if err != nil {
-		return ServeOptions{}, err
+		return parsedServe{}, err
 	}
 	if err := f.fs.Parse(args); err != nil {
 		if errors.Is(err, flag.ErrHelp) {
 			fmt.Fprint(c.Stdout, f.help(c.Usage()))
-			return ServeOptions{}, err
+			return parsedServe{}, err
 		}
 		// One line: the flag and why; -h has the rest.
 		msg := strings.ReplaceAll(err.Error(), "flag -", "flag --")
-		return ServeOptions{}, &UsageError{Msg: fmt.Sprintf("capgate serve: %s (capgate serve -h lists the flags)", msg)}
+		return parsedServe{}, &UsageError{Msg: fmt.Sprintf("capgate serve: %s (capgate serve -h lists the flags)", msg)}
 	}
 	if f.fs.NArg() > 0 {
-		return ServeOptions{}, &UsageError{Msg: fmt.Sprintf("capgate serve: unexpected argument %q%s (capgate serve -h lists the flags)",
+		return parsedServe{}, &UsageError{Msg: fmt.Sprintf("capgate serve: unexpected argument %q%s (capgate serve -h lists the flags)",
 			f.fs.Arg(0), afterBoolFlag(f.fs, args))}
 	}
 	getenv, environ := c.Getenv, c.Environ
@@ -177,14 +186,14 @@ func (c *ServeCommand) parse(args []string) (ServeOptions, error) {
 	}
 	src, err := applyEnv(f.fs, getenv)
 	if err != nil {
-		return ServeOptions{}, err
+		return parsedServe{}, err
 	}
 	if environ != nil {
 		if err := unknownEnv(f.fs, environ()); err != nil {
-			return ServeOptions{}, err
+			return parsedServe{}, err
 		}
 	}
-	o := *f.o
+	o := parsedServe{ServeOptions: *f.o}
 	o.Settings = *f.st
 	o.envSrc = src
 	o.LogFormat = f.logFormat
@@ -203,7 +212,7 @@ func (c *ServeCommand) parse(args []string) (ServeOptions, error) {
 			if err != nil {
 				return o, src.name(err)
 			}
-			id = o.identityOf(p)
+			id = o.IdentityOf(p)
 		}
 		if id != "tokens" {
 			return o, src.name(fmt.Errorf("--tokens needs --identity tokens (the identity is %q): set both, or neither", id))
@@ -228,7 +237,7 @@ func (c *ServeCommand) Run(ctx context.Context, args []string) error {
 		return err
 	}
 	setProcessLogger(ctx, logger)
-	logger.Info("capgate settings", append([]any{"version", version()}, o.effective...)...)
+	logger.Info("capgate settings", append([]any{"version", server.Version()}, o.effective...)...)
 	if o.Mode == settings.ModeEnforce {
 		logger.Info("boot mode enforce: the defaults refuse enforced calls until staff change the config")
 	}
@@ -255,7 +264,7 @@ func (c *ServeCommand) Run(ctx context.Context, args []string) error {
 		}
 	}()
 	o.Force = force
-	srv, err := NewServer(ctx, o, c.Stdout, logger)
+	srv, err := server.NewServer(ctx, o.ServeOptions, c.Stdout, logger)
 	if err != nil {
 		return o.envSrc.name(err)
 	}
@@ -275,7 +284,7 @@ func (c *ServeCommand) Run(ctx context.Context, args []string) error {
 			return fmt.Errorf("--admin-listen: %w", err)
 		}
 	}
-	waitDecide, err := startDecide(ctx, o.Decide, srv.Gate, o.ShutdownTimeout, logger)
+	waitDecide, err := server.StartDecide(ctx, o.Decide, srv.Gate, o.ShutdownTimeout, logger)
 	if err != nil {
 		ln.Close()
 		if admin != nil {
@@ -284,13 +293,13 @@ func (c *ServeCommand) Run(ctx context.Context, args []string) error {
 		return err
 	}
 	defer func() { _ = waitDecide() }() // before the gate closes (the deferred srv.Close)
-	logger.Info("capgate serving", "listen", ln.Addr().String(), "upstream", maskURL(o.Upstream),
-		"task", o.TaskID, "identity", srv.opts.Identity)
+	logger.Info("capgate serving", "listen", ln.Addr().String(), "upstream", server.MaskURL(o.Upstream),
+		"task", o.TaskID, "identity", srv.Identity())
 	if c.Ready != nil {
 		c.Ready <- ln.Addr().String()
 	}
 	// SIGHUP: reopen the log file, reload the tokens file, the JWKS and
 	// the policy.
-	defer reloadOnHUP(ctx, srv.Reload)()
+	defer server.ReloadOnHUP(ctx, srv.Reload)()
 	return srv.Serve(ctx, ln, admin)
 }

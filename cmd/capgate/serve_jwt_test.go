@@ -183,9 +183,9 @@ func TestServeJWTIdentity(t *testing.T) {
 
 	// The log lines of the gated calls name each token's user and tier,
 	// (anonymous) for the five unverifiable ones.
-	until(t, 10*time.Second, "the nine gated calls' log lines", func() bool { return len(logLines(t, srv.opts.LogFile)) == 9 })
+	until(t, 10*time.Second, "the nine gated calls' log lines", func() bool { return len(logLines(t, srv.Options().LogFile)) == 9 })
 	var users []string
-	for _, l := range logLines(t, srv.opts.LogFile) {
+	for _, l := range logLines(t, srv.Options().LogFile) {
 		users = append(users, l["user_id"].(string)+":"+l["tier"].(string))
 	}
 	slices.Sort(users)

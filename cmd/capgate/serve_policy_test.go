@@ -14,15 +14,16 @@ import (
 	"time"
 
 	"github.com/capgate/capgate/policy"
+	"github.com/capgate/capgate/server"
 	"github.com/capgate/capgate/tools/simapi"
 )
 
-// startServer builds capgate serve's Server from args (as serve parses
+// startServer builds capgate serve's server.Server from args (as serve parses
 // them, over an empty environment) in front of api, and serves it until
-// the test ends. Unlike ServeCommand.Run it hands back the Server, so a
+// the test ends. Unlike ServeCommand.Run it hands back the server.Server, so a
 // test can call Reload, which is what SIGHUP does. It returns the server,
 // the gateway's address, and the operational log (text) as it grows.
-func startServer(t *testing.T, api http.Handler, args ...string) (*Server, string, *syncBuffer) {
+func startServer(t *testing.T, api http.Handler, args ...string) (*server.Server, string, *syncBuffer) {
 	t.Helper()
 	up := httptest.NewServer(api)
 	t.Cleanup(up.Close)
@@ -40,7 +41,7 @@ func startServer(t *testing.T, api http.Handler, args ...string) (*Server, strin
 		t.Fatal(err)
 	}
 	ctx, cancel := context.WithCancel(context.Background())
-	srv, err := NewServer(ctx, o, io.Discard, logger)
+	srv, err := server.NewServer(ctx, o.ServeOptions, io.Discard, logger)
 	if err != nil {
 		cancel()
 		t.Fatalf("serve %q: %v", args, err)
@@ -142,8 +143,8 @@ func TestServeIdentityDefaultsToThePolicys(t *testing.T) {
 	tokens := writeInferenceTokens(t, t.TempDir())
 	inf := &simapi.Inference{Latency: time.Millisecond}
 	srv, addr, _ := startServer(t, inf, "--policy", inferencePolicy, "--tokens", tokens)
-	if srv.opts.Identity != "tokens" {
-		t.Errorf("identity in force %q; want the policy's, tokens", srv.opts.Identity)
+	if srv.Identity() != "tokens" {
+		t.Errorf("identity in force %q; want the policy's, tokens", srv.Identity())
 	}
 	for tok, tier := range map[string]string{tokPia: "pro", "t-nobody": "free"} {
 		a := callAPI(t, addr, http.MethodPost, "/v1/chat/completions", tok, "small")
@@ -264,7 +265,7 @@ identity:`)
 	}
 	// Staff set the model lane (the CLI takes the policy's keys). The
 	// version saved holds the whole config: lanes.cluster 5 too.
-	mustRun(t, "capacity", "set", "--database", srv.opts.Database, "--policy", polFile, "lanes.model=1")
+	mustRun(t, "capacity", "set", "--database", srv.Options().Database, "--policy", polFile, "lanes.model=1")
 	until(t, 20*time.Second, "lanes.model 1 in force", func() bool { return modelLimit() == 1 })
 
 	// A broken file: the error is logged, v2 stays.

@@ -14,6 +14,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/capgate/capgate/server"
 	"github.com/capgate/capgate/tools/simapi"
 )
 
@@ -249,7 +250,7 @@ func TestServeLocalLanes(t *testing.T) {
 	o.LocalLanes = true
 	o.Database = "sqlite:" + filepath.Join(t.TempDir(), "c.db")
 	o.Redis = "redis://127.0.0.1:1/0" // never dialled: Open does not connect
-	srv, err := NewServer(context.Background(), o, io.Discard, slog.New(slog.NewTextHandler(io.Discard, nil)))
+	srv, err := server.NewServer(context.Background(), o.ServeOptions, io.Discard, slog.New(slog.NewTextHandler(io.Discard, nil)))
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -9,10 +9,11 @@ import (
 	"testing"
 
 	"github.com/capgate/capgate/policy"
+	"github.com/capgate/capgate/server"
 )
 
 func TestClusterSettings(t *testing.T) {
-	st, err := LoadSettings(envOf(map[string]string{
+	st, err := server.LoadSettings(envOf(map[string]string{
 		"CAPGATE_REDIS_CLUSTER": "127.0.0.1:7000, 127.0.0.1:7001", "REDIS_PASSWORD": "pw",
 	}))
 	if err != nil {
@@ -35,7 +36,7 @@ func TestClusterSettings(t *testing.T) {
 	}
 
 	// The hash-tagged layout on a standalone Redis, chosen by flag.
-	st, _ = LoadSettings(envOf(map[string]string{"CAPGATE_REDIS_URL": "redis://r:1/0", "CAPGATE_KEY_PREFIX": "app:lanes"}))
+	st, _ = server.LoadSettings(envOf(map[string]string{"CAPGATE_REDIS_URL": "redis://r:1/0", "CAPGATE_KEY_PREFIX": "app:lanes"}))
 	if p, err := st.LaneKeyPrefix(policy.OCL()); err != nil || p != "app:lanes" {
 		t.Errorf("default layout prefix = %q, %v; want app:lanes unchanged", p, err)
 	}

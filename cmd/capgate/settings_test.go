@@ -8,13 +8,14 @@ import (
 	"testing"
 	"time"
 
+	"github.com/capgate/capgate/server"
 	"github.com/capgate/capgate/settings"
 )
 
 func envOf(m map[string]string) func(string) string { return func(k string) string { return m[k] } }
 
 func TestLoadSettings(t *testing.T) {
-	st, err := LoadSettings(envOf(nil))
+	st, err := server.LoadSettings(envOf(nil))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -24,7 +25,7 @@ func TestLoadSettings(t *testing.T) {
 		t.Errorf("defaults = %+v", st)
 	}
 
-	st, err = LoadSettings(envOf(map[string]string{
+	st, err = server.LoadSettings(envOf(map[string]string{
 		"CAPGATE_DATABASE": "postgres://db/x", "CAPACITY_LIMIT_MODE": "enforce", "CAPACITY_CONFIG_CACHE_SECONDS": "2.5",
 		"CAPACITY_CONFIG_READ_TIMEOUT_MS": "200", "REDIS_HOST": "cache", "REDIS_PORT": "6380", "REDIS_DB": "2",
 		"REDIS_PASSWORD": "p@ss", "REDIS_SENTINELS": "s1:26379; s2:26379", "REDIS_SENTINELS_MASTER": "mymaster",
@@ -56,7 +57,7 @@ func TestLoadSettings(t *testing.T) {
 		t.Errorf("--config-cache 0: service CacheTTL %v; want reading on every call", svc.CacheTTL)
 	}
 
-	_, err = LoadSettings(envOf(map[string]string{"CAPACITY_CONFIG_CACHE_SECONDS": "ten", "REDIS_HOST": "h", "REDIS_PORT": "x", "CAPACITY_REDIS_RETRY_SECONDS": "-1"}))
+	_, err = server.LoadSettings(envOf(map[string]string{"CAPACITY_CONFIG_CACHE_SECONDS": "ten", "REDIS_HOST": "h", "REDIS_PORT": "x", "CAPACITY_REDIS_RETRY_SECONDS": "-1"}))
 	for _, want := range []string{`CAPACITY_CONFIG_CACHE_SECONDS="ten"`, `REDIS_PORT="x"`, `CAPACITY_REDIS_RETRY_SECONDS="-1"`} {
 		if err == nil || !strings.Contains(err.Error(), want) {
 			t.Errorf("bad environment error = %v; want it to name %s", err, want)
@@ -67,14 +68,14 @@ func TestLoadSettings(t *testing.T) {
 func TestOpenConfigStoreSchemes(t *testing.T) {
 	dir := t.TempDir()
 	for _, db := range []string{"sqlite:" + dir + "/a.db", "sqlite://" + dir + "/b.db"} {
-		s, err := OpenConfigStore(context.Background(), db)
+		s, err := server.OpenConfigStore(context.Background(), db)
 		if err != nil {
-			t.Errorf("OpenConfigStore(%s): %v", db, err)
+			t.Errorf("server.OpenConfigStore(%s): %v", db, err)
 			continue
 		}
 		s.Close()
 	}
-	if _, err := OpenConfigStore(context.Background(), "mysql://u:secret@h/db"); err == nil || strings.Contains(err.Error(), "secret") {
-		t.Errorf("OpenConfigStore(mysql://…) = %v; want an error that doesn't show the password", err)
+	if _, err := server.OpenConfigStore(context.Background(), "mysql://u:secret@h/db"); err == nil || strings.Contains(err.Error(), "secret") {
+		t.Errorf("server.OpenConfigStore(mysql://…) = %v; want an error that doesn't show the password", err)
 	}
 }

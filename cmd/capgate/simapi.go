@@ -14,7 +14,9 @@ import (
 	"strings"
 	"time"
 
+	"github.com/capgate/capgate/demo"
 	"github.com/capgate/capgate/policy"
+	"github.com/capgate/capgate/server"
 	"github.com/capgate/capgate/tools/simapi"
 )
 
@@ -94,7 +96,7 @@ func (c *SimAPICommand) Run(ctx context.Context, args []string) error {
 	fs.IntVar(&eng.knee, "batch-knee", simapi.DefaultBatchKnee, "with --api inference: the batch at which a step takes twice --step")
 	fs.IntVar(&eng.kv, "kv-tokens", simapi.DefaultKVTokens, "with --api inference: each model's KV cache, in tokens")
 	fs.StringVar(&eng.models, "model-kv", "", "with --api inference: per model KV caches, M=N,... (e.g. large=2048)")
-	var pst Settings
+	var pst server.Settings
 	fs.StringVar(&pst.PolicyFile, "policy", "", "with --api policy: the policy `file` whose routes to serve (YAML; docs/POLICY.md)")
 	if done, err := parseFlags(fs, args, c.Usage(), c.Stdout); done {
 		return err
@@ -125,7 +127,7 @@ func (c *SimAPICommand) Run(ctx context.Context, args []string) error {
 			return &UsageError{Msg: fmt.Sprintf("--latency %q: want LO-HI, e.g. 1.2s-1.4s\n\n%s", *latency, helpOf(c.Usage(), fs))}
 		}
 	}
-	users, _ := demoUsers(policy.OCL(), *perTier)
+	users, _ := demo.Users(policy.OCL(), *perTier)
 	if *tokens != "" {
 		b, err := json.MarshalIndent(users, "", "  ")
 		if err != nil {
@@ -223,9 +225,9 @@ func (c *SimAPICommand) inference(ctx context.Context, listen, latency string, f
 
 // generic serves a simulated API of p's routes (--api policy).
 func (c *SimAPICommand) generic(ctx context.Context, p *policy.Policy, listen, tokens string, perTier, knee int) error {
-	users, _ := demoUsers(p, perTier)
+	users, _ := demo.Users(p, perTier)
 	if tokens != "" {
-		if err := writeTokens(tokens, users); err != nil {
+		if err := demo.WriteTokens(tokens, users); err != nil {
 			return fmt.Errorf("--tokens: %w", err)
 		}
 	}

@@ -15,10 +15,11 @@ import (
 	"testing"
 	"time"
 
-	"github.com/capgate/capgate/config"
 	"github.com/jackc/pgx/v5"
 
+	"github.com/capgate/capgate/config"
 	"github.com/capgate/capgate/configtest"
+	"github.com/capgate/capgate/server"
 	"github.com/capgate/capgate/settings"
 )
 
@@ -91,7 +92,7 @@ func TestServeStartsWithPostgresDownAndPicksItUp(t *testing.T) {
 	}
 
 	// The database comes up, with a config staff saved meanwhile.
-	store, err := OpenConfigStore(context.Background(), real)
+	store, err := server.OpenConfigStore(context.Background(), real)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -121,7 +122,7 @@ func TestMigrateCommandAndServeWithoutMigrating(t *testing.T) {
 			t.Errorf("/readyz before the migration = %d %+v; want 200 with the config's error", code, b)
 		}
 		code, out := runProcess(t, "migrate", "--database", db)
-		if code != 0 || !strings.Contains(out, fmt.Sprintf(`"schema_version": %d`, latestSchema(db))) {
+		if code != 0 || !strings.Contains(out, fmt.Sprintf(`"schema_version": %d`, server.LatestSchema(db))) {
 			t.Fatalf("capgate migrate: exit %d: %s", code, out)
 		}
 		until(t, 20*time.Second, "the gateway reads the migrated database", func() bool {
@@ -129,7 +130,7 @@ func TestMigrateCommandAndServeWithoutMigrating(t *testing.T) {
 			return b.Checks["config"] == "ok"
 		})
 		// Again: nothing to do, same answer.
-		if code, out := runProcess(t, "migrate", "--database", db); code != 0 || !strings.Contains(out, fmt.Sprintf(`"schema_version": %d`, latestSchema(db))) {
+		if code, out := runProcess(t, "migrate", "--database", db); code != 0 || !strings.Contains(out, fmt.Sprintf(`"schema_version": %d`, server.LatestSchema(db))) {
 			t.Fatalf("capgate migrate again: exit %d: %s", code, out)
 		}
 	})
@@ -179,7 +180,7 @@ func TestMigrateWaitsForTheDatabase(t *testing.T) {
 	go func() { done <- cmd.Wait() }()
 	select {
 	case err := <-done:
-		if err != nil || !strings.Contains(out.String(), fmt.Sprintf(`"schema_version": %d`, latestSchema("postgres://"))) {
+		if err != nil || !strings.Contains(out.String(), fmt.Sprintf(`"schema_version": %d`, server.LatestSchema("postgres://"))) {
 			t.Errorf("migrate --wait = %v %q; want success once the database answered", err, out.String())
 		}
 	case <-time.After(90 * time.Second):

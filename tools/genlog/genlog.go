@@ -226,9 +226,12 @@ func withDefaults(o Options) Options {
 var errOutage = errors.New("simulated lane store outage: connection refused")
 
 // outageStore wraps store so that every operation fails while down is set.
+// It offers none of store's optional parts (no waitlist: a full lane
+// refuses at once, on the simulated clock), so every call goes through it.
 func outageStore(store capgate.LaneStore, down *atomic.Bool) capgate.LaneStore {
 	return &mock.LaneStore{
-		Base: store,
+		Base:   store,
+		CapsFn: func() capgate.StoreCaps { return capgate.StoreCaps{} },
 		AcquireFn: func(ctx context.Context, req capgate.AcquireRequest, counts []int) (bool, error) {
 			if down.Load() {
 				return false, errOutage

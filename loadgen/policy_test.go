@@ -8,9 +8,9 @@ import (
 	"time"
 
 	"github.com/capgate/capgate"
-	"github.com/capgate/capgate/cmd/capgate/internal/loadgen"
 	capgatehttp "github.com/capgate/capgate/http"
 	"github.com/capgate/capgate/identity"
+	"github.com/capgate/capgate/loadgen"
 	"github.com/capgate/capgate/memory"
 	"github.com/capgate/capgate/mock"
 	"github.com/capgate/capgate/policy"
@@ -31,7 +31,7 @@ type inferenceStack struct {
 
 func newInferenceStack(t *testing.T, mode settings.Mode) *inferenceStack {
 	t.Helper()
-	p, err := policy.Load("../../../../examples/inference/policy.yaml")
+	p, err := policy.Load("../examples/inference/policy.yaml")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -161,7 +161,7 @@ func TestRoutesWorkloadShadow(t *testing.T) {
 
 // The Mapper workload needs the built-in policy's routes.
 func TestMapperWorkloadNeedsItsRoutes(t *testing.T) {
-	p, err := policy.Load("../../../../examples/inference/policy.yaml")
+	p, err := policy.Load("../examples/inference/policy.yaml")
 	if err != nil {
 		t.Fatal(err)
 	}

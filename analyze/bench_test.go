@@ -11,7 +11,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/capgate/capgate/cmd/capgate/internal/analyze"
+	"github.com/capgate/capgate/analyze"
 	"github.com/capgate/capgate/tools/genlog"
 )
 

@@ -1,4 +1,4 @@
-package main
+package server
 
 import (
 	"context"
@@ -135,9 +135,9 @@ func (s *Server) Reload() error {
 	return err
 }
 
-// reloadOnHUP calls reload (which logs what it did) on each SIGHUP until
+// ReloadOnHUP calls reload (which logs what it did) on each SIGHUP until
 // ctx is done or the returned stop is called.
-func reloadOnHUP(ctx context.Context, reload func() error) (stop func()) {
+func ReloadOnHUP(ctx context.Context, reload func() error) (stop func()) {
 	hup := make(chan os.Signal, 1)
 	signal.Notify(hup, syscall.SIGHUP)
 	done := make(chan struct{})

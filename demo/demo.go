@@ -1,8 +1,7 @@
-package main
+package demo
 
 import (
 	"context"
-	"flag"
 	"fmt"
 	"io"
 	"log/slog"
@@ -18,55 +17,34 @@ import (
 	"time"
 
 	"github.com/capgate/capgate"
-	"github.com/capgate/capgate/cmd/capgate/internal/loadgen"
 	"github.com/capgate/capgate/config"
+	"github.com/capgate/capgate/loadgen"
 	"github.com/capgate/capgate/policy"
+	"github.com/capgate/capgate/server"
 	"github.com/capgate/capgate/settings"
 	"github.com/capgate/capgate/status"
 	"github.com/capgate/capgate/tools/simapi"
 )
 
-// DemoCommand is `capgate demo`: a simulated OCL API with a knee (it slows
-// past its capacity and fails past twice that), the real gateway in front
-// of it on embedded defaults, and simulated Mapper users of every tier;
-// half the run in shadow, half in enforce, then the two side by side. With
-// --policy, the same under another policy: a simulated API of its routes
-// (simapi.Generic), users of its tiers calling them (loadgen's routes
-// workload), the tiers, lanes and summary its own.
-type DemoCommand struct {
+// Demo is the run of `capgate demo`: a simulated API with a knee (it
+// slows past its capacity and fails past twice that), the real gateway in
+// front of it (server.Server on in-process lanes and a SQLite config in a
+// temporary directory), and simulated users of every tier; each mode of
+// Modes for its share of Duration, then the modes side by side. Under the
+// built-in policy the OCL Mapper's API and users; under another policy a
+// simulated API of its routes (simapi.Generic), users of its tiers calling
+// them (loadgen's routes workload), the tiers, lanes and summary its own.
+type Demo struct {
 	Stdout, Stderr io.Writer
 	// Live rewrites the progress line in place (a terminal); otherwise a
 	// progress line is printed every 5 s.
 	Live bool
-}
 
-// Usage returns the command's help.
-func (c *DemoCommand) Usage() string {
-	return `Usage: capgate demo [flags]
-
-Starts a simulated OCL API on loopback whose capacity is the default
-api_heavy.cluster limit (4 heavy calls at once: past it the calls share it and
-it loses throughput, as a kNN backend whose caches thrash: at 8 each call
-takes 6 times as long and the API does a third of its work; past 8 calls fail
-with 503 after wasting a second of it), the real capgate gateway in front of it
-(in-process lanes, SQLite config in a temporary directory), and simulated
-Mapper users of every tier sending bulk and single-row $match and $rerank
-calls through the capacity-aware client. The first half of the run is in
-shadow (capgate counts, refuses nothing: the API is overloaded), the second
-in enforce (calls wait at the gateway for a slot: the API stays at its
-knee). Shows live progress, then the two halves side by side: what the API
-served and failed, its latency, time waited at the gateway, refusals, and
-each tier's share; decisions by tier and endpoint; peak calls in flight per
-lane against its limit. Needs no services.
-
-With --policy FILE the demo runs under that policy instead: a simulated API
-that answers every call of the policy's routes (its knee: the first cluster
-lane's limit), users of each of its tiers known from a tokens file the demo
-writes (--identity tokens), sending its token scheme and calls made from its
-routes (a model or other string field from a few values, the first most
-often), and the summary in its tiers, routes and lanes (a lane keyed by a
-field shown per value). Flags:
-`
+	PolicyFile string          // the policy (YAML); "": the built-in policy
+	Duration   time.Duration   // how long the users send new calls, all modes together; > 0
+	Modes      []settings.Mode // shadow, enforce or both in turn; none: shadow then enforce
+	PerTier    int             // simulated users in each tier, 1 to 50
+	LogFile    string          // the per-call log lines; "": a file in the demo's temporary directory
 }
 
 // demoPhase is one half of the demo: its mode and what happened.
@@ -79,40 +57,31 @@ type demoPhase struct {
 	engine *engineWindow // the inference engine's, under an inference API's policy; nil else
 }
 
-// Run runs the demo.
-func (c *DemoCommand) Run(ctx context.Context, args []string) error {
-	fs := flag.NewFlagSet("capgate demo", flag.ContinueOnError)
-	fs.SetOutput(io.Discard)
-	duration := fs.Duration("duration", 20*time.Second, "how long the users send new calls, both halves together")
-	mode := fs.String("mode", "both", "both (shadow, then enforce), or only shadow or only enforce")
-	perTier := fs.Int("users-per-tier", 2, "simulated users in each tier")
-	logFile := fs.String("log-file", "", "write the per-call log lines here (default: a file in the demo's temporary directory)")
-	var pst Settings // the demo reads no environment: --policy only
-	fs.StringVar(&pst.PolicyFile, "policy", "", "run under this policy `file` (YAML; docs/POLICY.md); none: the built-in policy, the OCL Mapper's demo")
-	if done, err := parseFlags(fs, args, c.Usage(), c.Stdout); done {
-		return err
-	}
-	pol, err := pst.LoadPolicy()
+// Run runs the demo until its users are done or ctx is.
+func (c *Demo) Run(ctx context.Context) error {
+	pol, err := server.Settings{PolicyFile: c.PolicyFile}.LoadPolicy()
 	if err != nil {
 		return err
+	}
+	modes := c.Modes
+	if len(modes) == 0 {
+		modes = []settings.Mode{settings.ModeShadow, settings.ModeEnforce}
+	}
+	for _, m := range modes {
+		if m != settings.ModeShadow && m != settings.ModeEnforce {
+			return fmt.Errorf("demo: mode %q: use shadow or enforce", m)
+		}
+	}
+	if c.PerTier < 1 || c.PerTier > 50 {
+		return fmt.Errorf("demo: %d users per tier: want 1 to 50", c.PerTier)
+	}
+	if c.Duration <= 0 {
+		return fmt.Errorf("demo: duration %s: want a positive duration such as 30s", c.Duration)
 	}
 	// The Mapper's demo under the built-in policy; the routes' under any
 	// other.
 	mapper := loadgen.WorkloadOf(loadgen.Config{Policy: pol}) == loadgen.WorkloadMapper
-	var modes []settings.Mode
-	if *mode == "both" {
-		modes = []settings.Mode{settings.ModeShadow, settings.ModeEnforce}
-	} else if m, ok := settings.ParseMode(*mode); ok && m != settings.ModeOff {
-		modes = []settings.Mode{m}
-	} else {
-		return &UsageError{Msg: fmt.Sprintf("--mode %q: use both, shadow or enforce", *mode)}
-	}
-	if *perTier < 1 || *perTier > 50 {
-		return &UsageError{Msg: "--users-per-tier: want 1 to 50"}
-	}
-	if *duration <= 0 {
-		return &UsageError{Msg: "--duration: want a positive duration such as 30s"}
-	}
+	duration, perTier, logFile := &c.Duration, &c.PerTier, &c.LogFile
 
 	progress := func(step string) { fmt.Fprintf(c.Stdout, "capgate demo: %s\n", step) }
 	progress("building the pieces: a temporary directory")
@@ -129,7 +98,7 @@ func (c *DemoCommand) Run(ctx context.Context, args []string) error {
 	defaults := settings.Default(pol, settings.ModeShadow)
 	cluster := demoCapacity(defaults)
 	knee := &simapi.Knee{Capacity: cluster, FailAt: 2 * cluster}
-	users, loadUsers := demoUsers(pol, *perTier)
+	users, loadUsers := Users(pol, *perTier)
 	var api demoUpstream
 	var eng *simapi.Engine // an inference API's policy: the engine upstream, its knee in tokens
 	identityKind, tokens := "upstream", ""
@@ -146,13 +115,13 @@ func (c *DemoCommand) Run(ctx context.Context, args []string) error {
 		eng = demoEngine(defaults)
 		api = &simapi.Inference{Engine: eng, Latency: demoEmbeddings}
 		identityKind, tokens, workers = "tokens", filepath.Join(dir, "tokens.json"), demoInferenceWorkers
-		if err := writeTokens(tokens, users); err != nil {
+		if err := WriteTokens(tokens, users); err != nil {
 			return err
 		}
 	} else {
 		api = &simapi.Generic{Policy: pol, Users: users, Knee: knee}
 		identityKind, tokens = "tokens", filepath.Join(dir, "tokens.json")
-		if err := writeTokens(tokens, users); err != nil {
+		if err := WriteTokens(tokens, users); err != nil {
 			return err
 		}
 	}
@@ -165,18 +134,18 @@ func (c *DemoCommand) Run(ctx context.Context, args []string) error {
 	defer apiSrv.Close()
 	progress(fmt.Sprintf("building the pieces: the simulated API at %s (%s)", apiLn.Addr(), kneeText(knee, eng)))
 
-	st, err := LoadSettings(func(string) string { return "" }) // embedded defaults, whatever the environment says
+	st, err := server.LoadSettings(func(string) string { return "" }) // embedded defaults, whatever the environment says
 	if err != nil {
 		return err
 	}
 	st.Database = "sqlite:" + filepath.Join(dir, "capgate.db")
-	st.PolicyFile = pst.PolicyFile
+	st.PolicyFile = c.PolicyFile
 	st.Mode = modes[0]
 	st.TaskID = "demo"
-	opts := ServeOptions{Settings: st, Upstream: "http://" + apiLn.Addr().String(), Identity: identityKind, Tokens: tokens,
+	opts := server.ServeOptions{Settings: st, Upstream: "http://" + apiLn.Addr().String(), Identity: identityKind, Tokens: tokens,
 		MaxBodyBytes: 32 << 20, ShutdownTimeout: 5 * time.Second, LogFile: *logFile}
 	logger := slog.New(slog.NewTextHandler(io.Discard, nil))
-	srv, err := NewServer(ctx, opts, io.Discard, logger)
+	srv, err := server.NewServer(ctx, opts, io.Discard, logger)
 	if err != nil {
 		return err
 	}
@@ -325,7 +294,7 @@ func inFlight(st status.Snapshot) int {
 }
 
 // demoSave makes a change to the demo gateway's config, as staff would.
-func demoSave(ctx context.Context, srv *Server, set settings.Patch, note string) error {
+func demoSave(ctx context.Context, srv *server.Server, set settings.Patch, note string) error {
 	_, err := srv.Configs.Save(ctx, config.Edit{Set: set, By: "demo", Source: config.SourceCommand, Note: note})
 	if err != nil {
 		return fmt.Errorf("demo config (%s): %w", note, err)
@@ -347,10 +316,10 @@ func phaseStory(m settings.Mode, mapper bool) string {
 	return "calls that find a lane full wait at the gateway for a slot; every lane holds"
 }
 
-// demoUsers makes n users per tier of p, known to the simulated API: for
+// Users makes n users per tier of p, known to the simulated API: for
 // each tier, in order, users the tier's rule gives it to (staff, or in the
 // rule's first group; none for the default tier), named after the tier.
-func demoUsers(p *policy.Policy, n int) ([]simapi.User, []loadgen.User) {
+func Users(p *policy.Policy, n int) ([]simapi.User, []loadgen.User) {
 	var su []simapi.User
 	var lu []loadgen.User
 	for _, tier := range p.Tiers() {
@@ -380,7 +349,7 @@ func demoUsers(p *policy.Policy, n int) ([]simapi.User, []loadgen.User) {
 
 // progressLine is the live line: the phase's calls, the API's load and
 // failures (since failedBefore), and the lanes, limits as they apply.
-func (c *DemoCommand) progressLine(ctx context.Context, g *capgate.Gate, cfg settings.Config, api demoUpstream, failedBefore int, p loadgen.Progress) string {
+func (c *Demo) progressLine(ctx context.Context, g *capgate.Gate, cfg settings.Config, api demoUpstream, failedBefore int, p loadgen.Progress) string {
 	st := g.Status(ctx, cfg)
 	inAPI, failed := api.Load()
 	var b strings.Builder
@@ -556,7 +525,7 @@ func pct(sorted []time.Duration, p int) time.Duration {
 	return sorted[(len(sorted)-1)*p/100]
 }
 
-func (c *DemoCommand) summary(phases []demoPhase, d *demoTally, cfg settings.Config, knee *simapi.Knee, eng *simapi.Engine, logFile string) {
+func (c *Demo) summary(phases []demoPhase, d *demoTally, cfg settings.Config, knee *simapi.Knee, eng *simapi.Engine, logFile string) {
 	w := c.Stdout
 	d.mu.Lock()
 	defer d.mu.Unlock()

@@ -9,10 +9,10 @@ import (
 	"time"
 
 	"github.com/capgate/capgate"
-	"github.com/capgate/capgate/cmd/capgate/internal/loadgen"
 	"github.com/capgate/capgate/configtest"
 	capgatehttp "github.com/capgate/capgate/http"
 	"github.com/capgate/capgate/identity"
+	"github.com/capgate/capgate/loadgen"
 	"github.com/capgate/capgate/memory"
 	"github.com/capgate/capgate/mock"
 	"github.com/capgate/capgate/settings"

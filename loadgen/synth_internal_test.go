@@ -15,7 +15,7 @@ import (
 
 func inferencePolicy(t *testing.T) *policy.Policy {
 	t.Helper()
-	p, err := policy.Load("../../../../examples/inference/policy.yaml")
+	p, err := policy.Load("../examples/inference/policy.yaml")
 	if err != nil {
 		t.Fatal(err)
 	}

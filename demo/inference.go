@@ -1,4 +1,4 @@
-package main
+package demo
 
 // The demo under a policy of an OpenAI-compatible inference API (capgate
 // demo --policy examples/inference/policy.yaml): its upstream is the
@@ -13,7 +13,7 @@ import (
 	"strings"
 	"time"
 
-	"github.com/capgate/capgate/cmd/capgate/internal/loadgen"
+	"github.com/capgate/capgate/loadgen"
 	"github.com/capgate/capgate/policy"
 	"github.com/capgate/capgate/settings"
 	"github.com/capgate/capgate/tools/simapi"

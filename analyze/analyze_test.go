@@ -10,7 +10,7 @@ import (
 	"time"
 
 	"github.com/capgate/capgate"
-	"github.com/capgate/capgate/cmd/capgate/internal/analyze"
+	"github.com/capgate/capgate/analyze"
 	"github.com/capgate/capgate/policy"
 	"github.com/capgate/capgate/settings"
 )

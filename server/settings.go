@@ -1,4 +1,4 @@
-package main
+package server
 
 import (
 	"context"
@@ -35,7 +35,7 @@ type Settings struct {
 	// heavy, the lanes, tiers and names; "": the built-in policy.
 	PolicyFile  string
 	Database    string        // --database, CAPGATE_DATABASE: sqlite:<path> or postgres://…
-	Mode        settings.Mode // --mode, CAPACITY_LIMIT_MODE: the defaults' mode; invalid means shadow
+	Mode        settings.Mode // --mode, CAPACITY_LIMIT_MODE: the defaults' mode; another word is an error (parseMode)
 	CacheTTL    time.Duration // --config-cache, CAPACITY_CONFIG_CACHE_SECONDS (10); 0 reads on every call
 	ReadTimeout time.Duration // --config-read-timeout, CAPACITY_CONFIG_READ_TIMEOUT_MS (500)
 
@@ -83,7 +83,7 @@ func LoadSettings(getenv func(string) string) (Settings, error) {
 		if v == "" {
 			return
 		}
-		d, err := parseDuration(v, unit)
+		d, err := ParseDuration(v, unit)
 		if err != nil {
 			errs = append(errs, fmt.Errorf("%s=%q: want a duration such as 10s or 500ms, or a number of %s, 0 or more", name, v, unitName(unit)))
 			return
@@ -119,12 +119,12 @@ func LoadSettings(getenv func(string) string) (Settings, error) {
 	str(&s.TaskID, "CAPACITY_TASK_ID")
 	str(&s.KeyPrefix, "CAPGATE_KEY_PREFIX")
 	str(&s.KeyLayout, "CAPGATE_KEY_LAYOUT")
-	return s, joinLine(errs)
+	return s, JoinLine(errs)
 }
 
-// joinLine joins errs on one line ("; "), so a setting that refuses to
+// JoinLine joins errs on one line ("; "), so a setting that refuses to
 // start says why in one line.
-func joinLine(errs []error) error {
+func JoinLine(errs []error) error {
 	if len(errs) == 0 {
 		return nil
 	}
@@ -162,8 +162,8 @@ func redisURL(host, port, db, password string) (string, error) {
 // values.
 func (s *Settings) ConfigFlags(fs *flag.FlagSet) {
 	s.StoreFlags(fs)
-	fs.Var(durationValue{&s.CacheTTL, time.Second}, "config-cache", "how long a gateway keeps the config it read, a `duration` such as 10s or a number of seconds; 0 reads on every call (CAPACITY_CONFIG_CACHE_SECONDS)")
-	fs.Var(durationValue{&s.ReadTimeout, time.Millisecond}, "config-read-timeout", "bound of the config read on the request path, a `duration` such as 500ms or a number of milliseconds (CAPACITY_CONFIG_READ_TIMEOUT_MS)")
+	fs.Var(DurationValue{&s.CacheTTL, time.Second}, "config-cache", "how long a gateway keeps the config it read, a `duration` such as 10s or a number of seconds; 0 reads on every call (CAPACITY_CONFIG_CACHE_SECONDS)")
+	fs.Var(DurationValue{&s.ReadTimeout, time.Millisecond}, "config-read-timeout", "bound of the config read on the request path, a `duration` such as 500ms or a number of milliseconds (CAPACITY_CONFIG_READ_TIMEOUT_MS)")
 }
 
 // PolicyFlag registers --policy on fs, defaulting to s's value.
@@ -207,9 +207,9 @@ func (s *Settings) LaneFlags(fs *flag.FlagSet) {
 	fs.StringVar(&s.Redis, "redis", s.Redis, "the Redis of the lanes, redis://[:password@]host:port/db (CAPGATE_REDIS_URL, or REDIS_HOST, REDIS_PORT, REDIS_DB, REDIS_PASSWORD); none: in-process lanes")
 	fs.StringVar(&s.RedisSentinels, "redis-sentinels", s.RedisSentinels, "Redis Sentinels, host:port;host:port (REDIS_SENTINELS)")
 	fs.StringVar(&s.RedisMaster, "redis-master", s.RedisMaster, "the Sentinels' master name (REDIS_SENTINELS_MASTER)")
-	fs.Var(durationValue{&s.RedisTimeout, time.Second}, "redis-timeout", "Redis socket and connect timeout, a `duration` such as 500ms or a number of seconds (CAPACITY_REDIS_TIMEOUT_SECONDS)")
-	fs.Var(durationValue{&s.RedisDeadline, time.Second}, "redis-deadline", "the longest one Redis operation may take, a `duration` such as 1s or a number of seconds (CAPACITY_REDIS_DEADLINE_SECONDS)")
-	fs.Var(durationValue{&s.RedisRetry, time.Second}, "redis-retry", "how long to skip Redis after it failed, a `duration` such as 15s or a number of seconds (CAPACITY_REDIS_RETRY_SECONDS)")
+	fs.Var(DurationValue{&s.RedisTimeout, time.Second}, "redis-timeout", "Redis socket and connect timeout, a `duration` such as 500ms or a number of seconds (CAPACITY_REDIS_TIMEOUT_SECONDS)")
+	fs.Var(DurationValue{&s.RedisDeadline, time.Second}, "redis-deadline", "the longest one Redis operation may take, a `duration` such as 1s or a number of seconds (CAPACITY_REDIS_DEADLINE_SECONDS)")
+	fs.Var(DurationValue{&s.RedisRetry, time.Second}, "redis-retry", "how long to skip Redis after it failed, a `duration` such as 15s or a number of seconds (CAPACITY_REDIS_RETRY_SECONDS)")
 	fs.StringVar(&s.TaskID, "task-id", s.TaskID, "this API task's lane name (CAPACITY_TASK_ID; default the hostname)")
 	fs.StringVar(&s.KeyPrefix, "key-prefix", s.KeyPrefix, "the lane keys' prefix (CAPGATE_KEY_PREFIX; default: the policy's names.key_prefix)")
 	fs.StringVar(&s.RedisCluster, "redis-cluster", s.RedisCluster, "a Redis Cluster, host:port,host:port (any of its nodes) (CAPGATE_REDIS_CLUSTER); implies --key-layout cluster")
@@ -301,7 +301,7 @@ type MigratingStore interface {
 func ConnectConfigStore(ctx context.Context, database string) (MigratingStore, error) {
 	switch {
 	case strings.HasPrefix(database, "sqlite:"):
-		return sqlite.Connect(ctx, sqlitePath(database))
+		return sqlite.Connect(ctx, SQLitePath(database))
 	case strings.HasPrefix(database, "postgres://"), strings.HasPrefix(database, "postgresql://"):
 		return postgres.Connect(ctx, database)
 	}
@@ -309,18 +309,18 @@ func ConnectConfigStore(ctx context.Context, database string) (MigratingStore, e
 	return nil, fmt.Errorf("--database %q: use sqlite:<path> or postgres://…", scheme)
 }
 
-// sqlitePath is the file of a sqlite: database, "" for another scheme.
-func sqlitePath(database string) string {
+// SQLitePath is the file of a sqlite: database, "" for another scheme.
+func SQLitePath(database string) string {
 	if !strings.HasPrefix(database, "sqlite:") {
 		return ""
 	}
 	return strings.TrimPrefix(strings.TrimPrefix(database, "sqlite:"), "//")
 }
 
-// latestSchema is the newest schema version this capgate knows for
+// LatestSchema is the newest schema version this capgate knows for
 // database.
-func latestSchema(database string) int {
-	if sqlitePath(database) != "" {
+func LatestSchema(database string) int {
+	if SQLitePath(database) != "" {
 		return sqlite.SchemaVersion()
 	}
 	return postgres.SchemaVersion()

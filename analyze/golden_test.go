@@ -12,7 +12,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/capgate/capgate/cmd/capgate/internal/analyze"
+	"github.com/capgate/capgate/analyze"
 	"github.com/capgate/capgate/policy"
 	"github.com/capgate/capgate/settings"
 	"github.com/capgate/capgate/tools/genlog"

@@ -12,7 +12,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/capgate/capgate/cmd/capgate/internal/analyze"
+	"github.com/capgate/capgate/analyze"
 	"github.com/capgate/capgate/policy"
 	"github.com/capgate/capgate/settings"
 	"github.com/capgate/capgate/tools/genlog"
@@ -27,7 +27,7 @@ import (
 
 func inferencePolicy(t *testing.T) *policy.Policy {
 	t.Helper()
-	p, err := policy.Load("../../../../examples/inference/policy.yaml")
+	p, err := policy.Load("../examples/inference/policy.yaml")
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -1,4 +1,4 @@
-package main
+package server
 
 import (
 	"context"
@@ -10,14 +10,14 @@ import (
 )
 
 // The observability settings of serve (docs/OPERATIONS.md).
-type observeOptions struct {
+type ObserveOptions struct {
 	MetricsToken string // --metrics-token, CAPGATE_METRICS_TOKEN: a static bearer token for /metrics
 	StaffTokens  string // --staff-tokens, CAPGATE_STAFF_TOKENS: a file of static staff tokens
 	AccessLog    string // --access-log, CAPGATE_ACCESS_LOG: a file for one JSON line per request
 }
 
-// secretFlags are the flags whose values are never logged.
-var secretFlags = map[string]bool{"metrics-token": true}
+// SecretFlags are the flags whose values are never logged.
+var SecretFlags = map[string]bool{"metrics-token": true}
 
 // revision is the VCS revision this binary was built from, "" if unknown.
 func revision() string {

@@ -5,8 +5,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/capgate/capgate/cmd/capgate/internal/loadgen"
 	"github.com/capgate/capgate/configtest"
+	"github.com/capgate/capgate/loadgen"
 	"github.com/capgate/capgate/settings"
 )
 

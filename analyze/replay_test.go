@@ -11,7 +11,7 @@ import (
 	"time"
 
 	"github.com/capgate/capgate"
-	"github.com/capgate/capgate/cmd/capgate/internal/analyze"
+	"github.com/capgate/capgate/analyze"
 	"github.com/capgate/capgate/configtest"
 	"github.com/capgate/capgate/settings"
 	"github.com/capgate/capgate/tools/genlog"

@@ -12,7 +12,7 @@ import (
 // (its chat calls) for which the cluster lane keeps 2 of its 8.
 func withReserve(t *testing.T) *policy.Policy {
 	t.Helper()
-	src, err := os.ReadFile("../../../../examples/inference/policy.yaml")
+	src, err := os.ReadFile("../examples/inference/policy.yaml")
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -1,4 +1,4 @@
-package main
+package demo
 
 // The demo under a policy of its own (capgate demo --policy): what of it
 // the policy decides.
@@ -90,9 +90,9 @@ func laneLimits(cfg settings.Config) string {
 	return strings.Join(parts, ", ")
 }
 
-// writeTokens writes users as a tokens file (capgate serve --identity
+// WriteTokens writes users as a tokens file (capgate serve --identity
 // tokens).
-func writeTokens(path string, users []simapi.User) error {
+func WriteTokens(path string, users []simapi.User) error {
 	b, err := json.MarshalIndent(users, "", "  ")
 	if err != nil {
 		return err

@@ -1,4 +1,4 @@
-package main
+package server
 
 import (
 	"context"
@@ -18,22 +18,22 @@ import (
 	"sync/atomic"
 	"time"
 
-	"github.com/capgate/capgate/config"
-	"github.com/capgate/capgate/identity"
-	"github.com/capgate/capgate/policy"
-	"github.com/capgate/capgate/settings"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 
 	"github.com/capgate/capgate"
+	"github.com/capgate/capgate/config"
 	capgatehttp "github.com/capgate/capgate/http"
+	"github.com/capgate/capgate/identity"
 	"github.com/capgate/capgate/internal/loop"
 	"github.com/capgate/capgate/logsink"
 	"github.com/capgate/capgate/memory"
 	"github.com/capgate/capgate/metrics"
+	"github.com/capgate/capgate/policy"
 	"github.com/capgate/capgate/postgres"
 	"github.com/capgate/capgate/redis"
+	"github.com/capgate/capgate/settings"
 	"github.com/capgate/capgate/status"
 )
 
@@ -76,12 +76,10 @@ type ServeOptions struct {
 	PublicMetrics    bool   // --public-metrics, CAPGATE_PUBLIC_METRICS: /metrics without staff credentials
 
 	// Start-up and operations (ops).
-	observeOptions // --metrics-token, --staff-tokens, --access-log (observe.go)
+	ObserveOptions // --metrics-token, --staff-tokens, --access-log (observe.go)
 
-	SkipMigrate bool       // --migrate=false, CAPGATE_MIGRATE=false: leave the schema to capgate migrate
-	LogFormat   string     // --log-format, CAPGATE_LOG_FORMAT: text (default) or json
-	effective   []any      // every flag's value, for the start-up log line
-	envSrc      envSources // the flags set from the environment, for errors
+	SkipMigrate bool   // --migrate=false, CAPGATE_MIGRATE=false: leave the schema to capgate migrate
+	LogFormat   string // --log-format, CAPGATE_LOG_FORMAT: text (default) or json
 
 	// Decide serves the decision protocol beside the gateway
 	// (--decide-listen, --decide-token, --decide-no-token).
@@ -178,7 +176,7 @@ func NewServer(ctx context.Context, opts ServeOptions, lines io.Writer, logger *
 	m, reg := s.metrics, s.registry
 
 	// The identity in force: --identity, else the policy's resolver.
-	opts.Identity = opts.identityOf(s.policy)
+	opts.Identity = opts.IdentityOf(s.policy)
 	s.opts.Identity = opts.Identity
 	ids, err := newIdentity(opts, proxies, s.policy)
 	if err != nil {
@@ -373,7 +371,7 @@ func (s *Server) openCore(ctx context.Context, lines io.Writer, who string) erro
 	// The lane gauges are read from the store at scrape time, through the
 	// gate's keys (WithLanes), so they read 0 once the load stops.
 	s.metrics, err = metrics.New(s.registry, metrics.WithLogDropped(s.Sink.Dropped), metrics.WithConfigVersion(s.Configs.Version),
-		metrics.WithStoreUp(s.Health.Up, "lanes", "config"), metrics.WithBuildInfo(version(), revision()),
+		metrics.WithStoreUp(s.Health.Up, "lanes", "config"), metrics.WithBuildInfo(Version(), revision()),
 		metrics.WithLanes(s.Gate, s.Configs), metrics.WithAdvisedLimits(s.advisedLimits), metrics.WithRecent(s.recent),
 		metrics.WithAdaptiveStepAges(s.adaptiveStepAges), metrics.WithPolicy(pol))
 	if err != nil {
@@ -413,7 +411,7 @@ func (s *Server) storeDeadline() time.Duration {
 // It fails only for a database that refuses the settings for good (a
 // PostgreSQL password or database that is wrong).
 func (s *Server) prepareSchema(ctx context.Context) error {
-	if p := sqlitePath(s.opts.Database); p != "" {
+	if p := SQLitePath(s.opts.Database); p != "" {
 		if abs, err := filepath.Abs(p); err == nil {
 			s.logger.Info("config in SQLite", "path", abs)
 		}
@@ -424,18 +422,18 @@ func (s *Server) prepareSchema(ctx context.Context) error {
 		have, err := s.store.DatabaseVersion(ctx)
 		switch {
 		case postgres.IsConfigError(err):
-			return fmt.Errorf("--database %s: %w", maskURL(s.opts.Database), err)
+			return fmt.Errorf("--database %s: %w", MaskURL(s.opts.Database), err)
 		case err != nil:
 			s.logger.Warn("config database not readable at start; serving on the defaults until it is", "error", err)
-		case have < latestSchema(s.opts.Database):
+		case have < LatestSchema(s.opts.Database):
 			s.logger.Warn("config database schema is behind and --migrate=false: run capgate migrate; serving on the defaults until then",
-				"have", have, "want", latestSchema(s.opts.Database))
+				"have", have, "want", LatestSchema(s.opts.Database))
 		}
 		return nil
 	}
 	if err := s.store.Migrate(ctx); err != nil {
 		if postgres.IsConfigError(err) {
-			return fmt.Errorf("--database %s: %w", maskURL(s.opts.Database), err)
+			return fmt.Errorf("--database %s: %w", MaskURL(s.opts.Database), err)
 		}
 		s.logger.Warn("config database not ready at start; serving on the defaults (enforce as shadow), migrating in the background",
 			"error", err)
@@ -447,7 +445,7 @@ func (s *Server) prepareSchema(ctx context.Context) error {
 // checkSQLiteDir refuses a sqlite: database whose directory does not exist:
 // the file can never be made there, so it is no outage to wait out.
 func checkSQLiteDir(database string) error {
-	p := sqlitePath(database)
+	p := SQLitePath(database)
 	if p == "" {
 		return nil
 	}
@@ -491,7 +489,7 @@ func (s *Server) migrateInBackground(ctx context.Context) {
 // newIdentity returns the identity resolver of --identity, or, when it is
 // not given, of the policy's identity.resolver.
 func newIdentity(opts ServeOptions, proxies []netip.Prefix, p *policy.Policy) (identity.Identifier, error) {
-	resolver := opts.identityOf(p)
+	resolver := opts.IdentityOf(p)
 	switch resolver {
 	case "upstream", "":
 		id, err := identity.NewUpstream(opts.Upstream)
@@ -789,9 +787,9 @@ func (s *Server) advisedLimits() map[string]int {
 	return out
 }
 
-// identityOf returns the identity resolver in force under policy p:
+// IdentityOf returns the identity resolver in force under policy p:
 // --identity, else p's identity.resolver.
-func (o ServeOptions) identityOf(p *policy.Policy) string {
+func (o ServeOptions) IdentityOf(p *policy.Policy) string {
 	if o.Identity != "" {
 		return o.Identity
 	}
@@ -815,3 +813,10 @@ func (o ServeOptions) tierGroups(p *policy.Policy) (*policy.Policy, error) {
 	}
 	return p, nil
 }
+
+// Identity is the caller identification in force: --identity, else the
+// policy's resolver.
+func (s *Server) Identity() string { return s.opts.Identity }
+
+// Options are the options the server was built with.
+func (s *Server) Options() ServeOptions { return s.opts }

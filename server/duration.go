@@ -1,4 +1,4 @@
-package main
+package server
 
 import (
 	"errors"
@@ -10,12 +10,12 @@ import (
 	"github.com/capgate/capgate/settings"
 )
 
-// parseDuration reads a duration the one way every capgate setting takes
+// ParseDuration reads a duration the one way every capgate setting takes
 // it: a Go duration ("10s", "500ms", "1m30s"), or a plain number in unit
 // ("10" seconds for the CAPACITY_*_SECONDS variables and their flags,
 // "500" milliseconds for the _MS one), as the original implementation's
 // variables were. Negative values are refused.
-func parseDuration(v string, unit time.Duration) (time.Duration, error) {
+func ParseDuration(v string, unit time.Duration) (time.Duration, error) {
 	v = strings.TrimSpace(v)
 	if f, err := strconv.ParseFloat(v, 64); err == nil {
 		if f < 0 {
@@ -41,25 +41,25 @@ func unitName(unit time.Duration) string {
 	return "seconds"
 }
 
-// durationValue is a duration flag that takes what parseDuration takes.
-type durationValue struct {
-	d    *time.Duration
-	unit time.Duration
+// DurationValue is a duration flag that takes what ParseDuration takes.
+type DurationValue struct {
+	D    *time.Duration
+	Unit time.Duration // what a bare number counts
 }
 
-func (v durationValue) String() string {
-	if v.d == nil {
+func (v DurationValue) String() string {
+	if v.D == nil {
 		return ""
 	}
-	return v.d.String()
+	return v.D.String()
 }
 
-func (v durationValue) Set(s string) error {
-	d, err := parseDuration(s, v.unit)
+func (v DurationValue) Set(s string) error {
+	d, err := ParseDuration(s, v.Unit)
 	if err != nil {
-		return fmt.Errorf("want a duration such as 10s or 500ms, or a number of %s", unitName(v.unit))
+		return fmt.Errorf("want a duration such as 10s or 500ms, or a number of %s", unitName(v.Unit))
 	}
-	*v.d = d
+	*v.D = d
 	return nil
 }
 
