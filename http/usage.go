@@ -2,6 +2,7 @@ package http
 
 import (
 	"bytes"
+	"encoding/json"
 	"io"
 	"mime"
 	"net/http"
@@ -20,12 +21,16 @@ import (
 // middleware releases the call, so its line and the fair queue see it.
 
 const (
-	// MaxUsageJSONBytes is the most of a JSON answer kept to read its
-	// usage: a longer answer reports none.
+	// MaxUsageJSONBytes is the most of a JSON answer kept whole to read
+	// its usage. Of a longer one (an embeddings answer of many vectors),
+	// only the last UsageLookBackBytes are kept, and the usage read from
+	// the last member of the top-level object named by the path's first
+	// key, if that member lies within them.
 	MaxUsageJSONBytes = 1 << 20
 	// UsageLookBackBytes is how much of the end of a streamed answer
-	// (text/event-stream) is kept: the usage is read from the last data:
-	// event within it that carries the route's path.
+	// (text/event-stream), or of a JSON answer past MaxUsageJSONBytes, is
+	// kept: a stream's usage is read from the last data: event within it
+	// that carries the route's path.
 	UsageLookBackBytes = 64 << 10
 )
 
@@ -38,8 +43,8 @@ var usageBuffers = sync.Pool{New: func() any {
 
 // readUsage is the gateway proxy's ModifyResponse: the body of an answer
 // to a gated call of a route with a usage, in a form capgate can read (a
-// JSON answer of at most MaxUsageJSONBytes, or an event stream; not
-// compressed), is wrapped to keep the copy.
+// JSON answer or an event stream, not compressed), is wrapped to keep the
+// copy.
 func readUsage(res *http.Response) error {
 	if res.Request == nil || res.StatusCode < 200 || res.Body == nil || res.Body == http.NoBody {
 		return nil
@@ -56,43 +61,43 @@ func readUsage(res *http.Response) error {
 		return nil
 	}
 	mt, _, _ := mime.ParseMediaType(res.Header.Get("Content-Type"))
-	var stream bool
+	var stream, tail bool
 	switch mt {
 	case "application/json":
-		if res.ContentLength > MaxUsageJSONBytes {
-			return nil
-		}
+		tail = res.ContentLength > MaxUsageJSONBytes // its end only, from the start
 	case "text/event-stream":
 		stream = true
 	default:
 		return nil
 	}
-	res.Body = &usageBody{ReadCloser: res.Body, adm: adm, usage: route.Usage, stream: stream}
+	res.Body = &usageBody{ReadCloser: res.Body, adm: adm, usage: route.Usage, stream: stream, tail: tail}
 	return nil
 }
 
 // usageBody passes an answer's body on and keeps a bounded copy: the
-// whole of a JSON answer (until it is too long), the last
-// UsageLookBackBytes of a stream, in a ring once full. The proxy reads
-// and closes it from one goroutine.
+// whole of a JSON answer up to MaxUsageJSONBytes, else (past it, and for
+// a stream) the last UsageLookBackBytes, in a ring once full. The proxy
+// reads and closes it from one goroutine.
 type usageBody struct {
 	io.ReadCloser
 	adm    *capgate.Admission
 	usage  policy.Usage
 	stream bool
+	tail   bool // a JSON answer past MaxUsageJSONBytes: its end only
 
 	buf  *[]byte // nil until the first byte, and after the end
 	head int     // a full ring's oldest byte
-	over bool    // a JSON answer past MaxUsageJSONBytes: none
+	eof  bool    // the body ended as its upstream said it would
 	done bool
 }
 
 func (b *usageBody) Read(p []byte) (int, error) {
 	n, err := b.ReadCloser.Read(p)
-	if n > 0 && !b.done && !b.over {
+	if n > 0 && !b.done {
 		b.keep(p[:n])
 	}
 	if err == io.EOF {
+		b.eof = true
 		b.finish()
 	}
 	return n, err
@@ -111,14 +116,25 @@ func (b *usageBody) keep(p []byte) {
 		*b.buf = (*b.buf)[:0]
 	}
 	buf := *b.buf
-	if !b.stream {
-		if len(buf)+len(p) > MaxUsageJSONBytes {
-			b.over = true
-			b.free()
+	if !b.stream && !b.tail {
+		if need := len(buf) + len(p); need <= MaxUsageJSONBytes {
+			if need > cap(buf) {
+				// Doubling up to the bound (append grows a large slice
+				// by less, allocating more in all).
+				grown := make([]byte, len(buf), min(max(2*cap(buf), need), MaxUsageJSONBytes))
+				buf = grown[:copy(grown, buf)]
+			}
+			*b.buf = append(buf, p...)
 			return
 		}
-		*b.buf = append(buf, p...)
-		return
+		// Past the bound: its end only from now on, in a pooled buffer.
+		b.tail = true
+		end := buf[max(0, len(buf)-UsageLookBackBytes):]
+		if cap(buf) > UsageLookBackBytes {
+			b.buf = usageBuffers.Get().(*[]byte)
+		}
+		buf = (*b.buf)[:copy((*b.buf)[:len(end)], end)]
+		*b.buf = buf
 	}
 	// The ring: append until full, then overwrite the oldest bytes.
 	if room := UsageLookBackBytes - len(buf); room > 0 {
@@ -148,18 +164,25 @@ func (b *usageBody) finish() {
 		return
 	}
 	buf := *b.buf
+	read := streamUsage
+	if b.tail {
+		read = tailUsage
+	}
 	var n int64
 	var ok bool
 	switch {
-	case !b.stream:
+	case !b.stream && !b.tail:
 		n, ok = b.usage.Read(buf)
+	case b.tail && !b.eof:
+		// Cut (the upstream gone, or the client): the end is not the
+		// document's, and the kept bytes cannot tell.
 	case b.head == 0:
-		n, ok = streamUsage(buf, b.usage)
+		n, ok = read(buf, b.usage)
 	default:
 		// A full ring: its bytes in order, in a second buffer.
 		line := usageBuffers.Get().(*[]byte)
 		*line = append(append((*line)[:0], buf[b.head:]...), buf[:b.head]...)
-		n, ok = streamUsage(*line, b.usage)
+		n, ok = read(*line, b.usage)
 		usageBuffers.Put(line)
 	}
 	if ok {
@@ -256,4 +279,136 @@ func lastEventUsage(b []byte, u policy.Usage) (n int64, ok bool) {
 		data = joined
 	}
 	return n, ok
+}
+
+// tailUsage returns the usage in b, the end of a JSON document whose
+// start is not kept: the value of the last member of the top-level
+// object named by the path's first key, read with the rest of the path.
+// It walks the object's members back from its closing brace, each value
+// matched whole (strings to their opening quote, objects and arrays to
+// their balanced opening bracket), so a key inside a nested value or a
+// string is never taken for one. ok is false when the document does not
+// end in an object, the walk reaches b's start before finding the member
+// (what came before is not known), or the member and those after it are
+// not valid JSON. b is changed: the byte before the member becomes '{'.
+func tailUsage(b []byte, u policy.Usage) (n int64, ok bool) {
+	key := u.Path()[0]
+	i := lastNonWS(b, len(b))
+	if i < 0 || b[i] != '}' {
+		return 0, false
+	}
+	for {
+		// b[i] is the '}' or the ',' after a member.
+		if i = lastNonWS(b, i); i < 0 || b[i] == '{' {
+			return 0, false // the object's start: no such member
+		}
+		v := valueStart(b, i)
+		if v < 0 {
+			return 0, false
+		}
+		if i = lastNonWS(b, v); i < 0 || b[i] != ':' {
+			return 0, false
+		}
+		if i = lastNonWS(b, i); i < 0 || b[i] != '"' {
+			return 0, false
+		}
+		k := stringStart(b, i)
+		if k < 0 {
+			return 0, false
+		}
+		name := b[k : i+1]
+		if i = lastNonWS(b, k); i < 0 || (b[i] != ',' && b[i] != '{') {
+			return 0, false
+		}
+		if keyIs(name, key) {
+			b[i] = '{' // from here, an object: the member and those after it
+			return u.Read(b[i:])
+		}
+		if b[i] == '{' {
+			return 0, false
+		}
+	}
+}
+
+// lastNonWS returns the index of the last byte of b[:end] that is not
+// JSON whitespace, -1 if none.
+func lastNonWS(b []byte, end int) int {
+	for end--; end >= 0; end-- {
+		if c := b[end]; c != ' ' && c != '\t' && c != '\n' && c != '\r' {
+			return end
+		}
+	}
+	return -1
+}
+
+// valueStart returns the index where the JSON value ending at b[end]
+// starts, -1 when that is not within b or there is no value there.
+func valueStart(b []byte, end int) int {
+	switch b[end] {
+	case '"':
+		return stringStart(b, end)
+	case '}', ']':
+		depth := 0
+		for i := end; i >= 0; i-- {
+			switch b[i] {
+			case '"':
+				if i = stringStart(b, i); i < 0 {
+					return -1
+				}
+			case '}', ']':
+				depth++
+			case '{', '[':
+				if depth--; depth == 0 {
+					return i
+				}
+			}
+		}
+		return -1
+	case ',', ':', '{', '[':
+		return -1
+	}
+	// A number, true, false or null: back to the byte before it.
+	for i := end; i > 0; i-- {
+		switch b[i-1] {
+		case ',', ':', '[', '{', ' ', '\t', '\n', '\r':
+			return i
+		}
+	}
+	return -1 // it may start before b
+}
+
+// stringStart returns the index of the opening quote of the JSON string
+// whose closing quote is b[end]: the last quote before it that is not
+// escaped, that is, not after an odd number of backslashes. -1 when it is
+// not within b, or when the backslashes before a quote run to b's start
+// (more may come before).
+func stringStart(b []byte, end int) int {
+	for j := end; ; {
+		q := bytes.LastIndexByte(b[:j], '"')
+		if q < 0 {
+			return -1
+		}
+		s := q
+		for s > 0 && b[s-1] == '\\' {
+			s--
+		}
+		if s == 0 {
+			return -1
+		}
+		if (q-s)%2 == 0 {
+			return q
+		}
+		j = s
+	}
+}
+
+// keyIs reports whether the JSON string literal lit is key. A key with
+// escapes (rare) is decoded to be compared.
+func keyIs(lit []byte, key string) bool {
+	s := lit[1 : len(lit)-1]
+	if bytes.IndexByte(s, '\\') < 0 {
+		return string(s) == key
+	}
+	var v string
+	return json.Unmarshal(lit, &v) == nil && v == key
 }

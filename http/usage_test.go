@@ -7,6 +7,7 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"net/url"
+	"strconv"
 	"strings"
 	"testing"
 
@@ -77,6 +78,13 @@ func TestUsageFromTheAnswer(t *testing.T) {
 	bigStream := append(chunks(3000), withUsage, "[DONE]") // ~300 KiB: past the look-back
 	early := append([]string{withUsage}, chunks(3000)...)  // the usage event ends before the look-back
 	pad := strings.Repeat("x", capgatehttp.MaxUsageJSONBytes)
+	// Embeddings answers of about 3 MiB, past the whole-answer bound: the
+	// usage is read from their last 64 KiB, only as a member of the
+	// top-level object.
+	const embUsage = `,"usage":{"prompt_tokens":4096,"total_tokens":4096}`
+	const decoyString = `,"note":"a \\\",\"usage\":{\"total_tokens\":5}}"` // "usage" as text, after an escaped \\ and "
+	const decoyItem = `,"usage":{"total_tokens":5}`                        // a member of the last data item
+	embeddingsAnswer := embeddings("", "", `,"model":"text-embedding-3-small"`+embUsage)
 	cases := map[string]cannedAnswer{
 		"json":                          {"application/json", "", `{"id":"c1","choices":[{"message":{"content":"hi"}}],"usage":{"prompt_tokens":9,"completion_tokens":12,"total_tokens":21}}`},
 		"json charset":                  {"application/json; charset=utf-8", "", `{"usage":{"total_tokens":7}}`},
@@ -88,6 +96,15 @@ func TestUsageFromTheAnswer(t *testing.T) {
 		"usage early in a long stream":  {"text/event-stream", "", sse(early...)},
 		"an unfinished last event":      {"text/event-stream", "", sse(`{"usage":{"total_tokens":3}}`) + "data: " + withUsage + "\n"},
 		"oversized json":                {"application/json", "", `{"pad":"` + pad + `","usage":{"total_tokens":21}}`},
+		"oversized json, usage first":   {"application/json", "", `{"usage":{"total_tokens":21},"pad":"` + pad + `"}`},
+		"embeddings":                    {"application/json", "", embeddingsAnswer},
+		"embeddings, usage first":       {"application/json", "", embeddings(embUsage, "", `,"model":"m"`)},
+		"embeddings, a decoy string":    {"application/json", "", embeddings(embUsage, "", `,"model":"m"`+decoyString)},
+		"embeddings, a decoy item":      {"application/json", "", embeddings(embUsage, decoyItem, "")},
+		"embeddings, usage past decoys": {"application/json", "", embeddings("", decoyItem, decoyString+embUsage)},
+		"embeddings, cut short":         {"application/json", "", strings.TrimSuffix(embeddingsAnswer, "}")},
+		"embeddings, cut in the usage":  {"application/json", "", strings.TrimSuffix(embeddingsAnswer, "96}}")},
+		"garbage, long":                 {"application/json", "", strings.Repeat("\x00\xff[\"{usage\":", 300_000) + `"usage":{"total_tokens":5}}`},
 		"garbage json":                  {"application/json", "", "\x00\xff{{ not json"},
 		"garbage stream":                {"text/event-stream", "", "\x00\xff\n\ndata: {\"usage\":{\"total_tokens\":\n\n"},
 		"a fraction":                    {"application/json", "", `{"usage":{"total_tokens":2.5}}`},
@@ -141,7 +158,16 @@ func TestUsageFromTheAnswer(t *testing.T) {
 		{"stream past the look-back", "/v1/chat/completions", json.Number("42")},
 		{"usage early in a long stream", "/v1/chat/completions", nil},
 		{"an unfinished last event", "/v1/chat/completions", json.Number("3")},
-		{"oversized json", "/v1/chat/completions", nil},
+		{"oversized json", "/v1/chat/completions", json.Number("21")},
+		{"oversized json, usage first", "/v1/chat/completions", nil},
+		{"embeddings", "/v1/batch", json.Number("4096")},
+		{"embeddings, usage first", "/v1/batch", nil},
+		{"embeddings, a decoy string", "/v1/batch", nil},
+		{"embeddings, a decoy item", "/v1/batch", nil},
+		{"embeddings, usage past decoys", "/v1/batch", json.Number("4096")},
+		{"embeddings, cut short", "/v1/batch", nil},
+		{"embeddings, cut in the usage", "/v1/batch", nil},
+		{"garbage, long", "/v1/batch", nil},
 		{"garbage json", "/v1/chat/completions", nil},
 		{"garbage stream", "/v1/chat/completions", nil},
 		{"a fraction", "/v1/chat/completions", nil},
@@ -164,6 +190,61 @@ func TestUsageFromTheAnswer(t *testing.T) {
 				t.Errorf("line's usage %v (present %v); want %v", got, has, tc.want)
 			}
 		})
+	}
+}
+
+// embeddings returns an OpenAI embeddings answer of about 3 MiB: 160
+// vectors of 1,536 numbers, head's members before "data", tail's after
+// it, and last's at the end of the last vector's object.
+func embeddings(head, last, tail string) string {
+	var b strings.Builder
+	b.WriteString(`{"object":"list"` + head + `,"data":[`)
+	for i := range 160 {
+		if i > 0 {
+			b.WriteByte(',')
+		}
+		fmt.Fprintf(&b, `{"object":"embedding","index":%d,"embedding":[`, i)
+		for j := range 1536 {
+			if j > 0 {
+				b.WriteByte(',')
+			}
+			fmt.Fprintf(&b, "%.9f", float64((i*1536+j)%2000-1000)/1e4)
+		}
+		b.WriteString("]")
+		if i == 159 {
+			b.WriteString(last)
+		}
+		b.WriteString("}")
+	}
+	b.WriteString("]" + tail + "}")
+	return b.String()
+}
+
+// A JSON answer past the whole-answer bound that ends before its declared
+// length (the upstream's connection gone) reports no usage, even when
+// what came is a whole document: its end is not known to be the end.
+func TestUsageOfACutLongJSONAnswer(t *testing.T) {
+	doc := embeddings("", "", `,"usage":{"total_tokens":4096}`)
+	up := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("Content-Type", "application/json")
+		w.Header().Set("Content-Length", strconv.Itoa(len(doc)+100))
+		_, _ = w.Write([]byte(doc)) // and no more: the server closes the connection
+	}))
+	t.Cleanup(up.Close)
+	p, err := policy.Parse("usage.yaml", []byte(usagePolicy))
+	if err != nil {
+		t.Fatal(err)
+	}
+	e := newPolicyEnv(t, p, func(c *settings.Config) { c.Mode = settings.ModeEnforce }, func(c *capgatehttp.GatewayConfig) {
+		c.Upstream, _ = url.Parse(up.URL)
+	})
+	resp := e.do(t.Context(), "POST", "/v1/batch", `{}`, "Authorization", "Token t-cora")
+	if resp.Err == nil && len(resp.Body) == len(doc)+100 {
+		t.Fatalf("the client got the whole declared answer; want it cut")
+	}
+	line := e.sink.Wait(t, 1, waitLimit)[0]
+	if got, has := line["usage"]; has {
+		t.Errorf("line's usage %v; want none", got)
 	}
 }
 
