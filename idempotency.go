@@ -181,7 +181,9 @@ func (g *Gate) Repeat(ctx context.Context, req RepeatRequest) (*Repeat, error) {
 			return nil, ErrSkipped
 		}
 		mine := RepeatEntry{Token: r.token, CID: req.CID, Fingerprint: req.Fingerprint}
-		cur, claimed, err := st.ClaimRepeat(ctx, req.ID, mine, lease, !req.Replay)
+		sctx, cancel := g.repeatCtx(ctx)
+		cur, claimed, err := st.ClaimRepeat(sctx, req.ID, mine, lease, !req.Replay)
+		cancel()
 		if err != nil {
 			return nil, r.failed(ctx, "idempotency claim", err)
 		}
@@ -268,13 +270,32 @@ func (r *Repeat) Wait(ctx context.Context) error {
 }
 
 // failed records a store failure of op (a caller that gave up is not one)
-// and returns it wrapped.
+// and returns it wrapped. Idempotency can only turn deduplication off,
+// never limiting: a full, failing or slow idempotency store costs this
+// call its deduplication (its line says why: dedup_error), and the lane
+// store's skip window stays as it was (repeatFailed).
 func (r *Repeat) failed(ctx context.Context, op string, err error) error {
 	if ctx.Err() != nil {
 		return fmt.Errorf("%w: %w", errRepeatGone, ctx.Err())
 	}
-	r.g.storeFailed(op, err)
+	r.g.repeatFailed(op, err)
 	return fmt.Errorf("%s: %w", op, err)
+}
+
+// repeatFailed records a failure of the idempotency store: told to the
+// Observer and logged as a lane store failure is, but it never opens the
+// skip window, which would let every call of every user run uncounted.
+func (g *Gate) repeatFailed(op string, err error) {
+	if g.Observer != nil {
+		g.Observer.StoreError(op, err)
+	}
+	g.logger().Warn("capacity idempotency store failed: the call runs without deduplication", "op", op, "error", err)
+}
+
+// repeatCtx bounds one idempotency store operation by the store's
+// deadline, so a slow store costs a call its deduplication, not its wait.
+func (g *Gate) repeatCtx(ctx context.Context) (context.Context, context.CancelFunc) {
+	return context.WithTimeout(ctx, g.storeDeadline())
 }
 
 // errRepeatGone is the error of a call whose caller left before it
@@ -301,7 +322,7 @@ func (r *Repeat) startTouching(lease, every time.Duration) {
 			_, err := r.st.TouchRepeat(ctx, r.req.ID, r.token, lease)
 			cancel()
 			if err != nil {
-				r.g.storeFailed("idempotency touch", err)
+				r.g.repeatFailed("idempotency touch", err)
 			}
 		}
 	}()
@@ -334,7 +355,7 @@ func (r *Repeat) Finish(ctx context.Context, answer []byte) (kept bool) {
 		var err error
 		kept, err = r.st.FinishRepeat(fctx, r.req.ID, r.token, answer, keep, idem.MaxTotalBytes())
 		if err != nil {
-			r.g.storeFailed("idempotency finish", err)
+			r.g.repeatFailed("idempotency finish", err)
 		}
 	})
 	return kept
