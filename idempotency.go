@@ -2,6 +2,8 @@ package capgate
 
 import (
 	"context"
+	"crypto/sha256"
+	"encoding/hex"
 	"errors"
 	"fmt"
 	"sync"
@@ -40,10 +42,19 @@ type IdempotencyStore interface {
 	TouchRepeat(ctx context.Context, id, token string, ttl time.Duration) (bool, error)
 	// FinishRepeat ends the running call token at id. With answer
 	// non-nil the entry keeps it for keep, if every answer the store
-	// keeps then fits in maxTotal bytes; else (answer nil, or no room:
-	// kept false) the entry is deleted. Nothing changes when id holds no
-	// running call of token.
-	FinishRepeat(ctx context.Context, id, token string, answer []byte, keep time.Duration, maxTotal int64) (kept bool, err error)
+	// keeps then fits in b.Total bytes and the answers of b.User in
+	// b.PerUser; else (answer nil, or no room: kept false) the entry is
+	// deleted. Nothing changes when id holds no running call of token.
+	FinishRepeat(ctx context.Context, id, token string, answer []byte, keep time.Duration, b KeepBound) (kept bool, err error)
+}
+
+// KeepBound bounds the answers an IdempotencyStore keeps: in all, and per
+// user, so that one user can neither fill the store nor evict the answers
+// of others.
+type KeepBound struct {
+	User    string // whose answer: an opaque tag of the caller (RepeatEntry.User), [0-9a-f] or ""
+	Total   int64  // bytes of all the answers kept, at most
+	PerUser int64  // bytes of one user's answers kept, at most
 }
 
 // RepeatEntry is what the store keeps for one key.
@@ -52,6 +63,9 @@ type RepeatEntry struct {
 	CID         string // its request id: the dedup_of of its repeats
 	Fingerprint string // a hash of the request (method, path, query, body, the headers that change the answer)
 	Answer      []byte // the kept answer; nil while the call runs
+	// User tags whose entry it is (the gate sets a hash of the user id,
+	// hex): the store bounds each user's entries (KeepBound).
+	User string
 }
 
 // RepeatRequest is a heavy call that may repeat another.
@@ -59,6 +73,7 @@ type RepeatRequest struct {
 	// ID is the key: a hash of the caller and the Idempotency-Key, or of
 	// the caller and the request (mode auto). Ids never cross callers.
 	ID          string
+	User        string // the caller's user id: its kept answers are bounded apart from others'
 	Fingerprint string // a hash of the request
 	CID         string // the call's request id
 	// Replay makes a finished call's kept answer answer this call (an
@@ -180,7 +195,7 @@ func (g *Gate) Repeat(ctx context.Context, req RepeatRequest) (*Repeat, error) {
 			g.storeSkipped("idempotency")
 			return nil, ErrSkipped
 		}
-		mine := RepeatEntry{Token: r.token, CID: req.CID, Fingerprint: req.Fingerprint}
+		mine := RepeatEntry{Token: r.token, CID: req.CID, Fingerprint: req.Fingerprint, User: userTag(req.User)}
 		sctx, cancel := g.repeatCtx(ctx)
 		cur, claimed, err := st.ClaimRepeat(sctx, req.ID, mine, lease, !req.Replay)
 		cancel()
@@ -298,6 +313,13 @@ func (g *Gate) repeatCtx(ctx context.Context) (context.Context, context.CancelFu
 	return context.WithTimeout(ctx, g.storeDeadline())
 }
 
+// userTag is the tag by which an IdempotencyStore bounds a user's entries:
+// a hash of the user id, 16 hex digits (never a user id in the store).
+func userTag(user string) string {
+	h := sha256.Sum256([]byte(user))
+	return hex.EncodeToString(h[:8])
+}
+
 // errRepeatGone is the error of a call whose caller left before it
 // learnt whether it repeats one.
 var errRepeatGone = errors.New("caller gone while waiting for the call it repeats")
@@ -353,7 +375,8 @@ func (r *Repeat) Finish(ctx context.Context, answer []byte) (kept bool) {
 		fctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), r.g.storeDeadline())
 		defer cancel()
 		var err error
-		kept, err = r.st.FinishRepeat(fctx, r.req.ID, r.token, answer, keep, idem.MaxTotalBytes())
+		b := KeepBound{User: userTag(r.req.User), Total: idem.MaxTotalBytes(), PerUser: idem.MaxUserBytes()}
+		kept, err = r.st.FinishRepeat(fctx, r.req.ID, r.token, answer, keep, b)
 		if err != nil {
 			r.g.repeatFailed("idempotency finish", err)
 		}

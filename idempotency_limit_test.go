@@ -35,13 +35,13 @@ func TestRepeatStoreFullLeavesLimitingOn(t *testing.T) {
 	// Many users, each within its own bound, fill the store with kept
 	// answers.
 	for i := range memory.MaxRepeatEntries {
-		r, err := g.Repeat(ctx, capgate.RepeatRequest{ID: fmt.Sprint("id", i), Fingerprint: "fp", Replay: true})
+		r, err := g.Repeat(ctx, capgate.RepeatRequest{ID: fmt.Sprint("id", i), User: fmt.Sprint("u", i%1000), Fingerprint: "fp", Replay: true})
 		if err != nil {
 			t.Fatalf("claim %d: %v", i, err)
 		}
 		r.Finish(ctx, []byte("400"))
 	}
-	_, err := g.Repeat(ctx, capgate.RepeatRequest{ID: "one-more", Fingerprint: "fp", Replay: true})
+	_, err := g.Repeat(ctx, capgate.RepeatRequest{ID: "one-more", User: "u1", Fingerprint: "fp", Replay: true})
 	if err == nil {
 		t.Fatal("a claim on a full store succeeded")
 	}
@@ -50,6 +50,35 @@ func TestRepeatStoreFullLeavesLimitingOn(t *testing.T) {
 	}
 	// Still gated: a user at its limit is refused.
 	assertGated(t, g)
+}
+
+// One user can't fill the store for the others: past its share of the
+// entries its own claims fail (it runs without deduplication), while
+// another user's are still deduplicated.
+func TestRepeatStorePerUser(t *testing.T) {
+	g := repeatGate(t, memory.New(nil), enforceOne(t))
+	ctx := t.Context()
+	claim := func(user string, i int) error {
+		r, err := g.Repeat(ctx, capgate.RepeatRequest{ID: fmt.Sprint(user, i), User: user, Fingerprint: "fp", Replay: true})
+		if err == nil {
+			r.Finish(ctx, []byte("400"))
+		}
+		return err
+	}
+	for i := range memory.MaxRepeatEntriesPerUser {
+		if err := claim("hog", i); err != nil {
+			t.Fatalf("claim %d of the hog, within its share: %v", i, err)
+		}
+	}
+	if err := claim("hog", -1); err == nil {
+		t.Fatal("a claim past the hog's share succeeded")
+	}
+	if err := claim("other", 0); err != nil {
+		t.Fatalf("another user's claim failed: %v", err)
+	}
+	if g.Skipping() {
+		t.Fatal("the skip window opened")
+	}
 }
 
 // A slow idempotency store costs the call its deduplication only after

@@ -53,7 +53,7 @@ func (s *Server) repeat(ctx context.Context, cc *callConn, gate *capgate.Gate, r
 		return nil, nil, false, false
 	}
 	rp, err := gate.Repeat(ctx, capgate.RepeatRequest{
-		ID: repeatID(call.UserID, req.RepeatKey), Fingerprint: req.Fingerprint, CID: call.CID, Peek: true,
+		ID: repeatID(call.UserID, req.RepeatKey), User: call.UserID, Fingerprint: req.Fingerprint, CID: call.CID, Peek: true,
 	})
 	switch {
 	case err != nil && ctx.Err() != nil:
