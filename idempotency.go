@@ -135,10 +135,10 @@ type Repeat struct {
 	finish  sync.Once
 }
 
-// repeatPoll bounds how often a waiting repeat reads the entry of the call
-// it joined: from repeatPollFirst, doubling up to repeatPollMax. A repeat
-// learns of the answer at most repeatPollMax late; 50 waiting repeats
-// read the store 500 times a second at most.
+// repeatPoll bounds how often the watch of a call joined (joins.go) reads
+// its entry: from repeatPollFirst, doubling up to repeatPollMax. A repeat
+// learns of the answer at most repeatPollMax late; however many repeats
+// join one call, its gateway reads the entry 10 times a second at most.
 const (
 	repeatPollFirst = 5 * time.Millisecond
 	repeatPollMax   = 100 * time.Millisecond
@@ -165,10 +165,12 @@ func (g *Gate) Idempotency(ctx context.Context) settings.Idempotency {
 // Repeat looks up req's key. It returns RepeatFirst (claimed: the caller
 // runs the call and must Finish the Repeat), RepeatReplayed or
 // RepeatJoined (Answer and Of set: the caller answers with it), or
-// RepeatReused. A repeat of a call running waits for it, polling the store,
-// until it finishes (its answer kept: RepeatJoined; not kept: this call
-// claims the key and runs), ctx ends (ctx's error) or max_hold_seconds
-// pass (ErrRepeatWait). A store failure (or the skip window: ErrSkipped)
+// RepeatReused. A repeat of a call running waits for it, holding nothing
+// but counted as a waiting call (joins.go: past wait.max_waiting_per_user
+// or wait.max_waiting it returns ErrRepeatWaiters at once), on the one
+// watch of the key its gateway keeps, until that call finishes (its answer
+// kept: RepeatJoined; not kept: this call claims the key and runs), ctx
+// ends (ctx's error) or max_hold_seconds pass (ErrRepeatWait). A store failure (or the skip window: ErrSkipped)
 // returns an error and a nil Repeat: the caller runs the call as if
 // idempotency were off, and says why on its line (Admission.NoteRepeat).
 func (g *Gate) Repeat(ctx context.Context, req RepeatRequest) (*Repeat, error) {
@@ -183,13 +185,6 @@ func (g *Gate) Repeat(ctx context.Context, req RepeatRequest) (*Repeat, error) {
 	r := &Repeat{g: g, st: st, cfg: cfg, req: req, token: newToken()}
 	lease := time.Duration(cfg.LeaseSeconds) * time.Second
 	waitUntil := time.Now().Add(time.Duration(cfg.MaxHoldSeconds) * time.Second)
-	poll := repeatPollFirst
-	var timer *time.Timer
-	defer func() {
-		if timer != nil {
-			timer.Stop()
-		}
-	}()
 	for {
 		if g.skipping() {
 			g.storeSkipped("idempotency")
@@ -219,69 +214,32 @@ func (g *Gate) Repeat(ctx context.Context, req RepeatRequest) (*Repeat, error) {
 			r.Outcome, r.Of, r.ofToken, r.until = RepeatJoined, cur.CID, cur.Token, waitUntil
 			return r, nil
 		}
-		// Running: wait for it, holding nothing.
-		for {
-			if !time.Now().Before(waitUntil) {
-				return nil, ErrRepeatWait
-			}
-			if timer == nil {
-				timer = time.NewTimer(poll)
-			} else {
-				timer.Reset(poll)
-			}
-			select {
-			case <-ctx.Done():
-				return nil, fmt.Errorf("%w: %w", errRepeatGone, ctx.Err())
-			case <-timer.C:
-			}
-			poll = min(2*poll, repeatPollMax)
-			e, ok, err := st.GetRepeat(ctx, req.ID)
-			if err != nil {
-				return nil, r.failed(ctx, "idempotency wait", err)
-			}
-			if ok && e.Token == cur.Token && e.Answer == nil {
-				continue // still running
-			}
-			if ok && e.Token == cur.Token {
-				r.Outcome, r.Of, r.Answer = RepeatJoined, e.CID, e.Answer
-				return r, nil
-			}
-			break // gone (not kept) or another call's: claim again
+		// Running: wait for it, holding nothing, counted as a waiter.
+		e, ok, err := r.awaitEnd(ctx, cur.Token, waitUntil)
+		if err != nil {
+			return nil, err
 		}
+		if ok && e.Token == cur.Token {
+			r.Outcome, r.Of, r.Answer = RepeatJoined, e.CID, e.Answer
+			return r, nil
+		}
+		// Gone (not kept) or another call's: claim again.
 	}
 }
 
 // Wait waits, holding nothing, until the running call a Peek repeat
 // found has ended (its entry gone, holding an answer, or another call's):
-// nil then. It returns ErrRepeatWait once max_hold_seconds have passed
-// since Gate.Repeat, ctx's error (wrapped) when ctx ends, or the store's.
+// nil then. It waits counted as a waiting call, as Gate.Repeat's joiners
+// do (ErrRepeatWaiters at once past the bounds). It returns ErrRepeatWait
+// once max_hold_seconds have passed since Gate.Repeat, ctx's error
+// (wrapped) when ctx ends, or the store's.
 // It returns nil at once for any other Repeat.
 func (r *Repeat) Wait(ctx context.Context) error {
 	if r == nil || r.ofToken == "" {
 		return nil
 	}
-	poll := repeatPollFirst
-	timer := time.NewTimer(poll)
-	defer timer.Stop()
-	for {
-		if !time.Now().Before(r.until) {
-			return ErrRepeatWait
-		}
-		select {
-		case <-ctx.Done():
-			return fmt.Errorf("%w: %w", errRepeatGone, ctx.Err())
-		case <-timer.C:
-		}
-		e, ok, err := r.st.GetRepeat(ctx, r.req.ID)
-		if err != nil {
-			return r.failed(ctx, "idempotency wait", err)
-		}
-		if !ok || e.Token != r.ofToken || e.Answer != nil {
-			return nil
-		}
-		poll = min(2*poll, repeatPollMax)
-		timer.Reset(min(poll, time.Until(r.until)))
-	}
+	_, _, err := r.awaitEnd(ctx, r.ofToken, r.until)
+	return err
 }
 
 // failed records a store failure of op (a caller that gave up is not one)

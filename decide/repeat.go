@@ -114,6 +114,9 @@ func (s *Server) joined(ctx context.Context, cc *callConn, gate *capgate.Gate, c
 	case errors.Is(err, capgate.ErrRepeatWait):
 		why = "max_hold"
 		adm.Interrupt(err)
+	case errors.Is(err, capgate.ErrRepeatWaiters):
+		why = "waiting_full"
+		adm.Interrupt(err)
 	default:
 		why = "store_failed"
 		adm.Interrupt(err)
