@@ -7,10 +7,14 @@ import (
 )
 
 // No wait that ends in a refusal anyone could predict: a call that joins
-// the waitlist and is queued is told at once, with a 429 whose Retry-After
-// is the prediction, when its predicted wait is past wait.max_seconds,
-// rather than holding its connection for the whole wait to be refused at
-// its end. The prediction, per lane the call waits on (a lane that is full
+// the waitlist and is queued is told at once, with a 429, when its
+// predicted wait is past wait.max_seconds, rather than holding its
+// connection for the whole wait to be refused at its end. Its Retry-After
+// is when a retry's wait would fit: the prediction − wait.max_seconds, in
+// whole seconds rounded up, at least 1 (a retry then queues and is served
+// within its wait; Retry-After as the whole prediction left the lane idle
+// while the refused callers, whose clients pause on a 429, slept it out:
+// docs/BENCHMARKS.md, *Predicted waits*). The prediction, per lane the call waits on (a lane that is full
 // for it, or on which tickets wait), is
 //
 //	(calls over the limit + tickets waiting before it) × the lane's hold ÷ its limit
@@ -66,17 +70,20 @@ func (a *Admission) predictWait(ctx context.Context, wl Waitlist, t Ticket, befo
 }
 
 // refusePredicted records that the call was refused at once for its
-// predicted wait d: its Retry-After is d in whole seconds, rounded up.
+// predicted wait d (predictedRetry gives its Retry-After).
 func (a *Admission) refusePredicted(d time.Duration) {
 	a.predicted = max(d, time.Second)
 }
 
 // predictedRetry returns the Retry-After of a call refused for its
-// predicted wait (refusePredicted); ok false for any other call.
+// predicted wait (refusePredicted): when a retry's predicted wait would fit
+// in wait.max_seconds, the prediction − max_seconds in whole seconds,
+// rounded up, at least 1; ok false for any other call.
 func (a *Admission) predictedRetry() (secs int, ok bool) {
 	if a.predicted <= 0 {
 		return 0, false
 	}
-	s := (a.predicted + time.Second - 1) / time.Second
+	d := max(a.predicted-time.Duration(a.cfg.Wait.MaxSeconds)*time.Second, time.Second)
+	s := (d + time.Second - 1) / time.Second
 	return int(min(s, math.MaxInt32)), true
 }

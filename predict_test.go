@@ -52,12 +52,12 @@ func holdFor(t *testing.T, g *capgate.Gate, clk *fakeNow, d time.Duration) {
 	a.Release(t.Context())
 }
 
-// A call whose predicted wait (one call ahead × a 40 s hold ÷ limit 1) is
-// past wait.max_seconds (20) is refused at once, with the prediction as
-// Retry-After, and never queued.
+// A call whose predicted wait (one call ahead × a 45 s hold ÷ limit 1) is
+// past wait.max_seconds (20) is refused at once, never queued, with
+// Retry-After when a retry's wait would fit: 45 − 20 = 25 s.
 func TestPredictedWaitRefusesAtOnce(t *testing.T) {
 	g, clk := predictGate(t, 20)
-	holdFor(t, g, clk, 40*time.Second)
+	holdFor(t, g, clk, 45*time.Second)
 	running := g.Admit(t.Context(), coreCall("running"))
 	defer running.Release(t.Context())
 	a := g.AdmitWith(t.Context(), coreCall("late"), capgate.AdmitOptions{
@@ -67,8 +67,8 @@ func TestPredictedWaitRefusesAtOnce(t *testing.T) {
 	if !a.Refused() {
 		t.Fatalf("decision %s; want refused at once", a.Decision())
 	}
-	if secs, ok := a.RetryAfter(); !ok || secs != 40 {
-		t.Errorf("Retry-After = %d, %v; want the prediction, 40", secs, ok)
+	if secs, ok := a.RetryAfter(); !ok || secs != 25 {
+		t.Errorf("Retry-After = %d, %v; want the prediction − max_seconds, 25", secs, ok)
 	}
 	if _, waited := a.Waited(); waited {
 		t.Error("the refused call waited")
