@@ -26,7 +26,9 @@ import (
 //
 // CI runs a fixed seed for -bypass.fuzz (20 s) per wait setting, and as
 // long again on the JWT path (the --identity jwt gateway, JWTs of every
-// kind it can't verify, which the upstream runs); bench/bypass-fuzz.sh runs
+// kind it can't verify, which the upstream runs) and on the idempotency
+// path (a gateway with idempotency.mode auto, Idempotency-Keys from a small
+// pool, good and malformed); bench/bypass-fuzz.sh runs
 // it longer, with a seed of its own (-bypass.seed).
 var (
 	fuzzFor  = flag.Duration("bypass.fuzz", 20*time.Second, "how long the differential fuzzer runs per wait setting (0: skip it)")
