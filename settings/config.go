@@ -173,15 +173,15 @@ func (i Idempotency) MaxAnswerBytes() int { return i.MaxAnswerKiB << 10 }
 func (i Idempotency) MaxTotalBytes() int64 { return int64(i.MaxTotalMiB) << 20 }
 
 // MaxUserBytes bounds the answers of one user kept at once, in bytes: an
-// eighth of max_total_mib (UserShare), and never less than one answer of
+// eighth of max_total_mib (userShare), and never less than one answer of
 // max_answer_kib, so that one user can't fill the store for the others.
 func (i Idempotency) MaxUserBytes() int64 {
-	return min(i.MaxTotalBytes(), max(i.MaxTotalBytes()/UserShare, int64(i.MaxAnswerBytes())))
+	return min(i.MaxTotalBytes(), max(i.MaxTotalBytes()/userShare, int64(i.MaxAnswerBytes())))
 }
 
-// UserShare is the share of idempotency.max_total_mib one user's kept
-// answers may take: 1/UserShare.
-const UserShare = 8
+// userShare is the share of idempotency.max_total_mib one user's kept
+// answers may take: 1/userShare.
+const userShare = 8
 
 // TTL is how long a finished answer is kept.
 func (i Idempotency) TTL() time.Duration { return time.Duration(i.TTLSeconds) * time.Second }
