@@ -62,6 +62,7 @@ type Admission struct {
 	granted   bool          // took a slot it waited for
 	waited    bool          // its ticket was queued
 	dropped   bool          // its ticket was dropped from a full waitlist
+	predicted time.Duration // its predicted wait, when refused for it at once (predict.go)
 	waitedFor time.Duration // how long it waited
 	repeatOf  string        // the cid of the call it repeated (DecisionJoined, DecisionReplayed)
 	opts      AdmitOptions
@@ -314,7 +315,10 @@ func (a *Admission) acquire(ctx context.Context) error {
 		}
 	}
 	a.full = fullLanes(a.lanes, before)
-	if a.dropped && a.full.empty() {
+	if taken {
+		a.predicted = 0 // a grant raced the prediction: it runs
+	}
+	if (a.dropped || a.predicted > 0) && a.full.empty() {
 		// It queued behind others, not on a full lane: the lane every
 		// ticket shares (api_heavy) is the one it could not get.
 		a.full = 1
@@ -332,6 +336,9 @@ func (a *Admission) acquire(ctx context.Context) error {
 		if ruleErr == nil {
 			a.scope = scopeOf(a.lanes, a.full)
 			a.setHints(before)
+			if secs, ok := a.predictedRetry(); ok {
+				a.retry = secs // refused for its predicted wait: that is when to retry
+			}
 		}
 	}
 	// From here on the counts include this call when it took the lease.

@@ -76,6 +76,9 @@ type Gate struct {
 	// from (ForTask); nil: ownSkip (skip.go).
 	skip    *skipWindow
 	ownSkip skipWindow
+	// joins are the joiners waiting (joins.go), shared as skip is.
+	joins    *joinWaits
+	ownJoins joinWaits
 
 	bg    background // release retries and the gateway count (background.go)
 	hooks *gateHooks // fault injection for tests; nil in production
@@ -131,7 +134,7 @@ func (g *Gate) ForTask(taskID string) (*Gate, error) {
 	if err != nil {
 		return nil, err
 	}
-	t.KeyPrefix, t.SkipFor, t.skip = g.KeyPrefix, g.SkipFor, g.window()
+	t.KeyPrefix, t.SkipFor, t.skip, t.joins = g.KeyPrefix, g.SkipFor, g.window(), g.joinWaits()
 	t.Now, t.Logger, t.Observer, t.Local = g.Now, g.Logger, g.Observer, g.Local
 	// One adaptive state per process, as one skip window: the task's calls
 	// feed g's windows and take g's advised limits (the task lane's is g's

@@ -2,6 +2,8 @@ package capgate
 
 import (
 	"context"
+	"crypto/sha256"
+	"encoding/hex"
 	"errors"
 	"fmt"
 	"sync"
@@ -40,10 +42,19 @@ type IdempotencyStore interface {
 	TouchRepeat(ctx context.Context, id, token string, ttl time.Duration) (bool, error)
 	// FinishRepeat ends the running call token at id. With answer
 	// non-nil the entry keeps it for keep, if every answer the store
-	// keeps then fits in maxTotal bytes; else (answer nil, or no room:
-	// kept false) the entry is deleted. Nothing changes when id holds no
-	// running call of token.
-	FinishRepeat(ctx context.Context, id, token string, answer []byte, keep time.Duration, maxTotal int64) (kept bool, err error)
+	// keeps then fits in b.Total bytes and the answers of b.User in
+	// b.PerUser; else (answer nil, or no room: kept false) the entry is
+	// deleted. Nothing changes when id holds no running call of token.
+	FinishRepeat(ctx context.Context, id, token string, answer []byte, keep time.Duration, b KeepBound) (kept bool, err error)
+}
+
+// KeepBound bounds the answers an IdempotencyStore keeps: in all, and per
+// user, so that one user can neither fill the store nor evict the answers
+// of others.
+type KeepBound struct {
+	User    string // whose answer: an opaque tag of the caller (RepeatEntry.User), [0-9a-f] or ""
+	Total   int64  // bytes of all the answers kept, at most
+	PerUser int64  // bytes of one user's answers kept, at most
 }
 
 // RepeatEntry is what the store keeps for one key.
@@ -52,6 +63,9 @@ type RepeatEntry struct {
 	CID         string // its request id: the dedup_of of its repeats
 	Fingerprint string // a hash of the request (method, path, query, body, the headers that change the answer)
 	Answer      []byte // the kept answer; nil while the call runs
+	// User tags whose entry it is (the gate sets a hash of the user id,
+	// hex): the store bounds each user's entries (KeepBound).
+	User string
 }
 
 // ErrNoRepeatID is Gate.Repeat's error for a request with no ID: calls
@@ -63,6 +77,7 @@ type RepeatRequest struct {
 	// ID is the key: a hash of the caller and the Idempotency-Key, or of
 	// the caller and the request (mode auto). Ids never cross callers.
 	ID          string
+	User        string // the caller's user id: its kept answers are bounded apart from others'
 	Fingerprint string // a hash of the request
 	CID         string // the call's request id
 	// Replay makes a finished call's kept answer answer this call (an
@@ -124,10 +139,10 @@ type Repeat struct {
 	finish  sync.Once
 }
 
-// repeatPoll bounds how often a waiting repeat reads the entry of the call
-// it joined: from repeatPollFirst, doubling up to repeatPollMax. A repeat
-// learns of the answer at most repeatPollMax late; 50 waiting repeats
-// read the store 500 times a second at most.
+// repeatPoll bounds how often the watch of a call joined (joins.go) reads
+// its entry: from repeatPollFirst, doubling up to repeatPollMax. A repeat
+// learns of the answer at most repeatPollMax late; however many repeats
+// join one call, its gateway reads the entry 10 times a second at most.
 const (
 	repeatPollFirst = 5 * time.Millisecond
 	repeatPollMax   = 100 * time.Millisecond
@@ -154,10 +169,12 @@ func (g *Gate) Idempotency(ctx context.Context) settings.Idempotency {
 // Repeat looks up req's key. It returns RepeatFirst (claimed: the caller
 // runs the call and must Finish the Repeat), RepeatReplayed or
 // RepeatJoined (Answer and Of set: the caller answers with it), or
-// RepeatReused. A repeat of a call running waits for it, polling the store,
-// until it finishes (its answer kept: RepeatJoined; not kept: this call
-// claims the key and runs), ctx ends (ctx's error) or max_hold_seconds
-// pass (ErrRepeatWait). A store failure (or the skip window: ErrSkipped)
+// RepeatReused. A repeat of a call running waits for it, holding nothing
+// but counted as a waiting call (joins.go: past wait.max_waiting_per_user
+// or wait.max_waiting it returns ErrRepeatWaiters at once), on the one
+// watch of the key its gateway keeps, until that call finishes (its answer
+// kept: RepeatJoined; not kept: this call claims the key and runs), ctx
+// ends (ctx's error) or max_hold_seconds pass (ErrRepeatWait). A store failure (or the skip window: ErrSkipped)
 // returns an error and a nil Repeat: the caller runs the call as if
 // idempotency were off, and says why on its line (Admission.NoteRepeat).
 func (g *Gate) Repeat(ctx context.Context, req RepeatRequest) (*Repeat, error) {
@@ -175,20 +192,15 @@ func (g *Gate) Repeat(ctx context.Context, req RepeatRequest) (*Repeat, error) {
 	r := &Repeat{g: g, st: st, cfg: cfg, req: req, token: newToken()}
 	lease := time.Duration(cfg.LeaseSeconds) * time.Second
 	waitUntil := time.Now().Add(time.Duration(cfg.MaxHoldSeconds) * time.Second)
-	poll := repeatPollFirst
-	var timer *time.Timer
-	defer func() {
-		if timer != nil {
-			timer.Stop()
-		}
-	}()
 	for {
 		if g.skipping() {
 			g.storeSkipped("idempotency")
 			return nil, ErrSkipped
 		}
-		mine := RepeatEntry{Token: r.token, CID: req.CID, Fingerprint: req.Fingerprint}
-		cur, claimed, err := st.ClaimRepeat(ctx, req.ID, mine, lease, !req.Replay)
+		mine := RepeatEntry{Token: r.token, CID: req.CID, Fingerprint: req.Fingerprint, User: userTag(req.User)}
+		sctx, cancel := g.repeatCtx(ctx)
+		cur, claimed, err := st.ClaimRepeat(sctx, req.ID, mine, lease, !req.Replay)
+		cancel()
 		if err != nil {
 			return nil, r.failed(ctx, "idempotency claim", err)
 		}
@@ -209,79 +221,68 @@ func (g *Gate) Repeat(ctx context.Context, req RepeatRequest) (*Repeat, error) {
 			r.Outcome, r.Of, r.ofToken, r.until = RepeatJoined, cur.CID, cur.Token, waitUntil
 			return r, nil
 		}
-		// Running: wait for it, holding nothing.
-		for {
-			if !time.Now().Before(waitUntil) {
-				return nil, ErrRepeatWait
-			}
-			if timer == nil {
-				timer = time.NewTimer(poll)
-			} else {
-				timer.Reset(poll)
-			}
-			select {
-			case <-ctx.Done():
-				return nil, fmt.Errorf("%w: %w", errRepeatGone, ctx.Err())
-			case <-timer.C:
-			}
-			poll = min(2*poll, repeatPollMax)
-			e, ok, err := st.GetRepeat(ctx, req.ID)
-			if err != nil {
-				return nil, r.failed(ctx, "idempotency wait", err)
-			}
-			if ok && e.Token == cur.Token && e.Answer == nil {
-				continue // still running
-			}
-			if ok && e.Token == cur.Token {
-				r.Outcome, r.Of, r.Answer = RepeatJoined, e.CID, e.Answer
-				return r, nil
-			}
-			break // gone (not kept) or another call's: claim again
+		// Running: wait for it, holding nothing, counted as a waiter.
+		e, ok, err := r.awaitEnd(ctx, cur.Token, waitUntil)
+		if err != nil {
+			return nil, err
 		}
+		if ok && e.Token == cur.Token {
+			r.Outcome, r.Of, r.Answer = RepeatJoined, e.CID, e.Answer
+			return r, nil
+		}
+		// Gone (not kept) or another call's: claim again.
 	}
 }
 
 // Wait waits, holding nothing, until the running call a Peek repeat
 // found has ended (its entry gone, holding an answer, or another call's):
-// nil then. It returns ErrRepeatWait once max_hold_seconds have passed
-// since Gate.Repeat, ctx's error (wrapped) when ctx ends, or the store's.
+// nil then. It waits counted as a waiting call, as Gate.Repeat's joiners
+// do (ErrRepeatWaiters at once past the bounds). It returns ErrRepeatWait
+// once max_hold_seconds have passed since Gate.Repeat, ctx's error
+// (wrapped) when ctx ends, or the store's.
 // It returns nil at once for any other Repeat.
 func (r *Repeat) Wait(ctx context.Context) error {
 	if r == nil || r.ofToken == "" {
 		return nil
 	}
-	poll := repeatPollFirst
-	timer := time.NewTimer(poll)
-	defer timer.Stop()
-	for {
-		if !time.Now().Before(r.until) {
-			return ErrRepeatWait
-		}
-		select {
-		case <-ctx.Done():
-			return fmt.Errorf("%w: %w", errRepeatGone, ctx.Err())
-		case <-timer.C:
-		}
-		e, ok, err := r.st.GetRepeat(ctx, r.req.ID)
-		if err != nil {
-			return r.failed(ctx, "idempotency wait", err)
-		}
-		if !ok || e.Token != r.ofToken || e.Answer != nil {
-			return nil
-		}
-		poll = min(2*poll, repeatPollMax)
-		timer.Reset(min(poll, time.Until(r.until)))
-	}
+	_, _, err := r.awaitEnd(ctx, r.ofToken, r.until)
+	return err
 }
 
 // failed records a store failure of op (a caller that gave up is not one)
-// and returns it wrapped.
+// and returns it wrapped. Idempotency can only turn deduplication off,
+// never limiting: a full, failing or slow idempotency store costs this
+// call its deduplication (its line says why: dedup_error), and the lane
+// store's skip window stays as it was (repeatFailed).
 func (r *Repeat) failed(ctx context.Context, op string, err error) error {
 	if ctx.Err() != nil {
 		return fmt.Errorf("%w: %w", errRepeatGone, ctx.Err())
 	}
-	r.g.storeFailed(op, err)
+	r.g.repeatFailed(op, err)
 	return fmt.Errorf("%s: %w", op, err)
+}
+
+// repeatFailed records a failure of the idempotency store: told to the
+// Observer and logged as a lane store failure is, but it never opens the
+// skip window, which would let every call of every user run uncounted.
+func (g *Gate) repeatFailed(op string, err error) {
+	if g.Observer != nil {
+		g.Observer.StoreError(op, err)
+	}
+	g.logger().Warn("capacity idempotency store failed: the call runs without deduplication", "op", op, "error", err)
+}
+
+// repeatCtx bounds one idempotency store operation by the store's
+// deadline, so a slow store costs a call its deduplication, not its wait.
+func (g *Gate) repeatCtx(ctx context.Context) (context.Context, context.CancelFunc) {
+	return context.WithTimeout(ctx, g.storeDeadline())
+}
+
+// userTag is the tag by which an IdempotencyStore bounds a user's entries:
+// a hash of the user id, 16 hex digits (never a user id in the store).
+func userTag(user string) string {
+	h := sha256.Sum256([]byte(user))
+	return hex.EncodeToString(h[:8])
 }
 
 // errRepeatGone is the error of a call whose caller left before it
@@ -308,7 +309,7 @@ func (r *Repeat) startTouching(lease, every time.Duration) {
 			_, err := r.st.TouchRepeat(ctx, r.req.ID, r.token, lease)
 			cancel()
 			if err != nil {
-				r.g.storeFailed("idempotency touch", err)
+				r.g.repeatFailed("idempotency touch", err)
 			}
 		}
 	}()
@@ -339,9 +340,10 @@ func (r *Repeat) Finish(ctx context.Context, answer []byte) (kept bool) {
 		fctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), r.g.storeDeadline())
 		defer cancel()
 		var err error
-		kept, err = r.st.FinishRepeat(fctx, r.req.ID, r.token, answer, keep, idem.MaxTotalBytes())
+		b := KeepBound{User: userTag(r.req.User), Total: idem.MaxTotalBytes(), PerUser: idem.MaxUserBytes()}
+		kept, err = r.st.FinishRepeat(fctx, r.req.ID, r.token, answer, keep, b)
 		if err != nil {
-			r.g.storeFailed("idempotency finish", err)
+			r.g.repeatFailed("idempotency finish", err)
 		}
 	})
 	return kept

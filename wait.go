@@ -92,6 +92,12 @@ func (a *Admission) join(ctx context.Context, wl Waitlist, req AcquireRequest, b
 	if err != nil || res.Taken || !res.Queued {
 		return res.Taken, err
 	}
+	if d, ok := a.predictWait(sctx, wl, t, before); ok && d > time.Duration(a.cfg.Wait.MaxSeconds)*time.Second {
+		// A wait that would end in a refusal: refused now (predict.go),
+		// unless a grant raced the prediction.
+		a.refusePredicted(d)
+		return a.leave(sctx, wl, t, req, before, true)
+	}
 	if a.opts.Queued != nil {
 		a.opts.Queued(time.Duration(a.cfg.Wait.MaxSeconds) * time.Second)
 	}

@@ -53,7 +53,7 @@ func (s *Server) repeat(ctx context.Context, cc *callConn, gate *capgate.Gate, r
 		return nil, nil, false, false
 	}
 	rp, err := gate.Repeat(ctx, capgate.RepeatRequest{
-		ID: repeatID(call.UserID, req.RepeatKey), Fingerprint: req.Fingerprint, CID: call.CID, Peek: true,
+		ID: repeatID(call.UserID, req.RepeatKey), User: call.UserID, Fingerprint: req.Fingerprint, CID: call.CID, Peek: true,
 	})
 	switch {
 	case err != nil && ctx.Err() != nil:
@@ -113,6 +113,9 @@ func (s *Server) joined(ctx context.Context, cc *callConn, gate *capgate.Gate, c
 		why = "shutdown"
 	case errors.Is(err, capgate.ErrRepeatWait):
 		why = "max_hold"
+		adm.Interrupt(err)
+	case errors.Is(err, capgate.ErrRepeatWaiters):
+		why = "waiting_full"
 		adm.Interrupt(err)
 	default:
 		why = "store_failed"

@@ -71,7 +71,8 @@ type Decision struct {
 // (not when the app closes the connection: nobody would read it).
 type End struct {
 	// Released is release, max_hold or shutdown; for a joined call also
-	// finished (the call it repeats ended) or store_failed.
+	// finished (the call it repeats ended), store_failed or waiting_full
+	// (too many calls wait, joiners counted).
 	Released string `json:"released"`
 }
 

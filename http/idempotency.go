@@ -185,7 +185,7 @@ func (m *Middleware) repeat(w http.ResponseWriter, r *http.Request, call capgate
 	// key when it is free (its retry may join it) and runs either way.
 	first := !hasKey && pi.RetryHeader != "" && !isRetry(r.Header, pi.RetryHeader)
 	rp, err := m.gate.Repeat(ctx, capgate.RepeatRequest{
-		ID: repeatID(call.UserID, key, hasKey, fp), Fingerprint: fp, CID: call.CID, Replay: hasKey, Peek: first,
+		ID: repeatID(call.UserID, key, hasKey, fp), User: call.UserID, Fingerprint: fp, CID: call.CID, Replay: hasKey, Peek: first,
 	})
 	if err == nil && first && rp.Outcome != capgate.RepeatFirst {
 		return nil, nil, false // an identical first attempt runs: this one runs too

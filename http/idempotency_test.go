@@ -57,10 +57,19 @@ type repeatEnv struct {
 
 func newRepeatEnv(t *testing.T, mode settings.IdempotencyMode, gc func(*capgatehttp.GatewayConfig)) *repeatEnv {
 	t.Helper()
+	return newRepeatEnvWith(t, mode, nil, gc)
+}
+
+// newRepeatEnvWith is newRepeatEnv with the config changed by cfg.
+func newRepeatEnvWith(t *testing.T, mode settings.IdempotencyMode, cfg func(*settings.Config), gc func(*capgatehttp.GatewayConfig)) *repeatEnv {
+	t.Helper()
 	rs := &repeatStore{Store: memory.New(nil), polled: make(chan string, 1)}
 	sink := &mock.Sink{}
 	c := settings.Default(nil, settings.ModeShadow)
 	c.Idempotency.Mode = mode
+	if cfg != nil {
+		cfg(&c)
+	}
 	gate, err := capgate.NewGate(rs, settings.NewFixed(c), sink, "task-1")
 	if err != nil {
 		t.Fatal(err)
@@ -293,14 +302,17 @@ func TestIdempotencyStoreFailureFailsOpen(t *testing.T) {
 	if n := len(e.up.requests()); n != 2 {
 		t.Fatalf("the API ran %d calls; want 2", n)
 	}
-	// A store error is a store error: it opens the skip window, so the
-	// next call does not ask the store (for its lanes either).
+	// Idempotency can only turn deduplication off, never limiting: the
+	// failure does not open the skip window, so each call asks the store
+	// again, and both are counted in their lanes.
 	lines := e.sink.Wait(t, 2, waitLimit)
-	if de, _ := lines[0]["dedup_error"].(string); !strings.Contains(de, "redis down") {
-		t.Fatalf("line %v; want dedup_error saying why", lines[0])
-	}
-	if de, _ := lines[1]["dedup_error"].(string); de != capgate.ErrSkipped.Error() {
-		t.Fatalf("line %v; want dedup_error %q", lines[1], capgate.ErrSkipped)
+	for _, l := range lines {
+		if de, _ := l["dedup_error"].(string); !strings.Contains(de, "redis down") {
+			t.Fatalf("line %v; want dedup_error saying why", l)
+		}
+		if l["decision"] != "admitted" {
+			t.Fatalf("line %v; want admitted (counted), not %v", l, l["decision"])
+		}
 	}
 }
 
@@ -556,5 +568,38 @@ func TestIdempotencyRetryJoinsATimedOutCall(t *testing.T) {
 	e.up.mu.Unlock()
 	if n := len(e.up.requests()); n != 1 || cancelled != 0 {
 		t.Errorf("the API ran %d calls, %d cancelled; want 1, none", n, cancelled)
+	}
+}
+
+// Joiners are waiters: a repeat of a call running past
+// wait.max_waiting_per_user does not wait; it is decided at once as a call
+// with no room to wait, here refused (pam's one place is the first call's)
+// with the usual hints, and its line says why it was not deduplicated.
+func TestIdempotencyJoinersPastTheWaitBoundsAreRefused(t *testing.T) {
+	e := newRepeatEnvWith(t, settings.IdempotencyKey, func(c *settings.Config) {
+		c.Mode, c.EnforceFor = settings.ModeEnforce, settings.EnforceAll
+		c.Wait.MaxWaitingPerUser = 1
+	}, nil)
+	first := e.async(t.Context(), "POST", semanticMatch, twoRows, append(keyed, "X-Test-Do", "hold")...)
+	e.up.waitEntered(t)
+	joiner := e.async(t.Context(), "POST", semanticMatch, twoRows, keyed...)
+	e.waitPolled(t)
+	r := e.do(t.Context(), "POST", semanticMatch, twoRows, keyed...)
+	if r.StatusCode != http.StatusTooManyRequests || r.Header.Get("Retry-After") == "" {
+		t.Fatalf("a joiner past max_waiting_per_user: %d %v; want 429 with Retry-After", r.StatusCode, r.Header)
+	}
+	e.up.release()
+	if a := recv(t, first); a.StatusCode != 200 {
+		t.Fatalf("first: %d", a.StatusCode)
+	}
+	if j := recv(t, joiner); j.StatusCode != 200 || j.Header.Get("Idempotent-Replayed") != "true" {
+		t.Fatalf("the joiner within the bound: %d %v; want its answer replayed", j.StatusCode, j.Header)
+	}
+	if n := len(e.up.requests()); n != 1 {
+		t.Fatalf("the API ran %d calls; want 1", n)
+	}
+	refused := line(t, e.sink.Wait(t, 3, waitLimit), "refused")
+	if de, _ := refused["dedup_error"].(string); !strings.Contains(de, "too many calls waiting") {
+		t.Errorf("refused line %v; want dedup_error saying why", refused)
 	}
 }

@@ -317,6 +317,9 @@ func hasCredentials(r *http.Request) bool {
 }
 
 // gated admits a heavy call and serves it (or refuses it).
+// noRoomToWait is AdmitOptions.MayWait for a call that may not wait.
+func noRoomToWait() (func(), bool) { return nil, false }
+
 func (m *Middleware) gated(w http.ResponseWriter, r *http.Request, call capgate.Call, caller capgate.Caller, err error) {
 	ctx := r.Context()
 	// The request id as the API reads it: gunicorn joins repeated lines.
@@ -351,6 +354,11 @@ func (m *Middleware) gated(w http.ResponseWriter, r *http.Request, call capgate.
 		// A failed lookup still counts: the call is gated as
 		// (unidentified), under its own small limit.
 		adm = m.gate.Unidentified(ctx, call, fmt.Errorf("identity: %w", err))
+	} else if errors.Is(note, capgate.ErrRepeatWaiters) {
+		// A repeat of a call running, past the bounds of waiting calls
+		// (joiners counted): decided at once, as a call with no room to
+		// wait (refused with the usual hints when a lane is full).
+		adm = m.gate.AdmitWith(ctx, call, capgate.AdmitOptions{MayWait: noRoomToWait})
 	} else {
 		adm = m.gate.Admit(ctx, call)
 	}

@@ -34,6 +34,7 @@ func RunRepeats(t *testing.T, open RepeatFactory) {
 		{"AnswerBytesRoundTrip", testRepeatBytes},
 		{"OneClaimWins", testRepeatOneClaim},
 		{"TotalBound", testRepeatTotal},
+		{"PerUserBound", testRepeatPerUser},
 		{"Expiry", testRepeatExpiry},
 	}
 	for _, tt := range tests {
@@ -68,7 +69,7 @@ func testRepeatLifecycle(t *testing.T, open RepeatFactory) {
 		t.Fatalf("get = %+v, %v, %v; want the first running", e, ok, err)
 	}
 	answer := []byte("200\nContent-Type: application/json\n\n{\"ok\":1}")
-	if kept, err := s.FinishRepeat(ctx, id, first.Token, answer, time.Minute, 1<<20); err != nil || !kept {
+	if kept, err := s.FinishRepeat(ctx, id, first.Token, answer, time.Minute, capgate.KeepBound{Total: 1 << 20, PerUser: 1 << 20}); err != nil || !kept {
 		t.Fatalf("finish = %v, %v; want kept", kept, err)
 	}
 	if e, ok, err := s.GetRepeat(ctx, id); err != nil || !ok || e.Token != first.Token || e.CID != first.CID || !bytes.Equal(e.Answer, answer) {
@@ -94,7 +95,7 @@ func testRepeatLetGo(t *testing.T, open RepeatFactory) {
 	if _, ok, err := s.ClaimRepeat(ctx, id, first, time.Minute, false); err != nil || !ok {
 		t.Fatalf("claim = %v, %v", ok, err)
 	}
-	if kept, err := s.FinishRepeat(ctx, id, first.Token, nil, time.Minute, 1<<20); err != nil || kept {
+	if kept, err := s.FinishRepeat(ctx, id, first.Token, nil, time.Minute, capgate.KeepBound{Total: 1 << 20, PerUser: 1 << 20}); err != nil || kept {
 		t.Fatalf("finish with no answer = %v, %v; want not kept", kept, err)
 	}
 	if e, ok, err := s.GetRepeat(ctx, id); err != nil || ok {
@@ -115,10 +116,10 @@ func testRepeatOwner(t *testing.T, open RepeatFactory) {
 	if ok, err := s.TouchRepeat(ctx, id, other, time.Minute); err != nil || ok {
 		t.Fatalf("touch by another = %v, %v; want false", ok, err)
 	}
-	if kept, err := s.FinishRepeat(ctx, id, other, []byte("x"), time.Minute, 1<<20); err != nil || kept {
+	if kept, err := s.FinishRepeat(ctx, id, other, []byte("x"), time.Minute, capgate.KeepBound{Total: 1 << 20, PerUser: 1 << 20}); err != nil || kept {
 		t.Fatalf("finish by another = %v, %v; want not kept", kept, err)
 	}
-	if kept, err := s.FinishRepeat(ctx, id, other, nil, time.Minute, 1<<20); err != nil || kept {
+	if kept, err := s.FinishRepeat(ctx, id, other, nil, time.Minute, capgate.KeepBound{Total: 1 << 20, PerUser: 1 << 20}); err != nil || kept {
 		t.Fatalf("let go by another = %v, %v", kept, err)
 	}
 	if e, ok, _ := s.GetRepeat(ctx, id); !ok || e.Token != first.Token || e.Answer != nil {
@@ -130,14 +131,14 @@ func testRepeatOwner(t *testing.T, open RepeatFactory) {
 	if ok, err := s.TouchRepeat(ctx, repeatID(), first.Token, time.Minute); err != nil || ok {
 		t.Fatalf("touch of no entry = %v, %v; want false", ok, err)
 	}
-	if kept, err := s.FinishRepeat(ctx, id, first.Token, []byte("a"), time.Minute, 1<<20); err != nil || !kept {
+	if kept, err := s.FinishRepeat(ctx, id, first.Token, []byte("a"), time.Minute, capgate.KeepBound{Total: 1 << 20, PerUser: 1 << 20}); err != nil || !kept {
 		t.Fatalf("finish = %v, %v", kept, err)
 	}
 	// Finished: neither touched nor finished again.
 	if ok, err := s.TouchRepeat(ctx, id, first.Token, time.Minute); err != nil || ok {
 		t.Fatalf("touch after finish = %v, %v; want false", ok, err)
 	}
-	if kept, err := s.FinishRepeat(ctx, id, first.Token, nil, time.Minute, 1<<20); err != nil || kept {
+	if kept, err := s.FinishRepeat(ctx, id, first.Token, nil, time.Minute, capgate.KeepBound{Total: 1 << 20, PerUser: 1 << 20}); err != nil || kept {
 		t.Fatalf("second finish = %v, %v", kept, err)
 	}
 	if e, _, _ := s.GetRepeat(ctx, id); string(e.Answer) != "a" {
@@ -153,7 +154,7 @@ func testRepeatBytes(t *testing.T, open RepeatFactory) {
 		if _, ok, err := s.ClaimRepeat(ctx, id, e, time.Minute, false); err != nil || !ok {
 			t.Fatalf("claim = %v, %v", ok, err)
 		}
-		if kept, err := s.FinishRepeat(ctx, id, e.Token, answer, time.Minute, 1<<20); err != nil || !kept {
+		if kept, err := s.FinishRepeat(ctx, id, e.Token, answer, time.Minute, capgate.KeepBound{Total: 1 << 20, PerUser: 1 << 20}); err != nil || !kept {
 			t.Fatalf("finish = %v, %v", kept, err)
 		}
 		got, ok, err := s.GetRepeat(ctx, id)
@@ -198,7 +199,7 @@ func testRepeatTotal(t *testing.T, open RepeatFactory) {
 		if _, ok, err := s.ClaimRepeat(ctx, id, entry(tok), time.Minute, false); err != nil || !ok {
 			t.Fatalf("claim = %v, %v", ok, err)
 		}
-		kept, err := s.FinishRepeat(ctx, id, tok, answer, d, max)
+		kept, err := s.FinishRepeat(ctx, id, tok, answer, d, capgate.KeepBound{Total: max, PerUser: max})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -254,7 +255,7 @@ func testRepeatExpiry(t *testing.T, open RepeatFactory) {
 	if _, ok, err := s.ClaimRepeat(ctx, id, second, 10*time.Second, false); err != nil || !ok {
 		t.Fatalf("claim after expiry = %v, %v", ok, err)
 	}
-	if kept, err := s.FinishRepeat(ctx, id, second.Token, []byte("x"), 30*time.Second, 1<<20); err != nil || !kept {
+	if kept, err := s.FinishRepeat(ctx, id, second.Token, []byte("x"), 30*time.Second, capgate.KeepBound{Total: 1 << 20, PerUser: 1 << 20}); err != nil || !kept {
 		t.Fatalf("finish = %v, %v", kept, err)
 	}
 	advance(29 * time.Second)
@@ -264,5 +265,42 @@ func testRepeatExpiry(t *testing.T, open RepeatFactory) {
 	advance(2 * time.Second)
 	if _, ok, _ := s.GetRepeat(ctx, id); ok {
 		t.Fatal("the answer outlived its keep")
+	}
+}
+
+// testRepeatPerUser: one user's kept answers are bounded apart from the
+// total: past its bound its next answer is not kept, while another
+// user's still is.
+func testRepeatPerUser(t *testing.T, open RepeatFactory) {
+	s, _ := open(t)
+	ctx := t.Context()
+	const size = 1000
+	answer := bytes.Repeat([]byte("a"), size)
+	// Tags of their own per run, so runs on a shared Redis don't meet.
+	userA, userB := NewToken(), NewToken()
+	keep := func(user string) bool {
+		t.Helper()
+		id, tok := repeatID(), NewToken()
+		e := entry(tok)
+		e.User = user
+		if _, ok, err := s.ClaimRepeat(ctx, id, e, time.Minute, false); err != nil || !ok {
+			t.Fatalf("claim = %v, %v", ok, err)
+		}
+		kept, err := s.FinishRepeat(ctx, id, tok, answer, time.Minute, capgate.KeepBound{User: user, Total: 100 * size, PerUser: 3 * size})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return kept
+	}
+	for i := range 3 {
+		if !keep(userA) {
+			t.Fatalf("answer %d of user A, within its bound, not kept", i+1)
+		}
+	}
+	if keep(userA) {
+		t.Fatal("a fourth answer of user A, past its bound of three, was kept")
+	}
+	if !keep(userB) {
+		t.Fatal("user B's answer was not kept: user A's filled the store for everyone")
 	}
 }

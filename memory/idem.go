@@ -19,8 +19,24 @@ var _ capgate.IdempotencyStore = (*Store)(nil)
 // (idempotency.max_total_mib), counted exactly.
 const MaxRepeatEntries = 10000
 
-// errRepeatsFull is the error of a claim that finds MaxRepeatEntries held.
-var errRepeatsFull = errors.New("too many idempotency entries")
+// MaxRepeatEntriesPerUser bounds the entries of one user
+// (RepeatEntry.User) held at once: an eighth of MaxRepeatEntries, so that
+// one user can't fill the store for the others. A claim past it fails
+// (that call runs without deduplication). The bytes of one user's answers
+// are bounded by capgate.KeepBound.PerUser.
+const MaxRepeatEntriesPerUser = MaxRepeatEntries / 8
+
+// The errors of a claim that finds no room.
+var (
+	errRepeatsFull     = errors.New("too many idempotency entries")
+	errRepeatsUserFull = errors.New("too many idempotency entries of this user")
+)
+
+// userRepeats is one user's share of the entries.
+type userRepeats struct {
+	n     int   // entries
+	bytes int64 // their answers' bytes
+}
 
 // repeatEntry is one key's entry. Times are nanoseconds since Store.start.
 type repeatEntry struct {
@@ -43,6 +59,27 @@ func (s *Store) repeat(id string, now int64) *repeatEntry {
 func (s *Store) dropRepeat(id string, r *repeatEntry) {
 	s.repeatBytes -= int64(len(r.e.Answer))
 	delete(s.repeats, id)
+	if u := s.repeatUsers[r.e.User]; u != nil {
+		u.n--
+		u.bytes -= int64(len(r.e.Answer))
+		if u.n <= 0 {
+			delete(s.repeatUsers, r.e.User)
+		}
+	}
+}
+
+// repeatUser returns user's share, created when missing. Requires s.mu
+// held.
+func (s *Store) repeatUser(user string) *userRepeats {
+	if s.repeatUsers == nil {
+		s.repeatUsers = map[string]*userRepeats{}
+	}
+	u := s.repeatUsers[user]
+	if u == nil {
+		u = &userRepeats{}
+		s.repeatUsers[user] = u
+	}
+	return u
 }
 
 // sweepRepeats deletes every expired entry. Requires s.mu held.
@@ -55,7 +92,8 @@ func (s *Store) sweepRepeats(now int64) {
 }
 
 // ClaimRepeat implements capgate.IdempotencyStore. It fails when ctx is
-// done, and when MaxRepeatEntries are held.
+// done, when MaxRepeatEntries are held, and when MaxRepeatEntriesPerUser of
+// e.User's are.
 func (s *Store) ClaimRepeat(ctx context.Context, id string, e capgate.RepeatEntry, ttl time.Duration, replaceFinished bool) (capgate.RepeatEntry, bool, error) {
 	if err := ctx.Err(); err != nil {
 		return capgate.RepeatEntry{}, false, fmt.Errorf("claim repeat: %w", err)
@@ -72,14 +110,18 @@ func (s *Store) ClaimRepeat(ctx context.Context, id string, e capgate.RepeatEntr
 		}
 		s.dropRepeat(id, r)
 	}
-	if len(s.repeats) >= MaxRepeatEntries {
+	if len(s.repeats) >= MaxRepeatEntries || s.repeatUser(e.User).n >= MaxRepeatEntriesPerUser {
 		s.sweepRepeats(now)
 		if len(s.repeats) >= MaxRepeatEntries {
 			return capgate.RepeatEntry{}, false, fmt.Errorf("claim repeat: %w", errRepeatsFull)
 		}
+		if s.repeatUser(e.User).n >= MaxRepeatEntriesPerUser {
+			return capgate.RepeatEntry{}, false, fmt.Errorf("claim repeat: %w", errRepeatsUserFull)
+		}
 	}
 	e.Answer = nil
 	s.repeats[id] = &repeatEntry{e: e, expires: now + int64(ttl)}
+	s.repeatUser(e.User).n++
 	return capgate.RepeatEntry{}, true, nil
 }
 
@@ -118,7 +160,7 @@ func (s *Store) TouchRepeat(ctx context.Context, id, token string, ttl time.Dura
 
 // FinishRepeat implements capgate.IdempotencyStore. It fails only when
 // ctx is done.
-func (s *Store) FinishRepeat(ctx context.Context, id, token string, answer []byte, keep time.Duration, maxTotal int64) (bool, error) {
+func (s *Store) FinishRepeat(ctx context.Context, id, token string, answer []byte, keep time.Duration, b capgate.KeepBound) (bool, error) {
 	if err := ctx.Err(); err != nil {
 		return false, fmt.Errorf("finish repeat: %w", err)
 	}
@@ -129,10 +171,14 @@ func (s *Store) FinishRepeat(ctx context.Context, id, token string, answer []byt
 	if r == nil || r.e.Token != token || r.e.Answer != nil {
 		return false, nil
 	}
-	if answer != nil && s.repeatBytes+int64(len(answer)) > maxTotal {
+	size := int64(len(answer))
+	u := s.repeatUser(r.e.User)
+	room := func() bool { return s.repeatBytes+size <= b.Total && u.bytes+size <= b.PerUser }
+	if answer != nil && !room() {
 		s.sweepRepeats(now)
+		u = s.repeatUser(r.e.User)
 	}
-	if answer == nil || s.repeatBytes+int64(len(answer)) > maxTotal {
+	if answer == nil || !room() {
 		s.dropRepeat(id, r)
 		return false, nil
 	}
@@ -141,7 +187,8 @@ func (s *Store) FinishRepeat(ctx context.Context, id, token string, answer []byt
 		r.e.Answer = []byte{}
 	}
 	r.expires = now + int64(keep)
-	s.repeatBytes += int64(len(answer))
+	s.repeatBytes += size
+	u.bytes += size
 	return true, nil
 }
 

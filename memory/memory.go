@@ -65,6 +65,7 @@ type Store struct {
 
 	repeats     map[string]*repeatEntry // idempotency entries by id (idem.go); requires mu held
 	repeatBytes int64                   // the bytes of the answers in repeats; requires mu held
+	repeatUsers map[string]*userRepeats // each user's share of repeats (idem.go); requires mu held
 
 	rosters  map[string]*roster      // journal rosters by group (journal.go); requires mu held
 	journals map[journalKey]*records // journals by group and incarnation (journal.go); requires mu held

@@ -18,9 +18,9 @@ import (
 // one hash, <prefix>:idem:{<id>}, expiring: a running call's marker lives
 // one lease unless its call touches it, a kept answer ttl_seconds. The id
 // is its own hash tag, so on a Redis Cluster each entry lives in a slot of
-// its own and every operation on it is one single-key script. The bound
-// of all kept answers is counted apart, under one hash tag
-// (<prefix>:idem:{bytes}:z and :n, repeatbytes.lua), before an answer is
+// its own and every operation on it is one single-key script. The bounds
+// of all kept answers and of each user's are counted apart, under one hash
+// tag (<prefix>:idem:{bytes}:z, :n and :u, repeatbytes.lua), before an answer is
 // written; an answer counted and then not written (its call lost the key)
 // stays counted until it would have expired, so the count errs high.
 
@@ -58,6 +58,9 @@ func (s *Store) repeatKey(id string) string { return s.repeatBase() + "{" + id +
 
 // errBadRepeatID is the error for an id that can't be a hash tag.
 var errBadRepeatID = errors.New("the idempotency id must be non-empty, without braces")
+
+// errBadRepeatUser is the error for a user tag that is not lowercase hex.
+var errBadRepeatUser = errors.New("the idempotency user tag must be lowercase hex")
 
 func checkRepeatID(id string) error {
 	if id == "" || strings.ContainsAny(id, "{}") {
@@ -162,10 +165,13 @@ func (s *Store) TouchRepeat(ctx context.Context, id, token string, ttl time.Dura
 // counts the answer within maxTotal, then repeatfinish.lua writes it (or,
 // with no answer or no room, deletes the entry). It returns the errors of
 // Store.
-func (s *Store) FinishRepeat(ctx context.Context, id, token string, answer []byte, keep time.Duration, maxTotal int64) (bool, error) {
+func (s *Store) FinishRepeat(ctx context.Context, id, token string, answer []byte, keep time.Duration, b capgate.KeepBound) (bool, error) {
 	const op = "finish repeat"
 	if err := checkRepeatID(id); err != nil {
 		return false, fmt.Errorf("%s: %w", op, err)
+	}
+	if strings.Trim(b.User, "0123456789abcdef") != "" {
+		return false, fmt.Errorf("%s: %w", op, errBadRepeatUser)
 	}
 	if keep < time.Millisecond {
 		return false, fmt.Errorf("%s: %w", op, errBadLease)
@@ -173,9 +179,10 @@ func (s *Store) FinishRepeat(ctx context.Context, id, token string, answer []byt
 	key := s.repeatKey(id)
 	keepIt := answer != nil
 	if keepIt {
-		budget := []string{s.repeatBase() + "{bytes}:z", s.repeatBase() + "{bytes}:n"}
+		budget := []string{s.repeatBase() + "{bytes}:z", s.repeatBase() + "{bytes}:n", s.repeatBase() + "{bytes}:u"}
 		n, err := run(ctx, s, op, func(ctx context.Context) (int64, error) {
-			return repeatBytesScript.Run(ctx, s.client, budget, len(answer), keep.Milliseconds(), maxTotal, token).Int64()
+			return repeatBytesScript.Run(ctx, s.client, budget, len(answer), keep.Milliseconds(), b.Total, token,
+				b.User, b.PerUser).Int64()
 		})
 		if err != nil {
 			return false, err

@@ -200,6 +200,17 @@ func (i Idempotency) MaxAnswerBytes() int { return i.MaxAnswerKiB << 10 }
 // MaxTotalBytes bounds all the answers kept, in bytes.
 func (i Idempotency) MaxTotalBytes() int64 { return int64(i.MaxTotalMiB) << 20 }
 
+// MaxUserBytes bounds the answers of one user kept at once, in bytes: an
+// eighth of max_total_mib (userShare), and never less than one answer of
+// max_answer_kib, so that one user can't fill the store for the others.
+func (i Idempotency) MaxUserBytes() int64 {
+	return min(i.MaxTotalBytes(), max(i.MaxTotalBytes()/userShare, int64(i.MaxAnswerBytes())))
+}
+
+// userShare is the share of idempotency.max_total_mib one user's kept
+// answers may take: 1/userShare.
+const userShare = 8
+
 // TTL is how long a finished answer is kept.
 func (i Idempotency) TTL() time.Duration { return time.Duration(i.TTLSeconds) * time.Second }
 

@@ -26,7 +26,9 @@ import (
 //
 // CI runs a fixed seed for -bypass.fuzz (20 s) per wait setting, and as
 // long again on the JWT path (the --identity jwt gateway, JWTs of every
-// kind it can't verify, which the upstream runs); bench/bypass-fuzz.sh runs
+// kind it can't verify, which the upstream runs) and on the idempotency
+// path (a gateway with idempotency.mode auto, Idempotency-Keys from a small
+// pool, good and malformed); bench/bypass-fuzz.sh runs
 // it longer, with a seed of its own (-bypass.seed).
 var (
 	fuzzFor  = flag.Duration("bypass.fuzz", 20*time.Second, "how long the differential fuzzer runs per wait setting (0: skip it)")
@@ -50,14 +52,14 @@ func TestDifferentialFuzz(t *testing.T) {
 	}
 	t.Run("wait="+rigWait, func(t *testing.T) {
 		mark := r.mark(t)
-		n := r.fuzz(t, *fuzzSeed, *fuzzFor, []*gateway{r.gateways[gwUpstream], r.gateways[gwTokens], r.gateways[gwHeader]}, nil)
+		n := r.fuzz(t, *fuzzSeed, *fuzzFor, []*gateway{r.gateways[gwUpstream], r.gateways[gwTokens], r.gateways[gwHeader]}, nil, false)
 		t.Logf("seed %d: %d mutations, %d heavy runs upstream", *fuzzSeed, n, len(r.runs(t))-mark)
 		r.checkInvariants(t, mark)
 	})
 	t.Run("wait="+other, func(t *testing.T) {
 		g := r.otherWaitGateway(t)
 		mark := r.mark(t)
-		n := r.fuzz(t, *fuzzSeed+1, *fuzzFor, []*gateway{g}, nil)
+		n := r.fuzz(t, *fuzzSeed+1, *fuzzFor, []*gateway{g}, nil, false)
 		t.Logf("seed %d: %d mutations, %d heavy runs upstream", *fuzzSeed+1, n, len(r.runs(t))-mark)
 		r.checkInvariants(t, mark)
 	})
@@ -66,10 +68,38 @@ func TestDifferentialFuzz(t *testing.T) {
 	t.Run("jwt", func(t *testing.T) {
 		g, k := r.jwtGateway(t)
 		mark := r.mark(t)
-		n := r.fuzz(t, *fuzzSeed+2, *fuzzFor, []*gateway{g}, k.pool(t))
+		n := r.fuzz(t, *fuzzSeed+2, *fuzzFor, []*gateway{g}, k.pool(t), false)
 		t.Logf("seed %d: %d mutations, %d heavy runs upstream", *fuzzSeed+2, n, len(r.runs(t))-mark)
 		r.checkInvariants(t, mark)
 	})
+	// The idempotency path: a gateway with idempotency.mode auto (every
+	// call keyed, by its Idempotency-Key or by the request), calls with
+	// keys from a small pool (good, malformed, repeated), so repeats join
+	// calls running, replay kept answers and reuse keys: none may run a
+	// call uncounted or over a limit.
+	t.Run("idempotency", func(t *testing.T) {
+		g := r.idempotencyGateway(t)
+		mark := r.mark(t)
+		n := r.fuzz(t, *fuzzSeed+3, *fuzzFor, []*gateway{g}, nil, true)
+		t.Logf("seed %d: %d mutations, %d heavy runs upstream", *fuzzSeed+3, n, len(r.runs(t))-mark)
+		r.checkInvariants(t, mark)
+	})
+}
+
+// idempotencyGateway starts (once) a gateway like the upstream one, with
+// idempotency.mode auto.
+func (r *rig) idempotencyGateway(t *testing.T) *gateway {
+	t.Helper()
+	const id = "upstream-idempotency"
+	if g := r.gateways[id]; g != nil {
+		return g
+	}
+	g, err := r.startGateway(t.Context(), id, append(slices.Clone(configArgs), "idempotency.mode=auto"),
+		"--max-body-bytes", fmt.Sprint(maxBodyBytes), "--identity", "upstream")
+	if err != nil {
+		t.Fatal(err)
+	}
+	return g
 }
 
 // fuzz sends mutated requests to gws from fuzzWorkers workers for d and
@@ -78,7 +108,7 @@ func TestDifferentialFuzz(t *testing.T) {
 // all go to gws[0]: each gateway counts her limit in lanes of its own.
 // With jwt (a pool of tokens per user, jwtKit.pool) the credentials are
 // JWTs; without, DRF tokens and sessions.
-func (r *rig) fuzz(t *testing.T, seed uint64, d time.Duration, gws []*gateway, jwt map[string][]string) int {
+func (r *rig) fuzz(t *testing.T, seed uint64, d time.Duration, gws []*gateway, jwt map[string][]string, idem bool) int {
 	t.Helper()
 	deadline := time.Now().Add(d)
 	var mu sync.Mutex
@@ -86,7 +116,7 @@ func (r *rig) fuzz(t *testing.T, seed uint64, d time.Duration, gws []*gateway, j
 	var wg sync.WaitGroup
 	for w := range fuzzWorkers {
 		wg.Go(func() {
-			m := &mutator{r: r, rnd: rand.New(rand.NewPCG(seed, uint64(w))), jwt: jwt}
+			m := &mutator{r: r, rnd: rand.New(rand.NewPCG(seed, uint64(w))), jwt: jwt, idem: idem}
 			for i := 0; time.Now().Before(deadline); i++ {
 				q, user := m.request(fmt.Sprintf("fuzz %d/%d/%d", seed, w, i))
 				g := gws[m.rnd.IntN(len(gws))]
@@ -129,6 +159,28 @@ type mutator struct {
 	r   *rig
 	rnd *rand.Rand
 	jwt map[string][]string // per user, JWTs to send (jwtCredentials); nil: DRF credentials
+	// idem adds Idempotency-Key headers from a small pool (idempotencyKey).
+	idem bool
+}
+
+// idempotencyKey returns Idempotency-Key lines: mostly one of a few keys
+// (so calls repeat each other, with the same request or another), now and
+// then none, a malformed one or two.
+func (m *mutator) idempotencyKey() []string {
+	switch {
+	case m.chance(0.15):
+		return nil // keyed by the request (mode auto)
+	case m.chance(0.05):
+		return []string{"Idempotency-Key: " + m.pick("", "\"\"", strings.Repeat("k", 300), "k\u00e9")}
+	case m.chance(0.05):
+		return []string{"Idempotency-Key: k1", "idempotency-key: k2"}
+	}
+	k := fmt.Sprintf("k%d", m.rnd.IntN(4))
+	if m.chance(0.3) {
+		k = `"` + k + `"`
+	}
+	return []string{m.pick("Idempotency-Key: ", "idempotency-key: ", "IDEMPOTENCY-KEY:") + k,
+		"X-Stainless-Retry-Count: " + m.pick("0", "1", "2")}
 }
 
 func (m *mutator) pick(s ...string) string { return s[m.rnd.IntN(len(s))] }
@@ -157,6 +209,9 @@ func (m *mutator) request(name string) (e2e.Request, string) {
 	}
 	q.Headers = append(q.Headers, ct...)
 	q.Headers = append(q.Headers, m.extraHeaders(user == "pam")...)
+	if m.idem {
+		q.Headers = append(q.Headers, m.idempotencyKey()...)
+	}
 	q.Body = body
 	if m.chance(0.1) {
 		q.NoLength = true
