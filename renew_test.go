@@ -24,8 +24,11 @@ func TestOneRenewerForAllCalls(t *testing.T) {
 		time.Sleep(10 * time.Second)
 		b := e.gate.Admit(ctx, lanetest.Match("q", "preview"))
 		c := e.gate.Admit(ctx, lanetest.Match("r", "preview"))
-		if n := runtime.NumGoroutine(); n != before {
-			t.Errorf("%d goroutines with 3 calls in flight, want %d as before them", n, before)
+		// The process's count: a goroutine another test left behind may
+		// end meanwhile (none of this package's tests run in parallel, so
+		// none starts); a renewer per call would add three.
+		if n := runtime.NumGoroutine(); n > before {
+			t.Errorf("%d goroutines with 3 calls in flight, want at most %d as before them", n, before)
 		}
 		c.Release(ctx)
 		time.Sleep(15 * time.Second) // a at 20 s, b due at 30 s

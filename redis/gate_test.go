@@ -72,7 +72,7 @@ func TestGateFailsOpenAtTheDeadlineOfAHungRedis(t *testing.T) {
 func TestFloodDoesNotOpenTheSkipWindow(t *testing.T) {
 	m, _ := openMini(t)
 	p := newProxy(t, m.Addr())
-	s, err := redis.Open(redis.Options{URL: "redis://" + p.Addr, MaxInFlight: 2, MaxQueued: 64, Deadline: time.Second, Timeout: time.Second})
+	s, err := redis.Open(redis.Options{URL: "redis://" + p.Addr, MaxInFlight: 2, MaxQueued: 64, Deadline: 3 * time.Second, Timeout: 3 * time.Second})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -56,8 +56,11 @@ func TestServiceKilledAndRestarted(t *testing.T) {
 		t.Fatal(err)
 	}
 	r.awaitAdmitted(t, b, "cora")
-	if d := time.Since(restarted); d > 2*time.Second {
-		t.Errorf("the ended call's place was free %v after the restart began, want ≤ 2 s", d)
+	// The journal frees it about 1 s after the restart (bench/decide-restart.sh
+	// measures it); the bound only tells that from the lease's 60 s expiry,
+	// with room for a loaded machine.
+	if d := time.Since(restarted); d > 10*time.Second {
+		t.Errorf("the ended call's place was free %v after the restart began, want ≤ 10 s (not the lease's expiry)", d)
 	} else {
 		t.Logf("the ended call's place was free %v after the restart began", d.Round(time.Millisecond))
 	}
