@@ -37,6 +37,8 @@
 -- min(lend, max(reserve - its class key's count, 0)). A lane is full when
 -- its count + the call's seats there > that limit. Each lane's TTL is
 -- raised to 2 x lease, never shortened; a key without a TTL gets one.
+--
+-- seats.lua heads it (add_seats).
 if redis.replicate_commands then redis.replicate_commands() end
 
 local t = redis.call('TIME')
@@ -50,21 +52,6 @@ end
 local token = ARGV[1]
 local lease = tonumber(ARGV[2])
 local force = ARGV[3] == '1'
-
--- add_seats adds a call's seats 2..seats (token#2, ...) to key with
--- expiry, by ZADDs of up to 100 members.
-local function add_seats(key, token, expiry, seats)
-  local args, n = {}, 0
-  for j = 2, seats do
-    args[n + 1] = expiry
-    args[n + 2] = token .. '#' .. j
-    n = n + 2
-    if n == 200 or j == seats then
-      redis.call('ZADD', key, unpack(args, 1, n))
-      n = 0
-    end
-  end
-end
 
 -- n: the lanes; lends: false when no lane lends (ARGV has no Borrow).
 local n, lends = #KEYS, #ARGV > 4 + 2 * #KEYS

@@ -74,14 +74,18 @@ func FailoverOptions(o Options) (*goredis.FailoverOptions, error) {
 	return o.failoverOptions(), nil
 }
 
-// Scripts are the embedded scripts by file name.
+// SeatsSrc is seats.lua, the prelude of the scripts that handle seats.
+var SeatsSrc = seatsSrc
+
+// Scripts are the embedded scripts by file name, each as Redis runs it
+// (prelude included).
 var Scripts = map[string]struct {
 	Src    string
 	Script *goredis.Script
 }{
-	"acquire.lua": {acquireSrc, acquireScript},
-	"renew.lua":   {renewSrc, renewScript},
-	"release.lua": {releaseSrc, releaseScript},
+	"acquire.lua": {seatsSrc + acquireSrc, acquireScript},
+	"renew.lua":   {seatsSrc + renewSrc, renewScript},
+	"release.lua": {seatsSrc + releaseSrc, releaseScript},
 	"count.lua":   {countSrc, countScript},
 	"tune.lua":    {tuneSrc, tuneScript},
 
@@ -95,11 +99,11 @@ var Scripts = map[string]struct {
 	"repeatfinish.lua": {repeatFinishSrc, repeatFinishScript},
 	"repeatbytes.lua":  {repeatBytesSrc, repeatBytesScript},
 
-	"waitjoin.lua":    {waitPassSrc + waitJoinSrc, waitJoinScript},
-	"waitpump.lua":    {waitPassSrc + waitPumpSrc, waitPumpScript},
-	"waitleave.lua":   {waitPassSrc + waitLeaveSrc, waitLeaveScript},
-	"waitrelease.lua": {waitPassSrc + waitReleaseSrc, waitReleaseScript},
-	"waiting.lua":     {waitPassSrc + waitingSrc, waitingScript},
+	"waitjoin.lua":    {seatsSrc + waitPassSrc + waitJoinSrc, waitJoinScript},
+	"waitpump.lua":    {seatsSrc + waitPassSrc + waitPumpSrc, waitPumpScript},
+	"waitleave.lua":   {seatsSrc + waitPassSrc + waitLeaveSrc, waitLeaveScript},
+	"waitrelease.lua": {seatsSrc + waitPassSrc + waitReleaseSrc, waitReleaseScript},
+	"waiting.lua":     {seatsSrc + waitPassSrc + waitingSrc, waitingScript},
 }
 
 var FormatSeconds = formatSeconds

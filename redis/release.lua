@@ -10,17 +10,12 @@
 --
 -- Returns: the number of members removed, in all KEYS: from seat j on, up
 --          to the first one missing in each key.
+--
+-- seats.lua heads it (drop_seats).
 local token = ARGV[1]
 local from = tonumber(ARGV[2] or '1')
 local removed = 0
 for _, key in ipairs(KEYS) do
-  local j = from
-  while true do
-    local m = token
-    if j > 1 then m = token .. '#' .. j end
-    if redis.call('ZREM', key, m) == 0 then break end
-    removed = removed + 1
-    j = j + 1
-  end
+  removed = removed + drop_seats(key, token, from)
 end
 return removed

@@ -13,6 +13,8 @@
 --          shortened); otherwise nothing changes. An expired lease or seat
 --          is never revived, a missing one never added, and a deleted key
 --          never re-created (ZADD XX on keys known to hold the token).
+--
+-- seats.lua heads it (renew_seats).
 if redis.replicate_commands then redis.replicate_commands() end
 
 local t = redis.call('TIME')
@@ -34,14 +36,7 @@ if held == #KEYS then
   local ttl = 2 * lease
   for _, key in ipairs(KEYS) do
     redis.call('ZADD', key, 'XX', expiry, token)
-    local j = 2
-    while true do
-      local m = token .. '#' .. j
-      local score = redis.call('ZSCORE', key, m)
-      if not score then break end
-      if tonumber(score) > now then redis.call('ZADD', key, 'XX', expiry, m) end
-      j = j + 1
-    end
+    renew_seats(key, token, expiry, now)
     local pttl = redis.call('PTTL', key)
     if pttl < ttl then -- -1 (no TTL) counts as shorter
       redis.call('PEXPIRE', key, ttl)

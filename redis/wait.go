@@ -13,8 +13,9 @@ import (
 	"github.com/capgate/capgate/internal/randhex"
 )
 
-// The waitlist's scripts: waitpass.lua (the grant pass and its helpers)
-// heads each of them, since Lua scripts in Redis can't include one another.
+// The waitlist's scripts: seats.lua (scripts.go), then waitpass.lua (the
+// grant pass and its helpers) head each of them, since Lua scripts in Redis
+// can't include one another.
 var (
 	//go:embed waitpass.lua
 	waitPassSrc string
@@ -29,11 +30,11 @@ var (
 	//go:embed waiting.lua
 	waitingSrc string
 
-	waitJoinScript    = goredis.NewScript(waitPassSrc + waitJoinSrc)
-	waitPumpScript    = goredis.NewScript(waitPassSrc + waitPumpSrc)
-	waitLeaveScript   = goredis.NewScript(waitPassSrc + waitLeaveSrc)
-	waitReleaseScript = goredis.NewScript(waitPassSrc + waitReleaseSrc)
-	waitingScript     = goredis.NewScript(waitPassSrc + waitingSrc)
+	waitJoinScript    = goredis.NewScript(seatsSrc + waitPassSrc + waitJoinSrc)
+	waitPumpScript    = goredis.NewScript(seatsSrc + waitPassSrc + waitPumpSrc)
+	waitLeaveScript   = goredis.NewScript(seatsSrc + waitPassSrc + waitLeaveSrc)
+	waitReleaseScript = goredis.NewScript(seatsSrc + waitPassSrc + waitReleaseSrc)
+	waitingScript     = goredis.NewScript(seatsSrc + waitPassSrc + waitingSrc)
 )
 
 var _ capgate.Waitlist = (*Store)(nil)

@@ -1,6 +1,7 @@
 -- waitpass: the waitlist's shared part, prepended to every wait*.lua
--- script (Redis has no includes). It defines no KEYS or ARGV of its own
--- (borrow_args reads the Borrow its caller's header lays out).
+-- script (Redis has no includes), after seats.lua (add_seats, drop_seats).
+-- It defines no KEYS or ARGV of its own (borrow_args reads the Borrow its
+-- caller's header lays out).
 --
 -- Keys outside the running script's KEYS: the waitlist's own (below, under
 -- its ARGV prefix), and the lanes and class keys of the other tickets the
@@ -195,18 +196,7 @@ end
 -- nil: 1), with expiry now+ms, raising the TTL to 2 x ms.
 local function add(key, token, now, ms, seats)
   redis.call('ZADD', key, now + ms, token)
-  if seats and seats > 1 then
-    local args, n = {}, 0
-    for j = 2, seats do
-      args[n + 1] = now + ms
-      args[n + 2] = token .. '#' .. j
-      n = n + 2
-      if n == 200 or j == seats then
-        redis.call('ZADD', key, unpack(args, 1, n))
-        n = 0
-      end
-    end
-  end
+  if seats and seats > 1 then add_seats(key, token, now + ms, seats) end
   if redis.call('PTTL', key) < 2 * ms then -- -1 (no TTL) counts as shorter
     redis.call('PEXPIRE', key, 2 * ms)
   end

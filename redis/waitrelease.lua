@@ -11,10 +11,7 @@ local token = ARGV[2]
 for _, k in ipairs(KEYS) do
   -- token and token#2, then, when both were there, token#3, token#4, ...
   -- up to the first missing one.
-  if redis.call('ZREM', k, token, token .. '#2') == 2 then
-    local j = 3
-    while redis.call('ZREM', k, token .. '#' .. j) == 1 do j = j + 1 end
-  end
+  if redis.call('ZREM', k, token, seat(token, 2)) == 2 then drop_seats(k, token, 3) end
 end
 local w = wkeys(ARGV[1])
 local now = now_ms()
