@@ -14,6 +14,8 @@ import (
 	"time"
 
 	goredis "github.com/redis/go-redis/v9"
+
+	"github.com/capgate/capgate"
 )
 
 // waitConfig is enforce with one bottleneck, api_heavy (2 at once across
@@ -36,9 +38,30 @@ type waiter struct {
 	res  result
 }
 
-// waitlistKeys returns the waitlist keys left in Redis.
+// waitlistKeys returns the waitlist keys left in Redis, but fair work's
+// records (the running calls, r, ru:<user>, rq, and the cost estimates,
+// c), which outlive the list on purpose: each must expire within
+// capgate.RunMaxAge, or it is returned too.
 func waitlistKeys(ctx context.Context, c *goredis.Client) ([]string, error) {
-	return c.Keys(ctx, waitPrefix+"*").Result()
+	keys, err := c.Keys(ctx, waitPrefix+"*").Result()
+	if err != nil {
+		return nil, err
+	}
+	var left []string
+	for _, k := range keys {
+		rest := strings.TrimPrefix(k, waitPrefix)
+		if rest == "r" || rest == "rq" || rest == "c" || strings.HasPrefix(rest, "ru:") {
+			ttl, err := c.PTTL(ctx, k).Result()
+			if err != nil {
+				return nil, err
+			}
+			if ttl > 0 && ttl <= capgate.RunMaxAge {
+				continue
+			}
+		}
+		left = append(left, k)
+	}
+	return left, nil
 }
 
 // queued is how many tickets wait.
