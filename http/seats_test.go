@@ -15,48 +15,6 @@ import (
 	"github.com/capgate/capgate/settings"
 )
 
-// embeddingsPolicy is a policy of its own (not the inference example,
-// whose costs may change): an embeddings call costs a seat per 16 inputs,
-// at most 4, in its model's lane (limit 2); a chat call costs 1.
-const embeddingsPolicy = `version: 1
-name: emb
-routes:
-  - name: chat
-    method: POST
-    path: {exact: /v1/chat/completions}
-    fields:
-      model: {body_string: model}
-  - name: embeddings
-    method: POST
-    path: {exact: /v1/embeddings}
-    fields:
-      model: {body_string: model}
-      inputs: {body_array_len: input}
-    seats:
-      model: {field: inputs, per: 16, max: 4}
-identity:
-  resolver: tokens
-  scheme: Bearer
-  tiers:
-    - {tier: pro, groups: [pro]}
-  default_tier: free
-lanes:
-  - name: model
-    scope: key
-    key: model
-    routes: [chat, embeddings]
-    limit: 2
-  - name: user
-    scope: key
-    key: user
-    routes: [chat, embeddings]
-    limit: {free: 1, pro: 3}
-names:
-  header_prefix: Capgate-
-  refusal: {detail: "Busy: retry in {retry_after} seconds.", error_code: busy}
-  log_event: capgate_call
-`
-
 // Why: a seats field near 2^63 wrapped ceil(n / per) negative, so a call
 // of 2^63-1 inputs took 1 seat. Through the middleware (an app's own
 // classifier names the fields, as a body_int field would), an embeddings
@@ -64,7 +22,7 @@ names:
 // capped at the model lane's limit 2): a chat call to the same model is
 // refused while it runs.
 func TestMiddlewareSeatsSaturate(t *testing.T) {
-	p, err := policy.Parse("emb.yaml", []byte(embeddingsPolicy))
+	p, err := policy.Load("../testdata/embeddings-policy.yaml") // the seats tests' own policy
 	if err != nil {
 		t.Fatal(err)
 	}
