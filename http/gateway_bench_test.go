@@ -99,6 +99,24 @@ func benchGatewayServerWith(b *testing.B, store capgate.LaneStore, prefix string
 	return srv.URL
 }
 
+// benchPost posts body to url as the caller of token, reads the answer to
+// its end, and returns its status and the decision in its header decision.
+func benchPost(client *http.Client, url, token string, body []byte, decision string) (int, capgate.Decision, error) {
+	req, err := http.NewRequest(http.MethodPost, url, bytes.NewReader(body))
+	if err != nil {
+		return 0, "", err
+	}
+	req.Header.Set("Content-Type", "application/json")
+	req.Header.Set("Authorization", token)
+	resp, err := client.Do(req)
+	if err != nil {
+		return 0, "", err
+	}
+	_, _ = io.Copy(io.Discard, resp.Body)
+	resp.Body.Close()
+	return resp.StatusCode, capgate.Decision(resp.Header.Get(decision)), nil
+}
+
 // benchGatewayRun posts the $match body to base+path from 64 goroutines,
 // each its own user, and checks each answer is 200 with decision want
 // ("" for an ungated call).
@@ -113,31 +131,21 @@ func benchGatewayRun(b *testing.B, base, path string, want ...capgate.Decision) 
 	b.RunParallel(func(pb *testing.PB) {
 		token := "Token bench-token-" + strconv.FormatInt(n.Add(1)%benchUsers, 10)
 		for pb.Next() {
-			req, err := http.NewRequest(http.MethodPost, base+path, bytes.NewReader(benchBody))
+			status, d, err := benchPost(client, base+path, token, benchBody, ocl.Decision)
 			if err != nil {
 				bad.Add(1)
 				continue
 			}
-			req.Header.Set("Content-Type", "application/json")
-			req.Header.Set("Authorization", token)
-			resp, err := client.Do(req)
-			if err != nil {
-				bad.Add(1)
-				continue
-			}
-			_, _ = io.Copy(io.Discard, resp.Body)
-			resp.Body.Close()
-			d := capgate.Decision(resp.Header.Get(ocl.Decision))
 			if d == capgate.DecisionUnavailable {
 				unavailable.Add(1)
 			}
-			ok := resp.StatusCode == http.StatusOK && (len(want) == 0 && d == "")
+			ok := status == http.StatusOK && (len(want) == 0 && d == "")
 			for _, w := range want {
-				ok = ok || (resp.StatusCode == http.StatusOK && d == w)
+				ok = ok || (status == http.StatusOK && d == w)
 			}
 			if !ok {
 				bad.Add(1)
-				badDecision.Store(strconv.Itoa(resp.StatusCode) + " " + string(d))
+				badDecision.Store(strconv.Itoa(status) + " " + string(d))
 			}
 		}
 	})

@@ -1,7 +1,6 @@
 package http_test
 
 import (
-	"bytes"
 	"context"
 	"io"
 	"log/slog"
@@ -104,28 +103,18 @@ func (pb policyBench) run(b *testing.B, base string, status int, want ...capgate
 	b.RunParallel(func(p *testing.PB) {
 		token := pb.scheme + " bench-token-" + strconv.FormatInt(n.Add(1)%benchUsers, 10)
 		for p.Next() {
-			req, err := http.NewRequest(http.MethodPost, base+pb.path, bytes.NewReader(pb.body))
+			got, d, err := benchPost(client, base+pb.path, token, pb.body, pb.headers)
 			if err != nil {
 				bad.Add(1)
 				continue
 			}
-			req.Header.Set("Content-Type", "application/json")
-			req.Header.Set("Authorization", token)
-			resp, err := client.Do(req)
-			if err != nil {
-				bad.Add(1)
-				continue
-			}
-			_, _ = io.Copy(io.Discard, resp.Body)
-			resp.Body.Close()
-			d := capgate.Decision(resp.Header.Get(pb.headers))
 			ok := false
 			for _, w := range want {
-				ok = ok || resp.StatusCode == status && d == w
+				ok = ok || got == status && d == w
 			}
 			if !ok {
 				bad.Add(1)
-				last.Store(strconv.Itoa(resp.StatusCode) + " " + string(d))
+				last.Store(strconv.Itoa(got) + " " + string(d))
 			}
 		}
 	})
