@@ -88,6 +88,11 @@ type Admission struct {
 	keyBuf  [laneBufLen]string
 	intBuf  [2 * laneBufLen]int
 	seatBuf [laneBufLen]int
+	fullBuf [laneBufLen]LaneName
+
+	// fullNames are the full lanes' names, set once decided (Gate.admitted):
+	// Outcome.Full, allocating nothing.
+	fullNames []LaneName
 
 	usage atomic.Int64 // what SetUsage recorded, +1; 0: nothing (usage.go)
 }
@@ -323,7 +328,7 @@ func (a *Admission) acquire(ctx context.Context) error {
 		// ticket shares (api_heavy) is the one it could not get.
 		a.full = 1
 	}
-	d, err := decide(a.full, taken)
+	d, err := decide(a.enforced, a.full, taken)
 	if err != nil {
 		return err
 	}
@@ -496,49 +501,47 @@ func (a *Admission) emit() {
 	}
 }
 
-// Decision returns the admission's decision; DecisionNone in mode off.
-func (a *Admission) Decision() Decision { return a.decision }
-
-// Refused reports whether the call must be answered with the 429 and never
-// reach the API.
-func (a *Admission) Refused() bool { return a.decision == DecisionRefused }
-
-// Enforced reports whether a full lane would refuse this call.
-func (a *Admission) Enforced() bool { return a.enforced }
-
-// Holding reports whether the call took leases in the store (not in the
-// local lanes alone: see Counted).
-func (a *Admission) Holding() bool { return a.taken }
-
-// Call returns the call as admitted.
-func (a *Admission) Call() Call { return a.call }
-
-// Lanes returns the call's lanes (nil when none were planned).
-func (a *Admission) Lanes() []Lane { return a.lanes }
-
-// Counts returns each lane's count as this call saw it (count before, +1
-// if it took the lease); nil when unknown.
-func (a *Admission) Counts() []int { return a.counts }
-
-// RetryAfter returns the Retry-After seconds for a refused or
-// shadow-refused call; ok is false otherwise.
-func (a *Admission) RetryAfter() (seconds int, ok bool) {
-	return a.retry, a.retry > 0 && (a.decision == DecisionRefused || a.decision == DecisionShadowRefused)
+// Outcome returns what the gate decided for the call, fixed when Admit
+// returned; the zero Outcome (with the built-in policy) for the zero
+// Admission.
+func (a *Admission) Outcome() Outcome {
+	if a == nil {
+		return Outcome{}
+	}
+	o := Outcome{
+		Decision: a.decision,
+		Mode:     a.cfg.Mode,
+		Enforced: a.enforced,
+		Call:     a.call,
+		Policy:   a.cfg.Policy(),
+		Lanes:    a.lanes,
+		Counts:   a.counts,
+		Scope:    a.scopeName(),
+		Queued:   a.waited,
+		Waited:   a.waitedFor,
+		Holding:  a.taken,
+		Counted:  a.taken || a.local,
+		Degraded: a.degraded,
+		MaxHold:  time.Duration(a.cfg.MaxHoldSeconds) * time.Second,
+	}
+	if a.off {
+		o.Mode = settings.ModeOff
+	}
+	o.Full = a.fullNames
+	if a.decision == DecisionRefused || a.decision == DecisionShadowRefused {
+		o.RetryAfter, o.Spacing = a.retry, a.spacing
+	}
+	o.Suggested, _ = suggestedConcurrency(a.lanes, a.counts)
+	return o
 }
 
-// Scope returns the lane reported for a refusal; "" when no lane
-// was full.
-func (a *Admission) Scope() LaneName {
+// scopeName returns the lane reported for a refusal; "" when no lane was
+// full.
+func (a *Admission) scopeName() LaneName {
 	if a.scope < 0 || a.scope >= len(a.lanes) { // none, or the zero Admission
 		return ""
 	}
 	return a.lanes[a.scope].Name
-}
-
-// Suggested returns the suggested concurrency; ok is false when the call
-// has no lanes.
-func (a *Admission) Suggested() (n int, ok bool) {
-	return suggestedConcurrency(a.lanes, a.counts)
 }
 
 // Err returns the error recorded on the call (the last one: a failed
@@ -606,17 +609,18 @@ func (a *Admission) appendLine(b []byte) []byte {
 // fillRecord returns the call's record, its slices and pointer fields
 // pointing into v.
 func (a *Admission) fillRecord(v *recordValues) record {
-	p := a.cfg.Policy()
+	o := a.Outcome()
+	p := o.Policy
 	r := record{
 		Event:         p.Names.LogEvent,
-		Decision:      a.decision,
-		Mode:          a.cfg.Mode,
-		Enforced:      a.enforced,
+		Decision:      o.Decision,
+		Mode:          o.Mode,
+		Enforced:      o.Enforced,
 		RouteKey:      p.Names.LogRouteKey,
 		Route:         a.call.RouteName(),
 		Tier:          a.call.Tier,
 		UserID:        a.call.UserID,
-		Scope:         string(a.Scope()),
+		Scope:         string(o.Scope),
 		RequestSource: a.call.RequestSource,
 		CID:           a.call.CID,
 	}
@@ -647,11 +651,11 @@ func (a *Admission) fillRecord(v *recordValues) record {
 	}
 	r.Classes = classes
 	full := v.full[:0]
+	for _, n := range o.Full {
+		full = append(full, string(n))
+	}
 	lanes := v.lanes[:0]
-	for i, l := range a.lanes {
-		if a.full.has(i) {
-			full = append(full, string(l.Name))
-		}
+	for i, l := range o.Lanes {
 		ll := logLane{Name: string(l.Name), Seats: l.seats()}
 		if l.Spec != nil {
 			ll.InFlightKey, ll.LimitKey = l.Spec.Log.InFlight, l.Spec.Log.Limit
@@ -661,8 +665,8 @@ func (a *Admission) fillRecord(v *recordValues) record {
 		if ll.InFlightKey == "" {
 			continue
 		}
-		if a.counts != nil {
-			ll.InFlight, ll.Known = a.counts[i], true
+		if o.Counts != nil {
+			ll.InFlight, ll.Known = o.Counts[i], true
 		}
 		ll.Limit = l.Limit
 		lanes = append(lanes, ll)
@@ -678,20 +682,20 @@ func (a *Admission) fillRecord(v *recordValues) record {
 		}
 	}
 	r.Metadata = meta
-	if n, ok := a.Suggested(); ok {
-		v.suggested = n
+	if len(o.Lanes) > 0 {
+		v.suggested = o.Suggested
 		r.Suggested = &v.suggested
 	}
-	if s, ok := a.RetryAfter(); ok {
-		v.retryAfter = s
+	if o.RetryAfter > 0 {
+		v.retryAfter = o.RetryAfter
 		r.RetryAfter = &v.retryAfter
 	}
 	if a.call.HasQueueMS {
 		v.queueMS = a.call.QueueMS
 		r.QueueMS = &v.queueMS
 	}
-	if d, ok := a.Waited(); ok {
-		v.waitMS = d.Milliseconds()
+	if o.Queued {
+		v.waitMS = o.Waited.Milliseconds()
 		r.WaitMS = &v.waitMS
 	}
 	if n, ok := a.Usage(); ok {
@@ -730,7 +734,3 @@ type recordValues struct {
 	heldMS                int64
 	usage                 int64
 }
-
-// Policy returns the policy the call was decided under (the built-in one
-// for the zero Admission).
-func (a *Admission) Policy() *policy.Policy { return a.cfg.Policy() }

@@ -23,10 +23,10 @@ func TestRecordFollowsTheAdmission(t *testing.T) {
 		a = g.Admit(ctx, call)
 		defer a.Release(ctx)
 	}
-	if a.Decision() != capgate.DecisionShadowRefused {
-		t.Fatalf("decision %q, want shadow_refused", a.Decision())
+	if a.Outcome().Decision != capgate.DecisionShadowRefused {
+		t.Fatalf("decision %q, want shadow_refused", a.Outcome().Decision)
 	}
-	lanes, counts := a.Lanes(), a.Counts()
+	lanes, counts := a.Outcome().Lanes, a.Outcome().Counts
 	if len(lanes) != 5 || len(counts) != 5 {
 		t.Fatalf("%d lanes, %d counts; want 5", len(lanes), len(counts))
 	}
@@ -49,8 +49,8 @@ func TestRecordFollowsTheAdmission(t *testing.T) {
 	if !slices.Equal(rec.Full, full) {
 		t.Errorf("full %v, want %v", rec.Full, full)
 	}
-	n, _ := a.Suggested()
-	s, _ := a.RetryAfter()
+	n := a.Outcome().Suggested
+	s := a.Outcome().RetryAfter
 	if rec.Suggested == nil || *rec.Suggested != n || rec.RetryAfter == nil || *rec.RetryAfter != s || s <= 0 {
 		t.Errorf("suggested %v, retry_after %v; want %d and %d", rec.Suggested, rec.RetryAfter, n, s)
 	}

@@ -41,21 +41,21 @@ func coreCall(cid string) capgate.Call {
 func TestAdmitWithMayWait(t *testing.T) {
 	g, _ := optionsGate(t)
 	first := g.Admit(t.Context(), coreCall("1"))
-	if first.Decision() != capgate.DecisionAdmitted {
-		t.Fatalf("first: %s", first.Decision())
+	if first.Outcome().Decision != capgate.DecisionAdmitted {
+		t.Fatalf("first: %s", first.Outcome().Decision)
 	}
 	asked := 0
 	no := g.AdmitWith(t.Context(), coreCall("2"), capgate.AdmitOptions{
 		MayWait: func() (func(), bool) { asked++; return nil, false },
 		Queued:  func(time.Duration) { t.Error("a call with no room to wait was queued") },
 	})
-	if no.Decision() != capgate.DecisionRefused || asked != 1 {
-		t.Errorf("no room to wait: %s (asked %d), want refused at once, asked once", no.Decision(), asked)
+	if no.Outcome().Decision != capgate.DecisionRefused || asked != 1 {
+		t.Errorf("no room to wait: %s (asked %d), want refused at once, asked once", no.Outcome().Decision, asked)
 	}
-	if _, ok := no.RetryAfter(); !ok {
+	if ok := no.Outcome().RetryAfter > 0; !ok {
 		t.Error("the refusal has no Retry-After")
 	}
-	if _, waited := no.Waited(); waited {
+	if waited := no.Outcome().Queued; waited {
 		t.Error("a call with no room to wait waited")
 	}
 	no.Release(t.Context())
@@ -82,8 +82,8 @@ func TestAdmitWithMayWait(t *testing.T) {
 	first.Release(t.Context())
 	select {
 	case a := <-done:
-		if a.Decision() != capgate.DecisionAdmitted {
-			t.Errorf("the waiter: %s, want admitted", a.Decision())
+		if a.Outcome().Decision != capgate.DecisionAdmitted {
+			t.Errorf("the waiter: %s, want admitted", a.Outcome().Decision)
 		}
 		a.Release(t.Context())
 	case <-timer.C:
@@ -105,8 +105,8 @@ func TestAdmitWithResumed(t *testing.T) {
 		Resumed: true,
 		Queued:  func(time.Duration) { t.Error("a resumed call queued") },
 	})
-	if !a.Counted() || a.Refused() || a.Decision() != capgate.DecisionShadowRefused {
-		t.Errorf("resumed over a full lane: %s (counted %v), want shadow-refused and counted", a.Decision(), a.Counted())
+	if !a.Outcome().Counted || a.Outcome().Refused() || a.Outcome().Decision != capgate.DecisionShadowRefused {
+		t.Errorf("resumed over a full lane: %s (counted %v), want shadow-refused and counted", a.Outcome().Decision, a.Outcome().Counted)
 	}
 	a.Release(t.Context())
 	first.Release(t.Context())

@@ -2,10 +2,63 @@ package capgate
 
 import (
 	"errors"
+	"time"
 
 	"github.com/capgate/capgate/policy"
 	"github.com/capgate/capgate/settings"
 )
+
+// Outcome is what the gate decided for one call: a plain value, fixed when
+// Admit returns. Everything capgate says of a decision reads it — the
+// capacity headers and the 429's body (package answer), the decision
+// service's answer, the metrics and the call's log line — so they can't
+// disagree. The zero Outcome is an ungated call's (no decision, no lanes).
+type Outcome struct {
+	Decision Decision
+	// Mode is the mode of the config the call was decided under, and
+	// Enforced whether a full lane refuses it there (mode enforce, and
+	// enforce_for counts it): in shadow a full lane makes the call
+	// DecisionShadowRefused, and it runs.
+	Mode     settings.Mode
+	Enforced bool
+	Call     Call
+	// Policy is the policy the call was decided under (the built-in one
+	// for an ungated call).
+	Policy *policy.Policy
+	// Lanes are the call's lanes (nil when none were planned), Counts each
+	// lane's count as the call saw it (before it, plus its seats if it took
+	// them; nil when unknown), Full the lanes it found full.
+	Lanes  []Lane
+	Counts []int
+	Full   []LaneName
+	// Scope is the lane a refusal reports ("" when no lane was full).
+	Scope LaneName
+	// RetryAfter (seconds) and Spacing (how often Scope frees a slot,
+	// under the adaptive hints; 0 unknown) are set for a refused or
+	// shadow-refused call only.
+	RetryAfter int
+	Spacing    time.Duration
+	// Suggested is how many calls the user should keep in flight; it
+	// means something only when Lanes is not empty.
+	Suggested int
+	// Queued reports whether the call's ticket waited for a slot, Waited
+	// for how long.
+	Queued bool
+	Waited time.Duration
+	// Holding: the call holds leases in the lane store. Counted: it holds
+	// a place until Release, in the store or in the gate's local lanes
+	// while the store is out (a proxy keeps such a call's upstream request
+	// running when its client leaves). Degraded: the local lanes decided
+	// it alone, with degraded limits.
+	Holding, Counted, Degraded bool
+	// MaxHold is max_hold_seconds of its config: the longest its leases
+	// are renewed.
+	MaxHold time.Duration
+}
+
+// Refused reports whether the call must be answered with the 429 and never
+// reach the API.
+func (o Outcome) Refused() bool { return o.Decision == DecisionRefused }
 
 // The pure part of a decision: which lanes are full, which one is reported,
 // how long to wait and how many calls to keep in flight. No I/O here.
@@ -17,17 +70,24 @@ func (s laneSet) has(i int) bool { return s&(1<<i) != 0 }
 func (s laneSet) empty() bool    { return s == 0 }
 
 // decide returns the decision of a call whose lanes full were full before
-// it, given whether the store took its leases. A store that took none
-// though no lane was full broke its contract: that is an error, and the
-// call is counted as unavailable.
-func decide(full laneSet, taken bool) (Decision, error) {
+// it, given whether a full lane refuses it (enforced: the mode in force)
+// and whether the store took its leases. This is the one place a call is
+// shadow-refused: unenforced, it found a lane full and runs. A store whose
+// answer contradicts the request (no lease though no lane was full, or
+// the wrong answer to a forced or unforced request) broke its contract:
+// that is an error, and the call is counted as unavailable.
+func decide(enforced bool, full laneSet, taken bool) (Decision, error) {
 	switch {
 	case full.empty() && !taken:
 		return DecisionNone, errors.New("the store took no lease though no lane was full")
 	case full.empty():
 		return DecisionAdmitted, nil
-	case taken:
+	case !enforced && taken:
 		return DecisionShadowRefused, nil
+	case !enforced:
+		return DecisionNone, errors.New("the store refused an unenforced call (its acquire was forced)")
+	case taken:
+		return DecisionNone, errors.New("the store took a lease on a full lane of an enforced call")
 	default:
 		return DecisionRefused, nil
 	}

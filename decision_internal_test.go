@@ -94,22 +94,32 @@ func TestSuggestedConcurrency(t *testing.T) {
 	}
 }
 
+// TestDecide: the mode in force reaches the decision as a value. A full
+// lane refuses an enforced call and shadow-refuses (runs) any other; a
+// store answer that contradicts the request it was given (a forced acquire
+// not taken, an unforced one taken past a full lane) is an error, so the
+// call is unavailable, never refused for the store's fault.
 func TestDecide(t *testing.T) {
 	tests := []struct {
-		full    laneSet
-		taken   bool
-		want    Decision
-		wantErr bool
+		enforced bool
+		full     laneSet
+		taken    bool
+		want     Decision
+		wantErr  bool
 	}{
-		{0, true, DecisionAdmitted, false},
-		{0, false, DecisionNone, true},
-		{1 << 2, true, DecisionShadowRefused, false},
-		{1 << 2, false, DecisionRefused, false},
+		{true, 0, true, DecisionAdmitted, false},
+		{false, 0, true, DecisionAdmitted, false},
+		{true, 0, false, DecisionNone, true},
+		{false, 0, false, DecisionNone, true},
+		{false, 1 << 2, true, DecisionShadowRefused, false},
+		{true, 1 << 2, false, DecisionRefused, false},
+		{false, 1 << 2, false, DecisionNone, true},
+		{true, 1 << 2, true, DecisionNone, true},
 	}
 	for _, tt := range tests {
-		got, err := decide(tt.full, tt.taken)
+		got, err := decide(tt.enforced, tt.full, tt.taken)
 		if got != tt.want || (err != nil) != tt.wantErr {
-			t.Errorf("decide(%b, %v) = %q, %v; want %q, error %v", tt.full, tt.taken, got, err, tt.want, tt.wantErr)
+			t.Errorf("decide(%v, %b, %v) = %q, %v; want %q, error %v", tt.enforced, tt.full, tt.taken, got, err, tt.want, tt.wantErr)
 		}
 	}
 }

@@ -225,22 +225,6 @@ func (a *Admission) releaseLocal(ctx context.Context) {
 	}
 }
 
-// Degraded reports whether the local lanes decided the call alone, with
-// degraded limits, because the store could not count it.
-func (a *Admission) Degraded() bool { return a.degraded }
-
-// Counted reports whether the call holds a place in a lane until Release:
-// a lease in the store, or in the local lanes while the store is
-// unavailable. A proxy keeps such a call's upstream request running when
-// its client leaves, so the place is held while the API still works.
-func (a *Admission) Counted() bool { return a != nil && (a.taken || a.local) }
-
-// MaxHold returns max_hold_seconds of the config the call was admitted
-// under: the longest its leases are renewed.
-func (a *Admission) MaxHold() time.Duration {
-	return time.Duration(a.cfg.MaxHoldSeconds) * time.Second
-}
-
 // taskLane returns the index of the call's task lane; 0 (the first lane)
 // when it has none, -1 when it has no lanes.
 func (a *Admission) taskLane() int {

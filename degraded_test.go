@@ -70,7 +70,7 @@ func TestLocalLanesRefuseAFloodBeforeTheStore(t *testing.T) {
 				wg.Go(func() {
 					a := e.gate.Admit(context.Background(), lanetest.Match("flood", "preview"))
 					mu.Lock()
-					got[a.Decision()] = append(got[a.Decision()], a)
+					got[a.Outcome().Decision] = append(got[a.Outcome().Decision], a)
 					mu.Unlock()
 				})
 			}
@@ -86,13 +86,13 @@ func TestLocalLanesRefuseAFloodBeforeTheStore(t *testing.T) {
 			}
 			if r := got[capgate.DecisionRefused]; len(r) > 0 {
 				h := http.Header{}
-				answer.SetHeaders(h, r[0])
+				answer.SetHeaders(h, r[0].Outcome())
 				want := "5"
 				if limit == 0 {
 					want = "120" // paused
 				}
-				if r[0].Scope() != capgate.LaneName("user") || h.Get("Retry-After") != want {
-					t.Errorf("refusal scope %q Retry-After %q, want user and %s", r[0].Scope(), h.Get("Retry-After"), want)
+				if r[0].Outcome().Scope != capgate.LaneName("user") || h.Get("Retry-After") != want {
+					t.Errorf("refusal scope %q Retry-After %q, want user and %s", r[0].Outcome().Scope, h.Get("Retry-After"), want)
 				}
 			}
 			for _, as := range got {
@@ -128,14 +128,14 @@ func TestDegradedLanesHoldThePerUserLimit(t *testing.T) {
 	b := e.gate.Admit(ctx, lanetest.Match("p", "preview")) // inside the skip window
 	c := e.gate.Admit(ctx, lanetest.Match("p", "preview"))
 	for i, x := range []*capgate.Admission{a, b} {
-		if x.Decision() != capgate.DecisionUnavailable || !x.Degraded() || !x.Counted() || x.Holding() {
+		if x.Outcome().Decision != capgate.DecisionUnavailable || !x.Outcome().Degraded || !x.Outcome().Counted || x.Outcome().Holding {
 			t.Fatalf("call %d: decision %q degraded %v counted %v holding %v, want unavailable, degraded, counted locally only",
-				i, x.Decision(), x.Degraded(), x.Counted(), x.Holding())
+				i, x.Outcome().Decision, x.Outcome().Degraded, x.Outcome().Counted, x.Outcome().Holding)
 		}
 	}
 	// The user's own limit is exact here: refused before the store.
-	if c.Decision() != capgate.DecisionRefused || c.Scope() != capgate.LaneName("user") || c.Counted() {
-		t.Fatalf("third call: decision %q scope %q counted %v, want refused on the user lane", c.Decision(), c.Scope(), c.Counted())
+	if c.Outcome().Decision != capgate.DecisionRefused || c.Outcome().Scope != capgate.LaneName("user") || c.Outcome().Counted {
+		t.Fatalf("third call: decision %q scope %q counted %v, want refused on the user lane", c.Outcome().Decision, c.Outcome().Scope, c.Outcome().Counted)
 	}
 	if n := e.acquires.Load(); n != 1 {
 		t.Fatalf("store acquires = %d, want 1 (then the skip window)", n)
@@ -192,11 +192,11 @@ func TestDegradedLanesDivideTheClusterLanes(t *testing.T) {
 		defer a.Release(ctx)
 		b := e.gate.Admit(ctx, lanetest.Match("p", "preview"))
 		defer b.Release(ctx)
-		if a.Decision() != capgate.DecisionUnavailable || !a.Degraded() {
-			t.Fatalf("second call: decision %q degraded %v", a.Decision(), a.Degraded())
+		if a.Outcome().Decision != capgate.DecisionUnavailable || !a.Outcome().Degraded {
+			t.Fatalf("second call: decision %q degraded %v", a.Outcome().Decision, a.Outcome().Degraded)
 		}
-		if b.Decision() != capgate.DecisionRefused || b.Scope() != capgate.LaneName("api_heavy") || !b.Degraded() {
-			t.Fatalf("third call: decision %q scope %q, want refused on api_heavy", b.Decision(), b.Scope())
+		if b.Outcome().Decision != capgate.DecisionRefused || b.Outcome().Scope != capgate.LaneName("api_heavy") || !b.Outcome().Degraded {
+			t.Fatalf("third call: decision %q scope %q, want refused on api_heavy", b.Outcome().Decision, b.Outcome().Scope)
 		}
 		if got := lanetest.LaneLimits(b)[capgate.LaneName("api_heavy")]; got != 2 {
 			t.Fatalf("degraded api_heavy limit = %d, want 6/3 = 2", got)
@@ -212,11 +212,11 @@ func TestDegradedLanesOnlyCountInShadow(t *testing.T) {
 	for range 3 {
 		a := e.gate.Admit(ctx, lanetest.Match("p", "preview"))
 		defer a.Release(ctx)
-		if a.Decision() != capgate.DecisionUnavailable || a.Refused() || !a.Degraded() {
-			t.Fatalf("shadow: decision %q degraded %v", a.Decision(), a.Degraded())
+		if a.Outcome().Decision != capgate.DecisionUnavailable || a.Outcome().Refused() || !a.Outcome().Degraded {
+			t.Fatalf("shadow: decision %q degraded %v", a.Outcome().Decision, a.Outcome().Degraded)
 		}
 		h := http.Header{}
-		answer.SetHeaders(h, a)
+		answer.SetHeaders(h, a.Outcome())
 		if h.Get("Retry-After") != "" {
 			t.Fatalf("shadow call has Retry-After %q", h.Get("Retry-After"))
 		}
@@ -237,19 +237,19 @@ func TestABusyStoreIsNotAFailure(t *testing.T) {
 	e.failAcquires(busy)
 	a := e.gate.Admit(ctx, lanetest.Match("p", "preview"))
 	a.Release(ctx)
-	if a.Decision() != capgate.DecisionUnavailable || e.gate.Skipping() {
-		t.Fatalf("shadow: decision %q, skipping %v", a.Decision(), e.gate.Skipping())
+	if a.Outcome().Decision != capgate.DecisionUnavailable || e.gate.Skipping() {
+		t.Fatalf("shadow: decision %q, skipping %v", a.Outcome().Decision, e.gate.Skipping())
 	}
 	enforce(e, nil)
 	b := e.gate.Admit(ctx, lanetest.Match("p", "preview"))
 	b.Release(ctx)
 	h := http.Header{}
-	answer.SetHeaders(h, b)
-	if b.Decision() != capgate.DecisionRefused || b.Scope() != capgate.LaneName("api_heavy_task") || h.Get("Retry-After") != "5" || e.gate.Skipping() {
+	answer.SetHeaders(h, b.Outcome())
+	if b.Outcome().Decision != capgate.DecisionRefused || b.Outcome().Scope != capgate.LaneName("api_heavy_task") || h.Get("Retry-After") != "5" || e.gate.Skipping() {
 		t.Fatalf("enforced: decision %q scope %q Retry-After %q skipping %v; want refused on api_heavy_task after 5 s",
-			b.Decision(), b.Scope(), h.Get("Retry-After"), e.gate.Skipping())
+			b.Outcome().Decision, b.Outcome().Scope, h.Get("Retry-After"), e.gate.Skipping())
 	}
-	if got := string(answer.Refusal(b)); got != `{"detail":"Matching is busy. Please retry in 5 seconds.","error_code":"capacity_exceeded","scope":"api_heavy_task","paused":false,"retry_after":5}` {
+	if got := string(answer.Refusal(b.Outcome())); got != `{"detail":"Matching is busy. Please retry in 5 seconds.","error_code":"capacity_exceeded","scope":"api_heavy_task","paused":false,"retry_after":5}` {
 		t.Fatalf("refusal body %s", got)
 	}
 
@@ -258,8 +258,8 @@ func TestABusyStoreIsNotAFailure(t *testing.T) {
 	e.failAcquires(busy)
 	c := e.gate.Admit(ctx, lanetest.Match("p", "preview"))
 	c.Release(ctx)
-	if c.Decision() != capgate.DecisionUnavailable || !c.Degraded() || e.gate.Skipping() {
-		t.Fatalf("with local lanes: decision %q degraded %v skipping %v", c.Decision(), c.Degraded(), e.gate.Skipping())
+	if c.Outcome().Decision != capgate.DecisionUnavailable || !c.Outcome().Degraded || e.gate.Skipping() {
+		t.Fatalf("with local lanes: decision %q degraded %v skipping %v", c.Outcome().Decision, c.Outcome().Degraded, e.gate.Skipping())
 	}
 }
 

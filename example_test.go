@@ -65,10 +65,11 @@ func Example_admit() {
 		ctx := r.Context()
 		adm := gate.Admit(ctx, call) // never nil; blocks only for a call that may wait
 		defer adm.Release(ctx)       // always, however the call ends
-		answer.SetHeaders(w.Header(), adm)
-		if adm.Refused() {
+		out := adm.Outcome() // what was decided: a plain value
+		answer.SetHeaders(w.Header(), out)
+		if out.Refused() {
 			w.WriteHeader(http.StatusTooManyRequests)
-			w.Write(answer.Refusal(adm))
+			w.Write(answer.Refusal(out))
 			return
 		}
 		// adm.Err() is the limiter's own error, if any (the call still goes ahead).

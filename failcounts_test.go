@@ -47,8 +47,8 @@ func TestStallThenRecoverCountsTheDegradedCalls(t *testing.T) {
 		defer func() { _ = other.Close(context.WithoutCancel(t.Context())) }()
 		stalled := failWhile(e)
 		first := e.gate.Admit(t.Context(), lanetest.Match("u", "preview"))
-		if !first.Degraded() || !first.Counted() || first.Refused() {
-			t.Fatalf("during the stall: degraded %v counted %v decision %q", first.Degraded(), first.Counted(), first.Decision())
+		if !first.Outcome().Degraded || !first.Outcome().Counted || first.Outcome().Refused() {
+			t.Fatalf("during the stall: degraded %v counted %v decision %q", first.Outcome().Degraded, first.Outcome().Counted, first.Outcome().Decision)
 		}
 		stalled.Store(false) // the store is back
 		time.Sleep(capgate.DefaultSkipDuration + time.Second)
@@ -58,8 +58,8 @@ func TestStallThenRecoverCountsTheDegradedCalls(t *testing.T) {
 		}
 		second := other.Admit(t.Context(), lanetest.Match("u", "preview"))
 		defer second.Release(t.Context())
-		if !second.Refused() {
-			t.Fatalf("the user's second call: %q, want refused (limit 1, one running)", second.Decision())
+		if !second.Outcome().Refused() {
+			t.Fatalf("the user's second call: %q, want refused (limit 1, one running)", second.Outcome().Decision)
 		}
 		time.Sleep(time.Minute) // renewed in the store past its first lease
 		if n := e.userLane(t, "u"); n != 1 {
@@ -98,8 +98,8 @@ func TestRecoveredStoreCountsDegradedCallsBeforeDeciding(t *testing.T) {
 		e.gate.Local = memory.New(nil)
 		s.stalled.Store(true)
 		first := e.gate.Admit(t.Context(), lanetest.Match("u", "preview"))
-		if !first.Degraded() || !first.Counted() {
-			t.Fatalf("during the stall: degraded %v counted %v decision %q", first.Degraded(), first.Counted(), first.Decision())
+		if !first.Outcome().Degraded || !first.Outcome().Counted {
+			t.Fatalf("during the stall: degraded %v counted %v decision %q", first.Outcome().Degraded, first.Outcome().Counted, first.Outcome().Decision)
 		}
 		s.stalled.Store(false)
 		e.gate.ResetSkip() // the window closes between two loop rounds
@@ -108,7 +108,7 @@ func TestRecoveredStoreCountsDegradedCallsBeforeDeciding(t *testing.T) {
 		select {
 		case a := <-ch:
 			a.Release(t.Context())
-			t.Fatalf("the user's second call was decided (%q) while its first runs, want it waiting", a.Decision())
+			t.Fatalf("the user's second call was decided (%q) while its first runs, want it waiting", a.Outcome().Decision)
 		default:
 		}
 		counts := make([]int, 1)
@@ -144,8 +144,8 @@ func TestLostAcquireAnswerIsReleasedInTheBackground(t *testing.T) {
 			return false, timeoutErr{}
 		}
 		a := e.gate.Admit(t.Context(), lanetest.Match("u", "preview"))
-		if a.Decision() != capgate.DecisionUnavailable {
-			t.Fatalf("decision %q, want unavailable", a.Decision())
+		if a.Outcome().Decision != capgate.DecisionUnavailable {
+			t.Fatalf("decision %q, want unavailable", a.Outcome().Decision)
 		}
 		a.Release(t.Context())
 		time.Sleep(capgate.DefaultSkipDuration + time.Second)
@@ -200,8 +200,8 @@ func TestLostTicketFallsBackToTheDegradedLimits(t *testing.T) {
 		for _, user := range []string{"v1", "v2", "v3"} { // api_heavy full: 4 of 4
 			elsewhere := other.Admit(t.Context(), lanetest.Match(user, "preview"))
 			defer elsewhere.Release(t.Context())
-			if elsewhere.Decision() != capgate.DecisionAdmitted {
-				t.Fatalf("%s on the other gateway: %q scope %q", user, elsewhere.Decision(), elsewhere.Scope())
+			if elsewhere.Outcome().Decision != capgate.DecisionAdmitted {
+				t.Fatalf("%s on the other gateway: %q scope %q", user, elsewhere.Outcome().Decision, elsewhere.Outcome().Scope)
 			}
 		}
 		// u waits on its own lane, w on the full api_heavy lane.
@@ -212,11 +212,11 @@ func TestLostTicketFallsBackToTheDegradedLimits(t *testing.T) {
 		second, third := <-chU, <-chW // at their next pump
 		defer second.Release(t.Context())
 		defer third.Release(t.Context())
-		if !second.Refused() || !errors.Is(second.Err(), capgate.ErrTicketLost) {
-			t.Errorf("u's waiter after its ticket was lost: %q (error %v), want refused by the local lanes", second.Decision(), second.Err())
+		if !second.Outcome().Refused() || !errors.Is(second.Err(), capgate.ErrTicketLost) {
+			t.Errorf("u's waiter after its ticket was lost: %q (error %v), want refused by the local lanes", second.Outcome().Decision, second.Err())
 		}
-		if !third.Degraded() || !third.Counted() || third.Refused() {
-			t.Errorf("w's waiter: degraded %v counted %v decision %q, want degraded and counted", third.Degraded(), third.Counted(), third.Decision())
+		if !third.Outcome().Degraded || !third.Outcome().Counted || third.Outcome().Refused() {
+			t.Errorf("w's waiter: degraded %v counted %v decision %q, want degraded and counted", third.Outcome().Degraded, third.Outcome().Counted, third.Outcome().Decision)
 		}
 		time.Sleep(time.Second)
 		synctest.Wait()
@@ -266,17 +266,17 @@ func TestFullWaitlistMakesRoomForANewUser(t *testing.T) {
 		select {
 		case a := <-newcomer:
 			a.Release(t.Context())
-			t.Fatalf("the newcomer was decided at once (%q): no place made for it", a.Decision())
+			t.Fatalf("the newcomer was decided at once (%q): no place made for it", a.Outcome().Decision)
 		default:
 		}
 		if n := e.waiting(t, "c"); n != 1 {
 			t.Fatalf("c's tickets waiting = %d, want 1", n)
 		}
 		dropped := <-flood[4] // a's newest: a and b hold 5 each, the tie goes to a
-		if !dropped.Refused() || dropped.Scope() != capgate.LaneName("user") {
-			t.Errorf("a's newest waiter: %q scope %q, want refused on its user lane", dropped.Decision(), dropped.Scope())
+		if !dropped.Outcome().Refused() || dropped.Outcome().Scope != capgate.LaneName("user") {
+			t.Errorf("a's newest waiter: %q scope %q, want refused on its user lane", dropped.Outcome().Decision, dropped.Outcome().Scope)
 		}
-		if _, ok := dropped.RetryAfter(); !ok {
+		if ok := dropped.Outcome().RetryAfter > 0; !ok {
 			t.Error("the dropped call has no Retry-After")
 		}
 		for _, a := range running {
@@ -311,8 +311,8 @@ func TestRestartedStoreDoesNotAdmitPastTheLocalCount(t *testing.T) {
 		e.gate.Store = restarted // empty: the first call's lease is gone
 		second := e.gate.Admit(t.Context(), lanetest.Match("u", "preview"))
 		defer second.Release(t.Context())
-		if !second.Refused() || second.Scope() != capgate.LaneName("user") {
-			t.Fatalf("the user's second call after the restart: %q scope %q, want refused on its user lane", second.Decision(), second.Scope())
+		if !second.Outcome().Refused() || second.Outcome().Scope != capgate.LaneName("user") {
+			t.Fatalf("the user's second call after the restart: %q scope %q, want refused on its user lane", second.Outcome().Decision, second.Outcome().Scope)
 		}
 		counts := make([]int, 1)
 		if err := restarted.Count(t.Context(), []string{"ocl:capacity:user:u"}, counts); err != nil || counts[0] != 0 {

@@ -292,6 +292,15 @@ func (g *Gate) newAdmission(cfg settings.Config, call Call) *Admission {
 }
 
 func (g *Gate) admitted(a *Admission) {
+	// The outcome is fixed from here on: name the full lanes once.
+	if !a.full.empty() {
+		a.fullNames = a.fullBuf[:0]
+		for i, l := range a.lanes {
+			if a.full.has(i) {
+				a.fullNames = append(a.fullNames, l.Name)
+			}
+		}
+	}
 	if g.Observer != nil {
 		g.Observer.Admitted(a)
 	}

@@ -48,8 +48,8 @@ func benchAdmitRelease(b *testing.B, g *capgate.Gate) {
 	b.ReportAllocs()
 	for b.Loop() {
 		a := g.Admit(ctx, call)
-		if a.Decision() != capgate.DecisionAdmitted {
-			b.Fatalf("decision %q, want admitted", a.Decision())
+		if a.Outcome().Decision != capgate.DecisionAdmitted {
+			b.Fatalf("decision %q, want admitted", a.Outcome().Decision)
 		}
 		a.Release(ctx)
 	}
@@ -134,7 +134,7 @@ func BenchmarkAdmissionSetHeaders(b *testing.B) {
 	h := http.Header{"Content-Type": {"application/json"}, "Vary": {"Origin"}}
 	b.ReportAllocs()
 	for b.Loop() {
-		answer.SetHeaders(h, a)
+		answer.SetHeaders(h, a.Outcome())
 	}
 }
 

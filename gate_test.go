@@ -86,8 +86,8 @@ func TestStoreFailureFailsOpenAndSkipsTheStore(t *testing.T) {
 	}
 	ctx := context.Background()
 	a := e.gate.Admit(ctx, lanetest.Match("p", "preview"))
-	if a.Decision() != capgate.DecisionUnavailable || a.Holding() {
-		t.Fatalf("decision %q holding %v, want unavailable and no lease", a.Decision(), a.Holding())
+	if a.Outcome().Decision != capgate.DecisionUnavailable || a.Outcome().Holding {
+		t.Fatalf("decision %q holding %v, want unavailable and no lease", a.Outcome().Decision, a.Outcome().Holding)
 	}
 	if fmt.Sprint(a.Err()) != errRefused.Error() {
 		t.Fatalf("error = %q, want %q", a.Err(), errRefused)
@@ -98,17 +98,17 @@ func TestStoreFailureFailsOpenAndSkipsTheStore(t *testing.T) {
 	a.Release(ctx)
 
 	b := e.gate.Admit(ctx, lanetest.Match("p", "preview"))
-	if b.Decision() != capgate.DecisionUnavailable || !errors.Is(b.Err(), capgate.ErrSkipped) {
-		t.Fatalf("inside the window: decision %q error %q", b.Decision(), b.Err())
+	if b.Outcome().Decision != capgate.DecisionUnavailable || !errors.Is(b.Err(), capgate.ErrSkipped) {
+		t.Fatalf("inside the window: decision %q error %q", b.Outcome().Decision, b.Err())
 	}
 	if n := e.acquires.Load(); n != 1 {
 		t.Fatalf("store acquires = %d, want 1 (the second call must skip it)", n)
 	}
-	if n, ok := b.Suggested(); !ok || n != 1 {
+	if n, ok := b.Outcome().Suggested, len(b.Outcome().Lanes) > 0; !ok || n != 1 {
 		t.Fatalf("suggested without counts = %d %v, want the per-user limit 1", n, ok)
 	}
 	h := http.Header{}
-	answer.SetHeaders(h, b)
+	answer.SetHeaders(h, b.Outcome())
 	if h.Get("Retry-After") != "" || h.Get("X-OCL-Capacity-In-Flight") != "" || h.Get("X-OCL-Capacity-Limit") != "3" {
 		t.Fatalf("unavailable headers = %v", h)
 	}
@@ -157,8 +157,8 @@ func TestForTaskSharesTheSkipWindow(t *testing.T) {
 	failing = false
 	b := other.Admit(ctx, lanetest.Match("p", "preview"))
 	b.Release(ctx)
-	if b.Decision() != capgate.DecisionAdmitted || e.acquires.Load() != 2 {
-		t.Fatalf("after the window: decision %q (%v), %d acquires; want admitted, 2", b.Decision(), b.Err(), e.acquires.Load())
+	if b.Outcome().Decision != capgate.DecisionAdmitted || e.acquires.Load() != 2 {
+		t.Fatalf("after the window: decision %q (%v), %d acquires; want admitted, 2", b.Outcome().Decision, b.Err(), e.acquires.Load())
 	}
 
 	failing = true
@@ -183,8 +183,8 @@ func TestEnforceNeverRefusesOnStoreFailure(t *testing.T) {
 	}
 	a := e.gate.Admit(context.Background(), lanetest.Match("p", "preview"))
 	defer a.Release(context.Background())
-	if a.Refused() || a.Decision() != capgate.DecisionUnavailable {
-		t.Fatalf("decision %q: a store failure must never refuse", a.Decision())
+	if a.Outcome().Refused() || a.Outcome().Decision != capgate.DecisionUnavailable {
+		t.Fatalf("decision %q: a store failure must never refuse", a.Outcome().Decision)
 	}
 }
 
@@ -240,8 +240,8 @@ func TestRenewerFailingToStartStillReleases(t *testing.T) {
 	capgate.SetStartRenewerHook(e.gate, func(func()) error { return errors.New("can't start new goroutine") })
 	ctx := context.Background()
 	a := e.gate.Admit(ctx, lanetest.Match("p", "preview"))
-	if a.Decision() != capgate.DecisionAdmitted || !a.Holding() {
-		t.Fatalf("decision %q holding %v, want admitted holding", a.Decision(), a.Holding())
+	if a.Outcome().Decision != capgate.DecisionAdmitted || !a.Outcome().Holding {
+		t.Fatalf("decision %q holding %v, want admitted holding", a.Outcome().Decision, a.Outcome().Holding)
 	}
 	if !strings.Contains(fmt.Sprint(a.Err()), "can't start new goroutine") {
 		t.Fatalf("error = %q", a.Err())
@@ -261,18 +261,18 @@ func TestErrorAfterARefusalNeverRefuses(t *testing.T) {
 	capgate.SetRetryAfterHook(e.gate, func() error { return errors.New("boom") })
 	a := e.gate.Admit(context.Background(), lanetest.Match("p", "preview"))
 	defer a.Release(context.Background())
-	if a.Decision() != capgate.DecisionUnavailable || a.Refused() {
-		t.Fatalf("decision %q, want unavailable", a.Decision())
+	if a.Outcome().Decision != capgate.DecisionUnavailable || a.Outcome().Refused() {
+		t.Fatalf("decision %q, want unavailable", a.Outcome().Decision)
 	}
-	if _, ok := a.RetryAfter(); ok {
+	if ok := a.Outcome().RetryAfter > 0; ok {
 		t.Fatal("retry after kept after a failure")
 	}
 	h := http.Header{}
-	answer.SetHeaders(h, a)
+	answer.SetHeaders(h, a.Outcome())
 	if h.Get("Retry-After") != "" {
 		t.Fatalf("Retry-After sent: %v", h)
 	}
-	if answer.Refusal(a) != nil {
+	if answer.Refusal(a.Outcome()) != nil {
 		t.Fatal("refusal body for an unavailable call")
 	}
 }
@@ -282,8 +282,8 @@ func TestUnexpectedErrorFailsOpenWithoutTheSkipWindow(t *testing.T) {
 	ctx := context.Background()
 	a := e.gate.Admit(ctx, lanetest.OCLCall("match", 1, false, false, "u", "gold"))
 	a.Release(ctx)
-	if a.Decision() != capgate.DecisionUnavailable || fmt.Sprint(a.Err()) != `unknown tier "gold"` {
-		t.Fatalf("decision %q error %q", a.Decision(), a.Err())
+	if a.Outcome().Decision != capgate.DecisionUnavailable || fmt.Sprint(a.Err()) != `unknown tier "gold"` {
+		t.Fatalf("decision %q error %q", a.Outcome().Decision, a.Err())
 	}
 	if e.gate.Skipping() {
 		t.Fatal("a non-store error opened the skip window")
@@ -299,11 +299,11 @@ func TestUnavailableForAFailedLookup(t *testing.T) {
 	call := lanetest.OCLCall("match", 3, true, false, "", "")
 	a := e.gate.Unavailable(ctx, call, errors.New("identity lookup: timeout"))
 	a.Release(ctx)
-	if a.Decision() != capgate.DecisionUnavailable || a.Refused() || e.acquires.Load() != 0 {
-		t.Fatalf("decision %q, acquires %d", a.Decision(), e.acquires.Load())
+	if a.Outcome().Decision != capgate.DecisionUnavailable || a.Outcome().Refused() || e.acquires.Load() != 0 {
+		t.Fatalf("decision %q, acquires %d", a.Outcome().Decision, e.acquires.Load())
 	}
 	h := http.Header{}
-	answer.SetHeaders(h, a)
+	answer.SetHeaders(h, a.Outcome())
 	if len(h) != 1 || h.Get("X-OCL-Capacity-Decision") != "unavailable" {
 		t.Fatalf("headers = %v, want only the decision", h)
 	}
@@ -320,18 +320,18 @@ func TestOffModeNeverTouchesTheStore(t *testing.T) {
 	e.cfg.Edit(func(c *settings.Config) { c.Mode = settings.ModeOff })
 	a := e.gate.Admit(context.Background(), lanetest.Match("p", "preview"))
 	a.Release(context.Background())
-	if a == nil || a.Decision() != capgate.DecisionNone || e.acquires.Load() != 0 || len(e.lines.Raw()) != 0 {
+	if a == nil || a.Outcome().Decision != capgate.DecisionNone || e.acquires.Load() != 0 || len(e.lines.Raw()) != 0 {
 		t.Fatalf("off mode: admission %v, acquires %d, lines %d", a, e.acquires.Load(), len(e.lines.Raw()))
 	}
-	if a.Refused() || a.Counted() || a.Err() != nil || a.Lanes() != nil {
-		t.Fatalf("off mode: refused %v, counted %v, error %v, lanes %v", a.Refused(), a.Counted(), a.Err(), a.Lanes())
+	if a.Outcome().Refused() || a.Outcome().Counted || a.Err() != nil || a.Outcome().Lanes != nil {
+		t.Fatalf("off mode: refused %v, counted %v, error %v, lanes %v", a.Outcome().Refused(), a.Outcome().Counted, a.Err(), a.Outcome().Lanes)
 	}
 	if _, ok := a.Held(); ok {
 		t.Fatal("off mode: the admission says it held leases")
 	}
 	u := e.gate.Unavailable(context.Background(), capgate.Call{}, errors.New("x"))
 	u.Release(context.Background())
-	if u == nil || u.Decision() != capgate.DecisionNone || u.Err() != nil || len(e.lines.Raw()) != 0 {
+	if u == nil || u.Outcome().Decision != capgate.DecisionNone || u.Err() != nil || len(e.lines.Raw()) != 0 {
 		t.Fatalf("off mode: Unavailable gave %v, lines %d", u, len(e.lines.Raw()))
 	}
 	if !e.gate.Off(context.Background()) {
@@ -439,8 +439,8 @@ func TestRenewalErrorOpensTheWindow(t *testing.T) {
 		defer a.Release(ctx)
 		time.Sleep(21 * time.Second)
 		synctest.Wait()
-		if fmt.Sprint(a.Err()) != "slow" || !e.gate.Skipping() || a.Decision() != capgate.DecisionAdmitted {
-			t.Fatalf("after a failed renewal: error %q, skipping %v, decision %q", a.Err(), e.gate.Skipping(), a.Decision())
+		if fmt.Sprint(a.Err()) != "slow" || !e.gate.Skipping() || a.Outcome().Decision != capgate.DecisionAdmitted {
+			t.Fatalf("after a failed renewal: error %q, skipping %v, decision %q", a.Err(), e.gate.Skipping(), a.Outcome().Decision)
 		}
 	})
 }
@@ -471,7 +471,7 @@ func TestHeadersLeaveTheAPIsRetryAfterAlone(t *testing.T) {
 	a := e.gate.Admit(context.Background(), lanetest.Match("p", "preview"))
 	defer a.Release(context.Background())
 	h := http.Header{"Retry-After": {"30"}} // the API's own throttle answered
-	answer.SetHeaders(h, a)
+	answer.SetHeaders(h, a.Outcome())
 	if got := h.Get("Retry-After"); got != "30" || h.Get("X-OCL-Capacity-Decision") != "admitted" {
 		t.Fatalf("Retry-After %q, decision %q: the API's header must stay", got, h.Get("X-OCL-Capacity-Decision"))
 	}
@@ -486,8 +486,8 @@ func TestAPanickingConfigSourceFailsOpen(t *testing.T) {
 	e.gate.Source = panickingConfig{}
 	a := e.gate.Admit(context.Background(), lanetest.Match("p", "preview"))
 	a.Release(context.Background())
-	if a.Decision() != capgate.DecisionUnavailable || a.Refused() || e.acquires.Load() != 0 {
-		t.Fatalf("decision %q, acquires %d", a.Decision(), e.acquires.Load())
+	if a.Outcome().Decision != capgate.DecisionUnavailable || a.Outcome().Refused() || e.acquires.Load() != 0 {
+		t.Fatalf("decision %q, acquires %d", a.Outcome().Decision, e.acquires.Load())
 	}
 	if !strings.Contains(fmt.Sprint(a.Err()), "config bug") {
 		t.Fatalf("error %q", a.Err())
@@ -502,8 +502,8 @@ func TestClientAbortIsNotAStoreFailure(t *testing.T) {
 	cancel()
 	a := e.gate.Admit(ctx, lanetest.Match("p", "preview"))
 	a.Release(ctx)
-	if a.Decision() != capgate.DecisionUnavailable || e.acquires.Load() != 0 || e.gate.Skipping() {
-		t.Fatalf("gone before acquire: decision %q, acquires %d, skipping %v", a.Decision(), e.acquires.Load(), e.gate.Skipping())
+	if a.Outcome().Decision != capgate.DecisionUnavailable || e.acquires.Load() != 0 || e.gate.Skipping() {
+		t.Fatalf("gone before acquire: decision %q, acquires %d, skipping %v", a.Outcome().Decision, e.acquires.Load(), e.gate.Skipping())
 	}
 
 	// Gone while the store had not yet sent the acquire: the store takes
@@ -518,8 +518,8 @@ func TestClientAbortIsNotAStoreFailure(t *testing.T) {
 		return e.mem.Acquire(actx, req, counts)
 	}
 	b := e.gate.Admit(ctx, lanetest.Match("p", "preview"))
-	if b.Decision() != capgate.DecisionUnavailable || b.Holding() || e.gate.Skipping() {
-		t.Fatalf("gone during acquire: decision %q (%s), holding %v, skipping %v", b.Decision(), b.Err(), b.Holding(), e.gate.Skipping())
+	if b.Outcome().Decision != capgate.DecisionUnavailable || b.Outcome().Holding || e.gate.Skipping() {
+		t.Fatalf("gone during acquire: decision %q (%s), holding %v, skipping %v", b.Outcome().Decision, b.Err(), b.Outcome().Holding, e.gate.Skipping())
 	}
 	b.Release(ctx)
 	if n := e.userLane(t, "p"); n != 0 {
@@ -535,8 +535,8 @@ func TestClientAbortIsNotAStoreFailure(t *testing.T) {
 		return taken, err
 	}
 	c := e.gate.Admit(ctx, lanetest.Match("p", "preview"))
-	if c.Decision() != capgate.DecisionAdmitted || !c.Holding() {
-		t.Fatalf("gone after the acquire was sent: decision %q (%s)", c.Decision(), c.Err())
+	if c.Outcome().Decision != capgate.DecisionAdmitted || !c.Outcome().Holding {
+		t.Fatalf("gone after the acquire was sent: decision %q (%s)", c.Outcome().Decision, c.Err())
 	}
 	c.Release(ctx)
 	if n := e.userLane(t, "p"); n != 0 {
@@ -551,8 +551,8 @@ func TestABusyStoreFailsOneCallWithoutTheSkipWindow(t *testing.T) {
 	}
 	a := e.gate.Admit(context.Background(), lanetest.Match("p", "preview"))
 	a.Release(context.Background())
-	if a.Decision() != capgate.DecisionUnavailable || e.gate.Skipping() {
-		t.Fatalf("decision %q, skipping %v: busy must fail one call, not open the window", a.Decision(), e.gate.Skipping())
+	if a.Outcome().Decision != capgate.DecisionUnavailable || e.gate.Skipping() {
+		t.Fatalf("decision %q, skipping %v: busy must fail one call, not open the window", a.Outcome().Decision, e.gate.Skipping())
 	}
 }
 
@@ -613,8 +613,8 @@ func TestReleaseLeftStopsAtTheFirstFailure(t *testing.T) {
 	left := map[string][]string{}
 	for _, user := range []string{"ada", "grace", "linus"} {
 		a := e.gate.Admit(ctx, lanetest.Match(user, "preview"))
-		if !a.Holding() {
-			t.Fatalf("%s: decision %q, want a lease", user, a.Decision())
+		if !a.Outcome().Holding {
+			t.Fatalf("%s: decision %q, want a lease", user, a.Outcome().Decision)
 		}
 		token, keys, ok := a.StoreLease()
 		if !ok {

@@ -143,19 +143,6 @@ func (a *Admission) setBusyHints() {
 	a.retry, a.spacing = refusalHints(a.cfg.RetryAfter, a.lanes, before, laneSet(1)<<a.scope, a.scope, a.g.holds)
 }
 
-// SpacingMS returns the interval, in whole milliseconds rounded up, at
-// which the lane that refused the call (its scope) frees a slot: the value
-// of the Suggested-Spacing-Ms header. ok is false unless the call was
-// refused or shadow-refused under the adaptive policy by a lane that is not
-// paused. An admitted call gets none: no lane is its bottleneck, and a
-// spacing there would slow a client down while nothing is full.
-func (a *Admission) SpacingMS() (ms int64, ok bool) {
-	if a == nil || a.spacing <= 0 || (a.decision != DecisionRefused && a.decision != DecisionShadowRefused) {
-		return 0, false
-	}
-	return int64((a.spacing + time.Millisecond - 1) / time.Millisecond), true
-}
-
 // observeHold feeds the call's hold time, from taking its leases to its
 // release (a wait before the leases were taken is not part of it), to the
 // gate's estimates, unless its lease was lost (then the hold says nothing

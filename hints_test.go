@@ -54,8 +54,8 @@ func (e *hintsGate) Admit(call capgate.Call) *capgate.Admission {
 func holdTwo(t *testing.T, e *hintsGate, now *time.Time, d time.Duration) {
 	t.Helper()
 	a, b := e.Admit(lanetest.Match("u1", "core")), e.Admit(lanetest.Match("u2", "core"))
-	if a.Decision() != capgate.DecisionAdmitted || b.Decision() != capgate.DecisionAdmitted {
-		t.Fatalf("decisions %s, %s; want admitted", a.Decision(), b.Decision())
+	if a.Outcome().Decision != capgate.DecisionAdmitted || b.Outcome().Decision != capgate.DecisionAdmitted {
+		t.Fatalf("decisions %s, %s; want admitted", a.Outcome().Decision, b.Outcome().Decision)
 	}
 	*now = now.Add(d)
 	a.Release(context.Background())
@@ -69,8 +69,8 @@ func TestAdaptiveHintsFromTheGatesOwnReleases(t *testing.T) {
 	first := [2]*capgate.Admission{e.Admit(lanetest.Match("u1", "core")), e.Admit(lanetest.Match("u2", "core"))}
 	r := e.Admit(lanetest.Match("u3", "core"))
 	h := http.Header{}
-	answer.SetHeaders(h, r)
-	if got, _ := r.RetryAfter(); got != 5 {
+	answer.SetHeaders(h, r.Outcome())
+	if got := r.Outcome().RetryAfter; got != 5 {
 		t.Errorf("no history: Retry-After %d, want 5", got)
 	}
 	if got := h.Get(oclNames.SuggestedSpacing); got != "5000" {
@@ -88,18 +88,18 @@ func TestAdaptiveHintsFromTheGatesOwnReleases(t *testing.T) {
 	defer a.Release(context.Background())
 	defer b.Release(context.Background())
 	h = http.Header{}
-	answer.SetHeaders(h, a)
+	answer.SetHeaders(h, a.Outcome())
 	if got := h.Get(oclNames.SuggestedSpacing); got != "" {
 		t.Errorf("admitted call got spacing %q, want none", got)
 	}
 	r = e.Admit(lanetest.Match("u3", "core"))
 	defer r.Release(context.Background())
-	if r.Decision() != capgate.DecisionShadowRefused || r.Scope() != capgate.LaneName("api_heavy_task") {
-		t.Fatalf("third call: %s in %s, want shadow-refused in %s", r.Decision(), r.Scope(), capgate.LaneName("api_heavy_task"))
+	if r.Outcome().Decision != capgate.DecisionShadowRefused || r.Outcome().Scope != capgate.LaneName("api_heavy_task") {
+		t.Fatalf("third call: %s in %s, want shadow-refused in %s", r.Outcome().Decision, r.Outcome().Scope, capgate.LaneName("api_heavy_task"))
 	}
 	h = http.Header{}
-	answer.SetHeaders(h, r)
-	if got, _ := r.RetryAfter(); got != 1 {
+	answer.SetHeaders(h, r.Outcome())
+	if got := r.Outcome().RetryAfter; got != 1 {
 		t.Errorf("Retry-After %d, want 1 (650 ms, rounded up)", got)
 	}
 	if got := h.Get("Retry-After"); got != "" {
@@ -108,8 +108,8 @@ func TestAdaptiveHintsFromTheGatesOwnReleases(t *testing.T) {
 	if got := h.Get(oclNames.SuggestedSpacing); got != "650" {
 		t.Errorf("spacing %q, want 650", got)
 	}
-	if ms, ok := r.SpacingMS(); !ok || ms != 650 {
-		t.Errorf("SpacingMS = %d, %v; want 650", ms, ok)
+	if sp := r.Outcome().Spacing; sp != 650*time.Millisecond {
+		t.Errorf("spacing = %v; want 650ms", sp)
 	}
 }
 
@@ -122,8 +122,8 @@ func TestFixedPolicyHintsAsBefore(t *testing.T) {
 	r := e.Admit(lanetest.Match("u3", "core"))
 	defer r.Release(context.Background())
 	h := http.Header{}
-	answer.SetHeaders(h, r)
-	if got, _ := r.RetryAfter(); got != 5 {
+	answer.SetHeaders(h, r.Outcome())
+	if got := r.Outcome().RetryAfter; got != 5 {
 		t.Errorf("fixed: Retry-After %d, want 5 (base × 1 call ahead)", got)
 	}
 	if got := h.Get(oclNames.SuggestedSpacing); got != "" {

@@ -109,11 +109,11 @@ func assertGated(t *testing.T, g *capgate.Gate) {
 	for i := range 50 {
 		a := g.Admit(ctx, coreCall(fmt.Sprint("c", i)))
 		held = append(held, a)
-		if a.Refused() {
+		if a.Outcome().Refused() {
 			return
 		}
-		if a.Decision() == capgate.DecisionUnavailable {
-			t.Fatalf("call %d ran %s: uncounted", i, a.Decision())
+		if a.Outcome().Decision == capgate.DecisionUnavailable {
+			t.Fatalf("call %d ran %s: uncounted", i, a.Outcome().Decision)
 		}
 	}
 	t.Fatal("50 calls of one user all ran: not gated")

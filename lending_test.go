@@ -85,7 +85,7 @@ func TestLendingLetsBatchBorrowTheIdleReserve(t *testing.T) {
 	}
 	fourth := e.admit(t, bulk("b"))
 	mustDecide(t, fourth, capgate.DecisionAdmitted)
-	if l := fourth.Lanes()[0]; l.Name != "api_heavy" || l.Limit != 4 {
+	if l := fourth.Outcome().Lanes[0]; l.Name != "api_heavy" || l.Limit != 4 {
 		t.Errorf("the borrower's api_heavy %+v; want the limit it was judged by, 4", l)
 	}
 	if got := lanetest.LaneCounts(fourth)["api_heavy"]; got != 4 {
@@ -94,8 +94,8 @@ func TestLendingLetsBatchBorrowTheIdleReserve(t *testing.T) {
 	mustDecide(t, e.admit(t, bulk("b")), capgate.DecisionRefused)
 	lookup := e.admit(t, single("s"))
 	mustDecide(t, lookup, capgate.DecisionRefused)
-	if lookup.Scope() != "api_heavy" {
-		t.Errorf("scope %q; want api_heavy", lookup.Scope())
+	if lookup.Outcome().Scope != "api_heavy" {
+		t.Errorf("scope %q; want api_heavy", lookup.Outcome().Scope)
 	}
 	held[0].Release(t.Context())
 	mustDecide(t, e.admit(t, single("s")), capgate.DecisionAdmitted)
@@ -110,7 +110,7 @@ func TestLendingLendsOnlyIdleSeats(t *testing.T) {
 	mustDecide(t, e.admit(t, bulk("b")), capgate.DecisionAdmitted)
 	third := e.admit(t, bulk("b"))
 	mustDecide(t, third, capgate.DecisionRefused)
-	if l := third.Lanes()[0]; l.Limit != 3 {
+	if l := third.Outcome().Lanes[0]; l.Limit != 3 {
 		t.Errorf("api_heavy limit of a batch call beside the class %d; want 3 (nothing lent)", l.Limit)
 	}
 	// The class's own count lives under its class key, apart from the lane.
@@ -159,7 +159,7 @@ func TestLendingWaitingClassGoesFirst(t *testing.T) {
 			mustDecide(t, a, capgate.DecisionAdmitted)
 			a.Release(t.Context())
 		case a := <-batch:
-			t.Fatalf("the batch call got the freed seat (%q) while a single-row call waited", a.Decision())
+			t.Fatalf("the batch call got the freed seat (%q) while a single-row call waited", a.Outcome().Decision)
 		}
 		for _, a := range held[1:] {
 			a.Release(t.Context())

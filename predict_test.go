@@ -45,8 +45,8 @@ func (f *fakeNow) Add(d time.Duration) {
 func holdFor(t *testing.T, g *capgate.Gate, clk *fakeNow, d time.Duration) {
 	t.Helper()
 	a := g.Admit(t.Context(), coreCall("history"))
-	if a.Decision() != capgate.DecisionAdmitted {
-		t.Fatalf("history call: %s", a.Decision())
+	if a.Outcome().Decision != capgate.DecisionAdmitted {
+		t.Fatalf("history call: %s", a.Outcome().Decision)
 	}
 	clk.Add(d)
 	a.Release(t.Context())
@@ -64,13 +64,13 @@ func TestPredictedWaitRefusesAtOnce(t *testing.T) {
 		Queued: func(time.Duration) { t.Error("a call predicted to wait past max_seconds was queued") },
 	})
 	defer a.Release(t.Context())
-	if !a.Refused() {
-		t.Fatalf("decision %s; want refused at once", a.Decision())
+	if !a.Outcome().Refused() {
+		t.Fatalf("decision %s; want refused at once", a.Outcome().Decision)
 	}
-	if secs, ok := a.RetryAfter(); !ok || secs != 25 {
+	if secs, ok := a.Outcome().RetryAfter, a.Outcome().RetryAfter > 0; !ok || secs != 25 {
 		t.Errorf("Retry-After = %d, %v; want the prediction − max_seconds, 25", secs, ok)
 	}
-	if _, waited := a.Waited(); waited {
+	if waited := a.Outcome().Queued; waited {
 		t.Error("the refused call waited")
 	}
 }
@@ -99,13 +99,13 @@ func TestPredictedWaitWaitsWhenItFitsOrCantJudge(t *testing.T) {
 			case <-queued:
 			case a := <-done:
 				a.Release(t.Context())
-				t.Fatalf("decided %s without waiting; want queued", a.Decision())
+				t.Fatalf("decided %s without waiting; want queued", a.Outcome().Decision)
 			}
 			running.Release(t.Context())
 			a := <-done
 			defer a.Release(t.Context())
-			if a.Decision() != capgate.DecisionAdmitted {
-				t.Fatalf("decision %s; want admitted after its wait", a.Decision())
+			if a.Outcome().Decision != capgate.DecisionAdmitted {
+				t.Fatalf("decision %s; want admitted after its wait", a.Outcome().Decision)
 			}
 		})
 	}

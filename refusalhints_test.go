@@ -68,8 +68,8 @@ func newRefusalGate(t *testing.T, policy string, waitlist, local bool) *refusalG
 	// adaptive hints differ from the fixed ones (a slot of the user lane
 	// frees every 600 ms, of the task lane every 120 ms).
 	a, b := e.admit(t, e.gate, "seed"), e.admit(t, e.gate, "seed")
-	if a.Decision() != capgate.DecisionAdmitted || b.Decision() != capgate.DecisionAdmitted {
-		t.Fatalf("seed calls: %s, %s", a.Decision(), b.Decision())
+	if a.Outcome().Decision != capgate.DecisionAdmitted || b.Outcome().Decision != capgate.DecisionAdmitted {
+		t.Fatalf("seed calls: %s, %s", a.Outcome().Decision, b.Outcome().Decision)
 	}
 	*e.now = e.now.Add(1200 * time.Millisecond)
 	a.Release(context.Background())
@@ -129,11 +129,11 @@ func TestEveryRefusalCarriesTheSameHints(t *testing.T) {
 			e.store.AcquireFn = func(context.Context, capgate.AcquireRequest, []int) (bool, error) {
 				return false, errors.New("store down")
 			}
-			if a := e.admit(t, e.gate, "x2"); !a.Degraded() || a.Decision() != capgate.DecisionUnavailable {
-				t.Fatalf("second call: %s, degraded %v", a.Decision(), a.Degraded())
+			if a := e.admit(t, e.gate, "x2"); !a.Outcome().Degraded || a.Outcome().Decision != capgate.DecisionUnavailable {
+				t.Fatalf("second call: %s, degraded %v", a.Outcome().Decision, a.Outcome().Degraded)
 			}
 			a := e.admit(t, e.gate, "x3")
-			if !a.Degraded() {
+			if !a.Outcome().Degraded {
 				t.Error("not degraded")
 			}
 			return a
@@ -166,11 +166,11 @@ func TestEveryRefusalCarriesTheSameHints(t *testing.T) {
 				synctest.Test(t, func(t *testing.T) {
 					e := newRefusalGate(t, policy, p.waitlist, p.local)
 					a := p.refuse(t, e)
-					if a.Decision() != capgate.DecisionRefused || a.Scope() != p.scope {
-						t.Fatalf("decision %s scope %s, want refused on %s", a.Decision(), a.Scope(), p.scope)
+					if a.Outcome().Decision != capgate.DecisionRefused || a.Outcome().Scope != p.scope {
+						t.Fatalf("decision %s scope %s, want refused on %s", a.Outcome().Decision, a.Outcome().Scope, p.scope)
 					}
 					h := http.Header{}
-					answer.SetHeaders(h, a)
+					answer.SetHeaders(h, a.Outcome())
 					wantRetry, wantSpacing := "5", "" // base × one call ahead
 					if policy == settings.PolicyAdaptive {
 						wantRetry = fmt.Sprint(int((p.slot + time.Second - 1) / time.Second))

@@ -99,7 +99,7 @@ func TestRenewalsDueTogetherRunSideBySide(t *testing.T) {
 		}
 		for _, a := range adms {
 			if a.LeaseLost() {
-				t.Errorf("%s lost its lease", a.Call().UserID)
+				t.Errorf("%s lost its lease", a.Outcome().Call.UserID)
 			}
 			a.Release(ctx)
 		}

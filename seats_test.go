@@ -149,10 +149,10 @@ func TestSeatsAreTakenAllOrNothing(t *testing.T) {
 	// ahead.
 	two := e.admit(t, 2, "bob")
 	mustDecide(t, two, capgate.DecisionRefused)
-	if two.Scope() != "pool" {
-		t.Errorf("scope %q; want pool", two.Scope())
+	if two.Outcome().Scope != "pool" {
+		t.Errorf("scope %q; want pool", two.Outcome().Scope)
 	}
-	if s, _ := two.RetryAfter(); s != settings.Default(e.p, settings.ModeEnforce).RetryAfter.Base {
+	if s := two.Outcome().RetryAfter; s != settings.Default(e.p, settings.ModeEnforce).RetryAfter.Base {
 		t.Errorf("Retry-After %d; want base × 1 seat ahead", s)
 	}
 	if n := e.count(t, "user:bob"); n != 0 {
@@ -248,7 +248,7 @@ func TestSeatsWaitForEnoughSeats(t *testing.T) {
 		big := <-ch
 		defer big.Release(t.Context())
 		mustDecide(t, big, capgate.DecisionAdmitted)
-		if _, ok := big.Waited(); !ok {
+		if ok := big.Outcome().Queued; !ok {
 			t.Error("the big call did not wait")
 		}
 		if got := lanetest.LaneCounts(big)["pool"]; got != 4 {
@@ -274,15 +274,15 @@ func TestSeatsInTheLocalLanes(t *testing.T) {
 	// unknown), degraded.
 	first := e.admit(t, 3, "ann")
 	mustDecide(t, first, capgate.DecisionUnavailable)
-	if !first.Degraded() {
+	if !first.Outcome().Degraded {
 		t.Fatal("not decided by the local lanes")
 	}
 	if got := lanetest.LaneCounts(first)["pool"]; got != 3 {
 		t.Errorf("local pool count %d; want 3", got)
 	}
 	second := e.admit(t, 2, "bob")
-	if second.Decision() != capgate.DecisionRefused {
-		t.Errorf("a 2-seat call beside 3 of 4 local seats: %q; want refused", second.Decision())
+	if second.Outcome().Decision != capgate.DecisionRefused {
+		t.Errorf("a 2-seat call beside 3 of 4 local seats: %q; want refused", second.Outcome().Decision)
 	}
 	third := e.admit(t, 1, "bob")
 	mustDecide(t, third, capgate.DecisionUnavailable)

@@ -40,14 +40,14 @@ func TestAZeroConfigIsNotAStoreFailure(t *testing.T) {
 			}
 			a := g.Admit(ctx, lanetest.Match("p", "preview"))
 			a.Release(ctx)
-			if a.Decision() != capgate.DecisionUnavailable || a.Err() == nil || !strings.Contains(a.Err().Error(), "config") {
-				t.Fatalf("under the zero config: %v, %v; want unavailable, naming the config", a.Decision(), a.Err())
+			if a.Outcome().Decision != capgate.DecisionUnavailable || a.Err() == nil || !strings.Contains(a.Err().Error(), "config") {
+				t.Fatalf("under the zero config: %v, %v; want unavailable, naming the config", a.Outcome().Decision, a.Err())
 			}
 			src.Set(settings.Default(nil, settings.ModeEnforce))
 			b := g.Admit(ctx, lanetest.Match("p", "preview"))
 			b.Release(ctx)
-			if b.Decision() != capgate.DecisionAdmitted {
-				t.Fatalf("under a good config after it: %v, %v; want admitted (no skip window)", b.Decision(), b.Err())
+			if b.Outcome().Decision != capgate.DecisionAdmitted {
+				t.Fatalf("under a good config after it: %v, %v; want admitted (no skip window)", b.Outcome().Decision, b.Err())
 			}
 		})
 	}

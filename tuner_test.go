@@ -39,7 +39,7 @@ func knnLimit(t *testing.T, g *capgate.Gate) int {
 	t.Helper()
 	a := g.Admit(context.Background(), lanetest.OCLCall("match", 2, true, false, "u", "core"))
 	defer a.Release(context.Background())
-	for _, l := range a.Lanes() {
+	for _, l := range a.Outcome().Lanes {
 		if l.Name == capgate.LaneName("es2_knn") {
 			return l.Limit
 		}

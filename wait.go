@@ -313,12 +313,6 @@ func (a *Admission) tookGrant(before, limits []int) {
 	}
 }
 
-// Waited returns how long the call waited for a slot; ok is false for a
-// call that never waited.
-func (a *Admission) Waited() (d time.Duration, ok bool) {
-	return a.waitedFor, a.waited
-}
-
 // releaseStore gives the call's leases back, through the waitlist when
 // calls may be waiting for them, so a freed slot is handed over at once.
 func (a *Admission) releaseStore(ctx context.Context) error {

@@ -101,8 +101,8 @@ func (e *waitEnv) waiting(t *testing.T, user string) int {
 
 func mustDecide(t *testing.T, a *capgate.Admission, want capgate.Decision) {
 	t.Helper()
-	if a.Decision() != want {
-		t.Fatalf("decision = %q (error %q), want %q", a.Decision(), a.Err(), want)
+	if a.Outcome().Decision != want {
+		t.Fatalf("decision = %q (error %q), want %q", a.Outcome().Decision, a.Err(), want)
 	}
 }
 
@@ -122,12 +122,12 @@ func TestWaitTakesTheFreedSlot(t *testing.T) {
 		second := <-ch
 		defer second.Release(t.Context())
 		mustDecide(t, second, capgate.DecisionAdmitted)
-		waited, ok := second.Waited()
+		waited, ok := second.Outcome().Waited, second.Outcome().Queued
 		if !ok || waited != time.Since(start) || waited != 1500*time.Millisecond {
 			t.Errorf("Waited = %v, %v; want 1.5s, true", waited, ok)
 		}
 		h := http.Header{}
-		answer.SetHeaders(h, second)
+		answer.SetHeaders(h, second.Outcome())
 		if got := h.Get(oclNames.Waited); got != "1500" {
 			t.Errorf("%s = %q, want 1500", oclNames.Waited, got)
 		}
@@ -160,10 +160,10 @@ func TestWaitEndsAtMaxSecondsWithTheRefusal(t *testing.T) {
 		if d := time.Since(start); d != 20*time.Second {
 			t.Errorf("refused after %v, want max_seconds (20s)", d)
 		}
-		if s, ok := second.RetryAfter(); !ok || s < 1 {
+		if s, ok := second.Outcome().RetryAfter, second.Outcome().RetryAfter > 0; !ok || s < 1 {
 			t.Errorf("RetryAfter = %d, %v; want a Retry-After", s, ok)
 		}
-		if w, ok := second.Waited(); !ok || w != 20*time.Second {
+		if w, ok := second.Outcome().Waited, second.Outcome().Queued; !ok || w != 20*time.Second {
 			t.Errorf("Waited = %v, %v; want 20s", w, ok)
 		}
 		if n := e.waiting(t, "p"); n != 0 {
@@ -249,7 +249,7 @@ func TestNoWait(t *testing.T) {
 				if d := time.Since(start); d != 0 {
 					t.Errorf("decided after %v, want at once", d)
 				}
-				if _, ok := a.Waited(); ok || e.obs.started != 0 {
+				if ok := a.Outcome().Queued; ok || e.obs.started != 0 {
 					t.Error("the call waited")
 				}
 			})
@@ -268,7 +268,7 @@ func TestPausedLaneNeverWaits(t *testing.T) {
 		if d := time.Since(start); d != 0 {
 			t.Errorf("decided after %v, want at once", d)
 		}
-		if s, _ := a.RetryAfter(); s != 120 {
+		if s := a.Outcome().RetryAfter; s != 120 {
 			t.Errorf("Retry-After = %d, want retry_after.paused (120)", s)
 		}
 	})
@@ -394,7 +394,7 @@ func TestLostWakeUpIsFoundByThePump(t *testing.T) {
 		second := <-ch
 		defer second.Release(t.Context())
 		mustDecide(t, second, capgate.DecisionAdmitted)
-		if w, _ := second.Waited(); w != capgate.WaitPumpEvery {
+		if w := second.Outcome().Waited; w != capgate.WaitPumpEvery {
 			t.Errorf("waited %v, want %v: the first pump after the grant", w, capgate.WaitPumpEvery)
 		}
 	})

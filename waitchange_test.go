@@ -22,7 +22,7 @@ import (
 
 // laneLimit returns the limit a's lane name was judged by.
 func laneLimit(a *capgate.Admission, name capgate.LaneName) int {
-	for _, l := range a.Lanes() {
+	for _, l := range a.Outcome().Lanes {
 		if l.Name == name {
 			return l.Limit
 		}
@@ -88,7 +88,7 @@ func TestWaitHonoursALoweredLimit(t *testing.T) {
 		select {
 		case a := <-ch:
 			a.Release(t.Context())
-			t.Fatalf("decided %q with 1 call running at the lowered limit of 1, want still waiting", a.Decision())
+			t.Fatalf("decided %q with 1 call running at the lowered limit of 1, want still waiting", a.Outcome().Decision)
 		default:
 		}
 		if n := e.waiting(t, "p"); n != 1 {
@@ -120,7 +120,7 @@ func TestWaitEndsWhenItsLanePauses(t *testing.T) {
 		if d := time.Since(paused); d > capgate.WaitLimitsEvery {
 			t.Errorf("refused %v after the lane paused, want by the next re-check (%v)", d, capgate.WaitLimitsEvery)
 		}
-		if s, _ := second.RetryAfter(); s != 120 {
+		if s := second.Outcome().RetryAfter; s != 120 {
 			t.Errorf("Retry-After = %d, want retry_after.paused (120)", s)
 		}
 		if n := e.waiting(t, "p"); n != 0 {
@@ -196,14 +196,14 @@ func TestWaitGoesAheadWhenNoLongerEnforced(t *testing.T) {
 					t.Errorf("decided %v after the change, want by the next re-check (%v)", d, capgate.WaitLimitsEvery)
 				}
 				mustDecide(t, second, tt.want)
-				if second.Enforced() {
+				if second.Outcome().Enforced {
 					t.Error("Enforced() = true after the change, want false")
 				}
 				if n := e.waiting(t, "p"); n != 0 {
 					t.Errorf("waiting after it went ahead = %d, want 0", n)
 				}
 				// Counted as an unenforced call is: it holds its leases.
-				if !second.Holding() {
+				if !second.Outcome().Holding {
 					t.Error("Holding() = false, want the leases a shadow call takes")
 				}
 				if n := e.inLane(t, "ocl:capacity:user:p"); n != 2 {
@@ -213,7 +213,7 @@ func TestWaitGoesAheadWhenNoLongerEnforced(t *testing.T) {
 				if rec.Mode != tt.mode || rec.Enforced {
 					t.Errorf("line: mode %q, enforced %v; want mode %q, enforced false", rec.Mode, rec.Enforced, tt.mode)
 				}
-				if w, ok := second.Waited(); !ok || w != time.Since(changed)+waited {
+				if w, ok := second.Outcome().Waited, second.Outcome().Queued; !ok || w != time.Since(changed)+waited {
 					t.Errorf("Waited = %v, %v; want the time until it went ahead", w, ok)
 				}
 				second.Release(t.Context())
@@ -374,7 +374,7 @@ func TestWaitFollowsALoweredMaxSeconds(t *testing.T) {
 				second := <-ch
 				second.Release(t.Context())
 				mustDecide(t, second, capgate.DecisionRefused)
-				if w, _ := second.Waited(); w != tt.refuse {
+				if w := second.Outcome().Waited; w != tt.refuse {
 					t.Errorf("refused after waiting %v, want %v", w, tt.refuse)
 				}
 				if n := e.waiting(t, "p"); n != 0 {

@@ -11,6 +11,7 @@ import (
 	"strconv"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/capgate/capgate"
 	"github.com/capgate/capgate/header"
@@ -52,7 +53,7 @@ func testAdmissions(t testing.TB) []*capgate.Admission {
 	}
 	want := []capgate.Decision{capgate.DecisionAdmitted, capgate.DecisionShadowRefused, capgate.DecisionRefused}
 	for _, d := range want {
-		if !slices.ContainsFunc(out, func(a *capgate.Admission) bool { return a.Decision() == d }) {
+		if !slices.ContainsFunc(out, func(a *capgate.Admission) bool { return a.Outcome().Decision == d }) {
 			t.Fatalf("no %s admission", d)
 		}
 	}
@@ -65,9 +66,9 @@ var ocl = policy.OCL().Names.Header()
 // setGatedHeadersStepwise is SetGated as separate h.Set steps,
 // the form the one-pass writer must match, for a call of the OCL policy.
 func setGatedHeadersStepwise(h http.Header, adm *capgate.Admission, rid string) {
-	d := adm.Decision()
+	d := adm.Outcome().Decision
 	h.Set(ocl.Decision, string(d))
-	lanes, counts := adm.Lanes(), adm.Counts()
+	lanes, counts := adm.Outcome().Lanes, adm.Outcome().Counts
 	for i, l := range lanes {
 		switch l.Name {
 		case capgate.LaneName("api_heavy"):
@@ -78,21 +79,21 @@ func setGatedHeadersStepwise(h http.Header, adm *capgate.Admission, rid string) 
 			h.Set(ocl.Lane("Tier-In-Flight"), strconv.Itoa(counts[i]))
 		}
 	}
-	h.Set(ocl.Tier, string(adm.Call().Tier))
-	if n, ok := adm.Suggested(); ok {
+	h.Set(ocl.Tier, string(adm.Outcome().Call.Tier))
+	if n, ok := adm.Outcome().Suggested, len(adm.Outcome().Lanes) > 0; ok {
 		h.Set(ocl.SuggestedConcurrency, strconv.Itoa(n))
 	}
-	if ms, ok := adm.SpacingMS(); ok {
-		h.Set(ocl.SuggestedSpacing, strconv.FormatInt(ms, 10))
+	if sp := adm.Outcome().Spacing; sp > 0 {
+		h.Set(ocl.SuggestedSpacing, strconv.FormatInt(int64((sp+time.Millisecond-1)/time.Millisecond), 10))
 	}
-	if s, ok := adm.RetryAfter(); ok && d == capgate.DecisionRefused {
+	if s, ok := adm.Outcome().RetryAfter, adm.Outcome().RetryAfter > 0; ok && d == capgate.DecisionRefused {
 		h.Set(header.RetryAfter, strconv.Itoa(s))
 	}
-	i := laneInScope(adm.Scope(), lanes, counts)
+	i := laneInScope(adm.Outcome().Scope, lanes, counts)
 	name := strconv.Quote(string(lanes[i].Name))
 	h.Set(header.RateLimitPolicy, name+";q="+strconv.Itoa(lanes[i].Limit)+`;qu="concurrent-requests"`)
 	v := name + ";r=" + strconv.Itoa(max(lanes[i].Limit-counts[i], 0))
-	if s, ok := adm.RetryAfter(); ok && adm.Refused() {
+	if s, ok := adm.Outcome().RetryAfter, adm.Outcome().RetryAfter > 0; ok && adm.Outcome().Refused() {
 		v += ";t=" + strconv.Itoa(s)
 	}
 	h.Set(header.RateLimit, v)
@@ -140,10 +141,10 @@ func TestSetGatedMatchesStepwise(t *testing.T) {
 	for i, adm := range testAdmissions(t) {
 		got := http.Header{"Content-Type": {"application/json"}}
 		want := got.Clone()
-		SetGated(got, adm, "rid-1")
+		SetGated(got, adm.Outcome(), "rid-1")
 		setGatedHeadersStepwise(want, adm, "rid-1")
 		if !reflect.DeepEqual(got, want) {
-			t.Errorf("call %d (%s):\n got %v\nwant %v", i, adm.Decision(), got, want)
+			t.Errorf("call %d (%s):\n got %v\nwant %v", i, adm.Outcome().Decision, got, want)
 		}
 		// Each value is a slice of its own: appending to one leaves the
 		// others as they were.
@@ -159,7 +160,7 @@ func TestSetGatedKeepsTheAPIsExposeList(t *testing.T) {
 	adm := testAdmissions(t)[0]
 	h := http.Header{}
 	h.Add("Access-Control-Expose-Headers", "X-Total-Count, x-ocl-capacity-decision")
-	SetGated(h, adm, "r")
+	SetGated(h, adm.Outcome(), "r")
 	want := "X-Total-Count, x-ocl-capacity-decision, " + strings.Join(slices.Concat(ExposedHeaders(policy.OCL())[1:], rateLimitFields), ", ")
 	if got := h.Values("Access-Control-Expose-Headers"); len(got) != 1 || got[0] != want {
 		t.Errorf("expose list %q\nwant %q", got, want)
@@ -172,15 +173,15 @@ func TestSetGatedAllocs(t *testing.T) {
 	}
 	adm := testAdmissions(t)[1]
 	h := http.Header{}
-	SetGated(h, adm, "r") // the keys are in the map from here on
+	SetGated(h, adm.Outcome(), "r") // the keys are in the map from here on
 	// The text of the values and their slices: two, however many values.
 	if n := testing.AllocsPerRun(100, func() {
 		delete(h, ExposeHeadersKey) // else it is the API's list, to be merged
-		SetGated(h, adm, "r")
+		SetGated(h, adm.Outcome(), "r")
 	}); n > 2 {
 		t.Errorf("SetGated allocates %v times; want at most 2", n)
 	}
-	if n := testing.AllocsPerRun(100, func() { SetHeaders(h, adm) }); n > 2 {
+	if n := testing.AllocsPerRun(100, func() { SetHeaders(h, adm.Outcome()) }); n > 2 {
 		t.Errorf("SetHeaders allocates %v times; want at most 2", n)
 	}
 }

@@ -25,21 +25,21 @@ func BenchmarkRefusal(b *testing.B) {
 		b.Run(tc.name+"/Refusal", func(b *testing.B) {
 			b.ReportAllocs()
 			for b.Loop() {
-				_ = Refusal(tc.adm) // a new slice: the decision service's
+				_ = Refusal(tc.adm.Outcome()) // a new slice: the decision service's
 			}
 		})
 		b.Run(tc.name+"/body", func(b *testing.B) {
 			b.ReportAllocs()
 			for b.Loop() {
-				WriteRefusal(w, tc.adm)
+				WriteRefusal(w, tc.adm.Outcome())
 			}
 		})
 		b.Run(tc.name+"/headers+body", func(b *testing.B) {
 			b.ReportAllocs()
 			for b.Loop() {
 				clear(w.h)
-				SetGated(w.h, tc.adm, "rid-1")
-				WriteRefusal(w, tc.adm)
+				SetGated(w.h, tc.adm.Outcome(), "rid-1")
+				WriteRefusal(w, tc.adm.Outcome())
 			}
 		})
 	}

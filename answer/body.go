@@ -48,35 +48,34 @@ func (v *values) set(code string, status, retryAfter int, rid string) {
 }
 
 // Refusal returns the JSON body of the 429 of a refused call; nil unless
-// adm was refused. The gateway answers it; the decision service hands it
+// o is a refusal. The gateway answers it; the decision service hands it
 // to the app, which answers it in the gateway's stead.
-func Refusal(adm *capgate.Admission) []byte {
-	if adm == nil || !adm.Refused() {
+func Refusal(o capgate.Outcome) []byte {
+	if !o.Refused() {
 		return nil
 	}
-	f := formatOf(adm.Policy())
-	return appendRefusalOf(make([]byte, 0, f.refusalCap), f, adm)
+	f := formatOf(policyOf(&o))
+	return appendRefusalOf(make([]byte, 0, f.refusalCap), f, &o)
 }
 
-// AppendRefusal appends the 429 body of adm, a refused call, to dst: its
+// AppendRefusal appends the 429 body of o, a refusal, to dst: its
 // policy's refused template (names.answers), else capgate's own shape,
 // {"detail", "error_code", "scope", "paused", "retry_after"}.
-func AppendRefusal(dst []byte, adm *capgate.Admission) []byte {
-	return appendRefusalOf(dst, formatOf(adm.Policy()), adm)
+func AppendRefusal(dst []byte, o capgate.Outcome) []byte {
+	return appendRefusalOf(dst, formatOf(policyOf(&o)), &o)
 }
 
-// appendRefusalOf appends the 429 body of adm in format f.
-func appendRefusalOf(dst []byte, f *format, adm *capgate.Admission) []byte {
-	scope, paused := refusalScope(adm)
-	retry, _ := adm.RetryAfter()
-	return appendRefusal(dst, f, scope, paused, retry, adm.Call().CID)
+// appendRefusalOf appends the 429 body of o in format f.
+func appendRefusalOf(dst []byte, f *format, o *capgate.Outcome) []byte {
+	scope, paused := refusalScope(o)
+	return appendRefusal(dst, f, scope, paused, o.RetryAfter, o.Call.CID)
 }
 
-// refusalScope returns the lane that refused adm, and whether it is
-// paused (its limit 0).
-func refusalScope(adm *capgate.Admission) (capgate.LaneName, bool) {
-	scope := adm.Scope()
-	for _, l := range adm.Lanes() {
+// refusalScope returns the lane that refused o, and whether it is paused
+// (its limit 0).
+func refusalScope(o *capgate.Outcome) (capgate.LaneName, bool) {
+	scope := o.Scope
+	for _, l := range o.Lanes {
 		if l.Name == scope {
 			return scope, l.Limit == 0
 		}
@@ -103,11 +102,11 @@ func refusal(f *format, scope capgate.LaneName, paused bool, retryAfter int) []b
 // under overload allocates none.
 var buffers = sync.Pool{New: func() any { b := make([]byte, 0, 512); return &b }}
 
-// WriteRefusal answers the 429 of adm, a refused call: its status and
-// body. The headers must be set first (SetGated).
-func WriteRefusal(w http.ResponseWriter, adm *capgate.Admission) {
+// WriteRefusal answers the 429 of o, a refusal: its status and body. The
+// headers must be set first (SetGated).
+func WriteRefusal(w http.ResponseWriter, o capgate.Outcome) {
 	bp := buffers.Get().(*[]byte)
-	*bp = AppendRefusal((*bp)[:0], adm)
+	*bp = AppendRefusal((*bp)[:0], o)
 	w.WriteHeader(http.StatusTooManyRequests)
 	_, _ = w.Write(*bp)
 	buffers.Put(bp)

@@ -136,11 +136,11 @@ func refusalDetail(p *policy.Policy) *policy.Template {
 	return t
 }
 
-// policyOf returns the policy adm was decided under (the built-in one for
-// a nil adm).
-func policyOf(adm *capgate.Admission) *policy.Policy {
-	if adm == nil {
+// policyOf returns the policy o was decided under (the built-in one for a
+// nil o, or one without a policy: an ungated call).
+func policyOf(o *capgate.Outcome) *policy.Policy {
+	if o == nil || o.Policy == nil {
 		return policy.OCL()
 	}
-	return adm.Policy()
+	return o.Policy
 }

@@ -4,6 +4,7 @@ import (
 	"net/http"
 	"strconv"
 	"strings"
+	"time"
 
 	"github.com/capgate/capgate"
 	"github.com/capgate/capgate/header"
@@ -18,16 +19,16 @@ func ExposedHeaders(p *policy.Policy) []string {
 	return append([]string(nil), formatOf(p).exposed...)
 }
 
-// SetHeaders sets the capacity headers of adm on h: every value that is
+// SetHeaders sets the capacity headers of o on h: every value that is
 // known, and Retry-After (with the policy's Retry-After-Ms and
 // X-Should-Retry) only on the gate's own refusal. It does nothing
-// for a nil h, or an admission that passed untouched (mode off).
-func SetHeaders(h http.Header, adm *capgate.Admission) {
-	if h == nil || adm == nil || adm.Decision() == capgate.DecisionNone {
+// for a nil h, or a call that passed untouched (mode off).
+func SetHeaders(h http.Header, o capgate.Outcome) {
+	if h == nil || o.Decision == capgate.DecisionNone {
 		return
 	}
 	w := headerWriter{h: h}
-	w.capacity(adm)
+	w.capacity(&o)
 	w.flush()
 }
 
@@ -39,17 +40,17 @@ func SetHeaders(h http.Header, adm *capgate.Admission) {
 // two allocations. The gateway sets them on the API's response and on its
 // own 429; the decision service hands them to an app that decides inside
 // itself, so its responses carry what the gateway's would.
-func SetGated(h http.Header, adm *capgate.Admission, rid string) {
+func SetGated(h http.Header, o capgate.Outcome, rid string) {
 	if h == nil {
 		return
 	}
 	w := headerWriter{h: h}
-	f := formatOf(policyOf(adm))
-	if adm != nil && adm.Decision() != capgate.DecisionNone {
-		w.capacity(adm)
+	f := formatOf(policyOf(&o))
+	if o.Decision != capgate.DecisionNone {
+		w.capacity(&o)
 	}
 	if f.rateLimit {
-		w.rateLimit(adm)
+		w.rateLimit(&o)
 	}
 	w.set(ExposeHeadersKey, exposeValue(h, f))
 	w.set(header.RequestID, rid)
@@ -140,13 +141,13 @@ func (w *headerWriter) flush() {
 	w.n = 0
 }
 
-// capacity sets the capacity headers of adm (see SetHeaders), which has a
+// capacity sets the capacity headers of o (see SetHeaders), which has a
 // decision. The names are canonical.
-func (w *headerWriter) capacity(adm *capgate.Admission) {
-	n := formatOf(adm.Policy())
-	d := adm.Decision()
+func (w *headerWriter) capacity(o *capgate.Outcome) {
+	n := formatOf(policyOf(o))
+	d := o.Decision
 	w.set(n.Decision, string(d))
-	lanes, counts := adm.Lanes(), adm.Counts()
+	lanes, counts := o.Lanes, o.Counts
 	for i, l := range lanes {
 		if l.Spec == nil {
 			continue
@@ -160,28 +161,29 @@ func (w *headerWriter) capacity(adm *capgate.Admission) {
 			w.setInt(lw.inFlight, int64(counts[i]))
 		}
 	}
-	if t := adm.Call().Tier; t != "" {
+	if t := o.Call.Tier; t != "" {
 		w.set(n.Tier, t)
 	}
-	if k, ok := adm.Suggested(); ok {
-		w.setInt(n.SuggestedConcurrency, int64(k))
+	if len(lanes) > 0 {
+		w.setInt(n.SuggestedConcurrency, int64(o.Suggested))
 	}
-	if d, ok := adm.Waited(); ok {
-		w.setInt(n.Waited, d.Milliseconds())
+	if o.Queued {
+		w.setInt(n.Waited, o.Waited.Milliseconds())
 	}
-	if ms, ok := adm.SpacingMS(); ok {
-		w.setInt(n.SuggestedSpacing, ms)
+	if o.Spacing > 0 {
+		// whole milliseconds, rounded up
+		w.setInt(n.SuggestedSpacing, int64((o.Spacing+time.Millisecond-1)/time.Millisecond))
 	}
 	// Only the gate's own refusal gets its Retry-After; one the API sent
 	// itself (its rate limit, a 503) is left alone.
-	if s, ok := adm.RetryAfter(); ok && d == capgate.DecisionRefused {
+	if s := o.RetryAfter; s > 0 && d == capgate.DecisionRefused {
 		w.setInt(header.RetryAfter, int64(s))
 		if n.retryAfterMS {
 			w.setInt(RetryAfterMSKey, int64(s)*1000)
 		}
 	}
 	if n.shouldRetry && d == capgate.DecisionRefused {
-		_, paused := refusalScope(adm)
+		_, paused := refusalScope(o)
 		w.set(ShouldRetryKey, strconv.FormatBool(shouldRetry(http.StatusTooManyRequests, paused)))
 	}
 }

@@ -33,15 +33,15 @@ const quotaUnit = "concurrent-requests"
 // q is the lane's limit, r what is left of it after this call (0 when
 // full), t the Retry-After seconds of a refusal. Nothing is set when the
 // counts are unknown (an unavailable call).
-func (w *headerWriter) rateLimit(adm *capgate.Admission) {
-	if adm == nil {
+func (w *headerWriter) rateLimit(o *capgate.Outcome) {
+	if o == nil {
 		return
 	}
-	lanes, counts := adm.Lanes(), adm.Counts()
+	lanes, counts := o.Lanes, o.Counts
 	if len(lanes) == 0 || len(counts) != len(lanes) {
 		return
 	}
-	i := laneInScope(adm.Scope(), lanes, counts)
+	i := laneInScope(o.Scope, lanes, counts)
 	name := lanes[i].Name
 	from := w.begin()
 	w.writeQuoted(name)
@@ -53,7 +53,7 @@ func (w *headerWriter) rateLimit(adm *capgate.Admission) {
 	w.writeQuoted(name)
 	w.text.WriteString(";r=")
 	w.writeInt(int64(max(lanes[i].Limit-counts[i], 0)))
-	if s, ok := adm.RetryAfter(); ok && adm.Refused() {
+	if s := o.RetryAfter; s > 0 && o.Refused() {
 		w.text.WriteString(";t=")
 		w.writeInt(int64(s))
 	}

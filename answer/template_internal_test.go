@@ -76,7 +76,7 @@ func shapedRefusals(t testing.TB, p *policy.Policy) (full, paused *capgate.Admis
 		for range 2 {
 			last = g.Admit(ctx, call)
 			t.Cleanup(func() { last.Release(ctx) })
-			if last.Refused() {
+			if last.Outcome().Refused() {
 				return last
 			}
 		}
@@ -96,13 +96,13 @@ func TestRefusalInAPolicysShape(t *testing.T) {
 		adm   *capgate.Admission
 		retry string
 	}{{full, "true"}, {paused, "false"}} {
-		s, _ := tc.adm.RetryAfter()
+		s := tc.adm.Outcome().RetryAfter
 		want := `{"error": {"message": "The \"model\" lane is busy. Please retry in ` + itoa(s) + ` seconds.", "type": "requests", "param": null, "code": "capacity_exceeded", "retry_after_ms": ` + itoa(s*1000) + `}}`
-		if got := string(Refusal(tc.adm)); got != want {
+		if got := string(Refusal(tc.adm.Outcome())); got != want {
 			t.Errorf("body %s\nwant %s", got, want)
 		}
 		h := http.Header{}
-		SetGated(h, tc.adm, "rid-7")
+		SetGated(h, tc.adm.Outcome(), "rid-7")
 		if h.Get("Retry-After") != itoa(s) || h.Get("Retry-After-Ms") != itoa(s*1000) || h.Get("X-Should-Retry") != tc.retry {
 			t.Errorf("headers %v; want Retry-After %d, Retry-After-Ms %d, X-Should-Retry %s", h, s, s*1000, tc.retry)
 		}
@@ -113,7 +113,7 @@ func TestRefusalInAPolicysShape(t *testing.T) {
 	}
 	// An admitted call's response gets neither.
 	h := http.Header{}
-	SetGated(h, testAdmissions(t)[0], "r")
+	SetGated(h, testAdmissions(t)[0].Outcome(), "r")
 	if h.Get("Retry-After-Ms") != "" || h.Get("X-Should-Retry") != "" {
 		t.Errorf("an admitted call's headers %v", h)
 	}
@@ -225,15 +225,15 @@ func TestRefusalAllocs(t *testing.T) {
 	ocl := testAdmissions(t)[len(testAdmissions(t))-1]
 	for _, adm := range []*capgate.Admission{full, ocl} {
 		buf := make([]byte, 0, 512)
-		if n := testing.AllocsPerRun(100, func() { buf = AppendRefusal(buf[:0], adm) }); n != 0 {
-			t.Errorf("%s: AppendRefusal allocates %v times; want 0", adm.Policy().Name, n)
+		if n := testing.AllocsPerRun(100, func() { buf = AppendRefusal(buf[:0], adm.Outcome()) }); n != 0 {
+			t.Errorf("%s: AppendRefusal allocates %v times; want 0", adm.Outcome().Policy.Name, n)
 		}
-		if n := testing.AllocsPerRun(100, func() { _ = Refusal(adm) }); n != 1 {
-			t.Errorf("%s: Refusal allocates %v times; want 1 (the body)", adm.Policy().Name, n)
+		if n := testing.AllocsPerRun(100, func() { _ = Refusal(adm.Outcome()) }); n != 1 {
+			t.Errorf("%s: Refusal allocates %v times; want 1 (the body)", adm.Outcome().Policy.Name, n)
 		}
 		w := discard{h: http.Header{}}
-		if n := testing.AllocsPerRun(100, func() { WriteRefusal(w, adm) }); n != 0 {
-			t.Errorf("%s: WriteRefusal allocates %v times; want 0", adm.Policy().Name, n)
+		if n := testing.AllocsPerRun(100, func() { WriteRefusal(w, adm.Outcome()) }); n != 0 {
+			t.Errorf("%s: WriteRefusal allocates %v times; want 0", adm.Outcome().Policy.Name, n)
 		}
 	}
 }

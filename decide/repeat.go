@@ -89,7 +89,7 @@ func (s *Server) joined(ctx context.Context, cc *callConn, gate *capgate.Gate, c
 	d.Decision, d.DedupOf = string(capgate.DecisionJoined), rp.Of
 	adm := gate.Repeated(ctx, call, rp, nil)
 	defer adm.Release(ctx)
-	d.MaxHoldSeconds = int(adm.MaxHold() / time.Second)
+	d.MaxHoldSeconds = int(adm.Outcome().MaxHold / time.Second)
 	if !s.writeLine(cc, d) {
 		return false
 	}

@@ -332,38 +332,39 @@ func (s *Server) decide(w http.ResponseWriter, r *http.Request) {
 	}
 	adm := gate.AdmitWith(ctx, call, opts)
 	d := Decision{ID: randhex.String(12), Headers: map[string]string{}}
-	if adm.Decision() == capgate.DecisionNone {
+	out := adm.Outcome()
+	if out.Decision == capgate.DecisionNone {
 		d.Decision = "off"
 		finished = s.writeLine(cc, d)
 		return
 	}
 	adm.NoteRepeat(note)
 	defer adm.Release(ctx)
-	d.Decision = string(adm.Decision())
-	if req.Running && adm.Counted() {
+	d.Decision = string(out.Decision)
+	if req.Running && out.Counted {
 		d.Decision = string(capgate.DecisionAdmitted) // it runs already; its line says resumed
 	}
 	h := http.Header{}
-	answer.SetGated(h, adm, call.CID)
+	answer.SetGated(h, out, call.CID)
 	for k, v := range h {
 		if len(v) > 0 {
 			d.Headers[k] = v[0]
 		}
 	}
-	if adm.Refused() {
+	if out.Refused() {
 		d.Status = http.StatusTooManyRequests
-		d.Body = answer.Refusal(adm)
+		d.Body = answer.Refusal(out)
 	}
-	if !adm.Counted() || ctx.Err() != nil {
+	if !out.Counted || ctx.Err() != nil {
 		finished = s.writeLine(cc, d)
 		return
 	}
 	d.Held = true
-	d.MaxHoldSeconds = int(adm.MaxHold() / time.Second)
+	d.MaxHoldSeconds = int(out.MaxHold / time.Second)
 	if token, keys, ok := adm.StoreLease(); ok && s.Journal != nil {
 		// Written before the app has its answer: a call the app runs is
 		// journalled, whenever the service dies.
-		if err := s.Journal.AddNow(context.WithoutCancel(ctx), token, keys, adm.MaxHold()); err != nil {
+		if err := s.Journal.AddNow(context.WithoutCancel(ctx), token, keys, out.MaxHold); err != nil {
 			s.logger().Warn("capgate decide: journal a held call (retried; a crash meanwhile would leave its place taken for lease_seconds)",
 				"error", err)
 		}
@@ -428,7 +429,7 @@ func (s *Server) hold(ctx context.Context, cc *callConn, adm *capgate.Admission,
 	if !s.writeLine(cc, d) {
 		return false // the client is gone
 	}
-	timer := time.NewTimer(adm.MaxHold())
+	timer := time.NewTimer(adm.Outcome().MaxHold)
 	defer timer.Stop()
 	var why string
 	select {

@@ -436,7 +436,8 @@ func (d *demoTally) Admitted(*capgate.Admission) {}
 func (d *demoTally) StoreError(string, error)    {}
 func (d *demoTally) StoreSkipped(string)         {}
 func (d *demoTally) Released(a *capgate.Admission) {
-	call := a.Call()
+	o := a.Outcome()
+	call := o.Call
 	d.mu.Lock()
 	defer d.mu.Unlock()
 	if len(d.phases) == 0 {
@@ -444,18 +445,19 @@ func (d *demoTally) Released(a *capgate.Admission) {
 	}
 	t := d.phases[len(d.phases)-1]
 	t.gated++
-	t.decisions[[3]string{call.Tier, call.RouteName(), string(a.Decision())}]++
-	switch a.Decision() {
+	t.decisions[[3]string{call.Tier, call.RouteName(), string(o.Decision)}]++
+	switch o.Decision {
 	case capgate.DecisionShadowRefused:
-		t.wouldRef[string(a.Scope())]++
+		t.wouldRef[string(o.Scope)]++
 	case capgate.DecisionRefused:
-		t.refused[string(a.Scope())]++
+		t.refused[string(o.Scope)]++
 	}
-	if w, ok := a.Waited(); ok {
+	if o := a.Outcome(); o.Queued {
+		w := o.Waited
 		t.waits = append(t.waits, w)
 	}
-	counts := a.Counts()
-	for i, l := range a.Lanes() {
+	counts := o.Counts
+	for i, l := range o.Lanes {
 		if counts == nil {
 			continue
 		}
@@ -480,7 +482,7 @@ func (d *demoTally) Released(a *capgate.Admission) {
 		switch {
 		case l.Spec == nil || l.Spec.Reserve == nil:
 			p.limit, p.bulk = l.Limit, l.Limit
-		case inClass(a.Policy(), l.Spec.Reserve.Class, call):
+		case inClass(o.Policy, l.Spec.Reserve.Class, call):
 			p.limit = l.Limit
 		default:
 			p.bulk = l.Limit

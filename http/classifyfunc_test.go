@@ -25,7 +25,7 @@ func TestMiddlewareWithClassifyFunc(t *testing.T) {
 	}
 	var seen capgate.Decision
 	next := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		seen = capgatehttp.AdmissionFrom(r.Context()).Decision()
+		seen = capgatehttp.AdmissionFrom(r.Context()).Outcome().Decision
 	})
 	classify := func(r *http.Request) (capgate.Call, bool) {
 		return capgatehttp.OCLCall("rerank", 3, false, false), r.URL.Path == "/heavy"

@@ -55,7 +55,8 @@ func AdmissionFrom(ctx context.Context) *capgate.Admission {
 func holdUpstream(next http.Handler, cut context.Context) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		adm := AdmissionFrom(r.Context())
-		if !adm.Counted() {
+		o := adm.Outcome()
+		if !o.Counted {
 			next.ServeHTTP(w, r)
 			return
 		}
@@ -68,11 +69,11 @@ func holdUpstream(next http.Handler, cut context.Context) http.Handler {
 		var onLeave func() bool
 		var up *upstreamConn
 		ctx := r.Context()
-		if route := adm.Call().Route; route != nil && route.OnClientGone == policy.ClientGoneCancel {
+		if route := o.Call.Route; route != nil && route.OnClientGone == policy.ClientGoneCancel {
 			onLeave = cancelOnLeave(ctx, hw)
 			ctx, up = traceUpstreamConn(ctx)
 		}
-		ctx, h := holdContext(ctx, time.Now().Add(adm.MaxHold()), onLeave)
+		ctx, h := holdContext(ctx, time.Now().Add(o.MaxHold), onLeave)
 		defer h.stop()
 		if onLeave != nil {
 			defer h.cutDone(r.Context(), adm, up) // after the proxy, even when it panics

@@ -362,7 +362,8 @@ func (m *Middleware) gated(w http.ResponseWriter, r *http.Request, call capgate.
 	} else {
 		adm = m.gate.Admit(ctx, call)
 	}
-	if adm.Decision() == capgate.DecisionNone {
+	out := adm.Outcome()
+	if out.Decision == capgate.DecisionNone {
 		rp.Finish(ctx, nil)
 		m.next.ServeHTTP(w, r) // mode off (since the check above): untouched
 		return
@@ -370,7 +371,7 @@ func (m *Middleware) gated(w http.ResponseWriter, r *http.Request, call capgate.
 	adm.NoteRepeat(note)
 	if m.jn != nil {
 		if token, keys, ok := adm.StoreLease(); ok {
-			m.jn.Add(token, keys, adm.MaxHold())
+			m.jn.Add(token, keys, out.MaxHold)
 			defer m.jn.Remove(token) // after the release below (deferred calls run last first)
 		}
 	}
@@ -399,8 +400,8 @@ func (m *Middleware) gated(w http.ResponseWriter, r *http.Request, call capgate.
 		}()
 	}
 
-	if adm.Refused() {
-		m.refuse(w, r, adm, rid)
+	if out.Refused() {
+		m.refuse(w, r, out, rid)
 		return
 	}
 	actx := withAdmission(ctx, adm) // AdmissionFrom
@@ -413,7 +414,7 @@ func (m *Middleware) gated(w http.ResponseWriter, r *http.Request, call capgate.
 		// caller's request is left as it was.
 		r.Header = cloneHeaderWith(r.Header, header.RequestID, rid)
 	}
-	gw := &gatedWriter{ResponseWriter: w, adm: adm, rid: rid}
+	gw := &gatedWriter{ResponseWriter: w, out: out, rid: rid}
 	if rp != nil {
 		aw = &answerWriter{ResponseWriter: w, max: rp.MaxAnswerBytes()}
 		gw.ResponseWriter = aw
@@ -430,12 +431,12 @@ func (m *Middleware) gated(w http.ResponseWriter, r *http.Request, call capgate.
 }
 
 // refuse writes the 429 of a refused call.
-func (m *Middleware) refuse(w http.ResponseWriter, r *http.Request, adm *capgate.Admission, rid string) {
+func (m *Middleware) refuse(w http.ResponseWriter, r *http.Request, o capgate.Outcome, rid string) {
 	h := w.Header()
-	m.cors.refusal(h, r.Header.Get("Origin"), adm.Policy())
+	m.cors.refusal(h, r.Header.Get("Origin"), o.Policy)
 	h.Set("Content-Type", "application/json")
-	answer.SetGated(h, adm, rid)
-	answer.WriteRefusal(w, adm)
+	answer.SetGated(h, o, rid)
+	answer.WriteRefusal(w, o)
 }
 
 // recovered handles a panic of the handler. http.ErrAbortHandler goes on

@@ -173,14 +173,14 @@ func (s *pageServer) hold(t *testing.T, call capgate.Call, user, tier string) (r
 	ctx := context.WithoutCancel(t.Context())
 	a := s.gate.Admit(ctx, call)
 	var lanes []string
-	for _, l := range a.Lanes() {
+	for _, l := range a.Outcome().Lanes {
 		lanes = append(lanes, string(l.Name))
 	}
 	scope := ""
-	if a.Decision() == capgate.DecisionRefused || a.Decision() == capgate.DecisionShadowRefused {
-		scope = string(a.Scope())
+	if a.Outcome().Decision == capgate.DecisionRefused || a.Outcome().Decision == capgate.DecisionShadowRefused {
+		scope = string(a.Outcome().Scope)
 	}
-	s.recent.Record(tier, string(a.Decision()), lanes, scope)
+	s.recent.Record(tier, string(a.Outcome().Decision), lanes, scope)
 	var once sync.Once
 	release = func() { once.Do(func() { a.Release(ctx) }) }
 	t.Cleanup(release)

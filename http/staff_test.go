@@ -330,7 +330,7 @@ func TestStatus(t *testing.T) {
 	call := capgatehttp.OCLCall("match", 2, true, false)
 	call.UserID, call.Tier = "alice", "preview"
 	a := gate.Admit(ctx, call)
-	if a == nil || a.Decision() != capgate.DecisionAdmitted {
+	if a == nil || a.Outcome().Decision != capgate.DecisionAdmitted {
 		t.Fatalf("Admit = %v; want admitted", a)
 	}
 	defer a.Release(ctx)

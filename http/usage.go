@@ -53,7 +53,7 @@ func readUsage(res *http.Response) error {
 	if adm == nil {
 		return nil
 	}
-	route := adm.Call().Route
+	route := adm.Outcome().Call.Route
 	if route == nil || route.Usage.Path() == nil {
 		return nil
 	}

@@ -130,8 +130,8 @@ func SetRows(call *capgate.Call, rows int) {
 // LaneCounts returns the admission's counts by lane name.
 func LaneCounts(a *capgate.Admission) map[capgate.LaneName]int {
 	out := map[capgate.LaneName]int{}
-	counts := a.Counts()
-	for i, l := range a.Lanes() {
+	counts := a.Outcome().Counts
+	for i, l := range a.Outcome().Lanes {
 		if counts != nil {
 			out[l.Name] = counts[i]
 		}
@@ -142,7 +142,7 @@ func LaneCounts(a *capgate.Admission) map[capgate.LaneName]int {
 // LaneLimits returns the admission's limits by lane name.
 func LaneLimits(a *capgate.Admission) map[capgate.LaneName]int {
 	out := map[capgate.LaneName]int{}
-	for _, l := range a.Lanes() {
+	for _, l := range a.Outcome().Lanes {
 		out[l.Name] = l.Limit
 	}
 	return out

@@ -77,7 +77,7 @@ func wantDecision(t *testing.T, a *capgate.Admission, want capgate.Decision) {
 	if a == nil {
 		t.Fatalf("admission is nil, want decision %q", want)
 	}
-	if got := a.Decision(); got != want {
+	if got := a.Outcome().Decision; got != want {
 		t.Fatalf("decision = %q, want %q (error %q)", got, want, a.Err())
 	}
 }
@@ -105,14 +105,14 @@ func wantFull(t *testing.T, e *Env, a *capgate.Admission, want ...string) {
 func testAdmitsAndCounts(t *testing.T, e *Env) {
 	a := e.Admit(Match("ea", "early_access"))
 	wantDecision(t, a, capgate.DecisionAdmitted)
-	if !a.Holding() {
+	if !a.Outcome().Holding {
 		t.Fatal("admitted call holds no lease")
 	}
 	wantLimits := map[capgate.LaneName]int{"api_heavy": 3, "api_heavy_task": 2, "es2_knn": 3, "tier": 3, "user": 2}
 	if got := LaneLimits(a); !reflect.DeepEqual(got, wantLimits) {
 		t.Fatalf("limits = %v, want %v", got, wantLimits)
 	}
-	for _, l := range a.Lanes() {
+	for _, l := range a.Outcome().Lanes {
 		if got := LaneCounts(a)[l.Name]; got != 1 {
 			t.Errorf("count[%s] = %d, want 1", l.Name, got)
 		}
@@ -125,7 +125,7 @@ func testAdmitsAndCounts(t *testing.T, e *Env) {
 	}
 	a.Release(context.Background())
 	a.Release(context.Background()) // harmless
-	for _, l := range a.Lanes() {
+	for _, l := range a.Outcome().Lanes {
 		if m := e.Store.Members(t, l.Key); len(m) != 0 {
 			t.Errorf("after release %s holds %v", l.Key, m)
 		}
@@ -218,18 +218,18 @@ func testShadowNeverRefuses(t *testing.T, e *Env) {
 	e.Admit(Match("p", "preview"))
 	a := e.Admit(Match("p", "preview"))
 	wantDecision(t, a, capgate.DecisionShadowRefused)
-	if !a.Holding() || a.Refused() {
-		t.Fatalf("shadow-refused call: holding %v refused %v, want true false", a.Holding(), a.Refused())
+	if !a.Outcome().Holding || a.Outcome().Refused() {
+		t.Fatalf("shadow-refused call: holding %v refused %v, want true false", a.Outcome().Holding, a.Outcome().Refused())
 	}
 	wantFull(t, e, a, "user")
 	if got := LaneCounts(a)["user"]; got != 2 {
 		t.Fatalf("user count = %d, want 2", got)
 	}
-	if s, ok := a.RetryAfter(); !ok || s != 5 {
+	if s, ok := a.Outcome().RetryAfter, a.Outcome().RetryAfter > 0; !ok || s != 5 {
 		t.Fatalf("retry after = %d %v, want 5", s, ok)
 	}
 	h := http.Header{}
-	answer.SetHeaders(h, a)
+	answer.SetHeaders(h, a.Outcome())
 	if v := h.Get("Retry-After"); v != "" {
 		t.Fatalf("shadow-refused call sends Retry-After %q", v)
 	}
@@ -240,7 +240,7 @@ func testEnforceRefuses(t *testing.T, e *Env) {
 	first := e.Admit(Match("p", "preview"))
 	a := e.Admit(Match("p", "preview"))
 	wantDecision(t, a, capgate.DecisionRefused)
-	if a.Holding() {
+	if a.Outcome().Holding {
 		t.Fatal("refused call holds a lease")
 	}
 	if got := LaneCounts(a)["user"]; got != 1 {
@@ -250,7 +250,7 @@ func testEnforceRefuses(t *testing.T, e *Env) {
 		t.Fatalf("user lane holds %v, want the first call only", m)
 	}
 	want := `{"detail":"Matching is busy. Please retry in 5 seconds.","error_code":"capacity_exceeded","scope":"user","paused":false,"retry_after":5}`
-	if got := string(answer.Refusal(a)); got != want {
+	if got := string(answer.Refusal(a.Outcome())); got != want {
 		t.Fatalf("body = %s\nwant   %s", got, want)
 	}
 	first.Release(context.Background())
@@ -262,14 +262,14 @@ func testEnforceForAware(t *testing.T, e *Env) {
 	e.Admit(Match("p", "preview"))
 	unaware := e.Admit(Match("p", "preview"))
 	wantDecision(t, unaware, capgate.DecisionShadowRefused)
-	if unaware.Enforced() {
+	if unaware.Outcome().Enforced {
 		t.Fatal("unaware call is enforced")
 	}
 	call := Match("p", "preview")
 	call.Aware = true
 	aware := e.Admit(call)
 	wantDecision(t, aware, capgate.DecisionRefused)
-	if !aware.Enforced() {
+	if !aware.Outcome().Enforced {
 		t.Fatal("aware call is not enforced")
 	}
 }
@@ -277,11 +277,11 @@ func testEnforceForAware(t *testing.T, e *Env) {
 func testOffMode(t *testing.T, e *Env) {
 	e.Cfg.Edit(func(c *settings.Config) { c.Mode = settings.ModeOff })
 	a := e.Gate.Admit(context.Background(), Match("p", "preview"))
-	if a == nil || a.Decision() != capgate.DecisionNone {
+	if a == nil || a.Outcome().Decision != capgate.DecisionNone {
 		t.Fatalf("off mode admission = %v, want one with no decision", a)
 	}
 	h := http.Header{}
-	answer.SetHeaders(h, a)
+	answer.SetHeaders(h, a.Outcome())
 	a.Release(context.Background())
 	if len(h) != 0 {
 		t.Fatalf("off mode set headers %v", h)
@@ -300,14 +300,14 @@ func testPausedTier(t *testing.T, e *Env) {
 	a := e.Admit(Match("p", "preview"))
 	wantDecision(t, a, capgate.DecisionRefused)
 	wantFull(t, e, a, "tier")
-	if s, _ := a.RetryAfter(); s != 120 {
+	if s := a.Outcome().RetryAfter; s != 120 {
 		t.Fatalf("retry after = %d, want 120", s)
 	}
-	if n, ok := a.Suggested(); !ok || n != 0 {
+	if n, ok := a.Outcome().Suggested, len(a.Outcome().Lanes) > 0; !ok || n != 0 {
 		t.Fatalf("suggested = %d %v, want 0", n, ok)
 	}
 	want := `{"detail":"Matching is busy. Please retry in 120 seconds.","error_code":"capacity_exceeded","scope":"tier","paused":true,"retry_after":120}`
-	if got := string(answer.Refusal(a)); got != want {
+	if got := string(answer.Refusal(a.Outcome())); got != want {
 		t.Fatalf("body = %s\nwant   %s", got, want)
 	}
 }
@@ -320,11 +320,11 @@ func testPausedScope(t *testing.T, e *Env) {
 	a := e.Admit(Match("p", "preview"))
 	wantDecision(t, a, capgate.DecisionRefused)
 	wantFull(t, e, a, "api_heavy", "tier")
-	if got := a.Scope(); got != capgate.LaneName("tier") {
+	if got := a.Outcome().Scope; got != capgate.LaneName("tier") {
 		t.Fatalf("scope = %q, want tier (a paused lane wins)", got)
 	}
 	want := `{"detail":"Matching is busy. Please retry in 120 seconds.","error_code":"capacity_exceeded","scope":"tier","paused":true,"retry_after":120}`
-	if got := string(answer.Refusal(a)); got != want {
+	if got := string(answer.Refusal(a.Outcome())); got != want {
 		t.Fatalf("body = %s\nwant   %s", got, want)
 	}
 }
@@ -337,7 +337,7 @@ func testRetryAfterGrowth(t *testing.T, e *Env) {
 	for i := 1; i <= 12; i++ {
 		a := e.Admit(Lexical("c", "core"))
 		if i >= 9 {
-			s, _ := a.RetryAfter()
+			s := a.Outcome().RetryAfter
 			got = append(got, s)
 		}
 	}
@@ -345,7 +345,7 @@ func testRetryAfterGrowth(t *testing.T, e *Env) {
 		t.Fatalf("retry after of calls 9..12 = %v, want %v (0 = none)", got, want)
 	}
 	e.Cfg.Edit(func(c *settings.Config) { c.RetryAfter = settings.RetryAfter{Base: 5, Max: 12, Paused: 120} })
-	if s, _ := e.Admit(Lexical("c", "core")).RetryAfter(); s != 12 {
+	if s := e.Admit(Lexical("c", "core")).Outcome().RetryAfter; s != 12 {
 		t.Fatalf("capped retry after = %d, want 12", s)
 	}
 }
@@ -353,7 +353,7 @@ func testRetryAfterGrowth(t *testing.T, e *Env) {
 func testSuggested(t *testing.T, e *Env) {
 	suggested := func(a *capgate.Admission) int {
 		t.Helper()
-		n, ok := a.Suggested()
+		n, ok := a.Outcome().Suggested, len(a.Outcome().Lanes) > 0
 		if !ok {
 			t.Fatal("no suggested concurrency")
 		}
@@ -400,7 +400,7 @@ func testGateLateAcquire(t *testing.T, e *Env) {
 	e.Gate.Now = func() time.Time { return time.Now().Add(-time.Hour) }
 	a := e.Admit(Match("p", "preview"))
 	wantDecision(t, a, capgate.DecisionUnavailable)
-	if a.Holding() {
+	if a.Outcome().Holding {
 		t.Fatal("late acquire holds a lease")
 	}
 	if err := a.Err(); err == nil || !strings.Contains(err.Error(), "no lease was taken") {
@@ -420,7 +420,7 @@ func testHeaders(t *testing.T, e *Env) {
 	e.Enforce(nil)
 	ok := e.Admit(Match("p", "preview"))
 	h := http.Header{}
-	answer.SetHeaders(h, ok)
+	answer.SetHeaders(h, ok.Outcome())
 	want := http.Header{
 		"X-Ocl-Capacity-Decision":              {"admitted"},
 		"X-Ocl-Capacity-Limit":                 {"3"},
@@ -435,7 +435,7 @@ func testHeaders(t *testing.T, e *Env) {
 	}
 	refused := e.Admit(Match("p", "preview"))
 	h = http.Header{}
-	answer.SetHeaders(h, refused)
+	answer.SetHeaders(h, refused.Outcome())
 	if h.Get("X-OCL-Capacity-Decision") != "refused" || h.Get("Retry-After") != "5" {
 		t.Fatalf("refused headers = %v, want decision refused and Retry-After 5", h)
 	}
@@ -547,16 +547,16 @@ func testConcurrentLimit(t *testing.T, e *Env) {
 		wg.Go(func() {
 			for range rounds {
 				a := e.Gate.Admit(context.Background(), Match(fmt.Sprint("u", w), "core"))
-				if a.Decision() == capgate.DecisionAdmitted {
+				if a.Outcome().Decision == capgate.DecisionAdmitted {
 					h := holders.Add(1)
 					for p := peak.Load(); h > p && !peak.CompareAndSwap(p, h); p = peak.Load() {
 					}
 					admitted.Add(1)
 					holders.Add(-1)
-				} else if a.Decision() == capgate.DecisionUnavailable {
+				} else if a.Outcome().Decision == capgate.DecisionUnavailable {
 					unavailable.Add(1)
-				} else if a.Decision() != capgate.DecisionRefused {
-					t.Errorf("decision %q (%s)", a.Decision(), a.Err())
+				} else if a.Outcome().Decision != capgate.DecisionRefused {
+					t.Errorf("decision %q (%s)", a.Outcome().Decision, a.Err())
 				}
 				a.Release(context.Background())
 			}

@@ -58,8 +58,8 @@ func testWaitNoLongerEnforced(t *testing.T, e *Env) {
 		t.Errorf("went ahead %v after the mode went to shadow, want by the next re-check", d)
 	}
 	wantDecision(t, a, capgate.DecisionShadowRefused)
-	if a.Enforced() || !a.Holding() {
-		t.Errorf("enforced %v, holding %v; want false, true (counted as a shadow call)", a.Enforced(), a.Holding())
+	if a.Outcome().Enforced || !a.Outcome().Holding {
+		t.Errorf("enforced %v, holding %v; want false, true (counted as a shadow call)", a.Outcome().Enforced, a.Outcome().Holding)
 	}
 	if n := waiting(); n != 0 {
 		t.Errorf("waiting after it went ahead = %d, want 0", n)

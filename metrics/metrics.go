@@ -292,10 +292,11 @@ func (m *Metrics) Admitted(*capgate.Admission) {}
 // Released implements capgate.Observer: it counts the decision and the
 // time the call held its leases.
 func (m *Metrics) Released(a *capgate.Admission) {
-	call := a.Call()
-	m.decisions.WithLabelValues(string(a.Decision()), call.RouteName(), call.Tier).Inc()
-	if a.Degraded() {
-		m.degraded.WithLabelValues(string(a.Decision())).Inc()
+	o := a.Outcome()
+	call := o.Call
+	m.decisions.WithLabelValues(string(o.Decision), call.RouteName(), call.Tier).Inc()
+	if o.Degraded {
+		m.degraded.WithLabelValues(string(o.Decision)).Inc()
 	}
 	if a.LeaseLost() {
 		m.lost.Inc()
@@ -303,18 +304,18 @@ func (m *Metrics) Released(a *capgate.Admission) {
 	if d, ok := a.Held(); ok {
 		m.held.Observe(d.Seconds())
 	}
-	if m.recent != nil && a.Decision() != "" {
+	if m.recent != nil && o.Decision != "" {
 		var lanes []string
 		scope := ""
-		switch a.Decision() {
+		switch o.Decision {
 		case capgate.DecisionRefused, capgate.DecisionShadowRefused:
-			scope = string(a.Scope())
+			scope = string(o.Scope)
 		default:
-			for _, l := range a.Lanes() {
+			for _, l := range o.Lanes {
 				lanes = append(lanes, string(l.Name))
 			}
 		}
-		m.recent.Record(call.Tier, string(a.Decision()), lanes, scope)
+		m.recent.Record(call.Tier, string(o.Decision), lanes, scope)
 	}
 }
 
@@ -344,9 +345,9 @@ func (m *Metrics) WaitEnded(a *capgate.Admission, waited time.Duration) {
 }
 
 func (m *Metrics) addWaiting(a *capgate.Admission, d float64) {
-	call := a.Call()
-	for _, l := range a.Lanes() {
-		if name := laneLabel(l, call); name != "" {
+	o := a.Outcome()
+	for _, l := range o.Lanes {
+		if name := laneLabel(l, o.Call); name != "" {
 			m.waiting.WithLabelValues(name).Add(d)
 		}
 	}

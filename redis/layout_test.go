@@ -49,8 +49,8 @@ func TestClusterStoreGivesTheGateAHashTaggedPrefix(t *testing.T) {
 	}
 	a := g.Admit(t.Context(), lanetest.Match("alice", "core"))
 	defer a.Release(context.Background())
-	if a.Decision() != capgate.DecisionAdmitted || !a.Holding() {
-		t.Fatalf("decision %q, holding %v, err %v; want admitted, holding", a.Decision(), a.Holding(), a.Err())
+	if a.Outcome().Decision != capgate.DecisionAdmitted || !a.Outcome().Holding {
+		t.Fatalf("decision %q, holding %v, err %v; want admitted, holding", a.Outcome().Decision, a.Outcome().Holding, a.Err())
 	}
 	keys := m.Keys()
 	if len(keys) == 0 {

@@ -144,7 +144,7 @@ func run() error {
 						adm.Release(context.Background())
 						return
 					}
-					if adm.Refused() {
+					if o := adm.Outcome(); o.Refused() {
 						adm.Release(context.Background())
 						mu.Lock()
 						refused++

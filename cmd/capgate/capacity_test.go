@@ -345,7 +345,7 @@ func TestCapacityStatus(t *testing.T) {
 	}
 	ctx := context.Background()
 	a := gate.Admit(ctx, lanetest.OCLCall("match", 2, true, false, "alice", "preview"))
-	if a == nil || a.Decision() != capgate.DecisionAdmitted {
+	if a == nil || a.Outcome().Decision != capgate.DecisionAdmitted {
 		t.Fatalf("Admit = %v; want admitted", a)
 	}
 	defer a.Release(ctx)

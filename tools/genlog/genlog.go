@@ -142,7 +142,7 @@ func Generate(ctx context.Context, w io.Writer, opts Options) (Stats, error) {
 		nowUS.Store(r.end)
 		isDown.Store(down(opts.Outages, r.end))
 		r.adm.Release(ctx)
-		st.Decisions[string(r.adm.Decision())]++
+		st.Decisions[string(r.adm.Outcome().Decision)]++
 	}
 	meanGapUS := 1e6 / opts.Rate
 	mu := math.Log(float64(opts.MeanHeld.Microseconds())) - 0.32 // σ = 0.8: mean = e^(μ+σ²/2)
@@ -161,9 +161,9 @@ func Generate(ctx context.Context, w io.Writer, opts Options) (Stats, error) {
 		isDown.Store(down(opts.Outages, next))
 		g := gates[rng.IntN(len(gates))]
 		adm := g.Admit(ctx, mix.call(rng))
-		if adm.Refused() {
+		if o := adm.Outcome(); o.Refused() {
 			adm.Release(ctx)
-			st.Decisions[string(adm.Decision())]++
+			st.Decisions[string(o.Decision)]++
 		} else {
 			held := int64(math.Exp(mu+0.8*rng.NormFloat64())) + 1
 			heap.Push(&inFlight, running{end: next + held, adm: adm})
