@@ -40,12 +40,11 @@ type Admission struct {
 	call     Call
 	cfg      settings.Config
 	enforced bool
-	lanes    []Lane
-	keys     []string // the lanes' keys, once a store call was planned
-	counts   []int    // per lane: count before, +1 if taken; nil when unknown
-	taken    bool     // holds leases
-	local    bool     // holds leases in the gate's local lanes (degraded.go)
-	degraded bool     // decided by the local lanes alone (degraded.go)
+	plan           // the call laid out over cfg: its lanes and the store request's keys
+	counts   []int // per lane: count before, +1 if taken; nil when unknown
+	taken    bool  // holds leases
+	local    bool  // holds leases in the gate's local lanes (degraded.go)
+	degraded bool  // decided by the local lanes alone (degraded.go)
 	// stored: a call counted in the local lanes alone was written into
 	// the store later (background.go); its leases there are renewed and
 	// released as a taken call's. Set under mu.
@@ -82,12 +81,6 @@ type Admission struct {
 	renewAt    time.Time       // the next renewal; requires g.rn.mu held
 	renewSlot  int             // 1 + index in g.rn.live; 0 when not renewed; requires g.rn.mu held
 
-	// Backing arrays of lanes, keys, the limits and the counts, so that
-	// a call of up to laneBufLen lanes allocates none of them apart.
-	laneBuf [laneBufLen]Lane
-	keyBuf  [laneBufLen]string
-	intBuf  [2 * laneBufLen]int
-	seatBuf [laneBufLen]int
 	fullBuf [laneBufLen]LaneName
 
 	// fullNames are the full lanes' names, set once decided (Gate.admitted):
@@ -97,23 +90,67 @@ type Admission struct {
 	usage atomic.Int64 // what SetUsage recorded, +1; 0: nothing (usage.go)
 }
 
-// seats returns the seats the call takes in each of a.keys, for the
+// plan is a call laid out over the config in force, before anything is
+// asked of a store: the lanes that take it (each one's key, limit, seats,
+// what it may borrow, its class key) and the store request's keys and
+// limits. Making it (Keys.plan) is pure: no I/O, no clock. The Admission
+// holds its plan; the local lanes' degraded limits and a lending lane's
+// borrowed seats change its lanes' limits later.
+type plan struct {
+	lanes  []Lane
+	keys   []string // the lanes' keys, then the class key of each lane where the call also counts in its class's seats
+	limits []int    // per key
+	before []int    // where the store writes the counts before the call: the keys', then the Borrow keys'
+
+	// Backing arrays of lanes, keys, the limits and the counts, so that
+	// a call of up to laneBufLen lanes allocates none of them apart.
+	laneBuf [laneBufLen]Lane
+	keyBuf  [laneBufLen]string
+	intBuf  [2 * laneBufLen]int
+	seatBuf [laneBufLen]int
+}
+
+// plan lays call out over cfg into p: the lanes of cfg's policy that take
+// it, their keys and limits (Keys.AppendPlan), and the store request. It
+// fails for a call the policy in force can't place (its route replaced,
+// an unknown tier, no user, no lane): the gate then lets it go unavailable.
+func (k Keys) plan(p *plan, cfg settings.Config, call *Call) error {
+	pol := cfg.Policy()
+	if r := call.Route; r == nil || r.Index() >= len(pol.Routes) || pol.Routes[r.Index()] != r {
+		return errors.New("the call's route is not one of the policy in force (the policy was replaced)")
+	}
+	tier := pol.TierIndex(call.Tier)
+	if tier < 0 {
+		return fmt.Errorf("unknown tier %q", call.Tier)
+	}
+	if call.UserID == "" {
+		return errors.New("no user id")
+	}
+	p.lanes = k.AppendPlan(p.laneBuf[:0], cfg, call, tier)
+	if len(p.lanes) == 0 {
+		return errors.New("no lane of the policy takes the call")
+	}
+	p.limits, p.before = p.planRequest()
+	return nil
+}
+
+// seats returns the seats the call takes in each of p.keys, for the
 // store's requests: nil when it takes one in each (every call of most
 // policies), so a one-seat call's requests are what they were before
 // seats. A class key takes the seats of its lane.
-func (a *Admission) seats() []int {
+func (p *plan) seats() []int {
 	one := true
-	for _, l := range a.lanes {
+	for _, l := range p.lanes {
 		one = one && l.seats() == 1
 	}
 	if one {
 		return nil
 	}
-	s := a.seatBuf[:0]
-	for _, l := range a.lanes {
+	s := p.seatBuf[:0]
+	for _, l := range p.lanes {
 		s = append(s, l.seats())
 	}
-	for _, l := range a.lanes {
+	for _, l := range p.lanes {
 		if l.ClassKey != "" {
 			s = append(s, l.seats())
 		}
@@ -121,17 +158,17 @@ func (a *Admission) seats() []int {
 	return s
 }
 
-// borrow returns what the call may borrow in each of a.keys, for the
+// borrow returns what the call may borrow in each of p.keys, for the
 // store's requests: nil when no lane lends it anything (as always when no
 // lane's lending is on).
-func (a *Admission) borrow() []Borrow {
+func (p *plan) borrow() []Borrow {
 	var out []Borrow
-	for i, l := range a.lanes {
+	for i, l := range p.lanes {
 		if l.Borrow.Key == "" {
 			continue
 		}
 		if out == nil {
-			out = make([]Borrow, len(a.keys))
+			out = make([]Borrow, len(p.keys))
 		}
 		out[i] = l.Borrow
 	}
@@ -142,13 +179,13 @@ func (a *Admission) borrow() []Borrow {
 // since it only counts the class's seats (its lane has the limit).
 const classLimit = settings.MaxNumber + 1
 
-// planRequest lays out the store request of a's lanes: a.keys (the lanes'
+// planRequest lays out the store request of p's lanes: p.keys (the lanes'
 // keys, then the class key of each lane where the call also counts in
 // its class's seats), their limits, and the buffer of the counts before
 // the call (the keys', then those of the lanes' Borrow keys).
-func (a *Admission) planRequest() (limits, before []int) {
-	n, nk, nb := len(a.lanes), len(a.lanes), 0
-	for _, l := range a.lanes {
+func (p *plan) planRequest() (limits, before []int) {
+	n, nk, nb := len(p.lanes), len(p.lanes), 0
+	for _, l := range p.lanes {
 		if l.ClassKey != "" {
 			nk++
 		}
@@ -156,17 +193,17 @@ func (a *Admission) planRequest() (limits, before []int) {
 			nb++
 		}
 	}
-	keys, ints := a.keyBuf[:], a.intBuf[:]
+	keys, ints := p.keyBuf[:], p.intBuf[:]
 	if nk > len(keys) || 2*nk+nb > len(ints) {
 		keys, ints = make([]string, nk), make([]int, 2*nk+nb)
 	}
-	a.keys = keys[:nk:nk]
+	p.keys = keys[:nk:nk]
 	limits, before = ints[:nk:nk], ints[nk:2*nk+nb:2*nk+nb]
 	j := n
-	for i, l := range a.lanes {
-		a.keys[i], limits[i] = l.Key, l.Limit
+	for i, l := range p.lanes {
+		p.keys[i], limits[i] = l.Key, l.Limit
 		if l.ClassKey != "" {
-			a.keys[j], limits[j] = l.ClassKey, classLimit
+			p.keys[j], limits[j] = l.ClassKey, classLimit
 			j++
 		}
 	}
@@ -193,20 +230,8 @@ func lend(lanes []Lane, counts []int, nk int) []int {
 // into "unavailable".
 func (a *Admission) acquire(ctx context.Context) error {
 	g := a.g
-	p := a.cfg.Policy()
-	if r := a.call.Route; r == nil || r.Index() >= len(p.Routes) || p.Routes[r.Index()] != r {
-		return errors.New("the call's route is not one of the policy in force (the policy was replaced)")
-	}
-	tier := p.TierIndex(a.call.Tier)
-	if tier < 0 {
-		return fmt.Errorf("unknown tier %q", a.call.Tier)
-	}
-	if a.call.UserID == "" {
-		return errors.New("no user id")
-	}
-	a.lanes = g.keys(a.cfg).AppendPlan(a.laneBuf[:0], a.cfg, &a.call, tier)
-	if len(a.lanes) == 0 {
-		return errors.New("no lane of the policy takes the call")
+	if err := g.keys(a.cfg).plan(&a.plan, a.cfg, &a.call); err != nil {
+		return err
 	}
 	if err := ctx.Err(); err != nil {
 		// The client left before we asked the store: nothing to count,
@@ -215,7 +240,7 @@ func (a *Admission) acquire(ctx context.Context) error {
 		a.setErr(fmt.Errorf("caller gone before acquire: %w", err))
 		return nil
 	}
-	limits, before := a.planRequest()
+	limits, before := a.limits, a.before
 	a.token = newToken()
 	deadline := g.storeDeadline()
 	req := AcquireRequest{
