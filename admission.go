@@ -130,6 +130,12 @@ func (k Keys) plan(p *plan, cfg settings.Config, call *Call) error {
 	if len(p.lanes) == 0 {
 		return errors.New("no lane of the policy takes the call")
 	}
+	if k.TaskID == "" && slices.ContainsFunc(p.lanes, isTaskLane) {
+		// A gate built by hand without one (NewGate refuses it): every
+		// such gate would share one task lane, a per-task limit acting
+		// cluster-wide.
+		return errors.New("the gate has no task id: its task lane would be every task's")
+	}
 	p.limits, p.before = p.planRequest()
 	return nil
 }

@@ -26,6 +26,22 @@ func TestNewGateRefusesAnEmptyTaskID(t *testing.T) {
 	}
 }
 
+// A gate built by hand without a task id doesn't share one task lane with
+// every other such gate: its calls go unavailable (uncounted, never
+// refused), the line saying why.
+func TestAGateWithoutATaskIDCountsNoTaskLane(t *testing.T) {
+	store := memory.New(nil)
+	g := &capgate.Gate{Store: store, Source: settings.NewFixed(settings.Default(nil, settings.ModeEnforce))}
+	a := g.Admit(context.Background(), lanetest.OCLCall("match", 2, true, false, "ann", "core"))
+	defer a.Release(context.Background())
+	if o := a.Outcome(); o.Decision != capgate.DecisionUnavailable || o.Counted {
+		t.Fatalf("decision %q, counted %v; want unavailable and uncounted", o.Decision, o.Counted)
+	}
+	if err := a.Err(); err == nil || !strings.Contains(err.Error(), "task id") {
+		t.Fatalf("error %v; want one naming the task id", err)
+	}
+}
+
 // A config the gate can't decide by (the zero Config of settings.NewFixed
 // or a zero settings.Fixed) makes its calls unavailable, saying why, and
 // is never counted as a store failure: the next call under a good config
