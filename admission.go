@@ -691,7 +691,7 @@ func (a *Admission) fillRecord(v *recordValues) record {
 		if l.Spec != nil {
 			ll.InFlightKey, ll.LimitKey = l.Spec.Log.InFlight, l.Spec.Log.Limit
 		} else {
-			ll.InFlightKey, ll.LimitKey = LogKeys(p, l.Name)
+			ll.InFlightKey, ll.LimitKey = logKeys(p, l.Name)
 		}
 		if ll.InFlightKey == "" {
 			continue

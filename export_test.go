@@ -66,10 +66,10 @@ type Record = record
 func (a *Admission) Record() Record { return a.record() }
 
 // AddLane adds lane name's count (nil: not known) and limit to r, under
-// its log keys in p (LogKeys), after the lanes r has; a lane p does not
+// its log keys in p (logKeys), after the lanes r has; a lane p does not
 // have is left out, as the gate leaves it out.
 func (r *record) AddLane(p *policy.Policy, name LaneName, inFlight, limit *int) {
-	in, lim := LogKeys(p, name)
+	in, lim := logKeys(p, name)
 	if in == "" {
 		return
 	}
@@ -99,3 +99,6 @@ func (a *Admission) AppendLine(b []byte) []byte { return a.appendLine(b) }
 func (g *Gate) JoinersWaiting(user string) (total, ofUser int) {
 	return g.joinWaits().waiting(user)
 }
+
+// LogKeys is logKeys, for the tests of the record.
+var LogKeys = logKeys

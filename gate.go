@@ -155,6 +155,11 @@ type Observer interface {
 	// StoreSkipped is called when an operation skips the store because
 	// it failed recently.
 	StoreSkipped(op string)
+	// WaitStarted is called when a call's ticket is queued.
+	WaitStarted(a *Admission)
+	// WaitEnded is called once for each WaitStarted, when the wait ends
+	// however it ends, with the time waited.
+	WaitEnded(a *Admission, waited time.Duration)
 }
 
 func (g *Gate) now() time.Time {

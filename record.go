@@ -165,9 +165,9 @@ func (r *record) AppendJSON(b []byte) []byte {
 	return append(b, '}')
 }
 
-// LogKeys returns the log line's keys of lane name's count and limit
+// logKeys returns the log line's keys of lane name's count and limit
 // under p; "" for a lane p does not have.
-func LogKeys(p *policy.Policy, name LaneName) (inFlight, limit string) {
+func logKeys(p *policy.Policy, name LaneName) (inFlight, limit string) {
 	if l := p.Lane(string(name)); l != nil {
 		return l.Log.InFlight, l.Log.Limit
 	}

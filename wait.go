@@ -9,16 +9,6 @@ import (
 	"github.com/capgate/capgate/settings"
 )
 
-// WaitObserver is the optional part of an Observer told about waits (for
-// metrics). Its methods must be fast and must not block.
-type WaitObserver interface {
-	// WaitStarted is called when a call's ticket is queued.
-	WaitStarted(a *Admission)
-	// WaitEnded is called once for each WaitStarted, when the wait ends
-	// however it ends, with the time waited.
-	WaitEnded(a *Admission, waited time.Duration)
-}
-
 // waitlist returns the store's waitlist when this call may wait: it is
 // enforced, waiting is on, and none of its lanes is paused (a paused lane
 // refuses at once, as before). Otherwise nil.
@@ -104,7 +94,7 @@ func (a *Admission) join(ctx context.Context, wl Waitlist, req AcquireRequest, b
 
 	start := time.Now() // real timers: the wait sleeps on them
 	a.waited = true
-	if o, ok := g.Observer.(WaitObserver); ok {
+	if o := g.Observer; o != nil {
 		o.WaitStarted(a)
 		defer func() { o.WaitEnded(a, a.waitedFor) }()
 	}

@@ -42,7 +42,7 @@ type call struct {
 
 // line encodes c as the gate writes an ocl_capacity line: the fields in
 // the documented order, unset ones left out, the lanes' fields named by
-// the OCL policy (capgate.LogKeys). (The lines of the real gate reach analyze in
+// the OCL policy (its lanes' log names). (The lines of the real gate reach analyze in
 // the genlog tests.)
 func line(c call) string {
 	if c.endpoint == "" {
@@ -85,7 +85,7 @@ func line(c call) string {
 	}
 	lanes = append(lanes, "tier", "user")
 	for i, name := range lanes {
-		inFlight, limit := capgate.LogKeys(ocl, name)
+		inFlight, limit := ocl.Lane(string(name)).Log.InFlight, ocl.Lane(string(name)).Log.Limit
 		if i < len(c.counts) && !c.withoutCount {
 			l.raw(inFlight, strconv.Itoa(c.counts[i]))
 		}

@@ -432,9 +432,11 @@ func (d *demoTally) begin() *phaseTally {
 	return p
 }
 
-func (d *demoTally) Admitted(*capgate.Admission) {}
-func (d *demoTally) StoreError(string, error)    {}
-func (d *demoTally) StoreSkipped(string)         {}
+func (d *demoTally) Admitted(*capgate.Admission)                 {}
+func (d *demoTally) StoreError(string, error)                    {}
+func (d *demoTally) StoreSkipped(string)                         {}
+func (d *demoTally) WaitStarted(*capgate.Admission)              {}
+func (d *demoTally) WaitEnded(*capgate.Admission, time.Duration) {}
 func (d *demoTally) Released(a *capgate.Admission) {
 	o := a.Outcome()
 	call := o.Call
@@ -517,6 +519,16 @@ func (t teeObserver) StoreError(op string, err error) {
 func (t teeObserver) StoreSkipped(op string) {
 	for _, o := range t {
 		o.StoreSkipped(op)
+	}
+}
+func (t teeObserver) WaitStarted(a *capgate.Admission) {
+	for _, o := range t {
+		o.WaitStarted(a)
+	}
+}
+func (t teeObserver) WaitEnded(a *capgate.Admission, waited time.Duration) {
+	for _, o := range t {
+		o.WaitEnded(a, waited)
 	}
 }
 

@@ -53,10 +53,7 @@ type Metrics struct {
 	upstreamErrs *prometheus.CounterVec   // kind: upstream calls that failed
 }
 
-var (
-	_ capgate.Observer     = (*Metrics)(nil)
-	_ capgate.WaitObserver = (*Metrics)(nil)
-)
+var _ capgate.Observer = (*Metrics)(nil)
 
 // UpstreamBuckets are the buckets of the upstream latency histogram, in
 // seconds: light calls answer in milliseconds, heavy ones take up to
@@ -334,11 +331,11 @@ func laneLabel(l capgate.Lane, call capgate.Call) string {
 	return ""
 }
 
-// WaitStarted implements capgate.WaitObserver: the call counts as waiting
+// WaitStarted implements capgate.Observer: the call counts as waiting
 // on each of its lanes (the user lane left out).
 func (m *Metrics) WaitStarted(a *capgate.Admission) { m.addWaiting(a, 1) }
 
-// WaitEnded implements capgate.WaitObserver.
+// WaitEnded implements capgate.Observer.
 func (m *Metrics) WaitEnded(a *capgate.Admission, waited time.Duration) {
 	m.addWaiting(a, -1)
 	m.wait.Observe(waited.Seconds())

@@ -78,10 +78,12 @@ func run() error {
 // released tells the bench each call the gate released.
 type released chan struct{}
 
-func (r released) Admitted(*capgate.Admission) {}
-func (r released) Released(*capgate.Admission) { r <- struct{}{} }
-func (r released) StoreError(string, error)    {}
-func (r released) StoreSkipped(string)         {}
+func (r released) Admitted(*capgate.Admission)                 {}
+func (r released) Released(*capgate.Admission)                 { r <- struct{}{} }
+func (r released) StoreError(string, error)                    {}
+func (r released) StoreSkipped(string)                         {}
+func (r released) WaitStarted(*capgate.Admission)              {}
+func (r released) WaitEnded(*capgate.Admission, time.Duration) {}
 
 func measure(p *policy.Policy, n int) (map[string]any, error) {
 	// A token every 2 ms: a call of 4000 tokens alone takes about 9 s.
