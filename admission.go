@@ -759,7 +759,7 @@ type recordValues struct {
 	classes               [2]logClass
 	lanes                 [laneBufLen]logLane
 	full                  [laneBufLen]string
-	meta                  [MaxMetadataLog]logAttr
+	meta                  [policy.MaxMetadataLog]logAttr
 	suggested, retryAfter int
 	queueMS, waitMS       int64
 	heldMS                int64

@@ -165,7 +165,7 @@ func (g *Gate) releasePending(ctx context.Context) {
 		}
 		rctx, cancel := context.WithTimeout(ctx, deadline)
 		var err error
-		if wl := CapsOf(g.Store).Waitlist; wl != nil {
+		if wl := capsOf(g.Store).Waitlist; wl != nil {
 			prefix := g.keys(g.Source.Config(rctx)).prefix()
 			if p.ticket {
 				_, err = wl.Leave(rctx, Ticket{Prefix: prefix, Token: p.token, Keys: p.keys})

@@ -24,15 +24,12 @@ type Call struct {
 	RequestSource string // the policy's request-source header, first 50 characters
 	// Metadata are the values of the client-metadata keys the policy's
 	// log keeps (policy.Names.MetadataLog), in its order, each cut to its
-	// length.
-	Metadata   [MaxMetadataLog]string
+	// length (at most policy.MaxMetadataLog keys).
+	Metadata   [policy.MaxMetadataLog]string
 	QueueMS    int64 // time waited before the gateway, if HasQueueMS
 	HasQueueMS bool
 	CID        string // the request's correlation id
 }
-
-// MaxMetadataLog is the most client-metadata keys a log line keeps.
-const MaxMetadataLog = policy.MaxMetadataLog
 
 // RouteName returns the name the log line gives the call's route (its
 // LogName); "" for a call with no route.

@@ -18,7 +18,7 @@
 //     The plan is pure: no I/O.
 //   - The decision. The lane store (a LaneStore: memory.Store in one
 //     process, redis.Store for a cluster of gateways; its optional parts,
-//     StoreCaps, read through CapsOf) counts the lanes and takes the call's
+//     StoreCaps, declared by its Caps) counts the lanes and takes the call's
 //     seats in every lane at once, or none when a lane is full. An enforced
 //     call (mode enforce, and enforce_for says it counts) that finds a lane
 //     full may wait for a slot on the store's Waitlist, else is refused

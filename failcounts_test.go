@@ -78,6 +78,14 @@ type stallingStore struct {
 	stalled atomic.Bool
 }
 
+// Caps declares the store itself as the waitlist, so the gate joins
+// through Join here.
+func (s *stallingStore) Caps() capgate.StoreCaps {
+	c := s.Store.Caps()
+	c.Waitlist = s
+	return c
+}
+
 func (s *stallingStore) Join(ctx context.Context, t capgate.Ticket, counts []int) (capgate.JoinResult, error) {
 	if s.stalled.Load() {
 		return capgate.JoinResult{}, errRefused
@@ -162,6 +170,14 @@ func TestLostAcquireAnswerIsReleasedInTheBackground(t *testing.T) {
 type lossyStore struct {
 	*memory.Store
 	lost atomic.Bool
+}
+
+// Caps declares the store itself as the waitlist, so the gate's pumps go
+// through Pump here.
+func (s *lossyStore) Caps() capgate.StoreCaps {
+	c := s.Store.Caps()
+	c.Waitlist = s
+	return c
 }
 
 func (s *lossyStore) Pump(ctx context.Context, t capgate.Ticket) (capgate.JoinResult, error) {

@@ -19,6 +19,14 @@ type chargeStore struct {
 	charges []capgate.Charge
 }
 
+// Caps declares the store itself as the waitlist, so the gate's releases
+// go through ReleaseWait here.
+func (s *chargeStore) Caps() capgate.StoreCaps {
+	c := s.Store.Caps()
+	c.Waitlist = s
+	return c
+}
+
 func (s *chargeStore) ReleaseWait(ctx context.Context, prefix, token string, keys []string, c capgate.Charge) error {
 	s.charges = append(s.charges, c)
 	return s.Store.ReleaseWait(ctx, prefix, token, keys, c)

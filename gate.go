@@ -43,7 +43,7 @@ type Gate struct {
 	TaskID string
 	// KeyPrefix prefixes every lane key; "": the key prefix of the policy
 	// in force (policy.Names.KeyPrefix). NewGate sets the store's own when
-	// it has one (StoreKeyPrefix: a Redis Cluster's is hash-tagged).
+	// it has one (StoreCaps.KeyPrefix: a Redis Cluster's is hash-tagged).
 	KeyPrefix string
 	// SkipFor is how long the store is skipped after it failed (the skip
 	// window, by the gate's clock); 0: the store is never skipped. NewGate
@@ -108,7 +108,7 @@ func NewGate(store LaneStore, cfg ConfigSource, sink Sink, taskID string) (*Gate
 		return nil, fmt.Errorf("new gate: a lane store (%v) and a config source (%v) are both required, e.g. memory.New(nil) and settings.NewFixed(settings.Default(nil, settings.ModeShadow))",
 			store != nil, cfg != nil)
 	}
-	prefix := CapsOf(store).KeyPrefix // the store's own layout (a Redis Cluster's hash tag)
+	prefix := capsOf(store).KeyPrefix // the store's own layout (a Redis Cluster's hash tag)
 	return &Gate{
 		Store:     store,
 		Source:    cfg,
@@ -171,11 +171,12 @@ func (g *Gate) now() time.Time {
 
 // storeBound says how the store bounds its operations. The store owns
 // this setting, since it is the one that enforces it
-// (redis.Options.Deadline): a store that bounds its own operations says so
-// by being a StoreDeadline, and one whose operations never wait (memory)
-// returns 0 from it. bounded is false for a store that is not one.
+// (redis.Options.Deadline): a store that bounds its own operations
+// declares it (StoreCaps.Bounded), with a Deadline of 0 when its
+// operations never wait (memory). bounded is false for a store that
+// declares no bound.
 func (g *Gate) storeBound() (d time.Duration, bounded bool) {
-	c := CapsOf(g.Store)
+	c := capsOf(g.Store)
 	return c.Deadline, c.Bounded
 }
 

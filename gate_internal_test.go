@@ -13,7 +13,7 @@ type deadlineStore struct {
 	d time.Duration
 }
 
-func (s deadlineStore) Deadline() time.Duration { return s.d }
+func (s deadlineStore) Caps() StoreCaps { return StoreCaps{Deadline: s.d, Bounded: true} }
 
 func TestStoreDeadlineIsTheStores(t *testing.T) {
 	tests := []struct {

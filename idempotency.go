@@ -181,7 +181,7 @@ func (g *Gate) Repeat(ctx context.Context, req RepeatRequest) (*Repeat, error) {
 	if req.ID == "" {
 		return nil, ErrNoRepeatID // no key: it would join whoever else sent none
 	}
-	st := CapsOf(g.Store).Idempotency
+	st := capsOf(g.Store).Idempotency
 	if st == nil {
 		return nil, ErrNoRepeatStore
 	}

@@ -17,8 +17,13 @@ import (
 // ctx ends: a store that answers too slowly.
 type slowRepeats struct{ *memory.Store }
 
-// Deadline bounds each store operation, the claims too.
-func (slowRepeats) Deadline() time.Duration { return time.Millisecond }
+// Caps declares the store itself as the idempotency store, and a deadline
+// that bounds each store operation, the claims too.
+func (s slowRepeats) Caps() capgate.StoreCaps {
+	c := s.Store.Caps()
+	c.Idempotency, c.Deadline, c.Bounded = s, time.Millisecond, true
+	return c
+}
 
 func (s slowRepeats) ClaimRepeat(ctx context.Context, id string, e capgate.RepeatEntry, ttl time.Duration, replace bool) (capgate.RepeatEntry, bool, error) {
 	<-ctx.Done()

@@ -23,6 +23,14 @@ type countedReads struct {
 	release chan struct{}
 }
 
+// Caps declares the store itself as the idempotency store, so the gate's
+// reads go through the counted GetRepeat.
+func (s *countedReads) Caps() capgate.StoreCaps {
+	c := s.Store.Caps()
+	c.Idempotency = s
+	return c
+}
+
 func (s *countedReads) GetRepeat(ctx context.Context, id string) (capgate.RepeatEntry, bool, error) {
 	s.reads.Add(1)
 	select {

@@ -168,7 +168,7 @@ func (g *Gate) readLanes(ctx context.Context, store LaneStore, k Keys, cfg setti
 		return fmt.Errorf("count lanes: %w", err)
 	}
 	waiting := make([]int, len(keys))
-	if wl := CapsOf(store).Waitlist; wl != nil {
+	if wl := capsOf(store).Waitlist; wl != nil {
 		if err := wl.Waiting(ctx, k.prefix(), keys, waiting); err != nil {
 			return fmt.Errorf("count waiting calls: %w", err)
 		}

@@ -20,6 +20,14 @@ type hookStore struct {
 	afterRelease func()
 }
 
+// Caps declares the store itself as the waitlist, so the gate's releases
+// of calls that waited go through ReleaseWait here.
+func (s *hookStore) Caps() capgate.StoreCaps {
+	c := s.Store.Caps()
+	c.Waitlist = s
+	return c
+}
+
 func (s *hookStore) after() {
 	if s.armed.CompareAndSwap(true, false) {
 		s.afterRelease()

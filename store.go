@@ -15,16 +15,14 @@ import (
 // don't matter. Every method is safe for concurrent use. Any error returned
 // is a store failure: the gate fails open and skips the store for a while.
 //
-// A store may also offer optional parts, one set of them (StoreCaps), which
-// the gate reads through CapsOf: Waitlist (enforced calls wait for a slot
-// instead of being refused), StoreDeadline (the store bounds its own
-// operations), StoreKind (where the lanes live, for status),
-// StoreKeyPrefix (the store lays out its own keys), IdempotencyStore (the
-// entries of idempotent calls, idempotency.go) and tune.Store (the adaptive
-// limits' state). A store offers them by implementing those interfaces; a
-// store that wraps another declares the set itself (CapableStore), so
-// wrapping hides nothing. memory.Store implements all but StoreKeyPrefix,
-// redis.Store all six.
+// A store may also offer optional parts, which it declares in one set
+// (Caps, StoreCaps): Waitlist (enforced calls wait for a slot instead of
+// being refused), IdempotencyStore (the entries of idempotent calls,
+// idempotency.go), tune.Store (the adaptive limits' state), its own
+// operation deadline, where the lanes live (for status) and the prefix
+// its keys must have. A store that wraps another forwards the set of the
+// one it wraps, so wrapping hides nothing. memory.Store offers all but a
+// key prefix, redis.Store all of them.
 type LaneStore interface {
 	// Acquire is atomic across req.Keys: it drops leases that have expired,
 	// counts the rest into counts (len(req.Keys); the count before this
@@ -82,34 +80,10 @@ type LaneStore interface {
 
 	// Ping reports whether the store answers.
 	Ping(ctx context.Context) error
-}
 
-// StoreDeadline is the optional part of a LaneStore that bounds its own
-// operations (redis.Options.Deadline). The store owns that setting, since
-// it enforces it; the gate reads it to bound its own waits on the store.
-type StoreDeadline interface {
-	// Deadline returns the longest one operation takes, 0 for a store
-	// whose operations never wait (memory). A store without the method
-	// is given DefaultStoreDeadline, and its releases a deadline of the
-	// gate's own.
-	Deadline() time.Duration
-}
-
-// StoreKind is the optional part of a LaneStore that says where the lanes
-// live, for status.
-type StoreKind interface {
-	// Kind returns "memory" (this process only), "redis" or
-	// "redis-sentinel". A store without the method is "unknown".
-	Kind() string
-}
-
-// StoreKeyPrefix is the optional part of a LaneStore that lays out its
-// own keys: the Redis store on a Redis Cluster, where a call's keys must
-// share one hash slot, gives a hash-tagged prefix. NewGate sets the gate's
-// KeyPrefix from it.
-type StoreKeyPrefix interface {
-	// KeyPrefix returns the prefix the store's lane keys must have.
-	KeyPrefix() string
+	// Caps declares the store's optional parts (StoreCaps). It must be
+	// cheap: the gate reads it on each call.
+	Caps() StoreCaps
 }
 
 // AcquireRequest is one call's acquire across its lanes.

@@ -127,14 +127,14 @@ func TestRepeatUnderAZeroConfig(t *testing.T) {
 }
 
 // A store wrapped by mock.LaneStore offers what the store it wraps offers
-// (capgate.CapsOf): calls wait on its waitlist, repeats join, status
-// names where the lanes live.
+// (its Caps, forwarded whole): calls wait on its waitlist, repeats join,
+// status names where the lanes live.
 func TestAWrappedStoreKeepsItsParts(t *testing.T) {
 	base := memory.New(nil)
 	wrapped := &mock.LaneStore{Base: base}
-	bc, wc := capgate.CapsOf(base), capgate.CapsOf(wrapped)
-	if wc.Waitlist == nil || wc.Idempotency == nil || wc.Adaptive == nil || !wc.Bounded || wc.Kind != bc.Kind || wc.Kind != "memory" {
-		t.Fatalf("CapsOf(mock.LaneStore{memory}) = %+v; want memory's %+v", wc, bc)
+	bc, wc := base.Caps(), wrapped.Caps()
+	if wc != bc || wc.Waitlist == nil || wc.Idempotency == nil || wc.Adaptive == nil || !wc.Bounded || wc.Kind != "memory" {
+		t.Fatalf("mock.LaneStore{memory}.Caps() = %+v; want memory's %+v", wc, bc)
 	}
 	cfg := settings.Default(nil, settings.ModeShadow)
 	cfg.Idempotency.Mode = settings.IdempotencyKey

@@ -78,7 +78,7 @@ func (t *tuner) lane(name LaneName) *tuneLane {
 // newTuner returns the tuner of a gate over store; nil when the store
 // keeps no adaptive state.
 func newTuner(store LaneStore) *tuner {
-	if ts := CapsOf(store).Adaptive; ts != nil {
+	if ts := capsOf(store).Adaptive; ts != nil {
 		return &tuner{store: ts}
 	}
 	return nil

@@ -16,7 +16,7 @@ func (a *Admission) waitlist() Waitlist {
 	if !a.enforced || a.cfg.Wait.MaxSeconds <= 0 {
 		return nil
 	}
-	wl := CapsOf(a.g.Store).Waitlist
+	wl := capsOf(a.g.Store).Waitlist
 	if wl == nil {
 		return nil
 	}
@@ -306,7 +306,7 @@ func (a *Admission) tookGrant(before, limits []int) {
 // releaseStore gives the call's leases back, through the waitlist when
 // calls may be waiting for them, so a freed slot is handed over at once.
 func (a *Admission) releaseStore(ctx context.Context) error {
-	if wl := CapsOf(a.g.Store).Waitlist; wl != nil && a.cfg.Mode == settings.ModeEnforce && a.cfg.Wait.MaxSeconds > 0 {
+	if wl := capsOf(a.g.Store).Waitlist; wl != nil && a.cfg.Mode == settings.ModeEnforce && a.cfg.Wait.MaxSeconds > 0 {
 		return wl.ReleaseWait(ctx, a.g.keys(a.cfg).prefix(), a.token, a.keys, a.charge())
 	}
 	return a.g.Store.Release(ctx, a.token, a.keys)
@@ -330,10 +330,10 @@ func (a *Admission) userLane() int {
 // when nothing was.
 func (a *Admission) charge() Charge {
 	by := fairBy(a.cfg.Fairness.By)
-	if by == FairCalls {
+	if by == settings.FairCalls {
 		return Charge{}
 	}
-	if n, ok := a.Usage(); ok && by == FairUsage {
+	if n, ok := a.Usage(); ok && by == settings.FairUsage {
 		return Charge{User: a.call.UserID, Cost: n}
 	}
 	seats := 1

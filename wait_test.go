@@ -27,6 +27,14 @@ type waitStore struct {
 	failPump atomic.Bool
 }
 
+// Caps declares the store itself as the waitlist, so the gate's pumps go
+// through Pump here.
+func (s *waitStore) Caps() capgate.StoreCaps {
+	c := s.Store.Caps()
+	c.Waitlist = s
+	return c
+}
+
 func (s *waitStore) Pump(ctx context.Context, t capgate.Ticket) (capgate.JoinResult, error) {
 	if s.failPump.Load() {
 		return capgate.JoinResult{}, errors.New("pump waitlist: connection reset")
@@ -375,6 +383,14 @@ func TestWaitWithLocalLanes(t *testing.T) {
 // deafStore is a memory store whose wake-ups never arrive, as when a
 // pub/sub message is lost.
 type deafStore struct{ *memory.Store }
+
+// Caps declares the store itself as the waitlist, so the gate watches
+// through Watch here.
+func (s deafStore) Caps() capgate.StoreCaps {
+	c := s.Store.Caps()
+	c.Waitlist = s
+	return c
+}
 
 func (s deafStore) Watch(context.Context, string, string) (<-chan struct{}, func(), error) {
 	return make(chan struct{}), func() {}, nil

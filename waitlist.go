@@ -81,8 +81,9 @@ import (
 // away from a full list takes nothing set aside either. With one seat
 // per call nothing is ever set aside.
 //
-// Fair work (Ticket.Fair FairTime or FairUsage): a ticket's cost is not
-// its seats but the work its call does, known only when the call ends.
+// Fair work (Ticket.Fair settings.FairTime or FairUsage): a ticket's cost
+// is not its seats but the work its call does, known only when the call
+// ends.
 // Each user has a counter F of the work charged to it (in the units of
 // Charge.Cost: seat-milliseconds held, or reported usage). A ticket gets
 // S = F + P, where P is the provisional charge of the user's calls running
@@ -198,32 +199,20 @@ type Ticket struct {
 	// stored and judged as before lending.
 	Borrow []Borrow
 	// Fair is what the ticket's turn costs its user (fairness.by):
-	// FairCalls (the zero value) its seats at the join, FairTime and
-	// FairUsage the work its call does, charged when it ends (see Fair
-	// work in Waitlist). A Pump sends the Join's.
-	Fair FairBy
+	// settings.FairCalls, or "" (the zero value), its seats at the join;
+	// settings.FairTime and FairUsage the work its call does, charged
+	// when it ends (see Fair work in Waitlist). A Pump sends the Join's.
+	Fair settings.FairBy
 }
 
-// FairBy says what a waiting call's turn costs its user in the
-// waitlist's fair order (settings.FairBy, as the store sees it).
-type FairBy uint8
-
-// The costs a fair order shares.
-const (
-	FairCalls FairBy = iota // seats at the join (the zero value)
-	FairTime                // seat-milliseconds held, charged after the call
-	FairUsage               // reported usage, charged after the call
-)
-
-// fairBy returns the store's form of a fairness.by setting.
-func fairBy(by settings.FairBy) FairBy {
-	switch by {
-	case settings.FairCalls:
-		return FairCalls
-	case settings.FairUsage:
-		return FairUsage
+// fairBy returns the fairness a gate's tickets carry under a fairness.by
+// setting: calls or usage as set, else time (the default, also for a
+// config made without the setting).
+func fairBy(by settings.FairBy) settings.FairBy {
+	if by == settings.FairCalls || by == settings.FairUsage {
+		return by
 	}
-	return FairTime
+	return settings.FairTime
 }
 
 // Charge is what a call that ended cost its user in the fair order

@@ -32,6 +32,14 @@ type repeatStore struct {
 	claimFail error
 }
 
+// Caps declares the store itself as the idempotency store, so the gate's
+// reads and claims go through it.
+func (s *repeatStore) Caps() capgate.StoreCaps {
+	c := s.Store.Caps()
+	c.Idempotency = s
+	return c
+}
+
 func (s *repeatStore) GetRepeat(ctx context.Context, id string) (capgate.RepeatEntry, bool, error) {
 	select {
 	case s.polled <- id:

@@ -23,7 +23,7 @@ func testWaitNoLongerEnforced(t *testing.T, e *Env) {
 	wantDecision(t, first, capgate.DecisionAdmitted)
 	done := make(chan *capgate.Admission, 1)
 	go func() { done <- e.Gate.Admit(context.Background(), Match("p", "preview")) }()
-	wl := capgate.CapsOf(e.Store).Waitlist
+	wl := e.Store.Caps().Waitlist
 	if wl == nil {
 		a := <-done
 		a.Release(context.Background())

@@ -54,6 +54,7 @@ func RunStore(t *testing.T, open Factory) {
 		{"LimitZeroRunsOnBorrowedSeats", storeTestBorrowLimitZero},
 		{"BorrowInSomeLanes", storeTestBorrowMixed},
 		{"RefusesBadBorrow", storeTestRefusesBadBorrow},
+		{"CapsDeclareWhatTheStoreDoes", storeTestCaps},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

@@ -116,6 +116,14 @@ type countingStore struct {
 	down  atomic.Bool
 }
 
+// Caps declares c itself as the adaptive state, so a gate's exchanges and
+// saves go through it.
+func (c *countingStore) Caps() capgate.StoreCaps {
+	caps := c.TuneStore.Caps()
+	caps.Adaptive = c
+	return caps
+}
+
 var errDown = errors.New("store down")
 
 func (c *countingStore) TuneExchange(ctx context.Context, key string, add tune.Window, every time.Duration) (tune.Round, error) {

@@ -5,6 +5,7 @@ import (
 	"testing"
 
 	"github.com/capgate/capgate"
+	"github.com/capgate/capgate/settings"
 )
 
 // Fair work (capgate.Waitlist): the cases of RunWaitlist where a call's
@@ -12,7 +13,7 @@ import (
 // usage, whose costs the caller gives, so no case depends on time.
 
 // fairTicket is e.ticket charged by fair.
-func (e *waitEnv) fairTicket(user string, fair capgate.FairBy) capgate.Ticket {
+func (e *waitEnv) fairTicket(user string, fair settings.FairBy) capgate.Ticket {
 	t := e.ticket(user, 1)
 	t.Fair = fair
 	return t
@@ -32,9 +33,9 @@ func (e *waitEnv) chargeRelease(token, user string, cost int64) {
 // a's (each had one turn), as before fairness by work.
 func waitTestFairWork(t *testing.T, e *waitEnv) {
 	for _, c := range []struct {
-		fair capgate.FairBy
+		fair settings.FairBy
 		want string
-	}{{capgate.FairUsage, "b"}, {capgate.FairCalls, "a"}} {
+	}{{settings.FairUsage, "b"}, {settings.FairCalls, "a"}} {
 		e.prefix = NewPrefix() + "ocl"
 		e.shared = e.prefix + ":api_heavy"
 		h := e.fairTicket("h", c.fair)
@@ -66,25 +67,25 @@ func waitTestFairWork(t *testing.T, e *waitEnv) {
 // the estimate its join charged: a user whose calls left is not pushed
 // behind for them.
 func waitTestFairWorkLeftGivesBack(t *testing.T, e *waitEnv) {
-	h := e.fairTicket("h", capgate.FairUsage)
+	h := e.fairTicket("h", settings.FairUsage)
 	if res, _ := e.join(h); !res.Taken {
 		t.Fatalf("holder's Join = %+v, want taken", res)
 	}
 	// Every estimate is 1000 from here (the last cost charged).
 	e.chargeRelease(h.Token, "h", 1000)
-	h2 := e.fairTicket("h", capgate.FairUsage)
+	h2 := e.fairTicket("h", settings.FairUsage)
 	if res, _ := e.join(h2); !res.Taken {
 		t.Fatalf("holder's second Join = %+v, want taken", res)
 	}
-	a1 := e.fairTicket("a", capgate.FairUsage)
+	a1 := e.fairTicket("a", settings.FairUsage)
 	e.mustQueue(a1)
 	var gone []capgate.Ticket
 	for range 3 {
-		tk := e.fairTicket("a", capgate.FairUsage)
+		tk := e.fairTicket("a", settings.FairUsage)
 		e.mustQueue(tk)
 		gone = append(gone, tk)
 	}
-	b1 := e.fairTicket("b", capgate.FairUsage)
+	b1 := e.fairTicket("b", settings.FairUsage)
 	e.mustQueue(b1)
 	for _, tk := range gone {
 		if granted, err := e.s.Leave(t.Context(), tk); err != nil || granted {
@@ -93,7 +94,7 @@ func waitTestFairWorkLeftGivesBack(t *testing.T, e *waitEnv) {
 	}
 	// With its estimates given back a's tag is 1000 (a1's alone), as
 	// b's next: a2, queued first, goes first; without, it would be 4000.
-	a2, b2 := e.fairTicket("a", capgate.FairUsage), e.fairTicket("b", capgate.FairUsage)
+	a2, b2 := e.fairTicket("a", settings.FairUsage), e.fairTicket("b", settings.FairUsage)
 	e.mustQueue(a2)
 	e.mustQueue(b2)
 	e.chargeRelease(h2.Token, "h", 1000)

@@ -4,6 +4,7 @@ import (
 	"time"
 
 	"github.com/capgate/capgate"
+	"github.com/capgate/capgate/settings"
 )
 
 // fairState is the fair-work state of one key prefix (capgate.Waitlist,
@@ -38,14 +39,24 @@ func (s *Store) fair(prefix string) *fairState {
 	return f
 }
 
+// fairOf is how a ticket of fairness by is charged: "" (Ticket.Fair's zero
+// value) is settings.FairCalls; any other value not FairCalls or FairTime
+// is charged as FairUsage, as the Redis store does.
+func fairOf(by settings.FairBy) settings.FairBy {
+	if by == "" {
+		return settings.FairCalls
+	}
+	return by
+}
+
 // fairStart records that token's call, of a fair-work ticket, runs from
 // now. Requires s.mu held.
-func (s *Store) fairStart(prefix, token, user string, seats int, est int64, by capgate.FairBy, queued bool, now int64) {
-	if by == capgate.FairCalls {
+func (s *Store) fairStart(prefix, token, user string, seats int, est int64, by settings.FairBy, queued bool, now int64) {
+	if by == settings.FairCalls {
 		return
 	}
 	s.fair(prefix).runs[token] = &fairRun{user: user, seats: int64(max(seats, 1)), est: est, start: now,
-		byTime: by == capgate.FairTime, queued: queued}
+		byTime: by == settings.FairTime, queued: queued}
 }
 
 // fairKeeps reports whether a call granted from prefix's waitlist runs
@@ -122,9 +133,9 @@ func (s *Store) fairTag(prefix string, w *waitlist, user string, now int64) int6
 
 // fairLift lifts user's counter to the virtual time when a call it takes
 // at once makes it newly active (fairTag). Requires s.mu held.
-func (s *Store) fairLift(prefix, user string, by capgate.FairBy, now int64) {
+func (s *Store) fairLift(prefix, user string, by settings.FairBy, now int64) {
 	w := s.list(prefix, false)
-	if by == capgate.FairCalls || w == nil || w.perUser[user] > 0 {
+	if by == settings.FairCalls || w == nil || w.perUser[user] > 0 {
 		return
 	}
 	if _, running := s.fairPending(prefix, user, now); running == 0 {

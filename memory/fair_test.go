@@ -9,6 +9,7 @@ import (
 
 	"github.com/capgate/capgate"
 	"github.com/capgate/capgate/memory"
+	"github.com/capgate/capgate/settings"
 )
 
 // fairSim runs users' closed loops (each clients calls at once, each
@@ -18,7 +19,7 @@ import (
 // which every user had a ticket waiting, the largest gap between two
 // users' service (held seat-milliseconds, counting calls in flight as far
 // as they ran), and the service each user got in all.
-func fairSim(t *testing.T, by capgate.FairBy, limit, clients int, hold []time.Duration, warm, steps int) (gap time.Duration, got []time.Duration) {
+func fairSim(t *testing.T, by settings.FairBy, limit, clients int, hold []time.Duration, warm, steps int) (gap time.Duration, got []time.Duration) {
 	t.Helper()
 	ctx := context.Background()
 	now := time.Unix(1_700_000_000, 0)
@@ -161,7 +162,7 @@ func fairSim(t *testing.T, by capgate.FairBy, limit, clients int, hold []time.Du
 func TestFairTimeBound(t *testing.T) {
 	hold := []time.Duration{100 * time.Millisecond, 10 * time.Millisecond}
 	for _, c := range []struct{ limit, clients int }{{1, 4}, {2, 4}, {4, 8}} {
-		gap, got := fairSim(t, capgate.FairTime, c.limit, c.clients, hold, 200, 4000)
+		gap, got := fairSim(t, settings.FairTime, c.limit, c.clients, hold, 200, 4000)
 		share := float64(got[0]) / float64(got[0]+got[1])
 		if share < 0.45 || share > 0.55 {
 			t.Errorf("limit %d: by time the long calls' user got %.3f of the lane (%v against %v), want about half",
@@ -173,7 +174,7 @@ func TestFairTimeBound(t *testing.T) {
 		}
 		t.Logf("limit %d, %d calls at once each: share %.3f, largest gap %v (bound %v)", c.limit, c.clients, share, gap, bound)
 	}
-	_, got := fairSim(t, capgate.FairCalls, 2, 4, hold, 0, 4000)
+	_, got := fairSim(t, settings.FairCalls, 2, 4, hold, 0, 4000)
 	if share := float64(got[0]) / float64(got[0]+got[1]); share < 0.85 {
 		t.Errorf("by calls: the long calls' user got %.3f of the lane, want about 10/11 (fair in calls)", share)
 	}

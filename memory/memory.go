@@ -71,11 +71,7 @@ type Store struct {
 	journals map[journalKey]*records // journals by group and incarnation (journal.go); requires mu held
 }
 
-var (
-	_ capgate.LaneStore     = (*Store)(nil)
-	_ capgate.StoreDeadline = (*Store)(nil)
-	_ capgate.StoreKind     = (*Store)(nil)
-)
+var _ capgate.LaneStore = (*Store)(nil)
 
 // lane is one lane key: its leases and its TTL. Times are nanoseconds since
 // Store.start.
@@ -89,12 +85,13 @@ type lane struct {
 	seated bool
 }
 
-// Kind implements capgate.StoreKind: the lanes live in this process only.
-func (s *Store) Kind() string { return "memory" }
-
-// Deadline implements capgate.StoreDeadline with 0: the store's operations never wait (no I/O), so a
-// gate gives them no deadline of their own.
-func (s *Store) Deadline() time.Duration { return 0 }
+// Caps implements capgate.LaneStore: the store is a waitlist, keeps
+// idempotency entries and adaptive state, and its lanes live in this
+// process only ("memory"). It bounds its operations with a deadline of 0:
+// they never wait (no I/O), so a gate gives them no deadline of its own.
+func (s *Store) Caps() capgate.StoreCaps {
+	return capgate.StoreCaps{Waitlist: s, Idempotency: s, Adaptive: s, Bounded: true, Kind: "memory"}
+}
 
 // New returns an empty store whose clock is now (nil: time.Now).
 func New(now func() time.Time) *Store {

@@ -216,3 +216,15 @@ func TestBenchPairs(t *testing.T) {
 		t.Errorf("counts after BenchPairs = %v; want every lane empty", counts)
 	}
 }
+
+// The store declares every part it has (Caps): the gate uses no other, so
+// a part left out would silently go unused. Its operations never wait, so
+// its bound is 0.
+func TestCaps(t *testing.T) {
+	for _, s := range []*memory.Store{memory.New(nil), new(memory.Store)} {
+		want := capgate.StoreCaps{Waitlist: s, Idempotency: s, Adaptive: s, Bounded: true, Kind: "memory"}
+		if got := s.Caps(); got != want {
+			t.Errorf("Caps() = %+v, want %+v", got, want)
+		}
+	}
+}

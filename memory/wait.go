@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/capgate/capgate"
+	"github.com/capgate/capgate/settings"
 )
 
 var _ capgate.Waitlist = (*Store)(nil)
@@ -42,9 +43,9 @@ type ticket struct {
 	userLane    int              // 1 + the index in keys of the user's own lane; 0: none
 	start, seq  int64
 	exp, claim  int64
-	fair        capgate.FairBy // how its turn is charged
-	est         int64          // fair work: the estimate charged at its join
-	cost        int            // its largest seats value
+	fair        settings.FairBy // how its turn is charged (fairOf)
+	est         int64           // fair work: the estimate charged at its join
+	cost        int             // its largest seats value
 }
 
 func (w *waitlist) before(a, b *ticket) bool {
@@ -94,12 +95,12 @@ func (s *Store) remove(prefix string, w *waitlist, t *ticket, granted bool, now 
 	i := slices.Index(w.tickets, t)
 	w.tickets = slices.Delete(w.tickets, i, i+1)
 	delete(w.byToken, t.token)
-	if !granted && t.fair != capgate.FairCalls {
+	if !granted && t.fair != settings.FairCalls {
 		w.fin[t.user] -= t.est // gives back what its join charged
 	}
 	if w.perUser[t.user]--; w.perUser[t.user] == 0 {
 		delete(w.perUser, t.user)
-		if !granted && t.fair == capgate.FairCalls {
+		if !granted && t.fair == settings.FairCalls {
 			delete(w.fin, t.user) // (fair work keeps its counter: fairTag)
 		}
 	}
@@ -323,14 +324,15 @@ func (s *Store) Join(ctx context.Context, t capgate.Ticket, counts []int) (capga
 	}
 	keys := t.Keys[:len(t.Keys):len(t.Keys)]
 	busy := w != nil && slices.ContainsFunc(keys, func(k string) bool { return w.perKey[k] > 0 })
+	fair := fairOf(t.Fair)
 	cost := 1
 	for _, n := range t.Seats {
 		cost = max(cost, n)
 	}
 	if !busy {
 		if s.acquire(t.Token, keys, t.Limits, t.Seats, t.Borrow, w, t.Lease, false, counts, now) {
-			s.fairLift(t.Prefix, t.UserID, t.Fair, now)
-			s.fairStart(t.Prefix, t.Token, t.UserID, cost, 0, t.Fair, false, now)
+			s.fairLift(t.Prefix, t.UserID, fair, now)
+			s.fairStart(t.Prefix, t.Token, t.UserID, cost, 0, fair, false, now)
 			return capgate.JoinResult{Taken: true}, nil
 		}
 	} else {
@@ -353,8 +355,8 @@ func (s *Store) Join(ctx context.Context, t capgate.Ticket, counts []int) (capga
 			w = s.list(t.Prefix, false)
 			if s.fitsBeyond(w, t, aside, counts, now) &&
 				s.acquire(t.Token, keys, t.Limits, t.Seats, t.Borrow, w, t.Lease, false, counts, now) {
-				s.fairLift(t.Prefix, t.UserID, t.Fair, now)
-				s.fairStart(t.Prefix, t.Token, t.UserID, cost, 0, t.Fair, false, now)
+				s.fairLift(t.Prefix, t.UserID, fair, now)
+				s.fairStart(t.Prefix, t.Token, t.UserID, cost, 0, fair, false, now)
 				return capgate.JoinResult{Taken: true}, nil
 			}
 		}
@@ -371,7 +373,7 @@ func (s *Store) Join(ctx context.Context, t capgate.Ticket, counts []int) (capga
 		held = counts[t.UserLane-1]
 	}
 	start, est := max(w.v+int64(held), w.fin[t.UserID]), int64(cost)
-	if t.Fair != capgate.FairCalls {
+	if fair != settings.FairCalls {
 		start = s.fairTag(t.Prefix, w, t.UserID, now)
 		est = s.fairEstimate(t.Prefix, t.UserID)
 	}
@@ -379,7 +381,7 @@ func (s *Store) Join(ctx context.Context, t capgate.Ticket, counts []int) (capga
 	w.seq++
 	tk := &ticket{token: t.Token, user: t.UserID, keys: slices.Clone(keys), limits: slices.Clone(t.Limits[:len(keys)]),
 		userLane: t.UserLane, start: start, seq: w.seq, exp: now + int64(t.TicketLease), claim: int64(t.Claim),
-		fair: t.Fair, est: est, cost: cost}
+		fair: fair, est: est, cost: cost}
 	if cost > 1 {
 		tk.seats = slices.Clone(t.Seats)
 	}

@@ -9,7 +9,7 @@ import (
 	"github.com/capgate/capgate"
 )
 
-var _ capgate.CapableStore = (*LaneStore)(nil)
+var _ capgate.LaneStore = (*LaneStore)(nil)
 
 // LaneStore calls its func fields where set and the wrapped Base
 // otherwise, so a test can make one operation fail or hang while the rest
@@ -78,12 +78,15 @@ func (s *LaneStore) Ping(ctx context.Context) error {
 	return s.Base.Ping(ctx)
 }
 
-// Caps calls CapsFn or forwards Base's optional parts (capgate.CapsOf): a
-// wrapped store waits, joins repeats and keeps adaptive limits as Base
-// does.
+// Caps calls CapsFn or forwards Base's set (Base.Caps; none without a
+// Base): a wrapped store waits, joins repeats and keeps adaptive limits as
+// Base does.
 func (s *LaneStore) Caps() capgate.StoreCaps {
 	if s.CapsFn != nil {
 		return s.CapsFn()
 	}
-	return capgate.CapsOf(s.Base)
+	if s.Base == nil {
+		return capgate.StoreCaps{}
+	}
+	return s.Base.Caps()
 }

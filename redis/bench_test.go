@@ -10,6 +10,7 @@ import (
 	"github.com/capgate/capgate"
 	"github.com/capgate/capgate/lanetest"
 	"github.com/capgate/capgate/redis"
+	"github.com/capgate/capgate/settings"
 )
 
 // benchKeys are the lanes of a typical call.
@@ -81,8 +82,8 @@ func BenchmarkRealRedisJoinReleaseWait(b *testing.B) {
 	url := redis.RealRedisURL(b)
 	for _, c := range []struct {
 		name string
-		fair capgate.FairBy
-	}{{"calls", capgate.FairCalls}, {"time", capgate.FairTime}} {
+		fair settings.FairBy
+	}{{"calls", settings.FairCalls}, {"time", settings.FairTime}} {
 		b.Run(c.name, func(b *testing.B) {
 			s := benchStore(b, url)
 			keys := benchKeys()

@@ -1,10 +1,6 @@
 package redis
 
-import (
-	"fmt"
-
-	"github.com/capgate/capgate"
-)
+import "fmt"
 
 // The store owns its key layout, whoever calls it: on a Redis Cluster a
 // call's keys must share one hash slot, or every script fails with
@@ -12,8 +8,6 @@ import (
 // store gives the gate a hash-tagged prefix (KeyPrefix, which NewGate
 // reads), refuses at Open or New a prefix it can't tag, and checks every
 // operation's keys before sending it.
-
-var _ capgate.StoreKeyPrefix = (*Store)(nil)
 
 // onCluster reports whether the store's client is a Redis Cluster's.
 func (s *Store) onCluster() bool {
@@ -33,12 +27,11 @@ func keyPrefix(o Options, cluster bool) (string, error) {
 	return layout.Prefix(o.KeyPrefix)
 }
 
-// KeyPrefix implements capgate.StoreKeyPrefix: the prefix of the lane
-// keys, Options.KeyPrefix, wrapped in a hash tag on a Redis Cluster unless
-// it has one; NewGate gives it to the gate. Without Options.KeyPrefix it
-// is "" (the gate then uses its policy's key prefix), except on a
-// cluster, whose keys must share one tag: there it is
-// policy.DefaultKeyPrefix's.
+// KeyPrefix is the prefix of the lane keys, Options.KeyPrefix, wrapped in
+// a hash tag on a Redis Cluster unless it has one; the store declares it
+// (Caps) and NewGate gives it to the gate. Without Options.KeyPrefix it is
+// "" (the gate then uses its policy's key prefix), except on a cluster,
+// whose keys must share one tag: there it is policy.DefaultKeyPrefix's.
 func (s *Store) KeyPrefix() string {
 	if s.opts.KeyPrefix == "" && !s.onCluster() {
 		return ""

@@ -124,3 +124,38 @@ func TestClusterStoreChecksItsPrefix(t *testing.T) {
 		t.Errorf("KeyPrefix() = %q, want app:{lanes} kept", got)
 	}
 }
+
+// The store declares every part it has (Caps): the gate uses no other, so
+// a part left out would silently go unused. Its bound is Options.Deadline
+// (with its default), its kind says which Redis, and its key prefix is
+// KeyPrefix's (hash-tagged on a cluster). Open does not connect.
+func TestCaps(t *testing.T) {
+	tests := []struct {
+		name     string
+		o        redis.Options
+		deadline time.Duration
+		kind     string
+	}{
+		{"url", redis.Options{URL: "redis://127.0.0.1:1/0"}, redis.DefaultDeadline, "redis"},
+		{"url and prefix", redis.Options{URL: "redis://127.0.0.1:1/0", KeyPrefix: "app:", Deadline: 250 * time.Millisecond}, 250 * time.Millisecond, "redis"},
+		{"sentinel", redis.Options{Sentinels: []string{"127.0.0.1:1"}, Deadline: 3 * time.Second}, 3 * time.Second, "redis-sentinel"},
+		{"cluster", redis.Options{Cluster: []string{"127.0.0.1:1"}}, redis.DefaultDeadline, "redis-cluster"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			s, err := redis.Open(tt.o)
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer s.Close()
+			want := capgate.StoreCaps{Waitlist: s, Idempotency: s, Adaptive: s,
+				Deadline: tt.deadline, Bounded: true, Kind: tt.kind, KeyPrefix: s.KeyPrefix()}
+			if got := s.Caps(); got != want {
+				t.Errorf("Caps() = %+v, want %+v", got, want)
+			}
+			if (tt.o.KeyPrefix != "" || len(tt.o.Cluster) > 0) != (want.KeyPrefix != "") {
+				t.Errorf("declared key prefix %q with options prefix %q, cluster %v", want.KeyPrefix, tt.o.KeyPrefix, tt.o.Cluster)
+			}
+		})
+	}
+}

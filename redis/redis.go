@@ -144,11 +144,7 @@ type Store struct {
 	testHookFull   func()
 }
 
-var (
-	_ capgate.LaneStore     = (*Store)(nil)
-	_ capgate.StoreDeadline = (*Store)(nil)
-	_ capgate.StoreKind     = (*Store)(nil)
-)
+var _ capgate.LaneStore = (*Store)(nil)
 
 // Open validates opts and makes the store with a client of its own,
 // configured for failing open: socket and connect timeouts of
@@ -229,13 +225,19 @@ func newStore(c Client, o Options) *Store {
 // String describes the store's Redis for logs, password masked.
 func (s *Store) String() string { return s.opts.String() }
 
-// Deadline implements capgate.StoreDeadline: the bound of each operation (Options.Deadline, with
-// its default). The gate times its own waits on the store by it.
-func (s *Store) Deadline() time.Duration { return s.opts.Deadline }
+// Caps implements capgate.LaneStore: the store is a waitlist, keeps
+// idempotency entries and adaptive state, bounds each operation by
+// Options.Deadline (with its default; the gate times its own waits on the
+// store by it), says which Redis it is on (kind) and lays out its own
+// keys (KeyPrefix).
+func (s *Store) Caps() capgate.StoreCaps {
+	return capgate.StoreCaps{Waitlist: s, Idempotency: s, Adaptive: s,
+		Deadline: s.opts.Deadline, Bounded: true, Kind: s.kind(), KeyPrefix: s.KeyPrefix()}
+}
 
-// Kind implements capgate.StoreKind: "redis", "redis-sentinel" or
-// "redis-cluster".
-func (s *Store) Kind() string {
+// kind says where the lanes live, for status: "redis", "redis-sentinel"
+// or "redis-cluster".
+func (s *Store) kind() string {
 	switch {
 	case len(s.opts.Sentinels) > 0:
 		return "redis-sentinel"

@@ -7,6 +7,7 @@ import (
 
 	"github.com/alicebob/miniredis/v2"
 
+	"github.com/capgate/capgate"
 	"github.com/capgate/capgate/lanetest"
 	"github.com/capgate/capgate/mock"
 	"github.com/capgate/capgate/redis"
@@ -19,6 +20,14 @@ type clockedTune struct {
 	*redis.Store
 	m     *miniredis.Miniredis
 	clock *mock.Clock
+}
+
+// Caps declares c itself as the adaptive state, so a gate's exchanges go
+// through TuneExchange here.
+func (c clockedTune) Caps() capgate.StoreCaps {
+	caps := c.Store.Caps()
+	caps.Adaptive = c
+	return caps
 }
 
 func (c clockedTune) TuneExchange(ctx context.Context, key string, add tune.Window, every time.Duration) (tune.Round, error) {

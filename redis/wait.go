@@ -11,6 +11,7 @@ import (
 
 	"github.com/capgate/capgate"
 	"github.com/capgate/capgate/internal/randhex"
+	"github.com/capgate/capgate/settings"
 )
 
 // The waitlist's scripts: seats.lua (scripts.go), then waitpass.lua (the
@@ -50,6 +51,19 @@ func (s *Store) wakeChannel(prefix string) string {
 	return prefix + ":wake:" + s.instance
 }
 
+// fairWire is a ticket's fairness (Ticket.Fair) as waitjoin.lua takes it:
+// 0 calls ("", the zero value, too), 1 time, 2 usage (any other value,
+// as the memory store charges it).
+func fairWire(by settings.FairBy) int {
+	switch by {
+	case "", settings.FairCalls:
+		return 0
+	case settings.FairTime:
+		return 1
+	}
+	return 2
+}
+
 // Join implements capgate.Waitlist with waitjoin.lua: one atomic step
 // (t's class keys, when some lane lends it, go in KEYS after its lanes). It
 // returns an error wrapping capgate.ErrLateAcquire when Redis ran it after
@@ -70,7 +84,7 @@ func (s *Store) Join(ctx context.Context, t capgate.Ticket, counts []int) (capga
 	}
 	args := make([]any, 0, 12+2*n+borrowArgs(keys, n))
 	args = append(args, t.Prefix, t.Token, t.Lease.Milliseconds(), notAfter, t.TicketLease.Milliseconds(),
-		t.Claim.Milliseconds(), t.MaxWaiting, t.MaxPerUser, t.UserID, s.wakeChannel(t.Prefix), int(t.Fair))
+		t.Claim.Milliseconds(), t.MaxWaiting, t.MaxPerUser, t.UserID, s.wakeChannel(t.Prefix), fairWire(t.Fair))
 	for _, l := range t.Limits[:n] {
 		args = append(args, l)
 	}

@@ -398,8 +398,10 @@ func (s *Server) openCore(ctx context.Context, lines io.Writer, who string) erro
 // storeDeadline is the lane store's deadline of one operation: its own
 // (redis.Options.Deadline), else the gate's default, as in the gate.
 func (s *Server) storeDeadline() time.Duration {
-	if sd, ok := s.Lanes.(capgate.StoreDeadline); ok && sd.Deadline() > 0 {
-		return sd.Deadline()
+	if s.Lanes != nil {
+		if d := s.Lanes.Caps().Deadline; d > 0 {
+			return d
+		}
 	}
 	return capgate.DefaultStoreDeadline
 }

@@ -15,6 +15,7 @@ import (
 
 	"github.com/capgate/capgate"
 	"github.com/capgate/capgate/redis"
+	"github.com/capgate/capgate/settings"
 )
 
 // waitersResult is what waiters prints.
@@ -52,7 +53,7 @@ func waitersCmd(args []string) error {
 	if err := fs.Parse(args); err != nil {
 		return err
 	}
-	by := map[string]capgate.FairBy{"calls": capgate.FairCalls, "time": capgate.FairTime, "usage": capgate.FairUsage}
+	by := map[string]settings.FairBy{"calls": settings.FairCalls, "time": settings.FairTime, "usage": settings.FairUsage}
 	fb, ok := by[*fair]
 	if !ok {
 		return fmt.Errorf("-fair %q: want calls, time or usage", *fair)

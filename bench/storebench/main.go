@@ -185,6 +185,9 @@ type rawStore struct {
 	script            *goredis.Script
 }
 
+// Caps declares nothing beyond the lanes (the embedded store is nil).
+func (rawStore) Caps() capgate.StoreCaps { return capgate.StoreCaps{} }
+
 func openRaw(url, scriptPath string, conc int) (capgate.LaneStore, func(), error) {
 	src, err := os.ReadFile(scriptPath)
 	if err != nil {
