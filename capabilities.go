@@ -19,7 +19,7 @@ type StoreCaps struct {
 	// Idempotency keeps the entries of idempotent calls (Gate.Repeat);
 	// nil: a repeat runs again (ErrNoRepeatStore).
 	Idempotency IdempotencyStore
-	// Adaptive keeps the adaptive limits' state (Gate.RunAdaptive); nil:
+	// Adaptive keeps the adaptive limits' state (adaptive.Runner); nil:
 	// no lane is adaptive.
 	Adaptive tune.Store
 	// Deadline bounds each operation, as the store enforces it (Bounded

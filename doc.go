@@ -41,8 +41,8 @@
 //     proven dead.
 //
 // Idempotent calls (Gate.Repeat) join a call running with the same key
-// before they are planned; the tuner (Gate.RunAdaptive) moves adaptive
-// lanes' limits between calls.
+// before they are planned; the adaptive limits' runner (package
+// adaptive, through Gate.Tune) moves adaptive lanes' limits between calls.
 //
 // Most users need three names: NewGate, which makes the Gate over a lane
 // store (memory.New, or redis.Open for a cluster of gateways) and a config
@@ -57,8 +57,8 @@
 // pure settings package (the runtime config model), the pure tune package
 // (the adaptive limits' algorithm), the status package (the lanes' live
 // state it reports) and the module's small internal/ helpers (JSON, random
-// ids, a timer loop, truncation), nothing else. Lane stores (memory, redis),
-// config stores (sqlite, postgres), the log sink and the HTTP adapters live
-// in subpackages; docs/ARCHITECTURE.md has the packages, their layers and
-// where each step above is in the code.
+// ids, truncation), nothing else. The adaptive limits' loop (adaptive),
+// lane stores (memory, redis), config stores (sqlite, postgres), the log
+// sink and the HTTP adapters live in subpackages; docs/ARCHITECTURE.md has
+// the packages, their layers and where each step above is in the code.
 package capgate

@@ -1,8 +1,6 @@
 package capgate
 
 import (
-	"context"
-
 	"github.com/capgate/capgate/policy"
 	"github.com/capgate/capgate/settings"
 )
@@ -35,23 +33,6 @@ const WaitLimitsEvery = waitLimitsEvery
 
 // ErrTicketLost is the error of a waiter whose ticket the store lost.
 var ErrTicketLost = errTicketLost
-
-// TuneKey returns the store key of the adaptive state of g's lane name,
-// under the policy of g's config (OCL's without a config source).
-func TuneKey(g *Gate, name LaneName) string {
-	cfg := settings.Default(nil, settings.ModeShadow)
-	if g.Source != nil {
-		cfg = g.Source.Config(context.Background())
-	}
-	r, ok := adaptiveRef(cfg, name)
-	if !ok {
-		panic("TuneKey: " + string(name) + " can't be adaptive")
-	}
-	return g.keys(cfg).tuneKey(r)
-}
-
-// Skipping reports whether the gate's skip window is open.
-func (g *Gate) Skipping() bool { return g.skipping() }
 
 // FailStore opens the skip window, as a store error does.
 func (g *Gate) FailStore() { g.failStore() }

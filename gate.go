@@ -30,7 +30,7 @@ const DefaultStoreDeadline = time.Second
 // them before first use. Each field's comment says what its zero value
 // does. NewGate fills in the required ones, SkipFor, the hold history and,
 // when the store is a tune.Store, the state of the adaptive limits (which
-// RunAdaptive steps); a Gate built by hand without them never skips the
+// package adaptive steps, through Tune); a Gate built by hand without them never skips the
 // store, uses the prior Retry-After spacing and keeps the static limits.
 // ForTask derives the gate of another API task in the same process.
 type Gate struct {
@@ -63,9 +63,9 @@ type Gate struct {
 	// and while Store is unavailable they decide alone, with degraded
 	// limits (degraded.go). nil: none.
 	Local LaneStore
-	// tuner runs the adaptive limits (tuner.go, RunAdaptive): the calls
-	// the gate releases feed it, and the lanes in mode apply take its
-	// limits. nil (a Gate built without NewGate, or a store that is no
+	// tuner keeps the adaptive limits (tuner.go; package adaptive steps
+	// them through Tune): the calls the gate releases feed it, and the
+	// lanes in mode apply take its limits. nil (a Gate built without NewGate, or a store that is no
 	// tune.Store): the static limits.
 	tuner *tuner
 	// holds keeps the lanes' recent hold times for the adaptive
@@ -126,7 +126,7 @@ func NewGate(store LaneStore, cfg ConfigSource, sink Sink, taskID string) (*Gate
 // ForTask returns a gate for API task taskID that shares g's process
 // state: the store, config, sink, key prefix, clock, logger, observer,
 // local lanes and skip window (a store failure seen by one skips it for
-// all) and the adaptive limits (g's RunAdaptive steps them for both).
+// all) and the adaptive limits (g's adaptive.Runner steps them for both).
 // Its renewals, background releases and hold history are its own. Close
 // it as any gate. It refuses an empty taskID, as NewGate does.
 func (g *Gate) ForTask(taskID string) (*Gate, error) {
@@ -138,7 +138,7 @@ func (g *Gate) ForTask(taskID string) (*Gate, error) {
 	t.Now, t.Logger, t.Observer, t.Local = g.Now, g.Logger, g.Observer, g.Local
 	// One adaptive state per process, as one skip window: the task's calls
 	// feed g's windows and take g's advised limits (the task lane's is g's
-	// task's, a per-gateway limit), and g.RunAdaptive steps them all.
+	// task's, a per-gateway limit), and g's adaptive.Runner steps them all.
 	t.tuner = g.tuner
 	return t, nil
 }

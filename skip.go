@@ -56,6 +56,12 @@ func (g *Gate) window() *skipWindow {
 // the gate's clock.
 func (g *Gate) skipping() bool { return g.SkipFor > 0 && g.window().open(g.now()) }
 
+// Skipping reports whether the gate skips its store now: the store failed
+// within the last SkipFor, by the gate's clock (the skip window, shared
+// by the gates ForTask derives). Work beside the calls that uses the
+// store, such as the adaptive limits' steps, waits for it to close.
+func (g *Gate) Skipping() bool { return g.skipping() }
+
 // failStore opens the skip window for SkipFor from now.
 func (g *Gate) failStore() {
 	if g.SkipFor > 0 {

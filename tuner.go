@@ -1,64 +1,85 @@
 package capgate
 
 import (
-	"context"
 	"errors"
-	"fmt"
-	"log/slog"
 	"sync"
 	"time"
 
-	"github.com/capgate/capgate/internal/jsonenc"
-	"github.com/capgate/capgate/internal/loop"
 	"github.com/capgate/capgate/policy"
 	"github.com/capgate/capgate/settings"
 	"github.com/capgate/capgate/status"
 	"github.com/capgate/capgate/tune"
 )
 
-// tuneEvery is how often a lane's limit is stepped, for the cluster.
-const tuneEvery = time.Second
-
-// heldLogEvery is how many steps apart a step that changed nothing is
-// logged at info level (each is at debug).
-const heldLogEvery = 30
-
-// adaptiveEventSuffix ends the "event" of the line written on each change
-// of an advised limit: the policy's log event + "_adaptive".
-const adaptiveEventSuffix = "_adaptive"
-
-// tuner is the gate's part that runs the adaptive limits (package tune): it
-// gathers the service times of the calls the gate releases on each adaptive
-// lane, and every second (Gate.RunAdaptive) sends them to the store's
-// tune.Store; the gateway that gets a window takes the step for the cluster
-// and saves the new state, and every gateway reads the state back. apply
-// gives the gate the limits in force. The lanes it may run are the policy's
-// shared lanes (policy.Lane.Shared: one count, one limit), named in the
-// config key "adaptive".
+// tuner is the gate's part of the adaptive limits (package tune) that
+// every call needs: it gathers the service times of the calls the gate
+// releases on each adaptive lane (observe), and gives the gate the limits
+// in force (apply) and the status its advice (annotate). The loop that
+// steps them lives in package adaptive: every second it sends the
+// gathered samples to the store's tune.Store (the gateway that gets a
+// window takes the step for the cluster and saves the new state), reads
+// the state back and sets each lane's advised limit, all through
+// Gate.Tune. The lanes it may run are the policy's shared lanes
+// (policy.Lane.Shared: one count, one limit), named in the config key
+// "adaptive".
 //
 // When the store fails, the gate keeps the last limit it knew (never
-// falling to min) and keeps the samples it could not send for the next
-// try; a gateway that starts while the store is down uses the static
-// limits until it answers. NewGate gives a gate one when its store is a
-// tune.Store; the gate's fields (Source, keys, Sink, Logger, Skip, Now)
-// are read at each step, so they may be set after NewGate. nil (a
-// hand-built Gate, or a store without tune.Store): the static limits. Its
-// methods are safe for concurrent use.
+// falling to min) and the samples it could not send for the next try; a
+// gateway that starts while the store is down uses the static limits
+// until it answers. NewGate gives a gate one when its store is a
+// tune.Store. nil (a hand-built Gate, or a store without tune.Store): the
+// static limits. Its methods are safe for concurrent use.
 type tuner struct {
-	store tune.Store
-
 	mu    sync.Mutex
 	lanes map[LaneName]*tuneLane // by lane name; requires mu held
-	since time.Time              // the first step tried or age read: the age of a loop that never stepped; requires mu held
 }
 
 // tuneLane is what the tuner knows of one adaptive lane.
 type tuneLane struct {
-	gather  tune.Gather // this gateway's calls released since the last send
-	pending tune.Window // gathered windows not sent yet (a failed send; samples measured outside the gate)
-	advised int         // the last advised limit known; 0: none yet
-	stepAt  time.Time   // when the cluster last took a step, as the state last read says; zero: none known
-	state   tune.State  // the state last read
+	gather tune.Gather // this gateway's calls released since the last take
+	TuneLane
+}
+
+// TuneLane is what a gate keeps of one adaptive lane between the steps
+// of its adaptive limits (package adaptive steps them, through
+// Gate.Tune). The gate's calls take Advised as their limit in mode apply,
+// and its status shows State, the loop's advice and why.
+type TuneLane struct {
+	Pending tune.Window // samples not sent yet: windows added (measured outside the gate, a send that failed) and, once taken, the gate's own
+	Advised int         // the last advised limit known, before the bounds in force; 0: none yet
+	StepAt  time.Time   // when the cluster last took a step, as the state last read says; zero: none known
+	State   tune.State  // the state last read
+}
+
+// errNoTuneStore is the error of Gate.Tune on a gate without adaptive
+// state.
+var errNoTuneStore = errors.New("adaptive limits: the gate keeps no adaptive state (its lane store is no tune.Store, or the Gate was not made by NewGate)")
+
+// Tune calls fn with the adaptive state g keeps of lane name, under the
+// lock of that state, which g shares with the gates ForTask derives
+// (their released calls feed it, and they take the limits it advises):
+// fn must be quick and must not call g. With take, the samples of the
+// calls released on the lane since the last take are first added to
+// Pending, and the gate gathers anew. It returns an error, calling
+// nothing, when g keeps no adaptive state (its store is no tune.Store, or
+// it was not made by NewGate); a nil fn only asks that.
+func (g *Gate) Tune(name LaneName, take bool, fn func(l *TuneLane)) error {
+	t := g.tuner
+	if t == nil {
+		return errNoTuneStore
+	}
+	if fn == nil {
+		return nil
+	}
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	l := t.lane(name)
+	if take {
+		l.Pending = l.Pending.Add(l.gather.Window())
+		l.gather.Reset()
+	}
+	fn(&l.TuneLane)
+	return nil
 }
 
 // lane returns lane name's state, made now if it has none. Requires t.mu
@@ -78,8 +99,8 @@ func (t *tuner) lane(name LaneName) *tuneLane {
 // newTuner returns the tuner of a gate over store; nil when the store
 // keeps no adaptive state.
 func newTuner(store LaneStore) *tuner {
-	if ts := capsOf(store).Adaptive; ts != nil {
-		return &tuner{store: ts}
+	if capsOf(store).Adaptive != nil {
+		return &tuner{}
 	}
 	return nil
 }
@@ -103,28 +124,6 @@ type adaptiveLaneRef struct {
 	task  bool // one count per API task: its state is per task too
 }
 
-// adaptiveRef returns the adaptive lane name of cfg's policy; ok is false
-// for a lane that can't be adaptive.
-func adaptiveRef(cfg settings.Config, name LaneName) (adaptiveLaneRef, bool) {
-	for _, r := range adaptiveLanes(cfg) {
-		if r.name == name {
-			return r, true
-		}
-	}
-	return adaptiveLaneRef{}, false
-}
-
-// tuneKey returns the store key of the adaptive state of lane r:
-// <prefix>:tune:<lane>[:<task>], under the lanes' prefix (so a hash-tagged
-// prefix keeps it in their slot) but outside every lane's key space.
-func (k Keys) tuneKey(r adaptiveLaneRef) string {
-	key := k.prefix() + ":tune:" + string(r.name)
-	if r.task {
-		key += ":" + k.TaskID
-	}
-	return key
-}
-
 // staticLimit returns the static limit an adaptive lane replaces.
 func staticLimit(cfg settings.Config, r adaptiveLaneRef) int { return cfg.Limit(r.index, -1) }
 
@@ -137,7 +136,7 @@ func (t *tuner) advised(cfg settings.Config, r adaptiveLaneRef) (limit int, ok b
 		return 0, false
 	}
 	t.mu.Lock()
-	adv := t.lane(r.name).advised
+	adv := t.lane(r.name).Advised
 	t.mu.Unlock()
 	if adv <= 0 {
 		return 0, false
@@ -200,269 +199,6 @@ func (t *tuner) observe(a *Admission, service time.Duration) {
 	}
 }
 
-// add adds w, a window gathered outside the gate, to the samples of lane
-// name to be sent at the next step.
-func (t *tuner) add(name LaneName, w tune.Window) {
-	t.mu.Lock()
-	p := &t.lane(name).pending
-	*p = p.Add(w)
-	t.mu.Unlock()
-}
-
-// errNoTuneStore is the error of StepAdaptive on a gate without adaptive
-// state.
-var errNoTuneStore = errors.New("adaptive limits: the gate keeps no adaptive state (its lane store is no tune.Store, or the Gate was not made by NewGate)")
-
-// RunAdaptive runs the gate's adaptive limits (the config key "adaptive")
-// until ctx is done: it steps them at once and then every second
-// (StepAdaptive). Nothing is stepped without it, so a gate that never runs
-// it keeps the static limits. It is idle while the config has no adaptive
-// lane. On a gate that keeps no adaptive state (its store is no tune.Store,
-// or the Gate was built by hand) it logs a warning and returns at once.
-func (g *Gate) RunAdaptive(ctx context.Context) {
-	if g.tuner == nil {
-		g.logger().Warn("adaptive limits unavailable", "error", errNoTuneStore)
-		return
-	}
-	loop.Every(ctx, tuneEvery, func(ctx context.Context) { _ = g.StepAdaptive(ctx, nil) })
-}
-
-// StepAdaptive takes one step of the adaptive limits now, as RunAdaptive
-// does every second: it adds observed (samples of service times measured
-// outside the gate, by lane; nil: none) to those of the calls the gate
-// released, sends each adaptive lane's samples to the store, takes the
-// step when this gateway got the window, and reads the state back. It
-// returns the first store error (the limits known stay in force), or an
-// error when the gate keeps no adaptive state.
-func (g *Gate) StepAdaptive(ctx context.Context, observed map[LaneName]tune.Window) error {
-	t := g.tuner
-	if t == nil {
-		return errNoTuneStore
-	}
-	for name, w := range observed {
-		t.add(name, w)
-	}
-	t.mu.Lock()
-	if t.since.IsZero() {
-		t.since = g.now()
-	}
-	t.mu.Unlock()
-	cfg := g.Source.Config(ctx)
-	var first error
-	for _, r := range adaptiveLanes(cfg) {
-		if !cfg.Adaptive.Lane(string(r.name)).On() {
-			t.mu.Lock()
-			*t.lane(r.name) = tuneLane{} // samples of a lane switched off say nothing later
-			t.mu.Unlock()
-			continue
-		}
-		if g.skipping() {
-			return nil
-		}
-		if err := g.stepLane(ctx, t, cfg, r); err != nil && first == nil {
-			first = err
-		}
-	}
-	return first
-}
-
-func (g *Gate) stepLane(ctx context.Context, t *tuner, cfg settings.Config, r adaptiveLaneRef) (err error) {
-	name := r.name
-	defer func() {
-		if r := recover(); r != nil {
-			err = fmt.Errorf("adaptive %s: internal error: %v", name, r)
-		}
-		if err != nil {
-			g.logger().Warn("adaptive limit: step failed; the last limit stays", "lane", name, "error", err)
-		}
-	}()
-	t.mu.Lock()
-	l := t.lane(name)
-	batch := l.pending.Add(l.gather.Window())
-	l.pending = tune.Window{}
-	l.gather.Reset()
-	t.mu.Unlock()
-	key := g.keys(cfg).tuneKey(r)
-	round, err := t.store.TuneExchange(ctx, key, batch, tuneEvery)
-	if err != nil {
-		t.mu.Lock()
-		l.pending = l.pending.Add(batch) // sent next time
-		t.mu.Unlock()
-		return fmt.Errorf("adaptive %s: exchange: %w", name, err)
-	}
-	state, derr := tune.Decode(round.State)
-	if derr != nil {
-		state = tune.State{} // a state we can't read starts over from the static limit
-	}
-	set := cfg.Adaptive.Lane(string(name))
-	b := tune.Bounds{Min: set.Min, Max: set.Max, Static: staticLimit(cfg, r), Advise: set.Mode == tune.Advise}
-	if round.Due {
-		prev := state.Start(b)
-		state = state.Next(round.Window, b)
-		state.At = g.now().UnixMilli()
-		// Every step's inputs, so that a loop that does not act shows why
-		// (few calls, settling, steady): at debug level each step, at info
-		// every heldLogEvery steps that changed nothing (a change has its
-		// own line, below).
-		level := slog.LevelDebug
-		if state.Limit == prev && state.Step%heldLogEvery == 0 {
-			level = slog.LevelInfo
-		}
-		g.logger().Log(ctx, level, "adaptive step", "lane", name, "mode", set.Mode, "step", state.Step, "from", prev, "to", state.Limit,
-			"reason", state.Reason, "calls", round.Window.Calls, "row_ms", round3ms(round.Window.Mean()),
-			"no_load_ms", round3ms(state.NoLoad), "full", round.Window.Full, "max_in_flight", round.Window.MaxInFlight,
-			"static", b.Static, "min", b.Min, "max", b.Max)
-		enc, err := tune.Encode(state)
-		if err != nil {
-			return err
-		}
-		if err := t.store.TuneSave(ctx, key, enc); err != nil {
-			return fmt.Errorf("adaptive %s: save: %w", name, err)
-		}
-		if state.Limit != prev {
-			g.emitAdaptive(cfg, r, prev, state)
-		}
-	}
-	if state.Limit > 0 || round.Due {
-		t.mu.Lock()
-		l.advised = state.Start(b)
-		if state.At > 0 {
-			l.stepAt = time.UnixMilli(state.At)
-		}
-		l.state = state
-		t.mu.Unlock()
-	}
-	return derr
-}
-
-// readEvery is the window length ReadAdaptive asks for: never due once
-// any gateway took a window, so a read takes none of the loop's.
-const readEvery = 100 * 365 * 24 * time.Hour
-
-// ReadAdaptive reads the cluster's state of every adaptive lane, sending
-// no samples and taking no step, so that a process that runs no loop (the
-// capacity status command) shows the advice: Status and AdvisedLimits then
-// show it. A lane no gateway ever stepped has its (empty) window taken,
-// which delays the first step of a loop that starts just then by up to a
-// second. It returns the first store error, or an error when the gate
-// keeps no adaptive state.
-func (g *Gate) ReadAdaptive(ctx context.Context) error {
-	t := g.tuner
-	if t == nil {
-		return errNoTuneStore
-	}
-	cfg := g.Source.Config(ctx)
-	for _, r := range adaptiveLanes(cfg) {
-		name := r.name
-		set := cfg.Adaptive.Lane(string(name))
-		if !set.On() {
-			continue
-		}
-		round, err := t.store.TuneExchange(ctx, g.keys(cfg).tuneKey(r), tune.Window{}, readEvery)
-		if err != nil {
-			return fmt.Errorf("adaptive %s: read: %w", name, err)
-		}
-		state, err := tune.Decode(round.State)
-		if err != nil {
-			return fmt.Errorf("adaptive %s: %w", name, err)
-		}
-		if state.Limit <= 0 {
-			continue
-		}
-		b := tune.Bounds{Min: set.Min, Max: set.Max, Static: staticLimit(cfg, r)}
-		t.mu.Lock()
-		l := t.lane(name)
-		l.advised, l.state = state.Start(b), state
-		if state.At > 0 {
-			l.stepAt = time.UnixMilli(state.At)
-		}
-		t.mu.Unlock()
-	}
-	return nil
-}
-
-// round3ms returns µs as ms, to the µs.
-func round3ms(us float64) float64 { return float64(int64(us)) / 1000 }
-
-// AdaptiveStepAges returns, for every lane adaptive under the config in
-// force, how long ago the cluster last took a step of it, as this
-// gateway last read the state (for capgate_adaptive_last_step_age_seconds):
-// about a second while the loop runs; growing when no gateway steps it, or
-// this one no longer reads the state. A lane no step is known of counts
-// from the gate's first step or first read of the ages. Empty when the gate keeps no adaptive
-// state.
-func (g *Gate) AdaptiveStepAges(ctx context.Context) map[LaneName]time.Duration {
-	out := map[LaneName]time.Duration{}
-	t := g.tuner
-	if t == nil {
-		return out
-	}
-	cfg := g.Source.Config(ctx)
-	now := g.now()
-	t.mu.Lock()
-	defer t.mu.Unlock()
-	if t.since.IsZero() {
-		t.since = now
-	}
-	for _, r := range adaptiveLanes(cfg) {
-		name := r.name
-		if !cfg.Adaptive.Lane(string(name)).On() {
-			continue
-		}
-		at := t.lane(name).stepAt
-		if at.IsZero() {
-			at = t.since
-		}
-		out[name] = max(now.Sub(at), 0)
-	}
-	return out
-}
-
-// adaptiveLine is the <log event>_adaptive log line.
-type adaptiveLine struct {
-	Event    string    `json:"event"`
-	Lane     LaneName  `json:"lane"`
-	Mode     tune.Mode `json:"mode"`
-	Advised  int       `json:"advised"`
-	Previous int       `json:"previous"`
-	Limit    int       `json:"limit"`        // in force now
-	Source   string    `json:"limit_source"` // adaptive or static
-	Static   int       `json:"static"`
-	Min      int       `json:"min"`
-	Max      int       `json:"max"`
-	Reason   string    `json:"reason"`
-	Step     int64     `json:"step"`
-	tune.Snapshot
-	Task string `json:"task,omitempty"`
-	TS   string `json:"ts"`
-}
-
-// emitAdaptive writes the <log event>_adaptive line of a step of lane r
-// that changed its advised limit from prev to s.Limit.
-func (g *Gate) emitAdaptive(cfg settings.Config, r adaptiveLaneRef, prev int, s tune.State) {
-	name := r.name
-	set := cfg.Adaptive.Lane(string(name))
-	static := staticLimit(cfg, r)
-	limit, src := static, status.LimitStatic
-	if set.Mode == tune.Apply && static > 0 {
-		limit, src = s.Limit, status.LimitAdaptive
-	}
-	line := adaptiveLine{Event: cfg.Policy().Names.LogEvent + adaptiveEventSuffix, Lane: name, Mode: set.Mode, Advised: s.Limit, Previous: prev,
-		Limit: limit, Source: src, Static: static, Min: set.Min, Max: set.Max, Reason: s.Reason, Step: s.Step,
-		Snapshot: s.Last, Task: g.TaskID, TS: g.now().UTC().Format("2006-01-02T15:04:05.000Z")}
-	g.logger().Info("adaptive limit changed", "lane", name, "mode", set.Mode, "from", prev, "to", s.Limit, "reason", s.Reason, "mean_ms", s.Last.MeanMS, "no_load_ms", s.Last.NoLoadMS, "calls", s.Last.Calls, "maxin", s.Last.MaxInFlight)
-	if g.Sink == nil {
-		return
-	}
-	b, err := jsonenc.Marshal(line)
-	if err == nil {
-		err = g.Sink.Emit(b)
-	}
-	if err != nil {
-		g.logger().Warn("adaptive limit: log line failed", "error", err)
-	}
-}
-
 // annotate sets the limit in force, the advised limit and the limit's
 // source of each adaptive lane in st, read under cfg (the static config),
 // and st.Adaptive, the loop's advice and why, at now. A task lane's entry
@@ -484,10 +220,10 @@ func (t *tuner) annotate(cfg settings.Config, task string, now time.Time, st *st
 		l := *t.lane(r.name)
 		t.mu.Unlock()
 		a := status.Adaptive{Mode: string(set.Mode), Advised: ln.Advised, Limit: ln.Limit, LimitSource: ln.LimitSource,
-			Step: l.state.Step, Reason: l.state.Reason, Calls: l.state.Last.Calls, RowMS: l.state.Last.MeanMS,
-			NoLoadMS: l.state.Last.NoLoadMS, MaxInFlight: l.state.Last.MaxInFlight, Full: l.state.Last.Full}
-		if !l.stepAt.IsZero() {
-			a.StepAgeS = max(now.Sub(l.stepAt), 0).Seconds()
+			Step: l.State.Step, Reason: l.State.Reason, Calls: l.State.Last.Calls, RowMS: l.State.Last.MeanMS,
+			NoLoadMS: l.State.Last.NoLoadMS, MaxInFlight: l.State.Last.MaxInFlight, Full: l.State.Last.Full}
+		if !l.StepAt.IsZero() {
+			a.StepAgeS = max(now.Sub(l.StepAt), 0).Seconds()
 		}
 		if st.Adaptive == nil {
 			st.Adaptive = map[string]status.Adaptive{}
@@ -522,22 +258,4 @@ func (t *tuner) annotate(cfg settings.Config, task string, now time.Time, st *st
 		mark(r, &ts)
 		kl.Entries[task] = ts
 	}
-}
-
-// AdvisedLimits returns the advised limit of every adaptive lane that has
-// one under the config in force, whether it is applied or not (for the
-// metric capgate_lane_advised_limit); empty when there is none, or the
-// gate keeps no adaptive state.
-func (g *Gate) AdvisedLimits(ctx context.Context) map[LaneName]int {
-	out := map[LaneName]int{}
-	if g.tuner == nil {
-		return out
-	}
-	cfg := g.Source.Config(ctx)
-	for _, r := range adaptiveLanes(cfg) {
-		if l, ok := g.tuner.advised(cfg, r); ok {
-			out[r.name] = l
-		}
-	}
-	return out
 }

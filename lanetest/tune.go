@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/capgate/capgate"
+	"github.com/capgate/capgate/adaptive"
 	"github.com/capgate/capgate/configtest"
 	"github.com/capgate/capgate/mock"
 	"github.com/capgate/capgate/settings"
@@ -30,7 +31,7 @@ type TuneFactory func(t testing.TB, clock *mock.Clock) TuneStore
 
 // RunTune runs the conformance suite of tune.Store and, on top of
 // it, the invariants of the cluster-wide control loop (the gate's adaptive
-// limits: Gate.StepAdaptive, as Gate.RunAdaptive runs it), all on a fake
+// limits: adaptive.Runner.Step, as Runner.Run runs it), all on a fake
 // clock: three gateways share one store, a simulated backend of known
 // capacity answers, and nothing sleeps.
 func RunTune(t *testing.T, open TuneFactory) {
@@ -194,7 +195,7 @@ func (c *cluster) second() {
 	c.clock.Advance(time.Second)
 	w := c.be.second(c.inForce(0))
 	for i, g := range c.gates {
-		_ = g.StepAdaptive(context.Background(), map[capgate.LaneName]tune.Window{capgate.LaneName("es2_knn"): split(w, i, len(c.gates))})
+		_ = (&adaptive.Runner{Gate: g}).Step(context.Background(), map[capgate.LaneName]tune.Window{capgate.LaneName("es2_knn"): split(w, i, len(c.gates))})
 	}
 }
 
@@ -277,7 +278,7 @@ func testTuneRestart(t *testing.T, open TuneFactory) {
 		t.Errorf("a gateway that has not read the store yet applies %d; want the static 48", got)
 	}
 	for _, g := range c.gates {
-		_ = g.StepAdaptive(context.Background(), nil) // reads the state; not due yet
+		_ = (&adaptive.Runner{Gate: g}).Step(context.Background(), nil) // reads the state; not due yet
 	}
 	if got := c.inForce(0); got != before {
 		t.Errorf("after a restart: limit %d; want the cluster's %d, not the static limit or min", got, before)
@@ -309,7 +310,7 @@ func testTuneAdvise(t *testing.T, open TuneFactory) {
 		c.second()
 	}
 	ctx := context.Background()
-	adv, ok := c.gates[0].AdvisedLimits(ctx)[capgate.LaneName("es2_knn")]
+	adv, ok := (&adaptive.Runner{Gate: c.gates[0]}).Advised(ctx)[capgate.LaneName("es2_knn")]
 	if !ok || adv == 48 || 10*adv < 7*16 || 10*adv > 15*16 {
 		t.Errorf("advised = %d, %v; want within [0.7K, 1.5K] of 16", adv, ok)
 	}

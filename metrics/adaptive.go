@@ -6,7 +6,7 @@ import (
 
 // WithAdvisedLimits exports advised() as capgate_lane_advised_limit{lane}:
 // the limit the adaptive control loop advises for each adaptive lane that
-// has one (capgate.Gate.AdvisedLimits), whether it is applied or not. A
+// has one (adaptive.Runner.Advised), whether it is applied or not. A
 // lane without an adaptive setting has no series.
 func WithAdvisedLimits(advised func() map[string]int) Option {
 	return func(m *Metrics) {
@@ -34,7 +34,7 @@ func (c *advisedCollector) Collect(ch chan<- prometheus.Metric) {
 // WithAdaptiveStepAges exports ages() as
 // capgate_adaptive_last_step_age_seconds{lane}: for each adaptive lane,
 // how long ago the cluster's control loop last took a step, as this
-// gateway last read it (capgate.Gate.AdaptiveStepAges). About a second
+// gateway last read it (adaptive.Runner.StepAges). About a second
 // while the loop runs; a value that keeps growing is a loop that does not
 // step (no gateway runs it, the store fails) or a gateway that no longer
 // reads its state.

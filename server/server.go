@@ -23,6 +23,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 
 	"github.com/capgate/capgate"
+	"github.com/capgate/capgate/adaptive"
 	"github.com/capgate/capgate/config"
 	capgatehttp "github.com/capgate/capgate/http"
 	"github.com/capgate/capgate/identity"
@@ -117,6 +118,9 @@ type Server struct {
 	// pushes are the channels config changes are announced on (Redis
 	// pub/sub, PostgreSQL LISTEN): Serve follows each.
 	pushes []config.Subscriber
+	// adaptive runs the gate's adaptive limits (startBackground) and
+	// reads them for the metrics.
+	adaptive *adaptive.Runner
 	// metrics and registry are the gate's metrics and where they are
 	// registered (openCore).
 	metrics  *metrics.Metrics
@@ -367,6 +371,7 @@ func (s *Server) openCore(ctx context.Context, lines io.Writer, who string) erro
 	if s.Gate, err = capgate.NewGate(s.Lanes, s.Configs, s.Sink, s.opts.TaskID); err != nil {
 		return err
 	}
+	s.adaptive = &adaptive.Runner{Gate: s.Gate}
 	s.recent = status.NewRecent(nil)
 	// The lane gauges are read from the store at scrape time, through the
 	// gate's keys (WithLanes), so they read 0 once the load stops.
@@ -681,7 +686,7 @@ func (s *Server) startBackground(ctx context.Context) (stop func()) {
 	// The adaptive limits: idle unless the config has an "adaptive" key
 	// (it returns at once, with a warning, if the lane store keeps no
 	// adaptive state).
-	background.Go(func() { s.Gate.RunAdaptive(bctx) })
+	background.Go(func() { s.adaptive.Run(bctx) })
 	return func() {
 		cancel()
 		background.Wait()
@@ -767,10 +772,10 @@ func (s *Server) closeStores() error {
 // seconds, by lane name, for capgate_adaptive_last_step_age_seconds.
 func (s *Server) adaptiveStepAges() map[string]float64 {
 	out := map[string]float64{}
-	if s.Gate == nil {
+	if s.adaptive == nil {
 		return out
 	}
-	for lane, d := range s.Gate.AdaptiveStepAges(context.Background()) {
+	for lane, d := range s.adaptive.StepAges(context.Background()) {
 		out[string(lane)] = d.Seconds()
 	}
 	return out
@@ -780,10 +785,10 @@ func (s *Server) adaptiveStepAges() map[string]float64 {
 // for capgate_lane_advised_limit.
 func (s *Server) advisedLimits() map[string]int {
 	out := map[string]int{}
-	if s.Gate == nil {
+	if s.adaptive == nil {
 		return out
 	}
-	for lane, l := range s.Gate.AdvisedLimits(context.Background()) {
+	for lane, l := range s.adaptive.Advised(context.Background()) {
 		out[string(lane)] = l
 	}
 	return out

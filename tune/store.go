@@ -8,7 +8,7 @@ import (
 // Store is an optional part of a lane store (memory.Store and redis.Store
 // have it): the samples and state of the adaptive limits, shared by the
 // gateways so that each lane's limit is computed once for the cluster. Its
-// keys are the root gate's, one per lane (<prefix>:tune:<lane>[:<task>]).
+// keys are package adaptive's, one per lane (<prefix>:tune:<lane>[:<task>]).
 type Store interface {
 	// TuneExchange adds add to the window being gathered for key. When
 	// every has passed by the store's clock since a window of key was last

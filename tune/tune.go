@@ -1,6 +1,6 @@
 // Package tune is the control loop of the adaptive lane limits, as pure
 // functions: no I/O, no clock, no capgate package but the internal jsontree.
-// State.Next is one step; the root's gate (tuner.go, Gate.RunAdaptive)
+// State.Next is one step; package adaptive (adaptive.Runner)
 // gathers the windows and keeps the state in a Store (a lane store's
 // optional part), so that one step is taken for the whole cluster. Settings
 // is the config key "adaptive" that switches it on per lane

@@ -15,6 +15,7 @@ import (
 	"time"
 
 	"github.com/capgate/capgate"
+	"github.com/capgate/capgate/adaptive"
 	"github.com/capgate/capgate/config"
 	capgatehttp "github.com/capgate/capgate/http"
 	"github.com/capgate/capgate/identity"
@@ -412,7 +413,7 @@ func (c *CapacityCommand) status(ctx context.Context, a *capacityAction) error {
 		defer func() { _ = g.Close(context.WithoutCancel(ctx)) }()
 		g.KeyPrefix = keyPrefix
 		if !cfg.Adaptive.Empty() {
-			if err := g.ReadAdaptive(ctx); err != nil {
+			if err := (&adaptive.Runner{Gate: g}).Read(ctx); err != nil {
 				return fmt.Errorf("read the adaptive limits: %w", err)
 			}
 		}
