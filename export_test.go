@@ -50,9 +50,6 @@ func TuneKey(g *Gate, name LaneName) string {
 	return g.keys(cfg).tuneKey(r)
 }
 
-// Skipping reports whether the gate's skip window is open.
-func (g *Gate) Skipping() bool { return g.skipping() }
-
 // FailStore opens the skip window, as a store error does.
 func (g *Gate) FailStore() { g.failStore() }
 
@@ -93,9 +90,3 @@ func CallRecord(cfg settings.Config, call Call) Record {
 
 // AppendLine appends the call's log line to b, as Release writes it.
 func (a *Admission) AppendLine(b []byte) []byte { return a.appendLine(b) }
-
-// JoinersWaiting returns the repeats waiting for a call they joined, in
-// all and of user.
-func (g *Gate) JoinersWaiting(user string) (total, ofUser int) {
-	return g.joinWaits().waiting(user)
-}

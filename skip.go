@@ -56,6 +56,10 @@ func (g *Gate) window() *skipWindow {
 // the gate's clock.
 func (g *Gate) skipping() bool { return g.SkipFor > 0 && g.window().open(g.now()) }
 
+// Skipping reports whether the gate skips the lane store now (its skip
+// window is open): package idempotency skips it then too.
+func (g *Gate) Skipping() bool { return g.skipping() }
+
 // failStore opens the skip window for SkipFor from now.
 func (g *Gate) failStore() {
 	if g.SkipFor > 0 {
