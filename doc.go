@@ -40,7 +40,7 @@
 //     expire, or that the journal (package journal) releases once it is
 //     proven dead.
 //
-// Idempotent calls (Gate.Repeat) join a call running with the same key
+// Idempotent calls (package idempotency) join a call running with the same key
 // before they are planned; the tuner (Gate.RunAdaptive) moves adaptive
 // lanes' limits between calls.
 //

@@ -8,8 +8,8 @@ import (
 	"time"
 
 	"github.com/capgate/capgate"
-	"github.com/capgate/capgate/idempotency"
 	"github.com/capgate/capgate/configtest"
+	"github.com/capgate/capgate/idempotency"
 	"github.com/capgate/capgate/lanetest"
 	"github.com/capgate/capgate/memory"
 	"github.com/capgate/capgate/settings"
