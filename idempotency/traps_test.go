@@ -46,3 +46,19 @@ func TestRepeatUnderAZeroConfig(t *testing.T) {
 		t.Fatalf("Repeat under the zero config = %+v, %v; want an error naming the config", r, err)
 	}
 }
+
+// A nil Repeater (a front door given none: capgatehttp.WithRepeater(nil),
+// decide.Server{Repeater: nil}) is idempotency off, never a panic: Mode
+// is off whatever the config says, and Repeat claims nothing.
+func TestANilRepeaterIsOff(t *testing.T) {
+	var rep *idempotency.Repeater
+	if m := rep.Mode(t.Context()).Mode; m != settings.IdempotencyOff {
+		t.Fatalf("a nil Repeater's mode = %q, want off", m)
+	}
+	if r, err := rep.Repeat(t.Context(), idempotency.RepeatRequest{ID: "id", Fingerprint: "fp"}); r != nil || !errors.Is(err, idempotency.ErrNoRepeatStore) {
+		t.Fatalf("a nil Repeater's Repeat = %+v, %v; want ErrNoRepeatStore", r, err)
+	}
+	if r, err := rep.Repeat(t.Context(), idempotency.RepeatRequest{Fingerprint: "fp"}); !errors.Is(err, idempotency.ErrNoRepeatID) {
+		t.Fatalf("a nil Repeater's Repeat with no id = %+v, %v; want ErrNoRepeatID", r, err)
+	}
+}
