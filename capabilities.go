@@ -16,8 +16,8 @@ type StoreCaps struct {
 	// Waitlist: enforced calls wait for a slot instead of being refused;
 	// nil: a full lane refuses at once.
 	Waitlist Waitlist
-	// Idempotency keeps the entries of idempotent calls (Gate.Repeat);
-	// nil: a repeat runs again (ErrNoRepeatStore).
+	// Idempotency keeps the entries of idempotent calls (package
+	// idempotency); nil: a repeat runs again (idempotency.ErrNoRepeatStore).
 	Idempotency IdempotencyStore
 	// Adaptive keeps the adaptive limits' state (adaptive.Runner); nil:
 	// no lane is adaptive.

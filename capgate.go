@@ -13,7 +13,7 @@ const (
 	DecisionShadowRefused Decision = "shadow-refused"
 	DecisionRefused       Decision = "refused"
 	DecisionUnavailable   Decision = "unavailable"
-	// DecisionJoined: the call repeated one still running (idempotency.go)
+	// DecisionJoined: the call repeated one still running (package idempotency)
 	// and got its answer, holding no lane place.
 	DecisionJoined Decision = "joined"
 	// DecisionReplayed: the call repeated one that had finished and got

@@ -40,8 +40,8 @@
 //     expire, or that the journal (package journal) releases once it is
 //     proven dead.
 //
-// Idempotent calls (Gate.Repeat) join a call running with the same key
-// before they are planned; the adaptive limits' runner (package
+// Idempotent calls (package idempotency) join a call running with the
+// same key before they are planned; the adaptive limits' runner (package
 // adaptive, through Gate.Tune) moves adaptive lanes' limits between calls.
 //
 // Most users need three names: NewGate, which makes the Gate over a lane

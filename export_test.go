@@ -75,11 +75,5 @@ func CallRecord(cfg settings.Config, call Call) Record {
 // AppendLine appends the call's log line to b, as Release writes it.
 func (a *Admission) AppendLine(b []byte) []byte { return a.appendLine(b) }
 
-// JoinersWaiting returns the repeats waiting for a call they joined, in
-// all and of user.
-func (g *Gate) JoinersWaiting(user string) (total, ofUser int) {
-	return g.joinWaits().waiting(user)
-}
-
 // LogKeys is logKeys, for the tests of the record.
 var LogKeys = logKeys

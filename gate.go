@@ -76,9 +76,6 @@ type Gate struct {
 	// from (ForTask); nil: ownSkip (skip.go).
 	skip    *skipWindow
 	ownSkip skipWindow
-	// joins are the joiners waiting (joins.go), shared as skip is.
-	joins    *joinWaits
-	ownJoins joinWaits
 
 	bg    background // release retries and the gateway count (background.go)
 	hooks *gateHooks // fault injection for tests; nil in production
@@ -134,7 +131,7 @@ func (g *Gate) ForTask(taskID string) (*Gate, error) {
 	if err != nil {
 		return nil, err
 	}
-	t.KeyPrefix, t.SkipFor, t.skip, t.joins = g.KeyPrefix, g.SkipFor, g.window(), g.joinWaits()
+	t.KeyPrefix, t.SkipFor, t.skip = g.KeyPrefix, g.SkipFor, g.window()
 	t.Now, t.Logger, t.Observer, t.Local = g.Now, g.Logger, g.Observer, g.Local
 	// One adaptive state per process, as one skip window: the task's calls
 	// feed g's windows and take g's advised limits (the task lane's is g's
@@ -321,6 +318,13 @@ func (g *Gate) Off(ctx context.Context) bool {
 	cfg, _ := g.config(ctx)
 	return cfg.Mode == settings.ModeOff
 }
+
+// Config returns the config in force, as the gate reads it for each call
+// (config): the source's, with the adaptive limits applied; for a config
+// that settings.Config.Check refuses, or a source that panics, the
+// defaults in shadow and the error. Package idempotency reads its
+// settings through it.
+func (g *Gate) Config(ctx context.Context) (settings.Config, error) { return g.config(ctx) }
 
 // config reads the config in force. A ConfigSource must not fail; if one
 // panics anyway, the call is gated in shadow with the defaults, and

@@ -59,7 +59,8 @@ func (g *Gate) skipping() bool { return g.SkipFor > 0 && g.window().open(g.now()
 // Skipping reports whether the gate skips its store now: the store failed
 // within the last SkipFor, by the gate's clock (the skip window, shared
 // by the gates ForTask derives). Work beside the calls that uses the
-// store, such as the adaptive limits' steps, waits for it to close.
+// store waits for it to close: the adaptive limits' steps, and package
+// idempotency skips the store then too.
 func (g *Gate) Skipping() bool { return g.skipping() }
 
 // failStore opens the skip window for SkipFor from now.

@@ -2,11 +2,11 @@ package capgate_test
 
 import (
 	"context"
-	"errors"
 	"strings"
 	"testing"
 
 	"github.com/capgate/capgate"
+	"github.com/capgate/capgate/idempotency"
 	"github.com/capgate/capgate/lanetest"
 	"github.com/capgate/capgate/memory"
 	"github.com/capgate/capgate/mock"
@@ -94,38 +94,6 @@ func TestDefaultModeIsReadNotGuessed(t *testing.T) {
 	}
 }
 
-// A repeat request with no id would join any other call with none, a
-// different caller's: Repeat refuses it.
-func TestRepeatRefusesAnEmptyID(t *testing.T) {
-	cfg := settings.Default(nil, settings.ModeShadow)
-	cfg.Idempotency.Mode = settings.IdempotencyKey
-	g, err := capgate.NewGate(memory.New(nil), settings.NewFixed(cfg), nil, "task-a")
-	if err != nil {
-		t.Fatal(err)
-	}
-	ctx := context.Background()
-	first, err := g.Repeat(ctx, capgate.RepeatRequest{CID: "alice's", Fingerprint: "fp"})
-	if !errors.Is(err, capgate.ErrNoRepeatID) {
-		t.Fatalf("Repeat(no id) = %+v, %v; want ErrNoRepeatID", first, err)
-	}
-	if r, err := g.Repeat(ctx, capgate.RepeatRequest{CID: "bob's", Fingerprint: "fp", Peek: true}); !errors.Is(err, capgate.ErrNoRepeatID) {
-		t.Fatalf("a second Repeat(no id) = %+v, %v; want ErrNoRepeatID, not joined to the first", r, err)
-	}
-}
-
-// Under the zero config Repeat returns the config's error: no claim with
-// a lease of 0, no ticker of period 0 (a panic swallowed).
-func TestRepeatUnderAZeroConfig(t *testing.T) {
-	g, err := capgate.NewGate(memory.New(nil), settings.NewFixed(settings.Config{}), nil, "task-a")
-	if err != nil {
-		t.Fatal(err)
-	}
-	r, err := g.Repeat(context.Background(), capgate.RepeatRequest{ID: "id", CID: "c1", Fingerprint: "fp"})
-	if err == nil || r != nil || !strings.Contains(err.Error(), "config") {
-		t.Fatalf("Repeat under the zero config = %+v, %v; want an error naming the config", r, err)
-	}
-}
-
 // A store wrapped by mock.LaneStore offers what the store it wraps offers
 // (its Caps, forwarded whole): calls wait on its waitlist, repeats join,
 // status names where the lanes live.
@@ -146,8 +114,8 @@ func TestAWrappedStoreKeepsItsParts(t *testing.T) {
 	if st := g.Status(ctx, cfg); st.Lanes != "memory" {
 		t.Errorf("status of a wrapped memory store: lanes %q, want memory", st.Lanes)
 	}
-	r, err := g.Repeat(ctx, capgate.RepeatRequest{ID: "id", CID: "c1", Fingerprint: "fp"})
-	if err != nil || r.Outcome != capgate.RepeatFirst {
+	r, err := idempotency.New(g).Repeat(ctx, idempotency.RepeatRequest{ID: "id", CID: "c1", Fingerprint: "fp"})
+	if err != nil || r.Outcome != idempotency.RepeatFirst {
 		t.Fatalf("Repeat through a wrapped store = %+v, %v; want the first of its key", r, err)
 	}
 	r.Finish(ctx, nil)

@@ -11,6 +11,7 @@ import (
 	"github.com/capgate/capgate"
 	"github.com/capgate/capgate/answer"
 	"github.com/capgate/capgate/header"
+	"github.com/capgate/capgate/idempotency"
 	"github.com/capgate/capgate/internal/randhex"
 	"github.com/capgate/capgate/policy"
 	"github.com/capgate/capgate/settings"
@@ -43,28 +44,30 @@ func repeatID(user, key string) string {
 // idempotency, and its line says so), or done when the call was answered
 // here (joined, reused, or its client left); finished then reports
 // whether that answer was written to its end.
-func (s *Server) repeat(ctx context.Context, cc *callConn, gate *capgate.Gate, req callRequest, call capgate.Call) (rp *capgate.Repeat, note error, done, finished bool) {
+func (s *Server) repeat(ctx context.Context, cc *callConn, gate *capgate.Gate, req callRequest, call capgate.Call) (rp *idempotency.Repeat, note error, done, finished bool) {
 	// A resumed call runs already: it is counted, never told it repeats
 	// itself. An unidentified caller's calls are never deduplicated.
 	if req.RepeatKey == "" || req.Running || call.UserID == capgate.UnidentifiedUser {
 		return nil, nil, false, false
 	}
-	if gate.Idempotency(ctx).Mode == settings.IdempotencyOff {
+	// One Repeater for every task's gate: they share the store, config and
+	// skip window, and the process's waiting repeats are counted once.
+	if s.Repeater.Mode(ctx).Mode == settings.IdempotencyOff {
 		return nil, nil, false, false
 	}
-	rp, err := gate.Repeat(ctx, capgate.RepeatRequest{
+	rp, err := s.Repeater.Repeat(ctx, idempotency.RepeatRequest{
 		ID: repeatID(call.UserID, req.RepeatKey), User: call.UserID, Fingerprint: req.Fingerprint, CID: call.CID, Peek: true,
 	})
 	switch {
 	case err != nil && ctx.Err() != nil:
-		gate.Repeated(ctx, call, nil, err).Release(ctx) // its line says it left
+		idempotency.Repeated(ctx, gate, call, nil, err).Release(ctx) // its line says it left
 		return nil, nil, true, false
 	case err != nil:
 		return nil, err, false, false
 	}
 	d := Decision{ID: randhex.String(12), Headers: map[string]string{header.RequestID: call.CID}}
 	switch rp.Outcome {
-	case capgate.RepeatReused:
+	case idempotency.RepeatReused:
 		o := answer.Own{Kind: policy.AnswerKeyReused, Detail: reusedDetail, RequestID: call.CID}
 		p := gate.Policy(ctx)
 		d.Decision, d.Status, d.Body = "reused", o.Kind.Status(), answer.KeyError(p, o)
@@ -74,7 +77,7 @@ func (s *Server) repeat(ctx context.Context, cc *callConn, gate *capgate.Gate, r
 			d.Headers[k] = h.Get(k)
 		}
 		return nil, nil, true, s.writeLine(cc, d)
-	case capgate.RepeatJoined:
+	case idempotency.RepeatJoined:
 		return nil, nil, true, s.joined(ctx, cc, gate, call, rp, d)
 	}
 	return rp, nil, false, false
@@ -85,9 +88,9 @@ func (s *Server) repeat(ctx context.Context, cc *callConn, gate *capgate.Gate, r
 // the call it repeats ends ("finished"), max_hold_seconds pass, the
 // store fails, or the service shuts down. Its log line (decision
 // joined, dedup_of) is written when its answer ends.
-func (s *Server) joined(ctx context.Context, cc *callConn, gate *capgate.Gate, call capgate.Call, rp *capgate.Repeat, d Decision) bool {
+func (s *Server) joined(ctx context.Context, cc *callConn, gate *capgate.Gate, call capgate.Call, rp *idempotency.Repeat, d Decision) bool {
 	d.Decision, d.DedupOf = string(capgate.DecisionJoined), rp.Of
-	adm := gate.Repeated(ctx, call, rp, nil)
+	adm := idempotency.Repeated(ctx, gate, call, rp, nil)
 	defer adm.Release(ctx)
 	d.MaxHoldSeconds = int(adm.Outcome().MaxHold / time.Second)
 	if !s.writeLine(cc, d) {
@@ -111,10 +114,10 @@ func (s *Server) joined(ctx context.Context, cc *callConn, gate *capgate.Gate, c
 		return false
 	case s.shuttingDown():
 		why = "shutdown"
-	case errors.Is(err, capgate.ErrRepeatWait):
+	case errors.Is(err, idempotency.ErrRepeatWait):
 		why = "max_hold"
 		adm.Interrupt(err)
-	case errors.Is(err, capgate.ErrRepeatWaiters):
+	case errors.Is(err, idempotency.ErrRepeatWaiters):
 		why = "waiting_full"
 		adm.Interrupt(err)
 	default:

@@ -17,6 +17,7 @@ import (
 
 	"github.com/capgate/capgate"
 	"github.com/capgate/capgate/answer"
+	"github.com/capgate/capgate/idempotency"
 	"github.com/capgate/capgate/internal/jsonenc"
 	"github.com/capgate/capgate/internal/randhex"
 	"github.com/capgate/capgate/journal"
@@ -117,6 +118,12 @@ type Server struct {
 	// Its opener closes it once the server's calls have ended. Default
 	// nil: none, a killed service's leases expire after lease_seconds.
 	Journal *journal.Journal
+	// Repeater runs the repeats of a call running (repeat_key:
+	// repeat.go): the process's one Repeater over Gate, shared with the
+	// gateway beside the service, if any. Default (NewServer):
+	// idempotency.New(Gate); nil: a repeat_key is never looked up, every
+	// call is decided as with idempotency off.
+	Repeater *idempotency.Repeater
 
 	mu      sync.Mutex
 	tasks   map[string]*capgate.Gate // requires mu held
@@ -141,10 +148,10 @@ type heldCall struct {
 func (h *heldCall) end() { h.once.Do(func() { close(h.release) }) }
 
 // NewServer returns a server deciding with gate, with the defaults
-// (DefaultMaxTasks, DefaultMaxWaiting).
+// (DefaultMaxTasks, DefaultMaxWaiting, a Repeater of its own).
 func NewServer(gate *capgate.Gate) *Server {
 	kill, killFn := context.WithCancel(context.Background())
-	return &Server{Gate: gate, MaxTasks: DefaultMaxTasks, MaxWaiting: DefaultMaxWaiting, Logger: slog.Default(),
+	return &Server{Gate: gate, MaxTasks: DefaultMaxTasks, MaxWaiting: DefaultMaxWaiting, Logger: slog.Default(), Repeater: idempotency.New(gate),
 		tasks: map[string]*capgate.Gate{}, held: map[string]*heldCall{}, waiting: map[string]int{},
 		done: make(chan struct{}), kill: kill, killFn: killFn}
 }

@@ -14,16 +14,18 @@ import (
 	"github.com/capgate/capgate"
 	"github.com/capgate/capgate/answer"
 	"github.com/capgate/capgate/header"
+	"github.com/capgate/capgate/idempotency"
 	"github.com/capgate/capgate/policy"
 	"github.com/capgate/capgate/settings"
 )
 
-// Idempotent heavy calls (config key idempotency; capgate.Gate.Repeat).
+// Idempotent heavy calls (config key idempotency; package idempotency).
 // The middleware says what a call is — its key, from the caller as
 // identified and the Idempotency-Key (or, in mode auto, the request
 // itself), and its fingerprint — and keeps what the first call answered;
-// the gate and the lane store say whether a call is the first, joins one
-// running, gets a kept answer, or reuses a key for another request.
+// its Repeater (WithRepeater) and the lane store say whether a call is the
+// first, joins one running, gets a kept answer, or reuses a key for
+// another request.
 // Callers that could not be identified are never deduplicated.
 
 // answerHeaders are the request headers that change what the API answers,
@@ -155,12 +157,12 @@ func repeatID(user, key string, hasKey bool, fp string) string {
 // as without idempotency, and its line says so), or done when the call was
 // answered here: replayed, joined, refused as a reused or malformed key,
 // or its client left while it waited.
-func (m *Middleware) repeat(w http.ResponseWriter, r *http.Request, call capgate.Call, identified bool, rid string) (rp *capgate.Repeat, note error, done bool) {
+func (m *Middleware) repeat(w http.ResponseWriter, r *http.Request, call capgate.Call, identified bool, rid string) (rp *idempotency.Repeat, note error, done bool) {
 	ctx := r.Context()
 	if !identified {
 		return nil, nil, false
 	}
-	idem := m.gate.Idempotency(ctx)
+	idem := m.repeater.Mode(ctx)
 	if idem.Mode == settings.IdempotencyOff {
 		return nil, nil, false
 	}
@@ -184,19 +186,19 @@ func (m *Middleware) repeat(w http.ResponseWriter, r *http.Request, call capgate
 	// first attempt without a key never joins another call: it takes the
 	// key when it is free (its retry may join it) and runs either way.
 	first := !hasKey && pi.RetryHeader != "" && !isRetry(r.Header, pi.RetryHeader)
-	rp, err := m.gate.Repeat(ctx, capgate.RepeatRequest{
+	rp, err := m.repeater.Repeat(ctx, idempotency.RepeatRequest{
 		ID: repeatID(call.UserID, key, hasKey, fp), User: call.UserID, Fingerprint: fp, CID: call.CID, Replay: hasKey, Peek: first,
 	})
-	if err == nil && first && rp.Outcome != capgate.RepeatFirst {
+	if err == nil && first && rp.Outcome != idempotency.RepeatFirst {
 		return nil, nil, false // an identical first attempt runs: this one runs too
 	}
 	switch {
 	case err != nil && ctx.Err() != nil:
 		// Gone while it waited: nobody to answer; the line says so.
-		m.gate.Repeated(ctx, call, nil, err).Release(ctx)
+		idempotency.Repeated(ctx, m.gate, call, nil, err).Release(ctx)
 		return nil, nil, true
-	case errors.Is(err, capgate.ErrRepeatWait):
-		adm := m.gate.Repeated(ctx, call, nil, err)
+	case errors.Is(err, idempotency.ErrRepeatWait):
+		adm := idempotency.Repeated(ctx, m.gate, call, nil, err)
 		defer adm.Release(ctx)
 		m.writeCallError(w, r, rid, policy.AnswerKeyWait, "The call this one repeats is still running.")
 		return nil, nil, true
@@ -204,11 +206,11 @@ func (m *Middleware) repeat(w http.ResponseWriter, r *http.Request, call capgate
 		return nil, err, false
 	}
 	switch rp.Outcome {
-	case capgate.RepeatReused:
+	case idempotency.RepeatReused:
 		m.writeCallError(w, r, rid, policy.AnswerKeyReused, "This Idempotency-Key was used for a different request.")
 		return nil, nil, true
-	case capgate.RepeatReplayed, capgate.RepeatJoined:
-		adm := m.gate.Repeated(ctx, call, rp, nil)
+	case idempotency.RepeatReplayed, idempotency.RepeatJoined:
+		adm := idempotency.Repeated(ctx, m.gate, call, rp, nil)
 		defer adm.Release(ctx)
 		if !writeAnswer(w, rp.Answer, rid) {
 			// A kept answer that can't be read: the store's bytes are

@@ -356,6 +356,22 @@ func TestIdempotencyOffByDefault(t *testing.T) {
 	}
 }
 
+// A gateway given no Repeater (WithRepeater(nil)) runs every call as with
+// idempotency off, whatever the config says: a repeat runs again.
+func TestIdempotencyWithNoRepeater(t *testing.T) {
+	e := newRepeatEnv(t, settings.IdempotencyKey, func(c *capgatehttp.GatewayConfig) {
+		c.Options = append(c.Options, capgatehttp.WithRepeater(nil))
+	})
+	for range 2 {
+		if r := e.do(t.Context(), "POST", semanticMatch, twoRows, keyed...); r.StatusCode != 200 || r.Header.Get("Idempotent-Replayed") != "" {
+			t.Fatalf("%d, Idempotent-Replayed %q; want 200, run again", r.StatusCode, r.Header.Get("Idempotent-Replayed"))
+		}
+	}
+	if n := len(e.up.requests()); n != 2 {
+		t.Fatalf("the API ran %d calls; want 2", n)
+	}
+}
+
 // Two gateways on one store: a repeat sent to the second joins the call
 // running through the first.
 func TestIdempotencyAcrossGateways(t *testing.T) {

@@ -14,6 +14,7 @@ import (
 	"github.com/capgate/capgate"
 	"github.com/capgate/capgate/answer"
 	"github.com/capgate/capgate/header"
+	"github.com/capgate/capgate/idempotency"
 	"github.com/capgate/capgate/identity"
 	"github.com/capgate/capgate/internal/randhex"
 	"github.com/capgate/capgate/internal/truncate"
@@ -70,6 +71,8 @@ type Middleware struct {
 	now    func() time.Time
 	cut    context.Context  // withShutdown; nil: never cut
 	jn     *journal.Journal // withJournal; nil: no journal
+	// repeater runs the calls' idempotency (WithRepeater); nil: none.
+	repeater *idempotency.Repeater
 }
 
 // Option configures a Middleware (or a Gateway, which passes them on).
@@ -152,6 +155,17 @@ func WithLogger(l *slog.Logger) Option {
 	return func(m *Middleware) { m.logger = l }
 }
 
+// WithRepeater makes the middleware run its calls' idempotency (the
+// config key idempotency) with r, the process's one Repeater over the
+// middleware's gate (or the gate it was derived from by Gate.ForTask), so
+// that every front door of the process shares its counts of waiting
+// repeats and its watches of the keys joined. Default: a Repeater of the
+// middleware's own (idempotency.New of its gate); nil: none, every call
+// runs as with idempotency off.
+func WithRepeater(r *idempotency.Repeater) Option {
+	return func(m *Middleware) { m.repeater = r }
+}
+
 // withClock sets the clock queue_ms is measured against. Default time.Now.
 func withClock(now func() time.Time) Option {
 	return func(m *Middleware) { m.now = now }
@@ -189,7 +203,7 @@ func NewMiddleware(next http.Handler, gate *capgate.Gate, identify identity.Iden
 	// The default classifier evaluates the policy of the gate's config,
 	// whichever it is.
 	m := &Middleware{next: next, gate: gate, classify: &Classifier{follow: gate.Policy}, identify: identify,
-		anonymous: identity.AnonymousUser, logger: slog.Default(), now: time.Now}
+		anonymous: identity.AnonymousUser, logger: slog.Default(), now: time.Now, repeater: idempotency.New(gate)}
 	for _, o := range opts {
 		o(m)
 	}
@@ -354,7 +368,7 @@ func (m *Middleware) gated(w http.ResponseWriter, r *http.Request, call capgate.
 		// A failed lookup still counts: the call is gated as
 		// (unidentified), under its own small limit.
 		adm = m.gate.Unidentified(ctx, call, fmt.Errorf("identity: %w", err))
-	} else if errors.Is(note, capgate.ErrRepeatWaiters) {
+	} else if errors.Is(note, idempotency.ErrRepeatWaiters) {
 		// A repeat of a call running, past the bounds of waiting calls
 		// (joiners counted): decided at once, as a call with no room to
 		// wait (refused with the usual hints when a lane is full).

@@ -9,6 +9,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/capgate/capgate"
+	"github.com/capgate/capgate/idempotency"
 	"github.com/capgate/capgate/memory"
 	"github.com/capgate/capgate/metrics"
 	"github.com/capgate/capgate/settings"
@@ -29,17 +30,18 @@ func TestRepeatsCounted(t *testing.T) {
 	}
 	gate.Observer = m
 	ctx := t.Context()
-	req := capgate.RepeatRequest{ID: "id", Fingerprint: "fp", CID: "c1", Replay: true}
-	first, err := gate.Repeat(ctx, req)
-	if err != nil || first.Outcome != capgate.RepeatFirst {
+	rep := idempotency.New(gate)
+	req := idempotency.RepeatRequest{ID: "id", Fingerprint: "fp", CID: "c1", Replay: true}
+	first, err := rep.Repeat(ctx, req)
+	if err != nil || first.Outcome != idempotency.RepeatFirst {
 		t.Fatalf("first = %+v, %v", first, err)
 	}
 	first.Finish(ctx, []byte("answer"))
-	rp, err := gate.Repeat(ctx, req)
-	if err != nil || rp.Outcome != capgate.RepeatReplayed {
+	rp, err := rep.Repeat(ctx, req)
+	if err != nil || rp.Outcome != idempotency.RepeatReplayed {
 		t.Fatalf("repeat = %+v, %v", rp, err)
 	}
-	gate.Repeated(ctx, call("pam", "preview"), rp, nil).Release(ctx)
+	idempotency.Repeated(ctx, gate, call("pam", "preview"), rp, nil).Release(ctx)
 	// Every series starts at 0 (zeros): the replayed one alone is 1.
 	fams, err := reg.Gather()
 	if err != nil {

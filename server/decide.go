@@ -16,6 +16,7 @@ import (
 	"github.com/capgate/capgate"
 	"github.com/capgate/capgate/decide"
 	capgatehttp "github.com/capgate/capgate/http"
+	"github.com/capgate/capgate/idempotency"
 	"github.com/capgate/capgate/journal"
 	"github.com/capgate/capgate/redis"
 )
@@ -37,8 +38,10 @@ type DecideOptions struct {
 
 // StartDecide serves the decision protocol over gate on o.Listen until ctx
 // is done or stop is called; stop ends it and waits for it (call it before
-// the gate closes). With no address it does nothing.
-func StartDecide(ctx context.Context, o DecideOptions, gate *capgate.Gate,
+// the gate closes). rep is the process's Repeater over gate (Server.Repeater),
+// shared with the gateway beside it; nil: one of the service's own. With no
+// address it does nothing.
+func StartDecide(ctx context.Context, o DecideOptions, gate *capgate.Gate, rep *idempotency.Repeater,
 	shutdown time.Duration, logger *slog.Logger) (stop func() error, err error) {
 	if o.Listen == "" {
 		return func() error { return nil }, nil
@@ -52,6 +55,9 @@ func StartDecide(ctx context.Context, o DecideOptions, gate *capgate.Gate,
 	}
 	s := decide.NewServer(gate)
 	s.Token, s.Logger, s.MaxWaiting = o.Token, logger, o.MaxWaiting
+	if rep != nil {
+		s.Repeater = rep
+	}
 	if rs, ok := gate.Store.(*redis.Store); ok {
 		// Redis: the held calls' leases are journalled, so that once this
 		// service is dead another of its task id and --listen releases
@@ -125,7 +131,7 @@ func RunDecider(ctx context.Context, o ServeOptions, d DecideOptions, stdout io.
 			return fmt.Errorf("--admin-listen: %w", err)
 		}
 	}
-	wait, err := StartDecide(ctx, d, s.Gate, o.ShutdownTimeout, logger)
+	wait, err := StartDecide(ctx, d, s.Gate, s.Repeater, o.ShutdownTimeout, logger)
 	if err != nil {
 		if admin != nil {
 			admin.Close()

@@ -26,6 +26,7 @@ import (
 	"github.com/capgate/capgate/adaptive"
 	"github.com/capgate/capgate/config"
 	capgatehttp "github.com/capgate/capgate/http"
+	"github.com/capgate/capgate/idempotency"
 	"github.com/capgate/capgate/identity"
 	"github.com/capgate/capgate/internal/loop"
 	"github.com/capgate/capgate/logsink"
@@ -90,14 +91,17 @@ type ServeOptions struct {
 // Server is one running capgate gateway: its stores, gate and handlers.
 // Build it with NewServer, run it with Serve, and Close it.
 type Server struct {
-	Gate    *capgate.Gate
-	Configs *config.Service
-	Lanes   capgate.LaneStore
-	Sink    *logsink.Sink
-	Handler http.Handler // the gateway (and, without AdminListen, the staff API, /metrics, the probes)
-	Gateway *capgatehttp.Gateway
-	Admin   http.Handler // the staff API, /metrics and the probes, when AdminListen is set
-	Health  *capgatehttp.Health
+	Gate *capgate.Gate
+	// Repeater is the process's idempotency over Gate, shared by the
+	// gateway and a decision service beside it (StartDecide).
+	Repeater *idempotency.Repeater
+	Configs  *config.Service
+	Lanes    capgate.LaneStore
+	Sink     *logsink.Sink
+	Handler  http.Handler // the gateway (and, without AdminListen, the staff API, /metrics, the probes)
+	Gateway  *capgatehttp.Gateway
+	Admin    http.Handler // the staff API, /metrics and the probes, when AdminListen is set
+	Health   *capgatehttp.Health
 
 	opts    ServeOptions
 	logger  *slog.Logger
@@ -223,6 +227,7 @@ func NewServer(ctx context.Context, opts ServeOptions, lines io.Writer, logger *
 		Logger:         logger,
 		Options: []capgatehttp.Option{
 			capgatehttp.WithCORSOrigins(splitList(opts.CORSOrigins)),
+			capgatehttp.WithRepeater(s.Repeater),
 		},
 	}
 	// Redis: the calls' leases are journalled, so that once this gateway
@@ -390,6 +395,7 @@ func (s *Server) openCore(ctx context.Context, lines io.Writer, who string) erro
 	if s.opts.HasRedis() && s.opts.LocalLanes {
 		s.Gate.Local = memory.New(nil)
 	}
+	s.Repeater = idempotency.New(s.Gate)
 	// Before the stores close: the last try at releases still pending.
 	s.closers = append(s.closers, func() error {
 		ctx, cancel := context.WithTimeout(context.Background(), s.storeDeadline())

@@ -284,7 +284,7 @@ func (c *ServeCommand) Run(ctx context.Context, args []string) error {
 			return fmt.Errorf("--admin-listen: %w", err)
 		}
 	}
-	waitDecide, err := server.StartDecide(ctx, o.Decide, srv.Gate, o.ShutdownTimeout, logger)
+	waitDecide, err := server.StartDecide(ctx, o.Decide, srv.Gate, srv.Repeater, o.ShutdownTimeout, logger)
 	if err != nil {
 		ln.Close()
 		if admin != nil {

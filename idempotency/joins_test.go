@@ -1,4 +1,4 @@
-package capgate_test
+package idempotency_test
 
 import (
 	"context"
@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/capgate/capgate"
+	"github.com/capgate/capgate/idempotency"
 	"github.com/capgate/capgate/memory"
 	"github.com/capgate/capgate/settings"
 )
@@ -40,12 +41,12 @@ func (s *countedReads) GetRepeat(ctx context.Context, id string) (capgate.Repeat
 	return s.Store.GetRepeat(context.WithoutCancel(ctx), id)
 }
 
-// awaitJoiners waits (yielding, no sleep) until g counts n joiners.
-func awaitJoiners(t *testing.T, g *capgate.Gate, n int) {
+// awaitJoiners waits (yielding, no sleep) until rep counts n joiners.
+func awaitJoiners(t *testing.T, rep *idempotency.Repeater, n int) {
 	t.Helper()
 	start := time.Now()
 	for {
-		if total, _ := g.JoinersWaiting(""); total == n {
+		if total, _ := rep.JoinersWaiting(""); total == n {
 			return
 		}
 		if time.Since(start) > time.Minute {
@@ -59,21 +60,21 @@ func awaitJoiners(t *testing.T, g *capgate.Gate, n int) {
 // running read the store as one does, not 50 times as often.
 func TestJoinersShareOneWatch(t *testing.T) {
 	st := &countedReads{Store: memory.New(nil), release: make(chan struct{})}
-	g := repeatGate(t, st, func(c *settings.Config) { c.Wait.MaxWaitingPerUser, c.Wait.MaxWaiting = 100, 100 })
+	_, rep := repeatGate(t, st, func(c *settings.Config) { c.Wait.MaxWaitingPerUser, c.Wait.MaxWaiting = 100, 100 })
 	ctx := t.Context()
-	req := capgate.RepeatRequest{ID: "id", User: "u", Fingerprint: "fp", CID: "c0", Replay: true}
-	first, err := g.Repeat(ctx, req)
-	if err != nil || first.Outcome != capgate.RepeatFirst {
+	req := idempotency.RepeatRequest{ID: "id", User: "u", Fingerprint: "fp", CID: "c0", Replay: true}
+	first, err := rep.Repeat(ctx, req)
+	if err != nil || first.Outcome != idempotency.RepeatFirst {
 		t.Fatalf("first = %+v, %v", first, err)
 	}
 	const n = 50
 	var wg sync.WaitGroup
-	got := make(chan *capgate.Repeat, n)
+	got := make(chan *idempotency.Repeat, n)
 	for i := range n {
 		wg.Go(func() {
 			r := req
 			r.CID = fmt.Sprint("c", i+1)
-			rp, err := g.Repeat(ctx, r)
+			rp, err := rep.Repeat(ctx, r)
 			if err != nil {
 				t.Error(err)
 				return
@@ -81,13 +82,13 @@ func TestJoinersShareOneWatch(t *testing.T) {
 			got <- rp
 		})
 	}
-	awaitJoiners(t, g, n)
+	awaitJoiners(t, rep, n)
 	first.Finish(ctx, []byte("ans"))
 	close(st.release)
 	wg.Wait()
 	close(got)
 	for rp := range got {
-		if rp.Outcome != capgate.RepeatJoined || string(rp.Answer) != "ans" {
+		if rp.Outcome != idempotency.RepeatJoined || string(rp.Answer) != "ans" {
 			t.Errorf("repeat = %+v; want joined with the answer", rp)
 		}
 	}
@@ -101,14 +102,14 @@ func TestJoinersShareOneWatch(t *testing.T) {
 // not wait (ErrRepeatWaiters, at once).
 func TestJoinersAreWaiters(t *testing.T) {
 	st := &countedReads{Store: memory.New(nil), release: make(chan struct{})}
-	g := repeatGate(t, st, func(c *settings.Config) {
+	_, rep := repeatGate(t, st, func(c *settings.Config) {
 		c.Wait.MaxWaitingPerUser, c.Wait.MaxWaiting = 2, 3
 	})
 	ctx := t.Context()
-	first := map[string]*capgate.Repeat{}
+	first := map[string]*idempotency.Repeat{}
 	for _, u := range []string{"u", "v", "w"} {
-		rp, err := g.Repeat(ctx, capgate.RepeatRequest{ID: "id-" + u, User: u, Fingerprint: "fp", Replay: true})
-		if err != nil || rp.Outcome != capgate.RepeatFirst {
+		rp, err := rep.Repeat(ctx, idempotency.RepeatRequest{ID: "id-" + u, User: u, Fingerprint: "fp", Replay: true})
+		if err != nil || rp.Outcome != idempotency.RepeatFirst {
 			t.Fatalf("first of %s = %+v, %v", u, rp, err)
 		}
 		first[u] = rp
@@ -116,8 +117,8 @@ func TestJoinersAreWaiters(t *testing.T) {
 	var wg sync.WaitGroup
 	join := func(u string) {
 		wg.Go(func() {
-			rp, err := g.Repeat(ctx, capgate.RepeatRequest{ID: "id-" + u, User: u, Fingerprint: "fp", Replay: true})
-			if err != nil || rp.Outcome != capgate.RepeatJoined {
+			rp, err := rep.Repeat(ctx, idempotency.RepeatRequest{ID: "id-" + u, User: u, Fingerprint: "fp", Replay: true})
+			if err != nil || rp.Outcome != idempotency.RepeatJoined {
 				t.Errorf("joiner of %s = %+v, %v; want joined", u, rp, err)
 			}
 		})
@@ -125,18 +126,18 @@ func TestJoinersAreWaiters(t *testing.T) {
 	try := func(u string) error {
 		ctx, cancel := context.WithTimeout(ctx, time.Minute) // a bug waits: the test fails, not hangs
 		defer cancel()
-		_, err := g.Repeat(ctx, capgate.RepeatRequest{ID: "id-" + u, User: u, Fingerprint: "fp", Replay: true})
+		_, err := rep.Repeat(ctx, idempotency.RepeatRequest{ID: "id-" + u, User: u, Fingerprint: "fp", Replay: true})
 		return err
 	}
 	join("u")
 	join("u")
-	awaitJoiners(t, g, 2)
-	if err := try("u"); !errors.Is(err, capgate.ErrRepeatWaiters) {
+	awaitJoiners(t, rep, 2)
+	if err := try("u"); !errors.Is(err, idempotency.ErrRepeatWaiters) {
 		t.Errorf("a third joiner of u, past max_waiting_per_user 2: %v; want ErrRepeatWaiters", err)
 	}
 	join("v")
-	awaitJoiners(t, g, 3)
-	if err := try("w"); !errors.Is(err, capgate.ErrRepeatWaiters) {
+	awaitJoiners(t, rep, 3)
+	if err := try("w"); !errors.Is(err, idempotency.ErrRepeatWaiters) {
 		t.Errorf("a joiner of w, past max_waiting 3: %v; want ErrRepeatWaiters", err)
 	}
 	for _, rp := range first {
@@ -144,7 +145,7 @@ func TestJoinersAreWaiters(t *testing.T) {
 	}
 	close(st.release)
 	wg.Wait()
-	if total, _ := g.JoinersWaiting(""); total != 0 {
+	if total, _ := rep.JoinersWaiting(""); total != 0 {
 		t.Errorf("%d joiners still counted after their calls ended", total)
 	}
 }

@@ -1,24 +1,26 @@
-package capgate
+package idempotency
 
 import (
 	"context"
 	"errors"
 	"sync"
 	"time"
+
+	"github.com/capgate/capgate"
 )
 
 // Joiners are waiters: a repeat of a call running (it joins that call,
-// Gate.Repeat, Repeat.Wait) counts against the same bounds as a call
+// Repeater.Repeat, Repeat.Wait) counts against the same bounds as a call
 // waiting for a lane place, wait.max_waiting_per_user and wait.max_waiting,
 // and the joiners of one key wait on one watch of its entry, not a poll
-// each. The counts are the gateway's own (one process: the gates ForTask
-// derives share them, as the skip window); a ticket on the store's waitlist
-// counts there, store-wide.
+// each. The counts are the process's own (its one Repeater's, shared by
+// its front doors and the gates Gate.ForTask derives, as the skip window
+// is); a ticket on the store's waitlist counts there, store-wide.
 
 // ErrRepeatWaiters is the error of a repeat of a call running that finds
 // the bounds of waiting calls full (wait.max_waiting_per_user for its
 // user, or wait.max_waiting in all, joiners counted): it does not wait.
-// The caller decides it as a call that may not wait (AdmitOptions.MayWait
+// The caller decides it as a call that may not wait (capgate.AdmitOptions.MayWait
 // false): refused with the usual hints when a lane is full.
 var ErrRepeatWaiters = errors.New("too many calls waiting: the repeat does not join the call running")
 
@@ -36,10 +38,10 @@ type joinWaits struct {
 // gone, holding an answer, or another call's), the watch's bound passes,
 // or its last joiner leaves.
 type joinWatch struct {
-	done chan struct{} // closed once e, ok and err are set
-	e    RepeatEntry   // the entry that ended the watch
-	ok   bool          // the entry existed
-	err  error         // the store's error, or errWatchEnded
+	done chan struct{}       // closed once e, ok and err are set
+	e    capgate.RepeatEntry // the entry that ended the watch
+	ok   bool                // the entry existed
+	err  error               // the store's error, or errWatchEnded
 
 	n      int // joiners on it; requires joinWaits.mu held
 	cancel context.CancelFunc
@@ -84,7 +86,7 @@ func (j *joinWaits) waiting(user string) (total, ofUser int) {
 // watch returns the watch of the call token running at id, started (a
 // goroutine reading st until until) when it has none, and adds a joiner
 // to it; the joiner calls unwatch when it stops waiting.
-func (j *joinWaits) watch(g *Gate, st IdempotencyStore, id, token string, until time.Time) *joinWatch {
+func (j *joinWaits) watch(rep *Repeater, st capgate.IdempotencyStore, id, token string, until time.Time) *joinWatch {
 	k := id + "\x00" + token
 	j.mu.Lock()
 	defer j.mu.Unlock()
@@ -102,7 +104,7 @@ func (j *joinWaits) watch(g *Gate, st IdempotencyStore, id, token string, until 
 	j.watches[k] = w
 	go func() {
 		defer func() { _ = recover() }() // a failing read never fails the process
-		w.run(ctx, g, st, id, token)
+		w.run(ctx, rep, st, id, token)
 		j.mu.Lock()
 		if j.watches[k] == w {
 			delete(j.watches, k)
@@ -131,7 +133,7 @@ func (j *joinWaits) unwatch(w *joinWatch, id, token string) {
 // run reads the entry at id, from repeatPollFirst apart, doubling up to
 // repeatPollMax, until the call token has ended or ctx ends; then it sets
 // the result and closes done.
-func (w *joinWatch) run(ctx context.Context, g *Gate, st IdempotencyStore, id, token string) {
+func (w *joinWatch) run(ctx context.Context, rep *Repeater, st capgate.IdempotencyStore, id, token string) {
 	defer close(w.done)
 	poll := repeatPollFirst
 	timer := time.NewTimer(poll)
@@ -143,7 +145,7 @@ func (w *joinWatch) run(ctx context.Context, g *Gate, st IdempotencyStore, id, t
 			return
 		case <-timer.C:
 		}
-		sctx, cancel := g.repeatCtx(ctx)
+		sctx, cancel := rep.storeCtx(ctx)
 		e, ok, err := st.GetRepeat(sctx, id)
 		cancel()
 		if err != nil {
@@ -163,44 +165,35 @@ func (w *joinWatch) run(ctx context.Context, g *Gate, st IdempotencyStore, id, t
 	}
 }
 
-// joinWaits returns the joiners' registry the gate uses: the one it shares
-// with the gate it was derived from (ForTask), else its own.
-func (g *Gate) joinWaits() *joinWaits {
-	if g.joins != nil {
-		return g.joins
-	}
-	return &g.ownJoins
-}
-
 // awaitEnd waits, counted as a waiter of user, until the call token
 // running at id ends: its entry then (ok false: gone). It returns
 // ErrRepeatWaiters when the bounds are full, ErrRepeatWait once until
 // passes, ctx's error (wrapped) when ctx ends, or the store's.
-func (r *Repeat) awaitEnd(ctx context.Context, token string, until time.Time) (RepeatEntry, bool, error) {
-	j := r.g.joinWaits()
+func (r *Repeat) awaitEnd(ctx context.Context, token string, until time.Time) (capgate.RepeatEntry, bool, error) {
+	j := &r.rep.joins
 	if err := j.enter(r.req.User, r.cfg.Wait.MaxWaiting, r.cfg.Wait.MaxWaitingPerUser); err != nil {
-		return RepeatEntry{}, false, err
+		return capgate.RepeatEntry{}, false, err
 	}
 	defer j.leave(r.req.User)
 	if !time.Now().Before(until) {
-		return RepeatEntry{}, false, ErrRepeatWait
+		return capgate.RepeatEntry{}, false, ErrRepeatWait
 	}
-	w := j.watch(r.g, r.st, r.req.ID, token, until)
+	w := j.watch(r.rep, r.st, r.req.ID, token, until)
 	defer j.unwatch(w, r.req.ID, token)
 	limit := time.NewTimer(time.Until(until))
 	defer limit.Stop()
 	select {
 	case <-ctx.Done():
-		return RepeatEntry{}, false, r.failed(ctx, "idempotency wait", ctx.Err())
+		return capgate.RepeatEntry{}, false, r.failed(ctx, "idempotency wait", ctx.Err())
 	case <-limit.C:
-		return RepeatEntry{}, false, ErrRepeatWait
+		return capgate.RepeatEntry{}, false, ErrRepeatWait
 	case <-w.done:
 	}
 	switch {
 	case errors.Is(w.err, errWatchEnded):
-		return RepeatEntry{}, false, ErrRepeatWait
+		return capgate.RepeatEntry{}, false, ErrRepeatWait
 	case w.err != nil:
-		return RepeatEntry{}, false, r.failed(ctx, "idempotency wait", w.err)
+		return capgate.RepeatEntry{}, false, r.failed(ctx, "idempotency wait", w.err)
 	}
 	return w.e, w.ok, nil
 }

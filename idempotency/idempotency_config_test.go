@@ -1,4 +1,4 @@
-package capgate_test
+package idempotency_test
 
 import (
 	"slices"

@@ -1,4 +1,4 @@
-package capgate_test
+package idempotency_test
 
 import (
 	"context"
@@ -9,6 +9,8 @@ import (
 
 	"github.com/capgate/capgate"
 	"github.com/capgate/capgate/configtest"
+	"github.com/capgate/capgate/idempotency"
+	"github.com/capgate/capgate/lanetest"
 	"github.com/capgate/capgate/memory"
 	"github.com/capgate/capgate/settings"
 )
@@ -35,18 +37,18 @@ func (s slowRepeats) ClaimRepeat(ctx context.Context, id string, e capgate.Repea
 // runs without deduplication), but the lane store's skip window stays
 // shut, so every call is still gated.
 func TestRepeatStoreFullLeavesLimitingOn(t *testing.T) {
-	g := repeatGate(t, memory.New(nil), enforceOne(t))
+	g, rep := repeatGate(t, memory.New(nil), enforceOne(t))
 	ctx := t.Context()
 	// Many users, each within its own bound, fill the store with kept
 	// answers.
 	for i := range memory.MaxRepeatEntries {
-		r, err := g.Repeat(ctx, capgate.RepeatRequest{ID: fmt.Sprint("id", i), User: fmt.Sprint("u", i%1000), Fingerprint: "fp", Replay: true})
+		r, err := rep.Repeat(ctx, idempotency.RepeatRequest{ID: fmt.Sprint("id", i), User: fmt.Sprint("u", i%1000), Fingerprint: "fp", Replay: true})
 		if err != nil {
 			t.Fatalf("claim %d: %v", i, err)
 		}
 		r.Finish(ctx, []byte("400"))
 	}
-	_, err := g.Repeat(ctx, capgate.RepeatRequest{ID: "one-more", User: "u1", Fingerprint: "fp", Replay: true})
+	_, err := rep.Repeat(ctx, idempotency.RepeatRequest{ID: "one-more", User: "u1", Fingerprint: "fp", Replay: true})
 	if err == nil {
 		t.Fatal("a claim on a full store succeeded")
 	}
@@ -61,10 +63,10 @@ func TestRepeatStoreFullLeavesLimitingOn(t *testing.T) {
 // entries its own claims fail (it runs without deduplication), while
 // another user's are still deduplicated.
 func TestRepeatStorePerUser(t *testing.T) {
-	g := repeatGate(t, memory.New(nil), enforceOne(t))
+	g, rep := repeatGate(t, memory.New(nil), enforceOne(t))
 	ctx := t.Context()
 	claim := func(user string, i int) error {
-		r, err := g.Repeat(ctx, capgate.RepeatRequest{ID: fmt.Sprint(user, i), User: user, Fingerprint: "fp", Replay: true})
+		r, err := rep.Repeat(ctx, idempotency.RepeatRequest{ID: fmt.Sprint(user, i), User: user, Fingerprint: "fp", Replay: true})
 		if err == nil {
 			r.Finish(ctx, []byte("400"))
 		}
@@ -89,8 +91,8 @@ func TestRepeatStorePerUser(t *testing.T) {
 // A slow idempotency store costs the call its deduplication only after
 // the store's deadline, and leaves the skip window shut.
 func TestRepeatStoreSlowLeavesLimitingOn(t *testing.T) {
-	g := repeatGate(t, slowRepeats{memory.New(nil)}, enforceOne(t))
-	_, err := g.Repeat(t.Context(), capgate.RepeatRequest{ID: "id", Fingerprint: "fp", Replay: true})
+	g, rep := repeatGate(t, slowRepeats{memory.New(nil)}, enforceOne(t))
+	_, err := rep.Repeat(t.Context(), idempotency.RepeatRequest{ID: "id", Fingerprint: "fp", Replay: true})
 	if !errors.Is(err, context.DeadlineExceeded) {
 		t.Fatalf("err %v; want the store's deadline", err)
 	}
@@ -130,4 +132,12 @@ func enforceOne(t *testing.T) func(*settings.Config) {
 		c.Mode, c.EnforceFor, c.Wait.MaxSeconds = settings.ModeEnforce, settings.EnforceAll, 0
 		configtest.SetNumbers(t, c, "per_user.core", 1)
 	}
+}
+
+// coreCall is a core call of one row of cora's: its user lane is
+// per_user.core.
+func coreCall(cid string) capgate.Call {
+	c := lanetest.OCLCall("match", 1, true, false, "cora", "core")
+	c.CID = cid
+	return c
 }
