@@ -253,16 +253,43 @@ type AdmitOptions struct {
 	// an unenforced call, never waits nor is refused, and its log line
 	// says "resumed":true.
 	Resumed bool
+	// Unidentified, if set, is why who calls could not be told (a failed
+	// identity lookup): the call is gated as UnidentifiedUser under the
+	// config's unidentified limit, in this gateway's own lanes, never
+	// passed uncounted nor sent to the store (unidentified.go).
+	Unidentified error
+	// Repeated marks a call answered by the call it repeats (package
+	// idempotency) instead of run: it holds no lane place, and its line
+	// says decision joined (replayed with Replayed: a finished call's kept
+	// answer was its answer) and dedup_of DedupOf, the request id of the
+	// call it repeated.
+	Repeated, Replayed bool
+	DedupOf            string
+	// DedupErr is why the call could not be checked for repeats (the
+	// idempotency store failed): it runs as it would without idempotency,
+	// and its line says why (dedup_error).
+	DedupErr error
 }
 
 // AdmitWith is Admit with opts.
 func (g *Gate) AdmitWith(ctx context.Context, call Call, opts AdmitOptions) *Admission {
 	cfg, cerr := g.config(ctx)
+	if opts.Unidentified != nil {
+		return g.unidentified(ctx, cfg, call, opts)
+	}
 	a := g.newAdmission(cfg, call)
 	if a.off {
 		return a
 	}
-	a.opts = opts
+	a.opts, a.repeatErr = opts, opts.DedupErr
+	if opts.Repeated {
+		a.decision, a.repeatOf = DecisionJoined, opts.DedupOf
+		if opts.Replayed {
+			a.decision = DecisionReplayed
+		}
+		g.admitted(a)
+		return a
+	}
 	if opts.Resumed {
 		a.enforced = false
 	}
@@ -309,16 +336,6 @@ func (g *Gate) admitted(a *Admission) {
 	}
 }
 
-// Off reports whether the mode in force is off: every call passes
-// untouched, and a caller can skip looking anybody up.
-func (g *Gate) Off(ctx context.Context) bool {
-	if g.Source == nil {
-		return false
-	}
-	cfg, _ := g.config(ctx)
-	return cfg.Mode == settings.ModeOff
-}
-
 // Config returns the config in force, as the gate reads it for each call
 // (config): the source's, with the adaptive limits applied; for a config
 // that settings.Config.Check refuses, or a source that panics, the
@@ -343,21 +360,6 @@ func (g *Gate) config(ctx context.Context) (c settings.Config, err error) {
 		return settings.Default(c.Policy(), settings.ModeShadow), err
 	}
 	return g.tuner.apply(c), nil
-}
-
-// Unavailable returns an admission for a call the gate could not decide
-// because of cause: the call goes ahead uncounted and its log line says
-// why. (A failed identity lookup is not such a cause: see Unidentified.) In mode off it passes
-// untouched, as from Admit. The store's skip window is not touched.
-func (g *Gate) Unavailable(ctx context.Context, call Call, cause error) *Admission {
-	cfg, _ := g.config(ctx)
-	a := g.newAdmission(cfg, call)
-	if a.off {
-		return a
-	}
-	a.fail(cause)
-	g.admitted(a)
-	return a
 }
 
 // Policy returns the policy of the config in force: the routes, lanes,

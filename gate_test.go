@@ -293,13 +293,14 @@ func TestUnexpectedErrorFailsOpenWithoutTheSkipWindow(t *testing.T) {
 	}
 }
 
-func TestUnavailableForAFailedLookup(t *testing.T) {
+// An unavailable call (one the policy in force can't place: no tier, no
+// user) never reaches the store, and its answer carries only the decision.
+func TestUnavailableCarriesOnlyItsDecision(t *testing.T) {
 	e := newFaultEnv(t)
 	ctx := context.Background()
-	call := lanetest.OCLCall("match", 3, true, false, "", "")
-	a := e.gate.Unavailable(ctx, call, errors.New("identity lookup: timeout"))
+	a := e.gate.Admit(ctx, lanetest.OCLCall("match", 3, true, false, "", ""))
 	a.Release(ctx)
-	if a.Outcome().Decision != capgate.DecisionUnavailable || a.Outcome().Refused() || e.acquires.Load() != 0 {
+	if a.Outcome().Decision != capgate.DecisionUnavailable || e.acquires.Load() != 0 {
 		t.Fatalf("decision %q, acquires %d", a.Outcome().Decision, e.acquires.Load())
 	}
 	h := http.Header{}
@@ -307,16 +308,13 @@ func TestUnavailableForAFailedLookup(t *testing.T) {
 	if len(h) != 1 || h.Get("X-OCL-Capacity-Decision") != "unavailable" {
 		t.Fatalf("headers = %v, want only the decision", h)
 	}
-	if lines := e.lines.All(t); len(lines) != 1 || lines[0]["error"] != "identity lookup: timeout" {
+	if lines := e.lines.All(t); len(lines) != 1 || lines[0]["error"] != `unknown tier ""` {
 		t.Fatalf("log lines = %v", lines)
 	}
 }
 
 func TestOffModeNeverTouchesTheStore(t *testing.T) {
 	e := newFaultEnv(t)
-	if e.gate.Off(context.Background()) {
-		t.Fatal("Off() = true before mode off")
-	}
 	e.cfg.Edit(func(c *settings.Config) { c.Mode = settings.ModeOff })
 	a := e.gate.Admit(context.Background(), lanetest.Match("p", "preview"))
 	a.Release(context.Background())
@@ -329,13 +327,10 @@ func TestOffModeNeverTouchesTheStore(t *testing.T) {
 	if _, ok := a.Held(); ok {
 		t.Fatal("off mode: the admission says it held leases")
 	}
-	u := e.gate.Unavailable(context.Background(), capgate.Call{}, errors.New("x"))
+	u := e.gate.AdmitWith(context.Background(), lanetest.Match("", "preview"), capgate.AdmitOptions{Unidentified: errors.New("x")})
 	u.Release(context.Background())
 	if u == nil || u.Outcome().Decision != capgate.DecisionNone || u.Err() != nil || len(e.lines.Raw()) != 0 {
-		t.Fatalf("off mode: Unavailable gave %v, lines %d", u, len(e.lines.Raw()))
-	}
-	if !e.gate.Off(context.Background()) {
-		t.Fatal("Off() = false in mode off")
+		t.Fatalf("off mode: an unidentified call gave %v, lines %d", u, len(e.lines.Raw()))
 	}
 }
 

@@ -56,39 +56,3 @@ type RepeatEntry struct {
 	// hex): the store bounds each user's entries (KeepBound).
 	User string
 }
-
-// Repeated returns the admission of a call answered by the call it
-// repeats (package idempotency: replayed, a finished call's kept answer,
-// else joined, one running), whose request id was of, or of one that gave
-// up waiting for it (err): it holds no lane place, and its Release writes
-// its line (decision replayed or joined, dedup_of of) and tells the
-// Observer. In mode off it passes untouched, as from Admit.
-func (g *Gate) Repeated(ctx context.Context, call Call, replayed bool, of string, err error) *Admission {
-	cfg, _ := g.config(ctx)
-	a := g.newAdmission(cfg, call)
-	if a.off {
-		return a
-	}
-	a.decision = DecisionJoined
-	if replayed {
-		a.decision = DecisionReplayed
-	}
-	a.repeatOf = of
-	if err != nil {
-		a.setErr(err)
-	}
-	g.admitted(a)
-	return a
-}
-
-// NoteRepeat records why the call could not be checked for repeats (the
-// store failed): it runs as it would without idempotency, and its line
-// says why (dedup_error). Call it before Release.
-func (a *Admission) NoteRepeat(err error) {
-	if a == nil || a.off || err == nil {
-		return
-	}
-	a.mu.Lock()
-	a.repeatErr = err
-	a.mu.Unlock()
-}

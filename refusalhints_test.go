@@ -147,9 +147,9 @@ func TestEveryRefusalCarriesTheSameHints(t *testing.T) {
 			// One at once per gateway (unidentified 1): the lane's
 			// name is the user lane's, whose hold is 1.2 s.
 			cause := errors.New("identity lookup timed out")
-			first := e.gate.Unidentified(context.Background(), lanetest.Match("", "preview"), cause)
+			first := e.gate.AdmitWith(context.Background(), lanetest.Match("", "preview"), capgate.AdmitOptions{Unidentified: cause})
 			t.Cleanup(func() { first.Release(context.Background()) })
-			a := e.gate.Unidentified(context.Background(), lanetest.Match("", "preview"), cause)
+			a := e.gate.AdmitWith(context.Background(), lanetest.Match("", "preview"), capgate.AdmitOptions{Unidentified: cause})
 			t.Cleanup(func() { a.Release(context.Background()) })
 			return a
 		}},

@@ -3,6 +3,8 @@ package capgate
 import (
 	"context"
 	"time"
+
+	"github.com/capgate/capgate/settings"
 )
 
 // UnidentifiedUser is the user id of the heavy calls whose caller could
@@ -30,8 +32,7 @@ const defaultUnidentified = 1
 // it: an enforced call is refused, any other is unavailable and uncounted. In mode off it passes untouched, as from Admit. The store is
 // never asked and its skip window is not touched. The caller must call
 // Release, as after Admit.
-func (g *Gate) Unidentified(ctx context.Context, call Call, cause error) *Admission {
-	cfg, _ := g.config(ctx)
+func (g *Gate) unidentified(ctx context.Context, cfg settings.Config, call Call, opts AdmitOptions) *Admission {
 	p := cfg.Policy()
 	call.UserID, call.Tier = UnidentifiedUser, p.Identity.Default
 	a := g.newAdmission(cfg, call)
@@ -39,7 +40,8 @@ func (g *Gate) Unidentified(ctx context.Context, call Call, cause error) *Admiss
 		return a
 	}
 	defer g.admitted(a)
-	a.setErr(cause)
+	a.opts, a.repeatErr = opts, opts.DedupErr
+	a.setErr(opts.Unidentified)
 	a.decision = DecisionUnavailable
 	lane := Lane{Name: "user", Limit: cfg.Unidentified}
 	if i := p.UserLane(); i >= 0 {

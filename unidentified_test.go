@@ -35,20 +35,20 @@ func TestUnidentifiedCallsShareOneLocalLane(t *testing.T) {
 	call := lanetest.OCLCall("match", 2, true, false, "pam", "core")
 	cause := errors.New("identity: timeout")
 
-	first := g.Unidentified(ctx, call, cause)
+	first := g.AdmitWith(ctx, call, capgate.AdmitOptions{Unidentified: cause})
 	if first.Outcome().Decision != capgate.DecisionUnavailable || !first.Outcome().Degraded || !first.Outcome().Counted {
 		t.Fatalf("first: %s degraded %v counted %v; want unavailable, degraded, counted", first.Outcome().Decision, first.Outcome().Degraded, first.Outcome().Counted)
 	}
 	if c := first.Outcome().Call; c.UserID != capgate.UnidentifiedUser || c.Tier != "preview" {
 		t.Errorf("call %+v; want user %q, tier preview", c, capgate.UnidentifiedUser)
 	}
-	second := g.Unidentified(ctx, call, cause)
+	second := g.AdmitWith(ctx, call, capgate.AdmitOptions{Unidentified: cause})
 	if !second.Outcome().Refused() || second.Outcome().Scope != capgate.LaneName("user") {
 		t.Errorf("second at limit 1: %s scope %q; want refused, scope user", second.Outcome().Decision, second.Outcome().Scope)
 	}
 	second.Release(ctx)
 	first.Release(ctx)
-	third := g.Unidentified(ctx, call, cause)
+	third := g.AdmitWith(ctx, call, capgate.AdmitOptions{Unidentified: cause})
 	if third.Outcome().Refused() || !third.Outcome().Counted {
 		t.Errorf("after the release: %s; want a place", third.Outcome().Decision)
 	}
@@ -65,14 +65,14 @@ func TestUnidentifiedCallsShareOneLocalLane(t *testing.T) {
 	cfg.Mode = settings.ModeShadow
 	cfg.Unidentified = 0
 	g.Source = settings.NewFixed(cfg)
-	if a := g.Unidentified(ctx, call, cause); a.Outcome().Refused() || !a.Outcome().Counted {
+	if a := g.AdmitWith(ctx, call, capgate.AdmitOptions{Unidentified: cause}); a.Outcome().Refused() || !a.Outcome().Counted {
 		t.Errorf("shadow: %s counted %v", a.Outcome().Decision, a.Outcome().Counted)
 	} else {
 		a.Release(ctx)
 	}
 	cfg.Mode = settings.ModeOff
 	g.Source = settings.NewFixed(cfg)
-	if a := g.Unidentified(ctx, call, cause); a.Outcome().Decision != capgate.DecisionNone {
+	if a := g.AdmitWith(ctx, call, capgate.AdmitOptions{Unidentified: cause}); a.Outcome().Decision != capgate.DecisionNone {
 		t.Errorf("off: %s", a.Outcome().Decision)
 	}
 }
@@ -89,11 +89,11 @@ func TestUnidentifiedWithoutLocalLanes(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer g.Close(ctx)
-	first := g.Unidentified(ctx, call, errors.New("timeout"))
+	first := g.AdmitWith(ctx, call, capgate.AdmitOptions{Unidentified: errors.New("timeout")})
 	if first.Outcome().Decision != capgate.DecisionAdmitted || !first.Outcome().Counted {
 		t.Errorf("in-process store: %s counted %v; want admitted, counted", first.Outcome().Decision, first.Outcome().Counted)
 	}
-	if second := g.Unidentified(ctx, call, errors.New("timeout")); !second.Outcome().Refused() {
+	if second := g.AdmitWith(ctx, call, capgate.AdmitOptions{Unidentified: errors.New("timeout")}); !second.Outcome().Refused() {
 		t.Errorf("second: %s; want refused", second.Outcome().Decision)
 	}
 	first.Release(ctx)
@@ -103,7 +103,7 @@ func TestUnidentifiedWithoutLocalLanes(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer g2.Close(ctx)
-	if a := g2.Unidentified(ctx, call, errors.New("timeout")); !a.Outcome().Refused() || a.Outcome().Counted {
+	if a := g2.AdmitWith(ctx, call, capgate.AdmitOptions{Unidentified: errors.New("timeout")}); !a.Outcome().Refused() || a.Outcome().Counted {
 		t.Errorf("nothing to count in: %s counted %v; want refused", a.Outcome().Decision, a.Outcome().Counted)
 	}
 }

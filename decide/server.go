@@ -334,8 +334,9 @@ func (s *Server) decide(w http.ResponseWriter, r *http.Request) {
 		Queued: func(maxWait time.Duration) {
 			_ = cc.writeHead(max(1, int(maxWait/time.Second)))
 		},
-		MayWait: s.mayWait(gate.TaskID),
-		Resumed: req.Running,
+		MayWait:  s.mayWait(gate.TaskID),
+		Resumed:  req.Running,
+		DedupErr: note,
 	}
 	adm := gate.AdmitWith(ctx, call, opts)
 	d := Decision{ID: randhex.String(12), Headers: map[string]string{}}
@@ -345,7 +346,6 @@ func (s *Server) decide(w http.ResponseWriter, r *http.Request) {
 		finished = s.writeLine(cc, d)
 		return
 	}
-	adm.NoteRepeat(note)
 	defer adm.Release(ctx)
 	d.Decision = string(out.Decision)
 	if req.Running && out.Counted {

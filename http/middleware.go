@@ -43,7 +43,7 @@ const headerTraceID = "X-Amzn-Trace-Id"
 //     the policy's identity.unverified is "refuse" and the mode enforce,
 //     answered 401; never passed ungated. A lookup that fails gates the
 //     call as the user "(unidentified)" under its own small limit
-//     (Gate.Unidentified): a failure never lets a call through uncounted;
+//     (AdmitOptions.Unidentified): a failure never lets a call through uncounted;
 //   - fills in the call's attribution from the policy's client-metadata
 //     and request-source headers, X-Amzn-Trace-Id and X-Request-ID (kept, or made
 //     up as 32 hex characters, forwarded to the handler and returned; the
@@ -234,7 +234,7 @@ func (m *Middleware) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	ctx := r.Context()
-	if m.gate.Off(ctx) {
+	if cfg, _ := m.gate.Config(ctx); cfg.Mode == settings.ModeOff {
 		m.next.ServeHTTP(w, r) // mode off: untouched, and nobody looked up
 		return
 	}
@@ -367,14 +367,14 @@ func (m *Middleware) gated(w http.ResponseWriter, r *http.Request, call capgate.
 	if err != nil {
 		// A failed lookup still counts: the call is gated as
 		// (unidentified), under its own small limit.
-		adm = m.gate.Unidentified(ctx, call, fmt.Errorf("identity: %w", err))
+		adm = m.gate.AdmitWith(ctx, call, capgate.AdmitOptions{Unidentified: fmt.Errorf("identity: %w", err), DedupErr: note})
 	} else if errors.Is(note, idempotency.ErrRepeatWaiters) {
 		// A repeat of a call running, past the bounds of waiting calls
 		// (joiners counted): decided at once, as a call with no room to
 		// wait (refused with the usual hints when a lane is full).
-		adm = m.gate.AdmitWith(ctx, call, capgate.AdmitOptions{MayWait: noRoomToWait})
+		adm = m.gate.AdmitWith(ctx, call, capgate.AdmitOptions{MayWait: noRoomToWait, DedupErr: note})
 	} else {
-		adm = m.gate.Admit(ctx, call)
+		adm = m.gate.AdmitWith(ctx, call, capgate.AdmitOptions{DedupErr: note})
 	}
 	out := adm.Outcome()
 	if out.Decision == capgate.DecisionNone {
@@ -382,7 +382,6 @@ func (m *Middleware) gated(w http.ResponseWriter, r *http.Request, call capgate.
 		m.next.ServeHTTP(w, r) // mode off (since the check above): untouched
 		return
 	}
-	adm.NoteRepeat(note)
 	if m.jn != nil {
 		if token, keys, ok := adm.StoreLease(); ok {
 			m.jn.Add(token, keys, out.MaxHold)

@@ -151,7 +151,7 @@ func (rep *Repeater) Mode(ctx context.Context) settings.Idempotency {
 // ends (ctx's error) or max_hold_seconds pass (ErrRepeatWait). A store
 // failure (or the gate's skip window: capgate.ErrSkipped) returns an error
 // and a nil Repeat: the caller runs the call as if idempotency were off,
-// and says why on its line (Admission.NoteRepeat).
+// and says why on its line (AdmitOptions.DedupErr).
 func (rep *Repeater) Repeat(ctx context.Context, req RepeatRequest) (*Repeat, error) {
 	if req.ID == "" {
 		return nil, ErrNoRepeatID // no key: it would join whoever else sent none
@@ -360,7 +360,7 @@ func (r *Repeat) MaxAnswerBytes() int { return r.cfg.Idempotency.MaxAnswerBytes(
 
 // Repeated returns g's admission of a call answered by the call it
 // repeats (rp's outcome RepeatReplayed or RepeatJoined), or of one that
-// gave up waiting for it (err; rp nil): capgate.Gate.Repeated, whose line
+// gave up waiting for it (err; rp nil): capgate.Gate.AdmitWith with AdmitOptions.Repeated, whose line
 // says decision replayed or joined and dedup_of the cid of the call it
 // repeated. g is the gate of the call's task: the Repeater's own, or one
 // Gate.ForTask derived from it.
@@ -370,5 +370,9 @@ func Repeated(ctx context.Context, g *capgate.Gate, call capgate.Call, rp *Repea
 	if rp != nil {
 		of, replayed = rp.Of, rp.Outcome == RepeatReplayed
 	}
-	return g.Repeated(ctx, call, replayed, of, err)
+	a := g.AdmitWith(ctx, call, capgate.AdmitOptions{Repeated: true, Replayed: replayed, DedupOf: of})
+	if err != nil {
+		a.Interrupt(err)
+	}
+	return a
 }

@@ -38,7 +38,7 @@ type Identifier interface {
 	// a call with no credential at all untouched and gates any other as
 	// AnonymousUser (one rule for every Identifier). An error means the
 	// lookup itself failed (timeout, upstream error): the middleware
-	// gates the call as "(unidentified)" (Gate.Unidentified).
+	// gates the call as "(unidentified)" (AdmitOptions.Unidentified).
 	Identify(ctx context.Context, r *http.Request) (c capgate.Caller, ok bool, err error)
 }
 
