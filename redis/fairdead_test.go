@@ -38,6 +38,20 @@ func TestFairWorkDeadGatewayRealRedis(t *testing.T) {
 	})
 }
 
+// TestFairWorkDeadGatewayCluster is the same on a real Redis Cluster: the
+// record's lane key, which the scripts read outside their KEYS, is in
+// the prefix's slot.
+func TestFairWorkDeadGatewayCluster(t *testing.T) {
+	seeds := redis.RealRedisCluster(t)
+	a, b := openClusterHarness(t, seeds, redis.Options{}), openClusterHarness(t, seeds, redis.Options{})
+	fairDeadGateway(t, a, b, func(d time.Duration) {
+		until := b.now(t) + d.Milliseconds()
+		for b.now(t) < until {
+			time.Sleep(10 * time.Millisecond)
+		}
+	})
+}
+
 // fairDeadGateway: gateway a takes a call of user u (fairness by time,
 // lease 100 ms) and dies: its lease is never renewed nor released. Once
 // the lease has expired (advance moves the scripts' clock 500 ms), u's

@@ -57,7 +57,8 @@
 --   empties (fair_keeps). The lane key k shares the prefix's hash tag (its
 --   ticket's join checked it), so reading it stays in the script's slot.
 -- When the queue empties, the first eight are deleted: the fair tags start
--- over (but P:wait:f and v stay while a call granted from it runs).
+-- over (but P:wait:f and v stay while a call granted from it runs, and
+-- waitrelease deletes them once none does).
 -- Each join and pump raises their TTL to 2 x the ticket lease, so tickets
 -- nobody pumps (their gateways died) don't outlive them for long even if
 -- no call comes by to drop them.
