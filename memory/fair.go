@@ -17,10 +17,12 @@ type fairState struct {
 
 // fairRun is a call running that a fair-work ticket (or Join's fast path
 // under a fair-work ticket) took. Times are nanoseconds since Store.start.
+// It runs while its lease lasts (fairLeased), for RunMaxAge at most.
 type fairRun struct {
 	user   string
-	seats  int64 // the most it takes in a lane
-	est    int64 // the estimate its ticket charged at its join (0: fast path)
+	key    string // its first lane, which holds its lease as its token
+	seats  int64  // the most it takes in a lane
+	est    int64  // the estimate its ticket charged at its join (0: fast path)
 	start  int64
 	byTime bool // charged provisionally by its time while it runs
 	queued bool // granted from the waitlist: its list's tags last until it ends
@@ -50,29 +52,51 @@ func fairOf(by settings.FairBy) settings.FairBy {
 }
 
 // fairStart records that token's call, of a fair-work ticket, runs from
-// now. Requires s.mu held.
-func (s *Store) fairStart(prefix, token, user string, seats int, est int64, by settings.FairBy, queued bool, now int64) {
+// now; key is its first lane. Requires s.mu held.
+func (s *Store) fairStart(prefix, token, key, user string, seats int, est int64, by settings.FairBy, queued bool, now int64) {
 	if by == settings.FairCalls {
 		return
 	}
-	s.fair(prefix).runs[token] = &fairRun{user: user, seats: int64(max(seats, 1)), est: est, start: now,
+	s.fair(prefix).runs[token] = &fairRun{user: user, key: key, seats: int64(max(seats, 1)), est: est, start: now,
 		byTime: by == settings.FairTime, queued: queued}
 }
 
+// fairLeased reports whether r, token's run, still counts: started less
+// than RunMaxAge ago, and its lease in its lane not expired nor released.
+// A run that doesn't is dropped without a charge: the estimate its join
+// charged stands as its cost (as in Redis, where when its lease ended is
+// not known once its lane has pruned it). Requires s.mu held.
+func (s *Store) fairLeased(r *fairRun, token string, now int64) bool {
+	if now-r.start > int64(capgate.RunMaxAge) {
+		return false
+	}
+	l := s.lanes[r.key]
+	if l == nil || now >= l.expires {
+		return false
+	}
+	exp, ok := l.leases[token]
+	return ok && exp > now
+}
+
 // fairKeeps reports whether a call granted from prefix's waitlist runs
-// (one started less than RunMaxAge ago): the list's tags then outlive its
-// last ticket, so the call's charge still counts. Requires s.mu held.
+// (fairLeased): the list's tags then outlive its last ticket, so the
+// call's charge still counts. It drops the runs that don't count.
+// Requires s.mu held.
 func (s *Store) fairKeeps(prefix string, now int64) bool {
 	f := s.fairs[prefix]
 	if f == nil {
 		return false
 	}
-	for _, r := range f.runs {
-		if r.queued && now-r.start <= int64(capgate.RunMaxAge) {
-			return true
+	keeps := false
+	for tok, r := range f.runs {
+		switch {
+		case !s.fairLeased(r, tok, now):
+			delete(f.runs, tok)
+		case r.queued:
+			keeps = true
 		}
 	}
-	return false
+	return keeps
 }
 
 // fairEstimate is what a new ticket of user is charged at its join: the
@@ -94,15 +118,15 @@ func (s *Store) fairEstimate(prefix, user string) int64 {
 
 // fairPending is the provisional charge of user's calls running now: for
 // those charged by time, seats × milliseconds held beyond the estimate
-// their ticket charged; and how many run. It drops the records older than
-// RunMaxAge. Requires s.mu held.
+// their ticket charged; and how many run. It drops the records that no
+// longer count (fairLeased). Requires s.mu held.
 func (s *Store) fairPending(prefix, user string, now int64) (p int64, running int) {
 	f := s.fairs[prefix]
 	if f == nil {
 		return 0, 0
 	}
 	for tok, r := range f.runs {
-		if now-r.start > int64(capgate.RunMaxAge) {
+		if !s.fairLeased(r, tok, now) {
 			delete(f.runs, tok)
 			continue
 		}

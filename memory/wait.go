@@ -220,7 +220,7 @@ func (s *Store) pass(prefix string, now int64) map[string]int {
 			l.put(t.token, seat(t.seats, i), now+t.claim, now+2*t.claim)
 		}
 		w.v = max(w.v, t.start)
-		s.fairStart(prefix, t.token, t.user, t.cost, t.est, t.fair, true, now)
+		s.fairStart(prefix, t.token, t.keys[0], t.user, t.cost, t.est, t.fair, true, now)
 		s.remove(prefix, w, t, true, now)
 		s.notify(prefix, t.token)
 		if shut() {
@@ -332,7 +332,7 @@ func (s *Store) Join(ctx context.Context, t capgate.Ticket, counts []int) (capga
 	if !busy {
 		if s.acquire(t.Token, keys, t.Limits, t.Seats, t.Borrow, w, t.Lease, false, counts, now) {
 			s.fairLift(t.Prefix, t.UserID, fair, now)
-			s.fairStart(t.Prefix, t.Token, t.UserID, cost, 0, fair, false, now)
+			s.fairStart(t.Prefix, t.Token, keys[0], t.UserID, cost, 0, fair, false, now)
 			return capgate.JoinResult{Taken: true}, nil
 		}
 	} else {
@@ -356,7 +356,7 @@ func (s *Store) Join(ctx context.Context, t capgate.Ticket, counts []int) (capga
 			if s.fitsBeyond(w, t, aside, counts, now) &&
 				s.acquire(t.Token, keys, t.Limits, t.Seats, t.Borrow, w, t.Lease, false, counts, now) {
 				s.fairLift(t.Prefix, t.UserID, fair, now)
-				s.fairStart(t.Prefix, t.Token, t.UserID, cost, 0, fair, false, now)
+				s.fairStart(t.Prefix, t.Token, keys[0], t.UserID, cost, 0, fair, false, now)
 				return capgate.JoinResult{Taken: true}, nil
 			}
 		}

@@ -106,7 +106,7 @@ end
 local function take()
   for i, k in ipairs(lanes) do add(k, token, now, lease, seats and seats[i]) end
   fair_lift(w, user, fb, now)
-  fair_start(w, token, user, cost, 0, fb, false, now)
+  fair_start(w, token, user, cost, 0, fb, false, now, lanes[1])
   res[1] = 1
   return res
 end

@@ -42,16 +42,23 @@
 -- fb = 1 or 2 and e = the estimate its join charged in its JSON):
 --   P:wait:r  hash token → a running call's record as JSON {u = user, s =
 --             seats, t = start ms, e = estimate, b = 1 when charged by
---             time while it runs, q = 1 when granted from the list};
+--             time while it runs, q = 1 when granted from the list, k =
+--             the call's first lane key, which holds its lease as the
+--             token: the record ends with that lease (fair_leased)};
 --   P:wait:ru:<user>  sorted set token → start ms of the user's running
 --             calls (their provisional charge at the user's next join);
 --   P:wait:rq sorted set token → start ms of the running calls granted
 --             from the list: while one runs, the tags outlive the queue;
 --   P:wait:c  hash user → the cost of its last call charged ('' → anyone's):
 --             the estimate of its next ticket.
---   Each lives RUN_MAX_MS from its last write; a record older is dropped.
+--   Each lives RUN_MAX_MS from its last write; a record older is dropped,
+--   and so is one whose call's lease has gone (expired, unrenewed: its
+--   gateway died), found when its user joins (fair_pending) or the list
+--   empties (fair_keeps). The lane key k shares the prefix's hash tag (its
+--   ticket's join checked it), so reading it stays in the script's slot.
 -- When the queue empties, the first eight are deleted: the fair tags start
--- over (but P:wait:f and v stay while a call granted from it runs).
+-- over (but P:wait:f and v stay while a call granted from it runs, and
+-- waitrelease deletes them once none does).
 -- Each join and pump raises their TTL to 2 x the ticket lease, so tickets
 -- nobody pumps (their gateways died) don't outlive them for long even if
 -- no call comes by to drop them.
@@ -73,15 +80,15 @@ local function uq(w, user) return w.b .. 'uq:' .. user end
 local function xk(w, token) return w.b .. 'x:' .. token end
 
 -- RUN_MAX_MS is capgate.RunMaxAge: a running call's record lives no
--- longer (a dead gateway's call stops counting).
+-- longer, even while its lease is renewed.
 local RUN_MAX_MS = 600000
 
 -- fair_start records a call of a fair-work ticket (fb 1: time, 2: usage)
 -- as running from now, with the estimate its join charged (0: taken at
--- once) and whether it was granted from the list.
-local function fair_start(w, token, user, seats, est, fb, queued, now)
+-- once), whether it was granted from the list, and key, its first lane.
+local function fair_start(w, token, user, seats, est, fb, queued, now, key)
   if not fb or fb == 0 then return end
-  local rec = {u = user, s = seats, t = now, e = est, b = (fb == 1) and 1 or 0, q = queued and 1 or 0}
+  local rec = {u = user, s = seats, t = now, e = est, b = (fb == 1) and 1 or 0, q = queued and 1 or 0, k = key}
   redis.call('HSET', w.b .. 'r', token, cjson.encode(rec))
   redis.call('PEXPIRE', w.b .. 'r', RUN_MAX_MS)
   local ru = w.b .. 'ru:' .. user
@@ -93,11 +100,41 @@ local function fair_start(w, token, user, seats, est, fb, queued, now)
   end
 end
 
+-- fair_leased reports whether the call of record r (token tok) still
+-- holds its lease: tok in its lane r.k with an expiry after now (as
+-- holds). A record without k counts as leased (RUN_MAX_MS bounds it).
+local function fair_leased(r, tok, now)
+  if not r.k then return true end
+  local e = redis.call('ZSCORE', r.k, tok)
+  return e ~= false and e ~= nil and tonumber(e) > now
+end
+
+-- fair_drop ends the record of tok, a call of user whose lease has gone,
+-- without a charge: the estimate its join charged stands as its cost
+-- (when its lease ended is not known once its lane has pruned it, and
+-- charging it up to now would charge it past its lease).
+local function fair_drop(w, tok, user)
+  redis.call('HDEL', w.b .. 'r', tok)
+  redis.call('ZREM', w.b .. 'ru:' .. user, tok)
+  redis.call('ZREM', w.b .. 'rq', tok)
+end
+
 -- fair_keeps reports whether a call granted from the list runs (started
--- less than RUN_MAX_MS ago).
+-- less than RUN_MAX_MS ago, and holds its lease), dropping the records of
+-- those that don't.
 local function fair_keeps(w, now)
-  redis.call('ZREMRANGEBYSCORE', w.b .. 'rq', '-inf', now - RUN_MAX_MS - 1)
-  return redis.call('ZCARD', w.b .. 'rq') > 0
+  local rq = w.b .. 'rq'
+  redis.call('ZREMRANGEBYSCORE', rq, '-inf', now - RUN_MAX_MS - 1)
+  for _, tok in ipairs(redis.call('ZRANGE', rq, 0, -1)) do
+    local raw = redis.call('HGET', w.b .. 'r', tok)
+    if not raw then
+      redis.call('ZREM', rq, tok)
+    else
+      local r = cjson.decode(raw)
+      if not fair_leased(r, tok, now) then fair_drop(w, tok, r.u) end
+    end
+  end
+  return redis.call('ZCARD', rq) > 0
 end
 
 -- fair_estimate is a new ticket's estimate: the cost of the user's last
@@ -111,7 +148,7 @@ end
 
 -- fair_pending is the provisional charge of user's calls running now
 -- (for those charged by time, seats x ms held beyond their estimate), and
--- how many run.
+-- how many run: a call whose lease has gone runs no more (fair_drop).
 local function fair_pending(w, user, now)
   local ru = w.b .. 'ru:' .. user
   local old = redis.call('ZRANGEBYSCORE', ru, '-inf', now - RUN_MAX_MS - 1)
@@ -123,10 +160,12 @@ local function fair_pending(w, user, now)
   local p, running = 0, 0
   for _, tok in ipairs(redis.call('ZRANGE', ru, 0, -1)) do
     local raw = redis.call('HGET', w.b .. 'r', tok)
-    if raw then
-      local r = cjson.decode(raw)
+    local r = raw and cjson.decode(raw)
+    if r and fair_leased(r, tok, now) then
       running = running + 1
       if r.b == 1 then p = p + math.max(r.s * (now - r.t) - r.e, 0) end
+    elseif r then
+      fair_drop(w, tok, user)
     else
       redis.call('ZREM', ru, tok)
     end
@@ -429,7 +468,7 @@ local function pass(w, now)
             if need > most then most = need end
           end
           if s > v then v = s end
-          fair_start(w, token, tk.u, most, tk.e, tk.fb, true, now)
+          fair_start(w, token, tk.u, most, tk.e, tk.fb, true, now, tk.k[1])
           granted = true
           remove_ticket(w, token, tk, true)
           pos = pos - 1

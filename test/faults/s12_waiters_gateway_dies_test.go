@@ -31,6 +31,9 @@ func waitConfig() []string {
 
 const waitMax = 20 * time.Second
 
+// waitLease is waitConfig's lease_seconds.
+const waitLease = 15 * time.Second
+
 // waiter is one call queued in scenario 12.
 type waiter struct {
 	gw   int // index into the rig's gateways
@@ -39,9 +42,12 @@ type waiter struct {
 }
 
 // waitlistKeys returns the waitlist keys left in Redis, but fair work's
-// records (the running calls, r, ru:<user>, rq, and the cost estimates,
-// c), which outlive the list on purpose: each must expire within
-// capgate.RunMaxAge, or it is returned too.
+// cost estimates (c), which outlive the list on purpose and must expire
+// within capgate.RunMaxAge. The records of running calls (r, ru:<user>,
+// rq) end with the calls' leases: once the dead gateway's leases have
+// expired and the list has emptied, none is left (one with a TTL of at
+// most the lease would be a record about to go; they are written with
+// RunMaxAge).
 func waitlistKeys(ctx context.Context, c *goredis.Client) ([]string, error) {
 	keys, err := c.Keys(ctx, waitPrefix+"*").Result()
 	if err != nil {
@@ -50,12 +56,19 @@ func waitlistKeys(ctx context.Context, c *goredis.Client) ([]string, error) {
 	var left []string
 	for _, k := range keys {
 		rest := strings.TrimPrefix(k, waitPrefix)
-		if rest == "r" || rest == "rq" || rest == "c" || strings.HasPrefix(rest, "ru:") {
+		limit := time.Duration(0)
+		switch {
+		case rest == "c":
+			limit = capgate.RunMaxAge
+		case rest == "r" || rest == "rq" || strings.HasPrefix(rest, "ru:"):
+			limit = waitLease
+		}
+		if limit > 0 {
 			ttl, err := c.PTTL(ctx, k).Result()
 			if err != nil {
 				return nil, err
 			}
-			if ttl > 0 && ttl <= capgate.RunMaxAge {
+			if ttl > 0 && ttl <= limit {
 				continue
 			}
 		}
