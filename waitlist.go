@@ -99,8 +99,10 @@ import (
 // under one is recorded as running (its user, seats, start and estimate,
 // 0 on the fast path, which also lifts a newly active user's F to V) until
 // its ReleaseWait, which charges F += Charge.Cost − E (only for a call so
-// recorded), or for RunMaxAge (then its record is dropped: a dead
-// gateway's call stops counting). A ticket that leaves unserved gives its
+// recorded), or until its lease is gone (expired unrenewed: a dead
+// gateway's call; found at its user's next join, when the list empties, or
+// at a release that finds it empty), when its record is dropped without a
+// charge beyond E; RunMaxAge at most. A ticket that leaves unserved gives its
 // E back, and its user keeps F. The counters outlive the list's last
 // ticket while a call granted from it runs, and start over with the list
 // otherwise. Two users waiting all along get service within a bound of
@@ -223,9 +225,9 @@ type Charge struct {
 	Cost int64
 }
 
-// RunMaxAge is how long a waitlist counts a running call's provisional
-// charge (Fair work in Waitlist) without hearing of its end: a call of a
-// gateway that died stops counting against its user after it.
+// RunMaxAge is the longest a waitlist counts a running call's provisional
+// charge (Fair work in Waitlist) without hearing of its end: a backstop, as
+// a call whose lease is gone (its gateway died) stops counting sooner.
 const RunMaxAge = 10 * time.Minute
 
 // Validate reports whether a Waitlist can run t (Join, Pump): a token, at
