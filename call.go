@@ -39,10 +39,3 @@ func (c *Call) RouteName() string {
 	}
 	return c.Route.LogName
 }
-
-// Caller is who makes a call, as an identity resolver found it.
-type Caller struct {
-	UserID string   // the username
-	Staff  bool     // is_staff or is_superuser
-	Groups []string // auth groups
-}

@@ -65,7 +65,7 @@ func Example_admit() {
 		ctx := r.Context()
 		adm := gate.Admit(ctx, call) // never nil; blocks only for a call that may wait
 		defer adm.Release(ctx)       // always, however the call ends
-		out := adm.Outcome() // what was decided: a plain value
+		out := adm.Outcome()         // what was decided: a plain value
 		answer.SetHeaders(w.Header(), out)
 		if out.Refused() {
 			w.WriteHeader(http.StatusTooManyRequests)

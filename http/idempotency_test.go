@@ -341,8 +341,8 @@ func TestIdempotencyNeverForUnidentified(t *testing.T) {
 
 type failingIdentifier struct{}
 
-func (failingIdentifier) Identify(context.Context, *http.Request) (capgate.Caller, bool, error) {
-	return capgate.Caller{}, false, errors.New("lookup failed")
+func (failingIdentifier) Identify(context.Context, *http.Request) (identity.Caller, bool, error) {
+	return identity.Caller{}, false, errors.New("lookup failed")
 }
 
 // Mode off (the default) changes nothing.

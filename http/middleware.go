@@ -273,18 +273,18 @@ const bufferFullRetryAfter = 1
 // carries a credential is unverified, gated as the anonymous user; one
 // with no credential at all is ok false (passed untouched). err is the
 // identifier's failure (the caller is then unidentified).
-func (m *Middleware) identifyCaller(ctx context.Context, r *http.Request) (caller capgate.Caller, ok, unverified bool, err error) {
+func (m *Middleware) identifyCaller(ctx context.Context, r *http.Request) (caller identity.Caller, ok, unverified bool, err error) {
 	caller, ok, err = m.identify.Identify(ctx, r)
 	if err != nil {
-		return capgate.Caller{}, false, false, err
+		return identity.Caller{}, false, false, err
 	}
 	if ok && !identity.ValidUsername(caller.UserID) {
 		m.logger.Warn("capgate: username too long; the caller is gated as anonymous",
 			"length", utf8.RuneCountInString(caller.UserID), "max", identity.MaxUsername)
-		return capgate.Caller{UserID: m.anonymous}, true, true, nil
+		return identity.Caller{UserID: m.anonymous}, true, true, nil
 	}
 	if !ok && hasCredentials(r) {
-		return capgate.Caller{UserID: m.anonymous}, true, true, nil
+		return identity.Caller{UserID: m.anonymous}, true, true, nil
 	}
 	return caller, ok, false, nil
 }
@@ -334,7 +334,7 @@ func hasCredentials(r *http.Request) bool {
 // noRoomToWait is AdmitOptions.MayWait for a call that may not wait.
 func noRoomToWait() (func(), bool) { return nil, false }
 
-func (m *Middleware) gated(w http.ResponseWriter, r *http.Request, call capgate.Call, caller capgate.Caller, err error) {
+func (m *Middleware) gated(w http.ResponseWriter, r *http.Request, call capgate.Call, caller identity.Caller, err error) {
 	ctx := r.Context()
 	// The request id as the API reads it: gunicorn joins repeated lines.
 	rid := joined(r.Header, header.RequestID)

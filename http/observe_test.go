@@ -12,7 +12,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/capgate/capgate"
 	capgatehttp "github.com/capgate/capgate/http"
 	"github.com/capgate/capgate/identity"
 	"github.com/capgate/capgate/mock"
@@ -179,8 +178,8 @@ func TestAccessLog(t *testing.T) {
 // the API is down.
 type failingIdentity struct{}
 
-func (failingIdentity) Identify(context.Context, *http.Request) (capgate.Caller, bool, error) {
-	return capgate.Caller{}, false, errors.New("identity lookup: connection refused")
+func (failingIdentity) Identify(context.Context, *http.Request) (identity.Caller, bool, error) {
+	return identity.Caller{}, false, errors.New("identity lookup: connection refused")
 }
 
 // TestMetricsWithoutTheIdentityLookup is the finding "/metrics answers 503

@@ -12,7 +12,6 @@ import (
 	"strings"
 	"time"
 
-	"github.com/capgate/capgate"
 	"github.com/capgate/capgate/config"
 	"github.com/capgate/capgate/identity"
 	"github.com/capgate/capgate/internal/jsonenc"
@@ -109,7 +108,7 @@ func (h *StaffHandler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	path := strings.TrimSuffix(r.URL.Path, "/")
 	var (
 		allow string
-		serve func(http.ResponseWriter, *http.Request, capgate.Caller)
+		serve func(http.ResponseWriter, *http.Request, identity.Caller)
 	)
 	switch path {
 	case "/capacity/config":
@@ -147,7 +146,7 @@ func (h *StaffHandler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		}
 		allow = "GET"
 		if r.Method == http.MethodGet {
-			serve = func(w http.ResponseWriter, r *http.Request, _ capgate.Caller) { h.Health.Readyz().ServeHTTP(w, r) }
+			serve = func(w http.ResponseWriter, r *http.Request, _ identity.Caller) { h.Health.Readyz().ServeHTTP(w, r) }
 		}
 	default:
 		staffError(w, http.StatusNotFound, "Not found.")
@@ -172,7 +171,7 @@ func (h *StaffHandler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 // for staff, and then nothing was written. The 401's challenge names
 // scheme, the credential scheme of the policy in force ("Token" when
 // empty), so a client (the status page) knows what to send.
-func requireStaff(w http.ResponseWriter, r *http.Request, ids identity.Identifier, logger *slog.Logger, scheme string) (capgate.Caller, bool) {
+func requireStaff(w http.ResponseWriter, r *http.Request, ids identity.Identifier, logger *slog.Logger, scheme string) (identity.Caller, bool) {
 	if scheme == "" {
 		scheme = "Token"
 	}
@@ -181,14 +180,14 @@ func requireStaff(w http.ResponseWriter, r *http.Request, ids identity.Identifie
 	case err != nil:
 		logger.Warn("staff endpoint: the identity lookup failed", slog.Any("error", err))
 		staffError(w, http.StatusServiceUnavailable, "Could not tell who is calling. Please retry.")
-		return capgate.Caller{}, false
+		return identity.Caller{}, false
 	case !ok || !identity.ValidUsername(caller.UserID):
 		w.Header().Set("WWW-Authenticate", scheme)
 		staffError(w, http.StatusUnauthorized, staffDetailAnonymous)
-		return capgate.Caller{}, false
+		return identity.Caller{}, false
 	case !caller.Staff:
 		staffError(w, http.StatusForbidden, staffDetailForbidden)
-		return capgate.Caller{}, false
+		return identity.Caller{}, false
 	}
 	return caller, true
 }
@@ -230,7 +229,7 @@ func staffNullable(s string) *string {
 	return &s
 }
 
-func (h *StaffHandler) getConfig(w http.ResponseWriter, r *http.Request, _ capgate.Caller) {
+func (h *StaffHandler) getConfig(w http.ResponseWriter, r *http.Request, _ identity.Caller) {
 	v, cfg, err := h.configs.Current(r.Context())
 	if err != nil {
 		h.storeFailed(w, "read the capacity config", err)
@@ -244,7 +243,7 @@ func (h *StaffHandler) getConfig(w http.ResponseWriter, r *http.Request, _ capga
 	}{staffMetaOf(v), cfg, defaults})
 }
 
-func (h *StaffHandler) changeConfig(w http.ResponseWriter, r *http.Request, caller capgate.Caller) {
+func (h *StaffHandler) changeConfig(w http.ResponseWriter, r *http.Request, caller identity.Caller) {
 	body, err := io.ReadAll(http.MaxBytesReader(w, r.Body, staffMaxBodyBytes))
 	if err != nil {
 		if _, ok := errors.AsType[*http.MaxBytesError](err); ok {
@@ -292,7 +291,7 @@ func (h *StaffHandler) changeConfig(w http.ResponseWriter, r *http.Request, call
 // rollback that would not do what its caller means (nothing to roll back,
 // the config already in force, the last change itself a rollback, a
 // change saved meanwhile) is 409 with a detail that says so.
-func (h *StaffHandler) rollback(w http.ResponseWriter, r *http.Request, caller capgate.Caller) {
+func (h *StaffHandler) rollback(w http.ResponseWriter, r *http.Request, caller identity.Caller) {
 	body, err := io.ReadAll(http.MaxBytesReader(w, r.Body, staffMaxBodyBytes))
 	if err != nil {
 		staffError(w, http.StatusRequestEntityTooLarge, staffDetailTooLarge)
@@ -379,7 +378,7 @@ func NewHistoryEntry(v config.Version) HistoryEntry {
 	return e
 }
 
-func (h *StaffHandler) history(w http.ResponseWriter, r *http.Request, _ capgate.Caller) {
+func (h *StaffHandler) history(w http.ResponseWriter, r *http.Request, _ identity.Caller) {
 	vs, err := h.configs.History(r.Context(), staffHistoryLimit(r.URL.Query().Get("limit")))
 	if err != nil {
 		h.storeFailed(w, "read the capacity config history", err)
@@ -392,7 +391,7 @@ func (h *StaffHandler) history(w http.ResponseWriter, r *http.Request, _ capgate
 	staffJSON(w, http.StatusOK, out)
 }
 
-func (h *StaffHandler) getStatus(w http.ResponseWriter, r *http.Request, _ capgate.Caller) {
+func (h *StaffHandler) getStatus(w http.ResponseWriter, r *http.Request, _ identity.Caller) {
 	if h.Status == nil {
 		staffError(w, http.StatusServiceUnavailable, "This gateway has no lane store to report on.")
 		return
@@ -458,7 +457,7 @@ type policyLaneView struct {
 	ReserveKey string   `json:"reserve_key,omitempty"`
 }
 
-func (h *StaffHandler) getPolicy(w http.ResponseWriter, _ *http.Request, _ capgate.Caller) {
+func (h *StaffHandler) getPolicy(w http.ResponseWriter, _ *http.Request, _ identity.Caller) {
 	defaults := h.configs.Defaults()
 	p := defaults.Policy()
 	v := policyView{Name: p.Name, File: p.File, Tiers: p.Tiers(), ConfigKeys: defaults.Keys(),

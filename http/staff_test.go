@@ -17,6 +17,7 @@ import (
 	"github.com/capgate/capgate"
 	"github.com/capgate/capgate/config"
 	capgatehttp "github.com/capgate/capgate/http"
+	"github.com/capgate/capgate/identity"
 	"github.com/capgate/capgate/internal/jsontree"
 	"github.com/capgate/capgate/memory"
 	"github.com/capgate/capgate/mock"
@@ -29,19 +30,19 @@ import (
 // tokens is an Identifier from a map of "Token <t>" or "Bearer <t>"
 // credentials, as identity.Tokens reads them; the token "broken" makes the
 // lookup fail.
-type tokens map[string]capgate.Caller
+type tokens map[string]identity.Caller
 
-func (m tokens) Identify(_ context.Context, r *http.Request) (capgate.Caller, bool, error) {
+func (m tokens) Identify(_ context.Context, r *http.Request) (identity.Caller, bool, error) {
 	auth := r.Header.Get("Authorization")
 	t, ok := strings.CutPrefix(auth, "Token ")
 	if !ok {
 		t, ok = strings.CutPrefix(auth, "Bearer ")
 	}
 	if !ok {
-		return capgate.Caller{}, false, nil
+		return identity.Caller{}, false, nil
 	}
 	if t == "broken" {
-		return capgate.Caller{}, false, errors.New("identity lookup timed out")
+		return identity.Caller{}, false, errors.New("identity lookup timed out")
 	}
 	c, ok := m[t]
 	return c, ok, nil

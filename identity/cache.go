@@ -4,8 +4,6 @@ import (
 	"container/list"
 	"sync"
 	"time"
-
-	"github.com/capgate/capgate"
 )
 
 // credKey is the cache key of a credential: its SHA-256, so raw tokens are
@@ -15,7 +13,7 @@ type credKey [32]byte
 // identityEntry is one cached lookup: a caller, or anonymous (ok false).
 type identityEntry struct {
 	key     credKey
-	caller  capgate.Caller
+	caller  Caller
 	ok      bool
 	expires time.Time
 }

@@ -24,9 +24,14 @@ import (
 	"os"
 	"strings"
 	"unicode/utf8"
-
-	"github.com/capgate/capgate"
 )
+
+// Caller is who makes a call, as an identity resolver found it.
+type Caller struct {
+	UserID string   // the username
+	Staff  bool     // is_staff or is_superuser
+	Groups []string // auth groups
+}
 
 // Identifier tells who makes a request: the gateway's identity resolvers
 // (upstream lookup, trusted headers, a tokens file) implement it, and the
@@ -39,7 +44,7 @@ type Identifier interface {
 	// AnonymousUser (one rule for every Identifier). An error means the
 	// lookup itself failed (timeout, upstream error): the middleware
 	// gates the call as "(unidentified)" (AdmitOptions.Unidentified).
-	Identify(ctx context.Context, r *http.Request) (c capgate.Caller, ok bool, err error)
+	Identify(ctx context.Context, r *http.Request) (c Caller, ok bool, err error)
 }
 
 // The headers an auth proxy in front sets for Header.
@@ -98,13 +103,13 @@ func ParseTrustedProxies(cidrs []string) ([]netip.Prefix, error) {
 }
 
 // Identify implements Identifier.
-func (h *Header) Identify(_ context.Context, r *http.Request) (capgate.Caller, bool, error) {
+func (h *Header) Identify(_ context.Context, r *http.Request) (Caller, bool, error) {
 	if !h.trusted(r.RemoteAddr) {
-		return capgate.Caller{}, false, nil
+		return Caller{}, false, nil
 	}
 	user := strings.TrimSpace(r.Header.Get(headerUser))
 	if user == "" {
-		return capgate.Caller{}, false, nil
+		return Caller{}, false, nil
 	}
 	var groups []string
 	for g := range strings.SplitSeq(r.Header.Get(headerGroups), ",") {
@@ -113,7 +118,7 @@ func (h *Header) Identify(_ context.Context, r *http.Request) (capgate.Caller, b
 		}
 	}
 	staff := strings.TrimSpace(r.Header.Get(headerStaff))
-	return capgate.Caller{
+	return Caller{
 		UserID: user,
 		Staff:  staff == "1" || strings.EqualFold(staff, "true"),
 		Groups: groups,
@@ -158,13 +163,13 @@ type TokenEntry struct {
 // without, or with a token not in the list, is anonymous. It never returns
 // an error. The tokens are kept only as their SHA-256. Safe for concurrent use.
 type Tokens struct {
-	callers map[credKey]capgate.Caller
+	callers map[credKey]Caller
 }
 
 // NewTokens returns the Tokens knowing entries. It returns an
 // error for an entry with no token or username, or a token given twice.
 func NewTokens(entries []TokenEntry) (*Tokens, error) {
-	t := &Tokens{callers: make(map[credKey]capgate.Caller, len(entries))}
+	t := &Tokens{callers: make(map[credKey]Caller, len(entries))}
 	for i, e := range entries {
 		if e.Token == "" || e.Username == "" {
 			return nil, fmt.Errorf("tokens: entry %d: token and username are required", i)
@@ -173,7 +178,7 @@ func NewTokens(entries []TokenEntry) (*Tokens, error) {
 		if _, dup := t.callers[k]; dup {
 			return nil, fmt.Errorf("tokens: entry %d (%s): the token is given twice", i, e.Username)
 		}
-		t.callers[k] = capgate.Caller{UserID: e.Username, Staff: e.IsStaff, Groups: e.AuthGroups}
+		t.callers[k] = Caller{UserID: e.Username, Staff: e.IsStaff, Groups: e.AuthGroups}
 	}
 	return t, nil
 }
@@ -213,10 +218,10 @@ func ReadTokens(path string) ([]TokenEntry, error) {
 }
 
 // Identify implements Identifier.
-func (t *Tokens) Identify(_ context.Context, r *http.Request) (capgate.Caller, bool, error) {
+func (t *Tokens) Identify(_ context.Context, r *http.Request) (Caller, bool, error) {
 	tok, ok := bearer(joined(r.Header, "Authorization")) // as gunicorn hands it to DRF
 	if !ok {
-		return capgate.Caller{}, false, nil
+		return Caller{}, false, nil
 	}
 	c, ok := t.callers[credKey(sha256.Sum256([]byte(tok)))]
 	return c, ok, nil

@@ -18,7 +18,6 @@ import (
 	"testing/synctest"
 	"time"
 
-	"github.com/capgate/capgate"
 	"github.com/capgate/capgate/identity"
 	"github.com/capgate/capgate/mock"
 )
@@ -103,19 +102,19 @@ func TestUpstreamIdentity(t *testing.T) {
 	id := mustUpstreamIdentity(t, api, clock)
 	ctx := t.Context()
 
-	check := func(auth string, want capgate.Caller, wantOK bool) {
+	check := func(auth string, want identity.Caller, wantOK bool) {
 		t.Helper()
 		got, ok, err := id.Identify(ctx, requestWithAuth(auth))
 		if err != nil || ok != wantOK || !reflect.DeepEqual(got, want) {
 			t.Errorf("Identify(%q) = %+v, %v, %v; want %+v, %v, nil", auth, got, ok, err, want, wantOK)
 		}
 	}
-	alice := capgate.Caller{UserID: "alice", Groups: []string{"core_user"}}
+	alice := identity.Caller{UserID: "alice", Groups: []string{"core_user"}}
 
-	check("", capgate.Caller{}, false)
+	check("", identity.Caller{}, false)
 	check("Token alice", alice, true)
-	check("Token root", capgate.Caller{UserID: "root", Staff: true, Groups: []string{}}, true)
-	check("Token bob", capgate.Caller{UserID: "bob"}, true)
+	check("Token root", identity.Caller{UserID: "root", Staff: true, Groups: []string{}}, true)
+	check("Token bob", identity.Caller{UserID: "bob"}, true)
 	if n := api.Calls(""); n != 0 {
 		t.Errorf("a request without credentials made %d lookups", n)
 	}
@@ -133,14 +132,14 @@ func TestUpstreamIdentity(t *testing.T) {
 	}
 
 	// A 401 is anonymous, cached briefly.
-	check("Token mallory", capgate.Caller{}, false)
+	check("Token mallory", identity.Caller{}, false)
 	clock.Advance(4 * time.Second)
-	check("Token mallory", capgate.Caller{}, false)
+	check("Token mallory", identity.Caller{}, false)
 	if n := api.Calls("Token mallory"); n != 1 {
 		t.Errorf("lookups for a rejected token within 4 s = %d, want 1", n)
 	}
 	clock.Advance(time.Second)
-	check("Token mallory", capgate.Caller{}, false)
+	check("Token mallory", identity.Caller{}, false)
 	if n := api.Calls("Token mallory"); n != 2 {
 		t.Errorf("lookups for a rejected token after 5 s = %d, want 2", n)
 	}
@@ -295,13 +294,13 @@ func TestHeaderIdentity(t *testing.T) {
 	}
 	tests := []struct {
 		remote, user, groups, staff string
-		want                        capgate.Caller
+		want                        identity.Caller
 		ok                          bool
 	}{
-		{remote: "10.1.2.3:5000", user: "alice", groups: "core_user, early_access,,", want: capgate.Caller{UserID: "alice", Groups: []string{"core_user", "early_access"}}, ok: true},
-		{remote: "192.168.1.7:1", user: "root", staff: "True", want: capgate.Caller{UserID: "root", Staff: true}, ok: true},
-		{remote: "[::ffff:10.0.0.1]:80", user: "bob", staff: "1", want: capgate.Caller{UserID: "bob", Staff: true}, ok: true},
-		{remote: "[::1]:80", user: "carol", staff: "no", want: capgate.Caller{UserID: "carol"}, ok: true},
+		{remote: "10.1.2.3:5000", user: "alice", groups: "core_user, early_access,,", want: identity.Caller{UserID: "alice", Groups: []string{"core_user", "early_access"}}, ok: true},
+		{remote: "192.168.1.7:1", user: "root", staff: "True", want: identity.Caller{UserID: "root", Staff: true}, ok: true},
+		{remote: "[::ffff:10.0.0.1]:80", user: "bob", staff: "1", want: identity.Caller{UserID: "bob", Staff: true}, ok: true},
+		{remote: "[::1]:80", user: "carol", staff: "no", want: identity.Caller{UserID: "carol"}, ok: true},
 		{remote: "192.168.1.8:1", user: "root", staff: "true"},
 		{remote: "11.0.0.1:1", user: "alice"},
 		{remote: "10.1.2.3:5000"},
@@ -340,16 +339,16 @@ func TestTokenIdentity(t *testing.T) {
 	}
 	tests := []struct {
 		auth string
-		want capgate.Caller
+		want identity.Caller
 		ok   bool
 	}{
-		{"Token t-alice", capgate.Caller{UserID: "alice", Groups: []string{"core_user"}}, true},
-		{"Bearer t-root", capgate.Caller{UserID: "root", Staff: true}, true},
-		{"bearer  t-root ", capgate.Caller{UserID: "root", Staff: true}, true},
-		{"Basic t-root", capgate.Caller{}, false},
-		{"Token t-bob", capgate.Caller{}, false},
-		{"Token", capgate.Caller{}, false},
-		{"", capgate.Caller{}, false},
+		{"Token t-alice", identity.Caller{UserID: "alice", Groups: []string{"core_user"}}, true},
+		{"Bearer t-root", identity.Caller{UserID: "root", Staff: true}, true},
+		{"bearer  t-root ", identity.Caller{UserID: "root", Staff: true}, true},
+		{"Basic t-root", identity.Caller{}, false},
+		{"Token t-bob", identity.Caller{}, false},
+		{"Token", identity.Caller{}, false},
+		{"", identity.Caller{}, false},
 	}
 	for _, tt := range tests {
 		got, ok, err := id.Identify(t.Context(), requestWithAuth(tt.auth))

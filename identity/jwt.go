@@ -19,8 +19,6 @@ import (
 	jose "github.com/go-jose/go-jose/v4"
 	josejson "github.com/go-jose/go-jose/v4/json"
 	"github.com/go-jose/go-jose/v4/jwt"
-
-	"github.com/capgate/capgate"
 )
 
 // DefaultJWTLeeway is the clock skew JWT allows on a token's exp, nbf and
@@ -292,10 +290,10 @@ func jwkFits(k *jose.JSONWebKey, alg jose.SignatureAlgorithm) bool {
 }
 
 // Identify implements Identifier.
-func (j *JWT) Identify(_ context.Context, r *http.Request) (capgate.Caller, bool, error) {
+func (j *JWT) Identify(_ context.Context, r *http.Request) (Caller, bool, error) {
 	tok, ok := bearerOnly(joined(r.Header, "Authorization")) // as gunicorn hands it to the app
 	if !ok || len(tok) > maxJWTBytes {
-		return capgate.Caller{}, false, nil
+		return Caller{}, false, nil
 	}
 	c, ok := j.verify(tok)
 	return c, ok, nil
@@ -314,10 +312,10 @@ func bearerOnly(auth string) (string, bool) {
 
 // verify returns the caller tok names, if its signature, header and claims
 // are all good.
-func (j *JWT) verify(tok string) (capgate.Caller, bool) {
+func (j *JWT) verify(tok string) (Caller, bool) {
 	sig, err := jose.ParseSignedCompact(tok, j.algs) // refuses an alg not in j.algs
 	if err != nil || len(sig.Signatures) != 1 {
-		return capgate.Caller{}, false
+		return Caller{}, false
 	}
 	h := sig.Signatures[0].Header
 	alg := jose.SignatureAlgorithm(h.Algorithm)
@@ -335,7 +333,7 @@ func (j *JWT) verify(tok string) (capgate.Caller, bool) {
 		}
 	}
 	if !verified {
-		return capgate.Caller{}, false
+		return Caller{}, false
 	}
 	return j.claims(payload)
 }
@@ -344,31 +342,31 @@ func (j *JWT) verify(tok string) (capgate.Caller, bool) {
 // registered claims are valid now and its user and groups claims are
 // well formed. It decodes with go-jose's JSON, which matches names
 // exactly, as go-jose reads the registered claims.
-func (j *JWT) claims(payload []byte) (capgate.Caller, bool) {
+func (j *JWT) claims(payload []byte) (Caller, bool) {
 	var std jwt.Claims
 	var all map[string]josejson.RawMessage
 	if josejson.Unmarshal(payload, &std) != nil || josejson.Unmarshal(payload, &all) != nil {
-		return capgate.Caller{}, false
+		return Caller{}, false
 	}
 	// A token must expire: one without exp would name its holder for good,
 	// whatever happens to the key that signed it.
 	if std.Expiry == nil || std.ValidateWithLeeway(j.expected.WithTime(j.now()), j.leeway) != nil {
-		return capgate.Caller{}, false
+		return Caller{}, false
 	}
 	var user string
 	if raw, ok := all[j.user]; !ok || josejson.Unmarshal(raw, &user) != nil || user == "" {
-		return capgate.Caller{}, false
+		return Caller{}, false
 	}
 	groups, ok := jwtGroups(all[j.groups])
 	if !ok {
-		return capgate.Caller{}, false
+		return Caller{}, false
 	}
 	var staff bool
 	if j.staff != "" {
 		var v any
 		staff = josejson.Unmarshal(all[j.staff], &v) == nil && v == true
 	}
-	return capgate.Caller{UserID: user, Staff: staff, Groups: groups}, true
+	return Caller{UserID: user, Staff: staff, Groups: groups}, true
 }
 
 // jwtGroups reads a groups claim: absent or null (no groups), one string

@@ -21,7 +21,6 @@ import (
 
 	jose "github.com/go-jose/go-jose/v4"
 
-	"github.com/capgate/capgate"
 	"github.com/capgate/capgate/identity"
 )
 
@@ -190,7 +189,7 @@ func mustJSON(tb testing.TB, v any) []byte {
 
 // identifyAuth runs j.Identify on a request with the Authorization lines
 // given.
-func identifyAuth(tb testing.TB, j *identity.JWT, auth ...string) (capgate.Caller, bool) {
+func identifyAuth(tb testing.TB, j *identity.JWT, auth ...string) (identity.Caller, bool) {
 	tb.Helper()
 	r := httptest.NewRequest("GET", "/api/heavy/", nil)
 	if auth != nil {
@@ -200,14 +199,14 @@ func identifyAuth(tb testing.TB, j *identity.JWT, auth ...string) (capgate.Calle
 	if err != nil {
 		tb.Fatalf("Identify: error %v, want none (a bad token is anonymous)", err)
 	}
-	if !ok && !reflect.DeepEqual(c, capgate.Caller{}) {
-		tb.Fatalf("Identify: not ok with caller %+v, want the zero Caller", c)
+	if !ok && !reflect.DeepEqual(c, identity.Caller{}) {
+		tb.Fatalf("Identify: not ok with caller %+v, want the zero identity.Caller", c)
 	}
 	return c, ok
 }
 
 // alice is the caller claims() names.
-var alice = capgate.Caller{UserID: "alice", Staff: true, Groups: []string{"core_user", "beta"}}
+var alice = identity.Caller{UserID: "alice", Staff: true, Groups: []string{"core_user", "beta"}}
 
 func TestJWTIdentifyValid(t *testing.T) {
 	k := jwtKeys()
@@ -249,16 +248,16 @@ func TestJWTIdentifyClaims(t *testing.T) {
 	for _, tc := range []struct {
 		name   string
 		claims map[string]any
-		want   capgate.Caller
+		want   identity.Caller
 	}{
-		{"one group as a string", claims("groups", "core_user"), capgate.Caller{UserID: "alice", Staff: true, Groups: []string{"core_user"}}},
-		{"no groups claim", claims("groups", nil), capgate.Caller{UserID: "alice", Staff: true}},
-		{"null groups", claims("groups", json.RawMessage("null")), capgate.Caller{UserID: "alice", Staff: true}},
-		{"empty groups dropped", claims("groups", []string{"", "a", ""}), capgate.Caller{UserID: "alice", Staff: true, Groups: []string{"a"}}},
-		{"no staff claim", claims("is_staff", nil), capgate.Caller{UserID: "alice", Groups: alice.Groups}},
-		{"staff false", claims("is_staff", false), capgate.Caller{UserID: "alice", Groups: alice.Groups}},
-		{"staff as a string", claims("is_staff", "true"), capgate.Caller{UserID: "alice", Groups: alice.Groups}},
-		{"staff as a number", claims("is_staff", 1), capgate.Caller{UserID: "alice", Groups: alice.Groups}},
+		{"one group as a string", claims("groups", "core_user"), identity.Caller{UserID: "alice", Staff: true, Groups: []string{"core_user"}}},
+		{"no groups claim", claims("groups", nil), identity.Caller{UserID: "alice", Staff: true}},
+		{"null groups", claims("groups", json.RawMessage("null")), identity.Caller{UserID: "alice", Staff: true}},
+		{"empty groups dropped", claims("groups", []string{"", "a", ""}), identity.Caller{UserID: "alice", Staff: true, Groups: []string{"a"}}},
+		{"no staff claim", claims("is_staff", nil), identity.Caller{UserID: "alice", Groups: alice.Groups}},
+		{"staff false", claims("is_staff", false), identity.Caller{UserID: "alice", Groups: alice.Groups}},
+		{"staff as a string", claims("is_staff", "true"), identity.Caller{UserID: "alice", Groups: alice.Groups}},
+		{"staff as a number", claims("is_staff", 1), identity.Caller{UserID: "alice", Groups: alice.Groups}},
 		{"aud a string", claims("aud", jwtAudience), alice},
 		{"exp within leeway", claims("exp", sec(-29*time.Second)), alice},
 		{"nbf within leeway", claims("nbf", sec(29*time.Second)), alice},
@@ -278,7 +277,7 @@ func TestJWTIdentifyClaims(t *testing.T) {
 			o.UserClaim, o.GroupsClaim, o.StaffClaim = "preferred_username", "roles", ""
 		})
 		tok := signJWT(t, jose.ES256, k.ec1, "ec1", claims("sub", "svc-123", "preferred_username", "bob", "roles", []string{"ops"}), nil)
-		want := capgate.Caller{UserID: "bob", Groups: []string{"ops"}} // is_staff is true, but no staff claim is set
+		want := identity.Caller{UserID: "bob", Groups: []string{"ops"}} // is_staff is true, but no staff claim is set
 		if c, ok := identifyAuth(t, j, "Bearer "+tok); !ok || !reflect.DeepEqual(c, want) {
 			t.Errorf("got %+v, %v; want %+v, true", c, ok, want)
 		}

@@ -6,8 +6,6 @@ import (
 	"crypto/subtle"
 	"fmt"
 	"net/http"
-
-	"github.com/capgate/capgate"
 )
 
 // Staff identifies the callers of capgate's own staff endpoints
@@ -29,7 +27,7 @@ func NewStaff(static, next Identifier) *Staff {
 }
 
 // Identify implements Identifier.
-func (s *Staff) Identify(ctx context.Context, r *http.Request) (capgate.Caller, bool, error) {
+func (s *Staff) Identify(ctx context.Context, r *http.Request) (Caller, bool, error) {
 	if s.static != nil {
 		c, ok, err := s.static.Identify(ctx, r)
 		if err == nil && ok {

@@ -13,8 +13,6 @@ import (
 	"sync"
 	"time"
 	"unicode/utf8"
-
-	"github.com/capgate/capgate"
 )
 
 // Defaults of Upstream.
@@ -130,7 +128,7 @@ func (u *Upstream) now() time.Time {
 }
 
 // Identify implements Identifier.
-func (u *Upstream) Identify(ctx context.Context, r *http.Request) (capgate.Caller, bool, error) {
+func (u *Upstream) Identify(ctx context.Context, r *http.Request) (Caller, bool, error) {
 	// The credentials as the API reads them: DRF's TokenAuthentication
 	// first, from Authorization (gunicorn joins repeated lines with ","),
 	// then SessionAuthentication, from the session cookie alone.
@@ -151,7 +149,7 @@ func (u *Upstream) Identify(ctx context.Context, r *http.Request) (capgate.Calle
 	case hasSession:
 		return u.resolve(ctx, credentials{session: session, hasSession: true})
 	}
-	return capgate.Caller{}, false, nil
+	return Caller{}, false, nil
 }
 
 // sessionCookie returns the session cookie's name.
@@ -164,7 +162,7 @@ func (u *Upstream) sessionCookie() string {
 
 // resolve returns the caller cred names, from the cache or one lookup
 // shared by every request with the same cred.
-func (u *Upstream) resolve(ctx context.Context, cred credentials) (capgate.Caller, bool, error) {
+func (u *Upstream) resolve(ctx context.Context, cred credentials) (Caller, bool, error) {
 	u.init()
 	k := cred.key()
 	if e, ok := u.cache.get(k, u.now()); ok {
@@ -184,7 +182,7 @@ func (u *Upstream) resolve(ctx context.Context, cred credentials) (capgate.Calle
 		case <-f.done:
 			return f.e.caller, f.e.ok, f.err
 		case <-ctx.Done():
-			return capgate.Caller{}, false, fmt.Errorf("identify caller: %w", ctx.Err())
+			return Caller{}, false, fmt.Errorf("identify caller: %w", ctx.Err())
 		}
 	}
 
@@ -333,7 +331,7 @@ func (u *Upstream) lookup(ctx context.Context, cred credentials) (identityEntry,
 		return identityEntry{expires: now.Add(ttl)}, nil
 	}
 	return identityEntry{
-		caller: capgate.Caller{
+		caller: Caller{
 			UserID: ans.Username,
 			Staff:  ans.IsStaff || ans.IsSuperuser,
 			Groups: boundGroups(ans.AuthGroups),

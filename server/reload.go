@@ -10,7 +10,6 @@ import (
 	"sync/atomic"
 	"syscall"
 
-	"github.com/capgate/capgate"
 	"github.com/capgate/capgate/identity"
 )
 
@@ -80,7 +79,7 @@ func (t *reloadingTokens) Reload() error {
 	return nil
 }
 
-func (t *reloadingTokens) Identify(ctx context.Context, r *http.Request) (capgate.Caller, bool, error) {
+func (t *reloadingTokens) Identify(ctx context.Context, r *http.Request) (identity.Caller, bool, error) {
 	return t.cur.Load().Identify(ctx, r)
 }
 

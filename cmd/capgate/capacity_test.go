@@ -23,6 +23,7 @@ import (
 	"github.com/capgate/capgate/config"
 	"github.com/capgate/capgate/configtest"
 	capgatehttp "github.com/capgate/capgate/http"
+	"github.com/capgate/capgate/identity"
 	"github.com/capgate/capgate/internal/skipnote"
 	"github.com/capgate/capgate/lanetest"
 	"github.com/capgate/capgate/redis"
@@ -155,8 +156,8 @@ func TestCapacityShowSetResetHistory(t *testing.T) {
 // staffCaller is an Identifier that takes every caller for staff.
 type staffCaller struct{}
 
-func (staffCaller) Identify(context.Context, *http.Request) (capgate.Caller, bool, error) {
-	return capgate.Caller{UserID: "root", Staff: true}, true, nil
+func (staffCaller) Identify(context.Context, *http.Request) (identity.Caller, bool, error) {
+	return identity.Caller{UserID: "root", Staff: true}, true, nil
 }
 
 // TestCapacityHistoryMatchesStaffAPI: `capacity history` and the staff
