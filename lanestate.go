@@ -40,22 +40,27 @@ func (g *Gate) Status(ctx context.Context, cfg settings.Config) status.Snapshot 
 // count and one waiting count, so it costs the store no scan. A task
 // lane holds that one task, also when idle; a lane keyed by the caller or a
 // call field is empty. The limits are cfg's. For metrics, read on every
-// scrape.
-func (g *Gate) ReadLanes(ctx context.Context, cfg settings.Config) status.Snapshot {
-	st := newSnapshot(g.Store, cfg)
+// scrape. When the store can't be read (st.Store says why) and the gate has
+// local lanes (Gate.Local), it reads those instead, and local is true: the
+// calls this gateway alone counts, which decide while the lane store is
+// unavailable, with the degraded limits they then apply (the lanes every
+// gateway shares divided among the gateways last seen).
+func (g *Gate) ReadLanes(ctx context.Context, cfg settings.Config) (st status.Snapshot, local bool) {
+	st = newSnapshot(g.Store, cfg)
 	if err := g.readLanes(ctx, g.Store, g.keys(cfg), cfg, &st, false); err != nil {
-		return failedSnapshot(st, err)
+		st = failedSnapshot(st, err)
+		if l, ok := g.readLocalLanes(ctx, cfg); ok && l.Store == status.OK {
+			return l, true
+		}
+		return st, false
 	}
 	st.Store = status.OK
-	return st
+	return st, false
 }
 
-// ReadLocalLanes is ReadLanes over the gate's local lanes (Gate.Local):
-// the calls this gateway alone counts, which decide while the lane store
-// is unavailable, with the degraded limits they then apply (the lanes
-// every gateway shares divided among the gateways last seen). ok is false
-// for a gate without local lanes. For the lane gauges during an outage.
-func (g *Gate) ReadLocalLanes(ctx context.Context, cfg settings.Config) (st status.Snapshot, ok bool) {
+// readLocalLanes is ReadLanes over the gate's local lanes, with their
+// degraded limits; ok is false for a gate without local lanes.
+func (g *Gate) readLocalLanes(ctx context.Context, cfg settings.Config) (st status.Snapshot, ok bool) {
 	if g.Local == nil {
 		return status.Snapshot{}, false
 	}

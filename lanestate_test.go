@@ -40,9 +40,9 @@ func TestReadLanesScansNothing(t *testing.T) {
 		scans++
 		return base.Keys(ctx, prefix)
 	}
-	st := g1.ReadLanes(ctx, cfg)
-	if scans != 0 {
-		t.Errorf("ReadLanes listed keys %d times, want none", scans)
+	st, local := g1.ReadLanes(ctx, cfg)
+	if scans != 0 || local {
+		t.Errorf("ReadLanes listed keys %d times (local %v), want none, from the store", scans, local)
 	}
 	if st.Store != status.OK || lanetest.SharedLane(t, st, "api_heavy").InFlight != 2 || lanetest.SharedLane(t, st, "es2_knn").InFlight != 2 ||
 		lanetest.Entries(t, st, "tier")["core"].InFlight != 2 {
@@ -62,8 +62,8 @@ func TestReadLanesScansNothing(t *testing.T) {
 	}
 
 	store.CountFn = func(context.Context, []string, []int) error { return context.DeadlineExceeded }
-	if st := g1.ReadLanes(ctx, cfg); st.Store == status.OK || len(st.Shared) != 0 || len(st.Keyed) != 0 {
-		t.Errorf("ReadLanes with a failing store: %+v; want the error and no lanes", st)
+	if st, local := g1.ReadLanes(ctx, cfg); st.Store == status.OK || local || len(st.Shared) != 0 || len(st.Keyed) != 0 {
+		t.Errorf("ReadLanes with a failing store and no local lanes: %+v (local %v); want the error and no lanes", st, local)
 	}
 }
 

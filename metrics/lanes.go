@@ -24,14 +24,7 @@ const (
 // LaneReader reads the lanes' state now; capgate.Gate implements it
 // (ReadLanes: the fixed lanes and the gate's own task lane, no key scan).
 type LaneReader interface {
-	ReadLanes(ctx context.Context, cfg settings.Config) status.Snapshot
-}
-
-// LocalLaneReader is a LaneReader that also reads the gateway's own local
-// lanes (capgate.Gate.ReadLocalLanes): what decides while the lane store
-// is unavailable. ok is false when there are none.
-type LocalLaneReader interface {
-	ReadLocalLanes(ctx context.Context, cfg settings.Config) (st status.Snapshot, ok bool)
+	ReadLanes(ctx context.Context, cfg settings.Config) (st status.Snapshot, local bool)
 }
 
 // Where the lane series come from (the source label).
@@ -50,7 +43,7 @@ const (
 // capgate_wait_max_waiting, the config's wait.max_waiting. One read serves
 // every scrape for DefaultLanesMaxAge. Each series has source="store".
 // A read that fails counts in capgate_lane_reads_failed_total; then, if
-// lanes is a LocalLaneReader with local lanes, the series come from them,
+// the reader has local lanes (a capgate.Gate with Gate.Local), the series come from them,
 // with source="local" (this gateway's calls, against the degraded limits
 // it applies: exactly what decides during the outage), else there are
 // none (no stale values).
@@ -111,16 +104,13 @@ func (c *laneCollector) snapshot() (status.Snapshot, string, settings.Config, ui
 	ctx, cancel := context.WithTimeout(context.Background(), c.timeout)
 	defer cancel()
 	c.cfg = c.configs.Config(ctx)
-	c.st = c.read.ReadLanes(ctx, c.cfg)
-	c.at = now
-	c.source = SourceStore
-	if c.st.Store != status.OK {
-		c.failed++
-		if local, ok := c.read.(LocalLaneReader); ok {
-			if st, ok := local.ReadLocalLanes(ctx, c.cfg); ok && st.Store == status.OK {
-				c.st, c.source = st, SourceLocal
-			}
-		}
+	st, local := c.read.ReadLanes(ctx, c.cfg)
+	c.st, c.at, c.source = st, now, SourceStore
+	if local {
+		c.source = SourceLocal
+	}
+	if local || st.Store != status.OK {
+		c.failed++ // the store could not be read
 	}
 	return c.st, c.source, c.cfg, c.failed
 }
