@@ -558,6 +558,9 @@ func (a *Admission) Outcome() Outcome {
 	if a.off {
 		o.Mode = settings.ModeOff
 	}
+	if a.call.Route != nil {
+		o.Route = a.call.Route.LogName
+	}
 	o.Full = a.fullNames
 	if a.decision == DecisionRefused || a.decision == DecisionShadowRefused {
 		o.RetryAfter, o.Spacing = a.retry, a.spacing
@@ -648,7 +651,7 @@ func (a *Admission) fillRecord(v *recordValues) record {
 		Mode:          o.Mode,
 		Enforced:      o.Enforced,
 		RouteKey:      p.Names.LogRouteKey,
-		Route:         a.call.RouteName(),
+		Route:         o.Route,
 		Tier:          a.call.Tier,
 		UserID:        a.call.UserID,
 		Scope:         string(o.Scope),

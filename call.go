@@ -30,12 +30,3 @@ type Call struct {
 	HasQueueMS bool
 	CID        string // the request's correlation id
 }
-
-// RouteName returns the name the log line gives the call's route (its
-// LogName); "" for a call with no route.
-func (c *Call) RouteName() string {
-	if c.Route == nil {
-		return ""
-	}
-	return c.Route.LogName
-}

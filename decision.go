@@ -22,6 +22,9 @@ type Outcome struct {
 	Mode     settings.Mode
 	Enforced bool
 	Call     Call
+	// Route is the name the log line gives the call's route (its LogName);
+	// "" for a call with no route.
+	Route string
 	// Policy is the policy the call was decided under (the built-in one
 	// for an ungated call).
 	Policy *policy.Policy

@@ -8,7 +8,7 @@
 // A heavy call passes through three steps, all in Gate.Admit (or
 // Gate.AdmitWith) and the Admission it returns:
 //
-//   - The plan. The gate reads the config in force from its ConfigSource
+//   - The plan. The gate reads the config in force from its settings.Source
 //     (a config.Service, or a settings.Fixed; a config settings.Config.Check
 //     refuses makes the call unavailable, never a store failure), and
 //     Keys.AppendPlan lays the call out over the config's policy: the lanes

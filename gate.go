@@ -34,9 +34,9 @@ const DefaultStoreDeadline = time.Second
 // store, uses the prior Retry-After spacing and keeps the static limits.
 // ForTask derives the gate of another API task in the same process.
 type Gate struct {
-	Store  LaneStore    // required; its Deadline method, if any, bounds the gate's waits on it
-	Source ConfigSource // required: the config in force (a config.Service, a FixedConfig)
-	Sink   Sink         // receives one line per gated call; nil: no lines
+	Store  LaneStore       // required; its Deadline method, if any, bounds the gate's waits on it
+	Source settings.Source // required: the config in force (a config.Service, a FixedConfig)
+	Sink   Sink            // receives one line per gated call; nil: no lines
 
 	// TaskID names this API task's lane (api_heavy_task:<TaskID>);
 	// required, and each gateway's own (NewGate refuses "").
@@ -96,7 +96,7 @@ type gateHooks struct {
 // refuses an empty taskID: every gateway would then share one
 // api_heavy_task lane, so the per-task limit would act cluster-wide and the
 // degraded limits would not count this gateway.
-func NewGate(store LaneStore, cfg ConfigSource, sink Sink, taskID string) (*Gate, error) {
+func NewGate(store LaneStore, cfg settings.Source, sink Sink, taskID string) (*Gate, error) {
 	if taskID == "" {
 		return nil, errors.New("new gate: no task id: each API task (gateway) needs its own, e.g. its hostname")
 	}
@@ -343,7 +343,7 @@ func (g *Gate) admitted(a *Admission) {
 // settings through it.
 func (g *Gate) Config(ctx context.Context) (settings.Config, error) { return g.config(ctx) }
 
-// config reads the config in force. A ConfigSource must not fail; if one
+// config reads the config in force. A settings.Source must not fail; if one
 // panics anyway, the call is gated in shadow with the defaults, and
 // counted as unavailable. A config settings.Config.Check refuses (the
 // zero Config of a zero settings.Fixed) is that error, with the defaults

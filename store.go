@@ -216,13 +216,6 @@ func validSeats(seats []int, keys []string) error {
 	return nil
 }
 
-// ConfigSource gives the gate the config in force. Config never fails: a
-// source that cannot read its store returns its last known config (or the
-// defaults) with enforce turned into shadow.
-type ConfigSource interface {
-	Config(ctx context.Context) settings.Config
-}
-
 // Sink takes the JSON log lines of gated calls and config changes. Emit
 // must never block; line is a compact JSON object, which the sink may extend
 // (log_dropped). An error means the line was not accepted.

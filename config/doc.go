@@ -1,5 +1,5 @@
 // Package config is the runtime config of a capgate process: the Service
-// the gate reads the config in force from (a capgate.ConfigSource, cached,
+// the gate reads the config in force from (a settings.Source, cached,
 // kept fresh by Watch) and the one way to change it (Service.Save of an
 // Edit); the Store interface the SQL stores (sqlite, postgres) implement,
 // an append-only history of Versions, and the capacity_configs row those

@@ -80,7 +80,7 @@ type Service struct {
 	read       readState        // how the last store read went; requires mu held
 }
 
-var _ capgate.ConfigSource = (*Service)(nil)
+var _ settings.Source = (*Service)(nil)
 
 // NewService returns a service over store with the defaults of the
 // given boot mode.

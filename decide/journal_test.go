@@ -28,7 +28,7 @@ type incarnation struct {
 // startIncarnation starts a service journalling in group with liveness
 // (0: the default) and no hold. The test closes it (its calls end, then
 // its journal) or kills it (its client closes: nothing reaches Redis).
-func startIncarnation(t *testing.T, url, group string, liveness time.Duration, cfg capgate.ConfigSource) *incarnation {
+func startIncarnation(t *testing.T, url, group string, liveness time.Duration, cfg settings.Source) *incarnation {
 	t.Helper()
 	store, err := redis.Open(redis.Options{URL: url, Deadline: 10 * time.Second})
 	if err != nil {
@@ -62,7 +62,7 @@ func startIncarnation(t *testing.T, url, group string, liveness time.Duration, c
 	return &incarnation{url: hs.URL, srv: srv, store: store, j: j}
 }
 
-func journalConfig(t *testing.T) capgate.ConfigSource {
+func journalConfig(t *testing.T) settings.Source {
 	c := settings.Default(nil, settings.ModeEnforce)
 	c.EnforceFor, c.Wait.MaxSeconds, c.LeaseSeconds, c.RenewSeconds = settings.EnforceAll, 0, 600, 300
 	setNumbers(t, &c, map[string]int{"per_user.core": 3, "api_heavy.per_task": 8, "tiers.core": 8})

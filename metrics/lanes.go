@@ -7,7 +7,6 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 
-	"github.com/capgate/capgate"
 	"github.com/capgate/capgate/settings"
 	"github.com/capgate/capgate/status"
 )
@@ -47,7 +46,7 @@ const (
 // with source="local" (this gateway's calls, against the degraded limits
 // it applies: exactly what decides during the outage), else there are
 // none (no stale values).
-func WithLanes(lanes LaneReader, configs capgate.ConfigSource) Option {
+func WithLanes(lanes LaneReader, configs settings.Source) Option {
 	return func(m *Metrics) {
 		m.lanes = &laneCollector{read: lanes, configs: configs, now: time.Now,
 			maxAge: DefaultLanesMaxAge, timeout: DefaultLanesTimeout}
@@ -71,7 +70,7 @@ var (
 // laneCollector reads the lanes on Collect, at most once per maxAge.
 type laneCollector struct {
 	read    LaneReader
-	configs capgate.ConfigSource
+	configs settings.Source
 	now     func() time.Time
 	maxAge  time.Duration
 	timeout time.Duration

@@ -291,7 +291,7 @@ func (m *Metrics) Admitted(*capgate.Admission) {}
 func (m *Metrics) Released(a *capgate.Admission) {
 	o := a.Outcome()
 	call := o.Call
-	m.decisions.WithLabelValues(string(o.Decision), call.RouteName(), call.Tier).Inc()
+	m.decisions.WithLabelValues(string(o.Decision), o.Route, call.Tier).Inc()
 	if o.Degraded {
 		m.degraded.WithLabelValues(string(o.Decision)).Inc()
 	}

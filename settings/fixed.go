@@ -5,6 +5,14 @@ import (
 	"sync"
 )
 
+// Source gives the config in force (to a capgate.Gate, the metrics, the
+// status page): a config.Service over a config store, or a Fixed. Config
+// never fails: a source that cannot read its store returns its last known
+// config (or the defaults) with enforce turned into shadow.
+type Source interface {
+	Config(ctx context.Context) Config
+}
+
 // Fixed is a config source that holds one config, replaced with Set or
 // changed in place with Edit: for library users without a config store,
 // tests and demos. Safe for concurrent use.
