@@ -3,6 +3,7 @@ package capgate
 import (
 	"time"
 
+	"github.com/capgate/capgate/repeat"
 	"github.com/capgate/capgate/tune"
 )
 
@@ -18,7 +19,7 @@ type StoreCaps struct {
 	Waitlist Waitlist
 	// Idempotency keeps the entries of idempotent calls (package
 	// idempotency); nil: a repeat runs again (idempotency.ErrNoRepeatStore).
-	Idempotency IdempotencyStore
+	Idempotency repeat.Store
 	// Adaptive keeps the adaptive limits' state (adaptive.Runner); nil:
 	// no lane is adaptive.
 	Adaptive tune.Store

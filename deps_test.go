@@ -25,7 +25,7 @@ var (
 	// the answer's format, and the services over the ports the adapters
 	// implement (config, journal, adaptive, idempotency). It imports no
 	// adapter and no kit.
-	core = []string{"", "policy", "settings", "tune", "adaptive", "status", "header", "answer", "config", "journal", "idempotency", "frontproxy"}
+	core = []string{"", "policy", "settings", "tune", "repeat", "adaptive", "status", "header", "answer", "config", "journal", "idempotency", "frontproxy"}
 	// adapters: one per dependency or edge (a store, a front door, a
 	// sink). An adapter imports the core, never another adapter, but for
 	// the leans allowed below.

@@ -55,9 +55,10 @@
 // The root package is the engine. It imports the standard library, the
 // pure policy package (which calls are heavy and where they count), the
 // pure settings package (the runtime config model), the pure tune package
-// (the adaptive limits' algorithm), the status package (the lanes' live
-// state it reports) and the module's small internal/ helpers (JSON, random
-// ids, truncation), nothing else. The adaptive limits' loop (adaptive),
+// (the adaptive limits' algorithm), the pure repeat package (the entries
+// of idempotent calls a lane store keeps), the status package (the lanes'
+// live state it reports) and the module's small internal/ helpers (JSON,
+// random ids, truncation), nothing else. The adaptive limits' loop (adaptive),
 // lane stores (memory, redis), config stores (sqlite, postgres), the log
 // sink and the HTTP adapters live in subpackages; docs/ARCHITECTURE.md has
 // the packages, their layers and where each step above is in the code.

@@ -17,8 +17,8 @@ import (
 //
 // A store may also offer optional parts, which it declares in one set
 // (Caps, StoreCaps): Waitlist (enforced calls wait for a slot instead of
-// being refused), IdempotencyStore (the entries of idempotent calls,
-// idempotency.go), tune.Store (the adaptive limits' state), its own
+// being refused), repeat.Store (the entries of idempotent calls),
+// tune.Store (the adaptive limits' state), its own
 // operation deadline, where the lanes live (for status) and the prefix
 // its keys must have. A store that wraps another forwards the set of the
 // one it wraps, so wrapping hides nothing. memory.Store offers all but a

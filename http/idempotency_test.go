@@ -21,6 +21,7 @@ import (
 	"github.com/capgate/capgate/memory"
 	"github.com/capgate/capgate/mock"
 	"github.com/capgate/capgate/policy"
+	"github.com/capgate/capgate/repeat"
 	"github.com/capgate/capgate/settings"
 )
 
@@ -40,7 +41,7 @@ func (s *repeatStore) Caps() capgate.StoreCaps {
 	return c
 }
 
-func (s *repeatStore) GetRepeat(ctx context.Context, id string) (capgate.RepeatEntry, bool, error) {
+func (s *repeatStore) GetRepeat(ctx context.Context, id string) (repeat.Entry, bool, error) {
 	select {
 	case s.polled <- id:
 	default:
@@ -48,9 +49,9 @@ func (s *repeatStore) GetRepeat(ctx context.Context, id string) (capgate.RepeatE
 	return s.Store.GetRepeat(ctx, id)
 }
 
-func (s *repeatStore) ClaimRepeat(ctx context.Context, id string, e capgate.RepeatEntry, ttl time.Duration, replace bool) (capgate.RepeatEntry, bool, error) {
+func (s *repeatStore) ClaimRepeat(ctx context.Context, id string, e repeat.Entry, ttl time.Duration, replace bool) (repeat.Entry, bool, error) {
 	if s.claimFail != nil {
-		return capgate.RepeatEntry{}, false, s.claimFail
+		return repeat.Entry{}, false, s.claimFail
 	}
 	return s.Store.ClaimRepeat(ctx, id, e, ttl, replace)
 }

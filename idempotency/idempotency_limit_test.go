@@ -12,6 +12,7 @@ import (
 	"github.com/capgate/capgate/idempotency"
 	"github.com/capgate/capgate/lanetest"
 	"github.com/capgate/capgate/memory"
+	"github.com/capgate/capgate/repeat"
 	"github.com/capgate/capgate/settings"
 )
 
@@ -27,9 +28,9 @@ func (s slowRepeats) Caps() capgate.StoreCaps {
 	return c
 }
 
-func (s slowRepeats) ClaimRepeat(ctx context.Context, id string, e capgate.RepeatEntry, ttl time.Duration, replace bool) (capgate.RepeatEntry, bool, error) {
+func (s slowRepeats) ClaimRepeat(ctx context.Context, id string, e repeat.Entry, ttl time.Duration, replace bool) (repeat.Entry, bool, error) {
 	<-ctx.Done()
-	return capgate.RepeatEntry{}, false, fmt.Errorf("claim repeat: %w", ctx.Err())
+	return repeat.Entry{}, false, fmt.Errorf("claim repeat: %w", ctx.Err())
 }
 
 // Idempotency can only turn deduplication off, never limiting: a full

@@ -6,7 +6,7 @@ import (
 	"sync"
 	"time"
 
-	"github.com/capgate/capgate"
+	"github.com/capgate/capgate/repeat"
 )
 
 // Joiners are waiters: a repeat of a call running (it joins that call,
@@ -38,10 +38,10 @@ type joinWaits struct {
 // gone, holding an answer, or another call's), the watch's bound passes,
 // or its last joiner leaves.
 type joinWatch struct {
-	done chan struct{}       // closed once e, ok and err are set
-	e    capgate.RepeatEntry // the entry that ended the watch
-	ok   bool                // the entry existed
-	err  error               // the store's error, or errWatchEnded
+	done chan struct{} // closed once e, ok and err are set
+	e    repeat.Entry  // the entry that ended the watch
+	ok   bool          // the entry existed
+	err  error         // the store's error, or errWatchEnded
 
 	n      int // joiners on it; requires joinWaits.mu held
 	cancel context.CancelFunc
@@ -86,7 +86,7 @@ func (j *joinWaits) waiting(user string) (total, ofUser int) {
 // watch returns the watch of the call token running at id, started (a
 // goroutine reading st until until) when it has none, and adds a joiner
 // to it; the joiner calls unwatch when it stops waiting.
-func (j *joinWaits) watch(rep *Repeater, st capgate.IdempotencyStore, id, token string, until time.Time) *joinWatch {
+func (j *joinWaits) watch(rep *Repeater, st repeat.Store, id, token string, until time.Time) *joinWatch {
 	k := id + "\x00" + token
 	j.mu.Lock()
 	defer j.mu.Unlock()
@@ -133,7 +133,7 @@ func (j *joinWaits) unwatch(w *joinWatch, id, token string) {
 // run reads the entry at id, from repeatPollFirst apart, doubling up to
 // repeatPollMax, until the call token has ended or ctx ends; then it sets
 // the result and closes done.
-func (w *joinWatch) run(ctx context.Context, rep *Repeater, st capgate.IdempotencyStore, id, token string) {
+func (w *joinWatch) run(ctx context.Context, rep *Repeater, st repeat.Store, id, token string) {
 	defer close(w.done)
 	poll := repeatPollFirst
 	timer := time.NewTimer(poll)
@@ -169,14 +169,14 @@ func (w *joinWatch) run(ctx context.Context, rep *Repeater, st capgate.Idempoten
 // running at id ends: its entry then (ok false: gone). It returns
 // ErrRepeatWaiters when the bounds are full, ErrRepeatWait once until
 // passes, ctx's error (wrapped) when ctx ends, or the store's.
-func (r *Repeat) awaitEnd(ctx context.Context, token string, until time.Time) (capgate.RepeatEntry, bool, error) {
+func (r *Repeat) awaitEnd(ctx context.Context, token string, until time.Time) (repeat.Entry, bool, error) {
 	j := &r.rep.joins
 	if err := j.enter(r.req.User, r.cfg.Wait.MaxWaiting, r.cfg.Wait.MaxWaitingPerUser); err != nil {
-		return capgate.RepeatEntry{}, false, err
+		return repeat.Entry{}, false, err
 	}
 	defer j.leave(r.req.User)
 	if !time.Now().Before(until) {
-		return capgate.RepeatEntry{}, false, ErrRepeatWait
+		return repeat.Entry{}, false, ErrRepeatWait
 	}
 	w := j.watch(r.rep, r.st, r.req.ID, token, until)
 	defer j.unwatch(w, r.req.ID, token)
@@ -184,16 +184,16 @@ func (r *Repeat) awaitEnd(ctx context.Context, token string, until time.Time) (c
 	defer limit.Stop()
 	select {
 	case <-ctx.Done():
-		return capgate.RepeatEntry{}, false, r.failed(ctx, "idempotency wait", ctx.Err())
+		return repeat.Entry{}, false, r.failed(ctx, "idempotency wait", ctx.Err())
 	case <-limit.C:
-		return capgate.RepeatEntry{}, false, ErrRepeatWait
+		return repeat.Entry{}, false, ErrRepeatWait
 	case <-w.done:
 	}
 	switch {
 	case errors.Is(w.err, errWatchEnded):
-		return capgate.RepeatEntry{}, false, ErrRepeatWait
+		return repeat.Entry{}, false, ErrRepeatWait
 	case w.err != nil:
-		return capgate.RepeatEntry{}, false, r.failed(ctx, "idempotency wait", w.err)
+		return repeat.Entry{}, false, r.failed(ctx, "idempotency wait", w.err)
 	}
 	return w.e, w.ok, nil
 }

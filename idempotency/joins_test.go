@@ -13,6 +13,7 @@ import (
 	"github.com/capgate/capgate"
 	"github.com/capgate/capgate/idempotency"
 	"github.com/capgate/capgate/memory"
+	"github.com/capgate/capgate/repeat"
 	"github.com/capgate/capgate/settings"
 )
 
@@ -32,7 +33,7 @@ func (s *countedReads) Caps() capgate.StoreCaps {
 	return c
 }
 
-func (s *countedReads) GetRepeat(ctx context.Context, id string) (capgate.RepeatEntry, bool, error) {
+func (s *countedReads) GetRepeat(ctx context.Context, id string) (repeat.Entry, bool, error) {
 	s.reads.Add(1)
 	select {
 	case <-s.release:

@@ -5,7 +5,7 @@
 // finished gets its kept answer. The front door (capgatehttp, decide) says
 // what a request is (its key and its fingerprint) and what its answer was;
 // a Repeater keeps the entries in the lane store (a
-// capgate.IdempotencyStore) and says whether a call is the first, a
+// repeat.Store) and says whether a call is the first, a
 // repeat, or a reuse of a key for another request.
 //
 // A process makes one Repeater (New) over its gate, and every front door
@@ -25,6 +25,7 @@ import (
 
 	"github.com/capgate/capgate"
 	"github.com/capgate/capgate/internal/randhex"
+	"github.com/capgate/capgate/repeat"
 	"github.com/capgate/capgate/settings"
 )
 
@@ -100,7 +101,7 @@ type Repeat struct {
 	Answer  []byte // its answer (Replayed, Joined)
 
 	rep   *Repeater
-	st    capgate.IdempotencyStore
+	st    repeat.Store
 	cfg   settings.Config
 	req   RepeatRequest
 	token string
@@ -178,7 +179,7 @@ func (rep *Repeater) Repeat(ctx context.Context, req RepeatRequest) (*Repeat, er
 			}
 			return nil, capgate.ErrSkipped
 		}
-		mine := capgate.RepeatEntry{Token: r.token, CID: req.CID, Fingerprint: req.Fingerprint, User: userTag(req.User)}
+		mine := repeat.Entry{Token: r.token, CID: req.CID, Fingerprint: req.Fingerprint, User: userTag(req.User)}
 		sctx, cancel := rep.storeCtx(ctx)
 		cur, claimed, err := st.ClaimRepeat(sctx, req.ID, mine, lease, !req.Replay)
 		cancel()
@@ -283,7 +284,7 @@ func (rep *Repeater) storeCtx(ctx context.Context) (context.Context, context.Can
 	return context.WithTimeout(ctx, rep.storeDeadline())
 }
 
-// userTag is the tag by which an IdempotencyStore bounds a user's entries:
+// userTag is the tag by which a repeat.Store bounds a user's entries:
 // a hash of the user id, 16 hex digits (never a user id in the store).
 func userTag(user string) string {
 	h := sha256.Sum256([]byte(user))
@@ -345,7 +346,7 @@ func (r *Repeat) Finish(ctx context.Context, answer []byte) (kept bool) {
 		fctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), r.rep.storeDeadline())
 		defer cancel()
 		var err error
-		b := capgate.KeepBound{User: userTag(r.req.User), Total: idem.MaxTotalBytes(), PerUser: idem.MaxUserBytes()}
+		b := repeat.Bound{User: userTag(r.req.User), Total: idem.MaxTotalBytes(), PerUser: idem.MaxUserBytes()}
 		kept, err = r.st.FinishRepeat(fctx, r.req.ID, r.token, answer, keep, b)
 		if err != nil {
 			r.rep.repeatFailed("idempotency finish", err)

@@ -7,13 +7,14 @@ import (
 	"time"
 
 	"github.com/capgate/capgate"
+	"github.com/capgate/capgate/repeat"
 )
 
 // RepeatStore is a lane store that keeps idempotency entries
-// (capgate.IdempotencyStore), under test.
+// (repeat.Store), under test.
 type RepeatStore interface {
 	capgate.LaneStore
-	capgate.IdempotencyStore
+	repeat.Store
 }
 
 // RepeatFactory opens an empty RepeatStore for one test and registers its
@@ -22,7 +23,7 @@ type RepeatStore interface {
 // expiry cases are then skipped.
 type RepeatFactory func(t testing.TB) (s RepeatStore, advance func(time.Duration))
 
-// RunRepeats runs the conformance suite of capgate.IdempotencyStore.
+// RunRepeats runs the conformance suite of repeat.Store.
 func RunRepeats(t *testing.T, open RepeatFactory) {
 	tests := []struct {
 		name string
@@ -46,8 +47,8 @@ func RunRepeats(t *testing.T, open RepeatFactory) {
 // shared Redis don't meet.
 func repeatID() string { return NewToken() }
 
-func entry(tok string) capgate.RepeatEntry {
-	return capgate.RepeatEntry{Token: tok, CID: "cid-" + tok[:6], Fingerprint: "fp-1"}
+func entry(tok string) repeat.Entry {
+	return repeat.Entry{Token: tok, CID: "cid-" + tok[:6], Fingerprint: "fp-1"}
 }
 
 func testRepeatLifecycle(t *testing.T, open RepeatFactory) {
@@ -69,7 +70,7 @@ func testRepeatLifecycle(t *testing.T, open RepeatFactory) {
 		t.Fatalf("get = %+v, %v, %v; want the first running", e, ok, err)
 	}
 	answer := []byte("200\nContent-Type: application/json\n\n{\"ok\":1}")
-	if kept, err := s.FinishRepeat(ctx, id, first.Token, answer, time.Minute, capgate.KeepBound{Total: 1 << 20, PerUser: 1 << 20}); err != nil || !kept {
+	if kept, err := s.FinishRepeat(ctx, id, first.Token, answer, time.Minute, repeat.Bound{Total: 1 << 20, PerUser: 1 << 20}); err != nil || !kept {
 		t.Fatalf("finish = %v, %v; want kept", kept, err)
 	}
 	if e, ok, err := s.GetRepeat(ctx, id); err != nil || !ok || e.Token != first.Token || e.CID != first.CID || !bytes.Equal(e.Answer, answer) {
@@ -95,7 +96,7 @@ func testRepeatLetGo(t *testing.T, open RepeatFactory) {
 	if _, ok, err := s.ClaimRepeat(ctx, id, first, time.Minute, false); err != nil || !ok {
 		t.Fatalf("claim = %v, %v", ok, err)
 	}
-	if kept, err := s.FinishRepeat(ctx, id, first.Token, nil, time.Minute, capgate.KeepBound{Total: 1 << 20, PerUser: 1 << 20}); err != nil || kept {
+	if kept, err := s.FinishRepeat(ctx, id, first.Token, nil, time.Minute, repeat.Bound{Total: 1 << 20, PerUser: 1 << 20}); err != nil || kept {
 		t.Fatalf("finish with no answer = %v, %v; want not kept", kept, err)
 	}
 	if e, ok, err := s.GetRepeat(ctx, id); err != nil || ok {
@@ -116,10 +117,10 @@ func testRepeatOwner(t *testing.T, open RepeatFactory) {
 	if ok, err := s.TouchRepeat(ctx, id, other, time.Minute); err != nil || ok {
 		t.Fatalf("touch by another = %v, %v; want false", ok, err)
 	}
-	if kept, err := s.FinishRepeat(ctx, id, other, []byte("x"), time.Minute, capgate.KeepBound{Total: 1 << 20, PerUser: 1 << 20}); err != nil || kept {
+	if kept, err := s.FinishRepeat(ctx, id, other, []byte("x"), time.Minute, repeat.Bound{Total: 1 << 20, PerUser: 1 << 20}); err != nil || kept {
 		t.Fatalf("finish by another = %v, %v; want not kept", kept, err)
 	}
-	if kept, err := s.FinishRepeat(ctx, id, other, nil, time.Minute, capgate.KeepBound{Total: 1 << 20, PerUser: 1 << 20}); err != nil || kept {
+	if kept, err := s.FinishRepeat(ctx, id, other, nil, time.Minute, repeat.Bound{Total: 1 << 20, PerUser: 1 << 20}); err != nil || kept {
 		t.Fatalf("let go by another = %v, %v", kept, err)
 	}
 	if e, ok, _ := s.GetRepeat(ctx, id); !ok || e.Token != first.Token || e.Answer != nil {
@@ -131,14 +132,14 @@ func testRepeatOwner(t *testing.T, open RepeatFactory) {
 	if ok, err := s.TouchRepeat(ctx, repeatID(), first.Token, time.Minute); err != nil || ok {
 		t.Fatalf("touch of no entry = %v, %v; want false", ok, err)
 	}
-	if kept, err := s.FinishRepeat(ctx, id, first.Token, []byte("a"), time.Minute, capgate.KeepBound{Total: 1 << 20, PerUser: 1 << 20}); err != nil || !kept {
+	if kept, err := s.FinishRepeat(ctx, id, first.Token, []byte("a"), time.Minute, repeat.Bound{Total: 1 << 20, PerUser: 1 << 20}); err != nil || !kept {
 		t.Fatalf("finish = %v, %v", kept, err)
 	}
 	// Finished: neither touched nor finished again.
 	if ok, err := s.TouchRepeat(ctx, id, first.Token, time.Minute); err != nil || ok {
 		t.Fatalf("touch after finish = %v, %v; want false", ok, err)
 	}
-	if kept, err := s.FinishRepeat(ctx, id, first.Token, nil, time.Minute, capgate.KeepBound{Total: 1 << 20, PerUser: 1 << 20}); err != nil || kept {
+	if kept, err := s.FinishRepeat(ctx, id, first.Token, nil, time.Minute, repeat.Bound{Total: 1 << 20, PerUser: 1 << 20}); err != nil || kept {
 		t.Fatalf("second finish = %v, %v", kept, err)
 	}
 	if e, _, _ := s.GetRepeat(ctx, id); string(e.Answer) != "a" {
@@ -154,7 +155,7 @@ func testRepeatBytes(t *testing.T, open RepeatFactory) {
 		if _, ok, err := s.ClaimRepeat(ctx, id, e, time.Minute, false); err != nil || !ok {
 			t.Fatalf("claim = %v, %v", ok, err)
 		}
-		if kept, err := s.FinishRepeat(ctx, id, e.Token, answer, time.Minute, capgate.KeepBound{Total: 1 << 20, PerUser: 1 << 20}); err != nil || !kept {
+		if kept, err := s.FinishRepeat(ctx, id, e.Token, answer, time.Minute, repeat.Bound{Total: 1 << 20, PerUser: 1 << 20}); err != nil || !kept {
 			t.Fatalf("finish = %v, %v", kept, err)
 		}
 		got, ok, err := s.GetRepeat(ctx, id)
@@ -199,7 +200,7 @@ func testRepeatTotal(t *testing.T, open RepeatFactory) {
 		if _, ok, err := s.ClaimRepeat(ctx, id, entry(tok), time.Minute, false); err != nil || !ok {
 			t.Fatalf("claim = %v, %v", ok, err)
 		}
-		kept, err := s.FinishRepeat(ctx, id, tok, answer, d, capgate.KeepBound{Total: max, PerUser: max})
+		kept, err := s.FinishRepeat(ctx, id, tok, answer, d, repeat.Bound{Total: max, PerUser: max})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -255,7 +256,7 @@ func testRepeatExpiry(t *testing.T, open RepeatFactory) {
 	if _, ok, err := s.ClaimRepeat(ctx, id, second, 10*time.Second, false); err != nil || !ok {
 		t.Fatalf("claim after expiry = %v, %v", ok, err)
 	}
-	if kept, err := s.FinishRepeat(ctx, id, second.Token, []byte("x"), 30*time.Second, capgate.KeepBound{Total: 1 << 20, PerUser: 1 << 20}); err != nil || !kept {
+	if kept, err := s.FinishRepeat(ctx, id, second.Token, []byte("x"), 30*time.Second, repeat.Bound{Total: 1 << 20, PerUser: 1 << 20}); err != nil || !kept {
 		t.Fatalf("finish = %v, %v", kept, err)
 	}
 	advance(29 * time.Second)
@@ -286,7 +287,7 @@ func testRepeatPerUser(t *testing.T, open RepeatFactory) {
 		if _, ok, err := s.ClaimRepeat(ctx, id, e, time.Minute, false); err != nil || !ok {
 			t.Fatalf("claim = %v, %v", ok, err)
 		}
-		kept, err := s.FinishRepeat(ctx, id, tok, answer, time.Minute, capgate.KeepBound{User: user, Total: 100 * size, PerUser: 3 * size})
+		kept, err := s.FinishRepeat(ctx, id, tok, answer, time.Minute, repeat.Bound{User: user, Total: 100 * size, PerUser: 3 * size})
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -7,10 +7,10 @@ import (
 	"slices"
 	"time"
 
-	"github.com/capgate/capgate"
+	"github.com/capgate/capgate/repeat"
 )
 
-var _ capgate.IdempotencyStore = (*Store)(nil)
+var _ repeat.Store = (*Store)(nil)
 
 // MaxRepeatEntries bounds the idempotency entries the store holds at once
 // (calls running plus answers kept): past it, expired entries are swept,
@@ -20,10 +20,10 @@ var _ capgate.IdempotencyStore = (*Store)(nil)
 const MaxRepeatEntries = 10000
 
 // MaxRepeatEntriesPerUser bounds the entries of one user
-// (RepeatEntry.User) held at once: an eighth of MaxRepeatEntries, so that
+// (repeat.Entry.User) held at once: an eighth of MaxRepeatEntries, so that
 // one user can't fill the store for the others. A claim past it fails
 // (that call runs without deduplication). The bytes of one user's answers
-// are bounded by capgate.KeepBound.PerUser.
+// are bounded by repeat.Bound.PerUser.
 const MaxRepeatEntriesPerUser = MaxRepeatEntries / 8
 
 // The errors of a claim that finds no room.
@@ -40,7 +40,7 @@ type userRepeats struct {
 
 // repeatEntry is one key's entry. Times are nanoseconds since Store.start.
 type repeatEntry struct {
-	e       capgate.RepeatEntry
+	e       repeat.Entry
 	expires int64
 }
 
@@ -91,12 +91,12 @@ func (s *Store) sweepRepeats(now int64) {
 	}
 }
 
-// ClaimRepeat implements capgate.IdempotencyStore. It fails when ctx is
+// ClaimRepeat implements repeat.Store. It fails when ctx is
 // done, when MaxRepeatEntries are held, and when MaxRepeatEntriesPerUser of
 // e.User's are.
-func (s *Store) ClaimRepeat(ctx context.Context, id string, e capgate.RepeatEntry, ttl time.Duration, replaceFinished bool) (capgate.RepeatEntry, bool, error) {
+func (s *Store) ClaimRepeat(ctx context.Context, id string, e repeat.Entry, ttl time.Duration, replaceFinished bool) (repeat.Entry, bool, error) {
 	if err := ctx.Err(); err != nil {
-		return capgate.RepeatEntry{}, false, fmt.Errorf("claim repeat: %w", err)
+		return repeat.Entry{}, false, fmt.Errorf("claim repeat: %w", err)
 	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
@@ -113,35 +113,35 @@ func (s *Store) ClaimRepeat(ctx context.Context, id string, e capgate.RepeatEntr
 	if len(s.repeats) >= MaxRepeatEntries || s.repeatUser(e.User).n >= MaxRepeatEntriesPerUser {
 		s.sweepRepeats(now)
 		if len(s.repeats) >= MaxRepeatEntries {
-			return capgate.RepeatEntry{}, false, fmt.Errorf("claim repeat: %w", errRepeatsFull)
+			return repeat.Entry{}, false, fmt.Errorf("claim repeat: %w", errRepeatsFull)
 		}
 		if s.repeatUser(e.User).n >= MaxRepeatEntriesPerUser {
-			return capgate.RepeatEntry{}, false, fmt.Errorf("claim repeat: %w", errRepeatsUserFull)
+			return repeat.Entry{}, false, fmt.Errorf("claim repeat: %w", errRepeatsUserFull)
 		}
 	}
 	e.Answer = nil
 	s.repeats[id] = &repeatEntry{e: e, expires: now + int64(ttl)}
 	s.repeatUser(e.User).n++
-	return capgate.RepeatEntry{}, true, nil
+	return repeat.Entry{}, true, nil
 }
 
-// GetRepeat implements capgate.IdempotencyStore. It fails only when ctx
+// GetRepeat implements repeat.Store. It fails only when ctx
 // is done.
-func (s *Store) GetRepeat(ctx context.Context, id string) (capgate.RepeatEntry, bool, error) {
+func (s *Store) GetRepeat(ctx context.Context, id string) (repeat.Entry, bool, error) {
 	if err := ctx.Err(); err != nil {
-		return capgate.RepeatEntry{}, false, fmt.Errorf("get repeat: %w", err)
+		return repeat.Entry{}, false, fmt.Errorf("get repeat: %w", err)
 	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	_, now := s.clock()
 	r := s.repeat(id, now)
 	if r == nil {
-		return capgate.RepeatEntry{}, false, nil
+		return repeat.Entry{}, false, nil
 	}
 	return cloneEntry(r.e), true, nil
 }
 
-// TouchRepeat implements capgate.IdempotencyStore. It fails only when ctx
+// TouchRepeat implements repeat.Store. It fails only when ctx
 // is done.
 func (s *Store) TouchRepeat(ctx context.Context, id, token string, ttl time.Duration) (bool, error) {
 	if err := ctx.Err(); err != nil {
@@ -158,9 +158,9 @@ func (s *Store) TouchRepeat(ctx context.Context, id, token string, ttl time.Dura
 	return true, nil
 }
 
-// FinishRepeat implements capgate.IdempotencyStore. It fails only when
+// FinishRepeat implements repeat.Store. It fails only when
 // ctx is done.
-func (s *Store) FinishRepeat(ctx context.Context, id, token string, answer []byte, keep time.Duration, b capgate.KeepBound) (bool, error) {
+func (s *Store) FinishRepeat(ctx context.Context, id, token string, answer []byte, keep time.Duration, b repeat.Bound) (bool, error) {
 	if err := ctx.Err(); err != nil {
 		return false, fmt.Errorf("finish repeat: %w", err)
 	}
@@ -194,7 +194,7 @@ func (s *Store) FinishRepeat(ctx context.Context, id, token string, answer []byt
 
 // cloneEntry returns e with an answer of its own, so that no caller
 // shares the store's bytes.
-func cloneEntry(e capgate.RepeatEntry) capgate.RepeatEntry {
+func cloneEntry(e repeat.Entry) repeat.Entry {
 	if e.Answer != nil {
 		e.Answer = append([]byte{}, e.Answer...)
 	}

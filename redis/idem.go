@@ -10,11 +10,11 @@ import (
 
 	goredis "github.com/redis/go-redis/v9"
 
-	"github.com/capgate/capgate"
 	"github.com/capgate/capgate/policy"
+	"github.com/capgate/capgate/repeat"
 )
 
-// The idempotency entries (capgate.IdempotencyStore). Each key's entry is
+// The idempotency entries (repeat.Store). Each key's entry is
 // one hash, <prefix>:idem:{<id>}, expiring: a running call's marker lives
 // one lease unless its call touches it, a kept answer ttl_seconds. The id
 // is its own hash tag, so on a Redis Cluster each entry lives in a slot of
@@ -40,7 +40,7 @@ var (
 	repeatBytesScript  = goredis.NewScript(repeatBytesSrc)
 )
 
-var _ capgate.IdempotencyStore = (*Store)(nil)
+var _ repeat.Store = (*Store)(nil)
 
 // repeatBase is the prefix of the idempotency keys: the lane key prefix
 // without its braces, so that the entries' own hash tags are the ones
@@ -69,16 +69,16 @@ func checkRepeatID(id string) error {
 	return nil
 }
 
-// ClaimRepeat implements capgate.IdempotencyStore with repeatclaim.lua.
+// ClaimRepeat implements repeat.Store with repeatclaim.lua.
 // Once sent it is awaited to its answer, so a claim taken is reported. It
 // returns the errors of Store.
-func (s *Store) ClaimRepeat(ctx context.Context, id string, e capgate.RepeatEntry, ttl time.Duration, replaceFinished bool) (capgate.RepeatEntry, bool, error) {
+func (s *Store) ClaimRepeat(ctx context.Context, id string, e repeat.Entry, ttl time.Duration, replaceFinished bool) (repeat.Entry, bool, error) {
 	const op = "claim repeat"
 	if err := checkRepeatID(id); err != nil {
-		return capgate.RepeatEntry{}, false, fmt.Errorf("%s: %w", op, err)
+		return repeat.Entry{}, false, fmt.Errorf("%s: %w", op, err)
 	}
 	if ttl < time.Millisecond {
-		return capgate.RepeatEntry{}, false, fmt.Errorf("%s: %w", op, errBadLease)
+		return repeat.Entry{}, false, fmt.Errorf("%s: %w", op, errBadLease)
 	}
 	replace := "0"
 	if replaceFinished {
@@ -90,28 +90,28 @@ func (s *Store) ClaimRepeat(ctx context.Context, id string, e capgate.RepeatEntr
 			ttl.Milliseconds(), replace).Slice()
 	})
 	if err != nil {
-		return capgate.RepeatEntry{}, false, err
+		return repeat.Entry{}, false, err
 	}
 	if len(res) == 1 {
-		return capgate.RepeatEntry{}, true, nil
+		return repeat.Entry{}, true, nil
 	}
 	if len(res) != 5 {
-		return capgate.RepeatEntry{}, false, fmt.Errorf("%s: the script returned %d values; want 1 or 5", op, len(res))
+		return repeat.Entry{}, false, fmt.Errorf("%s: the script returned %d values; want 1 or 5", op, len(res))
 	}
 	str := func(v any) string { t, _ := v.(string); return t }
-	cur := capgate.RepeatEntry{Token: str(res[1]), CID: str(res[2]), Fingerprint: str(res[3])}
+	cur := repeat.Entry{Token: str(res[1]), CID: str(res[2]), Fingerprint: str(res[3])}
 	if a, ok := res[4].(string); ok {
 		cur.Answer = []byte(a)
 	}
 	return cur, false, nil
 }
 
-// GetRepeat implements capgate.IdempotencyStore with one HMGET. It
+// GetRepeat implements repeat.Store with one HMGET. It
 // returns the errors of Store.
-func (s *Store) GetRepeat(ctx context.Context, id string) (capgate.RepeatEntry, bool, error) {
+func (s *Store) GetRepeat(ctx context.Context, id string) (repeat.Entry, bool, error) {
 	const op = "get repeat"
 	if err := checkRepeatID(id); err != nil {
-		return capgate.RepeatEntry{}, false, fmt.Errorf("%s: %w", op, err)
+		return repeat.Entry{}, false, fmt.Errorf("%s: %w", op, err)
 	}
 	key := s.repeatKey(id)
 	res, err := run(ctx, s, op, func(ctx context.Context) ([]any, error) {
@@ -127,24 +127,24 @@ func (s *Store) GetRepeat(ctx context.Context, id string) (capgate.RepeatEntry, 
 		return cmd.Result()
 	})
 	if err != nil {
-		return capgate.RepeatEntry{}, false, err
+		return repeat.Entry{}, false, err
 	}
 	if len(res) != 5 {
-		return capgate.RepeatEntry{}, false, fmt.Errorf("%s: HMGET returned %d values; want 5", op, len(res))
+		return repeat.Entry{}, false, fmt.Errorf("%s: HMGET returned %d values; want 5", op, len(res))
 	}
 	state, _ := res[0].(string)
 	if state == "" {
-		return capgate.RepeatEntry{}, false, nil
+		return repeat.Entry{}, false, nil
 	}
 	str := func(v any) string { t, _ := v.(string); return t }
-	e := capgate.RepeatEntry{Token: str(res[1]), CID: str(res[2]), Fingerprint: str(res[3])}
+	e := repeat.Entry{Token: str(res[1]), CID: str(res[2]), Fingerprint: str(res[3])}
 	if state == "d" {
 		e.Answer = []byte(str(res[4]))
 	}
 	return e, true, nil
 }
 
-// TouchRepeat implements capgate.IdempotencyStore with repeattouch.lua.
+// TouchRepeat implements repeat.Store with repeattouch.lua.
 // It returns the errors of Store.
 func (s *Store) TouchRepeat(ctx context.Context, id, token string, ttl time.Duration) (bool, error) {
 	const op = "touch repeat"
@@ -161,11 +161,11 @@ func (s *Store) TouchRepeat(ctx context.Context, id, token string, ttl time.Dura
 	return n == 1, err
 }
 
-// FinishRepeat implements capgate.IdempotencyStore: repeatbytes.lua
+// FinishRepeat implements repeat.Store: repeatbytes.lua
 // counts the answer within maxTotal, then repeatfinish.lua writes it (or,
 // with no answer or no room, deletes the entry). It returns the errors of
 // Store.
-func (s *Store) FinishRepeat(ctx context.Context, id, token string, answer []byte, keep time.Duration, b capgate.KeepBound) (bool, error) {
+func (s *Store) FinishRepeat(ctx context.Context, id, token string, answer []byte, keep time.Duration, b repeat.Bound) (bool, error) {
 	const op = "finish repeat"
 	if err := checkRepeatID(id); err != nil {
 		return false, fmt.Errorf("%s: %w", op, err)

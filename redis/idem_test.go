@@ -4,9 +4,9 @@ import (
 	"testing"
 	"time"
 
-	"github.com/capgate/capgate"
 	"github.com/capgate/capgate/lanetest"
 	"github.com/capgate/capgate/redis"
+	"github.com/capgate/capgate/repeat"
 )
 
 func TestRepeatsMiniredis(t *testing.T) {
@@ -79,6 +79,6 @@ func TestRepeatsSpreadOverTheCluster(t *testing.T) {
 	}
 }
 
-func capgateEntry(tok string) capgate.RepeatEntry {
-	return capgate.RepeatEntry{Token: tok, CID: "c", Fingerprint: "f"}
+func capgateEntry(tok string) repeat.Entry {
+	return repeat.Entry{Token: tok, CID: "c", Fingerprint: "f"}
 }

@@ -47,6 +47,7 @@ import (
 	capgatehttp "github.com/capgate/capgate/http"
 	"github.com/capgate/capgate/identity"
 	"github.com/capgate/capgate/redis"
+	"github.com/capgate/capgate/repeat"
 	"github.com/capgate/capgate/settings"
 )
 
@@ -270,7 +271,7 @@ func (b *bench) replayCost() error {
 		}
 		viaGW = append(viaGW, d)
 		t := time.Now()
-		cur, claimed, err := f.stores[i%2].ClaimRepeat(ctx, id, capgate.RepeatEntry{Token: "x"}, time.Minute, false)
+		cur, claimed, err := f.stores[i%2].ClaimRepeat(ctx, id, repeat.Entry{Token: "x"}, time.Minute, false)
 		if err != nil || claimed || cur.Answer == nil {
 			return fmt.Errorf("direct read: claimed %v, answer %d bytes, %v", claimed, len(cur.Answer), err)
 		}
