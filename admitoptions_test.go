@@ -105,7 +105,7 @@ func TestAdmitWithResumed(t *testing.T) {
 		Resumed: true,
 		Queued:  func(time.Duration) { t.Error("a resumed call queued") },
 	})
-	if !a.Outcome().Counted || a.Outcome().Refused() || a.Outcome().Decision != capgate.DecisionShadowRefused {
+	if !a.Outcome().Counted || a.Outcome().Decision == capgate.DecisionRefused || a.Outcome().Decision != capgate.DecisionShadowRefused {
 		t.Errorf("resumed over a full lane: %s (counted %v), want shadow-refused and counted", a.Outcome().Decision, a.Outcome().Counted)
 	}
 	a.Release(t.Context())

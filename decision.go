@@ -59,10 +59,6 @@ type Outcome struct {
 	MaxHold time.Duration
 }
 
-// Refused reports whether the call must be answered with the 429 and never
-// reach the API.
-func (o Outcome) Refused() bool { return o.Decision == DecisionRefused }
-
 // The pure part of a decision: which lanes are full, which one is reported,
 // how long to wait and how many calls to keep in flight. No I/O here.
 

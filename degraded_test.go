@@ -212,7 +212,7 @@ func TestDegradedLanesOnlyCountInShadow(t *testing.T) {
 	for range 3 {
 		a := e.gate.Admit(ctx, lanetest.Match("p", "preview"))
 		defer a.Release(ctx)
-		if a.Outcome().Decision != capgate.DecisionUnavailable || a.Outcome().Refused() || !a.Outcome().Degraded {
+		if a.Outcome().Decision != capgate.DecisionUnavailable || a.Outcome().Decision == capgate.DecisionRefused || !a.Outcome().Degraded {
 			t.Fatalf("shadow: decision %q degraded %v", a.Outcome().Decision, a.Outcome().Degraded)
 		}
 		h := http.Header{}

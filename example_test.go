@@ -67,7 +67,7 @@ func Example_admit() {
 		defer adm.Release(ctx)       // always, however the call ends
 		out := adm.Outcome()         // what was decided: a plain value
 		answer.SetHeaders(w.Header(), out)
-		if out.Refused() {
+		if out.Decision == capgate.DecisionRefused {
 			w.WriteHeader(http.StatusTooManyRequests)
 			w.Write(answer.Refusal(out))
 			return

@@ -47,7 +47,7 @@ func TestStallThenRecoverCountsTheDegradedCalls(t *testing.T) {
 		defer func() { _ = other.Close(context.WithoutCancel(t.Context())) }()
 		stalled := failWhile(e)
 		first := e.gate.Admit(t.Context(), lanetest.Match("u", "preview"))
-		if !first.Outcome().Degraded || !first.Outcome().Counted || first.Outcome().Refused() {
+		if !first.Outcome().Degraded || !first.Outcome().Counted || first.Outcome().Decision == capgate.DecisionRefused {
 			t.Fatalf("during the stall: degraded %v counted %v decision %q", first.Outcome().Degraded, first.Outcome().Counted, first.Outcome().Decision)
 		}
 		stalled.Store(false) // the store is back
@@ -58,7 +58,7 @@ func TestStallThenRecoverCountsTheDegradedCalls(t *testing.T) {
 		}
 		second := other.Admit(t.Context(), lanetest.Match("u", "preview"))
 		defer second.Release(t.Context())
-		if !second.Outcome().Refused() {
+		if second.Outcome().Decision != capgate.DecisionRefused {
 			t.Fatalf("the user's second call: %q, want refused (limit 1, one running)", second.Outcome().Decision)
 		}
 		time.Sleep(time.Minute) // renewed in the store past its first lease
@@ -228,10 +228,10 @@ func TestLostTicketFallsBackToTheDegradedLimits(t *testing.T) {
 		second, third := <-chU, <-chW // at their next pump
 		defer second.Release(t.Context())
 		defer third.Release(t.Context())
-		if !second.Outcome().Refused() || !errors.Is(second.Err(), capgate.ErrTicketLost) {
+		if second.Outcome().Decision != capgate.DecisionRefused || !errors.Is(second.Err(), capgate.ErrTicketLost) {
 			t.Errorf("u's waiter after its ticket was lost: %q (error %v), want refused by the local lanes", second.Outcome().Decision, second.Err())
 		}
-		if !third.Outcome().Degraded || !third.Outcome().Counted || third.Outcome().Refused() {
+		if !third.Outcome().Degraded || !third.Outcome().Counted || third.Outcome().Decision == capgate.DecisionRefused {
 			t.Errorf("w's waiter: degraded %v counted %v decision %q, want degraded and counted", third.Outcome().Degraded, third.Outcome().Counted, third.Outcome().Decision)
 		}
 		time.Sleep(time.Second)
@@ -289,7 +289,7 @@ func TestFullWaitlistMakesRoomForANewUser(t *testing.T) {
 			t.Fatalf("c's tickets waiting = %d, want 1", n)
 		}
 		dropped := <-flood[4] // a's newest: a and b hold 5 each, the tie goes to a
-		if !dropped.Outcome().Refused() || dropped.Outcome().Scope != capgate.LaneName("user") {
+		if dropped.Outcome().Decision != capgate.DecisionRefused || dropped.Outcome().Scope != capgate.LaneName("user") {
 			t.Errorf("a's newest waiter: %q scope %q, want refused on its user lane", dropped.Outcome().Decision, dropped.Outcome().Scope)
 		}
 		if ok := dropped.Outcome().RetryAfter > 0; !ok {
@@ -327,7 +327,7 @@ func TestRestartedStoreDoesNotAdmitPastTheLocalCount(t *testing.T) {
 		e.gate.Store = restarted // empty: the first call's lease is gone
 		second := e.gate.Admit(t.Context(), lanetest.Match("u", "preview"))
 		defer second.Release(t.Context())
-		if !second.Outcome().Refused() || second.Outcome().Scope != capgate.LaneName("user") {
+		if second.Outcome().Decision != capgate.DecisionRefused || second.Outcome().Scope != capgate.LaneName("user") {
 			t.Fatalf("the user's second call after the restart: %q scope %q, want refused on its user lane", second.Outcome().Decision, second.Outcome().Scope)
 		}
 		counts := make([]int, 1)

@@ -7,7 +7,6 @@ import (
 	"log/slog"
 	"time"
 
-	"github.com/capgate/capgate/policy"
 	"github.com/capgate/capgate/settings"
 )
 
@@ -360,13 +359,6 @@ func (g *Gate) config(ctx context.Context) (c settings.Config, err error) {
 		return settings.Default(c.Policy(), settings.ModeShadow), err
 	}
 	return g.tuner.apply(c), nil
-}
-
-// Policy returns the policy of the config in force: the routes, lanes,
-// tiers and names the gate decides by.
-func (g *Gate) Policy(ctx context.Context) *policy.Policy {
-	cfg, _ := g.config(ctx)
-	return cfg.Policy()
 }
 
 // ReleaseLeft releases the leases a killed incarnation of a gateway or

@@ -183,7 +183,7 @@ func TestEnforceNeverRefusesOnStoreFailure(t *testing.T) {
 	}
 	a := e.gate.Admit(context.Background(), lanetest.Match("p", "preview"))
 	defer a.Release(context.Background())
-	if a.Outcome().Refused() || a.Outcome().Decision != capgate.DecisionUnavailable {
+	if a.Outcome().Decision == capgate.DecisionRefused || a.Outcome().Decision != capgate.DecisionUnavailable {
 		t.Fatalf("decision %q: a store failure must never refuse", a.Outcome().Decision)
 	}
 }
@@ -261,7 +261,7 @@ func TestErrorAfterARefusalNeverRefuses(t *testing.T) {
 	capgate.SetRetryAfterHook(e.gate, func() error { return errors.New("boom") })
 	a := e.gate.Admit(context.Background(), lanetest.Match("p", "preview"))
 	defer a.Release(context.Background())
-	if a.Outcome().Decision != capgate.DecisionUnavailable || a.Outcome().Refused() {
+	if a.Outcome().Decision != capgate.DecisionUnavailable || a.Outcome().Decision == capgate.DecisionRefused {
 		t.Fatalf("decision %q, want unavailable", a.Outcome().Decision)
 	}
 	if ok := a.Outcome().RetryAfter > 0; ok {
@@ -321,8 +321,8 @@ func TestOffModeNeverTouchesTheStore(t *testing.T) {
 	if a == nil || a.Outcome().Decision != capgate.DecisionNone || e.acquires.Load() != 0 || len(e.lines.Raw()) != 0 {
 		t.Fatalf("off mode: admission %v, acquires %d, lines %d", a, e.acquires.Load(), len(e.lines.Raw()))
 	}
-	if a.Outcome().Refused() || a.Outcome().Counted || a.Err() != nil || a.Outcome().Lanes != nil {
-		t.Fatalf("off mode: refused %v, counted %v, error %v, lanes %v", a.Outcome().Refused(), a.Outcome().Counted, a.Err(), a.Outcome().Lanes)
+	if a.Outcome().Decision == capgate.DecisionRefused || a.Outcome().Counted || a.Err() != nil || a.Outcome().Lanes != nil {
+		t.Fatalf("off mode: refused %v, counted %v, error %v, lanes %v", a.Outcome().Decision == capgate.DecisionRefused, a.Outcome().Counted, a.Err(), a.Outcome().Lanes)
 	}
 	if _, ok := a.Held(); ok {
 		t.Fatal("off mode: the admission says it held leases")
@@ -481,7 +481,7 @@ func TestAPanickingConfigSourceFailsOpen(t *testing.T) {
 	e.gate.Source = panickingConfig{}
 	a := e.gate.Admit(context.Background(), lanetest.Match("p", "preview"))
 	a.Release(context.Background())
-	if a.Outcome().Decision != capgate.DecisionUnavailable || a.Outcome().Refused() || e.acquires.Load() != 0 {
+	if a.Outcome().Decision != capgate.DecisionUnavailable || a.Outcome().Decision == capgate.DecisionRefused || e.acquires.Load() != 0 {
 		t.Fatalf("decision %q, acquires %d", a.Outcome().Decision, e.acquires.Load())
 	}
 	if !strings.Contains(fmt.Sprint(a.Err()), "config bug") {

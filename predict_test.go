@@ -64,7 +64,7 @@ func TestPredictedWaitRefusesAtOnce(t *testing.T) {
 		Queued: func(time.Duration) { t.Error("a call predicted to wait past max_seconds was queued") },
 	})
 	defer a.Release(t.Context())
-	if !a.Outcome().Refused() {
+	if a.Outcome().Decision != capgate.DecisionRefused {
 		t.Fatalf("decision %s; want refused at once", a.Outcome().Decision)
 	}
 	if secs, ok := a.Outcome().RetryAfter, a.Outcome().RetryAfter > 0; !ok || secs != 25 {

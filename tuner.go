@@ -37,18 +37,7 @@ type tuner struct {
 // tuneLane is what the tuner knows of one adaptive lane.
 type tuneLane struct {
 	gather tune.Gather // this gateway's calls released since the last take
-	TuneLane
-}
-
-// TuneLane is what a gate keeps of one adaptive lane between the steps
-// of its adaptive limits (package adaptive steps them, through
-// Gate.Tune). The gate's calls take Advised as their limit in mode apply,
-// and its status shows State, the loop's advice and why.
-type TuneLane struct {
-	Pending tune.Window // samples not sent yet: windows added (measured outside the gate, a send that failed) and, once taken, the gate's own
-	Advised int         // the last advised limit known, before the bounds in force; 0: none yet
-	StepAt  time.Time   // when the cluster last took a step, as the state last read says; zero: none known
-	State   tune.State  // the state last read
+	tune.LaneState
 }
 
 // errNoTuneStore is the error of Gate.Tune on a gate without adaptive
@@ -63,7 +52,7 @@ var errNoTuneStore = errors.New("adaptive limits: the gate keeps no adaptive sta
 // Pending, and the gate gathers anew. It returns an error, calling
 // nothing, when g keeps no adaptive state (its store is no tune.Store, or
 // it was not made by NewGate); a nil fn only asks that.
-func (g *Gate) Tune(name LaneName, take bool, fn func(l *TuneLane)) error {
+func (g *Gate) Tune(name LaneName, take bool, fn func(l *tune.LaneState)) error {
 	t := g.tuner
 	if t == nil {
 		return errNoTuneStore
@@ -78,7 +67,7 @@ func (g *Gate) Tune(name LaneName, take bool, fn func(l *TuneLane)) error {
 		l.Pending = l.Pending.Add(l.gather.Window())
 		l.gather.Reset()
 	}
-	fn(&l.TuneLane)
+	fn(&l.LaneState)
 	return nil
 }
 

@@ -48,7 +48,7 @@ func TestTuneTakesTheGatheredSamples(t *testing.T) {
 	pending := func(take bool) tune.Window {
 		t.Helper()
 		var w tune.Window
-		if err := g.Tune(knn, take, func(l *capgate.TuneLane) { w, l.Pending = l.Pending, tune.Window{} }); err != nil {
+		if err := g.Tune(knn, take, func(l *tune.LaneState) { w, l.Pending = l.Pending, tune.Window{} }); err != nil {
 			t.Fatal(err)
 		}
 		return w

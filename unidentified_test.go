@@ -43,13 +43,13 @@ func TestUnidentifiedCallsShareOneLocalLane(t *testing.T) {
 		t.Errorf("call %+v; want user %q, tier preview", c, capgate.UnidentifiedUser)
 	}
 	second := g.AdmitWith(ctx, call, capgate.AdmitOptions{Unidentified: cause})
-	if !second.Outcome().Refused() || second.Outcome().Scope != capgate.LaneName("user") {
+	if second.Outcome().Decision != capgate.DecisionRefused || second.Outcome().Scope != capgate.LaneName("user") {
 		t.Errorf("second at limit 1: %s scope %q; want refused, scope user", second.Outcome().Decision, second.Outcome().Scope)
 	}
 	second.Release(ctx)
 	first.Release(ctx)
 	third := g.AdmitWith(ctx, call, capgate.AdmitOptions{Unidentified: cause})
-	if third.Outcome().Refused() || !third.Outcome().Counted {
+	if third.Outcome().Decision == capgate.DecisionRefused || !third.Outcome().Counted {
 		t.Errorf("after the release: %s; want a place", third.Outcome().Decision)
 	}
 	third.Release(ctx)
@@ -65,7 +65,7 @@ func TestUnidentifiedCallsShareOneLocalLane(t *testing.T) {
 	cfg.Mode = settings.ModeShadow
 	cfg.Unidentified = 0
 	g.Source = settings.NewFixed(cfg)
-	if a := g.AdmitWith(ctx, call, capgate.AdmitOptions{Unidentified: cause}); a.Outcome().Refused() || !a.Outcome().Counted {
+	if a := g.AdmitWith(ctx, call, capgate.AdmitOptions{Unidentified: cause}); a.Outcome().Decision == capgate.DecisionRefused || !a.Outcome().Counted {
 		t.Errorf("shadow: %s counted %v", a.Outcome().Decision, a.Outcome().Counted)
 	} else {
 		a.Release(ctx)
@@ -93,7 +93,7 @@ func TestUnidentifiedWithoutLocalLanes(t *testing.T) {
 	if first.Outcome().Decision != capgate.DecisionAdmitted || !first.Outcome().Counted {
 		t.Errorf("in-process store: %s counted %v; want admitted, counted", first.Outcome().Decision, first.Outcome().Counted)
 	}
-	if second := g.AdmitWith(ctx, call, capgate.AdmitOptions{Unidentified: errors.New("timeout")}); !second.Outcome().Refused() {
+	if second := g.AdmitWith(ctx, call, capgate.AdmitOptions{Unidentified: errors.New("timeout")}); second.Outcome().Decision != capgate.DecisionRefused {
 		t.Errorf("second: %s; want refused", second.Outcome().Decision)
 	}
 	first.Release(ctx)
@@ -103,7 +103,7 @@ func TestUnidentifiedWithoutLocalLanes(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer g2.Close(ctx)
-	if a := g2.AdmitWith(ctx, call, capgate.AdmitOptions{Unidentified: errors.New("timeout")}); !a.Outcome().Refused() || a.Outcome().Counted {
+	if a := g2.AdmitWith(ctx, call, capgate.AdmitOptions{Unidentified: errors.New("timeout")}); a.Outcome().Decision != capgate.DecisionRefused || a.Outcome().Counted {
 		t.Errorf("nothing to count in: %s counted %v; want refused", a.Outcome().Decision, a.Outcome().Counted)
 	}
 }

@@ -87,7 +87,7 @@ func (r *Runner) Step(ctx context.Context, observed map[capgate.LaneName]tune.Wi
 		return err
 	}
 	for name, w := range observed {
-		_ = g.Tune(name, false, func(l *capgate.TuneLane) { l.Pending = l.Pending.Add(w) })
+		_ = g.Tune(name, false, func(l *tune.LaneState) { l.Pending = l.Pending.Add(w) })
 	}
 	r.start(now(g))
 	cfg := g.Source.Config(ctx)
@@ -95,7 +95,7 @@ func (r *Runner) Step(ctx context.Context, observed map[capgate.LaneName]tune.Wi
 	for _, ln := range lanesOf(cfg) {
 		if !cfg.Adaptive.Lane(string(ln.name)).On() {
 			// Samples of a lane switched off say nothing later.
-			_ = g.Tune(ln.name, true, func(l *capgate.TuneLane) { *l = capgate.TuneLane{} })
+			_ = g.Tune(ln.name, true, func(l *tune.LaneState) { *l = tune.LaneState{} })
 			continue
 		}
 		if g.Skipping() {
@@ -120,12 +120,12 @@ func (r *Runner) stepLane(ctx context.Context, ts tune.Store, cfg settings.Confi
 		}
 	}()
 	var batch tune.Window
-	_ = g.Tune(name, true, func(l *capgate.TuneLane) { batch, l.Pending = l.Pending, tune.Window{} })
+	_ = g.Tune(name, true, func(l *tune.LaneState) { batch, l.Pending = l.Pending, tune.Window{} })
 	key := r.key(cfg, ln)
 	round, err := ts.TuneExchange(ctx, key, batch, every)
 	if err != nil {
 		// Sent next time.
-		_ = g.Tune(name, false, func(l *capgate.TuneLane) { l.Pending = l.Pending.Add(batch) })
+		_ = g.Tune(name, false, func(l *tune.LaneState) { l.Pending = l.Pending.Add(batch) })
 		return fmt.Errorf("adaptive %s: exchange: %w", name, err)
 	}
 	state, derr := tune.Decode(round.State)
@@ -162,13 +162,13 @@ func (r *Runner) stepLane(ctx context.Context, ts tune.Store, cfg settings.Confi
 		}
 	}
 	if state.Limit > 0 || round.Due {
-		_ = g.Tune(name, false, func(l *capgate.TuneLane) { install(l, state, b) })
+		_ = g.Tune(name, false, func(l *tune.LaneState) { install(l, state, b) })
 	}
 	return derr
 }
 
 // install makes state, read from the store, lane l's, within b.
-func install(l *capgate.TuneLane, state tune.State, b tune.Bounds) {
+func install(l *tune.LaneState, state tune.State, b tune.Bounds) {
 	l.Advised = state.Start(b)
 	if state.At > 0 {
 		l.StepAt = time.UnixMilli(state.At)
@@ -208,7 +208,7 @@ func (r *Runner) Read(ctx context.Context) error {
 			continue
 		}
 		b := tune.Bounds{Min: set.Min, Max: set.Max, Static: ln.static(cfg)}
-		_ = g.Tune(name, false, func(l *capgate.TuneLane) { install(l, state, b) })
+		_ = g.Tune(name, false, func(l *tune.LaneState) { install(l, state, b) })
 	}
 	return nil
 }
@@ -234,7 +234,7 @@ func (r *Runner) StepAges(ctx context.Context) map[capgate.LaneName]time.Duratio
 			continue
 		}
 		var at time.Time
-		_ = g.Tune(ln.name, false, func(l *capgate.TuneLane) { at = l.StepAt })
+		_ = g.Tune(ln.name, false, func(l *tune.LaneState) { at = l.StepAt })
 		if at.IsZero() {
 			at = since
 		}
@@ -260,7 +260,7 @@ func (r *Runner) Advised(ctx context.Context) map[capgate.LaneName]int {
 			continue
 		}
 		var adv int
-		_ = g.Tune(ln.name, false, func(l *capgate.TuneLane) { adv = l.Advised })
+		_ = g.Tune(ln.name, false, func(l *tune.LaneState) { adv = l.Advised })
 		if adv > 0 {
 			out[ln.name] = tune.Bounds{Min: set.Min, Max: set.Max}.Clamp(adv)
 		}

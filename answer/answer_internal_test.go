@@ -93,7 +93,7 @@ func setGatedHeadersStepwise(h http.Header, adm *capgate.Admission, rid string) 
 	name := strconv.Quote(string(lanes[i].Name))
 	h.Set(header.RateLimitPolicy, name+";q="+strconv.Itoa(lanes[i].Limit)+`;qu="concurrent-requests"`)
 	v := name + ";r=" + strconv.Itoa(max(lanes[i].Limit-counts[i], 0))
-	if s, ok := adm.Outcome().RetryAfter, adm.Outcome().RetryAfter > 0; ok && adm.Outcome().Refused() {
+	if s, ok := adm.Outcome().RetryAfter, adm.Outcome().RetryAfter > 0; ok && adm.Outcome().Decision == capgate.DecisionRefused {
 		v += ";t=" + strconv.Itoa(s)
 	}
 	h.Set(header.RateLimit, v)

@@ -51,7 +51,7 @@ func (v *values) set(code string, status, retryAfter int, rid string) {
 // o is a refusal. The gateway answers it; the decision service hands it
 // to the app, which answers it in the gateway's stead.
 func Refusal(o capgate.Outcome) []byte {
-	if !o.Refused() {
+	if o.Decision != capgate.DecisionRefused {
 		return nil
 	}
 	f := formatOf(policyOf(&o))

@@ -53,7 +53,7 @@ func (w *headerWriter) rateLimit(o *capgate.Outcome) {
 	w.writeQuoted(name)
 	w.text.WriteString(";r=")
 	w.writeInt(int64(max(lanes[i].Limit-counts[i], 0)))
-	if s := o.RetryAfter; s > 0 && o.Refused() {
+	if s := o.RetryAfter; s > 0 && o.Decision == capgate.DecisionRefused {
 		w.text.WriteString(";t=")
 		w.writeInt(int64(s))
 	}

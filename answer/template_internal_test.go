@@ -76,7 +76,7 @@ func shapedRefusals(t testing.TB, p *policy.Policy) (full, paused *capgate.Admis
 		for range 2 {
 			last = g.Admit(ctx, call)
 			t.Cleanup(func() { last.Release(ctx) })
-			if last.Outcome().Refused() {
+			if last.Outcome().Decision == capgate.DecisionRefused {
 				return last
 			}
 		}

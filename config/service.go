@@ -27,7 +27,7 @@ const (
 )
 
 // Service is the runtime config of one process: the cached config
-// for the request path (it implements ConfigSource) and the one way to save
+// for the request path (it implements settings.Source) and the one way to save
 // a change (Save), so that a change saved here applies at once.
 //
 // Config re-reads the store at most every CacheTTL, measured from before

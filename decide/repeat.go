@@ -69,7 +69,8 @@ func (s *Server) repeat(ctx context.Context, cc *callConn, gate *capgate.Gate, r
 	switch rp.Outcome {
 	case idempotency.RepeatReused:
 		o := answer.Own{Kind: policy.AnswerKeyReused, Detail: reusedDetail, RequestID: call.CID}
-		p := gate.Policy(ctx)
+		cfg, _ := gate.Config(ctx)
+		p := cfg.Policy()
 		d.Decision, d.Status, d.Body = "reused", o.Kind.Status(), answer.KeyError(p, o)
 		h := http.Header{}
 		answer.SetRetryHeaders(h, p, o)

@@ -358,7 +358,7 @@ func (s *Server) decide(w http.ResponseWriter, r *http.Request) {
 			d.Headers[k] = v[0]
 		}
 	}
-	if out.Refused() {
+	if out.Decision == capgate.DecisionRefused {
 		d.Status = http.StatusTooManyRequests
 		d.Body = answer.Refusal(out)
 	}
@@ -397,7 +397,8 @@ func (s *Server) readCall(w http.ResponseWriter, r *http.Request, rc *http.Respo
 	req = req.conservativeRequest()
 	var call capgate.Call
 	if err == nil {
-		call, err = req.call(s.Gate.Policy(r.Context()))
+		cfg, _ := s.Gate.Config(r.Context())
+		call, err = req.call(cfg.Policy())
 	}
 	var gate *capgate.Gate
 	if err == nil {

@@ -332,7 +332,7 @@ func (g *Gateway) rewrite(pr *httputil.ProxyRequest) {
 // policy returns the policy in force for r: the one capgate's own
 // answers are shaped by.
 func (g *Gateway) policy(r *http.Request) *policy.Policy {
-	return g.gated.gate.Policy(r.Context())
+	return g.gated.policyInForce(r.Context())
 }
 
 // capgateHeaderPrefix starts the headers an auth proxy sets for

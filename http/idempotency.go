@@ -174,7 +174,7 @@ func (m *Middleware) repeat(w http.ResponseWriter, r *http.Request, call capgate
 	if !hasKey && idem.Mode != settings.IdempotencyAuto {
 		return nil, nil, false
 	}
-	pi := m.gate.Policy(ctx).Idempotency
+	pi := m.policyInForce(ctx).Idempotency
 	fp, ok := fingerprint(r, pi.FingerprintHeaders)
 	if !ok && m.bufferForRepeat(r) {
 		fp, ok = fingerprint(r, pi.FingerprintHeaders)
@@ -241,7 +241,7 @@ func isRetry(hd http.Header, h string) bool {
 // for kind, else in capgate's own, {"detail", "error_code"}.
 func (m *Middleware) writeCallError(w http.ResponseWriter, r *http.Request, rid string, kind policy.AnswerKind, detail string) {
 	w.Header().Set(header.RequestID, rid)
-	answer.WriteKeyError(w, m.gate.Policy(r.Context()), answer.Own{Kind: kind, Detail: detail, RequestID: rid})
+	answer.WriteKeyError(w, m.policyInForce(r.Context()), answer.Own{Kind: kind, Detail: detail, RequestID: rid})
 }
 
 // answerMagic starts an encoded answer, so a change of the format is

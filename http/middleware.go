@@ -202,8 +202,9 @@ func NewMiddleware(next http.Handler, gate *capgate.Gate, identify identity.Iden
 	}
 	// The default classifier evaluates the policy of the gate's config,
 	// whichever it is.
-	m := &Middleware{next: next, gate: gate, classify: &Classifier{follow: gate.Policy}, identify: identify,
+	m := &Middleware{next: next, gate: gate, identify: identify,
 		anonymous: identity.AnonymousUser, logger: slog.Default(), now: time.Now, repeater: idempotency.New(gate)}
+	m.classify = &Classifier{follow: m.policyInForce}
 	for _, o := range opts {
 		o(m)
 	}
@@ -248,7 +249,7 @@ func (m *Middleware) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		// Counted by Classifier.BufferFull; a flood must not flood the log.
 		m.logger.Debug("capgate: request buffer full; answering 503", "path", r.URL.Path)
 		markHeavy(ctx, "")
-		m.cors.refusal(w.Header(), r.Header.Get("Origin"), m.gate.Policy(ctx))
+		m.cors.refusal(w.Header(), r.Header.Get("Origin"), m.policyInForce(ctx))
 		m.writeErrorRetry(w, r, policy.AnswerBusy, detailBusy, bufferFullRetryAfter)
 		return
 	}
@@ -273,6 +274,13 @@ const bufferFullRetryAfter = 1
 // carries a credential is unverified, gated as the anonymous user; one
 // with no credential at all is ok false (passed untouched). err is the
 // identifier's failure (the caller is then unidentified).
+// policyInForce returns the policy of the config in force: the routes and
+// names the gate decides by, and the shape of capgate's own answers.
+func (m *Middleware) policyInForce(ctx context.Context) *policy.Policy {
+	cfg, _ := m.gate.Config(ctx)
+	return cfg.Policy()
+}
+
 func (m *Middleware) identifyCaller(ctx context.Context, r *http.Request) (caller identity.Caller, ok, unverified bool, err error) {
 	caller, ok, err = m.identify.Identify(ctx, r)
 	if err != nil {
@@ -316,7 +324,7 @@ const detailUnverified = "The credentials could not be verified."
 // handler.
 func (m *Middleware) unauthorized(w http.ResponseWriter, r *http.Request) {
 	ctx := r.Context()
-	p := m.gate.Policy(ctx)
+	p := m.policyInForce(ctx)
 	markHeavy(ctx, "")
 	m.cors.refusal(w.Header(), r.Header.Get("Origin"), p)
 	w.Header().Set("WWW-Authenticate", cmp.Or(p.Identity.Scheme, "Bearer"))
@@ -342,7 +350,7 @@ func (m *Middleware) gated(w http.ResponseWriter, r *http.Request, call capgate.
 	if !hadID {
 		rid = newRequestID()
 	}
-	p := m.gate.Policy(ctx)
+	p := m.policyInForce(ctx)
 	m.attribute(&call, r, wireOf(p))
 	call.CID = truncate.Runes(rid, maxRequestID)
 	markHeavy(ctx, rid)
@@ -413,7 +421,7 @@ func (m *Middleware) gated(w http.ResponseWriter, r *http.Request, call capgate.
 		}()
 	}
 
-	if out.Refused() {
+	if out.Decision == capgate.DecisionRefused {
 		m.refuse(w, r, out, rid)
 		return
 	}
@@ -463,7 +471,7 @@ func (m *Middleware) recovered(gw *gatedWriter, r *http.Request, p any) {
 	}
 	m.logger.Error("capgate: handler panicked", "method", r.Method, "path", r.URL.Path,
 		"panic", fmt.Sprint(p), "stack", string(debug.Stack()))
-	answer.WriteText(gw, m.gate.Policy(r.Context()), answer.Own{Kind: policy.AnswerInternal, Detail: "Internal Server Error", RequestID: gw.rid})
+	answer.WriteText(gw, m.policyInForce(r.Context()), answer.Own{Kind: policy.AnswerInternal, Detail: "Internal Server Error", RequestID: gw.rid})
 }
 
 // firstValue is h.Get(k) for a canonical k, which h.Get would copy to

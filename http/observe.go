@@ -271,7 +271,7 @@ func (m *Middleware) writeErrorRetry(w http.ResponseWriter, r *http.Request, kin
 	if i := infoFrom(r.Context()); i != nil && i.rid != "" {
 		rid = i.rid
 	}
-	answer.WriteError(w, m.gate.Policy(r.Context()), answer.Own{
+	answer.WriteError(w, m.policyInForce(r.Context()), answer.Own{
 		Kind: kind, Detail: detail, RequestID: truncate.Runes(rid, maxRequestID), RetryAfter: retryAfter})
 }
 

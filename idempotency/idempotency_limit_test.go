@@ -117,7 +117,7 @@ func assertGated(t *testing.T, g *capgate.Gate) {
 	for i := range 50 {
 		a := g.Admit(ctx, coreCall(fmt.Sprint("c", i)))
 		held = append(held, a)
-		if a.Outcome().Refused() {
+		if a.Outcome().Decision == capgate.DecisionRefused {
 			return
 		}
 		if a.Outcome().Decision == capgate.DecisionUnavailable {

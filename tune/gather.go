@@ -1,6 +1,9 @@
 package tune
 
-import "slices"
+import (
+	"slices"
+	"time"
+)
 
 // What a step measures: the backend's service time per unit of work, not
 // how long a caller holds a place. A bulk call that sends its rows one at
@@ -71,4 +74,15 @@ func (g *Gather) Window() Window {
 // Reset empties g, keeping its buffer.
 func (g *Gather) Reset() {
 	g.w, g.per, g.next = Window{}, g.per[:0], 0
+}
+
+// LaneState is what a gate keeps of one adaptive lane between the steps
+// of its adaptive limits (package adaptive steps them, through
+// capgate.Gate.Tune). The gate's calls take Advised as their limit in mode apply,
+// and its status shows State, the loop's advice and why.
+type LaneState struct {
+	Pending Window    // samples not sent yet: windows added (measured outside the gate, a send that failed) and, once taken, the gate's own
+	Advised int       // the last advised limit known, before the bounds in force; 0: none yet
+	StepAt  time.Time // when the cluster last took a step, as the state last read says; zero: none known
+	State   State     // the state last read
 }

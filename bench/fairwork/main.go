@@ -144,7 +144,7 @@ func run() error {
 						adm.Release(context.Background())
 						return
 					}
-					if o := adm.Outcome(); o.Refused() {
+					if o := adm.Outcome(); o.Decision == capgate.DecisionRefused {
 						adm.Release(context.Background())
 						mu.Lock()
 						refused++

@@ -161,7 +161,7 @@ func Generate(ctx context.Context, w io.Writer, opts Options) (Stats, error) {
 		isDown.Store(down(opts.Outages, next))
 		g := gates[rng.IntN(len(gates))]
 		adm := g.Admit(ctx, mix.call(rng))
-		if o := adm.Outcome(); o.Refused() {
+		if o := adm.Outcome(); o.Decision == capgate.DecisionRefused {
 			adm.Release(ctx)
 			st.Decisions[string(o.Decision)]++
 		} else {
