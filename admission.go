@@ -10,8 +10,6 @@ import (
 	"time"
 
 	"github.com/capgate/capgate/internal/randhex"
-	"github.com/capgate/capgate/internal/truncate"
-	"github.com/capgate/capgate/policy"
 	"github.com/capgate/capgate/settings"
 )
 
@@ -46,7 +44,7 @@ type Admission struct {
 	local    bool  // holds leases in the gate's local lanes (degraded.go)
 	degraded bool  // decided by the local lanes alone (degraded.go)
 	// stored: a call counted in the local lanes alone was written into
-	// the store later (background.go); its leases there are renewed and
+	// the store later (lease.go); its leases there are renewed and
 	// released as a taken call's. Set under mu.
 	stored    atomic.Bool
 	localAt   []int // per lane: the local lanes' count before this call
@@ -61,7 +59,7 @@ type Admission struct {
 	granted   bool          // took a slot it waited for
 	waited    bool          // its ticket was queued
 	dropped   bool          // its ticket was dropped from a full waitlist
-	predicted time.Duration // its predicted wait, when refused for it at once (predict.go)
+	predicted time.Duration // its predicted wait, when refused for it at once (wait.go)
 	waitedFor time.Duration // how long it waited
 	repeatOf  string        // the cid of the call it repeated (DecisionJoined, DecisionReplayed)
 	opts      AdmitOptions
@@ -74,7 +72,7 @@ type Admission struct {
 	repeatErr error // why it was not checked for repeats; requires mu held
 	finished  time.Time
 
-	// The renewer's (renew.go). Renewing never revives or adds a lease,
+	// The renewer's (lease.go). Renewing never revives or adds a lease,
 	// so Release need not wait for a renewal in flight.
 	renewCtx   context.Context // the request's values; nil until renewed
 	renewBegan time.Time       // when renewals began; requires g.rn.mu held
@@ -87,148 +85,7 @@ type Admission struct {
 	// Outcome.Full, allocating nothing.
 	fullNames []LaneName
 
-	usage atomic.Int64 // what SetUsage recorded, +1; 0: nothing (usage.go)
-}
-
-// plan is a call laid out over the config in force, before anything is
-// asked of a store: the lanes that take it (each one's key, limit, seats,
-// what it may borrow, its class key) and the store request's keys and
-// limits. Making it (Keys.plan) is pure: no I/O, no clock. The Admission
-// holds its plan; the local lanes' degraded limits and a lending lane's
-// borrowed seats change its lanes' limits later.
-type plan struct {
-	lanes  []Lane
-	keys   []string // the lanes' keys, then the class key of each lane where the call also counts in its class's seats
-	limits []int    // per key
-	before []int    // where the store writes the counts before the call: the keys', then the Borrow keys'
-
-	// Backing arrays of lanes, keys, the limits and the counts, so that
-	// a call of up to laneBufLen lanes allocates none of them apart.
-	laneBuf [laneBufLen]Lane
-	keyBuf  [laneBufLen]string
-	intBuf  [2 * laneBufLen]int
-	seatBuf [laneBufLen]int
-}
-
-// plan lays call out over cfg into p: the lanes of cfg's policy that take
-// it, their keys and limits (Keys.AppendPlan), and the store request. It
-// fails for a call the policy in force can't place (its route replaced,
-// an unknown tier, no user, no lane): the gate then lets it go unavailable.
-func (k Keys) plan(p *plan, cfg settings.Config, call *Call) error {
-	pol := cfg.Policy()
-	if r := call.Route; r == nil || r.Index() >= len(pol.Routes) || pol.Routes[r.Index()] != r {
-		return errors.New("the call's route is not one of the policy in force (the policy was replaced)")
-	}
-	tier := pol.TierIndex(call.Tier)
-	if tier < 0 {
-		return fmt.Errorf("unknown tier %q", call.Tier)
-	}
-	if call.UserID == "" {
-		return errors.New("no user id")
-	}
-	p.lanes = k.AppendPlan(p.laneBuf[:0], cfg, call, tier)
-	if len(p.lanes) == 0 {
-		return errors.New("no lane of the policy takes the call")
-	}
-	if k.TaskID == "" && slices.ContainsFunc(p.lanes, isTaskLane) {
-		// A gate built by hand without one (NewGate refuses it): every
-		// such gate would share one task lane, a per-task limit acting
-		// cluster-wide.
-		return errors.New("the gate has no task id: its task lane would be every task's")
-	}
-	p.limits, p.before = p.planRequest()
-	return nil
-}
-
-// seats returns the seats the call takes in each of p.keys, for the
-// store's requests: nil when it takes one in each (every call of most
-// policies), so a one-seat call's requests are what they were before
-// seats. A class key takes the seats of its lane.
-func (p *plan) seats() []int {
-	one := true
-	for _, l := range p.lanes {
-		one = one && l.seats() == 1
-	}
-	if one {
-		return nil
-	}
-	s := p.seatBuf[:0]
-	for _, l := range p.lanes {
-		s = append(s, l.seats())
-	}
-	for _, l := range p.lanes {
-		if l.ClassKey != "" {
-			s = append(s, l.seats())
-		}
-	}
-	return s
-}
-
-// borrow returns what the call may borrow in each of p.keys, for the
-// store's requests: nil when no lane lends it anything (as always when no
-// lane's lending is on).
-func (p *plan) borrow() []Borrow {
-	var out []Borrow
-	for i, l := range p.lanes {
-		if l.Borrow.Key == "" {
-			continue
-		}
-		if out == nil {
-			out = make([]Borrow, len(p.keys))
-		}
-		out[i] = l.Borrow
-	}
-	return out
-}
-
-// classLimit is a class key's limit in the store's requests: never full,
-// since it only counts the class's seats (its lane has the limit).
-const classLimit = settings.MaxNumber + 1
-
-// planRequest lays out the store request of p's lanes: p.keys (the lanes'
-// keys, then the class key of each lane where the call also counts in
-// its class's seats), their limits, and the buffer of the counts before
-// the call (the keys', then those of the lanes' Borrow keys).
-func (p *plan) planRequest() (limits, before []int) {
-	n, nk, nb := len(p.lanes), len(p.lanes), 0
-	for _, l := range p.lanes {
-		if l.ClassKey != "" {
-			nk++
-		}
-		if l.Borrow.Key != "" {
-			nb++
-		}
-	}
-	keys, ints := p.keyBuf[:], p.intBuf[:]
-	if nk > len(keys) || 2*nk+nb > len(ints) {
-		keys, ints = make([]string, nk), make([]int, 2*nk+nb)
-	}
-	p.keys = keys[:nk:nk]
-	limits, before = ints[:nk:nk], ints[nk:2*nk+nb:2*nk+nb]
-	j := n
-	for i, l := range p.lanes {
-		p.keys[i], limits[i] = l.Key, l.Limit
-		if l.ClassKey != "" {
-			p.keys[j], limits[j] = l.ClassKey, classLimit
-			j++
-		}
-	}
-	return limits, before
-}
-
-// lend raises the limit of each lane of lanes that lends the call seats
-// by the seats the store lent (Borrow.Borrowable of the class's count,
-// which the store reported in counts after the nk keys' counts) and
-// returns the lanes' own counts (counts[:len(lanes)]).
-func lend(lanes []Lane, counts []int, nk int) []int {
-	j := nk
-	for i := range lanes {
-		if b := lanes[i].Borrow; b.Key != "" {
-			lanes[i].Limit = satAdd(lanes[i].Limit, b.Borrowable(counts[j]))
-			j++
-		}
-	}
-	return counts[:len(lanes)]
+	usage atomic.Int64 // what SetUsage recorded, +1; 0: nothing (admission.go)
 }
 
 // acquire plans the lanes, takes the leases and decides. An error it
@@ -314,7 +171,7 @@ func (a *Admission) acquire(ctx context.Context) error {
 		// The store answers but lost the ticket (a restart, a failover):
 		// not its failure, no skip window, but never "go uncounted" either.
 		// The local lanes decide, with degraded limits, and the call is
-		// written into the store (background.go).
+		// written into the store (lease.go).
 		a.setErr(err)
 		return a.degradeLate(ctx, wl, req, true)
 	}
@@ -335,7 +192,7 @@ func (a *Admission) acquire(ctx context.Context) error {
 	before = lend(a.lanes, before, len(a.keys))
 	a.taken = taken
 	if taken {
-		a.leased = g.now() // the hold estimates count from here (hints.go)
+		a.leased = g.now() // the hold estimates count from here (decision.go)
 	}
 	switch {
 	case !taken:
@@ -627,144 +484,21 @@ func (a *Admission) lane(name LaneName) int {
 	return -1
 }
 
-// record returns the call's log record, laid out by its policy. Its
-// timestamp and held_ms are set once the call is released. The values the
-// record's slices and pointer fields point to live in one allocation.
-func (a *Admission) record() record { return a.fillRecord(new(recordValues)) }
-
-// appendLine appends the call's log line to b: its record, built on the
-// stack (the line is what outlives the call, not the record).
-func (a *Admission) appendLine(b []byte) []byte {
-	var v recordValues
-	r := a.fillRecord(&v)
-	return r.AppendJSON(b)
+// SetUsage records what the upstream reported the call used (the reading
+// of the route's usage in the policy: tokens, say), before the call is
+// released; a negative n is ignored. Fair queuing by usage charges it.
+func (a *Admission) SetUsage(n int64) {
+	if a == nil || n < 0 {
+		return
+	}
+	a.usage.Store(n + 1)
 }
 
-// fillRecord returns the call's record, its slices and pointer fields
-// pointing into v.
-func (a *Admission) fillRecord(v *recordValues) record {
-	o := a.Outcome()
-	p := o.Policy
-	r := record{
-		Event:         p.Names.LogEvent,
-		Decision:      o.Decision,
-		Mode:          o.Mode,
-		Enforced:      o.Enforced,
-		RouteKey:      p.Names.LogRouteKey,
-		Route:         o.Route,
-		Tier:          a.call.Tier,
-		UserID:        a.call.UserID,
-		Scope:         string(o.Scope),
-		RequestSource: a.call.RequestSource,
-		CID:           a.call.CID,
+// Usage returns what SetUsage recorded; ok is false when nothing was.
+func (a *Admission) Usage() (n int64, ok bool) {
+	if a == nil {
+		return 0, false
 	}
-	if a.g != nil { // nil: the zero Admission
-		r.Task = a.g.TaskID
-	}
-	fields := v.fields[:0]
-	for pi, fi := range p.Fields() {
-		f := logField{Key: fi.Name, Type: fi.Type}
-		if rt := a.call.Route; rt != nil {
-			if i := rt.PolicyField(pi); i >= 0 {
-				switch fi.Type {
-				case policy.TypeBool:
-					f.B = a.call.Fields.Bool(i)
-				case policy.TypeInt:
-					f.N = a.call.Fields.Int(i)
-				default:
-					f.S = a.call.Fields.String(i)
-				}
-			}
-		}
-		fields = append(fields, f)
-	}
-	r.Fields = fields
-	classes := v.classes[:0]
-	for _, c := range p.Classes {
-		classes = append(classes, logClass{Key: c.Name, Is: a.call.Route != nil && c.Has(a.call.Route, &a.call.Fields)})
-	}
-	r.Classes = classes
-	full := v.full[:0]
-	for _, n := range o.Full {
-		full = append(full, string(n))
-	}
-	lanes := v.lanes[:0]
-	for i, l := range o.Lanes {
-		ll := logLane{Name: string(l.Name), Seats: l.seats()}
-		if l.Spec != nil {
-			ll.InFlightKey, ll.LimitKey = l.Spec.Log.InFlight, l.Spec.Log.Limit
-		} else {
-			ll.InFlightKey, ll.LimitKey = logKeys(p, l.Name)
-		}
-		if ll.InFlightKey == "" {
-			continue
-		}
-		if o.Counts != nil {
-			ll.InFlight, ll.Known = o.Counts[i], true
-		}
-		ll.Limit = l.Limit
-		lanes = append(lanes, ll)
-	}
-	r.Lanes = lanes
-	if len(full) > 0 {
-		r.Full = full
-	}
-	meta := v.meta[:0]
-	for i, k := range p.Names.MetadataLog {
-		if i < len(a.call.Metadata) {
-			meta = append(meta, logAttr{Key: k.Key, Value: a.call.Metadata[i]})
-		}
-	}
-	r.Metadata = meta
-	if len(o.Lanes) > 0 {
-		v.suggested = o.Suggested
-		r.Suggested = &v.suggested
-	}
-	if o.RetryAfter > 0 {
-		v.retryAfter = o.RetryAfter
-		r.RetryAfter = &v.retryAfter
-	}
-	if a.call.HasQueueMS {
-		v.queueMS = a.call.QueueMS
-		r.QueueMS = &v.queueMS
-	}
-	if o.Queued {
-		v.waitMS = o.Waited.Milliseconds()
-		r.WaitMS = &v.waitMS
-	}
-	if n, ok := a.Usage(); ok {
-		v.usage = n
-		r.Usage = &v.usage
-	}
-	a.mu.Lock()
-	if a.err != nil {
-		r.Error = truncate.Runes(a.err.Error(), maxErrorLen)
-	}
-	r.LeaseLost, r.TS = a.leaseLost, a.finished
-	r.Degraded = a.degraded
-	r.DedupOf = a.repeatOf
-	if a.repeatErr != nil {
-		r.DedupError = truncate.Runes(a.repeatErr.Error(), maxErrorLen)
-	}
-	r.Resumed = a.opts.Resumed
-	if a.released && a.heldMS >= 0 {
-		v.heldMS = a.heldMS
-		r.HeldMS = &v.heldMS
-	}
-	a.mu.Unlock()
-	return r
-}
-
-// recordValues holds what a record's slices and pointer fields point to:
-// room for a usual call's, a larger one's appended beyond.
-type recordValues struct {
-	fields                [policy.MaxFields]logField
-	classes               [2]logClass
-	lanes                 [laneBufLen]logLane
-	full                  [laneBufLen]string
-	meta                  [policy.MaxMetadataLog]logAttr
-	suggested, retryAfter int
-	queueMS, waitMS       int64
-	heldMS                int64
-	usage                 int64
+	v := a.usage.Load()
+	return v - 1, v > 0
 }

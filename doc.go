@@ -3,42 +3,47 @@
 // API host (task), on a shared backend, per user tier, per user, per value
 // of a call field.
 //
-// # The model: plan, decision, lease
+// # The model: plan, outcome, lease
 //
-// A heavy call passes through three steps, all in Gate.Admit (or
-// Gate.AdmitWith) and the Admission it returns:
+// A heavy call passes through three phases, one type each, all in
+// Gate.Admit (or Gate.AdmitWith) and the Admission it returns:
 //
-//   - The plan. The gate reads the config in force from its settings.Source
-//     (a config.Service, or a settings.Fixed; a config settings.Config.Check
-//     refuses makes the call unavailable, never a store failure), and
-//     Keys.AppendPlan lays the call out over the config's policy: the lanes
-//     that take it, each lane's key in the store, its limit (a tier's, a key
-//     value's own from key_limits, an adaptive limit), the seats the call
-//     takes there (policy.Seats) and the part kept for a reserve class.
-//     The plan is pure: no I/O.
-//   - The decision. The lane store (a LaneStore: memory.Store in one
-//     process, redis.Store for a cluster of gateways; its optional parts,
-//     StoreCaps, declared by its Caps) counts the lanes and takes the call's
-//     seats in every lane at once, or none when a lane is full. An enforced
-//     call (mode enforce, and enforce_for says it counts) that finds a lane
-//     full may wait for a slot on the store's Waitlist, else is refused
-//     (DecisionRefused, with Retry-After, the full lane as its scope and a
-//     suggested concurrency: decision.go). In shadow the store takes the
-//     seats even past a full lane (AcquireRequest.Force), so the call runs
-//     and is recorded as one that would have been refused
-//     (DecisionShadowRefused); in mode off the gate does nothing at all
-//     (DecisionNone). A store that fails makes the call unavailable: it
-//     goes ahead uncounted (or counted in the gate's local lanes, Local),
-//     and the store is skipped for SkipFor — the limiter never refuses a
-//     call for its own error.
-//   - The lease. An admitted call holds its seats as a lease that expires
-//     unless renewed (lease_seconds): the gate renews it in the background
-//     while the call runs, and Admission.Release gives it back (a release
-//     that fails is retried in the background, and at worst the lease
-//     expires), then writes the call's log line through the Sink and tells
-//     the Observer. A process that dies with calls held leaves leases that
-//     expire, or that the journal (package journal) releases once it is
-//     proven dead.
+//   - The plan (plan.go). The gate reads the config in force from its
+//     settings.Source (a config.Service, or a settings.Fixed; a config
+//     settings.Config.Check refuses makes the call unavailable, never a
+//     store failure), and lays the call out over the config's policy
+//     (Keys.AppendPlan): the lanes that take it, each lane's key in the
+//     store, its limit (a tier's, a key value's own from key_limits, an
+//     adaptive limit), the seats the call takes there (policy.Seats) and
+//     the part kept for a reserve class, then the store's request. The
+//     plan is pure: no I/O, no clock.
+//   - The outcome (decision.go). The lane store (a LaneStore: memory.Store
+//     in one process, redis.Store for a cluster of gateways; its optional
+//     parts, StoreCaps, declared by its Caps) counts the lanes and takes
+//     the call's seats in every lane at once, or none when a lane is full;
+//     then one pure function decides, given the mode in force as a value.
+//     An enforced call (mode enforce, and enforce_for says it counts) that
+//     finds a lane full may wait for a slot on the store's Waitlist, else
+//     is refused (DecisionRefused, with Retry-After, the full lane as its
+//     scope and a suggested concurrency). An unenforced one has its seats
+//     taken even past a full lane (AcquireRequest.Force): it runs, and is
+//     recorded as one that would have been refused (DecisionShadowRefused).
+//     In mode off the gate does nothing at all (DecisionNone). A store
+//     that fails makes the call unavailable: it goes ahead uncounted (or
+//     counted in the gate's local lanes, Local), and the store is skipped
+//     for SkipFor — the limiter never refuses a call for its own error.
+//     What was decided is an Outcome, a plain value fixed when Admit
+//     returns (Admission.Outcome), which the headers, the 429's body, the
+//     decision service's answer, the metrics and the log line all read.
+//   - The lease (admission.go, lease.go). An admitted call holds its seats
+//     as a lease that expires unless renewed (lease_seconds): the gate
+//     renews it in the background while the call runs, and
+//     Admission.Release gives it back (a release that fails is retried in
+//     the background, and at worst the lease expires), then writes the
+//     call's log line through the Sink and tells the Observer. A process
+//     that dies with calls held leaves leases that expire, or that the
+//     journal (package journal) releases once it is proven dead; a call
+//     its client re-registers is resumed (AdmitOptions.Resumed).
 //
 // Idempotent calls (package idempotency) join a call running with the
 // same key before they are planned; the adaptive limits' runner (package

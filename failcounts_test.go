@@ -15,7 +15,7 @@ import (
 	"github.com/capgate/capgate/settings"
 )
 
-// Failure never means uncounted: the store side (background.go,
+// Failure never means uncounted: the store side (lease.go,
 // degraded.go, wait.go).
 
 // failWhile makes e's acquires fail while the flag it returns (set) is.

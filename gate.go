@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"sync"
 	"time"
 
 	"github.com/capgate/capgate/settings"
@@ -62,25 +63,25 @@ type Gate struct {
 	// and while Store is unavailable they decide alone, with degraded
 	// limits (degraded.go). nil: none.
 	Local LaneStore
-	// tuner keeps the adaptive limits (tuner.go; package adaptive steps
+	// tuner keeps the adaptive limits (lanes.go; package adaptive steps
 	// them through Tune): the calls the gate releases feed it, and the
 	// lanes in mode apply take its limits. nil (a Gate built without NewGate, or a store that is no
 	// tune.Store): the static limits.
 	tuner *tuner
 	// holds keeps the lanes' recent hold times for the adaptive
-	// Retry-After (hints.go); nil (a Gate built without NewGate): no
+	// Retry-After (decision.go); nil (a Gate built without NewGate): no
 	// history, the prior applies.
 	holds *holdTimes
 	// skip is the skip window shared with the gate this one was derived
-	// from (ForTask); nil: ownSkip (skip.go).
+	// from (ForTask); nil: ownSkip (gate.go).
 	skip    *skipWindow
 	ownSkip skipWindow
 
-	bg    background // release retries and the gateway count (background.go)
+	bg    background // release retries and the gateway count (lease.go)
 	hooks *gateHooks // fault injection for tests; nil in production
 
-	rn       renewer  // renews the leases of the calls in flight (renew.go)
-	keyCache keyCache // the lane keys that are the same for every call (lane.go)
+	rn       renewer  // renews the leases of the calls in flight (lease.go)
+	keyCache keyCache // the lane keys that are the same for every call (plan.go)
 }
 
 // gateHooks let white-box tests inject faults where Go code has no natural
@@ -255,7 +256,7 @@ type AdmitOptions struct {
 	// Unidentified, if set, is why who calls could not be told (a failed
 	// identity lookup): the call is gated as UnidentifiedUser under the
 	// config's unidentified limit, in this gateway's own lanes, never
-	// passed uncounted nor sent to the store (unidentified.go).
+	// passed uncounted nor sent to the store (degraded.go).
 	Unidentified error
 	// Repeated marks a call answered by the call it repeats (package
 	// idempotency) instead of run: it holds no lane place, and its line
@@ -377,4 +378,69 @@ func (g *Gate) ReleaseLeft(ctx context.Context, left map[string][]string) (int, 
 		n++
 	}
 	return n, nil
+}
+
+// DefaultSkipDuration is how long the gate skips the store after a store
+// error (Gate.SkipFor; CAPACITY_REDIS_RETRY_SECONDS). It is shorter than
+// lease − 2×renew with the default config, so one error can't cost a long
+// call its lease.
+const DefaultSkipDuration = 15 * time.Second
+
+// skipWindow is the per-process memory that the lane store failed
+// recently: the one piece of per-process state the spec asks for. A gate
+// owns one; the gates ForTask derives share it. Safe for concurrent use.
+// The zero value is closed.
+type skipWindow struct {
+	mu    sync.Mutex
+	until time.Time // the store is skipped before it; requires mu held
+}
+
+// fail opens the window until t, unless it is already open longer.
+func (w *skipWindow) fail(t time.Time) {
+	w.mu.Lock()
+	if t.After(w.until) {
+		w.until = t
+	}
+	w.mu.Unlock()
+}
+
+// open reports whether the window is open at now.
+func (w *skipWindow) open(now time.Time) bool {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return now.Before(w.until)
+}
+
+// reset closes the window, as if the store had never failed.
+func (w *skipWindow) reset() {
+	w.mu.Lock()
+	w.until = time.Time{}
+	w.mu.Unlock()
+}
+
+// window returns the skip window the gate uses: the one it shares with
+// the gate it was derived from (ForTask), else its own.
+func (g *Gate) window() *skipWindow {
+	if g.skip != nil {
+		return g.skip
+	}
+	return &g.ownSkip
+}
+
+// skipping reports whether the store failed within the last SkipFor, by
+// the gate's clock.
+func (g *Gate) skipping() bool { return g.SkipFor > 0 && g.window().open(g.now()) }
+
+// Skipping reports whether the gate skips its store now: the store failed
+// within the last SkipFor, by the gate's clock (the skip window, shared
+// by the gates ForTask derives). Work beside the calls that uses the
+// store waits for it to close: the adaptive limits' steps, and package
+// idempotency skips the store then too.
+func (g *Gate) Skipping() bool { return g.skipping() }
+
+// failStore opens the skip window for SkipFor from now.
+func (g *Gate) failStore() {
+	if g.SkipFor > 0 {
+		g.window().fail(g.now().Add(g.SkipFor))
+	}
 }

@@ -5,6 +5,7 @@ import (
 	"time"
 
 	"github.com/capgate/capgate/internal/jsonenc"
+	"github.com/capgate/capgate/internal/truncate"
 	"github.com/capgate/capgate/policy"
 	"github.com/capgate/capgate/settings"
 )
@@ -227,4 +228,146 @@ func appendIntP(b []byte, k string, v *int) []byte {
 		return b
 	}
 	return appendInt(b, k, int64(*v))
+}
+
+// record returns the call's log record, laid out by its policy. Its
+// timestamp and held_ms are set once the call is released. The values the
+// record's slices and pointer fields point to live in one allocation.
+func (a *Admission) record() record { return a.fillRecord(new(recordValues)) }
+
+// appendLine appends the call's log line to b: its record, built on the
+// stack (the line is what outlives the call, not the record).
+func (a *Admission) appendLine(b []byte) []byte {
+	var v recordValues
+	r := a.fillRecord(&v)
+	return r.AppendJSON(b)
+}
+
+// fillRecord returns the call's record, its slices and pointer fields
+// pointing into v.
+func (a *Admission) fillRecord(v *recordValues) record {
+	o := a.Outcome()
+	p := o.Policy
+	r := record{
+		Event:         p.Names.LogEvent,
+		Decision:      o.Decision,
+		Mode:          o.Mode,
+		Enforced:      o.Enforced,
+		RouteKey:      p.Names.LogRouteKey,
+		Route:         o.Route,
+		Tier:          a.call.Tier,
+		UserID:        a.call.UserID,
+		Scope:         string(o.Scope),
+		RequestSource: a.call.RequestSource,
+		CID:           a.call.CID,
+	}
+	if a.g != nil { // nil: the zero Admission
+		r.Task = a.g.TaskID
+	}
+	fields := v.fields[:0]
+	for pi, fi := range p.Fields() {
+		f := logField{Key: fi.Name, Type: fi.Type}
+		if rt := a.call.Route; rt != nil {
+			if i := rt.PolicyField(pi); i >= 0 {
+				switch fi.Type {
+				case policy.TypeBool:
+					f.B = a.call.Fields.Bool(i)
+				case policy.TypeInt:
+					f.N = a.call.Fields.Int(i)
+				default:
+					f.S = a.call.Fields.String(i)
+				}
+			}
+		}
+		fields = append(fields, f)
+	}
+	r.Fields = fields
+	classes := v.classes[:0]
+	for _, c := range p.Classes {
+		classes = append(classes, logClass{Key: c.Name, Is: a.call.Route != nil && c.Has(a.call.Route, &a.call.Fields)})
+	}
+	r.Classes = classes
+	full := v.full[:0]
+	for _, n := range o.Full {
+		full = append(full, string(n))
+	}
+	lanes := v.lanes[:0]
+	for i, l := range o.Lanes {
+		ll := logLane{Name: string(l.Name), Seats: l.seats()}
+		if l.Spec != nil {
+			ll.InFlightKey, ll.LimitKey = l.Spec.Log.InFlight, l.Spec.Log.Limit
+		} else {
+			ll.InFlightKey, ll.LimitKey = logKeys(p, l.Name)
+		}
+		if ll.InFlightKey == "" {
+			continue
+		}
+		if o.Counts != nil {
+			ll.InFlight, ll.Known = o.Counts[i], true
+		}
+		ll.Limit = l.Limit
+		lanes = append(lanes, ll)
+	}
+	r.Lanes = lanes
+	if len(full) > 0 {
+		r.Full = full
+	}
+	meta := v.meta[:0]
+	for i, k := range p.Names.MetadataLog {
+		if i < len(a.call.Metadata) {
+			meta = append(meta, logAttr{Key: k.Key, Value: a.call.Metadata[i]})
+		}
+	}
+	r.Metadata = meta
+	if len(o.Lanes) > 0 {
+		v.suggested = o.Suggested
+		r.Suggested = &v.suggested
+	}
+	if o.RetryAfter > 0 {
+		v.retryAfter = o.RetryAfter
+		r.RetryAfter = &v.retryAfter
+	}
+	if a.call.HasQueueMS {
+		v.queueMS = a.call.QueueMS
+		r.QueueMS = &v.queueMS
+	}
+	if o.Queued {
+		v.waitMS = o.Waited.Milliseconds()
+		r.WaitMS = &v.waitMS
+	}
+	if n, ok := a.Usage(); ok {
+		v.usage = n
+		r.Usage = &v.usage
+	}
+	a.mu.Lock()
+	if a.err != nil {
+		r.Error = truncate.Runes(a.err.Error(), maxErrorLen)
+	}
+	r.LeaseLost, r.TS = a.leaseLost, a.finished
+	r.Degraded = a.degraded
+	r.DedupOf = a.repeatOf
+	if a.repeatErr != nil {
+		r.DedupError = truncate.Runes(a.repeatErr.Error(), maxErrorLen)
+	}
+	r.Resumed = a.opts.Resumed
+	if a.released && a.heldMS >= 0 {
+		v.heldMS = a.heldMS
+		r.HeldMS = &v.heldMS
+	}
+	a.mu.Unlock()
+	return r
+}
+
+// recordValues holds what a record's slices and pointer fields point to:
+// room for a usual call's, a larger one's appended beyond.
+type recordValues struct {
+	fields                [policy.MaxFields]logField
+	classes               [2]logClass
+	lanes                 [laneBufLen]logLane
+	full                  [laneBufLen]string
+	meta                  [policy.MaxMetadataLog]logAttr
+	suggested, retryAfter int
+	queueMS, waitMS       int64
+	heldMS                int64
+	usage                 int64
 }

@@ -1,8 +1,11 @@
 package capgate
 
 import (
+	"errors"
+	"fmt"
 	"hash/fnv"
 	"math"
+	"slices"
 	"strconv"
 	"sync/atomic"
 
@@ -232,4 +235,155 @@ func (k Keys) laneKey(c *constKeys, i int, l *policy.Lane, call *Call, tier int)
 	}
 	v, _ := call.Fields.ByName(l.Key)
 	return k.Lane(LaneName(l.Name), fieldKey(v))
+}
+
+// laneStoreKind names where a gate's lanes live, for status: "memory"
+// (this process only), "redis", "redis-sentinel", "redis-cluster"; a
+// store that declares no Kind (StoreCaps) is "unknown".
+func laneStoreKind(s LaneStore) string {
+	if k := capsOf(s).Kind; k != "" {
+		return k
+	}
+	return "unknown"
+}
+
+// plan is a call laid out over the config in force, before anything is
+// asked of a store: the lanes that take it (each one's key, limit, seats,
+// what it may borrow, its class key) and the store request's keys and
+// limits. Making it (Keys.plan) is pure: no I/O, no clock. The Admission
+// holds its plan; the local lanes' degraded limits and a lending lane's
+// borrowed seats change its lanes' limits later.
+type plan struct {
+	lanes  []Lane
+	keys   []string // the lanes' keys, then the class key of each lane where the call also counts in its class's seats
+	limits []int    // per key
+	before []int    // where the store writes the counts before the call: the keys', then the Borrow keys'
+
+	// Backing arrays of lanes, keys, the limits and the counts, so that
+	// a call of up to laneBufLen lanes allocates none of them apart.
+	laneBuf [laneBufLen]Lane
+	keyBuf  [laneBufLen]string
+	intBuf  [2 * laneBufLen]int
+	seatBuf [laneBufLen]int
+}
+
+// plan lays call out over cfg into p: the lanes of cfg's policy that take
+// it, their keys and limits (Keys.AppendPlan), and the store request. It
+// fails for a call the policy in force can't place (its route replaced,
+// an unknown tier, no user, no lane): the gate then lets it go unavailable.
+func (k Keys) plan(p *plan, cfg settings.Config, call *Call) error {
+	pol := cfg.Policy()
+	if r := call.Route; r == nil || r.Index() >= len(pol.Routes) || pol.Routes[r.Index()] != r {
+		return errors.New("the call's route is not one of the policy in force (the policy was replaced)")
+	}
+	tier := pol.TierIndex(call.Tier)
+	if tier < 0 {
+		return fmt.Errorf("unknown tier %q", call.Tier)
+	}
+	if call.UserID == "" {
+		return errors.New("no user id")
+	}
+	p.lanes = k.AppendPlan(p.laneBuf[:0], cfg, call, tier)
+	if len(p.lanes) == 0 {
+		return errors.New("no lane of the policy takes the call")
+	}
+	if k.TaskID == "" && slices.ContainsFunc(p.lanes, isTaskLane) {
+		// A gate built by hand without one (NewGate refuses it): every
+		// such gate would share one task lane, a per-task limit acting
+		// cluster-wide.
+		return errors.New("the gate has no task id: its task lane would be every task's")
+	}
+	p.limits, p.before = p.planRequest()
+	return nil
+}
+
+// seats returns the seats the call takes in each of p.keys, for the
+// store's requests: nil when it takes one in each (every call of most
+// policies), so a one-seat call's requests are what they were before
+// seats. A class key takes the seats of its lane.
+func (p *plan) seats() []int {
+	one := true
+	for _, l := range p.lanes {
+		one = one && l.seats() == 1
+	}
+	if one {
+		return nil
+	}
+	s := p.seatBuf[:0]
+	for _, l := range p.lanes {
+		s = append(s, l.seats())
+	}
+	for _, l := range p.lanes {
+		if l.ClassKey != "" {
+			s = append(s, l.seats())
+		}
+	}
+	return s
+}
+
+// borrow returns what the call may borrow in each of p.keys, for the
+// store's requests: nil when no lane lends it anything (as always when no
+// lane's lending is on).
+func (p *plan) borrow() []Borrow {
+	var out []Borrow
+	for i, l := range p.lanes {
+		if l.Borrow.Key == "" {
+			continue
+		}
+		if out == nil {
+			out = make([]Borrow, len(p.keys))
+		}
+		out[i] = l.Borrow
+	}
+	return out
+}
+
+// classLimit is a class key's limit in the store's requests: never full,
+// since it only counts the class's seats (its lane has the limit).
+const classLimit = settings.MaxNumber + 1
+
+// planRequest lays out the store request of p's lanes: p.keys (the lanes'
+// keys, then the class key of each lane where the call also counts in
+// its class's seats), their limits, and the buffer of the counts before
+// the call (the keys', then those of the lanes' Borrow keys).
+func (p *plan) planRequest() (limits, before []int) {
+	n, nk, nb := len(p.lanes), len(p.lanes), 0
+	for _, l := range p.lanes {
+		if l.ClassKey != "" {
+			nk++
+		}
+		if l.Borrow.Key != "" {
+			nb++
+		}
+	}
+	keys, ints := p.keyBuf[:], p.intBuf[:]
+	if nk > len(keys) || 2*nk+nb > len(ints) {
+		keys, ints = make([]string, nk), make([]int, 2*nk+nb)
+	}
+	p.keys = keys[:nk:nk]
+	limits, before = ints[:nk:nk], ints[nk:2*nk+nb:2*nk+nb]
+	j := n
+	for i, l := range p.lanes {
+		p.keys[i], limits[i] = l.Key, l.Limit
+		if l.ClassKey != "" {
+			p.keys[j], limits[j] = l.ClassKey, classLimit
+			j++
+		}
+	}
+	return limits, before
+}
+
+// lend raises the limit of each lane of lanes that lends the call seats
+// by the seats the store lent (Borrow.Borrowable of the class's count,
+// which the store reported in counts after the nk keys' counts) and
+// returns the lanes' own counts (counts[:len(lanes)]).
+func lend(lanes []Lane, counts []int, nk int) []int {
+	j := nk
+	for i := range lanes {
+		if b := lanes[i].Borrow; b.Key != "" {
+			lanes[i].Limit = satAdd(lanes[i].Limit, b.Borrowable(counts[j]))
+			j++
+		}
+	}
+	return counts[:len(lanes)]
 }
