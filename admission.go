@@ -26,48 +26,51 @@ var errReleaseSkipped = errors.New("release skipped: Redis failed recently; retr
 const maxErrorLen = 300
 
 // Admission is one heavy call's passage through the gate, from Admit to
-// Release. Its methods are safe for concurrent use; its decision and counts
-// are fixed when Admit returns. In mode off it has no decision
-// (DecisionNone), no lanes and no error, and Release does nothing: the call
-// passes untouched. The zero Admission is such an ungated call too (what
-// capgatehttp.AdmissionFrom gives for a call nobody gated): every method
-// is safe on it.
+// Release: its plan, its Outcome (fixed when Admit returns) and the lease
+// it holds until Release. Its methods are safe for concurrent use. In
+// mode off it has no decision (DecisionNone), no lanes and no error, and
+// Release does nothing: the call passes untouched. The zero Admission is
+// such an ungated call too (what capgatehttp.AdmissionFrom gives for a
+// call nobody gated): every method is safe on it.
+//
+// (The fields are laid out to keep the struct, allocated once per call,
+// within its allocation size class: the small ones side by side.)
 type Admission struct {
-	g        *Gate
-	off      bool // mode off: passes untouched, every method a no-op
-	call     Call
-	cfg      settings.Config
-	enforced bool
-	plan           // the call laid out over cfg: its lanes and the store request's keys
-	counts   []int // per lane: count before, +1 if taken; nil when unknown
-	taken    bool  // holds leases
-	local    bool  // holds leases in the gate's local lanes (degraded.go)
-	degraded bool  // decided by the local lanes alone (degraded.go)
+	g    *Gate
+	cfg  settings.Config
+	plan // the call laid out over cfg: its lanes and the store request's keys
+	// out is what was decided, as it is decided (its Call, Enforced,
+	// Decision, Counts, Queued, Waited, Degraded, hints); the rest of it
+	// is set once the decision is made (Gate.admitted: decided), and
+	// Outcome returns it.
+	out Outcome
+
+	off       bool // mode off: passes untouched, every method a no-op
+	taken     bool // holds leases
+	local     bool // holds leases in the gate's local lanes (degraded.go)
+	granted   bool // took a slot it waited for
+	dropped   bool // its ticket was dropped from a full waitlist
+	resumed   bool // AdmitOptions.Resumed
+	leaseLost bool // requires mu held
+	released  bool // requires mu held
+	full      laneSet
+	scope     int32 // lane index, -1 none
 	// stored: a call counted in the local lanes alone was written into
 	// the store later (lease.go); its leases there are renewed and
 	// released as a taken call's. Set under mu.
 	stored    atomic.Bool
-	localAt   []int // per lane: the local lanes' count before this call
-	decision  Decision
-	full      laneSet
-	scope     int           // lane index, -1 none
-	retry     int           // Retry-After seconds, 0 none
-	spacing   time.Duration // how often the scope lane frees a slot, 0 unknown
-	leased    time.Time     // when the leases were taken
+	localAt   []int     // per lane: the local lanes' count before this call
+	leased    time.Time // when the leases were taken
 	token     string
 	start     time.Time
-	granted   bool          // took a slot it waited for
-	waited    bool          // its ticket was queued
-	dropped   bool          // its ticket was dropped from a full waitlist
 	predicted time.Duration // its predicted wait, when refused for it at once (wait.go)
-	waitedFor time.Duration // how long it waited
 	repeatOf  string        // the cid of the call it repeated (DecisionJoined, DecisionReplayed)
-	opts      AdmitOptions
+	// Of its AdmitOptions, what it needs while it may wait.
+	mayWait func() (done func(), ok bool)
+	queued  func(maxWait time.Duration)
 
 	mu        sync.Mutex
 	err       error // requires mu held
-	leaseLost bool  // requires mu held
-	released  bool  // requires mu held
 	heldMS    int64 // requires mu held; -1 when no lease was held
 	repeatErr error // why it was not checked for repeats; requires mu held
 	finished  time.Time
@@ -79,12 +82,6 @@ type Admission struct {
 	renewAt    time.Time       // the next renewal; requires g.rn.mu held
 	renewSlot  int             // 1 + index in g.rn.live; 0 when not renewed; requires g.rn.mu held
 
-	fullBuf [laneBufLen]LaneName
-
-	// fullNames are the full lanes' names, set once decided (Gate.admitted):
-	// Outcome.Full, allocating nothing.
-	fullNames []LaneName
-
 	usage atomic.Int64 // what SetUsage recorded, +1; 0: nothing (admission.go)
 }
 
@@ -93,17 +90,18 @@ type Admission struct {
 // into "unavailable".
 func (a *Admission) acquire(ctx context.Context) error {
 	g := a.g
-	if err := g.keys(a.cfg).plan(&a.plan, a.cfg, &a.call); err != nil {
+	if err := g.keys(a.cfg).plan(&a.plan, a.cfg, &a.out.Call); err != nil {
 		return err
 	}
+	a.out.Lanes = a.lanes // for the Observer, told of a wait before the decision
 	if err := ctx.Err(); err != nil {
 		// The client left before we asked the store: nothing to count,
 		// and no sign the store failed.
-		a.decision = DecisionUnavailable
+		a.out.Decision = DecisionUnavailable
 		a.setErr(fmt.Errorf("caller gone before acquire: %w", err))
 		return nil
 	}
-	limits, before := a.limits, a.before
+	limits, before := a.planRequest()
 	a.token = newToken()
 	deadline := g.storeDeadline()
 	req := AcquireRequest{
@@ -111,7 +109,7 @@ func (a *Admission) acquire(ctx context.Context) error {
 		Keys:     a.keys,
 		Limits:   limits,
 		Lease:    time.Duration(a.cfg.LeaseSeconds) * time.Second,
-		Force:    !a.enforced,
+		Force:    !a.out.Enforced,
 		NotAfter: g.now().Add(deadline + 2*time.Second),
 		Seats:    a.seats(),
 		Borrow:   a.borrow(),
@@ -121,8 +119,8 @@ func (a *Admission) acquire(ctx context.Context) error {
 	// refuse. It counts in the local lanes once it holds a slot, or when
 	// the local lanes must decide for it.
 	wl := a.waitlist()
-	if wl != nil && a.opts.MayWait != nil {
-		done, ok := a.opts.MayWait()
+	if wl != nil && a.mayWait != nil {
+		done, ok := a.mayWait()
 		if !ok {
 			wl = nil // no room to wait: decided at once
 		} else {
@@ -146,7 +144,7 @@ func (a *Admission) acquire(ctx context.Context) error {
 		taken, err = a.join(ctx, wl, req, before) // may wait (wait.go)
 		// The config in force may have stopped enforcing the call while
 		// it waited: from here on it is decided as an unenforced call.
-		req.Force = !a.enforced
+		req.Force = !a.out.Enforced
 		if errors.Is(err, errNotEnforced) {
 			// It left the waitlist ungranted, the store answering: it
 			// goes ahead as such a call arriving now would, counted.
@@ -163,7 +161,7 @@ func (a *Admission) acquire(ctx context.Context) error {
 		// Not the store failing: no skip window. A client that left never
 		// reaches the API: nothing to count.
 		a.dropLocal(ctx)
-		a.decision = DecisionUnavailable
+		a.out.Decision = DecisionUnavailable
 		a.setErr(err)
 		return nil
 	}
@@ -178,7 +176,7 @@ func (a *Admission) acquire(ctx context.Context) error {
 	if err != nil {
 		if ctx.Err() != nil && errors.Is(err, ctx.Err()) {
 			a.dropLocal(ctx)
-			a.decision = DecisionUnavailable
+			a.out.Decision = DecisionUnavailable
 			a.setErr(fmt.Errorf("caller gone before acquire: %w", ctx.Err()))
 			return nil
 		}
@@ -216,29 +214,29 @@ func (a *Admission) acquire(ctx context.Context) error {
 		// ticket shares (api_heavy) is the one it could not get.
 		a.full = 1
 	}
-	d, err := decide(a.enforced, a.full, taken)
+	d, err := decide(a.out.Enforced, a.full, taken)
 	if err != nil {
 		return err
 	}
-	a.decision = d
+	a.out.Decision = d
 	var ruleErr error
 	if !a.full.empty() {
 		if h := g.hooks; h != nil && h.retryAfter != nil {
 			ruleErr = h.retryAfter()
 		}
 		if ruleErr == nil {
-			a.scope = scopeOf(a.lanes, a.full)
+			a.scope = int32(scopeOf(a.lanes, a.full))
 			a.setHints(before)
 			if secs, ok := a.predictedRetry(); ok {
-				a.retry = secs // refused for its predicted wait: that is when to retry
+				a.out.RetryAfter = secs // refused for its predicted wait: that is when to retry
 			}
 		}
 	}
 	// From here on the counts include this call when it took the lease.
-	a.counts = before
+	a.out.Counts = before
 	if taken {
 		for i, l := range a.lanes {
-			a.counts[i] += l.seats()
+			a.out.Counts[i] += l.seats()
 		}
 	}
 	if ruleErr != nil {
@@ -263,11 +261,11 @@ func (a *Admission) startRenewing(ctx context.Context) {
 // a lease with a decision: the limiter's own failure never refuses.
 func (a *Admission) fail(err error) {
 	a.setErr(err)
-	if a.taken && a.decision != DecisionNone {
+	if a.taken && a.out.Decision != DecisionNone {
 		return
 	}
-	a.decision = DecisionUnavailable
-	a.retry, a.spacing = 0, 0
+	a.out.Decision = DecisionUnavailable
+	a.out.RetryAfter, a.out.Spacing = 0, 0
 }
 
 // Interrupt records err as the call's error when something outside the
@@ -330,7 +328,7 @@ func (a *Admission) Release(ctx context.Context) {
 		a.observeHold()
 		a.observeService()
 	}
-	if a.decision != DecisionNone {
+	if a.out.Decision != DecisionNone {
 		a.emit()
 	}
 	if g.Observer != nil {
@@ -396,40 +394,42 @@ func (a *Admission) Outcome() Outcome {
 	if a == nil {
 		return Outcome{}
 	}
-	o := Outcome{
-		Decision: a.decision,
-		Mode:     a.cfg.Mode,
-		Enforced: a.enforced,
-		Call:     a.call,
-		Policy:   a.cfg.Policy(),
-		Lanes:    a.lanes,
-		Counts:   a.counts,
-		Scope:    a.scopeName(),
-		Queued:   a.waited,
-		Waited:   a.waitedFor,
-		Holding:  a.taken,
-		Counted:  a.taken || a.local,
-		Degraded: a.degraded,
-		MaxHold:  time.Duration(a.cfg.MaxHoldSeconds) * time.Second,
+	if a.out.Policy == nil { // the zero Admission
+		o := a.out
+		o.Policy = a.cfg.Policy()
+		return o
 	}
+	return a.out
+}
+
+// setOptions keeps what a needs of opts.
+func (a *Admission) setOptions(opts AdmitOptions) {
+	a.mayWait, a.queued, a.resumed, a.repeatErr = opts.MayWait, opts.Queued, opts.Resumed, opts.DedupErr
+}
+
+// decided completes a's outcome once its decision is made: what follows
+// from the decision, read by everyone who reads the Outcome. Nothing of it
+// changes after.
+func (a *Admission) decided() {
+	o := &a.out
+	o.Mode, o.Policy, o.Lanes = a.cfg.Mode, a.cfg.Policy(), a.lanes
 	if a.off {
 		o.Mode = settings.ModeOff
 	}
-	if a.call.Route != nil {
-		o.Route = a.call.Route.LogName
+	o.Scope = a.scopeName()
+	o.Full = uint32(a.full)
+	if o.Decision != DecisionRefused && o.Decision != DecisionShadowRefused {
+		o.RetryAfter, o.Spacing = 0, 0 // hints only of a refusal
 	}
-	o.Full = a.fullNames
-	if a.decision == DecisionRefused || a.decision == DecisionShadowRefused {
-		o.RetryAfter, o.Spacing = a.retry, a.spacing
-	}
-	o.Suggested, _ = suggestedConcurrency(a.lanes, a.counts)
-	return o
+	o.Suggested, _ = suggestedConcurrency(a.lanes, o.Counts)
+	o.Holding, o.Counted = a.taken, a.taken || a.local
+	o.MaxHold = time.Duration(a.cfg.MaxHoldSeconds) * time.Second
 }
 
 // scopeName returns the lane reported for a refusal; "" when no lane was
 // full.
 func (a *Admission) scopeName() LaneName {
-	if a.scope < 0 || a.scope >= len(a.lanes) { // none, or the zero Admission
+	if a.scope < 0 || int(a.scope) >= len(a.lanes) { // none, or the zero Admission
 		return ""
 	}
 	return a.lanes[a.scope].Name

@@ -23,39 +23,39 @@ type Outcome struct {
 	// DecisionShadowRefused, and it runs.
 	Mode     settings.Mode
 	Enforced bool
-	Call     Call
-	// Route is the name the log line gives the call's route (its LogName);
-	// "" for a call with no route.
-	Route string
-	// Policy is the policy the call was decided under (the built-in one
-	// for an ungated call).
-	Policy *policy.Policy
-	// Lanes are the call's lanes (nil when none were planned), Counts each
-	// lane's count as the call saw it (before it, plus its seats if it took
-	// them; nil when unknown), Full the lanes it found full.
-	Lanes  []Lane
-	Counts []int
-	Full   []LaneName
-	// Scope is the lane a refusal reports ("" when no lane was full).
-	Scope LaneName
-	// RetryAfter (seconds) and Spacing (how often Scope frees a slot,
-	// under the adaptive hints; 0 unknown) are set for a refused or
-	// shadow-refused call only.
-	RetryAfter int
-	Spacing    time.Duration
-	// Suggested is how many calls the user should keep in flight; it
-	// means something only when Lanes is not empty.
-	Suggested int
-	// Queued reports whether the call's ticket waited for a slot, Waited
-	// for how long.
+	// Queued reports whether the call's ticket waited for a slot (Waited:
+	// for how long).
 	Queued bool
-	Waited time.Duration
 	// Holding: the call holds leases in the lane store. Counted: it holds
 	// a place until Release, in the store or in the gate's local lanes
 	// while the store is out (a proxy keeps such a call's upstream request
 	// running when its client leaves). Degraded: the local lanes decided
 	// it alone, with degraded limits.
 	Holding, Counted, Degraded bool
+	// Full are the lanes the call found full: bit i set for Lanes[i] (a
+	// policy has at most policy.MaxLanes lanes).
+	Full uint32
+	Call Call
+	// Policy is the policy the call was decided under (the built-in one
+	// for an ungated call).
+	Policy *policy.Policy
+	// Lanes are the call's lanes (nil when none were planned), Counts each
+	// lane's count as the call saw it (before it, plus its seats if it took
+	// them; nil when unknown).
+	Lanes  []Lane
+	Counts []int
+	// Scope is the lane a refusal reports ("" when no lane was full).
+	Scope LaneName
+	// RetryAfter (seconds) and Spacing (how often Scope frees a slot,
+	// under the adaptive hints; 0 unknown) are set for a refused or
+	// shadow-refused call only. While the call is decided they hold its
+	// hints whatever its decision.
+	RetryAfter int
+	Spacing    time.Duration
+	// Suggested is how many calls the user should keep in flight; it
+	// means something only when Lanes is not empty.
+	Suggested int
+	Waited    time.Duration
 	// MaxHold is max_hold_seconds of its config: the longest its leases
 	// are renewed.
 	MaxHold time.Duration
@@ -326,7 +326,7 @@ func refusalHints(ra settings.RetryAfter, lanes []Lane, before []int, full laneS
 // decided it: under the adaptive policy the hold-based Retry-After and the
 // spacing, under the fixed one the fixed formula.
 func (a *Admission) setHints(before []int) {
-	a.retry, a.spacing = refusalHints(a.cfg.RetryAfter, a.lanes, before, a.full, a.scope, a.g.holds)
+	a.out.RetryAfter, a.out.Spacing = refusalHints(a.cfg.RetryAfter, a.lanes, before, a.full, int(a.scope), a.g.holds)
 }
 
 // setBusyHints sets the hints of a call refused because the store was too
@@ -335,12 +335,12 @@ func (a *Admission) setHints(before []int) {
 // under the adaptive one).
 func (a *Admission) setBusyHints() {
 	if a.scope < 0 {
-		a.retry, a.spacing = a.cfg.RetryAfter.Base, 0
+		a.out.RetryAfter, a.out.Spacing = a.cfg.RetryAfter.Base, 0
 		return
 	}
 	before := make([]int, len(a.lanes))
 	before[a.scope] = a.lanes[a.scope].Limit - a.lanes[a.scope].seats() + 1
-	a.retry, a.spacing = refusalHints(a.cfg.RetryAfter, a.lanes, before, laneSet(1)<<a.scope, a.scope, a.g.holds)
+	a.out.RetryAfter, a.out.Spacing = refusalHints(a.cfg.RetryAfter, a.lanes, before, laneSet(1)<<a.scope, int(a.scope), a.g.holds)
 }
 
 // observeHold feeds the call's hold time, from taking its leases to its

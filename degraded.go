@@ -80,11 +80,11 @@ func (a *Admission) acquireLocal(ctx context.Context, req AcquireRequest) (refus
 		a.local, a.localAt = taken, before
 		return false
 	}
-	a.decision = DecisionRefused
+	a.out.Decision = DecisionRefused
 	a.full = full
-	a.scope = scopeOf(a.lanes, full)
+	a.scope = int32(scopeOf(a.lanes, full))
 	a.setHints(before)
-	a.counts = before
+	a.out.Counts = before
 	return true
 }
 
@@ -127,7 +127,7 @@ func (a *Admission) countLocal(ctx context.Context, req AcquireRequest, storeBef
 	}
 	// The limits in full, without lending: a user or task lane's count
 	// here is this gateway's alone.
-	req.NotAfter, req.Force, req.Limits, req.Borrow = time.Time{}, !a.enforced, limits, nil
+	req.NotAfter, req.Force, req.Limits, req.Borrow = time.Time{}, !a.out.Enforced, limits, nil
 	taken, err := g.Local.Acquire(ctx, req, before)
 	if err != nil {
 		g.logger().Warn("capacity local lanes failed", "op", "acquire", "error", err)
@@ -155,16 +155,16 @@ func (a *Admission) countLocal(ctx context.Context, req AcquireRequest, storeBef
 // decide, with degraded limits, and a call they admit is written into the
 // store as soon as it is used again (lease.go).
 func (a *Admission) degrade(ctx context.Context, busy bool) error {
-	a.decision = DecisionUnavailable
+	a.out.Decision = DecisionUnavailable
 	if !a.local {
-		if busy && a.enforced {
-			a.decision = DecisionRefused
-			a.scope = a.taskLane()
+		if busy && a.out.Enforced {
+			a.out.Decision = DecisionRefused
+			a.scope = int32(a.taskLane())
 			a.setBusyHints()
 		}
 		return nil
 	}
-	a.degraded = true
+	a.out.Degraded = true
 	n := a.g.gatewaysSeen()
 	for i := range a.lanes {
 		l := &a.lanes[i]
@@ -176,17 +176,17 @@ func (a *Admission) degrade(ctx context.Context, busy bool) error {
 	}
 	before := a.localAt
 	a.full = fullLanes(a.lanes, before)
-	a.scope = scopeOf(a.lanes, a.full)
-	if !a.full.empty() && a.enforced {
+	a.scope = int32(scopeOf(a.lanes, a.full))
+	if !a.full.empty() && a.out.Enforced {
 		a.dropLocal(ctx)
-		a.decision = DecisionRefused
+		a.out.Decision = DecisionRefused
 		a.setHints(before)
-		a.counts = before
+		a.out.Counts = before
 		return nil
 	}
-	a.counts = make([]int, len(before))
+	a.out.Counts = make([]int, len(before))
 	for i, n := range before {
-		a.counts[i] = n + a.lanes[i].seats()
+		a.out.Counts[i] = n + a.lanes[i].seats()
 	}
 	a.startRenewing(ctx)
 	a.g.addUnstored(a) // written into the store when it is back
@@ -273,9 +273,9 @@ func (g *Gate) unidentified(ctx context.Context, cfg settings.Config, call Call,
 		return a
 	}
 	defer g.admitted(a)
-	a.opts, a.repeatErr = opts, opts.DedupErr
+	a.setOptions(opts)
 	a.setErr(opts.Unidentified)
-	a.decision = DecisionUnavailable
+	a.out.Decision = DecisionUnavailable
 	lane := Lane{Name: "user", Limit: cfg.Unidentified}
 	if i := p.UserLane(); i >= 0 {
 		lane.Name, lane.Spec = LaneName(p.Lanes[i].Name), p.Lanes[i]
@@ -291,7 +291,7 @@ func (g *Gate) unidentified(ctx context.Context, cfg settings.Config, call Call,
 		counter, inStore = g.Store, true
 	}
 	if counter == nil {
-		if a.enforced {
+		if a.out.Enforced {
 			a.refuseUnidentified(before)
 		}
 		return a
@@ -302,7 +302,7 @@ func (g *Gate) unidentified(ctx context.Context, cfg settings.Config, call Call,
 		Keys:   a.keys,
 		Limits: []int{lane.Limit},
 		Lease:  time.Duration(cfg.LeaseSeconds) * time.Second,
-		Force:  !a.enforced,
+		Force:  !a.out.Enforced,
 	}, before)
 	switch {
 	case err != nil:
@@ -316,12 +316,12 @@ func (g *Gate) unidentified(ctx context.Context, cfg settings.Config, call Call,
 	}
 	if inStore {
 		// Counted by the store, as any admission.
-		a.taken, a.leased, a.decision = true, g.now(), DecisionAdmitted
+		a.taken, a.leased, a.out.Decision = true, g.now(), DecisionAdmitted
 	} else {
-		a.local, a.degraded = true, true
+		a.local, a.out.Degraded = true, true
 	}
 	a.full = fullLanes(a.lanes, before)
-	a.counts = append(a.intBuf[1:1:2], before[0]+1)
+	a.out.Counts = append(a.intBuf[1:1:2], before[0]+1)
 	a.startRenewing(ctx)
 	return a
 }
@@ -329,9 +329,9 @@ func (g *Gate) unidentified(ctx context.Context, cfg settings.Config, call Call,
 // refuseUnidentified refuses an unidentified call: its one lane (scope
 // user) held before calls.
 func (a *Admission) refuseUnidentified(before []int) {
-	a.decision = DecisionRefused
+	a.out.Decision = DecisionRefused
 	a.full = 1
 	a.scope = 0
-	a.counts = before
+	a.out.Counts = before
 	a.setHints(before)
 }

@@ -68,7 +68,7 @@ func (r *record) AddLane(p *policy.Policy, name LaneName, inFlight, limit *int) 
 // before it decides anything: the event, the route, the call's fields and
 // classes, its tier, user, attribution and metadata, no lanes.
 func CallRecord(cfg settings.Config, call Call) Record {
-	a := &Admission{call: call, cfg: cfg, scope: -1}
+	a := &Admission{out: Outcome{Call: call}, cfg: cfg, scope: -1}
 	return a.record()
 }
 

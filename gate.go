@@ -281,17 +281,17 @@ func (g *Gate) AdmitWith(ctx context.Context, call Call, opts AdmitOptions) *Adm
 	if a.off {
 		return a
 	}
-	a.opts, a.repeatErr = opts, opts.DedupErr
+	a.setOptions(opts)
 	if opts.Repeated {
-		a.decision, a.repeatOf = DecisionJoined, opts.DedupOf
+		a.out.Decision, a.repeatOf = DecisionJoined, opts.DedupOf
 		if opts.Replayed {
-			a.decision = DecisionReplayed
+			a.out.Decision = DecisionReplayed
 		}
 		g.admitted(a)
 		return a
 	}
 	if opts.Resumed {
-		a.enforced = false
+		a.out.Enforced = false
 	}
 	if cerr != nil {
 		a.fail(cerr)
@@ -316,21 +316,15 @@ func (g *Gate) AdmitWith(ctx context.Context, call Call, opts AdmitOptions) *Adm
 // decision yet; in mode off, one that passes untouched.
 func (g *Gate) newAdmission(cfg settings.Config, call Call) *Admission {
 	if cfg.Mode == settings.ModeOff {
-		return &Admission{g: g, call: call, cfg: cfg, scope: -1, off: true}
+		a := &Admission{g: g, out: Outcome{Call: call}, cfg: cfg, scope: -1, off: true}
+		a.decided()
+		return a
 	}
-	return &Admission{g: g, call: call, cfg: cfg, scope: -1, start: g.now(), enforced: cfg.Enforces(call.Aware)}
+	return &Admission{g: g, out: Outcome{Call: call, Enforced: cfg.Enforces(call.Aware)}, cfg: cfg, scope: -1, start: g.now()}
 }
 
 func (g *Gate) admitted(a *Admission) {
-	// The outcome is fixed from here on: name the full lanes once.
-	if !a.full.empty() {
-		a.fullNames = a.fullBuf[:0]
-		for i, l := range a.lanes {
-			if a.full.has(i) {
-				a.fullNames = append(a.fullNames, l.Name)
-			}
-		}
-	}
+	a.decided()
 	if g.Observer != nil {
 		g.Observer.Admitted(a)
 	}

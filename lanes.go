@@ -434,23 +434,23 @@ func (t *tuner) apply(cfg settings.Config) settings.Config {
 // field: OCL's rows; without one, its seats in the lane; the step measures
 // the time per unit: see tune.Gather), beside the lane's count in seats.
 func (t *tuner) observe(a *Admission, service time.Duration) {
-	if t == nil || a.cfg.Adaptive.Empty() || a.counts == nil {
+	if t == nil || a.cfg.Adaptive.Empty() || a.out.Counts == nil {
 		return
 	}
 	us := max(service.Microseconds(), 1)
 	units, byRoute := 1, false
-	if r := a.call.Route; r != nil && r.Units != "" {
-		units, byRoute = r.UnitsOf(&a.call.Fields), true
+	if r := a.out.Call.Route; r != nil && r.Units != "" {
+		units, byRoute = r.UnitsOf(&a.out.Call.Fields), true
 	}
 	for i, l := range a.lanes {
-		if !a.cfg.Adaptive.Lane(string(l.Name)).On() || i >= len(a.counts) || l.Spec == nil || !l.Spec.Shared() {
+		if !a.cfg.Adaptive.Lane(string(l.Name)).On() || i >= len(a.out.Counts) || l.Spec == nil || !l.Spec.Shared() {
 			continue
 		}
 		u := units
 		if !byRoute {
 			u = l.seats() // a call of k seats is k seats' work
 		}
-		s := tune.Sample{Micros: us, Units: int64(u), InFlight: int64(a.counts[i]), Full: a.full.has(i) || a.waited}
+		s := tune.Sample{Micros: us, Units: int64(u), InFlight: int64(a.out.Counts[i]), Full: a.full.has(i) || a.out.Queued}
 		t.mu.Lock()
 		t.lane(l.Name).gather.Add(s)
 		t.mu.Unlock()

@@ -254,10 +254,8 @@ func laneStoreKind(s LaneStore) string {
 // holds its plan; the local lanes' degraded limits and a lending lane's
 // borrowed seats change its lanes' limits later.
 type plan struct {
-	lanes  []Lane
-	keys   []string // the lanes' keys, then the class key of each lane where the call also counts in its class's seats
-	limits []int    // per key
-	before []int    // where the store writes the counts before the call: the keys', then the Borrow keys'
+	lanes []Lane
+	keys  []string // the lanes' keys, then the class key of each lane where the call also counts in its class's seats
 
 	// Backing arrays of lanes, keys, the limits and the counts, so that
 	// a call of up to laneBufLen lanes allocates none of them apart.
@@ -293,7 +291,6 @@ func (k Keys) plan(p *plan, cfg settings.Config, call *Call) error {
 		// cluster-wide.
 		return errors.New("the gate has no task id: its task lane would be every task's")
 	}
-	p.limits, p.before = p.planRequest()
 	return nil
 }
 

@@ -246,7 +246,11 @@ func (a *Admission) appendLine(b []byte) []byte {
 // fillRecord returns the call's record, its slices and pointer fields
 // pointing into v.
 func (a *Admission) fillRecord(v *recordValues) record {
-	o := a.Outcome()
+	o := &a.out
+	if o.Policy == nil { // not decided (a record made before, for analyze and tests)
+		oc := a.Outcome()
+		o = &oc
+	}
 	p := o.Policy
 	r := record{
 		Event:         p.Names.LogEvent,
@@ -254,12 +258,12 @@ func (a *Admission) fillRecord(v *recordValues) record {
 		Mode:          o.Mode,
 		Enforced:      o.Enforced,
 		RouteKey:      p.Names.LogRouteKey,
-		Route:         o.Route,
-		Tier:          a.call.Tier,
-		UserID:        a.call.UserID,
+		Route:         routeName(o.Call.Route),
+		Tier:          a.out.Call.Tier,
+		UserID:        a.out.Call.UserID,
 		Scope:         string(o.Scope),
-		RequestSource: a.call.RequestSource,
-		CID:           a.call.CID,
+		RequestSource: a.out.Call.RequestSource,
+		CID:           a.out.Call.CID,
 	}
 	if a.g != nil { // nil: the zero Admission
 		r.Task = a.g.TaskID
@@ -267,15 +271,15 @@ func (a *Admission) fillRecord(v *recordValues) record {
 	fields := v.fields[:0]
 	for pi, fi := range p.Fields() {
 		f := logField{Key: fi.Name, Type: fi.Type}
-		if rt := a.call.Route; rt != nil {
+		if rt := a.out.Call.Route; rt != nil {
 			if i := rt.PolicyField(pi); i >= 0 {
 				switch fi.Type {
 				case policy.TypeBool:
-					f.B = a.call.Fields.Bool(i)
+					f.B = a.out.Call.Fields.Bool(i)
 				case policy.TypeInt:
-					f.N = a.call.Fields.Int(i)
+					f.N = a.out.Call.Fields.Int(i)
 				default:
-					f.S = a.call.Fields.String(i)
+					f.S = a.out.Call.Fields.String(i)
 				}
 			}
 		}
@@ -284,15 +288,15 @@ func (a *Admission) fillRecord(v *recordValues) record {
 	r.Fields = fields
 	classes := v.classes[:0]
 	for _, c := range p.Classes {
-		classes = append(classes, logClass{Key: c.Name, Is: a.call.Route != nil && c.Has(a.call.Route, &a.call.Fields)})
+		classes = append(classes, logClass{Key: c.Name, Is: a.out.Call.Route != nil && c.Has(a.out.Call.Route, &a.out.Call.Fields)})
 	}
 	r.Classes = classes
 	full := v.full[:0]
-	for _, n := range o.Full {
-		full = append(full, string(n))
-	}
 	lanes := v.lanes[:0]
 	for i, l := range o.Lanes {
+		if laneSet(o.Full).has(i) {
+			full = append(full, string(l.Name))
+		}
 		ll := logLane{Name: string(l.Name), Seats: l.seats()}
 		if l.Spec != nil {
 			ll.InFlightKey, ll.LimitKey = l.Spec.Log.InFlight, l.Spec.Log.Limit
@@ -314,8 +318,8 @@ func (a *Admission) fillRecord(v *recordValues) record {
 	}
 	meta := v.meta[:0]
 	for i, k := range p.Names.MetadataLog {
-		if i < len(a.call.Metadata) {
-			meta = append(meta, logAttr{Key: k.Key, Value: a.call.Metadata[i]})
+		if i < len(a.out.Call.Metadata) {
+			meta = append(meta, logAttr{Key: k.Key, Value: a.out.Call.Metadata[i]})
 		}
 	}
 	r.Metadata = meta
@@ -327,8 +331,8 @@ func (a *Admission) fillRecord(v *recordValues) record {
 		v.retryAfter = o.RetryAfter
 		r.RetryAfter = &v.retryAfter
 	}
-	if a.call.HasQueueMS {
-		v.queueMS = a.call.QueueMS
+	if a.out.Call.HasQueueMS {
+		v.queueMS = a.out.Call.QueueMS
 		r.QueueMS = &v.queueMS
 	}
 	if o.Queued {
@@ -344,12 +348,12 @@ func (a *Admission) fillRecord(v *recordValues) record {
 		r.Error = truncate.Runes(a.err.Error(), maxErrorLen)
 	}
 	r.LeaseLost, r.TS = a.leaseLost, a.finished
-	r.Degraded = a.degraded
+	r.Degraded = a.out.Degraded
 	r.DedupOf = a.repeatOf
 	if a.repeatErr != nil {
 		r.DedupError = truncate.Runes(a.repeatErr.Error(), maxErrorLen)
 	}
-	r.Resumed = a.opts.Resumed
+	r.Resumed = a.resumed
 	if a.released && a.heldMS >= 0 {
 		v.heldMS = a.heldMS
 		r.HeldMS = &v.heldMS
@@ -370,4 +374,13 @@ type recordValues struct {
 	queueMS, waitMS       int64
 	heldMS                int64
 	usage                 int64
+}
+
+// routeName is the name the log line gives route (its LogName); "" for a
+// call with no route.
+func routeName(route *policy.Route) string {
+	if route == nil {
+		return ""
+	}
+	return route.LogName
 }

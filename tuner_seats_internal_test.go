@@ -42,7 +42,7 @@ names:
 	f.SetInt(r.Field("items"), 3)
 	call := Call{Route: r, Fields: f, UserID: "ann", Tier: "all"}
 	lanes := Keys{}.AppendPlan(nil, cfg, &call, 0)
-	a := &Admission{cfg: cfg, call: call, plan: plan{lanes: lanes}, counts: []int{5}} // 2 seats before it, its 3
+	a := &Admission{cfg: cfg, out: Outcome{Call: call, Counts: []int{5}}, plan: plan{lanes: lanes}} // 2 seats before it, its 3
 	tn := &tuner{}
 	tn.observe(a, 600*time.Millisecond)
 	w := tn.lane("pool").gather.Window()
@@ -59,7 +59,7 @@ names:
 	mf.SetInt(m.Field("rows"), 10)
 	oc := Call{Route: m, Fields: mf, UserID: "ann", Tier: "core"}
 	ol := Keys{TaskID: "t"}.AppendPlan(nil, ocl, &oc, policy.OCL().TierIndex("core"))
-	b := &Admission{cfg: ocl, call: oc, plan: plan{lanes: ol}, counts: make([]int, len(ol))}
+	b := &Admission{cfg: ocl, out: Outcome{Call: oc, Counts: make([]int, len(ol))}, plan: plan{lanes: ol}}
 	tn.observe(b, time.Second)
 	if w := tn.lane("api_heavy").gather.Window(); w.Calls != 1 || w.SumMicros != 100_000 {
 		t.Errorf("OCL window %+v; want 1 call of 1 s over 10 rows", w)

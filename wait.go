@@ -14,7 +14,7 @@ import (
 // enforced, waiting is on, and none of its lanes is paused (a paused lane
 // refuses at once, as before). Otherwise nil.
 func (a *Admission) waitlist() Waitlist {
-	if !a.enforced || a.cfg.Wait.MaxSeconds <= 0 {
+	if !a.out.Enforced || a.cfg.Wait.MaxSeconds <= 0 {
 		return nil
 	}
 	wl := capsOf(a.g.Store).Waitlist
@@ -58,7 +58,7 @@ func (a *Admission) join(ctx context.Context, wl Waitlist, req AcquireRequest, b
 		Token:       req.Token,
 		Keys:        req.Keys,
 		Limits:      req.Limits,
-		UserID:      a.call.UserID,
+		UserID:      a.out.Call.UserID,
 		UserLane:    a.userLane() + 1,
 		Lease:       req.Lease,
 		TicketLease: waitTicketLease,
@@ -89,17 +89,17 @@ func (a *Admission) join(ctx context.Context, wl Waitlist, req AcquireRequest, b
 		a.refusePredicted(d)
 		return a.leave(sctx, wl, t, req, before, true)
 	}
-	if a.opts.Queued != nil {
-		a.opts.Queued(time.Duration(a.cfg.Wait.MaxSeconds) * time.Second)
+	if a.queued != nil {
+		a.queued(time.Duration(a.cfg.Wait.MaxSeconds) * time.Second)
 	}
 
 	start := time.Now() // real timers: the wait sleeps on them
-	a.waited = true
+	a.out.Queued = true
 	if o := g.Observer; o != nil {
 		o.WaitStarted(a)
-		defer func() { o.WaitEnded(a, a.waitedFor) }()
+		defer func() { o.WaitEnded(a, a.out.Waited) }()
 	}
-	defer func() { a.waitedFor = time.Since(start) }()
+	defer func() { a.out.Waited = time.Since(start) }()
 
 	maxWait := time.Duration(a.cfg.Wait.MaxSeconds) * time.Second
 	limit := time.NewTimer(maxWait)
@@ -140,7 +140,7 @@ func (a *Admission) join(ctx context.Context, wl Waitlist, req AcquireRequest, b
 		// adaptive limits or a failed config read (enforce served as
 		// shadow) may have changed since it joined.
 		cfg, err := g.config(ctx)
-		if err != nil || !cfg.Enforces(a.call.Aware) {
+		if err != nil || !cfg.Enforces(a.out.Call.Aware) {
 			// Not enforced any more: it goes ahead as an unenforced call
 			// arriving now would (fail open: it must not get the 429).
 			if err != nil {
@@ -206,7 +206,7 @@ func (a *Admission) readLimits(cfg settings.Config, limits []int) (changed, paus
 	if p != a.cfg.Policy() {
 		return false, false // a new policy: the call keeps its lanes' limits
 	}
-	lanes := a.g.keys(cfg).AppendPlan(buf[:0], cfg, &a.call, p.TierIndex(a.call.Tier))
+	lanes := a.g.keys(cfg).AppendPlan(buf[:0], cfg, &a.out.Call, p.TierIndex(a.out.Call.Tier))
 	if len(lanes) != len(a.lanes) {
 		return false, false // the same call plans the same lanes: never
 	}
@@ -230,7 +230,7 @@ func (a *Admission) readLimits(cfg settings.Config, limits []int) (changed, paus
 // is taken as shadow: the call was classified and counted already, so it
 // goes ahead counted, with its line, rather than untouched.
 func (a *Admission) stopEnforcing(ctx context.Context, wl Waitlist, t Ticket, req AcquireRequest, before []int, cfg settings.Config) (bool, error) {
-	a.enforced = false
+	a.out.Enforced = false
 	a.cfg.Mode, a.cfg.EnforceFor = cfg.Mode, cfg.EnforceFor
 	taken, err := a.leave(ctx, wl, t, req, before, true)
 	if err != nil || taken {
@@ -335,7 +335,7 @@ func (a *Admission) charge() Charge {
 		return Charge{}
 	}
 	if n, ok := a.Usage(); ok && by == settings.FairUsage {
-		return Charge{User: a.call.UserID, Cost: n}
+		return Charge{User: a.out.Call.UserID, Cost: n}
 	}
 	seats := 1
 	for _, l := range a.lanes {
@@ -346,7 +346,7 @@ func (a *Admission) charge() Charge {
 		held = a.g.now().Sub(a.start).Milliseconds()
 	}
 	held = max(held, 0)
-	return Charge{User: a.call.UserID, Cost: int64(seats) * held}
+	return Charge{User: a.out.Call.UserID, Cost: int64(seats) * held}
 }
 
 // No wait that ends in a refusal anyone could predict: a call that joins
