@@ -54,7 +54,7 @@ type Admission struct {
 	leaseLost bool // requires mu held
 	released  bool // requires mu held
 	full      laneSet
-	scope     int32 // lane index, -1 none
+	scope     int8 // lane index, -1 none
 	// stored: a call counted in the local lanes alone was written into
 	// the store later (lease.go); its leases there are renewed and
 	// released as a taken call's. Set under mu.
@@ -225,7 +225,7 @@ func (a *Admission) acquire(ctx context.Context) error {
 			ruleErr = h.retryAfter()
 		}
 		if ruleErr == nil {
-			a.scope = int32(scopeOf(a.lanes, a.full))
+			a.scope = int8(scopeOf(a.lanes, a.full))
 			a.setHints(before)
 			if secs, ok := a.predictedRetry(); ok {
 				a.out.RetryAfter = secs // refused for its predicted wait: that is when to retry

@@ -64,8 +64,12 @@ type Outcome struct {
 // The pure part of a decision: which lanes are full, which one is reported,
 // how long to wait and how many calls to keep in flight. No I/O here.
 
-// laneSet is a set of lane indexes; a call has at most policy.MaxLanes.
-type laneSet uint32
+// laneSet is a set of lane indexes; a call has at most policy.MaxLanes (16).
+type laneSet uint16
+
+// A laneSet holds a bit for every lane a policy may have: this stops
+// compiling if policy.MaxLanes outgrows it.
+const _ laneSet = 1 << (policy.MaxLanes - 1)
 
 func (s laneSet) has(i int) bool { return s&(1<<i) != 0 }
 func (s laneSet) empty() bool    { return s == 0 }

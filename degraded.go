@@ -82,7 +82,7 @@ func (a *Admission) acquireLocal(ctx context.Context, req AcquireRequest) (refus
 	}
 	a.out.Decision = DecisionRefused
 	a.full = full
-	a.scope = int32(scopeOf(a.lanes, full))
+	a.scope = int8(scopeOf(a.lanes, full))
 	a.setHints(before)
 	a.out.Counts = before
 	return true
@@ -159,7 +159,7 @@ func (a *Admission) degrade(ctx context.Context, busy bool) error {
 	if !a.local {
 		if busy && a.out.Enforced {
 			a.out.Decision = DecisionRefused
-			a.scope = int32(a.taskLane())
+			a.scope = int8(a.taskLane())
 			a.setBusyHints()
 		}
 		return nil
@@ -176,7 +176,7 @@ func (a *Admission) degrade(ctx context.Context, busy bool) error {
 	}
 	before := a.localAt
 	a.full = fullLanes(a.lanes, before)
-	a.scope = int32(scopeOf(a.lanes, a.full))
+	a.scope = int8(scopeOf(a.lanes, a.full))
 	if !a.full.empty() && a.out.Enforced {
 		a.dropLocal(ctx)
 		a.out.Decision = DecisionRefused

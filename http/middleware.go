@@ -435,7 +435,7 @@ func (m *Middleware) gated(w http.ResponseWriter, r *http.Request, call capgate.
 		// caller's request is left as it was.
 		r.Header = cloneHeaderWith(r.Header, header.RequestID, rid)
 	}
-	gw := &gatedWriter{ResponseWriter: w, out: out, rid: rid}
+	gw := &gatedWriter{ResponseWriter: w, adm: adm, rid: rid}
 	if rp != nil {
 		aw = &answerWriter{ResponseWriter: w, max: rp.MaxAnswerBytes()}
 		gw.ResponseWriter = aw

@@ -16,7 +16,7 @@ import (
 // them. Like any ResponseWriter, it is used by one goroutine at a time.
 type gatedWriter struct {
 	http.ResponseWriter
-	out   capgate.Outcome
+	adm   *capgate.Admission
 	rid   string // X-Request-ID
 	wrote bool   // the response header was written
 }
@@ -26,7 +26,7 @@ func (w *gatedWriter) setHeaders() {
 		return
 	}
 	w.wrote = true
-	answer.SetGated(w.ResponseWriter.Header(), w.out, w.rid)
+	answer.SetGated(w.ResponseWriter.Header(), w.adm.Outcome(), w.rid)
 }
 
 func (w *gatedWriter) WriteHeader(code int) {
