@@ -35,7 +35,7 @@ const DefaultStoreDeadline = time.Second
 // ForTask derives the gate of another API task in the same process.
 type Gate struct {
 	Store  LaneStore       // required; its Deadline method, if any, bounds the gate's waits on it
-	Source settings.Source // required: the config in force (a config.Service, a FixedConfig)
+	Source settings.Source // required: the config in force (a config.Service, a settings.Fixed)
 	Sink   Sink            // receives one line per gated call; nil: no lines
 
 	// TaskID names this API task's lane (api_heavy_task:<TaskID>);
@@ -226,7 +226,8 @@ func (g *Gate) logger() *slog.Logger {
 }
 
 // Admit decides call. The caller must call Release when the call ends,
-// however it ends, and must not send a refused call (Refused) on. In mode
+// however it ends, and must not send a refused call (its Outcome's
+// Decision DecisionRefused) on. In mode
 // off the call passes untouched: Admit returns an admission with no
 // decision (DecisionNone) whose Release does nothing, and nobody is told
 // (Observer). An enforced call that may wait blocks until it gets a slot,
@@ -236,8 +237,10 @@ func (g *Gate) Admit(ctx context.Context, call Call) *Admission {
 	return g.AdmitWith(ctx, call, AdmitOptions{})
 }
 
-// AdmitOptions are what a caller of AdmitWith (the decision service) takes
-// part in. The zero value is Admit.
+// AdmitOptions say what a caller of AdmitWith knows of the call beyond
+// the Call itself: how it may wait (the decision service), that it runs
+// already, that its caller could not be identified, that another call
+// answered it. The zero value is Admit.
 type AdmitOptions struct {
 	// MayWait, if set, is asked before a call that may wait (enforced,
 	// waiting on, the store a Waitlist, no lane paused) joins the

@@ -122,8 +122,11 @@ func TestRoutesWorkloadUnderTheInferencePolicy(t *testing.T) {
 			t.Errorf("model %q: %d calls at once; want small or large, at most 2", model, peak)
 		}
 	}
-	if st.PeakPerModel["small"] != 2 {
-		t.Errorf("model small ran %d at once; the skewed models should fill its lane of 2", st.PeakPerModel["small"])
+	// The skewed models fill the lane of 2: the API saw two at once, or,
+	// on a machine too loaded for two to overlap there, the gate refused
+	// calls for the model lane.
+	if st.PeakPerModel["small"] != 2 && rep.Capacity429["model"] == 0 {
+		t.Errorf("model small ran %d at once and no call was refused for the model lane; the skewed models should fill its lane of 2", st.PeakPerModel["small"])
 	}
 	limit := map[string]int{"free-1-token": 1, "free-2-token": 1, "pro-1-token": 3, "pro-2-token": 3}
 	for caller, peak := range st.PeakPerCaller {
