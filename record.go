@@ -258,7 +258,7 @@ func (a *Admission) fillRecord(v *recordValues) record {
 		Mode:          o.Mode,
 		Enforced:      o.Enforced,
 		RouteKey:      p.Names.LogRouteKey,
-		Route:         routeName(o.Call.Route),
+		Route:         policy.RouteLogName(o.Call.Route),
 		Tier:          a.out.Call.Tier,
 		UserID:        a.out.Call.UserID,
 		Scope:         string(o.Scope),
@@ -374,13 +374,4 @@ type recordValues struct {
 	queueMS, waitMS       int64
 	heldMS                int64
 	usage                 int64
-}
-
-// routeName is the name the log line gives route (its LogName); "" for a
-// call with no route.
-func routeName(route *policy.Route) string {
-	if route == nil {
-		return ""
-	}
-	return route.LogName
 }

@@ -330,14 +330,11 @@ func (r *Runner) key(cfg settings.Config, ln lane) string {
 	if prefix == "" {
 		prefix = cfg.Policy().Names.KeyPrefix
 	}
-	if prefix == "" {
-		prefix = policy.DefaultKeyPrefix
-	}
-	key := prefix + ":tune:" + string(ln.name)
+	id := string(ln.name)
 	if ln.task {
-		key += ":" + r.Gate.TaskID
+		id += ":" + r.Gate.TaskID
 	}
-	return key
+	return capgate.Keys{Prefix: prefix}.Lane("tune", id)
 }
 
 // round3ms returns µs as ms, to the µs.

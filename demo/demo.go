@@ -447,7 +447,7 @@ func (d *demoTally) Released(a *capgate.Admission) {
 	}
 	t := d.phases[len(d.phases)-1]
 	t.gated++
-	t.decisions[[3]string{call.Tier, call.Route.LogName, string(o.Decision)}]++
+	t.decisions[[3]string{call.Tier, policy.RouteLogName(call.Route), string(o.Decision)}]++
 	switch o.Decision {
 	case capgate.DecisionShadowRefused:
 		t.wouldRef[string(o.Scope)]++

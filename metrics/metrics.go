@@ -291,7 +291,7 @@ func (m *Metrics) Admitted(*capgate.Admission) {}
 func (m *Metrics) Released(a *capgate.Admission) {
 	o := a.Outcome()
 	call := o.Call
-	m.decisions.WithLabelValues(string(o.Decision), routeName(call.Route), call.Tier).Inc()
+	m.decisions.WithLabelValues(string(o.Decision), policy.RouteLogName(call.Route), call.Tier).Inc()
 	if o.Degraded {
 		m.degraded.WithLabelValues(string(o.Decision)).Inc()
 	}
@@ -380,12 +380,3 @@ func (m *Metrics) Upstream(class string, d time.Duration) {
 // UpstreamError implements capgatehttp.GatewayObserver: the upstream
 // failed a call, by kind (timeout, connect, reset, other).
 func (m *Metrics) UpstreamError(kind string) { m.upstreamErrs.WithLabelValues(kind).Inc() }
-
-// routeName is the endpoint label of route: its log name; "" for a call
-// with no route (one the gate could not place).
-func routeName(route *policy.Route) string {
-	if route == nil {
-		return ""
-	}
-	return route.LogName
-}

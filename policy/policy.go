@@ -178,6 +178,15 @@ const (
 // Index returns the route's position in the policy.
 func (r *Route) Index() int { return r.index }
 
+// RouteLogName returns what the log line and the metrics call route (its
+// LogName); "" for no route (a call the gate could not place).
+func RouteLogName(r *Route) string {
+	if r == nil {
+		return ""
+	}
+	return r.LogName
+}
+
 // PolicyField returns the index in r.Fields of the policy's field i (of
 // Policy.Fields); -1 when r has no such field.
 func (r *Route) PolicyField(i int) int {
