@@ -25,15 +25,19 @@ def test_a_gil_starved_worker_reads_the_decision_it_was_sent(stub):
         parse = time.monotonic() - start
 
     stub.limits(cora=0)  # every answer a refusal: a miss would run the call
-    stop = threading.Event()
+    stop, parsing = threading.Event(), threading.Event()
 
     def hog():
         while not stop.is_set():
+            parsing.set()
             json.loads(big)
 
     threads = [threading.Thread(target=hog, daemon=True) for _ in range(2)]
     for t in threads:
         t.start()
+    # The calls start once a parse holds the GIL: otherwise a fast machine
+    # may run all ten before a hog gets it, and nothing was starved.
+    parsing.wait()
     client = capgate.Client(stub.url, timeout=timeout)
     decisions, took = [], []
     try:
